@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# axle's driver: deps, build, test, demo, bench. `./axle.sh help` lists the commands.
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(pwd)
+
+# Every Debian package the build, the tests, the benchmarks and the samples need.
+PACKAGES=(
+  cmake ninja-build g++ make pkg-config
+  libasio-dev libconcurrentqueue-dev libeigen3-dev
+  libprotobuf-dev protobuf-compiler libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  zlib1g-dev nlohmann-json3-dev libcli11-dev
+  dataset-fashion-mnist
+)
+
+JOBS=${AXLE_JOBS:-$(nproc)}
+
+usage() {
+  cat <<USAGE
+usage: ./axle.sh COMMAND [ARGS]
+  deps                    install every Debian package axle needs (apt-get; idempotent)
+  build [--sanitize=K]    configure and build into build/ (build-K/ for a sanitizer K)
+  test  [--sanitize=K] [CTEST ARGS]
+                          deps + build when needed, then the whole suite through CTest
+                          (K = thread or address)
+  demo                    deps + build when needed, then a short run of the actor benchmark
+  bench [NAME...]         run the benchmarks (all, or e.g. 'actor'), JSON lines on stdout
+USAGE
+}
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+missing_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+  echo "${missing[@]:-}"
+}
+
+cmd_deps() {
+  echo "axle: installing Debian packages" >&2
+  as_root apt-get update -q
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q "${PACKAGES[@]}"
+}
+
+ensure_deps() {
+  local missing
+  missing=$(missing_packages)
+  if [ -n "$missing" ]; then
+    echo "axle: missing packages: $missing" >&2
+    cmd_deps
+  fi
+}
+
+# Parses --sanitize=K out of the arguments; sets SANITIZE and REST.
+parse_sanitize() {
+  SANITIZE=""
+  REST=()
+  for a in "$@"; do
+    case "$a" in
+      --sanitize=*) SANITIZE=${a#--sanitize=} ;;
+      *) REST+=("$a") ;;
+    esac
+  done
+  case "$SANITIZE" in
+    ""|thread|address) ;;
+    *) echo "axle: --sanitize must be thread or address, not '$SANITIZE'" >&2; exit 2 ;;
+  esac
+}
+
+build_dir() {
+  if [ -n "$1" ]; then echo "$ROOT/build-$1"; else echo "$ROOT/build"; fi
+}
+
+cmd_build() {
+  parse_sanitize "$@"
+  ensure_deps
+  local dir
+  dir=$(build_dir "$SANITIZE")
+  local build_type=Release
+  [ -n "$SANITIZE" ] && build_type=RelWithDebInfo
+  if [ ! -f "$dir/CMakeCache.txt" ]; then
+    cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=$build_type -DAXLE_SANITIZE="$SANITIZE"
+  fi
+  cmake --build "$dir" -j "$JOBS"
+}
+
+cmd_test() {
+  parse_sanitize "$@"
+  local ctest_args=("${REST[@]}")
+  cmd_build ${SANITIZE:+--sanitize=$SANITIZE}
+  local dir
+  dir=$(build_dir "$SANITIZE")
+  if [ "$SANITIZE" = thread ]; then
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+  fi
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" --timeout 600 "${ctest_args[@]}"
+}
+
+cmd_demo() {
+  cmd_build
+  "$ROOT/build/bin/actor_bench" --quick
+}
+
+cmd_bench() {
+  cmd_build
+  local names=("$@")
+  if [ ${#names[@]} -eq 0 ]; then
+    for exe in "$ROOT"/build/bin/*_bench; do names+=("$(basename "${exe%_bench}")"); done
+  fi
+  for n in "${names[@]}"; do
+    local exe="$ROOT/build/bin/${n%_bench}_bench"
+    if [ ! -x "$exe" ]; then
+      echo "axle: no benchmark '$n' (have: $(cd "$ROOT/build/bin" && ls *_bench | tr '\n' ' '))" >&2
+      exit 2
+    fi
+    "$exe"
+  done
+}
+
+case "${1:-help}" in
+  deps) shift; cmd_deps "$@" ;;
+  build) shift; cmd_build "$@" ;;
+  test) shift; cmd_test "$@" ;;
+  demo) shift; cmd_demo "$@" ;;
+  bench) shift; cmd_bench "$@" ;;
+  help|-h|--help) usage ;;
+  *) echo "axle: unknown command '$1'" >&2; usage >&2; exit 2 ;;
+esac

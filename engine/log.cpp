@@ -1,0 +1,315 @@
+// engine: logging — settings, per-call-site verbosity, line layout and output.
+#include "engine/log.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <ctime>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "engine/config.h"
+
+namespace axle::log_internal {
+namespace {
+
+constexpr std::string_view kLevelVar = "AXLE_LOG_LEVEL";
+constexpr std::string_view kVlogLevelVar = "AXLE_VLOG_LEVEL";
+constexpr std::string_view kVmoduleVar = "AXLE_VMODULE";
+constexpr int kDefaultMinLevel = static_cast<int>(LogLevel::kWarning);
+
+struct VmoduleRule {
+  std::string pattern;
+  int verbosity;
+};
+
+struct LogSettings {
+  int min_level = kDefaultMinLevel;
+  int default_verbosity = 0;
+  std::vector<VmoduleRule> vmodule;
+};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+// Verbosities are kept below VlogSite::kUnregistered, which marks a site not yet looked up.
+int clamp_verbosity(int64_t verbosity, int unregistered) {
+  if (verbosity >= unregistered) return unregistered - 1;
+  if (verbosity < std::numeric_limits<int>::min()) return std::numeric_limits<int>::min();
+  return static_cast<int>(verbosity);
+}
+
+int parse_min_level() {
+  const std::string raw = config::get_string(kLevelVar, "");
+  std::string text(trim(raw));
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (text.empty()) return kDefaultMinLevel;
+  static constexpr std::array<std::string_view, 4> kNames = {"debug", "info", "warning", "error"};
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    if (text == kNames[i]) return static_cast<int>(i);
+  }
+  if (text == "warn") return static_cast<int>(LogLevel::kWarning);
+  if (text.size() == 1 && text[0] >= '0' && text[0] <= '3') return text[0] - '0';
+  throw ConfigError(fmt::format(
+      "{}='{}' is not a log level (use debug, info, warning, error or 0-3)", kLevelVar, raw));
+}
+
+std::vector<VmoduleRule> parse_vmodule(int unregistered) {
+  const std::string raw = config::get_string(kVmoduleVar, "");
+  std::vector<VmoduleRule> rules;
+  std::string_view rest = raw;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view entry = trim(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (entry.empty()) continue;
+    const size_t equals = entry.find('=');
+    const std::string_view pattern = trim(entry.substr(0, equals));
+    const std::string_view number =
+        equals == std::string_view::npos ? std::string_view() : trim(entry.substr(equals + 1));
+    int64_t verbosity = 0;
+    const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), verbosity);
+    if (pattern.empty() || number.empty() || ec != std::errc() ||
+        end != number.data() + number.size()) {
+      throw ConfigError(
+          fmt::format("{}='{}' has a malformed entry '{}' (expected module=verbosity)", kVmoduleVar,
+                      raw, entry));
+    }
+    rules.push_back({std::string(pattern), clamp_verbosity(verbosity, unregistered)});
+  }
+  return rules;
+}
+
+// Glob with * and ?, as glog's --vmodule accepts.
+bool glob_match(std::string_view pattern, std::string_view text) {
+  size_t p = 0;
+  size_t t = 0;
+  size_t star = std::string_view::npos;
+  size_t star_text = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      star_text = t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++star_text;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+std::string_view file_name(std::string_view path) {
+  const size_t slash = path.find_last_of("/\\");
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+std::string_view module_of(std::string_view path) {
+  const std::string_view name = file_name(path);
+  return name.substr(0, name.rfind('.'));
+}
+
+}  // namespace
+
+// The loaded settings and every AXLE_VLOG call site that has looked up its verbosity, so that a
+// reload can update the sites' cached values. Only slow paths come here.
+class LogState {
+ public:
+  static LogState& instance() {
+    static LogState state;
+    return state;
+  }
+
+  // Loads the settings on first use, tolerating malformed values (see log.h).
+  void ensure_loaded() {
+    std::vector<std::string> errors;
+    {
+      std::lock_guard lock(mutex_);
+      if (loaded_) return;
+      LogSettings settings;
+      try_parse(errors, [&] { settings.min_level = parse_min_level(); });
+      try_parse(errors, [&] {
+        settings.default_verbosity =
+            clamp_verbosity(config::get_int(kVlogLevelVar, 0), VlogSite::kUnregistered);
+      });
+      try_parse(errors, [&] { settings.vmodule = parse_vmodule(VlogSite::kUnregistered); });
+      apply_locked(std::move(settings));
+    }
+    // Written after unlocking: the line goes through the sink, which may itself log.
+    for (const std::string& error : errors) {
+      write(LogLevel::kError, __FILE__, __LINE__, "{}; using its default", error);
+    }
+  }
+
+  void reload() {
+    LogSettings settings;
+    settings.min_level = parse_min_level();
+    settings.default_verbosity =
+        clamp_verbosity(config::get_int(kVlogLevelVar, 0), VlogSite::kUnregistered);
+    settings.vmodule = parse_vmodule(VlogSite::kUnregistered);
+    std::lock_guard lock(mutex_);
+    apply_locked(std::move(settings));
+  }
+
+  int register_site(VlogSite& site) {
+    ensure_loaded();
+    std::lock_guard lock(mutex_);
+    if (site.module_verbosity_.load(std::memory_order_relaxed) == VlogSite::kUnregistered) {
+      site.module_verbosity_.store(verbosity_for(site.file_), std::memory_order_relaxed);
+      site.next_ = sites_;
+      sites_ = &site;
+    }
+    return site.module_verbosity_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  template <typename Parse>
+  static void try_parse(std::vector<std::string>& errors, Parse parse) {
+    try {
+      parse();
+    } catch (const ConfigError& error) {
+      errors.emplace_back(error.what());
+    }
+  }
+
+  void apply_locked(LogSettings settings) {
+    settings_ = std::move(settings);
+    loaded_ = true;
+    g_min_level.store(settings_.min_level, std::memory_order_relaxed);
+    for (VlogSite* site = sites_; site != nullptr; site = site->next_) {
+      site->module_verbosity_.store(verbosity_for(site->file_), std::memory_order_relaxed);
+    }
+  }
+
+  int verbosity_for(const char* file) const {
+    const std::string_view module = module_of(file);
+    for (const VmoduleRule& rule : settings_.vmodule) {
+      if (glob_match(rule.pattern, module)) return rule.verbosity;
+    }
+    return settings_.default_verbosity;
+  }
+
+  std::mutex mutex_;
+  bool loaded_ = false;
+  LogSettings settings_;
+  VlogSite* sites_ = nullptr;
+};
+
+bool load_config_and_check(LogLevel level) {
+  LogState::instance().ensure_loaded();
+  return static_cast<int>(level) >= g_min_level.load(std::memory_order_relaxed);
+}
+
+bool VlogSite::register_and_check(int verbosity) noexcept {
+  return verbosity <= LogState::instance().register_site(*this);
+}
+
+namespace {
+
+struct SinkSlot {
+  std::mutex mutex;
+  std::shared_ptr<const LogSink> sink;  // null: stderr
+};
+
+SinkSlot& sink_slot() {
+  static SinkSlot slot;
+  return slot;
+}
+
+std::atomic<int> g_unnamed_threads{0};
+thread_local std::string t_thread_name;
+
+std::string_view thread_label() {
+  if (t_actor_label != nullptr && !t_actor_label->empty()) return *t_actor_label;
+  if (t_thread_name.empty()) {
+    t_thread_name = fmt::format("thread-{}", g_unnamed_threads.fetch_add(1) + 1);
+  }
+  return t_thread_name;
+}
+
+void append_prefix(fmt::memory_buffer& buffer, LogLevel level, const char* file, int line) {
+  using std::chrono::system_clock;
+  const system_clock::time_point now = system_clock::now();
+  const std::time_t seconds = system_clock::to_time_t(now);
+  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
+                          now - system_clock::from_time_t(seconds))
+                          .count();
+  std::tm local{};
+  localtime_r(&seconds, &local);
+  constexpr std::string_view kLetters = "DIWE";
+  fmt::format_to(fmt::appender(buffer), "{}{:02}{:02} {:02}:{:02}:{:02}.{:06} {} {}:{}] ",
+                 kLetters[static_cast<size_t>(level)], local.tm_mon + 1, local.tm_mday,
+                 local.tm_hour, local.tm_min, local.tm_sec, micros, thread_label(), file_name(file),
+                 line);
+}
+
+// One write() per line: the kernel keeps a single write to stderr whole, so lines from
+// concurrent threads never interleave and no lock is needed.
+void write_to_stderr(const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t written = ::write(STDERR_FILENO, data, size);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return;  // nowhere left to report a failure to write the log
+    }
+    data += written;
+    size -= static_cast<size_t>(written);
+  }
+}
+
+}  // namespace
+
+void vwrite(LogLevel level, const char* file, int line, fmt::string_view format,
+            fmt::format_args args) {
+  fmt::memory_buffer buffer;
+  append_prefix(buffer, level, file, line);
+  fmt::vformat_to(fmt::appender(buffer), format, args);
+  std::shared_ptr<const LogSink> sink;
+  {
+    SinkSlot& slot = sink_slot();
+    std::lock_guard lock(slot.mutex);
+    sink = slot.sink;
+  }
+  if (sink) {
+    (*sink)(level, std::string_view(buffer.data(), buffer.size()));
+    return;
+  }
+  buffer.push_back('\n');
+  write_to_stderr(buffer.data(), buffer.size());
+}
+
+}  // namespace axle::log_internal
+
+namespace axle {
+
+void set_log_sink(LogSink sink) {
+  std::shared_ptr<const LogSink> previous =
+      sink ? std::make_shared<const LogSink>(std::move(sink)) : nullptr;
+  auto& slot = log_internal::sink_slot();
+  {
+    std::lock_guard lock(slot.mutex);
+    slot.sink.swap(previous);
+  }
+  // `previous` is destroyed here, outside the lock, in case its destructor logs.
+}
+
+void reload_log_config() { log_internal::LogState::instance().reload(); }
+
+void set_thread_name(std::string name) { log_internal::t_thread_name = std::move(name); }
+
+}  // namespace axle
