@@ -34,6 +34,7 @@
 #include <variant>
 #include <vector>
 
+#include "engine/fence.h"
 #include "engine/future.h"
 #include "engine/intrusive_ptr.h"
 #include "engine/mailbox.h"
@@ -89,7 +90,7 @@ class ActorCell : public ContinuationTarget {
   /// Called after a message was pushed: schedules the actor unless it already is. Pairs with
   /// the check in run() so that mail arriving as the actor goes idle is never stranded.
   void notify_mail() {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    store_load_fence();
     if (!scheduled_.load(std::memory_order_relaxed) &&
         !scheduled_.exchange(true, std::memory_order_acq_rel)) {
       add_ref();  // the run queue's reference
@@ -242,6 +243,18 @@ class Actor : public ActorBase {
       send_after(std::chrono::nanoseconds delay, M message) {
     return cell().home().start_timer(delay, std::chrono::nanoseconds::zero(),
                                      [ref = self(), message] { ref.tell(M(message)); });
+  }
+
+  /// Fails `future` with TimeoutError (message `what`) unless it completes within `timeout`;
+  /// pairs with Future::then for an ask that must not wait forever.
+  template <class T>
+  TimerHandle fail_after(const Future<T>& future, std::chrono::nanoseconds timeout,
+                         std::string what) {
+    return cell().home().start_timer(
+        timeout, std::chrono::nanoseconds::zero(),
+        [state = future.state(), what = std::move(what)] {
+          state->set_error(std::make_exception_ptr(TimeoutError(what)));
+        });
   }
 
   /// Sends `message` to this actor every `period` until the handle is cancelled.

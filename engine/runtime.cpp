@@ -73,7 +73,7 @@ void ActorCell::run() {
   scheduled_.store(false, std::memory_order_relaxed);
   // Pairs with the fence in notify_mail: a sender that saw `scheduled` still true left its
   // message for us to find here.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  detail::store_load_fence();
   if (!mailbox_empty() && !scheduled_.exchange(true, std::memory_order_acq_rel)) {
     home_.schedule(this);
     return;
@@ -139,7 +139,7 @@ bool Runtime::quiescent() const {
       if (!cell->idle()) return false;
     }
   }
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  detail::store_load_fence();
   return scheduler_->activity() == before;
 }
 

@@ -95,7 +95,7 @@ void Worker::Impl::park() {
   parked.store(true, std::memory_order_relaxed);
   // Pairs with the fence in Worker::schedule: either the sender sees `parked` and wakes us, or
   // we see its actor in the run queue here.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  detail::store_load_fence();
   if (ready.size_approx() == 0 && !stop_requested.load(std::memory_order_acquire)) {
     io.run_one();
   }
@@ -113,7 +113,7 @@ Worker::~Worker() {
 
 void Worker::schedule(detail::ActorCell* cell) {
   impl_->ready.enqueue(cell);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  detail::store_load_fence();
   if (impl_->parked.load(std::memory_order_relaxed)) asio::post(impl_->io, [] {});
 }
 

@@ -92,5 +92,45 @@ TEST(Timer, ShutdownStopsPeriodicTimersAndReturns) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
 }
 
+struct Never {
+  using Reply = int;
+};
+class Silent : public Actor<Silent, Never> {
+ public:
+  void handle(Never&, Promise<int>&& reply) { kept_ = std::move(reply); }
+
+ private:
+  Promise<int> kept_;
+};
+
+struct AskSilent {
+  using Reply = std::string;
+  ActorRef<Silent> peer;
+};
+// Asks an actor that never answers, with a deadline, and reports what the continuation saw.
+class Impatient : public Actor<Impatient, AskSilent> {
+ public:
+  void handle(AskSilent& m, Promise<std::string>&& reply) {
+    auto answer = m.peer.ask(Never{});
+    fail_after(answer, std::chrono::milliseconds(20), "silent peer did not answer");
+    answer.then([reply = std::move(reply)](Result<int> r) mutable {
+      try {
+        r.value();
+        reply.set_value(std::string("answered"));
+      } catch (const TimeoutError& e) {
+        reply.set_value(std::string(e.what()));
+      }
+    });
+  }
+};
+
+TEST(Timer, FailAfterTimesOutAnAskInsideAnActor) {
+  Runtime rt(RuntimeOptions{.threads = 1});
+  auto silent = spawn<Silent>(rt);
+  auto impatient = spawn<Impatient>(rt);
+  EXPECT_EQ(impatient.ask(AskSilent{silent}).get(std::chrono::seconds(10)),
+            "silent peer did not answer");
+}
+
 }  // namespace
 }  // namespace axle
