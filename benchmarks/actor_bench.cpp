@@ -235,7 +235,9 @@ int main(int argc, char** argv) {
   if (wanted("fanout")) {
     for (int receivers : {4, 64}) {
       emit("actor", "fanout_msgs_per_s", fanout(receivers, messages, threads), "msg/s",
-           {{"receivers", int64_t{receivers}}, {"messages", messages}, {"threads", int64_t{threads}}});
+           {{"receivers", int64_t{receivers}},
+            {"messages", messages},
+            {"threads", int64_t{threads}}});
     }
   }
   if (wanted("spawn10k")) {

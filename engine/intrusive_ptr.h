@@ -18,6 +18,14 @@ class RefCounted {
   virtual ~RefCounted() = default;
 
   void add_ref() const noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  /// Adds a reference unless the object is already being destroyed (count at zero).
+  [[nodiscard]] bool try_add_ref() const noexcept {
+    int64_t n = refs_.load(std::memory_order_relaxed);
+    while (n > 0) {
+      if (refs_.compare_exchange_weak(n, n + 1, std::memory_order_acq_rel)) return true;
+    }
+    return false;
+  }
   void release() const noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }

@@ -1,0 +1,77 @@
+// actors: devices and steps.
+#include "actors/api.h"
+
+#include <chrono>
+
+#include "actors/host.h"
+#include "engine/config.h"
+#include "engine/metrics.h"
+#include "graph/trace_context.h"
+
+namespace axle {
+namespace {
+
+thread_local std::chrono::steady_clock::time_point tls_last_step = std::chrono::steady_clock::now();
+
+bool sync_wait_default() {
+  static const bool wait = config::get_bool("XLA_SYNC_WAIT", false);
+  return wait;
+}
+
+}  // namespace
+
+Device device(int ordinal) {
+  Device d{ordinal};
+  (void)LazySystem::get().device_actor(d);  // validates
+  return d;
+}
+
+std::vector<Device> devices() {
+  std::vector<Device> all;
+  for (int i = 0; i < device_count(); ++i) all.push_back(Device{i});
+  return all;
+}
+
+int device_count() { return LazySystem::get().device_count(); }
+
+std::string xla_device_hw(Device d) {
+  LazySystem& system = LazySystem::get();
+  (void)system.device_actor(d);
+  return std::string(system.backend().hardware());
+}
+
+void mark_step(bool wait, std::source_location where) {
+  const auto start = std::chrono::steady_clock::now();
+  const double traced_ns = std::chrono::duration<double, std::nano>(start - tls_last_step).count();
+  AXLE_METRIC_ADD("TraceTime", MetricKind::kTime, traced_ns);
+  AXLE_COUNTER_INC("MarkStep", 1);
+  TraceContext& context = TraceContext::current();
+  sync_tensors(context.pending_tensors(), wait || sync_wait_default(), SyncReason::kMarkStep,
+               where);
+  context.reset_node_count();
+  tls_last_step = std::chrono::steady_clock::now();
+}
+
+void wait_device_ops(const std::vector<Device>& which) {
+  LazySystem& system = LazySystem::get();
+  std::vector<Future<void>> drained;
+  const std::vector<Device> all = which.empty() ? devices() : which;
+  for (Device d : all) drained.push_back(system.device_actor(d).ask(Drain{}));
+  for (auto& f : drained) f.get();
+}
+
+void eager_mode(bool enabled) { LazySystem::get().set_eager(enabled); }
+bool is_eager_mode() { return LazySystem::get().eager(); }
+
+void set_rng_state(uint64_t seed, Device d) { TraceContext::current().set_rng_state(d, seed); }
+uint64_t get_rng_state(Device d) { return TraceContext::current().rng_state(d).seed; }
+
+MemoryInfo get_memory_info(Device d) {
+  LazySystem& system = LazySystem::get();
+  (void)system.device_actor(d);
+  return system.backend().memory_info(d.ordinal);
+}
+
+int64_t live_tensor_count() { return TensorImpl::live_count(); }
+
+}  // namespace axle

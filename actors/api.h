@@ -1,0 +1,76 @@
+// actors: the user API for devices and steps, in PyTorch/XLA's vocabulary.
+#pragma once
+
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/lazy_system.h"
+#include "backends/backend.h"
+#include "graph/device.h"
+#include "graph/tensor.h"
+
+namespace axle {
+
+/// Device `ordinal` of this process (throws std::out_of_range for a device that does not exist).
+Device device(int ordinal = 0);
+/// Every device of this process.
+std::vector<Device> devices();
+int device_count();
+/// The hardware behind a device: "CPU".
+std::string xla_device_hw(Device device);
+
+/// Cuts the trace: executes every pending tensor of this thread as one graph and returns without
+/// waiting for the device (unless `wait`, or XLA_SYNC_WAIT=1).
+void mark_step(bool wait = false, std::source_location where = std::source_location::current());
+/// Alias of mark_step.
+inline void sync(bool wait = false, std::source_location where = std::source_location::current()) {
+  mark_step(wait, where);
+}
+
+/// Marks a step when it goes out of scope, like `with torch_xla.step():`.
+class StepScope {
+ public:
+  explicit StepScope(std::source_location where = std::source_location::current())
+      : where_(where) {}
+  ~StepScope() { mark_step(false, where_); }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  std::source_location where_;
+};
+
+/// Waits until everything issued to `devices` (all devices when empty) has finished.
+void wait_device_ops(const std::vector<Device>& devices = {});
+
+/// Executes every op as it is traced (XLA_USE_EAGER_DEBUG_MODE=1 does the same).
+void eager_mode(bool enabled);
+[[nodiscard]] bool is_eager_mode();
+
+/// Wraps `fn` so that each call traces it as one graph (even in eager mode) and marks the step,
+/// like torch_xla.compile.
+template <class F>
+auto compile(F fn) {
+  return [fn = std::move(fn)](auto&&... args) {
+    EagerSuspension lazy;
+    auto result = fn(std::forward<decltype(args)>(args)...);
+    mark_step();
+    return result;
+  };
+}
+
+/// Seeds `device`'s random stream (the same seed gives the same numbers on every run).
+void set_rng_state(uint64_t seed, Device device = {});
+/// The seed `device`'s random stream was last given.
+[[nodiscard]] uint64_t get_rng_state(Device device = {});
+
+/// Bytes in use and peak bytes on `device`.
+[[nodiscard]] MemoryInfo get_memory_info(Device device = {});
+
+/// Number of tensors alive in this process (CreateTensor - DestroyTensor).
+[[nodiscard]] int64_t live_tensor_count();
+
+}  // namespace axle

@@ -1,0 +1,31 @@
+// actors: the CompilerActor — lowers step graphs to executables, one process-wide. Requests for a
+// hash already being compiled join that compile instead of starting another, so N replicas
+// tracing the same step compile it once.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/compile_cache.h"
+#include "actors/step_graph.h"
+#include "engine/actor.h"
+
+namespace axle {
+
+/// Compile `graph` (or find it compiled); replies with the program.
+struct CompileRequest {
+  using Reply = IntrusivePtr<Executable>;
+  std::shared_ptr<const StepGraph> graph;
+};
+
+class CompilerActor : public Actor<CompilerActor, CompileRequest> {
+ public:
+  explicit CompilerActor(CompileCache& cache) : cache_(cache) {}
+  void handle(CompileRequest& request, Promise<IntrusivePtr<Executable>>&& reply);
+
+ private:
+  CompileCache& cache_;
+};
+
+}  // namespace axle

@@ -1,0 +1,80 @@
+// actors: the DeviceActor — one per device, on a thread of its own. Like a stream, it runs
+// requests in arrival order: an execution waits for its program (it may still be compiling) and
+// its inputs, then runs and fulfils its output placeholders. A failure fails the outputs, and the
+// error flows on to whatever reads them.
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "backends/backend.h"
+#include "engine/actor.h"
+#include "graph/device_data.h"
+
+namespace axle {
+
+/// One input of an execution: device data, or a host scalar (a graph parameter).
+struct ExecuteInput {
+  IntrusivePtr<DeviceData> data;  // null for a scalar
+  DType dtype = DType::kF32;
+  double value = 0;
+};
+
+/// Everything one execution needs; shared by handle, so messages stay small.
+struct ExecuteRequest final : RefCounted {
+  Future<IntrusivePtr<Executable>> program;
+  std::vector<ExecuteInput> inputs;
+  std::vector<IntrusivePtr<DeviceData>> outputs;
+  // Filled by the device as the request waits.
+  IntrusivePtr<Executable> ready_program;
+  std::exception_ptr compile_error;
+  bool program_known = false;
+  bool waiting_for_program = false;
+};
+
+struct Execute {
+  IntrusivePtr<ExecuteRequest> request;
+};
+/// Host data to place on the device into `target`.
+struct TransferToDevice {
+  std::shared_ptr<const std::vector<std::byte>> bytes;
+  IntrusivePtr<DeviceData> target;
+};
+/// Replies once every request sent before it has finished.
+struct Drain {
+  using Reply = void;
+};
+/// Something the head request waited for has arrived.
+struct Pump {};
+
+class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, Drain, Pump> {
+ public:
+  DeviceActor(Backend& backend, int ordinal) : backend_(backend), ordinal_(ordinal) {}
+
+  void handle(Execute& m);
+  void handle(TransferToDevice& m);
+  void handle(Drain& m, Promise<void>&& reply);
+  void handle(Pump&) { pump(); }
+
+  /// Test hook: holds executions until released (see LazySystem::hold_device).
+  static void set_execution_gate(std::function<void()> gate);
+
+ private:
+  struct Work {
+    IntrusivePtr<ExecuteRequest> execute;  // or
+    TransferToDevice transfer;
+    Promise<void> drained;  // or a Drain marker
+    bool is_drain = false;
+  };
+  void pump();
+  bool ready(ExecuteRequest& request);
+  void run(ExecuteRequest& request);
+  void run(TransferToDevice& transfer);
+
+  Backend& backend_;
+  int ordinal_;
+  std::deque<Work> queue_;
+  const DeviceData* waiting_on_ = nullptr;
+};
+
+}  // namespace axle

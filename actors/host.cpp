@@ -1,0 +1,108 @@
+// actors: turning a replica's pending IR into executions.
+#include "actors/host.h"
+
+#include <chrono>
+#include <unordered_map>
+
+#include "actors/lazy_system.h"
+#include "actors/step_graph.h"
+#include "engine/metrics.h"
+#include "graph/trace_context.h"
+
+namespace axle {
+namespace {
+
+Future<IntrusivePtr<Executable>> find_or_compile(LazySystem& system,
+                                                 std::shared_ptr<const StepGraph> graph) {
+  if (IntrusivePtr<Executable> hit = system.cache().find(graph->hash)) {
+    AXLE_COUNTER_INC("CachedCompile", 1);
+    auto [promise, future] = make_promise<IntrusivePtr<Executable>>();
+    promise.set_value(std::move(hit));
+    return future;
+  }
+  return system.compiler().ask(CompileRequest{std::move(graph)});
+}
+
+void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl*>& tensors,
+                 bool wait) {
+  // One output per distinct IR node; tensors sharing a node share its placeholder.
+  std::vector<NodePtr> roots;
+  std::unordered_map<const Node*, std::size_t> root_of;
+  std::vector<std::size_t> tensor_root(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const NodePtr& ir = tensors[i]->ir();
+    auto [it, inserted] = root_of.try_emplace(ir.get(), roots.size());
+    if (inserted) roots.push_back(ir);
+    tensor_root[i] = it->second;
+  }
+  // Each traced op made one node and usually one scalar leaf.
+  const std::size_t hint = 2 * TraceContext::current().nodes_since_step();
+  auto graph = std::make_shared<StepGraph>(build_step_graph(roots, hint));
+
+  auto request = make_intrusive<ExecuteRequest>();
+  request->inputs.reserve(graph->inputs.size());
+  for (int32_t id : graph->inputs) {
+    const Node& leaf = *graph->nodes[id];
+    if (leaf.op() == Op::kDeviceData) {
+      request->inputs.push_back({leaf.data(), leaf.dtype(), 0});
+    } else {
+      request->inputs.push_back({{}, leaf.dtype(), leaf.value()});
+    }
+  }
+  request->outputs.reserve(roots.size());
+  for (const NodePtr& root : roots) {
+    request->outputs.push_back(make_intrusive<DeviceData>(device, root->dtype(), root->shape()));
+  }
+  request->program = find_or_compile(system, graph);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    tensors[i]->set_data(request->outputs[tensor_root[i]]);
+  }
+  std::vector<IntrusivePtr<DeviceData>> outputs;
+  if (wait) outputs = request->outputs;
+  system.device_actor(device).tell(Execute{std::move(request)});
+  if (wait) {
+    for (auto& out : outputs) out->wait();
+  }
+}
+
+}  // namespace
+
+std::string_view reason_name(SyncReason reason) {
+  switch (reason) {
+    case SyncReason::kMarkStep:
+      return "mark_step";
+    case SyncReason::kValueAccess:
+      return "value access";
+    case SyncReason::kEager:
+      return "eager";
+    case SyncReason::kGraphLimit:
+      return "graph node limit";
+    case SyncReason::kCompile:
+      return "compile";
+  }
+  return "sync";
+}
+
+void sync_tensors(const std::vector<Tensor>& tensors, bool wait, SyncReason reason,
+                  const std::source_location& where) {
+  LazySystem& system = LazySystem::get();
+  system.save_graph(tensors, reason_name(reason));
+  std::vector<std::pair<int, std::vector<TensorImpl*>>> by_device;
+  for (const Tensor& t : tensors) {
+    if (!t.defined() || !t.impl()->pending_ir()) continue;
+    const int ordinal = t.device().ordinal;
+    auto it = std::find_if(by_device.begin(), by_device.end(),
+                           [&](const auto& group) { return group.first == ordinal; });
+    if (it == by_device.end()) {
+      by_device.emplace_back(ordinal, std::vector<TensorImpl*>{});
+      it = std::prev(by_device.end());
+    }
+    TensorImpl* impl = t.impl();
+    if (std::find(it->second.begin(), it->second.end(), impl) == it->second.end()) {
+      it->second.push_back(impl);
+    }
+  }
+  for (auto& [ordinal, impls] : by_device) sync_device(system, Device{ordinal}, impls, wait);
+}
+
+}  // namespace axle

@@ -1,0 +1,25 @@
+// actors: the host side of a replica — on the replica's own thread, it turns pending IR into
+// step graphs and sends them off: compile requests to the compiler (cache misses only) and
+// execute requests to the devices, then re-points the tensors at the output placeholders.
+#pragma once
+
+#include <source_location>
+#include <string_view>
+#include <vector>
+
+#include "graph/tensor.h"
+
+namespace axle {
+
+/// Why a graph is being executed (for metrics and, later, debug analysis).
+enum class SyncReason { kMarkStep, kValueAccess, kEager, kGraphLimit, kCompile };
+
+/// Short name of a reason ("mark_step", "value access", ...).
+std::string_view reason_name(SyncReason reason);
+
+/// Executes the pending IR of `tensors` (those without pending IR are skipped); returns at once
+/// unless `wait`, in which case it waits for the results.
+void sync_tensors(const std::vector<Tensor>& tensors, bool wait, SyncReason reason,
+                  const std::source_location& where);
+
+}  // namespace axle

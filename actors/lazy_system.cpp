@@ -1,0 +1,125 @@
+// actors: the process-wide lazy runtime.
+#include "actors/lazy_system.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <mutex>
+
+#include "actors/host.h"
+#include "engine/config.h"
+#include "engine/log.h"
+#include "engine/spawn.h"
+#include "graph/dump.h"
+
+namespace axle {
+namespace {
+
+std::mutex g_system_mutex;
+std::atomic<LazySystem*> g_system{nullptr};
+std::unique_ptr<LazySystem> g_owner;
+
+thread_local int tls_eager_suspensions = 0;
+
+std::unique_ptr<Backend> backend_from_environment(const LazySystemOptions& options) {
+  if (options.backend) return options.backend();
+  const std::string kind = config::get_string("PJRT_DEVICE", "CPU");
+  if (kind != "CPU" && kind != "cpu") {
+    throw ConfigError(
+        fmt::format("PJRT_DEVICE={} is not available: axle has a CPU backend only", kind));
+  }
+  int devices = options.cpu_devices > 0 ? options.cpu_devices
+                                        : static_cast<int>(config::get_int("CPU_NUM_DEVICES", 1));
+  if (devices < 1) throw ConfigError(fmt::format("CPU_NUM_DEVICES={} must be at least 1", devices));
+  return make_cpu_backend(devices);
+}
+
+}  // namespace
+
+LazySystem& LazySystem::get() {
+  if (LazySystem* system = g_system.load(std::memory_order_acquire)) return *system;
+  std::lock_guard lock(g_system_mutex);
+  if (!g_owner) {
+    g_owner = std::make_unique<LazySystem>(LazySystemOptions{});
+    g_system.store(g_owner.get(), std::memory_order_release);
+  }
+  return *g_owner;
+}
+
+void LazySystem::restart(LazySystemOptions options) {
+  std::lock_guard lock(g_system_mutex);
+  g_system.store(nullptr, std::memory_order_release);
+  g_owner.reset();
+  g_owner = std::make_unique<LazySystem>(std::move(options));
+  g_system.store(g_owner.get(), std::memory_order_release);
+}
+
+LazySystem::LazySystem(LazySystemOptions options)
+    : backend_(backend_from_environment(options)),
+      cache_(static_cast<std::size_t>(config::get_int("XLA_COMPILATION_CACHE_SIZE", 2048))),
+      max_graph_nodes_(static_cast<uint64_t>(config::get_int("AXLE_MAX_GRAPH_NODES", 1'000'000))) {
+  compiler_ = spawn<CompilerActor>(runtime_, SpawnOptions{.name = "compiler"}, cache_);
+  for (int i = 0; i < backend_->device_count(); ++i) {
+    devices_.push_back(spawn<DeviceActor>(
+        runtime_, SpawnOptions{.name = fmt::format("device-{}", i), .dedicated_thread = true},
+        *backend_, i));
+  }
+  eager_ = config::get_bool("XLA_USE_EAGER_DEBUG_MODE", false);
+  save_tensors_file_ = config::get_string("XLA_SAVE_TENSORS_FILE", "");
+  save_tensors_format_ = config::get_string("XLA_SAVE_TENSORS_FMT", "text");
+  if (save_tensors_format_ != "text" && save_tensors_format_ != "dot") {
+    throw ConfigError(
+        fmt::format("XLA_SAVE_TENSORS_FMT={} is not one of text, dot", save_tensors_format_));
+  }
+  TraceContext::set_observer(this);
+}
+
+LazySystem::~LazySystem() {
+  TraceContext::set_observer(nullptr);
+  runtime_.shutdown();
+}
+
+const ActorRef<DeviceActor>& LazySystem::device_actor(Device device) const {
+  if (device.ordinal < 0 || device.ordinal >= device_count()) {
+    throw std::out_of_range(fmt::format("device {} does not exist: this process has {} {} device{}",
+                                        device.to_string(), device_count(), backend_->hardware(),
+                                        device_count() == 1 ? "" : "s"));
+  }
+  return devices_[device.ordinal];
+}
+
+void LazySystem::after_op(const Tensor& result, const SourceLocation& where) {
+  if (eager() && !EagerSuspension::active()) {
+    sync_tensors({result}, false, SyncReason::kEager, std::source_location::current());
+    return;
+  }
+  TraceContext& context = TraceContext::current();
+  if (context.nodes_since_step() >= max_graph_nodes_) {
+    AXLE_LOG(WARNING,
+             "{} ops traced without a mark_step (AXLE_MAX_GRAPH_NODES={}): cutting the step at "
+             "{}:{}; add mark_step() to the loop",
+             context.nodes_since_step(), max_graph_nodes_, where.file, where.line);
+    sync_tensors(context.pending_tensors(), false, SyncReason::kGraphLimit,
+                 std::source_location::current());
+    context.reset_node_count();
+  }
+}
+
+void LazySystem::save_graph(const std::vector<Tensor>& tensors, std::string_view reason) {
+  if (save_tensors_file_.empty()) return;
+  std::string dump = save_tensors_format_ == "dot" ? tensors_dot(tensors) : tensors_text(tensors);
+  std::lock_guard lock(save_mutex_);
+  std::FILE* file = std::fopen(save_tensors_file_.c_str(), "a");
+  if (!file) {
+    AXLE_LOG(ERROR, "XLA_SAVE_TENSORS_FILE={}: cannot open for appending", save_tensors_file_);
+    return;
+  }
+  std::fprintf(file, "[%.*s]\n%s\n", static_cast<int>(reason.size()), reason.data(), dump.c_str());
+  std::fclose(file);
+}
+
+EagerSuspension::EagerSuspension() noexcept { ++tls_eager_suspensions; }
+EagerSuspension::~EagerSuspension() { --tls_eager_suspensions; }
+bool EagerSuspension::active() noexcept { return tls_eager_suspensions > 0; }
+
+}  // namespace axle

@@ -1,0 +1,78 @@
+// actors: the process-wide lazy runtime — the actor system, the backend and its devices, the
+// compiler and its cache. Started on first use from the environment (PJRT_DEVICE,
+// CPU_NUM_DEVICES, XLA_COMPILATION_CACHE_SIZE, ...); tests may restart it with other options.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actors/compile_cache.h"
+#include "actors/compiler_actor.h"
+#include "actors/device_actor.h"
+#include "backends/backend.h"
+#include "engine/runtime.h"
+#include "graph/trace_context.h"
+
+namespace axle {
+
+struct LazySystemOptions {
+  /// Devices of the CPU backend (CPU_NUM_DEVICES; default 1). Ignored with `backend`.
+  int cpu_devices = 0;
+  /// A backend to use instead of the one PJRT_DEVICE names (tests wrap the CPU backend).
+  std::function<std::unique_ptr<Backend>()> backend;
+};
+
+class LazySystem final : public TraceObserver {
+ public:
+  /// The running system, started on first use.
+  static LazySystem& get();
+  /// Shuts the current system down (waiting for its devices) and starts the next with `options`.
+  static void restart(LazySystemOptions options = {});
+
+  explicit LazySystem(LazySystemOptions options);
+  ~LazySystem() override;
+
+  [[nodiscard]] Backend& backend() noexcept { return *backend_; }
+  [[nodiscard]] int device_count() const noexcept { return static_cast<int>(devices_.size()); }
+  /// The actor of `device`; throws std::out_of_range naming the device count.
+  [[nodiscard]] const ActorRef<DeviceActor>& device_actor(Device device) const;
+  [[nodiscard]] const ActorRef<CompilerActor>& compiler() const noexcept { return compiler_; }
+  [[nodiscard]] CompileCache& cache() noexcept { return cache_; }
+
+  // Per-op hook: eager mode and the runaway-graph limit.
+  void after_op(const Tensor& result, const SourceLocation& where) override;
+  /// Appends the graph of `tensors` to XLA_SAVE_TENSORS_FILE (in XLA_SAVE_TENSORS_FMT, text or
+  /// dot) when that is set.
+  void save_graph(const std::vector<Tensor>& tensors, std::string_view reason);
+
+  void set_eager(bool eager) noexcept { eager_.store(eager, std::memory_order_relaxed); }
+  [[nodiscard]] bool eager() const noexcept { return eager_.load(std::memory_order_relaxed); }
+
+ private:
+  Runtime runtime_;
+  std::unique_ptr<Backend> backend_;
+  CompileCache cache_;
+  ActorRef<CompilerActor> compiler_;
+  std::vector<ActorRef<DeviceActor>> devices_;
+  std::atomic<bool> eager_{false};
+  uint64_t max_graph_nodes_;
+  std::string save_tensors_file_;
+  std::string save_tensors_format_;
+  std::mutex save_mutex_;
+};
+
+/// Suspends eager execution on this thread for its lifetime (compile(fn) traces whole graphs).
+class EagerSuspension {
+ public:
+  EagerSuspension() noexcept;
+  ~EagerSuspension();
+  EagerSuspension(const EagerSuspension&) = delete;
+  EagerSuspension& operator=(const EagerSuspension&) = delete;
+  [[nodiscard]] static bool active() noexcept;
+};
+
+}  // namespace axle

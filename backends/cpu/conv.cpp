@@ -1,0 +1,376 @@
+// backends/cpu: convolution and pooling kernels (kConv2d, kMaxPool2d, kAvgPool2d) on NCHW
+// buffers. Convolution is im2col + one Eigen GEMM per image and group; pooling walks each
+// window over precomputed in-bounds tap ranges, so no inner loop tests for padding.
+#include <fmt/format.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/kernel.h"
+
+namespace axle::cpu {
+namespace {
+
+template <class T>
+using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
+template <class T>
+using MatrixMap = Eigen::Map<RowMatrix<T>>;
+using Bf16Vector = Eigen::Matrix<Eigen::bfloat16, Eigen::Dynamic, 1>;
+using F32Vector = Eigen::Matrix<float, Eigen::Dynamic, 1>;
+
+// Division rounding toward -infinity (b > 0); window starts in the padding are negative.
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
+
+/// Taps [lo, hi) of a window starting at `start` (taps at start + t * dilation) that land in
+/// [0, size). lo == hi when the window misses the input.
+std::pair<int64_t, int64_t> taps_inside(int64_t start, int64_t size, int64_t taps,
+                                        int64_t dilation) {
+  const int64_t lo = std::clamp<int64_t>(ceil_div(-start, dilation), 0, taps);
+  const int64_t hi = std::clamp<int64_t>(floor_div(size - 1 - start, dilation) + 1, lo, taps);
+  return {lo, hi};
+}
+
+F32Vector widen(const ConstView& v) {
+  return Eigen::Map<const Bf16Vector>(v.as<Eigen::bfloat16>(), v.desc->shape.numel()).cast<float>();
+}
+void narrow(const F32Vector& from, const View& to) {
+  Eigen::Map<Bf16Vector>(to.as<Eigen::bfloat16>(), from.size()) = from.cast<Eigen::bfloat16>();
+}
+
+/// "ints=[1, 2, 3]": how a call with the wrong number of attributes shows them.
+std::string raw_ints(const std::vector<int64_t>& ints) {
+  std::string s = "ints=[";
+  for (std::size_t i = 0; i < ints.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", ints[i]);
+  return s + "]";
+}
+
+std::string describe(const KernelArgs& args, std::string_view attributes) {
+  std::string s = fmt::format("{}(", kernel_name(args.call.kernel));
+  for (std::size_t i = 0; i < args.inputs.size(); ++i) {
+    const BufferDesc& d = *args.inputs[i].desc;
+    s += fmt::format("{}{}{}", i ? ", " : "", dtype_name(d.dtype), d.shape.to_string());
+  }
+  return s + fmt::format("; {}) -> {}{}", attributes, dtype_name(args.output.desc->dtype),
+                         args.output.desc->shape.to_string());
+}
+
+// ---- conv2d ----------------------------------------------------------------------------
+
+struct ConvGeometry {
+  int64_t n, c, h, w;  // input
+  int64_t o, kh, kw;   // weight (its channel dim is c / groups)
+  int64_t oh, ow;      // output
+  int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
+};
+
+ConvGeometry plan_conv(const KernelArgs& args) {
+  const auto& ints = args.call.ints;
+  std::string attributes = raw_ints(ints);
+  if (ints.size() == 7) {
+    attributes = fmt::format("stride=({},{}), pad=({},{}), dilation=({},{}), groups={}", ints[0],
+                             ints[1], ints[2], ints[3], ints[4], ints[5], ints[6]);
+  }
+  auto reject = [&](std::string_view why) {
+    throw std::invalid_argument(fmt::format("{}: {}", describe(args, attributes), why));
+  };
+  if (args.inputs.size() != 2) reject("conv2d takes [x, w]");
+  if (ints.size() != 7) {
+    reject("ints must be [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups]");
+  }
+  const BufferDesc& x = *args.inputs[0].desc;
+  const BufferDesc& w = *args.inputs[1].desc;
+  const BufferDesc& out = *args.output.desc;
+  if (x.dtype != out.dtype || w.dtype != out.dtype) reject("x and w must have the output's dtype");
+  if (!is_floating(out.dtype)) reject("conv2d supports f32, f64 and bf16");
+  if (x.shape.rank() != 4 || w.shape.rank() != 4) reject("x and w must have rank 4");
+  ConvGeometry g{};
+  g.n = x.shape[0], g.c = x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
+  g.o = w.shape[0], g.kh = w.shape[2], g.kw = w.shape[3];
+  g.stride_h = ints[0], g.stride_w = ints[1], g.pad_h = ints[2], g.pad_w = ints[3];
+  g.dilation_h = ints[4], g.dilation_w = ints[5], g.groups = ints[6];
+  if (g.stride_h < 1 || g.stride_w < 1 || g.dilation_h < 1 || g.dilation_w < 1) {
+    reject("stride and dilation must be >= 1");
+  }
+  if (g.pad_h < 0 || g.pad_w < 0) reject("padding must be >= 0");
+  if (g.groups < 1) reject("groups must be >= 1");
+  if (g.c % g.groups != 0) reject("input channels are not divisible by groups");
+  if (g.o % g.groups != 0) reject("output channels are not divisible by groups");
+  if (w.shape[1] * g.groups != g.c) reject("w's channel dim must be input channels / groups");
+  const int64_t span_h = g.h + 2 * g.pad_h - g.dilation_h * (g.kh - 1) - 1;
+  const int64_t span_w = g.w + 2 * g.pad_w - g.dilation_w * (g.kw - 1) - 1;
+  if (g.kh < 1 || g.kw < 1 || span_h < 0 || span_w < 0) {
+    reject("the (dilated) kernel does not fit in the padded input");
+  }
+  g.oh = span_h / g.stride_h + 1;
+  g.ow = span_w / g.stride_w + 1;
+  const Shape expected{g.n, g.o, g.oh, g.ow};
+  if (!(expected == out.shape)) {
+    reject(fmt::format("the attributes give an output of shape {}", expected.to_string()));
+  }
+  return g;
+}
+
+/// Lays out the receptive fields of `channels` planes starting at `x` as the columns of a
+/// [channels * kh * kw, oh * ow] row-major matrix; taps in the padding are zero.
+template <class T>
+void im2col(const T* x, int64_t channels, const ConvGeometry& g, T* col) {
+  const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        T* row = col + ((c * g.kh + i) * g.kw + j) * out_plane;
+        const int64_t offset_w = j * g.dilation_w - g.pad_w;  // iw = ow * stride_w + offset_w
+        const auto [ow_lo, ow_hi] = taps_inside(offset_w, g.w, g.ow, g.stride_w);
+        for (int64_t oh = 0; oh < g.oh; ++oh) {
+          T* dst = row + oh * g.ow;
+          const int64_t ih = oh * g.stride_h - g.pad_h + i * g.dilation_h;
+          if (ih < 0 || ih >= g.h) {
+            std::fill(dst, dst + g.ow, T(0));
+            continue;
+          }
+          const T* src = x + c * plane + ih * g.w;
+          std::fill(dst, dst + ow_lo, T(0));
+          if (g.stride_w == 1) {
+            std::copy(src + ow_lo + offset_w, src + ow_hi + offset_w, dst + ow_lo);
+          } else {
+            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow] = src[ow * g.stride_w + offset_w];
+          }
+          std::fill(dst + ow_hi, dst + g.ow, T(0));
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void conv2d_typed(const T* x, const T* w, T* out, const ConvGeometry& g) {
+  const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
+  const int64_t patch = in_group * g.kh * g.kw, out_plane = g.oh * g.ow;
+  // A 1x1 kernel with unit stride and no padding reads each plane as it is: the input already
+  // is the column matrix, so im2col would only copy it.
+  const bool pointwise =
+      g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
+  std::vector<T> col(pointwise ? 0 : static_cast<std::size_t>(patch * out_plane));
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      MatrixMap<T> result(out + (n * g.o + grp * out_group) * out_plane, out_group, out_plane);
+      if (patch == 0) {
+        result.setZero();  // no input channels: an empty sum
+        continue;
+      }
+      const T* x_group = x + (n * g.c + grp * in_group) * g.h * g.w;
+      const T* columns = x_group;
+      if (!pointwise) {
+        im2col(x_group, in_group, g, col.data());
+        columns = col.data();
+      }
+      result.noalias() = ConstMatrixMap<T>(w + grp * out_group * patch, out_group, patch) *
+                         ConstMatrixMap<T>(columns, patch, out_plane);
+    }
+  }
+}
+
+void conv2d(const KernelArgs& args) {
+  const ConvGeometry g = plan_conv(args);
+  const ConstView& x = args.inputs[0];
+  const ConstView& w = args.inputs[1];
+  switch (args.output.desc->dtype) {
+    case DType::kF32:
+      return conv2d_typed(x.as<float>(), w.as<float>(), args.output.as<float>(), g);
+    case DType::kF64:
+      return conv2d_typed(x.as<double>(), w.as<double>(), args.output.as<double>(), g);
+    case DType::kBF16: {
+      // bf16 storage, f32 accumulation: widen once, convolve in f32, round once at the end.
+      F32Vector out(args.output.desc->shape.numel());
+      conv2d_typed(widen(x).data(), widen(w).data(), out.data(), g);
+      return narrow(out, args.output);
+    }
+    default:
+      return;  // rejected by plan_conv
+  }
+}
+
+// ---- pooling ---------------------------------------------------------------------------
+
+struct PoolGeometry {
+  int64_t planes, h, w, oh, ow;
+  int64_t kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h = 1, dilation_w = 1;
+  bool ceil_mode = false, count_include_pad = false;
+};
+
+/// torch's pooling_output_shape: with ceil_mode a last, partial window is kept only if it
+/// starts inside the input or the left padding.
+int64_t pool_output_size(int64_t size, int64_t kernel, int64_t pad, int64_t stride,
+                         int64_t dilation, bool ceil_mode) {
+  int64_t out =
+      floor_div(size + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0),
+                stride) +
+      1;
+  if (ceil_mode && (out - 1) * stride >= size + pad) --out;
+  return out;
+}
+
+/// Reads kMaxPool2d's or kAvgPool2d's attributes and checks them and the shapes as torch does.
+PoolGeometry plan_pool(const KernelArgs& args, bool is_max) {
+  const auto& ints = args.call.ints;
+  const std::size_t arity = is_max ? 9 : 8;
+  std::string attributes = raw_ints(ints);
+  if (ints.size() == arity) {
+    attributes = fmt::format("kernel=({},{}), stride=({},{}), pad=({},{}), ", ints[0], ints[1],
+                             ints[2], ints[3], ints[4], ints[5]);
+    attributes += is_max ? fmt::format("dilation=({},{}), ceil_mode={}", ints[6], ints[7], ints[8])
+                         : fmt::format("ceil_mode={}, count_include_pad={}", ints[6], ints[7]);
+  }
+  auto reject = [&](std::string_view why) {
+    throw std::invalid_argument(fmt::format("{}: {}", describe(args, attributes), why));
+  };
+  if (args.inputs.size() != 1) reject("pooling takes one input");
+  if (ints.size() != arity) {
+    reject(is_max ? "ints must be [kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h, "
+                    "dilation_w, ceil_mode]"
+                  : "ints must be [kh, kw, stride_h, stride_w, pad_h, pad_w, ceil_mode, "
+                    "count_include_pad]");
+  }
+  const BufferDesc& x = *args.inputs[0].desc;
+  const BufferDesc& out = *args.output.desc;
+  if (x.dtype != out.dtype) reject("x must have the output's dtype");
+  if (!is_floating(out.dtype)) reject("pooling supports f32, f64 and bf16");
+  if (x.shape.rank() != 4) reject("x must be [N, C, H, W]");
+  PoolGeometry g{};
+  g.planes = x.shape[0] * x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
+  g.kh = ints[0], g.kw = ints[1], g.stride_h = ints[2], g.stride_w = ints[3];
+  g.pad_h = ints[4], g.pad_w = ints[5];
+  if (is_max) {
+    g.dilation_h = ints[6], g.dilation_w = ints[7], g.ceil_mode = ints[8] != 0;
+  } else {
+    g.ceil_mode = ints[6] != 0, g.count_include_pad = ints[7] != 0;
+  }
+  if (g.kh < 1 || g.kw < 1 || g.stride_h < 1 || g.stride_w < 1 || g.dilation_h < 1 ||
+      g.dilation_w < 1) {
+    reject("kernel, stride and dilation must be >= 1");
+  }
+  // torch's rule. Without dilation it also makes every window overlap the input; a dilated max
+  // window whose taps all miss it gives -inf, as in torch.
+  if (g.pad_h < 0 || g.pad_w < 0 || g.pad_h > g.kh / 2 || g.pad_w > g.kw / 2) {
+    reject("padding must be between 0 and half the kernel size");
+  }
+  g.oh = pool_output_size(g.h, g.kh, g.pad_h, g.stride_h, g.dilation_h, g.ceil_mode);
+  g.ow = pool_output_size(g.w, g.kw, g.pad_w, g.stride_w, g.dilation_w, g.ceil_mode);
+  const Shape expected{x.shape[0], x.shape[1], g.oh, g.ow};
+  if (g.oh < 1 || g.ow < 1) {
+    reject(fmt::format("the window is larger than the padded input (output would be {})",
+                       expected.to_string()));
+  }
+  if (!(expected == out.shape)) {
+    reject(fmt::format("the attributes give an output of shape {}", expected.to_string()));
+  }
+  return g;
+}
+
+/// The type a pooled value is computed in: bf16 values are compared and summed in f32.
+template <class T>
+using Accumulator = std::conditional_t<std::is_same_v<T, Eigen::bfloat16>, float, T>;
+
+template <class T>
+void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
+  using A = Accumulator<T>;
+  std::vector<std::pair<int64_t, int64_t>> cols(g.ow);  // in-bounds taps of each column window
+  for (int64_t ow = 0; ow < g.ow; ++ow) {
+    cols[ow] = taps_inside(ow * g.stride_w - g.pad_w, g.w, g.kw, g.dilation_w);
+  }
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const int64_t start_h = oh * g.stride_h - g.pad_h;
+      const auto [kh_lo, kh_hi] = taps_inside(start_h, g.h, g.kh, g.dilation_h);
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++out) {
+        const int64_t start_w = ow * g.stride_w - g.pad_w;
+        A best = -std::numeric_limits<A>::infinity();  // what the padding holds
+        for (int64_t i = kh_lo; i < kh_hi; ++i) {
+          const T* row = x + (start_h + i * g.dilation_h) * g.w;
+          for (int64_t j = cols[ow].first; j < cols[ow].second; ++j) {
+            const A v = static_cast<A>(row[start_w + j * g.dilation_w]);
+            if (v > best || std::isnan(v)) best = v;  // NaN wins, as in torch
+          }
+        }
+        *out = static_cast<T>(best);
+      }
+    }
+  }
+}
+
+template <class T>
+void avg_pool_typed(const T* x, T* out, const PoolGeometry& g) {
+  using A = Accumulator<T>;
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      // torch's divisor: the window clipped to the padded input counts padding (count_include_pad)
+      // but not the part of a ceil_mode window that runs past the padding.
+      int64_t h0 = oh * g.stride_h - g.pad_h;
+      int64_t h1 = std::min(h0 + g.kh, g.h + g.pad_h);
+      const int64_t padded_h = h1 - h0;
+      h0 = std::max<int64_t>(h0, 0), h1 = std::min(h1, g.h);
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++out) {
+        int64_t w0 = ow * g.stride_w - g.pad_w;
+        int64_t w1 = std::min(w0 + g.kw, g.w + g.pad_w);
+        const int64_t padded_w = w1 - w0;
+        w0 = std::max<int64_t>(w0, 0), w1 = std::min(w1, g.w);
+        if (h0 >= h1 || w0 >= w1) {
+          *out = T(0);
+          continue;
+        }
+        A sum = 0;
+        for (int64_t i = h0; i < h1; ++i) {
+          const T* row = x + i * g.w;
+          for (int64_t j = w0; j < w1; ++j) sum += static_cast<A>(row[j]);
+        }
+        const int64_t divisor = g.count_include_pad ? padded_h * padded_w : (h1 - h0) * (w1 - w0);
+        *out = static_cast<T>(sum / static_cast<A>(divisor));
+      }
+    }
+  }
+}
+
+template <bool kIsMax>
+void pool2d(const KernelArgs& args) {
+  const PoolGeometry g = plan_pool(args, kIsMax);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = args.inputs[0].as<T>();
+    if constexpr (kIsMax) {
+      max_pool_typed(x, args.output.as<T>(), g);
+    } else {
+      avg_pool_typed(x, args.output.as<T>(), g);
+    }
+  };
+  switch (args.output.desc->dtype) {
+    case DType::kF32:
+      return run(float{});
+    case DType::kF64:
+      return run(double{});
+    case DType::kBF16:
+      return run(Eigen::bfloat16{});
+    default:
+      return;  // rejected by plan_pool
+  }
+}
+
+}  // namespace
+
+void register_conv_kernels(KernelTable& table) {
+  set_kernel(table, Kernel::kConv2d, conv2d);
+  set_kernel(table, Kernel::kMaxPool2d, pool2d<true>);
+  set_kernel(table, Kernel::kAvgPool2d, pool2d<false>);
+}
+
+}  // namespace axle::cpu

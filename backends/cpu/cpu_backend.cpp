@@ -1,0 +1,174 @@
+// backends/cpu: the CPU backend. Device memory is 64-byte-aligned host memory; a program runs
+// its kernel calls in order on the calling (device actor's) thread.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "backends/backend.h"
+#include "backends/cpu/kernel.h"
+
+namespace axle {
+namespace {
+
+struct DeviceAccount {
+  std::atomic<std::size_t> in_use{0};
+  std::atomic<std::size_t> peak{0};
+
+  void add(std::size_t bytes) {
+    std::size_t now = in_use.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    std::size_t seen = peak.load(std::memory_order_relaxed);
+    while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
+  }
+  void remove(std::size_t bytes) { in_use.fetch_sub(bytes, std::memory_order_relaxed); }
+};
+
+class CpuMemory final : public DeviceMemory {
+ public:
+  CpuMemory(std::size_t bytes, std::shared_ptr<DeviceAccount> account)
+      : bytes_(bytes), account_(std::move(account)) {
+    const std::size_t rounded = std::max<std::size_t>(64, (bytes + 63) / 64 * 64);
+    data_ = std::aligned_alloc(64, rounded);
+    if (!data_) throw std::bad_alloc();
+    account_->add(bytes_);
+  }
+  ~CpuMemory() override {
+    std::free(data_);
+    account_->remove(bytes_);
+  }
+  void* data() noexcept override { return data_; }
+  std::size_t bytes() const noexcept override { return bytes_; }
+
+ private:
+  void* data_;
+  std::size_t bytes_;
+  std::shared_ptr<DeviceAccount> account_;
+};
+
+std::string describe_call(const Executable& program, const KernelCall& call) {
+  std::string s = fmt::format("{}(", kernel_name(call.kernel));
+  for (std::size_t i = 0; i < call.inputs.size(); ++i) {
+    const BufferDesc& d = program.slots[call.inputs[i]];
+    s += fmt::format("{}{}{}", i ? ", " : "", dtype_name(d.dtype), d.shape.to_string());
+  }
+  const BufferDesc& out = program.slots[call.output];
+  return s + fmt::format(") -> {}{}", dtype_name(out.dtype), out.shape.to_string());
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int devices) {
+    if (devices < 1) throw std::invalid_argument("the CPU backend needs at least one device");
+    for (int i = 0; i < devices; ++i) accounts_.push_back(std::make_shared<DeviceAccount>());
+  }
+
+  std::string_view hardware() const noexcept override { return "CPU"; }
+  int device_count() const noexcept override { return static_cast<int>(accounts_.size()); }
+
+  IntrusivePtr<DeviceMemory> allocate(int device, std::size_t bytes) override {
+    return IntrusivePtr<DeviceMemory>(new CpuMemory(bytes, account(device)));
+  }
+
+  void copy_to_device(int device, const void* host, DeviceMemory& dst, std::size_t bytes) override {
+    check_size(dst, bytes, "copy_to_device");
+    if (bytes) std::memcpy(dst.data(), host, bytes);
+  }
+
+  void copy_to_host(int device, DeviceMemory& src, void* host, std::size_t bytes) override {
+    check_size(src, bytes, "copy_to_host");
+    if (bytes) std::memcpy(host, src.data(), bytes);
+  }
+
+  std::vector<IntrusivePtr<DeviceMemory>> execute(int device, const Executable& program,
+                                                  std::span<DeviceMemory* const> inputs) override {
+    if (inputs.size() != program.input_slots.size()) {
+      throw std::invalid_argument(fmt::format("program takes {} inputs, got {}",
+                                              program.input_slots.size(), inputs.size()));
+    }
+    std::vector<IntrusivePtr<DeviceMemory>> slots(program.slots.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const BufferDesc& desc = program.slots[program.input_slots[i]];
+      if (inputs[i]->bytes() != desc.bytes()) {
+        throw std::invalid_argument(fmt::format(
+            "input {} holds {} bytes; the program expects {}{} ({} bytes)", i, inputs[i]->bytes(),
+            dtype_name(desc.dtype), desc.shape.to_string(), desc.bytes()));
+      }
+      slots[program.input_slots[i]] = IntrusivePtr<DeviceMemory>(inputs[i]);
+    }
+    const cpu::KernelTable& table = cpu::kernel_table();
+    std::vector<cpu::ConstView> views;
+    for (const KernelCall& call : program.calls) {
+      views.clear();
+      for (int32_t in : call.inputs) views.push_back({slots[in]->data(), &program.slots[in]});
+      IntrusivePtr<DeviceMemory>& out = slots[call.output];
+      out = allocate(device, program.slots[call.output].bytes());
+      cpu::KernelFn fn = table[static_cast<std::size_t>(call.kernel)];
+      if (!fn) {
+        throw std::logic_error(
+            fmt::format("the CPU backend has no kernel for {}", describe_call(program, call)));
+      }
+      try {
+        fn(cpu::KernelArgs{call, views, {out->data(), &program.slots[call.output]}});
+      } catch (const std::exception& e) {
+        throw std::runtime_error(
+            fmt::format("kernel {} failed: {}", describe_call(program, call), e.what()));
+      }
+    }
+    std::vector<IntrusivePtr<DeviceMemory>> outputs;
+    outputs.reserve(program.output_slots.size());
+    for (int32_t slot : program.output_slots) outputs.push_back(slots[slot]);
+    return outputs;
+  }
+
+  MemoryInfo memory_info(int device) const override {
+    const auto& a = *accounts_.at(device);
+    return {a.in_use.load(std::memory_order_relaxed), a.peak.load(std::memory_order_relaxed)};
+  }
+
+ private:
+  const std::shared_ptr<DeviceAccount>& account(int device) const {
+    if (device < 0 || device >= device_count()) {
+      throw std::out_of_range(
+          fmt::format("CPU device {} does not exist ({} devices)", device, device_count()));
+    }
+    return accounts_[device];
+  }
+  static void check_size(DeviceMemory& m, std::size_t bytes, const char* what) {
+    if (m.bytes() != bytes) {
+      throw std::invalid_argument(
+          fmt::format("{}: buffer holds {} bytes, asked to move {}", what, m.bytes(), bytes));
+    }
+  }
+
+  std::vector<std::shared_ptr<DeviceAccount>> accounts_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int devices) {
+  return std::make_unique<CpuBackend>(devices);
+}
+
+namespace cpu {
+
+const KernelTable& kernel_table() {
+  static const KernelTable table = [] {
+    KernelTable t{};
+    register_elementwise_kernels(t);
+    register_reduce_kernels(t);
+    register_linalg_kernels(t);
+    register_conv_kernels(t);
+    register_data_movement_kernels(t);
+    register_random_kernels(t);
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace cpu
+}  // namespace axle

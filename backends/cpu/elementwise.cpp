@@ -1,0 +1,644 @@
+// backends/cpu: elementwise kernels — arithmetic, comparisons, logical ops, where, unary math,
+// cast, fill and iota — with NumPy broadcasting.
+//
+// Every operand walk goes through one loop nest (plan_loops): size-1 output dims are dropped and
+// adjacent dims that every operand walks contiguously are merged, so same-shape operands become
+// one flat row and a scalar operand a stride-0 row. Rows are loops in fixed blocks of kBlock
+// elements plus a scalar tail: GCC at -O2 uses its "very cheap" vectoriser cost model, which only
+// vectorises loops whose trip count it knows, so a plain `for (i < n)` loop would stay scalar.
+// Transcendentals go through Eigen arrays, whose exp/log/tanh are vectorised.
+//
+// The element-type helpers (Bf16, visit_dtype, load/store) are repeated in reduce.cpp; they
+// belong in a shared backends/cpu header once a third family needs them.
+#include <fmt/format.h>
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <numbers>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cpu/kernel.h"
+
+namespace axle::cpu {
+namespace {
+
+// ---- Element types ---------------------------------------------------------------------------
+
+// bf16 storage. The conversions are written out rather than taken from Eigen::bfloat16 (same bit
+// layout) because Eigen's branchy rounding keeps GCC from vectorising loops that use it.
+struct Bf16 {
+  uint16_t bits;
+};
+inline float widen(Bf16 x) noexcept {
+  return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16);
+}
+inline Bf16 narrow(float f) noexcept {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t nearest_even = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return Bf16{static_cast<uint16_t>(f != f ? quiet_nan : nearest_even)};
+}
+
+template <class T>
+struct Tag {
+  using type = T;
+};
+
+// Calls f(Tag<T>{}) with T the storage type of `dtype`. Pred buffers hold 0 or 1 (every kernel
+// writes only those), so they are read as C++ bool.
+template <class F>
+void visit_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32:
+      return f(Tag<float>{});
+    case DType::kF64:
+      return f(Tag<double>{});
+    case DType::kBF16:
+      return f(Tag<Bf16>{});
+    case DType::kI32:
+      return f(Tag<int32_t>{});
+    case DType::kI64:
+      return f(Tag<int64_t>{});
+    case DType::kBool:
+      return f(Tag<bool>{});
+  }
+  throw std::invalid_argument(fmt::format("unknown dtype {}", static_cast<int>(dtype)));
+}
+
+// bf16 is computed in float; everything else in its own type.
+template <class T>
+using compute_t = std::conditional_t<std::is_same_v<T, Bf16>, float, T>;
+template <class T>
+constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
+template <class T>
+constexpr bool kIsInt = std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>;
+
+template <class T>
+compute_t<T> load(T x) noexcept {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    return widen(x);
+  } else {
+    return x;
+  }
+}
+// Float to integer truncates toward zero (NaN and out-of-range values give what the hardware
+// conversion gives, INT_MIN on x86, as torch on CPU); to bool is `!= 0` (NaN is true, as torch).
+template <class T, class V>
+T store(V v) noexcept {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    return narrow(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+template <class V>
+bool is_nan(V v) noexcept {
+  return v != v;  // false for integers; vectorises, unlike a call
+}
+
+[[noreturn]] void unsupported(Kernel kernel, DType dtype) {
+  throw std::invalid_argument(
+      fmt::format("{} is not defined for {}", kernel_name(kernel), dtype_name(dtype)));
+}
+
+void check_arity(const KernelArgs& args, std::size_t inputs) {
+  if (args.inputs.size() != inputs) {
+    throw std::invalid_argument(fmt::format(
+        "{} takes {} inputs, got {}", kernel_name(args.call.kernel), inputs, args.inputs.size()));
+  }
+}
+
+void check_dtype(const KernelArgs& args, const char* what, DType got, DType want) {
+  if (got != want) {
+    throw std::invalid_argument(fmt::format("{}: {} is {}, expected {}",
+                                            kernel_name(args.call.kernel), what, dtype_name(got),
+                                            dtype_name(want)));
+  }
+}
+
+// ---- Broadcast loop nest ---------------------------------------------------------------------
+
+// The output walked as rows: `dims` after dropping size-1 dims and merging dims every operand
+// walks contiguously; strides[k][d] is input k's stride (elements) along dim d, 0 where it
+// broadcasts. The last dim is the row.
+template <int N>
+struct LoopNest {
+  int rank = 0;
+  std::array<int64_t, Shape::kMaxRank> dims{};
+  std::array<std::array<int64_t, Shape::kMaxRank>, N> strides{};
+};
+
+template <int N>
+LoopNest<N> plan_loops(Kernel kernel, const Shape& out, const std::array<const Shape*, N>& ins) {
+  const int rank = out.rank();
+  for (const Shape* in : ins) {
+    bool ok = in->rank() <= rank;
+    for (int d = 0; ok && d < in->rank(); ++d) {
+      const int64_t dim = (*in)[d];
+      ok = dim == 1 || dim == out[rank - in->rank() + d];
+    }
+    if (!ok) {
+      throw std::invalid_argument(fmt::format("{}: cannot broadcast {} to {}", kernel_name(kernel),
+                                              in->to_string(), out.to_string()));
+    }
+  }
+  LoopNest<N> nest;
+  for (int d = 0; d < rank; ++d) {
+    if (out[d] == 1) continue;  // moves no operand
+    std::array<int64_t, N> stride{};
+    for (int k = 0; k < N; ++k) {
+      const int in_d = d - (rank - ins[k]->rank());
+      stride[k] = (in_d < 0 || (*ins[k])[in_d] == 1) ? 0 : contiguous_strides(*ins[k])[in_d];
+    }
+    const int prev = nest.rank - 1;
+    bool merge = prev >= 0;
+    for (int k = 0; merge && k < N; ++k) merge = nest.strides[k][prev] == stride[k] * out[d];
+    const int at = merge ? prev : nest.rank++;
+    nest.dims[at] = merge ? nest.dims[at] * out[d] : out[d];
+    for (int k = 0; k < N; ++k) nest.strides[k][at] = stride[k];
+  }
+  if (nest.rank == 0) nest.dims[nest.rank++] = 1;  // a one-element output
+  return nest;
+}
+
+// Calls row(out_offset, in_offsets, in_steps, n) for each row of the nest, in output order. The
+// outer dims advance as an odometer, so no element index is ever divided.
+template <int N, class Row>
+void for_each_row(const LoopNest<N>& nest, Row&& row) {
+  const int last = nest.rank - 1;
+  const int64_t n = nest.dims[last];
+  std::array<int64_t, N> step{};
+  for (int k = 0; k < N; ++k) step[k] = nest.strides[k][last];
+  int64_t rows = 1;
+  for (int d = 0; d < last; ++d) rows *= nest.dims[d];
+  std::array<int64_t, Shape::kMaxRank> index{};
+  std::array<int64_t, N> offset{};
+  for (int64_t r = 0, out = 0; r < rows; ++r, out += n) {
+    row(out, offset, step, n);
+    for (int d = last - 1; d >= 0; --d) {
+      for (int k = 0; k < N; ++k) offset[k] += nest.strides[k][d];
+      if (++index[d] < nest.dims[d]) break;
+      index[d] = 0;
+      for (int k = 0; k < N; ++k) offset[k] -= nest.strides[k][d] * nest.dims[d];
+    }
+  }
+}
+
+// ---- Rows ------------------------------------------------------------------------------------
+
+constexpr int64_t kBlock = 16;  // elements per unrolled step: a multiple of every vector width
+
+// How a row walks one operand. kUnit and kScalar are the fast cases the compiler vectorises.
+enum class Walk { kUnit, kScalar, kStrided };
+
+template <Walk W>
+inline int64_t at(int64_t i, int64_t stride) noexcept {
+  if constexpr (W == Walk::kUnit) {
+    return i;
+  } else if constexpr (W == Walk::kScalar) {
+    return 0;
+  } else {
+    return i * stride;
+  }
+}
+
+template <Walk WX, class X, class O, class Op>
+void unary_loop(const X* __restrict__ x, int64_t sx, O* __restrict__ o, int64_t n, Op op) {
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int64_t j = 0; j < kBlock; ++j) o[i + j] = store<O>(op(load(x[at<WX>(i + j, sx)])));
+  }
+  for (; i < n; ++i) o[i] = store<O>(op(load(x[at<WX>(i, sx)])));
+}
+
+template <Walk WA, Walk WB, class A, class B, class O, class Op>
+void binary_loop(const A* __restrict__ a, int64_t sa, const B* __restrict__ b, int64_t sb,
+                 O* __restrict__ o, int64_t n, Op op) {
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int64_t j = 0; j < kBlock; ++j) {
+      o[i + j] = store<O>(op(load(a[at<WA>(i + j, sa)]), load(b[at<WB>(i + j, sb)])));
+    }
+  }
+  for (; i < n; ++i) o[i] = store<O>(op(load(a[at<WA>(i, sa)]), load(b[at<WB>(i, sb)])));
+}
+
+template <Walk W, class T>
+void where_loop(const bool* __restrict__ c, int64_t sc, const T* __restrict__ a, int64_t sa,
+                const T* __restrict__ b, int64_t sb, T* __restrict__ o, int64_t n) {
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int64_t j = 0; j < kBlock; ++j) {
+      o[i + j] = c[at<W>(i + j, sc)] ? a[at<W>(i + j, sa)] : b[at<W>(i + j, sb)];
+    }
+  }
+  for (; i < n; ++i) o[i] = c[at<W>(i, sc)] ? a[at<W>(i, sa)] : b[at<W>(i, sb)];
+}
+
+// Runs op over x broadcast to `out_shape`, writing o.
+template <class X, class O, class Op>
+void run_unary(Kernel kernel, const Shape& out_shape, const Shape& x_shape, const X* x, O* o,
+               Op op) {
+  const auto nest = plan_loops<1>(kernel, out_shape, {&x_shape});
+  if (out_shape.numel() == 0) return;
+  for_each_row(nest, [&](int64_t out, const auto& off, const auto& step, int64_t n) {
+    if (step[0] == 1) {
+      unary_loop<Walk::kUnit>(x + off[0], 1, o + out, n, op);
+    } else if (step[0] == 0) {
+      unary_loop<Walk::kScalar>(x + off[0], 0, o + out, n, op);
+    } else {
+      unary_loop<Walk::kStrided>(x + off[0], step[0], o + out, n, op);
+    }
+  });
+}
+
+template <class A, class B, class O, class Op>
+void run_binary(const KernelArgs& args, const A* a, const B* b, Op op) {
+  const Shape& out_shape = args.output.desc->shape;
+  const auto nest = plan_loops<2>(args.call.kernel, out_shape,
+                                  {&args.inputs[0].desc->shape, &args.inputs[1].desc->shape});
+  if (out_shape.numel() == 0) return;
+  O* o = args.output.as<O>();
+  for_each_row(nest, [&](int64_t out, const auto& off, const auto& step, int64_t n) {
+    const A* ra = a + off[0];
+    const B* rb = b + off[1];
+    const int64_t sa = step[0], sb = step[1];
+    if (sa == 1 && sb == 1) {
+      binary_loop<Walk::kUnit, Walk::kUnit>(ra, sa, rb, sb, o + out, n, op);
+    } else if (sa == 0 && sb == 1) {
+      binary_loop<Walk::kScalar, Walk::kUnit>(ra, sa, rb, sb, o + out, n, op);
+    } else if (sa == 1 && sb == 0) {
+      binary_loop<Walk::kUnit, Walk::kScalar>(ra, sa, rb, sb, o + out, n, op);
+    } else {
+      binary_loop<Walk::kStrided, Walk::kStrided>(ra, sa, rb, sb, o + out, n, op);
+    }
+  });
+}
+
+// An input read as pred: bool buffers as they are, any other dtype as `!= 0` into `scratch`.
+const bool* as_pred(const ConstView& in, std::unique_ptr<bool[]>& scratch) {
+  if (in.desc->dtype == DType::kBool) return in.as<bool>();
+  const int64_t n = in.desc->shape.numel();
+  scratch = std::make_unique<bool[]>(static_cast<std::size_t>(n));
+  visit_dtype(in.desc->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    run_unary(Kernel::kCast, in.desc->shape, in.desc->shape, in.as<T>(), scratch.get(),
+              [](compute_t<T> v) { return v != compute_t<T>(0); });
+  });
+  return scratch.get();
+}
+
+// ---- Binary kernels --------------------------------------------------------------------------
+
+// Integer division truncates toward zero (C++ `/`, torch's rounding_mode='trunc'): the tracer
+// only reaches here with integer operands when the user asked for integer division.
+template <class C>
+C int_div(C a, C b) {
+  if (b == 0) throw std::domain_error("integer division by zero");
+  if (b == -1) return static_cast<C>(std::make_unsigned_t<C>(0) - std::make_unsigned_t<C>(a));
+  return a / b;
+}
+
+// As torch's powi: negative exponents give 1, ±1 or 0; overflow wraps.
+template <class C>
+C int_pow(C base, C exp) {
+  using U = std::make_unsigned_t<C>;
+  if (exp < 0) {
+    if (base == 1) return 1;
+    if (base == -1) return (exp % 2) ? C(-1) : C(1);
+    return 0;
+  }
+  U result = 1, b = static_cast<U>(base);
+  for (C e = exp; e; e >>= 1, b *= b) {
+    if (e & 1) result *= b;
+  }
+  return static_cast<C>(result);
+}
+
+template <Kernel K, class T>
+constexpr bool kArithmeticDefined =
+    !std::is_same_v<T, bool> || K == Kernel::kAdd || K == Kernel::kMul || K == Kernel::kMaximum ||
+    K == Kernel::kMinimum;
+
+// Integer add/sub/mul wrap (computed unsigned: signed overflow would be undefined). maximum and
+// minimum propagate NaN as torch does. On bool, add/maximum are `or` and mul/minimum `and`.
+template <Kernel K, class C>
+C arithmetic(C a, C b) {
+  if constexpr (std::is_same_v<C, bool>) {
+    return (K == Kernel::kAdd || K == Kernel::kMaximum) ? (a || b) : (a && b);
+  } else if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    if constexpr (K == Kernel::kAdd) return static_cast<C>(U(a) + U(b));
+    if constexpr (K == Kernel::kSub) return static_cast<C>(U(a) - U(b));
+    if constexpr (K == Kernel::kMul) return static_cast<C>(U(a) * U(b));
+    if constexpr (K == Kernel::kDiv) return int_div(a, b);
+    if constexpr (K == Kernel::kPow) return int_pow(a, b);
+    if constexpr (K == Kernel::kMaximum) return a > b ? a : b;
+    if constexpr (K == Kernel::kMinimum) return a < b ? a : b;
+  } else {
+    if constexpr (K == Kernel::kAdd) return a + b;
+    if constexpr (K == Kernel::kSub) return a - b;
+    if constexpr (K == Kernel::kMul) return a * b;
+    if constexpr (K == Kernel::kDiv) return a / b;
+    if constexpr (K == Kernel::kPow) return std::pow(a, b);
+    if constexpr (K == Kernel::kMaximum) return (a > b || is_nan(a)) ? a : b;
+    if constexpr (K == Kernel::kMinimum) return (a < b || is_nan(a)) ? a : b;
+  }
+}
+
+template <Kernel K>
+void arithmetic_kernel(const KernelArgs& args) {
+  check_arity(args, 2);
+  const DType dtype = args.output.desc->dtype;
+  check_dtype(args, "input 0", args.inputs[0].desc->dtype, dtype);
+  check_dtype(args, "input 1", args.inputs[1].desc->dtype, dtype);
+  visit_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    if constexpr (!kArithmeticDefined<K, T>) {
+      unsupported(K, dtype);
+    } else {
+      run_binary<T, T, T>(args, args.inputs[0].as<T>(), args.inputs[1].as<T>(),
+                          [](C a, C b) { return arithmetic<K, C>(a, b); });
+    }
+  });
+}
+
+// IEEE comparisons: NaN compares unequal to everything.
+template <Kernel K, class C>
+bool compare(C a, C b) {
+  if constexpr (K == Kernel::kEq) return a == b;
+  if constexpr (K == Kernel::kNe) return a != b;
+  if constexpr (K == Kernel::kLt) return a < b;
+  if constexpr (K == Kernel::kLe) return a <= b;
+  if constexpr (K == Kernel::kGt) return a > b;
+  if constexpr (K == Kernel::kGe) return a >= b;
+}
+
+template <Kernel K>
+void compare_kernel(const KernelArgs& args) {
+  check_arity(args, 2);
+  const DType dtype = args.inputs[0].desc->dtype;
+  check_dtype(args, "input 1", args.inputs[1].desc->dtype, dtype);
+  check_dtype(args, "output", args.output.desc->dtype, DType::kBool);
+  visit_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    run_binary<T, T, bool>(args, args.inputs[0].as<T>(), args.inputs[1].as<T>(),
+                           [](C a, C b) { return compare<K, C>(a, b); });
+  });
+}
+
+template <Kernel K>
+void logical_kernel(const KernelArgs& args) {
+  check_arity(args, 2);
+  check_dtype(args, "output", args.output.desc->dtype, DType::kBool);
+  std::unique_ptr<bool[]> scratch_a, scratch_b;
+  const bool* a = as_pred(args.inputs[0], scratch_a);
+  const bool* b = as_pred(args.inputs[1], scratch_b);
+  run_binary<bool, bool, bool>(
+      args, a, b, [](bool x, bool y) { return K == Kernel::kLogicalAnd ? (x && y) : (x || y); });
+}
+
+void where_kernel(const KernelArgs& args) {
+  check_arity(args, 3);
+  const BufferDesc& out = *args.output.desc;
+  check_dtype(args, "input 1", args.inputs[1].desc->dtype, out.dtype);
+  check_dtype(args, "input 2", args.inputs[2].desc->dtype, out.dtype);
+  std::unique_ptr<bool[]> scratch;
+  const bool* cond = as_pred(args.inputs[0], scratch);
+  const auto nest = plan_loops<3>(
+      Kernel::kWhere, out.shape,
+      {&args.inputs[0].desc->shape, &args.inputs[1].desc->shape, &args.inputs[2].desc->shape});
+  if (out.shape.numel() == 0) return;
+  visit_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* a = args.inputs[1].as<T>();
+    const T* b = args.inputs[2].as<T>();
+    T* o = args.output.as<T>();
+    for_each_row(nest, [&](int64_t at_out, const auto& off, const auto& s, int64_t n) {
+      if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
+        where_loop<Walk::kUnit>(cond + off[0], 1, a + off[1], 1, b + off[2], 1, o + at_out, n);
+      } else {
+        where_loop<Walk::kStrided>(cond + off[0], s[0], a + off[1], s[1], b + off[2], s[2],
+                                   o + at_out, n);
+      }
+    });
+  });
+}
+
+// ---- Unary kernels ---------------------------------------------------------------------------
+
+// kNeg kAbs kRelu: integers and floats; integer negation wraps. relu keeps NaN, as torch.
+template <Kernel K, class C>
+C signed_unary(C x) {
+  using U = std::make_unsigned_t<std::conditional_t<std::is_integral_v<C>, C, int>>;
+  if constexpr (K == Kernel::kRelu) return x < C(0) ? C(0) : x;
+  if constexpr (std::is_integral_v<C>) {
+    const C negated = static_cast<C>(U(0) - static_cast<U>(x));
+    if constexpr (K == Kernel::kNeg) return negated;
+    if constexpr (K == Kernel::kAbs) return x < 0 ? negated : x;
+  } else {
+    if constexpr (K == Kernel::kNeg) return -x;
+    if constexpr (K == Kernel::kAbs) return std::abs(x);
+  }
+}
+
+template <Kernel K>
+void signed_unary_kernel(const KernelArgs& args) {
+  check_arity(args, 1);
+  const BufferDesc& out = *args.output.desc;
+  check_dtype(args, "input", args.inputs[0].desc->dtype, out.dtype);
+  visit_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    if constexpr (std::is_same_v<T, bool>) {
+      unsupported(K, out.dtype);
+    } else {
+      run_unary(K, out.shape, args.inputs[0].desc->shape, args.inputs[0].as<T>(),
+                args.output.as<T>(), [](C x) { return signed_unary<K, C>(x); });
+    }
+  });
+}
+
+void logical_not_kernel(const KernelArgs& args) {
+  check_arity(args, 1);
+  const BufferDesc& out = *args.output.desc;
+  check_dtype(args, "output", out.dtype, DType::kBool);
+  visit_dtype(args.inputs[0].desc->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    run_unary(Kernel::kLogicalNot, out.shape, args.inputs[0].desc->shape, args.inputs[0].as<T>(),
+              args.output.as<bool>(), [](compute_t<T> x) { return x == compute_t<T>(0); });
+  });
+}
+
+void cast_kernel(const KernelArgs& args) {
+  check_arity(args, 1);
+  const BufferDesc& out = *args.output.desc;
+  visit_dtype(args.inputs[0].desc->dtype, [&](auto from) {
+    using S = typename decltype(from)::type;
+    visit_dtype(out.dtype, [&](auto to) {
+      using D = typename decltype(to)::type;
+      run_unary(Kernel::kCast, out.shape, args.inputs[0].desc->shape, args.inputs[0].as<S>(),
+                args.output.as<D>(), [](compute_t<S> x) { return x; });
+    });
+  });
+}
+
+// Applies f (Eigen array -> array expression) to n contiguous elements. bf16 is widened a block
+// at a time into a float buffer, since Eigen's vectorised math is float/double.
+template <class T, class F>
+void map_float(const T* x, T* out, int64_t n, F f) {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    constexpr int64_t kChunk = 1024;
+    alignas(64) float buffer[kChunk];
+    for (int64_t i = 0; i < n; i += kChunk) {
+      const int64_t m = std::min(kChunk, n - i);
+      for (int64_t j = 0; j < m; ++j) buffer[j] = widen(x[i + j]);
+      Eigen::Map<Eigen::ArrayXf> v(buffer, m);
+      v = f(v);  // coefficient-wise, so evaluating in place is safe
+      for (int64_t j = 0; j < m; ++j) out[i + j] = narrow(buffer[j]);
+    }
+  } else {
+    Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> in(x, n);
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> o(out, n);
+    o = f(in);
+  }
+}
+
+// Expressions hold the array by reference (Eigen Maps by value), so `v` must outlive them: it
+// does, map_float evaluates before returning.
+template <Kernel K>
+auto transcendental(const auto& v) {
+  using C = typename std::decay_t<decltype(v)>::Scalar;
+  if constexpr (K == Kernel::kExp) return v.exp();
+  if constexpr (K == Kernel::kLog) return v.log();
+  if constexpr (K == Kernel::kSqrt) return v.sqrt();
+  // Not Eigen's rsqrt(), which may use the approximate hardware instruction.
+  if constexpr (K == Kernel::kRsqrt) return v.sqrt().inverse();
+  if constexpr (K == Kernel::kTanh) return v.tanh();
+  if constexpr (K == Kernel::kSigmoid) return (C(1) + (-v).exp()).inverse();
+}
+
+auto gelu_erf(const auto& v) {
+  using C = typename std::decay_t<decltype(v)>::Scalar;
+  return C(0.5) * v *
+         (C(1) + (v * C(1 / std::numbers::sqrt2)).unaryExpr([](C t) { return std::erf(t); }));
+}
+auto gelu_tanh(const auto& v) {
+  using C = typename std::decay_t<decltype(v)>::Scalar;
+  const C k = C(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2 / pi)
+  return C(0.5) * v * (C(1) + (k * (v + C(0.044715) * v.cube())).tanh());
+}
+
+// kExp kLog kSqrt kRsqrt kTanh kSigmoid kGelu: floating dtypes only.
+template <Kernel K>
+void float_unary_kernel(const KernelArgs& args) {
+  check_arity(args, 1);
+  const BufferDesc& out = *args.output.desc;
+  const BufferDesc& in = *args.inputs[0].desc;
+  check_dtype(args, "input", in.dtype, out.dtype);
+  const bool tanh_form = K == Kernel::kGelu && !args.call.ints.empty() && args.call.ints[0] != 0;
+  visit_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!kIsFloat<T>) {
+      unsupported(K, out.dtype);
+    } else {
+      const T* x = args.inputs[0].as<T>();
+      std::vector<T> expanded;  // only when the input broadcasts
+      if (!(in.shape == out.shape)) {
+        expanded.resize(static_cast<std::size_t>(out.shape.numel()));
+        run_unary(K, out.shape, in.shape, x, expanded.data(), [](compute_t<T> v) { return v; });
+        x = expanded.data();
+      }
+      T* o = args.output.as<T>();
+      const int64_t n = out.shape.numel();
+      if constexpr (K == Kernel::kGelu) {
+        if (tanh_form) {
+          map_float(x, o, n, [](const auto& v) { return gelu_tanh(v); });
+        } else {
+          map_float(x, o, n, [](const auto& v) { return gelu_erf(v); });
+        }
+      } else {
+        map_float(x, o, n, [](const auto& v) { return transcendental<K>(v); });
+      }
+    }
+  });
+}
+
+// ---- Generators ------------------------------------------------------------------------------
+
+void fill_kernel(const KernelArgs& args) {
+  check_arity(args, 0);
+  if (args.call.reals.empty()) throw std::invalid_argument("fill needs reals = [value]");
+  const BufferDesc& out = *args.output.desc;
+  visit_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    std::fill_n(args.output.as<T>(), out.shape.numel(), store<T>(args.call.reals[0]));
+  });
+}
+
+// Each element is computed from its index in double (not by repeated adding), so long ranges do
+// not drift.
+void iota_kernel(const KernelArgs& args) {
+  check_arity(args, 0);
+  if (args.call.reals.size() < 2) throw std::invalid_argument("iota needs reals = [start, step]");
+  const BufferDesc& out = *args.output.desc;
+  if (out.shape.rank() != 1) {
+    throw std::invalid_argument(
+        fmt::format("iota makes a 1-d output, not {}", out.shape.to_string()));
+  }
+  const double start = args.call.reals[0], step = args.call.reals[1];
+  visit_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* o = args.output.as<T>();
+    for (int64_t i = 0; i < out.shape[0]; ++i) {
+      o[i] = store<T>(start + static_cast<double>(i) * step);
+    }
+  });
+}
+
+}  // namespace
+
+void register_elementwise_kernels(KernelTable& table) {
+  set_kernel(table, Kernel::kAdd, &arithmetic_kernel<Kernel::kAdd>);
+  set_kernel(table, Kernel::kSub, &arithmetic_kernel<Kernel::kSub>);
+  set_kernel(table, Kernel::kMul, &arithmetic_kernel<Kernel::kMul>);
+  set_kernel(table, Kernel::kDiv, &arithmetic_kernel<Kernel::kDiv>);
+  set_kernel(table, Kernel::kPow, &arithmetic_kernel<Kernel::kPow>);
+  set_kernel(table, Kernel::kMaximum, &arithmetic_kernel<Kernel::kMaximum>);
+  set_kernel(table, Kernel::kMinimum, &arithmetic_kernel<Kernel::kMinimum>);
+  set_kernel(table, Kernel::kEq, &compare_kernel<Kernel::kEq>);
+  set_kernel(table, Kernel::kNe, &compare_kernel<Kernel::kNe>);
+  set_kernel(table, Kernel::kLt, &compare_kernel<Kernel::kLt>);
+  set_kernel(table, Kernel::kLe, &compare_kernel<Kernel::kLe>);
+  set_kernel(table, Kernel::kGt, &compare_kernel<Kernel::kGt>);
+  set_kernel(table, Kernel::kGe, &compare_kernel<Kernel::kGe>);
+  set_kernel(table, Kernel::kLogicalAnd, &logical_kernel<Kernel::kLogicalAnd>);
+  set_kernel(table, Kernel::kLogicalOr, &logical_kernel<Kernel::kLogicalOr>);
+  set_kernel(table, Kernel::kWhere, &where_kernel);
+  set_kernel(table, Kernel::kNeg, &signed_unary_kernel<Kernel::kNeg>);
+  set_kernel(table, Kernel::kAbs, &signed_unary_kernel<Kernel::kAbs>);
+  set_kernel(table, Kernel::kRelu, &signed_unary_kernel<Kernel::kRelu>);
+  set_kernel(table, Kernel::kExp, &float_unary_kernel<Kernel::kExp>);
+  set_kernel(table, Kernel::kLog, &float_unary_kernel<Kernel::kLog>);
+  set_kernel(table, Kernel::kSqrt, &float_unary_kernel<Kernel::kSqrt>);
+  set_kernel(table, Kernel::kRsqrt, &float_unary_kernel<Kernel::kRsqrt>);
+  set_kernel(table, Kernel::kTanh, &float_unary_kernel<Kernel::kTanh>);
+  set_kernel(table, Kernel::kSigmoid, &float_unary_kernel<Kernel::kSigmoid>);
+  set_kernel(table, Kernel::kGelu, &float_unary_kernel<Kernel::kGelu>);
+  set_kernel(table, Kernel::kLogicalNot, &logical_not_kernel);
+  set_kernel(table, Kernel::kCast, &cast_kernel);
+  set_kernel(table, Kernel::kFill, &fill_kernel);
+  set_kernel(table, Kernel::kIota, &iota_kernel);
+}
+
+}  // namespace axle::cpu

@@ -1,0 +1,55 @@
+// backends/cpu: how CPU kernels are called. One kernel family per file (elementwise.cpp,
+// reduce.cpp, ...); each registers its functions in the table the CPU backend dispatches on.
+#pragma once
+
+#include <array>
+#include <span>
+
+#include "backends/executable.h"
+
+namespace axle::cpu {
+
+/// A buffer as a kernel sees it: contiguous row-major data of `desc`.
+struct ConstView {
+  const void* data;
+  const BufferDesc* desc;
+  template <class T>
+  [[nodiscard]] const T* as() const noexcept {
+    return static_cast<const T*>(data);
+  }
+};
+struct View {
+  void* data;
+  const BufferDesc* desc;
+  template <class T>
+  [[nodiscard]] T* as() const noexcept {
+    return static_cast<T*>(data);
+  }
+};
+
+/// Everything one kernel call needs. The output buffer is allocated (uninitialised) and never
+/// aliases an input.
+struct KernelArgs {
+  const KernelCall& call;
+  std::span<const ConstView> inputs;
+  View output;
+};
+
+using KernelFn = void (*)(const KernelArgs&);
+using KernelTable = std::array<KernelFn, static_cast<std::size_t>(Kernel::kCount)>;
+
+inline void set_kernel(KernelTable& table, Kernel k, KernelFn fn) {
+  table[static_cast<std::size_t>(k)] = fn;
+}
+
+void register_elementwise_kernels(KernelTable& table);
+void register_reduce_kernels(KernelTable& table);
+void register_linalg_kernels(KernelTable& table);
+void register_conv_kernels(KernelTable& table);
+void register_data_movement_kernels(KernelTable& table);
+void register_random_kernels(KernelTable& table);
+
+/// The table with every family registered (built once).
+const KernelTable& kernel_table();
+
+}  // namespace axle::cpu

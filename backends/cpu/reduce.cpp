@@ -1,0 +1,620 @@
+// backends/cpu: reduction kernels — sum, mean, reduce_max, reduce_min, logsumexp, argmax,
+// softmax and log_softmax.
+//
+// Every reduction sees its input as [outer, n, inner]: the n elements reduced into output (o, i)
+// sit at input[(o * n + r) * inner + i]. Size-1 dims are dropped and adjacent reduced (or kept)
+// dims merge, so any dim set whose reduced dims end up adjacent needs no copy; other sets (dims
+// {0, 2} of a 3-d tensor) first gather the input with the kept dims in front. inner == 1 reduces
+// contiguous rows with kLanes independent accumulators; inner > 1 accumulates whole rows into
+// column accumulators. Both are fixed-size block loops so that GCC vectorises them at -O2 (see
+// elementwise.cpp); exp and log go through Eigen arrays.
+//
+// Accumulation: f64 and f32 in double (an f32 running sum drifts past 1e-5 relative within 1M
+// elements), bf16 in f32, integers and bool in wrapping 64-bit integers.
+#include <fmt/format.h>
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cpu/kernel.h"
+
+namespace axle::cpu {
+namespace {
+
+// ---- Element types (as in elementwise.cpp) ----------------------------------------------------
+
+struct Bf16 {
+  uint16_t bits;
+};
+inline float widen(Bf16 x) noexcept {
+  return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16);
+}
+inline Bf16 narrow(float f) noexcept {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t nearest_even = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return Bf16{static_cast<uint16_t>(f != f ? quiet_nan : nearest_even)};
+}
+
+template <class T>
+struct Tag {
+  using type = T;
+};
+
+// Pred buffers hold 0 or 1, so they are read as C++ bool.
+template <class F>
+void visit_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32:
+      return f(Tag<float>{});
+    case DType::kF64:
+      return f(Tag<double>{});
+    case DType::kBF16:
+      return f(Tag<Bf16>{});
+    case DType::kI32:
+      return f(Tag<int32_t>{});
+    case DType::kI64:
+      return f(Tag<int64_t>{});
+    case DType::kBool:
+      return f(Tag<bool>{});
+  }
+  throw std::invalid_argument(fmt::format("unknown dtype {}", static_cast<int>(dtype)));
+}
+
+template <class T>
+using compute_t = std::conditional_t<std::is_same_v<T, Bf16>, float, T>;
+template <class T>
+constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
+
+template <class T>
+compute_t<T> load(T x) noexcept {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    return widen(x);
+  } else {
+    return x;
+  }
+}
+template <class T, class V>
+T store(V v) noexcept {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    return narrow(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+template <class V>
+bool is_nan(V v) noexcept {
+  return v != v;  // false for integers; vectorises, unlike a call
+}
+
+[[noreturn]] void unsupported(Kernel kernel, DType dtype) {
+  throw std::invalid_argument(
+      fmt::format("{} is not defined for {}", kernel_name(kernel), dtype_name(dtype)));
+}
+
+void check_dtype(const KernelArgs& args, const char* what, DType got, DType want) {
+  if (got != want) {
+    throw std::invalid_argument(fmt::format("{}: {} is {}, expected {}",
+                                            kernel_name(args.call.kernel), what, dtype_name(got),
+                                            dtype_name(want)));
+  }
+}
+
+template <class T>
+using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
+
+// ---- Geometry --------------------------------------------------------------------------------
+
+struct Geometry {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+// A run of adjacent input dims that are all reduced or all kept (size-1 dims left out).
+struct Group {
+  int64_t size;
+  bool reduced;
+};
+
+struct ReducePlan {
+  Geometry geometry;
+  std::vector<Group> groups;  // in input order
+  bool gather = false;        // reduced groups are not adjacent: move kept dims to the front
+};
+
+ReducePlan plan_reduction(const KernelArgs& args, std::span<const int64_t> dims, bool keepdim) {
+  const char* name = kernel_name(args.call.kernel).data();
+  if (args.inputs.size() != 1) throw std::invalid_argument(fmt::format("{} takes 1 input", name));
+  const Shape& in = args.inputs[0].desc->shape;
+  std::array<bool, Shape::kMaxRank> reduced{};
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0 || dims[i] >= in.rank() || (i > 0 && dims[i] <= dims[i - 1])) {
+      throw std::invalid_argument(
+          fmt::format("{}: dims must be sorted, unique and in [0, {}); dim {} is {}", name,
+                      in.rank(), i, dims[i]));
+    }
+    reduced[dims[i]] = true;
+  }
+  Shape expected;
+  for (int d = 0; d < in.rank(); ++d) {
+    if (!reduced[d] || keepdim) expected.push_back(reduced[d] ? 1 : in[d]);
+  }
+  if (!(expected == args.output.desc->shape)) {
+    throw std::invalid_argument(fmt::format("{}: reducing {} gives {}, but the output is {}", name,
+                                            in.to_string(), expected.to_string(),
+                                            args.output.desc->shape.to_string()));
+  }
+  ReducePlan plan;
+  int reduced_groups = 0;
+  for (int d = 0; d < in.rank(); ++d) {
+    if (in[d] == 1) continue;
+    if (!plan.groups.empty() && plan.groups.back().reduced == reduced[d]) {
+      plan.groups.back().size *= in[d];
+    } else {
+      plan.groups.push_back({in[d], reduced[d]});
+      reduced_groups += reduced[d];
+    }
+  }
+  Geometry& g = plan.geometry;
+  plan.gather = reduced_groups > 1;
+  bool seen_reduced = false;
+  for (const Group& group : plan.groups) {
+    if (group.reduced) {
+      g.n *= group.size;
+      seen_reduced = true;
+    } else {
+      (seen_reduced && !plan.gather ? g.inner : g.outer) *= group.size;
+    }
+  }
+  return plan;
+}
+
+// Copies x into dst with the kept groups first and the reduced groups last (each in its own
+// order), turning the reduction into [outer, n, 1].
+template <class T>
+void gather_reduced_last(const T* x, const std::vector<Group>& groups, T* dst) {
+  const int rank = static_cast<int>(groups.size());
+  std::array<int64_t, Shape::kMaxRank> stride{}, dims{}, order_stride{};
+  int64_t total = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    stride[i] = total;
+    total *= groups[i].size;
+  }
+  if (total == 0) return;
+  int m = 0;
+  for (bool reduced : {false, true}) {
+    for (int i = 0; i < rank; ++i) {
+      if (groups[i].reduced != reduced) continue;
+      dims[m] = groups[i].size;
+      order_stride[m++] = stride[i];
+    }
+  }
+  const int64_t row = dims[rank - 1], step = order_stride[rank - 1];
+  std::array<int64_t, Shape::kMaxRank> index{};
+  int64_t offset = 0;
+  for (int64_t done = 0; done < total; done += row) {
+    for (int64_t i = 0; i < row; ++i) *dst++ = x[offset + i * step];
+    for (int d = rank - 2; d >= 0; --d) {
+      offset += order_stride[d];
+      if (++index[d] < dims[d]) break;
+      index[d] = 0;
+      offset -= order_stride[d] * dims[d];
+    }
+  }
+}
+
+// The input laid out as plan.geometry says, gathered into `scratch` when needed.
+template <class T>
+const T* arranged_input(const KernelArgs& args, const ReducePlan& plan,
+                        std::unique_ptr<T[]>& scratch) {
+  const T* x = args.inputs[0].as<T>();
+  if (!plan.gather) return x;
+  scratch = std::make_unique<T[]>(static_cast<std::size_t>(args.inputs[0].desc->shape.numel()));
+  gather_reduced_last(x, plan.groups, scratch.get());
+  return scratch.get();
+}
+
+// ---- Reducers --------------------------------------------------------------------------------
+
+// A reducer: Acc, identity(), step(acc, x) (vectorisable), merge(acc, acc), finish(acc, n).
+template <class T>
+struct Sum {
+  using Acc = std::conditional_t<std::is_same_v<T, Bf16>, float,
+                                 std::conditional_t<kIsFloat<T>, double, uint64_t>>;
+  static Acc identity() noexcept { return Acc(0); }
+  static Acc step(Acc acc, compute_t<T> x) noexcept { return acc + static_cast<Acc>(x); }
+  static Acc merge(Acc a, Acc b) noexcept { return a + b; }
+  static auto finish(Acc acc, int64_t) noexcept {
+    if constexpr (std::is_same_v<Acc, uint64_t>) {
+      return static_cast<int64_t>(acc);  // two's complement: the wrapped signed sum
+    } else {
+      return acc;
+    }
+  }
+};
+
+template <class T>
+struct Mean : Sum<T> {
+  using Acc = typename Sum<T>::Acc;
+  static double finish(Acc acc, int64_t n) noexcept {
+    return static_cast<double>(acc) / static_cast<double>(n);  // 0 / 0 = NaN for empty, as torch
+  }
+};
+
+// NaN wins, as torch.amax/amin: once the accumulator is NaN no comparison replaces it.
+template <class T, bool kMax>
+struct Extreme {
+  using Acc = compute_t<T>;
+  static Acc identity() noexcept {
+    using L = std::numeric_limits<Acc>;
+    if constexpr (L::has_infinity) {
+      return kMax ? -L::infinity() : L::infinity();
+    } else {
+      return kMax ? L::lowest() : L::max();
+    }
+  }
+  static Acc step(Acc acc, Acc x) noexcept {
+    return ((kMax ? x > acc : x < acc) || is_nan(x)) ? x : acc;
+  }
+  static Acc merge(Acc a, Acc b) noexcept { return step(a, b); }
+  static Acc finish(Acc acc, int64_t) noexcept { return acc; }
+};
+
+constexpr int64_t kLanes = 16;  // independent accumulators per row: a multiple of vector widths
+// Columns per pass when inner > 1. Wide enough that each pass reads long contiguous runs of a
+// row (512 columns ran 2-4x slower down a 4096-wide matrix); the accumulators (32 KB of double)
+// stay in L2.
+constexpr int64_t kColumns = 4096;
+constexpr int64_t kRowBlock = 1024;  // elements exp() stages at a time along a row
+
+// Scratch arrays for column passes, allocated once per kernel call. Not std::vector: the
+// accumulator may be bool.
+template <class T>
+std::unique_ptr<T[]> column_scratch(const Geometry& g) {
+  return std::make_unique<T[]>(static_cast<std::size_t>(std::min(g.inner, kColumns)));
+}
+
+// Calls pass(input offset, output offset, w) for every run of w <= kColumns columns.
+template <class Pass>
+void for_each_column_run(const Geometry& g, Pass&& pass) {
+  for (int64_t o = 0; o < g.outer; ++o) {
+    for (int64_t c = 0; c < g.inner; c += kColumns) {
+      pass(o * g.n * g.inner + c, o * g.inner + c, std::min(kColumns, g.inner - c));
+    }
+  }
+}
+
+template <class R, class T>
+typename R::Acc reduce_row(const T* __restrict__ x, int64_t n) {
+  std::array<typename R::Acc, kLanes> lanes;
+  lanes.fill(R::identity());
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = R::step(lanes[j], load(x[i + j]));
+  }
+  typename R::Acc acc = R::identity();
+  for (auto lane : lanes) acc = R::merge(acc, lane);
+  for (; i < n; ++i) acc = R::step(acc, load(x[i]));
+  return acc;
+}
+
+template <class R, class T>
+void accumulate_row(typename R::Acc* __restrict__ acc, const T* __restrict__ x, int64_t w) {
+  int64_t i = 0;
+  for (; i + kLanes <= w; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) acc[i + j] = R::step(acc[i + j], load(x[i + j]));
+  }
+  for (; i < w; ++i) acc[i] = R::step(acc[i], load(x[i]));
+}
+
+// acc[0..w) = R over the n rows (`stride` apart) starting at x.
+template <class R, class T>
+void reduce_columns(const T* x, int64_t n, int64_t stride, int64_t w, typename R::Acc* acc) {
+  std::fill_n(acc, w, R::identity());
+  for (int64_t r = 0; r < n; ++r) accumulate_row<R>(acc, x + r * stride, w);
+}
+
+// Reduces x ([outer, n, inner]) with R; calls emit(output index, acc) once per output element.
+template <class R, class T, class Emit>
+void reduce(const T* x, const Geometry& g, Emit&& emit) {
+  if (g.inner == 1) {
+    for (int64_t o = 0; o < g.outer; ++o) emit(o, reduce_row<R>(x + o * g.n, g.n));
+    return;
+  }
+  const auto acc = column_scratch<typename R::Acc>(g);
+  for_each_column_run(g, [&](int64_t at, int64_t out, int64_t w) {
+    reduce_columns<R>(x + at, g.n, g.inner, w, acc.get());
+    for (int64_t i = 0; i < w; ++i) emit(out + i, acc[i]);
+  });
+}
+
+template <class V>
+void store_all(const std::vector<V>& values, const View& out) {
+  visit_dtype(out.desc->dtype, [&](auto tag) {
+    using O = typename decltype(tag)::type;
+    O* o = out.as<O>();
+    for (std::size_t i = 0; i < values.size(); ++i) o[i] = store<O>(values[i]);
+  });
+}
+
+template <class R, class T>
+void reduce_to_output(const T* x, const Geometry& g, const View& out) {
+  using Result = decltype(R::finish(R::identity(), 0));
+  std::vector<Result> results(static_cast<std::size_t>(g.outer * g.inner));
+  reduce<R>(x, g, [&](int64_t i, typename R::Acc acc) { results[i] = R::finish(acc, g.n); });
+  store_all(results, out);
+}
+
+// ---- Exponential family ----------------------------------------------------------------------
+
+template <class T>
+void widen_block(const T* x, compute_t<T>* dst, int64_t w) {
+  for (int64_t i = 0; i < w; ++i) dst[i] = load(x[i]);
+}
+template <class T>
+void narrow_block(const compute_t<T>* src, T* out, int64_t w) {
+  for (int64_t i = 0; i < w; ++i) out[i] = store<T>(src[i]);
+}
+
+// Shifting by an infinite max would give inf - inf = NaN, so logsumexp shifts by 0 instead: exp
+// then yields the right inf (a +inf element) or 0 (all -inf, result -inf).
+template <class C>
+C finite_shift(C max) noexcept {
+  return std::isinf(max) ? C(0) : max;
+}
+
+// buffer = exp(x - shift) for w elements; shift is a scalar or an array of w.
+template <class T, class Shift>
+void exp_shifted(const T* x, compute_t<T>* buffer, int64_t w, const Shift& shift) {
+  widen_block(x, buffer, w);
+  Eigen::Map<Array<compute_t<T>>> b(buffer, w);
+  b = (b - shift).exp();
+}
+
+template <class T>
+using Total = Sum<compute_t<T>>;  // sums of exp: in double for f32 and f64, f32 for bf16
+
+template <class T>
+compute_t<T> row_logsumexp(const T* x, int64_t n) {
+  using C = compute_t<T>;
+  const C shift = finite_shift(reduce_row<Extreme<T, true>>(x, n));
+  std::array<C, kRowBlock> buffer;
+  typename Total<T>::Acc total = 0;
+  for (int64_t r = 0; r < n; r += kRowBlock) {
+    const int64_t m = std::min(kRowBlock, n - r);
+    exp_shifted(x + r, buffer.data(), m, shift);
+    total += reduce_row<Total<T>>(buffer.data(), m);
+  }
+  return static_cast<C>(std::log(total)) + shift;
+}
+
+template <class T>
+void column_logsumexp(const T* x, const Geometry& g, compute_t<T>* out) {
+  using C = compute_t<T>;
+  const auto shift = column_scratch<C>(g), buffer = column_scratch<C>(g);
+  const auto total = column_scratch<typename Total<T>::Acc>(g);
+  for_each_column_run(g, [&](int64_t at, int64_t out_at, int64_t w) {
+    reduce_columns<Extreme<T, true>>(x + at, g.n, g.inner, w, shift.get());
+    for (int64_t i = 0; i < w; ++i) shift[i] = finite_shift(shift[i]);
+    const Eigen::Map<const Array<C>> shifts(shift.get(), w);
+    std::fill_n(total.get(), w, 0);
+    for (int64_t r = 0; r < g.n; ++r) {
+      exp_shifted(x + at + r * g.inner, buffer.get(), w, shifts);
+      accumulate_row<Total<T>>(total.get(), buffer.get(), w);
+    }
+    for (int64_t i = 0; i < w; ++i) out[out_at + i] = static_cast<C>(std::log(total[i])) + shift[i];
+  });
+}
+
+// Softmax and log-softmax keep torch's NaN behaviour: a row that is all -inf (or holds +inf or
+// NaN) comes out NaN, since the shift is the plain max.
+template <class T, bool kLog>
+void row_softmax(const T* x, T* out, int64_t n, compute_t<T>* shifted, compute_t<T>* exps) {
+  using C = compute_t<T>;
+  widen_block(x, shifted, n);
+  Eigen::Map<Array<C>> s(shifted, n), e(exps, n);
+  s -= reduce_row<Extreme<C, true>>(shifted, n);
+  e = s.exp();
+  const auto total = reduce_row<Total<T>>(exps, n);
+  if constexpr (kLog) {
+    s -= static_cast<C>(std::log(total));
+  } else {
+    s = e / static_cast<C>(total);
+  }
+  narrow_block(shifted, out, n);
+}
+
+template <class T, bool kLog>
+void column_softmax(const T* x, T* out, const Geometry& g) {
+  using C = compute_t<T>;
+  const auto max = column_scratch<C>(g), norm = column_scratch<C>(g);
+  const auto buffer = column_scratch<C>(g);
+  const auto total = column_scratch<typename Total<T>::Acc>(g);
+  for_each_column_run(g, [&](int64_t at, int64_t, int64_t w) {
+    reduce_columns<Extreme<T, true>>(x + at, g.n, g.inner, w, max.get());
+    const Eigen::Map<const Array<C>> maxes(max.get(), w), norms(norm.get(), w);
+    std::fill_n(total.get(), w, 0);
+    for (int64_t r = 0; r < g.n; ++r) {
+      exp_shifted(x + at + r * g.inner, buffer.get(), w, maxes);
+      accumulate_row<Total<T>>(total.get(), buffer.get(), w);
+    }
+    for (int64_t i = 0; i < w; ++i) norm[i] = static_cast<C>(kLog ? std::log(total[i]) : total[i]);
+    Eigen::Map<Array<C>> b(buffer.get(), w);
+    for (int64_t r = 0; r < g.n; ++r) {  // exp again rather than hold an [n, w] block
+      const int64_t row = at + r * g.inner;
+      widen_block(x + row, buffer.get(), w);
+      if constexpr (kLog) {
+        b = b - maxes - norms;
+      } else {
+        b = (b - maxes).exp() / norms;
+      }
+      narrow_block(buffer.get(), out + row, w);
+    }
+  });
+}
+
+// ---- argmax ----------------------------------------------------------------------------------
+
+// The first index of the maximum; a NaN counts as the maximum (torch.argmax), so the first NaN
+// wins.
+template <class T>
+int64_t row_argmax(const T* x, int64_t n) {
+  auto best = load(x[0]);
+  int64_t at = 0;
+  for (int64_t r = 1; r < n && !is_nan(best); ++r) {
+    const auto v = load(x[r]);
+    if (v > best || is_nan(v)) {
+      best = v;
+      at = r;
+    }
+  }
+  return at;
+}
+
+template <class T>
+void column_argmax(const T* x, const Geometry& g, int64_t* out) {
+  const auto best = column_scratch<compute_t<T>>(g);
+  for_each_column_run(g, [&](int64_t at, int64_t out_at, int64_t w) {
+    widen_block(x + at, best.get(), w);
+    std::fill_n(out + out_at, w, 0);
+    for (int64_t r = 1; r < g.n; ++r) {
+      const T* row = x + at + r * g.inner;
+      for (int64_t i = 0; i < w; ++i) {
+        const auto v = load(row[i]);
+        const bool take = !is_nan(best[i]) && (v > best[i] || is_nan(v));
+        best[i] = take ? v : best[i];
+        out[out_at + i] = take ? r : out[out_at + i];
+      }
+    }
+  });
+}
+
+// ---- Kernels ---------------------------------------------------------------------------------
+
+// kSum kMean kReduceMax kReduceMin kLogSumExp; ints = [keepdim, dims...].
+template <Kernel K>
+void reduce_kernel(const KernelArgs& args) {
+  const std::vector<int64_t>& ints = args.call.ints;
+  if (ints.empty()) {
+    throw std::invalid_argument(fmt::format("{}: ints must be [keepdim, dims...]", kernel_name(K)));
+  }
+  const ReducePlan plan = plan_reduction(args, std::span(ints).subspan(1), ints[0] != 0);
+  const Geometry& g = plan.geometry;
+  const DType dtype = args.inputs[0].desc->dtype;
+  // sum may widen (torch sums bool and s32 into s64); the others keep the input's dtype.
+  if (K != Kernel::kSum) check_dtype(args, "output", args.output.desc->dtype, dtype);
+  if ((K == Kernel::kReduceMax || K == Kernel::kReduceMin) && g.n == 0) {
+    throw std::invalid_argument(
+        fmt::format("{}: cannot reduce {} over a dim of size 0 (max and min have no identity)",
+                    kernel_name(K), args.inputs[0].desc->shape.to_string()));
+  }
+  visit_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr ((K == Kernel::kMean || K == Kernel::kLogSumExp) && !kIsFloat<T>) {
+      unsupported(K, dtype);
+    } else {
+      std::unique_ptr<T[]> scratch;
+      const T* x = arranged_input(args, plan, scratch);
+      if constexpr (K == Kernel::kSum) reduce_to_output<Sum<T>>(x, g, args.output);
+      if constexpr (K == Kernel::kMean) reduce_to_output<Mean<T>>(x, g, args.output);
+      if constexpr (K == Kernel::kReduceMax) reduce_to_output<Extreme<T, true>>(x, g, args.output);
+      if constexpr (K == Kernel::kReduceMin) reduce_to_output<Extreme<T, false>>(x, g, args.output);
+      if constexpr (K == Kernel::kLogSumExp) {
+        std::vector<compute_t<T>> results(static_cast<std::size_t>(g.outer * g.inner));
+        if (g.inner == 1) {
+          for (int64_t o = 0; o < g.outer; ++o) results[o] = row_logsumexp(x + o * g.n, g.n);
+        } else {
+          column_logsumexp(x, g, results.data());
+        }
+        store_all(results, args.output);
+      }
+    }
+  });
+}
+
+// ints = [keepdim, dim]; output s64.
+void argmax_kernel(const KernelArgs& args) {
+  const std::vector<int64_t>& ints = args.call.ints;
+  if (ints.size() != 2) throw std::invalid_argument("argmax: ints must be [keepdim, dim]");
+  const ReducePlan plan = plan_reduction(args, std::span(ints).subspan(1), ints[0] != 0);
+  const Geometry& g = plan.geometry;
+  check_dtype(args, "output", args.output.desc->dtype, DType::kI64);
+  if (g.n == 0) {
+    throw std::invalid_argument(fmt::format("argmax: dim {} of {} has size 0", ints[1],
+                                            args.inputs[0].desc->shape.to_string()));
+  }
+  int64_t* out = args.output.as<int64_t>();
+  visit_dtype(args.inputs[0].desc->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = args.inputs[0].as<T>();
+    if (g.inner == 1) {
+      for (int64_t o = 0; o < g.outer; ++o) out[o] = row_argmax(x + o * g.n, g.n);
+    } else {
+      column_argmax(x, g, out);
+    }
+  });
+}
+
+// ints = [dim]; output has the input's shape and dtype.
+template <bool kLog>
+void softmax_kernel(const KernelArgs& args) {
+  const Kernel kernel = args.call.kernel;
+  if (args.inputs.size() != 1 || args.call.ints.size() != 1) {
+    throw std::invalid_argument(
+        fmt::format("{} takes 1 input and ints = [dim]", kernel_name(kernel)));
+  }
+  const BufferDesc& in = *args.inputs[0].desc;
+  const int64_t dim = args.call.ints[0];
+  check_dtype(args, "output", args.output.desc->dtype, in.dtype);
+  if (!(args.output.desc->shape == in.shape) || dim < 0 || dim >= std::max(in.shape.rank(), 1)) {
+    throw std::invalid_argument(fmt::format("{}: dim {} of {} into {}", kernel_name(kernel), dim,
+                                            in.shape.to_string(),
+                                            args.output.desc->shape.to_string()));
+  }
+  Geometry g;
+  for (int d = 0; d < in.shape.rank(); ++d) {
+    (d < dim ? g.outer : d == dim ? g.n : g.inner) *= in.shape[d];
+  }
+  if (g.n == 0) return;  // no elements
+  visit_dtype(in.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!kIsFloat<T>) {
+      unsupported(kernel, in.dtype);
+    } else {
+      const T* x = args.inputs[0].as<T>();
+      T* out = args.output.as<T>();
+      if (g.inner > 1) {
+        column_softmax<T, kLog>(x, out, g);
+        return;
+      }
+      std::vector<compute_t<T>> shifted(static_cast<std::size_t>(g.n)), exps(shifted.size());
+      for (int64_t o = 0; o < g.outer; ++o) {
+        row_softmax<T, kLog>(x + o * g.n, out + o * g.n, g.n, shifted.data(), exps.data());
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void register_reduce_kernels(KernelTable& table) {
+  set_kernel(table, Kernel::kSum, &reduce_kernel<Kernel::kSum>);
+  set_kernel(table, Kernel::kMean, &reduce_kernel<Kernel::kMean>);
+  set_kernel(table, Kernel::kReduceMax, &reduce_kernel<Kernel::kReduceMax>);
+  set_kernel(table, Kernel::kReduceMin, &reduce_kernel<Kernel::kReduceMin>);
+  set_kernel(table, Kernel::kLogSumExp, &reduce_kernel<Kernel::kLogSumExp>);
+  set_kernel(table, Kernel::kArgMax, &argmax_kernel);
+  set_kernel(table, Kernel::kSoftmax, &softmax_kernel<false>);
+  set_kernel(table, Kernel::kLogSoftmax, &softmax_kernel<true>);
+}
+
+}  // namespace axle::cpu

@@ -1,0 +1,149 @@
+// backends: the program format a backend runs — a flat list of kernel calls over numbered buffer
+// slots. The compiler (actors/) lowers IR to this; backends never see IR.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/dtype.h"
+#include "engine/intrusive_ptr.h"
+#include "engine/shape.h"
+
+namespace axle {
+
+/// The kernels a backend implements. Attribute layout per kernel (KernelCall::ints / reals):
+///
+/// Elementwise. Operands broadcast to the output shape as in NumPy (each input's dims align
+/// with the output's trailing dims; a dim of 1 repeats). Arithmetic operands share the output's
+/// dtype (the tracer inserts casts); comparisons and logical ops output bool.
+///   kAdd kSub kMul kDiv kPow kMaximum kMinimum       [a, b]
+///   kEq kNe kLt kLe kGt kGe                         [a, b] -> bool
+///   kLogicalAnd kLogicalOr                          [a, b] (bool) -> bool
+///   kWhere                                          [cond (bool), a, b]
+///   kNeg kExp kLog kSqrt kRsqrt kTanh kSigmoid kRelu kAbs kLogicalNot   [x]
+///   kGelu                                           [x]; ints = [approximate: 0 erf, 1 tanh]
+///   kCast                                           [x] -> output slot's dtype
+///   kFill        []; reals = [value]                output filled with value
+///   kIota        []; reals = [start, step]          1-d output, out[i] = start + i * step
+/// Reductions. ints = [keepdim, d0, d1, ...] (dims sorted ascending, non-negative, unique); the
+/// output slot's shape already reflects keepdim.
+///   kSum kMean kReduceMax kReduceMin kLogSumExp     [x]
+///   kArgMax                                         [x]; ints = [keepdim, dim] -> s64
+///   kSoftmax kLogSoftmax                            [x]; ints = [dim]
+/// Linear algebra and convolution.
+///   kMatmul      [a, b]; ints = [transpose_a, transpose_b]. a is [..., M, K] (or [..., K, M]
+///                when transposed), b is [..., K, N] (or [..., N, K]); batch dims broadcast;
+///                both operands have rank >= 2.
+///   kConv2d      [x (N, C, H, W), w (O, C / groups, KH, KW)];
+///                ints = [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups]
+///   kMaxPool2d   [x (N, C, H, W)]; ints = [kh, kw, stride_h, stride_w, pad_h, pad_w,
+///                dilation_h, dilation_w, ceil_mode]; padding counts as -infinity
+///   kAvgPool2d   [x]; ints = [kh, kw, stride_h, stride_w, pad_h, pad_w, ceil_mode,
+///                count_include_pad]
+/// Data movement.
+///   kCopy        [x] -> same number of elements, any shape (reshape of contiguous data)
+///   kPermute     [x]; ints = permutation (output dim i is input dim ints[i])
+///   kExpand      [x] -> broadcast to the output shape (NumPy rules)
+///   kSlice       [x]; ints = [dim, start, step] (output shape gives the length)
+///   kConcat      [x0, x1, ...]; ints = [dim]
+///   kIndexSelect [x, index (s32/s64, 1-d)]; ints = [dim]
+///   kGather      [x, index (s32/s64, same rank as x)]; ints = [dim]   (torch.gather)
+///   kOneHot      [index (s32/s64)]; ints = [num_classes]; output has one more trailing dim
+/// Random numbers (counter-based Philox 4x32-10; the same seed and offset give the same bits on
+/// any device). seed and offset are s64 scalars, so a new step never recompiles.
+///   kRandUniform [seed, offset]; reals = [low, high]     uniform in [low, high)
+///   kRandNormal  [seed, offset]; reals = [mean, std]
+///   kRandInt     [seed, offset]; ints = [low, high]       uniform integers in [low, high)
+///   kBernoulli   [seed, offset, p (same shape as output or scalar)]
+enum class Kernel : uint16_t {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMaximum,
+  kMinimum,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kLogicalAnd,
+  kLogicalOr,
+  kWhere,
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kTanh,
+  kSigmoid,
+  kRelu,
+  kGelu,
+  kAbs,
+  kLogicalNot,
+  kCast,
+  kFill,
+  kIota,
+  kSum,
+  kMean,
+  kReduceMax,
+  kReduceMin,
+  kLogSumExp,
+  kArgMax,
+  kSoftmax,
+  kLogSoftmax,
+  kMatmul,
+  kConv2d,
+  kMaxPool2d,
+  kAvgPool2d,
+  kCopy,
+  kPermute,
+  kExpand,
+  kSlice,
+  kConcat,
+  kIndexSelect,
+  kGather,
+  kOneHot,
+  kRandUniform,
+  kRandNormal,
+  kRandInt,
+  kBernoulli,
+  kCount
+};
+
+/// Lower-case name of a kernel ("add", "matmul"), for dumps and errors.
+[[nodiscard]] std::string_view kernel_name(Kernel kernel) noexcept;
+
+/// Type and shape of one buffer slot.
+struct BufferDesc {
+  DType dtype;
+  Shape shape;
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    return static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
+  }
+};
+
+/// One kernel invocation: reads the input slots, writes the output slot.
+struct KernelCall {
+  Kernel kernel;
+  std::vector<int32_t> inputs;
+  int32_t output = -1;
+  std::vector<int64_t> ints;
+  std::vector<double> reals;
+};
+
+/// A compiled program: buffer slots, which of them the caller provides and receives, and the
+/// kernel calls in execution order.
+struct Executable : RefCounted {
+  std::vector<BufferDesc> slots;
+  std::vector<int32_t> input_slots;   ///< bound to the caller's input buffers, in order
+  std::vector<int32_t> output_slots;  ///< handed back to the caller, in order
+  std::vector<KernelCall> calls;
+  uint64_t graph_hash = 0;
+};
+
+}  // namespace axle

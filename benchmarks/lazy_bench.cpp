@@ -1,0 +1,169 @@
+// lazy_bench: the lazy core's costs.
+//   trace_ns_per_op       — tracing one small elementwise op (10,000-op traces)
+//   mark_step_cached_us   — mark_step of a cached graph of N nodes (host side only)
+//   compile_ms            — building and lowering a graph of N nodes
+//   gemm_ratio_vs_eigen   — 1024x1024 f32 GEMM: Eigen-direct time / axle time
+//   overlap_speedup       — steps/s with asynchronous devices / steps/s with XLA_SYNC_WAIT-style
+//                           waiting, for a loop whose trace and device times are about equal
+// JSON lines on stdout (see benchmarks/README.md).
+#include <CLI/CLI.hpp>
+#include <Eigen/Dense>
+#include <chrono>
+
+#include "actors/lowering.h"
+#include "actors/step_graph.h"
+#include "axle.h"
+#include "benchmarks/report.h"
+
+namespace axle::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Tensor chain(Tensor x, int ops) {
+  for (int i = 0; i < ops; ++i) x = (i % 2 == 0) ? x + 0.5 : x * 0.999;
+  return x;
+}
+
+void trace_cost(int repeats) {
+  Tensor x = zeros({4});
+  mark_step();
+  std::vector<double> per_op;
+  constexpr int kOps = 10'000;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    Tensor y = chain(x, kOps);
+    per_op.push_back(seconds_since(start) * 1e9 / kOps);
+    mark_step();
+    wait_device_ops();
+  }
+  emit("lazy", "trace_ns_per_op", quantile(per_op, 0.5), "ns", {{"ops", int64_t{kOps}}});
+}
+
+void mark_step_cost(int nodes, int repeats) {
+  Tensor x = zeros({4});
+  mark_step();
+  // The node count counts the traced ops (each also has a scalar parameter leaf).
+  Tensor y = chain(x, nodes);
+  mark_step();
+  wait_device_ops();
+  std::vector<double> micros;
+  for (int r = 0; r < repeats; ++r) {
+    y = chain(x, nodes);
+    const auto start = Clock::now();
+    mark_step();
+    micros.push_back(seconds_since(start) * 1e6);
+    wait_device_ops();
+  }
+  emit("lazy", "mark_step_cached_us", quantile(micros, 0.5), "us", {{"nodes", int64_t{nodes}}});
+}
+
+void compile_cost(int nodes, int repeats) {
+  std::vector<double> millis;
+  for (int r = 0; r < repeats; ++r) {
+    Tensor y = chain(zeros({4}), nodes);
+    const auto start = Clock::now();
+    NodePtr root = y.impl()->ir();
+    StepGraph graph = build_step_graph(std::span<const NodePtr>(&root, 1));
+    IntrusivePtr<Executable> program = lower(graph);
+    millis.push_back(seconds_since(start) * 1e3);
+    if (program->calls.empty()) throw std::logic_error("empty program");
+  }
+  emit("lazy", "compile_ms", quantile(millis, 0.5), "ms", {{"nodes", int64_t{nodes}}});
+}
+
+void gemm(int repeats) {
+  constexpr int kN = 1024;
+  Eigen::MatrixXf ea = Eigen::MatrixXf::Random(kN, kN);
+  Eigen::MatrixXf eb = Eigen::MatrixXf::Random(kN, kN);
+  Eigen::MatrixXf ec(kN, kN);
+  std::vector<double> eigen_s, axle_s;
+  std::vector<float> host(static_cast<std::size_t>(kN) * kN, 0.5f);
+  Tensor a = tensor(host, Shape{kN, kN});
+  Tensor b = tensor(host, Shape{kN, kN});
+  wait_device_ops();
+  for (int r = 0; r < repeats; ++r) {
+    auto start = Clock::now();
+    ec.noalias() = ea * eb;
+    eigen_s.push_back(seconds_since(start));
+    start = Clock::now();
+    Tensor c = matmul(a, b);
+    mark_step();
+    wait_device_ops();
+    axle_s.push_back(seconds_since(start));
+  }
+  const double ratio = quantile(eigen_s, 0.5) / quantile(axle_s, 0.5);
+  emit("lazy", "gemm_ratio_vs_eigen", ratio, "ratio", {{"n", int64_t{kN}}});
+  if (ec(0, 0) == 12345.f) std::fprintf(stderr, "unlikely\n");  // keep the product alive
+}
+
+// Steps/s of a loop tracing `ops` ops per step on `elements`-element tensors.
+double steps_per_second(int steps, int ops, int64_t elements, bool wait) {
+  Tensor x = zeros({elements});
+  mark_step();
+  wait_device_ops();
+  const auto start = Clock::now();
+  for (int s = 0; s < steps; ++s) {
+    x = chain(x, ops);
+    mark_step(wait);
+  }
+  wait_device_ops();
+  return steps / seconds_since(start);
+}
+
+void overlap(int steps) {
+  constexpr int kOps = 200;
+  // Grow the tensor until the device's execution time per step reaches the host's trace time.
+  int64_t elements = 256;
+  for (; elements < (int64_t{1} << 22); elements *= 2) {
+    Tensor x = zeros({elements});
+    mark_step(true);
+    double trace_s = 0;
+    for (int r = 0; r < 3; ++r) {  // the first round compiles
+      clear_all();
+      const auto start = Clock::now();
+      x = chain(x, kOps);
+      trace_s = seconds_since(start);
+      mark_step(true);
+    }
+    const auto executed = metric_data("ExecuteTime");
+    const double device_s = executed ? executed->accumulator / executed->total_samples / 1e9 : 0;
+    if (device_s >= trace_s) break;
+  }
+  steps_per_second(5, kOps, elements, false);  // warm up
+  const double sync = steps_per_second(steps, kOps, elements, true);
+  const double async = steps_per_second(steps, kOps, elements, false);
+  emit("lazy", "overlap_speedup", async / sync, "ratio",
+       {{"elements", elements}, {"ops_per_step", int64_t{kOps}}, {"steps", int64_t{steps}}});
+}
+
+}  // namespace
+}  // namespace axle::bench
+
+int main(int argc, char** argv) {
+  using namespace axle::bench;
+  CLI::App app{"lazy_bench: tracing, mark_step, compile, GEMM and overlap costs"};
+  bool quick = false;
+  std::vector<std::string> only;
+  app.add_flag("--quick", quick, "a short run");
+  app.add_option("--only", only, "run only these: trace mark_step compile gemm overlap");
+  CLI11_PARSE(app, argc, argv);
+  auto wanted = [&](const std::string& name) {
+    return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
+  };
+  const int repeats = quick ? 5 : 20;
+  if (wanted("trace")) trace_cost(repeats);
+  if (wanted("mark_step")) {
+    for (int nodes : {10, 100, 1000, 10000}) mark_step_cost(nodes, repeats);
+  }
+  if (wanted("compile")) {
+    for (int nodes : {1000, 10000}) compile_cost(nodes, repeats);
+  }
+  if (wanted("gemm")) gemm(quick ? 3 : 10);
+  if (wanted("overlap")) overlap(quick ? 50 : 200);
+  return 0;
+}

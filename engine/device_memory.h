@@ -1,0 +1,20 @@
+// engine: a block of device memory, opaque to everything but the backend that made it. Lives in
+// engine so the graph can hold device data without knowing backends, and backends can hold it
+// without knowing the graph.
+#pragma once
+
+#include <cstddef>
+
+#include "engine/intrusive_ptr.h"
+
+namespace axle {
+
+/// Memory a backend allocated on one of its devices; freed when the last reference goes.
+class DeviceMemory : public RefCounted {
+ public:
+  /// Address the owning backend's kernels read and write (host memory for the CPU backend).
+  [[nodiscard]] virtual void* data() noexcept = 0;
+  [[nodiscard]] virtual std::size_t bytes() const noexcept = 0;
+};
+
+}  // namespace axle

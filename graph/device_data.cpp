@@ -1,0 +1,47 @@
+// graph: device data placeholders.
+#include "graph/device_data.h"
+
+namespace axle {
+
+void DeviceData::fulfil(IntrusivePtr<DeviceMemory> memory) {
+  memory_ = std::move(memory);
+  complete(kReady);
+}
+
+void DeviceData::fail(std::exception_ptr error) {
+  error_ = std::move(error);
+  complete(kFailed);
+}
+
+void DeviceData::complete(int state) {
+  std::vector<UniqueFunction> waiters;
+  {
+    std::lock_guard lock(mutex_);
+    state_.store(state, std::memory_order_release);
+    waiters.swap(waiters_);
+  }
+  done_.notify_all();
+  for (auto& fn : waiters) fn();
+}
+
+const IntrusivePtr<DeviceMemory>& DeviceData::wait() {
+  if (pending()) {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return !pending(); });
+  }
+  if (failed()) std::rethrow_exception(error_);
+  return memory_;
+}
+
+void DeviceData::when_done(UniqueFunction fn) {
+  {
+    std::lock_guard lock(mutex_);
+    if (pending()) {
+      waiters_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+}  // namespace axle

@@ -1,0 +1,70 @@
+// graph: data on a device, or the placeholder for data a device has yet to produce. Readers wait
+// on the one placeholder they need; a failed execution fails its placeholders, and the error
+// flows to whatever reads them.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <vector>
+
+#include "engine/device_memory.h"
+#include "engine/dtype.h"
+#include "engine/intrusive_ptr.h"
+#include "engine/shape.h"
+#include "engine/unique_function.h"
+#include "graph/device.h"
+
+namespace axle {
+
+/// A buffer on a device (storage dtype and shape) that is pending, ready or failed.
+class DeviceData final : public RefCounted {
+ public:
+  DeviceData(Device device, DType dtype, Shape shape) noexcept
+      : device_(device), dtype_(dtype), shape_(shape) {}
+
+  [[nodiscard]] Device device() const noexcept { return device_; }
+  [[nodiscard]] DType dtype() const noexcept { return dtype_; }
+  [[nodiscard]] const Shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    return static_cast<std::size_t>(shape_.numel()) * dtype_size(dtype_);
+  }
+
+  [[nodiscard]] bool pending() const noexcept {
+    return state_.load(std::memory_order_acquire) == kPending;
+  }
+  [[nodiscard]] bool failed() const noexcept {
+    return state_.load(std::memory_order_acquire) == kFailed;
+  }
+
+  /// Makes the data ready; runs the waiters on this thread.
+  void fulfil(IntrusivePtr<DeviceMemory> memory);
+  /// Fails the data; readers get `error`.
+  void fail(std::exception_ptr error);
+
+  /// Blocks until the data is ready or failed; returns the memory or rethrows the error.
+  const IntrusivePtr<DeviceMemory>& wait();
+  /// The memory; only once ready.
+  [[nodiscard]] const IntrusivePtr<DeviceMemory>& memory() const noexcept { return memory_; }
+  [[nodiscard]] std::exception_ptr error() const noexcept { return error_; }
+
+  /// Runs `fn` once the data is ready or failed: now, or on the thread that completes it.
+  void when_done(UniqueFunction fn);
+
+ private:
+  enum : int { kPending, kReady, kFailed };
+  void complete(int state);
+
+  Device device_;
+  DType dtype_;
+  Shape shape_;
+  std::atomic<int> state_{kPending};
+  IntrusivePtr<DeviceMemory> memory_;
+  std::exception_ptr error_;
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::vector<UniqueFunction> waiters_;
+};
+
+}  // namespace axle

@@ -1,0 +1,45 @@
+// graph: the IR's operations. Most lower one-to-one to a backend kernel of the same name (see
+// backends/executable.h for operand and attribute layouts, which IR nodes share).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace axle {
+
+// Ops that lower to the kernel of the same name: X(Name, "ir_name").
+#define AXLE_KERNEL_OPS(X)                                                                         \
+  X(Add, "add")                                                                                    \
+  X(Sub, "sub") X(Mul, "mul") X(Div, "div") X(Pow, "pow") X(Maximum, "maximum") X(                 \
+      Minimum, "minimum") X(Eq, "eq") X(Ne, "ne") X(Lt, "lt") X(Le, "le") X(Gt, "gt") X(Ge, "ge")  \
+      X(LogicalAnd, "logical_and") X(LogicalOr, "logical_or") X(Where, "where") X(Neg, "neg")      \
+          X(Exp, "exp") X(Log, "log") X(Sqrt, "sqrt") X(Rsqrt, "rsqrt") X(Tanh, "tanh")            \
+              X(Sigmoid, "sigmoid") X(Relu, "relu") X(Gelu, "gelu") X(Abs, "abs")                  \
+                  X(LogicalNot, "logical_not") X(Cast, "cast") X(Fill, "full") X(Iota, "arange")   \
+                      X(Sum, "sum") X(Mean, "mean") X(ReduceMax, "max") X(ReduceMin, "min")        \
+                          X(LogSumExp, "logsumexp") X(ArgMax, "argmax") X(Softmax, "softmax")      \
+                              X(LogSoftmax, "log_softmax") X(Matmul, "matmul") X(Conv2d, "conv2d") \
+                                  X(MaxPool2d, "max_pool2d") X(AvgPool2d, "avg_pool2d")            \
+                                      X(Permute, "permute") X(Expand, "expand") X(Slice, "slice")  \
+                                          X(Concat, "cat") X(IndexSelect, "index_select")          \
+                                              X(Gather, "gather") X(OneHot, "one_hot")             \
+                                                  X(RandUniform, "rand") X(RandNormal, "randn")    \
+                                                      X(RandInt, "randint")                        \
+                                                          X(Bernoulli, "bernoulli")
+
+/// An IR operation.
+enum class Op : uint16_t {
+  kDeviceData,  ///< a leaf holding device data (hashes by shape and dtype, never by value)
+  kParameter,   ///< a leaf holding a host scalar fed at execution (hashes by dtype only)
+  kConstant,    ///< a scalar 0 or 1 baked into the program (hashes by value)
+  kReshape,     ///< same elements, new shape (lowers to a copy)
+#define AXLE_OP_ENUM(name, str) k##name,
+  AXLE_KERNEL_OPS(AXLE_OP_ENUM)
+#undef AXLE_OP_ENUM
+      kCount
+};
+
+/// The op's name in IR dumps and per-op counters (`xla::add`).
+[[nodiscard]] std::string_view op_name(Op op) noexcept;
+
+}  // namespace axle

@@ -1,0 +1,173 @@
+// graph: tensor operations. Each traces one or a few IR nodes, checking shapes as it goes: a
+// mismatch throws ShapeError naming the op, the shapes and the caller's source line. Binary ops
+// broadcast as NumPy does and promote dtypes as PyTorch does; a C++ scalar operand becomes a
+// graph parameter (0 and 1 become constants), so changing it never recompiles.
+#pragma once
+
+#include <optional>
+#include <source_location>
+#include <vector>
+
+#include "graph/tensor.h"
+
+namespace axle {
+
+using Loc = std::source_location;
+
+/// A tensor operand of an overloaded operator, carrying the caller's source line (operators
+/// cannot take a defaulted source_location; a converting constructor can).
+struct Operand {
+  Operand(const Tensor& t, Loc where = Loc::current()) : tensor(t), where(where) {}  // NOLINT
+  const Tensor& tensor;
+  Loc where;
+};
+
+// --- creation -------------------------------------------------------------------------------
+Tensor full(const Shape& shape, double value, DType dtype = DType::kF32, Device device = {},
+            Loc where = Loc::current());
+Tensor zeros(const Shape& shape, DType dtype = DType::kF32, Device device = {},
+             Loc where = Loc::current());
+Tensor ones(const Shape& shape, DType dtype = DType::kF32, Device device = {},
+            Loc where = Loc::current());
+/// 0-d tensor holding `value` (a parameter, so its value may change without recompiling).
+Tensor scalar_tensor(double value, DType dtype = DType::kF32, Device device = {},
+                     Loc where = Loc::current());
+/// [start, end) in steps of `step`, as torch.arange.
+Tensor arange(double start, double end, double step = 1, DType dtype = DType::kF32,
+              Device device = {}, Loc where = Loc::current());
+Tensor zeros_like(const Tensor& t, Loc where = Loc::current());
+Tensor ones_like(const Tensor& t, Loc where = Loc::current());
+
+// --- random (per-device counter-based stream; see set_rng_state) ------------------------------
+Tensor rand(const Shape& shape, DType dtype = DType::kF32, Device device = {},
+            Loc where = Loc::current());
+Tensor randn(const Shape& shape, DType dtype = DType::kF32, Device device = {},
+             Loc where = Loc::current());
+Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = DType::kI64,
+               Device device = {}, Loc where = Loc::current());
+/// 1 with probability p (elementwise), else 0; same shape and dtype as p.
+Tensor bernoulli(const Tensor& p, Loc where = Loc::current());
+Tensor bernoulli(const Shape& shape, double p, DType dtype = DType::kF32, Device device = {},
+                 Loc where = Loc::current());
+
+// --- elementwise ------------------------------------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor sub(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor mul(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+/// True division: integer operands give a float result, as torch.div.
+Tensor div(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor pow(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor pow(const Tensor& a, double exponent, Loc where = Loc::current());
+Tensor maximum(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor minimum(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor add(const Tensor& a, double b, Loc where = Loc::current());
+Tensor sub(const Tensor& a, double b, Loc where = Loc::current());
+Tensor mul(const Tensor& a, double b, Loc where = Loc::current());
+Tensor div(const Tensor& a, double b, Loc where = Loc::current());
+
+Tensor eq(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor ne(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor lt(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor le(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor gt(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor ge(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor eq(const Tensor& a, double b, Loc where = Loc::current());
+Tensor lt(const Tensor& a, double b, Loc where = Loc::current());
+Tensor gt(const Tensor& a, double b, Loc where = Loc::current());
+Tensor logical_and(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor logical_or(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor logical_not(const Tensor& a, Loc where = Loc::current());
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b, Loc where = Loc::current());
+
+Tensor neg(const Tensor& x, Loc where = Loc::current());
+Tensor exp(const Tensor& x, Loc where = Loc::current());
+Tensor log(const Tensor& x, Loc where = Loc::current());
+Tensor sqrt(const Tensor& x, Loc where = Loc::current());
+Tensor rsqrt(const Tensor& x, Loc where = Loc::current());
+Tensor tanh(const Tensor& x, Loc where = Loc::current());
+Tensor sigmoid(const Tensor& x, Loc where = Loc::current());
+Tensor relu(const Tensor& x, Loc where = Loc::current());
+/// approximate: "none" (erf) or "tanh", as torch.nn.functional.gelu.
+Tensor gelu(const Tensor& x, const char* approximate = "none", Loc where = Loc::current());
+Tensor abs(const Tensor& x, Loc where = Loc::current());
+Tensor cast(const Tensor& x, DType dtype, Loc where = Loc::current());
+
+Tensor operator+(Operand a, const Tensor& b);
+Tensor operator-(Operand a, const Tensor& b);
+Tensor operator*(Operand a, const Tensor& b);
+Tensor operator/(Operand a, const Tensor& b);
+Tensor operator+(Operand a, double b);
+Tensor operator-(Operand a, double b);
+Tensor operator*(Operand a, double b);
+Tensor operator/(Operand a, double b);
+Tensor operator+(double a, Operand b);
+Tensor operator-(double a, Operand b);
+Tensor operator*(double a, Operand b);
+Tensor operator/(double a, Operand b);
+Tensor operator-(Operand a);
+
+// --- reductions (dims may be negative; an empty dims list reduces over every dim) ------------
+Tensor sum(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false,
+           Loc where = Loc::current());
+Tensor mean(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false,
+            Loc where = Loc::current());
+Tensor amax(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false,
+            Loc where = Loc::current());
+Tensor amin(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false,
+            Loc where = Loc::current());
+Tensor logsumexp(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false,
+                 Loc where = Loc::current());
+/// Index of the first maximum along `dim` (s64); over the flattened tensor when dim is empty.
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+              Loc where = Loc::current());
+Tensor softmax(const Tensor& x, int64_t dim, Loc where = Loc::current());
+Tensor log_softmax(const Tensor& x, int64_t dim, Loc where = Loc::current());
+
+// --- linear algebra, convolution, pooling ----------------------------------------------------
+/// torch.matmul: 1-d operands are promoted (and the added dim removed), batch dims broadcast.
+Tensor matmul(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+/// x @ weight^T + bias, weight [out, in], as torch.nn.functional.linear.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+              Loc where = Loc::current());
+struct Conv2dOptions {
+  std::vector<int64_t> stride = {1, 1};
+  std::vector<int64_t> padding = {0, 0};
+  std::vector<int64_t> dilation = {1, 1};
+  int64_t groups = 1;
+};
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+              const Conv2dOptions& options = {}, Loc where = Loc::current());
+struct Pool2dOptions {
+  std::vector<int64_t> kernel_size;
+  std::vector<int64_t> stride = {};  // empty: same as kernel_size
+  std::vector<int64_t> padding = {0, 0};
+  std::vector<int64_t> dilation = {1, 1};  // max_pool2d only
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg_pool2d only
+};
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options, Loc where = Loc::current());
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options, Loc where = Loc::current());
+
+// --- shape and data movement -----------------------------------------------------------------
+/// New shape with the same elements; one dim may be -1 (inferred). `view` is the same.
+Tensor reshape(const Tensor& x, std::vector<int64_t> shape, Loc where = Loc::current());
+Tensor view(const Tensor& x, std::vector<int64_t> shape, Loc where = Loc::current());
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1,
+               Loc where = Loc::current());
+Tensor squeeze(const Tensor& x, int64_t dim, Loc where = Loc::current());
+Tensor unsqueeze(const Tensor& x, int64_t dim, Loc where = Loc::current());
+Tensor permute(const Tensor& x, std::vector<int64_t> dims, Loc where = Loc::current());
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1, Loc where = Loc::current());
+/// Broadcast to `shape` (-1 keeps a dim), as torch.Tensor.expand.
+Tensor expand(const Tensor& x, std::vector<int64_t> shape, Loc where = Loc::current());
+/// Elements start, start+step, ... < end along dim (negative start/end count from the end,
+/// clamped like Python slicing), as x[..., start:end:step, ...].
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1,
+             Loc where = Loc::current());
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0, Loc where = Loc::current());
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0, Loc where = Loc::current());
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, Loc where = Loc::current());
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, Loc where = Loc::current());
+Tensor one_hot(const Tensor& index, int64_t num_classes, Loc where = Loc::current());
+
+}  // namespace axle

@@ -1,0 +1,195 @@
+// graph/ops: elementwise ops — arithmetic, comparison, logical, unary math, casts.
+#include <fmt/format.h>
+#include <cmath>
+
+#include "graph/ops/op_util.h"
+
+namespace axle {
+namespace {
+
+using ops::describe;
+
+enum class Kind { kArithmetic, kTrueDivision, kComparison, kLogical };
+
+Tensor binary(Op op, const Tensor& a, const Tensor& b, Kind kind, const Loc& where) {
+  const std::string_view name = op_name(op);
+  ops::require_defined(name, a, "the first operand", where);
+  ops::require_defined(name, b, "the second operand", where);
+  const Device device = ops::common_device(name, {&a, &b}, where);
+  const Shape shape = ops::broadcast_shapes(name, a.shape(), b.shape(), where, &a, &b);
+  DType compute = promote_types(a.dtype(), b.dtype());
+  if (kind == Kind::kTrueDivision && !is_floating(compute)) compute = DType::kF32;
+  if (kind == Kind::kLogical) compute = DType::kBool;
+  const DType result = kind == Kind::kComparison || kind == Kind::kLogical ? DType::kBool : compute;
+  return ops::make_result(
+      op, result, shape,
+      Operands{ops::value_as(a, compute, where), ops::value_as(b, compute, where)}, device, where);
+}
+
+// The dtype `t op scalar` computes in, as PyTorch: a scalar does not widen a tensor of its own
+// kind; a fractional scalar makes an integer tensor's result float.
+DType scalar_compute_type(const Tensor& t, double value) {
+  if (is_floating(t.dtype())) return t.dtype();
+  if (std::nearbyint(value) == value) return t.dtype() == DType::kBool ? DType::kI64 : t.dtype();
+  return DType::kF32;
+}
+
+Tensor binary_scalar(Op op, const Tensor& a, double b, Kind kind, bool scalar_first,
+                     const Loc& where) {
+  const std::string_view name = op_name(op);
+  ops::require_defined(name, a, "the tensor operand", where);
+  DType compute = scalar_compute_type(a, b);
+  if (kind == Kind::kTrueDivision && !is_floating(compute)) compute = DType::kF32;
+  const DType result = kind == Kind::kComparison ? DType::kBool : compute;
+  NodePtr tensor_value = ops::value_as(a, compute, where);
+  NodePtr scalar_value = ops::scalar(b, compute, where);
+  Operands operands =
+      scalar_first ? Operands{scalar_value, tensor_value} : Operands{tensor_value, scalar_value};
+  return ops::make_result(op, result, a.shape(), std::move(operands), a.device(), where);
+}
+
+Tensor unary(Op op, const Tensor& x, bool float_only, const Loc& where, IntAttrs ints = {}) {
+  const std::string_view name = op_name(op);
+  ops::require_defined(name, x, "the operand", where);
+  DType dtype = x.dtype();
+  // Transcendental functions of integers compute in float, as torch does.
+  if (float_only && !is_floating(dtype)) dtype = DType::kF32;
+  return ops::make_result(op, dtype, x.shape(), Operands{ops::value_as(x, dtype, where)},
+                          x.device(), where, std::move(ints));
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kAdd, a, b, Kind::kArithmetic, where);
+}
+Tensor sub(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kSub, a, b, Kind::kArithmetic, where);
+}
+Tensor mul(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kMul, a, b, Kind::kArithmetic, where);
+}
+Tensor div(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kDiv, a, b, Kind::kTrueDivision, where);
+}
+Tensor pow(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kPow, a, b, Kind::kArithmetic, where);
+}
+Tensor pow(const Tensor& a, double exponent, Loc where) {
+  return binary_scalar(Op::kPow, a, exponent, Kind::kArithmetic, false, where);
+}
+Tensor maximum(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kMaximum, a, b, Kind::kArithmetic, where);
+}
+Tensor minimum(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kMinimum, a, b, Kind::kArithmetic, where);
+}
+Tensor add(const Tensor& a, double b, Loc where) {
+  return binary_scalar(Op::kAdd, a, b, Kind::kArithmetic, false, where);
+}
+Tensor sub(const Tensor& a, double b, Loc where) {
+  return binary_scalar(Op::kSub, a, b, Kind::kArithmetic, false, where);
+}
+Tensor mul(const Tensor& a, double b, Loc where) {
+  return binary_scalar(Op::kMul, a, b, Kind::kArithmetic, false, where);
+}
+Tensor div(const Tensor& a, double b, Loc where) {
+  return binary_scalar(Op::kDiv, a, b, Kind::kTrueDivision, false, where);
+}
+
+Tensor eq(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kEq, a, b, Kind::kComparison, where);
+}
+Tensor ne(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kNe, a, b, Kind::kComparison, where);
+}
+Tensor lt(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kLt, a, b, Kind::kComparison, where);
+}
+Tensor le(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kLe, a, b, Kind::kComparison, where);
+}
+Tensor gt(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kGt, a, b, Kind::kComparison, where);
+}
+Tensor ge(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kGe, a, b, Kind::kComparison, where);
+}
+Tensor eq(const Tensor& a, double b, Loc where) {
+  return binary_scalar(Op::kEq, a, b, Kind::kComparison, false, where);
+}
+Tensor lt(const Tensor& a, double b, Loc where) {
+  return binary_scalar(Op::kLt, a, b, Kind::kComparison, false, where);
+}
+Tensor gt(const Tensor& a, double b, Loc where) {
+  return binary_scalar(Op::kGt, a, b, Kind::kComparison, false, where);
+}
+Tensor logical_and(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kLogicalAnd, a, b, Kind::kLogical, where);
+}
+Tensor logical_or(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::kLogicalOr, a, b, Kind::kLogical, where);
+}
+Tensor logical_not(const Tensor& a, Loc where) {
+  ops::require_defined("logical_not", a, "the operand", where);
+  return ops::make_result(Op::kLogicalNot, DType::kBool, a.shape(),
+                          Operands{ops::value_as(a, DType::kBool, where)}, a.device(), where);
+}
+
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b, Loc loc) {
+  ops::require_defined("where", condition, "the condition", loc);
+  ops::require_defined("where", a, "the first value", loc);
+  ops::require_defined("where", b, "the second value", loc);
+  const Device device = ops::common_device("where", {&condition, &a, &b}, loc);
+  Shape shape = ops::broadcast_shapes("where", a.shape(), b.shape(), loc, &a, &b);
+  shape = ops::broadcast_shapes("where", condition.shape(), shape, loc, &condition);
+  const DType dtype = promote_types(a.dtype(), b.dtype());
+  return ops::make_result(Op::kWhere, dtype, shape,
+                          Operands{ops::value_as(condition, DType::kBool, loc),
+                                   ops::value_as(a, dtype, loc), ops::value_as(b, dtype, loc)},
+                          device, loc);
+}
+
+Tensor neg(const Tensor& x, Loc where) { return unary(Op::kNeg, x, false, where); }
+Tensor exp(const Tensor& x, Loc where) { return unary(Op::kExp, x, true, where); }
+Tensor log(const Tensor& x, Loc where) { return unary(Op::kLog, x, true, where); }
+Tensor sqrt(const Tensor& x, Loc where) { return unary(Op::kSqrt, x, true, where); }
+Tensor rsqrt(const Tensor& x, Loc where) { return unary(Op::kRsqrt, x, true, where); }
+Tensor tanh(const Tensor& x, Loc where) { return unary(Op::kTanh, x, true, where); }
+Tensor sigmoid(const Tensor& x, Loc where) { return unary(Op::kSigmoid, x, true, where); }
+Tensor relu(const Tensor& x, Loc where) { return unary(Op::kRelu, x, false, where); }
+Tensor abs(const Tensor& x, Loc where) { return unary(Op::kAbs, x, false, where); }
+Tensor gelu(const Tensor& x, const char* approximate, Loc where) {
+  const std::string_view mode = approximate ? approximate : "none";
+  if (mode != "none" && mode != "tanh") {
+    ops::fail("gelu", fmt::format("approximate must be \"none\" or \"tanh\", not \"{}\"", mode),
+              where);
+  }
+  return unary(Op::kGelu, x, true, where, IntAttrs{mode == "tanh" ? 1 : 0});
+}
+
+Tensor cast(const Tensor& x, DType dtype, Loc where) {
+  ops::require_defined("cast", x, "the operand", where);
+  return ops::make_result(Op::kCast, dtype, x.shape(), Operands{x.impl()->value_node(where)},
+                          x.device(), where);
+}
+
+Tensor operator+(Operand a, const Tensor& b) { return add(a.tensor, b, a.where); }
+Tensor operator-(Operand a, const Tensor& b) { return sub(a.tensor, b, a.where); }
+Tensor operator*(Operand a, const Tensor& b) { return mul(a.tensor, b, a.where); }
+Tensor operator/(Operand a, const Tensor& b) { return div(a.tensor, b, a.where); }
+Tensor operator+(Operand a, double b) { return add(a.tensor, b, a.where); }
+Tensor operator-(Operand a, double b) { return sub(a.tensor, b, a.where); }
+Tensor operator*(Operand a, double b) { return mul(a.tensor, b, a.where); }
+Tensor operator/(Operand a, double b) { return div(a.tensor, b, a.where); }
+Tensor operator+(double a, Operand b) { return add(b.tensor, a, b.where); }
+Tensor operator*(double a, Operand b) { return mul(b.tensor, a, b.where); }
+Tensor operator-(double a, Operand b) {
+  return binary_scalar(Op::kSub, b.tensor, a, Kind::kArithmetic, true, b.where);
+}
+Tensor operator/(double a, Operand b) {
+  return binary_scalar(Op::kDiv, b.tensor, a, Kind::kTrueDivision, true, b.where);
+}
+Tensor operator-(Operand a) { return neg(a.tensor, a.where); }
+
+}  // namespace axle

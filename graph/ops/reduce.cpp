@@ -1,0 +1,186 @@
+// graph/ops: reductions (sum, mean, amax, amin, logsumexp, argmax) and softmax.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "graph/ops/op_util.h"
+
+namespace axle {
+namespace {
+
+using ops::describe;
+
+// Dim `d`, negative counting from the end, as ops::normalize_dim, but the error also names the
+// tensor: "dim 3 is out of range for f32[2,3] (expected -2..1)". `rank` is the rank the dim
+// counts in: x's, or one more for ops that insert a dim.
+int64_t dim_of(std::string_view op, const Tensor& x, int64_t d, int rank, const Loc& where) {
+  const int64_t bound = std::max(rank, 1);  // a 0-d tensor takes dim 0 and -1, as torch
+  if (d < -bound || d >= bound) {
+    ops::fail(op,
+              fmt::format("dim {} is out of range for {} (expected {}..{})", d, describe(x), -bound,
+                          bound - 1),
+              where);
+  }
+  return d < 0 ? d + bound : d;
+}
+
+// The dims a reduction runs over: normalized, sorted and unique, as the kernels expect; an
+// empty list means every dim. A 0-d tensor accepts dim 0 / -1 (as torch) but has no dim to
+// reduce, so its list stays empty and the node's ints are just [keepdim].
+std::vector<int64_t> reduced_dims(std::string_view op, const Tensor& x,
+                                  const std::vector<int64_t>& dims, const Loc& where) {
+  const int rank = x.dim();
+  std::vector<int64_t> out;
+  for (int64_t d : dims) {
+    const int64_t n = dim_of(op, x, d, rank, where);
+    if (std::find(out.begin(), out.end(), n) != out.end()) {
+      ops::fail(op,
+                fmt::format("dim {} appears more than once in [{}] (reducing {})", n,
+                            fmt::join(dims, ","), describe(x)),
+                where);
+    }
+    out.push_back(n);
+  }
+  if (rank == 0) return {};
+  if (dims.empty()) {
+    for (int d = 0; d < rank; ++d) out.push_back(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Shape reduced_shape(const Shape& in, const std::vector<int64_t>& dims, bool keepdim) {
+  Shape out;
+  for (int d = 0; d < in.rank(); ++d) {
+    const bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
+    if (!reduced)
+      out.push_back(in[d]);
+    else if (keepdim)
+      out.push_back(1);
+  }
+  return out;
+}
+
+// max, min and argmax have no identity for an empty dim, so torch rejects one; so does axle.
+void require_nonempty(std::string_view op, const Tensor& x, const std::vector<int64_t>& dims,
+                      const Loc& where) {
+  for (int64_t d : dims) {
+    if (x.shape()[static_cast<int>(d)] == 0) {
+      ops::fail(op, fmt::format("cannot reduce dim {} of {}: it is empty", d, describe(x)), where);
+    }
+  }
+}
+
+enum class ResultType {
+  kSame,       // the input's dtype
+  kSumType,    // integers and bool widen to s64, as torch.sum
+  kFloatType,  // integers and bool compute in f32
+};
+
+DType result_dtype(DType in, ResultType kind) {
+  if (kind == ResultType::kSumType && !is_floating(in)) return DType::kI64;
+  if (kind == ResultType::kFloatType && !is_floating(in)) return DType::kF32;
+  return in;
+}
+
+// `name` is the user's name for the op (amax), which errors use; the IR's is shorter (max).
+Tensor reduce(Op op, std::string_view name, const Tensor& x, const std::vector<int64_t>& dims,
+              bool keepdim, ResultType kind, const Loc& where) {
+  ops::require_defined(name, x, "the operand", where);
+  const std::vector<int64_t> reduced = reduced_dims(name, x, dims, where);
+  if (op == Op::kReduceMax || op == Op::kReduceMin) require_nonempty(name, x, reduced, where);
+  const DType dtype = result_dtype(x.dtype(), kind);
+  IntAttrs ints{keepdim ? 1 : 0};
+  for (int64_t d : reduced) ints.push_back(d);
+  return ops::make_result(op, dtype, reduced_shape(x.shape(), reduced, keepdim),
+                          Operands{ops::value_as(x, dtype, where)}, x.device(), where,
+                          std::move(ints));
+}
+
+// A reshape node the result's operand reads through (not a result of its own).
+NodePtr reshaped(const NodePtr& value, const Shape& shape, const Loc& where) {
+  return make_intrusive<Node>(Op::kReshape, value->dtype(), shape, Operands{value}, IntAttrs{},
+                              RealAttrs{}, where);
+}
+
+Tensor softmax_like(Op op, const Tensor& x, int64_t dim, const Loc& where) {
+  const std::string_view name = op_name(op);
+  ops::require_defined(name, x, "the operand", where);
+  const int64_t d = dim_of(name, x, dim, x.dim(), where);
+  // torch rejects integer inputs here; axle computes them in f32 as it does for exp and log.
+  const DType dtype = result_dtype(x.dtype(), ResultType::kFloatType);
+  NodePtr value = ops::value_as(x, dtype, where);
+  if (x.dim() > 0) {
+    return ops::make_result(op, dtype, x.shape(), Operands{std::move(value)}, x.device(), where,
+                            IntAttrs{d});
+  }
+  // The kernels need a real dim; a 0-d tensor runs as [1] and is reshaped back.
+  const Tensor one =
+      ops::make_result(op, dtype, Shape{1}, Operands{reshaped(value, Shape{1}, where)}, x.device(),
+                       where, IntAttrs{0});
+  return ops::make_result(Op::kReshape, dtype, Shape{}, Operands{one.impl()->value_node(where)},
+                          x.device(), where);
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
+  return reduce(Op::kSum, "sum", x, dims, keepdim, ResultType::kSumType, where);
+}
+
+Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
+  // torch.mean rejects integer inputs; axle gives f32, as true division of the sum would.
+  return reduce(Op::kMean, "mean", x, dims, keepdim, ResultType::kFloatType, where);
+}
+
+Tensor amax(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
+  return reduce(Op::kReduceMax, "amax", x, dims, keepdim, ResultType::kSame, where);
+}
+
+Tensor amin(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
+  return reduce(Op::kReduceMin, "amin", x, dims, keepdim, ResultType::kSame, where);
+}
+
+Tensor logsumexp(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
+  return reduce(Op::kLogSumExp, "logsumexp", x, dims, keepdim, ResultType::kFloatType, where);
+}
+
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim, Loc where) {
+  ops::require_defined("argmax", x, "the operand", where);
+  const Shape& in = x.shape();
+  if (dim) {
+    const int64_t d = dim_of("argmax", x, *dim, in.rank(), where);
+    if (in.rank() > 0) {
+      require_nonempty("argmax", x, {d}, where);
+      return ops::make_result(Op::kArgMax, DType::kI64, reduced_shape(in, {d}, keepdim),
+                              Operands{ops::value_as(x, x.dtype(), where)}, x.device(), where,
+                              IntAttrs{keepdim ? 1 : 0, d});
+    }
+  }
+  if (x.numel() == 0) {
+    ops::fail("argmax", fmt::format("cannot take the argmax of the empty {}", describe(x)), where);
+  }
+  // Over the flattened tensor (or a 0-d one): argmax of x viewed as 1-d. With keepdim the
+  // result keeps x's rank with every dim 1, as torch >= 1.13 does.
+  const Shape flat{x.numel()};
+  const Tensor index =
+      ops::make_result(Op::kArgMax, DType::kI64, Shape{},
+                       Operands{reshaped(ops::value_as(x, x.dtype(), where), flat, where)},
+                       x.device(), where, IntAttrs{0, 0});
+  if (!keepdim || in.rank() == 0) return index;
+  Shape ones;
+  for (int d = 0; d < in.rank(); ++d) ones.push_back(1);
+  return ops::make_result(Op::kReshape, DType::kI64, ones,
+                          Operands{index.impl()->value_node(where)}, x.device(), where);
+}
+
+Tensor softmax(const Tensor& x, int64_t dim, Loc where) {
+  return softmax_like(Op::kSoftmax, x, dim, where);
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim, Loc where) {
+  return softmax_like(Op::kLogSoftmax, x, dim, where);
+}
+
+}  // namespace axle

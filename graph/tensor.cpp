@@ -1,0 +1,128 @@
+// graph: tensor handles and their bookkeeping.
+#include "graph/tensor.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "engine/metrics.h"
+#include "graph/trace_context.h"
+
+namespace axle {
+namespace {
+std::atomic<int64_t> g_live_tensors{0};
+}  // namespace
+
+int64_t TensorImpl::live_count() noexcept { return g_live_tensors.load(std::memory_order_relaxed); }
+
+TensorImpl::TensorImpl(DType logical_dtype, NodePtr ir, Device device)
+    : dtype_(logical_dtype), shape_(ir->shape()), device_(device) {
+  AXLE_COUNTER_INC("CreateTensor", 1);
+  g_live_tensors.fetch_add(1, std::memory_order_relaxed);
+  set_ir(std::move(ir));
+}
+
+TensorImpl::TensorImpl(DType logical_dtype, IntrusivePtr<DeviceData> data)
+    : dtype_(logical_dtype), shape_(data->shape()), device_(data->device()) {
+  AXLE_COUNTER_INC("CreateTensor", 1);
+  g_live_tensors.fetch_add(1, std::memory_order_relaxed);
+  set_data(std::move(data));
+}
+
+TensorImpl::~TensorImpl() {
+  if (context_) context_->untrack(this);
+  AXLE_COUNTER_INC("DestroyTensor", 1);
+  g_live_tensors.fetch_sub(1, std::memory_order_relaxed);
+}
+
+NodePtr TensorImpl::value_node(SourceLocation where) {
+  if (ir_) return ir_;
+  if (!leaf_) leaf_ = Node::device_data(data_, where);
+  return leaf_;
+}
+
+void TensorImpl::set_ir(NodePtr ir) {
+  ir_ = std::move(ir);
+  data_ = {};
+  leaf_ = {};
+  if (!context_) {
+    context_ = IntrusivePtr<TraceContext>(&TraceContext::current());
+    context_->track(this);
+  }
+}
+
+void TensorImpl::set_data(IntrusivePtr<DeviceData> data) {
+  if (context_) {
+    context_->untrack(this);
+    context_ = {};
+  }
+  ir_ = {};
+  leaf_ = {};
+  data_ = std::move(data);
+}
+
+int64_t Tensor::size(int d) const {
+  const int rank = dim();
+  const int i = d < 0 ? d + rank : d;
+  if (i < 0 || i >= rank) {
+    throw std::out_of_range("size(" + std::to_string(d) + ") of a tensor of rank " +
+                            std::to_string(rank));
+  }
+  return shape()[i];
+}
+
+namespace {
+struct Bf16Bits {
+  uint16_t bits;
+};
+}  // namespace
+
+template <class T>
+std::vector<T> CpuTensor::values() const {
+  const auto n = static_cast<std::size_t>(shape.numel());
+  std::vector<T> out(n);
+  const std::byte* p = bytes.data();
+  auto read = [&]<class S>(S) {
+    for (std::size_t i = 0; i < n; ++i) {
+      S v;
+      std::memcpy(&v, p + i * sizeof(S), sizeof(S));
+      if constexpr (std::is_same_v<S, Bf16Bits>) {
+        // bf16 is the top half of an f32.
+        uint32_t bits = static_cast<uint32_t>(v.bits) << 16;
+        float f;
+        std::memcpy(&f, &bits, sizeof f);
+        out[i] = static_cast<T>(f);
+      } else {
+        out[i] = static_cast<T>(v);
+      }
+    }
+  };
+  switch (dtype) {
+    case DType::kF32:
+      read(float{});
+      break;
+    case DType::kF64:
+      read(double{});
+      break;
+    case DType::kBF16:
+      read(Bf16Bits{});
+      break;
+    case DType::kI32:
+      read(int32_t{});
+      break;
+    case DType::kI64:
+      read(int64_t{});
+      break;
+    case DType::kBool:
+      read(uint8_t{});
+      break;
+  }
+  return out;
+}
+
+template std::vector<float> CpuTensor::values<float>() const;
+template std::vector<double> CpuTensor::values<double>() const;
+template std::vector<int32_t> CpuTensor::values<int32_t>() const;
+template std::vector<int64_t> CpuTensor::values<int64_t>() const;
+template std::vector<uint8_t> CpuTensor::values<uint8_t>() const;
+
+}  // namespace axle

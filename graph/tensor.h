@@ -1,0 +1,164 @@
+// graph: the lazy Tensor. A Tensor is a cheap handle to either device data or a pending IR value;
+// ops on it only trace. Reading its value (item, to_cpu) and creating it from host data need the
+// devices: those members are declared here and defined by actors/ (the layer that has devices).
+#pragma once
+
+#include <cstdint>
+#include <source_location>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "engine/dtype.h"
+#include "engine/future.h"
+#include "engine/intrusive_ptr.h"
+#include "engine/shape.h"
+#include "graph/device.h"
+#include "graph/device_data.h"
+#include "graph/ir.h"
+
+namespace axle {
+
+class TraceContext;
+
+/// The element type a C++ type maps to.
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>)
+    return DType::kF32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::kF64;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::kI32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::kI64;
+  else if constexpr (std::is_same_v<T, bool>)
+    return DType::kBool;
+  else
+    static_assert(sizeof(T) == 0, "unsupported element type");
+}
+
+/// The state behind a Tensor handle: a logical dtype and shape, and either a pending IR value or
+/// device data. Handles share it, so an in-place op is seen through every handle.
+class TensorImpl final : public RefCounted {
+ public:
+  /// A pending value computed by `ir`; tracked by the calling thread's trace context.
+  TensorImpl(DType logical_dtype, NodePtr ir, Device device);
+  /// A value held in `data`.
+  TensorImpl(DType logical_dtype, IntrusivePtr<DeviceData> data);
+  ~TensorImpl() override;
+
+  [[nodiscard]] DType dtype() const noexcept { return dtype_; }
+  [[nodiscard]] const Shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] Device device() const noexcept { return device_; }
+  [[nodiscard]] const NodePtr& ir() const noexcept { return ir_; }
+  [[nodiscard]] const IntrusivePtr<DeviceData>& data() const noexcept { return data_; }
+  [[nodiscard]] bool pending_ir() const noexcept { return static_cast<bool>(ir_); }
+
+  /// The IR value an op consumes: the pending node, or a device-data leaf for the data (one per
+  /// data, so using a tensor twice in a graph reads one input).
+  [[nodiscard]] NodePtr value_node(SourceLocation where);
+
+  /// Gives the tensor a new pending value (in-place ops); it joins the live pending tensors.
+  void set_ir(NodePtr ir);
+  /// Binds the tensor to data (what mark_step does to the tensors it executes).
+  void set_data(IntrusivePtr<DeviceData> data);
+
+  /// Tensors alive in the process right now.
+  [[nodiscard]] static int64_t live_count() noexcept;
+
+ private:
+  friend class TraceContext;
+  DType dtype_;
+  Shape shape_;
+  Device device_;
+  NodePtr ir_;
+  IntrusivePtr<DeviceData> data_;
+  NodePtr leaf_;
+  // Membership in the trace context's list of tensors with pending IR.
+  IntrusivePtr<TraceContext> context_;
+  TensorImpl* prev_ = nullptr;
+  TensorImpl* next_ = nullptr;
+};
+
+/// Host copy of a tensor's value, in its logical dtype.
+struct CpuTensor {
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::vector<std::byte> bytes;  ///< row-major elements
+
+  /// The elements converted to T (bf16 reads as float).
+  template <class T>
+  [[nodiscard]] std::vector<T> values() const;
+};
+
+/// A lazy tensor handle (cheap to copy; copies share the value).
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(IntrusivePtr<TensorImpl> impl) noexcept : impl_(std::move(impl)) {}
+
+  [[nodiscard]] bool defined() const noexcept { return static_cast<bool>(impl_); }
+  [[nodiscard]] DType dtype() const { return impl_->dtype(); }
+  [[nodiscard]] const Shape& shape() const { return impl_->shape(); }
+  [[nodiscard]] int dim() const { return impl_->shape().rank(); }
+  /// Size of dimension `d` (negative counts from the end).
+  [[nodiscard]] int64_t size(int d) const;
+  [[nodiscard]] int64_t numel() const { return impl_->shape().numel(); }
+  [[nodiscard]] Device device() const { return impl_->device(); }
+  [[nodiscard]] TensorImpl* impl() const noexcept { return impl_.get(); }
+  [[nodiscard]] const IntrusivePtr<TensorImpl>& impl_ptr() const noexcept { return impl_; }
+
+  // --- value access (defined in actors/; each waits only for this tensor's value) ---
+
+  /// The single element's value (executes the tensor's pending graph first if it has one).
+  [[nodiscard]] double item(std::source_location where = std::source_location::current()) const;
+  template <class T>
+  [[nodiscard]] T item(std::source_location where = std::source_location::current()) const {
+    return static_cast<T>(item(where));
+  }
+  /// As item(), without blocking: the future completes when the value is on the host.
+  [[nodiscard]] Future<double> item_async(
+      std::source_location where = std::source_location::current()) const;
+  /// The whole value on the host.
+  [[nodiscard]] CpuTensor to_cpu(
+      std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Future<CpuTensor> to_cpu_async(
+      std::source_location where = std::source_location::current()) const;
+  /// The elements converted to T.
+  template <class T>
+  [[nodiscard]] std::vector<T> to_vector(
+      std::source_location where = std::source_location::current()) const {
+    return to_cpu(where).values<T>();
+  }
+  /// "tensor([[1, 2], [3, 4]], device='xla:0', dtype=f32)" (reads the value).
+  [[nodiscard]] std::string to_string() const;
+
+ private:
+  IntrusivePtr<TensorImpl> impl_;
+};
+
+/// Creates a tensor on `device` from host elements (copied before the call returns).
+Tensor tensor_from_bytes(std::span<const std::byte> bytes, DType dtype, const Shape& shape,
+                         Device device = {},
+                         std::source_location where = std::source_location::current());
+
+template <class T>
+Tensor tensor(std::span<const T> values, const Shape& shape, Device device = {},
+              std::source_location where = std::source_location::current()) {
+  return tensor_from_bytes(std::as_bytes(values), dtype_of<T>(), shape, device, where);
+}
+template <class T>
+Tensor tensor(const std::vector<T>& values, const Shape& shape, Device device = {},
+              std::source_location where = std::source_location::current()) {
+  return tensor(std::span<const T>(values), shape, device, where);
+}
+
+/// Thrown when an op's operands do not fit: names the op, the shapes and the caller's line.
+class ShapeError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+}  // namespace axle

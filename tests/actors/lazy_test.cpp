@@ -1,0 +1,263 @@
+// The lazy core end to end: tracing, mark_step, the compile cache, asynchronous devices.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "axle.h"
+#include "engine/config.h"
+#include "engine/log.h"
+#include "graph/trace_context.h"
+
+namespace axle {
+namespace {
+
+class Lazy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LazySystem::restart();
+    clear_all();
+  }
+  void TearDown() override { DeviceActor::set_execution_gate(nullptr); }
+};
+
+int64_t count(const char* name) { return counter_value(name).value_or(0); }
+
+Tensor from(std::vector<float> values, Shape shape) { return tensor(values, shape); }
+
+TEST_F(Lazy, AddTwoTensorsAndReadTheResult) {
+  Tensor a = from({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = from({10, 20, 30}, {3});
+  Tensor c = a + b;
+  mark_step();
+  EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  EXPECT_EQ(c.shape(), (Shape{2, 3}));
+}
+
+TEST_F(Lazy, ReadingAValueExecutesItsPendingGraph) {
+  Tensor a = from({1.5f}, {});
+  Tensor b = a * 4.0;
+  EXPECT_DOUBLE_EQ(b.item(), 6.0);
+}
+
+TEST_F(Lazy, ItemAsyncDeliversWithoutBlocking) {
+  Tensor a = from({2, 3}, {2});
+  Tensor s = sum(a * a);
+  Future<double> value = s.item_async();
+  EXPECT_DOUBLE_EQ(value.get(std::chrono::seconds(30)), 13.0);
+}
+
+// Holds every execution until released, to observe what happens meanwhile.
+class ExecutionGate {
+ public:
+  ExecutionGate() {
+    DeviceActor::set_execution_gate([this] {
+      std::unique_lock lock(mutex_);
+      ++entered_;
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return open_; });
+    });
+  }
+  ~ExecutionGate() {
+    release();
+    DeviceActor::set_execution_gate(nullptr);
+  }
+  void wait_entered(int n) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return entered_ >= n; });
+  }
+  void release() {
+    std::lock_guard lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int entered_ = 0;
+  bool open_ = false;
+};
+
+TEST_F(Lazy, MarkStepReturnsWhileTheDeviceIsStillExecuting) {
+  Tensor x = from({1, 2}, {2});
+  ExecutionGate gate;
+  Tensor y = x + x;
+  mark_step();  // returns although the device is held inside the execution
+  gate.wait_entered(1);
+  EXPECT_TRUE(y.impl()->data()->pending());
+  // Tracing the next step overlaps the held execution.
+  Tensor z = y * 3.0;
+  EXPECT_TRUE(z.impl()->pending_ir());
+  gate.release();
+  EXPECT_EQ(z.to_vector<float>(), (std::vector<float>{6, 12}));
+}
+
+TEST_F(Lazy, SecondStepOfTheSameGraphHitsTheCache) {
+  Tensor w = from({1, 1, 1}, {3});
+  for (int step = 0; step < 3; ++step) {
+    w = w * 2.0 + 1.0;
+    mark_step();
+  }
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{15, 15, 15}));
+  EXPECT_EQ(count("UncachedCompile"), 1);
+  EXPECT_EQ(count("CachedCompile"), 2);
+  EXPECT_EQ(count("MarkStep"), 3);
+}
+
+TEST_F(Lazy, ChangingAScalarDoesNotRecompile) {
+  Tensor w = from({1, 2}, {2});
+  for (double lr : {0.5, 0.25, 0.125}) {
+    w = w - w * lr;
+    mark_step();
+  }
+  wait_device_ops();  // compiles run asynchronously; count once they are done
+  EXPECT_EQ(count("UncachedCompile"), 1);
+  const float expect = 1 * 0.5f * 0.75f * 0.875f;
+  EXPECT_FLOAT_EQ(w.to_vector<float>()[0], expect);
+}
+
+TEST_F(Lazy, DifferentShapesCompileSeparately) {
+  Tensor a = from({1, 2}, {2});
+  Tensor b = from({1, 2, 3}, {3});
+  Tensor c = a + 1.5;
+  mark_step();
+  Tensor d = b + 1.5;
+  mark_step();
+  wait_device_ops();
+  EXPECT_EQ(count("UncachedCompile"), 2);
+  EXPECT_EQ(d.to_vector<float>(), (std::vector<float>{2.5, 3.5, 4.5}));
+}
+
+TEST_F(Lazy, TwoReplicasTracingTheSameGraphCompileItOnce) {
+  auto replica = [](float base) {
+    Tensor x = tensor(std::vector<float>{base, base}, Shape{2});
+    Tensor y = exp(x) * 2.0 + x;
+    mark_step();
+    return y.to_vector<float>();
+  };
+  ExecutionGate gate;  // holds both executions so both compiles are requested first
+  std::vector<float> r1, r2;
+  std::thread t1([&] { r1 = replica(0); });
+  std::thread t2([&] { r2 = replica(1); });
+  gate.wait_entered(1);
+  gate.release();
+  t1.join();
+  t2.join();
+  EXPECT_EQ(count("UncachedCompile"), 1);
+  EXPECT_FLOAT_EQ(r1[0], 2.0f);
+  EXPECT_NEAR(r2[0], 2 * std::exp(1.0f) + 1, 1e-5);
+}
+
+TEST_F(Lazy, LiveTensorCountStaysFlatOverManySteps) {
+  Tensor w = from({0, 0, 0, 0}, {4});
+  Tensor g = from({1, 1, 1, 1}, {4});
+  for (int step = 0; step < 100; ++step) {
+    w = w - g * 0.5;
+    mark_step();
+  }
+  wait_device_ops();
+  const int64_t before = live_tensor_count();
+  for (int step = 0; step < 10000; ++step) {
+    w = w - g * 0.5;
+    mark_step();
+  }
+  wait_device_ops();
+  EXPECT_EQ(live_tensor_count(), before);
+  EXPECT_FLOAT_EQ(w.to_vector<float>()[0], -0.5f * 10100);
+}
+
+TEST_F(Lazy, UnrelatedValueReadWaitsOnlyForItsOwnValue) {
+  Tensor ready = from({7}, {1});
+  Tensor x = from({1}, {1});
+  wait_device_ops();
+  ExecutionGate gate;
+  Tensor y = x + 1.0;
+  mark_step();
+  gate.wait_entered(1);
+  // The device is held inside y's execution; reading a ready tensor does not wait for it.
+  EXPECT_FLOAT_EQ(ready.to_vector<float>()[0], 7.0f);
+  gate.release();
+  EXPECT_FLOAT_EQ(y.to_vector<float>()[0], 2.0f);
+}
+
+TEST_F(Lazy, ShapeErrorNamesTheOpShapesAndLine) {
+  Tensor a = from({1, 2, 3}, {3});
+  Tensor b = from({1, 2}, {2});
+  const int line = __LINE__ + 2;
+  try {
+    Tensor c = a + b;
+    FAIL() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("add"), std::string::npos) << what;
+    EXPECT_NE(what.find("f32[3]"), std::string::npos) << what;
+    EXPECT_NE(what.find("f32[2]"), std::string::npos) << what;
+    EXPECT_NE(what.find("lazy_test.cpp:" + std::to_string(line)), std::string::npos) << what;
+  }
+}
+
+TEST_F(Lazy, WrongNumberOfHostValuesIsAnError) {
+  EXPECT_THROW(from({1, 2, 3}, {2, 2}), ShapeError);
+}
+
+TEST_F(Lazy, UnknownDeviceIsAnError) { EXPECT_THROW(device(5), std::out_of_range); }
+
+TEST_F(Lazy, EagerModeExecutesEachOpAsItIsTraced) {
+  eager_mode(true);
+  Tensor a = from({1, 2}, {2});
+  Tensor b = a + 1.0;
+  EXPECT_FALSE(b.impl()->pending_ir());
+  eager_mode(false);
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{2, 3}));
+}
+
+TEST_F(Lazy, CompileTracesOneGraphEvenInEagerMode) {
+  eager_mode(true);
+  Tensor a = from({1, 2}, {2});
+  auto step = compile([&](const Tensor& x) { return x * 2.0 + 1.0; });
+  const int64_t compiles_before = count("UncachedCompile");
+  Tensor out = step(a);
+  EXPECT_FALSE(out.impl()->pending_ir());
+  wait_device_ops();
+  EXPECT_EQ(count("UncachedCompile") - compiles_before, 1);
+  eager_mode(false);
+  EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{3, 5}));
+}
+
+TEST_F(Lazy, RunawayGraphIsCutAtTheNodeLimit) {
+  config::set("AXLE_MAX_GRAPH_NODES", "100");
+  LazySystem::restart();
+  config::unset("AXLE_MAX_GRAPH_NODES");
+  std::vector<std::string> warnings;
+  std::mutex mutex;
+  set_log_sink([&](LogLevel level, std::string_view line) {
+    std::lock_guard lock(mutex);
+    if (level == LogLevel::kWarning) warnings.emplace_back(line);
+  });
+  Tensor x = from({0}, {1});
+  for (int i = 0; i < 250; ++i) x = x + 1.0;
+  set_log_sink(nullptr);
+  EXPECT_LT(TraceContext::current().nodes_since_step(), 100u);
+  ASSERT_GE(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find("lazy_test.cpp"), std::string::npos) << warnings[0];
+  EXPECT_FLOAT_EQ(x.to_vector<float>()[0], 250.0f);
+}
+
+TEST_F(Lazy, MetricsRecordTheStep) {
+  Tensor a = from({1, 2}, {2});
+  Tensor b = a * a;
+  mark_step();
+  (void)b.to_vector<float>();
+  for (const char* m : {"CompileTime", "ExecuteTime", "TransferToDeviceTime",
+                        "TransferFromDeviceTime", "TraceTime"}) {
+    EXPECT_TRUE(metric_data(m).has_value()) << m;
+  }
+  EXPECT_GE(count("xla::mul"), 1);
+  EXPECT_GE(count("CreateTensor"), 2);
+}
+
+}  // namespace
+}  // namespace axle

@@ -1,0 +1,363 @@
+// tests/backends: CPU data-movement kernels (backends/cpu/data_movement.cpp) against plain loops
+// over multi-indices, on random shapes (fixed seed) in every element size.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "backends/cpu/kernel.h"
+#include "tests/backends/kernel_test_util.h"
+
+namespace axle::testing {
+namespace {
+
+// Every dtype, so each element size (1, 2, 4, 8 bytes) is covered at least once.
+constexpr DType kDTypes[] = {DType::kBool, DType::kBF16, DType::kF32,
+                             DType::kI32,  DType::kF64,  DType::kI64};
+
+using Index = std::vector<int64_t>;
+
+Index unravel(int64_t flat, const Shape& shape) {
+  Index idx(shape.rank());
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    idx[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return idx;
+}
+
+int64_t ravel(const Index& idx, const Shape& shape) {
+  int64_t flat = 0;
+  for (int d = 0; d < shape.rank(); ++d) flat = flat * shape[d] + idx[d];
+  return flat;
+}
+
+// Dims of 1..max, with an occasional 0 so empty tensors come up.
+Shape random_shape(std::mt19937& rng, int rank, int64_t max_dim = 5, bool allow_zero = true) {
+  Shape shape;
+  for (int d = 0; d < rank; ++d) {
+    const bool zero = allow_zero && std::uniform_int_distribution<int>(0, 9)(rng) == 0;
+    shape.push_back(zero ? 0 : std::uniform_int_distribution<int64_t>(1, max_dim)(rng));
+  }
+  return shape;
+}
+
+int random_int(std::mt19937& rng, int lo, int hi) {
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+
+HostTensor index_tensor(DType dtype, Shape shape, std::vector<double> values) {
+  return {dtype, shape, std::move(values)};
+}
+
+// Calls the kernel function itself, bypassing the backend (which wraps every failure in
+// std::runtime_error), so tests can see the exception type a kernel throws.
+void call_kernel(Kernel kernel, const std::vector<HostTensor>& inputs, DType out_dtype,
+                 const Shape& out_shape, std::vector<int64_t> ints) {
+  KernelCall call{kernel, {}, 0, std::move(ints), {}};
+  std::vector<BufferDesc> descs;
+  std::vector<std::vector<std::byte>> data;
+  descs.reserve(inputs.size());
+  for (const HostTensor& in : inputs) {
+    descs.push_back({in.dtype, in.shape});
+    data.push_back(encode(in));
+  }
+  std::vector<cpu::ConstView> views;
+  for (std::size_t i = 0; i < inputs.size(); ++i) views.push_back({data[i].data(), &descs[i]});
+  BufferDesc out_desc{out_dtype, out_shape};
+  std::vector<std::byte> out(std::max<std::size_t>(out_desc.bytes(), 1));
+  cpu::kernel_table()[static_cast<std::size_t>(kernel)](
+      cpu::KernelArgs{call, views, {out.data(), &out_desc}});
+}
+
+std::string out_of_range_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::out_of_range& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected std::out_of_range";
+  return {};
+}
+
+TEST(Copy, ReshapesEveryElementSize) {
+  std::mt19937 rng(1);
+  for (DType dtype : kDTypes) {
+    HostTensor x = random_tensor(dtype, {2, 3, 4}, rng);
+    EXPECT_EQ(run_kernel(Kernel::kCopy, {x}, dtype, {6, 4}).values, x.values);
+    EXPECT_EQ(run_kernel(Kernel::kCopy, {x}, dtype, {24}).values, x.values);
+  }
+  HostTensor scalar = random_tensor(DType::kF32, {}, rng);
+  EXPECT_EQ(run_kernel(Kernel::kCopy, {scalar}, DType::kF32, {1, 1}).values, scalar.values);
+  EXPECT_TRUE(
+      run_kernel(Kernel::kCopy, {random_tensor(DType::kF32, {0, 3}, rng)}, DType::kF32, {3, 0})
+          .values.empty());
+}
+
+TEST(Copy, RejectsDifferentElementCount) {
+  std::mt19937 rng(2);
+  EXPECT_THROW(
+      run_kernel(Kernel::kCopy, {random_tensor(DType::kF32, {2, 3}, rng)}, DType::kF32, {7}),
+      std::runtime_error);
+}
+
+void check_permute(const HostTensor& x, const Index& perm) {
+  Shape out_shape;
+  for (int64_t p : perm) out_shape.push_back(x.shape[static_cast<int>(p)]);
+  HostTensor out = run_kernel(Kernel::kPermute, {x}, x.dtype, out_shape, perm);
+  ASSERT_EQ(out.values.size(), static_cast<std::size_t>(out_shape.numel()));
+  for (int64_t i = 0; i < out_shape.numel(); ++i) {
+    Index o = unravel(i, out_shape);
+    Index in(perm.size());
+    for (std::size_t d = 0; d < perm.size(); ++d) in[perm[d]] = o[d];
+    ASSERT_EQ(out.values[i], x.values[ravel(in, x.shape)])
+        << dtype_name(x.dtype) << x.shape.to_string() << " element " << i;
+  }
+}
+
+TEST(Permute, MatchesLoopsOnRandomShapes) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 300; ++trial) {
+    const DType dtype = kDTypes[trial % 6];
+    HostTensor x = random_tensor(dtype, random_shape(rng, random_int(rng, 0, 5)), rng);
+    Index perm(x.shape.rank());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    check_permute(x, perm);
+  }
+}
+
+TEST(Permute, TransposesMatricesLargerThanOneTile) {
+  std::mt19937 rng(4);
+  for (DType dtype : kDTypes) {
+    check_permute(random_tensor(dtype, {67, 131}, rng), {1, 0});
+    check_permute(random_tensor(dtype, {3, 40, 70}, rng), {0, 2, 1});
+    check_permute(random_tensor(dtype, {33, 5, 37}, rng), {2, 1, 0});
+  }
+}
+
+TEST(Permute, RejectsNonPermutation) {
+  std::mt19937 rng(5);
+  HostTensor x = random_tensor(DType::kF32, {2, 2}, rng);
+  EXPECT_THROW(run_kernel(Kernel::kPermute, {x}, DType::kF32, {2, 2}, {0, 0}), std::runtime_error);
+  EXPECT_THROW(run_kernel(Kernel::kPermute, {x}, DType::kF32, {2, 2}, {0}), std::runtime_error);
+}
+
+TEST(Expand, MatchesNumpyBroadcastOnRandomShapes) {
+  std::mt19937 rng(6);
+  for (int trial = 0; trial < 300; ++trial) {
+    const DType dtype = kDTypes[trial % 6];
+    const Shape out_shape = random_shape(rng, random_int(rng, 0, 5));
+    const int in_rank = random_int(rng, 0, out_shape.rank());
+    const int lead = out_shape.rank() - in_rank;
+    Shape in_shape;
+    for (int d = 0; d < in_rank; ++d) {
+      in_shape.push_back(random_int(rng, 0, 1) ? out_shape[lead + d] : 1);
+    }
+    HostTensor x = random_tensor(dtype, in_shape, rng);
+    HostTensor out = run_kernel(Kernel::kExpand, {x}, dtype, out_shape);
+    for (int64_t i = 0; i < out_shape.numel(); ++i) {
+      Index o = unravel(i, out_shape);
+      Index in(in_rank);
+      for (int d = 0; d < in_rank; ++d) in[d] = in_shape[d] == 1 ? 0 : o[lead + d];
+      ASSERT_EQ(out.values[i], x.values[ravel(in, in_shape)])
+          << in_shape.to_string() << " -> " << out_shape.to_string();
+    }
+  }
+}
+
+TEST(Expand, RejectsIncompatibleShape) {
+  std::mt19937 rng(7);
+  EXPECT_THROW(
+      run_kernel(Kernel::kExpand, {random_tensor(DType::kF32, {3}, rng)}, DType::kF32, {2, 4}),
+      std::runtime_error);
+}
+
+TEST(Slice, MatchesLoopsOnRandomShapes) {
+  std::mt19937 rng(8);
+  for (int trial = 0; trial < 300; ++trial) {
+    const DType dtype = kDTypes[trial % 6];
+    HostTensor x = random_tensor(dtype, random_shape(rng, random_int(rng, 1, 4), 7), rng);
+    const int dim = random_int(rng, 0, x.shape.rank() - 1);
+    const int64_t size = x.shape[dim];
+    const int64_t step = random_int(rng, 1, 3);
+    const int64_t start = random_int(rng, 0, static_cast<int>(size));
+    const int64_t max_len = (size - start + step - 1) / step;
+    Shape out_shape = x.shape;
+    out_shape[dim] = random_int(rng, 0, static_cast<int>(max_len));
+    HostTensor out = run_kernel(Kernel::kSlice, {x}, dtype, out_shape, {dim, start, step});
+    for (int64_t i = 0; i < out_shape.numel(); ++i) {
+      Index idx = unravel(i, out_shape);
+      idx[dim] = start + idx[dim] * step;
+      ASSERT_EQ(out.values[i], x.values[ravel(idx, x.shape)]);
+    }
+  }
+}
+
+TEST(Slice, RejectsRunPastTheEnd) {
+  std::mt19937 rng(9);
+  HostTensor x = random_tensor(DType::kF32, {4, 6}, rng);
+  EXPECT_THROW(run_kernel(Kernel::kSlice, {x}, DType::kF32, {4, 3}, {1, 2, 2}), std::runtime_error);
+  EXPECT_THROW(run_kernel(Kernel::kSlice, {x}, DType::kF32, {4, 2}, {1, 0, 0}), std::runtime_error);
+}
+
+TEST(Concat, MatchesLoopsIncludingEmptyInputs) {
+  std::mt19937 rng(10);
+  for (int trial = 0; trial < 200; ++trial) {
+    const DType dtype = kDTypes[trial % 6];
+    const Shape base = random_shape(rng, random_int(rng, 1, 4));
+    const int dim = random_int(rng, 0, base.rank() - 1);
+    std::vector<HostTensor> inputs(random_int(rng, 1, 4));
+    Shape out_shape = base;
+    out_shape[dim] = 0;
+    for (HostTensor& in : inputs) {
+      Shape s = base;
+      s[dim] = random_int(rng, 0, 3);
+      out_shape[dim] += s[dim];
+      in = random_tensor(dtype, s, rng);
+    }
+    HostTensor out = run_kernel(Kernel::kConcat, inputs, dtype, out_shape, {dim});
+    for (int64_t i = 0; i < out_shape.numel(); ++i) {
+      Index idx = unravel(i, out_shape);
+      std::size_t k = 0;
+      while (idx[dim] >= inputs[k].shape[dim]) idx[dim] -= inputs[k++].shape[dim];
+      ASSERT_EQ(out.values[i], inputs[k].values[ravel(idx, inputs[k].shape)]);
+    }
+  }
+}
+
+TEST(Concat, RejectsMismatchedOtherDims) {
+  std::mt19937 rng(11);
+  EXPECT_THROW(
+      run_kernel(Kernel::kConcat,
+                 {random_tensor(DType::kF32, {2, 3}, rng), random_tensor(DType::kF32, {2, 4}, rng)},
+                 DType::kF32, {4, 3}, {0}),
+      std::runtime_error);
+}
+
+TEST(IndexSelect, MatchesLoopsOnRandomShapes) {
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 300; ++trial) {
+    const DType dtype = kDTypes[trial % 6];
+    HostTensor x = random_tensor(dtype, random_shape(rng, random_int(rng, 1, 4)), rng);
+    const int dim = random_int(rng, 0, x.shape.rank() - 1);
+    const int64_t n = x.shape[dim] == 0 ? 0 : random_int(rng, 0, 6);
+    HostTensor index = random_tensor(trial % 2 ? DType::kI32 : DType::kI64, {n}, rng, 0,
+                                     static_cast<double>(std::max<int64_t>(x.shape[dim] - 1, 0)));
+    Shape out_shape = x.shape;
+    out_shape[dim] = n;
+    HostTensor out = run_kernel(Kernel::kIndexSelect, {x, index}, dtype, out_shape, {dim});
+    for (int64_t i = 0; i < out_shape.numel(); ++i) {
+      Index idx = unravel(i, out_shape);
+      idx[dim] = static_cast<int64_t>(index.values[idx[dim]]);
+      ASSERT_EQ(out.values[i], x.values[ravel(idx, x.shape)]);
+    }
+  }
+}
+
+TEST(IndexSelect, SelectsFromZeroDimTensor) {
+  HostTensor x{DType::kF64, {}, {4.5}};
+  HostTensor out = run_kernel(Kernel::kIndexSelect, {x, index_tensor(DType::kI64, {2}, {0, 0})},
+                              DType::kF64, {2}, {0});
+  EXPECT_EQ(out.values, (std::vector<double>{4.5, 4.5}));
+}
+
+TEST(IndexSelect, NegativeIndexThrowsOutOfRangeNamingIndexAndSize) {
+  std::mt19937 rng(13);
+  HostTensor x = random_tensor(DType::kF32, {3, 2}, rng);
+  HostTensor index = index_tensor(DType::kI64, {2}, {1, -1});
+  const std::string message = out_of_range_message([&] {
+    call_kernel(Kernel::kIndexSelect, {x, index}, DType::kF32, {2, 2}, {0});
+  });
+  EXPECT_NE(message.find("index_select"), std::string::npos) << message;
+  EXPECT_NE(message.find("-1"), std::string::npos) << message;
+  EXPECT_NE(message.find("size 3"), std::string::npos) << message;
+}
+
+TEST(IndexSelect, IndexPastTheEndThrowsOutOfRange) {
+  std::mt19937 rng(14);
+  HostTensor x = random_tensor(DType::kI32, {3, 2}, rng);
+  HostTensor index = index_tensor(DType::kI32, {1}, {2});
+  const std::string message = out_of_range_message([&] {
+    call_kernel(Kernel::kIndexSelect, {x, index}, DType::kI32, {3, 1}, {1});
+  });
+  EXPECT_NE(message.find("index 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("size 2"), std::string::npos) << message;
+}
+
+TEST(Gather, MatchesTorchGatherOnRandomShapes) {
+  std::mt19937 rng(15);
+  for (int trial = 0; trial < 300; ++trial) {
+    const DType dtype = kDTypes[trial % 6];
+    HostTensor x = random_tensor(dtype, random_shape(rng, random_int(rng, 1, 4)), rng);
+    const int dim = random_int(rng, 0, x.shape.rank() - 1);
+    Shape index_shape;
+    for (int d = 0; d < x.shape.rank(); ++d) {
+      index_shape.push_back(d == dim ? random_int(rng, 0, 6)
+                                     : random_int(rng, 0, static_cast<int>(x.shape[d])));
+    }
+    if (x.shape[dim] == 0) index_shape[dim] = 0;  // nothing to point at
+    HostTensor index = random_tensor(trial % 2 ? DType::kI32 : DType::kI64, index_shape, rng, 0,
+                                     static_cast<double>(std::max<int64_t>(x.shape[dim] - 1, 0)));
+    HostTensor out = run_kernel(Kernel::kGather, {x, index}, dtype, index_shape, {dim});
+    for (int64_t i = 0; i < index_shape.numel(); ++i) {
+      Index idx = unravel(i, index_shape);
+      idx[dim] = static_cast<int64_t>(index.values[i]);
+      ASSERT_EQ(out.values[i], x.values[ravel(idx, x.shape)]);
+    }
+  }
+}
+
+TEST(Gather, GathersFromZeroDimTensor) {
+  HostTensor x{DType::kBF16, {}, {1.5}};
+  HostTensor out =
+      run_kernel(Kernel::kGather, {x, index_tensor(DType::kI32, {}, {0})}, DType::kBF16, {}, {0});
+  EXPECT_EQ(out.values, (std::vector<double>{1.5}));
+}
+
+TEST(Gather, OutOfRangeIndexThrowsOutOfRange) {
+  std::mt19937 rng(16);
+  HostTensor x = random_tensor(DType::kF64, {2, 3}, rng);
+  HostTensor index = index_tensor(DType::kI64, {2, 2}, {0, 1, 2, 0});
+  const std::string message = out_of_range_message([&] {
+    call_kernel(Kernel::kGather, {x, index}, DType::kF64, {2, 2}, {0});
+  });
+  EXPECT_NE(message.find("gather"), std::string::npos) << message;
+  EXPECT_NE(message.find("index 2"), std::string::npos) << message;
+  EXPECT_THROW(call_kernel(Kernel::kGather, {x, index_tensor(DType::kI64, {1, 1}, {-1})},
+                           DType::kF64, {1, 1}, {1}),
+               std::out_of_range);
+}
+
+TEST(OneHot, MatchesLoopsForEveryOutputDtype) {
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 120; ++trial) {
+    const DType dtype = kDTypes[trial % 6];
+    const int64_t classes = random_int(rng, 1, 6);
+    HostTensor index = random_tensor(trial % 2 ? DType::kI32 : DType::kI64,
+                                     random_shape(rng, random_int(rng, 0, 3)), rng, 0,
+                                     static_cast<double>(classes - 1));
+    Shape out_shape = index.shape;
+    out_shape.push_back(classes);
+    HostTensor out = run_kernel(Kernel::kOneHot, {index}, dtype, out_shape, {classes});
+    for (int64_t i = 0; i < out_shape.numel(); ++i) {
+      const double expected = index.values[i / classes] == static_cast<double>(i % classes);
+      ASSERT_EQ(out.values[i], expected) << dtype_name(dtype) << " element " << i;
+    }
+  }
+}
+
+TEST(OneHot, OutOfRangeClassThrowsOutOfRange) {
+  EXPECT_THROW(call_kernel(Kernel::kOneHot, {index_tensor(DType::kI64, {2}, {0, 3})}, DType::kF32,
+                           {2, 3}, {3}),
+               std::out_of_range);
+  EXPECT_THROW(
+      call_kernel(Kernel::kOneHot, {index_tensor(DType::kI32, {}, {-1})}, DType::kBool, {3}, {3}),
+      std::out_of_range);
+}
+
+}  // namespace
+}  // namespace axle::testing

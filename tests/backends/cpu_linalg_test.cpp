@@ -1,0 +1,295 @@
+// Tests backends/cpu/linalg.cpp: kMatmul against plain double loops, over transposes, NumPy batch
+// broadcasting, empty dims, every supported dtype, and the shape checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernel.h"
+#include "tests/backends/kernel_test_util.h"
+
+namespace axle {
+namespace {
+
+using testing::HostTensor;
+using testing::random_tensor;
+using testing::run_kernel;
+using testing::tolerance;
+
+/// Result of the reference product plus, per entry, sum |a_ik * b_kj|: the magnitude rounding
+/// errors scale with, so a tolerance stays meaningful when terms cancel.
+struct Reference {
+  Shape shape;
+  std::vector<double> values, scale;
+};
+
+// Element offset of the matrix that `index` (over the output's batch dims) selects in `t`,
+// whose batch dims align with the output's from the right and broadcast when 1.
+int64_t matrix_offset(const Shape& t, const std::vector<int64_t>& index) {
+  const int t_batch = t.rank() - 2;
+  const int out_batch = static_cast<int>(index.size());
+  int64_t offset = 0, stride = t[t.rank() - 1] * t[t.rank() - 2];
+  for (int i = t_batch - 1; i >= 0; --i) {
+    offset += (t[i] == 1 ? 0 : index[out_batch - t_batch + i]) * stride;
+    stride *= t[i];
+  }
+  return offset;
+}
+
+Reference reference_matmul(const HostTensor& a, const HostTensor& b, bool ta, bool tb) {
+  const int ra = a.shape.rank(), rb = b.shape.rank();
+  const int64_t m = ta ? a.shape[ra - 1] : a.shape[ra - 2];
+  const int64_t k = ta ? a.shape[ra - 2] : a.shape[ra - 1];
+  const int64_t n = tb ? b.shape[rb - 2] : b.shape[rb - 1];
+  const int batch_rank = std::max(ra, rb) - 2;
+  Reference ref;
+  for (int i = 0; i < batch_rank; ++i) {
+    const int ia = i - (batch_rank - (ra - 2)), ib = i - (batch_rank - (rb - 2));
+    const int64_t da = ia >= 0 ? a.shape[ia] : 1, db = ib >= 0 ? b.shape[ib] : 1;
+    ref.shape.push_back(da == 1 ? db : da);
+  }
+  ref.shape.push_back(m);
+  ref.shape.push_back(n);
+  int64_t batch = 1;
+  for (int i = 0; i < batch_rank; ++i) batch *= ref.shape[i];
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    std::vector<int64_t> index(batch_rank);
+    for (int64_t i = batch_rank - 1, rest = bi; i >= 0; --i) {
+      index[i] = rest % ref.shape[i];
+      rest /= ref.shape[i];
+    }
+    const int64_t oa = matrix_offset(a.shape, index), ob = matrix_offset(b.shape, index);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0, scale = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double x = a.values[oa + (ta ? p * m + i : i * k + p)];
+          const double y = b.values[ob + (tb ? j * k + p : p * n + j)];
+          sum += x * y;
+          scale += std::abs(x * y);
+        }
+        ref.values.push_back(sum);
+        ref.scale.push_back(scale);
+      }
+    }
+  }
+  return ref;
+}
+
+/// Runs kMatmul on random operands of `dtype` and compares every entry with the loops.
+void expect_matmul_matches_loops(DType dtype, const Shape& a_shape, const Shape& b_shape, bool ta,
+                                 bool tb, std::mt19937& rng) {
+  const HostTensor a = random_tensor(dtype, a_shape, rng);
+  const HostTensor b = random_tensor(dtype, b_shape, rng);
+  const Reference ref = reference_matmul(a, b, ta, tb);
+  const HostTensor out = run_kernel(Kernel::kMatmul, {a, b}, dtype, ref.shape, {ta, tb});
+  ASSERT_EQ(out.values.size(), ref.values.size());
+  for (std::size_t i = 0; i < ref.values.size(); ++i) {
+    ASSERT_LE(std::abs(out.values[i] - ref.values[i]), tolerance(dtype) * ref.scale[i])
+        << "entry " << i << " of " << ref.shape.to_string() << ": got " << out.values[i]
+        << ", want " << ref.values[i] << " (a " << a_shape.to_string() << ", b "
+        << b_shape.to_string() << ", transpose_a=" << ta << ", transpose_b=" << tb << ")";
+  }
+}
+
+/// Calls the kernel straight from the CPU kernel table, with the output buffer pre-filled with
+/// 0xFF bytes (NaN for floats), so a kernel that skips writing an entry cannot pass by luck and
+/// the exception type it throws reaches the test unwrapped.
+HostTensor call_kernel_directly(Kernel kernel, const std::vector<HostTensor>& inputs,
+                                DType out_dtype, const Shape& out_shape,
+                                std::vector<int64_t> ints) {
+  std::vector<BufferDesc> descs;
+  std::vector<std::vector<std::byte>> bytes;
+  for (const HostTensor& in : inputs) {
+    descs.push_back({in.dtype, in.shape});
+    bytes.push_back(testing::encode(in));
+  }
+  const BufferDesc out_desc{out_dtype, out_shape};
+  std::vector<std::byte> out(out_desc.bytes(), std::byte{0xFF});
+  std::vector<cpu::ConstView> views;
+  for (std::size_t i = 0; i < inputs.size(); ++i) views.push_back({bytes[i].data(), &descs[i]});
+  const KernelCall call{kernel, {}, 0, std::move(ints), {}};
+  cpu::kernel_table()[static_cast<std::size_t>(kernel)](
+      cpu::KernelArgs{call, views, {out.data(), &out_desc}});
+  return {out_dtype, out_shape, testing::decode(out_dtype, out.data(), out_shape.numel())};
+}
+
+/// The std::invalid_argument message kMatmul gives for these shapes ("" if it accepts them).
+std::string matmul_rejection(DType a_dtype, const Shape& a, DType b_dtype, const Shape& b,
+                             const Shape& out, std::vector<int64_t> ints = {0, 0}) {
+  try {
+    call_kernel_directly(Kernel::kMatmul,
+                         {HostTensor{a_dtype, a, std::vector<double>(a.numel(), 1.0)},
+                          HostTensor{b_dtype, b, std::vector<double>(b.numel(), 1.0)}},
+                         a_dtype, out, std::move(ints));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(Matmul, MatchesLoopsOnRandomShapesF32) {
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int64_t> dim(1, 40);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int64_t k = dim(rng);
+    expect_matmul_matches_loops(DType::kF32, {dim(rng), k}, {k, dim(rng)}, false, false, rng);
+  }
+}
+
+TEST(Matmul, MatchesLoopsOnRandomShapesF64) {
+  std::mt19937 rng(2);
+  std::uniform_int_distribution<int64_t> dim(1, 40);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int64_t k = dim(rng);
+    expect_matmul_matches_loops(DType::kF64, {dim(rng), k}, {k, dim(rng)}, false, false, rng);
+  }
+}
+
+TEST(Matmul, MatchesLoopsOnLargeSquareF32) {
+  std::mt19937 rng(3);
+  expect_matmul_matches_loops(DType::kF32, {130, 150}, {150, 140}, false, false, rng);
+}
+
+TEST(Matmul, TransposesA) {
+  std::mt19937 rng(4);
+  expect_matmul_matches_loops(DType::kF32, {11, 7}, {11, 5}, true, false, rng);
+  expect_matmul_matches_loops(DType::kF64, {2, 64, 33}, {2, 64, 70}, true, false, rng);
+}
+
+TEST(Matmul, TransposesB) {
+  std::mt19937 rng(5);
+  expect_matmul_matches_loops(DType::kF32, {7, 11}, {5, 11}, false, true, rng);
+  expect_matmul_matches_loops(DType::kF64, {2, 33, 64}, {2, 70, 64}, false, true, rng);
+}
+
+TEST(Matmul, TransposesBoth) {
+  std::mt19937 rng(6);
+  expect_matmul_matches_loops(DType::kF32, {11, 7}, {5, 11}, true, true, rng);
+  expect_matmul_matches_loops(DType::kF64, {3, 64, 33}, {3, 70, 64}, true, true, rng);
+}
+
+TEST(Matmul, BroadcastsBatchDimsBothWays) {
+  std::mt19937 rng(7);
+  // a [2,1,M,K] with b [3,K,N] -> [2,3,M,N]: each side repeats along the other's batch dim.
+  expect_matmul_matches_loops(DType::kF32, {2, 1, 4, 6}, {3, 6, 5}, false, false, rng);
+  expect_matmul_matches_loops(DType::kF32, {4, 1, 3, 6}, {1, 2, 5, 3}, true, true, rng);
+}
+
+TEST(Matmul, BroadcastsUnbatchedRightOperandOverBatch) {
+  std::mt19937 rng(8);
+  expect_matmul_matches_loops(DType::kF32, {3, 4, 5, 6}, {6, 7}, false, false, rng);
+  expect_matmul_matches_loops(DType::kF32, {3, 4, 5, 6}, {1, 7, 6}, false, true, rng);
+  expect_matmul_matches_loops(DType::kF32, {3, 4, 6, 5}, {6, 7}, true, false, rng);
+}
+
+TEST(Matmul, BroadcastsUnbatchedLeftOperandOverBatch) {
+  std::mt19937 rng(9);
+  expect_matmul_matches_loops(DType::kF64, {5, 6}, {4, 6, 7}, false, false, rng);
+  expect_matmul_matches_loops(DType::kF64, {6, 5}, {2, 3, 7, 6}, true, true, rng);
+}
+
+TEST(Matmul, RandomBatchedShapesWithRandomTransposes) {
+  std::mt19937 rng(10);
+  std::uniform_int_distribution<int64_t> dim(1, 9), batch(1, 3);
+  std::bernoulli_distribution coin(0.5);
+  for (int trial = 0; trial < 25; ++trial) {
+    const int64_t m = dim(rng), k = dim(rng), n = dim(rng), b0 = batch(rng), b1 = batch(rng);
+    const bool ta = coin(rng), tb = coin(rng);
+    const Shape a = ta ? Shape{b0, 1, k, m} : Shape{b0, 1, m, k};
+    const Shape b = tb ? Shape{b1, n, k} : Shape{b1, k, n};
+    expect_matmul_matches_loops(DType::kF32, a, b, ta, tb, rng);
+  }
+}
+
+TEST(Matmul, EmptyContractionGivesZeros) {
+  const HostTensor a{DType::kF32, {2, 3, 0}, {}};
+  const HostTensor b{DType::kF32, {2, 0, 4}, {}};
+  const HostTensor out =
+      call_kernel_directly(Kernel::kMatmul, {a, b}, DType::kF32, {2, 3, 4}, {0, 0});
+  for (double v : out.values) EXPECT_EQ(v, 0.0);
+}
+
+TEST(Matmul, EmptyContractionGivesZerosInBf16) {
+  const HostTensor a{DType::kBF16, {0, 3}, {}};
+  const HostTensor b{DType::kBF16, {0, 4}, {}};
+  const HostTensor out =
+      call_kernel_directly(Kernel::kMatmul, {a, b}, DType::kBF16, {3, 4}, {1, 0});
+  for (double v : out.values) EXPECT_EQ(v, 0.0);
+}
+
+TEST(Matmul, EmptyRowsOrBatchGiveEmptyOutput) {
+  std::mt19937 rng(11);
+  expect_matmul_matches_loops(DType::kF32, {2, 0, 5}, {2, 5, 3}, false, false, rng);
+  expect_matmul_matches_loops(DType::kF32, {0, 4, 5}, {5, 3}, false, false, rng);
+  expect_matmul_matches_loops(DType::kF64, {4, 5}, {5, 0}, false, false, rng);
+}
+
+TEST(Matmul, Bf16MatchesLoopsWithinBf16Tolerance) {
+  std::mt19937 rng(12);
+  expect_matmul_matches_loops(DType::kBF16, {33, 70}, {70, 21}, false, false, rng);
+  expect_matmul_matches_loops(DType::kBF16, {2, 70, 33}, {21, 70}, true, true, rng);
+}
+
+TEST(Matmul, Bf16AccumulatesInF32) {
+  // 1000 products 1 * (1 + 2^-7). In f32 every partial sum k + k/128 is exact, so the result is
+  // 1007.8125, stored as the nearest bf16, 1008. A bf16 running sum (8-bit significand) drops
+  // the 2^-7 once it passes 64 and then the whole term past 512, in any blocking order.
+  const int64_t k = 1000;
+  const HostTensor a{DType::kBF16, {1, k}, std::vector<double>(k, 1.0)};
+  const HostTensor b{DType::kBF16, {k, 2}, std::vector<double>(2 * k, 1.0 + 1.0 / 128)};
+  const HostTensor out = run_kernel(Kernel::kMatmul, {a, b}, DType::kBF16, {1, 2}, {0, 0});
+  EXPECT_EQ(out.values, (std::vector<double>{1008.0, 1008.0}));
+}
+
+TEST(Matmul, IntegersAreExactInS32) {
+  std::mt19937 rng(13);
+  expect_matmul_matches_loops(DType::kI32, {9, 13}, {13, 8}, false, false, rng);
+  expect_matmul_matches_loops(DType::kI32, {2, 13, 9}, {8, 13}, true, true, rng);
+}
+
+TEST(Matmul, IntegersAreExactInS64) {
+  std::mt19937 rng(14);
+  expect_matmul_matches_loops(DType::kI64, {3, 9, 13}, {13, 8}, false, false, rng);
+}
+
+TEST(Matmul, RejectsContractionMismatch) {
+  const std::string msg = matmul_rejection(DType::kF32, {3, 5}, DType::kF32, {6, 2}, {3, 2});
+  EXPECT_TRUE(contains(msg, "matmul")) << msg;
+  EXPECT_TRUE(contains(msg, "K=5")) << msg;
+  EXPECT_TRUE(contains(msg, "K=6")) << msg;
+}
+
+TEST(Matmul, RejectsBatchDimsThatDoNotBroadcast) {
+  const std::string msg =
+      matmul_rejection(DType::kF32, {2, 3, 5}, DType::kF32, {4, 5, 2}, {4, 3, 2});
+  EXPECT_TRUE(contains(msg, "broadcast")) << msg;
+  EXPECT_TRUE(contains(msg, "[2,3,5]")) << msg;
+}
+
+TEST(Matmul, RejectsOutputShapeTheOperandsDoNotGive) {
+  const std::string msg = matmul_rejection(DType::kF32, {2, 3, 5}, DType::kF32, {5, 4}, {2, 4, 3});
+  EXPECT_TRUE(contains(msg, "[2,3,4]")) << msg;
+}
+
+TEST(Matmul, RejectsMixedDtypes) {
+  EXPECT_FALSE(matmul_rejection(DType::kF32, {3, 5}, DType::kF64, {5, 2}, {3, 2}).empty());
+}
+
+TEST(Matmul, RejectsRankOneOperands) {
+  EXPECT_FALSE(matmul_rejection(DType::kF32, {5}, DType::kF32, {5, 2}, {2}).empty());
+}
+
+TEST(Matmul, RejectsBool) {
+  EXPECT_FALSE(matmul_rejection(DType::kBool, {3, 5}, DType::kBool, {5, 2}, {3, 2}).empty());
+}
+
+}  // namespace
+}  // namespace axle
