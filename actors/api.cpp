@@ -13,11 +13,6 @@ namespace {
 
 thread_local std::chrono::steady_clock::time_point tls_last_step = std::chrono::steady_clock::now();
 
-bool sync_wait_default() {
-  static const bool wait = config::get_bool("XLA_SYNC_WAIT", false);
-  return wait;
-}
-
 }  // namespace
 
 Device device(int ordinal) {
@@ -46,8 +41,8 @@ void mark_step(bool wait, std::source_location where) {
   AXLE_METRIC_ADD("TraceTime", MetricKind::kTime, traced_ns);
   AXLE_COUNTER_INC("MarkStep", 1);
   TraceContext& context = TraceContext::current();
-  sync_tensors(context.pending_tensors(), wait || sync_wait_default(), SyncReason::kMarkStep,
-               where);
+  sync_tensors(context.pending_tensors(), wait || LazySystem::get().sync_wait(),
+               SyncReason::kMarkStep, where);
   context.reset_node_count();
   tls_last_step = std::chrono::steady_clock::now();
 }

@@ -51,6 +51,8 @@ class LazySystem final : public TraceObserver {
 
   void set_eager(bool eager) noexcept { eager_.store(eager, std::memory_order_relaxed); }
   [[nodiscard]] bool eager() const noexcept { return eager_.load(std::memory_order_relaxed); }
+  /// XLA_SYNC_WAIT: mark_step waits for the device.
+  [[nodiscard]] bool sync_wait() const noexcept { return sync_wait_; }
 
  private:
   Runtime runtime_;
@@ -60,6 +62,7 @@ class LazySystem final : public TraceObserver {
   std::vector<ActorRef<DeviceActor>> devices_;
   std::atomic<bool> eager_{false};
   uint64_t max_graph_nodes_;
+  bool sync_wait_ = false;
   std::string save_tensors_file_;
   std::string save_tensors_format_;
   std::mutex save_mutex_;

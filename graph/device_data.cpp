@@ -1,7 +1,14 @@
 // graph: device data placeholders.
 #include "graph/device_data.h"
 
+#include "engine/metrics.h"
+
 namespace axle {
+
+DeviceData::DeviceData(Device device, DType dtype, Shape shape)
+    : device_(device), dtype_(dtype), shape_(shape) {
+  AXLE_COUNTER_INC("DeviceDataCount", 1);
+}
 
 void DeviceData::fulfil(IntrusivePtr<DeviceMemory> memory) {
   memory_ = std::move(memory);

@@ -21,8 +21,8 @@ namespace axle {
 /// A buffer on a device (storage dtype and shape) that is pending, ready or failed.
 class DeviceData final : public RefCounted {
  public:
-  DeviceData(Device device, DType dtype, Shape shape) noexcept
-      : device_(device), dtype_(dtype), shape_(shape) {}
+  /// Counted as `DeviceDataCount`.
+  DeviceData(Device device, DType dtype, Shape shape);
 
   [[nodiscard]] Device device() const noexcept { return device_; }
   [[nodiscard]] DType dtype() const noexcept { return dtype_; }

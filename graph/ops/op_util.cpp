@@ -103,13 +103,15 @@ Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b, cons
   return out;
 }
 
-int64_t normalize_dim(std::string_view op, int64_t d, int rank, const Loc& where) {
-  const int64_t bound = std::max(rank, 1);  // a 0-d tensor accepts dim 0 and -1, as torch
-  const int64_t n = d < 0 ? d + bound : d;
-  if (n < 0 || n >= bound) {
-    fail(op, fmt::format("dim {} is out of range for a tensor of rank {}", d, rank), where);
+int64_t normalize_dim(std::string_view op, const Tensor& x, int64_t d, int rank, const Loc& where) {
+  const int64_t bound = std::max(rank, 1);
+  if (d < -bound || d >= bound) {
+    fail(op,
+         fmt::format("dim {} is out of range for {} (expected {}..{})", d, describe(x), -bound,
+                     bound - 1),
+         where);
   }
-  return n;
+  return d < 0 ? d + bound : d;
 }
 
 DType storage_dtype(DType logical) {

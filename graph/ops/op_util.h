@@ -30,8 +30,10 @@ Device common_device(std::string_view op, std::initializer_list<const Tensor*> t
 Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b, const Loc& where,
                        const Tensor* ta = nullptr, const Tensor* tb = nullptr);
 
-/// Dim `d` of a rank-`rank` tensor, negative counting from the end; ShapeError if out of range.
-int64_t normalize_dim(std::string_view op, int64_t d, int rank, const Loc& where);
+/// Dim `d` of `x`, negative counting from the end; ShapeError naming `x` if out of range:
+/// "dim 3 is out of range for f32[2,3] (expected -2..1)". `rank` is the rank the dim counts in:
+/// x's, or one more for ops that insert a dim. A 0-d tensor takes dim 0 and -1, as torch.
+int64_t normalize_dim(std::string_view op, const Tensor& x, int64_t d, int rank, const Loc& where);
 
 /// The dtype a logical dtype is stored in on the device (XLA_USE_BF16, XLA_DOWNCAST_BF16).
 DType storage_dtype(DType logical);

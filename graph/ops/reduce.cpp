@@ -11,20 +11,6 @@ namespace {
 
 using ops::describe;
 
-// Dim `d`, negative counting from the end, as ops::normalize_dim, but the error also names the
-// tensor: "dim 3 is out of range for f32[2,3] (expected -2..1)". `rank` is the rank the dim
-// counts in: x's, or one more for ops that insert a dim.
-int64_t dim_of(std::string_view op, const Tensor& x, int64_t d, int rank, const Loc& where) {
-  const int64_t bound = std::max(rank, 1);  // a 0-d tensor takes dim 0 and -1, as torch
-  if (d < -bound || d >= bound) {
-    ops::fail(op,
-              fmt::format("dim {} is out of range for {} (expected {}..{})", d, describe(x), -bound,
-                          bound - 1),
-              where);
-  }
-  return d < 0 ? d + bound : d;
-}
-
 // The dims a reduction runs over: normalized, sorted and unique, as the kernels expect; an
 // empty list means every dim. A 0-d tensor accepts dim 0 / -1 (as torch) but has no dim to
 // reduce, so its list stays empty and the node's ints are just [keepdim].
@@ -33,7 +19,7 @@ std::vector<int64_t> reduced_dims(std::string_view op, const Tensor& x,
   const int rank = x.dim();
   std::vector<int64_t> out;
   for (int64_t d : dims) {
-    const int64_t n = dim_of(op, x, d, rank, where);
+    const int64_t n = ops::normalize_dim(op, x, d, rank, where);
     if (std::find(out.begin(), out.end(), n) != out.end()) {
       ops::fail(op,
                 fmt::format("dim {} appears more than once in [{}] (reducing {})", n,
@@ -107,7 +93,7 @@ NodePtr reshaped(const NodePtr& value, const Shape& shape, const Loc& where) {
 Tensor softmax_like(Op op, const Tensor& x, int64_t dim, const Loc& where) {
   const std::string_view name = op_name(op);
   ops::require_defined(name, x, "the operand", where);
-  const int64_t d = dim_of(name, x, dim, x.dim(), where);
+  const int64_t d = ops::normalize_dim(name, x, dim, x.dim(), where);
   // torch rejects integer inputs here; axle computes them in f32 as it does for exp and log.
   const DType dtype = result_dtype(x.dtype(), ResultType::kFloatType);
   NodePtr value = ops::value_as(x, dtype, where);
@@ -150,7 +136,7 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim, Loc whe
   ops::require_defined("argmax", x, "the operand", where);
   const Shape& in = x.shape();
   if (dim) {
-    const int64_t d = dim_of("argmax", x, *dim, in.rank(), where);
+    const int64_t d = ops::normalize_dim("argmax", x, *dim, in.rank(), where);
     if (in.rank() > 0) {
       require_nonempty("argmax", x, {d}, where);
       return ops::make_result(Op::kArgMax, DType::kI64, reduced_shape(in, {d}, keepdim),

@@ -13,20 +13,6 @@ namespace {
 
 using ops::describe;
 
-// Dim `d`, negative counting from the end, as ops::normalize_dim, but the error also names the
-// tensor: "dim 3 is out of range for f32[2,3] (expected -2..1)". `rank` is the rank the dim
-// counts in: x's, or one more for ops that insert a dim.
-int64_t dim_of(std::string_view op, const Tensor& x, int64_t d, int rank, const Loc& where) {
-  const int64_t bound = std::max(rank, 1);  // a 0-d tensor takes dim 0 and -1, as torch
-  if (d < -bound || d >= bound) {
-    ops::fail(op,
-              fmt::format("dim {} is out of range for {} (expected {}..{})", d, describe(x), -bound,
-                          bound - 1),
-              where);
-  }
-  return d < 0 ? d + bound : d;
-}
-
 // Shape's constructor would throw std::length_error past rank 8; a user asking for it is an
 // op error like any other, so it gets the op's name and the caller's line.
 Shape make_shape(std::string_view op, std::span<const int64_t> dims, const Loc& where) {
@@ -87,7 +73,7 @@ Tensor permute_impl(std::string_view op, const Tensor& x, const std::vector<int6
   Shape out;
   std::array<bool, Shape::kMaxRank> seen{};
   for (int64_t p : perm) {
-    const int64_t d = dim_of(op, x, p, in.rank(), where);
+    const int64_t d = ops::normalize_dim(op, x, p, in.rank(), where);
     if (seen[d]) {
       ops::fail(op,
                 fmt::format("[{}] is not a permutation of the dims of {}", fmt::join(perm, ","),
@@ -123,12 +109,12 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim, Loc where) {
   ops::require_defined("flatten", x, "the operand", where);
   const Shape& in = x.shape();
   if (in.rank() == 0) {
-    dim_of("flatten", x, start_dim, 0, where);
-    dim_of("flatten", x, end_dim, 0, where);
+    ops::normalize_dim("flatten", x, start_dim, 0, where);
+    ops::normalize_dim("flatten", x, end_dim, 0, where);
     return reshape_to(x, Shape{1}, where);  // torch.flatten of a 0-d tensor is 1-d
   }
-  const int64_t start = dim_of("flatten", x, start_dim, in.rank(), where);
-  const int64_t end = dim_of("flatten", x, end_dim, in.rank(), where);
+  const int64_t start = ops::normalize_dim("flatten", x, start_dim, in.rank(), where);
+  const int64_t end = ops::normalize_dim("flatten", x, end_dim, in.rank(), where);
   if (start > end) {
     ops::fail(
         "flatten",
@@ -151,7 +137,7 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim, Loc where) {
 Tensor squeeze(const Tensor& x, int64_t dim, Loc where) {
   ops::require_defined("squeeze", x, "the operand", where);
   const Shape& in = x.shape();
-  const int64_t d = dim_of("squeeze", x, dim, in.rank(), where);
+  const int64_t d = ops::normalize_dim("squeeze", x, dim, in.rank(), where);
   // torch returns x unchanged when the dim is not 1; a reshape node to the same shape keeps
   // "every op gives a new tensor" true, so an in-place op on the result never touches x.
   if (in.rank() == 0 || in[static_cast<int>(d)] != 1) return reshape_to(x, in, where);
@@ -165,7 +151,7 @@ Tensor squeeze(const Tensor& x, int64_t dim, Loc where) {
 Tensor unsqueeze(const Tensor& x, int64_t dim, Loc where) {
   ops::require_defined("unsqueeze", x, "the operand", where);
   const Shape& in = x.shape();
-  const int64_t d = dim_of("unsqueeze", x, dim, in.rank() + 1, where);
+  const int64_t d = ops::normalize_dim("unsqueeze", x, dim, in.rank() + 1, where);
   std::vector<int64_t> dims(in.dims().begin(), in.dims().end());
   dims.insert(dims.begin() + d, 1);
   return reshape_to(x, make_shape("unsqueeze", dims, where), where);
@@ -185,8 +171,8 @@ Tensor permute(const Tensor& x, std::vector<int64_t> dims, Loc where) {
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1, Loc where) {
   ops::require_defined("transpose", x, "the operand", where);
   const int rank = x.dim();
-  const int64_t a = dim_of("transpose", x, dim0, rank, where);
-  const int64_t b = dim_of("transpose", x, dim1, rank, where);
+  const int64_t a = ops::normalize_dim("transpose", x, dim0, rank, where);
+  const int64_t b = ops::normalize_dim("transpose", x, dim1, rank, where);
   std::vector<int64_t> perm(rank);
   for (int i = 0; i < rank; ++i) perm[i] = i;
   if (rank > 0) std::swap(perm[a], perm[b]);
@@ -223,7 +209,7 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   if (x.dim() == 0) ops::fail("slice", fmt::format("cannot slice the 0-d {}", describe(x)), where);
   if (step < 1)
     ops::fail("slice", fmt::format("step {} must be >= 1 (slicing {})", step, describe(x)), where);
-  const int64_t d = dim_of("slice", x, dim, x.dim(), where);
+  const int64_t d = ops::normalize_dim("slice", x, dim, x.dim(), where);
   const int64_t size = x.shape()[static_cast<int>(d)];
   // Python's rules: negative counts from the end, then clamp into [0, size].
   auto clamp = [size](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + size : i, 0, size); };
@@ -246,7 +232,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, Loc where) {
   if (shape0.rank() == 0) {
     ops::fail("cat", fmt::format("cannot concatenate the 0-d tensor {}", describe(first)), where);
   }
-  const int64_t d = dim_of("cat", first, dim, shape0.rank(), where);
+  const int64_t d = ops::normalize_dim("cat", first, dim, shape0.rank(), where);
   Shape out = shape0;
   out[static_cast<int>(d)] = 0;
   DType dtype = first.dtype();
@@ -281,7 +267,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim, Loc where) {
                 where);
     }
   }
-  const int64_t d = dim_of("stack", tensors[0], dim, tensors[0].dim() + 1, where);
+  const int64_t d = ops::normalize_dim("stack", tensors[0], dim, tensors[0].dim() + 1, where);
   std::vector<Tensor> parts;
   parts.reserve(tensors.size());
   for (const Tensor& t : tensors) parts.push_back(unsqueeze(t, d, where));
@@ -300,7 +286,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, Loc where
                           describe(x)),
               where);
   }
-  const int64_t d = dim_of("index_select", x, dim, x.dim(), where);
+  const int64_t d = ops::normalize_dim("index_select", x, dim, x.dim(), where);
   Shape out = x.shape();
   if (x.dim() == 0) {
     if (index.numel() != 1) {
@@ -323,7 +309,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, Loc where) {
   ops::require_defined("gather", index, "the index", where);
   const Device device = ops::common_device("gather", {&x, &index}, where);
   require_integer_index("gather", index, where);
-  const int64_t d = dim_of("gather", x, dim, x.dim(), where);
+  const int64_t d = ops::normalize_dim("gather", x, dim, x.dim(), where);
   if (index.dim() != x.dim()) {
     ops::fail("gather",
               fmt::format("the index {} must have the rank of {}", describe(index), describe(x)),

@@ -1,0 +1,209 @@
+// The lazy core's settings and device queries: PJRT_DEVICE / CPU_NUM_DEVICES, XLA_USE_BF16,
+// XLA_SYNC_WAIT, XLA_SAVE_TENSORS_FILE, XLA_COMPILATION_CACHE_SIZE, random seeds, memory info.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "axle.h"
+#include "engine/config.h"
+#include "graph/ops/op_util.h"
+
+namespace axle {
+namespace {
+
+class LazyConfig : public ::testing::Test {
+ protected:
+  void SetUp() override { clear_all(); }
+  void TearDown() override {
+    for (const char* name : {"XLA_USE_BF16", "XLA_SYNC_WAIT", "XLA_SAVE_TENSORS_FILE",
+                             "XLA_SAVE_TENSORS_FMT", "XLA_COMPILATION_CACHE_SIZE", "PJRT_DEVICE"}) {
+      config::unset(name);
+    }
+    ops::reload_dtype_config();
+    LazySystem::restart();
+  }
+};
+
+int64_t count(const char* name) { return counter_value(name).value_or(0); }
+
+TEST_F(LazyConfig, CpuDevicesAreCountedAndNamed) {
+  LazySystem::restart(LazySystemOptions{.cpu_devices = 3});
+  EXPECT_EQ(device_count(), 3);
+  ASSERT_EQ(devices().size(), 3u);
+  EXPECT_EQ(devices()[2].ordinal, 2);
+  EXPECT_EQ(xla_device_hw(device(1)), "CPU");
+  EXPECT_EQ(device(2).to_string(), "xla:2");
+  EXPECT_THROW(device(3), std::out_of_range);
+}
+
+TEST_F(LazyConfig, EachDeviceComputesItsOwnTensors) {
+  LazySystem::restart(LazySystemOptions{.cpu_devices = 2});
+  Tensor a = tensor(std::vector<float>{1, 2}, Shape{2}, device(0));
+  Tensor b = tensor(std::vector<float>{10, 20}, Shape{2}, device(1));
+  Tensor c = a * 2.0;
+  Tensor d = b * 2.0;
+  mark_step();
+  EXPECT_EQ(c.device().ordinal, 0);
+  EXPECT_EQ(d.device().ordinal, 1);
+  EXPECT_EQ(d.to_vector<float>(), (std::vector<float>{20, 40}));
+  EXPECT_THROW(a + b, ShapeError);  // operands on different devices
+}
+
+TEST_F(LazyConfig, UnknownPjrtDeviceIsAConfigError) {
+  config::set("PJRT_DEVICE", "TPU");
+  EXPECT_THROW(LazySystem::restart(), ConfigError);
+  config::unset("PJRT_DEVICE");
+}
+
+TEST_F(LazyConfig, Bf16StorageKeepsTheLogicalDtype) {
+  config::set("XLA_USE_BF16", "1");
+  ops::reload_dtype_config();
+  LazySystem::restart();
+  Tensor a = tensor(std::vector<float>{1.0f, 1.00390625f, 3.14159f}, Shape{3});
+  Tensor b = a * 1.0;
+  EXPECT_EQ(b.dtype(), DType::kF32);                 // what the user sees
+  EXPECT_EQ(b.impl()->ir()->dtype(), DType::kBF16);  // what the device holds
+  std::vector<float> v = b.to_vector<float>();
+  EXPECT_EQ(v[0], 1.0f);
+  EXPECT_EQ(v[1], 1.0f);  // 1 + 2^-8 is not representable in bf16 (8 bits of mantissa)
+  EXPECT_NEAR(v[2], 3.14159f, 0.02f);
+  EXPECT_EQ(b.to_cpu().dtype, DType::kF32);
+}
+
+TEST_F(LazyConfig, SyncWaitMakesMarkStepWaitForTheDevice) {
+  config::set("XLA_SYNC_WAIT", "1");
+  LazySystem::restart();
+  Tensor a = tensor(std::vector<float>{1, 2}, Shape{2});
+  Tensor b = exp(a);
+  mark_step();
+  EXPECT_FALSE(b.impl()->data()->pending());
+  config::unset("XLA_SYNC_WAIT");
+  LazySystem::restart();
+  Tensor c = exp(a);
+  DeviceActor::set_execution_gate(
+      [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
+  mark_step();
+  EXPECT_TRUE(c.impl()->data()->pending());  // without it, mark_step does not wait
+  DeviceActor::set_execution_gate(nullptr);
+}
+
+TEST_F(LazyConfig, SavedTensorsFileGetsEachExecutedGraph) {
+  char path[] = "/tmp/axle_save_tensorsXXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  config::set("XLA_SAVE_TENSORS_FILE", path);
+  config::set("XLA_SAVE_TENSORS_FMT", "text");
+  LazySystem::restart();
+  Tensor a = tensor(std::vector<float>{1, 2}, Shape{2});
+  Tensor b = relu(a - 1.5);
+  mark_step();
+  Tensor c = b + b;
+  mark_step();
+  wait_device_ops();
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::remove(path);
+  const std::string saved = text.str();
+  EXPECT_NE(saved.find("[mark_step]"), std::string::npos) << saved;
+  EXPECT_NE(saved.find("relu"), std::string::npos) << saved;
+  EXPECT_NE(saved.find("add"), std::string::npos) << saved;
+}
+
+TEST_F(LazyConfig, BadSaveFormatIsAConfigError) {
+  config::set("XLA_SAVE_TENSORS_FMT", "png");
+  EXPECT_THROW(LazySystem::restart(), ConfigError);
+}
+
+TEST_F(LazyConfig, CompileCacheEvictsTheLeastRecentlyUsed) {
+  config::set("XLA_COMPILATION_CACHE_SIZE", "2");
+  LazySystem::restart();
+  Tensor x = tensor(std::vector<float>{1, 2}, Shape{2});
+  auto run = [&](int which) {
+    Tensor y = which == 0 ? x + 1.5 : which == 1 ? x * 2.5 : x - 3.5;
+    mark_step();
+    wait_device_ops();
+  };
+  run(0);
+  run(1);
+  run(2);  // evicts graph 0
+  EXPECT_EQ(LazySystem::get().cache().size(), 2u);
+  run(0);  // compiles again
+  EXPECT_EQ(count("UncachedCompile"), 4);
+  run(2);  // still cached
+  EXPECT_EQ(count("UncachedCompile"), 4);
+}
+
+TEST_F(LazyConfig, SameSeedGivesTheSameNumbersWhateverTheDeviceCount) {
+  auto draw = [](int devices, int on) {
+    LazySystem::restart(LazySystemOptions{.cpu_devices = devices});
+    set_rng_state(1234, device(on));
+    Tensor r = randn({64}, DType::kF32, device(on));
+    return r.to_vector<float>();
+  };
+  const std::vector<float> one = draw(1, 0);
+  EXPECT_EQ(draw(1, 0), one);
+  EXPECT_EQ(draw(3, 2), one);
+  LazySystem::restart();
+  set_rng_state(99);
+  EXPECT_EQ(get_rng_state(), 99u);
+  EXPECT_NE(randn({64}).to_vector<float>(), one);
+}
+
+TEST_F(LazyConfig, MemoryInfoTracksDeviceBuffers) {
+  LazySystem::restart();
+  const MemoryInfo before = get_memory_info(device(0));
+  Tensor big = tensor(std::vector<float>(1 << 16, 1.0f), Shape{1 << 16});
+  wait_device_ops();
+  const MemoryInfo during = get_memory_info(device(0));
+  EXPECT_GE(during.bytes_in_use, before.bytes_in_use + (1u << 18));
+  EXPECT_GE(during.peak_bytes, during.bytes_in_use);
+  big = Tensor();
+  EXPECT_LT(get_memory_info(device(0)).bytes_in_use, during.bytes_in_use);
+}
+
+TEST_F(LazyConfig, ExecutionErrorsReachTheReaderWithTheKernelName) {
+  LazySystem::restart();
+  Tensor x = tensor(std::vector<float>{1, 2, 3}, Shape{3});
+  Tensor index = tensor(std::vector<int64_t>{0, 7}, Shape{2});
+  Tensor picked = index_select(x, 0, index);  // 7 is out of range: found only when it runs
+  Tensor later = picked * 2.0;
+  mark_step();
+  try {
+    (void)later.to_vector<float>();
+    FAIL() << "expected the execution error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("index_select"), std::string::npos) << e.what();
+  }
+  // The device survives and runs the next step.
+  Tensor ok = x + 1.0;
+  EXPECT_EQ(ok.to_vector<float>(), (std::vector<float>{2, 3, 4}));
+}
+
+TEST_F(LazyConfig, StepScopeMarksTheStepWhenItEnds) {
+  LazySystem::restart();
+  Tensor x = tensor(std::vector<float>{1}, Shape{1});
+  Tensor y;
+  {
+    StepScope step;
+    y = x * 3.0;
+    EXPECT_TRUE(y.impl()->pending_ir());
+  }
+  EXPECT_FALSE(y.impl()->pending_ir());
+  EXPECT_EQ(count("MarkStep"), 1);
+  EXPECT_FLOAT_EQ(y.item<float>(), 3.0f);
+}
+
+TEST_F(LazyConfig, PrintingShowsValuesDeviceAndDtype) {
+  LazySystem::restart();
+  Tensor x = tensor(std::vector<int64_t>{1, 2, 3, 4}, Shape{2, 2});
+  EXPECT_EQ(x.to_string(), "tensor([[1, 2], [3, 4]], device='xla:0', dtype=s64)");
+}
+
+}  // namespace
+}  // namespace axle
