@@ -10,23 +10,14 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/element.h"
 #include "backends/cpu/kernel.h"
 
 namespace axle::cpu {
 namespace {
-
-template <class T>
-using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
-template <class T>
-using MatrixMap = Eigen::Map<RowMatrix<T>>;
-using Bf16Vector = Eigen::Matrix<Eigen::bfloat16, Eigen::Dynamic, 1>;
-using F32Vector = Eigen::Matrix<float, Eigen::Dynamic, 1>;
 
 // Division rounding toward -infinity (b > 0); window starts in the padding are negative.
 int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
@@ -39,13 +30,6 @@ std::pair<int64_t, int64_t> taps_inside(int64_t start, int64_t size, int64_t tap
   const int64_t lo = std::clamp<int64_t>(ceil_div(-start, dilation), 0, taps);
   const int64_t hi = std::clamp<int64_t>(floor_div(size - 1 - start, dilation) + 1, lo, taps);
   return {lo, hi};
-}
-
-F32Vector widen(const ConstView& v) {
-  return Eigen::Map<const Bf16Vector>(v.as<Eigen::bfloat16>(), v.desc->shape.numel()).cast<float>();
-}
-void narrow(const F32Vector& from, const View& to) {
-  Eigen::Map<Bf16Vector>(to.as<Eigen::bfloat16>(), from.size()) = from.cast<Eigen::bfloat16>();
 }
 
 /// "ints=[1, 2, 3]": how a call with the wrong number of attributes shows them.
@@ -192,9 +176,9 @@ void conv2d(const KernelArgs& args) {
       return conv2d_typed(x.as<double>(), w.as<double>(), args.output.as<double>(), g);
     case DType::kBF16: {
       // bf16 storage, f32 accumulation: widen once, convolve in f32, round once at the end.
-      F32Vector out(args.output.desc->shape.numel());
-      conv2d_typed(widen(x).data(), widen(w).data(), out.data(), g);
-      return narrow(out, args.output);
+      std::vector<float> out(static_cast<std::size_t>(args.output.desc->shape.numel()));
+      conv2d_typed(widened(x).data(), widened(w).data(), out.data(), g);
+      return narrow_block(out.data(), args.output.as<Bf16>(), static_cast<int64_t>(out.size()));
     }
     default:
       return;  // rejected by plan_conv
@@ -278,13 +262,10 @@ PoolGeometry plan_pool(const KernelArgs& args, bool is_max) {
   return g;
 }
 
-/// The type a pooled value is computed in: bf16 values are compared and summed in f32.
-template <class T>
-using Accumulator = std::conditional_t<std::is_same_v<T, Eigen::bfloat16>, float, T>;
-
 template <class T>
 void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
-  using A = Accumulator<T>;
+  // bf16 values are compared in f32.
+  using A = compute_t<T>;
   std::vector<std::pair<int64_t, int64_t>> cols(g.ow);  // in-bounds taps of each column window
   for (int64_t ow = 0; ow < g.ow; ++ow) {
     cols[ow] = taps_inside(ow * g.stride_w - g.pad_w, g.w, g.kw, g.dilation_w);
@@ -299,11 +280,11 @@ void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
         for (int64_t i = kh_lo; i < kh_hi; ++i) {
           const T* row = x + (start_h + i * g.dilation_h) * g.w;
           for (int64_t j = cols[ow].first; j < cols[ow].second; ++j) {
-            const A v = static_cast<A>(row[start_w + j * g.dilation_w]);
+            const A v = load(row[start_w + j * g.dilation_w]);
             if (v > best || std::isnan(v)) best = v;  // NaN wins, as in torch
           }
         }
-        *out = static_cast<T>(best);
+        *out = store<T>(best);
       }
     }
   }
@@ -311,7 +292,8 @@ void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
 
 template <class T>
 void avg_pool_typed(const T* x, T* out, const PoolGeometry& g) {
-  using A = Accumulator<T>;
+  // bf16 values are summed in f32.
+  using A = compute_t<T>;
   for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
     for (int64_t oh = 0; oh < g.oh; ++oh) {
       // torch's divisor: the window clipped to the padded input counts padding (count_include_pad)
@@ -326,16 +308,16 @@ void avg_pool_typed(const T* x, T* out, const PoolGeometry& g) {
         const int64_t padded_w = w1 - w0;
         w0 = std::max<int64_t>(w0, 0), w1 = std::min(w1, g.w);
         if (h0 >= h1 || w0 >= w1) {
-          *out = T(0);
+          *out = store<T>(A(0));
           continue;
         }
         A sum = 0;
         for (int64_t i = h0; i < h1; ++i) {
           const T* row = x + i * g.w;
-          for (int64_t j = w0; j < w1; ++j) sum += static_cast<A>(row[j]);
+          for (int64_t j = w0; j < w1; ++j) sum += load(row[j]);
         }
         const int64_t divisor = g.count_include_pad ? padded_h * padded_w : (h1 - h0) * (w1 - w0);
-        *out = static_cast<T>(sum / static_cast<A>(divisor));
+        *out = store<T>(sum / static_cast<A>(divisor));
       }
     }
   }
@@ -359,7 +341,7 @@ void pool2d(const KernelArgs& args) {
     case DType::kF64:
       return run(double{});
     case DType::kBF16:
-      return run(Eigen::bfloat16{});
+      return run(Bf16{});
     default:
       return;  // rejected by plan_pool
   }

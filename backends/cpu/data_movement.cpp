@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/element.h"
 #include "backends/cpu/kernel.h"
 
 namespace axle::cpu {
@@ -487,27 +488,10 @@ void gather_kernel(const KernelArgs& args) {
 // The bytes of 1 in `dtype`; 0 is all-zero bytes in every dtype, so a memset clears.
 std::array<std::byte, 8> one_in(DType dtype) {
   std::array<std::byte, 8> bytes{};
-  auto put = [&](auto value) { std::memcpy(bytes.data(), &value, sizeof(value)); };
-  switch (dtype) {
-    case DType::kF32:
-      put(1.0f);
-      break;
-    case DType::kF64:
-      put(1.0);
-      break;
-    case DType::kBF16:
-      put(uint16_t{0x3F80});
-      break;  // the top half of 1.0f
-    case DType::kI32:
-      put(int32_t{1});
-      break;
-    case DType::kI64:
-      put(int64_t{1});
-      break;
-    case DType::kBool:
-      put(uint8_t{1});
-      break;
-  }
+  visit_dtype(dtype, [&](auto tag) {
+    const auto one = store<typename decltype(tag)::type>(1.0);
+    std::memcpy(bytes.data(), &one, sizeof(one));
+  });
   return bytes;
 }
 

@@ -7,15 +7,11 @@
 // elements plus a scalar tail: GCC at -O2 uses its "very cheap" vectoriser cost model, which only
 // vectorises loops whose trip count it knows, so a plain `for (i < n)` loop would stay scalar.
 // Transcendentals go through Eigen arrays, whose exp/log/tanh are vectorised.
-//
-// The element-type helpers (Bf16, visit_dtype, load/store) are repeated in reduce.cpp; they
-// belong in a shared backends/cpu header once a third family needs them.
 #include <fmt/format.h>
 #include <Eigen/Core>
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -24,103 +20,16 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/element.h"
 #include "backends/cpu/kernel.h"
 
 namespace axle::cpu {
 namespace {
 
-// ---- Element types ---------------------------------------------------------------------------
-
-// bf16 storage. The conversions are written out rather than taken from Eigen::bfloat16 (same bit
-// layout) because Eigen's branchy rounding keeps GCC from vectorising loops that use it.
-struct Bf16 {
-  uint16_t bits;
-};
-inline float widen(Bf16 x) noexcept {
-  return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16);
-}
-inline Bf16 narrow(float f) noexcept {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const uint32_t nearest_even = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (u >> 16) | 0x40u;
-  return Bf16{static_cast<uint16_t>(f != f ? quiet_nan : nearest_even)};
-}
-
-template <class T>
-struct Tag {
-  using type = T;
-};
-
-// Calls f(Tag<T>{}) with T the storage type of `dtype`. Pred buffers hold 0 or 1 (every kernel
-// writes only those), so they are read as C++ bool.
-template <class F>
-void visit_dtype(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      return f(Tag<float>{});
-    case DType::kF64:
-      return f(Tag<double>{});
-    case DType::kBF16:
-      return f(Tag<Bf16>{});
-    case DType::kI32:
-      return f(Tag<int32_t>{});
-    case DType::kI64:
-      return f(Tag<int64_t>{});
-    case DType::kBool:
-      return f(Tag<bool>{});
-  }
-  throw std::invalid_argument(fmt::format("unknown dtype {}", static_cast<int>(dtype)));
-}
-
-// bf16 is computed in float; everything else in its own type.
-template <class T>
-using compute_t = std::conditional_t<std::is_same_v<T, Bf16>, float, T>;
-template <class T>
-constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
-template <class T>
-constexpr bool kIsInt = std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>;
-
-template <class T>
-compute_t<T> load(T x) noexcept {
-  if constexpr (std::is_same_v<T, Bf16>) {
-    return widen(x);
-  } else {
-    return x;
-  }
-}
-// Float to integer truncates toward zero (NaN and out-of-range values give what the hardware
-// conversion gives, INT_MIN on x86, as torch on CPU); to bool is `!= 0` (NaN is true, as torch).
-template <class T, class V>
-T store(V v) noexcept {
-  if constexpr (std::is_same_v<T, Bf16>) {
-    return narrow(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
-template <class V>
-bool is_nan(V v) noexcept {
-  return v != v;  // false for integers; vectorises, unlike a call
-}
-
-[[noreturn]] void unsupported(Kernel kernel, DType dtype) {
-  throw std::invalid_argument(
-      fmt::format("{} is not defined for {}", kernel_name(kernel), dtype_name(dtype)));
-}
-
 void check_arity(const KernelArgs& args, std::size_t inputs) {
   if (args.inputs.size() != inputs) {
     throw std::invalid_argument(fmt::format(
         "{} takes {} inputs, got {}", kernel_name(args.call.kernel), inputs, args.inputs.size()));
-  }
-}
-
-void check_dtype(const KernelArgs& args, const char* what, DType got, DType want) {
-  if (got != want) {
-    throw std::invalid_argument(fmt::format("{}: {} is {}, expected {}",
-                                            kernel_name(args.call.kernel), what, dtype_name(got),
-                                            dtype_name(want)));
   }
 }
 

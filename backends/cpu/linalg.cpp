@@ -9,17 +9,11 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/cpu/element.h"
 #include "backends/cpu/kernel.h"
 
 namespace axle::cpu {
 namespace {
-
-template <class T>
-using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
-template <class T>
-using MatrixMap = Eigen::Map<RowMatrix<T>>;
 
 /// What a matmul call computes, worked out once from the slot shapes: `batch` products of
 /// [m, k] x [k, n], operand i of product j starting at offsets_i[j] elements.
@@ -170,18 +164,11 @@ void run_plan(const T* a, const T* b, T* out, const MatmulPlan& p) {
 /// bf16 storage with f32 accumulation: widen both operands once (a broadcast operand is then
 /// widened once, not once per product), multiply in f32, round the result to bf16 at the end.
 void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
-  using Bf16Vector = Eigen::Matrix<Eigen::bfloat16, Eigen::Dynamic, 1>;
-  using F32Vector = Eigen::Matrix<float, Eigen::Dynamic, 1>;
-  auto widen = [](const ConstView& v) -> F32Vector {
-    return Eigen::Map<const Bf16Vector>(v.as<Eigen::bfloat16>(), v.desc->shape.numel())
-        .cast<float>();
-  };
-  const F32Vector a = widen(args.inputs[0]);
-  const F32Vector b = widen(args.inputs[1]);
-  const int64_t numel = args.output.desc->shape.numel();
-  F32Vector out(numel);
+  const std::vector<float> a = widened(args.inputs[0]);
+  const std::vector<float> b = widened(args.inputs[1]);
+  std::vector<float> out(static_cast<std::size_t>(args.output.desc->shape.numel()));
   run_plan(a.data(), b.data(), out.data(), p);
-  Eigen::Map<Bf16Vector>(args.output.as<Eigen::bfloat16>(), numel) = out.cast<Eigen::bfloat16>();
+  narrow_block(out.data(), args.output.as<Bf16>(), static_cast<int64_t>(out.size()));
 }
 
 void matmul(const KernelArgs& args) {

@@ -27,7 +27,6 @@
 //                 rejection has probability below range / 2^64.
 //   bernoulli     u = u53(r0, r1); value = u < p ? 1 : 0.
 #include <fmt/format.h>
-#include <Eigen/Core>
 
 #include <array>
 #include <cmath>
@@ -39,14 +38,11 @@
 #include <string_view>
 #include <type_traits>
 
+#include "backends/cpu/element.h"
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/philox.h"
 
 namespace axle::cpu {
-
-/// One Philox 4x32-10 block: the ten-round bijection of `counter` under `key`. Exposed (with
-/// no header of its own) so the tests can check it against Random123's known answers.
-std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
-                                      std::array<uint32_t, 2> key) noexcept;
 
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
                                       std::array<uint32_t, 2> key) noexcept {
@@ -70,7 +66,6 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
 namespace {
 
 using Block = std::array<uint32_t, 4>;
-using bfloat16 = Eigen::bfloat16;
 __extension__ typedef unsigned __int128 Uint128;  // GCC/Clang; __extension__ quiets -Wpedantic
 
 constexpr double kTwoPow24 = 16777216.0;
@@ -115,67 +110,35 @@ Stream read_stream(const KernelArgs& args, std::size_t inputs, std::string_view 
   return {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}, offset};
 }
 
+// visit_dtype for the floating-point dtypes (f32, f64, bf16); any other is rejected.
 template <class F>
-void with_dtype(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      return f(float{});
-    case DType::kF64:
-      return f(double{});
-    case DType::kBF16:
-      return f(bfloat16{});
-    case DType::kI32:
-      return f(int32_t{});
-    case DType::kI64:
-      return f(int64_t{});
-    case DType::kBool:
-      return f(bool{});
-  }
-}
-
-template <class F>
-void with_float_dtype(DType dtype, std::string_view kernel, F&& f) {
+void visit_float_dtype(DType dtype, std::string_view kernel, F&& f) {
   if (!is_floating(dtype)) {
     throw std::invalid_argument(
         fmt::format("{}: needs a floating-point output, not {}", kernel, dtype_name(dtype)));
   }
-  with_dtype(dtype, [&](auto t) {
-    if constexpr (std::is_floating_point_v<decltype(t)> || std::is_same_v<decltype(t), bfloat16>) {
-      f(t);
-    }
+  visit_dtype(dtype, [&](auto tag) {
+    if constexpr (kIsFloat<typename decltype(tag)::type>) f(tag);
   });
 }
 
 template <class T>
-T to(double v) noexcept {
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    return bfloat16(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return v != 0;
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
-template <class T>
 double as_double(T v) noexcept {
-  return static_cast<double>(
-      static_cast<std::conditional_t<std::is_same_v<T, bfloat16>, float, T>>(v));
+  return static_cast<double>(load(v));
 }
 
 // The next value of T toward -infinity.
 template <class T>
 T next_down(T v) noexcept {
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    auto bits = Eigen::numext::bit_cast<uint16_t>(v);
-    if (bits == 0) {
-      bits = 0x8001;  // +0 -> the negative subnormal closest to 0
-    } else if (bits & 0x8000) {
-      ++bits;  // negative: one step larger in magnitude
+  if constexpr (std::is_same_v<T, Bf16>) {
+    if (v.bits == 0) {
+      v.bits = 0x8001;  // +0 -> the negative subnormal closest to 0
+    } else if (v.bits & 0x8000) {
+      ++v.bits;  // negative: one step larger in magnitude
     } else {
-      --bits;  // positive: one step smaller in magnitude
+      --v.bits;  // positive: one step smaller in magnitude
     }
-    return Eigen::numext::bit_cast<bfloat16>(bits);
+    return v;
   } else {
     return std::nextafter(v, -std::numeric_limits<T>::infinity());
   }
@@ -184,7 +147,7 @@ T next_down(T v) noexcept {
 // The largest T strictly below `high`: where a uniform draw that rounded up to high goes.
 template <class T>
 T largest_below(double high) noexcept {
-  T v = to<T>(high);
+  T v = store<T>(high);
   while (as_double(v) >= high) v = next_down(v);
   return v;
 }
@@ -212,14 +175,14 @@ void rand_uniform_kernel(const KernelArgs& args) {
     throw std::invalid_argument(
         fmt::format("rand_uniform: needs low <= high, got [{}, {})", low, high));
   }
-  with_float_dtype(args.output.desc->dtype, "rand_uniform", [&](auto type) {
-    using T = decltype(type);
+  visit_float_dtype(args.output.desc->dtype, "rand_uniform", [&](auto tag) {
+    using T = typename decltype(tag)::type;
     constexpr bool kWide = std::is_same_v<T, double>;
     // With low == high the range is empty; torch returns low, and so does the formula.
-    const T below_high = low < high ? largest_below<T>(high) : to<T>(low);
+    const T below_high = low < high ? largest_below<T>(high) : store<T>(low);
     fill<T>(args, stream, [&](const Block& r, int64_t) {
       const double u = kWide ? u53(r[0], r[1]) : u24(r[0]);
-      const T v = to<T>(low + (high - low) * u);
+      const T v = store<T>(low + (high - low) * u);
       return low < high && as_double(v) >= high ? below_high : v;
     });
   });
@@ -231,15 +194,15 @@ void rand_normal_kernel(const KernelArgs& args) {
   const double mean = args.call.reals[0];
   const double std = args.call.reals[1];
   if (!(std >= 0)) throw std::invalid_argument(fmt::format("rand_normal: std {} is negative", std));
-  with_float_dtype(args.output.desc->dtype, "rand_normal", [&](auto type) {
-    using T = decltype(type);
+  visit_float_dtype(args.output.desc->dtype, "rand_normal", [&](auto tag) {
+    using T = typename decltype(tag)::type;
     constexpr bool kWide = std::is_same_v<T, double>;
     fill<T>(args, stream, [&](const Block& r, int64_t) {
       const double u1 =
           kWide ? u53(r[0], r[1]) + 1.0 / kTwoPow53 : (static_cast<double>(r[0]) + 1.0) / kTwoPow32;
       const double u2 = kWide ? u53(r[2], r[3]) : static_cast<double>(r[1]) / kTwoPow32;
       const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-      return to<T>(mean + std * z);
+      return store<T>(mean + std * z);
     });
   });
 }
@@ -278,15 +241,15 @@ void rand_int_kernel(const KernelArgs& args) {
         fmt::format("rand_int: [{}, {}) does not fit in {}", low, high, dtype_name(dtype)));
   }
   const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
-  with_dtype(dtype, [&](auto type) {
-    using T = decltype(type);
+  visit_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
     fill<T>(args, stream, [&](const Block& r, int64_t i) {
       const auto v =
           static_cast<int64_t>(static_cast<uint64_t>(low) + bounded(stream, i, r, range));
       if constexpr (std::is_integral_v<T>) {
         return static_cast<T>(v);
       } else {
-        return to<T>(static_cast<double>(v));
+        return store<T>(static_cast<double>(v));
       }
     });
   });
@@ -302,8 +265,8 @@ void bernoulli_kernel(const KernelArgs& args) {
         fmt::format("bernoulli: p must be a floating-point scalar or of shape {}, not {}{}",
                     out.shape.to_string(), dtype_name(p_desc.dtype), p_desc.shape.to_string()));
   }
-  with_float_dtype(p_desc.dtype, "bernoulli", [&](auto p_type) {
-    using P = decltype(p_type);
+  visit_float_dtype(p_desc.dtype, "bernoulli", [&](auto p_tag) {
+    using P = typename decltype(p_tag)::type;
     const P* p = args.inputs[2].as<P>();
     const int64_t count = p_desc.shape.numel();
     for (int64_t i = 0; i < count; ++i) {
@@ -312,10 +275,10 @@ void bernoulli_kernel(const KernelArgs& args) {
         throw std::invalid_argument(fmt::format("bernoulli: p = {} is outside [0, 1]", v));
       }
     }
-    with_dtype(out.dtype, [&](auto type) {
-      using T = decltype(type);
-      const T one = to<T>(1.0);
-      const T zero = to<T>(0.0);
+    visit_dtype(out.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T one = store<T>(1.0);
+      const T zero = store<T>(0.0);
       fill<T>(args, stream, [&](const Block& r, int64_t i) {
         return u53(r[0], r[1]) < as_double(p[scalar ? 0 : i]) ? one : zero;
       });

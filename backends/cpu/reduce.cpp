@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -26,89 +25,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/element.h"
 #include "backends/cpu/kernel.h"
 
 namespace axle::cpu {
 namespace {
-
-// ---- Element types (as in elementwise.cpp) ----------------------------------------------------
-
-struct Bf16 {
-  uint16_t bits;
-};
-inline float widen(Bf16 x) noexcept {
-  return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16);
-}
-inline Bf16 narrow(float f) noexcept {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const uint32_t nearest_even = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (u >> 16) | 0x40u;
-  return Bf16{static_cast<uint16_t>(f != f ? quiet_nan : nearest_even)};
-}
-
-template <class T>
-struct Tag {
-  using type = T;
-};
-
-// Pred buffers hold 0 or 1, so they are read as C++ bool.
-template <class F>
-void visit_dtype(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      return f(Tag<float>{});
-    case DType::kF64:
-      return f(Tag<double>{});
-    case DType::kBF16:
-      return f(Tag<Bf16>{});
-    case DType::kI32:
-      return f(Tag<int32_t>{});
-    case DType::kI64:
-      return f(Tag<int64_t>{});
-    case DType::kBool:
-      return f(Tag<bool>{});
-  }
-  throw std::invalid_argument(fmt::format("unknown dtype {}", static_cast<int>(dtype)));
-}
-
-template <class T>
-using compute_t = std::conditional_t<std::is_same_v<T, Bf16>, float, T>;
-template <class T>
-constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
-
-template <class T>
-compute_t<T> load(T x) noexcept {
-  if constexpr (std::is_same_v<T, Bf16>) {
-    return widen(x);
-  } else {
-    return x;
-  }
-}
-template <class T, class V>
-T store(V v) noexcept {
-  if constexpr (std::is_same_v<T, Bf16>) {
-    return narrow(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-template <class V>
-bool is_nan(V v) noexcept {
-  return v != v;  // false for integers; vectorises, unlike a call
-}
-
-[[noreturn]] void unsupported(Kernel kernel, DType dtype) {
-  throw std::invalid_argument(
-      fmt::format("{} is not defined for {}", kernel_name(kernel), dtype_name(dtype)));
-}
-
-void check_dtype(const KernelArgs& args, const char* what, DType got, DType want) {
-  if (got != want) {
-    throw std::invalid_argument(fmt::format("{}: {} is {}, expected {}",
-                                            kernel_name(args.call.kernel), what, dtype_name(got),
-                                            dtype_name(want)));
-  }
-}
 
 template <class T>
 using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
@@ -355,15 +276,6 @@ void reduce_to_output(const T* x, const Geometry& g, const View& out) {
 }
 
 // ---- Exponential family ----------------------------------------------------------------------
-
-template <class T>
-void widen_block(const T* x, compute_t<T>* dst, int64_t w) {
-  for (int64_t i = 0; i < w; ++i) dst[i] = load(x[i]);
-}
-template <class T>
-void narrow_block(const compute_t<T>* src, T* out, int64_t w) {
-  for (int64_t i = 0; i < w; ++i) out[i] = store<T>(src[i]);
-}
 
 // Shifting by an infinite max would give inf - inf = NaN, so logsumexp shifts by 0 instead: exp
 // then yields the right inf (a +inf element) or 0 (all -inf, result -inf).

@@ -5,20 +5,13 @@
 #include <cmath>
 #include <limits>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "backends/cpu/kernel.h"
 #include "tests/backends/kernel_test_util.h"
 
-namespace axle {
+namespace axle::testing {
 namespace {
-
-using testing::HostTensor;
-using testing::random_tensor;
-using testing::run_kernel;
-using testing::tolerance;
 
 struct ConvParams {
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
@@ -26,13 +19,6 @@ struct ConvParams {
   [[nodiscard]] std::vector<int64_t> ints() const {
     return {stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups};
   }
-};
-
-/// Expected values plus, per entry, the sum of the magnitudes of its terms (what rounding
-/// errors scale with).
-struct Reference {
-  Shape shape;
-  std::vector<double> values, scale;
 };
 
 int64_t conv_output_size(int64_t size, int64_t kernel, int64_t pad, int64_t stride,
@@ -73,18 +59,6 @@ Reference reference_conv(const HostTensor& x, const HostTensor& w, const ConvPar
     }
   }
   return ref;
-}
-
-void expect_close(const HostTensor& out, const Reference& ref, DType dtype,
-                  const std::string& what) {
-  ASSERT_EQ(out.shape, ref.shape) << what;
-  ASSERT_EQ(out.values.size(), ref.values.size()) << what;
-  for (std::size_t i = 0; i < ref.values.size(); ++i) {
-    if (out.values[i] == ref.values[i]) continue;  // also covers an all-padding max of -inf
-    ASSERT_LE(std::abs(out.values[i] - ref.values[i]), tolerance(dtype) * ref.scale[i])
-        << "entry " << i << " of " << ref.shape.to_string() << ": got " << out.values[i]
-        << ", want " << ref.values[i] << " (" << what << ")";
-  }
 }
 
 /// Runs kConv2d on random x [n, c, h, w] and w [o, c / groups, kh, kw] and compares with loops.
@@ -200,32 +174,14 @@ void expect_avg_pool_matches_loops(const HostTensor& x, const PoolParams& p) {
                    ::testing::PrintToString(avg_pool_ints(p)));
 }
 
-/// The std::invalid_argument message the kernel gives, called straight from the kernel table so
-/// the backend does not wrap it ("" if the kernel accepts the call).
+/// The std::invalid_argument message the kernel gives for all-zero inputs of these shapes, called
+/// straight from the kernel table so the backend does not wrap it ("" if the kernel accepts the
+/// call).
 std::string rejection(Kernel kernel, const std::vector<Shape>& inputs, const Shape& out,
                       std::vector<int64_t> ints, DType dtype = DType::kF32) {
-  std::vector<BufferDesc> descs;
-  std::vector<std::vector<std::byte>> bytes;
-  for (const Shape& s : inputs) {
-    descs.push_back({dtype, s});
-    bytes.emplace_back(descs.back().bytes());
-  }
-  const BufferDesc out_desc{dtype, out};
-  std::vector<std::byte> out_bytes(out_desc.bytes());
-  std::vector<cpu::ConstView> views;
-  for (std::size_t i = 0; i < inputs.size(); ++i) views.push_back({bytes[i].data(), &descs[i]});
-  const KernelCall call{kernel, {}, 0, std::move(ints), {}};
-  try {
-    cpu::kernel_table()[static_cast<std::size_t>(kernel)](
-        cpu::KernelArgs{call, views, {out_bytes.data(), &out_desc}});
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
+  std::vector<HostTensor> zeros;
+  for (const Shape& s : inputs) zeros.push_back({dtype, s, std::vector<double>(s.numel(), 0.0)});
+  return invalid_argument_message(kernel, zeros, dtype, out, std::move(ints));
 }
 
 // ---- conv2d ----------------------------------------------------------------------------
@@ -547,4 +503,4 @@ TEST(AvgPool2d, RejectsWrongNumberOfAttributes) {
 }
 
 }  // namespace
-}  // namespace axle
+}  // namespace axle::testing

@@ -3,48 +3,22 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <limits>
 #include <numbers>
 #include <string>
 #include <vector>
 
 #include "tests/backends/kernel_test_util.h"
 
-namespace axle {
-// Names the kernel in parameterised test output.
-void PrintTo(Kernel kernel, std::ostream* os) { *os << kernel_name(kernel); }
-}  // namespace axle
-
 namespace axle::testing {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
 const std::vector<DType> kNumeric = {DType::kF32, DType::kF64, DType::kBF16, DType::kI32,
                                      DType::kI64};
-const std::vector<DType> kFloats = {DType::kF32, DType::kF64, DType::kBF16};
-const std::vector<DType> kAll = {DType::kF32, DType::kF64, DType::kBF16,
-                                 DType::kI32, DType::kI64, DType::kBool};
-
-std::string label(DType dtype) { return std::string(dtype_name(dtype)); }
 
 // Compares with tolerance(dtype) relative to max(1, |want|); NaN must match NaN, inf exactly.
 void expect_values(const std::vector<double>& got, const std::vector<double>& want, DType dtype,
                    const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int failures = 0;
-  for (std::size_t i = 0; i < want.size() && failures < 5; ++i) {
-    const double g = got[i], w = want[i];
-    const bool ok = std::isnan(w) ? std::isnan(g)
-                    : std::isinf(w)
-                        ? g == w
-                        : std::abs(g - w) <= tolerance(dtype) * std::max(1.0, std::abs(w));
-    if (!ok) {
-      ADD_FAILURE() << what << " [" << label(dtype) << "] element " << i << ": got " << g
-                    << ", want " << w;
-      ++failures;
-    }
-  }
+  testing::expect_values(got, want, tolerance(dtype), what + " [" + label(dtype) + "]");
 }
 
 Shape random_shape(std::mt19937& rng, int min_rank = 1, int max_rank = 4, int64_t max_dim = 6) {

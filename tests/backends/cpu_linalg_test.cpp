@@ -4,27 +4,13 @@
 
 #include <cmath>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "backends/cpu/kernel.h"
 #include "tests/backends/kernel_test_util.h"
 
-namespace axle {
+namespace axle::testing {
 namespace {
-
-using testing::HostTensor;
-using testing::random_tensor;
-using testing::run_kernel;
-using testing::tolerance;
-
-/// Result of the reference product plus, per entry, sum |a_ik * b_kj|: the magnitude rounding
-/// errors scale with, so a tolerance stays meaningful when terms cancel.
-struct Reference {
-  Shape shape;
-  std::vector<double> values, scale;
-};
 
 // Element offset of the matrix that `index` (over the output's batch dims) selects in `t`,
 // whose batch dims align with the output's from the right and broadcast when 1.
@@ -86,53 +72,19 @@ void expect_matmul_matches_loops(DType dtype, const Shape& a_shape, const Shape&
   const HostTensor b = random_tensor(dtype, b_shape, rng);
   const Reference ref = reference_matmul(a, b, ta, tb);
   const HostTensor out = run_kernel(Kernel::kMatmul, {a, b}, dtype, ref.shape, {ta, tb});
-  ASSERT_EQ(out.values.size(), ref.values.size());
-  for (std::size_t i = 0; i < ref.values.size(); ++i) {
-    ASSERT_LE(std::abs(out.values[i] - ref.values[i]), tolerance(dtype) * ref.scale[i])
-        << "entry " << i << " of " << ref.shape.to_string() << ": got " << out.values[i]
-        << ", want " << ref.values[i] << " (a " << a_shape.to_string() << ", b "
-        << b_shape.to_string() << ", transpose_a=" << ta << ", transpose_b=" << tb << ")";
-  }
+  expect_close(out, ref, dtype,
+               "a " + a_shape.to_string() + ", b " + b_shape.to_string() + ", transpose_a=" +
+                   (ta ? "true" : "false") + ", transpose_b=" + (tb ? "true" : "false"));
 }
 
-/// Calls the kernel straight from the CPU kernel table, with the output buffer pre-filled with
-/// 0xFF bytes (NaN for floats), so a kernel that skips writing an entry cannot pass by luck and
-/// the exception type it throws reaches the test unwrapped.
-HostTensor call_kernel_directly(Kernel kernel, const std::vector<HostTensor>& inputs,
-                                DType out_dtype, const Shape& out_shape,
-                                std::vector<int64_t> ints) {
-  std::vector<BufferDesc> descs;
-  std::vector<std::vector<std::byte>> bytes;
-  for (const HostTensor& in : inputs) {
-    descs.push_back({in.dtype, in.shape});
-    bytes.push_back(testing::encode(in));
-  }
-  const BufferDesc out_desc{out_dtype, out_shape};
-  std::vector<std::byte> out(out_desc.bytes(), std::byte{0xFF});
-  std::vector<cpu::ConstView> views;
-  for (std::size_t i = 0; i < inputs.size(); ++i) views.push_back({bytes[i].data(), &descs[i]});
-  const KernelCall call{kernel, {}, 0, std::move(ints), {}};
-  cpu::kernel_table()[static_cast<std::size_t>(kernel)](
-      cpu::KernelArgs{call, views, {out.data(), &out_desc}});
-  return {out_dtype, out_shape, testing::decode(out_dtype, out.data(), out_shape.numel())};
-}
-
-/// The std::invalid_argument message kMatmul gives for these shapes ("" if it accepts them).
+/// The std::invalid_argument message kMatmul gives for all-ones operands of these shapes ("" if
+/// it accepts them).
 std::string matmul_rejection(DType a_dtype, const Shape& a, DType b_dtype, const Shape& b,
                              const Shape& out, std::vector<int64_t> ints = {0, 0}) {
-  try {
-    call_kernel_directly(Kernel::kMatmul,
-                         {HostTensor{a_dtype, a, std::vector<double>(a.numel(), 1.0)},
-                          HostTensor{b_dtype, b, std::vector<double>(b.numel(), 1.0)}},
-                         a_dtype, out, std::move(ints));
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
+  return invalid_argument_message(Kernel::kMatmul,
+                                  {HostTensor{a_dtype, a, std::vector<double>(a.numel(), 1.0)},
+                                   HostTensor{b_dtype, b, std::vector<double>(b.numel(), 1.0)}},
+                                  a_dtype, out, std::move(ints));
 }
 
 TEST(Matmul, MatchesLoopsOnRandomShapesF32) {
@@ -292,4 +244,4 @@ TEST(Matmul, RejectsBool) {
 }
 
 }  // namespace
-}  // namespace axle
+}  // namespace axle::testing

@@ -12,14 +12,8 @@
 #include <map>
 #include <numbers>
 
+#include "backends/cpu/philox.h"
 #include "tests/backends/kernel_test_util.h"
-
-namespace axle::cpu {
-// Defined in backends/cpu/random.cpp, which declares it there rather than in a header: the
-// kernels are its only other user.
-std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
-                                      std::array<uint32_t, 2> key) noexcept;
-}  // namespace axle::cpu
 
 namespace axle::testing {
 namespace {

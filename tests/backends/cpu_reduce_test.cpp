@@ -4,46 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "tests/backends/kernel_test_util.h"
 
-namespace axle {
-// Names the kernel in parameterised test output.
-void PrintTo(Kernel kernel, std::ostream* os) { *os << kernel_name(kernel); }
-}  // namespace axle
-
 namespace axle::testing {
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-const std::vector<DType> kFloats = {DType::kF32, DType::kF64, DType::kBF16};
-const std::vector<DType> kAll = {DType::kF32, DType::kF64, DType::kBF16,
-                                 DType::kI32, DType::kI64, DType::kBool};
-
-std::string label(DType dtype) { return std::string(dtype_name(dtype)); }
-
-// |got - want| <= tol * scale per element, where scale defaults to max(1, |want|); NaN must match
-// NaN and infinities exactly.
-void expect_values(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                   const std::string& what, const std::vector<double>& scale = {}) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int failures = 0;
-  for (std::size_t i = 0; i < want.size() && failures < 5; ++i) {
-    const double g = got[i], w = want[i];
-    const double s = scale.empty() ? std::max(1.0, std::abs(w)) : scale[i];
-    const bool ok = std::isnan(w)   ? std::isnan(g)
-                    : std::isinf(w) ? g == w
-                                    : std::abs(g - w) <= tol * s;
-    if (!ok) {
-      ADD_FAILURE() << what << " element " << i << ": got " << g << ", want " << w;
-      ++failures;
-    }
-  }
-}
 
 // The elements of x reduced into each output element, in input order.
 std::vector<std::vector<double>> reduced_groups(const HostTensor& x, const std::vector<int>& dims) {

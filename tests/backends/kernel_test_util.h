@@ -2,14 +2,36 @@
 // as doubles, and get the output back as doubles, so tests can compare against plain loops.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <ostream>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/kernel.h"
+
+namespace axle {
+/// Names the kernel in parameterised test output.
+inline void PrintTo(Kernel kernel, std::ostream* os) { *os << kernel_name(kernel); }
+}  // namespace axle
 
 namespace axle::testing {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+inline const std::vector<DType> kFloats = {DType::kF32, DType::kF64, DType::kBF16};
+inline const std::vector<DType> kAll = {DType::kF32, DType::kF64, DType::kBF16,
+                                        DType::kI32, DType::kI64, DType::kBool};
+
+inline std::string label(DType dtype) { return std::string(dtype_name(dtype)); }
 
 /// Host data of any dtype, held as doubles.
 struct HostTensor {
@@ -181,6 +203,86 @@ inline double tolerance(DType dtype) {
       return 1e-2;
     default:
       return 0;
+  }
+}
+
+/// Calls the kernel straight from the CPU kernel table, with the output buffer pre-filled with
+/// 0xFF bytes (NaN for floats), so a kernel that skips writing an entry cannot pass by luck and
+/// the exception type it throws reaches the test unwrapped.
+inline HostTensor call_kernel_directly(Kernel kernel, const std::vector<HostTensor>& inputs,
+                                       DType out_dtype, const Shape& out_shape,
+                                       std::vector<int64_t> ints) {
+  std::vector<BufferDesc> descs;
+  std::vector<std::vector<std::byte>> bytes;
+  for (const HostTensor& in : inputs) {
+    descs.push_back({in.dtype, in.shape});
+    bytes.push_back(encode(in));
+  }
+  const BufferDesc out_desc{out_dtype, out_shape};
+  std::vector<std::byte> out(out_desc.bytes(), std::byte{0xFF});
+  std::vector<cpu::ConstView> views;
+  for (std::size_t i = 0; i < inputs.size(); ++i) views.push_back({bytes[i].data(), &descs[i]});
+  const KernelCall call{kernel, {}, 0, std::move(ints), {}};
+  cpu::kernel_table()[static_cast<std::size_t>(kernel)](
+      cpu::KernelArgs{call, views, {out.data(), &out_desc}});
+  return {out_dtype, out_shape, decode(out_dtype, out.data(), out_shape.numel())};
+}
+
+/// The std::invalid_argument message call_kernel_directly gets ("" if the kernel accepts the
+/// call).
+inline std::string invalid_argument_message(Kernel kernel, const std::vector<HostTensor>& inputs,
+                                            DType out_dtype, const Shape& out_shape,
+                                            std::vector<int64_t> ints) {
+  try {
+    call_kernel_directly(kernel, inputs, out_dtype, out_shape, std::move(ints));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+/// |got - want| <= tol * scale per element, where scale defaults to max(1, |want|); NaN must match
+/// NaN and infinities exactly. Reports the first five failures.
+inline void expect_values(const std::vector<double>& got, const std::vector<double>& want,
+                          double tol, const std::string& what,
+                          const std::vector<double>& scale = {}) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int failures = 0;
+  for (std::size_t i = 0; i < want.size() && failures < 5; ++i) {
+    const double g = got[i], w = want[i];
+    const double s = scale.empty() ? std::max(1.0, std::abs(w)) : scale[i];
+    const bool ok = std::isnan(w)   ? std::isnan(g)
+                    : std::isinf(w) ? g == w
+                                    : std::abs(g - w) <= tol * s;
+    if (!ok) {
+      ADD_FAILURE() << what << " element " << i << ": got " << g << ", want " << w;
+      ++failures;
+    }
+  }
+}
+
+/// Expected values of a loop reference plus, per entry, the sum of the magnitudes of its terms
+/// (what rounding errors scale with, so a tolerance stays meaningful when terms cancel).
+struct Reference {
+  Shape shape;
+  std::vector<double> values, scale;
+};
+
+/// Every entry of `out` equals the reference's or is within tolerance(dtype) * its scale; stops
+/// at the first entry that is not.
+inline void expect_close(const HostTensor& out, const Reference& ref, DType dtype,
+                         const std::string& what) {
+  ASSERT_EQ(out.shape, ref.shape) << what;
+  ASSERT_EQ(out.values.size(), ref.values.size()) << what;
+  for (std::size_t i = 0; i < ref.values.size(); ++i) {
+    if (out.values[i] == ref.values[i]) continue;  // also covers an all-padding max of -inf
+    ASSERT_LE(std::abs(out.values[i] - ref.values[i]), tolerance(dtype) * ref.scale[i])
+        << "entry " << i << " of " << ref.shape.to_string() << ": got " << out.values[i]
+        << ", want " << ref.values[i] << " (" << what << ")";
   }
 }
 
