@@ -99,7 +99,7 @@ void LazySystem::after_op(const Tensor& result, const SourceLocation& where) {
     AXLE_LOG(WARNING,
              "{} ops traced without a mark_step (AXLE_MAX_GRAPH_NODES={}): cutting the step at "
              "{}:{}; add mark_step() to the loop",
-             context.nodes_since_step(), max_graph_nodes_, where.file, where.line);
+             context.nodes_since_step(), max_graph_nodes_, where.file(), where.line());
     sync_tensors(context.pending_tensors(), false, SyncReason::kGraphLimit,
                  std::source_location::current());
     context.reset_node_count();

@@ -53,12 +53,42 @@ class NodeIndex {
   std::size_t size_ = 0;
 };
 
+// Which nodes this walk has numbered. Nodes created on this thread carry the mark themselves (a
+// store into memory the walk reads anyway); others — tensors shared across replica threads — go
+// through the map, so no two threads ever write one node's mark.
+class Visited {
+ public:
+  explicit Visited(std::size_t expected) : walk_(++tls_walks_), foreign_(expected / 8) {}
+
+  [[nodiscard]] int32_t find(const Node* node) const {
+    if (node->created_on_this_thread()) {
+      const Node::VisitMark& mark = node->visit_mark();
+      return mark.walk == walk_ ? mark.index : -1;
+    }
+    return foreign_.find(node);
+  }
+  void insert(const Node* node, int32_t index) {
+    if (node->created_on_this_thread()) {
+      node->visit_mark() = {walk_, index};
+    } else {
+      foreign_.insert(node, index);
+    }
+  }
+
+ private:
+  static thread_local uint64_t tls_walks_;
+  uint64_t walk_;
+  NodeIndex foreign_;
+};
+
+thread_local uint64_t Visited::tls_walks_ = 0;
+
 }  // namespace
 
 StepGraph build_step_graph(std::span<const NodePtr> roots, std::size_t size_hint) {
   StepGraph graph;
   const std::size_t expected = std::max(size_hint, roots.size() * 8);
-  NodeIndex index(expected);
+  Visited index(expected);
   graph.nodes.reserve(expected);
   graph.operand_begin.reserve(expected + 1);
   graph.operand_ids.reserve(expected * 2);

@@ -84,8 +84,8 @@ std::string attributes_text(const Node& node) {
 
 std::string location_text(const Node& node) {
   const SourceLocation& where = node.where();
-  if (where.line == 0 && *where.file == '\0') return "?";
-  return fmt::format("{}:{}", basename(where.file), where.line);
+  if (where.line() == 0 && *where.file() == '\0') return "?";
+  return fmt::format("{}:{}", basename(where.file()), where.line());
 }
 
 std::string type_text(const Node& node) {

@@ -19,9 +19,45 @@ uint64_t hash_shape(uint64_t h, const Shape& shape) {
 // (a million-node chain overflows the stack): operands dropped during a destruction are queued
 // and released by the outermost destructor in a loop.
 thread_local bool tls_destroying = false;
+// Its address identifies the thread that created a node.
+thread_local char tls_thread_tag;
 thread_local std::vector<Node*>* tls_release_queue = nullptr;
 
+// Freed node blocks kept for reuse by this thread (bounded: a burst of frees beyond the cap
+// goes back to the allocator).
+struct NodeBlockCache {
+  static constexpr std::size_t kMaxBlocks = 1 << 16;
+  std::vector<void*> blocks;
+  ~NodeBlockCache() {
+    for (void* b : blocks) ::operator delete(b);
+  }
+};
+thread_local NodeBlockCache tls_node_blocks;
+
 }  // namespace
+
+void* Node::operator new(std::size_t bytes) {
+  auto& cache = tls_node_blocks.blocks;
+  if (bytes == sizeof(Node) && !cache.empty()) {
+    void* block = cache.back();
+    cache.pop_back();
+    return block;
+  }
+  return ::operator new(bytes);
+}
+
+void Node::operator delete(void* block, std::size_t bytes) noexcept {
+  auto& cache = tls_node_blocks.blocks;
+  if (bytes == sizeof(Node) && cache.size() < NodeBlockCache::kMaxBlocks) {
+    try {
+      cache.push_back(block);
+      return;
+    } catch (...) {
+      // no room to remember it: give it back below
+    }
+  }
+  ::operator delete(block);
+}
 
 std::string_view op_name(Op op) noexcept {
   static constexpr std::array<std::string_view, static_cast<std::size_t>(Op::kCount)> kNames = {
@@ -42,7 +78,8 @@ Node::Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs i
       operands_(std::move(operands)),
       ints_(std::move(ints)),
       reals_(std::move(reals)),
-      where_(where) {
+      where_(where),
+      creator_(&tls_thread_tag) {
   uint64_t h = hash_combine(static_cast<uint64_t>(op), static_cast<uint64_t>(dtype));
   h = hash_shape(h, shape);
   for (const NodePtr& operand : operands_) h = hash_combine(h, operand->hash());
@@ -69,6 +106,8 @@ Node::~Node() {
   tls_destroying = false;
   tls_release_queue = nullptr;
 }
+
+bool Node::created_on_this_thread() const noexcept { return creator_ == &tls_thread_tag; }
 
 NodePtr Node::device_data(IntrusivePtr<DeviceData> data, SourceLocation where) {
   auto node = make_intrusive<Node>(Op::kDeviceData, data->dtype(), data->shape(), Operands{},

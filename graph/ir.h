@@ -21,14 +21,19 @@ using Operands = SmallVector<NodePtr, 3>;
 using IntAttrs = SmallVector<int64_t, 8>;
 using RealAttrs = SmallVector<double, 2>;
 
-/// Where user code created a node (for errors, and dumps under XLA_IR_DEBUG=1).
+/// Where user code created a node (for errors, and dumps under XLA_IR_DEBUG=1). Holds a
+/// std::source_location, which is one pointer to static data: nodes are many and small.
 struct SourceLocation {
-  const char* file = "";
-  const char* function = "";
-  uint32_t line = 0;
   SourceLocation() = default;
   SourceLocation(const std::source_location& loc) noexcept  // NOLINT: implicit on purpose
-      : file(loc.file_name()), function(loc.function_name()), line(loc.line()) {}
+      : loc_(loc), known_(true) {}
+  [[nodiscard]] const char* file() const noexcept { return known_ ? loc_.file_name() : ""; }
+  [[nodiscard]] const char* function() const noexcept { return known_ ? loc_.function_name() : ""; }
+  [[nodiscard]] uint32_t line() const noexcept { return known_ ? loc_.line() : 0; }
+
+ private:
+  std::source_location loc_;
+  bool known_ = false;
 };
 
 /// One IR value: an op applied to operands, with the shape and (storage) dtype of its result.
@@ -37,6 +42,11 @@ class Node final : public RefCounted {
   Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs ints = {},
        RealAttrs reals = {}, SourceLocation where = {});
   ~Node() override;
+
+  // Nodes come and go by the million; a per-thread cache of node-sized blocks keeps them off the
+  // general allocator (and off fresh pages the allocator would otherwise fault in and give back).
+  static void* operator new(std::size_t bytes);
+  static void operator delete(void* block, std::size_t bytes) noexcept;
 
   /// A leaf reading `data` (hashes by its shape and dtype).
   static NodePtr device_data(IntrusivePtr<DeviceData> data, SourceLocation where = {});
@@ -61,6 +71,16 @@ class Node final : public RefCounted {
     return op_ == Op::kDeviceData || op_ == Op::kParameter;
   }
 
+  /// Scratch for graph walks on the thread that created the node (see actors/step_graph.cpp):
+  /// a walk stamps the nodes it visits instead of looking them up in a map. Only the creating
+  /// thread reads or writes it; walks on other threads use a map for this node.
+  struct VisitMark {
+    uint64_t walk = 0;
+    int32_t index = -1;
+  };
+  [[nodiscard]] bool created_on_this_thread() const noexcept;
+  [[nodiscard]] VisitMark& visit_mark() const noexcept { return mark_; }
+
  private:
   Op op_;
   DType dtype_;
@@ -72,6 +92,8 @@ class Node final : public RefCounted {
   SourceLocation where_;
   IntrusivePtr<DeviceData> data_;
   double value_ = 0;
+  const void* creator_;
+  mutable VisitMark mark_;
 };
 
 }  // namespace axle
