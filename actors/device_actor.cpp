@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "engine/element.h"
 #include "engine/metrics.h"
 
 namespace axle {
@@ -12,46 +13,6 @@ namespace {
 
 std::mutex g_gate_mutex;
 std::function<void()> g_gate;
-
-// A host scalar in the device's storage dtype.
-void encode_scalar(DType dtype, double value, void* out) {
-  switch (dtype) {
-    case DType::kF32: {
-      float v = static_cast<float>(value);
-      std::memcpy(out, &v, 4);
-      break;
-    }
-    case DType::kF64: {
-      std::memcpy(out, &value, 8);
-      break;
-    }
-    case DType::kBF16: {
-      float f = static_cast<float>(value);
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      // Round to nearest even, as a conversion to bf16 does.
-      bits += 0x7fff + ((bits >> 16) & 1);
-      uint16_t top = static_cast<uint16_t>(bits >> 16);
-      std::memcpy(out, &top, 2);
-      break;
-    }
-    case DType::kI32: {
-      int32_t v = static_cast<int32_t>(value);
-      std::memcpy(out, &v, 4);
-      break;
-    }
-    case DType::kI64: {
-      int64_t v = static_cast<int64_t>(value);
-      std::memcpy(out, &v, 8);
-      break;
-    }
-    case DType::kBool: {
-      uint8_t v = value != 0;
-      std::memcpy(out, &v, 1);
-      break;
-    }
-  }
-}
 
 double elapsed_ns(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
@@ -158,7 +119,7 @@ void DeviceActor::run(ExecuteRequest& request) {
       held.push_back(input.data->memory());
     } else {
       held.push_back(backend_.allocate(ordinal_, dtype_size(input.dtype)));
-      encode_scalar(input.dtype, input.value, held.back()->data());
+      store_element(input.dtype, input.value, held.back()->data());
     }
     inputs.push_back(held.back().get());
   }

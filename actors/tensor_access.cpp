@@ -7,6 +7,7 @@
 
 #include "actors/host.h"
 #include "actors/lazy_system.h"
+#include "engine/element.h"
 #include "engine/metrics.h"
 #include "graph/ops/op_util.h"
 #include "graph/tensor.h"
@@ -14,51 +15,13 @@
 namespace axle {
 namespace {
 
-void encode(DType dtype, double v, std::byte* out) {
-  switch (dtype) {
-    case DType::kF32: {
-      float x = static_cast<float>(v);
-      std::memcpy(out, &x, 4);
-      break;
-    }
-    case DType::kF64: {
-      std::memcpy(out, &v, 8);
-      break;
-    }
-    case DType::kBF16: {
-      float f = static_cast<float>(v);
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
-      uint16_t top = static_cast<uint16_t>(bits >> 16);
-      std::memcpy(out, &top, 2);
-      break;
-    }
-    case DType::kI32: {
-      int32_t x = static_cast<int32_t>(v);
-      std::memcpy(out, &x, 4);
-      break;
-    }
-    case DType::kI64: {
-      int64_t x = static_cast<int64_t>(v);
-      std::memcpy(out, &x, 8);
-      break;
-    }
-    case DType::kBool: {
-      uint8_t x = v != 0;
-      std::memcpy(out, &x, 1);
-      break;
-    }
-  }
-}
-
 /// `host` re-encoded as `to` (the storage and logical dtypes differ under XLA_USE_BF16).
 CpuTensor convert(const CpuTensor& host, DType to) {
   if (host.dtype == to) return host;
   std::vector<double> values = host.values<double>();
   CpuTensor out{to, host.shape, std::vector<std::byte>(values.size() * dtype_size(to))};
   for (std::size_t i = 0; i < values.size(); ++i)
-    encode(to, values[i], out.bytes.data() + i * dtype_size(to));
+    store_element(to, values[i], out.bytes.data() + i * dtype_size(to));
   return out;
 }
 

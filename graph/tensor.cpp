@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "engine/element.h"
 #include "engine/metrics.h"
 #include "graph/trace_context.h"
 
@@ -70,51 +71,20 @@ int64_t Tensor::size(int d) const {
   return shape()[i];
 }
 
-namespace {
-struct Bf16Bits {
-  uint16_t bits;
-};
-}  // namespace
-
 template <class T>
 std::vector<T> CpuTensor::values() const {
   const auto n = static_cast<std::size_t>(shape.numel());
+  const std::size_t size = dtype_size(dtype);
   std::vector<T> out(n);
-  const std::byte* p = bytes.data();
-  auto read = [&]<class S>(S) {
-    for (std::size_t i = 0; i < n; ++i) {
-      S v;
-      std::memcpy(&v, p + i * sizeof(S), sizeof(S));
-      if constexpr (std::is_same_v<S, Bf16Bits>) {
-        // bf16 is the top half of an f32.
-        uint32_t bits = static_cast<uint32_t>(v.bits) << 16;
-        float f;
-        std::memcpy(&f, &bits, sizeof f);
-        out[i] = static_cast<T>(f);
-      } else {
-        out[i] = static_cast<T>(v);
-      }
+  if constexpr (!std::is_same_v<T, uint8_t>) {
+    // Same type: copy exactly (a round trip through double would round s64 beyond 2^53).
+    if (dtype == dtype_of<T>()) {
+      std::memcpy(out.data(), bytes.data(), n * size);
+      return out;
     }
-  };
-  switch (dtype) {
-    case DType::kF32:
-      read(float{});
-      break;
-    case DType::kF64:
-      read(double{});
-      break;
-    case DType::kBF16:
-      read(Bf16Bits{});
-      break;
-    case DType::kI32:
-      read(int32_t{});
-      break;
-    case DType::kI64:
-      read(int64_t{});
-      break;
-    case DType::kBool:
-      read(uint8_t{});
-      break;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<T>(load_element(dtype, bytes.data() + i * size));
   }
   return out;
 }
