@@ -24,11 +24,18 @@ thread_local char tls_thread_tag;
 thread_local std::vector<Node*>* tls_release_queue = nullptr;
 
 // Freed node blocks kept for reuse by this thread (bounded: a burst of frees beyond the cap
-// goes back to the allocator).
+// goes back to the allocator). Nodes can outlive the cache — a tensor in static storage dies
+// after the main thread's thread_locals — so its state is tracked in a trivially destructible
+// flag that stays readable after the cache is gone.
+enum class CacheState : uint8_t { kUnborn, kAlive, kDead };
+thread_local CacheState tls_cache_state = CacheState::kUnborn;
+
 struct NodeBlockCache {
   static constexpr std::size_t kMaxBlocks = 1 << 16;
   std::vector<void*> blocks;
+  NodeBlockCache() { tls_cache_state = CacheState::kAlive; }
   ~NodeBlockCache() {
+    tls_cache_state = CacheState::kDead;
     for (void* b : blocks) ::operator delete(b);
   }
 };
@@ -37,23 +44,27 @@ thread_local NodeBlockCache tls_node_blocks;
 }  // namespace
 
 void* Node::operator new(std::size_t bytes) {
-  auto& cache = tls_node_blocks.blocks;
-  if (bytes == sizeof(Node) && !cache.empty()) {
-    void* block = cache.back();
-    cache.pop_back();
-    return block;
+  if (bytes == sizeof(Node) && tls_cache_state != CacheState::kDead) {
+    auto& cache = tls_node_blocks.blocks;  // constructs the cache on first use
+    if (!cache.empty()) {
+      void* block = cache.back();
+      cache.pop_back();
+      return block;
+    }
   }
   return ::operator new(bytes);
 }
 
 void Node::operator delete(void* block, std::size_t bytes) noexcept {
-  auto& cache = tls_node_blocks.blocks;
-  if (bytes == sizeof(Node) && cache.size() < NodeBlockCache::kMaxBlocks) {
-    try {
-      cache.push_back(block);
-      return;
-    } catch (...) {
-      // no room to remember it: give it back below
+  if (bytes == sizeof(Node) && tls_cache_state == CacheState::kAlive) {
+    auto& cache = tls_node_blocks.blocks;
+    if (cache.size() < NodeBlockCache::kMaxBlocks) {
+      try {
+        cache.push_back(block);
+        return;
+      } catch (...) {
+        // no room to remember it: give it back below
+      }
     }
   }
   ::operator delete(block);
