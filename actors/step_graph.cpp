@@ -58,7 +58,7 @@ class NodeIndex {
 // through the map, so no two threads ever write one node's mark.
 class Visited {
  public:
-  explicit Visited(std::size_t expected) : walk_(++tls_walks_), foreign_(expected / 8) {}
+  explicit Visited(std::size_t expected) : walk_(next_walk()), foreign_(expected / 8) {}
 
   [[nodiscard]] int32_t find(const Node* node) const {
     if (node->created_on_this_thread()) {
@@ -76,12 +76,16 @@ class Visited {
   }
 
  private:
-  static thread_local uint64_t tls_walks_;
-  uint64_t walk_;
+  static uint32_t next_walk() {
+    if (++tls_walks_ == 0) ++tls_walks_;  // 0 marks a node no walk has seen
+    return tls_walks_;
+  }
+  static thread_local uint32_t tls_walks_;
+  uint32_t walk_;
   NodeIndex foreign_;
 };
 
-thread_local uint64_t Visited::tls_walks_ = 0;
+thread_local uint32_t Visited::tls_walks_ = 0;
 
 }  // namespace
 

@@ -64,9 +64,10 @@ class SmallVector {
   }
 
  private:
+  // The size first, then the inline elements: a reader of a short vector touches one cache line.
+  uint32_t size_ = 0;
   std::array<T, N> inline_{};
   std::vector<T> heap_;
-  uint32_t size_ = 0;
 };
 
 }  // namespace axle

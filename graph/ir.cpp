@@ -2,6 +2,7 @@
 #include "graph/ir.h"
 
 #include <array>
+#include <atomic>
 #include <vector>
 
 #include "engine/hash.h"
@@ -19,8 +20,15 @@ uint64_t hash_shape(uint64_t h, const Shape& shape) {
 // (a million-node chain overflows the stack): operands dropped during a destruction are queued
 // and released by the outermost destructor in a loop.
 thread_local bool tls_destroying = false;
-// Its address identifies the thread that created a node.
-thread_local char tls_thread_tag;
+// Identifies the thread that created a node (numbers are never reused). Constant-initialised and
+// set on first use, so reading it needs no thread_local init guard.
+std::atomic<uint32_t> g_next_thread_id{1};
+thread_local uint32_t tls_thread_id = 0;
+
+uint32_t this_thread_id() noexcept {
+  if (tls_thread_id == 0) tls_thread_id = g_next_thread_id.fetch_add(1, std::memory_order_relaxed);
+  return tls_thread_id;
+}
 thread_local std::vector<Node*>* tls_release_queue = nullptr;
 
 // Freed node blocks kept for reuse by this thread (bounded: a burst of frees beyond the cap
@@ -85,12 +93,12 @@ Node::Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs i
            RealAttrs reals, SourceLocation where)
     : op_(op),
       dtype_(dtype),
-      shape_(shape),
+      creator_(this_thread_id()),
       operands_(std::move(operands)),
+      shape_(shape),
       ints_(std::move(ints)),
       reals_(std::move(reals)),
-      where_(where),
-      creator_(&tls_thread_tag) {
+      where_(where) {
   uint64_t h = hash_combine(static_cast<uint64_t>(op), static_cast<uint64_t>(dtype));
   h = hash_shape(h, shape);
   for (const NodePtr& operand : operands_) h = hash_combine(h, operand->hash());
@@ -118,7 +126,7 @@ Node::~Node() {
   tls_release_queue = nullptr;
 }
 
-bool Node::created_on_this_thread() const noexcept { return creator_ == &tls_thread_tag; }
+bool Node::created_on_this_thread() const noexcept { return creator_ == tls_thread_id; }
 
 NodePtr Node::device_data(IntrusivePtr<DeviceData> data, SourceLocation where) {
   auto node = make_intrusive<Node>(Op::kDeviceData, data->dtype(), data->shape(), Operands{},

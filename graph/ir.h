@@ -75,25 +75,27 @@ class Node final : public RefCounted {
   /// a walk stamps the nodes it visits instead of looking them up in a map. Only the creating
   /// thread reads or writes it; walks on other threads use a map for this node.
   struct VisitMark {
-    uint64_t walk = 0;
+    uint32_t walk = 0;  // a per-thread walk number; 0 is never a walk
     int32_t index = -1;
   };
   [[nodiscard]] bool created_on_this_thread() const noexcept;
   [[nodiscard]] VisitMark& visit_mark() const noexcept { return mark_; }
 
  private:
+  // Graph walks read only the first cache line of a node: op, mark, creator, hash and the first
+  // two operands. The rest (shape, attributes, location) is for lowering and dumps.
   Op op_;
   DType dtype_;
-  Shape shape_;
+  mutable VisitMark mark_;
+  uint32_t creator_;
   uint64_t hash_ = 0;
   Operands operands_;
+  Shape shape_;
   IntAttrs ints_;
   RealAttrs reals_;
   SourceLocation where_;
   IntrusivePtr<DeviceData> data_;
   double value_ = 0;
-  const void* creator_;
-  mutable VisitMark mark_;
 };
 
 }  // namespace axle
