@@ -13,6 +13,8 @@ namespace axle {
 [[nodiscard]] inline uint16_t float_to_bf16_bits(float f) noexcept {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof bits);
+  // A NaN stays a (quiet) NaN: rounding could carry its payload into the exponent's infinity.
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
   bits += 0x7fff + ((bits >> 16) & 1);
   return static_cast<uint16_t>(bits >> 16);
 }

@@ -17,6 +17,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/kernel.h"
+#include "engine/element.h"
 
 namespace axle {
 /// Names the kernel in parameterised test output.
@@ -59,87 +60,17 @@ inline double round_to(DType dtype, double v) {
 }
 
 inline std::vector<std::byte> encode(const HostTensor& t) {
-  std::vector<std::byte> bytes(t.values.size() * dtype_size(t.dtype));
+  const std::size_t size = dtype_size(t.dtype);
+  std::vector<std::byte> bytes(t.values.size() * size);
   for (std::size_t i = 0; i < t.values.size(); ++i) {
-    std::byte* p = bytes.data() + i * dtype_size(t.dtype);
-    double v = t.values[i];
-    switch (t.dtype) {
-      case DType::kF32: {
-        float x = static_cast<float>(v);
-        std::memcpy(p, &x, 4);
-        break;
-      }
-      case DType::kF64: {
-        std::memcpy(p, &v, 8);
-        break;
-      }
-      case DType::kBF16: {
-        Eigen::bfloat16 x(static_cast<float>(v));
-        std::memcpy(p, &x, 2);
-        break;
-      }
-      case DType::kI32: {
-        int32_t x = static_cast<int32_t>(v);
-        std::memcpy(p, &x, 4);
-        break;
-      }
-      case DType::kI64: {
-        int64_t x = static_cast<int64_t>(v);
-        std::memcpy(p, &x, 8);
-        break;
-      }
-      case DType::kBool: {
-        uint8_t x = v != 0;
-        std::memcpy(p, &x, 1);
-        break;
-      }
-    }
+    store_element(t.dtype, t.values[i], bytes.data() + i * size);
   }
   return bytes;
 }
 
 inline std::vector<double> decode(DType dtype, const std::byte* p, std::size_t n) {
   std::vector<double> out(n);
-  for (std::size_t i = 0; i < n; ++i, p += dtype_size(dtype)) {
-    switch (dtype) {
-      case DType::kF32: {
-        float x;
-        std::memcpy(&x, p, 4);
-        out[i] = x;
-        break;
-      }
-      case DType::kF64: {
-        double x;
-        std::memcpy(&x, p, 8);
-        out[i] = x;
-        break;
-      }
-      case DType::kBF16: {
-        Eigen::bfloat16 x;
-        std::memcpy(&x, p, 2);
-        out[i] = static_cast<float>(x);
-        break;
-      }
-      case DType::kI32: {
-        int32_t x;
-        std::memcpy(&x, p, 4);
-        out[i] = x;
-        break;
-      }
-      case DType::kI64: {
-        int64_t x;
-        std::memcpy(&x, p, 8);
-        out[i] = static_cast<double>(x);
-        break;
-      }
-      case DType::kBool: {
-        uint8_t x;
-        std::memcpy(&x, p, 1);
-        out[i] = x;
-        break;
-      }
-    }
-  }
+  for (std::size_t i = 0; i < n; ++i) out[i] = load_element(dtype, p + i * dtype_size(dtype));
   return out;
 }
 
