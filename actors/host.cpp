@@ -12,15 +12,18 @@
 namespace axle {
 namespace {
 
-Future<IntrusivePtr<Executable>> find_or_compile(LazySystem& system,
-                                                 std::shared_ptr<const StepGraph> graph) {
-  if (IntrusivePtr<Executable> hit = system.cache().find(graph->hash)) {
+// A cache hit needs the graph only until its inputs are read, so each replica thread builds into
+// one graph it keeps (its buffers are warm); a miss hands the graph over to the compiler.
+thread_local StepGraph tls_step_graph;
+
+Future<IntrusivePtr<Executable>> find_or_compile(LazySystem& system, StepGraph& graph) {
+  if (IntrusivePtr<Executable> hit = system.cache().find(graph.hash)) {
     AXLE_COUNTER_INC("CachedCompile", 1);
     auto [promise, future] = make_promise<IntrusivePtr<Executable>>();
     promise.set_value(std::move(hit));
     return future;
   }
-  return system.compiler().ask(CompileRequest{std::move(graph)});
+  return system.compiler().ask(CompileRequest{std::make_shared<const StepGraph>(std::move(graph))});
 }
 
 void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl*>& tensors,
@@ -37,12 +40,13 @@ void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl
   }
   // Each traced op made one node and usually one scalar leaf.
   const std::size_t hint = 2 * TraceContext::current().nodes_since_step();
-  auto graph = std::make_shared<StepGraph>(build_step_graph(roots, hint));
+  StepGraph& graph = tls_step_graph;
+  build_step_graph(roots, graph, hint);
 
   auto request = make_intrusive<ExecuteRequest>();
-  request->inputs.reserve(graph->inputs.size());
-  for (int32_t id : graph->inputs) {
-    const Node& leaf = *graph->nodes[id];
+  request->inputs.reserve(graph.inputs.size());
+  for (int32_t id : graph.inputs) {
+    const Node& leaf = *graph.nodes[id];
     if (leaf.op() == Op::kDeviceData) {
       request->inputs.push_back({leaf.data(), leaf.dtype(), 0});
     } else {
@@ -54,6 +58,7 @@ void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl
     request->outputs.push_back(make_intrusive<DeviceData>(device, root->dtype(), root->shape()));
   }
   request->program = find_or_compile(system, graph);
+  graph.clear();  // drops its references to the roots
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     tensors[i]->set_data(request->outputs[tensor_root[i]]);
   }
@@ -103,6 +108,9 @@ void sync_tensors(const std::vector<Tensor>& tensors, bool wait, SyncReason reas
     }
   }
   for (auto& [ordinal, impls] : by_device) sync_device(system, Device{ordinal}, impls, wait);
+  // The synced tensors now read device data: what the log holds of their graphs is garbage
+  // (and anything still pending is held by its tensors).
+  CreationLog::this_thread().clear();
 }
 
 }  // namespace axle

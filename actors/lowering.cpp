@@ -30,7 +30,7 @@ IntrusivePtr<Executable> lower(const StepGraph& graph) {
   auto program = make_intrusive<Executable>();
   program->graph_hash = graph.hash;
   program->slots.reserve(graph.nodes.size());
-  for (const NodePtr& node : graph.nodes) program->slots.push_back({node->dtype(), node->shape()});
+  for (const Node* node : graph.nodes) program->slots.push_back({node->dtype(), node->shape()});
   program->input_slots = graph.inputs;
   program->output_slots = graph.outputs;
   program->calls.reserve(graph.nodes.size() - graph.inputs.size());

@@ -12,7 +12,10 @@
 namespace axle {
 
 struct StepGraph {
-  std::vector<NodePtr> nodes;  ///< post-order, each node once
+  /// The roots, as given; they keep every node of the graph alive, so `nodes` need not (a
+  /// reference count per node would cost two atomic operations per node per step).
+  std::vector<NodePtr> roots;
+  std::vector<const Node*> nodes;  ///< post-order, each node once
   /// Node i's operands are operand_ids[operand_begin[i] .. operand_begin[i + 1]), as indices.
   std::vector<uint32_t> operand_begin;
   std::vector<int32_t> operand_ids;
@@ -20,13 +23,29 @@ struct StepGraph {
   std::vector<int32_t> outputs;  ///< the roots' indices, in the order given (duplicates kept)
   uint64_t hash = 0;
 
+  /// Empties the graph, keeping its buffers.
+  void clear() {
+    roots.clear();
+    nodes.clear();
+    operand_begin.clear();
+    operand_ids.clear();
+    inputs.clear();
+    outputs.clear();
+    hash = 0;
+  }
+
   [[nodiscard]] std::span<const int32_t> operands(std::size_t i) const {
     return {operand_ids.data() + operand_begin[i], operand_begin[i + 1] - operand_begin[i]};
   }
 };
 
-/// Builds the step graph of `roots` (iteratively: graphs may be a million nodes deep).
+/// Builds the step graph of `roots` (iteratively: graphs may be a million nodes deep). When a
+/// root is in this thread's CreationLog, the log is scanned in creation order and what the
+/// roots do not need is dropped afterwards; the rest is found by walking down from the roots.
+/// Nodes come in post-order either way; equal programs traced in the same order hash alike.
 /// `size_hint` is the expected node count (it only sizes buffers).
 StepGraph build_step_graph(std::span<const NodePtr> roots, std::size_t size_hint = 0);
+/// The same, into `graph` (cleared first), reusing its buffers.
+void build_step_graph(std::span<const NodePtr> roots, StepGraph& graph, std::size_t size_hint = 0);
 
 }  // namespace axle

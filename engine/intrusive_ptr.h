@@ -29,6 +29,12 @@ class RefCounted {
   void release() const noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
+  /// The current count. Exact only when no other thread can reach the object.
+  [[nodiscard]] int64_t use_count() const noexcept { return refs_.load(std::memory_order_acquire); }
+
+ protected:
+  /// Starts with `refs` references already held (by the object's own bookkeeping).
+  explicit RefCounted(int64_t refs) noexcept : refs_(refs) {}
 
  private:
   mutable std::atomic<int64_t> refs_{0};

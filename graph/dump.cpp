@@ -41,7 +41,7 @@ Graph post_order(const std::vector<Tensor>& tensors) {
     }
     while (!stack.empty()) {
       Frame& top = stack.back();
-      const Operands& operands = top.node->operands();
+      const std::span<const NodePtr> operands = top.node->operands();
       if (top.next_operand < operands.size()) {
         const Node* operand = operands[top.next_operand++].get();
         // A node already seen is finished: in a DAG none of a node's operands leads back to it.
@@ -140,7 +140,7 @@ std::string tensors_dot(const std::vector<Tensor>& tensors) {
                        debug ? fmt::format("\\n{}", location_text(node)) : std::string());
   }
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-    const Operands& operands = g.nodes[i]->operands();
+    const std::span<const NodePtr> operands = g.nodes[i]->operands();
     for (std::size_t j = 0; j < operands.size(); ++j) {
       const int64_t from = g.ids.at(operands[j].get());
       // Operand order matters (sub, div, where), so a node with several operands numbers them.

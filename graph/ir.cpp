@@ -1,8 +1,13 @@
 // graph: IR node construction, hashing and (iterative) destruction.
 #include "graph/ir.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <new>
+#include <stdexcept>
 #include <vector>
 
 #include "engine/hash.h"
@@ -30,6 +35,41 @@ uint32_t this_thread_id() noexcept {
   return tls_thread_id;
 }
 thread_local std::vector<Node*>* tls_release_queue = nullptr;
+
+// Operands released while destroying nodes. The outermost batch on a thread owns the queue and
+// releases what was queued (which may queue more) when it ends; inner batches add to it.
+class ReleaseBatch {
+ public:
+  ReleaseBatch() : outermost_(!tls_destroying) {
+    if (outermost_) {
+      tls_destroying = true;
+      tls_release_queue = &queue_;
+    }
+  }
+  ~ReleaseBatch() {
+    if (!outermost_) return;
+    drain();
+    tls_destroying = false;
+    tls_release_queue = nullptr;
+  }
+  ReleaseBatch(const ReleaseBatch&) = delete;
+  ReleaseBatch& operator=(const ReleaseBatch&) = delete;
+
+  void queue(Node* node) { tls_release_queue->push_back(node); }
+  /// Releases everything queued so far (only the outermost batch owns a queue).
+  void drain() noexcept {
+    if (!outermost_) return;
+    while (!queue_.empty()) {
+      Node* next = queue_.back();
+      queue_.pop_back();
+      next->release();  // may run ~Node, which queues that node's operands here
+    }
+  }
+
+ private:
+  bool outermost_;
+  std::vector<Node*> queue_;
+};
 
 // Freed node blocks kept for reuse by this thread (bounded: a burst of frees beyond the cap
 // goes back to the allocator). Nodes can outlive the cache — a tensor in static storage dies
@@ -78,6 +118,8 @@ void Node::operator delete(void* block, std::size_t bytes) noexcept {
   ::operator delete(block);
 }
 
+static_assert(sizeof(Node) == 256, "walks and the block cache are tuned to a 256-byte node");
+
 std::string_view op_name(Op op) noexcept {
   static constexpr std::array<std::string_view, static_cast<std::size_t>(Op::kCount)> kNames = {
       "device_data", "parameter", "constant", "reshape",
@@ -91,54 +133,161 @@ std::string_view op_name(Op op) noexcept {
 
 Node::Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs ints,
            RealAttrs reals, SourceLocation where)
-    : op_(op),
+    : RefCounted(operands.empty() ? 0 : 1),  // an op node starts with its creation log's reference
+      op_(op),
       dtype_(dtype),
       creator_(this_thread_id()),
-      operands_(std::move(operands)),
-      shape_(shape),
-      ints_(std::move(ints)),
-      reals_(std::move(reals)),
-      where_(where) {
+      where_(where),
+      shape_(shape) {
+  // Everything that can fail comes before the union's member is constructed.
+  if (ints.size() > kMaxInts || reals.size() > kMaxReals) {
+    throw std::logic_error(
+        fmt::format("op {}: {} integer and {} real attributes (at most {} and {})", op_name(op),
+                    ints.size(), reals.size(), kMaxInts, kMaxReals));
+  }
+  const std::size_t n = operands.size();
+  if (n > UINT32_MAX) throw std::length_error(fmt::format("op {}: too many operands", op_name(op)));
+  CreationLog* log = nullptr;
+  if (n > 0) {
+    log = &CreationLog::this_thread();
+    log->reserve_one();
+  }
+  NodePtr* heap = n > kInlineOperands ? new NodePtr[n] : nullptr;
+
+  num_ints_ = static_cast<uint8_t>(ints.size());
+  std::copy(ints.begin(), ints.end(), ints_);
+  num_reals_ = static_cast<uint8_t>(reals.size());
+  std::copy(reals.begin(), reals.end(), reals_);
+  num_operands_ = static_cast<uint32_t>(n);
+  if (n == 0) {
+    new (&leaf_) LeafPayload();
+  } else if (heap) {
+    heap_operands_ = heap;
+    for (std::size_t i = 0; i < n; ++i) heap[i] = std::move(operands[i]);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) new (&inline_operands_[i]) NodePtr(std::move(operands[i]));
+  }
+
   uint64_t h = hash_combine(static_cast<uint64_t>(op), static_cast<uint64_t>(dtype));
   h = hash_shape(h, shape);
-  for (const NodePtr& operand : operands_) h = hash_combine(h, operand->hash());
-  h = hash_combine(h, ints_.size());
-  for (int64_t v : ints_) h = hash_combine(h, static_cast<uint64_t>(v));
-  h = hash_combine(h, reals_.size());
-  for (double v : reals_) h = hash_combine(h, hash_double(v));
+  for (const NodePtr& operand : this->operands()) h = hash_combine(h, operand->hash());
+  h = hash_combine(h, num_ints_);
+  for (int64_t v : this->ints()) h = hash_combine(h, static_cast<uint64_t>(v));
+  h = hash_combine(h, num_reals_);
+  for (double v : this->reals()) h = hash_combine(h, hash_double(v));
   hash_ = h;
+  if (log) log->append(this);
 }
 
 Node::~Node() {
-  if (operands_.empty()) return;
-  std::vector<Node*> local;
-  if (!tls_destroying) tls_release_queue = &local;
-  for (NodePtr& operand : operands_) tls_release_queue->push_back(operand.detach());
-  operands_.clear();
-  if (tls_destroying) return;
-  tls_destroying = true;
-  while (!local.empty()) {
-    Node* next = local.back();
-    local.pop_back();
-    next->release();  // may run ~Node, which queues that node's operands onto `local`
+  if (num_operands_ == 0) {
+    leaf_.~LeafPayload();
+    return;
   }
-  tls_destroying = false;
-  tls_release_queue = nullptr;
+  // Operands are queued, not released here: releasing the tip of a long chain would otherwise
+  // recurse once per node.
+  ReleaseBatch batch;  // queues onto an enclosing batch if there is one
+  const bool on_heap = num_operands_ > kInlineOperands;
+  NodePtr* operands = on_heap ? heap_operands_ : inline_operands_;
+  for (uint32_t i = 0; i < num_operands_; ++i) batch.queue(operands[i].detach());
+  if (on_heap) {
+    delete[] heap_operands_;
+  } else {
+    for (uint32_t i = 0; i < num_operands_; ++i) inline_operands_[i].~NodePtr();
+  }
+}
+
+const IntrusivePtr<DeviceData>& Node::data() const noexcept {
+  static const IntrusivePtr<DeviceData> kNone;
+  return num_operands_ == 0 ? leaf_.data : kNone;
 }
 
 bool Node::created_on_this_thread() const noexcept { return creator_ == tls_thread_id; }
 
+uint32_t Node::this_thread_creator_id() noexcept { return this_thread_id(); }
+
+namespace {
+
+constexpr std::size_t kMinCompaction = 4096;
+// Log ids are unique across threads (0 means "in no log"; see CreationLog::contains on wrap).
+std::atomic<uint32_t> g_next_log_id{1};
+
+uint32_t next_log_id() noexcept {
+  uint32_t id = g_next_log_id.fetch_add(1, std::memory_order_relaxed);
+  if (id == 0) id = g_next_log_id.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
+void prefetch_for_write(const void* p) noexcept { __builtin_prefetch(p, 1); }
+
+}  // namespace
+
+CreationLog& CreationLog::this_thread() {
+  thread_local CreationLog log;
+  return log;
+}
+
+CreationLog::CreationLog() : id_(next_log_id()), compact_at_(kMinCompaction) {}
+
+CreationLog::~CreationLog() { clear(); }
+
+void CreationLog::reserve_one() {
+  if (nodes_.size() >= compact_at_) compact();
+  if (nodes_.size() == nodes_.capacity())
+    nodes_.reserve(std::max<std::size_t>(64, 2 * nodes_.size()));
+}
+
+void CreationLog::append(Node* node) noexcept {
+  nodes_.push_back(node);  // within the capacity reserve_one made
+  node->log_id_ = id_;
+}
+
+void CreationLog::clear() {
+  // A fresh id first: the nodes released below are no longer in this log.
+  id_ = next_log_id();
+  std::vector<const Node*> nodes = std::move(nodes_);
+  nodes_.clear();
+  constexpr std::size_t kAhead = 8;
+  ReleaseBatch batch;  // one queue for the whole log, not one per node
+  for (std::size_t i = nodes.size(); i-- > 0;) {
+    if (i >= kAhead) prefetch_for_write(nodes[i - kAhead]);
+    nodes[i]->release();  // newest first: a node's logged operands still hold the log's reference
+    batch.drain();
+  }
+  nodes.clear();
+  if (nodes_.empty()) nodes_ = std::move(nodes);  // keep the capacity
+  compact_at_ = kMinCompaction;
+}
+
+void CreationLog::compact() {
+  // Newest first, so an operand freed by its user's release goes in the same pass. A count of
+  // one is the log's own: no other thread can hold the node, so the count cannot rise.
+  std::size_t kept = nodes_.size();
+  ReleaseBatch batch;
+  for (std::size_t i = nodes_.size(); i-- > 0;) {
+    const Node* node = nodes_[i];
+    if (node->use_count() == 1) {
+      nodes_[i] = nullptr;
+      --kept;
+      node->release();
+      batch.drain();
+    }
+  }
+  std::erase(nodes_, nullptr);
+  compact_at_ = std::max(kMinCompaction, 2 * kept);
+}
+
 NodePtr Node::device_data(IntrusivePtr<DeviceData> data, SourceLocation where) {
   auto node = make_intrusive<Node>(Op::kDeviceData, data->dtype(), data->shape(), Operands{},
                                    IntAttrs{}, RealAttrs{}, where);
-  node->data_ = std::move(data);
+  node->leaf_.data = std::move(data);
   return node;
 }
 
 NodePtr Node::parameter(DType dtype, double value, SourceLocation where) {
   auto node = make_intrusive<Node>(Op::kParameter, dtype, Shape{}, Operands{}, IntAttrs{},
                                    RealAttrs{}, where);
-  node->value_ = value;
+  node->leaf_.value = value;
   return node;
 }
 
@@ -146,7 +295,7 @@ NodePtr Node::constant(DType dtype, double value, SourceLocation where) {
   // The value is an attribute, so it is part of the hash (unlike a parameter's).
   auto node = make_intrusive<Node>(Op::kConstant, dtype, Shape{}, Operands{}, IntAttrs{},
                                    RealAttrs{value}, where);
-  node->value_ = value;
+  node->leaf_.value = value;
   return node;
 }
 

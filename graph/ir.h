@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <source_location>
+#include <span>
+#include <vector>
 
 #include "engine/dtype.h"
 #include "engine/intrusive_ptr.h"
@@ -22,23 +24,30 @@ using IntAttrs = SmallVector<int64_t, 8>;
 using RealAttrs = SmallVector<double, 2>;
 
 /// Where user code created a node (for errors, and dumps under XLA_IR_DEBUG=1). Holds a
-/// std::source_location, which is one pointer to static data: nodes are many and small.
+/// std::source_location, which is one pointer to static data: nodes are many and small. An
+/// unknown location is line 0 (no source line is).
 struct SourceLocation {
   SourceLocation() = default;
   SourceLocation(const std::source_location& loc) noexcept  // NOLINT: implicit on purpose
-      : loc_(loc), known_(true) {}
-  [[nodiscard]] const char* file() const noexcept { return known_ ? loc_.file_name() : ""; }
-  [[nodiscard]] const char* function() const noexcept { return known_ ? loc_.function_name() : ""; }
-  [[nodiscard]] uint32_t line() const noexcept { return known_ ? loc_.line() : 0; }
+      : loc_(loc) {}
+  [[nodiscard]] bool known() const noexcept { return loc_.line() != 0; }
+  [[nodiscard]] const char* file() const noexcept { return known() ? loc_.file_name() : ""; }
+  [[nodiscard]] const char* function() const noexcept {
+    return known() ? loc_.function_name() : "";
+  }
+  [[nodiscard]] uint32_t line() const noexcept { return loc_.line(); }
 
  private:
   std::source_location loc_;
-  bool known_ = false;
 };
 
 /// One IR value: an op applied to operands, with the shape and (storage) dtype of its result.
+/// Graph walks and releases read only a node's first 64 bytes (see the members).
 class Node final : public RefCounted {
  public:
+  static constexpr std::size_t kMaxInts = 10;  // max_pool2d has 9; 10 keeps a node 256 bytes
+  static constexpr std::size_t kMaxReals = 2;  // the most any op has (iota's start and step)
+
   Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs ints = {},
        RealAttrs reals = {}, SourceLocation where = {});
   ~Node() override;
@@ -59,14 +68,16 @@ class Node final : public RefCounted {
   [[nodiscard]] DType dtype() const noexcept { return dtype_; }
   [[nodiscard]] const Shape& shape() const noexcept { return shape_; }
   [[nodiscard]] uint64_t hash() const noexcept { return hash_; }
-  [[nodiscard]] const Operands& operands() const noexcept { return operands_; }
-  [[nodiscard]] const IntAttrs& ints() const noexcept { return ints_; }
-  [[nodiscard]] const RealAttrs& reals() const noexcept { return reals_; }
+  [[nodiscard]] std::span<const NodePtr> operands() const noexcept {
+    return {num_operands_ <= kInlineOperands ? inline_operands_ : heap_operands_, num_operands_};
+  }
+  [[nodiscard]] std::span<const int64_t> ints() const noexcept { return {ints_, num_ints_}; }
+  [[nodiscard]] std::span<const double> reals() const noexcept { return {reals_, num_reals_}; }
   [[nodiscard]] const SourceLocation& where() const noexcept { return where_; }
-  /// For kDeviceData leaves.
-  [[nodiscard]] const IntrusivePtr<DeviceData>& data() const noexcept { return data_; }
+  /// For kDeviceData leaves (null for every other node).
+  [[nodiscard]] const IntrusivePtr<DeviceData>& data() const noexcept;
   /// For kParameter and kConstant leaves.
-  [[nodiscard]] double value() const noexcept { return value_; }
+  [[nodiscard]] double value() const noexcept { return num_operands_ == 0 ? leaf_.value : 0.0; }
   [[nodiscard]] bool is_leaf() const noexcept {
     return op_ == Op::kDeviceData || op_ == Op::kParameter;
   }
@@ -79,23 +90,84 @@ class Node final : public RefCounted {
     int32_t index = -1;
   };
   [[nodiscard]] bool created_on_this_thread() const noexcept;
+  /// The creating thread's number (see this_thread_creator_id).
+  [[nodiscard]] uint32_t creator_id() const noexcept { return creator_; }
+  /// The calling thread's number, as nodes it creates record it (never reused).
+  [[nodiscard]] static uint32_t this_thread_creator_id() noexcept;
   [[nodiscard]] VisitMark& visit_mark() const noexcept { return mark_; }
 
  private:
-  // Graph walks read only the first cache line of a node: op, mark, creator, hash and the first
-  // two operands. The rest (shape, attributes, location) is for lowering and dumps.
+  friend class CreationLog;
+
+  static constexpr std::size_t kInlineOperands = 3;
+  struct LeafPayload {
+    IntrusivePtr<DeviceData> data;
+    double value = 0;
+  };
+
+  // First 64 bytes: what graph walks, the creation log and releases read — op, counts,
+  // creator, mark, hash and the first two operands (or a leaf's data and value).
   Op op_;
   DType dtype_;
-  mutable VisitMark mark_;
+  uint8_t num_ints_ = 0;
+  uint8_t num_reals_ = 0;
+  uint32_t num_operands_ = 0;
   uint32_t creator_;
+  uint32_t log_id_ = 0;  // the CreationLog holding this node; 0: none
+  mutable VisitMark mark_;
   uint64_t hash_ = 0;
-  Operands operands_;
-  Shape shape_;
-  IntAttrs ints_;
-  RealAttrs reals_;
+  // Which member is live: operands (inline up to three, else on the heap) for op nodes, the
+  // payload for nodes without operands.
+  union {
+    NodePtr inline_operands_[kInlineOperands];
+    NodePtr* heap_operands_;
+    LeafPayload leaf_;
+  };
+  // The rest is for lowering and dumps.
   SourceLocation where_;
-  IntrusivePtr<DeviceData> data_;
-  double value_ = 0;
+  Shape shape_;
+  int64_t ints_[kMaxInts];
+  double reals_[kMaxReals];
+};
+
+/// The op nodes (nodes with operands) this thread created since it last synced, in creation
+/// order, each held by one reference of the log's own. Creation order is a topological order
+/// whose addresses are known up front, so a step's graph is collected by scanning the log
+/// instead of chasing operand pointers (a chain of dependent cache misses once the graph
+/// outgrows the cache), and clearing it frees the graph newest first, one node at a time,
+/// instead of in a pointer-chasing cascade. Nodes no one else holds are dropped whenever the
+/// log has doubled since it was last compacted, so a thread that never syncs keeps no more
+/// garbage than it has live nodes.
+class CreationLog {
+ public:
+  /// This thread's log.
+  [[nodiscard]] static CreationLog& this_thread();
+
+  [[nodiscard]] std::span<const Node* const> nodes() const noexcept {
+    return {nodes_.data(), nodes_.size()};
+  }
+  /// Whether `node` is in this log. Log ids are 32 bits: after four billion syncs one may come
+  /// back, so callers take a `true` as a hint (a false one costs a scan, never a wrong graph).
+  [[nodiscard]] bool contains(const Node* node) const noexcept { return node->log_id_ == id_; }
+  /// Drops the log's references, newest first, and starts a new log. Tensors hold their own
+  /// references, so a node still pending stays alive (outside the log).
+  void clear();
+
+  CreationLog();
+  ~CreationLog();
+  CreationLog(const CreationLog&) = delete;
+  CreationLog& operator=(const CreationLog&) = delete;
+
+ private:
+  friend class Node;
+  // Makes room for one more node (so that appending cannot fail), compacting first if due.
+  void reserve_one();
+  void append(Node* node) noexcept;
+  void compact();
+
+  std::vector<const Node*> nodes_;
+  uint32_t id_;
+  std::size_t compact_at_;
 };
 
 }  // namespace axle

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <thread>
 
 #include "engine/config.h"
 #include "engine/metrics.h"
@@ -99,11 +100,56 @@ TEST_F(NoSpecialScalars, MakesZeroAndOneParameters) {
 }
 
 TEST(NodeLifetime, DroppingAMillionNodeChainDoesNotOverflowTheStack) {
-  Tensor x = zeros({2});
+  Tensor x = zeros({2}) + 1.0;
+  const NodePtr bottom = x.impl()->ir();
   for (int i = 0; i < 1'000'000; ++i) x = x + 1.0;
   EXPECT_EQ(x.shape(), Shape{2});
-  x = Tensor{};  // the last reference: every node of the chain goes now
-  EXPECT_FALSE(x.defined());
+  // Out of the creation log (as after a sync that did not include x), the tensor holds the only
+  // reference to the tip, so dropping it releases the whole chain from the tip down.
+  CreationLog::this_thread().clear();
+  EXPECT_EQ(bottom->use_count(), 2);  // this test and the node above
+  x = Tensor{};  // the last reference: every node of the chain above `bottom` goes now
+  EXPECT_EQ(bottom->use_count(), 1);
+}
+
+TEST(CreationLog, HoldsTheOpNodesOfThisThreadInCreationOrder) {
+  CreationLog& log = CreationLog::this_thread();
+  log.clear();
+  const Tensor a = device_data_tensor({2});
+  const Tensor b = a + 2.0;
+  const Tensor c = exp(b);
+  ASSERT_EQ(log.nodes().size(), 2u);  // the leaves (a, the scalar 2) are not logged
+  EXPECT_EQ(log.nodes()[0], b.impl()->ir().get());
+  EXPECT_EQ(log.nodes()[1], c.impl()->ir().get());
+  EXPECT_TRUE(log.contains(c.impl()->ir().get()));
+  EXPECT_FALSE(log.contains(c.impl()->ir()->operands()[0]->operands()[1].get()));
+  log.clear();
+  EXPECT_TRUE(log.nodes().empty());
+  EXPECT_FALSE(log.contains(c.impl()->ir().get()));
+  EXPECT_EQ(c.impl()->ir()->operands()[0], b.impl()->ir());  // tensors keep their graphs
+}
+
+TEST(CreationLog, ClearingFreesWhatOnlyTheLogHeld) {
+  CreationLog& log = CreationLog::this_thread();
+  log.clear();
+  auto data = make_intrusive<DeviceData>(Device{}, DType::kF32, Shape{4});
+  { const Tensor garbage = exp(Tensor(make_intrusive<TensorImpl>(DType::kF32, data)) * 3.0); }
+  EXPECT_GT(data->use_count(), 1);  // the dropped graph still reads it, through the log
+  log.clear();
+  EXPECT_EQ(data->use_count(), 1);
+}
+
+TEST(CreationLog, ThreadsThatNeverSyncKeepNoGarbage) {
+  std::size_t longest = 0;
+  std::thread tracer([&] {
+    const Tensor a = zeros({2});
+    for (int i = 0; i < 100'000; ++i) {
+      const Tensor dropped = (a + 1.0) * 2.0;
+      longest = std::max(longest, CreationLog::this_thread().nodes().size());
+    }
+  });
+  tracer.join();
+  EXPECT_LT(longest, 3 * 4096u);  // compacted as it doubles past its last live size
 }
 
 TEST(OpCounters, CountEveryTracedAdd) {
