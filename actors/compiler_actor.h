@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "actors/compile_cache.h"
-#include "actors/step_graph.h"
 #include "engine/actor.h"
+#include "graph/step_graph.h"
 
 namespace axle {
 

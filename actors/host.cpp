@@ -5,8 +5,8 @@
 #include <unordered_map>
 
 #include "actors/lazy_system.h"
-#include "actors/step_graph.h"
 #include "engine/metrics.h"
+#include "graph/step_graph.h"
 #include "graph/trace_context.h"
 
 namespace axle {

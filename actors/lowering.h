@@ -2,8 +2,8 @@
 // per non-leaf node. (The compiler's optimising passes and memory planning slot in here.)
 #pragma once
 
-#include "actors/step_graph.h"
 #include "backends/executable.h"
+#include "graph/step_graph.h"
 
 namespace axle {
 

@@ -11,9 +11,9 @@
 #include <chrono>
 
 #include "actors/lowering.h"
-#include "actors/step_graph.h"
 #include "axle.h"
 #include "benchmarks/report.h"
+#include "graph/step_graph.h"
 
 namespace axle::bench {
 namespace {

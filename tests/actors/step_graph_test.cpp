@@ -1,6 +1,6 @@
 // Step graphs: collected from the creation log or by walking down from the roots, they hold
 // exactly what the roots depend on, hash alike for alike programs, and execute to the same values.
-#include "actors/step_graph.h"
+#include "graph/step_graph.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// actors: the graph one mark_step executes — the pending IR of the tensors being synced, in
+// graph: the graph one mark_step executes — the pending IR of the tensors being synced, in
 // post-order, with its inputs and outputs. Its hash keys the compile cache: it covers every
 // node's own hash and how nodes share operands, but no input's value.
 #pragma once

@@ -1,5 +1,5 @@
-// actors: post-order collection and hashing of a step's graph.
-#include "actors/step_graph.h"
+// graph: post-order collection and hashing of a step's graph.
+#include "graph/step_graph.h"
 
 #include <algorithm>
 #include <utility>
