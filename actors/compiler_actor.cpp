@@ -18,7 +18,7 @@ void CompilerActor::handle(CompileRequest& request, Promise<IntrusivePtr<Executa
     return;
   }
   const auto start = std::chrono::steady_clock::now();
-  IntrusivePtr<Executable> program = lower(*request.graph);
+  IntrusivePtr<Executable> program = compile_graph(*request.graph, passes_);
   const double compile_ns =
       std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
   AXLE_METRIC_ADD("CompileTime", MetricKind::kTime, compile_ns);

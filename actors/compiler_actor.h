@@ -9,6 +9,7 @@
 
 #include "actors/compile_cache.h"
 #include "engine/actor.h"
+#include "graph/passes/passes.h"
 #include "graph/step_graph.h"
 
 namespace axle {
@@ -21,11 +22,13 @@ struct CompileRequest {
 
 class CompilerActor : public Actor<CompilerActor, CompileRequest> {
  public:
-  explicit CompilerActor(CompileCache& cache) : cache_(cache) {}
+  /// Runs the passes AXLE_DISABLE_PASSES leaves on (a bad value throws ConfigError here).
+  explicit CompilerActor(CompileCache& cache) : cache_(cache), passes_(PassSet::from_config()) {}
   void handle(CompileRequest& request, Promise<IntrusivePtr<Executable>>&& reply);
 
  private:
   CompileCache& cache_;
+  PassSet passes_;
 };
 
 }  // namespace axle

@@ -26,27 +26,42 @@ Kernel kernel_for(Op op) {
 
 }  // namespace
 
-IntrusivePtr<Executable> lower(const StepGraph& graph) {
-  auto program = make_intrusive<Executable>();
-  program->graph_hash = graph.hash;
-  program->slots.reserve(graph.nodes.size());
-  for (const Node* node : graph.nodes) program->slots.push_back({node->dtype(), node->shape()});
-  program->input_slots = graph.inputs;
-  program->output_slots = graph.outputs;
-  program->calls.reserve(graph.nodes.size() - graph.inputs.size());
-  for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
-    const Node& node = *graph.nodes[i];
-    if (node.is_leaf()) continue;
-    KernelCall call;
-    call.kernel = kernel_for(node.op());
-    const std::span<const int32_t> operands = graph.operands(i);
-    call.inputs.assign(operands.begin(), operands.end());
-    call.output = static_cast<int32_t>(i);
-    call.ints.assign(node.ints().begin(), node.ints().end());
-    call.reals.assign(node.reals().begin(), node.reals().end());
-    program->calls.push_back(std::move(call));
+IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes) {
+  return lower(run_passes(Program::from(graph), passes), graph.hash);
+}
+
+IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash) {
+  auto executable = make_intrusive<Executable>();
+  executable->graph_hash = graph_hash;
+  executable->slots.reserve(program.size());
+  executable->input_slots.assign(static_cast<std::size_t>(program.num_inputs), -1);
+  std::size_t leaves = 0;
+  for (std::size_t id = 0; id < program.size(); ++id) {
+    const Program::Instr& instr = program[id];
+    executable->slots.push_back({instr.dtype, instr.shape});
+    if (program.is_leaf(id)) {
+      executable->input_slots.at(static_cast<std::size_t>(instr.input)) = static_cast<int32_t>(id);
+      ++leaves;
+    }
   }
-  return program;
+  if (leaves != executable->input_slots.size()) {
+    throw std::logic_error(
+        fmt::format("lowering: {} leaves for {} inputs", leaves, executable->input_slots.size()));
+  }
+  executable->output_slots = program.outputs;
+  executable->calls.reserve(program.size() - leaves);
+  for (std::size_t id = 0; id < program.size(); ++id) {
+    if (program.is_leaf(id)) continue;
+    KernelCall call;
+    call.kernel = kernel_for(program[id].op);
+    const std::span<const int32_t> operands = program.operands(id);
+    call.inputs.assign(operands.begin(), operands.end());
+    call.output = static_cast<int32_t>(id);
+    call.ints.assign(program.ints(id).begin(), program.ints(id).end());
+    call.reals.assign(program.reals(id).begin(), program.reals(id).end());
+    executable->calls.push_back(std::move(call));
+  }
+  return executable;
 }
 
 }  // namespace axle

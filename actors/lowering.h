@@ -1,13 +1,18 @@
-// actors: lowering a step graph to an Executable — one buffer slot per IR node, one kernel call
-// per non-leaf node. (The compiler's optimising passes and memory planning slot in here.)
+// actors: lowering — the compiler's last stages. A step graph becomes a program, the IR passes
+// (graph/passes) run over it, and it is lowered to an Executable: one buffer slot per
+// instruction, one kernel call per non-leaf instruction.
 #pragma once
 
 #include "backends/executable.h"
+#include "graph/passes/passes.h"
 #include "graph/step_graph.h"
 
 namespace axle {
 
-/// The program computing `graph`'s outputs from its inputs.
-IntrusivePtr<Executable> lower(const StepGraph& graph);
+/// The program computing `graph`'s outputs from its inputs, after the enabled passes.
+IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes);
+
+/// `program` as kernel calls over buffer slots.
+IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash);
 
 }  // namespace axle

@@ -63,6 +63,7 @@ void mark_step_cost(int nodes, int repeats) {
 }
 
 void compile_cost(int nodes, int repeats) {
+  const PassSet passes = PassSet::from_config();
   std::vector<double> millis;
   for (int r = 0; r < repeats; ++r) {
     // What a sync does to the trace's creation log (the previous chain would be garbage in it).
@@ -71,7 +72,7 @@ void compile_cost(int nodes, int repeats) {
     const auto start = Clock::now();
     NodePtr root = y.impl()->ir();
     StepGraph graph = build_step_graph(std::span<const NodePtr>(&root, 1));
-    IntrusivePtr<Executable> program = lower(graph);
+    IntrusivePtr<Executable> program = compile_graph(graph, passes);
     millis.push_back(seconds_since(start) * 1e3);
     if (program->calls.empty()) throw std::logic_error("empty program");
   }

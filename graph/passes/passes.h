@@ -1,0 +1,56 @@
+// graph/passes: the compiler's IR passes. Each reads a program and returns the program it makes,
+// with the same values at the same outputs, in one linear sweep (graphs may be a million nodes
+// deep). They run in the order declared here; AXLE_DISABLE_PASSES switches any of them off.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "graph/passes/program.h"
+
+namespace axle {
+
+/// Whether swapping the two operands of `op` never changes its result (maximum and minimum do
+/// not qualify: they pick between +0 and -0 by position).
+[[nodiscard]] bool is_commutative(Op op) noexcept;
+
+/// Canonical operand order for commutative ops (so CSE sees a+b and b+a as one), reshape and
+/// permute chains folded into one (and dropped when they change nothing), and transposes of the
+/// last two dims folded into the matmul that consumes them.
+[[nodiscard]] Program canonicalize(const Program& program);
+/// Instructions computing the same op on the same operands with the same attributes become one.
+/// Leaves are never merged: each is a distinct input.
+[[nodiscard]] Program eliminate_common_subexpressions(const Program& program);
+/// Ops whose operands are all constants, where the result is exact (arithmetic, comparisons,
+/// casts between floating types, data movement), become constants; transcendental functions are
+/// left to the kernels so results match theirs bit for bit.
+[[nodiscard]] Program fold_constants(const Program& program);
+/// Instructions no output depends on are removed (leaves stay: the step still binds them).
+[[nodiscard]] Program eliminate_dead_code(const Program& program);
+
+/// The passes, by the names AXLE_DISABLE_PASSES uses. Fusion is the lowering's (actors/).
+enum class Pass : uint8_t { kCanonicalize, kCse, kConstantFolding, kDce, kFusion, kCount };
+
+[[nodiscard]] std::string_view pass_name(Pass pass) noexcept;
+
+/// Which passes run.
+class PassSet {
+ public:
+  /// Every pass.
+  PassSet() = default;
+  /// Every pass except those named in AXLE_DISABLE_PASSES (comma-separated, e.g.
+  /// "fusion,cse"); an unknown name is a ConfigError that lists the known ones.
+  [[nodiscard]] static PassSet from_config();
+
+  [[nodiscard]] bool enabled(Pass pass) const noexcept { return (disabled_ & bit(pass)) == 0; }
+  void disable(Pass pass) noexcept { disabled_ |= bit(pass); }
+
+ private:
+  static constexpr uint32_t bit(Pass pass) noexcept { return 1u << static_cast<uint32_t>(pass); }
+  uint32_t disabled_ = 0;
+};
+
+/// Runs the enabled IR passes in order.
+[[nodiscard]] Program run_passes(Program program, const PassSet& passes);
+
+}  // namespace axle

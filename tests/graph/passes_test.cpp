@@ -1,0 +1,221 @@
+// graph/passes: each pass on small traced graphs, checked as program text before and after.
+#include "graph/passes/passes.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/config.h"
+#include "graph/ops.h"
+#include "graph/step_graph.h"
+
+namespace axle {
+namespace {
+
+Tensor input(const Shape& shape, DType dtype = DType::kF32) {
+  return Tensor(
+      make_intrusive<TensorImpl>(dtype, make_intrusive<DeviceData>(Device{}, dtype, shape)));
+}
+
+Program program_of(const std::vector<Tensor>& outputs) {
+  std::vector<NodePtr> roots;
+  for (const Tensor& t : outputs) roots.push_back(t.impl()->ir());
+  return Program::from(build_step_graph(roots));
+}
+
+TEST(ProgramText, ListsInstructionsOperandsAttributesAndOutputs) {
+  const Tensor a = input({2, 3});
+  EXPECT_EQ(program_of({sum(exp(a) * 2.0, {1})}).to_text(),
+            "%0 = device_data f32[2,3] input=0\n"
+            "%1 = exp f32[2,3] %0\n"
+            "%2 = parameter f32[] input=1\n"
+            "%3 = mul f32[2,3] %1, %2\n"
+            "%4 = sum f32[2] %3 ints=[0, 1]\n"
+            "outputs %4\n");
+}
+
+TEST(Canonicalize, SortsTheOperandsOfCommutativeOps) {
+  const Tensor a = input({2, 3});
+  const Program before = program_of({exp(a) + a, exp(a) * a, maximum(exp(a), a)});
+  EXPECT_EQ(before.to_text(),
+            "%0 = device_data f32[2,3] input=0\n"
+            "%1 = exp f32[2,3] %0\n"
+            "%2 = add f32[2,3] %1, %0\n"
+            "%3 = exp f32[2,3] %0\n"
+            "%4 = mul f32[2,3] %3, %0\n"
+            "%5 = exp f32[2,3] %0\n"
+            "%6 = maximum f32[2,3] %5, %0\n"
+            "outputs %2, %4, %6\n");
+  // maximum keeps its order: it picks between +0 and -0 by position.
+  EXPECT_EQ(canonicalize(before).to_text(),
+            "%0 = device_data f32[2,3] input=0\n"
+            "%1 = exp f32[2,3] %0\n"
+            "%2 = add f32[2,3] %0, %1\n"
+            "%3 = exp f32[2,3] %0\n"
+            "%4 = mul f32[2,3] %0, %3\n"
+            "%5 = exp f32[2,3] %0\n"
+            "%6 = maximum f32[2,3] %5, %0\n"
+            "outputs %2, %4, %6\n");
+}
+
+TEST(Canonicalize, FoldsReshapeAndPermuteChains) {
+  const Tensor a = input({2, 3});
+  const Program before = program_of({reshape(reshape(a, {6}), {3, 2}), reshape(a, {2, 3}),
+                                     permute(permute(input({2, 3, 4}), {1, 2, 0}), {0, 2, 1}),
+                                     transpose(transpose(a, 0, 1), 0, 1)});
+  EXPECT_EQ(eliminate_dead_code(canonicalize(before)).to_text(),
+            "%0 = device_data f32[2,3] input=0\n"
+            "%1 = reshape f32[3,2] %0\n"
+            "%2 = device_data f32[2,3,4] input=1\n"
+            "%3 = permute f32[3,2,4] %2 ints=[1, 0, 2]\n"
+            "outputs %1, %0, %3, %0\n");
+}
+
+TEST(Canonicalize, FoldsTransposesOfTheLastTwoDimsIntoMatmul) {
+  const Tensor a = input({2, 3});
+  const Tensor b = input({4, 2});
+  const Tensor c = input({3, 4});
+  const Tensor batched = input({5, 3, 2});
+  const Tensor a_t = transpose(a, 0, 1);
+  const Tensor b_t = transpose(transpose(transpose(b, 0, 1), 0, 1), 0, 1);
+  const Tensor both = matmul(a_t, b_t);
+  const Tensor batch = matmul(transpose(batched, 1, 2), c);
+  const Tensor moved = matmul(transpose(batched, 0, 1), transpose(b, 0, 1));
+  EXPECT_EQ(eliminate_dead_code(canonicalize(program_of({both, batch, moved}))).to_text(),
+            "%0 = device_data f32[2,3] input=0\n"
+            "%1 = device_data f32[4,2] input=1\n"
+            "%2 = matmul f32[3,4] %0, %1 ints=[1, 1]\n"
+            "%3 = device_data f32[5,3,2] input=2\n"
+            "%4 = device_data f32[3,4] input=3\n"
+            "%5 = matmul f32[5,2,4] %3, %4 ints=[1, 0]\n"
+            // A transpose that moves a batch dim stays a permute.
+            "%6 = permute f32[3,5,2] %3 ints=[1, 0, 2]\n"
+            "%7 = matmul f32[3,5,4] %6, %1 ints=[0, 1]\n"
+            "outputs %2, %5, %7\n");
+}
+
+TEST(Cse, MergesEqualComputations) {
+  const Tensor a = input({4});
+  const Tensor b = input({4});
+  const Program before = program_of({exp(a) + b, b + exp(a), exp(b)});
+  EXPECT_EQ(eliminate_dead_code(eliminate_common_subexpressions(canonicalize(before))).to_text(),
+            "%0 = device_data f32[4] input=0\n"
+            "%1 = exp f32[4] %0\n"
+            "%2 = device_data f32[4] input=1\n"
+            "%3 = add f32[4] %1, %2\n"
+            "%4 = exp f32[4] %2\n"
+            "outputs %3, %3, %4\n");
+}
+
+TEST(Cse, KeepsLeavesAndDifferentAttributesApart) {
+  const Tensor a = input({2, 2});
+  const Tensor b = input({2, 2});
+  const Program after = eliminate_common_subexpressions(
+      program_of({sum(a, {0}), sum(a, {1}), sum(b, {0}), a * 3.0, a * 3.0}));
+  EXPECT_EQ(after.to_text(),
+            "%0 = device_data f32[2,2] input=0\n"
+            "%1 = sum f32[2] %0 ints=[0, 0]\n"
+            "%2 = sum f32[2] %0 ints=[0, 1]\n"
+            "%3 = device_data f32[2,2] input=1\n"
+            "%4 = sum f32[2] %3 ints=[0, 0]\n"
+            // Two parameters (each scalar is its own input) keep the products apart.
+            "%5 = parameter f32[] input=2\n"
+            "%6 = mul f32[2,2] %0, %5\n"
+            "%7 = parameter f32[] input=3\n"
+            "%8 = mul f32[2,2] %0, %7\n"
+            "outputs %1, %2, %4, %6, %8\n");
+}
+
+TEST(ConstantFolding, FoldsExactArithmeticComparisonsAndDataMovement) {
+  const Tensor one = ones({2});
+  const Program before =
+      program_of({(one + one) / (one + one + one), gt(one, zeros({2})), exp(one), one + 1.0,
+                  expand(reshape(one, {2, 1}), {2, 3}), ones({2}, DType::kI32) * 7.0});
+  EXPECT_EQ(eliminate_dead_code(fold_constants(before)).to_text(),
+            "%0 = constant f32[2] 1\n"
+            // 2/3 rounded to f32, as the kernel would.
+            "%1 = constant f32[2] 0.6666666865348816\n"
+            "%2 = constant pred[2] 1\n"
+            "%3 = exp f32[2] %0\n"
+            "%4 = constant f32[2] 2\n"
+            "%5 = constant f32[2,3] 1\n"
+            "%6 = constant s32[2] 1\n"
+            // 7 is a parameter, fed at each execution: not a constant.
+            "%7 = parameter s32[] input=0\n"
+            "%8 = mul s32[2] %6, %7\n"
+            "outputs %1, %2, %3, %4, %5, %8\n");
+}
+
+TEST(ConstantFolding, LeavesIntegerOverflowAndTranscendentalsToTheKernels) {
+  const Tensor big = ones({1}, DType::kI32);
+  Tensor x = big + big;
+  for (int i = 0; i < 31; ++i) x = x + x;  // 2^32 wraps in s32
+  const Program after = eliminate_dead_code(fold_constants(program_of({x, sqrt(ones({1}) + 1.0)})));
+  const std::string text = after.to_text();
+  EXPECT_NE(text.find("add s32[1]"), std::string::npos) << text;
+  EXPECT_NE(text.find("constant f32[1] 1.4142135381698608"), std::string::npos) << text;
+}
+
+TEST(DeadCode, RemovesWhatNoOutputReadsButKeepsEveryInput) {
+  const Tensor a = input({3});
+  const Tensor b = input({3});
+  const Tensor unused = exp(b) * 4.0;
+  Program before = program_of({a + 1.0, unused});
+  before.outputs = {before.outputs[0]};  // as if only the first were wanted
+  // (`unused` was traced first, so its input comes first.)
+  EXPECT_EQ(eliminate_dead_code(before).to_text(),
+            "%0 = device_data f32[3] input=0\n"
+            "%1 = parameter f32[] input=1\n"
+            "%2 = device_data f32[3] input=2\n"
+            "%3 = constant f32[] 1\n"
+            "%4 = add f32[3] %2, %3\n"
+            "outputs %4\n");
+}
+
+TEST(Passes, RunInOrderAndEachCanBeDisabled) {
+  const Tensor a = input({4});
+  const Program before = program_of({exp(a) + exp(a) * 1.0, sum(a, {0})});
+  EXPECT_EQ(run_passes(before, PassSet{}).to_text(),
+            "%0 = device_data f32[4] input=0\n"
+            "%1 = exp f32[4] %0\n"
+            "%2 = constant f32[] 1\n"
+            "%3 = mul f32[4] %1, %2\n"
+            "%4 = add f32[4] %1, %3\n"
+            "%5 = sum f32[] %0 ints=[0, 0]\n"
+            "outputs %4, %5\n");
+  PassSet only_cse;
+  for (Pass pass : {Pass::kCanonicalize, Pass::kConstantFolding, Pass::kDce, Pass::kFusion}) {
+    only_cse.disable(pass);
+  }
+  EXPECT_EQ(run_passes(before, only_cse).to_text(),
+            eliminate_common_subexpressions(before).to_text());
+  only_cse.disable(Pass::kCse);
+  EXPECT_EQ(run_passes(before, only_cse).to_text(), before.to_text());
+}
+
+TEST(Passes, ReadTheDisabledOnesFromTheEnvironmentVariable) {
+  config::set("AXLE_DISABLE_PASSES", "fusion, cse");
+  const PassSet passes = PassSet::from_config();
+  EXPECT_FALSE(passes.enabled(Pass::kFusion));
+  EXPECT_FALSE(passes.enabled(Pass::kCse));
+  EXPECT_TRUE(passes.enabled(Pass::kDce));
+  config::set("AXLE_DISABLE_PASSES", "cse,fusoin");
+  try {
+    (void)PassSet::from_config();
+    ADD_FAILURE() << "an unknown pass name was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'fusoin'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("constant_folding"), std::string::npos) << e.what();
+  }
+  config::unset("AXLE_DISABLE_PASSES");
+}
+
+TEST(Passes, HandleLongChainsWithoutRecursion) {
+  // (actors' e2e tests compile and run a million-node chain.)
+  constexpr std::size_t kOps = 100'000;
+  Tensor x = input({2});
+  for (std::size_t i = 0; i < kOps; ++i) x = (x + 1.0) * 1.0;  // 1.0 is the constant 1
+  const Program after = run_passes(program_of({x}), PassSet{});
+  EXPECT_EQ(after.size(), 2 + 2 * kOps);  // the leaf, one constant 1 (CSE), the adds and muls
+}
+
+}  // namespace
+}  // namespace axle
