@@ -5,6 +5,9 @@
 
 #include <stdexcept>
 
+#include "actors/fusion.h"
+#include "engine/metrics.h"
+
 namespace axle {
 namespace {
 
@@ -27,10 +30,10 @@ Kernel kernel_for(Op op) {
 }  // namespace
 
 IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes) {
-  return lower(run_passes(Program::from(graph), passes), graph.hash);
+  return lower(run_passes(Program::from(graph), passes), graph.hash, passes.enabled(Pass::kFusion));
 }
 
-IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash) {
+IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool fuse) {
   auto executable = make_intrusive<Executable>();
   executable->graph_hash = graph_hash;
   executable->slots.reserve(program.size());
@@ -50,8 +53,19 @@ IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash) {
   }
   executable->output_slots = program.outputs;
   executable->calls.reserve(program.size() - leaves);
+  const std::vector<int32_t> root_of =
+      fuse ? plan_fusion(program) : std::vector<int32_t>(program.size(), -1);
+  int64_t fused = 0;
   for (std::size_t id = 0; id < program.size(); ++id) {
     if (program.is_leaf(id)) continue;
+    if (root_of[id] >= 0) {
+      // A member of a fused kernel runs inside its root's call; the root's call runs here.
+      if (root_of[id] == static_cast<int32_t>(id)) {
+        executable->calls.push_back(fused_call(program, root_of, static_cast<int32_t>(id)));
+        ++fused;
+      }
+      continue;
+    }
     KernelCall call;
     call.kernel = kernel_for(program[id].op);
     const std::span<const int32_t> operands = program.operands(id);
@@ -61,6 +75,7 @@ IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash) {
     call.reals.assign(program.reals(id).begin(), program.reals(id).end());
     executable->calls.push_back(std::move(call));
   }
+  if (fused) AXLE_COUNTER_INC("FusedKernels", fused);
   return executable;
 }
 

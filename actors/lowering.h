@@ -12,7 +12,8 @@ namespace axle {
 /// The program computing `graph`'s outputs from its inputs, after the enabled passes.
 IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes);
 
-/// `program` as kernel calls over buffer slots.
-IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash);
+/// `program` as kernel calls over buffer slots, chains of elementwise ops fused into one kernel
+/// each when `fuse` (counted as FusedKernels).
+IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool fuse);
 
 }  // namespace axle

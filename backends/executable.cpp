@@ -15,7 +15,8 @@ std::string_view kernel_name(Kernel kernel) noexcept {
       "sum",     "mean",        "reduce_max",   "reduce_min",  "logsumexp",  "argmax",
       "softmax", "log_softmax", "matmul",       "conv2d",      "max_pool2d", "avg_pool2d",
       "copy",    "permute",     "expand",       "slice",       "concat",     "index_select",
-      "gather",  "one_hot",     "rand_uniform", "rand_normal", "rand_int",   "bernoulli"};
+      "gather",  "one_hot",     "rand_uniform", "rand_normal", "rand_int",   "bernoulli",
+      "fused"};
   auto i = static_cast<std::size_t>(kernel);
   return i < kNames.size() ? kNames[i] : "unknown";
 }

@@ -57,6 +57,15 @@ namespace axle {
 ///   kRandNormal  [seed, offset]; reals = [mean, std]
 ///   kRandInt     [seed, offset]; ints = [low, high]       uniform integers in [low, high)
 ///   kBernoulli   [seed, offset, p (same shape as output or scalar)]
+/// Fusion (a chain of elementwise ops computed block by block, intermediates never stored).
+///   kFused       [e0, e1, ...] external operands, each broadcasting to the output shape, all of
+///                the output's dtype (f32 or f64). ints = [buffers, then five per step:
+///                kernel, destination, a, b, attribute]. Steps run in order over each block of
+///                output elements; kernel is one of kAdd kSub kMul kDiv kPow kMaximum kMinimum
+///                kNeg kAbs kRelu kExp kLog kSqrt kRsqrt kTanh kSigmoid kGelu; destination is a
+///                scratch buffer in [0, buffers), or -1 for the output (the last step, only);
+///                an operand >= 0 is an external operand, < 0 the scratch buffer -operand - 1
+///                (b is ignored by unary steps); attribute is gelu's approximate flag, else 0.
 enum class Kernel : uint16_t {
   kAdd,
   kSub,
@@ -112,6 +121,7 @@ enum class Kernel : uint16_t {
   kRandNormal,
   kRandInt,
   kBernoulli,
+  kFused,
   kCount
 };
 

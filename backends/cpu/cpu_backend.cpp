@@ -165,6 +165,7 @@ const KernelTable& kernel_table() {
     register_conv_kernels(t);
     register_data_movement_kernels(t);
     register_random_kernels(t);
+    register_fused_kernels(t);
     return t;
   }();
   return table;

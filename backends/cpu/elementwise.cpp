@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backends/cpu/element.h"
+#include "backends/cpu/float_math.h"
 #include "backends/cpu/kernel.h"
 
 namespace axle::cpu {
@@ -421,31 +422,6 @@ void map_float(const T* x, T* out, int64_t n, F f) {
     Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> o(out, n);
     o = f(in);
   }
-}
-
-// Expressions hold the array by reference (Eigen Maps by value), so `v` must outlive them: it
-// does, map_float evaluates before returning.
-template <Kernel K>
-auto transcendental(const auto& v) {
-  using C = typename std::decay_t<decltype(v)>::Scalar;
-  if constexpr (K == Kernel::kExp) return v.exp();
-  if constexpr (K == Kernel::kLog) return v.log();
-  if constexpr (K == Kernel::kSqrt) return v.sqrt();
-  // Not Eigen's rsqrt(), which may use the approximate hardware instruction.
-  if constexpr (K == Kernel::kRsqrt) return v.sqrt().inverse();
-  if constexpr (K == Kernel::kTanh) return v.tanh();
-  if constexpr (K == Kernel::kSigmoid) return (C(1) + (-v).exp()).inverse();
-}
-
-auto gelu_erf(const auto& v) {
-  using C = typename std::decay_t<decltype(v)>::Scalar;
-  return C(0.5) * v *
-         (C(1) + (v * C(1 / std::numbers::sqrt2)).unaryExpr([](C t) { return std::erf(t); }));
-}
-auto gelu_tanh(const auto& v) {
-  using C = typename std::decay_t<decltype(v)>::Scalar;
-  const C k = C(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2 / pi)
-  return C(0.5) * v * (C(1) + (k * (v + C(0.044715) * v.cube())).tanh());
 }
 
 // kExp kLog kSqrt kRsqrt kTanh kSigmoid kGelu: floating dtypes only.

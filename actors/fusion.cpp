@@ -1,0 +1,168 @@
+// actors: elementwise fusion.
+#include "actors/fusion.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace axle {
+namespace {
+
+Kernel step_kernel(Op op) {
+  switch (op) {
+    case Op::kAdd:
+      return Kernel::kAdd;
+    case Op::kSub:
+      return Kernel::kSub;
+    case Op::kMul:
+      return Kernel::kMul;
+    case Op::kDiv:
+      return Kernel::kDiv;
+    case Op::kPow:
+      return Kernel::kPow;
+    case Op::kMaximum:
+      return Kernel::kMaximum;
+    case Op::kMinimum:
+      return Kernel::kMinimum;
+    case Op::kNeg:
+      return Kernel::kNeg;
+    case Op::kAbs:
+      return Kernel::kAbs;
+    case Op::kRelu:
+      return Kernel::kRelu;
+    case Op::kExp:
+      return Kernel::kExp;
+    case Op::kLog:
+      return Kernel::kLog;
+    case Op::kSqrt:
+      return Kernel::kSqrt;
+    case Op::kRsqrt:
+      return Kernel::kRsqrt;
+    case Op::kTanh:
+      return Kernel::kTanh;
+    case Op::kSigmoid:
+      return Kernel::kSigmoid;
+    case Op::kGelu:
+      return Kernel::kGelu;
+    default:
+      return Kernel::kCount;
+  }
+}
+
+// Vectorised approximations: their last bit can depend on where in a vector a value sits (sqrt
+// too: Eigen's vector sqrt refines a reciprocal estimate, its scalar tail calls std::sqrt).
+bool approximated(Op op) {
+  return op == Op::kExp || op == Op::kLog || op == Op::kTanh || op == Op::kSigmoid ||
+         op == Op::kGelu || op == Op::kSqrt || op == Op::kRsqrt;
+}
+
+bool fusible(const Program& p, std::size_t id) {
+  const Program::Instr& instr = p[id];
+  if (instr.dtype != DType::kF32 && instr.dtype != DType::kF64) return false;
+  if (instr.op != Op::kExpand && step_kernel(instr.op) == Kernel::kCount) return false;
+  return std::ranges::all_of(p.operands(id),
+                             [&](int32_t operand) { return p[operand].dtype == instr.dtype; });
+}
+
+}  // namespace
+
+std::vector<int32_t> plan_fusion(const Program& program) {
+  const std::size_t n = program.size();
+  std::vector<int32_t> uses(n, 0);
+  for (std::size_t id = 0; id < n; ++id) {
+    for (int32_t operand : program.operands(id)) ++uses[operand];
+  }
+  for (int32_t output : program.outputs) uses[output] += 2;  // stored: never absorbed
+  std::vector<int32_t> root_of(n, -1);
+  std::vector<int32_t> stack;
+  for (std::size_t r = n; r-- > 0;) {
+    if (root_of[r] >= 0 || program[r].op == Op::kExpand || !fusible(program, r)) continue;
+    const auto root = static_cast<int32_t>(r);
+    root_of[r] = root;
+    std::size_t members = 1;
+    stack.assign(1, root);
+    while (!stack.empty()) {
+      const int32_t member = stack.back();
+      stack.pop_back();
+      for (int32_t operand : program.operands(member)) {
+        const auto o = static_cast<std::size_t>(operand);
+        if (root_of[o] >= 0 || uses[o] != 1 || !fusible(program, o)) continue;
+        if (approximated(program[o].op) && !(program[o].shape == program[r].shape)) continue;
+        root_of[o] = root;
+        ++members;
+        stack.push_back(operand);
+      }
+    }
+    if (members == 1) root_of[r] = -1;  // nothing to fuse with: its own kernel
+  }
+  return root_of;
+}
+
+KernelCall fused_call(const Program& program, const std::vector<int32_t>& root_of, int32_t root) {
+  // Members in program order (a topological order); the root comes last.
+  std::vector<int32_t> members;
+  for (int32_t id = 0; id <= root; ++id) {
+    if (root_of[id] == root) members.push_back(id);
+  }
+  KernelCall call;
+  call.kernel = Kernel::kFused;
+  call.output = root;
+  // Where each member's value lives during a block: an operand reference (see executable.h).
+  std::vector<int32_t> ref(program.size(), 0);
+  std::vector<int32_t> last_use(program.size(), -1);
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    for (int32_t operand : program.operands(members[k]))
+      last_use[operand] = static_cast<int32_t>(k);
+  }
+  auto operand_ref = [&](int32_t operand) -> int32_t {
+    if (root_of[operand] == root) return ref[operand];
+    const auto it = std::ranges::find(call.inputs, operand);
+    if (it != call.inputs.end()) return static_cast<int32_t>(it - call.inputs.begin());
+    call.inputs.push_back(operand);
+    return static_cast<int32_t>(call.inputs.size() - 1);
+  };
+  std::vector<int32_t> free_buffers;
+  int32_t buffers = 0;
+  std::vector<int64_t> steps;
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    const int32_t id = members[k];
+    const std::span<const int32_t> operands = program.operands(id);
+    if (program[id].op == Op::kExpand) {
+      ref[id] = operand_ref(operands[0]);  // broadcasting is how every operand is read
+      continue;
+    }
+    const int32_t a = operand_ref(operands[0]);
+    const int32_t b = operands.size() > 1 ? operand_ref(operands[1]) : 0;
+    // Buffers whose last reader is this step are free for its result (steps are elementwise).
+    for (int32_t operand : operands) {
+      if (root_of[operand] == root && last_use[operand] == static_cast<int32_t>(k) &&
+          ref[operand] < 0 && program[operand].op != Op::kExpand) {
+        const int32_t buffer = -ref[operand] - 1;
+        if (std::ranges::find(free_buffers, buffer) == free_buffers.end()) {
+          free_buffers.push_back(buffer);
+        }
+      }
+    }
+    int32_t destination = -1;
+    if (id != root) {
+      if (free_buffers.empty()) {
+        destination = buffers++;
+      } else {
+        destination = free_buffers.back();
+        free_buffers.pop_back();
+      }
+      ref[id] = -destination - 1;
+    }
+    const bool tanh_form =
+        program[id].op == Op::kGelu && !program.ints(id).empty() && program.ints(id)[0] != 0;
+    steps.insert(steps.end(), {static_cast<int64_t>(step_kernel(program[id].op)), destination, a, b,
+                               tanh_form ? 1 : 0});
+  }
+  if (program[root].op == Op::kExpand)
+    throw std::logic_error("a fused kernel cannot end in expand");
+  call.ints.reserve(1 + steps.size());
+  call.ints.push_back(buffers);
+  call.ints.insert(call.ints.end(), steps.begin(), steps.end());
+  return call;
+}
+
+}  // namespace axle

@@ -1,0 +1,40 @@
+// backends/cpu: the floating-point math of unary kernels as Eigen array expressions, shared by the
+// elementwise kernels and fused kernels so that both compute the same bits.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <cmath>
+#include <numbers>
+
+#include "backends/executable.h"
+
+namespace axle::cpu {
+
+/// exp, log, sqrt, rsqrt, tanh or sigmoid of `v`. Expressions hold arrays by reference (Eigen
+/// Maps by value), so callers evaluate them before `v` goes.
+template <Kernel K>
+auto transcendental(const auto& v) {
+  using C = typename std::decay_t<decltype(v)>::Scalar;
+  if constexpr (K == Kernel::kExp) return v.exp();
+  if constexpr (K == Kernel::kLog) return v.log();
+  if constexpr (K == Kernel::kSqrt) return v.sqrt();
+  // Not Eigen's rsqrt(), which may use the approximate hardware instruction.
+  if constexpr (K == Kernel::kRsqrt) return v.sqrt().inverse();
+  if constexpr (K == Kernel::kTanh) return v.tanh();
+  if constexpr (K == Kernel::kSigmoid) return (C(1) + (-v).exp()).inverse();
+}
+
+/// gelu, exact (erf) and tanh forms.
+auto gelu_erf(const auto& v) {
+  using C = typename std::decay_t<decltype(v)>::Scalar;
+  return C(0.5) * v *
+         (C(1) + (v * C(1 / std::numbers::sqrt2)).unaryExpr([](C t) { return std::erf(t); }));
+}
+auto gelu_tanh(const auto& v) {
+  using C = typename std::decay_t<decltype(v)>::Scalar;
+  const C k = C(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2 / pi)
+  return C(0.5) * v * (C(1) + (k * (v + C(0.044715) * v.cube())).tanh());
+}
+
+}  // namespace axle::cpu

@@ -1,0 +1,165 @@
+// backends/cpu kFused: a fused chain gives the same bits as its steps run as separate kernels
+// (with broadcasting, across block boundaries, in f32 and f64), and malformed step lists are
+// rejected with a message.
+#include <gtest/gtest.h>
+
+#include <bit>
+
+#include "tests/backends/kernel_test_util.h"
+
+namespace axle::testing {
+namespace {
+
+// A step reads external operands (>= 0) or earlier steps' results (-1 is step 0, -2 step 1...).
+struct Step {
+  Kernel kernel;
+  int a;
+  int b = 0;
+  bool tanh_form = false;
+};
+
+bool is_binary(Kernel k) {
+  return k == Kernel::kAdd || k == Kernel::kSub || k == Kernel::kMul || k == Kernel::kDiv ||
+         k == Kernel::kPow || k == Kernel::kMaximum || k == Kernel::kMinimum;
+}
+
+HostTensor unfused(const std::vector<Step>& steps, const std::vector<HostTensor>& externals,
+                   DType dtype, const Shape& shape) {
+  std::vector<HostTensor> results;
+  auto operand = [&](int ref) { return ref >= 0 ? externals[ref] : results[-ref - 1]; };
+  for (const Step& s : steps) {
+    std::vector<HostTensor> inputs = {operand(s.a)};
+    if (is_binary(s.kernel)) inputs.push_back(operand(s.b));
+    std::vector<int64_t> ints;
+    if (s.kernel == Kernel::kGelu) ints = {s.tanh_form ? 1 : 0};
+    results.push_back(run_kernel(s.kernel, inputs, dtype, shape, ints));
+  }
+  return results.back();
+}
+
+// Each step but the last writes its own scratch buffer (the simplest valid allocation).
+HostTensor fused(const std::vector<Step>& steps, const std::vector<HostTensor>& externals,
+                 DType dtype, const Shape& shape) {
+  std::vector<int64_t> ints = {static_cast<int64_t>(steps.size() - 1)};
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const Step& s = steps[i];
+    const int64_t destination = i + 1 == steps.size() ? -1 : static_cast<int64_t>(i);
+    ints.insert(ints.end(), {static_cast<int64_t>(s.kernel), destination, s.a,
+                             is_binary(s.kernel) ? s.b : 0, s.tanh_form ? 1 : 0});
+  }
+  return run_kernel(Kernel::kFused, externals, dtype, shape, ints);
+}
+
+void expect_same_bits(const HostTensor& got, const HostTensor& want) {
+  ASSERT_EQ(got.values.size(), want.values.size());
+  int shown = 0;
+  for (std::size_t i = 0; i < got.values.size(); ++i) {
+    if (std::bit_cast<uint64_t>(got.values[i]) != std::bit_cast<uint64_t>(want.values[i]) &&
+        !(std::isnan(got.values[i]) && std::isnan(want.values[i]))) {
+      ADD_FAILURE() << "element " << i << ": fused " << got.values[i] << ", unfused "
+                    << want.values[i];
+      if (++shown == 5) return;
+    }
+  }
+}
+
+// Every fusible kernel, reading operands of every broadcast kind.
+std::vector<Step> long_chain() {
+  return {
+      {Kernel::kMul, 0, 1},          // x * row
+      {Kernel::kAdd, -1, 2},         // + column
+      {Kernel::kExp, -2},            //
+      {Kernel::kSub, -3, 3},         // - scalar
+      {Kernel::kTanh, -4},           //
+      {Kernel::kSigmoid, -5},        //
+      {Kernel::kGelu, -6, 0, true},  //
+      {Kernel::kGelu, -7},           //
+      {Kernel::kMaximum, -8, 0},     // max(., x)
+      {Kernel::kMinimum, 1, -9},     // min(row, .)
+      {Kernel::kNeg, -10},           //
+      {Kernel::kAbs, -11},           //
+      {Kernel::kSqrt, -12},          //
+      {Kernel::kRsqrt, 3},           // rsqrt(scalar), broadcast
+      {Kernel::kDiv, -13, -14},      //
+      {Kernel::kLog, -15},           //
+      {Kernel::kRelu, -16},          //
+      {Kernel::kPow, -17, 2},        // ^ column
+  };
+}
+
+std::vector<HostTensor> operands(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  HostTensor x = random_tensor(dtype, {rows, cols}, rng);
+  HostTensor row = random_tensor(dtype, {cols}, rng);
+  HostTensor column = random_tensor(dtype, {rows, 1}, rng, 0.5, 2.0);
+  HostTensor scalar = random_tensor(dtype, {}, rng, 0.25, 1.0);
+  if (x.values.size() > 3) x.values[3] = kNaN;  // NaN through maximum and minimum
+  return {x, row, column, scalar};
+}
+
+class FusedKernel : public ::testing::TestWithParam<std::tuple<DType, int64_t>> {};
+
+TEST_P(FusedKernel, MatchesTheUnfusedKernelsBitForBit) {
+  const auto [dtype, cols] = GetParam();
+  const int64_t rows = 3;
+  const std::vector<HostTensor> externals = operands(dtype, rows, cols, 7);
+  const std::vector<Step> steps = long_chain();
+  const HostTensor want = unfused(steps, externals, dtype, {rows, cols});
+  expect_same_bits(fused(steps, externals, dtype, {rows, cols}), want);
+  // The chain keeps real values to compare (only the planted NaN's element is NaN).
+  const auto finite = std::ranges::count_if(want.values, [](double v) { return std::isfinite(v); });
+  EXPECT_GE(finite + 1, static_cast<std::ptrdiff_t>(want.values.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, FusedKernel,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF64),
+                                            // empty, one vector, across blocks, and ragged tails
+                                            ::testing::Values<int64_t>(0, 1, 8, 341, 1500, 4097)),
+                         [](const auto& info) {
+                           return label(std::get<0>(info.param)) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(FusedKernelSteps, MayWriteTheBufferTheyRead) {
+  std::mt19937 rng(3);
+  const HostTensor x = random_tensor(DType::kF32, {2000}, rng);
+  // exp into buffer 0, then tanh of buffer 0 back into buffer 0, then the output.
+  const std::vector<int64_t> ints = {1, static_cast<int64_t>(Kernel::kExp),  0,  0,  0,
+                                     0, static_cast<int64_t>(Kernel::kTanh), 0,  -1, 0,
+                                     0, static_cast<int64_t>(Kernel::kMul),  -1, -1, 0,
+                                     0};
+  const HostTensor got = run_kernel(Kernel::kFused, {x}, DType::kF32, {2000}, ints);
+  const HostTensor e = run_kernel(Kernel::kExp, {x}, DType::kF32, {2000});
+  const HostTensor t = run_kernel(Kernel::kTanh, {e}, DType::kF32, {2000});
+  expect_same_bits(got, run_kernel(Kernel::kMul, {t, x}, DType::kF32, {2000}));
+}
+
+TEST(FusedKernelSteps, MalformedListsAreRejected) {
+  const HostTensor x{DType::kF32, {4}, {1, 2, 3, 4}};
+  const auto exp_k = static_cast<int64_t>(Kernel::kExp);
+  auto message = [&](std::vector<int64_t> ints, std::vector<HostTensor> inputs = {},
+                     DType dtype = DType::kF32, Shape shape = {4}) {
+    if (inputs.empty()) inputs = {x};
+    return invalid_argument_message(Kernel::kFused, inputs, dtype, shape, std::move(ints));
+  };
+  EXPECT_TRUE(contains(message({0, exp_k, -1, 0}), "ints must be"));
+  EXPECT_TRUE(contains(message({0, exp_k, 0, 0, 0, 0}), "the last step writes -1"));
+  EXPECT_TRUE(contains(message({0, exp_k, -1, 1, 0, 0}), "reads operand 1"));
+  EXPECT_TRUE(contains(message({0, exp_k, -1, -1, 0, 0}), "reads operand -1"));
+  EXPECT_TRUE(
+      contains(message({0, static_cast<int64_t>(Kernel::kMatmul), -1, 0, 0, 0}), "not a fusible"));
+  EXPECT_TRUE(contains(message({0, 9999, -1, 0, 0, 0}), "kernel number 9999"));
+  EXPECT_TRUE(contains(message({-3, exp_k, -1, 0, 0, 0}), "-3 scratch buffers"));
+  EXPECT_TRUE(contains(message({0, exp_k, -1, 0, 0, 0}, {HostTensor{DType::kF32, {3}, {1, 2, 3}}}),
+                       "does not broadcast"));
+  EXPECT_TRUE(
+      contains(message({0, exp_k, -1, 0, 0, 0}, {HostTensor{DType::kF64, {4}, {1, 2, 3, 4}}}),
+               "operand 0 is f64"));
+  EXPECT_TRUE(contains(
+      message({0, exp_k, -1, 0, 0, 0}, {HostTensor{DType::kI32, {4}, {1, 2, 3, 4}}}, DType::kI32),
+      "f32 and f64 fuse"));
+  EXPECT_EQ(message({0, exp_k, -1, 0, 0, 0}), "");
+}
+
+}  // namespace
+}  // namespace axle::testing
