@@ -3,6 +3,8 @@
 //   mark_step_cached_us   — mark_step of a cached graph of N nodes (host side only)
 //   compile_ms            — building, optimising and lowering a graph of N nodes
 //   gemm_ratio_vs_eigen   — 1024x1024 f32 GEMM: Eigen-direct time / axle time
+//   fusion_speedup        — a chain of 8 elementwise ops on 16 M floats: one kernel per op time /
+//                           fused time
 //   overlap_speedup       — steps/s with asynchronous devices / steps/s with XLA_SYNC_WAIT-style
 //                           waiting, for a loop whose trace and device times are about equal
 // JSON lines on stdout (see benchmarks/README.md).
@@ -110,6 +112,40 @@ void gemm(int repeats) {
   if (ec(0, 0) == 12345.f) std::fprintf(stderr, "unlikely\n");  // keep the product alive
 }
 
+// Seconds per step of a chain of 8 elementwise ops over 16 M floats, fused or one kernel per op.
+double chain_seconds(bool fuse, int repeats) {
+  if (fuse) {
+    config::unset("AXLE_DISABLE_PASSES");
+  } else {
+    config::set("AXLE_DISABLE_PASSES", "fusion");
+  }
+  LazySystem::restart();
+  constexpr int64_t kElements = 16 << 20;
+  const Tensor x = tensor(std::vector<float>(kElements, 0.5f), Shape{kElements});
+  auto step = [&] {
+    Tensor y = abs(maximum((x * 1.5 + 0.25) * x - 0.75, x * 0.5) * 2.0 - 1.0);  // 8 ops
+    mark_step();
+    wait_device_ops();
+  };
+  step();  // compile
+  std::vector<double> seconds;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    step();
+    seconds.push_back(seconds_since(start));
+  }
+  config::unset("AXLE_DISABLE_PASSES");
+  return quantile(seconds, 0.5);
+}
+
+void fusion(int repeats) {
+  const double unfused = chain_seconds(false, repeats);
+  const double fused = chain_seconds(true, repeats);
+  LazySystem::restart();
+  emit("lazy", "fusion_speedup", unfused / fused, "ratio",
+       {{"elements", int64_t{16 << 20}}, {"ops", int64_t{8}}});
+}
+
 // Steps/s of a loop tracing `ops` ops per step on `elements`-element tensors.
 double steps_per_second(int steps, int ops, int64_t elements, bool wait) {
   Tensor x = zeros({elements});
@@ -159,7 +195,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::vector<std::string> only;
   app.add_flag("--quick", quick, "a short run");
-  app.add_option("--only", only, "run only these: trace mark_step compile gemm overlap");
+  app.add_option("--only", only, "run only these: trace mark_step compile gemm fusion overlap");
   CLI11_PARSE(app, argc, argv);
   // A million-node compile traces past the default cut (AXLE_MAX_GRAPH_NODES ops per step).
   if (!axle::config::get("AXLE_MAX_GRAPH_NODES"))
@@ -177,6 +213,7 @@ int main(int argc, char** argv) {
     compile_cost(1'000'000, quick ? 1 : 3);
   }
   if (wanted("gemm")) gemm(quick ? 3 : 10);
+  if (wanted("fusion")) fusion(quick ? 3 : 10);
   if (wanted("overlap")) overlap(quick ? 50 : 200);
   return 0;
 }
