@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "actors/fusion.h"
+#include "actors/memory_plan.h"
 #include "engine/metrics.h"
 
 namespace axle {
@@ -76,6 +77,9 @@ IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool
     executable->calls.push_back(std::move(call));
   }
   if (fused) AXLE_COUNTER_INC("FusedKernels", fused);
+  plan_memory(*executable);
+  AXLE_METRIC_ADD("ProgramPeakBytes", MetricKind::kBytes,
+                  static_cast<double>(executable->plan.peak_bytes));
   return executable;
 }
 

@@ -146,6 +146,24 @@ struct KernelCall {
   std::vector<double> reals;
 };
 
+/// When a program's buffers are released and reused (made by actors/memory_plan.cpp). Without a
+/// plan (no release lists), a backend keeps every buffer until the program ends.
+struct MemoryPlan {
+  /// Slots whose buffers go back to the backend's pool after call i runs:
+  /// release_slots[release_begin[i] .. release_begin[i + 1]).
+  std::vector<uint32_t> release_begin;
+  std::vector<int32_t> release_slots;
+  /// Per call: a slot dying at that call whose buffer the call's output takes over (the call
+  /// writes in place; only elementwise kernels whose operand has the output's shape and dtype),
+  /// or -1.
+  std::vector<int32_t> in_place;
+  /// The most bytes the program holds at once, inputs and outputs included, when run by a
+  /// backend that reuses a released buffer only for a slot of the same size.
+  uint64_t peak_bytes = 0;
+
+  [[nodiscard]] bool empty() const noexcept { return release_begin.empty(); }
+};
+
 /// A compiled program: buffer slots, which of them the caller provides and receives, and the
 /// kernel calls in execution order.
 struct Executable : RefCounted {
@@ -153,6 +171,7 @@ struct Executable : RefCounted {
   std::vector<int32_t> input_slots;   ///< bound to the caller's input buffers, in order
   std::vector<int32_t> output_slots;  ///< handed back to the caller, in order
   std::vector<KernelCall> calls;
+  MemoryPlan plan;
   uint64_t graph_hash = 0;
 };
 

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "backends/backend.h"
 #include "backends/cpu/kernel.h"
@@ -101,12 +103,29 @@ class CpuBackend final : public Backend {
       slots[program.input_slots[i]] = IntrusivePtr<DeviceMemory>(inputs[i]);
     }
     const cpu::KernelTable& table = cpu::kernel_table();
+    const MemoryPlan& plan = program.plan;
+    const bool planned = !plan.empty();
+    if (planned && (plan.release_begin.size() != program.calls.size() + 1 ||
+                    plan.in_place.size() != program.calls.size())) {
+      throw std::invalid_argument("the program's memory plan does not match its calls");
+    }
+    // Released buffers by size, for later slots of the same size (freed when the program ends).
+    std::unordered_map<std::size_t, std::vector<IntrusivePtr<DeviceMemory>>> pool;
     std::vector<cpu::ConstView> views;
-    for (const KernelCall& call : program.calls) {
+    for (std::size_t c = 0; c < program.calls.size(); ++c) {
+      const KernelCall& call = program.calls[c];
       views.clear();
       for (int32_t in : call.inputs) views.push_back({slots[in]->data(), &program.slots[in]});
       IntrusivePtr<DeviceMemory>& out = slots[call.output];
-      out = allocate(device, program.slots[call.output].bytes());
+      const std::size_t bytes = program.slots[call.output].bytes();
+      if (planned && plan.in_place[c] >= 0) {
+        out = std::move(slots[plan.in_place[c]]);  // the kernel writes over its dying operand
+      } else if (auto it = pool.find(bytes); planned && it != pool.end() && !it->second.empty()) {
+        out = std::move(it->second.back());
+        it->second.pop_back();
+      } else {
+        out = allocate(device, bytes);
+      }
       cpu::KernelFn fn = table[static_cast<std::size_t>(call.kernel)];
       if (!fn) {
         throw std::logic_error(
@@ -117,6 +136,14 @@ class CpuBackend final : public Backend {
       } catch (const std::exception& e) {
         throw std::runtime_error(
             fmt::format("kernel {} failed: {}", describe_call(program, call), e.what()));
+      }
+      if (!planned) continue;
+      for (uint32_t r = plan.release_begin[c]; r < plan.release_begin[c + 1]; ++r) {
+        IntrusivePtr<DeviceMemory> released = std::move(slots.at(plan.release_slots[r]));
+        // Pooled only when nothing else holds it (a slot written in place shares it).
+        if (released && released->use_count() == 1) {
+          pool[released->bytes()].push_back(std::move(released));
+        }
       }
     }
     std::vector<IntrusivePtr<DeviceMemory>> outputs;

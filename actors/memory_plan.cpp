@@ -1,0 +1,102 @@
+// actors: memory planning.
+#include "actors/memory_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+namespace axle {
+
+bool writes_in_place_safely(Kernel kernel) noexcept {
+  switch (kernel) {
+    case Kernel::kAdd:
+    case Kernel::kSub:
+    case Kernel::kMul:
+    case Kernel::kDiv:
+    case Kernel::kPow:
+    case Kernel::kMaximum:
+    case Kernel::kMinimum:
+    case Kernel::kWhere:
+    case Kernel::kNeg:
+    case Kernel::kExp:
+    case Kernel::kLog:
+    case Kernel::kSqrt:
+    case Kernel::kRsqrt:
+    case Kernel::kTanh:
+    case Kernel::kSigmoid:
+    case Kernel::kRelu:
+    case Kernel::kGelu:
+    case Kernel::kAbs:
+    case Kernel::kFused:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void plan_memory(Executable& program) {
+  const std::size_t slots = program.slots.size();
+  const std::size_t calls = program.calls.size();
+  enum : uint8_t { kInput = 1, kOutput = 2 };
+  std::vector<uint8_t> role(slots, 0);
+  for (int32_t s : program.input_slots) role[s] |= kInput;
+  for (int32_t s : program.output_slots) role[s] |= kOutput;
+  std::vector<int32_t> last_use(slots, -1);
+  for (std::size_t c = 0; c < calls; ++c) {
+    for (int32_t s : program.calls[c].inputs) last_use[s] = static_cast<int32_t>(c);
+  }
+  auto owned = [&](int32_t s) { return role[s] == 0; };  // the program's to release
+
+  MemoryPlan& plan = program.plan;
+  plan = MemoryPlan{};
+  plan.release_begin.reserve(calls + 1);
+  plan.release_begin.push_back(0);
+  plan.in_place.assign(calls, -1);
+
+  // Simulates the backend: bytes held (live slots plus pooled buffers), pooled buffers by size.
+  uint64_t held = 0;
+  std::map<uint64_t, int64_t> pooled;
+  for (int32_t s : program.input_slots) held += program.slots[s].bytes();
+  plan.peak_bytes = held;
+  for (std::size_t c = 0; c < calls; ++c) {
+    const KernelCall& call = program.calls[c];
+    const BufferDesc& out = program.slots[call.output];
+    if (writes_in_place_safely(call.kernel)) {
+      for (int32_t s : call.inputs) {
+        const BufferDesc& in = program.slots[s];
+        if (owned(s) && last_use[s] == static_cast<int32_t>(c) && in.dtype == out.dtype &&
+            in.shape == out.shape) {
+          plan.in_place[c] = s;
+          break;
+        }
+      }
+    }
+    if (plan.in_place[c] < 0) {
+      auto it = pooled.find(out.bytes());
+      if (it != pooled.end() && it->second > 0) {
+        --it->second;  // a released buffer of this size, reused
+      } else {
+        held += out.bytes();
+      }
+    }
+    plan.peak_bytes = std::max(plan.peak_bytes, held);
+    // Operands read for the last time (each once), and a result nothing reads or returns.
+    const auto released_from = plan.release_slots.size();
+    auto release = [&](int32_t s) {
+      if (!owned(s) || s == plan.in_place[c]) return;
+      if (std::find(plan.release_slots.begin() + static_cast<std::ptrdiff_t>(released_from),
+                    plan.release_slots.end(), s) != plan.release_slots.end()) {
+        return;
+      }
+      plan.release_slots.push_back(s);
+      ++pooled[program.slots[s].bytes()];
+    };
+    for (int32_t s : call.inputs) {
+      if (last_use[s] == static_cast<int32_t>(c)) release(s);
+    }
+    if (last_use[call.output] < 0) release(call.output);
+    plan.release_begin.push_back(static_cast<uint32_t>(plan.release_slots.size()));
+  }
+}
+
+}  // namespace axle

@@ -1,0 +1,121 @@
+// Memory planning: buffers are released after their last reader and reused, elementwise ops
+// write over operands that die with them, and the planned peak (ProgramPeakBytes) is what the
+// backend then holds.
+#include "actors/memory_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "actors/lowering.h"
+#include "axle.h"
+#include "graph/step_graph.h"
+
+namespace axle {
+namespace {
+
+Tensor input(const Shape& shape) {
+  return Tensor(make_intrusive<TensorImpl>(
+      DType::kF32, make_intrusive<DeviceData>(Device{}, DType::kF32, shape)));
+}
+
+IntrusivePtr<Executable> compiled(const std::vector<Tensor>& outputs, bool fuse) {
+  std::vector<NodePtr> roots;
+  for (const Tensor& t : outputs) roots.push_back(t.impl()->ir());
+  PassSet passes;
+  if (!fuse) passes.disable(Pass::kFusion);
+  return compile_graph(build_step_graph(roots), passes);
+}
+
+uint64_t all_slot_bytes(const Executable& program) {
+  uint64_t bytes = 0;
+  for (const BufferDesc& slot : program.slots) bytes += slot.bytes();
+  return bytes;
+}
+
+TEST(MemoryPlan, AnElementwiseChainRunsInPlace) {
+  const Tensor x = input({1000});
+  const Tensor y = relu(tanh(exp(x) * 2.0 + 1.0) - 0.5);
+  const IntrusivePtr<Executable> program = compiled({y}, /*fuse=*/false);
+  // The input, then one buffer every op after the first writes over.
+  // (plus three scalars: the parameters 2 and 0.5 and the constant 1)
+  EXPECT_EQ(program->plan.peak_bytes, 4000u * 2 + 3 * 4);
+  int in_place = 0;
+  for (int32_t s : program->plan.in_place) in_place += s >= 0;
+  EXPECT_EQ(in_place, 5);
+}
+
+TEST(MemoryPlan, ReleasedBuffersAreReusedBySlotsOfTheSameSize) {
+  const Tensor a = input({64, 64});
+  // Each matmul's result dies at the next matmul, which cannot run in place: two buffers take
+  // turns.
+  Tensor h = a;
+  for (int i = 0; i < 6; ++i) h = matmul(h, a);
+  const IntrusivePtr<Executable> program = compiled({h}, true);
+  const uint64_t matrix = 64 * 64 * 4;
+  EXPECT_EQ(program->plan.peak_bytes, 3 * matrix);  // a, the operand, the result
+  EXPECT_EQ(all_slot_bytes(*program), 7 * matrix);
+}
+
+TEST(MemoryPlan, InputsAndOutputsAreNeverReleasedOrWrittenOver) {
+  const Tensor x = input({256});
+  const Tensor kept = exp(x);
+  const Tensor y = kept * 3.0;
+  const IntrusivePtr<Executable> program = compiled({kept, y}, false);
+  for (int32_t s : program->plan.release_slots) {
+    EXPECT_EQ(std::ranges::count(program->input_slots, s), 0);
+    EXPECT_EQ(std::ranges::count(program->output_slots, s), 0);
+  }
+  for (int32_t s : program->plan.in_place) EXPECT_LT(s, 0);
+}
+
+// One training step of a two-layer MLP with its backward pass written out, and SGD.
+std::vector<Tensor> mlp_step(const Tensor& x, const Tensor& y, const Tensor& w1, const Tensor& w2,
+                             double lr) {
+  const Tensor h = relu(matmul(x, w1));
+  const Tensor o = matmul(h, w2);
+  const Tensor diff = o - y;
+  const Tensor loss = mean(diff * diff);
+  const Tensor d_o = diff * (2.0 / static_cast<double>(o.shape().numel()));
+  const Tensor d_w2 = matmul(transpose(h, 0, 1), d_o);
+  const Tensor d_h = where(gt(h, 0.0), matmul(d_o, transpose(w2, 0, 1)), zeros_like(h));
+  const Tensor d_w1 = matmul(transpose(x, 0, 1), d_h);
+  return {loss, w1 - d_w1 * lr, w2 - d_w2 * lr};
+}
+
+TEST(MemoryPlan, AnMlpStepPeaksNearItsParametersGradientsAndActivations) {
+  constexpr int64_t kBatch = 64, kIn = 32, kHidden = 128, kOut = 10;
+  const Tensor x = input({kBatch, kIn});
+  const Tensor y = input({kBatch, kOut});
+  const Tensor w1 = input({kIn, kHidden});
+  const Tensor w2 = input({kHidden, kOut});
+  const IntrusivePtr<Executable> program = compiled(mlp_step(x, y, w1, w2, 0.1), true);
+  const uint64_t f = 4;
+  const uint64_t data = (kBatch * kIn + kBatch * kOut) * f;
+  const uint64_t params = (kIn * kHidden + kHidden * kOut) * f;
+  const uint64_t grads = params;                     // one per parameter
+  const uint64_t updated = params;                   // the step's new parameters (no donation yet)
+  const uint64_t activation = kBatch * kHidden * f;  // the largest, [batch, hidden]
+  const uint64_t scalars = 64;
+  // Hand count: data, parameters, gradients and new parameters, plus at most three
+  // [batch, hidden] activations at once (h, the pre-activation or d_h, and its masked form).
+  const uint64_t bound = data + params + grads + updated + 3 * activation + scalars;
+  EXPECT_LE(program->plan.peak_bytes, bound);
+  EXPECT_LT(program->plan.peak_bytes, all_slot_bytes(*program) * 3 / 4);
+}
+
+TEST(MemoryPlan, TheStepReportsItsPlannedPeak) {
+  LazySystem::restart();
+  clear_all();
+  const Tensor x = tensor(std::vector<float>(1000, 0.5f), {1000});
+  mark_step();
+  const Tensor y = relu(tanh(exp(x) * 2.0 + 1.0) - 0.5);
+  mark_step();
+  EXPECT_NEAR(y.to_vector<float>()[0], std::tanh(std::exp(0.5) * 2.0 + 1.0) - 0.5, 1e-6);
+  const std::optional<MetricData> peak = metric_data("ProgramPeakBytes");
+  ASSERT_TRUE(peak.has_value());
+  EXPECT_EQ(peak->samples.back().second, 4000.0 * 2 + 3 * 4);
+}
+
+}  // namespace
+}  // namespace axle
