@@ -28,6 +28,47 @@ Kernel kernel_for(Op op) {
   }
 }
 
+// Ops whose kernels broadcast every operand to the output shape.
+bool broadcasts_operands(Op op) {
+  switch (op) {
+    case Op::kAdd:
+    case Op::kSub:
+    case Op::kMul:
+    case Op::kDiv:
+    case Op::kPow:
+    case Op::kMaximum:
+    case Op::kMinimum:
+    case Op::kEq:
+    case Op::kNe:
+    case Op::kLt:
+    case Op::kLe:
+    case Op::kGt:
+    case Op::kGe:
+    case Op::kLogicalAnd:
+    case Op::kLogicalOr:
+    case Op::kWhere:
+    case Op::kExpand:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Filled constants that only broadcasting ops read are stored as one element, not filled out to
+// their shape (zeros_like(activation) would otherwise cost an activation's memory).
+std::vector<uint8_t> constants_kept_scalar(const Program& program) {
+  std::vector<uint8_t> scalar(program.size(), 0);
+  for (std::size_t id = 0; id < program.size(); ++id) {
+    scalar[id] = program[id].op == Op::kConstant && program[id].shape.rank() > 0;
+  }
+  for (std::size_t id = 0; id < program.size(); ++id) {
+    if (broadcasts_operands(program[id].op)) continue;
+    for (int32_t operand : program.operands(id)) scalar[operand] = 0;
+  }
+  for (int32_t output : program.outputs) scalar[output] = 0;
+  return scalar;
+}
+
 }  // namespace
 
 IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes) {
@@ -39,10 +80,11 @@ IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool
   executable->graph_hash = graph_hash;
   executable->slots.reserve(program.size());
   executable->input_slots.assign(static_cast<std::size_t>(program.num_inputs), -1);
+  const std::vector<uint8_t> scalar = constants_kept_scalar(program);
   std::size_t leaves = 0;
   for (std::size_t id = 0; id < program.size(); ++id) {
     const Program::Instr& instr = program[id];
-    executable->slots.push_back({instr.dtype, instr.shape});
+    executable->slots.push_back({instr.dtype, scalar[id] ? Shape{} : instr.shape});
     if (program.is_leaf(id)) {
       executable->input_slots.at(static_cast<std::size_t>(instr.input)) = static_cast<int32_t>(id);
       ++leaves;

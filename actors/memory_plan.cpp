@@ -53,9 +53,12 @@ void plan_memory(Executable& program) {
   plan.release_begin.push_back(0);
   plan.in_place.assign(calls, -1);
 
-  // Simulates the backend: bytes held (live slots plus pooled buffers), pooled buffers by size.
+  // Simulates the backend: bytes held (live slots plus pooled buffers), pooled buffers by size,
+  // and the size of the buffer behind each slot (a reused buffer may be larger than its slot).
   uint64_t held = 0;
   std::map<uint64_t, int64_t> pooled;
+  std::vector<uint64_t> buffer_bytes(slots, 0);
+  for (std::size_t s = 0; s < slots; ++s) buffer_bytes[s] = program.slots[s].bytes();
   for (int32_t s : program.input_slots) held += program.slots[s].bytes();
   plan.peak_bytes = held;
   for (std::size_t c = 0; c < calls; ++c) {
@@ -64,20 +67,28 @@ void plan_memory(Executable& program) {
     if (writes_in_place_safely(call.kernel)) {
       for (int32_t s : call.inputs) {
         const BufferDesc& in = program.slots[s];
+        // (An output is handed to the caller in a buffer of exactly its size.)
         if (owned(s) && last_use[s] == static_cast<int32_t>(c) && in.dtype == out.dtype &&
-            in.shape == out.shape) {
+            in.shape == out.shape &&
+            (!(role[call.output] & kOutput) || buffer_bytes[s] == out.bytes())) {
           plan.in_place[c] = s;
           break;
         }
       }
     }
     if (plan.in_place[c] < 0) {
-      auto it = pooled.find(out.bytes());
-      if (it != pooled.end() && it->second > 0) {
-        --it->second;  // a released buffer of this size, reused
+      // A released buffer: the same size for an output (handed to the caller as is), the
+      // smallest one large enough for anything else.
+      auto it =
+          role[call.output] & kOutput ? pooled.find(out.bytes()) : pooled.lower_bound(out.bytes());
+      if (it != pooled.end()) {
+        buffer_bytes[call.output] = it->first;
+        if (--it->second == 0) pooled.erase(it);
       } else {
         held += out.bytes();
       }
+    } else {
+      buffer_bytes[call.output] = buffer_bytes[plan.in_place[c]];
     }
     plan.peak_bytes = std::max(plan.peak_bytes, held);
     // Operands read for the last time (each once), and a result nothing reads or returns.
@@ -89,7 +100,7 @@ void plan_memory(Executable& program) {
         return;
       }
       plan.release_slots.push_back(s);
-      ++pooled[program.slots[s].bytes()];
+      ++pooled[buffer_bytes[s]];
     };
     for (int32_t s : call.inputs) {
       if (last_use[s] == static_cast<int32_t>(c)) release(s);

@@ -6,9 +6,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "backends/backend.h"
@@ -109,8 +109,11 @@ class CpuBackend final : public Backend {
                     plan.in_place.size() != program.calls.size())) {
       throw std::invalid_argument("the program's memory plan does not match its calls");
     }
-    // Released buffers by size, for later slots of the same size (freed when the program ends).
-    std::unordered_map<std::size_t, std::vector<IntrusivePtr<DeviceMemory>>> pool;
+    // Released buffers by size, for later slots (freed when the program ends): an output takes
+    // one of its exact size, anything else the smallest one large enough.
+    std::multimap<std::size_t, IntrusivePtr<DeviceMemory>> pool;
+    std::vector<bool> is_output(program.slots.size(), false);
+    for (int32_t s : program.output_slots) is_output.at(s) = true;
     std::vector<cpu::ConstView> views;
     for (std::size_t c = 0; c < program.calls.size(); ++c) {
       const KernelCall& call = program.calls[c];
@@ -120,9 +123,10 @@ class CpuBackend final : public Backend {
       const std::size_t bytes = program.slots[call.output].bytes();
       if (planned && plan.in_place[c] >= 0) {
         out = std::move(slots[plan.in_place[c]]);  // the kernel writes over its dying operand
-      } else if (auto it = pool.find(bytes); planned && it != pool.end() && !it->second.empty()) {
-        out = std::move(it->second.back());
-        it->second.pop_back();
+      } else if (auto it = is_output[call.output] ? pool.find(bytes) : pool.lower_bound(bytes);
+                 planned && it != pool.end()) {
+        out = std::move(it->second);
+        pool.erase(it);
       } else {
         out = allocate(device, bytes);
       }
@@ -142,7 +146,8 @@ class CpuBackend final : public Backend {
         IntrusivePtr<DeviceMemory> released = std::move(slots.at(plan.release_slots[r]));
         // Pooled only when nothing else holds it (a slot written in place shares it).
         if (released && released->use_count() == 1) {
-          pool[released->bytes()].push_back(std::move(released));
+          const std::size_t size = released->bytes();
+          pool.emplace(size, std::move(released));
         }
       }
     }
