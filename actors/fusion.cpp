@@ -63,6 +63,10 @@ bool fusible(const Program& p, std::size_t id) {
                              [&](int32_t operand) { return p[operand].dtype == instr.dtype; });
 }
 
+// Members per fused kernel: each scalar or broadcast operand costs a block of scratch, which
+// should stay in L1/L2. Longer chains become several kernels.
+constexpr std::size_t kMaxMembers = 32;
+
 }  // namespace
 
 std::vector<int32_t> plan_fusion(const Program& program) {
@@ -80,13 +84,14 @@ std::vector<int32_t> plan_fusion(const Program& program) {
     root_of[r] = root;
     std::size_t members = 1;
     stack.assign(1, root);
-    while (!stack.empty()) {
+    while (!stack.empty() && members < kMaxMembers) {
       const int32_t member = stack.back();
       stack.pop_back();
       for (int32_t operand : program.operands(member)) {
         const auto o = static_cast<std::size_t>(operand);
         if (root_of[o] >= 0 || uses[o] != 1 || !fusible(program, o)) continue;
         if (approximated(program[o].op) && !(program[o].shape == program[r].shape)) continue;
+        if (members == kMaxMembers) break;
         root_of[o] = root;
         ++members;
         stack.push_back(operand);
@@ -98,23 +103,34 @@ std::vector<int32_t> plan_fusion(const Program& program) {
 }
 
 KernelCall fused_call(const Program& program, const std::vector<int32_t>& root_of, int32_t root) {
-  // Members in program order (a topological order); the root comes last.
-  std::vector<int32_t> members;
-  for (int32_t id = 0; id <= root; ++id) {
-    if (root_of[id] == root) members.push_back(id);
+  // Members in program order (a topological order), the root last; found by walking the cluster
+  // from its root, so a call costs its cluster's size, not the program's.
+  std::vector<int32_t> members = {root};
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    for (int32_t operand : program.operands(members[k])) {
+      if (root_of[operand] == root && std::ranges::find(members, operand) == members.end()) {
+        members.push_back(operand);
+      }
+    }
   }
+  std::ranges::sort(members);
+  auto position = [&](int32_t id) {
+    return static_cast<std::size_t>(std::ranges::lower_bound(members, id) - members.begin());
+  };
   KernelCall call;
   call.kernel = Kernel::kFused;
   call.output = root;
-  // Where each member's value lives during a block: an operand reference (see executable.h).
-  std::vector<int32_t> ref(program.size(), 0);
-  std::vector<int32_t> last_use(program.size(), -1);
+  // Per member: where its value lives during a block (an operand reference, see executable.h),
+  // and the step that reads it last.
+  std::vector<int32_t> ref(members.size(), 0);
+  std::vector<int32_t> last_use(members.size(), -1);
   for (std::size_t k = 0; k < members.size(); ++k) {
-    for (int32_t operand : program.operands(members[k]))
-      last_use[operand] = static_cast<int32_t>(k);
+    for (int32_t operand : program.operands(members[k])) {
+      if (root_of[operand] == root) last_use[position(operand)] = static_cast<int32_t>(k);
+    }
   }
   auto operand_ref = [&](int32_t operand) -> int32_t {
-    if (root_of[operand] == root) return ref[operand];
+    if (root_of[operand] == root) return ref[position(operand)];
     const auto it = std::ranges::find(call.inputs, operand);
     if (it != call.inputs.end()) return static_cast<int32_t>(it - call.inputs.begin());
     call.inputs.push_back(operand);
@@ -127,19 +143,19 @@ KernelCall fused_call(const Program& program, const std::vector<int32_t>& root_o
     const int32_t id = members[k];
     const std::span<const int32_t> operands = program.operands(id);
     if (program[id].op == Op::kExpand) {
-      ref[id] = operand_ref(operands[0]);  // broadcasting is how every operand is read
+      ref[k] = operand_ref(operands[0]);  // broadcasting is how every operand is read
       continue;
     }
     const int32_t a = operand_ref(operands[0]);
     const int32_t b = operands.size() > 1 ? operand_ref(operands[1]) : 0;
     // Buffers whose last reader is this step are free for its result (steps are elementwise).
     for (int32_t operand : operands) {
-      if (root_of[operand] == root && last_use[operand] == static_cast<int32_t>(k) &&
-          ref[operand] < 0 && program[operand].op != Op::kExpand) {
-        const int32_t buffer = -ref[operand] - 1;
-        if (std::ranges::find(free_buffers, buffer) == free_buffers.end()) {
-          free_buffers.push_back(buffer);
-        }
+      if (root_of[operand] != root || program[operand].op == Op::kExpand) continue;
+      const std::size_t p = position(operand);
+      if (last_use[p] != static_cast<int32_t>(k) || ref[p] >= 0) continue;
+      const int32_t buffer = -ref[p] - 1;
+      if (std::ranges::find(free_buffers, buffer) == free_buffers.end()) {
+        free_buffers.push_back(buffer);
       }
     }
     int32_t destination = -1;
@@ -150,15 +166,13 @@ KernelCall fused_call(const Program& program, const std::vector<int32_t>& root_o
         destination = free_buffers.back();
         free_buffers.pop_back();
       }
-      ref[id] = -destination - 1;
+      ref[k] = -destination - 1;
     }
     const bool tanh_form =
         program[id].op == Op::kGelu && !program.ints(id).empty() && program.ints(id)[0] != 0;
     steps.insert(steps.end(), {static_cast<int64_t>(step_kernel(program[id].op)), destination, a, b,
                                tanh_form ? 1 : 0});
   }
-  if (program[root].op == Op::kExpand)
-    throw std::logic_error("a fused kernel cannot end in expand");
   call.ints.reserve(1 + steps.size());
   call.ints.push_back(buffers);
   call.ints.insert(call.ints.end(), steps.begin(), steps.end());
