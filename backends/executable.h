@@ -125,6 +125,7 @@ struct BufferDesc {
   [[nodiscard]] std::size_t bytes() const noexcept {
     return static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
   }
+  friend bool operator==(const BufferDesc&, const BufferDesc&) = default;
 };
 
 /// One kernel invocation: reads the input slots, writes the output slot.
@@ -134,6 +135,7 @@ struct KernelCall {
   int32_t output = -1;
   std::vector<int64_t> ints;
   std::vector<double> reals;
+  friend bool operator==(const KernelCall&, const KernelCall&) = default;
 };
 
 /// A compiled program: buffer slots, which of them the caller provides and receives, and the
@@ -145,5 +147,12 @@ struct Executable : RefCounted {
   std::vector<KernelCall> calls;
   uint64_t graph_hash = 0;
 };
+
+/// Why `program` is not safe to hand to a backend, or empty when it is: every dtype and kernel is
+/// known, dims are non-negative and sizes fit in memory, slot indices are in range, each call
+/// reads only slots already bound or written and never writes its own input, and every output
+/// slot is written. For programs from outside the compiler (the persistent cache); the kernels
+/// check their own shapes and attributes.
+[[nodiscard]] std::string program_error(const Executable& program);
 
 }  // namespace axle
