@@ -140,6 +140,9 @@ struct KernelCall {
 
 /// A compiled program: buffer slots, which of them the caller provides and receives, and the
 /// kernel calls in execution order.
+///
+/// The persistent compile cache stores every field of Executable, KernelCall and BufferDesc
+/// (actors/persistent_cache.cpp): a field added here is added there too.
 struct Executable : RefCounted {
   std::vector<BufferDesc> slots;
   std::vector<int32_t> input_slots;   ///< bound to the caller's input buffers, in order
