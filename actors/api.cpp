@@ -55,6 +55,10 @@ void wait_device_ops(const std::vector<Device>& which) {
   for (auto& f : drained) f.get();
 }
 
+void initialize_cache(const std::string& path, bool readonly) {
+  LazySystem::initialize_persistent_cache(path, readonly);
+}
+
 void eager_mode(bool enabled) { LazySystem::get().set_eager(enabled); }
 bool is_eager_mode() { return LazySystem::get().eager(); }
 

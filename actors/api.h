@@ -46,6 +46,14 @@ class StepScope {
 /// Waits until everything issued to `devices` (all devices when empty) has finished.
 void wait_device_ops(const std::vector<Device>& devices = {});
 
+/// Keeps compiled programs in directory `path` (created if missing, unless `readonly`), so that
+/// a later process running the same graphs compiles none of them, like
+/// torch_xla.runtime.initialize_cache. `readonly` loads entries but never writes. Applies to
+/// every compile after the call and for the rest of the process; calling again with the same
+/// arguments does nothing, with others throws std::logic_error. XLA_PERSISTENT_CACHE_PATH (and
+/// XLA_PERSISTENT_CACHE_READ_ONLY) do the same from the environment.
+void initialize_cache(const std::string& path, bool readonly = false);
+
 /// Executes every op as it is traced (XLA_USE_EAGER_DEBUG_MODE=1 does the same).
 void eager_mode(bool enabled);
 [[nodiscard]] bool is_eager_mode();

@@ -7,6 +7,27 @@
 #include "engine/metrics.h"
 
 namespace axle {
+namespace {
+
+double elapsed_ns(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+}
+
+// What the host binds and the device hands back for `graph`: a program from disk must agree.
+ProgramInterface interface_of(const StepGraph& graph) {
+  ProgramInterface interface;
+  interface.inputs.reserve(graph.inputs.size());
+  for (int32_t id : graph.inputs) {
+    interface.inputs.push_back({graph.nodes[id]->dtype(), graph.nodes[id]->shape()});
+  }
+  interface.outputs.reserve(graph.outputs.size());
+  for (int32_t id : graph.outputs) {
+    interface.outputs.push_back({graph.nodes[id]->dtype(), graph.nodes[id]->shape()});
+  }
+  return interface;
+}
+
+}  // namespace
 
 void CompilerActor::handle(CompileRequest& request, Promise<IntrusivePtr<Executable>>&& reply) {
   // Handlers run one at a time, so a request for a hash compiled by an earlier request (or by a
@@ -17,14 +38,27 @@ void CompilerActor::handle(CompileRequest& request, Promise<IntrusivePtr<Executa
     reply.set_value(std::move(done));
     return;
   }
+  const std::shared_ptr<const PersistentCache> persistent = persistent_ ? persistent_() : nullptr;
+  if (persistent) {
+    const auto start = std::chrono::steady_clock::now();
+    const ProgramInterface expected = interface_of(*request.graph);
+    if (IntrusivePtr<Executable> loaded = persistent->load(hash, &expected)) {
+      AXLE_METRIC_ADD("PersistentCacheLoadTime", MetricKind::kTime, elapsed_ns(start));
+      AXLE_COUNTER_INC("PersistentCacheHit", 1);
+      cache_.insert(hash, loaded);
+      reply.set_value(std::move(loaded));
+      return;
+    }
+    AXLE_COUNTER_INC("PersistentCacheMiss", 1);
+  }
   const auto start = std::chrono::steady_clock::now();
   IntrusivePtr<Executable> program = compile_graph(*request.graph, passes_);
-  const double compile_ns =
-      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
-  AXLE_METRIC_ADD("CompileTime", MetricKind::kTime, compile_ns);
+  AXLE_METRIC_ADD("CompileTime", MetricKind::kTime, elapsed_ns(start));
   AXLE_COUNTER_INC("UncachedCompile", 1);
   cache_.insert(hash, program);
-  reply.set_value(std::move(program));
+  reply.set_value(program);
+  // After replying, so the device need not wait for the disk.
+  if (persistent) persistent->store(hash, *program);
 }
 
 }  // namespace axle

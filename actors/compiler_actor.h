@@ -1,13 +1,16 @@
 // actors: the CompilerActor — lowers step graphs to executables, one process-wide. Requests for a
 // hash already being compiled join that compile instead of starting another, so N replicas
-// tracing the same step compile it once.
+// tracing the same step compile it once. After a miss in memory it looks in the persistent
+// cache (initialize_cache), and stores what it compiles there.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "actors/compile_cache.h"
+#include "actors/persistent_cache.h"
 #include "engine/actor.h"
 #include "graph/passes/passes.h"
 #include "graph/step_graph.h"
@@ -20,15 +23,20 @@ struct CompileRequest {
   std::shared_ptr<const StepGraph> graph;
 };
 
+/// The persistent cache in force when asked (initialize_cache may open one at any time), or null.
+using PersistentCacheSource = std::function<std::shared_ptr<const PersistentCache>()>;
+
 class CompilerActor : public Actor<CompilerActor, CompileRequest> {
  public:
   /// Runs the passes AXLE_DISABLE_PASSES leaves on (a bad value throws ConfigError here).
-  explicit CompilerActor(CompileCache& cache) : cache_(cache), passes_(PassSet::from_config()) {}
+  explicit CompilerActor(CompileCache& cache, PersistentCacheSource persistent = {})
+      : cache_(cache), passes_(PassSet::from_config()), persistent_(std::move(persistent)) {}
   void handle(CompileRequest& request, Promise<IntrusivePtr<Executable>>&& reply);
 
  private:
   CompileCache& cache_;
   PassSet passes_;
+  PersistentCacheSource persistent_;
 };
 
 }  // namespace axle

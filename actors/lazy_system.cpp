@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 
 #include "actors/host.h"
@@ -20,6 +21,31 @@ std::atomic<LazySystem*> g_system{nullptr};
 std::unique_ptr<LazySystem> g_owner;
 
 thread_local int tls_eager_suspensions = 0;
+
+// The persistent compile cache outlives systems: restart() keeps it. `g_persistent_chosen` says
+// initialize_cache, restart options or the environment have spoken, so the environment is read
+// once and never overrides a call.
+std::mutex g_persistent_mutex;
+std::shared_ptr<const PersistentCache> g_persistent;
+bool g_persistent_chosen = false;
+
+std::shared_ptr<const PersistentCache> open_persistent(const PersistentCacheSettings& settings) {
+  if (settings.path.empty()) return nullptr;
+  return PersistentCache::open(settings.path, settings.readonly);
+}
+
+void choose_persistent_cache(const std::optional<PersistentCacheSettings>& settings) {
+  std::lock_guard lock(g_persistent_mutex);
+  if (settings) {
+    g_persistent = open_persistent(*settings);
+  } else if (!g_persistent_chosen) {
+    g_persistent = open_persistent({config::get_string("XLA_PERSISTENT_CACHE_PATH", ""),
+                                    config::get_bool("XLA_PERSISTENT_CACHE_READ_ONLY", false)});
+  } else {
+    return;
+  }
+  g_persistent_chosen = true;
+}
 
 std::unique_ptr<Backend> backend_from_environment(const LazySystemOptions& options) {
   if (options.backend) return options.backend();
@@ -54,11 +80,36 @@ void LazySystem::restart(LazySystemOptions options) {
   g_system.store(g_owner.get(), std::memory_order_release);
 }
 
+void LazySystem::initialize_persistent_cache(const std::string& path, bool readonly) {
+  std::lock_guard lock(g_persistent_mutex);
+  if (g_persistent) {
+    std::error_code error;
+    const std::filesystem::path directory = std::filesystem::weakly_canonical(path, error);
+    if (!error && directory == g_persistent->directory() && readonly == g_persistent->readonly()) {
+      return;
+    }
+    throw std::logic_error(fmt::format(
+        "initialize_cache(\"{}\"{}): the persistent compile cache is already \"{}\"{}, and it "
+        "cannot change within a process",
+        path, readonly ? ", readonly" : "", g_persistent->directory().string(),
+        g_persistent->readonly() ? " (readonly)" : ""));
+  }
+  g_persistent = PersistentCache::open(path, readonly);
+  g_persistent_chosen = true;
+}
+
+std::shared_ptr<const PersistentCache> LazySystem::persistent_cache() {
+  std::lock_guard lock(g_persistent_mutex);
+  return g_persistent;
+}
+
 LazySystem::LazySystem(LazySystemOptions options)
     : backend_(backend_from_environment(options)),
       cache_(static_cast<std::size_t>(config::get_int("XLA_COMPILATION_CACHE_SIZE", 2048))),
       max_graph_nodes_(static_cast<uint64_t>(config::get_int("AXLE_MAX_GRAPH_NODES", 1'000'000))) {
-  compiler_ = spawn<CompilerActor>(runtime_, SpawnOptions{.name = "compiler"}, cache_);
+  choose_persistent_cache(options.persistent_cache);
+  compiler_ = spawn<CompilerActor>(runtime_, SpawnOptions{.name = "compiler"}, cache_,
+                                   PersistentCacheSource(&LazySystem::persistent_cache));
   for (int i = 0; i < backend_->device_count(); ++i) {
     devices_.push_back(spawn<DeviceActor>(
         runtime_, SpawnOptions{.name = fmt::format("device-{}", i), .dedicated_thread = true},

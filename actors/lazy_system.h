@@ -1,11 +1,13 @@
 // actors: the process-wide lazy runtime — the actor system, the backend and its devices, the
-// compiler and its cache. Started on first use from the environment (PJRT_DEVICE,
+// compiler and its caches. Started on first use from the environment (PJRT_DEVICE,
 // CPU_NUM_DEVICES, XLA_COMPILATION_CACHE_SIZE, ...); tests may restart it with other options.
+// The persistent compile cache is process-wide: restart() keeps it unless the options replace it.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,17 +15,27 @@
 #include "actors/compile_cache.h"
 #include "actors/compiler_actor.h"
 #include "actors/device_actor.h"
+#include "actors/persistent_cache.h"
 #include "backends/backend.h"
 #include "engine/runtime.h"
 #include "graph/trace_context.h"
 
 namespace axle {
 
+/// Where compiled programs persist (initialize_cache); an empty path means nowhere.
+struct PersistentCacheSettings {
+  std::string path;
+  bool readonly = false;
+};
+
 struct LazySystemOptions {
   /// Devices of the CPU backend (CPU_NUM_DEVICES; default 1). Ignored with `backend`.
   int cpu_devices = 0;
   /// A backend to use instead of the one PJRT_DEVICE names (tests wrap the CPU backend).
   std::function<std::unique_ptr<Backend>()> backend;
+  /// Replaces the persistent compile cache, even one initialize_cache opened (tests start each
+  /// from a directory of their own). Unset keeps the current one.
+  std::optional<PersistentCacheSettings> persistent_cache;
 };
 
 class LazySystem final : public TraceObserver {
@@ -32,6 +44,14 @@ class LazySystem final : public TraceObserver {
   static LazySystem& get();
   /// Shuts the current system down (waiting for its devices) and starts the next with `options`.
   static void restart(LazySystemOptions options = {});
+
+  /// Opens the persistent compile cache for the rest of the process (initialize_cache). Without
+  /// a call, the first system opens XLA_PERSISTENT_CACHE_PATH (XLA_PERSISTENT_CACHE_READ_ONLY) if
+  /// set. Calling again with the same settings does nothing; other settings throw
+  /// std::logic_error naming both, since compiled programs already went to the first directory.
+  static void initialize_persistent_cache(const std::string& path, bool readonly);
+  /// The persistent compile cache, or null when none is open.
+  [[nodiscard]] static std::shared_ptr<const PersistentCache> persistent_cache();
 
   explicit LazySystem(LazySystemOptions options);
   ~LazySystem() override;

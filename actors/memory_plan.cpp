@@ -7,33 +7,6 @@
 
 namespace axle {
 
-bool writes_in_place_safely(Kernel kernel) noexcept {
-  switch (kernel) {
-    case Kernel::kAdd:
-    case Kernel::kSub:
-    case Kernel::kMul:
-    case Kernel::kDiv:
-    case Kernel::kPow:
-    case Kernel::kMaximum:
-    case Kernel::kMinimum:
-    case Kernel::kWhere:
-    case Kernel::kNeg:
-    case Kernel::kExp:
-    case Kernel::kLog:
-    case Kernel::kSqrt:
-    case Kernel::kRsqrt:
-    case Kernel::kTanh:
-    case Kernel::kSigmoid:
-    case Kernel::kRelu:
-    case Kernel::kGelu:
-    case Kernel::kAbs:
-    case Kernel::kFused:
-      return true;
-    default:
-      return false;
-  }
-}
-
 void plan_memory(Executable& program) {
   const std::size_t slots = program.slots.size();
   const std::size_t calls = program.calls.size();

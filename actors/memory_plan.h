@@ -6,10 +6,6 @@
 
 namespace axle {
 
-/// Whether `call` may write its output over an operand with the output's shape and dtype: it
-/// reads each element of that operand only before writing the same element of the output.
-[[nodiscard]] bool writes_in_place_safely(Kernel kernel) noexcept;
-
 /// Plans `program`'s memory (fills program.plan). Inputs belong to the caller and outputs
 /// outlive the program, so neither is released or written over.
 void plan_memory(Executable& program);

@@ -1,7 +1,12 @@
-// backends: kernel names.
+// backends: kernel names and the safety check of programs from outside the compiler.
 #include "backends/executable.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include <array>
+#include <limits>
 
 namespace axle {
 
@@ -19,6 +24,144 @@ std::string_view kernel_name(Kernel kernel) noexcept {
       "fused"};
   auto i = static_cast<std::size_t>(kernel);
   return i < kNames.size() ? kNames[i] : "unknown";
+}
+
+namespace {
+
+std::string slot_error(const BufferDesc& desc) {
+  if (static_cast<int>(desc.dtype) >= kNumDTypes) {
+    return fmt::format("dtype {} is unknown", static_cast<int>(desc.dtype));
+  }
+  // A size that overflows would allocate a small buffer that the kernels then overrun.
+  int64_t bytes = static_cast<int64_t>(dtype_size(desc.dtype));
+  for (int64_t dim : desc.shape.dims()) {
+    if (dim < 0) return fmt::format("shape {} has a negative dim", desc.shape.to_string());
+    if (__builtin_mul_overflow(bytes, dim, &bytes)) {
+      return fmt::format("shape {} is too large", desc.shape.to_string());
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+bool writes_in_place_safely(Kernel kernel) noexcept {
+  switch (kernel) {
+    case Kernel::kAdd:
+    case Kernel::kSub:
+    case Kernel::kMul:
+    case Kernel::kDiv:
+    case Kernel::kPow:
+    case Kernel::kMaximum:
+    case Kernel::kMinimum:
+    case Kernel::kWhere:
+    case Kernel::kNeg:
+    case Kernel::kExp:
+    case Kernel::kLog:
+    case Kernel::kSqrt:
+    case Kernel::kRsqrt:
+    case Kernel::kTanh:
+    case Kernel::kSigmoid:
+    case Kernel::kRelu:
+    case Kernel::kGelu:
+    case Kernel::kAbs:
+    case Kernel::kFused:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// What is wrong with a program's memory plan (see program_error), or empty.
+std::string plan_error(const Executable& program, const std::vector<bool>& caller_owned) {
+  const MemoryPlan& plan = program.plan;
+  if (plan.empty())
+    return plan.in_place.empty() && plan.release_slots.empty() ? "" : "plan without release lists";
+  const std::size_t calls = program.calls.size();
+  if (plan.release_begin.size() != calls + 1 || plan.in_place.size() != calls) {
+    return fmt::format("memory plan for {} calls, program has {}", plan.in_place.size(), calls);
+  }
+  if (plan.release_begin.front() != 0 || plan.release_begin.back() != plan.release_slots.size()) {
+    return "memory plan release lists do not cover its slots";
+  }
+  // A slot released, or written over in place, is never read afterwards.
+  std::vector<bool> gone(program.slots.size(), false);
+  for (std::size_t c = 0; c < calls; ++c) {
+    const KernelCall& call = program.calls[c];
+    for (int32_t in : call.inputs) {
+      if (gone[in]) return fmt::format("call {} reads slot {} after the plan released it", c, in);
+    }
+    if (const int32_t s = plan.in_place[c]; s >= 0) {
+      if (std::find(call.inputs.begin(), call.inputs.end(), s) == call.inputs.end() ||
+          !writes_in_place_safely(call.kernel) || caller_owned[s] ||
+          !(program.slots[s].dtype == program.slots[call.output].dtype) ||
+          !(program.slots[s].shape == program.slots[call.output].shape)) {
+        return fmt::format("call {} ({}) cannot write in place over slot {}", c,
+                           kernel_name(call.kernel), s);
+      }
+      gone[s] = true;
+    }
+    if (plan.release_begin[c + 1] < plan.release_begin[c]) return "memory plan lists overlap";
+    for (uint32_t r = plan.release_begin[c]; r < plan.release_begin[c + 1]; ++r) {
+      const int32_t s = plan.release_slots[r];
+      if (s < 0 || static_cast<std::size_t>(s) >= program.slots.size() || caller_owned[s]) {
+        return fmt::format("call {}: the plan releases slot {}, which it does not own", c, s);
+      }
+      gone[s] = true;
+    }
+  }
+  return {};
+}
+
+std::string program_error(const Executable& program) {
+  const auto slot_count = static_cast<int64_t>(program.slots.size());
+  if (slot_count > std::numeric_limits<int32_t>::max()) return "too many slots";
+  for (std::size_t i = 0; i < program.slots.size(); ++i) {
+    if (std::string why = slot_error(program.slots[i]); !why.empty()) {
+      return fmt::format("slot {}: {}", i, why);
+    }
+  }
+  auto in_range = [&](int32_t slot) { return slot >= 0 && slot < slot_count; };
+  std::vector<bool> bound(program.slots.size(), false);
+  for (int32_t slot : program.input_slots) {
+    if (!in_range(slot)) return fmt::format("input slot {} is out of range", slot);
+    if (bound[slot]) return fmt::format("input slot {} is bound twice", slot);
+    bound[slot] = true;
+  }
+  for (std::size_t i = 0; i < program.calls.size(); ++i) {
+    const KernelCall& call = program.calls[i];
+    if (static_cast<std::size_t>(call.kernel) >= static_cast<std::size_t>(Kernel::kCount)) {
+      return fmt::format("call {}: kernel {} is unknown", i, static_cast<int>(call.kernel));
+    }
+    if (!in_range(call.output)) {
+      return fmt::format("call {} ({}): output slot {} is out of range", i,
+                         kernel_name(call.kernel), call.output);
+    }
+    for (int32_t in : call.inputs) {
+      if (!in_range(in)) {
+        return fmt::format("call {} ({}): input slot {} is out of range", i,
+                           kernel_name(call.kernel), in);
+      }
+      if (!bound[in]) {
+        return fmt::format("call {} ({}): reads slot {} before anything writes it", i,
+                           kernel_name(call.kernel), in);
+      }
+      // The backend replaces the output slot's buffer before the kernel reads its inputs.
+      if (in == call.output) {
+        return fmt::format("call {} ({}): writes its own input slot {}", i,
+                           kernel_name(call.kernel), in);
+      }
+    }
+    bound[call.output] = true;
+  }
+  std::vector<bool> caller_owned(program.slots.size(), false);  // inputs and outputs
+  for (int32_t slot : program.input_slots) caller_owned[slot] = true;
+  for (int32_t slot : program.output_slots) {
+    if (!in_range(slot)) return fmt::format("output slot {} is out of range", slot);
+    if (!bound[slot]) return fmt::format("output slot {} is never written", slot);
+    caller_owned[slot] = true;
+  }
+  return plan_error(program, caller_owned);
 }
 
 }  // namespace axle

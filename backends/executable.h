@@ -125,6 +125,10 @@ enum class Kernel : uint16_t {
   kCount
 };
 
+/// Whether `kernel` may write its output over an operand of the output's shape and dtype: it
+/// reads each element of that operand only before writing the same element of the output.
+[[nodiscard]] bool writes_in_place_safely(Kernel kernel) noexcept;
+
 /// Lower-case name of a kernel ("add", "matmul"), for dumps and errors.
 [[nodiscard]] std::string_view kernel_name(Kernel kernel) noexcept;
 
@@ -135,6 +139,7 @@ struct BufferDesc {
   [[nodiscard]] std::size_t bytes() const noexcept {
     return static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
   }
+  friend bool operator==(const BufferDesc&, const BufferDesc&) = default;
 };
 
 /// One kernel invocation: reads the input slots, writes the output slot.
@@ -144,6 +149,7 @@ struct KernelCall {
   int32_t output = -1;
   std::vector<int64_t> ints;
   std::vector<double> reals;
+  friend bool operator==(const KernelCall&, const KernelCall&) = default;
 };
 
 /// When a program's buffers are released and reused (made by actors/memory_plan.cpp). Without a
@@ -166,6 +172,9 @@ struct MemoryPlan {
 
 /// A compiled program: buffer slots, which of them the caller provides and receives, and the
 /// kernel calls in execution order.
+///
+/// The persistent compile cache stores every field of Executable, KernelCall and BufferDesc
+/// (actors/persistent_cache.cpp): a field added here is added there too.
 struct Executable : RefCounted {
   std::vector<BufferDesc> slots;
   std::vector<int32_t> input_slots;   ///< bound to the caller's input buffers, in order
@@ -174,5 +183,12 @@ struct Executable : RefCounted {
   MemoryPlan plan;
   uint64_t graph_hash = 0;
 };
+
+/// Why `program` is not safe to hand to a backend, or empty when it is: every dtype and kernel is
+/// known, dims are non-negative and sizes fit in memory, slot indices are in range, each call
+/// reads only slots already bound or written and never writes its own input, and every output
+/// slot is written. For programs from outside the compiler (the persistent cache); the kernels
+/// check their own shapes and attributes.
+[[nodiscard]] std::string program_error(const Executable& program);
 
 }  // namespace axle

@@ -1,0 +1,133 @@
+// program_error (backends/executable.h): what makes a program unsafe to hand to a backend.
+#include "backends/executable.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace axle {
+namespace {
+
+// out = exp(a + b), with a and b bound by the caller.
+IntrusivePtr<Executable> add_then_exp() {
+  auto program = make_intrusive<Executable>();
+  program->slots = {{DType::kF32, Shape{2}},
+                    {DType::kF32, Shape{2}},
+                    {DType::kF32, Shape{2}},
+                    {DType::kF32, Shape{2}}};
+  program->input_slots = {0, 1};
+  program->calls = {{Kernel::kAdd, {0, 1}, 2, {}, {}}, {Kernel::kExp, {2}, 3, {}, {}}};
+  program->output_slots = {3};
+  return program;
+}
+
+void expect_error(const Executable& program, const std::string& part) {
+  const std::string error = program_error(program);
+  EXPECT_NE(error.find(part), std::string::npos) << "error: \"" << error << "\"";
+}
+
+TEST(ProgramError, AcceptsAWellFormedProgram) { EXPECT_EQ(program_error(*add_then_exp()), ""); }
+
+TEST(ProgramError, AcceptsScalarsAndEmptyShapes) {
+  IntrusivePtr<Executable> program = add_then_exp();
+  program->slots = {{DType::kI64, Shape{}},
+                    {DType::kI64, Shape{}},
+                    {DType::kBF16, Shape{0, 3}},
+                    {DType::kBF16, Shape{0, 3}}};
+  EXPECT_EQ(program_error(*program), "");
+}
+
+TEST(ProgramError, RejectsUnknownDtypes) {
+  IntrusivePtr<Executable> program = add_then_exp();
+  program->slots[1].dtype = static_cast<DType>(kNumDTypes);
+  expect_error(*program, "slot 1: dtype 6 is unknown");
+}
+
+TEST(ProgramError, RejectsNegativeDims) {
+  IntrusivePtr<Executable> program = add_then_exp();
+  program->slots[2].shape = Shape{4, -1};
+  expect_error(*program, "slot 2: shape [4,-1] has a negative dim");
+}
+
+TEST(ProgramError, RejectsSizesThatOverflow) {
+  IntrusivePtr<Executable> program = add_then_exp();
+  program->slots[0].shape = Shape{1LL << 31, 1LL << 31, 4};  // 2^64 bytes of f32
+  expect_error(*program, "is too large");
+}
+
+TEST(ProgramError, RejectsInputSlotsOutOfRangeOrBoundTwice) {
+  IntrusivePtr<Executable> program = add_then_exp();
+  program->input_slots = {0, 4};
+  expect_error(*program, "input slot 4 is out of range");
+  program->input_slots = {0, 0};
+  expect_error(*program, "input slot 0 is bound twice");
+}
+
+TEST(ProgramError, RejectsUnknownKernels) {
+  IntrusivePtr<Executable> program = add_then_exp();
+  program->calls[1].kernel = Kernel::kCount;
+  expect_error(*program, "call 1: kernel");
+}
+
+TEST(ProgramError, RejectsCallSlotsOutOfRange) {
+  IntrusivePtr<Executable> program = add_then_exp();
+  program->calls[0].inputs[1] = -1;
+  expect_error(*program, "call 0 (add): input slot -1 is out of range");
+  program = add_then_exp();
+  program->calls[1].output = 7;
+  expect_error(*program, "call 1 (exp): output slot 7 is out of range");
+}
+
+TEST(ProgramError, RejectsReadingASlotNothingWrote) {
+  IntrusivePtr<Executable> program = add_then_exp();
+  std::swap(program->calls[0], program->calls[1]);
+  expect_error(*program, "call 0 (exp): reads slot 2 before anything writes it");
+}
+
+TEST(ProgramError, RejectsACallWritingItsOwnInput) {
+  IntrusivePtr<Executable> program = add_then_exp();
+  program->calls[1].output = 2;
+  expect_error(*program, "call 1 (exp): writes its own input slot 2");
+}
+
+TEST(ProgramError, RejectsOutputsNeverWritten) {
+  IntrusivePtr<Executable> program = add_then_exp();
+  program->output_slots = {3, 5};
+  expect_error(*program, "output slot 5 is out of range");
+  program->calls.pop_back();
+  program->output_slots = {3};
+  expect_error(*program, "output slot 3 is never written");
+}
+
+TEST(ProgramError, AcceptsAPlanThatWritesInPlaceAndReleases) {
+  IntrusivePtr<Executable> program = add_then_exp();
+  program->plan.release_begin = {0, 0, 0};
+  program->plan.in_place = {-1, 2};  // exp writes over the sum, which dies with it
+  EXPECT_EQ(program_error(*program), "");
+}
+
+TEST(ProgramError, RejectsPlansThatFreeWhatTheyDoNotOwnOrReadFreedSlots) {
+  IntrusivePtr<Executable> program = add_then_exp();
+  program->plan.release_begin = {0, 1, 1};
+  program->plan.release_slots = {0};  // an input: the caller's
+  program->plan.in_place = {-1, -1};
+  expect_error(*program, "does not own");
+  program->plan.release_slots = {2};  // released after the add, read by the exp
+  expect_error(*program, "reads slot 2 after the plan released it");
+  program->plan.release_begin = {0, 0, 0};
+  program->plan.release_slots = {};
+  program->plan.in_place = {0, -1};  // over an input
+  expect_error(*program, "cannot write in place over slot 0");
+  program->plan.in_place = {-1};
+  expect_error(*program, "memory plan for 1 calls");
+  program->plan.in_place = {-1, -1};
+  program->plan.release_begin = {0, 0, 5};
+  expect_error(*program, "do not cover");
+  program->calls[1].kernel = Kernel::kMatmul;  // reads across elements: never in place
+  program->plan.release_begin = {0, 0, 0};
+  program->plan.in_place = {-1, 2};
+  expect_error(*program, "cannot write in place");
+}
+
+}  // namespace
+}  // namespace axle
