@@ -5,12 +5,17 @@
 //   gemm_ratio_vs_eigen   — 1024x1024 f32 GEMM: Eigen-direct time / axle time
 //   fusion_speedup        — a chain of 8 elementwise ops on 16 M floats: one kernel per op time /
 //                           fused time
+//   persistent_cache_load_ms — loading the MLP training step's program from a warm disk cache
 //   overlap_speedup       — steps/s with asynchronous devices / steps/s with XLA_SYNC_WAIT-style
 //                           waiting, for a loop whose trace and device times are about equal
 // JSON lines on stdout (see benchmarks/README.md).
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <Eigen/Dense>
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
 
 #include "actors/lowering.h"
 #include "axle.h"
@@ -146,6 +151,54 @@ void fusion(int repeats) {
        {{"elements", int64_t{16 << 20}}, {"ops", int64_t{8}}});
 }
 
+// One training step of a two-layer MLP (784-256-10, batch 64) with its backward pass written out
+// and SGD, as the persistent cache's benchmark program.
+void mlp_step() {
+  const Tensor x = full({64, 784}, 0.5);
+  const Tensor y = full({64, 10}, 0.1);
+  const Tensor w1 = full({784, 256}, 0.01);
+  const Tensor w2 = full({256, 10}, 0.02);
+  const Tensor h = relu(matmul(x, w1));
+  const Tensor o = matmul(h, w2);
+  const Tensor diff = o - y;
+  const Tensor loss = mean(diff * diff);
+  const Tensor d_o = diff * (2.0 / 640.0);
+  const Tensor d_w2 = matmul(transpose(h, 0, 1), d_o);
+  const Tensor d_h = where(gt(h, 0.0), matmul(d_o, transpose(w2, 0, 1)), zeros_like(h));
+  const Tensor d_w1 = matmul(transpose(x, 0, 1), d_h);
+  const Tensor w1_next = w1 - d_w1 * 0.1;
+  const Tensor w2_next = w2 - d_w2 * 0.1;
+  mark_step();
+  wait_device_ops();
+}
+
+// Milliseconds to load the MLP step's program from a warm persistent cache (a new system each
+// time, so the in-memory cache is empty).
+void persistent_cache_load(int repeats) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / fmt::format("axle-bench-cache-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  LazySystemOptions options;
+  options.persistent_cache = PersistentCacheSettings{dir.string(), false};
+  LazySystem::restart(options);
+  mlp_step();  // compiles and stores
+  std::vector<double> millis;
+  for (int r = 0; r < repeats; ++r) {
+    LazySystem::restart();  // keeps the persistent cache, drops the in-memory one
+    clear_all();
+    mlp_step();
+    const std::optional<MetricData> load = metric_data("PersistentCacheLoadTime");
+    if (!load || counter_value("UncachedCompile").value_or(0) != 0) {
+      throw std::runtime_error("the warm persistent cache did not serve the MLP step");
+    }
+    millis.push_back(load->samples.back().second / 1e6);
+  }
+  options.persistent_cache = PersistentCacheSettings{};  // close it
+  LazySystem::restart(options);
+  std::filesystem::remove_all(dir);
+  emit("lazy", "persistent_cache_load_ms", quantile(millis, 0.5), "ms", {{"program", std::string("mlp_step")}});
+}
+
 // Steps/s of a loop tracing `ops` ops per step on `elements`-element tensors.
 double steps_per_second(int steps, int ops, int64_t elements, bool wait) {
   Tensor x = zeros({elements});
@@ -195,7 +248,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::vector<std::string> only;
   app.add_flag("--quick", quick, "a short run");
-  app.add_option("--only", only, "run only these: trace mark_step compile gemm fusion overlap");
+  app.add_option("--only", only, "run only these: trace mark_step compile gemm fusion persistent_cache overlap");
   CLI11_PARSE(app, argc, argv);
   // A million-node compile traces past the default cut (AXLE_MAX_GRAPH_NODES ops per step).
   if (!axle::config::get("AXLE_MAX_GRAPH_NODES"))
@@ -214,6 +267,7 @@ int main(int argc, char** argv) {
   }
   if (wanted("gemm")) gemm(quick ? 3 : 10);
   if (wanted("fusion")) fusion(quick ? 3 : 10);
+  if (wanted("persistent_cache")) persistent_cache_load(quick ? 3 : 10);
   if (wanted("overlap")) overlap(quick ? 50 : 200);
   return 0;
 }
