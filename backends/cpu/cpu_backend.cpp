@@ -1,5 +1,6 @@
-// backends/cpu: the CPU backend. Device memory is 64-byte-aligned host memory; a program runs
-// its kernel calls in order on the calling (device actor's) thread.
+// backends/cpu: the CPU backend. Device memory is 64-byte-aligned host memory (large blocks are
+// kept for reuse when freed, up to AXLE_CPU_BLOCK_CACHE_MB per device); a program runs its kernel
+// calls in order on the calling (device actor's) thread.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -7,17 +8,30 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "backends/backend.h"
 #include "backends/cpu/kernel.h"
+#include "engine/config.h"
 
 namespace axle {
 namespace {
 
+// Blocks this large are kept when freed, for the next buffer of their size: a fresh block of
+// megabytes costs a page fault per 4 KiB on first touch, and a training step frees and asks for
+// the same sizes every step.
+constexpr std::size_t kCachedBlockMin = std::size_t{1} << 20;
+constexpr std::size_t kCachedBlockGrain = std::size_t{64} << 10;
+
 struct DeviceAccount {
+  explicit DeviceAccount(std::size_t cache_limit) : cache_limit(cache_limit) {}
+  ~DeviceAccount() {
+    for (auto& [bytes, block] : cached) std::free(block);
+  }
+
   std::atomic<std::size_t> in_use{0};
   std::atomic<std::size_t> peak{0};
 
@@ -28,19 +42,58 @@ struct DeviceAccount {
     }
   }
   void remove(std::size_t bytes) { in_use.fetch_sub(bytes, std::memory_order_relaxed); }
+
+  // The size a block of `bytes` is allocated with (cached blocks are matched by it).
+  static std::size_t block_size(std::size_t bytes) {
+    if (bytes >= kCachedBlockMin)
+      return (bytes + kCachedBlockGrain - 1) / kCachedBlockGrain * kCachedBlockGrain;
+    return std::max<std::size_t>(64, (bytes + 63) / 64 * 64);
+  }
+  void* allocate_block(std::size_t size) {
+    if (size >= kCachedBlockMin) {
+      std::lock_guard lock(cache_mutex);
+      if (auto it = cached.find(size); it != cached.end()) {
+        void* block = it->second;
+        cached.erase(it);
+        cached_bytes -= size;
+        return block;
+      }
+    }
+    void* block = std::aligned_alloc(64, size);
+    if (!block) throw std::bad_alloc();
+    return block;
+  }
+  void free_block(void* block, std::size_t size) noexcept {
+    if (size >= kCachedBlockMin) {
+      std::lock_guard lock(cache_mutex);
+      if (cached_bytes + size <= cache_limit) {
+        try {
+          cached.emplace(size, block);
+          cached_bytes += size;
+          return;
+        } catch (...) {
+          // no room to remember it: free it below
+        }
+      }
+    }
+    std::free(block);
+  }
+
+  const std::size_t cache_limit;
+  std::mutex cache_mutex;
+  std::multimap<std::size_t, void*> cached;  // by block size
+  std::size_t cached_bytes = 0;
 };
 
 class CpuMemory final : public DeviceMemory {
  public:
   CpuMemory(std::size_t bytes, std::shared_ptr<DeviceAccount> account)
-      : bytes_(bytes), account_(std::move(account)) {
-    const std::size_t rounded = std::max<std::size_t>(64, (bytes + 63) / 64 * 64);
-    data_ = std::aligned_alloc(64, rounded);
-    if (!data_) throw std::bad_alloc();
+      : bytes_(bytes), block_(DeviceAccount::block_size(bytes)), account_(std::move(account)) {
+    data_ = account_->allocate_block(block_);
     account_->add(bytes_);
   }
   ~CpuMemory() override {
-    std::free(data_);
+    account_->free_block(data_, block_);
     account_->remove(bytes_);
   }
   void* data() noexcept override { return data_; }
@@ -49,6 +102,7 @@ class CpuMemory final : public DeviceMemory {
  private:
   void* data_;
   std::size_t bytes_;
+  std::size_t block_;
   std::shared_ptr<DeviceAccount> account_;
 };
 
@@ -66,7 +120,12 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int devices) {
     if (devices < 1) throw std::invalid_argument("the CPU backend needs at least one device");
-    for (int i = 0; i < devices; ++i) accounts_.push_back(std::make_shared<DeviceAccount>());
+    const auto cache_limit = static_cast<std::size_t>(std::max<int64_t>(
+                                 0, config::get_int("AXLE_CPU_BLOCK_CACHE_MB", 1024)))
+                             << 20;
+    for (int i = 0; i < devices; ++i) {
+      accounts_.push_back(std::make_shared<DeviceAccount>(cache_limit));
+    }
   }
 
   std::string_view hardware() const noexcept override { return "CPU"; }
