@@ -38,7 +38,9 @@ std::vector<float> random_values(std::size_t n, uint32_t seed) {
 // A step with something for every pass: transposes into matmuls, reshape and permute chains,
 // repeated subexpressions, constants, dead values and broadcasting.
 std::vector<Tensor> step(const Tensor& x, const Tensor& w) {
-  const Tensor h = matmul(transpose(x, 0, 1), w);                              // [6, 5]
+  // (x arrives as [6, 4]: a transpose folded into this matmul could change the order of its sums,
+  // and every elementwise output below depends on it.)
+  const Tensor h = matmul(x, w);                                               // [6, 5]
   const Tensor r = reshape(reshape(h, {30}), {5, 6});                          // chain
   const Tensor t = transpose(transpose(r, 0, 1), 0, 1);                        // identity
   const Tensor shared = exp(t * 0.25) + exp(t * 0.25);                         // CSE
@@ -50,7 +52,7 @@ std::vector<Tensor> step(const Tensor& x, const Tensor& w) {
 }
 
 std::vector<std::vector<float>> run_step() {
-  const Tensor x = tensor(random_values(24, 1), {4, 6});
+  const Tensor x = tensor(random_values(24, 1), {6, 4});
   const Tensor w = tensor(random_values(20, 2), {4, 5});
   std::vector<Tensor> outputs = step(x, w);
   mark_step();
