@@ -4,49 +4,10 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "actors/lowering.h"
+
 namespace axle {
 namespace {
-
-Kernel step_kernel(Op op) {
-  switch (op) {
-    case Op::kAdd:
-      return Kernel::kAdd;
-    case Op::kSub:
-      return Kernel::kSub;
-    case Op::kMul:
-      return Kernel::kMul;
-    case Op::kDiv:
-      return Kernel::kDiv;
-    case Op::kPow:
-      return Kernel::kPow;
-    case Op::kMaximum:
-      return Kernel::kMaximum;
-    case Op::kMinimum:
-      return Kernel::kMinimum;
-    case Op::kNeg:
-      return Kernel::kNeg;
-    case Op::kAbs:
-      return Kernel::kAbs;
-    case Op::kRelu:
-      return Kernel::kRelu;
-    case Op::kExp:
-      return Kernel::kExp;
-    case Op::kLog:
-      return Kernel::kLog;
-    case Op::kSqrt:
-      return Kernel::kSqrt;
-    case Op::kRsqrt:
-      return Kernel::kRsqrt;
-    case Op::kTanh:
-      return Kernel::kTanh;
-    case Op::kSigmoid:
-      return Kernel::kSigmoid;
-    case Op::kGelu:
-      return Kernel::kGelu;
-    default:
-      return Kernel::kCount;
-  }
-}
 
 // Vectorised approximations: their last bit can depend on where in a vector a value sits (sqrt
 // too: Eigen's vector sqrt refines a reciprocal estimate, its scalar tail calls std::sqrt).
@@ -58,7 +19,8 @@ bool approximated(Op op) {
 bool fusible(const Program& p, std::size_t id) {
   const Program::Instr& instr = p[id];
   if (instr.dtype != DType::kF32 && instr.dtype != DType::kF64) return false;
-  if (instr.op != Op::kExpand && step_kernel(instr.op) == Kernel::kCount) return false;
+  if (p.is_leaf(id)) return false;
+  if (instr.op != Op::kExpand && fused_step_arity(kernel_for(instr.op)) == 0) return false;
   return std::ranges::all_of(p.operands(id),
                              [&](int32_t operand) { return p[operand].dtype == instr.dtype; });
 }
@@ -170,7 +132,7 @@ KernelCall fused_call(const Program& program, const std::vector<int32_t>& root_o
     }
     const bool tanh_form =
         program[id].op == Op::kGelu && !program.ints(id).empty() && program.ints(id)[0] != 0;
-    steps.insert(steps.end(), {static_cast<int64_t>(step_kernel(program[id].op)), destination, a, b,
+    steps.insert(steps.end(), {static_cast<int64_t>(kernel_for(program[id].op)), destination, a, b,
                                tanh_form ? 1 : 0});
   }
   call.ints.reserve(1 + steps.size());

@@ -10,7 +10,6 @@
 #include "engine/metrics.h"
 
 namespace axle {
-namespace {
 
 Kernel kernel_for(Op op) {
   switch (op) {
@@ -27,6 +26,8 @@ Kernel kernel_for(Op op) {
       throw std::logic_error(fmt::format("op {} has no kernel", op_name(op)));
   }
 }
+
+namespace {
 
 // Ops whose kernels broadcast every operand to the output shape.
 bool broadcasts_operands(Op op) {

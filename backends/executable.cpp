@@ -45,7 +45,7 @@ std::string slot_error(const BufferDesc& desc) {
 
 }  // namespace
 
-bool writes_in_place_safely(Kernel kernel) noexcept {
+int fused_step_arity(Kernel kernel) noexcept {
   switch (kernel) {
     case Kernel::kAdd:
     case Kernel::kSub:
@@ -54,22 +54,26 @@ bool writes_in_place_safely(Kernel kernel) noexcept {
     case Kernel::kPow:
     case Kernel::kMaximum:
     case Kernel::kMinimum:
-    case Kernel::kWhere:
+      return 2;
     case Kernel::kNeg:
+    case Kernel::kAbs:
+    case Kernel::kRelu:
     case Kernel::kExp:
     case Kernel::kLog:
     case Kernel::kSqrt:
     case Kernel::kRsqrt:
     case Kernel::kTanh:
     case Kernel::kSigmoid:
-    case Kernel::kRelu:
     case Kernel::kGelu:
-    case Kernel::kAbs:
-    case Kernel::kFused:
-      return true;
+      return 1;
     default:
-      return false;
+      return 0;
   }
+}
+
+bool writes_in_place_safely(Kernel kernel) noexcept {
+  // Every fusible step reads element i only to write element i; so do where and fused kernels.
+  return fused_step_arity(kernel) > 0 || kernel == Kernel::kWhere || kernel == Kernel::kFused;
 }
 
 // What is wrong with a program's memory plan (see program_error), or empty.

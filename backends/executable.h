@@ -125,6 +125,9 @@ enum class Kernel : uint16_t {
   kCount
 };
 
+/// The number of operands of `kernel` as a kFused step (1 or 2), or 0 when it cannot be one.
+[[nodiscard]] int fused_step_arity(Kernel kernel) noexcept;
+
 /// Whether `kernel` may write its output over an operand of the output's shape and dtype: it
 /// reads each element of that operand only before writing the same element of the output.
 [[nodiscard]] bool writes_in_place_safely(Kernel kernel) noexcept;

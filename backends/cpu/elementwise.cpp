@@ -49,25 +49,19 @@ struct LoopNest {
 template <int N>
 LoopNest<N> plan_loops(Kernel kernel, const Shape& out, const std::array<const Shape*, N>& ins) {
   const int rank = out.rank();
-  for (const Shape* in : ins) {
-    bool ok = in->rank() <= rank;
-    for (int d = 0; ok && d < in->rank(); ++d) {
-      const int64_t dim = (*in)[d];
-      ok = dim == 1 || dim == out[rank - in->rank() + d];
-    }
-    if (!ok) {
+  std::array<std::array<int64_t, Shape::kMaxRank>, N> in_strides;
+  for (int k = 0; k < N; ++k) {
+    if (!broadcasts_to(*ins[k], out)) {
       throw std::invalid_argument(fmt::format("{}: cannot broadcast {} to {}", kernel_name(kernel),
-                                              in->to_string(), out.to_string()));
+                                              ins[k]->to_string(), out.to_string()));
     }
+    in_strides[k] = broadcast_strides(*ins[k], out);
   }
   LoopNest<N> nest;
   for (int d = 0; d < rank; ++d) {
     if (out[d] == 1) continue;  // moves no operand
     std::array<int64_t, N> stride{};
-    for (int k = 0; k < N; ++k) {
-      const int in_d = d - (rank - ins[k]->rank());
-      stride[k] = (in_d < 0 || (*ins[k])[in_d] == 1) ? 0 : contiguous_strides(*ins[k])[in_d];
-    }
+    for (int k = 0; k < N; ++k) stride[k] = in_strides[k][d];
     const int prev = nest.rank - 1;
     bool merge = prev >= 0;
     for (int k = 0; merge && k < N; ++k) merge = nest.strides[k][prev] == stride[k] * out[d];

@@ -29,39 +29,6 @@ struct Step {
   bool tanh_form;  // gelu's approximate flag
 };
 
-bool is_binary(Kernel k) {
-  switch (k) {
-    case Kernel::kAdd:
-    case Kernel::kSub:
-    case Kernel::kMul:
-    case Kernel::kDiv:
-    case Kernel::kPow:
-    case Kernel::kMaximum:
-    case Kernel::kMinimum:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool is_unary(Kernel k) {
-  switch (k) {
-    case Kernel::kNeg:
-    case Kernel::kAbs:
-    case Kernel::kRelu:
-    case Kernel::kExp:
-    case Kernel::kLog:
-    case Kernel::kSqrt:
-    case Kernel::kRsqrt:
-    case Kernel::kTanh:
-    case Kernel::kSigmoid:
-    case Kernel::kGelu:
-      return true;
-    default:
-      return false;
-  }
-}
-
 [[noreturn]] void malformed(const std::string& what) {
   throw std::invalid_argument("fused: " + what);
 }
@@ -90,8 +57,9 @@ std::vector<Step> parse_steps(const KernelArgs& args, int32_t& buffers) {
       malformed(fmt::format("step {} has kernel number {}", s, f[0]));
     }
     const auto kernel = static_cast<Kernel>(f[0]);
-    const bool binary = is_binary(kernel);
-    if (!binary && !is_unary(kernel)) {
+    const int arity = fused_step_arity(kernel);
+    const bool binary = arity == 2;
+    if (arity == 0) {
       malformed(
           fmt::format("step {}: {} is not a fusible elementwise kernel", s, kernel_name(kernel)));
     }
@@ -106,17 +74,6 @@ std::vector<Step> parse_steps(const KernelArgs& args, int32_t& buffers) {
                      binary ? static_cast<int32_t>(f[3]) : 0, f[4] != 0});
   }
   return steps;
-}
-
-// Broadcast strides of `in` against `out` (input dims align with the output's trailing dims).
-std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
-  std::vector<int64_t> strides(static_cast<std::size_t>(out.rank()), 0);
-  int64_t stride = 1;
-  for (int d = in.rank() - 1, o = out.rank() - 1; d >= 0; --d, --o) {
-    if (in[d] != 1) strides[static_cast<std::size_t>(o)] = stride;
-    stride *= in[d];
-  }
-  return strides;
 }
 
 // dst[i] = op(a[i], b[i]) in fixed groups of 16, each computed into a local array before it is
@@ -206,14 +163,6 @@ class FusedRun {
  private:
   enum class Kind : uint8_t { kSame, kSplat, kGather };
 
-  static bool broadcasts_to(const Shape& in, const Shape& out) {
-    if (in.rank() > out.rank()) return false;
-    for (int d = in.rank() - 1, o = out.rank() - 1; d >= 0; --d, --o) {
-      if (in[d] != 1 && in[d] != out[o]) return false;
-    }
-    return true;
-  }
-
   T* block(std::size_t i) { return scratch_.get() + i * kStride; }
 
   // Operand e's values for output elements [start, start + len), contiguous.
@@ -227,7 +176,7 @@ class FusedRun {
       case Kind::kGather:
         break;
     }
-    const std::vector<int64_t>& strides = strides_[e];
+    const std::array<int64_t, Shape::kMaxRank>& strides = strides_[e];
     const int rank = out_.rank();
     int64_t index[Shape::kMaxRank];
     int64_t offset = 0;
@@ -323,7 +272,7 @@ class FusedRun {
   std::vector<Step> steps_;
   const Shape& out_;
   std::vector<Kind> kinds_;
-  std::vector<std::vector<int64_t>> strides_;
+  std::vector<std::array<int64_t, Shape::kMaxRank>> strides_;
   std::vector<std::size_t> slot_of_;  // scratch block of each splat or gathered operand
   std::unique_ptr<T[], FreeDeleter> scratch_;
 };

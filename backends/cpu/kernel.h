@@ -36,6 +36,28 @@ struct KernelArgs {
   View output;
 };
 
+/// Whether `in` broadcasts to `out` as in NumPy: dims align at the end, and each is 1 or equal.
+[[nodiscard]] inline bool broadcasts_to(const Shape& in, const Shape& out) noexcept {
+  if (in.rank() > out.rank()) return false;
+  for (int d = in.rank() - 1, o = out.rank() - 1; d >= 0; --d, --o) {
+    if (in[d] != 1 && in[d] != out[o]) return false;
+  }
+  return true;
+}
+
+/// Strides (elements) of contiguous `in` along each of `out`'s dims when broadcast to it: 0 where
+/// it repeats.
+[[nodiscard]] inline std::array<int64_t, Shape::kMaxRank> broadcast_strides(
+    const Shape& in, const Shape& out) noexcept {
+  std::array<int64_t, Shape::kMaxRank> strides{};
+  int64_t stride = 1;
+  for (int d = in.rank() - 1, o = out.rank() - 1; d >= 0; --d, --o) {
+    if (in[d] != 1) strides[static_cast<std::size_t>(o)] = stride;
+    stride *= in[d];
+  }
+  return strides;
+}
+
 using KernelFn = void (*)(const KernelArgs&);
 using KernelTable = std::array<KernelFn, static_cast<std::size_t>(Kernel::kCount)>;
 

@@ -18,10 +18,7 @@ struct Step {
   bool tanh_form = false;
 };
 
-bool is_binary(Kernel k) {
-  return k == Kernel::kAdd || k == Kernel::kSub || k == Kernel::kMul || k == Kernel::kDiv ||
-         k == Kernel::kPow || k == Kernel::kMaximum || k == Kernel::kMinimum;
-}
+bool is_binary(Kernel k) { return fused_step_arity(k) == 2; }
 
 HostTensor unfused(const std::vector<Step>& steps, const std::vector<HostTensor>& externals,
                    DType dtype, const Shape& shape) {
