@@ -202,8 +202,6 @@ const IntrusivePtr<DeviceData>& Node::data() const noexcept {
   return num_operands_ == 0 ? leaf_.data : kNone;
 }
 
-bool Node::created_on_this_thread() const noexcept { return creator_ == tls_thread_id; }
-
 uint32_t Node::this_thread_creator_id() noexcept { return this_thread_id(); }
 
 namespace {

@@ -82,14 +82,13 @@ class Node final : public RefCounted {
     return op_ == Op::kDeviceData || op_ == Op::kParameter;
   }
 
-  /// Scratch for graph walks on the thread that created the node (see actors/step_graph.cpp):
+  /// Scratch for graph walks on the thread that created the node (see graph/step_graph.cpp):
   /// a walk stamps the nodes it visits instead of looking them up in a map. Only the creating
   /// thread reads or writes it; walks on other threads use a map for this node.
   struct VisitMark {
     uint32_t walk = 0;  // a per-thread walk number; 0 is never a walk
     int32_t index = -1;
   };
-  [[nodiscard]] bool created_on_this_thread() const noexcept;
   /// The creating thread's number (see this_thread_creator_id).
   [[nodiscard]] uint32_t creator_id() const noexcept { return creator_; }
   /// The calling thread's number, as nodes it creates record it (never reused).
