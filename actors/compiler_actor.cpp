@@ -24,6 +24,7 @@ ProgramInterface interface_of(const StepGraph& graph) {
   for (int32_t id : graph.outputs) {
     interface.outputs.push_back({graph.nodes[id]->dtype(), graph.nodes[id]->shape()});
   }
+  interface.donated_inputs = graph.donated;
   return interface;
 }
 

@@ -110,18 +110,24 @@ void DeviceActor::run(ExecuteRequest& request) {
     for (auto& out : request.outputs) out->fail(error);
   };
   if (request.compile_error) return fail_outputs(request.compile_error);
-  std::vector<IntrusivePtr<DeviceMemory>> held;
-  std::vector<DeviceMemory*> inputs;
-  held.reserve(request.inputs.size());
+  const Executable& program = *request.ready_program;
+  std::vector<IntrusivePtr<DeviceMemory>> inputs;
+  inputs.reserve(request.inputs.size());
   for (const ExecuteInput& input : request.inputs) {
     if (input.data) {
       if (input.data->failed()) return fail_outputs(input.data->error());
-      held.push_back(input.data->memory());
-    } else {
-      held.push_back(backend_.allocate(ordinal_, dtype_size(input.dtype)));
-      store_element(input.dtype, input.value, held.back()->data());
     }
-    inputs.push_back(held.back().get());
+  }
+  for (std::size_t i = 0; i < request.inputs.size(); ++i) {
+    const ExecuteInput& input = request.inputs[i];
+    if (!input.data) {
+      inputs.push_back(backend_.allocate(ordinal_, dtype_size(input.dtype)));
+      store_element(input.dtype, input.value, inputs.back()->data());
+    } else if (program.donated(i)) {
+      inputs.push_back(input.data->donate());  // the program's now: it may write over it
+    } else {
+      inputs.push_back(input.data->memory());
+    }
   }
   {
     std::function<void()> gate;
@@ -134,7 +140,7 @@ void DeviceActor::run(ExecuteRequest& request) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<IntrusivePtr<DeviceMemory>> results;
   try {
-    results = backend_.execute(ordinal_, *request.ready_program, inputs);
+    results = backend_.execute(ordinal_, program, std::move(inputs));
   } catch (...) {
     return fail_outputs(std::current_exception());
   }

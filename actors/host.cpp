@@ -1,10 +1,12 @@
 // actors: turning a replica's pending IR into executions.
 #include "actors/host.h"
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 
 #include "actors/lazy_system.h"
+#include "engine/hash.h"
 #include "engine/metrics.h"
 #include "graph/step_graph.h"
 #include "graph/trace_context.h"
@@ -26,8 +28,47 @@ Future<IntrusivePtr<Executable>> find_or_compile(LazySystem& system, StepGraph& 
   return system.compiler().ask(CompileRequest{std::make_shared<const StepGraph>(std::move(graph))});
 }
 
+// Buffer donation (XLA_ENABLE_PARAM_ALIASING): after a step that syncs every pending tensor of
+// this thread, nothing of its graph survives but the outputs, so an input no tensor holds is read
+// by this step alone, and the step may overwrite its buffer (parameters and optimizer state
+// updated in place, a batch nobody kept). Such an input must appear once and not be an output.
+// Which inputs are donated is part of the graph's hash: it depends on the program the user
+// wrote, not on timing, so a training loop donates the same inputs every step.
+void mark_donations(StepGraph& graph) {
+  std::vector<std::pair<const DeviceData*, std::size_t>> candidates;
+  for (std::size_t i = 0; i < graph.inputs.size(); ++i) {
+    const Node& leaf = *graph.nodes[graph.inputs[i]];
+    if (leaf.op() == Op::kDeviceData && leaf.data()->tensor_refs() == 0) {
+      candidates.emplace_back(leaf.data().get(), i);
+    }
+  }
+  if (candidates.empty()) return;
+  std::ranges::sort(candidates);
+  graph.donated.assign(graph.inputs.size(), 0);
+  std::size_t donated = 0;
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    const bool repeated =
+        (k > 0 && candidates[k - 1].first == candidates[k].first) ||
+        (k + 1 < candidates.size() && candidates[k + 1].first == candidates[k].first);
+    const std::size_t input = candidates[k].second;
+    if (repeated || std::ranges::find(graph.outputs, graph.inputs[input]) != graph.outputs.end()) {
+      continue;
+    }
+    graph.donated[input] = 1;
+    ++donated;
+  }
+  if (donated == 0) {
+    graph.donated.clear();
+    return;
+  }
+  uint64_t h = hash_combine(graph.hash, 0x646f6e61746564ULL);  // "donated"
+  for (uint8_t d : graph.donated) h = hash_combine(h, d);
+  graph.hash = h;
+  AXLE_COUNTER_INC("DonatedInputs", static_cast<int64_t>(donated));
+}
+
 void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl*>& tensors,
-                 bool wait) {
+                 bool wait, bool may_donate) {
   // One output per distinct IR node; tensors sharing a node share its placeholder.
   std::vector<NodePtr> roots;
   std::unordered_map<const Node*, std::size_t> root_of;
@@ -42,6 +83,7 @@ void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl
   const std::size_t hint = 2 * TraceContext::current().nodes_since_step();
   StepGraph& graph = tls_step_graph;
   build_step_graph(roots, graph, hint);
+  if (may_donate) mark_donations(graph);
 
   auto request = make_intrusive<ExecuteRequest>();
   request->inputs.reserve(graph.inputs.size());
@@ -107,7 +149,12 @@ void sync_tensors(const std::vector<Tensor>& tensors, bool wait, SyncReason reas
       it->second.push_back(impl);
     }
   }
-  for (auto& [ordinal, impls] : by_device) sync_device(system, Device{ordinal}, impls, wait);
+  // Only a mark_step syncs every pending tensor of the thread (see mark_donations).
+  const bool may_donate = reason == SyncReason::kMarkStep && system.param_aliasing() &&
+                          !Node::ir_shared_across_threads();
+  for (auto& [ordinal, impls] : by_device) {
+    sync_device(system, Device{ordinal}, impls, wait, may_donate);
+  }
   // The synced tensors now read device data: what the log holds of their graphs is garbage
   // (and anything still pending is held by its tensors).
   CreationLog::this_thread().clear();

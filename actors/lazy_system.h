@@ -73,6 +73,9 @@ class LazySystem final : public TraceObserver {
   [[nodiscard]] bool eager() const noexcept { return eager_.load(std::memory_order_relaxed); }
   /// XLA_SYNC_WAIT: mark_step waits for the device.
   [[nodiscard]] bool sync_wait() const noexcept { return sync_wait_; }
+  /// XLA_ENABLE_PARAM_ALIASING (default on): a mark_step may update inputs nothing else reads in
+  /// place (buffer donation).
+  [[nodiscard]] bool param_aliasing() const noexcept { return param_aliasing_; }
 
  private:
   Runtime runtime_;
@@ -83,6 +86,7 @@ class LazySystem final : public TraceObserver {
   std::atomic<bool> eager_{false};
   uint64_t max_graph_nodes_;
   bool sync_wait_ = false;
+  bool param_aliasing_ = true;
   std::string save_tensors_file_;
   std::string save_tensors_format_;
   std::mutex save_mutex_;

@@ -73,12 +73,19 @@ std::vector<uint8_t> constants_kept_scalar(const Program& program) {
 }  // namespace
 
 IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes) {
-  return lower(run_passes(Program::from(graph), passes), graph.hash, passes.enabled(Pass::kFusion));
+  return lower(run_passes(Program::from(graph), passes), graph.hash, passes.enabled(Pass::kFusion),
+               graph.donated);
 }
 
-IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool fuse) {
+IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool fuse,
+                               std::span<const uint8_t> donated) {
   auto executable = make_intrusive<Executable>();
   executable->graph_hash = graph_hash;
+  if (!donated.empty() && donated.size() != static_cast<std::size_t>(program.num_inputs)) {
+    throw std::logic_error(fmt::format("lowering: {} donation flags for {} inputs", donated.size(),
+                                       program.num_inputs));
+  }
+  executable->donated_inputs.assign(donated.begin(), donated.end());
   executable->slots.reserve(program.size());
   executable->input_slots.assign(static_cast<std::size_t>(program.num_inputs), -1);
   const std::vector<uint8_t> scalar = constants_kept_scalar(program);

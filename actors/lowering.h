@@ -16,7 +16,9 @@ namespace axle {
 IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes);
 
 /// `program` as kernel calls over buffer slots, chains of elementwise ops fused into one kernel
-/// each when `fuse` (counted as FusedKernels).
-IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool fuse);
+/// each when `fuse` (counted as FusedKernels). `donated` marks the inputs the program may
+/// overwrite (StepGraph::donated; empty for none).
+IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool fuse,
+                               std::span<const uint8_t> donated = {});
 
 }  // namespace axle

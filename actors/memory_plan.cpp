@@ -12,7 +12,9 @@ void plan_memory(Executable& program) {
   const std::size_t calls = program.calls.size();
   enum : uint8_t { kInput = 1, kOutput = 2 };
   std::vector<uint8_t> role(slots, 0);
-  for (int32_t s : program.input_slots) role[s] |= kInput;
+  for (std::size_t i = 0; i < program.input_slots.size(); ++i) {
+    if (!program.donated(i)) role[program.input_slots[i]] |= kInput;
+  }
   for (int32_t s : program.output_slots) role[s] |= kOutput;
   std::vector<int32_t> last_use(slots, -1);
   for (std::size_t c = 0; c < calls; ++c) {

@@ -7,7 +7,8 @@
 namespace axle {
 
 /// Plans `program`'s memory (fills program.plan). Inputs belong to the caller and outputs
-/// outlive the program, so neither is released or written over.
+/// outlive the program, so neither is released or written over; donated inputs
+/// (Executable::donated_inputs) are the program's own after their last reader.
 void plan_memory(Executable& program);
 
 }  // namespace axle

@@ -61,6 +61,7 @@ struct StoredExecutable : RefCounted {
   std::vector<int32_t> output_slots;
   std::vector<KernelCall> calls;
   MemoryPlan plan;
+  std::vector<uint8_t> donated_inputs;
   uint64_t graph_hash;
 };
 static_assert(sizeof(BufferDesc) == sizeof(StoredBufferDesc), "store the new BufferDesc member");
@@ -114,6 +115,7 @@ void encode(const Executable& program, proto::Program& out) {
                                     program.plan.release_slots.end());
   plan.mutable_in_place()->Add(program.plan.in_place.begin(), program.plan.in_place.end());
   plan.set_peak_bytes(program.plan.peak_bytes);
+  out.set_donated_inputs(std::string(program.donated_inputs.begin(), program.donated_inputs.end()));
 }
 
 // Fills `out` from `in`; returns what is wrong with it, or empty.
@@ -150,6 +152,7 @@ std::string decode(const proto::Program& in, Executable& out) {
   out.plan.release_slots.assign(in.plan().release_slots().begin(), in.plan().release_slots().end());
   out.plan.in_place.assign(in.plan().in_place().begin(), in.plan().in_place().end());
   out.plan.peak_bytes = in.plan().peak_bytes();
+  out.donated_inputs.assign(in.donated_inputs().begin(), in.donated_inputs().end());
   return program_error(out);
 }
 
@@ -215,7 +218,19 @@ std::string interface_error(const Executable& program, const ProgramInterface& e
     return {};
   };
   std::string why = compare("input", program.input_slots, expected.inputs);
-  return why.empty() ? compare("output", program.output_slots, expected.outputs) : why;
+  if (why.empty()) why = compare("output", program.output_slots, expected.outputs);
+  if (why.empty()) {
+    // A program overwriting an input the graph still needs would corrupt it.
+    for (std::size_t i = 0; i < program.input_slots.size(); ++i) {
+      const bool allowed = i < expected.donated_inputs.size() && expected.donated_inputs[i] != 0;
+      if (program.donated(i) != allowed) {
+        return fmt::format("it {} input {}, which the graph {}",
+                           program.donated(i) ? "overwrites" : "keeps", i,
+                           allowed ? "donates" : "does not donate");
+      }
+    }
+  }
+  return why;
 }
 
 std::string errno_message() { return std::error_code(errno, std::generic_category()).message(); }

@@ -20,6 +20,7 @@ namespace axle {
 struct ProgramInterface {
   std::vector<BufferDesc> inputs;
   std::vector<BufferDesc> outputs;
+  std::vector<uint8_t> donated_inputs;  ///< as StepGraph::donated
 };
 
 /// A directory of compiled programs. Safe to use from several threads and processes at once.

@@ -35,9 +35,12 @@ class Backend {
   virtual void copy_to_host(int device, DeviceMemory& src, void* host, std::size_t bytes) = 0;
 
   /// Runs `program` on `device`. `inputs` match program.input_slots; returns one buffer per
-  /// output slot. Throws (with the kernel's name and shapes) when a kernel fails.
+  /// output slot. A donated input (program.donated(i)) is the program's to overwrite and reuse
+  /// when `inputs` holds its only reference; one referenced elsewhere too is copied first, so
+  /// the other holders never see it change. Throws (with the kernel's name and shapes) when a
+  /// kernel fails.
   virtual std::vector<IntrusivePtr<DeviceMemory>> execute(
-      int device, const Executable& program, std::span<DeviceMemory* const> inputs) = 0;
+      int device, const Executable& program, std::vector<IntrusivePtr<DeviceMemory>> inputs) = 0;
 
   [[nodiscard]] virtual MemoryInfo memory_info(int device) const = 0;
 };

@@ -158,8 +158,16 @@ std::string program_error(const Executable& program) {
     }
     bound[call.output] = true;
   }
-  std::vector<bool> caller_owned(program.slots.size(), false);  // inputs and outputs
-  for (int32_t slot : program.input_slots) caller_owned[slot] = true;
+  if (!program.donated_inputs.empty() &&
+      program.donated_inputs.size() != program.input_slots.size()) {
+    return fmt::format("{} donation flags for {} inputs", program.donated_inputs.size(),
+                       program.input_slots.size());
+  }
+  // Inputs not donated, and outputs.
+  std::vector<bool> caller_owned(program.slots.size(), false);
+  for (std::size_t i = 0; i < program.input_slots.size(); ++i) {
+    if (!program.donated(i)) caller_owned[program.input_slots[i]] = true;
+  }
   for (int32_t slot : program.output_slots) {
     if (!in_range(slot)) return fmt::format("output slot {} is out of range", slot);
     if (!bound[slot]) return fmt::format("output slot {} is never written", slot);

@@ -184,7 +184,14 @@ struct Executable : RefCounted {
   std::vector<int32_t> output_slots;  ///< handed back to the caller, in order
   std::vector<KernelCall> calls;
   MemoryPlan plan;
+  /// Per input, 1 when the caller donates its buffer: the program may release it after its last
+  /// reader and write over it (empty: no input is donated).
+  std::vector<uint8_t> donated_inputs;
   uint64_t graph_hash = 0;
+
+  [[nodiscard]] bool donated(std::size_t input) const noexcept {
+    return input < donated_inputs.size() && donated_inputs[input] != 0;
+  }
 };
 
 /// Why `program` is not safe to hand to a backend, or empty when it is: every dtype and kernel is

@@ -1,6 +1,10 @@
 // graph: device data placeholders.
 #include "graph/device_data.h"
 
+#include <fmt/format.h>
+
+#include <stdexcept>
+
 #include "engine/metrics.h"
 
 namespace axle {
@@ -18,6 +22,16 @@ void DeviceData::fulfil(IntrusivePtr<DeviceMemory> memory) {
 void DeviceData::fail(std::exception_ptr error) {
   error_ = std::move(error);
   complete(kFailed);
+}
+
+IntrusivePtr<DeviceMemory> DeviceData::donate() {
+  IntrusivePtr<DeviceMemory> memory = std::move(memory_);
+  error_ = std::make_exception_ptr(std::logic_error(
+      fmt::format("device data {}{} on {} was donated to a step that overwrote it in place, yet "
+                  "something still reads it (set XLA_ENABLE_PARAM_ALIASING=0 to rule donation out)",
+                  dtype_name(dtype_), shape_.to_string(), device_.to_string())));
+  state_.store(kFailed, std::memory_order_release);
+  return memory;
 }
 
 void DeviceData::complete(int state) {

@@ -52,6 +52,18 @@ class DeviceData final : public RefCounted {
   /// Runs `fn` once the data is ready or failed: now, or on the thread that completes it.
   void when_done(UniqueFunction fn);
 
+  /// Tensors bound to this data (TensorImpl keeps the count). Only a tensor can ask for the data
+  /// after the step being traced, so a step may donate the buffer of data no tensor holds.
+  [[nodiscard]] int32_t tensor_refs() const noexcept {
+    return tensor_refs_.load(std::memory_order_acquire);
+  }
+  void add_tensor_ref() noexcept { tensor_refs_.fetch_add(1, std::memory_order_relaxed); }
+  void drop_tensor_ref() noexcept { tensor_refs_.fetch_sub(1, std::memory_order_acq_rel); }
+
+  /// Hands the ready memory to a step that overwrites it (buffer donation); the data reads as
+  /// failed from then on, with an error saying so.
+  [[nodiscard]] IntrusivePtr<DeviceMemory> donate();
+
  private:
   enum : int { kPending, kReady, kFailed };
   void complete(int state);
@@ -60,6 +72,7 @@ class DeviceData final : public RefCounted {
   DType dtype_;
   Shape shape_;
   std::atomic<int> state_{kPending};
+  std::atomic<int32_t> tensor_refs_{0};
   IntrusivePtr<DeviceMemory> memory_;
   std::exception_ptr error_;
   std::mutex mutex_;

@@ -170,7 +170,12 @@ Node::Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs i
 
   uint64_t h = hash_combine(static_cast<uint64_t>(op), static_cast<uint64_t>(dtype));
   h = hash_shape(h, shape);
-  for (const NodePtr& operand : this->operands()) h = hash_combine(h, operand->hash());
+  bool foreign_operand = false;
+  for (const NodePtr& operand : this->operands()) {
+    h = hash_combine(h, operand->hash());
+    foreign_operand |= operand->creator_ != creator_;
+  }
+  if (foreign_operand) note_ir_shared_across_threads();
   h = hash_combine(h, num_ints_);
   for (int64_t v : this->ints()) h = hash_combine(h, static_cast<uint64_t>(v));
   h = hash_combine(h, num_reals_);
@@ -203,6 +208,20 @@ const IntrusivePtr<DeviceData>& Node::data() const noexcept {
 }
 
 uint32_t Node::this_thread_creator_id() noexcept { return this_thread_id(); }
+
+namespace {
+std::atomic<bool> g_ir_shared_across_threads{false};
+}  // namespace
+
+void Node::note_ir_shared_across_threads() noexcept {
+  if (!g_ir_shared_across_threads.load(std::memory_order_relaxed)) {
+    g_ir_shared_across_threads.store(true, std::memory_order_relaxed);
+  }
+}
+
+bool Node::ir_shared_across_threads() noexcept {
+  return g_ir_shared_across_threads.load(std::memory_order_relaxed);
+}
 
 namespace {
 

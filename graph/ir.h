@@ -94,9 +94,14 @@ class Node final : public RefCounted {
   /// The calling thread's number, as nodes it creates record it (never reused).
   [[nodiscard]] static uint32_t this_thread_creator_id() noexcept;
   [[nodiscard]] VisitMark& visit_mark() const noexcept { return mark_; }
+  /// Whether any op node so far took an operand that another thread created (process-wide and
+  /// sticky). A step may donate input buffers only when its nodes die with it, which a thread
+  /// can tell only of graphs no other thread built on.
+  [[nodiscard]] static bool ir_shared_across_threads() noexcept;
 
  private:
   friend class CreationLog;
+  static void note_ir_shared_across_threads() noexcept;
 
   static constexpr std::size_t kInlineOperands = 3;
   struct LeafPayload {

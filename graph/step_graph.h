@@ -21,6 +21,9 @@ struct StepGraph {
   std::vector<int32_t> operand_ids;
   std::vector<int32_t> inputs;   ///< leaf nodes (device data, parameters), in first-use order
   std::vector<int32_t> outputs;  ///< the roots' indices, in the order given (duplicates kept)
+  /// Per input, 1 when the step may overwrite its buffer (buffer donation: nothing reads the
+  /// input after the step); empty when none is. Part of `hash`, set by whoever syncs the graph.
+  std::vector<uint8_t> donated;
   uint64_t hash = 0;
 
   /// Empties the graph, keeping its buffers.
@@ -31,6 +34,7 @@ struct StepGraph {
     operand_ids.clear();
     inputs.clear();
     outputs.clear();
+    donated.clear();
     hash = 0;
   }
 

@@ -31,6 +31,7 @@ TensorImpl::TensorImpl(DType logical_dtype, IntrusivePtr<DeviceData> data)
 
 TensorImpl::~TensorImpl() {
   if (context_) context_->untrack(this);
+  if (data_) data_->drop_tensor_ref();
   AXLE_COUNTER_INC("DestroyTensor", 1);
   g_live_tensors.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -43,6 +44,7 @@ NodePtr TensorImpl::value_node(SourceLocation where) {
 
 void TensorImpl::set_ir(NodePtr ir) {
   ir_ = std::move(ir);
+  if (data_) data_->drop_tensor_ref();
   data_ = {};
   leaf_ = {};
   if (!context_) {
@@ -58,6 +60,8 @@ void TensorImpl::set_data(IntrusivePtr<DeviceData> data) {
   }
   ir_ = {};
   leaf_ = {};
+  if (data) data->add_tensor_ref();
+  if (data_) data_->drop_tensor_ref();
   data_ = std::move(data);
 }
 

@@ -16,6 +16,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/kernel.h"
 #include "engine/config.h"
+#include "engine/metrics.h"
 
 namespace axle {
 namespace {
@@ -145,8 +146,9 @@ class CpuBackend final : public Backend {
     if (bytes) std::memcpy(host, src.data(), bytes);
   }
 
-  std::vector<IntrusivePtr<DeviceMemory>> execute(int device, const Executable& program,
-                                                  std::span<DeviceMemory* const> inputs) override {
+  std::vector<IntrusivePtr<DeviceMemory>> execute(
+      int device, const Executable& program,
+      std::vector<IntrusivePtr<DeviceMemory>> inputs) override {
     if (inputs.size() != program.input_slots.size()) {
       throw std::invalid_argument(fmt::format("program takes {} inputs, got {}",
                                               program.input_slots.size(), inputs.size()));
@@ -159,7 +161,13 @@ class CpuBackend final : public Backend {
             "input {} holds {} bytes; the program expects {}{} ({} bytes)", i, inputs[i]->bytes(),
             dtype_name(desc.dtype), desc.shape.to_string(), desc.bytes()));
       }
-      slots[program.input_slots[i]] = IntrusivePtr<DeviceMemory>(inputs[i]);
+      if (program.donated(i) && inputs[i]->use_count() != 1) {
+        IntrusivePtr<DeviceMemory> copy = allocate(device, desc.bytes());
+        std::memcpy(copy->data(), inputs[i]->data(), desc.bytes());
+        inputs[i] = std::move(copy);
+        AXLE_COUNTER_INC("DonatedInputCopies", 1);
+      }
+      slots[program.input_slots[i]] = std::move(inputs[i]);
     }
     const cpu::KernelTable& table = cpu::kernel_table();
     const MemoryPlan& plan = program.plan;

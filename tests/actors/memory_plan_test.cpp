@@ -19,12 +19,23 @@ Tensor input(const Shape& shape) {
       DType::kF32, make_intrusive<DeviceData>(Device{}, DType::kF32, shape)));
 }
 
-IntrusivePtr<Executable> compiled(const std::vector<Tensor>& outputs, bool fuse) {
+// The program of `outputs`; the inputs reading `donated` tensors' data are donated.
+IntrusivePtr<Executable> compiled(const std::vector<Tensor>& outputs, bool fuse,
+                                  const std::vector<Tensor>& donated = {}) {
   std::vector<NodePtr> roots;
   for (const Tensor& t : outputs) roots.push_back(t.impl()->ir());
   PassSet passes;
   if (!fuse) passes.disable(Pass::kFusion);
-  return compile_graph(build_step_graph(roots), passes);
+  StepGraph graph = build_step_graph(roots);
+  if (!donated.empty()) {
+    graph.donated.assign(graph.inputs.size(), 0);
+    for (std::size_t i = 0; i < graph.inputs.size(); ++i) {
+      for (const Tensor& t : donated) {
+        graph.donated[i] |= graph.nodes[graph.inputs[i]]->data() == t.impl()->data();
+      }
+    }
+  }
+  return compile_graph(graph, passes);
 }
 
 uint64_t all_slot_bytes(const Executable& program) {
@@ -102,6 +113,51 @@ TEST(MemoryPlan, AnMlpStepPeaksNearItsParametersGradientsAndActivations) {
   const uint64_t bound = data + params + grads + 3 * activation + scalars;
   EXPECT_LE(program->plan.peak_bytes, bound) << "all slots: " << all_slot_bytes(*program);
   EXPECT_LT(program->plan.peak_bytes, all_slot_bytes(*program) * 3 / 4);
+}
+
+TEST(MemoryPlan, DonatedInputsAreReleasedAndWrittenOverLikeTheProgramsOwn) {
+  const Tensor x = input({1000});
+  const Tensor y = relu(tanh(exp(x) * 2.0 + 1.0) - 0.5);
+  const IntrusivePtr<Executable> program = compiled({y}, /*fuse=*/false, {x});
+  // The first op writes over x, and every later op over that.
+  EXPECT_EQ(program->plan.peak_bytes, 4000u + 3 * 4);
+  EXPECT_EQ(program->plan.in_place.front(), program->input_slots.front());
+  EXPECT_EQ(program->donated_inputs.size(), program->input_slots.size());
+  EXPECT_EQ(program_error(*program), "");
+}
+
+// The MLP step with SGD momentum: the new parameters and momenta replace the old ones.
+TEST(MemoryPlan, AnMlpStepWithDonatedStatePeaksNearStateGradientsAndActivations) {
+  constexpr int64_t kBatch = 64, kIn = 32, kHidden = 128, kOut = 10;
+  const Tensor x = input({kBatch, kIn});
+  const Tensor y = input({kBatch, kOut});
+  const Tensor w1 = input({kIn, kHidden});
+  const Tensor w2 = input({kHidden, kOut});
+  const Tensor m1 = input({kIn, kHidden});
+  const Tensor m2 = input({kHidden, kOut});
+  // Gradients as mlp_step computes them: its new parameters are w - lr * grad.
+  const std::vector<Tensor> sgd = mlp_step(x, y, w1, w2, 1.0);
+  const Tensor g1 = w1 - sgd[1], g2 = w2 - sgd[2];
+  const Tensor m1_new = m1 * 0.9 + g1, m2_new = m2 * 0.9 + g2;
+  const std::vector<Tensor> outputs = {sgd[0], w1 - m1_new * 0.1, w2 - m2_new * 0.1, m1_new,
+                                       m2_new};
+  const IntrusivePtr<Executable> kept = compiled(outputs, true);
+  const IntrusivePtr<Executable> donated = compiled(outputs, true, {w1, w2, m1, m2});
+  const uint64_t f = 4;
+  const uint64_t data = (kBatch * kIn + kBatch * kOut) * f;
+  const uint64_t params = (kIn * kHidden + kHidden * kOut) * f;
+  const uint64_t state = params;                     // one momentum per parameter
+  const uint64_t grads = params;                     // one per parameter
+  const uint64_t activation = kBatch * kHidden * f;  // the largest, [batch, hidden]
+  const uint64_t scalars = 64;
+  // Hand count: data, parameters, momenta, gradients, and at most three [batch, hidden]
+  // activations at once; nothing for the new parameters and momenta, which are written over
+  // the old.
+  const uint64_t bound = data + params + state + grads + 3 * activation + scalars;
+  EXPECT_LE(donated->plan.peak_bytes, bound);
+  // Kept, the new state needs buffers beside the old (not all of them live at the peak).
+  EXPECT_LE(donated->plan.peak_bytes + params, kept->plan.peak_bytes)
+      << "donated " << donated->plan.peak_bytes << ", kept " << kept->plan.peak_bytes;
 }
 
 TEST(MemoryPlan, TheStepReportsItsPlannedPeak) {

@@ -1,5 +1,6 @@
 // The step that the persistent compile cache tests and their second process both run: one graph
-// with two inputs, a scalar parameter, a constant and two outputs.
+// with two inputs (x donated: no tensor holds it), a scalar parameter, a constant and two
+// outputs.
 #pragma once
 
 #include <vector>
@@ -15,9 +16,9 @@ struct Values {
 };
 
 inline Values run() {
-  Tensor x = tensor(std::vector<float>{1, 2, 3, 4, 5, 6}, Shape{2, 3});
   Tensor w = tensor(std::vector<float>{1, 0, 0, 1, 1, 1}, Shape{3, 2});
-  Tensor activations = relu(matmul(x, w) * 0.5 - 1.0);
+  Tensor activations =
+      relu(matmul(tensor(std::vector<float>{1, 2, 3, 4, 5, 6}, Shape{2, 3}), w) * 0.5 - 1.0);
   Tensor row_sums = sum(activations, {1});
   mark_step();
   return {activations.to_vector<float>(), row_sums.to_vector<float>()};

@@ -136,6 +136,7 @@ IntrusivePtr<Executable> every_field_program() {
   program->plan.release_slots = {4};  // the fill's result, which nothing reads
   program->plan.in_place = {-1, -1, -1, -1};
   program->plan.peak_bytes = 123456789012ULL;
+  program->donated_inputs = {0, 1, 0};
   program->graph_hash = 0xfedcba9876543210ULL;
   return program;
 }
@@ -148,6 +149,7 @@ void expect_same_program(const Executable& a, const Executable& b) {
   EXPECT_EQ(a.plan.peak_bytes, b.plan.peak_bytes);
   EXPECT_EQ(a.input_slots, b.input_slots);
   EXPECT_EQ(a.output_slots, b.output_slots);
+  EXPECT_EQ(a.donated_inputs, b.donated_inputs);
   EXPECT_EQ(a.graph_hash, b.graph_hash);
   ASSERT_EQ(a.calls.size(), b.calls.size());
   for (std::size_t i = 0; i < a.calls.size(); ++i) {
@@ -432,6 +434,14 @@ const Damage kDamages[] = {
                     [](Executable& p) { std::swap(p.output_slots[0], p.output_slots[1]); });
      },
      "where the graph's is"},
+    {"DonatesAnInputTheGraphKeeps",
+     [](const fs::path&, const PersistentCache& cache, uint64_t hash) {
+       store_edited(cache, hash, [](Executable& p) {
+         ASSERT_FALSE(p.donated_inputs.empty());  // the graph donates x
+         p.donated_inputs.assign(p.input_slots.size(), 1);
+       });
+     },
+     "which the graph does not donate"},
 };
 
 class DamagedEntry : public PersistentCompileCache, public ::testing::WithParamInterface<Damage> {};

@@ -1,7 +1,11 @@
-// CPU device memory: accounting, and large blocks kept for reuse when freed.
+// CPU device memory: accounting, large blocks kept for reuse when freed, and donated inputs.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <vector>
+
 #include "backends/backend.h"
+#include "engine/metrics.h"
 
 namespace axle {
 namespace {
@@ -22,6 +26,66 @@ TEST(CpuMemory, LargeBlocksAreReusedAndNotCountedWhileCached) {
   IntrusivePtr<DeviceMemory> c = backend->allocate(0, kBytes);
   EXPECT_NE(c->data(), b->data());  // a block is handed out once
   EXPECT_EQ(backend->memory_info(0).peak_bytes, 2 * kBytes);
+}
+
+// y = x + x over f32[4], written in place over x, which the caller donates.
+IntrusivePtr<Executable> add_in_place_over_donated_input() {
+  auto made = make_intrusive<Executable>();
+  Executable& program = *made;
+  program.slots = {{DType::kF32, Shape{4}}, {DType::kF32, Shape{4}}};
+  program.input_slots = {0};
+  program.output_slots = {1};
+  program.calls = {{Kernel::kAdd, {0, 0}, 1, {}, {}}};
+  program.donated_inputs = {1};
+  program.plan.release_begin = {0, 0};
+  program.plan.in_place = {0};
+  return made;
+}
+
+IntrusivePtr<DeviceMemory> floats(Backend& backend, const std::vector<float>& values) {
+  IntrusivePtr<DeviceMemory> memory = backend.allocate(0, values.size() * sizeof(float));
+  backend.copy_to_device(0, values.data(), *memory, values.size() * sizeof(float));
+  return memory;
+}
+
+std::vector<float> values_of(Backend& backend, DeviceMemory& memory) {
+  std::vector<float> values(memory.bytes() / sizeof(float));
+  backend.copy_to_host(0, memory, values.data(), memory.bytes());
+  return values;
+}
+
+TEST(CpuMemory, ADonatedInputIsWrittenOver) {
+  std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  const IntrusivePtr<Executable> program = add_in_place_over_donated_input();
+  ASSERT_EQ(program_error(*program), "");
+  IntrusivePtr<DeviceMemory> x = floats(*backend, {1, 2, 3, 4});
+  const void* address = x->data();
+  std::vector<IntrusivePtr<DeviceMemory>> inputs;
+  inputs.push_back(std::move(x));
+  const std::vector<IntrusivePtr<DeviceMemory>> out =
+      backend->execute(0, *program, std::move(inputs));
+  EXPECT_EQ(out[0]->data(), address);
+  EXPECT_EQ(values_of(*backend, *out[0]), (std::vector<float>{2, 4, 6, 8}));
+}
+
+TEST(CpuMemory, ADonatedInputHeldElsewhereIsCopiedFirst) {
+  std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  clear_all();
+  const IntrusivePtr<DeviceMemory> x = floats(*backend, {1, 2, 3, 4});
+  const std::vector<IntrusivePtr<DeviceMemory>> out =
+      backend->execute(0, *add_in_place_over_donated_input(), {x});
+  EXPECT_NE(out[0]->data(), x->data());
+  EXPECT_EQ(values_of(*backend, *out[0]), (std::vector<float>{2, 4, 6, 8}));
+  EXPECT_EQ(values_of(*backend, *x), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(counter_value("DonatedInputCopies").value_or(0), 1);
+}
+
+TEST(CpuMemory, DonationFlagsMustMatchTheInputs) {
+  const IntrusivePtr<Executable> program = add_in_place_over_donated_input();
+  program->donated_inputs = {1, 0};
+  EXPECT_NE(program_error(*program).find("2 donation flags for 1 inputs"), std::string::npos);
+  program->donated_inputs = {};  // x is the caller's again: writing over it is refused
+  EXPECT_NE(program_error(*program).find("cannot write in place over slot 0"), std::string::npos);
 }
 
 }  // namespace

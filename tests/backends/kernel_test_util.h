@@ -81,7 +81,6 @@ inline HostTensor run_kernel(Kernel kernel, const std::vector<HostTensor>& input
   static std::unique_ptr<Backend> backend = make_cpu_backend(1);
   Executable program;
   std::vector<IntrusivePtr<DeviceMemory>> buffers;
-  std::vector<DeviceMemory*> raw;
   KernelCall call{kernel, {}, 0, std::move(ints), std::move(reals)};
   for (const HostTensor& in : inputs) {
     int32_t slot = static_cast<int32_t>(program.slots.size());
@@ -91,13 +90,12 @@ inline HostTensor run_kernel(Kernel kernel, const std::vector<HostTensor>& input
     auto bytes = encode(in);
     buffers.push_back(backend->allocate(0, bytes.size()));
     backend->copy_to_device(0, bytes.data(), *buffers.back(), bytes.size());
-    raw.push_back(buffers.back().get());
   }
   call.output = static_cast<int32_t>(program.slots.size());
   program.slots.push_back({out_dtype, out_shape});
   program.output_slots.push_back(call.output);
   program.calls.push_back(call);
-  auto outputs = backend->execute(0, program, raw);
+  auto outputs = backend->execute(0, program, buffers);
   std::vector<std::byte> host(outputs[0]->bytes());
   backend->copy_to_host(0, *outputs[0], host.data(), host.size());
   return {out_dtype, out_shape,
