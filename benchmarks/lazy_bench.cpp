@@ -6,13 +6,15 @@
 //   fusion_speedup        — a chain of 8 elementwise ops on 16 M floats: one kernel per op time /
 //                           fused time
 //   persistent_cache_load_ms — loading the MLP training step's program from a warm disk cache
+//   pass_worth_step_ms    — an MLP training step (SGD momentum) with every pass on, then with one
+//                           pass (or buffer donation) off: ms, slowdown and planned peak bytes
 //   overlap_speedup       — steps/s with asynchronous devices / steps/s with XLA_SYNC_WAIT-style
 //                           waiting, for a loop whose trace and device times are about equal
 // JSON lines on stdout (see benchmarks/README.md).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <Eigen/Dense>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
+#include <Eigen/Dense>
 
 #include <chrono>
 #include <filesystem>
@@ -196,7 +198,66 @@ void persistent_cache_load(int repeats) {
   options.persistent_cache = PersistentCacheSettings{};  // close it
   LazySystem::restart(options);
   std::filesystem::remove_all(dir);
-  emit("lazy", "persistent_cache_load_ms", quantile(millis, 0.5), "ms", {{"program", std::string("mlp_step")}});
+  emit("lazy", "persistent_cache_load_ms", quantile(millis, 0.5), "ms",
+       {{"program", std::string("mlp_step")}});
+}
+
+// What each compiler pass and buffer donation is worth to a training step: the MLP step of
+// mlp_step with SGD momentum on state kept across steps, timed (median ms per step, device
+// included) with everything on and with one thing off; and its planned peak either way.
+void pass_worth(int repeats) {
+  struct Variant {
+    const char* off;
+    const char* variable;
+    const char* value;
+  };
+  const Variant variants[] = {{"none", nullptr, nullptr},
+                              {"canonicalize", "AXLE_DISABLE_PASSES", "canonicalize"},
+                              {"cse", "AXLE_DISABLE_PASSES", "cse"},
+                              {"constant_folding", "AXLE_DISABLE_PASSES", "constant_folding"},
+                              {"dce", "AXLE_DISABLE_PASSES", "dce"},
+                              {"fusion", "AXLE_DISABLE_PASSES", "fusion"},
+                              {"donation", "XLA_ENABLE_PARAM_ALIASING", "0"}};
+  double baseline_ms = 0;
+  for (const Variant& v : variants) {
+    clear_all();
+    if (v.variable) config::set(v.variable, v.value);
+    LazySystem::restart();
+    Tensor x = full({64, 784}, 0.5), y = full({64, 10}, 0.1);
+    Tensor w1 = full({784, 256}, 0.01), w2 = full({256, 10}, 0.02);
+    Tensor m1 = zeros({784, 256}), m2 = zeros({256, 10});
+    mark_step();
+    auto step = [&] {
+      const Tensor h = relu(matmul(x, w1));
+      const Tensor diff = matmul(h, w2) - y;
+      const Tensor loss = mean(diff * diff);
+      const Tensor d_o = diff * (2.0 / 640.0);
+      const Tensor d_h = where(gt(h, 0.0), matmul(d_o, transpose(w2, 0, 1)), zeros_like(h));
+      m1 = m1 * 0.9 + matmul(transpose(x, 0, 1), d_h);
+      m2 = m2 * 0.9 + matmul(transpose(h, 0, 1), d_o);
+      w1 = w1 - m1 * 0.01;
+      w2 = w2 - m2 * 0.01;
+      mark_step();
+      wait_device_ops();
+    };
+    step();  // compile
+    const std::optional<MetricData> peak = metric_data("ProgramPeakBytes");
+    const double peak_bytes = peak ? peak->samples.back().second : -1.0;
+    clear_all();
+    std::vector<double> millis;
+    for (int r = 0; r < repeats; ++r) {
+      const auto start = Clock::now();
+      step();
+      millis.push_back(seconds_since(start) * 1e3);
+    }
+    const double ms = quantile(millis, 0.5);
+    if (v.variable) config::unset(v.variable);
+    if (baseline_ms == 0) baseline_ms = ms;
+    emit("lazy", "pass_worth_step_ms", ms, "ms",
+         {{"off", std::string(v.off)},
+          {"slowdown", ms / baseline_ms},
+          {"planned_peak_bytes", peak_bytes}});
+  }
 }
 
 // Steps/s of a loop tracing `ops` ops per step on `elements`-element tensors.
@@ -248,7 +309,9 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::vector<std::string> only;
   app.add_flag("--quick", quick, "a short run");
-  app.add_option("--only", only, "run only these: trace mark_step compile gemm fusion persistent_cache overlap");
+  app.add_option(
+      "--only", only,
+      "run only these: trace mark_step compile gemm fusion persistent_cache passes overlap");
   CLI11_PARSE(app, argc, argv);
   // A million-node compile traces past the default cut (AXLE_MAX_GRAPH_NODES ops per step).
   if (!axle::config::get("AXLE_MAX_GRAPH_NODES"))
@@ -268,6 +331,7 @@ int main(int argc, char** argv) {
   if (wanted("gemm")) gemm(quick ? 3 : 10);
   if (wanted("fusion")) fusion(quick ? 3 : 10);
   if (wanted("persistent_cache")) persistent_cache_load(quick ? 3 : 10);
+  if (wanted("passes")) pass_worth(quick ? 5 : 20);
   if (wanted("overlap")) overlap(quick ? 50 : 200);
   return 0;
 }
