@@ -2,6 +2,8 @@
 #include "actors/api.h"
 
 #include <chrono>
+#include <memory>
+#include <stdexcept>
 
 #include "actors/host.h"
 #include "engine/config.h"
@@ -12,6 +14,40 @@ namespace axle {
 namespace {
 
 thread_local std::chrono::steady_clock::time_point tls_last_step = std::chrono::steady_clock::now();
+
+// This replica thread's closures for its next step, and its asynchronous closures' failures.
+struct ThreadClosures {
+  std::vector<StepClosure> now;
+  std::vector<StepClosure> async;
+  std::shared_ptr<ClosureFailures> failures = std::make_shared<ClosureFailures>();
+};
+thread_local ThreadClosures tls_closures;
+
+void rethrow_closure_failure() {
+  if (std::exception_ptr error = tls_closures.failures->take()) std::rethrow_exception(error);
+}
+
+// Hands the step's closures on: asynchronous ones to the runner, which waits for `outputs`;
+// the others run here once `outputs` are done.
+void run_closures(std::vector<IntrusivePtr<DeviceData>> outputs) {
+  ThreadClosures& closures = tls_closures;
+  std::vector<StepClosure> now = std::move(closures.now);
+  closures.now.clear();
+  if (!closures.async.empty()) {
+    LazySystem::get().closure_runner().tell(RunAfterStep{
+        now.empty() ? std::move(outputs) : outputs, std::move(closures.async), closures.failures});
+    closures.async.clear();
+  }
+  if (now.empty()) return;
+  for (const IntrusivePtr<DeviceData>& out : outputs) {
+    try {
+      (void)out->wait();
+    } catch (...) {
+      // A failed step: the closure reading it gets the error itself.
+    }
+  }
+  for (const StepClosure& closure : now) run_step_closure(closure);
+}
 
 }  // namespace
 
@@ -41,10 +77,19 @@ void mark_step(bool wait, std::source_location where) {
   AXLE_METRIC_ADD("TraceTime", MetricKind::kTime, traced_ns);
   AXLE_COUNTER_INC("MarkStep", 1);
   TraceContext& context = TraceContext::current();
+  const bool closures = !tls_closures.now.empty() || !tls_closures.async.empty();
+  std::vector<IntrusivePtr<DeviceData>> outputs;
   sync_tensors(context.pending_tensors(), wait || LazySystem::get().sync_wait(),
-               SyncReason::kMarkStep, where);
+               SyncReason::kMarkStep, where, closures ? &outputs : nullptr);
   context.reset_node_count();
   tls_last_step = std::chrono::steady_clock::now();
+  if (closures) run_closures(std::move(outputs));
+  rethrow_closure_failure();
+}
+
+void add_step_closure(std::function<void()> closure, bool run_async, std::source_location where) {
+  if (!closure) throw std::invalid_argument("add_step_closure: the closure is empty");
+  (run_async ? tls_closures.async : tls_closures.now).push_back({std::move(closure), where});
 }
 
 void wait_device_ops(const std::vector<Device>& which) {
@@ -53,6 +98,8 @@ void wait_device_ops(const std::vector<Device>& which) {
   const std::vector<Device> all = which.empty() ? devices() : which;
   for (Device d : all) drained.push_back(system.device_actor(d).ask(Drain{}));
   for (auto& f : drained) f.get();
+  system.closure_runner().ask(DrainClosures{}).get();
+  rethrow_closure_failure();
 }
 
 void initialize_cache(const std::string& path, bool readonly) {

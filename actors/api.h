@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <source_location>
 #include <string>
 #include <utility>
@@ -43,8 +44,19 @@ class StepScope {
   std::source_location where_;
 };
 
-/// Waits until everything issued to `devices` (all devices when empty) has finished.
+/// Waits until everything issued to `devices` (all devices when empty) has finished, and every
+/// asynchronous step closure added so far has run. Rethrows the first failure of this thread's
+/// asynchronous closures (StepClosureError).
 void wait_device_ops(const std::vector<Device>& devices = {});
+
+/// Runs `closure` after this thread's next mark_step, once that step's device work is done (so
+/// the values it reads are ready), as torch_xla's add_step_closure. Closures run in the order they
+/// were added. Without `run_async`, mark_step runs them before returning, on this thread, and a
+/// failure propagates from mark_step. With `run_async`, they run on a thread of their own and
+/// mark_step does not wait for the device; a failure is rethrown (as a StepClosureError naming
+/// the line that added the closure) by this thread's next mark_step or wait_device_ops.
+void add_step_closure(std::function<void()> closure, bool run_async = false,
+                      std::source_location where = std::source_location::current());
 
 /// Keeps compiled programs in directory `path` (created if missing, unless `readonly`), so that
 /// a later process running the same graphs compiles none of them, like

@@ -68,7 +68,7 @@ void mark_donations(StepGraph& graph) {
 }
 
 void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl*>& tensors,
-                 bool wait, bool may_donate) {
+                 bool wait, bool may_donate, std::vector<IntrusivePtr<DeviceData>>* step_outputs) {
   // One output per distinct IR node; tensors sharing a node share its placeholder.
   std::vector<NodePtr> roots;
   std::unordered_map<const Node*, std::size_t> root_of;
@@ -104,6 +104,9 @@ void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     tensors[i]->set_data(request->outputs[tensor_root[i]]);
   }
+  if (step_outputs) {
+    step_outputs->insert(step_outputs->end(), request->outputs.begin(), request->outputs.end());
+  }
   std::vector<IntrusivePtr<DeviceData>> outputs;
   if (wait) outputs = request->outputs;
   system.device_actor(device).tell(Execute{std::move(request)});
@@ -131,7 +134,8 @@ std::string_view reason_name(SyncReason reason) {
 }
 
 void sync_tensors(const std::vector<Tensor>& tensors, bool wait, SyncReason reason,
-                  const std::source_location& where) {
+                  const std::source_location& where,
+                  std::vector<IntrusivePtr<DeviceData>>* step_outputs) {
   LazySystem& system = LazySystem::get();
   system.save_graph(tensors, reason_name(reason));
   std::vector<std::pair<int, std::vector<TensorImpl*>>> by_device;
@@ -153,7 +157,7 @@ void sync_tensors(const std::vector<Tensor>& tensors, bool wait, SyncReason reas
   const bool may_donate = reason == SyncReason::kMarkStep && system.param_aliasing() &&
                           !Node::ir_shared_across_threads();
   for (auto& [ordinal, impls] : by_device) {
-    sync_device(system, Device{ordinal}, impls, wait, may_donate);
+    sync_device(system, Device{ordinal}, impls, wait, may_donate, step_outputs);
   }
   // The synced tensors now read device data: what the log holds of their graphs is garbage
   // (and anything still pending is held by its tensors).

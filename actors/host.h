@@ -18,8 +18,10 @@ enum class SyncReason { kMarkStep, kValueAccess, kEager, kGraphLimit, kCompile }
 std::string_view reason_name(SyncReason reason);
 
 /// Executes the pending IR of `tensors` (those without pending IR are skipped); returns at once
-/// unless `wait`, in which case it waits for the results.
+/// unless `wait`, in which case it waits for the results. The results' placeholders (on every
+/// device) are appended to `step_outputs` when given.
 void sync_tensors(const std::vector<Tensor>& tensors, bool wait, SyncReason reason,
-                  const std::source_location& where);
+                  const std::source_location& where,
+                  std::vector<IntrusivePtr<DeviceData>>* step_outputs = nullptr);
 
 }  // namespace axle

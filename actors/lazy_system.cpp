@@ -115,6 +115,9 @@ LazySystem::LazySystem(LazySystemOptions options)
         runtime_, SpawnOptions{.name = fmt::format("device-{}", i), .dedicated_thread = true},
         *backend_, i));
   }
+  // Closures may block (a value they read may not be ready), so they get a thread of their own.
+  closure_runner_ = spawn<ClosureRunner>(
+      runtime_, SpawnOptions{.name = "step-closures", .dedicated_thread = true});
   eager_ = config::get_bool("XLA_USE_EAGER_DEBUG_MODE", false);
   sync_wait_ = config::get_bool("XLA_SYNC_WAIT", false);
   param_aliasing_ = config::get_bool("XLA_ENABLE_PARAM_ALIASING", true);

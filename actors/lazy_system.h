@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "actors/closure_runner.h"
 #include "actors/compile_cache.h"
 #include "actors/compiler_actor.h"
 #include "actors/device_actor.h"
@@ -62,6 +63,10 @@ class LazySystem final : public TraceObserver {
   [[nodiscard]] const ActorRef<DeviceActor>& device_actor(Device device) const;
   [[nodiscard]] const ActorRef<CompilerActor>& compiler() const noexcept { return compiler_; }
   [[nodiscard]] CompileCache& cache() noexcept { return cache_; }
+  /// Runs asynchronous step closures (add_step_closure with run_async).
+  [[nodiscard]] const ActorRef<ClosureRunner>& closure_runner() const noexcept {
+    return closure_runner_;
+  }
 
   // Per-op hook: eager mode and the runaway-graph limit.
   void after_op(const Tensor& result, const SourceLocation& where) override;
@@ -83,6 +88,7 @@ class LazySystem final : public TraceObserver {
   CompileCache cache_;
   ActorRef<CompilerActor> compiler_;
   std::vector<ActorRef<DeviceActor>> devices_;
+  ActorRef<ClosureRunner> closure_runner_;
   std::atomic<bool> eager_{false};
   uint64_t max_graph_nodes_;
   bool sync_wait_ = false;

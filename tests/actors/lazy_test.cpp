@@ -10,6 +10,7 @@
 #include "engine/config.h"
 #include "engine/log.h"
 #include "graph/trace_context.h"
+#include "tests/actors/execution_gate.h"
 
 namespace axle {
 namespace {
@@ -48,38 +49,6 @@ TEST_F(Lazy, ItemAsyncDeliversWithoutBlocking) {
   Future<double> value = s.item_async();
   EXPECT_DOUBLE_EQ(value.get(std::chrono::seconds(30)), 13.0);
 }
-
-// Holds every execution until released, to observe what happens meanwhile.
-class ExecutionGate {
- public:
-  ExecutionGate() {
-    DeviceActor::set_execution_gate([this] {
-      std::unique_lock lock(mutex_);
-      ++entered_;
-      changed_.notify_all();
-      changed_.wait(lock, [&] { return open_; });
-    });
-  }
-  ~ExecutionGate() {
-    release();
-    DeviceActor::set_execution_gate(nullptr);
-  }
-  void wait_entered(int n) {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return entered_ >= n; });
-  }
-  void release() {
-    std::lock_guard lock(mutex_);
-    open_ = true;
-    changed_.notify_all();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  int entered_ = 0;
-  bool open_ = false;
-};
 
 TEST_F(Lazy, MarkStepReturnsWhileTheDeviceIsStillExecuting) {
   Tensor x = from({1, 2}, {2});

@@ -1,0 +1,76 @@
+// actors: step closures.
+#include "actors/closure_runner.h"
+
+#include <fmt/format.h>
+
+#include "engine/metrics.h"
+
+namespace axle {
+
+void ClosureFailures::add(std::exception_ptr error) {
+  std::lock_guard lock(mutex_);
+  if (!first_) first_ = std::move(error);
+}
+
+std::exception_ptr ClosureFailures::take() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(first_, nullptr);
+}
+
+void run_step_closure(const StepClosure& closure) {
+  AXLE_COUNTER_INC("StepClosures", 1);
+  try {
+    closure.fn();
+  } catch (const std::exception& e) {
+    throw StepClosureError(fmt::format("the step closure added at {}:{} failed: {}",
+                                       closure.where.file_name(), closure.where.line(), e.what()));
+  } catch (...) {
+    throw StepClosureError(fmt::format("the step closure added at {}:{} threw",
+                                       closure.where.file_name(), closure.where.line()));
+  }
+}
+
+void ClosureRunner::handle(RunAfterStep& m) {
+  Work work;
+  work.batch = std::move(m);
+  queue_.push_back(std::move(work));
+  pump();
+}
+
+void ClosureRunner::handle(DrainClosures&, Promise<void>&& reply) {
+  Work work;
+  work.is_drain = true;
+  work.drained = std::move(reply);
+  queue_.push_back(std::move(work));
+  pump();
+}
+
+void ClosureRunner::pump() {
+  while (!queue_.empty()) {
+    Work& head = queue_.front();
+    if (head.is_drain) {
+      head.drained.set_value();
+      queue_.pop_front();
+      continue;
+    }
+    for (const IntrusivePtr<DeviceData>& out : head.batch.outputs) {
+      if (!out->pending()) continue;
+      if (waiting_on_ != out.get()) {
+        waiting_on_ = out.get();
+        out->when_done([self = self()] { self.tell(StepOutputDone{}); });
+      }
+      return;
+    }
+    waiting_on_ = nullptr;
+    for (const StepClosure& closure : head.batch.closures) {
+      try {
+        run_step_closure(closure);
+      } catch (...) {
+        head.batch.failures->add(std::current_exception());
+      }
+    }
+    queue_.pop_front();
+  }
+}
+
+}  // namespace axle

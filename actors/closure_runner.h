@@ -1,0 +1,78 @@
+// actors: the ClosureRunner — runs the step closures added with run_async (add_step_closure) on
+// a thread of its own, each after its step's device work is done and in the order they were
+// added, so logging a loss never makes the host wait for the device.
+#pragma once
+
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <source_location>
+#include <vector>
+
+#include "engine/actor.h"
+#include "graph/device_data.h"
+
+namespace axle {
+
+/// A step closure and the line that added it (named when it fails).
+struct StepClosure {
+  std::function<void()> fn;
+  std::source_location where;
+};
+
+/// Failures of one replica thread's asynchronous closures, raised by its next mark_step.
+class ClosureFailures {
+ public:
+  void add(std::exception_ptr error);
+  /// The first failure since the last call, or null.
+  [[nodiscard]] std::exception_ptr take();
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr first_;
+};
+
+/// Runs `closures` once every one of `outputs` (the step's results on all devices) is ready or
+/// failed.
+struct RunAfterStep {
+  std::vector<IntrusivePtr<DeviceData>> outputs;
+  std::vector<StepClosure> closures;
+  std::shared_ptr<ClosureFailures> failures;
+};
+/// Replies once every closure sent before it has run.
+struct DrainClosures {
+  using Reply = void;
+};
+/// An output the head batch waits for has completed.
+struct StepOutputDone {};
+
+class ClosureRunner : public Actor<ClosureRunner, RunAfterStep, DrainClosures, StepOutputDone> {
+ public:
+  void handle(RunAfterStep& m);
+  void handle(DrainClosures& m, Promise<void>&& reply);
+  void handle(StepOutputDone&) { pump(); }
+
+ private:
+  struct Work {
+    RunAfterStep batch;  // or
+    Promise<void> drained;
+    bool is_drain = false;
+  };
+  void pump();
+
+  std::deque<Work> queue_;
+  const DeviceData* waiting_on_ = nullptr;
+};
+
+/// Runs `closure` now; a failure is rethrown as a StepClosureError naming where it was added.
+void run_step_closure(const StepClosure& closure);
+
+/// A step closure threw: the message names the line that added it and what it threw.
+class StepClosureError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace axle

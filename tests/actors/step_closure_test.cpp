@@ -1,0 +1,110 @@
+// Step closures (add_step_closure): they run after their step's device work, in the order they
+// were added; asynchronous ones never hold up the host, and failures name the line that added
+// the closure.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "axle.h"
+#include "tests/actors/execution_gate.h"
+
+namespace axle {
+namespace {
+
+class StepClosures : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LazySystem::restart();
+    clear_all();
+  }
+};
+
+TEST_F(StepClosures, RunAtMarkStepWithTheStepsValuesInTheOrderAdded) {
+  Tensor x = tensor(std::vector<float>{1, 2, 3}, {3});
+  std::vector<double> seen;
+  for (int step = 1; step <= 3; ++step) {
+    x = x * 2.0;
+    const Tensor total = sum(x);
+    add_step_closure([&seen, total] { seen.push_back(total.item()); });
+    add_step_closure([&seen, step] { seen.push_back(-step); });
+    EXPECT_EQ(seen.size(), static_cast<std::size_t>(2 * (step - 1)));  // not before mark_step
+    mark_step();
+  }
+  EXPECT_EQ(seen, (std::vector<double>{12, -1, 24, -2, 48, -3}));
+}
+
+TEST_F(StepClosures, AsynchronousOnesRunAfterTheDeviceWithoutHoldingUpTheHost) {
+  Tensor x = tensor(std::vector<float>{1, 2, 3}, {3});
+  mark_step();
+  wait_device_ops();
+  std::mutex mutex;
+  std::vector<double> seen;
+  ExecutionGate gate;
+  for (int step = 0; step < 3; ++step) {
+    x = x + 1.0;
+    const Tensor total = sum(x);
+    add_step_closure(
+        [&, total] {
+          const double value = total.item();
+          std::lock_guard lock(mutex);
+          seen.push_back(value);
+        },
+        /*run_async=*/true);
+    mark_step();  // returns although the device is held
+  }
+  gate.wait_entered(1);
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_TRUE(seen.empty());
+  }
+  gate.release();
+  wait_device_ops();
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(seen, (std::vector<double>{9, 12, 15}));
+}
+
+TEST_F(StepClosures, RunEvenWhenTheStepHasNothingToExecute) {
+  bool ran = false, ran_async = false;
+  add_step_closure([&] { ran = true; });
+  add_step_closure([&] { ran_async = true; }, true);
+  mark_step();
+  EXPECT_TRUE(ran);
+  wait_device_ops();
+  EXPECT_TRUE(ran_async);
+}
+
+TEST_F(StepClosures, AFailureNamesTheLineThatAddedTheClosure) {
+  const int line = __LINE__ + 1;
+  add_step_closure([] { throw std::runtime_error("loss is NaN"); });
+  try {
+    mark_step();
+    FAIL() << "mark_step did not rethrow";
+  } catch (const StepClosureError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("step_closure_test.cpp:" + std::to_string(line)), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("loss is NaN"), std::string::npos) << what;
+  }
+}
+
+TEST_F(StepClosures, AnAsynchronousFailureIsRethrownByTheNextMarkStepOrWait) {
+  add_step_closure([] { throw std::runtime_error("logger gone"); }, true);
+  std::atomic<bool> later_ran{false};
+  add_step_closure([&] { later_ran = true; }, true);
+  // The runner may run the closures before this mark_step returns or after: the failure
+  // surfaces at whichever of the two calls comes after it.
+  try {
+    mark_step();
+    wait_device_ops();
+    FAIL() << "neither mark_step nor wait_device_ops rethrew";
+  } catch (const StepClosureError& e) {
+    EXPECT_NE(std::string(e.what()).find("logger gone"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(wait_device_ops());  // reported once
+  EXPECT_TRUE(later_ran);              // one failure does not stop the closures after it
+}
+
+}  // namespace
+}  // namespace axle
