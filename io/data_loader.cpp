@@ -1,0 +1,227 @@
+// io: the DataLoader's epochs. Workers take batch numbers in order from a shared counter and
+// file their results under that number; the iterator takes them back in order. A window bounds
+// how far the workers run ahead, so memory stays at a few batches whatever the epoch's length.
+#include "io/data_loader.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <stdexcept>
+#include <thread>
+
+#include "io/splitmix.h"
+
+namespace axle {
+namespace {
+
+std::string describe(const CpuTensor& t) {
+  return fmt::format("{}{}", dtype_name(t.dtype), t.shape.to_string());
+}
+
+// Stacks the samples' fields along a new first dimension; `indices` name the samples in errors.
+Batch stack(const std::vector<Sample>& samples, std::span<const int64_t> indices) {
+  const Sample& first = samples.front();
+  Batch batch;
+  batch.reserve(first.size());
+  for (std::size_t f = 0; f < first.size(); ++f) {
+    const CpuTensor& like = first[f];
+    const std::size_t sample_bytes = like.bytes.size();
+    Shape shape{static_cast<int64_t>(samples.size())};
+    for (int64_t d : like.shape.dims()) shape.push_back(d);
+    CpuTensor out{like.dtype, shape, std::vector<std::byte>(sample_bytes * samples.size())};
+    for (std::size_t s = 0; s < samples.size(); ++s) {
+      if (samples[s].size() != first.size()) {
+        throw std::runtime_error(fmt::format(
+            "DataLoader: sample {} has {} fields but sample {} of the same batch has {}",
+            indices[s], samples[s].size(), indices[0], first.size()));
+      }
+      const CpuTensor& t = samples[s][f];
+      if (t.dtype != like.dtype || !(t.shape == like.shape) || t.bytes.size() != sample_bytes) {
+        throw std::runtime_error(fmt::format(
+            "DataLoader: field {} of sample {} is {} but of sample {} in the same batch is {}; "
+            "samples must match to be stacked",
+            f, indices[s], describe(t), indices[0], describe(like)));
+      }
+      if (sample_bytes != 0)
+        std::memcpy(out.bytes.data() + s * sample_bytes, t.bytes.data(), sample_bytes);
+    }
+    batch.push_back(std::move(out));
+  }
+  return batch;
+}
+
+}  // namespace
+
+class DataLoader::Epoch {
+ public:
+  Epoch(std::shared_ptr<const Dataset> dataset, const DataLoaderOptions& options,
+        int64_t num_batches, std::vector<int64_t> order)
+      : dataset_(std::move(dataset)),
+        batch_size_(options.batch_size),
+        num_batches_(num_batches),
+        window_(int64_t{options.num_workers} * options.prefetch_factor),
+        order_(std::move(order)) {
+    try {
+      for (int i = 0; i < options.num_workers; ++i) workers_.emplace_back([this] { work(); });
+    } catch (...) {
+      stop();
+      throw;
+    }
+  }
+  ~Epoch() { stop(); }
+  Epoch(const Epoch&) = delete;
+  Epoch& operator=(const Epoch&) = delete;
+
+  [[nodiscard]] int64_t num_batches() const noexcept { return num_batches_; }
+
+  // Batch `k`, for k = 0, 1, ... in turn; throws the error that assembling it raised.
+  Batch take(int64_t k) {
+    if (workers_.empty()) return assemble(k);
+    Result result;
+    {
+      std::unique_lock lock(mutex_);
+      ready_cv_.wait(lock, [&] { return ready_.contains(k); });
+      auto node = ready_.extract(k);
+      result = std::move(node.mapped());
+      next_take_ = k + 1;
+    }
+    space_cv_.notify_all();
+    if (result.error) std::rethrow_exception(result.error);
+    return std::move(result.batch);
+  }
+
+ private:
+  struct Result {
+    Batch batch;
+    std::exception_ptr error;
+  };
+
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    stop_flag_.store(true, std::memory_order_relaxed);
+    space_cv_.notify_all();
+    for (std::thread& w : workers_) w.join();
+    workers_.clear();
+  }
+
+  void work() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      space_cv_.wait(lock, [&] {
+        return stopping_ || next_assign_ >= num_batches_ || next_assign_ < next_take_ + window_;
+      });
+      if (stopping_ || next_assign_ >= num_batches_) return;
+      const int64_t k = next_assign_++;
+      lock.unlock();
+      Result result;
+      try {
+        result.batch = assemble(k);
+      } catch (...) {
+        result.error = std::current_exception();
+      }
+      lock.lock();
+      if (stopping_) return;
+      ready_.emplace(k, std::move(result));
+      ready_cv_.notify_all();
+    }
+  }
+
+  Batch assemble(int64_t k) const {
+    const int64_t begin = k * batch_size_;
+    const int64_t end = std::min<int64_t>(begin + batch_size_, static_cast<int64_t>(order_.size()));
+    const std::span<const int64_t> indices(order_.data() + begin,
+                                           static_cast<std::size_t>(end - begin));
+    std::vector<Sample> samples;
+    samples.reserve(indices.size());
+    for (int64_t index : indices) {
+      // A stopping epoch's batches are never read: give up between samples, not after all.
+      if (stop_flag_.load(std::memory_order_relaxed)) return {};
+      samples.push_back(dataset_->get(index));
+    }
+    return stack(samples, indices);
+  }
+
+  const std::shared_ptr<const Dataset> dataset_;
+  const int64_t batch_size_;
+  const int64_t num_batches_;
+  const int64_t window_;
+  const std::vector<int64_t> order_;
+
+  std::mutex mutex_;
+  std::condition_variable ready_cv_;  // a batch was filed
+  std::condition_variable space_cv_;  // the window moved, or the epoch is stopping
+  std::map<int64_t, Result> ready_;
+  int64_t next_assign_ = 0;
+  int64_t next_take_ = 0;
+  bool stopping_ = false;
+  std::atomic<bool> stop_flag_{false};
+  std::vector<std::thread> workers_;
+};
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
+    : dataset_(std::move(dataset)), options_(options) {
+  if (!dataset_) throw std::invalid_argument("DataLoader: the dataset is null");
+  if (options_.batch_size < 1) {
+    throw std::invalid_argument(
+        fmt::format("DataLoader: batch_size {} must be at least 1", options_.batch_size));
+  }
+  if (options_.num_workers < 0) {
+    throw std::invalid_argument(
+        fmt::format("DataLoader: num_workers {} is negative", options_.num_workers));
+  }
+  if (options_.prefetch_factor < 1) {
+    throw std::invalid_argument(
+        fmt::format("DataLoader: prefetch_factor {} must be at least 1", options_.prefetch_factor));
+  }
+  const int64_t n = dataset_->size();
+  num_batches_ = options_.drop_last ? n / options_.batch_size
+                                    : (n + options_.batch_size - 1) / options_.batch_size;
+}
+
+DataLoader::~DataLoader() = default;
+DataLoader::DataLoader(DataLoader&&) noexcept = default;
+DataLoader& DataLoader::operator=(DataLoader&&) noexcept = default;
+
+DataLoader::Iterator DataLoader::begin() {
+  epoch_.reset();  // joins the previous epoch's workers before new ones start
+  const int64_t epoch = next_epoch_++;
+  std::vector<int64_t> order(static_cast<std::size_t>(dataset_->size()));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (options_.shuffle) {
+    // Fisher-Yates on SplitMix64, not std::shuffle, whose result differs between libraries.
+    detail::SplitMix64 stream(options_.seed, static_cast<uint64_t>(epoch));
+    for (std::size_t i = order.size(); i > 1; --i) {
+      std::swap(order[i - 1], order[stream.next_below(i)]);
+    }
+  }
+  Iterator it;
+  if (num_batches_ == 0) return it;
+  epoch_ = std::make_unique<Epoch>(dataset_, options_, num_batches_, std::move(order));
+  it.epoch_ = epoch_.get();
+  it.batch_ = epoch_->take(0);
+  return it;
+}
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  if (epoch_ == nullptr) return *this;
+  if (index_ + 1 >= epoch_->num_batches()) {
+    epoch_ = nullptr;
+    batch_ = {};
+    return *this;
+  }
+  ++index_;
+  batch_.clear();  // if batch index_ failed, the iterator holds no stale batch
+  batch_ = epoch_->take(index_);
+  return *this;
+}
+
+}  // namespace axle

@@ -1,0 +1,109 @@
+// io: the host DataLoader (PyTorch's torch.utils.data.DataLoader): batches of a Dataset, in
+// order or shuffled, assembled ahead by worker threads. It is what a LoaderActor reads from
+// before moving batches to the devices.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <utility>
+
+#include "io/dataset.h"
+
+namespace axle {
+
+/// How a DataLoader batches its dataset. The defaults are PyTorch's.
+struct DataLoaderOptions {
+  int64_t batch_size = 1;   ///< samples per batch
+  bool shuffle = false;     ///< a new permutation of the samples each epoch
+  uint64_t seed = 0;        ///< with shuffle: epoch e's order depends only on (seed, e)
+  bool drop_last = false;   ///< leave out the last batch when it would be smaller
+  int num_workers = 0;      ///< threads assembling batches ahead; 0: on the iterating thread
+  int prefetch_factor = 2;  ///< batches each worker may have ready ahead of the iteration
+};
+
+/// Batches of a dataset: `for (const Batch& batch : loader)` runs one epoch. Each field of the
+/// samples is stacked into a tensor of [batch_size, ...] (the last may be smaller unless
+/// drop_last). Batches come out in the same order and with the same content for any number of
+/// workers; each begin() starts the next epoch, with a new order when shuffling.
+///
+/// With workers, the batches after k are assembled while the caller uses batch k, at most
+/// num_workers * prefetch_factor batches ahead. An error from the dataset (or samples that do
+/// not stack) is thrown by the iterator when the iteration reaches that batch. Leaving the loop
+/// early, starting another epoch, or destroying the loader stops the workers and waits for them.
+/// Iterators are invalidated by the next begin() and by destroying the loader.
+class DataLoader {
+ public:
+  class Iterator;
+
+  /// Throws std::invalid_argument for a null dataset, batch_size < 1, num_workers < 0 or
+  /// prefetch_factor < 1.
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
+  /// Takes a dataset by value (moved in, shared with the workers).
+  template <std::derived_from<Dataset> D>
+  explicit DataLoader(D dataset, DataLoaderOptions options = {})
+      : DataLoader(std::shared_ptr<const Dataset>(std::make_shared<D>(std::move(dataset))),
+                   options) {}
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+  /// Moving keeps the epoch in progress and its iterators valid; assigning over a loader stops
+  /// that loader's epoch first.
+  DataLoader(DataLoader&&) noexcept;
+  DataLoader& operator=(DataLoader&&) noexcept;
+
+  /// Batches per epoch (len(loader) in PyTorch).
+  [[nodiscard]] int64_t size() const noexcept { return num_batches_; }
+  [[nodiscard]] const Dataset& dataset() const noexcept { return *dataset_; }
+  [[nodiscard]] const DataLoaderOptions& options() const noexcept { return options_; }
+  /// The epoch the next begin() starts: 0 at first, one more after each begin().
+  [[nodiscard]] int64_t epoch() const noexcept { return next_epoch_; }
+  /// Makes the next begin() start epoch `epoch` (to resume a run with its shuffled orders).
+  void set_epoch(int64_t epoch) noexcept { next_epoch_ = epoch; }
+
+  /// Starts an epoch (stopping one in progress) and waits for its first batch.
+  [[nodiscard]] Iterator begin();
+  [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
+
+ private:
+  class Epoch;
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions options_;
+  int64_t num_batches_ = 0;
+  int64_t next_epoch_ = 0;
+  std::unique_ptr<Epoch> epoch_;
+};
+
+/// Walks one epoch's batches; compares equal to end() after the last.
+class DataLoader::Iterator {
+ public:
+  using iterator_concept = std::input_iterator_tag;
+  using value_type = Batch;
+  using difference_type = std::ptrdiff_t;
+
+  Iterator() = default;
+  Iterator(Iterator&&) noexcept = default;
+  Iterator& operator=(Iterator&&) noexcept = default;
+
+  [[nodiscard]] const Batch& operator*() const noexcept { return batch_; }
+  [[nodiscard]] const Batch* operator->() const noexcept { return &batch_; }
+  /// Moves to the next batch, waiting for it; throws the error of a batch that failed.
+  Iterator& operator++();
+  void operator++(int) { ++*this; }
+  /// Index of the current batch in the epoch.
+  [[nodiscard]] int64_t index() const noexcept { return index_; }
+
+  friend bool operator==(const Iterator& it, std::default_sentinel_t) noexcept {
+    return it.epoch_ == nullptr;
+  }
+
+ private:
+  friend class DataLoader;
+  Epoch* epoch_ = nullptr;  // null once past the last batch
+  Batch batch_;
+  int64_t index_ = 0;
+};
+
+}  // namespace axle
