@@ -17,6 +17,9 @@ target_include_directories(axle_concurrentqueue SYSTEM INTERFACE ${CONCURRENTQUE
 find_package(fmt REQUIRED)
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(Protobuf REQUIRED)
+find_package(ZLIB REQUIRED)                # zlib1g-dev: gzip IDX files
+find_package(nlohmann_json 3.10 REQUIRED)  # nlohmann-json3-dev: safetensors headers
+find_package(CLI11 REQUIRED)               # libcli11-dev: flags of samples and benchmarks
 
 if(AXLE_BUILD_TESTS)
   find_package(GTest REQUIRED)
