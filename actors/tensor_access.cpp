@@ -97,6 +97,14 @@ CpuTensor Tensor::to_cpu(std::source_location where) const {
   return read(materialize(*this, where), dtype());
 }
 
+Tensor Tensor::to(Device device, std::source_location where) const {
+  if (!defined()) throw std::invalid_argument("cannot move an undefined tensor");
+  if (this->device() == device) return *this;
+  (void)LazySystem::get().device_actor(device);  // validates
+  const CpuTensor host = to_cpu(where);
+  return tensor_from_bytes(host.bytes, host.dtype, host.shape, device, where);
+}
+
 Future<CpuTensor> Tensor::to_cpu_async(std::source_location where) const {
   IntrusivePtr<DeviceData> data = materialize(*this, where);
   auto [promise, future] = make_promise<CpuTensor>();

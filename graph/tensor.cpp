@@ -65,6 +65,11 @@ void TensorImpl::set_data(IntrusivePtr<DeviceData> data) {
   data_ = std::move(data);
 }
 
+void TensorImpl::move_to(IntrusivePtr<DeviceData> data) {
+  device_ = data->device();
+  set_data(std::move(data));
+}
+
 int64_t Tensor::size(int d) const {
   const int rank = dim();
   const int i = d < 0 ? d + rank : d;

@@ -64,6 +64,8 @@ class TensorImpl final : public RefCounted {
   void set_ir(NodePtr ir);
   /// Binds the tensor to data (what mark_step does to the tensors it executes).
   void set_data(IntrusivePtr<DeviceData> data);
+  /// Binds the tensor to data on another device (Module::to: every handle sees the move).
+  void move_to(IntrusivePtr<DeviceData> data);
 
   /// Tensors alive in the process right now.
   [[nodiscard]] static int64_t live_count() noexcept;
@@ -109,6 +111,16 @@ class Tensor {
   [[nodiscard]] Device device() const { return impl_->device(); }
   [[nodiscard]] TensorImpl* impl() const noexcept { return impl_.get(); }
   [[nodiscard]] const IntrusivePtr<TensorImpl>& impl_ptr() const noexcept { return impl_; }
+
+  /// Gives this tensor `value`'s value (broadcast to this shape and cast to this dtype), in
+  /// place: every handle sees it, and what else the tensor carries stays, as torch's copy_.
+  /// Traces only; parameters and optimizer state are updated this way.
+  const Tensor& copy_(const Tensor& value,
+                      std::source_location where = std::source_location::current()) const;
+  /// This tensor on `device`: itself when it is there, else a copy through the host (defined in
+  /// actors/; reads the value).
+  [[nodiscard]] Tensor to(Device device,
+                          std::source_location where = std::source_location::current()) const;
 
   // --- value access (defined in actors/; each waits only for this tensor's value) ---
 
