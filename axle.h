@@ -3,5 +3,6 @@
 
 #include "actors/api.h"
 #include "engine/metrics.h"
+#include "graph/autograd.h"
 #include "graph/ops.h"
 #include "graph/tensor.h"

@@ -11,6 +11,9 @@
 namespace axle {
 
 std::string_view kernel_name(Kernel kernel) noexcept {
+  // A table by hand, the backward kernels' long names on a row of their own (clang-format would
+  // put every name on its own line).
+  // clang-format off
   static constexpr std::array<std::string_view, static_cast<std::size_t>(Kernel::kCount)> kNames = {
       "add",     "sub",         "mul",          "div",         "pow",        "maximum",
       "minimum", "eq",          "ne",           "lt",          "le",         "gt",
@@ -21,7 +24,9 @@ std::string_view kernel_name(Kernel kernel) noexcept {
       "softmax", "log_softmax", "matmul",       "conv2d",      "max_pool2d", "avg_pool2d",
       "copy",    "permute",     "expand",       "slice",       "concat",     "index_select",
       "gather",  "one_hot",     "rand_uniform", "rand_normal", "rand_int",   "bernoulli",
+      "scatter_add", "max_pool2d_backward", "avg_pool2d_backward",
       "fused"};
+  // clang-format on
   auto i = static_cast<std::size_t>(kernel);
   return i < kNames.size() ? kNames[i] : "unknown";
 }

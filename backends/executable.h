@@ -51,6 +51,14 @@ namespace axle {
 ///   kIndexSelect [x, index (s32/s64, 1-d)]; ints = [dim]
 ///   kGather      [x, index (s32/s64, same rank as x)]; ints = [dim]   (torch.gather)
 ///   kOneHot      [index (s32/s64)]; ints = [num_classes]; output has one more trailing dim
+///   kScatterAdd  [base, index (s32/s64), src (the index's shape)]; ints = [dim]; the output is
+///                base (its shape) with src[i] added at i with dim i replaced by index[i]
+///                (torch.scatter_add; index dims other than dim fit in base's)
+/// Gradients of pooling (autograd). ints are the forward's; the output is the input's shape.
+///   kMaxPool2dBackward [x, grad_out]: grad_out goes to the max of each window (as the forward
+///                picks it: the first maximum, or the last NaN), summed where windows overlap
+///   kAvgPool2dBackward [grad_out]: grad_out divided by the forward's divisor, spread over each
+///                window's in-bounds elements
 /// Random numbers (counter-based Philox 4x32-10; the same seed and offset give the same bits on
 /// any device). seed and offset are s64 scalars, so a new step never recompiles.
 ///   kRandUniform [seed, offset]; reals = [low, high]     uniform in [low, high)
@@ -121,6 +129,9 @@ enum class Kernel : uint16_t {
   kRandNormal,
   kRandInt,
   kBernoulli,
+  kScatterAdd,
+  kMaxPool2dBackward,
+  kAvgPool2dBackward,
   kFused,
   kCount
 };

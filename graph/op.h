@@ -7,26 +7,67 @@
 
 namespace axle {
 
-// Ops that lower to the kernel of the same name: X(Name, "ir_name").
-#define AXLE_KERNEL_OPS(X)                                                                         \
-  X(Add, "add")                                                                                    \
-  X(Sub, "sub")                                                                                    \
-  X(Mul, "mul") X(Div, "div") X(Pow, "pow") X(Maximum, "maximum") X(Minimum, "minimum")            \
-      X(Eq, "eq") X(Ne, "ne") X(Lt, "lt") X(Le, "le") X(Gt, "gt") X(Ge, "ge")                      \
-          X(LogicalAnd, "logical_and") X(LogicalOr, "logical_or") X(Where, "where") X(Neg, "neg")  \
-              X(Exp, "exp") X(Log, "log") X(Sqrt, "sqrt") X(Rsqrt, "rsqrt") X(Tanh, "tanh")        \
-                  X(Sigmoid, "sigmoid") X(Relu, "relu") X(Gelu, "gelu") X(Abs, "abs") X(           \
-                      LogicalNot, "logical_not") X(Cast, "cast") X(Fill, "full") X(Iota, "arange") \
-                      X(Sum, "sum") X(Mean, "mean") X(ReduceMax, "max") X(ReduceMin, "min")        \
-                          X(LogSumExp, "logsumexp") X(ArgMax, "argmax") X(Softmax, "softmax")      \
-                              X(LogSoftmax, "log_softmax") X(Matmul, "matmul") X(Conv2d, "conv2d") \
-                                  X(MaxPool2d, "max_pool2d") X(AvgPool2d, "avg_pool2d")            \
-                                      X(Permute, "permute") X(Expand, "expand") X(Slice, "slice")  \
-                                          X(Concat, "cat") X(IndexSelect, "index_select")          \
-                                              X(Gather, "gather") X(OneHot, "one_hot")             \
-                                                  X(RandUniform, "rand") X(RandNormal, "randn")    \
-                                                      X(RandInt, "randint")                        \
-                                                          X(Bernoulli, "bernoulli")
+// Ops that lower to the kernel of the same name: X(Name, "ir_name"), one per line so that adding
+// an op is a one-line change.
+// clang-format off
+#define AXLE_KERNEL_OPS(X)                    \
+  X(Add, "add")                               \
+  X(Sub, "sub")                               \
+  X(Mul, "mul")                               \
+  X(Div, "div")                               \
+  X(Pow, "pow")                               \
+  X(Maximum, "maximum")                       \
+  X(Minimum, "minimum")                       \
+  X(Eq, "eq")                                 \
+  X(Ne, "ne")                                 \
+  X(Lt, "lt")                                 \
+  X(Le, "le")                                 \
+  X(Gt, "gt")                                 \
+  X(Ge, "ge")                                 \
+  X(LogicalAnd, "logical_and")                \
+  X(LogicalOr, "logical_or")                  \
+  X(Where, "where")                           \
+  X(Neg, "neg")                               \
+  X(Exp, "exp")                               \
+  X(Log, "log")                               \
+  X(Sqrt, "sqrt")                             \
+  X(Rsqrt, "rsqrt")                           \
+  X(Tanh, "tanh")                             \
+  X(Sigmoid, "sigmoid")                       \
+  X(Relu, "relu")                             \
+  X(Gelu, "gelu")                             \
+  X(Abs, "abs")                               \
+  X(LogicalNot, "logical_not")                \
+  X(Cast, "cast")                             \
+  X(Fill, "full")                             \
+  X(Iota, "arange")                           \
+  X(Sum, "sum")                               \
+  X(Mean, "mean")                             \
+  X(ReduceMax, "max")                         \
+  X(ReduceMin, "min")                         \
+  X(LogSumExp, "logsumexp")                   \
+  X(ArgMax, "argmax")                         \
+  X(Softmax, "softmax")                       \
+  X(LogSoftmax, "log_softmax")                \
+  X(Matmul, "matmul")                         \
+  X(Conv2d, "conv2d")                         \
+  X(MaxPool2d, "max_pool2d")                  \
+  X(AvgPool2d, "avg_pool2d")                  \
+  X(Permute, "permute")                       \
+  X(Expand, "expand")                         \
+  X(Slice, "slice")                           \
+  X(Concat, "cat")                            \
+  X(IndexSelect, "index_select")              \
+  X(Gather, "gather")                         \
+  X(OneHot, "one_hot")                        \
+  X(RandUniform, "rand")                      \
+  X(RandNormal, "randn")                      \
+  X(RandInt, "randint")                       \
+  X(Bernoulli, "bernoulli")                   \
+  X(ScatterAdd, "scatter_add")                \
+  X(MaxPool2dBackward, "max_pool2d_backward") \
+  X(AvgPool2dBackward, "avg_pool2d_backward")
+// clang-format on
 
 /// An IR operation.
 enum class Op : uint16_t {

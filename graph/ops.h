@@ -168,6 +168,11 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0, Loc where = Loc:
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0, Loc where = Loc::current());
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, Loc where = Loc::current());
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, Loc where = Loc::current());
+/// x with src[i] added at position i with dim `dim` replaced by index[i], as torch.scatter_add
+/// (repeated indices add up). index and src have one shape, of x's rank; outside `dim` it fits
+/// in x's. src has x's dtype.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
+                   Loc where = Loc::current());
 Tensor one_hot(const Tensor& index, int64_t num_classes, Loc where = Loc::current());
 
 }  // namespace axle

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <source_location>
 #include <span>
 #include <string>
@@ -21,6 +22,13 @@
 namespace axle {
 
 class TraceContext;
+
+/// A tensor's autograd state (graph/autograd/function.h).
+struct AutogradMeta;
+/// Deletes an AutogradMeta where its type is complete, so this header needs only its name.
+struct AutogradMetaDeleter {
+  void operator()(AutogradMeta* meta) const noexcept;
+};
 
 /// The element type a C++ type maps to.
 template <class T>
@@ -70,6 +78,12 @@ class TensorImpl final : public RefCounted {
   /// Tensors alive in the process right now.
   [[nodiscard]] static int64_t live_count() noexcept;
 
+  /// The tensor's autograd state, or null while it takes no part in autograd (most tensors:
+  /// ops test this pointer before doing any autograd work).
+  [[nodiscard]] AutogradMeta* autograd() const noexcept { return autograd_.get(); }
+  /// The autograd state, created on first use (graph/autograd/).
+  AutogradMeta& autograd_or_create();
+
  private:
   friend class TraceContext;
   DType dtype_;
@@ -82,6 +96,7 @@ class TensorImpl final : public RefCounted {
   IntrusivePtr<TraceContext> context_;
   TensorImpl* prev_ = nullptr;
   TensorImpl* next_ = nullptr;
+  std::unique_ptr<AutogradMeta, AutogradMetaDeleter> autograd_;
 };
 
 /// Host copy of a tensor's value, in its logical dtype.
@@ -146,6 +161,34 @@ class Tensor {
   }
   /// "tensor([[1, 2], [3, 4]], device='xla:0', dtype=f32)" (reads the value).
   [[nodiscard]] std::string to_string() const;
+
+  // --- autograd (defined in graph/autograd/; grad mode and its guards are in graph/autograd.h) ---
+
+  /// Whether gradients flow to or through this tensor: a leaf marked with requires_grad_(), or
+  /// the result of an op recorded while one of its operands required grad.
+  [[nodiscard]] bool requires_grad() const;
+  /// Marks a leaf as one whose gradient backward() accumulates into grad(). Only floating-point
+  /// tensors can require grad, and only leaves can stop (use detach() on others). Returns *this.
+  const Tensor& requires_grad_(bool requires_grad = true,
+                               std::source_location where = std::source_location::current()) const;
+  /// The gradient backward() accumulated into this leaf (pending IR until the next step);
+  /// undefined until a backward reaches it, and always for non-leaves.
+  [[nodiscard]] Tensor grad() const;
+  /// Replaces the gradient; an undefined tensor resets it, as zero_grad(set_to_none=True).
+  /// A defined one must have this tensor's shape, dtype and device.
+  void set_grad(const Tensor& grad,
+                std::source_location where = std::source_location::current()) const;
+  /// Whether the tensor is a leaf of the autograd graph: not produced by a recorded op.
+  [[nodiscard]] bool is_leaf() const;
+  /// The same value as a new tensor outside the autograd graph (no gradient flows through it).
+  /// It shares the value, not later in-place updates: those give each handle its own value.
+  [[nodiscard]] Tensor detach() const;
+  /// Traces the gradient of this tensor with respect to every leaf it depends on and adds it to
+  /// their grad(). `gradient` is d(loss)/d(this); it may be left out when the tensor has one
+  /// element (it is then 1). Nothing executes: the gradients are pending IR. The graph's saved
+  /// tensors are freed afterwards, unless `retain_graph` keeps them for another backward.
+  void backward(const Tensor& gradient = {}, bool retain_graph = false,
+                std::source_location where = std::source_location::current()) const;
 
  private:
   IntrusivePtr<TensorImpl> impl_;

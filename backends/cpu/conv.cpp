@@ -1,6 +1,7 @@
-// backends/cpu: convolution and pooling kernels (kConv2d, kMaxPool2d, kAvgPool2d) on NCHW
-// buffers. Convolution is im2col + one Eigen GEMM per image and group; pooling walks each
-// window over precomputed in-bounds tap ranges, so no inner loop tests for padding.
+// backends/cpu: convolution and pooling kernels (kConv2d, kMaxPool2d, kAvgPool2d, and the
+// pooling gradients kMaxPool2dBackward, kAvgPool2dBackward) on NCHW buffers. Convolution is im2col
+// + one Eigen GEMM per image and group; pooling walks each window over precomputed in-bounds tap
+// ranges, so no inner loop tests for padding.
 #include <fmt/format.h>
 
 #include <Eigen/Core>
@@ -205,8 +206,12 @@ int64_t pool_output_size(int64_t size, int64_t kernel, int64_t pad, int64_t stri
   return out;
 }
 
-/// Reads kMaxPool2d's or kAvgPool2d's attributes and checks them and the shapes as torch does.
-PoolGeometry plan_pool(const KernelArgs& args, bool is_max) {
+/// Which kernel a pooling geometry is for: the forward pass, or a gradient (whose output is the
+/// forward's input).
+enum class PoolPass { kForward, kMaxBackward, kAvgBackward };
+
+/// Reads a pooling kernel's attributes and checks them and the shapes as torch does.
+PoolGeometry plan_pool(const KernelArgs& args, bool is_max, PoolPass pass = PoolPass::kForward) {
   const auto& ints = args.call.ints;
   const std::size_t arity = is_max ? 9 : 8;
   std::string attributes = raw_ints(ints);
@@ -219,16 +224,27 @@ PoolGeometry plan_pool(const KernelArgs& args, bool is_max) {
   auto reject = [&](std::string_view why) {
     throw std::invalid_argument(fmt::format("{}: {}", describe(args, attributes), why));
   };
-  if (args.inputs.size() != 1) reject("pooling takes one input");
+  if (args.inputs.size() != (pass == PoolPass::kMaxBackward ? 2u : 1u)) {
+    reject(pass == PoolPass::kMaxBackward ? "takes [x, grad_out]" : "pooling takes one input");
+  }
   if (ints.size() != arity) {
     reject(is_max ? "ints must be [kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h, "
                     "dilation_w, ceil_mode]"
                   : "ints must be [kh, kw, stride_h, stride_w, pad_h, pad_w, ceil_mode, "
                     "count_include_pad]");
   }
-  const BufferDesc& x = *args.inputs[0].desc;
-  const BufferDesc& out = *args.output.desc;
-  if (x.dtype != out.dtype) reject("x must have the output's dtype");
+  // A gradient kernel's output has the forward input's shape; the forward output's shape is
+  // grad_out's.
+  const BufferDesc& x = pass == PoolPass::kAvgBackward ? *args.output.desc : *args.inputs[0].desc;
+  const BufferDesc& out = pass == PoolPass::kForward       ? *args.output.desc
+                          : pass == PoolPass::kMaxBackward ? *args.inputs[1].desc
+                                                           : *args.inputs[0].desc;
+  if (x.dtype != out.dtype || x.dtype != args.output.desc->dtype) {
+    reject("x must have the output's dtype");
+  }
+  if (pass == PoolPass::kMaxBackward && !(x.shape == args.output.desc->shape)) {
+    reject("the output must have x's shape");
+  }
   if (!is_floating(out.dtype)) reject("pooling supports f32, f64 and bf16");
   if (x.shape.rank() != 4) reject("x must be [N, C, H, W]");
   PoolGeometry g{};
@@ -347,12 +363,108 @@ void pool2d(const KernelArgs& args) {
   }
 }
 
+// ---- pooling gradients -----------------------------------------------------------------
+// Windows may overlap, so gradients are summed into a compute-type plane first (bf16 in f32)
+// and stored once.
+
+template <class T>
+void max_pool_backward_typed(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g) {
+  using A = compute_t<T>;
+  std::vector<std::pair<int64_t, int64_t>> cols(g.ow);
+  for (int64_t ow = 0; ow < g.ow; ++ow) {
+    cols[ow] = taps_inside(ow * g.stride_w - g.pad_w, g.w, g.kw, g.dilation_w);
+  }
+  std::vector<A> plane(static_cast<std::size_t>(g.h * g.w));
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w, grad_x += g.h * g.w) {
+    std::fill(plane.begin(), plane.end(), A(0));
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const int64_t start_h = oh * g.stride_h - g.pad_h;
+      const auto [kh_lo, kh_hi] = taps_inside(start_h, g.h, g.kh, g.dilation_h);
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++grad_out) {
+        const int64_t start_w = ow * g.stride_w - g.pad_w;
+        if (kh_lo == kh_hi || cols[ow].first == cols[ow].second) continue;  // all padding
+        // The forward's choice: the first maximum, or the last NaN; as torch, the first tap when
+        // every value is -inf.
+        A best = -std::numeric_limits<A>::infinity();
+        int64_t at =
+            (start_h + kh_lo * g.dilation_h) * g.w + start_w + cols[ow].first * g.dilation_w;
+        for (int64_t i = kh_lo; i < kh_hi; ++i) {
+          const int64_t row = (start_h + i * g.dilation_h) * g.w;
+          for (int64_t j = cols[ow].first; j < cols[ow].second; ++j) {
+            const int64_t k = row + start_w + j * g.dilation_w;
+            const A v = load(x[k]);
+            if (v > best || std::isnan(v)) best = v, at = k;
+          }
+        }
+        plane[at] += load(*grad_out);
+      }
+    }
+    narrow_block(plane.data(), grad_x, g.h * g.w);
+  }
+}
+
+template <class T>
+void avg_pool_backward_typed(const T* grad_out, T* grad_x, const PoolGeometry& g) {
+  using A = compute_t<T>;
+  std::vector<A> plane(static_cast<std::size_t>(g.h * g.w));
+  for (int64_t p = 0; p < g.planes; ++p, grad_x += g.h * g.w) {
+    std::fill(plane.begin(), plane.end(), A(0));
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      // The forward's windows and divisors (see avg_pool_typed).
+      int64_t h0 = oh * g.stride_h - g.pad_h;
+      int64_t h1 = std::min(h0 + g.kh, g.h + g.pad_h);
+      const int64_t padded_h = h1 - h0;
+      h0 = std::max<int64_t>(h0, 0), h1 = std::min(h1, g.h);
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++grad_out) {
+        int64_t w0 = ow * g.stride_w - g.pad_w;
+        int64_t w1 = std::min(w0 + g.kw, g.w + g.pad_w);
+        const int64_t padded_w = w1 - w0;
+        w0 = std::max<int64_t>(w0, 0), w1 = std::min(w1, g.w);
+        if (h0 >= h1 || w0 >= w1) continue;
+        const int64_t divisor = g.count_include_pad ? padded_h * padded_w : (h1 - h0) * (w1 - w0);
+        const A share = load(*grad_out) / static_cast<A>(divisor);
+        for (int64_t i = h0; i < h1; ++i) {
+          for (int64_t j = w0; j < w1; ++j) plane[i * g.w + j] += share;
+        }
+      }
+    }
+    narrow_block(plane.data(), grad_x, g.h * g.w);
+  }
+}
+
+template <bool kIsMax>
+void pool2d_backward(const KernelArgs& args) {
+  const PoolGeometry g =
+      plan_pool(args, kIsMax, kIsMax ? PoolPass::kMaxBackward : PoolPass::kAvgBackward);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (kIsMax) {
+      max_pool_backward_typed(args.inputs[0].as<T>(), args.inputs[1].as<T>(), args.output.as<T>(),
+                              g);
+    } else {
+      avg_pool_backward_typed(args.inputs[0].as<T>(), args.output.as<T>(), g);
+    }
+  };
+  switch (args.output.desc->dtype) {
+    case DType::kF32:
+      return run(float{});
+    case DType::kF64:
+      return run(double{});
+    case DType::kBF16:
+      return run(Bf16{});
+    default:
+      return;  // rejected by plan_pool
+  }
+}
+
 }  // namespace
 
 void register_conv_kernels(KernelTable& table) {
   set_kernel(table, Kernel::kConv2d, conv2d);
   set_kernel(table, Kernel::kMaxPool2d, pool2d<true>);
   set_kernel(table, Kernel::kAvgPool2d, pool2d<false>);
+  set_kernel(table, Kernel::kMaxPool2dBackward, pool2d_backward<true>);
+  set_kernel(table, Kernel::kAvgPool2dBackward, pool2d_backward<false>);
 }
 
 }  // namespace axle::cpu

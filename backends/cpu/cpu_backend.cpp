@@ -265,6 +265,7 @@ const KernelTable& kernel_table() {
     register_data_movement_kernels(t);
     register_random_kernels(t);
     register_fused_kernels(t);
+    register_scatter_kernels(t);
     return t;
   }();
   return table;

@@ -72,6 +72,7 @@ void register_conv_kernels(KernelTable& table);
 void register_data_movement_kernels(KernelTable& table);
 void register_random_kernels(KernelTable& table);
 void register_fused_kernels(KernelTable& table);
+void register_scatter_kernels(KernelTable& table);
 
 /// The table with every family registered (built once).
 const KernelTable& kernel_table();

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <cmath>
 
+#include "graph/autograd/derivatives.h"
 #include "graph/ops/op_util.h"
 
 namespace axle {
@@ -21,9 +22,13 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Kind kind, const Loc& whe
   if (kind == Kind::kTrueDivision && !is_floating(compute)) compute = DType::kF32;
   if (kind == Kind::kLogical) compute = DType::kBool;
   const DType result = kind == Kind::kComparison || kind == Kind::kLogical ? DType::kBool : compute;
-  return ops::make_result(
+  Tensor out = ops::make_result(
       op, result, shape,
       Operands{ops::value_as(a, compute, where), ops::value_as(b, compute, where)}, device, where);
+  if (autograd::should_record(a, b) && result != DType::kBool) {
+    autograd::record(autograd::binary_derivative(op), out, {a, b});
+  }
+  return out;
 }
 
 // The dtype `t op scalar` computes in, as PyTorch: a scalar does not widen a tensor of its own
@@ -45,7 +50,12 @@ Tensor binary_scalar(Op op, const Tensor& a, double b, Kind kind, bool scalar_fi
   NodePtr scalar_value = ops::scalar(b, compute, where);
   Operands operands =
       scalar_first ? Operands{scalar_value, tensor_value} : Operands{tensor_value, scalar_value};
-  return ops::make_result(op, result, a.shape(), std::move(operands), a.device(), where);
+  Tensor out = ops::make_result(op, result, a.shape(), std::move(operands), a.device(), where);
+  if (autograd::should_record(a) && kind != Kind::kComparison) {
+    autograd::record(autograd::scalar_derivative(op), out, {a}, IntAttrs{scalar_first ? 1 : 0},
+                     RealAttrs{b});
+  }
+  return out;
 }
 
 Tensor unary(Op op, const Tensor& x, bool float_only, const Loc& where, IntAttrs ints = {}) {
@@ -54,8 +64,11 @@ Tensor unary(Op op, const Tensor& x, bool float_only, const Loc& where, IntAttrs
   DType dtype = x.dtype();
   // Transcendental functions of integers compute in float, as torch does.
   if (float_only && !is_floating(dtype)) dtype = DType::kF32;
-  return ops::make_result(op, dtype, x.shape(), Operands{ops::value_as(x, dtype, where)},
-                          x.device(), where, std::move(ints));
+  const bool record = autograd::should_record(x);
+  Tensor out = ops::make_result(op, dtype, x.shape(), Operands{ops::value_as(x, dtype, where)},
+                                x.device(), where, record ? ints : std::move(ints));
+  if (record) autograd::record(autograd::unary_derivative(op), out, {x}, std::move(ints));
+  return out;
 }
 
 }  // namespace
@@ -144,10 +157,15 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b, Loc loc)
   Shape shape = ops::broadcast_shapes("where", a.shape(), b.shape(), loc, &a, &b);
   shape = ops::broadcast_shapes("where", condition.shape(), shape, loc, &condition);
   const DType dtype = promote_types(a.dtype(), b.dtype());
-  return ops::make_result(Op::kWhere, dtype, shape,
-                          Operands{ops::value_as(condition, DType::kBool, loc),
-                                   ops::value_as(a, dtype, loc), ops::value_as(b, dtype, loc)},
-                          device, loc);
+  Tensor out =
+      ops::make_result(Op::kWhere, dtype, shape,
+                       Operands{ops::value_as(condition, DType::kBool, loc),
+                                ops::value_as(a, dtype, loc), ops::value_as(b, dtype, loc)},
+                       device, loc);
+  if (autograd::should_record(a, b)) {
+    autograd::record(autograd::kWhereBackward, out, {condition, a, b});
+  }
+  return out;
 }
 
 Tensor neg(const Tensor& x, Loc where) { return unary(Op::kNeg, x, false, where); }
@@ -170,8 +188,10 @@ Tensor gelu(const Tensor& x, const char* approximate, Loc where) {
 
 Tensor cast(const Tensor& x, DType dtype, Loc where) {
   ops::require_defined("cast", x, "the operand", where);
-  return ops::make_result(Op::kCast, dtype, x.shape(), Operands{x.impl()->value_node(where)},
-                          x.device(), where);
+  Tensor out = ops::make_result(Op::kCast, dtype, x.shape(), Operands{x.impl()->value_node(where)},
+                                x.device(), where);
+  if (autograd::should_record(x)) autograd::record(autograd::kCastBackward, out, {x});
+  return out;
 }
 
 Tensor operator+(Operand a, const Tensor& b) { return add(a.tensor, b, a.where); }

@@ -4,6 +4,7 @@
 
 #include <array>
 
+#include "graph/autograd/derivatives.h"
 #include "graph/ops/op_util.h"
 
 namespace axle {
@@ -68,12 +69,17 @@ Tensor matmul_impl(std::string_view op, const Tensor& a, const Tensor& b, bool t
   const IntAttrs ints{0, transpose_b ? 1 : 0};
   Tensor product =
       ops::make_result(Op::kMatmul, dtype, out2, std::move(operands), device, where, ints);
-  if (sa.rank() > 1 && sb.rank() > 1) return product;
-  Shape out = batch;
-  if (sa.rank() > 1) out.push_back(m);
-  if (sb.rank() > 1) out.push_back(n);
-  return ops::make_result(Op::kReshape, dtype, out, Operands{product.impl()->value_node(where)},
-                          device, where);
+  if (sa.rank() == 1 || sb.rank() == 1) {
+    Shape out = batch;
+    if (sa.rank() > 1) out.push_back(m);
+    if (sb.rank() > 1) out.push_back(n);
+    product = ops::make_result(Op::kReshape, dtype, out,
+                               Operands{product.impl()->value_node(where)}, device, where);
+  }
+  if (autograd::should_record(a, b)) {
+    autograd::record(autograd::kMatmulBackward, product, {a, b}, IntAttrs{transpose_b ? 1 : 0});
+  }
+  return product;
 }
 
 // A size given as one value (both dims) or two (height, width).
@@ -157,9 +163,15 @@ Tensor pool(Op op, const Tensor& x, const Pool2dOptions& o, const Loc& where) {
     ints.push_back(o.ceil_mode ? 1 : 0);
     ints.push_back(o.count_include_pad ? 1 : 0);
   }
-  return ops::make_result(op, x.dtype(), Shape{in[0], in[1], oh, ow},
-                          Operands{ops::value_as(x, x.dtype(), where)}, x.device(), where,
-                          std::move(ints));
+  const bool record = autograd::should_record(x);
+  Tensor result = ops::make_result(op, x.dtype(), Shape{in[0], in[1], oh, ow},
+                                   Operands{ops::value_as(x, x.dtype(), where)}, x.device(), where,
+                                   record ? ints : std::move(ints));
+  if (record) {
+    autograd::record(is_max ? autograd::kMaxPool2dBackward : autograd::kAvgPool2dBackward, result,
+                     {x}, std::move(ints));
+  }
+  return result;
 }
 
 // `bias` must broadcast to `shape` without growing it (a per-output-feature vector, usually).
@@ -246,10 +258,14 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                     fmt::join(pad, ","), fmt::join(dilation, ",")));
   }
   const Shape out{in[0], w[0], span_h / stride[0] + 1, span_w / stride[1] + 1};
+  const IntAttrs ints{stride[0], stride[1], pad[0], pad[1], dilation[0], dilation[1], groups};
   Tensor result = ops::make_result(
       Op::kConv2d, dtype, out,
       Operands{ops::value_as(x, dtype, where), ops::value_as(weight, dtype, where)}, device, where,
-      IntAttrs{stride[0], stride[1], pad[0], pad[1], dilation[0], dilation[1], groups});
+      ints);
+  if (autograd::should_record(x, weight)) {
+    autograd::record(autograd::kConv2dBackward, result, {x, weight}, ints);
+  }
   if (!bias.defined()) return result;
   if (bias.dim() != 1 || bias.shape()[0] != w[0]) {
     ops::fail(kOp,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "graph/autograd/derivatives.h"
 #include "graph/ops/op_util.h"
 
 namespace axle {
@@ -79,9 +80,12 @@ Tensor reduce(Op op, std::string_view name, const Tensor& x, const std::vector<i
   const DType dtype = result_dtype(x.dtype(), kind);
   IntAttrs ints{keepdim ? 1 : 0};
   for (int64_t d : reduced) ints.push_back(d);
-  return ops::make_result(op, dtype, reduced_shape(x.shape(), reduced, keepdim),
-                          Operands{ops::value_as(x, dtype, where)}, x.device(), where,
-                          std::move(ints));
+  const bool record = autograd::should_record(x);
+  Tensor result = ops::make_result(op, dtype, reduced_shape(x.shape(), reduced, keepdim),
+                                   Operands{ops::value_as(x, dtype, where)}, x.device(), where,
+                                   record ? ints : std::move(ints));
+  if (record) autograd::record(autograd::reduction_derivative(op), result, {x}, std::move(ints));
+  return result;
 }
 
 // A reshape node the result's operand reads through (not a result of its own).
@@ -97,16 +101,22 @@ Tensor softmax_like(Op op, const Tensor& x, int64_t dim, const Loc& where) {
   // torch rejects integer inputs here; axle computes them in f32 as it does for exp and log.
   const DType dtype = result_dtype(x.dtype(), ResultType::kFloatType);
   NodePtr value = ops::value_as(x, dtype, where);
+  Tensor result;
   if (x.dim() > 0) {
-    return ops::make_result(op, dtype, x.shape(), Operands{std::move(value)}, x.device(), where,
-                            IntAttrs{d});
+    result = ops::make_result(op, dtype, x.shape(), Operands{std::move(value)}, x.device(), where,
+                              IntAttrs{d});
+  } else {
+    // The kernels need a real dim; a 0-d tensor runs as [1] and is reshaped back.
+    const Tensor one =
+        ops::make_result(op, dtype, Shape{1}, Operands{reshaped(value, Shape{1}, where)},
+                         x.device(), where, IntAttrs{0});
+    result = ops::make_result(Op::kReshape, dtype, Shape{}, Operands{one.impl()->value_node(where)},
+                              x.device(), where);
   }
-  // The kernels need a real dim; a 0-d tensor runs as [1] and is reshaped back.
-  const Tensor one =
-      ops::make_result(op, dtype, Shape{1}, Operands{reshaped(value, Shape{1}, where)}, x.device(),
-                       where, IntAttrs{0});
-  return ops::make_result(Op::kReshape, dtype, Shape{}, Operands{one.impl()->value_node(where)},
-                          x.device(), where);
+  if (autograd::should_record(x)) {
+    autograd::record(autograd::reduction_derivative(op), result, {x}, IntAttrs{d});
+  }
+  return result;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 
+#include "graph/autograd/derivatives.h"
 #include "graph/ops/op_util.h"
 
 namespace axle {
@@ -27,8 +28,10 @@ Shape make_shape(std::string_view op, std::span<const int64_t> dims, const Loc& 
 
 // Every shape-only op is one reshape node: the elements keep their row-major order.
 Tensor reshape_to(const Tensor& x, const Shape& shape, const Loc& where) {
-  return ops::make_result(Op::kReshape, x.dtype(), shape,
-                          Operands{ops::value_as(x, x.dtype(), where)}, x.device(), where);
+  Tensor result = ops::make_result(Op::kReshape, x.dtype(), shape,
+                                   Operands{ops::value_as(x, x.dtype(), where)}, x.device(), where);
+  if (autograd::should_record(x)) autograd::record(autograd::kReshapeBackward, result, {x});
+  return result;
 }
 
 Tensor view_like(std::string_view op, const Tensor& x, std::vector<int64_t> dims,
@@ -84,9 +87,12 @@ Tensor permute_impl(std::string_view op, const Tensor& x, const std::vector<int6
     ints.push_back(d);
     out.push_back(in[static_cast<int>(d)]);
   }
-  return ops::make_result(Op::kPermute, x.dtype(), out,
-                          Operands{ops::value_as(x, x.dtype(), where)}, x.device(), where,
-                          std::move(ints));
+  const bool record = autograd::should_record(x);
+  Tensor result =
+      ops::make_result(Op::kPermute, x.dtype(), out, Operands{ops::value_as(x, x.dtype(), where)},
+                       x.device(), where, record ? ints : std::move(ints));
+  if (record) autograd::record(autograd::kPermuteBackward, result, {x}, std::move(ints));
+  return result;
 }
 
 void require_integer_index(std::string_view op, const Tensor& index, const Loc& where) {
@@ -200,8 +206,10 @@ Tensor expand(const Tensor& x, std::vector<int64_t> shape, Loc where) {
       reject(fmt::format("dim {} has size {}, and only dims of size 1 can grow", i, in[j]));
     }
   }
-  return ops::make_result(Op::kExpand, x.dtype(), make_shape("expand", shape, where),
-                          Operands{ops::value_as(x, x.dtype(), where)}, x.device(), where);
+  Tensor result = ops::make_result(Op::kExpand, x.dtype(), make_shape("expand", shape, where),
+                                   Operands{ops::value_as(x, x.dtype(), where)}, x.device(), where);
+  if (autograd::should_record(x)) autograd::record(autograd::kExpandBackward, result, {x});
+  return result;
 }
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step, Loc where) {
@@ -218,8 +226,13 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   const int64_t length = to > from ? (to - from + step - 1) / step : 0;
   Shape out = x.shape();
   out[static_cast<int>(d)] = length;
-  return ops::make_result(Op::kSlice, x.dtype(), out, Operands{ops::value_as(x, x.dtype(), where)},
-                          x.device(), where, IntAttrs{d, from, step});
+  Tensor result =
+      ops::make_result(Op::kSlice, x.dtype(), out, Operands{ops::value_as(x, x.dtype(), where)},
+                       x.device(), where, IntAttrs{d, from, step});
+  if (autograd::should_record(x)) {
+    autograd::record(autograd::kSliceBackward, result, {x}, IntAttrs{d, from, step});
+  }
+  return result;
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, Loc where) {
@@ -252,8 +265,12 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, Loc where) {
   }
   Operands operands;
   for (const Tensor& t : tensors) operands.push_back(ops::value_as(t, dtype, where));
-  return ops::make_result(Op::kConcat, dtype, out, std::move(operands), first.device(), where,
-                          IntAttrs{d});
+  Tensor result = ops::make_result(Op::kConcat, dtype, out, std::move(operands), first.device(),
+                                   where, IntAttrs{d});
+  if (autograd::should_record_list(tensors)) {
+    autograd::record(autograd::kCatBackward, result, tensors, IntAttrs{d});
+  }
+  return result;
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim, Loc where) {
@@ -298,10 +315,14 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, Loc where
   } else {
     out[static_cast<int>(d)] = index.numel();
   }
-  return ops::make_result(
+  Tensor result = ops::make_result(
       Op::kIndexSelect, x.dtype(), out,
       Operands{ops::value_as(x, x.dtype(), where), ops::value_as(index, index.dtype(), where)},
       device, where, IntAttrs{d});
+  if (autograd::should_record(x)) {
+    autograd::record(autograd::kIndexSelectBackward, result, {x, index}, IntAttrs{d});
+  }
+  return result;
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, Loc where) {
@@ -323,10 +344,46 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, Loc where) {
           where);
     }
   }
-  return ops::make_result(
+  Tensor result = ops::make_result(
       Op::kGather, x.dtype(), index.shape(),
       Operands{ops::value_as(x, x.dtype(), where), ops::value_as(index, index.dtype(), where)},
       device, where, IntAttrs{d});
+  if (autograd::should_record(x)) {
+    autograd::record(autograd::kGatherBackward, result, {x, index}, IntAttrs{d});
+  }
+  return result;
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
+                   Loc where) {
+  ops::require_defined("scatter_add", x, "the operand", where);
+  ops::require_defined("scatter_add", index, "the index", where);
+  ops::require_defined("scatter_add", src, "the source", where);
+  const Device device = ops::common_device("scatter_add", {&x, &index, &src}, where);
+  require_integer_index("scatter_add", index, where);
+  const int64_t d = ops::normalize_dim("scatter_add", x, dim, x.dim(), where);
+  auto reject = [&](const std::string& why) {
+    ops::fail("scatter_add",
+              fmt::format("cannot add {} at index {} into {}: {}", describe(src), describe(index),
+                          describe(x), why),
+              where);
+  };
+  if (src.dtype() != x.dtype()) reject("the source must have the operand's dtype");
+  if (x.dtype() == DType::kBool) reject("pred tensors cannot be added to");
+  if (!(index.shape() == src.shape())) reject("the index and the source must have one shape");
+  if (index.dim() != x.dim()) reject("the index must have the operand's rank");
+  for (int i = 0; i < x.dim(); ++i) {
+    if (i != d && index.shape()[i] > x.shape()[i]) reject(fmt::format("dim {} is larger", i));
+  }
+  Tensor result = ops::make_result(
+      Op::kScatterAdd, x.dtype(), x.shape(),
+      Operands{ops::value_as(x, x.dtype(), where), ops::value_as(index, index.dtype(), where),
+               ops::value_as(src, x.dtype(), where)},
+      device, where, IntAttrs{d});
+  if (autograd::should_record(x, src)) {
+    autograd::record(autograd::kScatterAddBackward, result, {x, index, src}, IntAttrs{d});
+  }
+  return result;
 }
 
 Tensor one_hot(const Tensor& index, int64_t num_classes, Loc where) {

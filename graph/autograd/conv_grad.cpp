@@ -1,0 +1,129 @@
+// graph/autograd: derivatives of conv2d, max_pool2d and avg_pool2d. Both conv2d gradients are
+// conv2d again, as XLA builds them, so every backend that runs the forward runs the backward:
+// the input's gradient convolves the stride-dilated, padded output gradient with the flipped
+// kernel (channels swapped per group); the weight's convolves the input with the output gradient
+// as kernel, the batch playing the channels. The pooling gradients have kernels of their own
+// (kMaxPool2dBackward, kAvgPool2dBackward).
+#include <algorithm>
+#include <array>
+#include <vector>
+
+#include "graph/autograd/derivatives.h"
+#include "graph/autograd/grad_util.h"
+#include "graph/ops/op_util.h"
+
+namespace axle::autograd {
+namespace {
+
+struct ConvAttrs {
+  std::array<int64_t, 2> stride, pad, dilation;
+  int64_t groups;
+};
+
+ConvAttrs conv_attrs(const GradFn& fn) {
+  const IntAttrs& i = fn.ints();
+  return {{i[0], i[1]}, {i[2], i[3]}, {i[4], i[5]}, i[6]};
+}
+
+// w [O, C / G, KH, KW] -> [C, O / G, KH, KW], each group's in/out channels swapped, the kernel
+// turned by 180 degrees.
+Tensor transposed_kernel(const Tensor& w, int64_t groups) {
+  const int64_t o = w.size(0), cg = w.size(1), kh = w.size(2), kw = w.size(3);
+  Tensor t = w;
+  if (groups == 1) {
+    t = transpose(t, 0, 1);
+  } else {
+    t = reshape(t, {groups, o / groups, cg, kh, kw});
+    t = reshape(permute(t, {0, 2, 1, 3, 4}), {groups * cg, o / groups, kh, kw});
+  }
+  for (int dim : {2, 3}) {
+    const int64_t k = t.size(dim);
+    if (k > 1) {
+      t = index_select(t, dim, arange(static_cast<double>(k - 1), -1, -1, DType::kI64, w.device()));
+    }
+  }
+  return t;
+}
+
+Tensor conv_input_grad(const Tensor& g, const Tensor& x, const Tensor& w, const ConvAttrs& a) {
+  Tensor padded = g;
+  std::vector<int64_t> symmetric(2);
+  for (int axis = 0; axis < 2; ++axis) {
+    const int dim = 2 + axis;
+    const int64_t k = w.size(dim), size = x.size(dim), out = g.size(dim);
+    // Output i reads input i * stride + j * dilation - pad: spread the gradient out by the
+    // stride, then pad it so that a stride-1 conv with the flipped kernel gives `size` values.
+    const int64_t lo = a.dilation[axis] * (k - 1) - a.pad[axis];
+    const int64_t hi = size + a.pad[axis] - (out - 1) * a.stride[axis] - 1;
+    // The part both sides share goes to conv2d's own padding, which stores no zeros.
+    symmetric[axis] = std::max<int64_t>(0, std::min(lo, hi));
+    padded = pad_dim(padded, dim, lo - symmetric[axis], hi - symmetric[axis], a.stride[axis] - 1);
+  }
+  Conv2dOptions options;
+  options.padding = symmetric;
+  options.dilation = {a.dilation[0], a.dilation[1]};
+  options.groups = a.groups;
+  return conv2d(padded, transposed_kernel(w, a.groups), {}, options);
+}
+
+Tensor conv_weight_grad(const Tensor& g, const Tensor& x, const Tensor& w, const ConvAttrs& a) {
+  const int64_t n = x.size(0), groups = a.groups;
+  const int64_t cg = x.size(1) / groups, o = g.size(1);
+  // Input [C / G, G * N, H, W]: the batch becomes each group's channels. Kernel [O, N, OH, OW].
+  Tensor input, kernel;
+  if (groups == 1) {
+    input = transpose(x, 0, 1);
+    kernel = transpose(g, 0, 1);
+  } else {
+    input = reshape(x, {n, groups, cg, x.size(2), x.size(3)});
+    input = reshape(permute(input, {2, 1, 0, 3, 4}), {cg, groups * n, x.size(2), x.size(3)});
+    kernel = reshape(g, {n, groups, o / groups, g.size(2), g.size(3)});
+    kernel = reshape(permute(kernel, {1, 2, 0, 3, 4}), {o, n, g.size(2), g.size(3)});
+  }
+  Conv2dOptions options;
+  options.stride = {a.dilation[0], a.dilation[1]};
+  options.padding = {a.pad[0], a.pad[1]};
+  options.dilation = {a.stride[0], a.stride[1]};
+  options.groups = groups;
+  Tensor r = conv2d(input, kernel, {}, options);  // [C / G, O, >= KH, >= KW]
+  // Where the stride skipped the input's last rows or columns, the result has taps past the
+  // kernel's: they belong to no weight.
+  if (r.size(2) > w.size(2)) r = slice(r, 2, 0, w.size(2));
+  if (r.size(3) > w.size(3)) r = slice(r, 3, 0, w.size(3));
+  return transpose(r, 0, 1);
+}
+
+void conv2d_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const ConvAttrs a = conv_attrs(fn);
+  const Tensor& x = fn.input(0);
+  const Tensor& w = fn.input(1);
+  if (fn.needs_grad(0)) grads[0] = conv_input_grad(g, x, w, a);
+  if (fn.needs_grad(1)) grads[1] = conv_weight_grad(g, x, w, a);
+}
+
+// The pooling gradients' ops, traced here rather than in graph/ops (they are not user ops).
+void pool_backward(const GradFn& fn, const Tensor& g, GradList& grads, bool is_max) {
+  const Tensor& x = fn.input(0);
+  const Loc where = Loc::current();
+  const DType dtype = x.dtype();
+  Operands operands;
+  if (is_max) operands.push_back(ops::value_as(x, dtype, where));
+  operands.push_back(ops::value_as(g, dtype, where));
+  grads[0] = ops::make_result(is_max ? Op::kMaxPool2dBackward : Op::kAvgPool2dBackward, dtype,
+                              x.shape(), std::move(operands), x.device(), where, fn.ints());
+}
+
+void max_pool2d_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  pool_backward(fn, g, grads, true);
+}
+void avg_pool2d_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  pool_backward(fn, g, grads, false);
+}
+
+}  // namespace
+
+const Derivative kConv2dBackward{"ConvolutionBackward", conv2d_backward};
+const Derivative kMaxPool2dBackward{"MaxPool2DBackward", max_pool2d_backward};
+const Derivative kAvgPool2dBackward{"AvgPool2DBackward", avg_pool2d_backward};
+
+}  // namespace axle::autograd

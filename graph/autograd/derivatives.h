@@ -1,0 +1,42 @@
+// graph/autograd: the derivative of every differentiable op, by op family (elementwise_grad.cpp,
+// reduce_grad.cpp, linalg_grad.cpp, conv_grad.cpp, shape_grad.cpp). The ops in graph/ops/
+// record them; the attributes each one expects are listed with it.
+#pragma once
+
+#include "graph/autograd/function.h"
+#include "graph/op.h"
+
+namespace axle::autograd {
+
+// --- elementwise: inputs as the op's, no attributes unless listed ---
+/// add sub mul div pow maximum minimum of two tensors.
+[[nodiscard]] const Derivative& binary_derivative(Op op);
+/// add sub mul div pow of a tensor and a scalar; reals = [scalar], ints = [scalar_first].
+[[nodiscard]] const Derivative& scalar_derivative(Op op);
+/// neg exp log sqrt rsqrt tanh sigmoid relu abs, and gelu (ints = [approximate: 1 tanh]).
+[[nodiscard]] const Derivative& unary_derivative(Op op);
+extern const Derivative kWhereBackward;  ///< [condition, a, b]
+extern const Derivative kCastBackward;   ///< [x]
+
+// --- reductions: [x] ---
+/// sum mean amax amin logsumexp (ints = [keepdim, dims...], as the IR's), softmax log_softmax
+/// (ints = [dim]).
+[[nodiscard]] const Derivative& reduction_derivative(Op op);
+
+// --- linear algebra, convolution, pooling ---
+extern const Derivative kMatmulBackward;     ///< [a, b]; ints = [transpose_b] (linear's weight)
+extern const Derivative kConv2dBackward;     ///< [x, w]; ints = the kConv2d node's
+extern const Derivative kMaxPool2dBackward;  ///< [x]; ints = the kMaxPool2d node's
+extern const Derivative kAvgPool2dBackward;  ///< [x]; ints = the kAvgPool2d node's
+
+// --- shape and data movement ---
+extern const Derivative kReshapeBackward;      ///< [x] (reshape, view, flatten, squeeze, ...)
+extern const Derivative kPermuteBackward;      ///< [x]; ints = permutation
+extern const Derivative kExpandBackward;       ///< [x]
+extern const Derivative kSliceBackward;        ///< [x]; ints = [dim, start, step]
+extern const Derivative kCatBackward;          ///< [x0, x1, ...]; ints = [dim]
+extern const Derivative kIndexSelectBackward;  ///< [x, index]; ints = [dim]
+extern const Derivative kGatherBackward;       ///< [x, index]; ints = [dim]
+extern const Derivative kScatterAddBackward;   ///< [x, index, src]; ints = [dim]
+
+}  // namespace axle::autograd

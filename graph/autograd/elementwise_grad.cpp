@@ -1,0 +1,271 @@
+// graph/autograd: derivatives of the elementwise ops. Gradients are left in the result's
+// (broadcast) shape and dtype; backward() sums and casts them to each operand's. Values the
+// derivative needs from the forward pass (exp(x), tanh(x), ...) are traced again from the saved
+// operands: the same op on the same operands is the same IR, which the compiler's CSE merges
+// with the forward's, so they cost nothing when forward and backward run in one step.
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+#include "graph/autograd/derivatives.h"
+#include "graph/autograd/grad_util.h"
+
+namespace axle::autograd {
+namespace {
+
+// g where `keep` holds, else 0.
+Tensor masked(const Tensor& keep, const Tensor& g) { return where(keep, g, scalar_zero(g)); }
+
+// ---- two tensors ----
+
+void add_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  if (fn.needs_grad(0)) grads[0] = g;
+  if (fn.needs_grad(1)) grads[1] = g;
+}
+
+void sub_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  if (fn.needs_grad(0)) grads[0] = g;
+  if (fn.needs_grad(1)) grads[1] = neg(g);
+}
+
+void mul_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  if (fn.needs_grad(0)) grads[0] = mul(g, fn.input(1));
+  if (fn.needs_grad(1)) grads[1] = mul(g, fn.input(0));
+}
+
+void div_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const Tensor& a = fn.input(0);
+  const Tensor& b = fn.input(1);
+  const Tensor ga = div(g, b);
+  if (fn.needs_grad(0)) grads[0] = ga;
+  if (fn.needs_grad(1)) grads[1] = neg(div(mul(ga, a), b));  // -g a / b^2
+}
+
+void pow_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const Tensor& a = fn.input(0);
+  const Tensor& b = fn.input(1);
+  // As torch: a zero exponent has a zero gradient for the base (even at a = 0, where
+  // b * a^(b-1) is nan), and a zero base with a non-negative exponent has a zero gradient for
+  // the exponent (log 0 is -inf).
+  if (fn.needs_grad(0)) {
+    grads[0] = masked(logical_not(eq(b, 0.0)), mul(g, mul(b, pow(a, sub(b, 1.0)))));
+  }
+  if (fn.needs_grad(1)) {
+    const Tensor zero_base = logical_and(eq(a, 0.0), logical_not(lt(b, 0.0)));
+    grads[1] = masked(logical_not(zero_base), mul(g, mul(pow(a, b), log(a))));
+  }
+}
+
+// Ties split the gradient in half between the operands, as torch does.
+void extremum_backward(const GradFn& fn, const Tensor& g, GradList& grads, bool is_max) {
+  const Tensor& a = fn.input(0);
+  const Tensor& b = fn.input(1);
+  const Tensor tie = eq(a, b);
+  const Tensor half = mul(g, 0.5);
+  auto share = [&](const Tensor& wins) { return where(wins, g, masked(tie, half)); };
+  if (fn.needs_grad(0)) grads[0] = share(is_max ? gt(a, b) : lt(a, b));
+  if (fn.needs_grad(1)) grads[1] = share(is_max ? gt(b, a) : lt(b, a));
+}
+
+void maximum_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  extremum_backward(fn, g, grads, true);
+}
+void minimum_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  extremum_backward(fn, g, grads, false);
+}
+
+// ---- a tensor and a scalar: reals = [scalar], ints = [scalar_first] ----
+
+void scalar_add_backward(const GradFn&, const Tensor& g, GradList& grads) { grads[0] = g; }
+
+void scalar_sub_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  grads[0] = fn.ints()[0] ? neg(g) : g;
+}
+
+void scalar_mul_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  grads[0] = mul(g, fn.reals()[0]);
+}
+
+void scalar_div_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const double s = fn.reals()[0];
+  if (!fn.ints()[0]) {
+    grads[0] = div(g, s);
+    return;
+  }
+  const Tensor& x = fn.input(0);  // s / x
+  grads[0] = neg(div(mul(g, s), mul(x, x)));
+}
+
+void scalar_pow_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const double e = fn.reals()[0];
+  const Tensor& x = fn.input(0);
+  grads[0] = e == 0 ? mul(g, 0.0) : mul(g, mul(pow(x, e - 1), e));
+}
+
+// ---- one tensor ----
+
+void neg_backward(const GradFn&, const Tensor& g, GradList& grads) { grads[0] = neg(g); }
+
+void exp_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  grads[0] = mul(g, exp(fn.input(0)));
+}
+
+void log_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  grads[0] = div(g, fn.input(0));
+}
+
+void sqrt_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  grads[0] = div(g, mul(sqrt(fn.input(0)), 2.0));
+}
+
+void rsqrt_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const Tensor r = rsqrt(fn.input(0));  // d/dx x^(-1/2) = -r^3 / 2
+  grads[0] = mul(g, mul(mul(r, mul(r, r)), -0.5));
+}
+
+void tanh_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const Tensor t = tanh(fn.input(0));
+  grads[0] = mul(g, 1.0 - mul(t, t));
+}
+
+void sigmoid_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const Tensor s = sigmoid(fn.input(0));
+  grads[0] = mul(g, mul(s, 1.0 - s));
+}
+
+void relu_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  grads[0] = masked(gt(fn.input(0), 0.0), g);
+}
+
+void abs_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const Tensor& x = fn.input(0);  // sign(x) g, 0 at 0 (as torch)
+  grads[0] = where(gt(x, 0.0), g, masked(lt(x, 0.0), neg(g)));
+}
+
+void gelu_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const Tensor& x = fn.input(0);
+  if (fn.ints()[0] == 0) {
+    // d/dx x Phi(x) = Phi(x) + x phi(x). The IR has no erf: Phi(x) is gelu(x) / x (the forward's
+    // own gelu, so CSE shares it), and 1/2 at x = 0.
+    const Tensor cdf =
+        where(eq(x, 0.0), scalar_tensor(0.5, x.dtype(), x.device()), div(gelu(x, "none"), x));
+    const Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 1 / std::sqrt(2 * std::numbers::pi));
+    grads[0] = mul(g, add(cdf, mul(x, pdf)));
+    return;
+  }
+  // y = x (1 + tanh(u)) / 2 with u = k (x + c x^3).
+  const double k = std::sqrt(2 / std::numbers::pi);
+  constexpr double c = 0.044715;
+  const Tensor x2 = mul(x, x);
+  const Tensor t = tanh(mul(add(x, mul(mul(x2, x), c)), k));
+  const Tensor du = mul(add(mul(x2, 3 * c), 1.0), k);
+  const Tensor dy = add(mul(add(t, 1.0), 0.5), mul(mul(mul(x, 1.0 - mul(t, t)), du), 0.5));
+  grads[0] = mul(g, dy);
+}
+
+void where_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const Tensor& condition = fn.input(0);
+  if (fn.needs_grad(1)) grads[1] = masked(condition, g);
+  if (fn.needs_grad(2)) grads[2] = where(condition, scalar_zero(g), g);
+}
+
+// The cast back to the operand's dtype is backward()'s, as for every gradient.
+void cast_backward(const GradFn&, const Tensor& g, GradList& grads) { grads[0] = g; }
+
+[[noreturn]] void no_derivative(Op op) {
+  throw std::logic_error(std::string("autograd: no derivative for ") + std::string(op_name(op)));
+}
+
+}  // namespace
+
+const Derivative kWhereBackward{"WhereBackward", where_backward};
+const Derivative kCastBackward{"CastBackward", cast_backward};
+
+const Derivative& binary_derivative(Op op) {
+  static const Derivative kAdd{"AddBackward", add_backward};
+  static const Derivative kSub{"SubBackward", sub_backward};
+  static const Derivative kMul{"MulBackward", mul_backward};
+  static const Derivative kDiv{"DivBackward", div_backward};
+  static const Derivative kPow{"PowBackward", pow_backward};
+  static const Derivative kMaximum{"MaximumBackward", maximum_backward};
+  static const Derivative kMinimum{"MinimumBackward", minimum_backward};
+  switch (op) {
+    case Op::kAdd:
+      return kAdd;
+    case Op::kSub:
+      return kSub;
+    case Op::kMul:
+      return kMul;
+    case Op::kDiv:
+      return kDiv;
+    case Op::kPow:
+      return kPow;
+    case Op::kMaximum:
+      return kMaximum;
+    case Op::kMinimum:
+      return kMinimum;
+    default:
+      no_derivative(op);
+  }
+}
+
+const Derivative& scalar_derivative(Op op) {
+  static const Derivative kAdd{"AddBackward", scalar_add_backward};
+  static const Derivative kSub{"SubBackward", scalar_sub_backward};
+  static const Derivative kMul{"MulBackward", scalar_mul_backward};
+  static const Derivative kDiv{"DivBackward", scalar_div_backward};
+  static const Derivative kPow{"PowBackward", scalar_pow_backward};
+  switch (op) {
+    case Op::kAdd:
+      return kAdd;
+    case Op::kSub:
+      return kSub;
+    case Op::kMul:
+      return kMul;
+    case Op::kDiv:
+      return kDiv;
+    case Op::kPow:
+      return kPow;
+    default:
+      no_derivative(op);
+  }
+}
+
+const Derivative& unary_derivative(Op op) {
+  static const Derivative kNeg{"NegBackward", neg_backward};
+  static const Derivative kExp{"ExpBackward", exp_backward};
+  static const Derivative kLog{"LogBackward", log_backward};
+  static const Derivative kSqrt{"SqrtBackward", sqrt_backward};
+  static const Derivative kRsqrt{"RsqrtBackward", rsqrt_backward};
+  static const Derivative kTanh{"TanhBackward", tanh_backward};
+  static const Derivative kSigmoid{"SigmoidBackward", sigmoid_backward};
+  static const Derivative kRelu{"ReluBackward", relu_backward};
+  static const Derivative kGelu{"GeluBackward", gelu_backward};
+  static const Derivative kAbs{"AbsBackward", abs_backward};
+  switch (op) {
+    case Op::kNeg:
+      return kNeg;
+    case Op::kExp:
+      return kExp;
+    case Op::kLog:
+      return kLog;
+    case Op::kSqrt:
+      return kSqrt;
+    case Op::kRsqrt:
+      return kRsqrt;
+    case Op::kTanh:
+      return kTanh;
+    case Op::kSigmoid:
+      return kSigmoid;
+    case Op::kRelu:
+      return kRelu;
+    case Op::kGelu:
+      return kGelu;
+    case Op::kAbs:
+      return kAbs;
+    default:
+      no_derivative(op);
+  }
+}
+
+}  // namespace axle::autograd

@@ -1,0 +1,180 @@
+// graph/autograd: backward() — walks the recorded graph from a tensor to its leaves and traces
+// the gradients into the lazy graph. It executes nothing. The walk is iterative (graphs may be a
+// million ops deep) and visits the graph in the same order every time, so a training step's
+// gradient graph, and with it the compiled program's hash, is the same every step.
+#include <fmt/format.h>
+
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "graph/autograd.h"
+#include "graph/autograd/function.h"
+#include "graph/autograd/grad_util.h"
+#include "graph/ops/op_util.h"
+
+namespace axle {
+namespace {
+
+// A gradient handed to a leaf gets a handle of its own, so that replacing or updating the
+// leaf's grad never shows through a tensor someone else holds (the caller's `gradient`, say).
+Tensor own_handle(const Tensor& t) {
+  if (t.impl()->use_count() == 1) return t;
+  return t.detach();
+}
+
+// Adds `grad` to what `slot` holds (undefined: nothing yet).
+void accumulate(Tensor& slot, Tensor grad) {
+  slot = slot.defined() ? add(slot, grad) : std::move(grad);
+}
+
+// Brings an input's gradient to the input's shape and dtype (formulas may leave it in the
+// result's broadcast shape and dtype).
+Tensor fit_to_input(Tensor grad, const Tensor& input) {
+  if (!(grad.shape() == input.shape())) grad = autograd::sum_to(grad, input.shape());
+  if (grad.dtype() != input.dtype()) grad = cast(grad, input.dtype());
+  return grad;
+}
+
+struct PendingFn {
+  int64_t dependencies = 0;  // edges from GradFns not yet run
+  Tensor grad;               // the sum of the gradients they sent so far
+};
+
+class Backward {
+ public:
+  Backward(bool retain_graph, const Loc& where) : retain_graph_(retain_graph), where_(where) {}
+
+  void run(GradFn* root, Tensor root_grad) {
+    count_dependencies(root);
+    pending_[root].grad = std::move(root_grad);
+    std::vector<GradFn*> ready{root};
+    while (!ready.empty()) {
+      GradFn* fn = ready.back();
+      ready.pop_back();
+      Tensor grad = std::move(pending_[fn].grad);
+      autograd::GradList grads;
+      // No gradient reached this function (every path to it was cut): it only passes the
+      // dependency counts on.
+      if (grad.defined()) grads = apply(*fn, grad);
+      const std::span<const GradEdge> edges = fn->edges();
+      for (std::size_t i = 0; i < edges.size(); ++i) {
+        const bool has_grad = i < grads.size() && grads[i].defined();
+        if (GradFn* next = edges[i].fn.get()) {
+          PendingFn& p = pending_[next];
+          if (has_grad) accumulate(p.grad, std::move(grads[i]));
+          if (--p.dependencies == 0) ready.push_back(next);
+        } else if (edges[i].leaf && has_grad) {
+          add_to_leaf(edges[i].leaf.get(), std::move(grads[i]));
+        }
+      }
+      if (!retain_graph_) fn->release_saved();
+    }
+    flush_leaves();
+  }
+
+  void add_to_leaf(TensorImpl* leaf, Tensor grad) {
+    auto [it, inserted] = leaf_index_.try_emplace(leaf, leaves_.size());
+    if (inserted) leaves_.emplace_back(leaf, Tensor());
+    accumulate(leaves_[it->second].second, std::move(grad));
+  }
+
+  // Adds each leaf's gradient of this backward to its grad(), in first-reached order.
+  void flush_leaves() {
+    for (auto& [leaf, grad] : leaves_) {
+      AutogradMeta* meta = leaf->autograd();
+      if (!meta || !meta->requires_grad) continue;  // turned off after the graph was recorded
+      meta->grad = meta->grad.defined() ? add(meta->grad, grad) : own_handle(grad);
+    }
+  }
+
+ private:
+  // Counts, for every GradFn reachable from the root, the edges that lead to it.
+  void count_dependencies(GradFn* root) {
+    pending_.try_emplace(root);
+    std::vector<GradFn*> stack{root};
+    while (!stack.empty()) {
+      GradFn* fn = stack.back();
+      stack.pop_back();
+      for (const GradEdge& edge : fn->edges()) {
+        GradFn* next = edge.fn.get();
+        if (!next) continue;
+        auto [it, inserted] = pending_.try_emplace(next);
+        ++it->second.dependencies;
+        if (inserted) stack.push_back(next);
+      }
+    }
+  }
+
+  autograd::GradList apply(const GradFn& fn, const Tensor& grad) {
+    if (fn.released()) {
+      ops::fail("backward",
+                fmt::format("cannot go through {} a second time: the first backward freed the "
+                            "tensors it saved; pass retain_graph=true to that backward() to keep "
+                            "them",
+                            fn.name()),
+                where_);
+    }
+    autograd::GradList grads;
+    for (std::size_t i = 0; i < fn.num_inputs(); ++i) grads.push_back(Tensor());
+    fn.derivative().apply(fn, grad, grads);
+    for (std::size_t i = 0; i < fn.num_inputs(); ++i) {
+      if (!fn.needs_grad(i)) {
+        grads[i] = Tensor();
+      } else if (grads[i].defined()) {
+        grads[i] = fit_to_input(grads[i], fn.input(i));
+      }
+    }
+    return grads;
+  }
+
+  bool retain_graph_;
+  Loc where_;
+  std::unordered_map<GradFn*, PendingFn> pending_;
+  std::unordered_map<TensorImpl*, std::size_t> leaf_index_;
+  std::vector<std::pair<TensorImpl*, Tensor>> leaves_;
+};
+
+}  // namespace
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, std::source_location where) const {
+  ops::require_defined("backward", *this, "the tensor", where);
+  if (!requires_grad()) {
+    ops::fail("backward",
+              fmt::format("{} does not require grad and has no grad_fn: no op that made it had an "
+                          "operand requiring grad (see requires_grad_()), or grad mode was off",
+                          ops::describe(*this)),
+              where);
+  }
+  NoGradGuard no_grad;
+  Tensor grad = gradient;
+  if (!grad.defined()) {
+    if (numel() != 1) {
+      ops::fail("backward",
+                fmt::format("a gradient can be implied only for a tensor of one element; {} needs "
+                            "an explicit gradient, as in t.backward(ones_like(t))",
+                            ops::describe(*this)),
+                where);
+    }
+    grad = ones_like(*this, where);
+  } else {
+    if (!(grad.shape() == shape()) || !(grad.device() == device())) {
+      ops::fail("backward",
+                fmt::format("the gradient {} on {} does not match the tensor {} on {}",
+                            ops::describe(grad), grad.device().to_string(), ops::describe(*this),
+                            device().to_string()),
+                where);
+    }
+    if (grad.dtype() != dtype()) grad = cast(grad, dtype(), where);
+  }
+  Backward pass(retain_graph, where);
+  GradFn* root = impl()->autograd()->grad_fn.get();
+  if (root) {
+    pass.run(root, std::move(grad));
+  } else {
+    pass.add_to_leaf(impl(), std::move(grad));
+    pass.flush_leaves();
+  }
+}
+
+}  // namespace axle

@@ -1,0 +1,167 @@
+// The gradients of graph/ops.h's elementwise ops, against central finite differences in f64 on
+// random inputs (see grad_check.h), broadcasting included: one test per op.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "grad_check.h"
+
+namespace axle::testing {
+namespace {
+
+using ElementwiseGrad = Autograd;
+
+using Args = const std::vector<Tensor>&;
+
+TEST_F(ElementwiseGrad, AddBroadcasts) {
+  std::mt19937 rng(1);
+  EXPECT_TRUE(gradients_match([](Args t) { return add(t[0], t[1]); },
+                              {random_arg(rng, {3, 1}), random_arg(rng, {4})}));
+}
+
+TEST_F(ElementwiseGrad, SubBroadcasts) {
+  std::mt19937 rng(2);
+  EXPECT_TRUE(gradients_match([](Args t) { return sub(t[0], t[1]); },
+                              {random_arg(rng, {2, 3}), random_arg(rng, {3})}));
+}
+
+TEST_F(ElementwiseGrad, MulBroadcasts) {
+  std::mt19937 rng(3);
+  EXPECT_TRUE(gradients_match([](Args t) { return mul(t[0], t[1]); },
+                              {random_arg(rng, {2, 3, 4}), random_arg(rng, {3, 1})}));
+}
+
+TEST_F(ElementwiseGrad, DivBroadcasts) {
+  std::mt19937 rng(4);
+  EXPECT_TRUE(gradients_match([](Args t) { return div(t[0], t[1]); },
+                              {random_arg(rng, {1, 4}), away_from_zero(rng, {3, 1}, 0.5)}));
+}
+
+TEST_F(ElementwiseGrad, PowOfTwoTensorsBroadcasts) {
+  std::mt19937 rng(5);
+  EXPECT_TRUE(gradients_match([](Args t) { return pow(t[0], t[1]); },
+                              {random_arg(rng, {2, 3}, 0.5, 2), random_arg(rng, {3}, -1.5, 1.5)}));
+}
+
+TEST_F(ElementwiseGrad, PowWithAScalarExponent) {
+  std::mt19937 rng(6);
+  EXPECT_TRUE(
+      gradients_match([](Args t) { return pow(t[0], 2.5); }, {random_arg(rng, {2, 3}, 0.5, 2)}));
+  EXPECT_TRUE(gradients_match([](Args t) { return pow(t[0], 3.0); }, {random_arg(rng, {4})}));
+}
+
+TEST_F(ElementwiseGrad, MaximumBroadcasts) {
+  std::mt19937 rng(7);
+  EXPECT_TRUE(gradients_match([](Args t) { return maximum(t[0], t[1]); },
+                              {random_arg(rng, {3, 4}), random_arg(rng, {4})}));
+}
+
+TEST_F(ElementwiseGrad, MinimumBroadcasts) {
+  std::mt19937 rng(8);
+  EXPECT_TRUE(gradients_match([](Args t) { return minimum(t[0], t[1]); },
+                              {random_arg(rng, {3, 1}), random_arg(rng, {2, 1, 4})}));
+}
+
+TEST_F(ElementwiseGrad, MaximumSplitsTiesEvenly) {
+  const Tensor a = tensor(std::vector<double>{1, 2, 3}, {3});
+  const Tensor b = tensor(std::vector<double>{1, 5, 0}, {3});
+  a.requires_grad_();
+  b.requires_grad_();
+  sum(maximum(a, b)).backward();
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{0.5, 0, 1}));
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{0.5, 1, 0}));
+}
+
+TEST_F(ElementwiseGrad, ScalarOperandsOnEitherSide) {
+  std::mt19937 rng(9);
+  const GradArg x = away_from_zero(rng, {2, 3}, 0.5);
+  EXPECT_TRUE(gradients_match([](Args t) { return t[0] + 2.0; }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return t[0] - 2.0; }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return 3.0 - t[0]; }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return t[0] * 3.0; }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return t[0] / 4.0; }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return 2.0 / t[0]; }, {x}));
+}
+
+TEST_F(ElementwiseGrad, WhereBroadcastsBothValues) {
+  std::mt19937 rng(10);
+  EXPECT_TRUE(
+      gradients_match([](Args t) { return where(t[0], t[1], t[2]); },
+                      {mask_arg(rng, {3, 4}), random_arg(rng, {3, 1}), random_arg(rng, {4})}));
+}
+
+TEST_F(ElementwiseGrad, Neg) {
+  std::mt19937 rng(11);
+  EXPECT_TRUE(gradients_match([](Args t) { return neg(t[0]); }, {random_arg(rng, {2, 3})}));
+}
+
+TEST_F(ElementwiseGrad, Exp) {
+  std::mt19937 rng(12);
+  EXPECT_TRUE(gradients_match([](Args t) { return exp(t[0]); }, {random_arg(rng, {2, 3})}));
+}
+
+TEST_F(ElementwiseGrad, Log) {
+  std::mt19937 rng(13);
+  EXPECT_TRUE(gradients_match([](Args t) { return log(t[0]); }, {random_arg(rng, {5}, 0.2, 3)}));
+}
+
+TEST_F(ElementwiseGrad, Sqrt) {
+  std::mt19937 rng(14);
+  EXPECT_TRUE(gradients_match([](Args t) { return sqrt(t[0]); }, {random_arg(rng, {5}, 0.2, 3)}));
+}
+
+TEST_F(ElementwiseGrad, Rsqrt) {
+  std::mt19937 rng(15);
+  EXPECT_TRUE(gradients_match([](Args t) { return rsqrt(t[0]); }, {random_arg(rng, {5}, 0.2, 3)}));
+}
+
+TEST_F(ElementwiseGrad, Tanh) {
+  std::mt19937 rng(16);
+  EXPECT_TRUE(gradients_match([](Args t) { return tanh(t[0]); }, {random_arg(rng, {2, 4})}));
+}
+
+TEST_F(ElementwiseGrad, Sigmoid) {
+  std::mt19937 rng(17);
+  EXPECT_TRUE(gradients_match([](Args t) { return sigmoid(t[0]); }, {random_arg(rng, {2, 4})}));
+}
+
+TEST_F(ElementwiseGrad, Relu) {
+  std::mt19937 rng(18);
+  EXPECT_TRUE(gradients_match([](Args t) { return relu(t[0]); }, {away_from_zero(rng, {3, 4})}));
+}
+
+TEST_F(ElementwiseGrad, GeluWithErf) {
+  std::mt19937 rng(19);
+  GradArg x = random_arg(rng, {2, 5}, -4, 4);
+  x.values[0] = 0;  // where Phi(x) cannot come from gelu(x) / x
+  EXPECT_TRUE(gradients_match([](Args t) { return gelu(t[0]); }, {x}));
+}
+
+TEST_F(ElementwiseGrad, GeluWithTanh) {
+  std::mt19937 rng(20);
+  EXPECT_TRUE(
+      gradients_match([](Args t) { return gelu(t[0], "tanh"); }, {random_arg(rng, {2, 5}, -4, 4)}));
+}
+
+TEST_F(ElementwiseGrad, Abs) {
+  std::mt19937 rng(21);
+  EXPECT_TRUE(gradients_match([](Args t) { return abs(t[0]); }, {away_from_zero(rng, {3, 4})}));
+}
+
+TEST_F(ElementwiseGrad, CastGivesTheGradientInTheOperandsDtype) {
+  std::mt19937 rng(22);
+  GradArg x = random_arg(rng, {2, 3});
+  x.dtype = DType::kF32;  // f32 -> f64 -> f32: f32 rounding limits the finite differences
+  EXPECT_TRUE(gradients_match([](Args t) { return mul(cast(t[0], DType::kF64), 3.0); }, {x},
+                              {.eps = 1e-2, .atol = 1e-4, .rtol = 1e-4}));
+}
+
+TEST_F(ElementwiseGrad, ChainOfElementwiseOps) {
+  std::mt19937 rng(23);
+  EXPECT_TRUE(
+      gradients_match([](Args t) { return tanh(t[0] * t[1] + exp(t[0]) / (t[1] * t[1] + 1.0)); },
+                      {random_arg(rng, {2, 3}), random_arg(rng, {3})}));
+}
+
+}  // namespace
+}  // namespace axle::testing
