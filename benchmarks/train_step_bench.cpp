@@ -1,0 +1,118 @@
+// train_step_bench: one training step of the MNIST samples' models on one device.
+//   step_ms              — median time per step of the MLP (batch 128) and the CNN (batch 64),
+//                          forward + backward + SGD momentum, steps issued back to back (trace
+//                          and device overlap), compile excluded
+//   samples_per_s        — batch / step time
+//   fusion_speedup       — step time with fusion off (AXLE_DISABLE_PASSES=fusion) / on
+//   mlp_step_over_gemm   — the MLP step's time / the time of its eight GEMMs (three forward,
+//                          three weight gradients, two input gradients) run directly through Eigen
+// JSON lines on stdout (see benchmarks/README.md).
+#include <CLI/CLI.hpp>
+#include <Eigen/Dense>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "axle.h"
+#include "benchmarks/report.h"
+#include "engine/config.h"
+#include "samples/mnist_models.h"
+
+namespace axle::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Median ms per step over `rounds` rounds of `steps` back-to-back steps.
+double step_ms(const std::string& model_name, int64_t batch, int steps, int rounds) {
+  LazySystem::restart();
+  set_rng_state(1);
+  std::shared_ptr<nn::Module> model = samples::make_mnist_model(model_name);
+  optim::SGD optimizer(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+  const Tensor images = rand({batch, 1, 28, 28});
+  const Tensor labels = randint(0, 10, {batch});
+  auto step = [&] {
+    optimizer.zero_grad();
+    const Tensor loss = nn::nll_loss((*model)(images), labels);
+    loss.backward();
+    optimizer.step();
+    mark_step();
+  };
+  for (int i = 0; i < 3; ++i) step();  // compiles (the first steps differ: momentum starts)
+  wait_device_ops();
+  std::vector<double> ms;
+  for (int r = 0; r < rounds; ++r) {
+    const auto start = Clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    wait_device_ops();
+    ms.push_back(seconds_since(start) * 1e3 / steps);
+  }
+  return quantile(ms, 0.5);
+}
+
+// Median ms of the MLP step's GEMMs through Eigen, row-major as axle stores tensors.
+double mlp_gemm_ms(int64_t batch, int rounds) {
+  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Matrix x = Matrix::Random(batch, 784);
+  const Matrix w1 = Matrix::Random(512, 784), w2 = Matrix::Random(512, 512),
+               w3 = Matrix::Random(10, 512);
+  Matrix h1(batch, 512), h2(batch, 512), out(batch, 10);
+  const Matrix d_out = Matrix::Random(batch, 10);
+  Matrix d_h2(batch, 512), d_h1(batch, 512), g1(512, 784), g2(512, 512), g3(10, 512);
+  std::vector<double> ms;
+  for (int r = 0; r < rounds; ++r) {
+    const auto start = Clock::now();
+    for (int i = 0; i < 10; ++i) {
+      h1.noalias() = x * w1.transpose();
+      h2.noalias() = h1 * w2.transpose();
+      out.noalias() = h2 * w3.transpose();
+      g3.noalias() = d_out.transpose() * h2;
+      d_h2.noalias() = d_out * w3;
+      g2.noalias() = d_h2.transpose() * h1;
+      d_h1.noalias() = d_h2 * w2;
+      g1.noalias() = d_h1.transpose() * x;
+    }
+    ms.push_back(seconds_since(start) * 1e3 / 10);
+  }
+  if (out(0, 0) + g1(0, 0) + g2(0, 0) + g3(0, 0) == 12345.f) std::fprintf(stderr, "unlikely\n");
+  return quantile(ms, 0.5);
+}
+
+}  // namespace
+}  // namespace axle::bench
+
+int main(int argc, char** argv) {
+  using namespace axle::bench;
+  CLI::App app{"train_step_bench: MNIST MLP and CNN training steps on one device"};
+  bool quick = false;
+  app.add_flag("--quick", quick, "a short run");
+  CLI11_PARSE(app, argc, argv);
+  const int steps = quick ? 5 : 20, rounds = quick ? 3 : 7;
+  struct Case {
+    const char* model;
+    int64_t batch;
+  };
+  for (const Case c : {Case{"mlp", 128}, Case{"cnn", 64}}) {
+    const double fused = step_ms(c.model, c.batch, steps, rounds);
+    emit("train_step", "step_ms", fused, "ms",
+         {{"model", std::string(c.model)}, {"batch", c.batch}});
+    emit("train_step", "samples_per_s", static_cast<double>(c.batch) / fused * 1e3, "samples/s",
+         {{"model", std::string(c.model)}, {"batch", c.batch}});
+    axle::config::set("AXLE_DISABLE_PASSES", "fusion");
+    const double unfused = step_ms(c.model, c.batch, steps, rounds);
+    axle::config::unset("AXLE_DISABLE_PASSES");
+    emit("train_step", "fusion_speedup", unfused / fused, "ratio",
+         {{"model", std::string(c.model)}, {"batch", c.batch}});
+    if (std::string(c.model) == "mlp") {
+      emit("train_step", "mlp_step_over_gemm", fused / mlp_gemm_ms(c.batch, rounds), "ratio",
+           {{"batch", c.batch}});
+    }
+  }
+  axle::LazySystem::restart();
+  return 0;
+}

@@ -1,0 +1,133 @@
+// graph/nn: layers.
+#include "graph/nn/layers.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "graph/autograd.h"
+
+namespace axle::nn {
+namespace {
+
+// Uniform in [-bound, bound) from the device's random stream.
+Tensor uniform(const Shape& shape, double bound, Device device) {
+  return rand(shape, DType::kF32, device) * (2 * bound) - bound;
+}
+
+}  // namespace
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Device device) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  register_parameter("weight", uniform(Shape{out_features, in_features}, bound, device));
+  register_parameter("bias", bias ? uniform(Shape{out_features}, bound, device) : Tensor());
+}
+
+Tensor Linear::forward(const Tensor& input) { return linear(input, weight(), bias()); }
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::vector<int64_t> kernel_size,
+               Conv2dOptions options, bool bias, Device device)
+    : options_(std::move(options)) {
+  if (kernel_size.size() == 1) kernel_size.push_back(kernel_size[0]);
+  if (kernel_size.size() != 2 || options_.groups < 1 || in_channels % options_.groups != 0) {
+    throw std::invalid_argument(
+        fmt::format("Conv2d: kernel_size needs 1 or 2 values and groups must divide in_channels "
+                    "({} channels, {} groups)",
+                    in_channels, options_.groups));
+  }
+  const int64_t fan_in = in_channels / options_.groups * kernel_size[0] * kernel_size[1];
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  register_parameter("weight", uniform(Shape{out_channels, in_channels / options_.groups,
+                                             kernel_size[0], kernel_size[1]},
+                                       bound, device));
+  register_parameter("bias", bias ? uniform(Shape{out_channels}, bound, device) : Tensor());
+}
+
+Tensor Conv2d::forward(const Tensor& input) { return conv2d(input, weight(), bias(), options_); }
+
+Dropout::Dropout(double p) : p_(p) {
+  if (!(p >= 0 && p <= 1)) throw std::invalid_argument(fmt::format("Dropout: p = {}", p));
+}
+
+Tensor Dropout::forward(const Tensor& input) {
+  if (!is_training() || p_ == 0) return input;
+  if (p_ == 1) return input * 0.0;
+  const Tensor keep = bernoulli(input.shape(), 1 - p_, input.dtype(), input.device());
+  return input * keep * (1.0 / (1 - p_));
+}
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, Device device)
+    : num_features_(num_features), eps_(eps), momentum_(momentum) {
+  register_parameter("weight", ones(Shape{num_features}, DType::kF32, device));
+  register_parameter("bias", zeros(Shape{num_features}, DType::kF32, device));
+  register_buffer("running_mean", zeros(Shape{num_features}, DType::kF32, device));
+  register_buffer("running_var", ones(Shape{num_features}, DType::kF32, device));
+  register_buffer("num_batches_tracked", zeros(Shape{}, DType::kI64, device));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& input) {
+  if (input.dim() != 4 || input.size(1) != num_features_) {
+    throw ShapeError(fmt::format("BatchNorm2d({}): expects (N, {}, H, W), got {}", num_features_,
+                                 num_features_, input.shape().to_string()));
+  }
+  auto per_channel = [](const Tensor& t) { return reshape(t, {1, -1, 1, 1}); };
+  Tensor mean_c, var_c;
+  if (is_training()) {
+    mean_c = mean(input, {0, 2, 3});
+    const Tensor centered = input - per_channel(mean_c);
+    var_c = mean(centered * centered, {0, 2, 3});
+    const auto n = static_cast<double>(input.numel() / num_features_);
+    NoGradGuard no_grad;  // the running statistics are not trained
+    const Tensor m = mean_c.detach(), v = var_c.detach();
+    buffer(0).copy_(buffer(0) * (1 - momentum_) + m * momentum_);
+    buffer(1).copy_(buffer(1) * (1 - momentum_) + v * (momentum_ * n / std::max(n - 1, 1.0)));
+    buffer(2).copy_(buffer(2) + 1.0);
+  } else {
+    mean_c = buffer(0);
+    var_c = buffer(1);
+  }
+  const Tensor scale = parameter(0) * rsqrt(var_c + eps_);
+  return input * per_channel(scale) + per_channel(parameter(1) - mean_c * scale);
+}
+
+LayerNorm::LayerNorm(std::vector<int64_t> normalized_shape, double eps, bool elementwise_affine,
+                     Device device)
+    : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
+  const Shape shape(normalized_shape_);
+  register_parameter("weight", elementwise_affine ? ones(shape, DType::kF32, device) : Tensor());
+  register_parameter("bias", elementwise_affine ? zeros(shape, DType::kF32, device) : Tensor());
+}
+
+Tensor LayerNorm::forward(const Tensor& input) {
+  const auto k = static_cast<int64_t>(normalized_shape_.size());
+  const int rank = input.dim();
+  bool fits = rank >= k;
+  for (int64_t i = 0; fits && i < k; ++i) {
+    fits = input.size(static_cast<int>(rank - k + i)) == normalized_shape_[i];
+  }
+  if (!fits) {
+    throw ShapeError(fmt::format("LayerNorm([{}]): the input {} does not end in those dims",
+                                 fmt::join(normalized_shape_, ","), input.shape().to_string()));
+  }
+  std::vector<int64_t> dims;
+  for (int64_t i = rank - k; i < rank; ++i) dims.push_back(i);
+  const Tensor mu = mean(input, dims, true);
+  const Tensor centered = input - mu;
+  const Tensor var = mean(centered * centered, dims, true);
+  Tensor y = centered * rsqrt(var + eps_);
+  if (parameter(0).defined()) y = y * parameter(0) + parameter(1);
+  return y;
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Device device) {
+  register_parameter("weight", randn(Shape{num_embeddings, embedding_dim}, DType::kF32, device));
+}
+
+Tensor Embedding::forward(const Tensor& indices) {
+  std::vector<int64_t> shape(indices.shape().dims().begin(), indices.shape().dims().end());
+  shape.push_back(weight().size(1));
+  return reshape(index_select(weight(), 0, flatten(indices)), shape);
+}
+
+}  // namespace axle::nn

@@ -1,0 +1,130 @@
+// graph/nn: the module tree.
+#include "graph/nn/module.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "graph/ops.h"
+#include "graph/ops/op_util.h"
+
+namespace axle::nn {
+
+const Tensor* find(const StateDict& state, const std::string& key) {
+  for (const auto& [name, tensor] : state) {
+    if (name == key) return &tensor;
+  }
+  return nullptr;
+}
+
+template <class Fn>
+void Module::visit(bool buffers, const std::string& prefix, Fn& fn) const {
+  for (const auto& [name, tensor] : buffers ? buffers_ : parameters_) {
+    if (tensor.defined()) fn(prefix + name, tensor);
+  }
+  for (const auto& [name, child] : children_) child->visit(buffers, prefix + name + ".", fn);
+}
+
+namespace {
+
+// Each tensor once, by its shared value.
+StateDict distinct(StateDict all) {
+  std::unordered_set<const TensorImpl*> seen;
+  StateDict out;
+  for (auto& entry : all) {
+    if (seen.insert(entry.second.impl()).second) out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+}  // namespace
+
+StateDict Module::named_parameters() const {
+  StateDict all;
+  auto add = [&](const std::string& name, const Tensor& t) { all.emplace_back(name, t); };
+  visit(false, "", add);
+  return distinct(std::move(all));
+}
+
+StateDict Module::named_buffers() const {
+  StateDict all;
+  auto add = [&](const std::string& name, const Tensor& t) { all.emplace_back(name, t); };
+  visit(true, "", add);
+  return distinct(std::move(all));
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, tensor] : named_parameters()) out.push_back(std::move(tensor));
+  return out;
+}
+
+StateDict Module::state_dict() const {
+  // As torch: each module's parameters, then its buffers, then its submodules'.
+  StateDict all;
+  auto walk = [&](auto& self, const Module& m, const std::string& prefix) -> void {
+    for (const auto& [name, t] : m.parameters_) {
+      if (t.defined()) all.emplace_back(prefix + name, t);
+    }
+    for (const auto& [name, t] : m.buffers_) {
+      if (t.defined()) all.emplace_back(prefix + name, t);
+    }
+    for (const auto& [name, child] : m.children_) self(self, *child, prefix + name + ".");
+  };
+  walk(walk, *this, "");
+  return all;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::zero_grad() {
+  for (const Tensor& p : parameters()) p.set_grad({});
+}
+
+void Module::set_parameter(const std::string& name, const Tensor& value,
+                           std::source_location where) {
+  for (auto& [own, tensor] : parameters_) {
+    if (own != name) continue;
+    if (!value.defined() || !(value.shape() == tensor.shape()) || value.dtype() != tensor.dtype()) {
+      throw StateDictError(
+          fmt::format("set_parameter: \"{}\" is {}; the new value is {} (at {}:{})", name,
+                      ops::describe(tensor), value.defined() ? ops::describe(value) : "undefined",
+                      where.file_name(), where.line()));
+    }
+    tensor = value;
+    return;
+  }
+  throw StateDictError(fmt::format("set_parameter: this module has no parameter \"{}\" (at {}:{})",
+                                   name, where.file_name(), where.line()));
+}
+
+std::size_t Module::register_parameter(std::string name, Tensor value, bool requires_grad) {
+  if (value.defined() && requires_grad) value.requires_grad_();
+  parameters_.emplace_back(std::move(name), std::move(value));
+  return parameters_.size() - 1;
+}
+
+std::size_t Module::register_buffer(std::string name, Tensor value) {
+  buffers_.emplace_back(std::move(name), std::move(value));
+  return buffers_.size() - 1;
+}
+
+Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) {
+  for (auto& m : modules) push_back(std::move(m));
+}
+
+void Sequential::push_back(std::shared_ptr<Module> module) {
+  register_module(std::to_string(size()), std::move(module));
+}
+
+Tensor Sequential::forward(const Tensor& input) {
+  Tensor x = input;
+  for (const auto& [name, child] : named_children()) x = child->forward(x);
+  return x;
+}
+
+}  // namespace axle::nn

@@ -1,0 +1,110 @@
+// graph/optim: optimizers, as torch.optim's. A step only traces: the updates join the pending
+// graph and run with the next mark_step, and nothing is read back to the host. The learning rate
+// and the step count enter the graph as parameters, so a scheduler changing them never
+// recompiles.
+#pragma once
+
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "graph/nn/module.h"
+
+namespace axle::optim {
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<Tensor> params, double lr);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// Updates every parameter that has a gradient, in place (Tensor::copy_).
+  virtual void step() = 0;
+  /// Resets every parameter's gradient (to undefined, as zero_grad(set_to_none=True)).
+  void zero_grad();
+
+  [[nodiscard]] double lr() const noexcept { return lr_; }
+  void set_lr(double lr) noexcept { lr_ = lr; }
+  [[nodiscard]] const std::vector<Tensor>& params() const noexcept { return params_; }
+  /// Steps taken so far.
+  [[nodiscard]] int64_t steps() const noexcept { return steps_; }
+
+  /// The optimizer's state: "state.<i>.<name>" per parameter i (momentum buffers, moment
+  /// estimates) and "step" (a 0-d s64), as device tensors.
+  [[nodiscard]] nn::StateDict state_dict() const;
+  /// Loads a state_dict() of an optimizer of the same kind over the same parameters; throws
+  /// nn::StateDictError naming the key that does not fit, before changing anything (defined in
+  /// actors/: it reads the step count).
+  void load_state_dict(const nn::StateDict& state,
+                       std::source_location where = std::source_location::current());
+
+ protected:
+  /// Parameter i's state tensor `name` (undefined until first set).
+  Tensor& state(std::size_t i, const std::string& name);
+  /// Names of the per-parameter state, for state_dict().
+  [[nodiscard]] virtual std::vector<std::string> state_names() const = 0;
+
+  std::vector<Tensor> params_;
+  double lr_;
+  int64_t steps_ = 0;
+
+ private:
+  std::vector<nn::StateDict> state_;
+};
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+};
+
+/// Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay,
+/// step for step as torch.optim.SGD.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SgdOptions options);
+  void step() override;
+
+ private:
+  std::vector<std::string> state_names() const override;
+  SgdOptions options_;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+};
+
+/// Adam (weight decay added to the gradient), as torch.optim.Adam; with `decoupled`, AdamW
+/// (weights decay by lr * weight_decay before the update).
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled = false);
+  void step() override;
+
+ private:
+  std::vector<std::string> state_names() const override;
+  AdamOptions options_;
+  bool decoupled_;
+};
+
+/// AdamW: Adam with decoupled weight decay (default 0.01), as torch.optim.AdamW.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamOptions options = {.weight_decay = 0.01})
+      : Adam(std::move(params), options, true) {}
+};
+
+/// Scales the gradients of `params` so that their joint `norm_type`-norm is at most `max_norm`,
+/// without reading anything back: the scale is where(coef < 1, coef, 1) with
+/// coef = max_norm / (norm + 1e-6). Returns the norm before clipping (a pending 0-d tensor).
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+                       std::source_location where = std::source_location::current());
+
+}  // namespace axle::optim

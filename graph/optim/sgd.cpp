@@ -1,0 +1,41 @@
+// graph/optim: SGD, step for step as torch.optim.SGD.
+#include <cmath>
+
+#include "graph/autograd.h"
+#include "graph/ops.h"
+#include "graph/optim/optimizer.h"
+
+namespace axle::optim {
+
+SGD::SGD(std::vector<Tensor> params, SgdOptions options)
+    : Optimizer(std::move(params), options.lr), options_(options) {
+  if (options_.nesterov && (options_.momentum <= 0 || options_.dampening != 0)) {
+    throw std::invalid_argument("SGD: Nesterov momentum needs momentum > 0 and no dampening");
+  }
+}
+
+std::vector<std::string> SGD::state_names() const { return {"momentum_buffer"}; }
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  ++steps_;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    Tensor d = p.grad();
+    if (!d.defined()) continue;
+    if (options_.weight_decay != 0) d = d + p * options_.weight_decay;
+    if (options_.momentum != 0) {
+      Tensor& buffer = state(i, "momentum_buffer");
+      if (!buffer.defined()) {
+        buffer = d;  // the first step starts the buffer at the gradient, as torch
+      } else {
+        buffer = buffer * options_.momentum +
+                 (options_.dampening == 0 ? d : d * (1 - options_.dampening));
+      }
+      d = options_.nesterov ? d + buffer * options_.momentum : buffer;
+    }
+    p.copy_(p - d * lr_);
+  }
+}
+
+}  // namespace axle::optim

@@ -1,0 +1,223 @@
+// samples/train_mnist: trains an MLP or a CNN on Fashion-MNIST (or synthetic data) on one device,
+// as PyTorch/XLA's test_train_mp_mnist does: the whole step (forward, backward, SGD) traces into
+// one graph, and losses are printed by asynchronous step closures, so logging never waits for
+// the device.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "axle.h"
+#include "io/data_loader.h"
+#include "io/fake_data.h"
+#include "io/fashion_mnist.h"
+#include "io/safetensors.h"
+#include "samples/mnist_models.h"
+
+namespace axle::samples {
+namespace {
+
+struct Flags {
+  std::string model = "mlp";
+  int64_t batch_size = 128;
+  int num_epochs = 1;
+  int64_t max_steps = 0;  // 0: no limit
+  double lr = 0.01;
+  double momentum = 0.9;
+  int shuffle = 1;
+  bool fake_data = false;
+  uint64_t seed = 1;
+  int64_t log_steps = 20;
+  std::string init;
+  std::string save;
+  bool metrics_debug = false;
+  std::string data_dir = std::string(FashionMnist::kDefaultDir);
+  int num_workers = 1;
+};
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Samples per second since the last report, smoothed, and since the start (PyTorch/XLA's
+// RateTracker). Used from the closure thread only.
+class RateTracker {
+ public:
+  void add(int64_t samples) {
+    const double elapsed = seconds_since(last_);
+    last_ = Clock::now();
+    total_ += samples;
+    const double rate = elapsed > 0 ? static_cast<double>(samples) / elapsed : 0;
+    rate_ = rate_ < 0 ? rate : 0.6 * rate_ + 0.4 * rate;
+  }
+  [[nodiscard]] double rate() const { return rate_; }
+  [[nodiscard]] double global_rate() const {
+    return static_cast<double>(total_) / std::max(seconds_since(start_), 1e-9);
+  }
+
+ private:
+  Clock::time_point start_ = Clock::now(), last_ = Clock::now();
+  int64_t total_ = 0;
+  double rate_ = -1;
+};
+
+std::string now_text() {
+  const std::time_t t = std::time(nullptr);
+  char text[64];
+  std::strftime(text, sizeof text, "%a %b %e %H:%M:%S %Y", std::localtime(&t));
+  return text;
+}
+
+std::shared_ptr<const Dataset> dataset(const Flags& flags, Split split) {
+  if (flags.fake_data) {
+    return std::make_shared<FakeData>(FakeDataOptions{
+        .size = split == Split::kTrain ? 60000 : 10000, .seed = split == Split::kTrain ? 1u : 2u});
+  }
+  return std::make_shared<FashionMnist>(split, flags.data_dir);
+}
+
+Tensor to_device(const CpuTensor& host, Device device) {
+  return tensor_from_bytes(host.bytes, host.dtype, host.shape, device);
+}
+
+void load_weights(nn::Module& model, const std::string& path, Device device) {
+  nn::StateDict state;
+  for (const auto& [name, host] : load_safetensors(path))
+    state.emplace_back(name, to_device(host, device));
+  model.load_state_dict(state);
+}
+
+void save_weights(const nn::Module& model, const std::string& path) {
+  if (std::filesystem::path(path).extension() != ".safetensors") {
+    throw std::invalid_argument(
+        fmt::format("--save {}: only .safetensors files are written", path));
+  }
+  CpuTensorMap host;
+  for (const auto& [name, t] : model.state_dict()) host.emplace(name, t.to_cpu());
+  save_safetensors(path, host);
+}
+
+// Fraction of the test set classified correctly; the count accumulates on the device.
+double test_accuracy(nn::Module& model, const Flags& flags, Device device) {
+  model.eval();
+  NoGradGuard no_grad;
+  DataLoader loader(
+      dataset(flags, Split::kTest),
+      DataLoaderOptions{.batch_size = flags.batch_size, .num_workers = flags.num_workers});
+  Tensor correct = zeros(Shape{}, DType::kI64, device);
+  int64_t seen = 0;
+  for (auto it = loader.begin(); it != loader.end(); ++it) {
+    const Batch& batch = *it;
+    const Tensor predicted = argmax(model(to_device(batch[0], device)), 1);
+    correct = correct + sum(cast(eq(predicted, to_device(batch[1], device)), DType::kI64));
+    seen += batch[1].shape[0];
+    mark_step();
+  }
+  model.train();
+  return seen == 0 ? 0 : correct.item() / static_cast<double>(seen);
+}
+
+int train(const Flags& flags) {
+  const Device device = axle::device(0);
+  set_rng_state(flags.seed, device);
+  std::shared_ptr<nn::Module> model = make_mnist_model(flags.model, device);
+  if (!flags.init.empty()) load_weights(*model, flags.init, device);
+  optim::SGD optimizer(model->parameters(), {.lr = flags.lr, .momentum = flags.momentum});
+  DataLoader train_loader(dataset(flags, Split::kTrain),
+                          DataLoaderOptions{.batch_size = flags.batch_size,
+                                            .shuffle = flags.shuffle != 0,
+                                            .seed = flags.seed,
+                                            .drop_last = true,
+                                            .num_workers = flags.num_workers});
+  auto tracker = std::make_shared<RateTracker>();
+  const auto start = Clock::now();
+  int64_t step = 0, samples = 0;
+  double accuracy = 0;
+  bool done = false;
+  for (int epoch = 1; epoch <= flags.num_epochs && !done; ++epoch) {
+    train_loader.set_epoch(epoch - 1);
+    for (auto it = train_loader.begin(); it != train_loader.end(); ++it) {
+      const Batch& batch = *it;
+      const Tensor images = to_device(batch[0], device);
+      const Tensor labels = to_device(batch[1], device);
+      optimizer.zero_grad();
+      const Tensor loss = nn::nll_loss((*model)(images), labels);
+      loss.backward();
+      optimizer.step();
+      mark_step();
+      ++step;
+      samples += labels.size(0);
+      const int64_t batch_samples = labels.size(0);
+      if (flags.log_steps > 0 && step % flags.log_steps == 0) {
+        add_step_closure(
+            [tracker, loss, step, epoch, batch_samples, flags_log = flags.log_steps] {
+              tracker->add(batch_samples * flags_log);
+              fmt::print(
+                  "| Training Device=xla:0/0 Epoch={} Step={} Loss={:.5f} Rate={:.2f} "
+                  "GlobalRate={:.2f} Time={}\n",
+                  epoch, step, loss.item(), tracker->rate(), tracker->global_rate(), now_text());
+              std::fflush(stdout);
+            },
+            /*run_async=*/true);
+      }
+      if (flags.max_steps > 0 && step >= flags.max_steps) {
+        done = true;
+        break;
+      }
+    }
+    wait_device_ops();
+    accuracy = test_accuracy(*model, flags, device);
+    fmt::print("| Test Device=xla:0/0 Epoch={} Accuracy={:.2f}% Time={}\n", epoch, 100 * accuracy,
+               now_text());
+  }
+  wait_device_ops();
+  const double train_seconds = seconds_since(start);
+  if (!flags.save.empty()) save_weights(*model, flags.save);
+  if (flags.metrics_debug) fmt::print("{}", metrics_report());
+  fmt::print("{{\"final_test_accuracy\":{:.4f},\"train_samples_per_s\":{:.1f},\"compiles\":{}}}\n",
+             accuracy, static_cast<double>(samples) / train_seconds,
+             counter_value("UncachedCompile").value_or(0));
+  return 0;
+}
+
+}  // namespace
+}  // namespace axle::samples
+
+int main(int argc, char** argv) {
+  axle::samples::Flags flags;
+  CLI::App app{"train_mnist: an MLP or CNN on Fashion-MNIST, as PyTorch/XLA's MNIST sample"};
+  app.add_option("--model", flags.model, "mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
+  app.add_option("--batch_size", flags.batch_size)->check(CLI::PositiveNumber);
+  app.add_option("--num_epochs", flags.num_epochs)->check(CLI::NonNegativeNumber);
+  app.add_option("--max_steps", flags.max_steps, "stop after this many steps (0: no limit)");
+  app.add_option("--lr", flags.lr);
+  app.add_option("--momentum", flags.momentum);
+  app.add_option("--shuffle", flags.shuffle, "1 shuffles the training set each epoch");
+  app.add_flag("--fake_data", flags.fake_data, "synthetic data instead of Fashion-MNIST");
+  app.add_option("--seed", flags.seed);
+  app.add_option("--log_steps", flags.log_steps, "print the loss every this many steps");
+  app.add_option("--init", flags.init, "start from the weights of this .safetensors file");
+  app.add_option("--save", flags.save, "write the trained weights to this .safetensors file");
+  app.add_flag("--metrics_debug", flags.metrics_debug, "print the metrics report at the end");
+  app.add_option("--data_dir", flags.data_dir, "where the Fashion-MNIST files are");
+  app.add_option("--num_workers", flags.num_workers, "data loader worker threads");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!flags.fake_data && !std::filesystem::exists(flags.data_dir)) {
+      std::fprintf(stderr, "train_mnist: no dataset in %s; training on --fake_data\n",
+                   flags.data_dir.c_str());
+      flags.fake_data = true;
+    }
+    return axle::samples::train(flags);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_mnist: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,131 @@
+// Checkpoints: save and load round trips, atomic writes, one tensor on the host at a time, and
+// an error naming the file and the key for every kind of damage.
+#include "io/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "axle.h"
+#include "io/error.h"
+#include "tests/io/io_test_util.h"
+
+namespace axle {
+namespace {
+
+using testing::contains;
+using testing::error_message;
+using testing::read_file;
+using testing::TempDir;
+using testing::write_file;
+
+class Checkpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LazySystem::restart(LazySystemOptions{.cpu_devices = 2});
+    clear_all();
+  }
+  void TearDown() override { LazySystem::restart(); }
+
+  static nn::StateDict sample() {
+    return {{"fc.weight", tensor(std::vector<float>{1.5f, -2, 3, 4, 5, 6}, {2, 3}) * 2.0},
+            {"fc.bias", tensor(std::vector<double>{0.25, -0.5}, {2})},
+            {"steps", scalar_tensor(7, DType::kI64)},
+            {"mask", gt(tensor(std::vector<float>{1, -1, 2}, {3}), 0.0)},
+            {"empty", zeros({0, 4})}};
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(Checkpoint, RoundTripsEveryTensorByNameOntoTheGivenDevice) {
+  const nn::StateDict state = sample();
+  save(state, dir_ / "model.axle");
+  const nn::StateDict loaded = load(dir_ / "model.axle", device(1));
+  ASSERT_EQ(loaded.size(), state.size());
+  for (std::size_t i = 0; i < state.size(); ++i) {
+    EXPECT_EQ(loaded[i].first, state[i].first);
+    EXPECT_EQ(loaded[i].second.device(), device(1));
+    EXPECT_EQ(loaded[i].second.dtype(), state[i].second.dtype()) << state[i].first;
+    EXPECT_EQ(loaded[i].second.shape(), state[i].second.shape()) << state[i].first;
+    EXPECT_EQ(loaded[i].second.to_cpu().bytes, state[i].second.to_cpu().bytes) << state[i].first;
+  }
+}
+
+TEST_F(Checkpoint, HoldsOneTensorOnTheHostAtATime) {
+  nn::StateDict state;
+  for (int i = 0; i < 8; ++i) state.emplace_back("t" + std::to_string(i), zeros({1000}));
+  save(state, dir_ / "big.axle");
+  const std::optional<MetricData> held = metric_data("CheckpointHostBytes");
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(held->total_samples, 8);
+  for (const auto& [when, bytes] : held->samples) EXPECT_EQ(bytes, 4000.0);
+}
+
+TEST_F(Checkpoint, ReplacesAnOldFileWholeAndLeavesNoTemporaryFiles) {
+  save(sample(), dir_ / "model.axle");
+  save({{"only", ones({2})}}, dir_ / "model.axle");
+  const nn::StateDict loaded = load(dir_ / "model.axle");
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].first, "only");
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
+    (void)entry;
+    ++files;
+  }
+  EXPECT_EQ(files, 1);
+}
+
+TEST_F(Checkpoint, AMissingFileIsAFileError) {
+  const std::string what = error_message<FileError>([&] { (void)load(dir_ / "absent.axle"); });
+  EXPECT_TRUE(contains(what, "absent.axle")) << what;
+}
+
+TEST_F(Checkpoint, EveryTruncationIsAnErrorNamingTheFile) {
+  save(sample(), dir_ / "model.axle");
+  const std::vector<uint8_t> bytes = read_file(dir_ / "model.axle");
+  for (std::size_t keep :
+       {std::size_t{0}, std::size_t{5}, bytes.size() / 3, bytes.size() / 2, bytes.size() - 1}) {
+    write_file(dir_ / "cut.axle", std::vector<uint8_t>(bytes.begin(), bytes.begin() + keep));
+    const std::string what = error_message<FileError>([&] { (void)load(dir_ / "cut.axle"); });
+    EXPECT_TRUE(contains(what, "cut.axle")) << keep << ": " << what;
+  }
+}
+
+TEST_F(Checkpoint, AFlippedDataByteIsAChecksumErrorNamingTheKey) {
+  save({{"fc.weight", ones({64})}}, dir_ / "model.axle");
+  std::vector<uint8_t> bytes = read_file(dir_ / "model.axle");
+  bytes[bytes.size() - 10] ^= 0x40;  // inside the tensor's data, which comes last
+  write_file(dir_ / "model.axle", bytes);
+  const std::string what = error_message<FileError>([&] { (void)load(dir_ / "model.axle"); });
+  EXPECT_TRUE(contains(what, "key \"fc.weight\"")) << what;
+  EXPECT_TRUE(contains(what, "checksum")) << what;
+}
+
+TEST_F(Checkpoint, AnotherFormatIsRefused) {
+  write_file(dir_ / "model.axle", std::string_view("\x05\0\0\0\0\0\0\0hello", 13));
+  const std::string what = error_message<FileError>([&] { (void)load(dir_ / "model.axle"); });
+  EXPECT_TRUE(contains(what, "model.axle")) << what;
+  write_file(dir_ / "garbage.axle", std::string(64, 'x'));
+  EXPECT_THROW((void)load(dir_ / "garbage.axle"), FileError);
+}
+
+TEST_F(Checkpoint, TrailingBytesAreDamage) {
+  save({{"w", ones({2})}}, dir_ / "model.axle");
+  std::vector<uint8_t> bytes = read_file(dir_ / "model.axle");
+  bytes.push_back(0);
+  write_file(dir_ / "model.axle", bytes);
+  const std::string what = error_message<FileError>([&] { (void)load(dir_ / "model.axle"); });
+  EXPECT_TRUE(contains(what, "after the last tensor")) << what;
+}
+
+TEST_F(Checkpoint, AnUndefinedTensorIsRefusedAndNothingIsWritten) {
+  const std::string what = error_message<FileError>([&] {
+    save({{"w", ones({2})}, {"ghost", Tensor()}}, dir_ / "model.axle");
+  });
+  EXPECT_TRUE(contains(what, "key \"ghost\"")) << what;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "model.axle"));
+}
+
+}  // namespace
+}  // namespace axle
