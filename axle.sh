@@ -24,7 +24,8 @@ usage: ./axle.sh COMMAND [ARGS]
   test  [--sanitize=K] [CTEST ARGS]
                           deps + build when needed, then the whole suite through CTest
                           (K = thread or address)
-  demo                    deps + build when needed, then a short run of the actor benchmark
+  demo [FLAGS]            deps + build when needed, then train the MNIST MLP for one epoch
+                          (FLAGS go to build/bin/train_mnist, e.g. --model cnn)
   bench [NAME...]         run the benchmarks (all, or e.g. 'actor'), JSON lines on stdout
 USAGE
 }
@@ -105,7 +106,8 @@ cmd_test() {
 
 cmd_demo() {
   cmd_build
-  "$ROOT/build/bin/actor_bench" --quick
+  # One epoch of the MLP on Fashion-MNIST (train_mnist falls back to --fake_data without it).
+  "$ROOT/build/bin/train_mnist" --model mlp --num_epochs 1 "$@"
 }
 
 cmd_bench() {

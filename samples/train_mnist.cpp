@@ -13,6 +13,7 @@
 #include <string>
 
 #include "axle.h"
+#include "io/checkpoint.h"
 #include "io/data_loader.h"
 #include "io/fake_data.h"
 #include "io/fashion_mnist.h"
@@ -87,17 +88,24 @@ Tensor to_device(const CpuTensor& host, Device device) {
   return tensor_from_bytes(host.bytes, host.dtype, host.shape, device);
 }
 
+// A .safetensors file (from PyTorch, or --save), or else axle's checkpoint format.
 void load_weights(nn::Module& model, const std::string& path, Device device) {
   nn::StateDict state;
-  for (const auto& [name, host] : load_safetensors(path))
-    state.emplace_back(name, to_device(host, device));
+  if (std::filesystem::path(path).extension() == ".safetensors") {
+    for (const auto& [name, host] : load_safetensors(path)) {
+      state.emplace_back(name, to_device(host, device));
+    }
+  } else {
+    state = load(path, device);
+  }
   model.load_state_dict(state);
 }
 
+// A .safetensors file (PyTorch loads it), or else axle's checkpoint format.
 void save_weights(const nn::Module& model, const std::string& path) {
   if (std::filesystem::path(path).extension() != ".safetensors") {
-    throw std::invalid_argument(
-        fmt::format("--save {}: only .safetensors files are written", path));
+    save(model.state_dict(), path);
+    return;
   }
   CpuTensorMap host;
   for (const auto& [name, t] : model.state_dict()) host.emplace(name, t.to_cpu());
@@ -203,8 +211,10 @@ int main(int argc, char** argv) {
   app.add_flag("--fake_data", flags.fake_data, "synthetic data instead of Fashion-MNIST");
   app.add_option("--seed", flags.seed);
   app.add_option("--log_steps", flags.log_steps, "print the loss every this many steps");
-  app.add_option("--init", flags.init, "start from the weights of this .safetensors file");
-  app.add_option("--save", flags.save, "write the trained weights to this .safetensors file");
+  app.add_option("--init", flags.init,
+                 "start from these weights (.safetensors, or an axle checkpoint)");
+  app.add_option("--save", flags.save,
+                 "write the trained weights here (.safetensors, or else an axle checkpoint)");
   app.add_flag("--metrics_debug", flags.metrics_debug, "print the metrics report at the end");
   app.add_option("--data_dir", flags.data_dir, "where the Fashion-MNIST files are");
   app.add_option("--num_workers", flags.num_workers, "data loader worker threads");
