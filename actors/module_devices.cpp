@@ -2,6 +2,7 @@
 // live on another device (graph/nn only traces).
 #include <fmt/format.h>
 
+#include "graph/autograd.h"
 #include "graph/nn/module.h"
 #include "graph/ops/op_util.h"
 #include "graph/optim/optimizer.h"
@@ -33,6 +34,7 @@ void Module::load_state_dict(const StateDict& state, bool strict, std::source_lo
       if (!find(own, name)) fail(fmt::format("unexpected key \"{}\"", name));
     }
   }
+  NoGradGuard no_grad;  // loading is not part of any computation to differentiate
   for (const auto& [destination, value] : loads) {
     destination->copy_(
         value->device() == destination->device() ? *value : value->to(destination->device()),

@@ -278,8 +278,51 @@ PoolGeometry plan_pool(const KernelArgs& args, bool is_max, PoolPass pass = Pool
   return g;
 }
 
+// Whether every window lies wholly inside the input (no padding, no dilation), so taps need no
+// bounds: the common case, which gets loops without per-tap index arithmetic.
+bool windows_inside(const PoolGeometry& g) {
+  return g.pad_h == 0 && g.pad_w == 0 && g.dilation_h == 1 && g.dilation_w == 1 &&
+         (g.oh - 1) * g.stride_h + g.kh <= g.h && (g.ow - 1) * g.stride_w + g.kw <= g.w;
+}
+
+// The tap of the window at `win` (row length w) that max pooling picks — the first maximum, or
+// the last NaN, as the general loops pick — and its value. kKh / kKw fix the window size at
+// compile time when non-zero.
+template <int kKh, int kKw, class T>
+std::pair<int64_t, compute_t<T>> window_max(const T* win, int64_t w, int64_t kh, int64_t kw) {
+  using A = compute_t<T>;
+  const int64_t rows = kKh ? kKh : kh, cols = kKw ? kKw : kw;
+  A best = -std::numeric_limits<A>::infinity();
+  int64_t at = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      const A v = load(win[i * w + j]);
+      const bool take = v > best || v != v;
+      best = take ? v : best;
+      at = take ? i * w + j : at;
+    }
+  }
+  return {at, best};
+}
+
+template <int kKh, int kKw, class T>
+void max_pool_inside(const T* x, T* out, const PoolGeometry& g) {
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const T* top = x + oh * g.stride_h * g.w;
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++out) {
+        *out = store<T>(window_max<kKh, kKw>(top + ow * g.stride_w, g.w, g.kh, g.kw).second);
+      }
+    }
+  }
+}
+
 template <class T>
 void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
+  if (windows_inside(g)) {
+    return g.kh == 2 && g.kw == 2 ? max_pool_inside<2, 2>(x, out, g)
+                                  : max_pool_inside<0, 0>(x, out, g);
+  }
   // bf16 values are compared in f32.
   using A = compute_t<T>;
   std::vector<std::pair<int64_t, int64_t>> cols(g.ow);  // in-bounds taps of each column window
@@ -367,8 +410,30 @@ void pool2d(const KernelArgs& args) {
 // Windows may overlap, so gradients are summed into a compute-type plane first (bf16 in f32)
 // and stored once.
 
+template <int kKh, int kKw, class T>
+void max_pool_backward_inside(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g) {
+  using A = compute_t<T>;
+  std::vector<A> plane(static_cast<std::size_t>(g.h * g.w));
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w, grad_x += g.h * g.w) {
+    std::fill(plane.begin(), plane.end(), A(0));
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const int64_t top = oh * g.stride_h * g.w;
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++grad_out) {
+        const int64_t corner = top + ow * g.stride_w;
+        const int64_t at = window_max<kKh, kKw>(x + corner, g.w, g.kh, g.kw).first;
+        plane[corner + at] += load(*grad_out);
+      }
+    }
+    narrow_block(plane.data(), grad_x, g.h * g.w);
+  }
+}
+
 template <class T>
 void max_pool_backward_typed(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g) {
+  if (windows_inside(g)) {
+    return g.kh == 2 && g.kw == 2 ? max_pool_backward_inside<2, 2>(x, grad_out, grad_x, g)
+                                  : max_pool_backward_inside<0, 0>(x, grad_out, grad_x, g);
+  }
   using A = compute_t<T>;
   std::vector<std::pair<int64_t, int64_t>> cols(g.ow);
   for (int64_t ow = 0; ow < g.ow; ++ow) {

@@ -1,6 +1,7 @@
 // graph/ops: in-place value replacement (Tensor::copy_).
 #include <fmt/format.h>
 
+#include "graph/autograd.h"
 #include "graph/ops/op_util.h"
 
 namespace axle {
@@ -9,6 +10,13 @@ const Tensor& Tensor::copy_(const Tensor& value, Loc where) const {
   ops::require_defined("copy_", *this, "the destination", where);
   ops::require_defined("copy_", value, "the value", where);
   ops::common_device("copy_", {this, &value}, where);
+  if (GradMode::is_enabled() && (requires_grad() || value.requires_grad())) {
+    // Autograd does not follow in-place replacement: say so instead of dropping gradients.
+    ops::fail("copy_",
+              "an in-place copy into or from a tensor that requires grad needs NoGradGuard (as "
+              "torch under no_grad): autograd does not record it",
+              where);
+  }
   Tensor v = value;
   if (!(v.shape() == shape())) {
     if (!(ops::broadcast_shapes("copy_", shape(), v.shape(), where, this, &v) == shape())) {
