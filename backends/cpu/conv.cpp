@@ -413,6 +413,20 @@ void pool2d(const KernelArgs& args) {
 template <int kKh, int kKw, class T>
 void max_pool_backward_inside(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g) {
   using A = compute_t<T>;
+  if (g.stride_h >= g.kh && g.stride_w >= g.kw) {
+    // Windows do not overlap: each input element gets at most one gradient, stored as is.
+    std::fill_n(grad_x, g.planes * g.h * g.w, store<T>(A(0)));
+    for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w, grad_x += g.h * g.w) {
+      for (int64_t oh = 0; oh < g.oh; ++oh) {
+        const int64_t top = oh * g.stride_h * g.w;
+        for (int64_t ow = 0; ow < g.ow; ++ow, ++grad_out) {
+          const int64_t corner = top + ow * g.stride_w;
+          grad_x[corner + window_max<kKh, kKw>(x + corner, g.w, g.kh, g.kw).first] = *grad_out;
+        }
+      }
+    }
+    return;
+  }
   std::vector<A> plane(static_cast<std::size_t>(g.h * g.w));
   for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w, grad_x += g.h * g.w) {
     std::fill(plane.begin(), plane.end(), A(0));
