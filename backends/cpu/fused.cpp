@@ -4,7 +4,8 @@
 // into its accumulators, so that result is never stored at all. Each step computes exactly what
 // the unfused kernel computes (the same scalar code or the same Eigen expressions, over blocks
 // that start on the same vector boundaries), and the reduction adds the same terms in the same
-// order as the reduction kernel (reducer.h), so fusing never changes a result's bits.
+// order as the reduction kernel (reducer.h), so fusing never changes a result's bits. The step
+// list is read and checked in fused_steps.cpp.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <Eigen/Core>
@@ -15,126 +16,17 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
 
 #include "backends/cpu/float_math.h"
+#include "backends/cpu/fused_steps.h"
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/reducer.h"
 
 namespace axle::cpu {
 namespace {
-
-struct Step {
-  Kernel kernel;
-  int32_t destination;  // scratch buffer, or -1 for the output
-  int32_t a;            // >= 0 external operand, < 0 scratch buffer -a - 1
-  int32_t b;
-  bool tanh_form;  // gelu's approximate flag
-};
-
-// The reduction a fused kernel ends in: operand a, over the chain's shape.
-struct Reduction {
-  Kernel kernel;
-  int32_t a;
-  Shape shape;
-  bool keepdim;
-  std::vector<int64_t> dims;
-};
-
-struct FusedSteps {
-  int32_t buffers = 0;
-  std::vector<Step> steps;
-  std::optional<Reduction> reduction;
-};
-
-[[noreturn]] void malformed(const std::string& what) {
-  throw std::invalid_argument("fused: " + what);
-}
-
-// Reads the reduction at ints[at..] (to the end of ints).
-Reduction parse_reduction(const std::vector<int64_t>& ints, std::size_t at) {
-  const std::size_t size = ints.size() - at;
-  const int64_t rank = size >= 4 ? ints[at + 3] : -1;
-  if (size < 5 || rank < 0 || rank > Shape::kMaxRank || size < 5 + static_cast<std::size_t>(rank)) {
-    malformed(
-        fmt::format("the reduction must be [kernel, -1, operand, rank, shape..., keepdim, "
-                    "dims...], got {} values",
-                    size));
-  }
-  Reduction r{static_cast<Kernel>(ints[at]), static_cast<int32_t>(ints[at + 2]), {}, false, {}};
-  if (ints[at + 1] != -1) malformed(fmt::format("the reduction writes {}, not -1", ints[at + 1]));
-  int64_t elements = 1;
-  for (std::size_t d = 0; d < static_cast<std::size_t>(rank); ++d) {
-    const int64_t dim = ints[at + 4 + d];
-    if (dim < 0 || __builtin_mul_overflow(elements, dim, &elements)) {
-      malformed(fmt::format("the reduction's shape has a negative or too large dim {}", dim));
-    }
-    r.shape.push_back(dim);
-  }
-  const int64_t keepdim = ints[at + 4 + static_cast<std::size_t>(rank)];
-  if (keepdim != 0 && keepdim != 1) malformed(fmt::format("reduction keepdim {}", keepdim));
-  r.keepdim = keepdim != 0;
-  r.dims.assign(ints.begin() + static_cast<std::ptrdiff_t>(at + 5 + rank), ints.end());
-  return r;
-}
-
-// Reads and checks the step list (a program from disk or a bug must not index out of bounds).
-FusedSteps parse_steps(const KernelArgs& args) {
-  const std::vector<int64_t>& ints = args.call.ints;
-  auto wrong_length = [&] {
-    malformed(fmt::format(
-        "ints must be [buffers, 5 per step, optionally a reduction], got {} values", ints.size()));
-  };
-  if (ints.size() < 2) wrong_length();
-  if (ints[0] < 0 || ints[0] > 1024) malformed(fmt::format("{} scratch buffers", ints[0]));
-  FusedSteps fused;
-  fused.buffers = static_cast<int32_t>(ints[0]);
-  const auto inputs = static_cast<int64_t>(args.inputs.size());
-  auto check_operand = [&](int64_t operand, std::size_t step) {
-    if (operand >= inputs || operand < -static_cast<int64_t>(fused.buffers)) {
-      malformed(fmt::format("step {} reads operand {} ({} inputs, {} buffers)", step, operand,
-                            inputs, fused.buffers));
-    }
-  };
-  for (std::size_t at = 1, s = 0; at < ints.size(); at += 5, ++s) {
-    const int64_t* f = ints.data() + at;
-    if (f[0] < 0 || f[0] >= static_cast<int64_t>(Kernel::kCount)) {
-      malformed(fmt::format("step {} has kernel number {}", s, f[0]));
-    }
-    const auto kernel = static_cast<Kernel>(f[0]);
-    if (fused_reduction(kernel)) {
-      fused.reduction = parse_reduction(ints, at);
-      check_operand(ints[at + 2], s);
-      break;
-    }
-    if (at + 5 > ints.size()) wrong_length();
-    const int arity = fused_step_arity(kernel);
-    if (arity == 0) {
-      malformed(
-          fmt::format("step {}: {} is not a fusible elementwise kernel", s, kernel_name(kernel)));
-    }
-    check_operand(f[2], s);
-    if (arity == 2) check_operand(f[3], s);
-    fused.steps.push_back({kernel, static_cast<int32_t>(std::clamp<int64_t>(f[1], -2, 1 << 20)),
-                           static_cast<int32_t>(f[2]), arity == 2 ? static_cast<int32_t>(f[3]) : 0,
-                           f[4] != 0});
-  }
-  if (fused.steps.empty() && !fused.reduction) wrong_length();
-  for (std::size_t s = 0; s < fused.steps.size(); ++s) {
-    const int32_t d = fused.steps[s].destination;
-    const bool to_output = s + 1 == fused.steps.size() && !fused.reduction;
-    if (to_output ? d != -1 : (d < 0 || d >= fused.buffers)) {
-      malformed(
-          fmt::format("step {} writes {} (scratch buffers 0..{}; the last step writes -1, unless a "
-                      "reduction follows)",
-                      s, d, fused.buffers - 1));
-    }
-  }
-  return fused;
-}
 
 // An operand as a step reads it: a block of values, or one value standing for all of them.
 template <class T>
@@ -252,16 +144,17 @@ class FoldInto final : public Fold<T> {
 };
 
 template <class T>
-std::unique_ptr<Fold<T>> make_fold(const Reduction& r, const Shape& out) {
+std::unique_ptr<Fold<T>> make_fold(const FusedReduction& r, const Shape& out) {
   const std::string name = fmt::format("fused: {}", kernel_name(r.kernel));
   const ReducePlan plan = plan_reduction(name, r.shape, r.dims, r.keepdim, out);
   if (plan.gather) {
-    malformed(fmt::format("{} over dims {} of {}: the reduced dims are not adjacent",
-                          kernel_name(r.kernel), fmt::join(r.dims, ","), r.shape.to_string()));
+    fused_malformed(fmt::format("{} over dims {} of {}: the reduced dims are not adjacent",
+                                kernel_name(r.kernel), fmt::join(r.dims, ","),
+                                r.shape.to_string()));
   }
   const Geometry& g = plan.geometry;
   if ((r.kernel == Kernel::kReduceMax || r.kernel == Kernel::kReduceMin) && g.n == 0) {
-    malformed(
+    fused_malformed(
         fmt::format("{}: cannot reduce {} over a dim of size 0 (max and min have no identity)",
                     kernel_name(r.kernel), r.shape.to_string()));
   }
@@ -306,7 +199,7 @@ class FusedRun {
     auto spread_external = [&](int32_t operand) {
       if (operand >= 0) spread[static_cast<std::size_t>(operand)] = true;
     };
-    for (const Step& step : fused_.steps) {
+    for (const FusedStep& step : fused_.steps) {
       if (fused_step_arity(step.kernel) == 1) {
         spread_external(step.a);
       } else if (one_element(step.a) && one_element(step.b)) {
@@ -324,12 +217,12 @@ class FusedRun {
     for (std::size_t e = 0; e < external; ++e) {
       const BufferDesc& desc = *args.inputs[e].desc;
       if (desc.dtype != args.output.desc->dtype) {
-        malformed(fmt::format("operand {} is {}, the output {}", e, dtype_name(desc.dtype),
-                              dtype_name(args.output.desc->dtype)));
+        fused_malformed(fmt::format("operand {} is {}, the output {}", e, dtype_name(desc.dtype),
+                                    dtype_name(args.output.desc->dtype)));
       }
       if (!broadcasts_to(desc.shape, shape_)) {
-        malformed(fmt::format("operand {} {} does not broadcast to {}", e, desc.shape.to_string(),
-                              shape_.to_string()));
+        fused_malformed(fmt::format("operand {} {} does not broadcast to {}", e,
+                                    desc.shape.to_string(), shape_.to_string()));
       }
       if (desc.shape == shape_) {
         kinds_[e] = Kind::kSame;
@@ -360,7 +253,7 @@ class FusedRun {
     for (int64_t start = 0; start < n; start += kBlock) {
       const int64_t len = std::min(kBlock, n - start);
       for (std::size_t e = 0; e < operand.size(); ++e) operand[e] = read(e, start, len);
-      for (const Step& step : fused_.steps) {
+      for (const FusedStep& step : fused_.steps) {
         T* dst = step.destination < 0 ? out + start : block(step.destination);
         apply(step, resolve(step.a, operand), resolve(step.b, operand), dst, len);
       }
@@ -417,7 +310,7 @@ class FusedRun {
     return buffer;
   }
 
-  static void apply(const Step& step, Operand<T> a, Operand<T> b, T* dst, int64_t len) {
+  static void apply(const FusedStep& step, Operand<T> a, Operand<T> b, T* dst, int64_t len) {
     const Eigen::Map<const Array<T>> x(a.data, len);  // unary steps: never a scalar
     Eigen::Map<Array<T>> o(dst, len);
     switch (step.kernel) {
@@ -478,7 +371,7 @@ class FusedRun {
         }
         return;
       default:
-        malformed(fmt::format("{} is not fusible", kernel_name(step.kernel)));
+        fused_malformed(fmt::format("{} is not fusible", kernel_name(step.kernel)));
     }
   }
 
@@ -493,7 +386,7 @@ class FusedRun {
 };
 
 void fused_kernel(const KernelArgs& args) {
-  FusedSteps steps = parse_steps(args);
+  FusedSteps steps = parse_fused_steps(args);
   switch (args.output.desc->dtype) {
     case DType::kF32:
       FusedRun<float>(args, std::move(steps)).run();
@@ -502,7 +395,8 @@ void fused_kernel(const KernelArgs& args) {
       FusedRun<double>(args, std::move(steps)).run();
       return;
     default:
-      malformed(fmt::format("{} output (f32 and f64 fuse)", dtype_name(args.output.desc->dtype)));
+      fused_malformed(
+          fmt::format("{} output (f32 and f64 fuse)", dtype_name(args.output.desc->dtype)));
   }
 }
 
