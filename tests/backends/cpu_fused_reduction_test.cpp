@@ -216,5 +216,64 @@ TEST(FusedReductionSteps, MalformedReductionsAreRejected) {
                        "dims must be sorted"));
 }
 
+TEST(FusedReductionSteps, DamagedListsAreRejectedOrRun) {
+  // A valid list (x * y into buffer 0, exp, then the mean over dim 1 of [3, 4]), truncated at
+  // every length and with every value replaced by each of a few likely corruptions: the kernel
+  // either runs or names what is wrong, and never reads or writes out of bounds (the address
+  // sanitizer build checks that).
+  const HostTensor x{DType::kF32, {3, 4}, std::vector<double>(12, 0.5)};
+  const HostTensor y{DType::kF32, {4}, {1, 2, 3, 4}};
+  const std::vector<int64_t> valid = {1,
+                                      static_cast<int64_t>(Kernel::kMul),
+                                      0,
+                                      0,
+                                      1,
+                                      0,
+                                      static_cast<int64_t>(Kernel::kExp),
+                                      0,
+                                      -1,
+                                      0,
+                                      0,
+                                      static_cast<int64_t>(Kernel::kMean),
+                                      -1,
+                                      -1,
+                                      2,
+                                      3,
+                                      4,
+                                      0,
+                                      1};
+  auto outcome = [&](std::vector<int64_t> ints) {
+    const std::string message =
+        invalid_argument_message(Kernel::kFused, {x, y}, DType::kF32, {3}, std::move(ints));
+    EXPECT_TRUE(message.empty() || message.starts_with("fused")) << message;
+  };
+  ASSERT_EQ(invalid_argument_message(Kernel::kFused, {x, y}, DType::kF32, {3}, valid), "");
+  for (std::size_t length = 0; length < valid.size(); ++length) {
+    outcome({valid.begin(), valid.begin() + static_cast<std::ptrdiff_t>(length)});
+  }
+  const std::vector<int64_t> corruptions = {-1000,
+                                            -3,
+                                            -2,
+                                            -1,
+                                            0,
+                                            1,
+                                            2,
+                                            3,
+                                            4,
+                                            5,
+                                            8,
+                                            9,
+                                            static_cast<int64_t>(Kernel::kSum),
+                                            static_cast<int64_t>(Kernel::kCount),
+                                            int64_t{1} << 40};
+  for (std::size_t i = 0; i < valid.size(); ++i) {
+    for (int64_t value : corruptions) {
+      std::vector<int64_t> ints = valid;
+      ints[i] = value;
+      outcome(std::move(ints));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace axle::testing
