@@ -1,8 +1,8 @@
-// actors: elementwise fusion.
+// actors: elementwise fusion, with trailing reductions.
 #include "actors/fusion.h"
 
 #include <algorithm>
-#include <stdexcept>
+#include <span>
 
 #include "actors/lowering.h"
 
@@ -25,6 +25,28 @@ bool fusible(const Program& p, std::size_t id) {
                              [&](int32_t operand) { return p[operand].dtype == instr.dtype; });
 }
 
+bool reduction(Op op) {
+  return op == Op::kSum || op == Op::kMean || op == Op::kReduceMax || op == Op::kReduceMin;
+}
+
+// Whether reduction `id` can end the fused kernel of its operand: a floating-point reduction the
+// kernel supports, of an elementwise op computed for it alone (stored, the chain would gain
+// nothing). Reductions whose terms would have to be gathered (dims {0, 2} of [a, b, c]) stay
+// kernels of their own.
+bool fusible_reduction(const Program& p, std::size_t id, const std::vector<int32_t>& uses) {
+  const Program::Instr& instr = p[id];
+  if (!reduction(instr.op) || (instr.dtype != DType::kF32 && instr.dtype != DType::kF64)) {
+    return false;
+  }
+  const auto operand = static_cast<std::size_t>(p.operands(id)[0]);
+  if (uses[operand] != 1 || p[operand].op == Op::kExpand || !fusible(p, operand) ||
+      p[operand].dtype != instr.dtype) {
+    return false;
+  }
+  const std::span<const int64_t> ints = p.ints(id);  // [keepdim, dims...]
+  return !ints.empty() && fusible_reduction_dims(p[operand].shape, ints.subspan(1));
+}
+
 // Members per fused kernel: each scalar or broadcast operand costs a block of scratch, which
 // should stay in L1/L2. Longer chains become several kernels.
 constexpr std::size_t kMaxMembers = 32;
@@ -41,7 +63,11 @@ std::vector<int32_t> plan_fusion(const Program& program) {
   std::vector<int32_t> root_of(n, -1);
   std::vector<int32_t> stack;
   for (std::size_t r = n; r-- > 0;) {
-    if (root_of[r] >= 0 || program[r].op == Op::kExpand || !fusible(program, r)) continue;
+    if (root_of[r] >= 0) continue;
+    const bool reduces = fusible_reduction(program, r, uses);
+    if (!reduces && (program[r].op == Op::kExpand || !fusible(program, r))) continue;
+    // The shape the chain is computed at: the root's, or the reduced operand's.
+    const Shape& shape = program[reduces ? program.operands(r)[0] : r].shape;
     const auto root = static_cast<int32_t>(r);
     root_of[r] = root;
     std::size_t members = 1;
@@ -52,7 +78,7 @@ std::vector<int32_t> plan_fusion(const Program& program) {
       for (int32_t operand : program.operands(member)) {
         const auto o = static_cast<std::size_t>(operand);
         if (root_of[o] >= 0 || uses[o] != 1 || !fusible(program, o)) continue;
-        if (approximated(program[o].op) && !(program[o].shape == program[r].shape)) continue;
+        if (approximated(program[o].op) && !(program[o].shape == shape)) continue;
         if (members == kMaxMembers) break;
         root_of[o] = root;
         ++members;
@@ -129,6 +155,14 @@ KernelCall fused_call(const Program& program, const std::vector<int32_t>& root_o
         free_buffers.pop_back();
       }
       ref[k] = -destination - 1;
+    }
+    if (reduction(program[id].op)) {  // the root: folds its operand into the output
+      const Shape& shape = program[operands[0]].shape;
+      steps.insert(steps.end(),
+                   {static_cast<int64_t>(kernel_for(program[id].op)), -1, a, shape.rank()});
+      steps.insert(steps.end(), shape.dims().begin(), shape.dims().end());
+      steps.insert(steps.end(), program.ints(id).begin(), program.ints(id).end());
+      continue;
     }
     const bool tanh_form =
         program[id].op == Op::kGelu && !program.ints(id).empty() && program.ints(id)[0] != 0;

@@ -39,7 +39,7 @@ void plan_memory(Executable& program) {
   for (std::size_t c = 0; c < calls; ++c) {
     const KernelCall& call = program.calls[c];
     const BufferDesc& out = program.slots[call.output];
-    if (writes_in_place_safely(call.kernel)) {
+    if (writes_in_place_safely(call)) {
       for (int32_t s : call.inputs) {
         const BufferDesc& in = program.slots[s];
         // (An output is handed to the caller in a buffer of exactly its size.)

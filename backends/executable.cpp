@@ -76,9 +76,39 @@ int fused_step_arity(Kernel kernel) noexcept {
   }
 }
 
-bool writes_in_place_safely(Kernel kernel) noexcept {
-  // Every fusible step reads element i only to write element i; so do where and fused kernels.
-  return fused_step_arity(kernel) > 0 || kernel == Kernel::kWhere || kernel == Kernel::kFused;
+bool fused_reduction(Kernel kernel) noexcept {
+  return kernel == Kernel::kSum || kernel == Kernel::kMean || kernel == Kernel::kReduceMax ||
+         kernel == Kernel::kReduceMin;
+}
+
+bool fusible_reduction_dims(const Shape& shape, std::span<const int64_t> dims) noexcept {
+  // Counts the runs of reduced dims among the dims of size > 1 (as the CPU reduction kernels
+  // group them): one run or none.
+  int runs = 0;
+  bool in_run = false;
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (shape[d] == 1) continue;
+    const bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
+    runs += reduced && !in_run;
+    in_run = reduced;
+  }
+  return runs <= 1;
+}
+
+bool writes_in_place_safely(const KernelCall& call) noexcept {
+  // Every fusible step reads element i only to write element i; so do where and fused kernels,
+  // unless a reduction ends them (an output element then depends on many operand elements).
+  if (fused_step_arity(call.kernel) > 0 || call.kernel == Kernel::kWhere) return true;
+  if (call.kernel != Kernel::kFused) return false;
+  // Steps are five ints each; the reduction, if any, begins where a step would.
+  for (std::size_t at = 1; at < call.ints.size(); at += 5) {
+    const int64_t kernel = call.ints[at];
+    if (kernel < 0 || kernel >= static_cast<int64_t>(Kernel::kCount) ||
+        fused_reduction(static_cast<Kernel>(kernel))) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // What is wrong with a program's memory plan (see program_error), or empty.
@@ -102,7 +132,7 @@ std::string plan_error(const Executable& program, const std::vector<bool>& calle
     }
     if (const int32_t s = plan.in_place[c]; s >= 0) {
       if (std::find(call.inputs.begin(), call.inputs.end(), s) == call.inputs.end() ||
-          !writes_in_place_safely(call.kernel) || caller_owned[s] ||
+          !writes_in_place_safely(call) || caller_owned[s] ||
           !(program.slots[s].dtype == program.slots[call.output].dtype) ||
           !(program.slots[s].shape == program.slots[call.output].shape)) {
         return fmt::format("call {} ({}) cannot write in place over slot {}", c,

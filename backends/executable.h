@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,14 +67,22 @@ namespace axle {
 ///   kRandInt     [seed, offset]; ints = [low, high]       uniform integers in [low, high)
 ///   kBernoulli   [seed, offset, p (same shape as output or scalar)]
 /// Fusion (a chain of elementwise ops computed block by block, intermediates never stored).
-///   kFused       [e0, e1, ...] external operands, each broadcasting to the output shape, all of
+///   kFused       [e0, e1, ...] external operands, each broadcasting to the chain's shape, all of
 ///                the output's dtype (f32 or f64). ints = [buffers, then five per step:
-///                kernel, destination, a, b, attribute]. Steps run in order over each block of
-///                output elements; kernel is one of kAdd kSub kMul kDiv kPow kMaximum kMinimum
-///                kNeg kAbs kRelu kExp kLog kSqrt kRsqrt kTanh kSigmoid kGelu; destination is a
-///                scratch buffer in [0, buffers), or -1 for the output (the last step, only);
-///                an operand >= 0 is an external operand, < 0 the scratch buffer -operand - 1
-///                (b is ignored by unary steps); attribute is gelu's approximate flag, else 0.
+///                kernel, destination, a, b, attribute, then optionally a reduction]. Steps run
+///                in order over each block of the chain's elements; kernel is one of kAdd kSub
+///                kMul kDiv kPow kMaximum kMinimum kNeg kAbs kRelu kExp kLog kSqrt kRsqrt kTanh
+///                kSigmoid kGelu; destination is a scratch buffer in [0, buffers), or -1 for the
+///                output (the last step, only, and only without a reduction); an operand >= 0 is
+///                an external operand, < 0 the scratch buffer -operand - 1 (b is ignored by
+///                unary steps); attribute is gelu's approximate flag, else 0. Without a
+///                reduction the chain's shape is the output's.
+///                The reduction, last: [kernel, -1, a, rank, the chain's shape (rank dims),
+///                keepdim, reduced dims...], kernel one of kSum kMean kReduceMax kReduceMin
+///                (see fused_reduction); it folds operand a of each block into the output, which
+///                is what that reduction kernel gives for a tensor of the chain's shape holding
+///                a, keepdim and dims as its ints say. The reduced dims must be adjacent once the
+///                chain's size-1 dims are left out (see fusible_reduction_dims).
 enum class Kernel : uint16_t {
   kAdd,
   kSub,
@@ -139,9 +148,14 @@ enum class Kernel : uint16_t {
 /// The number of operands of `kernel` as a kFused step (1 or 2), or 0 when it cannot be one.
 [[nodiscard]] int fused_step_arity(Kernel kernel) noexcept;
 
-/// Whether `kernel` may write its output over an operand of the output's shape and dtype: it
-/// reads each element of that operand only before writing the same element of the output.
-[[nodiscard]] bool writes_in_place_safely(Kernel kernel) noexcept;
+/// Whether `kernel` can end a kFused call as its reduction: kSum kMean kReduceMax kReduceMin.
+[[nodiscard]] bool fused_reduction(Kernel kernel) noexcept;
+
+/// Whether a kFused call can end in reducing `shape` over `dims` (sorted, unique, in range): once
+/// size-1 dims are left out, the reduced dims are adjacent, so every output's terms lie in one
+/// contiguous run or one evenly strided column of the chain.
+[[nodiscard]] bool fusible_reduction_dims(const Shape& shape,
+                                          std::span<const int64_t> dims) noexcept;
 
 /// Lower-case name of a kernel ("add", "matmul"), for dumps and errors.
 [[nodiscard]] std::string_view kernel_name(Kernel kernel) noexcept;
@@ -165,6 +179,11 @@ struct KernelCall {
   std::vector<double> reals;
   friend bool operator==(const KernelCall&, const KernelCall&) = default;
 };
+
+/// Whether `call` may write its output over an operand of the output's shape and dtype: it reads
+/// each element of that operand only before writing the same element of the output. True for
+/// elementwise kernels and kFused calls without a reduction.
+[[nodiscard]] bool writes_in_place_safely(const KernelCall& call) noexcept;
 
 /// When a program's buffers are released and reused (made by actors/memory_plan.cpp). Without a
 /// plan (no release lists), a backend keeps every buffer until the program ends.

@@ -3,7 +3,8 @@
 //   mark_step_cached_us   — mark_step of a cached graph of N nodes (host side only)
 //   compile_ms            — building, optimising and lowering a graph of N nodes
 //   gemm_ratio_vs_eigen   — 1024x1024 f32 GEMM: Eigen-direct time / axle time
-//   fusion_speedup        — a chain of 8 elementwise ops on 16 M floats: one kernel per op time /
+//   fusion_speedup        — a chain of 8 elementwise ops on 16 M floats ("chain"), and the same
+//                           chain ending in their sum ("chain_sum"): one kernel per op time /
 //                           fused time
 //   persistent_cache_load_ms — loading the MLP training step's program from a warm disk cache
 //   pass_worth_step_ms    — an MLP training step (SGD momentum) with every pass on, then with one
@@ -119,8 +120,9 @@ void gemm(int repeats) {
   if (ec(0, 0) == 12345.f) std::fprintf(stderr, "unlikely\n");  // keep the product alive
 }
 
-// Seconds per step of a chain of 8 elementwise ops over 16 M floats, fused or one kernel per op.
-double chain_seconds(bool fuse, int repeats) {
+// Seconds per step of a chain of 8 elementwise ops over 16 M floats (then their sum when
+// `reduce`), fused or one kernel per op.
+double chain_seconds(bool fuse, bool reduce, int repeats) {
   if (fuse) {
     config::unset("AXLE_DISABLE_PASSES");
   } else {
@@ -131,6 +133,7 @@ double chain_seconds(bool fuse, int repeats) {
   const Tensor x = tensor(std::vector<float>(kElements, 0.5f), Shape{kElements});
   auto step = [&] {
     Tensor y = abs(maximum((x * 1.5 + 0.25) * x - 0.75, x * 0.5) * 2.0 - 1.0);  // 8 ops
+    if (reduce) y = sum(y);
     mark_step();
     wait_device_ops();
   };
@@ -146,11 +149,15 @@ double chain_seconds(bool fuse, int repeats) {
 }
 
 void fusion(int repeats) {
-  const double unfused = chain_seconds(false, repeats);
-  const double fused = chain_seconds(true, repeats);
+  for (bool reduce : {false, true}) {
+    const double unfused = chain_seconds(false, reduce, repeats);
+    const double fused = chain_seconds(true, reduce, repeats);
+    emit("lazy", "fusion_speedup", unfused / fused, "ratio",
+         {{"case", std::string(reduce ? "chain_sum" : "chain")},
+          {"elements", int64_t{16 << 20}},
+          {"ops", int64_t{reduce ? 9 : 8}}});
+  }
   LazySystem::restart();
-  emit("lazy", "fusion_speedup", unfused / fused, "ratio",
-       {{"elements", int64_t{16 << 20}}, {"ops", int64_t{8}}});
 }
 
 // One training step of a two-layer MLP (784-256-10, batch 64) with its backward pass written out

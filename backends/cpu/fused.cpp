@@ -1,9 +1,13 @@
-// backends/cpu: fused elementwise kernels (kFused). A chain of elementwise steps runs over the
-// output a block at a time, so its intermediates live in a few L1-sized scratch buffers instead
-// of making a round trip through memory per op. Each step computes exactly what the unfused
-// kernel computes (the same scalar code or the same Eigen expressions, over blocks that start on
-// the same vector boundaries), so fusing never changes a result's bits.
+// backends/cpu: fused kernels (kFused). A chain of elementwise steps runs over its shape a block
+// at a time, so its intermediates live in a few L1-sized scratch buffers instead of making a
+// round trip through memory per op; a trailing reduction folds each block of the chain's result
+// into its accumulators, so that result is never stored at all. Each step computes exactly what
+// the unfused kernel computes (the same scalar code or the same Eigen expressions, over blocks
+// that start on the same vector boundaries), and the reduction adds the same terms in the same
+// order as the reduction kernel (reducer.h), so fusing never changes a result's bits. The step
+// list is read and checked in fused_steps.cpp.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -13,82 +17,157 @@
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/float_math.h"
+#include "backends/cpu/fused_steps.h"
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/reducer.h"
 
 namespace axle::cpu {
 namespace {
 
-struct Step {
-  Kernel kernel;
-  int32_t destination;  // scratch buffer, or -1 for the output
-  int32_t a;            // >= 0 external operand, < 0 scratch buffer -a - 1
-  int32_t b;
-  bool tanh_form;  // gelu's approximate flag
+// An operand as a step reads it: a block of values, or one value standing for all of them.
+template <class T>
+struct Operand {
+  const T* data;
+  bool scalar;
+  [[nodiscard]] T at(int64_t i) const noexcept { return scalar ? data[0] : data[i]; }
 };
 
-[[noreturn]] void malformed(const std::string& what) {
-  throw std::invalid_argument("fused: " + what);
-}
-
-// Reads and checks the step list (a program from disk or a bug must not index out of bounds).
-std::vector<Step> parse_steps(const KernelArgs& args, int32_t& buffers) {
-  const std::vector<int64_t>& ints = args.call.ints;
-  if (ints.size() < 6 || (ints.size() - 1) % 5 != 0) {
-    malformed(fmt::format("ints must be [buffers, 5 per step], got {} values", ints.size()));
-  }
-  if (ints[0] < 0 || ints[0] > 1024) malformed(fmt::format("{} scratch buffers", ints[0]));
-  buffers = static_cast<int32_t>(ints[0]);
-  const auto inputs = static_cast<int64_t>(args.inputs.size());
-  auto check_operand = [&](int64_t operand, std::size_t step) {
-    if (operand >= inputs || operand < -static_cast<int64_t>(buffers)) {
-      malformed(fmt::format("step {} reads operand {} ({} inputs, {} buffers)", step, operand,
-                            inputs, buffers));
-    }
-  };
-  const std::size_t count = (ints.size() - 1) / 5;
-  std::vector<Step> steps;
-  steps.reserve(count);
-  for (std::size_t s = 0; s < count; ++s) {
-    const int64_t* f = ints.data() + 1 + 5 * s;
-    if (f[0] < 0 || f[0] >= static_cast<int64_t>(Kernel::kCount)) {
-      malformed(fmt::format("step {} has kernel number {}", s, f[0]));
-    }
-    const auto kernel = static_cast<Kernel>(f[0]);
-    const int arity = fused_step_arity(kernel);
-    const bool binary = arity == 2;
-    if (arity == 0) {
-      malformed(
-          fmt::format("step {}: {} is not a fusible elementwise kernel", s, kernel_name(kernel)));
-    }
-    const bool last = s + 1 == count;
-    if (last ? f[1] != -1 : (f[1] < 0 || f[1] >= buffers)) {
-      malformed(fmt::format("step {} writes {} (scratch buffers 0..{}; the last step writes -1)", s,
-                            f[1], buffers - 1));
-    }
-    check_operand(f[2], s);
-    if (binary) check_operand(f[3], s);
-    steps.push_back({kernel, static_cast<int32_t>(f[1]), static_cast<int32_t>(f[2]),
-                     binary ? static_cast<int32_t>(f[3]) : 0, f[4] != 0});
-  }
-  return steps;
-}
+template <class T>
+using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
 
 // dst[i] = op(a[i], b[i]) in fixed groups of 16, each computed into a local array before it is
 // stored: GCC at -O2 vectorises only loops whose trip count it knows and that cannot alias, and
 // dst may be a or b here (steps write in place).
-template <class T, class Op>
+template <bool kScalarA, bool kScalarB, class T, class Op>
 void binary_elementwise(const T* a, const T* b, T* dst, int64_t len, Op op) {
+  auto x = [&](int64_t i) { return kScalarA ? a[0] : a[i]; };
+  auto y = [&](int64_t i) { return kScalarB ? b[0] : b[i]; };
   constexpr int64_t kGroup = 16;
   int64_t i = 0;
   for (; i + kGroup <= len; i += kGroup) {
     T result[kGroup];
-    for (int64_t j = 0; j < kGroup; ++j) result[j] = op(a[i + j], b[i + j]);
+    for (int64_t j = 0; j < kGroup; ++j) result[j] = op(x(i + j), y(i + j));
     for (int64_t j = 0; j < kGroup; ++j) dst[i + j] = result[j];
   }
-  for (; i < len; ++i) dst[i] = op(a[i], b[i]);
+  for (; i < len; ++i) dst[i] = op(x(i), y(i));
+}
+
+template <class T, class Op>
+void binary_elementwise(Operand<T> a, Operand<T> b, T* dst, int64_t len, Op op) {
+  if (a.scalar) {
+    binary_elementwise<true, false>(a.data, b.data, dst, len, op);
+  } else if (b.scalar) {
+    binary_elementwise<false, true>(a.data, b.data, dst, len, op);
+  } else {
+    binary_elementwise<false, false>(a.data, b.data, dst, len, op);
+  }
+}
+
+// o = f(a, b) as an Eigen expression, a scalar operand taken as a scalar (the same IEEE
+// operation per element as the unfused kernel's loop).
+template <class T, class F>
+void binary_expression(Operand<T> a, Operand<T> b, T* dst, int64_t len, F f) {
+  Eigen::Map<Array<T>> o(dst, len);
+  const Eigen::Map<const Array<T>> x(a.data, a.scalar ? 1 : len), y(b.data, b.scalar ? 1 : len);
+  if (a.scalar) {
+    f(o, a.data[0], y);
+  } else if (b.scalar) {
+    f(o, x, b.data[0]);
+  } else {
+    f(o, x, y);
+  }
+}
+
+// How a fused kernel's trailing reduction folds blocks of the chain's values into the output.
+template <class T>
+class Fold {
+ public:
+  virtual ~Fold() = default;
+  /// Folds the chain's next `len` values (blocks arrive in order).
+  virtual void feed(const T* values, int64_t len) = 0;
+  /// Writes the results.
+  virtual void store(T* out) = 0;
+};
+
+// The reduction kernel's loops (reduce.cpp) on values that arrive a block at a time: rows of
+// contiguous terms through a RowReducer, columns into one accumulator per output.
+template <class R, class T>
+class FoldInto final : public Fold<T> {
+ public:
+  explicit FoldInto(const Geometry& g)
+      : g_(g), acc_(static_cast<std::size_t>(g.outer * g.inner), R::identity()), row_(g.n) {}
+
+  void feed(const T* x, int64_t len) override {
+    while (len > 0) {
+      if (g_.inner == 1) {
+        const int64_t m = std::min(len, g_.n - term_);
+        row_.feed(x, m);
+        x += m;
+        len -= m;
+        term_ += m;
+        if (term_ == g_.n) {
+          acc_[static_cast<std::size_t>(output_++)] = row_.finish_row();
+          term_ = 0;
+        }
+      } else {
+        const int64_t w = std::min(len, g_.inner - column_);
+        accumulate_row<R>(acc_.data() + output_ * g_.inner + column_, x, w);
+        x += w;
+        len -= w;
+        column_ += w;
+        if (column_ == g_.inner) {
+          column_ = 0;
+          if (++term_ == g_.n) {
+            term_ = 0;
+            ++output_;
+          }
+        }
+      }
+    }
+  }
+
+  void store(T* out) override {
+    for (std::size_t i = 0; i < acc_.size(); ++i) out[i] = cpu::store<T>(R::finish(acc_[i], g_.n));
+  }
+
+ private:
+  Geometry g_;
+  std::vector<typename R::Acc> acc_;
+  RowReducer<R, T> row_;
+  int64_t output_ = 0;  // where the next value goes: output (o) ...
+  int64_t term_ = 0;    // ... its term (r) ...
+  int64_t column_ = 0;  // ... and, with inner > 1, column (i)
+};
+
+template <class T>
+std::unique_ptr<Fold<T>> make_fold(const FusedReduction& r, const Shape& out) {
+  const std::string name = fmt::format("fused: {}", kernel_name(r.kernel));
+  const ReducePlan plan = plan_reduction(name, r.shape, r.dims, r.keepdim, out);
+  if (plan.gather) {
+    fused_malformed(fmt::format("{} over dims {} of {}: the reduced dims are not adjacent",
+                                kernel_name(r.kernel), fmt::join(r.dims, ","),
+                                r.shape.to_string()));
+  }
+  const Geometry& g = plan.geometry;
+  if ((r.kernel == Kernel::kReduceMax || r.kernel == Kernel::kReduceMin) && g.n == 0) {
+    fused_malformed(
+        fmt::format("{}: cannot reduce {} over a dim of size 0 (max and min have no identity)",
+                    kernel_name(r.kernel), r.shape.to_string()));
+  }
+  switch (r.kernel) {
+    case Kernel::kSum:
+      return std::make_unique<FoldInto<Sum<T>, T>>(g);
+    case Kernel::kMean:
+      return std::make_unique<FoldInto<Mean<T>, T>>(g);
+    case Kernel::kReduceMax:
+      return std::make_unique<FoldInto<Extreme<T, true>, T>>(g);
+    default:
+      return std::make_unique<FoldInto<Extreme<T, false>, T>>(g);
+  }
 }
 
 struct FreeDeleter {
@@ -104,36 +183,59 @@ class FusedRun {
   // mistakes for a store it must forward (4K aliasing) on every access.
   static constexpr int64_t kStride = kBlock + 64 / sizeof(T);
 
-  FusedRun(const KernelArgs& args, std::vector<Step> steps, int32_t buffers)
-      : args_(args), steps_(std::move(steps)), out_(args.output.desc->shape) {
+  FusedRun(const KernelArgs& args, FusedSteps fused)
+      : args_(args),
+        fused_(std::move(fused)),
+        shape_(fused_.reduction ? fused_.reduction->shape : args.output.desc->shape) {
     const std::size_t external = args.inputs.size();
-    // Scratch: one block per buffer, one per broadcast operand; 64-byte aligned, so blocks
-    // start on the same vector boundaries as the unfused kernels' (whose buffers are too).
-    std::size_t blocks = static_cast<std::size_t>(buffers);
+    // A one-element operand of a binary step is read as a scalar; one read by a unary step or
+    // the reduction, or with another one-element operand, is spread over a block of scratch.
+    auto one_element = [&](int32_t operand) {
+      if (operand < 0) return false;
+      const Shape& shape = args.inputs[static_cast<std::size_t>(operand)].desc->shape;
+      return shape.numel() == 1 && !(shape == shape_);
+    };
+    std::vector<bool> spread(external, false);
+    auto spread_external = [&](int32_t operand) {
+      if (operand >= 0) spread[static_cast<std::size_t>(operand)] = true;
+    };
+    for (const FusedStep& step : fused_.steps) {
+      if (fused_step_arity(step.kernel) == 1) {
+        spread_external(step.a);
+      } else if (one_element(step.a) && one_element(step.b)) {
+        spread_external(step.a);
+        spread_external(step.b);
+      }
+    }
+    if (fused_.reduction) spread_external(fused_.reduction->a);
+    // Scratch: one block per buffer, one per spread or gathered operand; 64-byte aligned, so
+    // blocks start on the same vector boundaries as the unfused kernels' (whose buffers are too).
+    std::size_t blocks = static_cast<std::size_t>(fused_.buffers);
     kinds_.resize(external);
     strides_.resize(external);
     slot_of_.resize(external);
     for (std::size_t e = 0; e < external; ++e) {
       const BufferDesc& desc = *args.inputs[e].desc;
       if (desc.dtype != args.output.desc->dtype) {
-        malformed(fmt::format("operand {} is {}, the output {}", e, dtype_name(desc.dtype),
-                              dtype_name(args.output.desc->dtype)));
+        fused_malformed(fmt::format("operand {} is {}, the output {}", e, dtype_name(desc.dtype),
+                                    dtype_name(args.output.desc->dtype)));
       }
-      if (!broadcasts_to(desc.shape, out_)) {
-        malformed(fmt::format("operand {} {} does not broadcast to {}", e, desc.shape.to_string(),
-                              out_.to_string()));
+      if (!broadcasts_to(desc.shape, shape_)) {
+        fused_malformed(fmt::format("operand {} {} does not broadcast to {}", e,
+                                    desc.shape.to_string(), shape_.to_string()));
       }
-      if (desc.shape == out_) {
+      if (desc.shape == shape_) {
         kinds_[e] = Kind::kSame;
       } else if (desc.shape.numel() == 1) {
-        kinds_[e] = Kind::kSplat;
-        slot_of_[e] = blocks++;
+        kinds_[e] = spread[e] ? Kind::kSplat : Kind::kScalar;
+        if (spread[e]) slot_of_[e] = blocks++;
       } else {
         kinds_[e] = Kind::kGather;
-        strides_[e] = broadcast_strides(desc.shape, out_);
+        strides_[e] = broadcast_strides(desc.shape, shape_);
         slot_of_[e] = blocks++;
       }
     }
+    if (fused_.reduction) fold_ = make_fold<T>(*fused_.reduction, args.output.desc->shape);
     scratch_.reset(static_cast<T*>(
         std::aligned_alloc(64, std::max<std::size_t>(1, blocks) * kStride * sizeof(T))));
     if (!scratch_) throw std::bad_alloc();
@@ -145,54 +247,62 @@ class FusedRun {
   }
 
   void run() {
-    const int64_t n = out_.numel();
+    const int64_t n = shape_.numel();
     T* out = args_.output.as<T>();
     std::vector<const T*> operand(args_.inputs.size());
     for (int64_t start = 0; start < n; start += kBlock) {
       const int64_t len = std::min(kBlock, n - start);
       for (std::size_t e = 0; e < operand.size(); ++e) operand[e] = read(e, start, len);
-      for (const Step& step : steps_) {
+      for (const FusedStep& step : fused_.steps) {
         T* dst = step.destination < 0 ? out + start : block(step.destination);
-        const T* a = step.a >= 0 ? operand[step.a] : block(-step.a - 1);
-        const T* b = step.b >= 0 ? operand[step.b] : block(-step.b - 1);
-        apply(step, a, b, dst, len);
+        apply(step, resolve(step.a, operand), resolve(step.b, operand), dst, len);
       }
+      if (fold_) fold_->feed(resolve(fused_.reduction->a, operand).data, len);
     }
+    if (fold_) fold_->store(out);
   }
 
  private:
-  enum class Kind : uint8_t { kSame, kSplat, kGather };
+  enum class Kind : uint8_t { kSame, kScalar, kSplat, kGather };
 
   T* block(std::size_t i) { return scratch_.get() + i * kStride; }
 
-  // Operand e's values for output elements [start, start + len), contiguous.
+  Operand<T> resolve(int32_t ref, const std::vector<const T*>& operand) {
+    if (ref < 0) return {block(static_cast<std::size_t>(-ref - 1)), false};
+    return {operand[static_cast<std::size_t>(ref)],
+            kinds_[static_cast<std::size_t>(ref)] == Kind::kScalar};
+  }
+
+  // Operand e's values for elements [start, start + len), contiguous (its one value if scalar).
   const T* read(std::size_t e, int64_t start, int64_t len) {
     const T* data = args_.inputs[e].as<T>();
     switch (kinds_[e]) {
       case Kind::kSame:
         return data + start;
+      case Kind::kScalar:
+        return data;
       case Kind::kSplat:
         return block(slot_of_[e]);
       case Kind::kGather:
         break;
     }
     const std::array<int64_t, Shape::kMaxRank>& strides = strides_[e];
-    const int rank = out_.rank();
+    const int rank = shape_.rank();
     int64_t index[Shape::kMaxRank];
     int64_t offset = 0;
     int64_t rest = start;
     for (int d = rank - 1; d >= 0; --d) {
-      index[d] = rest % out_[d];
-      rest /= out_[d];
+      index[d] = rest % shape_[d];
+      rest /= shape_[d];
       offset += index[d] * strides[static_cast<std::size_t>(d)];
     }
     T* buffer = block(slot_of_[e]);
     for (int64_t i = 0; i < len; ++i) {
       buffer[i] = data[offset];
-      for (int d = rank - 1; d >= 0; --d) {  // next output index, carrying into outer dims
+      for (int d = rank - 1; d >= 0; --d) {  // next index, carrying into outer dims
         const auto sd = static_cast<std::size_t>(d);
         offset += strides[sd];
-        if (++index[d] < out_[d]) break;
+        if (++index[d] < shape_[d]) break;
         offset -= index[d] * strides[sd];
         index[d] = 0;
       }
@@ -200,31 +310,28 @@ class FusedRun {
     return buffer;
   }
 
-  static void apply(const Step& step, const T* a, const T* b, T* dst, int64_t len) {
-    using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
-    const Eigen::Map<const Array> x(a, len);
-    const Eigen::Map<const Array> y(b, len);
-    Eigen::Map<Array> o(dst, len);
+  static void apply(const FusedStep& step, Operand<T> a, Operand<T> b, T* dst, int64_t len) {
+    const Eigen::Map<const Array<T>> x(a.data, len);  // unary steps: never a scalar
+    Eigen::Map<Array<T>> o(dst, len);
     switch (step.kernel) {
       case Kernel::kAdd:
-        o = x + y;
+        binary_expression(a, b, dst, len, [](auto& r, const auto& p, const auto& q) { r = p + q; });
         return;
       case Kernel::kSub:
-        o = x - y;
+        binary_expression(a, b, dst, len, [](auto& r, const auto& p, const auto& q) { r = p - q; });
         return;
       case Kernel::kMul:
-        o = x * y;
+        binary_expression(a, b, dst, len, [](auto& r, const auto& p, const auto& q) { r = p * q; });
         return;
       case Kernel::kDiv:
-        o = x / y;
+        binary_expression(a, b, dst, len, [](auto& r, const auto& p, const auto& q) { r = p / q; });
         return;
       case Kernel::kPow:
-        for (int64_t i = 0; i < len; ++i) dst[i] = std::pow(a[i], b[i]);
+        for (int64_t i = 0; i < len; ++i) dst[i] = std::pow(a.at(i), b.at(i));
         return;
       case Kernel::kMaximum:
         // NaN propagates, as in the unfused kernel.
         binary_elementwise(a, b, dst, len, [](T p, T q) { return (p > q || p != p) ? p : q; });
-
         return;
       case Kernel::kMinimum:
         binary_elementwise(a, b, dst, len, [](T p, T q) { return (p < q || p != p) ? p : q; });
@@ -264,31 +371,32 @@ class FusedRun {
         }
         return;
       default:
-        malformed(fmt::format("{} is not fusible", kernel_name(step.kernel)));
+        fused_malformed(fmt::format("{} is not fusible", kernel_name(step.kernel)));
     }
   }
 
   const KernelArgs& args_;
-  std::vector<Step> steps_;
-  const Shape& out_;
+  FusedSteps fused_;
+  const Shape& shape_;  // the chain's
   std::vector<Kind> kinds_;
   std::vector<std::array<int64_t, Shape::kMaxRank>> strides_;
-  std::vector<std::size_t> slot_of_;  // scratch block of each splat or gathered operand
+  std::vector<std::size_t> slot_of_;  // scratch block of each spread or gathered operand
   std::unique_ptr<T[], FreeDeleter> scratch_;
+  std::unique_ptr<Fold<T>> fold_;
 };
 
 void fused_kernel(const KernelArgs& args) {
-  int32_t buffers = 0;
-  std::vector<Step> steps = parse_steps(args, buffers);
+  FusedSteps steps = parse_fused_steps(args);
   switch (args.output.desc->dtype) {
     case DType::kF32:
-      FusedRun<float>(args, std::move(steps), buffers).run();
+      FusedRun<float>(args, std::move(steps)).run();
       return;
     case DType::kF64:
-      FusedRun<double>(args, std::move(steps), buffers).run();
+      FusedRun<double>(args, std::move(steps)).run();
       return;
     default:
-      malformed(fmt::format("{} output (f32 and f64 fuse)", dtype_name(args.output.desc->dtype)));
+      fused_malformed(
+          fmt::format("{} output (f32 and f64 fuse)", dtype_name(args.output.desc->dtype)));
   }
 }
 

@@ -1,16 +1,10 @@
 // backends/cpu: reduction kernels — sum, mean, reduce_max, reduce_min, logsumexp, argmax,
 // softmax and log_softmax.
 //
-// Every reduction sees its input as [outer, n, inner]: the n elements reduced into output (o, i)
-// sit at input[(o * n + r) * inner + i]. Size-1 dims are dropped and adjacent reduced (or kept)
-// dims merge, so any dim set whose reduced dims end up adjacent needs no copy; other sets (dims
-// {0, 2} of a 3-d tensor) first gather the input with the kept dims in front. inner == 1 reduces
-// contiguous rows with kLanes independent accumulators; inner > 1 accumulates whole rows into
-// column accumulators. Both are fixed-size block loops so that GCC vectorises them at -O2 (see
-// elementwise.cpp); exp and log go through Eigen arrays.
-//
-// Accumulation: f64 and f32 in double (an f32 running sum drifts past 1e-5 relative within 1M
-// elements), bf16 in f32, integers and bool in wrapping 64-bit integers.
+// The geometry of a reduction and the sum, mean, max and min reducers are in reducer.h (fused
+// kernels ending in a reduction share them). Reduced dims that are not adjacent (dims {0, 2} of a
+// 3-d tensor) first gather the input with the kept dims in front; exp and log go through Eigen
+// arrays.
 #include <fmt/format.h>
 #include <Eigen/Core>
 
@@ -27,6 +21,7 @@
 
 #include "backends/cpu/element.h"
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/reducer.h"
 
 namespace axle::cpu {
 namespace {
@@ -34,69 +29,11 @@ namespace {
 template <class T>
 using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
 
-// ---- Geometry --------------------------------------------------------------------------------
-
-struct Geometry {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-// A run of adjacent input dims that are all reduced or all kept (size-1 dims left out).
-struct Group {
-  int64_t size;
-  bool reduced;
-};
-
-struct ReducePlan {
-  Geometry geometry;
-  std::vector<Group> groups;  // in input order
-  bool gather = false;        // reduced groups are not adjacent: move kept dims to the front
-};
-
-ReducePlan plan_reduction(const KernelArgs& args, std::span<const int64_t> dims, bool keepdim) {
-  const char* name = kernel_name(args.call.kernel).data();
+// The plan of a reduction kernel's call: one input, ints = [keepdim, dims...].
+ReducePlan plan_call(const KernelArgs& args, std::span<const int64_t> dims, bool keepdim) {
+  const std::string_view name = kernel_name(args.call.kernel);
   if (args.inputs.size() != 1) throw std::invalid_argument(fmt::format("{} takes 1 input", name));
-  const Shape& in = args.inputs[0].desc->shape;
-  std::array<bool, Shape::kMaxRank> reduced{};
-  for (std::size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] < 0 || dims[i] >= in.rank() || (i > 0 && dims[i] <= dims[i - 1])) {
-      throw std::invalid_argument(
-          fmt::format("{}: dims must be sorted, unique and in [0, {}); dim {} is {}", name,
-                      in.rank(), i, dims[i]));
-    }
-    reduced[dims[i]] = true;
-  }
-  Shape expected;
-  for (int d = 0; d < in.rank(); ++d) {
-    if (!reduced[d] || keepdim) expected.push_back(reduced[d] ? 1 : in[d]);
-  }
-  if (!(expected == args.output.desc->shape)) {
-    throw std::invalid_argument(fmt::format("{}: reducing {} gives {}, but the output is {}", name,
-                                            in.to_string(), expected.to_string(),
-                                            args.output.desc->shape.to_string()));
-  }
-  ReducePlan plan;
-  int reduced_groups = 0;
-  for (int d = 0; d < in.rank(); ++d) {
-    if (in[d] == 1) continue;
-    if (!plan.groups.empty() && plan.groups.back().reduced == reduced[d]) {
-      plan.groups.back().size *= in[d];
-    } else {
-      plan.groups.push_back({in[d], reduced[d]});
-      reduced_groups += reduced[d];
-    }
-  }
-  Geometry& g = plan.geometry;
-  plan.gather = reduced_groups > 1;
-  bool seen_reduced = false;
-  for (const Group& group : plan.groups) {
-    if (group.reduced) {
-      g.n *= group.size;
-      seen_reduced = true;
-    } else {
-      (seen_reduced && !plan.gather ? g.inner : g.outer) *= group.size;
-    }
-  }
-  return plan;
+  return plan_reduction(name, args.inputs[0].desc->shape, dims, keepdim, args.output.desc->shape);
 }
 
 // Copies x into dst with the kept groups first and the reduced groups last (each in its own
@@ -144,53 +81,8 @@ const T* arranged_input(const KernelArgs& args, const ReducePlan& plan,
   return scratch.get();
 }
 
-// ---- Reducers --------------------------------------------------------------------------------
+// ---- Column passes ---------------------------------------------------------------------------
 
-// A reducer: Acc, identity(), step(acc, x) (vectorisable), merge(acc, acc), finish(acc, n).
-template <class T>
-struct Sum {
-  using Acc = std::conditional_t<std::is_same_v<T, Bf16>, float,
-                                 std::conditional_t<kIsFloat<T>, double, uint64_t>>;
-  static Acc identity() noexcept { return Acc(0); }
-  static Acc step(Acc acc, compute_t<T> x) noexcept { return acc + static_cast<Acc>(x); }
-  static Acc merge(Acc a, Acc b) noexcept { return a + b; }
-  static auto finish(Acc acc, int64_t) noexcept {
-    if constexpr (std::is_same_v<Acc, uint64_t>) {
-      return static_cast<int64_t>(acc);  // two's complement: the wrapped signed sum
-    } else {
-      return acc;
-    }
-  }
-};
-
-template <class T>
-struct Mean : Sum<T> {
-  using Acc = typename Sum<T>::Acc;
-  static double finish(Acc acc, int64_t n) noexcept {
-    return static_cast<double>(acc) / static_cast<double>(n);  // 0 / 0 = NaN for empty, as torch
-  }
-};
-
-// NaN wins, as torch.amax/amin: once the accumulator is NaN no comparison replaces it.
-template <class T, bool kMax>
-struct Extreme {
-  using Acc = compute_t<T>;
-  static Acc identity() noexcept {
-    using L = std::numeric_limits<Acc>;
-    if constexpr (L::has_infinity) {
-      return kMax ? -L::infinity() : L::infinity();
-    } else {
-      return kMax ? L::lowest() : L::max();
-    }
-  }
-  static Acc step(Acc acc, Acc x) noexcept {
-    return ((kMax ? x > acc : x < acc) || is_nan(x)) ? x : acc;
-  }
-  static Acc merge(Acc a, Acc b) noexcept { return step(a, b); }
-  static Acc finish(Acc acc, int64_t) noexcept { return acc; }
-};
-
-constexpr int64_t kLanes = 16;  // independent accumulators per row: a multiple of vector widths
 // Columns per pass when inner > 1. Wide enough that each pass reads long contiguous runs of a
 // row (512 columns ran 2-4x slower down a 4096-wide matrix); the accumulators (32 KB of double)
 // stay in L2.
@@ -212,29 +104,6 @@ void for_each_column_run(const Geometry& g, Pass&& pass) {
       pass(o * g.n * g.inner + c, o * g.inner + c, std::min(kColumns, g.inner - c));
     }
   }
-}
-
-template <class R, class T>
-typename R::Acc reduce_row(const T* __restrict__ x, int64_t n) {
-  std::array<typename R::Acc, kLanes> lanes;
-  lanes.fill(R::identity());
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = R::step(lanes[j], load(x[i + j]));
-  }
-  typename R::Acc acc = R::identity();
-  for (auto lane : lanes) acc = R::merge(acc, lane);
-  for (; i < n; ++i) acc = R::step(acc, load(x[i]));
-  return acc;
-}
-
-template <class R, class T>
-void accumulate_row(typename R::Acc* __restrict__ acc, const T* __restrict__ x, int64_t w) {
-  int64_t i = 0;
-  for (; i + kLanes <= w; i += kLanes) {
-    for (int64_t j = 0; j < kLanes; ++j) acc[i + j] = R::step(acc[i + j], load(x[i + j]));
-  }
-  for (; i < w; ++i) acc[i] = R::step(acc[i], load(x[i]));
 }
 
 // acc[0..w) = R over the n rows (`stride` apart) starting at x.
@@ -419,7 +288,7 @@ void reduce_kernel(const KernelArgs& args) {
   if (ints.empty()) {
     throw std::invalid_argument(fmt::format("{}: ints must be [keepdim, dims...]", kernel_name(K)));
   }
-  const ReducePlan plan = plan_reduction(args, std::span(ints).subspan(1), ints[0] != 0);
+  const ReducePlan plan = plan_call(args, std::span(ints).subspan(1), ints[0] != 0);
   const Geometry& g = plan.geometry;
   const DType dtype = args.inputs[0].desc->dtype;
   // sum may widen (torch sums bool and s32 into s64); the others keep the input's dtype.
@@ -457,7 +326,7 @@ void reduce_kernel(const KernelArgs& args) {
 void argmax_kernel(const KernelArgs& args) {
   const std::vector<int64_t>& ints = args.call.ints;
   if (ints.size() != 2) throw std::invalid_argument("argmax: ints must be [keepdim, dim]");
-  const ReducePlan plan = plan_reduction(args, std::span(ints).subspan(1), ints[0] != 0);
+  const ReducePlan plan = plan_call(args, std::span(ints).subspan(1), ints[0] != 0);
   const Geometry& g = plan.geometry;
   check_dtype(args, "output", args.output.desc->dtype, DType::kI64);
   if (g.n == 0) {
@@ -517,6 +386,50 @@ void softmax_kernel(const KernelArgs& args) {
 }
 
 }  // namespace
+
+ReducePlan plan_reduction(std::string_view name, const Shape& in, std::span<const int64_t> dims,
+                          bool keepdim, const Shape& out) {
+  std::array<bool, Shape::kMaxRank> reduced{};
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0 || dims[i] >= in.rank() || (i > 0 && dims[i] <= dims[i - 1])) {
+      throw std::invalid_argument(
+          fmt::format("{}: dims must be sorted, unique and in [0, {}); dim {} is {}", name,
+                      in.rank(), i, dims[i]));
+    }
+    reduced[dims[i]] = true;
+  }
+  Shape expected;
+  for (int d = 0; d < in.rank(); ++d) {
+    if (!reduced[d] || keepdim) expected.push_back(reduced[d] ? 1 : in[d]);
+  }
+  if (!(expected == out)) {
+    throw std::invalid_argument(fmt::format("{}: reducing {} gives {}, but the output is {}", name,
+                                            in.to_string(), expected.to_string(), out.to_string()));
+  }
+  ReducePlan plan;
+  int reduced_groups = 0;
+  for (int d = 0; d < in.rank(); ++d) {
+    if (in[d] == 1) continue;
+    if (!plan.groups.empty() && plan.groups.back().reduced == reduced[d]) {
+      plan.groups.back().size *= in[d];
+    } else {
+      plan.groups.push_back({in[d], reduced[d]});
+      reduced_groups += reduced[d];
+    }
+  }
+  Geometry& g = plan.geometry;
+  plan.gather = reduced_groups > 1;
+  bool seen_reduced = false;
+  for (const Group& group : plan.groups) {
+    if (group.reduced) {
+      g.n *= group.size;
+      seen_reduced = true;
+    } else {
+      (seen_reduced && !plan.gather ? g.inner : g.outer) *= group.size;
+    }
+  }
+  return plan;
+}
 
 void register_reduce_kernels(KernelTable& table) {
   set_kernel(table, Kernel::kSum, &reduce_kernel<Kernel::kSum>);

@@ -1,8 +1,9 @@
-// Elementwise fusion end to end: which chains fuse (FusedKernels), and that fused steps compute
-// the same bits as unfused ones.
+// Elementwise fusion end to end: which chains fuse (FusedKernels), with the reductions that end
+// them, and that fused kernels compute the same bits as unfused ones.
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
 #include <functional>
 
 #include "axle.h"
@@ -18,7 +19,7 @@ std::vector<float> values(std::size_t n, float scale) {
 }
 
 struct Run {
-  std::vector<std::vector<float>> outputs;
+  std::vector<std::vector<double>> outputs;  // f32 converts exactly
   int64_t fused_kernels = 0;
 };
 
@@ -34,7 +35,7 @@ Run run(const std::function<std::vector<Tensor>()>& step, bool fuse) {
   const std::vector<Tensor> outputs = step();
   mark_step();
   Run result;
-  for (const Tensor& t : outputs) result.outputs.push_back(t.to_vector<float>());
+  for (const Tensor& t : outputs) result.outputs.push_back(t.to_vector<double>());
   result.fused_kernels = counter_value("FusedKernels").value_or(0);
   config::unset("AXLE_DISABLE_PASSES");
   return result;
@@ -43,14 +44,14 @@ Run run(const std::function<std::vector<Tensor>()>& step, bool fuse) {
 // The number of fused kernels `step` compiles to; checks fusing changes no bit.
 int64_t fused_kernels(const std::function<std::vector<Tensor>()>& step) {
   const Run plain = run(step, false);
-  const Run fused = run(step, true);
+  const struct Run fused = run(step, true);
   EXPECT_EQ(plain.fused_kernels, 0);
   EXPECT_EQ(plain.outputs.size(), fused.outputs.size());
   for (std::size_t k = 0; k < plain.outputs.size(); ++k) {
     EXPECT_EQ(plain.outputs[k].size(), fused.outputs[k].size());
     for (std::size_t i = 0; i < plain.outputs[k].size(); ++i) {
-      if (std::bit_cast<uint32_t>(plain.outputs[k][i]) !=
-          std::bit_cast<uint32_t>(fused.outputs[k][i])) {
+      if (std::bit_cast<uint64_t>(plain.outputs[k][i]) !=
+          std::bit_cast<uint64_t>(fused.outputs[k][i])) {
         ADD_FAILURE() << "output " << k << " element " << i << ": unfused " << plain.outputs[k][i]
                       << ", fused " << fused.outputs[k][i];
         break;
@@ -120,6 +121,83 @@ TEST(Fusion, OtherDtypesAndNonElementwiseOpsAreLeftAlone) {
               return std::vector<Tensor>{s, cast(i, DType::kF32)};
             }),
             0);
+}
+
+std::vector<double> values64(std::size_t n, double scale) {
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = scale * static_cast<double>((i * 53) % 97) / 97.0;
+  return v;
+}
+
+TEST(Fusion, AChainEndingInASumIsOneKernel) {
+  EXPECT_EQ(fused_kernels([] {
+              const Tensor x = tensor(values(30000, 2.0f), {30000});
+              return std::vector<Tensor>{sum(tanh(exp(x * 0.5 + 0.25) - 1.5) * 3.0)};
+            }),
+            1);
+}
+
+TEST(Fusion, ReductionsOverTrailingDimsOfBroadcastingChainsFuse) {
+  // The common loss and normalisation shapes: each of [rows, cols] reduced over its last dim (or
+  // all dims), the chain reading a row and a column broadcast along it.
+  using Reduce = std::function<Tensor(const Tensor&)>;
+  const std::vector<Reduce> reductions = {
+      [](const Tensor& t) { return sum(t, {1}); },
+      [](const Tensor& t) { return mean(t, {1}, /*keepdim=*/true); },
+      [](const Tensor& t) { return amax(t, {1}); },
+      [](const Tensor& t) {
+        return amin(t, {0, 1}, /*keepdim=*/true);
+      },
+      [](const Tensor& t) { return mean(t); },
+  };
+  for (const Reduce& reduce : reductions) {
+    EXPECT_EQ(fused_kernels([&] {
+                const Tensor x = tensor(values(40 * 1030, 1.0f), {40, 1030});
+                const Tensor row = tensor(values(1030, 3.0f), {1030});
+                const Tensor column = tensor(values(40, -1.0f), {40, 1});
+                return std::vector<Tensor>{reduce(gelu(relu((x + row) * column - 0.5) + abs(row)))};
+              }),
+              1);
+  }
+}
+
+TEST(Fusion, F64ChainsEndingInAReductionFuse) {
+  EXPECT_EQ(fused_kernels([] {
+              const Tensor x = tensor(values64(33 * 700, 1.5), {33, 700});
+              const Tensor y = tensor(values64(700, -2.0), {700});
+              const Tensor d = x - y;
+              return std::vector<Tensor>{sum(exp(x * -0.5) * 2.0, {1}, /*keepdim=*/true),
+                                         mean(d * d), amax(sqrt(abs(x) + 1.0), {0})};
+            }),
+            3);
+}
+
+TEST(Fusion, FusedLossMatchesADoubleLoop) {
+  // Mean squared error per row: mean((x * w - t)^2) over the last dim.
+  constexpr int64_t kRows = 17, kCols = 2500;
+  const std::vector<float> xs = values(kRows * kCols, 2.0f), ws = values(kCols, 0.5f);
+  const std::vector<float> ts = values(kRows, 1.0f);
+  const struct Run fused = run(
+      [&] {
+        const Tensor d = tensor(xs, {kRows, kCols}) * tensor(ws, {kCols}) - tensor(ts, {kRows, 1});
+        return std::vector<Tensor>{mean(d * d, {1})};
+      },
+      true);
+  // d is read twice, so stored: x * w - t is one fused kernel, d * d and its mean another.
+  EXPECT_EQ(fused.fused_kernels, 2);
+  for (int64_t r = 0; r < kRows; ++r) {
+    double want = 0, bound = 0;
+    for (int64_t c = 0; c < kCols; ++c) {
+      const double product = static_cast<double>(xs[r * kCols + c]) * ws[c];
+      const double d = product - ts[r];
+      want += d * d;
+      // The f32 product, difference and square each round once (2^-24 relative).
+      bound += 2 * std::abs(d) * (std::abs(product) + std::abs(d)) + d * d;
+    }
+    want /= kCols;
+    // ... and the mean once more, to f32.
+    EXPECT_NEAR(fused.outputs[0][r], want, 0x1p-23 * bound / kCols + 0x1p-23 * want) << "row " << r;
+  }
 }
 
 }  // namespace

@@ -80,6 +80,41 @@ TEST(MemoryPlan, InputsAndOutputsAreNeverReleasedOrWrittenOver) {
   for (int32_t s : program->plan.in_place) EXPECT_LT(s, 0);
 }
 
+// A fused kernel ending in a reduction reads many elements of an operand for each element it
+// writes, so the plan never gives it an operand's buffer, even one of the output's shape and dtype
+// that dies with the call.
+TEST(MemoryPlan, FusedReductionsNeverWriteOverTheirOperands) {
+  constexpr int64_t kN = 48;
+  auto step = [](const Tensor& x) {
+    const Tensor m = sum(x, {1}, /*keepdim=*/true);  // [kN, 1]: the keepdim output's shape
+    const Tensor v = amax(x, {0});                   // [kN]: the shape of a sum over dim 1
+    return std::vector<Tensor>{sum(exp(x - m) * 2.0, {1}, /*keepdim=*/true), sum(abs(x * v), {1})};
+  };
+  const IntrusivePtr<Executable> program = compiled(step(input({kN, kN})), true);
+  int fused = 0;
+  for (std::size_t c = 0; c < program->calls.size(); ++c) {
+    if (program->calls[c].kernel != Kernel::kFused) continue;
+    ++fused;
+    EXPECT_LT(program->plan.in_place[c], 0) << "call " << c;
+  }
+  EXPECT_EQ(fused, 2);
+  EXPECT_EQ(program_error(*program), "");
+
+  LazySystem::restart();
+  std::vector<float> xs(kN * kN);
+  for (int64_t i = 0; i < kN * kN; ++i) xs[i] = static_cast<float>(((i * 37) % 101) / 50.0 - 1.0);
+  const std::vector<float> b = step(tensor(xs, {kN, kN}))[1].to_vector<float>();
+  for (int64_t r = 0; r < kN; ++r) {
+    double want = 0;
+    for (int64_t c = 0; c < kN; ++c) {
+      double v = -1e30;
+      for (int64_t k = 0; k < kN; ++k) v = std::max(v, double(xs[k * kN + c]));
+      want += std::abs(xs[r * kN + c] * v);
+    }
+    EXPECT_NEAR(b[r], want, 1e-5 * want) << "row " << r;
+  }
+}
+
 // One training step of a two-layer MLP with its backward pass written out, and SGD.
 std::vector<Tensor> mlp_step(const Tensor& x, const Tensor& y, const Tensor& w1, const Tensor& w2,
                              double lr) {

@@ -20,8 +20,10 @@
 #include <sstream>
 #include <thread>
 
+#include "actors/lowering.h"
 #include "axle.h"
 #include "engine/log.h"
+#include "graph/step_graph.h"
 #include "persistent_cache_program.h"
 
 namespace axle {
@@ -196,6 +198,24 @@ TEST_F(PersistentCompileCache, StoredProgramLoadsEqual) {
   EXPECT_EQ(cache->entry_path(program->graph_hash).filename(), "fedcba9876543210.axleprog");
   EXPECT_EQ(listing(dir_.path()).size(), 1u);
   EXPECT_FALSE(cache->load(1234));
+}
+
+TEST_F(PersistentCompileCache, FusedReductionRoundTripsAndPassesTheSafetyCheck) {
+  // A chain ending in a sum over the last dim: one kFused call with a reduction.
+  const Tensor x(make_intrusive<TensorImpl>(
+      DType::kF32, make_intrusive<DeviceData>(Device{}, DType::kF32, Shape{8, 300})));
+  const NodePtr root = sum(exp(x * 0.5) + 1.0, {1}).impl()->ir();
+  const IntrusivePtr<Executable> program =
+      compile_graph(build_step_graph(std::span<const NodePtr>(&root, 1)), PassSet());
+  ASSERT_EQ(std::ranges::count_if(program->calls,
+                                  [](const KernelCall& c) { return c.kernel == Kernel::kFused; }),
+            1);
+  auto cache = PersistentCache::open(dir_.path(), false);
+  cache->store(program->graph_hash, *program);
+  IntrusivePtr<Executable> loaded = cache->load(program->graph_hash);
+  ASSERT_TRUE(loaded);
+  expect_same_program(*loaded, *program);
+  EXPECT_EQ(program_error(*loaded), "");
 }
 
 TEST_F(PersistentCompileCache, ProgramWithNothingInItRoundTrips) {

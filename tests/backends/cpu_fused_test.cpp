@@ -3,61 +3,14 @@
 // rejected with a message.
 #include <gtest/gtest.h>
 
-#include <bit>
-
-#include "tests/backends/kernel_test_util.h"
+#include "tests/backends/fused_chain.h"
 
 namespace axle::testing {
 namespace {
 
-// A step reads external operands (>= 0) or earlier steps' results (-1 is step 0, -2 step 1...).
-struct Step {
-  Kernel kernel;
-  int a;
-  int b = 0;
-  bool tanh_form = false;
-};
-
-bool is_binary(Kernel k) { return fused_step_arity(k) == 2; }
-
-HostTensor unfused(const std::vector<Step>& steps, const std::vector<HostTensor>& externals,
-                   DType dtype, const Shape& shape) {
-  std::vector<HostTensor> results;
-  auto operand = [&](int ref) { return ref >= 0 ? externals[ref] : results[-ref - 1]; };
-  for (const Step& s : steps) {
-    std::vector<HostTensor> inputs = {operand(s.a)};
-    if (is_binary(s.kernel)) inputs.push_back(operand(s.b));
-    std::vector<int64_t> ints;
-    if (s.kernel == Kernel::kGelu) ints = {s.tanh_form ? 1 : 0};
-    results.push_back(run_kernel(s.kernel, inputs, dtype, shape, ints));
-  }
-  return results.back();
-}
-
-// Each step but the last writes its own scratch buffer (the simplest valid allocation).
 HostTensor fused(const std::vector<Step>& steps, const std::vector<HostTensor>& externals,
                  DType dtype, const Shape& shape) {
-  std::vector<int64_t> ints = {static_cast<int64_t>(steps.size() - 1)};
-  for (std::size_t i = 0; i < steps.size(); ++i) {
-    const Step& s = steps[i];
-    const int64_t destination = i + 1 == steps.size() ? -1 : static_cast<int64_t>(i);
-    ints.insert(ints.end(), {static_cast<int64_t>(s.kernel), destination, s.a,
-                             is_binary(s.kernel) ? s.b : 0, s.tanh_form ? 1 : 0});
-  }
-  return run_kernel(Kernel::kFused, externals, dtype, shape, ints);
-}
-
-void expect_same_bits(const HostTensor& got, const HostTensor& want) {
-  ASSERT_EQ(got.values.size(), want.values.size());
-  int shown = 0;
-  for (std::size_t i = 0; i < got.values.size(); ++i) {
-    if (std::bit_cast<uint64_t>(got.values[i]) != std::bit_cast<uint64_t>(want.values[i]) &&
-        !(std::isnan(got.values[i]) && std::isnan(want.values[i]))) {
-      ADD_FAILURE() << "element " << i << ": fused " << got.values[i] << ", unfused "
-                    << want.values[i];
-      if (++shown == 5) return;
-    }
-  }
+  return run_kernel(Kernel::kFused, externals, dtype, shape, fused_ints(steps, false));
 }
 
 // Every fusible kernel, reading operands of every broadcast kind.
@@ -129,6 +82,25 @@ TEST(FusedKernelSteps, MayWriteTheBufferTheyRead) {
   const HostTensor e = run_kernel(Kernel::kExp, {x}, DType::kF32, {2000});
   const HostTensor t = run_kernel(Kernel::kTanh, {e}, DType::kF32, {2000});
   expect_same_bits(got, run_kernel(Kernel::kMul, {t, x}, DType::kF32, {2000}));
+}
+
+TEST(FusedKernelSteps, OneElementOperandsOnEitherSideGiveTheUnfusedBits) {
+  // A one-element operand of a binary step is read as a scalar, unless both are one element.
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    const std::vector<HostTensor> externals = operands(dtype, 5, 333, 5);
+    const std::vector<Step> steps = {
+        {Kernel::kSub, 3, 0},       // scalar - x
+        {Kernel::kDiv, 3, -1},      // scalar / .
+        {Kernel::kAdd, 3, 3},       // scalar + scalar
+        {Kernel::kMul, -2, -3},     //
+        {Kernel::kPow, 3, -4},      // scalar ^ .
+        {Kernel::kMaximum, 3, -5},  //
+        {Kernel::kMinimum, -6, 3},  //
+        {Kernel::kDiv, -7, 3},      // . / scalar
+    };
+    expect_same_bits(fused(steps, externals, dtype, {5, 333}),
+                     unfused(steps, externals, dtype, {5, 333}));
+  }
 }
 
 TEST(FusedKernelSteps, MalformedListsAreRejected) {

@@ -129,5 +129,50 @@ TEST(ProgramError, RejectsPlansThatFreeWhatTheyDoNotOwnOrReadFreedSlots) {
   expect_error(*program, "cannot write in place");
 }
 
+TEST(WritesInPlaceSafely, ElementwiseAndFusedKernelsWithoutAReduction) {
+  EXPECT_TRUE(writes_in_place_safely({Kernel::kAdd, {0, 1}, 2, {}, {}}));
+  EXPECT_FALSE(writes_in_place_safely({Kernel::kSum, {0}, 1, {0, 0}, {}}));
+  const auto exp_k = static_cast<int64_t>(Kernel::kExp);
+  const KernelCall chain{Kernel::kFused, {0}, 1, {0, exp_k, -1, 0, 0, 0}, {}};
+  EXPECT_TRUE(writes_in_place_safely(chain));
+  // exp into buffer 0, then its sum: each output reads many operand elements.
+  const KernelCall reducing{
+      Kernel::kFused,
+      {0},
+      1,
+      {1, exp_k, 0, 0, 0, 0, static_cast<int64_t>(Kernel::kSum), -1, -1, 1, 2, 0, 0},
+      {}};
+  EXPECT_FALSE(writes_in_place_safely(reducing));
+}
+
+TEST(ProgramError, RejectsAPlanWritingAFusedReductionInPlace) {
+  // y = sum(exp(a) * m, keepdim) over the last dim of [2, 3], with m [2, 1] computed by the
+  // program (so the plan owns it): m has the output's shape and dies with the call.
+  auto program = make_intrusive<Executable>();
+  program->slots = {{DType::kF32, Shape{2, 3}},
+                    {DType::kF32, Shape{2, 1}},
+                    {DType::kF32, Shape{2, 1}},
+                    {DType::kF32, Shape{2, 1}}};
+  program->input_slots = {0, 1};
+  const auto exp_k = static_cast<int64_t>(Kernel::kExp);
+  const auto mul_k = static_cast<int64_t>(Kernel::kMul);
+  program->calls = {{Kernel::kNeg, {1}, 2, {}, {}},
+                    {Kernel::kFused,
+                     {0, 2},
+                     3,
+                     {1, exp_k, 0, 0, 0, 0, mul_k, 0, -1, 1, 0, static_cast<int64_t>(Kernel::kSum),
+                      -1, -1, 2, 2, 3, 1, 1},
+                     {}}};
+  program->output_slots = {3};
+  program->plan.release_begin = {0, 0, 1};
+  program->plan.release_slots = {2};
+  program->plan.in_place = {-1, -1};
+  EXPECT_EQ(program_error(*program), "");
+  program->plan.release_slots = {};
+  program->plan.release_begin = {0, 0, 0};
+  program->plan.in_place = {-1, 2};
+  expect_error(*program, "cannot write in place over slot 2");
+}
+
 }  // namespace
 }  // namespace axle

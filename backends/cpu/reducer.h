@@ -1,0 +1,198 @@
+// backends/cpu: how reductions accumulate — the geometry of a reduction, the reducers (sum, mean,
+// max, min) and their row and column loops. Shared by the reduction kernels (reduce.cpp) and the
+// fused kernels that end in a reduction (fused.cpp), so that both add the same terms in the same
+// order and give the same bits.
+//
+// Every reduction sees its input as [outer, n, inner]: the n elements reduced into output (o, i)
+// sit at input[(o * n + r) * inner + i]. Size-1 dims are dropped and adjacent reduced (or kept)
+// dims merge, so any dim set whose reduced dims end up adjacent needs no copy; other sets (dims
+// {0, 2} of a 3-d tensor) are gathered first. inner == 1 reduces contiguous rows with kLanes
+// independent accumulators; inner > 1 accumulates whole rows into column accumulators, one term
+// after another. Both are fixed-size block loops so that GCC vectorises them at -O2 (see
+// elementwise.cpp).
+//
+// Accumulation: f64 and f32 in double (an f32 running sum drifts past 1e-5 relative within 1M
+// elements), bf16 in f32, integers and bool in wrapping 64-bit integers.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cpu/element.h"
+
+namespace axle::cpu {
+
+// ---- Geometry --------------------------------------------------------------------------------
+
+struct Geometry {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+/// A run of adjacent input dims that are all reduced or all kept (size-1 dims left out).
+struct Group {
+  int64_t size;
+  bool reduced;
+};
+
+struct ReducePlan {
+  Geometry geometry;
+  std::vector<Group> groups;  // in input order
+  bool gather = false;        // reduced groups are not adjacent: move kept dims to the front
+};
+
+/// How reducing `in` over `dims` (sorted, unique, in range) runs; throws invalid_argument naming
+/// `name` when the dims are not valid or `out` is not the shape the reduction gives.
+ReducePlan plan_reduction(std::string_view name, const Shape& in, std::span<const int64_t> dims,
+                          bool keepdim, const Shape& out);
+
+// ---- Reducers --------------------------------------------------------------------------------
+
+// A reducer: Acc, identity(), step(acc, x) (vectorisable), merge(acc, acc), finish(acc, n).
+template <class T>
+struct Sum {
+  using Acc = std::conditional_t<std::is_same_v<T, Bf16>, float,
+                                 std::conditional_t<kIsFloat<T>, double, uint64_t>>;
+  static Acc identity() noexcept { return Acc(0); }
+  static Acc step(Acc acc, compute_t<T> x) noexcept { return acc + static_cast<Acc>(x); }
+  static Acc merge(Acc a, Acc b) noexcept { return a + b; }
+  static auto finish(Acc acc, int64_t) noexcept {
+    if constexpr (std::is_same_v<Acc, uint64_t>) {
+      return static_cast<int64_t>(acc);  // two's complement: the wrapped signed sum
+    } else {
+      return acc;
+    }
+  }
+};
+
+template <class T>
+struct Mean : Sum<T> {
+  using Acc = typename Sum<T>::Acc;
+  static double finish(Acc acc, int64_t n) noexcept {
+    return static_cast<double>(acc) / static_cast<double>(n);  // 0 / 0 = NaN for empty, as torch
+  }
+};
+
+// NaN wins, as torch.amax/amin: once the accumulator is NaN no comparison replaces it.
+template <class T, bool kMax>
+struct Extreme {
+  using Acc = compute_t<T>;
+  static Acc identity() noexcept {
+    using L = std::numeric_limits<Acc>;
+    if constexpr (L::has_infinity) {
+      return kMax ? -L::infinity() : L::infinity();
+    } else {
+      return kMax ? L::lowest() : L::max();
+    }
+  }
+  static Acc step(Acc acc, Acc x) noexcept {
+    return ((kMax ? x > acc : x < acc) || is_nan(x)) ? x : acc;
+  }
+  static Acc merge(Acc a, Acc b) noexcept { return step(a, b); }
+  static Acc finish(Acc acc, int64_t) noexcept { return acc; }
+};
+
+// ---- Loops -----------------------------------------------------------------------------------
+
+inline constexpr int64_t kLanes = 16;  // accumulators per row: a multiple of vector widths
+
+template <class R>
+using Lanes = std::array<typename R::Acc, kLanes>;
+
+/// Adds groups * kLanes terms of x to the lanes, term j of each group to lane j. The group is
+/// unrolled so that the lanes live in vector registers; left to a loop, they stay in memory and
+/// every group waits for the previous group's stores.
+template <class R, class T>
+void add_lane_groups(Lanes<R>& into, const T* __restrict__ x, int64_t groups) {
+  Lanes<R> lanes = into;
+  for (int64_t g = 0; g < groups; ++g) {
+#pragma GCC unroll 16
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = R::step(lanes[j], load(x[g * kLanes + j]));
+  }
+  into = lanes;
+}
+
+/// R over a contiguous row: lane j takes the terms at j, j + kLanes, ... of the row's first
+/// n - n % kLanes; the lanes merge in order, then the remaining terms follow one by one.
+template <class R, class T>
+typename R::Acc reduce_row(const T* __restrict__ x, int64_t n) {
+  Lanes<R> lanes;
+  lanes.fill(R::identity());
+  add_lane_groups<R>(lanes, x, n / kLanes);
+  typename R::Acc acc = R::identity();
+  for (auto lane : lanes) acc = R::merge(acc, lane);
+  for (int64_t i = n - n % kLanes; i < n; ++i) acc = R::step(acc, load(x[i]));
+  return acc;
+}
+
+/// acc[i] = R::step(acc[i], x[i]) for i < w: one more term for each of w column accumulators.
+template <class R, class T>
+void accumulate_row(typename R::Acc* __restrict__ acc, const T* __restrict__ x, int64_t w) {
+  int64_t i = 0;
+  for (; i + kLanes <= w; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) acc[i + j] = R::step(acc[i + j], load(x[i + j]));
+  }
+  for (; i < w; ++i) acc[i] = R::step(acc[i], load(x[i]));
+}
+
+/// reduce_row over rows of n terms that arrive in pieces (a fused kernel computes its operand a
+/// block at a time): the same lanes take the same terms in the same order, so the result has the
+/// same bits.
+template <class R, class T>
+class RowReducer {
+ public:
+  explicit RowReducer(int64_t n) noexcept : lanes_end_(n - n % kLanes) { reset(); }
+
+  /// Adds the next m terms of the current row (m <= what the row has left).
+  void feed(const T* __restrict__ x, int64_t m) noexcept {
+    int64_t i = 0;
+    auto add_to_lane = [&] {
+      lanes_[at_ % kLanes] = R::step(lanes_[at_ % kLanes], load(x[i]));
+      ++i;
+      ++at_;
+    };
+    while (i < m && at_ < lanes_end_ && at_ % kLanes != 0) add_to_lane();  // to a group's start
+    const int64_t groups = std::min(m - i, lanes_end_ - at_) / kLanes;
+    add_lane_groups<R>(lanes_, x + i, groups);
+    i += groups * kLanes;
+    at_ += groups * kLanes;
+    while (i < m && at_ < lanes_end_) add_to_lane();  // a group the piece ends in
+    if (i == m) return;
+    merge_lanes();
+    for (; i < m; ++i, ++at_) acc_ = R::step(acc_, load(x[i]));
+  }
+
+  /// The row's accumulator (all its terms fed); starts the next row.
+  typename R::Acc finish_row() noexcept {
+    merge_lanes();
+    const typename R::Acc acc = acc_;
+    reset();
+    return acc;
+  }
+
+ private:
+  void reset() noexcept {
+    lanes_.fill(R::identity());
+    acc_ = R::identity();
+    merged_ = false;
+    at_ = 0;
+  }
+  void merge_lanes() noexcept {
+    if (merged_) return;
+    for (auto lane : lanes_) acc_ = R::merge(acc_, lane);
+    merged_ = true;
+  }
+
+  int64_t lanes_end_;  // terms before this position go to the lanes, the rest one by one
+  Lanes<R> lanes_;
+  typename R::Acc acc_;
+  bool merged_ = false;
+  int64_t at_ = 0;  // position in the current row
+};
+
+}  // namespace axle::cpu
