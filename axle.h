@@ -2,6 +2,7 @@
 #pragma once
 
 #include "actors/api.h"
+#include "actors/replicas.h"
 #include "engine/metrics.h"
 #include "graph/autograd.h"
 #include "graph/nn/layers.h"

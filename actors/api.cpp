@@ -57,6 +57,8 @@ Device device(int ordinal) {
   return d;
 }
 
+Device device() { return device(Device{}.ordinal); }
+
 std::vector<Device> devices() {
   std::vector<Device> all;
   for (int i = 0; i < device_count(); ++i) all.push_back(Device{i});

@@ -16,7 +16,9 @@
 namespace axle {
 
 /// Device `ordinal` of this process (throws std::out_of_range for a device that does not exist).
-Device device(int ordinal = 0);
+Device device(int ordinal);
+/// This thread's default device, `Device{}`: the replica's own inside spawn, else xla:0.
+Device device();
 /// Every device of this process.
 std::vector<Device> devices();
 int device_count();

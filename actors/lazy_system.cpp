@@ -118,6 +118,7 @@ LazySystem::LazySystem(LazySystemOptions options)
   // Closures may block (a value they read may not be ready), so they get a thread of their own.
   closure_runner_ = spawn<ClosureRunner>(
       runtime_, SpawnOptions{.name = "step-closures", .dedicated_thread = true});
+  rendezvous_actor_ = spawn<RendezvousActor>(runtime_, SpawnOptions{.name = "rendezvous"});
   eager_ = config::get_bool("XLA_USE_EAGER_DEBUG_MODE", false);
   sync_wait_ = config::get_bool("XLA_SYNC_WAIT", false);
   param_aliasing_ = config::get_bool("XLA_ENABLE_PARAM_ALIASING", true);

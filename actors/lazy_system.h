@@ -17,6 +17,7 @@
 #include "actors/compiler_actor.h"
 #include "actors/device_actor.h"
 #include "actors/persistent_cache.h"
+#include "actors/rendezvous_actor.h"
 #include "backends/backend.h"
 #include "engine/runtime.h"
 #include "graph/trace_context.h"
@@ -67,6 +68,10 @@ class LazySystem final : public TraceObserver {
   [[nodiscard]] const ActorRef<ClosureRunner>& closure_runner() const noexcept {
     return closure_runner_;
   }
+  /// Where spawn's replicas meet for rendezvous and mesh_reduce.
+  [[nodiscard]] const ActorRef<RendezvousActor>& rendezvous_actor() const noexcept {
+    return rendezvous_actor_;
+  }
 
   // Per-op hook: eager mode and the runaway-graph limit.
   void after_op(const Tensor& result, const SourceLocation& where) override;
@@ -89,6 +94,7 @@ class LazySystem final : public TraceObserver {
   ActorRef<CompilerActor> compiler_;
   std::vector<ActorRef<DeviceActor>> devices_;
   ActorRef<ClosureRunner> closure_runner_;
+  ActorRef<RendezvousActor> rendezvous_actor_;
   std::atomic<bool> eager_{false};
   uint64_t max_graph_nodes_;
   bool sync_wait_ = false;

@@ -1,0 +1,156 @@
+// actors: the RendezvousActor — the meeting point of spawn's replicas for out-of-graph collectives
+// (rendezvous, mesh_reduce). Each replica sends what it brings to a point; the actor answers every
+// replica at once when the last member arrives, or fails them all: mismatched tags, a timeout
+// (AXLE_COLLECTIVE_TIMEOUT), a member that returned without coming, or a replica that failed
+// (ReplicaCancelled). Replicas block only at the API boundary, on the reply. One per LazySystem;
+// values stay in this process and travel as shared handles, never copied.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/actor.h"
+
+namespace axle {
+
+/// Everything brought to one rendezvous point, one value per member in ascending ordinal order.
+using Gathered = std::shared_ptr<const std::vector<std::shared_ptr<const void>>>;
+
+/// A replica group of spawn starts: `world_size` replicas, ordinals 0 .. world_size - 1.
+struct OpenGroup {
+  uint64_t group;
+  int world_size;
+};
+/// Replica `ordinal` reaches its next point among `members` (sorted) with `value` (of `type`).
+/// Replies with every member's value once all are there.
+struct Arrive {
+  using Reply = Gathered;
+  std::string_view op;  ///< "rendezvous" or "mesh_reduce" (static), for messages
+  uint64_t group;
+  int ordinal;
+  std::string tag;
+  std::vector<int> members;
+  std::shared_ptr<const void> value;
+  const std::type_info* type;
+  std::chrono::nanoseconds timeout;  ///< from the first arrival at a point
+};
+/// Replica `ordinal`'s function returned: it reaches no further point.
+struct LeaveGroup {
+  uint64_t group;
+  int ordinal;
+};
+/// Replica `ordinal` failed with `what`: every point of the group, now and later, fails with
+/// ReplicaCancelled.
+struct CancelGroup {
+  uint64_t group;
+  int ordinal;
+  std::string what;
+};
+/// spawn is done with the group (every replica has joined): its state goes.
+struct CloseGroup {
+  uint64_t group;
+};
+/// A point's deadline (sent by the actor to itself).
+struct ExpirePoint {
+  uint64_t group;
+  std::vector<int> members;
+  uint64_t index;
+};
+
+/// An out-of-graph collective could not complete: mismatched tags or value types, or a member
+/// that returned from its function without reaching it.
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A rendezvous did not complete within AXLE_COLLECTIVE_TIMEOUT seconds; the message names the
+/// tag and the replicas that never arrived.
+class CollectiveTimeout : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+
+/// Another replica failed, so this wait on it was cancelled; the message names that replica.
+class ReplicaCancelled : public std::runtime_error {
+ public:
+  ReplicaCancelled(int failed_replica, const std::string& what)
+      : std::runtime_error(what), failed_replica_(failed_replica) {}
+  /// The ordinal of the replica whose failure cancelled the wait.
+  [[nodiscard]] int failed_replica() const noexcept { return failed_replica_; }
+
+ private:
+  int failed_replica_;
+};
+
+class RendezvousActor : public Actor<RendezvousActor, OpenGroup, Arrive, LeaveGroup, CancelGroup,
+                                     CloseGroup, ExpirePoint> {
+ public:
+  void handle(OpenGroup& m);
+  void handle(Arrive& m, Promise<Gathered>&& reply);
+  void handle(LeaveGroup& m);
+  void handle(CancelGroup& m);
+  void handle(CloseGroup& m);
+  void handle(ExpirePoint& m);
+
+ private:
+  // An error to answer replicas with, made afresh for each one so that no two threads share an
+  // exception object (which the standard allows, but libstdc++'s uninstrumented reference count
+  // makes ThreadSanitizer report the last release as a race).
+  struct Failure {
+    enum class Kind { kCollective, kTimeout, kCancelled };
+    Kind kind = Kind::kCollective;
+    std::string what;
+    int failed_replica = -1;  // kCancelled
+    [[nodiscard]] std::exception_ptr make() const;
+  };
+  // One meeting of a member set: the `index`-th point the members reach together.
+  struct Point {
+    std::string_view op;
+    std::string tag;
+    int first_ordinal = 0;  // who set the tag
+    const std::type_info* type = nullptr;
+    std::vector<std::shared_ptr<const void>> values;  // by member position
+    std::vector<bool> arrived;
+    int count = 0;
+    std::vector<Promise<Gathered>> waiting;
+    std::optional<Failure> error;  // a failed point answers late arrivals with it
+    TimerHandle deadline;
+    std::chrono::nanoseconds timeout{0};
+  };
+  // The points of one member set, and how many each member has reached.
+  struct MemberSet {
+    std::vector<uint64_t> reached;  // by member position
+    std::map<uint64_t, Point> points;
+  };
+  struct Group {
+    int world_size = 0;
+    std::vector<bool> departed;  // by ordinal
+    int failed_replica = -1;     // >= 0 once cancelled
+    std::string failure;
+    std::map<std::vector<int>, MemberSet> sets;
+  };
+
+  // An error when `m` does not fit the point others reached (tag, value type), else null.
+  [[nodiscard]] static std::optional<Failure> mismatch_at(const Point& point, const Arrive& m,
+                                                          uint64_t index);
+  void complete(Point& point);
+  void fail(Point& point, Failure failure);
+  void fail_if_deserted(const Group& group, const std::vector<int>& members, const MemberSet& set,
+                        uint64_t index, Point& point);
+  [[nodiscard]] static Failure cancelled(const Group& group, std::string_view op,
+                                         const std::string& tag);
+
+  std::unordered_map<uint64_t, Group> groups_;
+};
+
+}  // namespace axle

@@ -1,0 +1,114 @@
+// actors: replication, as torch_xla's xmp.spawn and torch_xla.runtime — spawn runs a function once
+// per device, each replica on a thread of its own with its own trace context (its HostActor) and
+// its device as the thread's default; the runtime queries say which replica the caller is; and
+// rendezvous / mesh_reduce exchange host values between replicas outside the graph, through the
+// RendezvousActor. Outside spawn the caller is the only replica: ordinal 0 of 1, on device 0.
+#pragma once
+
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "actors/rendezvous_actor.h"
+#include "graph/device.h"
+
+namespace axle {
+
+/// Runs `fn(ordinal)` once per replica and returns when every replica has returned, as
+/// torch_xla's xmp.spawn. `nprocs` is 1 — `fn(0)` runs directly on the calling thread — or every
+/// device of the process (CPU_NUM_DEVICES; the default): replica `i` then runs on a thread of its
+/// own, with its own trace context (its tensors, pending graph, step closures and random state)
+/// and device `i` as its default (`Device{}`, `device()`, `xla_device()`). Before returning, a
+/// replica waits for its device's work and its asynchronous step closures. When a replica
+/// throws, the others' waits on replicas (rendezvous, mesh_reduce) fail with ReplicaCancelled,
+/// and spawn throws a ReplicaError naming the first replica that failed, once every replica has
+/// returned. Any other `nprocs`, or a call from inside a replica, throws std::invalid_argument.
+void spawn(std::function<void(int)> fn, std::optional<int> nprocs = std::nullopt);
+
+/// A replica of spawn threw: the message names the replica and what it threw.
+class ReplicaError : public std::runtime_error {
+ public:
+  ReplicaError(int replica, const std::string& what, std::exception_ptr original)
+      : std::runtime_error(what), replica_(replica), original_(std::move(original)) {}
+  /// The ordinal of the replica that failed.
+  [[nodiscard]] int replica() const noexcept { return replica_; }
+  /// The exception the replica threw (std::rethrow_exception it to catch it by type).
+  [[nodiscard]] std::exception_ptr original() const noexcept { return original_; }
+
+ private:
+  int replica_;
+  std::exception_ptr original_;
+};
+
+/// Replicas taking part in the job: spawn's replica count, 1 outside spawn.
+[[nodiscard]] int world_size();
+/// This replica's ordinal among all replicas (0 outside spawn).
+[[nodiscard]] int global_ordinal();
+/// This replica's ordinal within this process; the same as global_ordinal, since every replica
+/// of an axle job is a thread of one process.
+[[nodiscard]] int local_ordinal();
+/// Processes of the job on this host: 1 (replicas are threads, as in torch_xla's multithreaded
+/// runtime).
+[[nodiscard]] int local_process_count();
+/// Devices on this host: every device of the process.
+[[nodiscard]] int local_device_count();
+/// Devices this process can address: every device of the process (a replica may place tensors
+/// on any of them, though its own is its default).
+[[nodiscard]] int addressable_device_count();
+/// Devices across the job: every device of the process.
+[[nodiscard]] int global_device_count();
+/// True on the replica of local (or, with `local = false`, global) ordinal 0: the one that
+/// logs, checkpoints and prints.
+[[nodiscard]] bool is_master_ordinal(bool local = true);
+/// This thread's default device, as torch_xla's xm.xla_device(): the replica's own inside spawn,
+/// else xla:0. The same as `Device{}` and `device()`.
+[[nodiscard]] Device xla_device();
+
+/// Exchanges `payload` between the replicas in `replicas` (all of them when empty; it must
+/// include the caller), as torch_xla's xm.rendezvous: blocks until every one of them has reached
+/// the rendezvous, then returns their payloads in ascending ordinal order (so, with every replica,
+/// entry `i` is replica `i`'s). Replicas meet at their n-th rendezvous over the same replicas,
+/// which must have the same `tag`; different tags there throw CollectiveError naming both. Throws
+/// CollectiveTimeout naming the missing replicas when they do not all arrive within
+/// AXLE_COLLECTIVE_TIMEOUT seconds (default 300), CollectiveError when one of them has returned
+/// from its function without arriving, and ReplicaCancelled when another replica failed.
+std::vector<std::vector<std::byte>> rendezvous(std::string_view tag,
+                                               std::span<const std::byte> payload = {},
+                                               std::vector<int> replicas = {});
+
+namespace detail {
+/// The core of rendezvous and mesh_reduce: every replica's `value` (of `type`), by ordinal.
+[[nodiscard]] Gathered gather(std::string_view op, std::string_view tag,
+                              std::shared_ptr<const void> value, const std::type_info& type,
+                              std::vector<int> replicas);
+}  // namespace detail
+
+/// Gathers `data` from every replica and returns `reduce_fn(values)`, with `values` ordered by
+/// ordinal, as torch_xla's xm.mesh_reduce: every replica reduces the same values, so a
+/// deterministic `reduce_fn` gives every replica the same result. For host values (a loss, an
+/// accuracy count, a config); tensors stay in the graph. Waits, and fails, as rendezvous does; the
+/// replicas must bring values of the same type T.
+template <class T, class F>
+requires std::is_invocable_v < F&, const std::vector<T>
+& > auto mesh_reduce(std::string_view tag, T data, F reduce_fn) {
+  const Gathered all =
+      detail::gather("mesh_reduce", tag, std::make_shared<const T>(std::move(data)), typeid(T), {});
+  std::vector<T> values;
+  values.reserve(all->size());
+  for (const std::shared_ptr<const void>& value : *all) {
+    values.push_back(*static_cast<const T*>(value.get()));
+  }
+  return reduce_fn(std::as_const(values));
+}
+
+}  // namespace axle
