@@ -52,12 +52,15 @@ class Replicas : public ::testing::TestWithParam<int> {
   [[nodiscard]] int n() const { return GetParam(); }
 };
 
-// Skips a test that needs more replicas than this instance has.
-#define AXLE_REQUIRE_REPLICAS(at_least) \
-  if (n() < (at_least)) GTEST_SKIP() << "needs " << (at_least) << " devices"
+// Tests that need other replicas to meet, run with that many devices or more.
+class MultiReplicas : public Replicas {};
+class ThreeOrMoreReplicas : public Replicas {};
 
-INSTANTIATE_TEST_SUITE_P(Devices, Replicas, ::testing::Values(1, 2, 3, 4, 8),
-                         [](const auto& info) { return std::to_string(info.param) + "devices"; });
+auto device_count_name = [](const auto& info) { return std::to_string(info.param) + "devices"; };
+INSTANTIATE_TEST_SUITE_P(Devices, Replicas, ::testing::Values(1, 2, 3, 4, 8), device_count_name);
+INSTANTIATE_TEST_SUITE_P(Devices, MultiReplicas, ::testing::Values(2, 3, 4, 8), device_count_name);
+INSTANTIATE_TEST_SUITE_P(Devices, ThreeOrMoreReplicas, ::testing::Values(3, 4, 8),
+                         device_count_name);
 
 TEST_P(Replicas, SpawnRunsTheFunctionOncePerOrdinalOnItsOwnThreadAndDevice) {
   struct Seen {
@@ -149,8 +152,7 @@ TEST_P(Replicas, RendezvousReturnsEveryReplicasPayloadByOrdinal) {
   for (int i = 0; i < n(); ++i) EXPECT_EQ(got[i], expected) << "replica " << i;
 }
 
-TEST_P(Replicas, RendezvousOverSomeReplicasMeetsThoseOnly) {
-  AXLE_REQUIRE_REPLICAS(3);
+TEST_P(ThreeOrMoreReplicas, RendezvousOverSomeReplicasMeetsThoseOnly) {
   std::vector<std::vector<std::string>> got(n());
   spawn([&](int i) {
     std::vector<int> same_parity;
@@ -196,8 +198,7 @@ TEST_P(Replicas, OutsideSpawnCollectivesMeetTheCallerAlone) {
   EXPECT_THROW(rendezvous("alone", {}, {1}), std::invalid_argument);
 }
 
-TEST_P(Replicas, AFailingReplicaCancelsTheOthersWaitingInARendezvous) {
-  AXLE_REQUIRE_REPLICAS(2);
+TEST_P(MultiReplicas, AFailingReplicaCancelsTheOthersWaitingInARendezvous) {
   const int failing = n() - 1;
   std::vector<std::string> cancelled(n());
   std::vector<int> named(n(), -1);
@@ -233,8 +234,7 @@ TEST_P(Replicas, AFailingReplicaCancelsTheOthersWaitingInARendezvous) {
   }
 }
 
-TEST_P(Replicas, AfterAFailureLaterCollectivesFailAtOnce) {
-  AXLE_REQUIRE_REPLICAS(2);
+TEST_P(MultiReplicas, AfterAFailureLaterCollectivesFailAtOnce) {
   std::atomic<int> cancelled{0};
   EXPECT_THROW(spawn([&](int i) {
                  if (i == 0) throw std::logic_error("bad config");
@@ -252,8 +252,7 @@ TEST_P(Replicas, AfterAFailureLaterCollectivesFailAtOnce) {
   EXPECT_EQ(cancelled.load(), 3 * (n() - 1));
 }
 
-TEST_P(Replicas, ReplicaErrorKeepsTheOriginalException) {
-  AXLE_REQUIRE_REPLICAS(2);
+TEST_P(MultiReplicas, ReplicaErrorKeepsTheOriginalException) {
   try {
     spawn([](int i) {
       if (i == 1) throw std::out_of_range("index 7 of 3");
@@ -265,8 +264,7 @@ TEST_P(Replicas, ReplicaErrorKeepsTheOriginalException) {
   }
 }
 
-TEST_P(Replicas, MismatchedTagsAreAnErrorNamingBoth) {
-  AXLE_REQUIRE_REPLICAS(2);
+TEST_P(MultiReplicas, MismatchedTagsAreAnErrorNamingBoth) {
   std::vector<std::string> errors(n());
   spawn([&](int i) {
     errors[i] =
@@ -278,8 +276,7 @@ TEST_P(Replicas, MismatchedTagsAreAnErrorNamingBoth) {
   }
 }
 
-TEST_P(Replicas, MeshReduceOfDifferentTypesIsAnErrorNamingThem) {
-  AXLE_REQUIRE_REPLICAS(2);
+TEST_P(MultiReplicas, MeshReduceOfDifferentTypesIsAnErrorNamingThem) {
   std::string error;
   spawn([&](int i) {
     const std::string e = error_from<CollectiveError>([&] {
@@ -294,8 +291,7 @@ TEST_P(Replicas, MeshReduceOfDifferentTypesIsAnErrorNamingThem) {
   EXPECT_NE(error.find("double"), std::string::npos) << error;
 }
 
-TEST_P(Replicas, ATimeoutNamesTheTagAndTheReplicasThatNeverArrived) {
-  AXLE_REQUIRE_REPLICAS(2);
+TEST_P(MultiReplicas, ATimeoutNamesTheTagAndTheReplicasThatNeverArrived) {
   config::set("AXLE_COLLECTIVE_TIMEOUT", "0.2");
   std::string error;
   std::atomic<bool> timed_out{false};
@@ -314,8 +310,7 @@ TEST_P(Replicas, ATimeoutNamesTheTagAndTheReplicasThatNeverArrived) {
   EXPECT_NE(error.find("{" + missing + "} never arrived"), std::string::npos) << error;
 }
 
-TEST_P(Replicas, AReplicaThatReturnsWithoutArrivingFailsTheRendezvous) {
-  AXLE_REQUIRE_REPLICAS(2);
+TEST_P(MultiReplicas, AReplicaThatReturnsWithoutArrivingFailsTheRendezvous) {
   std::string error;
   spawn([&](int i) {
     if (i != 0) return;
@@ -349,8 +344,7 @@ TEST_P(Replicas, NprocsMustBeOneOrEveryDevice) {
   }
 }
 
-TEST_P(Replicas, AReplicaCannotSpawnReplicas) {
-  AXLE_REQUIRE_REPLICAS(2);
+TEST_P(MultiReplicas, AReplicaCannotSpawnReplicas) {
   std::atomic<int> refused{0};
   spawn([&](int) {
     try {
@@ -362,8 +356,7 @@ TEST_P(Replicas, AReplicaCannotSpawnReplicas) {
   EXPECT_EQ(refused.load(), n());
 }
 
-TEST_P(Replicas, ReplicasMustIncludeTheCaller) {
-  AXLE_REQUIRE_REPLICAS(2);
+TEST_P(MultiReplicas, ReplicasMustIncludeTheCaller) {
   std::atomic<int> refused{0};
   spawn([&](int i) {
     try {

@@ -141,9 +141,9 @@ TEST(FashionMnist, TruncatedImagesFileIsReported) {
 
 // The dataset as Debian's dataset-fashion-mnist installs it (./axle.sh deps installs it).
 TEST(FashionMnist, ReadsTheInstalledDataset) {
-  if (!fs::exists(fs::path(FashionMnist::kDefaultDir) / "train-images-idx3-ubyte.gz")) {
-    GTEST_SKIP() << "Fashion-MNIST is not installed in " << FashionMnist::kDefaultDir;
-  }
+  ASSERT_TRUE(fs::exists(fs::path(FashionMnist::kDefaultDir) / "train-images-idx3-ubyte.gz"))
+      << "Fashion-MNIST is not installed in " << FashionMnist::kDefaultDir
+      << ": run ./axle.sh deps";
   const FashionMnist train(Split::kTrain);
   const FashionMnist test(Split::kTest);
   EXPECT_EQ(train.size(), 60000);
