@@ -2,6 +2,10 @@
 // live on another device (graph/nn only traces).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <string_view>
+
 #include "graph/autograd.h"
 #include "graph/nn/module.h"
 #include "graph/ops/op_util.h"
@@ -66,6 +70,7 @@ void Optimizer::load_state_dict(const nn::StateDict& state, std::source_location
   if (!step || !step->defined() || step->numel() != 1) fail("key \"step\" is missing");
   const std::vector<std::string> names = state_names();
   std::vector<std::pair<std::size_t, std::pair<std::string, Tensor>>> loads;
+  std::vector<std::pair<std::size_t, const Tensor*>> param_steps;  // "state.<i>.step"
   for (const auto& [key, value] : state) {
     if (key == "step") continue;
     std::size_t i = 0;
@@ -73,6 +78,14 @@ void Optimizer::load_state_dict(const nn::StateDict& state, std::source_location
     if (std::sscanf(key.c_str(), "state.%zu.%63s", &i, name) != 2 || i >= params_.size() ||
         std::find(names.begin(), names.end(), name) == names.end()) {
       fail(fmt::format("unexpected key \"{}\"", key));
+    }
+    if (std::string_view(name) == "step") {
+      if (!value.defined() || value.numel() != 1) {
+        fail(fmt::format("key \"{}\" is {}, not a single step count", key,
+                         value.defined() ? ops::describe(value) : "undefined"));
+      }
+      param_steps.emplace_back(i, &value);
+      continue;
     }
     if (!value.defined() || !(value.shape() == params_[i].shape()) ||
         value.dtype() != params_[i].dtype()) {
@@ -83,7 +96,16 @@ void Optimizer::load_state_dict(const nn::StateDict& state, std::source_location
     loads.push_back({i, {name, value.to(params_[i].device())}});
   }
   steps_ = static_cast<int64_t>(step->item(where));
-  for (nn::StateDict& own : state_) own.clear();
+  // A parameter with state but no step count of its own (a state saved before per-parameter
+  // counts) took every step.
+  std::fill(param_steps_.begin(), param_steps_.end(), 0);
+  if (std::find(names.begin(), names.end(), "step") != names.end()) {
+    for (const auto& [i, entry] : loads) param_steps_[i] = steps_;
+  }
+  for (const auto& [i, count] : param_steps) {
+    param_steps_[i] = static_cast<int64_t>(count->item(where));
+  }
+  for (auto& own : state_) own.clear();
   for (auto& [i, entry] : loads) state_[i].push_back(std::move(entry));
 }
 

@@ -32,6 +32,10 @@ void check_classes(std::string_view op, const Tensor& scores, const Tensor& targ
                           ops::describe(scores), ops::describe(target)),
               where);
   }
+  if (!is_floating(scores.dtype())) {
+    ops::fail(op, fmt::format("the input must be floating-point, not {}", ops::describe(scores)),
+              where);
+  }
   if (target.dtype() != DType::kI64 && target.dtype() != DType::kI32) {
     ops::fail(op,
               fmt::format("the target must hold class indices (s32 or s64), not {}",
@@ -65,6 +69,16 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc where) {
+  // Checked here so that an error names mse_loss, not the sub inside it.
+  ops::require_defined("mse_loss", input, "the input", where);
+  ops::require_defined("mse_loss", target, "the target", where);
+  if (!is_floating(input.dtype()) || !is_floating(target.dtype())) {
+    ops::fail("mse_loss",
+              fmt::format("expects floating-point operands, got {} and {}", ops::describe(input),
+                          ops::describe(target)),
+              where);
+  }
+  (void)ops::broadcast_shapes("mse_loss", input.shape(), target.shape(), where, &input, &target);
   const Tensor diff = sub(input, target, where);
   return reduce(mul(diff, diff, where), reduction, where);
 }

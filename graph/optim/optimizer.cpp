@@ -12,7 +12,7 @@
 namespace axle::optim {
 
 Optimizer::Optimizer(std::vector<Tensor> params, double lr)
-    : params_(std::move(params)), lr_(lr), state_(params_.size()) {
+    : params_(std::move(params)), lr_(lr), param_steps_(params_.size(), 0), state_(params_.size()) {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].defined()) {
       throw std::invalid_argument(fmt::format("optimizer: parameter {} is undefined", i));
@@ -34,6 +34,11 @@ Tensor& Optimizer::state(std::size_t i, const std::string& name) {
 nn::StateDict Optimizer::state_dict() const {
   nn::StateDict out;
   for (std::size_t i = 0; i < state_.size(); ++i) {
+    if (param_steps_[i] > 0) {
+      out.emplace_back(
+          fmt::format("state.{}.step", i),
+          scalar_tensor(static_cast<double>(param_steps_[i]), DType::kI64, params_[i].device()));
+    }
     for (const auto& [name, tensor] : state_[i]) {
       if (tensor.defined()) out.emplace_back(fmt::format("state.{}.{}", i, name), tensor);
     }

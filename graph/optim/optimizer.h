@@ -4,8 +4,10 @@
 // recompiles.
 #pragma once
 
+#include <deque>
 #include <source_location>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/nn/module.h"
@@ -31,7 +33,8 @@ class Optimizer {
   [[nodiscard]] int64_t steps() const noexcept { return steps_; }
 
   /// The optimizer's state: "state.<i>.<name>" per parameter i (momentum buffers, moment
-  /// estimates) and "step" (a 0-d s64), as device tensors.
+  /// estimates; "state.<i>.step", a 0-d s64, for an optimizer that counts each parameter's
+  /// steps) and "step" (a 0-d s64), as device tensors.
   [[nodiscard]] nn::StateDict state_dict() const;
   /// Loads a state_dict() of an optimizer of the same kind over the same parameters; throws
   /// nn::StateDictError naming the key that does not fit, before changing anything (defined in
@@ -48,9 +51,15 @@ class Optimizer {
   std::vector<Tensor> params_;
   double lr_;
   int64_t steps_ = 0;
+  /// Per parameter, the steps in which it had a gradient, as torch's state["step"] (Adam's bias
+  /// corrections count those, not step() calls). Kept on the host, so reading it costs nothing.
+  std::vector<int64_t> param_steps_;
 
  private:
-  std::vector<nn::StateDict> state_;
+  // Per parameter, its state tensors by name. A deque, because state() hands out references
+  // that must stay valid while another name is added (Adam holds exp_avg while it adds
+  // exp_avg_sq).
+  std::vector<std::deque<std::pair<std::string, Tensor>>> state_;
 };
 
 struct SgdOptions {
@@ -94,11 +103,27 @@ class Adam : public Optimizer {
   bool decoupled_;
 };
 
-/// AdamW: Adam with decoupled weight decay (default 0.01), as torch.optim.AdamW.
+/// AdamW's options: Adam's, with torch.optim.AdamW's default weight decay (0.01), which also
+/// holds when only some options are given (`{.lr = 1e-2}`).
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+/// AdamW: Adam with decoupled weight decay, as torch.optim.AdamW.
 class AdamW : public Adam {
  public:
-  AdamW(std::vector<Tensor> params, AdamOptions options = {.weight_decay = 0.01})
-      : Adam(std::move(params), options, true) {}
+  explicit AdamW(std::vector<Tensor> params, AdamWOptions options = {})
+      : Adam(std::move(params),
+             {.lr = options.lr,
+              .beta1 = options.beta1,
+              .beta2 = options.beta2,
+              .eps = options.eps,
+              .weight_decay = options.weight_decay},
+             true) {}
 };
 
 /// Scales the gradients of `params` so that their joint `norm_type`-norm is at most `max_norm`,

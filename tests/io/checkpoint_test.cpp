@@ -1,10 +1,13 @@
-// Checkpoints: save and load round trips, atomic writes, one tensor on the host at a time, and
-// an error naming the file and the key for every kind of damage.
+// Checkpoints: save and load round trips, atomic writes, one tensor on the host at a time, an
+// error naming the file and the key for every kind of damage, and a model and its optimizer
+// restored from files continuing their training exactly.
 #include "io/checkpoint.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "axle.h"
 #include "io/error.h"
@@ -125,6 +128,66 @@ TEST_F(Checkpoint, AnUndefinedTensorIsRefusedAndNothingIsWritten) {
   });
   EXPECT_TRUE(contains(what, "key \"ghost\"")) << what;
   EXPECT_FALSE(std::filesystem::exists(dir_ / "model.axle"));
+}
+
+// A model with parameters and buffers (BatchNorm2d's running statistics and step count).
+std::shared_ptr<nn::Sequential> small_model() {
+  auto model = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(1, 2, std::vector<int64_t>{3}),
+      std::make_shared<nn::BatchNorm2d>(2), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(8, 3)});
+  return model;
+}
+
+void train(nn::Module& model, optim::Optimizer& opt, int steps) {
+  const Tensor x =
+      tensor(std::vector<float>{1,  -2, 3,  0.5f, 4, -1, 2, 2, -3, 1, 0, 1, 2, 3, 4, 5,
+                                -1, -2, -3, -4,   5, 4,  3, 2, 1,  0, 1, 2, 3, 4, 5, 6},
+             {2, 1, 4, 4});
+  const Tensor target = tensor(std::vector<int64_t>{2, 0}, {2});
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    nn::cross_entropy(model(x), target).backward();
+    opt.step();
+    mark_step();
+  }
+}
+
+TEST_F(Checkpoint, ModuleStateDictRoundTripsThroughAFileExactly) {
+  auto model = small_model();
+  optim::SGD sgd(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  train(*model, sgd, 3);
+  save(model->state_dict(), dir_ / "model.axle");
+
+  auto restored = small_model();  // other initial values
+  restored->load_state_dict(load(dir_ / "model.axle", device(1)));
+  const nn::StateDict want = model->state_dict(), got = restored->state_dict();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].first, want[i].first);
+    EXPECT_EQ(got[i].second.device(), device(0)) << got[i].first;
+    EXPECT_EQ(got[i].second.to_cpu().bytes, want[i].second.to_cpu().bytes) << got[i].first;
+  }
+  EXPECT_EQ(nn::find(got, "1.num_batches_tracked")->item(), 3);
+}
+
+TEST_F(Checkpoint, TrainingResumedFromAFileContinuesTheRun) {
+  auto model = small_model();
+  optim::Adam adam(model->parameters(), {.lr = 0.01});
+  train(*model, adam, 2);
+  save(model->state_dict(), dir_ / "model.axle");
+  save(adam.state_dict(), dir_ / "adam.axle");
+  train(*model, adam, 2);  // the uninterrupted run
+
+  auto resumed = small_model();
+  resumed->load_state_dict(load(dir_ / "model.axle"));
+  optim::Adam resumed_adam(resumed->parameters(), {.lr = 0.01});
+  resumed_adam.load_state_dict(load(dir_ / "adam.axle"));
+  train(*resumed, resumed_adam, 2);
+  const nn::StateDict want = model->state_dict(), got = resumed->state_dict();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].second.to_cpu().bytes, want[i].second.to_cpu().bytes) << got[i].first;
+  }
 }
 
 }  // namespace
