@@ -116,7 +116,10 @@ TEST_F(Module, StateDictHoldsTheModulesOwnHandles) {
   auto seq = mlp();
   const StateDict state = seq->state_dict();
   const std::vector<Tensor> params = seq->parameters();
-  params[0].copy_(params[0] * 2.0 + 1.0);
+  {
+    NoGradGuard no_grad;  // parameters change in place only outside autograd, as in torch
+    params[0].copy_(params[0] * 2.0 + 1.0);
+  }
   mark_step();
   EXPECT_EQ(state[0].second.impl(), params[0].impl());
   EXPECT_EQ(values(state[0].second), values(params[0]));
@@ -137,14 +140,20 @@ TEST_F(Module, TiedParameterIsOneParameterUnderBothNamesInTheStateDict) {
   EXPECT_EQ(names(state), (std::vector<std::string>{"encoder.weight", "decoder.weight"}));
   EXPECT_EQ(state[0].second.impl(), state[1].second.impl());
   // An update through one module is the other's too.
-  model.encoder->weight().copy_(tensor(std::vector<float>{1, 2, 3, 4}, {2, 2}));
+  {
+    NoGradGuard no_grad;  // parameters change in place only outside autograd, as in torch
+    model.encoder->weight().copy_(tensor(std::vector<float>{1, 2, 3, 4}, {2, 2}));
+  }
   EXPECT_EQ(values(model.decoder->weight()), (std::vector<double>{1, 2, 3, 4}));
 }
 
 TEST_F(Module, TiedParameterGetsTheGradientOfBothUses) {
   AutoEncoder model(true);
   const std::vector<double> w{0.5, -1, 2, 0.25};  // [2, 2]
-  model.encoder->weight().copy_(f32_tensor(w, {2, 2}));
+  {
+    NoGradGuard no_grad;  // parameters change in place only outside autograd, as in torch
+    model.encoder->weight().copy_(f32_tensor(w, {2, 2}));
+  }
   const std::vector<double> x{1.5, -0.5}, c{0.75, -2};
   sum(model.forward(f32_tensor(x, {1, 2})) * f32_tensor(c, {1, 2})).backward();
   // loss(W) = c . (W (W x)); central differences in double.
@@ -229,7 +238,10 @@ TEST_F(Module, ALoadedModelAndItsSourceTrainIndependently) {
   EXPECT_NE(values(target->parameters()[2]), original[2]);
   // And the other way round: updating the source leaves the loaded copy alone.
   const std::vector<std::vector<double>> trained = snapshot(target->state_dict());
-  for (const Tensor& p : source->parameters()) p.copy_(p * 0.5 - 1.0);
+  {
+    NoGradGuard no_grad;  // parameters change in place only outside autograd, as in torch
+    for (const Tensor& p : source->parameters()) p.copy_(p * 0.5 - 1.0);
+  }
   mark_step();
   EXPECT_EQ(snapshot(target->state_dict()), trained);
 }
@@ -332,7 +344,10 @@ TEST_F(Module, ToTakesAPendingUpdateAlong) {
   auto model = mlp();
   const Tensor w = model->parameters()[0];
   const std::vector<double> start = values(w);
-  w.copy_(w * 3.0);  // pending when the move happens
+  {
+    NoGradGuard no_grad;  // parameters change in place only outside autograd, as in torch
+    w.copy_(w * 3.0);     // pending when the move happens
+  }
   model->to(device(1));
   std::vector<double> want = start;
   for (double& v : want) v = static_cast<float>(v * 3);
@@ -359,7 +374,10 @@ TEST_F(Module, TiesMadeBeforeToStayTied) {
   EXPECT_EQ(model.parameters().size(), 1u);
   EXPECT_EQ(model.encoder->weight().impl(), model.decoder->weight().impl());
   EXPECT_EQ(model.decoder->weight().device(), device(1));
-  model.encoder->weight().copy_(tensor(std::vector<float>{1, 2, 3, 4}, {2, 2}, device(1)));
+  {
+    NoGradGuard no_grad;  // parameters change in place only outside autograd, as in torch
+    model.encoder->weight().copy_(tensor(std::vector<float>{1, 2, 3, 4}, {2, 2}, device(1)));
+  }
   // decoder(encoder(x)) = W W x with W = [[1, 2], [3, 4]]: W W = [[7, 10], [15, 22]].
   const Tensor x = tensor(std::vector<float>{1, 1}, {1, 2}, device(1));
   EXPECT_EQ(values(model.forward(x)), (std::vector<double>{17, 37}));
