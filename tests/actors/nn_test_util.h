@@ -3,6 +3,8 @@
 // error's message.
 #pragma once
 
+#include "tests/error_text.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,22 +85,6 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& actual,
   }
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << bad << " elements differ" << failures.str();
-}
-
-/// The message of the exception of type E that `f` throws (a test failure if it throws none).
-template <class E, class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
-
-inline bool contains(std::string_view text, std::string_view part) {
-  return text.find(part) != std::string_view::npos;
 }
 
 /// "<this file's name>:<line>", as error messages name the caller's line.

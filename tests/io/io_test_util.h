@@ -1,6 +1,8 @@
 // Helpers for the io tests: a scratch directory, file writers, and catching an error's message.
 #pragma once
 
+#include "tests/error_text.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -73,23 +75,6 @@ inline std::vector<uint8_t> gzip(const std::vector<uint8_t>& bytes) {
   out.resize(stream.total_out);
   deflateEnd(&stream);
   return out;
-}
-
-/// The message of the E that `f` throws; a test failure (and "") when it throws none.
-template <class E, class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
-
-/// Whether `text` contains `part`.
-inline bool contains(std::string_view text, std::string_view part) {
-  return text.find(part) != std::string_view::npos;
 }
 
 }  // namespace axle::testing
