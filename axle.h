@@ -2,9 +2,11 @@
 #pragma once
 
 #include "actors/api.h"
+#include "actors/data_parallel.h"
 #include "actors/replicas.h"
 #include "engine/metrics.h"
 #include "graph/autograd.h"
+#include "graph/collectives.h"
 #include "graph/nn/layers.h"
 #include "graph/nn/loss.h"
 #include "graph/nn/module.h"

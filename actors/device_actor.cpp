@@ -1,9 +1,13 @@
 // actors: device execution.
 #include "actors/device_actor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "engine/element.h"
 #include "engine/metrics.h"
@@ -53,8 +57,13 @@ void DeviceActor::pump() {
     if (head.is_drain) {
       head.drained.set_value();
     } else if (head.execute) {
-      if (!ready(*head.execute)) return;
-      run(*head.execute);
+      ExecuteRequest& request = *head.execute;
+      if (!request.run && !request.finished) {
+        if (!ready(request)) return;
+        start(request);
+      }
+      if (!request.finished && !request.at_collective) advance(request);
+      if (!request.finished) return;  // paused at a collective
     } else {
       run(head.transfer);
     }
@@ -105,49 +114,170 @@ bool DeviceActor::ready(ExecuteRequest& request) {
   return true;
 }
 
-void DeviceActor::run(ExecuteRequest& request) {
-  auto fail_outputs = [&](std::exception_ptr error) {
-    for (auto& out : request.outputs) out->fail(error);
-  };
-  if (request.compile_error) return fail_outputs(request.compile_error);
+void DeviceActor::start(ExecuteRequest& request) {
+  if (request.compile_error) return finish(request, request.compile_error);
   const Executable& program = *request.ready_program;
+  for (const ExecuteInput& input : request.inputs) {
+    if (input.data && input.data->failed()) return finish(request, input.data->error());
+  }
   std::vector<IntrusivePtr<DeviceMemory>> inputs;
   inputs.reserve(request.inputs.size());
-  for (const ExecuteInput& input : request.inputs) {
-    if (input.data) {
-      if (input.data->failed()) return fail_outputs(input.data->error());
-    }
-  }
-  for (std::size_t i = 0; i < request.inputs.size(); ++i) {
-    const ExecuteInput& input = request.inputs[i];
-    if (!input.data) {
-      inputs.push_back(backend_.allocate(ordinal_, dtype_size(input.dtype)));
-      store_element(input.dtype, input.value, inputs.back()->data());
-    } else if (program.donated(i)) {
-      inputs.push_back(input.data->donate());  // the program's now: it may write over it
-    } else {
-      inputs.push_back(input.data->memory());
-    }
-  }
-  {
-    std::function<void()> gate;
-    {
-      std::lock_guard lock(g_gate_mutex);
-      gate = g_gate;
-    }
-    if (gate) gate();
-  }
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<IntrusivePtr<DeviceMemory>> results;
   try {
-    results = backend_.execute(ordinal_, program, std::move(inputs));
+    for (std::size_t i = 0; i < request.inputs.size(); ++i) {
+      const ExecuteInput& input = request.inputs[i];
+      if (!input.data) {
+        inputs.push_back(backend_.allocate(ordinal_, dtype_size(input.dtype)));
+        store_element(input.dtype, input.value, inputs.back()->data());
+      } else if (program.donated(i)) {
+        inputs.push_back(input.data->donate());  // the program's now: it may write over it
+      } else {
+        inputs.push_back(input.data->memory());
+      }
+    }
+    {
+      std::function<void()> gate;
+      {
+        std::lock_guard lock(g_gate_mutex);
+        gate = g_gate;
+      }
+      if (gate) gate();
+    }
+    request.started = std::chrono::steady_clock::now();
+    request.run = backend_.start(ordinal_, program, std::move(inputs));
   } catch (...) {
-    return fail_outputs(std::current_exception());
+    finish(request, std::current_exception());
   }
-  AXLE_METRIC_ADD("ExecuteTime", MetricKind::kTime, elapsed_ns(start));
-  for (std::size_t i = 0; i < request.outputs.size(); ++i) {
-    request.outputs[i]->fulfil(std::move(results[i]));
+}
+
+void DeviceActor::advance(ExecuteRequest& request) {
+  try {
+    while (const KernelCall* call = request.run->advance()) {
+      collective(request, *call);
+      if (request.at_collective || request.finished) return;
+    }
+  } catch (...) {
+    return finish(request, std::current_exception());
   }
+  finish(request, nullptr);
+}
+
+namespace {
+
+// What a member brings to a collective: its operand and, from the first member of an
+// all-reduce, the buffer every member writes its stretch of the result into.
+struct Contribution {
+  IntrusivePtr<DeviceMemory> operand;
+  IntrusivePtr<DeviceMemory> shared_result;
+};
+
+std::string collective_tag(const Executable& program, const KernelCall& call) {
+  const BufferDesc& in = program.slots[call.inputs.at(0)];
+  const BufferDesc& out = program.slots[call.output];
+  return fmt::format("{}{} -> {}{}", dtype_name(in.dtype), in.shape.to_string(),
+                     dtype_name(out.dtype), out.shape.to_string());
+}
+
+}  // namespace
+
+void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
+  const Executable& program = *request.ready_program;
+  const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
+  const BufferDesc& result_desc = program.slots[call.output];
+  const std::vector<int> members = collective_members(call, request.replica);
+  const auto position = std::ranges::find(members, request.replica) - members.begin();
+  if (position == static_cast<std::ptrdiff_t>(members.size())) {
+    throw CollectiveError(fmt::format("{} ({}): replica {} is in none of its groups",
+                                      kernel_name(call.kernel), collective_tag(program, call),
+                                      request.replica));
+  }
+  const IntrusivePtr<DeviceMemory>& operand = request.run->collective_operand();
+  if (members.size() == 1) {
+    IntrusivePtr<DeviceMemory> result = backend_.allocate(ordinal_, result_desc.bytes());
+    DeviceMemory* operands[] = {operand.get()};
+    backend_.collective(ordinal_, call, operand_desc, result_desc, operands, 0, *result);
+    request.run->finish_collective(std::move(result));
+    return;
+  }
+  auto contribution = std::make_shared<Contribution>();
+  contribution->operand = operand;
+  const bool shares_result = call.kernel == Kernel::kAllReduce;
+  if (shares_result && position == 0) {
+    contribution->shared_result = backend_.allocate(ordinal_, result_desc.bytes());
+  }
+  const std::string tag = collective_tag(program, call);
+  Arrive arrive{kernel_name(call.kernel), request.replica_group,      request.replica, tag,
+                members,                  std::move(contribution), &typeid(Contribution),
+                request.collective_timeout, Channel::kDevice};
+  request.at_collective = true;
+  Future<Gathered> gathered = rendezvous_.ask(std::move(arrive));
+  gathered.then_on(
+      self().target(),
+      [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members,
+       position = static_cast<int>(position), shares_result](Result<Gathered> all) mutable {
+        ExecuteRequest& request = *held;
+        if (!all.ok()) {
+          finish(request, all.error());
+          return pump();
+        }
+        const Executable& program = *request.ready_program;
+        std::vector<DeviceMemory*> operands;
+        for (const std::shared_ptr<const void>& each : *all.value()) {
+          operands.push_back(static_cast<const Contribution*>(each.get())->operand.get());
+        }
+        IntrusivePtr<DeviceMemory> result =
+            shares_result
+                ? static_cast<const Contribution*>(all.value()->front().get())->shared_result
+                : backend_.allocate(ordinal_, program.slots[call.output].bytes());
+        try {
+          backend_.collective(ordinal_, call, program.slots[call.inputs.at(0)],
+                              program.slots[call.output], operands, position, *result);
+        } catch (...) {
+          finish(request, std::current_exception());
+          return pump();
+        }
+        if (!shares_result) {
+          request.run->finish_collective(std::move(result));
+          request.at_collective = false;
+          return pump();
+        }
+        // Every member has written its stretch of the shared result once all have met again.
+        Arrive written{kernel_name(call.kernel),
+                       request.replica_group,
+                       request.replica,
+                       collective_tag(program, call) + " (reduced)",
+                       members,
+                       nullptr,
+                       &typeid(void),
+                       request.collective_timeout,
+                       Channel::kDevice};
+        rendezvous_.ask(std::move(written))
+            .then_on(self().target(), [this, held = std::move(held),
+                                       result = std::move(result)](Result<Gathered> done) mutable {
+              ExecuteRequest& request = *held;
+              if (done.ok()) {
+                request.run->finish_collective(std::move(result));
+                request.at_collective = false;
+              } else {
+                finish(request, done.error());
+              }
+              pump();
+            });
+      });
+}
+
+void DeviceActor::finish(ExecuteRequest& request, std::exception_ptr error) {
+  request.finished = true;
+  request.at_collective = false;
+  if (error) {
+    for (auto& out : request.outputs) out->fail(error);
+  } else {
+    std::vector<IntrusivePtr<DeviceMemory>> results = request.run->take_outputs();
+    AXLE_METRIC_ADD("ExecuteTime", MetricKind::kTime, elapsed_ns(request.started));
+    for (std::size_t i = 0; i < request.outputs.size(); ++i) {
+      request.outputs[i]->fulfil(std::move(results[i]));
+    }
+  }
+  request.run.reset();  // its buffers go back now, not when the queue lets go of the request
 }
 
 void DeviceActor::run(TransferToDevice& transfer) {

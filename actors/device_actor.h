@@ -1,12 +1,17 @@
 // actors: the DeviceActor — one per device, on a thread of its own. Like a stream, it runs
 // requests in arrival order: an execution waits for its program (it may still be compiling) and
-// its inputs, then runs and fulfils its output placeholders. A failure fails the outputs, and the
-// error flows on to whatever reads them.
+// its inputs, then runs and fulfils its output placeholders. At an in-graph collective the run
+// pauses: the device brings its operand to the RendezvousActor and goes on when every member of
+// its group has (as messages; the thread never blocks on a peer). A failure fails the outputs,
+// and the error flows on to whatever reads them.
 #pragma once
 
+#include <chrono>
 #include <deque>
+#include <memory>
 #include <vector>
 
+#include "actors/rendezvous_actor.h"
 #include "backends/backend.h"
 #include "engine/actor.h"
 #include "graph/device_data.h"
@@ -25,11 +30,20 @@ struct ExecuteRequest final : RefCounted {
   Future<IntrusivePtr<Executable>> program;
   std::vector<ExecuteInput> inputs;
   std::vector<IntrusivePtr<DeviceData>> outputs;
-  // Filled by the device as the request waits.
+  /// Whose program it is, for its collectives: spawn's replica group (0 outside spawn), the
+  /// replica's ordinal and how long a collective may wait for the others.
+  uint64_t replica_group = 0;
+  int replica = 0;
+  std::chrono::nanoseconds collective_timeout{0};
+  // Filled by the device as the request waits and runs.
   IntrusivePtr<Executable> ready_program;
   std::exception_ptr compile_error;
   bool program_known = false;
   bool waiting_for_program = false;
+  std::unique_ptr<ProgramRun> run;  // once started
+  bool at_collective = false;       // waiting for the other members
+  bool finished = false;
+  std::chrono::steady_clock::time_point started;
 };
 
 struct Execute {
@@ -49,7 +63,8 @@ struct Pump {};
 
 class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, Drain, Pump> {
  public:
-  DeviceActor(Backend& backend, int ordinal) : backend_(backend), ordinal_(ordinal) {}
+  DeviceActor(Backend& backend, int ordinal, ActorRef<RendezvousActor> rendezvous)
+      : backend_(backend), ordinal_(ordinal), rendezvous_(std::move(rendezvous)) {}
 
   void handle(Execute& m);
   void handle(TransferToDevice& m);
@@ -68,11 +83,16 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, Drain, 
   };
   void pump();
   bool ready(ExecuteRequest& request);
-  void run(ExecuteRequest& request);
+  void start(ExecuteRequest& request);
+  // Runs until the program ends or pauses at a collective.
+  void advance(ExecuteRequest& request);
+  void collective(ExecuteRequest& request, const KernelCall& call);
+  void finish(ExecuteRequest& request, std::exception_ptr error);
   void run(TransferToDevice& transfer);
 
   Backend& backend_;
   int ordinal_;
+  ActorRef<RendezvousActor> rendezvous_;
   std::deque<Work> queue_;
   const DeviceData* waiting_on_ = nullptr;
 };

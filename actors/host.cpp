@@ -5,7 +5,15 @@
 #include <chrono>
 #include <unordered_map>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <memory>
+#include <string>
+#include <unordered_set>
+
 #include "actors/lazy_system.h"
+#include "actors/replicas.h"
 #include "engine/hash.h"
 #include "engine/metrics.h"
 #include "graph/step_graph.h"
@@ -67,6 +75,93 @@ void mark_donations(StepGraph& graph) {
   AXLE_COUNTER_INC("DonatedInputs", static_cast<int64_t>(donated));
 }
 
+// Whether any node of `graph` is an in-graph collective (remembered by hash: a training loop
+// syncs the same few graphs every step).
+bool has_collectives(const StepGraph& graph) {
+  thread_local std::unordered_map<uint64_t, bool> known;
+  auto [it, inserted] = known.try_emplace(graph.hash, false);
+  if (inserted) {
+    it->second = std::ranges::any_of(graph.nodes, [](const Node* node) {
+      return node->op() >= Op::kAllReduce && node->op() <= Op::kCollectivePermute;
+    });
+  }
+  return it->second;
+}
+
+// What a replica brings to the comparison of graphs: the graph's hash, and its nodes described
+// for the error that names where two graphs diverge.
+struct GraphSignature {
+  uint64_t hash = 0;
+  std::vector<std::string> nodes;   // what the hash covers: op, type, attributes
+  std::vector<std::string> places;  // where each was traced (a leaf: where it was first used)
+};
+
+std::string describe_node(const Node& node) {
+  std::string text =
+      fmt::format("{} {}{}", op_name(node.op()), dtype_name(node.dtype()), node.shape().to_string());
+  if (node.op() == Op::kConstant) text += fmt::format(" {}", node.value());
+  if (!node.ints().empty()) text += fmt::format(" {}", fmt::join(node.ints(), ","));
+  if (!node.reals().empty()) text += fmt::format(" {}", fmt::join(node.reals(), ","));
+  return text;
+}
+
+std::string place_of(const Node& node) {
+  return node.where().known()
+             ? fmt::format(" (at {}:{})", node.where().file(), node.where().line())
+             : std::string();
+}
+
+// Replicas that trace different graphs around a collective would wait for each other forever
+// (the hang PyTorch/XLA users meet most). Before a graph with collectives first runs, every
+// replica brings its graph's hash; when they differ, all fail at once, naming who differs from
+// replica 0 and where its graph diverged.
+void check_replicas_agree(const StepGraph& graph) {
+  thread_local std::unordered_set<uint64_t> agreed;
+  if (agreed.contains(graph.hash)) return;
+  auto mine = std::make_shared<GraphSignature>();
+  mine->hash = graph.hash;
+  mine->nodes.reserve(graph.nodes.size());
+  mine->places.reserve(graph.nodes.size());
+  for (const Node* node : graph.nodes) {
+    mine->nodes.push_back(describe_node(*node));
+    mine->places.push_back(place_of(*node));
+  }
+  const Gathered all = detail::gather("mark_step", "compare graphs before their collectives run",
+                                      std::move(mine), typeid(GraphSignature), {});
+  const auto& reference = *static_cast<const GraphSignature*>(all->front().get());
+  std::vector<int> differing;
+  for (std::size_t r = 1; r < all->size(); ++r) {
+    if (static_cast<const GraphSignature*>((*all)[r].get())->hash != reference.hash) {
+      differing.push_back(static_cast<int>(r));
+    }
+  }
+  if (differing.empty()) {
+    agreed.insert(graph.hash);
+    return;
+  }
+  const auto& other = *static_cast<const GraphSignature*>((*all)[differing.front()].get());
+  std::size_t at = 0;
+  while (at < reference.nodes.size() && at < other.nodes.size() &&
+         reference.nodes[at] == other.nodes[at]) {
+    ++at;
+  }
+  auto node_at = [&](const GraphSignature& g) {
+    return at < g.nodes.size() ? g.nodes[at] + g.places[at] : std::string("nothing more");
+  };
+  const std::string where =
+      at < reference.nodes.size() || at < other.nodes.size()
+          ? fmt::format("diverges at node {}: replica 0 traced {} where replica {} traced {}", at,
+                        node_at(reference), differing.front(), node_at(other))
+          : std::string("has the same ops but donates other inputs");
+  throw CollectiveError(fmt::format(
+      "replicas traced different graphs for a step with collectives: replica{} {{{}}} differ{} "
+      "from replica 0. Replica {} {}. Every replica must trace the same ops in the same order "
+      "between mark_steps (scalars 0 and 1 are graph constants: a scalar that is 0 on one replica "
+      "and not on another changes the graph)",
+      differing.size() == 1 ? "" : "s", fmt::join(differing, ", "),
+      differing.size() == 1 ? "s" : "", differing.front(), where));
+}
+
 void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl*>& tensors,
                  bool wait, bool may_donate, std::vector<IntrusivePtr<DeviceData>>* step_outputs) {
   // One output per distinct IR node; tensors sharing a node share its placeholder.
@@ -86,6 +181,19 @@ void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl
   if (may_donate) mark_donations(graph);
 
   auto request = make_intrusive<ExecuteRequest>();
+  if (const detail::ReplicaIdentity* replica = detail::current_replica()) {
+    request->replica_group = replica->group;
+    request->replica = replica->ordinal;
+    if (has_collectives(graph)) {
+      request->collective_timeout = detail::collective_timeout();
+      try {
+        check_replicas_agree(graph);
+      } catch (...) {
+        graph.clear();
+        throw;
+      }
+    }
+  }
   request->inputs.reserve(graph.inputs.size());
   for (int32_t id : graph.inputs) {
     const Node& leaf = *graph.nodes[id];

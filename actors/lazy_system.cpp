@@ -110,15 +110,15 @@ LazySystem::LazySystem(LazySystemOptions options)
   choose_persistent_cache(options.persistent_cache);
   compiler_ = spawn<CompilerActor>(runtime_, SpawnOptions{.name = "compiler"}, cache_,
                                    PersistentCacheSource(&LazySystem::persistent_cache));
+  rendezvous_actor_ = spawn<RendezvousActor>(runtime_, SpawnOptions{.name = "rendezvous"});
   for (int i = 0; i < backend_->device_count(); ++i) {
     devices_.push_back(spawn<DeviceActor>(
         runtime_, SpawnOptions{.name = fmt::format("device-{}", i), .dedicated_thread = true},
-        *backend_, i));
+        *backend_, i, rendezvous_actor_));
   }
   // Closures may block (a value they read may not be ready), so they get a thread of their own.
   closure_runner_ = spawn<ClosureRunner>(
       runtime_, SpawnOptions{.name = "step-closures", .dedicated_thread = true});
-  rendezvous_actor_ = spawn<RendezvousActor>(runtime_, SpawnOptions{.name = "rendezvous"});
   eager_ = config::get_bool("XLA_USE_EAGER_DEBUG_MODE", false);
   sync_wait_ = config::get_bool("XLA_SYNC_WAIT", false);
   param_aliasing_ = config::get_bool("XLA_ENABLE_PARAM_ALIASING", true);

@@ -8,6 +8,7 @@
 #include "actors/fusion.h"
 #include "actors/memory_plan.h"
 #include "engine/metrics.h"
+#include "graph/collectives.h"
 
 namespace axle {
 
@@ -70,6 +71,19 @@ std::vector<uint8_t> constants_kept_scalar(const Program& program) {
   return scalar;
 }
 
+// A collective node's last int is a key to its groups (graph/collectives.h); the kernel takes
+// the groups themselves.
+void expand_groups(KernelCall& call) {
+  const int64_t key = call.ints.back();
+  std::vector<int64_t> groups = detail::collective_group_ints(key);
+  if (groups.empty()) {
+    throw std::logic_error(fmt::format("lowering {}: no replica groups under key {}",
+                                       kernel_name(call.kernel), key));
+  }
+  call.ints.pop_back();
+  call.ints.insert(call.ints.end(), groups.begin(), groups.end());
+}
+
 }  // namespace
 
 IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes) {
@@ -123,6 +137,7 @@ IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool
     call.inputs.assign(operands.begin(), operands.end());
     call.output = static_cast<int32_t>(id);
     call.ints.assign(program.ints(id).begin(), program.ints(id).end());
+    if (is_collective(call.kernel)) expand_groups(call);
     call.reals.assign(program.reals(id).begin(), program.reals(id).end());
     executable->calls.push_back(std::move(call));
   }

@@ -51,7 +51,7 @@ void RendezvousActor::handle(Arrive& m, Promise<Gathered>&& reply) {
   }
   const std::size_t pos = position - m.members.begin();
   const std::size_t size = m.members.size();
-  auto [set_it, new_set] = group.sets.try_emplace(m.members);
+  auto [set_it, new_set] = group.sets.try_emplace(std::pair(m.channel, m.members));
   MemberSet& set = set_it->second;
   if (new_set) set.reached.assign(size, 0);
   const uint64_t index = set.reached[pos]++;
@@ -65,7 +65,7 @@ void RendezvousActor::handle(Arrive& m, Promise<Gathered>&& reply) {
     point.values.resize(size);
     point.arrived.assign(size, false);
     point.timeout = m.timeout;
-    point.deadline = send_after(m.timeout, ExpirePoint{m.group, m.members, index});
+    point.deadline = send_after(m.timeout, ExpirePoint{m.group, m.channel, m.members, index});
   }
   point.arrived[pos] = true;
   ++point.count;
@@ -94,7 +94,8 @@ void RendezvousActor::handle(LeaveGroup& m) {
   if (group_it == groups_.end()) return;
   Group& group = group_it->second;
   group.departed.at(m.ordinal) = true;
-  for (auto& [members, set] : group.sets) {
+  for (auto& [key, set] : group.sets) {
+    const std::vector<int>& members = key.second;
     if (std::ranges::find(members, m.ordinal) == members.end()) continue;
     for (auto& [index, point] : set.points) fail_if_deserted(group, members, set, index, point);
   }
@@ -106,7 +107,7 @@ void RendezvousActor::handle(CancelGroup& m) {
   Group& group = group_it->second;
   group.failed_replica = m.ordinal;
   group.failure = m.what;
-  for (auto& [members, set] : group.sets) {
+  for (auto& [key, set] : group.sets) {
     for (auto& [index, point] : set.points) {
       if (!point.waiting.empty()) fail(point, cancelled(group, point.op, point.tag));
     }
@@ -118,7 +119,7 @@ void RendezvousActor::handle(CloseGroup& m) { groups_.erase(m.group); }
 void RendezvousActor::handle(ExpirePoint& m) {
   auto group_it = groups_.find(m.group);
   if (group_it == groups_.end()) return;
-  auto set_it = group_it->second.sets.find(m.members);
+  auto set_it = group_it->second.sets.find(std::pair(m.channel, m.members));
   if (set_it == group_it->second.sets.end()) return;
   auto point_it = set_it->second.points.find(m.index);
   if (point_it == set_it->second.points.end()) return;

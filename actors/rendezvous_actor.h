@@ -30,6 +30,10 @@ struct OpenGroup {
   uint64_t group;
   int world_size;
 };
+/// Who meets: replica threads (rendezvous, mesh_reduce) or the replicas' devices (in-graph
+/// collectives). Each counts its points apart, since devices run behind their hosts.
+enum class Channel : uint8_t { kHost, kDevice };
+
 /// Replica `ordinal` reaches its next point among `members` (sorted) with `value` (of `type`).
 /// Replies with every member's value once all are there.
 struct Arrive {
@@ -42,6 +46,7 @@ struct Arrive {
   std::shared_ptr<const void> value;
   const std::type_info* type;
   std::chrono::nanoseconds timeout;  ///< from the first arrival at a point
+  Channel channel = Channel::kHost;
 };
 /// Replica `ordinal`'s function returned: it reaches no further point.
 struct LeaveGroup {
@@ -62,6 +67,7 @@ struct CloseGroup {
 /// A point's deadline (sent by the actor to itself).
 struct ExpirePoint {
   uint64_t group;
+  Channel channel;
   std::vector<int> members;
   uint64_t index;
 };
@@ -137,7 +143,7 @@ class RendezvousActor : public Actor<RendezvousActor, OpenGroup, Arrive, LeaveGr
     std::vector<bool> departed;  // by ordinal
     int failed_replica = -1;     // >= 0 once cancelled
     std::string failure;
-    std::map<std::vector<int>, MemberSet> sets;
+    std::map<std::pair<Channel, std::vector<int>>, MemberSet> sets;
   };
 
   // An error when `m` does not fit the point others reached (tag, value type), else null.

@@ -21,11 +21,7 @@ namespace axle {
 namespace {
 
 // Who the calling thread is, while it runs as a replica of spawn.
-struct ReplicaSlot {
-  uint64_t group;
-  int ordinal;
-  int world_size;
-};
+using ReplicaSlot = detail::ReplicaIdentity;
 thread_local constinit const ReplicaSlot* tls_replica = nullptr;
 
 std::atomic<uint64_t> g_next_group{1};
@@ -71,14 +67,15 @@ class FirstFailure {
 void run_replica(const std::function<void(int)>& fn, const ReplicaSlot slot, FirstFailure& failure,
                  const ActorRef<RendezvousActor>& rendezvous_actor) {
   tls_replica = &slot;
-  const DefaultDeviceScope default_device(Device{slot.ordinal});
+  const ReplicaScope replica_scope(Device{slot.ordinal}, slot.world_size);
   const std::string label = fmt::format("replica-{}", slot.ordinal);
   const ScopedLogLabel log_label(label);
   try {
     fn(slot.ordinal);
+    // The device may still have collectives to meet the others at: it leaves once it is done.
+    wait_device_ops({Device{slot.ordinal}});
     // Asked, not told: spawn closes the group after joining, and must find these handled.
     rendezvous_actor.ask(LeaveGroup{slot.group, slot.ordinal}).get();
-    wait_device_ops({Device{slot.ordinal}});
   } catch (...) {
     std::exception_ptr error = std::current_exception();
     const std::string what = describe(error);
@@ -93,6 +90,12 @@ void run_replica(const std::function<void(int)>& fn, const ReplicaSlot slot, Fir
   tls_replica = nullptr;
 }
 
+}  // namespace
+
+namespace detail {
+
+const ReplicaIdentity* current_replica() noexcept { return tls_replica; }
+
 std::chrono::nanoseconds collective_timeout() {
   const double seconds = config::get_double("AXLE_COLLECTIVE_TIMEOUT", 300);
   // Over a year is as good as forever, and keeps the conversion in range.
@@ -104,7 +107,7 @@ std::chrono::nanoseconds collective_timeout() {
       std::chrono::duration<double>(seconds));
 }
 
-}  // namespace
+}  // namespace detail
 
 void spawn(std::function<void(int)> fn, std::optional<int> nprocs) {
   if (!fn) throw std::invalid_argument("spawn: the function is empty");

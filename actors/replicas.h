@@ -5,7 +5,9 @@
 // RendezvousActor. Outside spawn the caller is the only replica: ordinal 0 of 1, on device 0.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -87,6 +89,16 @@ std::vector<std::vector<std::byte>> rendezvous(std::string_view tag,
                                                std::vector<int> replicas = {});
 
 namespace detail {
+/// Who the calling thread is inside spawn; null outside it.
+struct ReplicaIdentity {
+  uint64_t group;  ///< spawn's group at the RendezvousActor
+  int ordinal;
+  int world_size;
+};
+[[nodiscard]] const ReplicaIdentity* current_replica() noexcept;
+/// AXLE_COLLECTIVE_TIMEOUT (seconds, default 300), checked.
+[[nodiscard]] std::chrono::nanoseconds collective_timeout();
+
 /// The core of rendezvous and mesh_reduce: every replica's `value` (of `type`), by ordinal.
 [[nodiscard]] Gathered gather(std::string_view op, std::string_view tag,
                               std::shared_ptr<const void> value, const std::type_info& type,

@@ -13,6 +13,24 @@
 
 namespace axle {
 
+/// A program part-way through its run on one device.
+class ProgramRun {
+ public:
+  virtual ~ProgramRun() = default;
+  /// Runs kernel calls in order until the program ends (returns null) or reaches a collective
+  /// call, which it returns without running: the caller completes it with the other members and
+  /// hands over its result with finish_collective(), then advances again. Throws (with the
+  /// kernel's name and shapes) when a kernel fails.
+  virtual const KernelCall* advance() = 0;
+  /// The operand of the collective call advance() stopped at.
+  [[nodiscard]] virtual const IntrusivePtr<DeviceMemory>& collective_operand() const = 0;
+  /// The result of the collective call advance() stopped at. It may be shared with other members
+  /// (an all-reduce's), so the program never writes over it.
+  virtual void finish_collective(IntrusivePtr<DeviceMemory> result) = 0;
+  /// After advance() returned null: one buffer per output slot.
+  virtual std::vector<IntrusivePtr<DeviceMemory>> take_outputs() = 0;
+};
+
 /// Memory use of one device.
 struct MemoryInfo {
   std::size_t bytes_in_use = 0;
@@ -34,13 +52,28 @@ class Backend {
                               std::size_t bytes) = 0;
   virtual void copy_to_host(int device, DeviceMemory& src, void* host, std::size_t bytes) = 0;
 
-  /// Runs `program` on `device`. `inputs` match program.input_slots; returns one buffer per
-  /// output slot. A donated input (program.donated(i)) is the program's to overwrite and reuse
-  /// when `inputs` holds its only reference; one referenced elsewhere too is copied first, so
-  /// the other holders never see it change. Throws (with the kernel's name and shapes) when a
-  /// kernel fails.
-  virtual std::vector<IntrusivePtr<DeviceMemory>> execute(
-      int device, const Executable& program, std::vector<IntrusivePtr<DeviceMemory>> inputs) = 0;
+  /// Starts running `program` on `device`. `inputs` match program.input_slots. A donated input
+  /// (program.donated(i)) is the program's to overwrite and reuse when `inputs` holds its only
+  /// reference; one referenced elsewhere too is copied first, so the other holders never see it
+  /// change. Throws when the inputs do not fit the program.
+  virtual std::unique_ptr<ProgramRun> start(int device, const Executable& program,
+                                            std::vector<IntrusivePtr<DeviceMemory>> inputs) = 0;
+
+  /// Runs a program without collectives to its end: start() and advance(); returns one buffer
+  /// per output slot. Throws (with the kernel's name and shapes) when a kernel fails, and
+  /// std::logic_error at a collective call, which needs the other members (see DeviceActor).
+  std::vector<IntrusivePtr<DeviceMemory>> execute(int device, const Executable& program,
+                                                  std::vector<IntrusivePtr<DeviceMemory>> inputs);
+
+  /// Computes member `position`'s part of collective `call` once every member's operand is at
+  /// hand: `operands[i]` is member i's (in group order), all of `operand`'s type and shape, and
+  /// `output` (of `result`'s type and shape) receives this member's result. For kAllReduce the
+  /// members share one output and each computes its own stretch of it (elements
+  /// [position * n / members, (position + 1) * n / members)); the others compute their whole
+  /// output. Memory of every device of this backend is readable from any of them.
+  virtual void collective(int device, const KernelCall& call, const BufferDesc& operand,
+                          const BufferDesc& result, std::span<DeviceMemory* const> operands,
+                          int position, DeviceMemory& output) = 0;
 
   [[nodiscard]] virtual MemoryInfo memory_info(int device) const = 0;
 };

@@ -25,10 +25,44 @@ std::string_view kernel_name(Kernel kernel) noexcept {
       "copy",    "permute",     "expand",       "slice",       "concat",     "index_select",
       "gather",  "one_hot",     "rand_uniform", "rand_normal", "rand_int",   "bernoulli",
       "scatter_add", "max_pool2d_backward", "avg_pool2d_backward",
-      "fused"};
+      "fused", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"};
   // clang-format on
   auto i = static_cast<std::size_t>(kernel);
   return i < kNames.size() ? kNames[i] : "unknown";
+}
+
+int collective_groups_at(Kernel kernel) noexcept {
+  switch (kernel) {
+    case Kernel::kAllReduce:
+    case Kernel::kAllGather:
+      return 1;
+    case Kernel::kReduceScatter:
+    case Kernel::kAllToAll:
+      return 2;
+    default:
+      return -1;
+  }
+}
+
+std::vector<int> collective_members(const KernelCall& call, int replica) {
+  const int at = collective_groups_at(call.kernel);
+  if (at < 0) {
+    if (call.ints.empty()) return {};
+    std::vector<int> all(static_cast<std::size_t>(call.ints[0]));
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+    return all;
+  }
+  if (call.ints.size() <= static_cast<std::size_t>(at)) return {};
+  const auto size = static_cast<std::size_t>(call.ints[at]);
+  if (size == 0) return {};
+  for (std::size_t begin = at + 1; begin + size <= call.ints.size(); begin += size) {
+    const auto first = call.ints.begin() + static_cast<std::ptrdiff_t>(begin);
+    if (std::find(first, first + static_cast<std::ptrdiff_t>(size), replica) !=
+        first + static_cast<std::ptrdiff_t>(size)) {
+      return std::vector<int>(first, first + static_cast<std::ptrdiff_t>(size));
+    }
+  }
+  return {};
 }
 
 namespace {

@@ -10,6 +10,7 @@
 
 #include "engine/dtype.h"
 #include "engine/intrusive_ptr.h"
+#include "engine/reduce_type.h"
 #include "engine/shape.h"
 
 namespace axle {
@@ -66,6 +67,22 @@ namespace axle {
 ///   kRandNormal  [seed, offset]; reals = [mean, std]
 ///   kRandInt     [seed, offset]; ints = [low, high]       uniform integers in [low, high)
 ///   kBernoulli   [seed, offset, p (same shape as output or scalar)]
+/// Collectives among replicas (each replica's device runs the same program). A backend's run stops
+/// at a collective call (ProgramRun::advance) and its device actor completes it with the other
+/// members (Backend::collective). Groups: ints carry [group_size, the groups' ordinals...], every
+/// group the same size, together covering each replica once; a replica's group is the one holding
+/// its ordinal, and a member's position is its place in that group. reduce is a ReduceType
+/// (engine/reduce_type.h).
+///   kAllReduce        [x]; ints = [reduce, group_size, groups...]; reals = [scale]
+///   kAllGather        [x]; ints = [dim, group_size, groups...]: the members' operands
+///                     concatenated along dim in group order
+///   kReduceScatter    [x]; ints = [reduce, scatter_dim, group_size, groups...]; reals = [scale]:
+///                     member p gets block p (of group_size along scatter_dim) of the reduction
+///   kAllToAll         [x]; ints = [split_dim, concat_dim, group_size, groups...]: member p gets
+///                     block p (along split_dim) of each member's operand, concatenated along
+///                     concat_dim in group order
+///   kCollectivePermute [x]; ints = [world_size, source0, target0, source1, target1, ...]: a
+///                     replica gets its source's operand, or zeros when no pair targets it
 /// Fusion (a chain of elementwise ops computed block by block, intermediates never stored).
 ///   kFused       [e0, e1, ...] external operands, each broadcasting to the chain's shape, all of
 ///                the output's dtype (f32 or f64). ints = [buffers, then five per step:
@@ -142,6 +159,11 @@ enum class Kernel : uint16_t {
   kMaxPool2dBackward,
   kAvgPool2dBackward,
   kFused,
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kCollectivePermute,
   kCount
 };
 
@@ -179,6 +201,19 @@ struct KernelCall {
   std::vector<double> reals;
   friend bool operator==(const KernelCall&, const KernelCall&) = default;
 };
+
+/// Whether `kernel` is a collective: a backend's run stops at it (see ProgramRun).
+[[nodiscard]] constexpr bool is_collective(Kernel kernel) noexcept {
+  return kernel >= Kernel::kAllReduce && kernel < Kernel::kCount;
+}
+
+/// The first int of a collective call's group description ([group_size, groups...]), or -1 for
+/// kCollectivePermute, which has pairs instead.
+[[nodiscard]] int collective_groups_at(Kernel kernel) noexcept;
+
+/// The members of `replica`'s group in a collective call (all replicas for kCollectivePermute,
+/// whose pairs may join any two), in group order; empty when no group holds it.
+[[nodiscard]] std::vector<int> collective_members(const KernelCall& call, int replica);
 
 /// Whether `call` may write its output over an operand of the output's shape and dtype: it reads
 /// each element of that operand only before writing the same element of the output. True for

@@ -9,7 +9,12 @@ namespace axle {
 namespace device_internal {
 // Inline and constinit so that reading it (every `Device{}`) needs no TLS wrapper call.
 inline thread_local constinit int t_default_ordinal = 0;
+inline thread_local constinit int t_world_size = 1;
 }  // namespace device_internal
+
+/// Replicas taking part in the calling thread's collectives: spawn's replica count inside spawn,
+/// else 1. Collectives check their groups against it as they trace.
+[[nodiscard]] inline int replica_world_size() noexcept { return device_internal::t_world_size; }
 
 /// The calling thread's default device ordinal: 0, or the replica's own device inside spawn.
 [[nodiscard]] inline int default_device_ordinal() noexcept {
@@ -40,6 +45,23 @@ class DefaultDeviceScope {
 
  private:
   int previous_;
+};
+
+/// Makes the calling thread replica `device.ordinal` of `world_size` for the scope's lifetime:
+/// its default device and the replica count its collectives span (spawn's replicas).
+class ReplicaScope {
+ public:
+  ReplicaScope(Device device, int world_size) noexcept
+      : default_device_(device), previous_world_size_(device_internal::t_world_size) {
+    device_internal::t_world_size = world_size;
+  }
+  ~ReplicaScope() { device_internal::t_world_size = previous_world_size_; }
+  ReplicaScope(const ReplicaScope&) = delete;
+  ReplicaScope& operator=(const ReplicaScope&) = delete;
+
+ private:
+  DefaultDeviceScope default_device_;
+  int previous_world_size_;
 };
 
 }  // namespace axle

@@ -66,7 +66,12 @@ namespace axle {
   X(Bernoulli, "bernoulli")                   \
   X(ScatterAdd, "scatter_add")                \
   X(MaxPool2dBackward, "max_pool2d_backward") \
-  X(AvgPool2dBackward, "avg_pool2d_backward")
+  X(AvgPool2dBackward, "avg_pool2d_backward") \
+  X(AllReduce, "all_reduce")                  \
+  X(AllGather, "all_gather")                  \
+  X(ReduceScatter, "reduce_scatter")          \
+  X(AllToAll, "all_to_all")                   \
+  X(CollectivePermute, "collective_permute")
 // clang-format on
 
 /// An IR operation.

@@ -1,6 +1,6 @@
 // backends/cpu: the CPU backend. Device memory is 64-byte-aligned host memory (large blocks are
 // kept for reuse when freed, up to AXLE_CPU_BLOCK_CACHE_MB per device); a program runs its kernel
-// calls in order on the calling (device actor's) thread.
+// calls in order on the calling (device actor's) thread, stopping at collectives.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -146,82 +146,14 @@ class CpuBackend final : public Backend {
     if (bytes) std::memcpy(host, src.data(), bytes);
   }
 
-  std::vector<IntrusivePtr<DeviceMemory>> execute(
-      int device, const Executable& program,
-      std::vector<IntrusivePtr<DeviceMemory>> inputs) override {
-    if (inputs.size() != program.input_slots.size()) {
-      throw std::invalid_argument(fmt::format("program takes {} inputs, got {}",
-                                              program.input_slots.size(), inputs.size()));
-    }
-    std::vector<IntrusivePtr<DeviceMemory>> slots(program.slots.size());
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      const BufferDesc& desc = program.slots[program.input_slots[i]];
-      if (inputs[i]->bytes() != desc.bytes()) {
-        throw std::invalid_argument(fmt::format(
-            "input {} holds {} bytes; the program expects {}{} ({} bytes)", i, inputs[i]->bytes(),
-            dtype_name(desc.dtype), desc.shape.to_string(), desc.bytes()));
-      }
-      if (program.donated(i) && inputs[i]->use_count() != 1) {
-        IntrusivePtr<DeviceMemory> copy = allocate(device, desc.bytes());
-        std::memcpy(copy->data(), inputs[i]->data(), desc.bytes());
-        inputs[i] = std::move(copy);
-        AXLE_COUNTER_INC("DonatedInputCopies", 1);
-      }
-      slots[program.input_slots[i]] = std::move(inputs[i]);
-    }
-    const cpu::KernelTable& table = cpu::kernel_table();
-    const MemoryPlan& plan = program.plan;
-    const bool planned = !plan.empty();
-    if (planned && (plan.release_begin.size() != program.calls.size() + 1 ||
-                    plan.in_place.size() != program.calls.size())) {
-      throw std::invalid_argument("the program's memory plan does not match its calls");
-    }
-    // Released buffers by size, for later slots (freed when the program ends): an output takes
-    // one of its exact size, anything else the smallest one large enough.
-    std::multimap<std::size_t, IntrusivePtr<DeviceMemory>> pool;
-    std::vector<bool> is_output(program.slots.size(), false);
-    for (int32_t s : program.output_slots) is_output.at(s) = true;
-    std::vector<cpu::ConstView> views;
-    for (std::size_t c = 0; c < program.calls.size(); ++c) {
-      const KernelCall& call = program.calls[c];
-      views.clear();
-      for (int32_t in : call.inputs) views.push_back({slots[in]->data(), &program.slots[in]});
-      IntrusivePtr<DeviceMemory>& out = slots[call.output];
-      const std::size_t bytes = program.slots[call.output].bytes();
-      if (planned && plan.in_place[c] >= 0) {
-        out = std::move(slots[plan.in_place[c]]);  // the kernel writes over its dying operand
-      } else if (auto it = is_output[call.output] ? pool.find(bytes) : pool.lower_bound(bytes);
-                 planned && it != pool.end()) {
-        out = std::move(it->second);
-        pool.erase(it);
-      } else {
-        out = allocate(device, bytes);
-      }
-      cpu::KernelFn fn = table[static_cast<std::size_t>(call.kernel)];
-      if (!fn) {
-        throw std::logic_error(
-            fmt::format("the CPU backend has no kernel for {}", describe_call(program, call)));
-      }
-      try {
-        fn(cpu::KernelArgs{call, views, {out->data(), &program.slots[call.output]}});
-      } catch (const std::exception& e) {
-        throw std::runtime_error(
-            fmt::format("kernel {} failed: {}", describe_call(program, call), e.what()));
-      }
-      if (!planned) continue;
-      for (uint32_t r = plan.release_begin[c]; r < plan.release_begin[c + 1]; ++r) {
-        IntrusivePtr<DeviceMemory> released = std::move(slots.at(plan.release_slots[r]));
-        // Pooled only when nothing else holds it (a slot written in place shares it).
-        if (released && released->use_count() == 1) {
-          const std::size_t size = released->bytes();
-          pool.emplace(size, std::move(released));
-        }
-      }
-    }
-    std::vector<IntrusivePtr<DeviceMemory>> outputs;
-    outputs.reserve(program.output_slots.size());
-    for (int32_t slot : program.output_slots) outputs.push_back(slots[slot]);
-    return outputs;
+  std::unique_ptr<ProgramRun> start(int device, const Executable& program,
+                                    std::vector<IntrusivePtr<DeviceMemory>> inputs) override;
+
+  void collective(int device, const KernelCall& call, const BufferDesc& operand,
+                  const BufferDesc& result, std::span<DeviceMemory* const> operands, int position,
+                  DeviceMemory& output) override {
+    (void)device;
+    cpu::run_collective(call, operand, result, operands, position, output);
   }
 
   MemoryInfo memory_info(int device) const override {
@@ -246,6 +178,143 @@ class CpuBackend final : public Backend {
 
   std::vector<std::shared_ptr<DeviceAccount>> accounts_;
 };
+
+// One program's run: its slots, the pool of buffers it released, and the next call.
+class CpuProgramRun final : public ProgramRun {
+ public:
+  CpuProgramRun(CpuBackend& backend, int device, const Executable& program,
+                std::vector<IntrusivePtr<DeviceMemory>> inputs)
+      : backend_(backend),
+        device_(device),
+        program_(program),
+        planned_(!program.plan.empty()),
+        slots_(program.slots.size()),
+        is_output_(program.slots.size(), false) {
+    if (inputs.size() != program.input_slots.size()) {
+      throw std::invalid_argument(fmt::format("program takes {} inputs, got {}",
+                                              program.input_slots.size(), inputs.size()));
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const BufferDesc& desc = program.slots[program.input_slots[i]];
+      if (inputs[i]->bytes() != desc.bytes()) {
+        throw std::invalid_argument(fmt::format(
+            "input {} holds {} bytes; the program expects {}{} ({} bytes)", i, inputs[i]->bytes(),
+            dtype_name(desc.dtype), desc.shape.to_string(), desc.bytes()));
+      }
+      if (program.donated(i) && inputs[i]->use_count() != 1) {
+        IntrusivePtr<DeviceMemory> copy = backend.allocate(device, desc.bytes());
+        std::memcpy(copy->data(), inputs[i]->data(), desc.bytes());
+        inputs[i] = std::move(copy);
+        AXLE_COUNTER_INC("DonatedInputCopies", 1);
+      }
+      slots_[program.input_slots[i]] = std::move(inputs[i]);
+    }
+    const MemoryPlan& plan = program.plan;
+    if (planned_ && (plan.release_begin.size() != program.calls.size() + 1 ||
+                     plan.in_place.size() != program.calls.size())) {
+      throw std::invalid_argument("the program's memory plan does not match its calls");
+    }
+    for (int32_t s : program.output_slots) is_output_.at(s) = true;
+  }
+
+  const KernelCall* advance() override {
+    const cpu::KernelTable& table = cpu::kernel_table();
+    const MemoryPlan& plan = program_.plan;
+    for (; next_ < program_.calls.size(); ++next_) {
+      const std::size_t c = next_;
+      const KernelCall& call = program_.calls[c];
+      if (is_collective(call.kernel)) {
+        if (!stopped_) {
+          stopped_ = true;
+          return &call;
+        }
+        stopped_ = false;  // finish_collective filled its output
+        release_after(c);
+        continue;
+      }
+      views_.clear();
+      for (int32_t in : call.inputs) views_.push_back({slots_[in]->data(), &program_.slots[in]});
+      IntrusivePtr<DeviceMemory>& out = slots_[call.output];
+      const std::size_t bytes = program_.slots[call.output].bytes();
+      // A buffer another member of a collective still reads (or shares as its result) is never
+      // written over: it is taken in place or pooled only while this run holds it alone.
+      if (planned_ && plan.in_place[c] >= 0 && slots_[plan.in_place[c]]->use_count() == 1) {
+        out = std::move(slots_[plan.in_place[c]]);  // the kernel writes over its dying operand
+      } else if (auto it = is_output_[call.output] ? pool_.find(bytes) : pool_.lower_bound(bytes);
+                 planned_ && it != pool_.end()) {
+        out = std::move(it->second);
+        pool_.erase(it);
+      } else {
+        out = backend_.allocate(device_, bytes);
+      }
+      cpu::KernelFn fn = table[static_cast<std::size_t>(call.kernel)];
+      if (!fn) {
+        throw std::logic_error(
+            fmt::format("the CPU backend has no kernel for {}", describe_call(program_, call)));
+      }
+      try {
+        fn(cpu::KernelArgs{call, views_, {out->data(), &program_.slots[call.output]}});
+      } catch (const std::exception& e) {
+        throw std::runtime_error(
+            fmt::format("kernel {} failed: {}", describe_call(program_, call), e.what()));
+      }
+      release_after(c);
+    }
+    return nullptr;
+  }
+
+  const IntrusivePtr<DeviceMemory>& collective_operand() const override {
+    return slots_.at(program_.calls.at(next_).inputs.at(0));
+  }
+
+  void finish_collective(IntrusivePtr<DeviceMemory> result) override {
+    const KernelCall& call = program_.calls.at(next_);
+    if (!stopped_ || !result || result->bytes() < program_.slots[call.output].bytes()) {
+      throw std::logic_error(fmt::format("{}: no collective result of the output's size to finish",
+                                         describe_call(program_, call)));
+    }
+    slots_[call.output] = std::move(result);
+  }
+
+  std::vector<IntrusivePtr<DeviceMemory>> take_outputs() override {
+    std::vector<IntrusivePtr<DeviceMemory>> outputs;
+    outputs.reserve(program_.output_slots.size());
+    for (int32_t slot : program_.output_slots) outputs.push_back(slots_[slot]);
+    return outputs;
+  }
+
+ private:
+  void release_after(std::size_t c) {
+    if (!planned_) return;
+    const MemoryPlan& plan = program_.plan;
+    for (uint32_t r = plan.release_begin[c]; r < plan.release_begin[c + 1]; ++r) {
+      IntrusivePtr<DeviceMemory> released = std::move(slots_.at(plan.release_slots[r]));
+      // Pooled only when nothing else holds it (a slot written in place shares it).
+      if (released && released->use_count() == 1) {
+        const std::size_t size = released->bytes();
+        pool_.emplace(size, std::move(released));
+      }
+    }
+  }
+
+  CpuBackend& backend_;
+  const int device_;
+  const Executable& program_;
+  const bool planned_;
+  std::vector<IntrusivePtr<DeviceMemory>> slots_;
+  std::vector<bool> is_output_;
+  // Released buffers by size, for later slots (freed when the run ends): an output takes one of
+  // its exact size, anything else the smallest one large enough.
+  std::multimap<std::size_t, IntrusivePtr<DeviceMemory>> pool_;
+  std::vector<cpu::ConstView> views_;
+  std::size_t next_ = 0;
+  bool stopped_ = false;  // advance() returned the collective at next_
+};
+
+std::unique_ptr<ProgramRun> CpuBackend::start(int device, const Executable& program,
+                                              std::vector<IntrusivePtr<DeviceMemory>> inputs) {
+  return std::make_unique<CpuProgramRun>(*this, device, program, std::move(inputs));
+}
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "backends/executable.h"
+#include "engine/device_memory.h"
 
 namespace axle::cpu {
 
@@ -73,6 +74,10 @@ void register_data_movement_kernels(KernelTable& table);
 void register_random_kernels(KernelTable& table);
 void register_fused_kernels(KernelTable& table);
 void register_scatter_kernels(KernelTable& table);
+
+/// One member's part of a collective call (see Backend::collective).
+void run_collective(const KernelCall& call, const BufferDesc& operand, const BufferDesc& result,
+                    std::span<DeviceMemory* const> operands, int position, DeviceMemory& output);
 
 /// The table with every family registered (built once).
 const KernelTable& kernel_table();
