@@ -85,19 +85,20 @@ void absorb(ExecuteRequest& request, Result<IntrusivePtr<Executable>> result) {
 
 bool DeviceActor::ready(ExecuteRequest& request) {
   if (!request.program_known) {
+    // Once a continuation waits for the program, only it takes the outcome (taking it twice
+    // would leave a running request without its program).
+    if (request.waiting_for_program) return false;
     if (request.program.ready()) {
       absorb(request, request.program.state()->take());
     } else {
-      if (!request.waiting_for_program) {
-        request.waiting_for_program = true;
-        // The compiler answers on its own thread; the outcome comes back here as a message.
-        request.program.then_on(self().target(),
-                                [this, held = IntrusivePtr<ExecuteRequest>(&request)](
-                                    Result<IntrusivePtr<Executable>> result) mutable {
-                                  absorb(*held, std::move(result));
-                                  pump();
-                                });
-      }
+      request.waiting_for_program = true;
+      // The compiler answers on its own thread; the outcome comes back here as a message.
+      request.program.then_on(self().target(),
+                              [this, held = IntrusivePtr<ExecuteRequest>(&request)](
+                                  Result<IntrusivePtr<Executable>> result) mutable {
+                                absorb(*held, std::move(result));
+                                pump();
+                              });
       return false;
     }
   }
@@ -205,64 +206,68 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
     contribution->shared_result = backend_.allocate(ordinal_, result_desc.bytes());
   }
   const std::string tag = collective_tag(program, call);
-  Arrive arrive{kernel_name(call.kernel), request.replica_group,      request.replica, tag,
-                members,                  std::move(contribution), &typeid(Contribution),
-                request.collective_timeout, Channel::kDevice};
+  Arrive arrive{kernel_name(call.kernel),
+                request.replica_group,
+                request.replica,
+                tag,
+                members,
+                std::move(contribution),
+                &typeid(Contribution),
+                request.collective_timeout,
+                Channel::kDevice};
   request.at_collective = true;
   Future<Gathered> gathered = rendezvous_.ask(std::move(arrive));
-  gathered.then_on(
-      self().target(),
-      [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members,
-       position = static_cast<int>(position), shares_result](Result<Gathered> all) mutable {
-        ExecuteRequest& request = *held;
-        if (!all.ok()) {
-          finish(request, all.error());
-          return pump();
-        }
-        const Executable& program = *request.ready_program;
-        std::vector<DeviceMemory*> operands;
-        for (const std::shared_ptr<const void>& each : *all.value()) {
-          operands.push_back(static_cast<const Contribution*>(each.get())->operand.get());
-        }
-        IntrusivePtr<DeviceMemory> result =
-            shares_result
-                ? static_cast<const Contribution*>(all.value()->front().get())->shared_result
-                : backend_.allocate(ordinal_, program.slots[call.output].bytes());
-        try {
-          backend_.collective(ordinal_, call, program.slots[call.inputs.at(0)],
-                              program.slots[call.output], operands, position, *result);
-        } catch (...) {
-          finish(request, std::current_exception());
-          return pump();
-        }
-        if (!shares_result) {
-          request.run->finish_collective(std::move(result));
-          request.at_collective = false;
-          return pump();
-        }
-        // Every member has written its stretch of the shared result once all have met again.
-        Arrive written{kernel_name(call.kernel),
-                       request.replica_group,
-                       request.replica,
-                       collective_tag(program, call) + " (reduced)",
-                       members,
-                       nullptr,
-                       &typeid(void),
-                       request.collective_timeout,
-                       Channel::kDevice};
-        rendezvous_.ask(std::move(written))
-            .then_on(self().target(), [this, held = std::move(held),
-                                       result = std::move(result)](Result<Gathered> done) mutable {
-              ExecuteRequest& request = *held;
-              if (done.ok()) {
-                request.run->finish_collective(std::move(result));
-                request.at_collective = false;
-              } else {
-                finish(request, done.error());
-              }
-              pump();
-            });
-      });
+  gathered.then_on(self().target(), [this, held = IntrusivePtr<ExecuteRequest>(&request), &call,
+                                     members, position = static_cast<int>(position),
+                                     shares_result](Result<Gathered> all) mutable {
+    ExecuteRequest& request = *held;
+    if (!all.ok()) {
+      finish(request, all.error());
+      return pump();
+    }
+    const Executable& program = *request.ready_program;
+    std::vector<DeviceMemory*> operands;
+    for (const std::shared_ptr<const void>& each : *all.value()) {
+      operands.push_back(static_cast<const Contribution*>(each.get())->operand.get());
+    }
+    IntrusivePtr<DeviceMemory> result =
+        shares_result ? static_cast<const Contribution*>(all.value()->front().get())->shared_result
+                      : backend_.allocate(ordinal_, program.slots[call.output].bytes());
+    try {
+      backend_.collective(ordinal_, call, program.slots[call.inputs.at(0)],
+                          program.slots[call.output], operands, position, *result);
+    } catch (...) {
+      finish(request, std::current_exception());
+      return pump();
+    }
+    if (!shares_result) {
+      request.run->finish_collective(std::move(result));
+      request.at_collective = false;
+      return pump();
+    }
+    // Every member has written its stretch of the shared result once all have met again.
+    Arrive written{kernel_name(call.kernel),
+                   request.replica_group,
+                   request.replica,
+                   collective_tag(program, call) + " (reduced)",
+                   members,
+                   nullptr,
+                   &typeid(void),
+                   request.collective_timeout,
+                   Channel::kDevice};
+    rendezvous_.ask(std::move(written))
+        .then_on(self().target(), [this, held = std::move(held),
+                                   result = std::move(result)](Result<Gathered> done) mutable {
+          ExecuteRequest& request = *held;
+          if (done.ok()) {
+            request.run->finish_collective(std::move(result));
+            request.at_collective = false;
+          } else {
+            finish(request, done.error());
+          }
+          pump();
+        });
+  });
 }
 
 void DeviceActor::finish(ExecuteRequest& request, std::exception_ptr error) {

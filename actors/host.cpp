@@ -97,8 +97,8 @@ struct GraphSignature {
 };
 
 std::string describe_node(const Node& node) {
-  std::string text =
-      fmt::format("{} {}{}", op_name(node.op()), dtype_name(node.dtype()), node.shape().to_string());
+  std::string text = fmt::format("{} {}{}", op_name(node.op()), dtype_name(node.dtype()),
+                                 node.shape().to_string());
   if (node.op() == Op::kConstant) text += fmt::format(" {}", node.value());
   if (!node.ints().empty()) text += fmt::format(" {}", fmt::join(node.ints(), ","));
   if (!node.reals().empty()) text += fmt::format(" {}", fmt::join(node.reals(), ","));
@@ -106,9 +106,8 @@ std::string describe_node(const Node& node) {
 }
 
 std::string place_of(const Node& node) {
-  return node.where().known()
-             ? fmt::format(" (at {}:{})", node.where().file(), node.where().line())
-             : std::string();
+  return node.where().known() ? fmt::format(" (at {}:{})", node.where().file(), node.where().line())
+                              : std::string();
 }
 
 // Replicas that trace different graphs around a collective would wait for each other forever

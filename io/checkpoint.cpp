@@ -4,12 +4,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <fstream>
 #include <optional>
 #include <string>
 
+#include "actors/api.h"
+#include "actors/replicas.h"
 #include "engine/hash.h"
 #include "engine/metrics.h"
 #include "io/atomic_file.h"
@@ -90,13 +93,7 @@ class Reader {
   uint64_t offset_ = 0;
 };
 
-}  // namespace
-
-void save(const nn::StateDict& state, const std::filesystem::path& path, bool master_only,
-          bool global_master) {
-  // One replica per process for now: this process is its own local and global master.
-  (void)master_only;
-  (void)global_master;
+void write_checkpoint(const nn::StateDict& state, const std::filesystem::path& path) {
   AtomicFileWriter out(path);
   proto::CheckpointHeader header;
   header.set_magic(std::string(kMagic));
@@ -118,6 +115,23 @@ void save(const nn::StateDict& state, const std::filesystem::path& path, bool ma
     out.write(host.bytes);
   }
   out.commit();
+}
+
+}  // namespace
+
+void save(const nn::StateDict& state, const std::filesystem::path& path, bool master_only,
+          bool global_master) {
+  const bool replicated = world_size() > 1;
+  // Pending values are computed by every replica, as they would be at its next mark_step: a
+  // graph with collectives that the master alone ran would wait for the others forever.
+  if (replicated && std::ranges::any_of(state, [](const auto& entry) {
+        return entry.second.defined() && entry.second.impl()->pending_ir();
+      })) {
+    mark_step();
+  }
+  if (!master_only || is_master_ordinal(/*local=*/!global_master)) write_checkpoint(state, path);
+  // As torch_xla's xm.save: every replica returns once the file is there.
+  if (replicated) rendezvous("axle::save");
 }
 
 nn::StateDict load(const std::filesystem::path& path, Device device) {

@@ -12,8 +12,9 @@ namespace axle {
 /// new checkpoint or the old one, never half of one. Tensors move to the host one at a time, so
 /// a model larger than half of host memory still saves. With `master_only`, only the master
 /// ordinal writes (the local master, or with `global_master` the global one; a process running
-/// one replica is both). Errors throw FileError naming the file (and the key, for a tensor that
-/// cannot be read).
+/// one replica is both). Inside spawn every replica calls it: a pending value is computed by all
+/// (a mark_step), and each returns once the file is written. Errors throw FileError naming the
+/// file (and the key, for a tensor that cannot be read).
 void save(const nn::StateDict& state, const std::filesystem::path& path, bool master_only = true,
           bool global_master = false);
 

@@ -3,6 +3,7 @@
 // restored from files continuing their training exactly.
 #include "io/checkpoint.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -52,6 +53,29 @@ TEST_F(Checkpoint, RoundTripsEveryTensorByNameOntoTheGivenDevice) {
     EXPECT_EQ(loaded[i].second.dtype(), state[i].second.dtype()) << state[i].first;
     EXPECT_EQ(loaded[i].second.shape(), state[i].second.shape()) << state[i].first;
     EXPECT_EQ(loaded[i].second.to_cpu().bytes, state[i].second.to_cpu().bytes) << state[i].first;
+  }
+}
+
+TEST_F(Checkpoint, InsideSpawnOnlyTheMasterWritesAndEveryReplicaReturnsAfterIt) {
+  std::vector<bool> file_there_on_return(2, false);
+  spawn([&](int r) {
+    // Each replica's value differs and is still pending (an all-reduce of it, even, so the
+    // master must not compute it alone); the file must hold the master's.
+    Tensor mine = tensor(std::vector<float>{static_cast<float>(r)}, {1});
+    Tensor total = all_reduce(ReduceType::kSum, mine);
+    save({{"mine", mine * 1.0}, {"total", total}}, dir_ / "shared.axle");
+    file_there_on_return[static_cast<std::size_t>(r)] =
+        std::filesystem::exists(dir_ / "shared.axle");
+    // Without master_only, every replica writes its own.
+    save({{"mine", mine}}, dir_ / fmt::format("replica{}.axle", r), /*master_only=*/false);
+  });
+  EXPECT_EQ(file_there_on_return, (std::vector<bool>{true, true}));
+  const nn::StateDict shared = load(dir_ / "shared.axle");
+  EXPECT_EQ(shared[0].second.to_vector<float>(), std::vector<float>{0});
+  EXPECT_EQ(shared[1].second.to_vector<float>(), std::vector<float>{1});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(load(dir_ / fmt::format("replica{}.axle", r))[0].second.to_vector<float>(),
+              std::vector<float>{static_cast<float>(r)});
   }
 }
 
