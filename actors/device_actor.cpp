@@ -164,6 +164,8 @@ void DeviceActor::advance(ExecuteRequest& request) {
 
 namespace {
 
+constexpr std::size_t kSharedAllReduceBytes = std::size_t{256} << 10;
+
 // What a member brings to a collective: its operand and, from the first member of an
 // all-reduce, the buffer every member writes its stretch of the result into.
 struct Contribution {
@@ -201,7 +203,11 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   }
   auto contribution = std::make_shared<Contribution>();
   contribution->operand = operand;
-  const bool shares_result = call.kernel == Kernel::kAllReduce;
+  // A large all-reduce is split: its members share one result and each reduces a stretch of it,
+  // then they meet again before reading it. Below kSharedAllReduceBytes, that second meeting
+  // costs more than each member reducing the whole.
+  const bool shares_result =
+      call.kernel == Kernel::kAllReduce && result_desc.bytes() >= kSharedAllReduceBytes;
   if (shares_result && position == 0) {
     contribution->shared_result = backend_.allocate(ordinal_, result_desc.bytes());
   }
@@ -234,8 +240,16 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
         shares_result ? static_cast<const Contribution*>(all.value()->front().get())->shared_result
                       : backend_.allocate(ordinal_, program.slots[call.output].bytes());
     try {
-      backend_.collective(ordinal_, call, program.slots[call.inputs.at(0)],
-                          program.slots[call.output], operands, position, *result);
+      const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
+      const BufferDesc& result_desc = program.slots[call.output];
+      if (call.kernel == Kernel::kAllReduce && !shares_result) {
+        // Every stretch, as each member would compute it: the same bits on every member.
+        for (int p = 0; p < static_cast<int>(members.size()); ++p) {
+          backend_.collective(ordinal_, call, operand_desc, result_desc, operands, p, *result);
+        }
+      } else {
+        backend_.collective(ordinal_, call, operand_desc, result_desc, operands, position, *result);
+      }
     } catch (...) {
       finish(request, std::current_exception());
       return pump();

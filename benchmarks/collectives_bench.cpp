@@ -1,7 +1,7 @@
 // collectives_bench: in-graph all_reduce among spawn's replicas (one per in-process device).
 //   allreduce_gbps        — algorithm bandwidth: bytes of one replica's tensor / time of one
 //                           all_reduce (sum), with "bytes" and "devices"; each replica runs
-//                           steps of kChain chained all_reduces, back to back
+//                           steps of kChain all_reduces of tensors of its own, back to back
 //   memcpy_gbps           — bytes / time of one memcpy of that many bytes on this host, measured
 //                           in the same run
 //   allreduce_over_memcpy — their ratio (target: ≥ 0.5 for 64 MiB across 4 devices)
@@ -49,12 +49,17 @@ double memcpy_seconds(std::size_t bytes, int rounds) {
 double allreduce_seconds(std::size_t bytes, int devices, int rounds) {
   LazySystem::restart(LazySystemOptions{.cpu_devices = devices});
   const int64_t elements = static_cast<int64_t>(bytes / sizeof(float));
-  const int steps = std::max(2, static_cast<int>((32 << 20) / bytes));
+  const int steps = std::max(2, static_cast<int>((64 << 20) / bytes / kChain));
   std::vector<double> seconds;
   spawn([&](int replica) {
-    Tensor x = rand({elements});
+    // kChain tensors of this replica's own, reduced anew every step (so each member brings
+    // distinct memory, as gradients are).
+    std::vector<Tensor> xs;
+    for (int k = 0; k < kChain; ++k) xs.push_back(rand({elements}));
+    mark_step();
+    std::vector<Tensor> ys(kChain);
     auto step = [&] {
-      for (int k = 0; k < kChain; ++k) x = all_reduce(ReduceType::kSum, x, 1.0 / devices);
+      for (int k = 0; k < kChain; ++k) ys[k] = all_reduce(ReduceType::kSum, xs[k], 1.0 / devices);
       mark_step();
     };
     step();  // compiles

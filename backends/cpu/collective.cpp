@@ -3,6 +3,10 @@
 // place: a collective moves each byte once, with no staging copies.
 #include <fmt/format.h>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <span>
@@ -16,6 +20,26 @@ namespace {
 // Elements folded per block: a block of the result stays in L1 while each member's operand is
 // folded into it.
 constexpr int64_t kFoldBlock = 2048;
+
+// Results at least this large are stored past the caches: they would not stay there anyway, and
+// a plain store first reads each line it writes (a fifth more memory traffic for a 4-member sum).
+constexpr std::size_t kStreamingBytes = std::size_t{8} << 20;
+
+// memcpy with non-temporal stores, for data nobody reads soon.
+void stream_copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+#if defined(__SSE2__)
+  const std::size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  std::size_t i = head;
+  for (; i + 16 <= bytes; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  }
+  std::memcpy(dst + i, src + i, bytes - i);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
 
 template <class C>
 C combine(ReduceType type, C a, C b) noexcept {
@@ -46,7 +70,7 @@ C combine(ReduceType type, C a, C b) noexcept {
 // order, so every member computing an element gets the same bits.
 template <class T>
 void fold_range(ReduceType type, double scale, std::span<DeviceMemory* const> operands,
-                int64_t offset, int64_t count, T* out) {
+                int64_t offset, int64_t count, T* out, bool streaming) {
   using C = compute_t<T>;
   C block[kFoldBlock];
   for (int64_t begin = 0; begin < count; begin += kFoldBlock) {
@@ -80,15 +104,26 @@ void fold_range(ReduceType type, double scale, std::span<DeviceMemory* const> op
         }
       }
     }
+    if constexpr (std::is_same_v<T, C>) {
+      if (streaming) {
+        stream_copy(reinterpret_cast<std::byte*>(out + begin),
+                    reinterpret_cast<const std::byte*>(block),
+                    static_cast<std::size_t>(n) * sizeof(T));
+        continue;
+      }
+    }
     for (int64_t i = 0; i < n; ++i) out[begin + i] = store<T>(block[i]);
   }
+#if defined(__SSE2__)
+  if (streaming) _mm_sfence();  // the stores are visible before the members meet again
+#endif
 }
 
 void fold(DType dtype, ReduceType type, double scale, std::span<DeviceMemory* const> operands,
-          int64_t offset, int64_t count, void* out) {
+          int64_t offset, int64_t count, void* out, bool streaming) {
   visit_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    fold_range<T>(type, scale, operands, offset, count, static_cast<T*>(out));
+    fold_range<T>(type, scale, operands, offset, count, static_cast<T*>(out), streaming);
   });
 }
 
@@ -163,7 +198,8 @@ void run_collective(const KernelCall& call, const BufferDesc& operand, const Buf
       const int64_t begin = n * position / members;
       const int64_t end = n * (position + 1) / members;
       fold(operand.dtype, static_cast<ReduceType>(call.ints.at(0)), call.reals.at(0), operands,
-           begin, end - begin, out + begin * static_cast<int64_t>(element_bytes));
+           begin, end - begin, out + begin * static_cast<int64_t>(element_bytes),
+           result.bytes() >= kStreamingBytes);
       return;
     }
     case Kernel::kReduceScatter: {
@@ -175,7 +211,8 @@ void run_collective(const KernelCall& call, const BufferDesc& operand, const Buf
       for (int64_t o = 0; o < outer; ++o) {
         fold(operand.dtype, static_cast<ReduceType>(call.ints.at(0)), call.reals.at(0), operands,
              (o * members + position) * block, block,
-             out + o * block * static_cast<int64_t>(element_bytes));
+             out + o * block * static_cast<int64_t>(element_bytes),
+             result.bytes() >= kStreamingBytes);
       }
       return;
     }
