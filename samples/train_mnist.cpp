@@ -1,11 +1,14 @@
-// samples/train_mnist: trains an MLP or a CNN on Fashion-MNIST (or synthetic data) on one device,
-// as PyTorch/XLA's test_train_mp_mnist does: the whole step (forward, backward, SGD) traces into
-// one graph, and losses are printed by asynchronous step closures, so logging never waits for
-// the device.
+// samples/train_mnist: trains an MLP or a CNN on Fashion-MNIST (or synthetic data) on one device
+// or data-parallel on several (--num_devices), as PyTorch/XLA's test_train_mp_mnist does: spawn
+// runs one replica per device, each on its share of the data; the whole step (forward,
+// backward, gradients averaged across replicas, SGD) traces into one graph, and losses are
+// printed by asynchronous step closures, so logging never waits for the device.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -18,6 +21,7 @@
 #include "io/fake_data.h"
 #include "io/fashion_mnist.h"
 #include "io/safetensors.h"
+#include "io/shard.h"
 #include "samples/mnist_models.h"
 
 namespace axle::samples {
@@ -39,6 +43,7 @@ struct Flags {
   bool metrics_debug = false;
   std::string data_dir = std::string(FashionMnist::kDefaultDir);
   int num_workers = 1;
+  int num_devices = 1;  // replicas, one per device (CPU_NUM_DEVICES when given)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -104,20 +109,23 @@ void load_weights(nn::Module& model, const std::string& path, Device device) {
 // A .safetensors file (PyTorch loads it), or else axle's checkpoint format.
 void save_weights(const nn::Module& model, const std::string& path) {
   if (std::filesystem::path(path).extension() != ".safetensors") {
-    save(model.state_dict(), path);
+    save(model.state_dict(), path);  // written by the master replica
     return;
   }
+  if (!is_master_ordinal()) return;
   CpuTensorMap host;
   for (const auto& [name, t] : model.state_dict()) host.emplace(name, t.to_cpu());
   save_safetensors(path, host);
 }
 
-// Fraction of the test set classified correctly; the count accumulates on the device.
-double test_accuracy(nn::Module& model, const Flags& flags, Device device) {
+// This replica's share of the test set, classified: {correct, seen}. The count accumulates on
+// the device.
+std::pair<int64_t, int64_t> test_counts(nn::Module& model, const Flags& flags, Device device) {
   model.eval();
   NoGradGuard no_grad;
   DataLoader loader(
-      dataset(flags, Split::kTest),
+      std::make_shared<ShardedDataset>(dataset(flags, Split::kTest), world_size(),
+                                       global_ordinal()),
       DataLoaderOptions{.batch_size = flags.batch_size, .num_workers = flags.num_workers});
   Tensor correct = zeros(Shape{}, DType::kI64, device);
   int64_t seen = 0;
@@ -129,23 +137,45 @@ double test_accuracy(nn::Module& model, const Flags& flags, Device device) {
     mark_step();
   }
   model.train();
-  return seen == 0 ? 0 : correct.item() / static_cast<double>(seen);
+  return {static_cast<int64_t>(correct.item()), seen};
 }
 
-int train(const Flags& flags) {
-  const Device device = axle::device(0);
-  set_rng_state(flags.seed, device);
+// A digest of every parameter's bytes, to tell whether replicas hold the same model.
+uint64_t parameters_digest(const nn::Module& model) {
+  uint64_t digest = 1469598103934665603ULL;  // FNV-1a
+  for (const auto& [name, t] : model.state_dict()) {
+    for (std::byte b : t.to_cpu().bytes) {
+      digest = (digest ^ static_cast<uint64_t>(b)) * 1099511628211ULL;
+    }
+  }
+  return digest;
+}
+
+struct Summary {
+  double accuracy = 0;
+  int64_t samples = 0;  // across replicas
+  bool replicas_identical = true;
+};
+
+// One replica's training, as test_train_mp_mnist's _mp_fn: its own model on its own device, its
+// share of the data, and gradients averaged across replicas by optimizer_step.
+void train_replica(const Flags& flags, Summary& summary) {
+  const int world = world_size();
+  const int ordinal = global_ordinal();
+  const Device device = xla_device();
+  set_rng_state(flags.seed, device);  // every replica starts from the same weights
   std::shared_ptr<nn::Module> model = make_mnist_model(flags.model, device);
   if (!flags.init.empty()) load_weights(*model, flags.init, device);
   optim::SGD optimizer(model->parameters(), {.lr = flags.lr, .momentum = flags.momentum});
-  DataLoader train_loader(dataset(flags, Split::kTrain),
-                          DataLoaderOptions{.batch_size = flags.batch_size,
-                                            .shuffle = flags.shuffle != 0,
-                                            .seed = flags.seed,
-                                            .drop_last = true,
-                                            .num_workers = flags.num_workers});
+  DataLoader train_loader(
+      std::make_shared<ShardedDataset>(dataset(flags, Split::kTrain), world, ordinal),
+      DataLoaderOptions{.batch_size = flags.batch_size,
+                        .shuffle = flags.shuffle != 0,
+                        .seed = flags.seed + static_cast<uint64_t>(ordinal),
+                        .drop_last = true,
+                        .num_workers = flags.num_workers});
+  const std::string device_name = fmt::format("{}/{}", device.to_string(), ordinal);
   auto tracker = std::make_shared<RateTracker>();
-  const auto start = Clock::now();
   int64_t step = 0, samples = 0;
   double accuracy = 0;
   bool done = false;
@@ -158,19 +188,20 @@ int train(const Flags& flags) {
       optimizer.zero_grad();
       const Tensor loss = nn::nll_loss((*model)(images), labels);
       loss.backward();
-      optimizer.step();
+      optimizer_step(optimizer);  // averages the gradients across replicas
       mark_step();
       ++step;
       samples += labels.size(0);
       const int64_t batch_samples = labels.size(0);
       if (flags.log_steps > 0 && step % flags.log_steps == 0) {
         add_step_closure(
-            [tracker, loss, step, epoch, batch_samples, flags_log = flags.log_steps] {
+            [tracker, loss, step, epoch, batch_samples, device_name, flags_log = flags.log_steps] {
               tracker->add(batch_samples * flags_log);
               fmt::print(
-                  "| Training Device=xla:0/0 Epoch={} Step={} Loss={:.5f} Rate={:.2f} "
+                  "| Training Device={} Epoch={} Step={} Loss={:.5f} Rate={:.2f} "
                   "GlobalRate={:.2f} Time={}\n",
-                  epoch, step, loss.item(), tracker->rate(), tracker->global_rate(), now_text());
+                  device_name, epoch, step, loss.item(), tracker->rate(), tracker->global_rate(),
+                  now_text());
               std::fflush(stdout);
             },
             /*run_async=*/true);
@@ -181,17 +212,47 @@ int train(const Flags& flags) {
       }
     }
     wait_device_ops();
-    accuracy = test_accuracy(*model, flags, device);
-    fmt::print("| Test Device=xla:0/0 Epoch={} Accuracy={:.2f}% Time={}\n", epoch, 100 * accuracy,
-               now_text());
+    const auto [correct, seen] = test_counts(*model, flags, device);
+    const auto total = mesh_reduce("test_accuracy", std::pair<int64_t, int64_t>(correct, seen),
+                                   [](const std::vector<std::pair<int64_t, int64_t>>& all) {
+                                     std::pair<int64_t, int64_t> sum{0, 0};
+                                     for (const auto& [c, s] : all)
+                                       sum = {sum.first + c, sum.second + s};
+                                     return sum;
+                                   });
+    accuracy = total.second == 0 ? 0 : static_cast<double>(total.first) / total.second;
+    if (is_master_ordinal()) {
+      fmt::print("| Test Device={} Epoch={} Accuracy={:.2f}% Time={}\n", device_name, epoch,
+                 100 * accuracy, now_text());
+    }
   }
   wait_device_ops();
-  const double train_seconds = seconds_since(start);
+  const int64_t all_samples = mesh_reduce("samples", samples, [](const std::vector<int64_t>& all) {
+    int64_t sum = 0;
+    for (int64_t n : all) sum += n;
+    return sum;
+  });
+  const bool identical =
+      mesh_reduce("parameters", parameters_digest(*model), [](const std::vector<uint64_t>& all) {
+        return std::ranges::all_of(all, [&](uint64_t d) { return d == all.front(); });
+      });
   if (!flags.save.empty()) save_weights(*model, flags.save);
+  if (is_master_ordinal()) {
+    summary = Summary{accuracy, all_samples, identical};
+  }
+}
+
+int train(const Flags& flags) {
+  const auto start = Clock::now();
+  Summary summary;
+  spawn([&](int) { train_replica(flags, summary); }, flags.num_devices);
+  const double train_seconds = seconds_since(start);
   if (flags.metrics_debug) fmt::print("{}", metrics_report());
-  fmt::print("{{\"final_test_accuracy\":{:.4f},\"train_samples_per_s\":{:.1f},\"compiles\":{}}}\n",
-             accuracy, static_cast<double>(samples) / train_seconds,
-             counter_value("UncachedCompile").value_or(0));
+  fmt::print(
+      "{{\"final_test_accuracy\":{:.4f},\"train_samples_per_s\":{:.1f},\"compiles\":{},"
+      "\"devices\":{},\"replicas_identical\":{}}}\n",
+      summary.accuracy, static_cast<double>(summary.samples) / train_seconds,
+      counter_value("UncachedCompile").value_or(0), flags.num_devices, summary.replicas_identical);
   return 0;
 }
 
@@ -217,8 +278,15 @@ int main(int argc, char** argv) {
                  "write the trained weights here (.safetensors, or else an axle checkpoint)");
   app.add_flag("--metrics_debug", flags.metrics_debug, "print the metrics report at the end");
   app.add_option("--data_dir", flags.data_dir, "where the Fashion-MNIST files are");
-  app.add_option("--num_workers", flags.num_workers, "data loader worker threads");
+  app.add_option("--num_workers", flags.num_workers, "data loader worker threads per replica");
+  if (const char* devices = std::getenv("CPU_NUM_DEVICES")) flags.num_devices = std::atoi(devices);
+  app.add_option("--num_devices", flags.num_devices,
+                 "train data-parallel on this many devices (default: CPU_NUM_DEVICES, or 1); "
+                 "--batch_size is per device")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  // The devices are made on first use, from CPU_NUM_DEVICES.
+  ::setenv("CPU_NUM_DEVICES", std::to_string(flags.num_devices).c_str(), 1);
   try {
     if (!flags.fake_data && !std::filesystem::exists(flags.data_dir)) {
       std::fprintf(stderr, "train_mnist: no dataset in %s; training on --fake_data\n",
