@@ -73,7 +73,9 @@ std::string xla_device_hw(Device d) {
   return std::string(system.backend().hardware());
 }
 
-void mark_step(bool wait, std::source_location where) {
+namespace {
+
+void step(bool wait, SyncReason reason, const std::source_location& where) {
   const auto start = std::chrono::steady_clock::now();
   const double traced_ns = std::chrono::duration<double, std::nano>(start - tls_last_step).count();
   AXLE_METRIC_ADD("TraceTime", MetricKind::kTime, traced_ns);
@@ -81,13 +83,22 @@ void mark_step(bool wait, std::source_location where) {
   TraceContext& context = TraceContext::current();
   const bool closures = !tls_closures.now.empty() || !tls_closures.async.empty();
   std::vector<IntrusivePtr<DeviceData>> outputs;
-  sync_tensors(context.pending_tensors(), wait || LazySystem::get().sync_wait(),
-               SyncReason::kMarkStep, where, closures ? &outputs : nullptr);
+  sync_tensors(context.pending_tensors(), wait || LazySystem::get().sync_wait(), reason, where,
+               closures ? &outputs : nullptr);
   context.reset_node_count();
   tls_last_step = std::chrono::steady_clock::now();
   if (closures) run_closures(std::move(outputs));
   rethrow_closure_failure();
 }
+
+}  // namespace
+
+void mark_step(bool wait, std::source_location where) { step(wait, SyncReason::kMarkStep, where); }
+
+namespace detail {
+void compiled_step(std::source_location where) { step(false, SyncReason::kCompile, where); }
+void loader_step(std::source_location where) { step(false, SyncReason::kLoaderStep, where); }
+}  // namespace detail
 
 void add_step_closure(std::function<void()> closure, bool run_async, std::source_location where) {
   if (!closure) throw std::invalid_argument("add_step_closure: the closure is empty");

@@ -74,12 +74,19 @@ void eager_mode(bool enabled);
 
 /// Wraps `fn` so that each call traces it as one graph (even in eager mode) and marks the step,
 /// like torch_xla.compile.
+namespace detail {
+/// mark_step as compile's wrapper and the parallel loader take it: the same step, with its cause
+/// told apart in PT_XLA_DEBUG_LEVEL's analysis.
+void compiled_step(std::source_location where);
+void loader_step(std::source_location where);
+}  // namespace detail
+
 template <class F>
-auto compile(F fn) {
-  return [fn = std::move(fn)](auto&&... args) {
+auto compile(F fn, std::source_location where = std::source_location::current()) {
+  return [fn = std::move(fn), where](auto&&... args) {
     EagerSuspension lazy;
     auto result = fn(std::forward<decltype(args)>(args)...);
-    mark_step();
+    detail::compiled_step(where);
     return result;
   };
 }

@@ -1,6 +1,10 @@
 // actors: compiling step graphs.
 #include "actors/compiler_actor.h"
 
+#include <fmt/format.h>
+
+#include "actors/debug_analysis.h"
+
 #include <chrono>
 
 #include "actors/lowering.h"
@@ -52,10 +56,15 @@ void CompilerActor::handle(CompileRequest& request, Promise<IntrusivePtr<Executa
     }
     AXLE_COUNTER_INC("PersistentCacheMiss", 1);
   }
+  if (debug_level_ >= 1) {
+    fmt::print(stderr, "{}",
+               history_.compilation_analysis(*request.graph, request.reason, request.where));
+  }
   const auto start = std::chrono::steady_clock::now();
   IntrusivePtr<Executable> program = compile_graph(*request.graph, passes_);
   AXLE_METRIC_ADD("CompileTime", MetricKind::kTime, elapsed_ns(start));
   AXLE_COUNTER_INC("UncachedCompile", 1);
+  if (debug_level_ >= 1) fmt::print(stderr, "{}", post_compilation_analysis(*program));
   cache_.insert(hash, program);
   reply.set_value(program);
   // After replying, so the device need not wait for the disk.

@@ -6,12 +6,16 @@
 
 #include <functional>
 #include <memory>
+#include <source_location>
 #include <unordered_map>
 #include <vector>
 
 #include "actors/compile_cache.h"
+#include "actors/debug_analysis.h"
+#include "actors/host.h"
 #include "actors/persistent_cache.h"
 #include "engine/actor.h"
+#include "engine/config.h"
 #include "graph/passes/passes.h"
 #include "graph/step_graph.h"
 
@@ -21,6 +25,8 @@ namespace axle {
 struct CompileRequest {
   using Reply = IntrusivePtr<Executable>;
   std::shared_ptr<const StepGraph> graph;
+  SyncReason reason = SyncReason::kMarkStep;  ///< for PT_XLA_DEBUG_LEVEL's analysis
+  std::source_location where;                 ///< the line that synced the graph
 };
 
 /// The persistent cache in force when asked (initialize_cache may open one at any time), or null.
@@ -30,13 +36,18 @@ class CompilerActor : public Actor<CompilerActor, CompileRequest> {
  public:
   /// Runs the passes AXLE_DISABLE_PASSES leaves on (a bad value throws ConfigError here).
   explicit CompilerActor(CompileCache& cache, PersistentCacheSource persistent = {})
-      : cache_(cache), passes_(PassSet::from_config()), persistent_(std::move(persistent)) {}
+      : cache_(cache),
+        passes_(PassSet::from_config()),
+        persistent_(std::move(persistent)),
+        debug_level_(static_cast<int>(config::get_int("PT_XLA_DEBUG_LEVEL", 0))) {}
   void handle(CompileRequest& request, Promise<IntrusivePtr<Executable>>&& reply);
 
  private:
   CompileCache& cache_;
   PassSet passes_;
   PersistentCacheSource persistent_;
+  int debug_level_;  // PT_XLA_DEBUG_LEVEL: 1 analyses each compilation
+  CompileHistory history_;
 };
 
 }  // namespace axle

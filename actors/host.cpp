@@ -12,6 +12,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "actors/debug_analysis.h"
 #include "actors/lazy_system.h"
 #include "actors/replicas.h"
 #include "engine/hash.h"
@@ -26,14 +27,20 @@ namespace {
 // one graph it keeps (its buffers are warm); a miss hands the graph over to the compiler.
 thread_local StepGraph tls_step_graph;
 
-Future<IntrusivePtr<Executable>> find_or_compile(LazySystem& system, StepGraph& graph) {
+Future<IntrusivePtr<Executable>> find_or_compile(LazySystem& system, StepGraph& graph,
+                                                 SyncReason reason,
+                                                 const std::source_location& where) {
+  if (system.debug_level() >= 2) {
+    fmt::print(stderr, "{}", execution_analysis(graph, reason, where));
+  }
   if (IntrusivePtr<Executable> hit = system.cache().find(graph.hash)) {
     AXLE_COUNTER_INC("CachedCompile", 1);
     auto [promise, future] = make_promise<IntrusivePtr<Executable>>();
     promise.set_value(std::move(hit));
     return future;
   }
-  return system.compiler().ask(CompileRequest{std::make_shared<const StepGraph>(std::move(graph))});
+  return system.compiler().ask(
+      CompileRequest{std::make_shared<const StepGraph>(std::move(graph)), reason, where});
 }
 
 // Buffer donation (XLA_ENABLE_PARAM_ALIASING): after a step that syncs every pending tensor of
@@ -162,7 +169,8 @@ void check_replicas_agree(const StepGraph& graph) {
 }
 
 void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl*>& tensors,
-                 bool wait, bool may_donate, std::vector<IntrusivePtr<DeviceData>>* step_outputs) {
+                 bool wait, bool may_donate, SyncReason reason, const std::source_location& where,
+                 std::vector<IntrusivePtr<DeviceData>>* step_outputs) {
   // One output per distinct IR node; tensors sharing a node share its placeholder.
   std::vector<NodePtr> roots;
   std::unordered_map<const Node*, std::size_t> root_of;
@@ -206,7 +214,7 @@ void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl
   for (const NodePtr& root : roots) {
     request->outputs.push_back(make_intrusive<DeviceData>(device, root->dtype(), root->shape()));
   }
-  request->program = find_or_compile(system, graph);
+  request->program = find_or_compile(system, graph, reason, where);
   graph.clear();  // drops its references to the roots
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     tensors[i]->set_data(request->outputs[tensor_root[i]]);
@@ -236,6 +244,8 @@ std::string_view reason_name(SyncReason reason) {
       return "graph node limit";
     case SyncReason::kCompile:
       return "compile";
+    case SyncReason::kLoaderStep:
+      return "parallel loader step";
   }
   return "sync";
 }
@@ -261,10 +271,11 @@ void sync_tensors(const std::vector<Tensor>& tensors, bool wait, SyncReason reas
     }
   }
   // Only a mark_step syncs every pending tensor of the thread (see mark_donations).
-  const bool may_donate = reason == SyncReason::kMarkStep && system.param_aliasing() &&
-                          !Node::ir_shared_across_threads();
+  const bool steps = reason == SyncReason::kMarkStep || reason == SyncReason::kCompile ||
+                     reason == SyncReason::kLoaderStep;
+  const bool may_donate = steps && system.param_aliasing() && !Node::ir_shared_across_threads();
   for (auto& [ordinal, impls] : by_device) {
-    sync_device(system, Device{ordinal}, impls, wait, may_donate, step_outputs);
+    sync_device(system, Device{ordinal}, impls, wait, may_donate, reason, where, step_outputs);
   }
   // The synced tensors now read device data: what the log holds of their graphs is garbage
   // (and anything still pending is held by its tensors).

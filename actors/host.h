@@ -12,7 +12,7 @@
 namespace axle {
 
 /// Why a graph is being executed (for metrics and, later, debug analysis).
-enum class SyncReason { kMarkStep, kValueAccess, kEager, kGraphLimit, kCompile };
+enum class SyncReason { kMarkStep, kValueAccess, kEager, kGraphLimit, kCompile, kLoaderStep };
 
 /// Short name of a reason ("mark_step", "value access", ...).
 std::string_view reason_name(SyncReason reason);

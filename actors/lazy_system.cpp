@@ -122,6 +122,7 @@ LazySystem::LazySystem(LazySystemOptions options)
   eager_ = config::get_bool("XLA_USE_EAGER_DEBUG_MODE", false);
   sync_wait_ = config::get_bool("XLA_SYNC_WAIT", false);
   param_aliasing_ = config::get_bool("XLA_ENABLE_PARAM_ALIASING", true);
+  debug_level_ = static_cast<int>(config::get_int("PT_XLA_DEBUG_LEVEL", 0));
   save_tensors_file_ = config::get_string("XLA_SAVE_TENSORS_FILE", "");
   save_tensors_format_ = config::get_string("XLA_SAVE_TENSORS_FMT", "text");
   if (save_tensors_format_ != "text" && save_tensors_format_ != "dot") {

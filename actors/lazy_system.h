@@ -86,6 +86,8 @@ class LazySystem final : public TraceObserver {
   /// XLA_ENABLE_PARAM_ALIASING (default on): a mark_step may update inputs nothing else reads in
   /// place (buffer donation).
   [[nodiscard]] bool param_aliasing() const noexcept { return param_aliasing_; }
+  /// PT_XLA_DEBUG_LEVEL: 0 quiet, 1 compilation analysis, 2 execution analysis too.
+  [[nodiscard]] int debug_level() const noexcept { return debug_level_; }
 
  private:
   Runtime runtime_;
@@ -99,6 +101,7 @@ class LazySystem final : public TraceObserver {
   uint64_t max_graph_nodes_;
   bool sync_wait_ = false;
   bool param_aliasing_ = true;
+  int debug_level_ = 0;
   std::string save_tensors_file_;
   std::string save_tensors_format_;
   std::mutex save_mutex_;

@@ -1,0 +1,208 @@
+// actors: the blocks PT_XLA_DEBUG_LEVEL prints, and the memory of earlier graphs per source line
+// that names the reason for a recompilation.
+#include "actors/debug_analysis.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <deque>
+#include <unordered_map>
+#include <vector>
+
+namespace axle {
+namespace {
+
+constexpr std::size_t kGraphsPerLine = 4;  // earlier graphs remembered per source line
+
+// A graph as the recompile reason compares it: its inputs' types and its nodes.
+struct GraphRecord {
+  uint64_t hash = 0;
+  std::vector<std::string> inputs;  // "f32[128,784]"
+  std::vector<int32_t> input_nodes;
+  std::vector<std::string> nodes;   // op, type and attributes
+  std::vector<std::string> places;  // " (at file:line)" or ""
+};
+
+std::string type_of(const Node& node) {
+  return fmt::format("{}{}", dtype_name(node.dtype()), node.shape().to_string());
+}
+
+GraphRecord record_of(const StepGraph& graph) {
+  GraphRecord record;
+  record.hash = graph.hash;
+  record.nodes.reserve(graph.nodes.size());
+  record.places.reserve(graph.nodes.size());
+  for (const Node* node : graph.nodes) {
+    std::string text = fmt::format("{} {}", op_name(node->op()), type_of(*node));
+    if (node->op() == Op::kConstant) text += fmt::format(" {}", node->value());
+    if (!node->ints().empty()) text += fmt::format(" ints=[{}]", fmt::join(node->ints(), ","));
+    if (!node->reals().empty()) text += fmt::format(" reals=[{}]", fmt::join(node->reals(), ","));
+    record.nodes.push_back(std::move(text));
+    record.places.push_back(node->where().known() ? fmt::format(" (at {}:{})", node->where().file(),
+                                                                node->where().line())
+                                                  : std::string());
+  }
+  for (int32_t id : graph.inputs) {
+    record.inputs.push_back(type_of(*graph.nodes[id]));
+    record.input_nodes.push_back(id);
+  }
+  return record;
+}
+
+std::string line_key(const std::source_location& where) {
+  return fmt::format("{}:{}", where.file_name(), where.line());
+}
+
+void remember(std::deque<GraphRecord>& records, GraphRecord record) {
+  for (auto it = records.begin(); it != records.end(); ++it) {
+    if (it->hash == record.hash) {
+      records.erase(it);
+      break;
+    }
+  }
+  records.push_front(std::move(record));
+  if (records.size() > kGraphsPerLine) records.pop_back();
+}
+
+std::size_t common_prefix(const GraphRecord& a, const GraphRecord& b) {
+  std::size_t k = 0;
+  while (k < a.nodes.size() && k < b.nodes.size() && a.nodes[k] == b.nodes[k]) ++k;
+  return k;
+}
+
+// The first difference between `now` and the nearest of `earlier` (the one agreeing longest).
+std::string recompile_reason(const GraphRecord& now, const std::deque<GraphRecord>& earlier) {
+  const GraphRecord* nearest = nullptr;
+  std::size_t best = 0;
+  for (const GraphRecord& record : earlier) {
+    if (record.hash == now.hash) continue;
+    const std::size_t k = common_prefix(now, record);
+    if (!nearest || k > best) {
+      nearest = &record;
+      best = k;
+    }
+  }
+  if (!nearest) return "none: the first graph synced from this line";
+  if (now.inputs.size() == nearest->inputs.size()) {
+    for (std::size_t i = 0; i < now.inputs.size(); ++i) {
+      if (now.inputs[i] != nearest->inputs[i]) {
+        return fmt::format("input {} is {}, was {} in the graph last compiled from this line{}", i,
+                           now.inputs[i], nearest->inputs[i],
+                           now.places[static_cast<std::size_t>(now.input_nodes[i])]);
+      }
+    }
+  }
+  const std::size_t k = best;
+  if (k < now.nodes.size() && k < nearest->nodes.size()) {
+    return fmt::format("node {} is {}{}, was {} in the graph last compiled from this line", k,
+                       now.nodes[k], now.places[k], nearest->nodes[k]);
+  }
+  if (k < now.nodes.size()) {
+    return fmt::format("an op more than the graph last compiled from this line: {}{}", now.nodes[k],
+                       now.places[k]);
+  }
+  if (k < nearest->nodes.size()) {
+    return fmt::format(
+        "an op fewer than the graph last compiled from this line, which went on "
+        "with {}",
+        nearest->nodes[k]);
+  }
+  return "the same ops as the graph last compiled from this line, with other inputs donated "
+         "(buffers no tensor holds any more)";
+}
+
+std::string block(std::string_view title, const std::vector<std::string>& lines) {
+  const std::string rule(80, '=');
+  std::string text = fmt::format("{}: {}\n", title, rule);
+  for (const std::string& line : lines) text += fmt::format("{}: {}\n", title, line);
+  text += fmt::format("{}: {}\n{}: {}\n", title, std::string(80, '-'), title, rule);
+  return text;
+}
+
+std::vector<std::string> graph_lines(std::string_view cause_heading, const StepGraph& graph,
+                                     SyncReason reason, const std::source_location& where) {
+  return {std::string(cause_heading),
+          fmt::format("  {}", analysis_cause(reason)),
+          "Graph Info:",
+          fmt::format("  Graph Hash: {:016x}", graph.hash),
+          fmt::format("  Number of Graph Inputs: {}", graph.inputs.size()),
+          fmt::format("  Number of Graph Outputs: {}", graph.outputs.size()),
+          "Source Line Triggered Execution:",
+          fmt::format("  {} ({}:{})", where.function_name(), where.file_name(), where.line())};
+}
+
+std::string gigabytes(uint64_t bytes) {
+  return fmt::format("{:.6f} GB ({} bytes)", static_cast<double>(bytes) / 1e9, bytes);
+}
+
+}  // namespace
+
+std::string_view analysis_cause(SyncReason reason) {
+  switch (reason) {
+    case SyncReason::kMarkStep:
+      return "user mark_step";
+    case SyncReason::kValueAccess:
+      return "most likely user code trying to access a tensor value before mark_step";
+    case SyncReason::kEager:
+      return "eager mode (XLA_USE_EAGER_DEBUG_MODE) runs each op";
+    case SyncReason::kGraphLimit:
+      return "the pending graph reached AXLE_MAX_GRAPH_NODES";
+    case SyncReason::kCompile:
+      return "axle::compile";
+    case SyncReason::kLoaderStep:
+      return "mark_step in parallel loader at step end";
+  }
+  return "unknown";
+}
+
+struct CompileHistory::Lines {
+  std::unordered_map<std::string, std::deque<GraphRecord>> by_line;
+};
+
+CompileHistory::CompileHistory() : lines_(std::make_unique<Lines>()) {}
+CompileHistory::~CompileHistory() = default;
+
+std::string CompileHistory::compilation_analysis(const StepGraph& graph, SyncReason reason,
+                                                 const std::source_location& where) {
+  GraphRecord record = record_of(graph);
+  std::deque<GraphRecord>& earlier = lines_->by_line[line_key(where)];
+  std::vector<std::string> lines = graph_lines("Compilation Cause", graph, reason, where);
+  lines.emplace_back("Recompile Reason:");
+  lines.push_back(fmt::format("  {}", recompile_reason(record, earlier)));
+  remember(earlier, std::move(record));
+  return block("Compilation Analysis", lines);
+}
+
+std::string post_compilation_analysis(const Executable& program) {
+  uint64_t inputs = 0;
+  uint64_t aliased = 0;
+  for (std::size_t i = 0; i < program.input_slots.size(); ++i) {
+    const uint64_t bytes = program.slots[program.input_slots[i]].bytes();
+    inputs += bytes;
+    if (program.donated(i)) aliased += bytes;
+  }
+  uint64_t outputs = 0;
+  for (int32_t slot : program.output_slots) outputs += program.slots[slot].bytes();
+  uint64_t intermediates = 0;
+  if (program.plan.peak_bytes > inputs + outputs) {
+    intermediates = program.plan.peak_bytes - inputs - outputs;
+  }
+  uint64_t program_bytes = sizeof(Executable) + program.slots.size() * sizeof(BufferDesc);
+  for (const KernelCall& call : program.calls) {
+    program_bytes += sizeof(KernelCall) + call.inputs.size() * sizeof(int32_t) +
+                     call.ints.size() * sizeof(int64_t) + call.reals.size() * sizeof(double);
+  }
+  return block("Post Compilation Analysis",
+               {fmt::format("Graph input size: {}", gigabytes(inputs)),
+                fmt::format("Graph output size: {}", gigabytes(outputs)),
+                fmt::format("Aliased Input size: {}", gigabytes(aliased)),
+                fmt::format("Intermediate tensor size: {}", gigabytes(intermediates)),
+                fmt::format("Compiled program size: {}", gigabytes(program_bytes))});
+}
+
+std::string execution_analysis(const StepGraph& graph, SyncReason reason,
+                               const std::source_location& where) {
+  return block("Execution Analysis", graph_lines("Execution Cause", graph, reason, where));
+}
+
+}  // namespace axle

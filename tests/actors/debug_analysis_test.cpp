@@ -1,0 +1,135 @@
+// PT_XLA_DEBUG_LEVEL (actors/debug_analysis.h): each compilation's analysis names its cause (a
+// user mark_step, a value read before mark_step with the reading line, compile), the graph's
+// inputs and outputs, and why it recompiled (a changed input shape, an extra op and where it was
+// traced); level 2 adds an analysis per execution; level 0 prints nothing.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "axle.h"
+#include "engine/config.h"
+
+namespace axle {
+namespace {
+
+using ::testing::internal::CaptureStderr;
+using ::testing::internal::GetCapturedStderr;
+
+class DebugAnalysis : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    config::unset("PT_XLA_DEBUG_LEVEL");
+    LazySystem::restart();
+  }
+  static void level(int n) {
+    config::set("PT_XLA_DEBUG_LEVEL", std::to_string(n));
+    LazySystem::restart();
+  }
+  // What `fn` prints to stderr, once the devices (and so the compiler) are done.
+  template <class F>
+  static std::string printed(F&& fn) {
+    CaptureStderr();
+    fn();
+    wait_device_ops();
+    return GetCapturedStderr();
+  }
+  static int count(const std::string& text, const std::string& part) {
+    int n = 0;
+    for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+    return n;
+  }
+};
+
+// One MLP-like step on a batch of `rows` (data, as a loader's batch is), marked at one line for
+// every call.
+void step(int64_t rows, bool extra_op = false) {
+  Tensor x = tensor(std::vector<float>(static_cast<std::size_t>(rows) * 8, 1.0f), {rows, 8});
+  Tensor w = tensor(std::vector<float>(32, 0.5f), {8, 4});
+  Tensor y = relu(matmul(x, w));
+  if (extra_op) y = neg(y);
+  mark_step();  // the line every call syncs from
+}
+
+TEST_F(DebugAnalysis, ACompilationTellsItsCauseGraphAndSourceLine) {
+  level(1);
+  const std::string text = printed([] { step(16); });
+  EXPECT_EQ(count(text, "Compilation Analysis: Compilation Cause"), 1) << text;
+  EXPECT_NE(text.find("Compilation Analysis:   user mark_step"), std::string::npos) << text;
+  EXPECT_NE(text.find("Compilation Analysis:   Graph Hash: "), std::string::npos) << text;
+  EXPECT_NE(text.find("Compilation Analysis:   Number of Graph Outputs: 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("debug_analysis_test.cpp:"), std::string::npos) << text;
+  EXPECT_NE(text.find("Compilation Analysis:   none: the first graph synced from this line"),
+            std::string::npos)
+      << text;
+  // 16 x 4 floats out.
+  EXPECT_NE(text.find("Post Compilation Analysis: Graph output size: 0.000000 GB (256 bytes)"),
+            std::string::npos)
+      << text;
+  // The same step again is a cache hit: nothing more.
+  EXPECT_EQ(printed([] { step(16); }), "");
+}
+
+TEST_F(DebugAnalysis, AValueReadBeforeMarkStepIsNamedWithItsLine) {
+  level(1);
+  const std::string text = printed([] {
+    Tensor x = ones({3}) * 2.0;
+    (void)sum(x).item();  // the read that forces execution
+  });
+  EXPECT_NE(text.find("most likely user code trying to access a tensor value before mark_step"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("debug_analysis_test.cpp:"), std::string::npos) << text;
+}
+
+TEST_F(DebugAnalysis, CompileIsNamedAsTheCause) {
+  level(1);
+  const std::string text = printed([] {
+    auto doubled = compile([](const Tensor& x) { return x * 2.0; });
+    (void)doubled(ones({5}));
+  });
+  EXPECT_NE(text.find("Compilation Analysis:   axle::compile"), std::string::npos) << text;
+}
+
+TEST_F(DebugAnalysis, ARecompilationNamesTheInputWhoseShapeChanged) {
+  level(1);
+  const std::string text = printed([] {
+    step(128);
+    step(96);  // the last, smaller batch
+  });
+  EXPECT_EQ(count(text, "Compilation Analysis: Compilation Cause"), 2) << text;
+  EXPECT_NE(text.find("input 0 is f32[96,8], was f32[128,8] in the graph last compiled from this "
+                      "line"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(DebugAnalysis, ARecompilationNamesAnExtraOpAndWhereItWasTraced) {
+  level(1);
+  const std::string text = printed([] {
+    step(4);
+    step(4, /*extra_op=*/true);
+  });
+  EXPECT_NE(text.find("an op more than the graph last compiled from this line: neg f32[4,4] (at "),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(DebugAnalysis, LevelTwoAnalysesEveryExecutionAndLevelZeroNothing) {
+  level(2);
+  const std::string two = printed([] {
+    step(2);
+    step(2);
+  });
+  EXPECT_EQ(count(two, "Execution Analysis: Execution Cause"), 2) << two;
+  EXPECT_EQ(count(two, "Compilation Analysis: Compilation Cause"), 1) << two;
+  level(0);
+  EXPECT_EQ(printed([] {
+              step(3);
+              step(5);
+            }),
+            "");
+}
+
+}  // namespace
+}  // namespace axle
