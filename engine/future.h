@@ -133,11 +133,13 @@ class FutureState final : public FutureStateBase {
     waiters_.fetch_sub(1, std::memory_order_relaxed);
   }
 
-  /// Moves the outcome out; call once, after ready().
+  /// Moves the outcome out; call once, after ready(). An error moves out too: the state keeps
+  /// no share of it, so the promise's thread, which may drop the state last, never destroys an
+  /// exception the taking thread still reads.
   Result<T> take() {
     auto& o = *outcome_;
     if (o.index() == 0) return Result<T>(std::move(std::get<0>(o)));
-    return Result<T>(std::get<1>(o));
+    return Result<T>(std::move(std::get<1>(o)));
   }
 
  private:
