@@ -46,6 +46,20 @@ namespace {
       "ParallelLoader: the loader was destroyed; its iterators can no longer be used");
 }
 
+// The reply to `request`, waited for. A LoaderError is thrown again as a copy of this thread's
+// own: the actor's thread shares the original and may free it last, a hand-over made through
+// the exception's reference count, which ThreadSanitizer cannot see inside libstdc++.
+template <class T>
+Stored<T> reply_to(Future<T> request) {
+  try {
+    return request.get();
+  } catch (const RuntimeStopped&) {
+    throw_closed();  // closed between the caller's check and its ask
+  } catch (const LoaderError& e) {
+    throw LoaderError(e.what(), e.original());
+  }
+}
+
 }  // namespace
 
 int DeviceFeed::slot_of(Device device) const noexcept {
@@ -55,17 +69,11 @@ int DeviceFeed::slot_of(Device device) const noexcept {
 
 int64_t DeviceFeed::begin_epoch(int slot) {
   if (closed_.load()) throw_closed();
-  try {
-    return loader_.ask(BeginEpoch{slot}).get();
-  } catch (const RuntimeStopped&) {
-    throw_closed();  // closed between the check and the ask
-  }
+  return reply_to(loader_.ask(BeginEpoch{slot}));
 }
 
 std::optional<DeviceBatch> DeviceFeed::next(int slot) {
   if (closed_.load()) throw_closed();
-  const auto start = std::chrono::steady_clock::now();
-  Future<std::optional<DeviceBatch>> batch = loader_.ask(TakeBatch{slot});
   // Recorded on failure too: the replica waited either way.
   struct RecordWait {
     std::chrono::steady_clock::time_point start;
@@ -74,12 +82,8 @@ std::optional<DeviceBatch> DeviceFeed::next(int slot) {
       const double waited = Nanoseconds(std::chrono::steady_clock::now() - start).count();
       AXLE_METRIC_ADD("InputWaitTime", MetricKind::kTime, waited);
     }
-  } record{start};
-  try {
-    return batch.get();
-  } catch (const RuntimeStopped&) {
-    throw_closed();
-  }
+  } record{std::chrono::steady_clock::now()};
+  return reply_to(loader_.ask(TakeBatch{slot}));
 }
 
 void DeviceFeed::leave(int slot, int64_t epoch) noexcept {

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 
 #include "engine/metrics.h"
 
@@ -22,6 +24,16 @@ std::string what_of(const std::exception_ptr& error) {
   }
 }
 
+// Fails `promise` with a LoaderError saying `what`. The error is made first and then handed
+// over whole, so that this thread keeps no share of it once the replica wakes: libstdc++ shares
+// an exception and its message by reference counts that ThreadSanitizer cannot see, and a last
+// release here would look like a race with the replica's reading of the message.
+template <class T>
+void fail(Promise<T>& promise, const std::string& what) {
+  std::exception_ptr error = std::make_exception_ptr(LoaderError(what));
+  promise.set_error(std::move(error));
+}
+
 }  // namespace
 
 LoaderActor::LoaderActor(std::vector<Device> devices, int64_t source_size, LoaderLimits limits,
@@ -36,7 +48,7 @@ LoaderActor::LoaderActor(std::vector<Device> devices, int64_t source_size, Loade
 
 void LoaderActor::handle(BeginEpoch& m, Promise<int64_t>&& reply) {
   if (closed_) {
-    reply.set_error(std::make_exception_ptr(LoaderError("ParallelLoader: the loader is closed")));
+    fail(reply, "ParallelLoader: the loader is closed");
     return;
   }
   Slot& slot = slots_[m.slot];
@@ -53,7 +65,7 @@ void LoaderActor::handle(BeginEpoch& m, Promise<int64_t>&& reply) {
 
 void LoaderActor::handle(TakeBatch& m, Promise<std::optional<DeviceBatch>>&& reply) {
   if (closed_) {
-    reply.set_error(std::make_exception_ptr(LoaderError("ParallelLoader: the loader is closed")));
+    fail(reply, "ParallelLoader: the loader is closed");
     return;
   }
   Slot& slot = slots_[m.slot];
@@ -85,10 +97,8 @@ void LoaderActor::handle(CloseLoader&) {
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const std::string what = fmt::format(
         "ParallelLoader: the loader was destroyed while {} waited for it", devices_[i].to_string());
-    if (slots_[i].waiting_take.pending())
-      slots_[i].waiting_take.set_error(std::make_exception_ptr(LoaderError(what)));
-    if (slots_[i].waiting_begin.pending())
-      slots_[i].waiting_begin.set_error(std::make_exception_ptr(LoaderError(what)));
+    if (slots_[i].waiting_take.pending()) fail(slots_[i].waiting_take, what);
+    if (slots_[i].waiting_begin.pending()) fail(slots_[i].waiting_begin, what);
     slots_[i].ready.clear();
   }
   host_queue_.clear();
@@ -261,23 +271,64 @@ void BatchReader::handle(CloseEpoch&) {
   open_ = false;
 }
 
+namespace {
+
+std::exception_ptr transfer_error(int64_t index, Device device, std::exception_ptr original) {
+  return std::make_exception_ptr(
+      LoaderError(fmt::format("ParallelLoader: batch {} of the epoch could not be moved to {}: {}",
+                              index, device.to_string(), what_of(original)),
+                  original));
+}
+
+// A batch whose copies the device has yet to make. The last field to land sends it to the loader.
+struct Landing {
+  BatchOnDevice batch;
+  Device device;
+  ActorRef<LoaderActor> loader;
+  std::atomic<std::size_t> pending{0};
+
+  void field_landed() {
+    if (pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    for (const Tensor& field : batch.batch) {
+      if (field.impl()->data()->failed()) {
+        batch.error = transfer_error(batch.index, device, field.impl()->data()->error());
+        batch.batch.clear();
+        break;
+      }
+    }
+    loader.tell(std::move(batch));
+  }
+};
+
+}  // namespace
+
 void TransferWorker::handle(TransferBatch& m) {
   if (stopping_.load(std::memory_order_relaxed)) return;
-  BatchOnDevice moved{m.epoch, m.slot, m.index, {}, nullptr};
+  auto landing = std::make_shared<Landing>();
+  landing->batch = BatchOnDevice{m.epoch, m.slot, m.index, {}, nullptr};
+  landing->device = m.device;
+  landing->loader = m.loader;
+  DeviceBatch& fields = landing->batch.batch;
   try {
-    moved.batch.reserve(m.batch.size());
+    fields.reserve(m.batch.size());
     for (const CpuTensor& field : m.batch) {
-      moved.batch.push_back(tensor_from_bytes(field.bytes, field.dtype, field.shape, m.device));
+      fields.push_back(tensor_from_bytes(field.bytes, field.dtype, field.shape, m.device));
     }
   } catch (...) {
-    const std::exception_ptr original = std::current_exception();
-    moved.batch.clear();
-    moved.error = std::make_exception_ptr(LoaderError(
-        fmt::format("ParallelLoader: batch {} of the epoch could not be moved to {}: {}", m.index,
-                    m.device.to_string(), what_of(original)),
-        original));
+    fields.clear();
+    landing->batch.error = transfer_error(m.index, m.device, std::current_exception());
+    m.loader.tell(std::move(landing->batch));
+    return;
   }
-  m.loader.tell(std::move(moved));
+  // The batch goes to its device queue only once its data is on the device. The device copies
+  // it in the order its messages arrive, and those from this thread and from the replica are not
+  // ordered: a replica's step reading a batch still on the way could come first and wait at the
+  // head of the device's queue for a copy queued behind it.
+  landing->pending.store(fields.size() + 1, std::memory_order_relaxed);
+  for (const Tensor& field : fields) {
+    field.impl()->data()->when_done([landing] { landing->field_landed(); });
+  }
+  landing->field_landed();  // the +1: no field may send the batch before every wait is set
 }
 
 }  // namespace axle

@@ -6,6 +6,10 @@
 // rest is never read). Replicas ask for their next batch and block on the reply, at the API
 // boundary; no handler waits on another actor. A batch that fails to load fails the epoch: each
 // device gets the batches before it, then the error.
+//
+// A transfer worker does the host side of a transfer (the batch's bytes in the device's storage
+// dtype) and hands the copy to the DeviceActor, which makes it in stream order between the
+// executions around it; the batch enters its device queue once all its data is on the device.
 #pragma once
 
 #include <atomic>
