@@ -27,6 +27,7 @@ DeviceFeed::DeviceFeed(std::unique_ptr<BatchSource> source, std::vector<Device> 
   }
   loader_ = spawn<LoaderActor>(runtime_, SpawnOptions{.name = "loader"}, devices_, source_->size(),
                                limits, std::move(reader), std::move(workers));
+  asked_ahead_.resize(devices_.size());
 }
 
 DeviceFeed::~DeviceFeed() { close(); }
@@ -69,24 +70,35 @@ int DeviceFeed::slot_of(Device device) const noexcept {
 
 int64_t DeviceFeed::begin_epoch(int slot) {
   if (closed_.load()) throw_closed();
+  asked_ahead_[slot] = {};  // answered before the BeginEpoch, from the epoch being left
   return reply_to(loader_.ask(BeginEpoch{slot}));
 }
 
 std::optional<DeviceBatch> DeviceFeed::next(int slot) {
   if (closed_.load()) throw_closed();
-  // Recorded on failure too: the replica waited either way.
-  struct RecordWait {
-    std::chrono::steady_clock::time_point start;
-    ~RecordWait() {
-      using Nanoseconds = std::chrono::duration<double, std::nano>;
-      const double waited = Nanoseconds(std::chrono::steady_clock::now() - start).count();
-      AXLE_METRIC_ADD("InputWaitTime", MetricKind::kTime, waited);
-    }
-  } record{std::chrono::steady_clock::now()};
-  return reply_to(loader_.ask(TakeBatch{slot}));
+  Future<std::optional<DeviceBatch>> asked = std::move(asked_ahead_[slot]);
+  asked_ahead_[slot] = {};
+  if (!asked.valid()) asked = loader_.ask(TakeBatch{slot});
+  std::optional<DeviceBatch> batch;
+  {
+    // The time waited for the batch, recorded on failure too. Asking for the next one ahead, below,
+    // is the loop's own work, not a wait.
+    struct RecordWait {
+      std::chrono::steady_clock::time_point start;
+      ~RecordWait() {
+        using Nanoseconds = std::chrono::duration<double, std::nano>;
+        const double waited = Nanoseconds(std::chrono::steady_clock::now() - start).count();
+        AXLE_METRIC_ADD("InputWaitTime", MetricKind::kTime, waited);
+      }
+    } record{std::chrono::steady_clock::now()};
+    batch = reply_to(std::move(asked));
+  }
+  if (batch) asked_ahead_[slot] = loader_.ask(TakeBatch{slot});
+  return batch;
 }
 
 void DeviceFeed::leave(int slot, int64_t epoch) noexcept {
+  asked_ahead_[slot] = {};
   if (closed_.load()) return;
   try {
     loader_.tell(LeaveEpoch{slot, epoch});

@@ -36,9 +36,11 @@ class DeviceFeed {
   /// with the current one; returns its number.
   int64_t begin_epoch(int slot);
   /// The slot's next batch, waiting for it (the wait is recorded in InputWaitTime); nothing at the
-  /// end of the epoch. Throws LoaderError when the batch could not be loaded.
+  /// end of the epoch. Throws LoaderError when the batch could not be loaded. Having returned a
+  /// batch, it asks for the following one at once, so that by the replica's next call the reply
+  /// is usually there and no thread has to wake for it; that batch counts as handed out.
   std::optional<DeviceBatch> next(int slot);
-  /// `slot` stops iterating `epoch` early.
+  /// `slot` stops iterating `epoch` early (dropping the batch asked for ahead).
   void leave(int slot, int64_t epoch) noexcept;
   /// Stops reading and transferring (a read under way finishes its batch), joins the threads and
   /// lets go of the source. A replica still waiting on the feed, and every later call, gets a
@@ -53,6 +55,8 @@ class DeviceFeed {
   std::atomic<bool> closed_{false};
   Runtime runtime_;
   ActorRef<LoaderActor> loader_;
+  // Per slot, the reply to the TakeBatch sent ahead; touched only by the slot's own thread.
+  std::vector<Future<std::optional<DeviceBatch>>> asked_ahead_;
 };
 
 }  // namespace axle
