@@ -52,7 +52,7 @@ class BatchSource {
 /// waited. The message says which batch and why.
 class LoaderError : public std::runtime_error {
  public:
-  LoaderError(const std::string& what, std::exception_ptr original = nullptr)
+  explicit LoaderError(const std::string& what, std::exception_ptr original = nullptr)
       : std::runtime_error(what), original_(std::move(original)) {}
   /// What the source (or the transfer) threw, if anything.
   [[nodiscard]] std::exception_ptr original() const noexcept { return original_; }

@@ -45,9 +45,10 @@ class PerDeviceLoader;
 /// more than the prefetch sizes holds the others back.
 ///
 /// Reading, transfers and the replicas' compute overlap: while a device runs step k, batch k+1
-/// and those after it are read and moved to it, up to the prefetch sizes. The metrics
-/// LoaderQueueDepth and DeviceQueueDepth record how many batches were ready when a replica asked
-/// for one, and InputWaitTime how long it waited.
+/// and those after it are read and moved to it, up to the prefetch sizes; a replica's iteration
+/// also asks for the batch after the one it holds, so that the reply is there when the loop comes
+/// back for it. The metrics LoaderQueueDepth and DeviceQueueDepth record how many batches were
+/// ready when a replica asked for one, and InputWaitTime how long it waited.
 ///
 /// The DataLoader must outlive the ParallelLoader, and nothing else may iterate it meanwhile:
 /// each epoch of the ParallelLoader is one epoch (one begin()) of the DataLoader. Destroying the
