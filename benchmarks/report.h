@@ -12,8 +12,8 @@
 
 namespace axle::bench {
 
-/// A benchmark parameter value: a number or a string.
-using Param = std::variant<int64_t, double, std::string>;
+/// A benchmark parameter value: a number, a string or a flag.
+using Param = std::variant<int64_t, double, std::string, bool>;
 
 /// Prints one figure as a JSON line (stdout) and a table row (stderr).
 void emit(const std::string& bench, const std::string& metric, double value,

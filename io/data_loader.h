@@ -89,6 +89,9 @@ class DataLoader::Iterator {
 
   [[nodiscard]] const Batch& operator*() const noexcept { return batch_; }
   [[nodiscard]] const Batch* operator->() const noexcept { return &batch_; }
+  /// Moves the current batch out, for a consumer that keeps batches (the ParallelLoader's
+  /// reader); the iterator holds none until the next ++.
+  [[nodiscard]] Batch take() noexcept { return std::move(batch_); }
   /// Moves to the next batch, waiting for it; throws the error of a batch that failed.
   Iterator& operator++();
   void operator++(int) { ++*this; }
