@@ -164,7 +164,7 @@ PerDeviceLoader::Iterator& PerDeviceLoader::Iterator::operator++() {
   batch_.clear();
   if (++since_step_ >= batches_per_execution_) {
     since_step_ = 0;
-    mark_step();
+    detail::loader_step(std::source_location::current());
   }
   std::optional<DeviceBatch> next;
   try {
@@ -177,7 +177,7 @@ PerDeviceLoader::Iterator& PerDeviceLoader::Iterator::operator++() {
     feed_ = nullptr;
     if (since_step_ > 0) {
       since_step_ = 0;
-      mark_step();
+      detail::loader_step(std::source_location::current());
     }
     return *this;
   }

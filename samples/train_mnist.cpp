@@ -20,6 +20,7 @@
 #include "io/data_loader.h"
 #include "io/fake_data.h"
 #include "io/fashion_mnist.h"
+#include "io/parallel_loader.h"
 #include "io/safetensors.h"
 #include "io/shard.h"
 #include "samples/mnist_models.h"
@@ -179,17 +180,17 @@ void train_replica(const Flags& flags, Summary& summary) {
   int64_t step = 0, samples = 0;
   double accuracy = 0;
   bool done = false;
+  // Batches reach the device ahead of the step that reads them; iterating marks the step.
+  MpDeviceLoader device_loader(train_loader, device);
   for (int epoch = 1; epoch <= flags.num_epochs && !done; ++epoch) {
     train_loader.set_epoch(epoch - 1);
-    for (auto it = train_loader.begin(); it != train_loader.end(); ++it) {
-      const Batch& batch = *it;
-      const Tensor images = to_device(batch[0], device);
-      const Tensor labels = to_device(batch[1], device);
+    for (const DeviceBatch& batch : device_loader) {
+      const Tensor& images = batch[0];
+      const Tensor& labels = batch[1];
       optimizer.zero_grad();
       const Tensor loss = nn::nll_loss((*model)(images), labels);
       loss.backward();
       optimizer_step(optimizer);  // averages the gradients across replicas
-      mark_step();
       ++step;
       samples += labels.size(0);
       const int64_t batch_samples = labels.size(0);
@@ -207,6 +208,7 @@ void train_replica(const Flags& flags, Summary& summary) {
             /*run_async=*/true);
       }
       if (flags.max_steps > 0 && step >= flags.max_steps) {
+        mark_step();  // leaving the loop early does not mark the last step
         done = true;
         break;
       }
