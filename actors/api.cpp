@@ -88,6 +88,7 @@ void step(bool wait, SyncReason reason, const std::source_location& where) {
   context.reset_node_count();
   tls_last_step = std::chrono::steady_clock::now();
   if (closures) run_closures(std::move(outputs));
+  LazySystem::get().analyse_metrics_after_step();
   rethrow_closure_failure();
 }
 

@@ -5,9 +5,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <chrono>
 #include <deque>
+#include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include "engine/metrics.h"
 
 namespace axle {
 namespace {
@@ -198,6 +204,108 @@ std::string post_compilation_analysis(const Executable& program) {
                 fmt::format("Aliased Input size: {}", gigabytes(aliased)),
                 fmt::format("Intermediate tensor size: {}", gigabytes(intermediates)),
                 fmt::format("Compiled program size: {}", gigabytes(program_bytes))});
+}
+
+MetricsAnalysis::MetricsAnalysis() : last_(now(0)) {}
+
+MetricsAnalysis::Snapshot MetricsAnalysis::now(int64_t steps) {
+  auto samples = [](std::string_view name) {
+    const std::optional<MetricData> data = metric_data(name);
+    return data ? data->total_samples : 0;
+  };
+  const std::optional<MetricData> wait = metric_data("InputWaitTime");
+  return Snapshot{
+      steps,
+      samples("CompileTime"),
+      samples("TransferFromDeviceTime"),
+      samples("ExecuteTime"),
+      wait ? wait->accumulator : 0.0,
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now().time_since_epoch())
+          .count()};
+}
+
+std::string MetricsAnalysis::step(int64_t every) {
+  std::lock_guard lock(mutex_);
+  if (++steps_ % std::max<int64_t>(every, 1) != 0) return {};
+  return look_locked();
+}
+
+std::string MetricsAnalysis::look() {
+  std::lock_guard lock(mutex_);
+  return look_locked();
+}
+
+std::string MetricsAnalysis::look_locked() {
+  const Snapshot current = now(steps_);
+  Snapshot before = std::exchange(last_, current);
+  // Metrics cleared since the last look (clear_all) count from zero.
+  if (current.compiles < before.compiles) before.compiles = 0;
+  if (current.transfers < before.transfers) before.transfers = 0;
+  if (current.executions < before.executions) before.executions = 0;
+  if (current.input_wait_ns < before.input_wait_ns) before.input_wait_ns = 0;
+  const int64_t steps = current.steps - before.steps;
+  std::vector<std::string> lines;
+  const int64_t compiles = current.compiles - before.compiles;
+  if (compiles > std::max<int64_t>(2, steps / 10)) {
+    lines.push_back(fmt::format(
+        "CompileTime too frequent: {} counts during {} steps. The graph changes from step to "
+        "step; PT_XLA_DEBUG_LEVEL=1's Recompile Reason names what changed (often an input shape, "
+        "such as a smaller last batch, or a scalar that is 0 or 1 on some steps only)",
+        compiles, steps));
+  }
+  const int64_t transfers = current.transfers - before.transfers;
+  if (transfers >= 2 && transfers >= steps) {
+    lines.push_back(fmt::format(
+        "TransferFromDeviceTime too frequent: {} counts during {} steps. Each value read "
+        "(item(), to_vector(), to_cpu()) waits for the device and cuts the graph; read values "
+        "in step closures (add_step_closure) or less often",
+        transfers, steps));
+  }
+  if (const std::optional<MetricData> compile = metric_data("CompileTime"); compile && compiles) {
+    const auto recent = std::span(compile->samples)
+                            .last(std::min<std::size_t>(compile->samples.size(),
+                                                        static_cast<std::size_t>(compiles)));
+    for (const auto& [when, ns] : recent) {
+      if (ns > 10e9) {
+        lines.push_back(fmt::format(
+            "A compilation took {}: graphs this large compile slowly; mark_step more often "
+            "to cut them into smaller steps",
+            format_metric_value(MetricKind::kTime, ns)));
+        break;
+      }
+    }
+  }
+  const int64_t executions = current.executions - before.executions;
+  if (const std::optional<MetricData> execute = metric_data("ExecuteTime");
+      execute && executions > 0 && execute->samples.size() >= 8) {
+    std::vector<double> all;
+    for (const auto& [when, ns] : execute->samples) all.push_back(ns);
+    std::vector<double> sorted = all;
+    std::ranges::nth_element(sorted,
+                             sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2));
+    const double median = sorted[sorted.size() / 2];
+    const double slowest = *std::ranges::max_element(std::span(all).last(
+        std::min<std::size_t>(all.size(), static_cast<std::size_t>(executions))));
+    if (slowest > 10 * median && slowest > 10e6) {
+      lines.push_back(fmt::format(
+          "An execution took {}, {:.0f} times the median {}: a step that differs from the "
+          "others (an evaluation, a larger batch) or a device shared with other work",
+          format_metric_value(MetricKind::kTime, slowest), slowest / median,
+          format_metric_value(MetricKind::kTime, median)));
+    }
+  }
+  const double wall = current.wall_ns - before.wall_ns;
+  const double waited = current.input_wait_ns - before.input_wait_ns;
+  if (wall > 0 && waited / wall > 0.05) {
+    lines.push_back(fmt::format(
+        "InputWaitTime is {:.0f}% of the time: replicas wait for their next batch, so the input "
+        "pipeline is slower than the devices; give the DataLoader more workers or the "
+        "ParallelLoader a deeper loader_prefetch_size",
+        100 * waited / wall));
+  }
+  std::string text;
+  for (const std::string& line : lines) text += fmt::format("Metrics Analysis: {}\n", line);
+  return text;
 }
 
 std::string execution_analysis(const StepGraph& graph, SyncReason reason,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <source_location>
 #include <string>
 #include <string_view>
@@ -43,6 +44,35 @@ class CompileHistory {
 /// The Post Compilation Analysis block: input, output, aliased-input, intermediate and program
 /// sizes.
 [[nodiscard]] std::string post_compilation_analysis(const Executable& program);
+
+/// Auto-metrics analysis: every AXLE_METRICS_ANALYSIS_STEPS steps and when the system shuts
+/// down (at PT_XLA_DEBUG_LEVEL 1 and above), a line for each metric that points at a problem
+/// over the steps since the last look — compilations or value reads too frequent, a compilation
+/// or execution unusually long, replicas waiting for input — each with its likely cause and fix.
+class MetricsAnalysis {
+ public:
+  MetricsAnalysis();
+  /// Counts a step; every `every` steps, returns a look's lines (empty when all is well).
+  [[nodiscard]] std::string step(int64_t every);
+  /// A look at everything since the last one.
+  [[nodiscard]] std::string look();
+
+ private:
+  struct Snapshot {
+    int64_t steps = 0;
+    int64_t compiles = 0;
+    int64_t transfers = 0;
+    int64_t executions = 0;
+    double input_wait_ns = 0;
+    double wall_ns = 0;
+  };
+  [[nodiscard]] static Snapshot now(int64_t steps);
+  [[nodiscard]] std::string look_locked();
+
+  std::mutex mutex_;
+  int64_t steps_ = 0;
+  Snapshot last_;
+};
 
 /// The Execution Analysis block (level 2).
 [[nodiscard]] std::string execution_analysis(const StepGraph& graph, SyncReason reason,

@@ -123,6 +123,8 @@ LazySystem::LazySystem(LazySystemOptions options)
   sync_wait_ = config::get_bool("XLA_SYNC_WAIT", false);
   param_aliasing_ = config::get_bool("XLA_ENABLE_PARAM_ALIASING", true);
   debug_level_ = static_cast<int>(config::get_int("PT_XLA_DEBUG_LEVEL", 0));
+  metrics_analysis_steps_ = config::get_int("AXLE_METRICS_ANALYSIS_STEPS", 100);
+  if (debug_level_ >= 1) metrics_analysis_ = std::make_unique<MetricsAnalysis>();
   save_tensors_file_ = config::get_string("XLA_SAVE_TENSORS_FILE", "");
   save_tensors_format_ = config::get_string("XLA_SAVE_TENSORS_FMT", "text");
   if (save_tensors_format_ != "text" && save_tensors_format_ != "dot") {
@@ -135,6 +137,13 @@ LazySystem::LazySystem(LazySystemOptions options)
 LazySystem::~LazySystem() {
   TraceContext::set_observer(nullptr);
   runtime_.shutdown();
+  if (metrics_analysis_) fmt::print(stderr, "{}", metrics_analysis_->look());
+}
+
+void LazySystem::analyse_metrics_after_step() {
+  if (!metrics_analysis_) return;
+  const std::string lines = metrics_analysis_->step(metrics_analysis_steps_);
+  if (!lines.empty()) fmt::print(stderr, "{}", lines);
 }
 
 const ActorRef<DeviceActor>& LazySystem::device_actor(Device device) const {

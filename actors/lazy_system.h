@@ -15,6 +15,7 @@
 #include "actors/closure_runner.h"
 #include "actors/compile_cache.h"
 #include "actors/compiler_actor.h"
+#include "actors/debug_analysis.h"
 #include "actors/device_actor.h"
 #include "actors/persistent_cache.h"
 #include "actors/rendezvous_actor.h"
@@ -88,6 +89,9 @@ class LazySystem final : public TraceObserver {
   [[nodiscard]] bool param_aliasing() const noexcept { return param_aliasing_; }
   /// PT_XLA_DEBUG_LEVEL: 0 quiet, 1 compilation analysis, 2 execution analysis too.
   [[nodiscard]] int debug_level() const noexcept { return debug_level_; }
+  /// Counts a step for the auto-metrics analysis (PT_XLA_DEBUG_LEVEL >= 1): every
+  /// AXLE_METRICS_ANALYSIS_STEPS steps, its lines go to stderr.
+  void analyse_metrics_after_step();
 
  private:
   Runtime runtime_;
@@ -102,6 +106,8 @@ class LazySystem final : public TraceObserver {
   bool sync_wait_ = false;
   bool param_aliasing_ = true;
   int debug_level_ = 0;
+  int64_t metrics_analysis_steps_ = 100;
+  std::unique_ptr<MetricsAnalysis> metrics_analysis_;
   std::string save_tensors_file_;
   std::string save_tensors_format_;
   std::mutex save_mutex_;

@@ -19,6 +19,7 @@ class DebugAnalysis : public ::testing::Test {
  protected:
   void TearDown() override {
     config::unset("PT_XLA_DEBUG_LEVEL");
+    config::unset("AXLE_METRICS_ANALYSIS_STEPS");
     LazySystem::restart();
   }
   static void level(int n) {
@@ -129,6 +130,39 @@ TEST_F(DebugAnalysis, LevelTwoAnalysesEveryExecutionAndLevelZeroNothing) {
               step(5);
             }),
             "");
+}
+
+TEST_F(DebugAnalysis, MetricsAnalysisCallsOutFrequentCompilationsAndValueReads) {
+  config::set("AXLE_METRICS_ANALYSIS_STEPS", "10");
+  clear_all();
+  level(1);
+  // Ten steps, each with a new batch size and a loss read on the host.
+  const std::string text = printed([] {
+    for (int64_t rows = 1; rows <= 10; ++rows) {
+      Tensor x = tensor(std::vector<float>(static_cast<std::size_t>(rows) * 2, 1.0f), {rows, 2});
+      (void)sum(x * 3.0).item();
+      mark_step();
+    }
+  });
+  EXPECT_NE(text.find("Metrics Analysis: CompileTime too frequent: 10 counts during 10 steps"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("Metrics Analysis: TransferFromDeviceTime too frequent: "), std::string::npos)
+      << text;
+}
+
+TEST_F(DebugAnalysis, MetricsAnalysisIsQuietForASteadyLoop) {
+  config::set("AXLE_METRICS_ANALYSIS_STEPS", "10");
+  clear_all();
+  level(1);
+  Tensor w = tensor(std::vector<float>(4, 1.0f), {4});
+  const std::string text = printed([&] {
+    for (int i = 0; i < 30; ++i) {
+      w = w * 0.5 + 1.0;
+      mark_step();
+    }
+  });
+  EXPECT_EQ(text.find("Metrics Analysis:"), std::string::npos) << text;
 }
 
 }  // namespace
