@@ -4,6 +4,7 @@
 #include "actors/api.h"
 #include "actors/data_parallel.h"
 #include "actors/replicas.h"
+#include "actors/step_breakdown.h"
 #include "engine/metrics.h"
 #include "graph/autograd.h"
 #include "graph/collectives.h"

@@ -99,7 +99,7 @@ cmd_test() {
   local dir
   dir=$(build_dir "$SANITIZE")
   if [ "$SANITIZE" = thread ]; then
-    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/tsan.supp ${TSAN_OPTIONS:-}"
   fi
   ctest --test-dir "$dir" --output-on-failure -j "$JOBS" --timeout 600 "${ctest_args[@]}"
 }

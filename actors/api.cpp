@@ -79,6 +79,8 @@ void step(bool wait, SyncReason reason, const std::source_location& where) {
   const auto start = std::chrono::steady_clock::now();
   const double traced_ns = std::chrono::duration<double, std::nano>(start - tls_last_step).count();
   AXLE_METRIC_ADD("TraceTime", MetricKind::kTime, traced_ns);
+  const std::shared_ptr<StepBreakdown>& account = this_thread_breakdown();
+  account->count_step(traced_ns);
   AXLE_COUNTER_INC("MarkStep", 1);
   TraceContext& context = TraceContext::current();
   const bool closures = !tls_closures.now.empty() || !tls_closures.async.empty();
@@ -88,7 +90,7 @@ void step(bool wait, SyncReason reason, const std::source_location& where) {
   context.reset_node_count();
   tls_last_step = std::chrono::steady_clock::now();
   if (closures) run_closures(std::move(outputs));
-  LazySystem::get().analyse_metrics_after_step();
+  LazySystem::get().after_step();
   rethrow_closure_failure();
 }
 
@@ -103,7 +105,8 @@ void loader_step(std::source_location where) { step(false, SyncReason::kLoaderSt
 
 void add_step_closure(std::function<void()> closure, bool run_async, std::source_location where) {
   if (!closure) throw std::invalid_argument("add_step_closure: the closure is empty");
-  (run_async ? tls_closures.async : tls_closures.now).push_back({std::move(closure), where});
+  (run_async ? tls_closures.async : tls_closures.now)
+      .push_back({std::move(closure), where, this_thread_breakdown()});
 }
 
 void wait_device_ops(const std::vector<Device>& which) {

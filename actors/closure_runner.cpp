@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "engine/metrics.h"
 
 namespace axle {
@@ -19,6 +21,16 @@ std::exception_ptr ClosureFailures::take() {
 
 void run_step_closure(const StepClosure& closure) {
   AXLE_COUNTER_INC("StepClosures", 1);
+  struct Charge {
+    const StepClosure& closure;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    ~Charge() {
+      if (!closure.account) return;
+      closure.account->add(StepBreakdown::kClosures, std::chrono::duration<double, std::nano>(
+                                                         std::chrono::steady_clock::now() - start)
+                                                         .count());
+    }
+  } charge{closure};
   try {
     closure.fn();
   } catch (const std::exception& e) {

@@ -11,6 +11,7 @@
 #include <source_location>
 #include <vector>
 
+#include "actors/step_breakdown.h"
 #include "engine/actor.h"
 #include "graph/device_data.h"
 
@@ -20,6 +21,7 @@ namespace axle {
 struct StepClosure {
   std::function<void()> fn;
   std::source_location where;
+  std::shared_ptr<StepBreakdown> account;  ///< the adding replica's, charged for the run
 };
 
 /// Failures of one replica thread's asynchronous closures, raised by its next mark_step.

@@ -92,13 +92,17 @@ bool DeviceActor::ready(ExecuteRequest& request) {
       absorb(request, request.program.state()->take());
     } else {
       request.waiting_for_program = true;
+      request.waits_since = std::chrono::steady_clock::now();
       // The compiler answers on its own thread; the outcome comes back here as a message.
-      request.program.then_on(self().target(),
-                              [this, held = IntrusivePtr<ExecuteRequest>(&request)](
-                                  Result<IntrusivePtr<Executable>> result) mutable {
-                                absorb(*held, std::move(result));
-                                pump();
-                              });
+      request.program.then_on(
+          self().target(), [this, held = IntrusivePtr<ExecuteRequest>(&request)](
+                               Result<IntrusivePtr<Executable>> result) mutable {
+            absorb(*held, std::move(result));
+            if (held->account) {
+              held->account->add(StepBreakdown::kCompilerWait, elapsed_ns(held->waits_since));
+            }
+            pump();
+          });
       return false;
     }
   }
@@ -222,11 +226,13 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
                 request.collective_timeout,
                 Channel::kDevice};
   request.at_collective = true;
+  request.waits_since = std::chrono::steady_clock::now();
   Future<Gathered> gathered = rendezvous_.ask(std::move(arrive));
   gathered.then_on(self().target(), [this, held = IntrusivePtr<ExecuteRequest>(&request), &call,
                                      members, position = static_cast<int>(position),
                                      shares_result](Result<Gathered> all) mutable {
     ExecuteRequest& request = *held;
+    request.collective_ns += elapsed_ns(request.waits_since);
     if (!all.ok()) {
       finish(request, all.error());
       return pump();
@@ -269,10 +275,12 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
                    &typeid(void),
                    request.collective_timeout,
                    Channel::kDevice};
+    request.waits_since = std::chrono::steady_clock::now();
     rendezvous_.ask(std::move(written))
         .then_on(self().target(), [this, held = std::move(held),
                                    result = std::move(result)](Result<Gathered> done) mutable {
           ExecuteRequest& request = *held;
+          request.collective_ns += elapsed_ns(request.waits_since);
           if (done.ok()) {
             request.run->finish_collective(std::move(result));
             request.at_collective = false;
@@ -291,7 +299,12 @@ void DeviceActor::finish(ExecuteRequest& request, std::exception_ptr error) {
     for (auto& out : request.outputs) out->fail(error);
   } else {
     std::vector<IntrusivePtr<DeviceMemory>> results = request.run->take_outputs();
-    AXLE_METRIC_ADD("ExecuteTime", MetricKind::kTime, elapsed_ns(request.started));
+    const double run_ns = elapsed_ns(request.started);
+    AXLE_METRIC_ADD("ExecuteTime", MetricKind::kTime, run_ns);
+    if (request.account) {
+      request.account->add(StepBreakdown::kExecuting, run_ns - request.collective_ns);
+      request.account->add(StepBreakdown::kCollectives, request.collective_ns);
+    }
     for (std::size_t i = 0; i < request.outputs.size(); ++i) {
       request.outputs[i]->fulfil(std::move(results[i]));
     }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/rendezvous_actor.h"
+#include "actors/step_breakdown.h"
 #include "backends/backend.h"
 #include "engine/actor.h"
 #include "graph/device_data.h"
@@ -35,6 +36,8 @@ struct ExecuteRequest final : RefCounted {
   uint64_t replica_group = 0;
   int replica = 0;
   std::chrono::nanoseconds collective_timeout{0};
+  /// The replica's step account, charged for the device's part of the step.
+  std::shared_ptr<StepBreakdown> account;
   // Filled by the device as the request waits and runs.
   IntrusivePtr<Executable> ready_program;
   std::exception_ptr compile_error;
@@ -44,6 +47,8 @@ struct ExecuteRequest final : RefCounted {
   bool at_collective = false;       // waiting for the other members
   bool finished = false;
   std::chrono::steady_clock::time_point started;
+  std::chrono::steady_clock::time_point waits_since;  // for its program, or at a collective
+  double collective_ns = 0;
 };
 
 struct Execute {

@@ -1,6 +1,8 @@
 // actors: DeviceFeed.
 #include "actors/device_feed.h"
 
+#include "actors/step_breakdown.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -89,6 +91,7 @@ std::optional<DeviceBatch> DeviceFeed::next(int slot) {
         using Nanoseconds = std::chrono::duration<double, std::nano>;
         const double waited = Nanoseconds(std::chrono::steady_clock::now() - start).count();
         AXLE_METRIC_ADD("InputWaitTime", MetricKind::kTime, waited);
+        this_thread_breakdown()->add_host_wait(StepBreakdown::kInputWait, waited);
       }
     } record{std::chrono::steady_clock::now()};
     batch = reply_to(std::move(asked));

@@ -15,6 +15,7 @@
 #include "actors/debug_analysis.h"
 #include "actors/lazy_system.h"
 #include "actors/replicas.h"
+#include "actors/step_breakdown.h"
 #include "engine/hash.h"
 #include "engine/metrics.h"
 #include "graph/step_graph.h"
@@ -188,6 +189,7 @@ void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl
   if (may_donate) mark_donations(graph);
 
   auto request = make_intrusive<ExecuteRequest>();
+  request->account = this_thread_breakdown();
   if (const detail::ReplicaIdentity* replica = detail::current_replica()) {
     request->replica_group = replica->group;
     request->replica = replica->ordinal;

@@ -5,11 +5,14 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 
 #include "actors/host.h"
+#include "actors/step_breakdown.h"
 #include "engine/config.h"
 #include "engine/log.h"
+#include "engine/metrics.h"
 #include "engine/spawn.h"
 #include "graph/dump.h"
 
@@ -124,6 +127,7 @@ LazySystem::LazySystem(LazySystemOptions options)
   param_aliasing_ = config::get_bool("XLA_ENABLE_PARAM_ALIASING", true);
   debug_level_ = static_cast<int>(config::get_int("PT_XLA_DEBUG_LEVEL", 0));
   metrics_analysis_steps_ = config::get_int("AXLE_METRICS_ANALYSIS_STEPS", 100);
+  metrics_file_ = config::get_string("XLA_METRICS_FILE", "");
   if (debug_level_ >= 1) metrics_analysis_ = std::make_unique<MetricsAnalysis>();
   save_tensors_file_ = config::get_string("XLA_SAVE_TENSORS_FILE", "");
   save_tensors_format_ = config::get_string("XLA_SAVE_TENSORS_FMT", "text");
@@ -140,10 +144,18 @@ LazySystem::~LazySystem() {
   if (metrics_analysis_) fmt::print(stderr, "{}", metrics_analysis_->look());
 }
 
-void LazySystem::analyse_metrics_after_step() {
-  if (!metrics_analysis_) return;
-  const std::string lines = metrics_analysis_->step(metrics_analysis_steps_);
-  if (!lines.empty()) fmt::print(stderr, "{}", lines);
+void LazySystem::after_step() {
+  if (metrics_analysis_) {
+    const std::string lines = metrics_analysis_->step(metrics_analysis_steps_);
+    if (!lines.empty()) fmt::print(stderr, "{}", lines);
+  }
+  if (!metrics_file_.empty()) {
+    std::lock_guard lock(metrics_file_mutex_);
+    std::ofstream out(metrics_file_, std::ios::app);
+    out << fmt::format("Step {}\n{}Step Breakdown\n{}\n", ++metrics_file_steps_, metrics_report(),
+                       detail::metrics_file_step_report());
+    if (!out) AXLE_LOG(WARNING, "could not append to XLA_METRICS_FILE={}", metrics_file_);
+  }
 }
 
 const ActorRef<DeviceActor>& LazySystem::device_actor(Device device) const {

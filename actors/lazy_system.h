@@ -89,9 +89,10 @@ class LazySystem final : public TraceObserver {
   [[nodiscard]] bool param_aliasing() const noexcept { return param_aliasing_; }
   /// PT_XLA_DEBUG_LEVEL: 0 quiet, 1 compilation analysis, 2 execution analysis too.
   [[nodiscard]] int debug_level() const noexcept { return debug_level_; }
-  /// Counts a step for the auto-metrics analysis (PT_XLA_DEBUG_LEVEL >= 1): every
-  /// AXLE_METRICS_ANALYSIS_STEPS steps, its lines go to stderr.
-  void analyse_metrics_after_step();
+  /// After every mark_step: counts it for the auto-metrics analysis (PT_XLA_DEBUG_LEVEL >= 1;
+  /// every AXLE_METRICS_ANALYSIS_STEPS steps its lines go to stderr), and appends the metrics
+  /// report and the step breakdown to XLA_METRICS_FILE when set.
+  void after_step();
 
  private:
   Runtime runtime_;
@@ -108,6 +109,9 @@ class LazySystem final : public TraceObserver {
   int debug_level_ = 0;
   int64_t metrics_analysis_steps_ = 100;
   std::unique_ptr<MetricsAnalysis> metrics_analysis_;
+  std::string metrics_file_;
+  std::mutex metrics_file_mutex_;
+  int64_t metrics_file_steps_ = 0;
   std::string save_tensors_file_;
   std::string save_tensors_format_;
   std::mutex save_mutex_;

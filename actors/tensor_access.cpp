@@ -7,6 +7,7 @@
 
 #include "actors/host.h"
 #include "actors/lazy_system.h"
+#include "actors/step_breakdown.h"
 #include "engine/element.h"
 #include "engine/metrics.h"
 #include "graph/ops/op_util.h"
@@ -26,6 +27,7 @@ CpuTensor convert(const CpuTensor& host, DType to) {
 }
 
 CpuTensor read(const IntrusivePtr<DeviceData>& data, DType logical) {
+  const auto asked = std::chrono::steady_clock::now();
   const IntrusivePtr<DeviceMemory>& memory = data->wait();
   const auto start = std::chrono::steady_clock::now();
   CpuTensor host{data->dtype(), data->shape(), std::vector<std::byte>(data->bytes())};
@@ -34,6 +36,9 @@ CpuTensor read(const IntrusivePtr<DeviceData>& data, DType logical) {
   const double transfer_ns =
       std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
   AXLE_METRIC_ADD("TransferFromDeviceTime", MetricKind::kTime, transfer_ns);
+  this_thread_breakdown()->add_host_wait(
+      StepBreakdown::kValueWait,
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - asked).count());
   return convert(host, logical);
 }
 
