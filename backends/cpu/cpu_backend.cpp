@@ -1,6 +1,7 @@
 // backends/cpu: the CPU backend. Device memory is 64-byte-aligned host memory (large blocks are
 // kept for reuse when freed, up to AXLE_CPU_BLOCK_CACHE_MB per device); a program runs its kernel
-// calls in order on the calling (device actor's) thread.
+// calls in order on the calling (device actor's) thread, which large kernels share with the
+// device's other compute threads (AXLE_CPU_INTRA_OP_THREADS).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/compute_pool.h"
 #include "backends/cpu/kernel.h"
 #include "engine/config.h"
 #include "engine/metrics.h"
@@ -127,6 +129,8 @@ class CpuBackend final : public Backend {
     for (int i = 0; i < devices; ++i) {
       accounts_.push_back(std::make_shared<DeviceAccount>(cache_limit));
     }
+    const int threads = cpu::intra_op_threads(devices);
+    for (int i = 0; i < devices; ++i) pools_.push_back(std::make_unique<cpu::ComputePool>(threads));
   }
 
   std::string_view hardware() const noexcept override { return "CPU"; }
@@ -203,7 +207,8 @@ class CpuBackend final : public Backend {
             fmt::format("the CPU backend has no kernel for {}", describe_call(program, call)));
       }
       try {
-        fn(cpu::KernelArgs{call, views, {out->data(), &program.slots[call.output]}});
+        fn(cpu::KernelArgs{call, views, {out->data(), &program.slots[call.output]},
+                           pools_.at(device).get()});
       } catch (const std::exception& e) {
         throw std::runtime_error(
             fmt::format("kernel {} failed: {}", describe_call(program, call), e.what()));
@@ -245,6 +250,7 @@ class CpuBackend final : public Backend {
   }
 
   std::vector<std::shared_ptr<DeviceAccount>> accounts_;
+  std::vector<std::unique_ptr<cpu::ComputePool>> pools_;  // per device
 };
 
 }  // namespace
