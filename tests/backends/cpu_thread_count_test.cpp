@@ -343,6 +343,23 @@ TEST(ThreadCount, AvgPoolAndItsGradientGiveOneThreadsBits) {
                                grad_x, tolerance(DType::kF32), true, "avg_pool2d_backward");
 }
 
+// ---- reductions ------------------------------------------------------------------------------
+
+TEST(ThreadCount, SumOverBatchAndPlanesGivesOneThreadsBits) {
+  std::mt19937 rng(14);
+  // A bias gradient: dims {0, 2, 3} of [N, C, H, W], gathered and then one row per channel.
+  const Shape shape{16, 12, 20, 21};
+  const HostTensor x = random_tensor(DType::kF32, shape, rng);
+  std::vector<double> want(12, 0.0), scale(12, 0.0);
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    const auto c = static_cast<std::size_t>(i / (20 * 21) % 12);
+    want[c] += x.values[static_cast<std::size_t>(i)];
+    scale[c] += std::abs(x.values[static_cast<std::size_t>(i)]);
+  }
+  expect_on_every_thread_count(Kernel::kSum, {x}, DType::kF32, {1, 12, 1, 1}, {1, 0, 2, 3}, want,
+                               tolerance(DType::kF32), true, "sum over {0, 2, 3}", scale);
+}
+
 // ---- elementwise and fused -------------------------------------------------------------------
 
 TEST(ThreadCount, BroadcastAddGivesOneThreadsBits) {
