@@ -252,6 +252,65 @@ void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
   }
 }
 
+/// Stride-1 convolution with fewer output than input channels (the input gradient's form) as a
+/// GEMM over the input as it is: taps[(o, i, j), h * w] = w[(o, i, j), c] x x[c, h * w], then
+/// each output plane sums its kh * kw tap planes, shifted. im2col would copy the input kh * kw
+/// times to be read o times; here the GEMM reads it once for o * kh * kw rows, and the shifted
+/// sums touch o * kh * kw planes of the output's size.
+template <class T>
+void conv2d_by_taps(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
+  const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
+  const int64_t taps = g.kh * g.kw, plane = g.h * g.w, out_plane = g.oh * g.ow;
+  const int64_t rows = out_group * taps;
+  // The weights as [(o, i, j), c] per group.
+  std::vector<T> tap_weights(static_cast<std::size_t>(g.groups * rows * in_group));
+  for (int64_t grp = 0; grp < g.groups; ++grp) {
+    for (int64_t o = 0; o < out_group; ++o) {
+      for (int64_t c = 0; c < in_group; ++c) {
+        for (int64_t t = 0; t < taps; ++t) {
+          tap_weights[((grp * out_group + o) * taps + t) * in_group + c] =
+              w[((grp * out_group + o) * in_group + c) * taps + t];
+        }
+      }
+    }
+  }
+  auto image = [&](int64_t n, int thread, ComputePool* gemm_pool) {
+    T* tap_planes = static_cast<T*>(pool.scratch(thread, sizeof(T) * rows * plane));
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      gemm<T>({rows, plane, in_group, tap_weights.data() + grp * rows * in_group, in_group,
+               x + (n * g.c + grp * in_group) * plane, plane, tap_planes, plane},
+              false, false, gemm_pool);
+      for (int64_t o = 0; o < out_group; ++o) {
+        T* dst = out + (n * g.o + grp * out_group + o) * out_plane;
+        std::fill_n(dst, out_plane, T(0));
+        for (int64_t i = 0; i < g.kh; ++i) {
+          // Output row y reads tap row y + i - pad_h.
+          const int64_t y_lo = std::max<int64_t>(0, g.pad_h - i);
+          const int64_t y_hi = std::min(g.oh, g.h + g.pad_h - i);
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t x_lo = std::max<int64_t>(0, g.pad_w - j);
+            const int64_t x_hi = std::min(g.ow, g.w + g.pad_w - j);
+            if (x_lo >= x_hi) continue;
+            const T* tap_plane = tap_planes + ((o * g.kh + i) * g.kw + j) * plane;
+            for (int64_t y = y_lo; y < y_hi; ++y) {
+              T* __restrict__ d = dst + y * g.ow + x_lo;
+              const T* __restrict__ s = tap_plane + (y + i - g.pad_h) * g.w + x_lo + j - g.pad_w;
+              for (int64_t k = 0; k < x_hi - x_lo; ++k) d[k] += s[k];
+            }
+          }
+        }
+      }
+    }
+  };
+  if (g.n >= pool.threads()) {
+    parallel_for(pool, g.n, 1, [&](int64_t first, int64_t last, int thread) {
+      for (int64_t n = first; n < last; ++n) image(n, thread, nullptr);
+    });
+  } else {
+    for (int64_t n = 0; n < g.n; ++n) image(n, 0, &pool);
+  }
+}
+
 template <class T>
 void conv2d_typed(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
   if (g.n == 0 || g.o == 0) return;
@@ -261,6 +320,10 @@ void conv2d_typed(const T* x, const T* w, T* out, const ConvGeometry& g, Compute
   }
   // im2col copies runs of ow taps, im2row runs of kw: take the longer runs.
   if (g.kw > g.ow) return conv2d_by_rows(x, w, out, g, pool);
+  const bool unit_steps =
+      g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1;
+  // With more output than input channels the tap planes outnumber im2col's rows: im2col wins.
+  if (unit_steps && g.o < g.c && g.kh * g.kw > 1) return conv2d_by_taps(x, w, out, g, pool);
   conv2d_by_columns(x, w, out, g, pool);
 }
 

@@ -221,6 +221,14 @@ TEST(ThreadCount, ConvOfOneImageSplitsItsProductAndMatchesLoops) {
   expect_conv({1, 16, 24, 24}, {32, 16, 3, 3}, {.pad = 1}, false, rng);
 }
 
+TEST(ThreadCount, ConvWithFewerOutputThanInputChannelsMatchesLoops) {
+  std::mt19937 rng(15);
+  // The input gradient's form: shifted sums of tap planes.
+  expect_conv({5, 16, 14, 13}, {8, 16, 3, 3}, {.pad = 1}, true, rng);
+  expect_conv({4, 12, 9, 11}, {4, 6, 3, 2}, {.pad = 2, .groups = 2}, true, rng);
+  expect_conv({1, 64, 14, 14}, {32, 64, 3, 3}, {.pad = 1}, false, rng);  // one image: split GEMM
+}
+
 TEST(ThreadCount, ConvWithKernelWiderThanItsOutputMatchesLoops) {
   std::mt19937 rng(6);
   // The weight gradient's shape: rows of receptive fields, one GEMM over all images.
