@@ -105,10 +105,18 @@ struct Ranges {
   return r;
 }
 
-/// Runs body(begin, end, thread) over split_range(n, pool.threads(), grain, align) on `pool`.
+/// Parts per thread parallel_for makes by default: when another process holds a worker's core,
+/// the threads that run take over its remaining parts instead of waiting for it.
+inline constexpr int64_t kPartsPerThread = 4;
+
+/// Runs body(begin, end, thread) over split_range(n, pool.threads() * parts_per_thread, grain,
+/// align) on `pool`. Use one part per thread where each part repeats work (packing a shared
+/// GEMM operand).
 template <class Body>
-void parallel_for(ComputePool& pool, int64_t n, int64_t grain, Body&& body, int64_t align = 1) {
-  const Ranges ranges = split_range(n, pool.threads(), grain, align);
+void parallel_for(ComputePool& pool, int64_t n, int64_t grain, Body&& body, int64_t align = 1,
+                  int64_t parts_per_thread = kPartsPerThread) {
+  const int64_t parts = pool.threads() == 1 ? 1 : pool.threads() * parts_per_thread;
+  const Ranges ranges = split_range(n, parts, grain, align);
   pool.run(ranges.count,
            [&](int64_t i, int thread) { body(ranges.begin(i), ranges.end(i), thread); });
 }

@@ -204,13 +204,13 @@ void multiply_parallel(const MatrixProduct& q, bool transpose_a, bool transpose_
         pool, q.m, kRowAlign,
         [&](int64_t r0, int64_t r1, int) { multiply<T>(rows_of<T>(q, transpose_a, r0, r1),
                                                        transpose_a, transpose_b); },
-        kRowAlign);
+        kRowAlign, 1);
   } else {
     parallel_for(
         pool, q.n, kColumnAlign,
         [&](int64_t c0, int64_t c1, int) { multiply<T>(columns_of<T>(q, transpose_b, c0, c1),
                                                        transpose_a, transpose_b); },
-        kColumnAlign);
+        kColumnAlign, 1);
   }
 }
 
