@@ -89,8 +89,8 @@ int intra_op_threads(int devices) {
       std::max<int64_t>(1, std::thread::hardware_concurrency() / std::max(devices, 1));
   const int64_t threads = config::get_int("AXLE_CPU_INTRA_OP_THREADS", shared);
   if (threads < 1 || threads > kMost) {
-    throw ConfigError(fmt::format("AXLE_CPU_INTRA_OP_THREADS={} must be between 1 and {}",
-                                  threads, kMost));
+    throw ConfigError(
+        fmt::format("AXLE_CPU_INTRA_OP_THREADS={} must be between 1 and {}", threads, kMost));
   }
   return static_cast<int>(threads);
 }

@@ -40,9 +40,12 @@ class ComputePool {
       return;
     }
     using P = std::remove_reference_t<Part>;
-    run_parts(parts, [](void* context, int64_t index, int thread) {
-      (*static_cast<P*>(context))(index, thread);
-    }, const_cast<void*>(static_cast<const void*>(&part)));
+    run_parts(
+        parts,
+        [](void* context, int64_t index, int thread) {
+          (*static_cast<P*>(context))(index, thread);
+        },
+        const_cast<void*>(static_cast<const void*>(&part)));
   }
 
   /// At least `bytes` of 64-byte-aligned memory for `thread`'s use inside a part, kept (and

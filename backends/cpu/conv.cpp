@@ -187,9 +187,8 @@ void conv2d_by_columns(const T* x, const T* w, T* out, const ConvGeometry& g, Co
   const bool pointwise =
       g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
   auto image = [&](int64_t n, int thread, ComputePool* gemm_pool) {
-    T* col = pointwise
-                 ? nullptr
-                 : static_cast<T*>(pool.scratch(thread, sizeof(T) * patch * out_plane));
+    T* col =
+        pointwise ? nullptr : static_cast<T*>(pool.scratch(thread, sizeof(T) * patch * out_plane));
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       const T* x_group = x + (n * g.c + grp * in_group) * g.h * g.w;
       const T* columns = x_group;
@@ -222,8 +221,8 @@ void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
   constexpr int64_t kRowMatrixBytes = int64_t{16} << 20;
   const int64_t image_bytes = out_plane * patch * static_cast<int64_t>(sizeof(T));
   const int64_t images = std::clamp<int64_t>(kRowMatrixBytes / image_bytes, 1, g.n);
-  T* rows = static_cast<T*>(
-      pool.scratch(0, sizeof(T) * static_cast<std::size_t>(images * out_plane * (patch + out_group))));
+  T* rows = static_cast<T*>(pool.scratch(
+      0, sizeof(T) * static_cast<std::size_t>(images * out_plane * (patch + out_group))));
   T* products = rows + images * out_plane * patch;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / patch);
   for (int64_t grp = 0; grp < g.groups; ++grp) {
@@ -233,8 +232,8 @@ void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
         for (int64_t r = first; r < last;) {
           const int64_t n = r / out_plane, pos = r % out_plane;
           const int64_t end = std::min(last, (n + 1) * out_plane);
-          im2row(x + ((n0 + n) * g.c + grp * in_group) * g.h * g.w, in_group, g, pos,
-                 pos + end - r, rows + r * patch);
+          im2row(x + ((n0 + n) * g.c + grp * in_group) * g.h * g.w, in_group, g, pos, pos + end - r,
+                 rows + r * patch);
           r = end;
         }
       });
@@ -245,7 +244,8 @@ void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
         T* dst = out + ((n0 + n) * g.o + grp * out_group) * out_plane;
         const T* src = products + n * out_plane * out_group;
         for (int64_t o = 0; o < out_group; ++o) {
-          for (int64_t pos = 0; pos < out_plane; ++pos) dst[o * out_plane + pos] = src[pos * out_group + o];
+          for (int64_t pos = 0; pos < out_plane; ++pos)
+            dst[o * out_plane + pos] = src[pos * out_group + o];
         }
       }
     }
@@ -590,9 +590,8 @@ void max_pool_2x2_backward(const T* x, const T* grad_out, T* grad_x, const PoolG
           const int64_t windows = g.ow - i;
           __m256 best, at;
           pick_2x2(top + 2 * i, bottom + 2 * i, windows, best, at);
-          const __m256 grad = windows >= 8
-                                  ? _mm256_loadu_ps(grad_out + i)
-                                  : _mm256_maskload_ps(grad_out + i, first_lanes(windows));
+          const __m256 grad = windows >= 8 ? _mm256_loadu_ps(grad_out + i)
+                                           : _mm256_maskload_ps(grad_out + i, first_lanes(windows));
           auto share = [&](float tap) {
             return _mm256_and_ps(_mm256_cmp_ps(at, _mm256_set1_ps(tap), _CMP_EQ_OQ), grad);
           };
@@ -855,7 +854,9 @@ void pool2d_backward(const KernelArgs& args) {
     using A = compute_t<T>;
     const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
     // Per thread, one plane of gradient sums in the compute type.
-    auto sums = [&](int thread) { return static_cast<A*>(pool.scratch(thread, sizeof(A) * plane)); };
+    auto sums = [&](int thread) {
+      return static_cast<A*>(pool.scratch(thread, sizeof(A) * plane));
+    };
     if constexpr (kIsMax) {
       const T* x = args.inputs[0].as<T>();
       const T* grad_out = args.inputs[1].as<T>();

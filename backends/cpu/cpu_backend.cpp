@@ -207,8 +207,8 @@ class CpuBackend final : public Backend {
             fmt::format("the CPU backend has no kernel for {}", describe_call(program, call)));
       }
       try {
-        fn(cpu::KernelArgs{call, views, {out->data(), &program.slots[call.output]},
-                           pools_.at(device).get()});
+        fn(cpu::KernelArgs{
+            call, views, {out->data(), &program.slots[call.output]}, pools_.at(device).get()});
       } catch (const std::exception& e) {
         throw std::runtime_error(
             fmt::format("kernel {} failed: {}", describe_call(program, call), e.what()));

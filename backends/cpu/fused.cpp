@@ -262,10 +262,9 @@ class FusedRun {
     if (pool_) {
       // Each block computes the same bits whichever thread runs it.
       constexpr int64_t kBlocksPerPart = kParallelElements / 4 / kBlock + 1;
-      return parallel_for(*pool_, blocks, kBlocksPerPart,
-                          [&](int64_t first, int64_t last, int thread) {
-                            run_blocks(first, last, thread);
-                          });
+      return parallel_for(
+          *pool_, blocks, kBlocksPerPart,
+          [&](int64_t first, int64_t last, int thread) { run_blocks(first, last, thread); });
     }
     run_blocks(0, blocks, 0);
     if (fold_) fold_->store(args_.output.as<T>());

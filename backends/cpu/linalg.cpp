@@ -141,7 +141,7 @@ using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
 template <class T>
 void multiply(const MatrixProduct& q, bool transpose_a, bool transpose_b) {
   Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>> c(static_cast<T*>(q.out), q.m, q.n,
-                                                       Eigen::OuterStride<>(q.ldc));
+                                                      Eigen::OuterStride<>(q.ldc));
   if (q.k == 0) {
     c.setZero();  // an empty sum
     return;
@@ -202,14 +202,16 @@ void multiply_parallel(const MatrixProduct& q, bool transpose_a, bool transpose_
   if (q.m > q.n) {
     parallel_for(
         pool, q.m, kRowAlign,
-        [&](int64_t r0, int64_t r1, int) { multiply<T>(rows_of<T>(q, transpose_a, r0, r1),
-                                                       transpose_a, transpose_b); },
+        [&](int64_t r0, int64_t r1, int) {
+          multiply<T>(rows_of<T>(q, transpose_a, r0, r1), transpose_a, transpose_b);
+        },
         kRowAlign, 1);
   } else {
     parallel_for(
         pool, q.n, kColumnAlign,
-        [&](int64_t c0, int64_t c1, int) { multiply<T>(columns_of<T>(q, transpose_b, c0, c1),
-                                                       transpose_a, transpose_b); },
+        [&](int64_t c0, int64_t c1, int) {
+          multiply<T>(columns_of<T>(q, transpose_b, c0, c1), transpose_a, transpose_b);
+        },
         kColumnAlign, 1);
   }
 }
@@ -219,8 +221,11 @@ void run_plan(const T* a, const T* b, T* out, const MatmulPlan& p, ComputePool& 
   const int64_t out_matrix = p.m * p.n;
   const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
   auto product = [&](std::size_t j) {
-    return MatrixProduct{p.m, p.n, p.k, a + p.a_offsets[j], lda, b + p.b_offsets[j], ldb,
-                   out + static_cast<int64_t>(j) * out_matrix, p.n};
+    return MatrixProduct{p.m, p.n,
+                         p.k, a + p.a_offsets[j],
+                         lda, b + p.b_offsets[j],
+                         ldb, out + static_cast<int64_t>(j) * out_matrix,
+                         p.n};
   };
   const auto batch = static_cast<int64_t>(p.a_offsets.size());
   if (batch >= pool.threads() && batch * p.m * p.n * p.k >= kParallelMultiplyAdds) {

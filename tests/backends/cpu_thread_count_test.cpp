@@ -91,7 +91,8 @@ void expect_on_every_thread_count(Kernel kernel, const std::vector<HostTensor>& 
 Reference reference_matmul(const HostTensor& a, const HostTensor& b, bool ta, bool tb) {
   const int ra = a.shape.rank();
   const int64_t batch = a.shape.numel() / (a.shape[ra - 1] * a.shape[ra - 2]);
-  const int64_t m = ta ? a.shape[ra - 1] : a.shape[ra - 2], k = ta ? a.shape[ra - 2] : a.shape[ra - 1];
+  const int64_t m = ta ? a.shape[ra - 1] : a.shape[ra - 2],
+                k = ta ? a.shape[ra - 2] : a.shape[ra - 1];
   const int rb = b.shape.rank();
   const int64_t n = tb ? b.shape[rb - 2] : b.shape[rb - 1];
   Shape shape;
@@ -106,7 +107,8 @@ Reference reference_matmul(const HostTensor& a, const HostTensor& b, bool ta, bo
       for (int64_t j = 0; j < n; ++j) {
         double sum = 0, scale = 0;
         for (int64_t q = 0; q < k; ++q) {
-          const double term = (ta ? x[q * m + i] : x[i * k + q]) * (tb ? y[j * k + q] : y[q * n + j]);
+          const double term =
+              (ta ? x[q * m + i] : x[i * k + q]) * (tb ? y[j * k + q] : y[q * n + j]);
           sum += term;
           scale += std::abs(term);
         }
@@ -203,11 +205,11 @@ void expect_conv(const Shape& x_shape, const Shape& w_shape, const Conv& p, bool
   const HostTensor x = random_tensor(DType::kF32, x_shape, rng);
   const HostTensor w = random_tensor(DType::kF32, w_shape, rng);
   const Reference ref = reference_conv(x, w, p);
-  expect_on_every_thread_count(
-      Kernel::kConv2d, {x, w}, DType::kF32, ref.shape,
-      {p.stride, p.stride, p.pad, p.pad, p.dilation, p.dilation, p.groups}, ref.values,
-      tolerance(DType::kF32), exact, "conv2d x " + x_shape.to_string() + ", w " + w_shape.to_string(),
-      ref.scale);
+  expect_on_every_thread_count(Kernel::kConv2d, {x, w}, DType::kF32, ref.shape,
+                               {p.stride, p.stride, p.pad, p.pad, p.dilation, p.dilation, p.groups},
+                               ref.values, tolerance(DType::kF32), exact,
+                               "conv2d x " + x_shape.to_string() + ", w " + w_shape.to_string(),
+                               ref.scale);
 }
 
 TEST(ThreadCount, ConvWithImagesPerThreadGivesOneThreadsBits) {
@@ -250,7 +252,8 @@ HostTensor awkward_tensor(const Shape& shape, std::mt19937& rng) {
   std::uniform_int_distribution<int> pick(0, 8), plain(0, 20);
   HostTensor t{DType::kF32, shape, std::vector<double>(static_cast<std::size_t>(shape.numel()))};
   std::uniform_real_distribution<double> real(-3, 3);
-  for (double& v : t.values) v = plain(rng) < 4 ? choices[pick(rng)] : round_to(DType::kF32, real(rng));
+  for (double& v : t.values)
+    v = plain(rng) < 4 ? choices[pick(rng)] : round_to(DType::kF32, real(rng));
   return t;
 }
 
@@ -293,12 +296,13 @@ void expect_max_pool(const Shape& x_shape, const Pool& p, std::mt19937& rng) {
   const std::vector<int64_t> at = reference_argmax(x, p);
   std::vector<double> want;
   for (int64_t k : at) want.push_back(x.values[static_cast<std::size_t>(k)]);
-  expect_on_every_thread_count(Kernel::kMaxPool2d, {x}, DType::kF32, out, max_pool_ints(p), want,
-                               0, true, "max_pool2d x " + x_shape.to_string());
+  expect_on_every_thread_count(Kernel::kMaxPool2d, {x}, DType::kF32, out, max_pool_ints(p), want, 0,
+                               true, "max_pool2d x " + x_shape.to_string());
 
   const HostTensor grad = random_tensor(DType::kF32, out, rng);
   std::vector<double> grad_x(static_cast<std::size_t>(x_shape.numel()), 0.0);
-  for (std::size_t i = 0; i < at.size(); ++i) grad_x[static_cast<std::size_t>(at[i])] += grad.values[i];
+  for (std::size_t i = 0; i < at.size(); ++i)
+    grad_x[static_cast<std::size_t>(at[i])] += grad.values[i];
   expect_on_every_thread_count(Kernel::kMaxPool2dBackward, {x, grad}, DType::kF32, x_shape,
                                max_pool_ints(p), grad_x, tolerance(DType::kF32), true,
                                "max_pool2d_backward x " + x_shape.to_string());
@@ -372,16 +376,16 @@ TEST(ThreadCount, SumOverBatchAndPlanesGivesOneThreadsBits) {
 
 TEST(ThreadCount, BroadcastAddGivesOneThreadsBits) {
   std::mt19937 rng(10);
-  for (const auto& [a_shape, b_shape] : std::vector<std::pair<Shape, Shape>>{
-           {{64, 33, 40}, {33, 1}},     // many rows
-           {{100003}, {100003}},        // one row, split inside
-           {{2, 50001}, {1}}}) {        // fewer rows than threads
+  for (const auto& [a_shape, b_shape] :
+       std::vector<std::pair<Shape, Shape>>{{{64, 33, 40}, {33, 1}},  // many rows
+                                            {{100003}, {100003}},     // one row, split inside
+                                            {{2, 50001}, {1}}}) {     // fewer rows than threads
     const HostTensor a = random_tensor(DType::kF32, a_shape, rng);
     const HostTensor b = random_tensor(DType::kF32, b_shape, rng);
     std::vector<double> want;
     const int64_t inner = b_shape.rank() == 2 ? a_shape[2] : 1;
     for (int64_t i = 0; i < a_shape.numel(); ++i) {
-      const int64_t j = b_shape.numel() == 1 ? 0
+      const int64_t j = b_shape.numel() == 1  ? 0
                         : b_shape.rank() == 2 ? (i / inner) % b_shape[0]
                                               : i;
       want.push_back(round_to(DType::kF32, a.values[static_cast<std::size_t>(i)] +
@@ -427,8 +431,8 @@ TEST(ThreadCount, FusedChainGivesTheUnfusedBitsOnEveryThreadCount) {
                                              random_tensor(DType::kF32, {301}, rng),
                                              HostTensor{DType::kF32, {}, {0.25}}};
   // relu(a * b + 0.25), then its tanh: a gathered operand, a scalar, scratch buffers.
-  const std::vector<Step> steps = {{Kernel::kMul, 0, 1}, {Kernel::kAdd, -1, 2},
-                                   {Kernel::kRelu, -2}, {Kernel::kTanh, -3}};
+  const std::vector<Step> steps = {
+      {Kernel::kMul, 0, 1}, {Kernel::kAdd, -1, 2}, {Kernel::kRelu, -2}, {Kernel::kTanh, -3}};
   const HostTensor want = unfused(steps, externals, DType::kF32, shape);
   const std::vector<int64_t> ints = fused_ints(steps, false);
   const HostTensor one = run_on(1, Kernel::kFused, externals, DType::kF32, shape, ints);
