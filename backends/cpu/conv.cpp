@@ -1,7 +1,9 @@
 // backends/cpu: convolution and pooling kernels (kConv2d, kMaxPool2d, kAvgPool2d, and the
-// pooling gradients kMaxPool2dBackward, kAvgPool2dBackward) on NCHW buffers. Convolution is im2col
-// + one Eigen GEMM per image and group; pooling walks each window over precomputed in-bounds tap
-// ranges, so no inner loop tests for padding.
+// pooling gradients kMaxPool2dBackward, kAvgPool2dBackward) on NCHW buffers. Convolution is a
+// GEMM in one of three forms, picked by shape: im2col per image, receptive fields as rows over
+// all images (kernels wider than their output), or shifted sums of tap planes (stride 1, fewer
+// output than input channels). Pooling walks each window over precomputed in-bounds tap ranges,
+// so no inner loop tests for padding. Images and planes are spread over the device's threads.
 #include <fmt/format.h>
 
 #if defined(__AVX2__)
@@ -217,7 +219,7 @@ template <class T>
 void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
   const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
   const int64_t patch = in_group * g.kh * g.kw, out_plane = g.oh * g.ow;
-  // Images per GEMM: as many as keep the row matrix within a few megabytes.
+  // Images per GEMM: as many as keep the row matrix within 16 MiB.
   constexpr int64_t kRowMatrixBytes = int64_t{16} << 20;
   const int64_t image_bytes = out_plane * patch * static_cast<int64_t>(sizeof(T));
   const int64_t images = std::clamp<int64_t>(kRowMatrixBytes / image_bytes, 1, g.n);
