@@ -6,6 +6,10 @@
 //   fusion_speedup       — step time with fusion off (AXLE_DISABLE_PASSES=fusion) / on
 //   mlp_step_over_gemm   — the MLP step's time / the time of its eight GEMMs (three forward,
 //                          three weight gradients, two input gradients) run directly through Eigen
+//                          on one thread
+//   mlp_step_over_split_gemm — the same over those GEMMs split into row or column blocks over as
+//                          many threads as the device computes on (as the CPU backend splits them)
+//   intra_op_threads     — the compute threads of the benchmark's device
 // JSON lines on stdout (see benchmarks/README.md).
 #include <CLI/CLI.hpp>
 #include <Eigen/Dense>
@@ -15,6 +19,7 @@
 #include <vector>
 
 #include "axle.h"
+#include "backends/cpu/compute_pool.h"
 #include "benchmarks/report.h"
 #include "engine/config.h"
 #include "samples/mnist_models.h"
@@ -55,9 +60,35 @@ double step_ms(const std::string& model_name, int64_t batch, int steps, int roun
   return quantile(ms, 0.5);
 }
 
-// Median ms of the MLP step's GEMMs through Eigen, row-major as axle stores tensors.
-double mlp_gemm_ms(int64_t batch, int rounds) {
-  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// out = a * b on `pool`: the larger side of out cut into one block per thread, each an Eigen
+// product, as the CPU backend splits products of at least a million multiply-adds.
+template <class A, class B>
+void split_product(axle::cpu::ComputePool& pool, Matrix& out, const A& a, const B& b) {
+  if (out.rows() * out.cols() * a.cols() < (int64_t{1} << 20)) {
+    out.noalias() = a * b;
+  } else if (out.rows() > out.cols()) {
+    axle::cpu::parallel_for(
+        pool, out.rows(), 4,
+        [&](int64_t r0, int64_t r1, int) {
+          out.middleRows(r0, r1 - r0).noalias() = a.middleRows(r0, r1 - r0) * b;
+        },
+        4, 1);
+  } else {
+    axle::cpu::parallel_for(
+        pool, out.cols(), 8,
+        [&](int64_t c0, int64_t c1, int) {
+          out.middleCols(c0, c1 - c0).noalias() = a * b.middleCols(c0, c1 - c0);
+        },
+        8, 1);
+  }
+}
+
+// Median ms of the MLP step's GEMMs through Eigen, row-major as axle stores tensors, on
+// `threads` threads (1: plain Eigen products on this thread).
+double mlp_gemm_ms(int64_t batch, int rounds, int threads) {
+  axle::cpu::ComputePool pool(threads);
   const Matrix x = Matrix::Random(batch, 784);
   const Matrix w1 = Matrix::Random(512, 784), w2 = Matrix::Random(512, 512),
                w3 = Matrix::Random(10, 512);
@@ -68,14 +99,14 @@ double mlp_gemm_ms(int64_t batch, int rounds) {
   for (int r = 0; r < rounds; ++r) {
     const auto start = Clock::now();
     for (int i = 0; i < 10; ++i) {
-      h1.noalias() = x * w1.transpose();
-      h2.noalias() = h1 * w2.transpose();
-      out.noalias() = h2 * w3.transpose();
-      g3.noalias() = d_out.transpose() * h2;
-      d_h2.noalias() = d_out * w3;
-      g2.noalias() = d_h2.transpose() * h1;
-      d_h1.noalias() = d_h2 * w2;
-      g1.noalias() = d_h1.transpose() * x;
+      split_product(pool, h1, x, w1.transpose());
+      split_product(pool, h2, h1, w2.transpose());
+      split_product(pool, out, h2, w3.transpose());
+      split_product(pool, g3, d_out.transpose(), h2);
+      split_product(pool, d_h2, d_out, w3);
+      split_product(pool, g2, d_h2.transpose(), h1);
+      split_product(pool, d_h1, d_h2, w2);
+      split_product(pool, g1, d_h1.transpose(), x);
     }
     ms.push_back(seconds_since(start) * 1e3 / 10);
   }
@@ -93,6 +124,10 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "a short run");
   CLI11_PARSE(app, argc, argv);
   const int steps = quick ? 5 : 20, rounds = quick ? 3 : 7;
+  // What one device of the benchmark's system computes on (CPU_NUM_DEVICES is 1 unless set).
+  const int threads =
+      axle::cpu::intra_op_threads(static_cast<int>(axle::config::get_int("CPU_NUM_DEVICES", 1)));
+  emit("train_step", "intra_op_threads", threads, "threads");
   struct Case {
     const char* model;
     int64_t batch;
@@ -109,8 +144,10 @@ int main(int argc, char** argv) {
     emit("train_step", "fusion_speedup", unfused / fused, "ratio",
          {{"model", std::string(c.model)}, {"batch", c.batch}});
     if (std::string(c.model) == "mlp") {
-      emit("train_step", "mlp_step_over_gemm", fused / mlp_gemm_ms(c.batch, rounds), "ratio",
+      emit("train_step", "mlp_step_over_gemm", fused / mlp_gemm_ms(c.batch, rounds, 1), "ratio",
            {{"batch", c.batch}});
+      emit("train_step", "mlp_step_over_split_gemm", fused / mlp_gemm_ms(c.batch, rounds, threads),
+           "ratio", {{"batch", c.batch}, {"threads", int64_t{threads}}});
     }
   }
   axle::LazySystem::restart();

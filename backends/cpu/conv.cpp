@@ -1,10 +1,15 @@
 // backends/cpu: convolution and pooling kernels (kConv2d, kMaxPool2d, kAvgPool2d, and the
-// pooling gradients kMaxPool2dBackward, kAvgPool2dBackward) on NCHW buffers. Convolution is im2col
-// + one Eigen GEMM per image and group; pooling walks each window over precomputed in-bounds tap
-// ranges, so no inner loop tests for padding.
+// pooling gradients kMaxPool2dBackward, kAvgPool2dBackward) on NCHW buffers. Convolution is a
+// GEMM in one of three forms, picked by shape: im2col per image, receptive fields as rows over
+// all images (kernels wider than their output), or shifted sums of tap planes (stride 1, fewer
+// output than input channels). Pooling walks each window over precomputed in-bounds tap ranges,
+// so no inner loop tests for padding. Images and planes are spread over the device's threads.
 #include <fmt/format.h>
 
-#include <Eigen/Core>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,7 +19,9 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/compute_pool.h"
 #include "backends/cpu/element.h"
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel.h"
 
 namespace axle::cpu {
@@ -138,47 +145,204 @@ void im2col(const T* x, int64_t channels, const ConvGeometry& g, T* col) {
   }
 }
 
+/// Lays out the receptive fields of output positions [first, last) (row-major over [oh, ow]) of
+/// the `channels` planes at `x` as the rows of a [last - first, channels * kh * kw] row-major
+/// matrix; taps in the padding are zero. It copies runs of kw taps where im2col copies runs of ow
+/// positions: the layout for kernels wider than their output, such as a weight gradient's.
 template <class T>
-void conv2d_typed(const T* x, const T* w, T* out, const ConvGeometry& g) {
+void im2row(const T* x, int64_t channels, const ConvGeometry& g, int64_t first, int64_t last,
+            T* rows) {
+  const int64_t plane = g.h * g.w;
+  for (int64_t pos = first; pos < last; ++pos) {
+    const int64_t start_h = pos / g.ow * g.stride_h - g.pad_h;
+    const int64_t start_w = pos % g.ow * g.stride_w - g.pad_w;
+    const auto [i_lo, i_hi] = taps_inside(start_h, g.h, g.kh, g.dilation_h);
+    const auto [j_lo, j_hi] = taps_inside(start_w, g.w, g.kw, g.dilation_w);
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t i = 0; i < g.kh; ++i, rows += g.kw) {
+        if (i < i_lo || i >= i_hi) {
+          std::fill_n(rows, g.kw, T(0));
+          continue;
+        }
+        const T* src = x + c * plane + (start_h + i * g.dilation_h) * g.w + start_w;
+        std::fill(rows, rows + j_lo, T(0));
+        if (g.dilation_w == 1) {
+          std::copy(src + j_lo, src + j_hi, rows + j_lo);
+        } else {
+          for (int64_t j = j_lo; j < j_hi; ++j) rows[j] = src[j * g.dilation_w];
+        }
+        std::fill(rows + j_hi, rows + g.kw, T(0));
+      }
+    }
+  }
+}
+
+/// Convolution as one GEMM per image and group, out[o, oh * ow] = w[o, patch] x col[patch, oh *
+/// ow], images spread over the pool's threads (each image's GEMM split over them instead when
+/// there are fewer images than threads).
+template <class T>
+void conv2d_by_columns(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
   const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
   const int64_t patch = in_group * g.kh * g.kw, out_plane = g.oh * g.ow;
   // A 1x1 kernel with unit stride and no padding reads each plane as it is: the input already
   // is the column matrix, so im2col would only copy it.
   const bool pointwise =
       g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
-  std::vector<T> col(pointwise ? 0 : static_cast<std::size_t>(patch * out_plane));
-  for (int64_t n = 0; n < g.n; ++n) {
+  auto image = [&](int64_t n, int thread, ComputePool* gemm_pool) {
+    T* col =
+        pointwise ? nullptr : static_cast<T*>(pool.scratch(thread, sizeof(T) * patch * out_plane));
     for (int64_t grp = 0; grp < g.groups; ++grp) {
-      MatrixMap<T> result(out + (n * g.o + grp * out_group) * out_plane, out_group, out_plane);
-      if (patch == 0) {
-        result.setZero();  // no input channels: an empty sum
-        continue;
-      }
       const T* x_group = x + (n * g.c + grp * in_group) * g.h * g.w;
       const T* columns = x_group;
       if (!pointwise) {
-        im2col(x_group, in_group, g, col.data());
-        columns = col.data();
+        im2col(x_group, in_group, g, col);
+        columns = col;
       }
-      result.noalias() = ConstMatrixMap<T>(w + grp * out_group * patch, out_group, patch) *
-                         ConstMatrixMap<T>(columns, patch, out_plane);
+      gemm<T>({out_group, out_plane, patch, w + grp * out_group * patch, patch, columns, out_plane,
+               out + (n * g.o + grp * out_group) * out_plane, out_plane},
+              false, false, gemm_pool);
+    }
+  };
+  if (g.n >= pool.threads()) {
+    parallel_for(pool, g.n, 1, [&](int64_t first, int64_t last, int thread) {
+      for (int64_t n = first; n < last; ++n) image(n, thread, nullptr);
+    });
+  } else {
+    for (int64_t n = 0; n < g.n; ++n) image(n, 0, &pool);
+  }
+}
+
+/// Convolution with the output positions of a run of images as the rows of one GEMM,
+/// out2[(n, oh, ow), o] = rows[(n, oh, ow), patch] x w[o, patch]^T, then scattered to NCHW. For
+/// small outputs of large kernels, where a GEMM per image would be a few columns wide.
+template <class T>
+void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
+  const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
+  const int64_t patch = in_group * g.kh * g.kw, out_plane = g.oh * g.ow;
+  // Images per GEMM: as many as keep the row matrix within 16 MiB.
+  constexpr int64_t kRowMatrixBytes = int64_t{16} << 20;
+  const int64_t image_bytes = out_plane * patch * static_cast<int64_t>(sizeof(T));
+  const int64_t images = std::clamp<int64_t>(kRowMatrixBytes / image_bytes, 1, g.n);
+  T* rows = static_cast<T*>(pool.scratch(
+      0, sizeof(T) * static_cast<std::size_t>(images * out_plane * (patch + out_group))));
+  T* products = rows + images * out_plane * patch;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / patch);
+  for (int64_t grp = 0; grp < g.groups; ++grp) {
+    for (int64_t n0 = 0; n0 < g.n; n0 += images) {
+      const int64_t count = std::min(images, g.n - n0), total = count * out_plane;
+      parallel_for(pool, total, grain, [&](int64_t first, int64_t last, int) {
+        for (int64_t r = first; r < last;) {
+          const int64_t n = r / out_plane, pos = r % out_plane;
+          const int64_t end = std::min(last, (n + 1) * out_plane);
+          im2row(x + ((n0 + n) * g.c + grp * in_group) * g.h * g.w, in_group, g, pos, pos + end - r,
+                 rows + r * patch);
+          r = end;
+        }
+      });
+      gemm<T>({total, out_group, patch, rows, patch, w + grp * out_group * patch, patch, products,
+               out_group},
+              false, true, &pool);
+      for (int64_t n = 0; n < count; ++n) {
+        T* dst = out + ((n0 + n) * g.o + grp * out_group) * out_plane;
+        const T* src = products + n * out_plane * out_group;
+        for (int64_t o = 0; o < out_group; ++o) {
+          for (int64_t pos = 0; pos < out_plane; ++pos)
+            dst[o * out_plane + pos] = src[pos * out_group + o];
+        }
+      }
     }
   }
 }
 
+/// Stride-1 convolution with fewer output than input channels (the input gradient's form) as a
+/// GEMM over the input as it is: taps[(o, i, j), h * w] = w[(o, i, j), c] x x[c, h * w], then
+/// each output plane sums its kh * kw tap planes, shifted. im2col would copy the input kh * kw
+/// times to be read o times; here the GEMM reads it once for o * kh * kw rows, and the shifted
+/// sums touch o * kh * kw planes of the output's size.
+template <class T>
+void conv2d_by_taps(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
+  const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
+  const int64_t taps = g.kh * g.kw, plane = g.h * g.w, out_plane = g.oh * g.ow;
+  const int64_t rows = out_group * taps;
+  // The weights as [(o, i, j), c] per group.
+  std::vector<T> tap_weights(static_cast<std::size_t>(g.groups * rows * in_group));
+  for (int64_t grp = 0; grp < g.groups; ++grp) {
+    for (int64_t o = 0; o < out_group; ++o) {
+      for (int64_t c = 0; c < in_group; ++c) {
+        for (int64_t t = 0; t < taps; ++t) {
+          tap_weights[((grp * out_group + o) * taps + t) * in_group + c] =
+              w[((grp * out_group + o) * in_group + c) * taps + t];
+        }
+      }
+    }
+  }
+  auto image = [&](int64_t n, int thread, ComputePool* gemm_pool) {
+    T* tap_planes = static_cast<T*>(pool.scratch(thread, sizeof(T) * rows * plane));
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      gemm<T>({rows, plane, in_group, tap_weights.data() + grp * rows * in_group, in_group,
+               x + (n * g.c + grp * in_group) * plane, plane, tap_planes, plane},
+              false, false, gemm_pool);
+      for (int64_t o = 0; o < out_group; ++o) {
+        T* dst = out + (n * g.o + grp * out_group + o) * out_plane;
+        std::fill_n(dst, out_plane, T(0));
+        for (int64_t i = 0; i < g.kh; ++i) {
+          // Output row y reads tap row y + i - pad_h.
+          const int64_t y_lo = std::max<int64_t>(0, g.pad_h - i);
+          const int64_t y_hi = std::min(g.oh, g.h + g.pad_h - i);
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t x_lo = std::max<int64_t>(0, g.pad_w - j);
+            const int64_t x_hi = std::min(g.ow, g.w + g.pad_w - j);
+            if (x_lo >= x_hi) continue;
+            const T* tap_plane = tap_planes + ((o * g.kh + i) * g.kw + j) * plane;
+            for (int64_t y = y_lo; y < y_hi; ++y) {
+              T* __restrict__ d = dst + y * g.ow + x_lo;
+              const T* __restrict__ s = tap_plane + (y + i - g.pad_h) * g.w + x_lo + j - g.pad_w;
+              for (int64_t k = 0; k < x_hi - x_lo; ++k) d[k] += s[k];
+            }
+          }
+        }
+      }
+    }
+  };
+  if (g.n >= pool.threads()) {
+    parallel_for(pool, g.n, 1, [&](int64_t first, int64_t last, int thread) {
+      for (int64_t n = first; n < last; ++n) image(n, thread, nullptr);
+    });
+  } else {
+    for (int64_t n = 0; n < g.n; ++n) image(n, 0, &pool);
+  }
+}
+
+template <class T>
+void conv2d_typed(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
+  if (g.n == 0 || g.o == 0) return;
+  if (g.c == 0) {
+    std::fill_n(out, g.n * g.o * g.oh * g.ow, T(0));  // no input channels: an empty sum
+    return;
+  }
+  // im2col copies runs of ow taps, im2row runs of kw: take the longer runs.
+  if (g.kw > g.ow) return conv2d_by_rows(x, w, out, g, pool);
+  const bool unit_steps =
+      g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1;
+  // With more output than input channels the tap planes outnumber im2col's rows: im2col wins.
+  if (unit_steps && g.o < g.c && g.kh * g.kw > 1) return conv2d_by_taps(x, w, out, g, pool);
+  conv2d_by_columns(x, w, out, g, pool);
+}
+
 void conv2d(const KernelArgs& args) {
   const ConvGeometry g = plan_conv(args);
+  ComputePool& pool = compute_pool(args);
   const ConstView& x = args.inputs[0];
   const ConstView& w = args.inputs[1];
   switch (args.output.desc->dtype) {
     case DType::kF32:
-      return conv2d_typed(x.as<float>(), w.as<float>(), args.output.as<float>(), g);
+      return conv2d_typed(x.as<float>(), w.as<float>(), args.output.as<float>(), g, pool);
     case DType::kF64:
-      return conv2d_typed(x.as<double>(), w.as<double>(), args.output.as<double>(), g);
+      return conv2d_typed(x.as<double>(), w.as<double>(), args.output.as<double>(), g, pool);
     case DType::kBF16: {
       // bf16 storage, f32 accumulation: widen once, convolve in f32, round once at the end.
       std::vector<float> out(static_cast<std::size_t>(args.output.desc->shape.numel()));
-      conv2d_typed(widened(x).data(), widened(w).data(), out.data(), g);
+      conv2d_typed(widened(x).data(), widened(w).data(), out.data(), g, pool);
       return narrow_block(out.data(), args.output.as<Bf16>(), static_cast<int64_t>(out.size()));
     }
     default:
@@ -305,6 +469,158 @@ std::pair<int64_t, compute_t<T>> window_max(const T* win, int64_t w, int64_t kh,
   return {at, best};
 }
 
+// The 2x2 window at stride 2 (the common CNN's, never overlapping): each output row reads two
+// input rows. Every window picks as window_max does: in row-major tap order, the first maximum,
+// or the last NaN. GCC does not vectorise the strided taps, so f32 gets AVX2 code for eight
+// windows at a time (the build targets x86-64-v3).
+
+// Tap 0..3 of the window (a, b over c, d) that max pooling picks, and its value.
+template <class A>
+inline void pick_2x2(A a, A b, A c, A d, A& best, int& at) {
+  best = a, at = 0;
+  bool take = b > best || b != b;
+  best = take ? b : best, at = take ? 1 : at;
+  take = c > best || c != c;
+  best = take ? c : best, at = take ? 2 : at;
+  take = d > best || d != d;
+  best = take ? d : best, at = take ? 3 : at;
+}
+
+#if defined(__AVX2__)
+// Lanes [0, count) of an AVX2 mask (count clipped to [0, 8]).
+inline __m256i first_lanes(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(count, 0, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Eight f32 windows at once: the even and odd taps of 16 floats of one row (2 * windows of
+// them, the rest read as 0, when fewer than eight windows are left).
+inline void split_even_odd(const float* p, int64_t windows, __m256& even, __m256& odd) {
+  __m256 lo, hi;
+  if (windows >= 8) {
+    lo = _mm256_loadu_ps(p), hi = _mm256_loadu_ps(p + 8);
+  } else {
+    lo = _mm256_maskload_ps(p, first_lanes(2 * windows));
+    hi = _mm256_maskload_ps(p + 8, first_lanes(2 * windows - 8));
+  }
+  even = _mm256_castpd_ps(_mm256_permute4x64_pd(
+      _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))), 0xD8));
+  odd = _mm256_castpd_ps(_mm256_permute4x64_pd(
+      _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), 0xD8));
+}
+
+// pick_2x2 on eight windows; `at` holds the picked taps as 0.f .. 3.f.
+inline void pick_2x2(const float* top, const float* bottom, int64_t windows, __m256& best,
+                     __m256& at) {
+  __m256 a, b, c, d;
+  split_even_odd(top, windows, a, b);
+  split_even_odd(bottom, windows, c, d);
+  best = a, at = _mm256_setzero_ps();
+  float tap = 1;
+  for (const __m256 v : {b, c, d}) {
+    const __m256 take =
+        _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    best = _mm256_blendv_ps(best, v, take);
+    at = _mm256_blendv_ps(at, _mm256_set1_ps(tap++), take);
+  }
+}
+
+// Interleaves the first `windows` lanes of a and b into 2 * windows floats at p.
+inline void store_interleaved(float* p, int64_t windows, __m256 a, __m256 b) {
+  const __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
+  const __m256 first = _mm256_permute2f128_ps(lo, hi, 0x20);
+  const __m256 second = _mm256_permute2f128_ps(lo, hi, 0x31);
+  if (windows >= 8) {
+    _mm256_storeu_ps(p, first);
+    _mm256_storeu_ps(p + 8, second);
+  } else {
+    _mm256_maskstore_ps(p, first_lanes(2 * windows), first);
+    _mm256_maskstore_ps(p + 8, first_lanes(2 * windows - 8), second);
+  }
+}
+#endif
+
+template <class T>
+void max_pool_2x2(const T* x, T* out, const PoolGeometry& g) {
+  using A = compute_t<T>;
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
+    for (int64_t oh = 0; oh < g.oh; ++oh, out += g.ow) {
+      const T* top = x + 2 * oh * g.w;
+      const T* bottom = top + g.w;
+      int64_t i = 0;
+#if defined(__AVX2__)
+      if constexpr (std::is_same_v<T, float>) {
+        for (; i < g.ow; i += 8) {
+          const int64_t windows = g.ow - i;
+          __m256 best, at;
+          pick_2x2(top + 2 * i, bottom + 2 * i, windows, best, at);
+          if (windows >= 8) {
+            _mm256_storeu_ps(out + i, best);
+          } else {
+            _mm256_maskstore_ps(out + i, first_lanes(windows), best);
+          }
+        }
+      }
+#endif
+      for (; i < g.ow; ++i) {
+        A best;
+        int at;
+        pick_2x2<A>(load(top[2 * i]), load(top[2 * i + 1]), load(bottom[2 * i]),
+                    load(bottom[2 * i + 1]), best, at);
+        out[i] = store<T>(best);
+      }
+    }
+  }
+}
+
+// The gradient of max_pool_2x2: each window's four taps are written once (the picked one gets
+// the gradient, the others zero), so the output needs no clearing pass first.
+template <class T>
+void max_pool_2x2_backward(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g) {
+  using A = compute_t<T>;
+  const T zero = store<T>(A(0));
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w, grad_x += g.h * g.w) {
+    for (int64_t oh = 0; oh < g.oh; ++oh, grad_out += g.ow) {
+      const T* top = x + 2 * oh * g.w;
+      const T* bottom = top + g.w;
+      T* grad_top = grad_x + 2 * oh * g.w;
+      T* grad_bottom = grad_top + g.w;
+      int64_t i = 0;
+#if defined(__AVX2__)
+      if constexpr (std::is_same_v<T, float>) {
+        for (; i < g.ow; i += 8) {
+          const int64_t windows = g.ow - i;
+          __m256 best, at;
+          pick_2x2(top + 2 * i, bottom + 2 * i, windows, best, at);
+          const __m256 grad = windows >= 8 ? _mm256_loadu_ps(grad_out + i)
+                                           : _mm256_maskload_ps(grad_out + i, first_lanes(windows));
+          auto share = [&](float tap) {
+            return _mm256_and_ps(_mm256_cmp_ps(at, _mm256_set1_ps(tap), _CMP_EQ_OQ), grad);
+          };
+          store_interleaved(grad_top + 2 * i, windows, share(0), share(1));
+          store_interleaved(grad_bottom + 2 * i, windows, share(2), share(3));
+        }
+      }
+#endif
+      for (; i < g.ow; ++i) {
+        A best;
+        int at;
+        pick_2x2<A>(load(top[2 * i]), load(top[2 * i + 1]), load(bottom[2 * i]),
+                    load(bottom[2 * i + 1]), best, at);
+        const T gv = grad_out[i];
+        grad_top[2 * i] = at == 0 ? gv : zero;
+        grad_top[2 * i + 1] = at == 1 ? gv : zero;
+        grad_bottom[2 * i] = at == 2 ? gv : zero;
+        grad_bottom[2 * i + 1] = at == 3 ? gv : zero;
+      }
+      // An odd last column belongs to no window.
+      if (g.w > 2 * g.ow) grad_top[g.w - 1] = grad_bottom[g.w - 1] = zero;
+    }
+    // So does an odd last row.
+    if (g.h > 2 * g.oh) std::fill_n(grad_x + (g.h - 1) * g.w, g.w, zero);
+  }
+}
+
 template <int kKh, int kKw, class T>
 void max_pool_inside(const T* x, T* out, const PoolGeometry& g) {
   for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
@@ -319,6 +635,9 @@ void max_pool_inside(const T* x, T* out, const PoolGeometry& g) {
 
 template <class T>
 void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
+  if (windows_inside(g) && g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2) {
+    return max_pool_2x2(x, out, g);
+  }
   if (windows_inside(g)) {
     return g.kh == 2 && g.kw == 2 ? max_pool_inside<2, 2>(x, out, g)
                                   : max_pool_inside<0, 0>(x, out, g);
@@ -349,37 +668,56 @@ void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
   }
 }
 
+/// One axis of an average-pooling window: its in-bounds taps [lo, hi), and how many taps torch's
+/// divisor counts along it: the window clipped to the padded input, padding included
+/// (count_include_pad) or not, but never the part of a ceil_mode window past the padding.
+struct AvgWindow {
+  int64_t lo, hi, counted;
+};
+AvgWindow avg_window(int64_t index, int64_t stride, int64_t pad, int64_t kernel, int64_t size,
+                     bool count_include_pad) {
+  const int64_t start = index * stride - pad;
+  const int64_t end = std::min(start + kernel, size + pad);
+  const int64_t lo = std::max<int64_t>(start, 0), hi = std::min(end, size);
+  return {lo, hi, count_include_pad ? end - start : hi - lo};
+}
+
 template <class T>
 void avg_pool_typed(const T* x, T* out, const PoolGeometry& g) {
   // bf16 values are summed in f32.
   using A = compute_t<T>;
   for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
     for (int64_t oh = 0; oh < g.oh; ++oh) {
-      // torch's divisor: the window clipped to the padded input counts padding (count_include_pad)
-      // but not the part of a ceil_mode window that runs past the padding.
-      int64_t h0 = oh * g.stride_h - g.pad_h;
-      int64_t h1 = std::min(h0 + g.kh, g.h + g.pad_h);
-      const int64_t padded_h = h1 - h0;
-      h0 = std::max<int64_t>(h0, 0), h1 = std::min(h1, g.h);
+      const AvgWindow rows = avg_window(oh, g.stride_h, g.pad_h, g.kh, g.h, g.count_include_pad);
       for (int64_t ow = 0; ow < g.ow; ++ow, ++out) {
-        int64_t w0 = ow * g.stride_w - g.pad_w;
-        int64_t w1 = std::min(w0 + g.kw, g.w + g.pad_w);
-        const int64_t padded_w = w1 - w0;
-        w0 = std::max<int64_t>(w0, 0), w1 = std::min(w1, g.w);
-        if (h0 >= h1 || w0 >= w1) {
+        const AvgWindow cols = avg_window(ow, g.stride_w, g.pad_w, g.kw, g.w, g.count_include_pad);
+        if (rows.lo >= rows.hi || cols.lo >= cols.hi) {
           *out = store<T>(A(0));
           continue;
         }
         A sum = 0;
-        for (int64_t i = h0; i < h1; ++i) {
+        for (int64_t i = rows.lo; i < rows.hi; ++i) {
           const T* row = x + i * g.w;
-          for (int64_t j = w0; j < w1; ++j) sum += load(row[j]);
+          for (int64_t j = cols.lo; j < cols.hi; ++j) sum += load(row[j]);
         }
-        const int64_t divisor = g.count_include_pad ? padded_h * padded_w : (h1 - h0) * (w1 - w0);
-        *out = store<T>(sum / static_cast<A>(divisor));
+        *out = store<T>(sum / static_cast<A>(rows.counted * cols.counted));
       }
     }
   }
+}
+
+/// Runs pass(x part, out part, geometry of the part, thread) over runs of whole planes on the
+/// pool's threads; each plane is computed the same way whichever run it falls in.
+template <class X, class Out, class Pass>
+void for_plane_runs(ComputePool& pool, const PoolGeometry& g, const X* x, int64_t x_plane, Out* out,
+                    int64_t out_plane, Pass&& pass) {
+  constexpr int64_t kElementsPerPart = int64_t{1} << 15;
+  const int64_t grain = std::max<int64_t>(1, kElementsPerPart / std::max<int64_t>(1, g.h * g.w));
+  parallel_for(pool, g.planes, grain, [&](int64_t first, int64_t last, int thread) {
+    PoolGeometry part = g;
+    part.planes = last - first;
+    pass(x + first * x_plane, out + first * out_plane, part, thread);
+  });
 }
 
 template <bool kIsMax>
@@ -387,12 +725,14 @@ void pool2d(const KernelArgs& args) {
   const PoolGeometry g = plan_pool(args, kIsMax);
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    const T* x = args.inputs[0].as<T>();
-    if constexpr (kIsMax) {
-      max_pool_typed(x, args.output.as<T>(), g);
-    } else {
-      avg_pool_typed(x, args.output.as<T>(), g);
-    }
+    for_plane_runs(compute_pool(args), g, args.inputs[0].as<T>(), g.h * g.w, args.output.as<T>(),
+                   g.oh * g.ow, [](const T* x, T* out, const PoolGeometry& part, int) {
+                     if constexpr (kIsMax) {
+                       max_pool_typed(x, out, part);
+                     } else {
+                       avg_pool_typed(x, out, part);
+                     }
+                   });
   };
   switch (args.output.desc->dtype) {
     case DType::kF32:
@@ -411,7 +751,8 @@ void pool2d(const KernelArgs& args) {
 // and stored once.
 
 template <int kKh, int kKw, class T>
-void max_pool_backward_inside(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g) {
+void max_pool_backward_inside(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g,
+                              compute_t<T>* plane) {
   using A = compute_t<T>;
   if (g.stride_h >= g.kh && g.stride_w >= g.kw) {
     // Windows do not overlap: each input element gets at most one gradient, stored as is.
@@ -427,9 +768,8 @@ void max_pool_backward_inside(const T* x, const T* grad_out, T* grad_x, const Po
     }
     return;
   }
-  std::vector<A> plane(static_cast<std::size_t>(g.h * g.w));
   for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w, grad_x += g.h * g.w) {
-    std::fill(plane.begin(), plane.end(), A(0));
+    std::fill_n(plane, g.h * g.w, A(0));
     for (int64_t oh = 0; oh < g.oh; ++oh) {
       const int64_t top = oh * g.stride_h * g.w;
       for (int64_t ow = 0; ow < g.ow; ++ow, ++grad_out) {
@@ -438,24 +778,27 @@ void max_pool_backward_inside(const T* x, const T* grad_out, T* grad_x, const Po
         plane[corner + at] += load(*grad_out);
       }
     }
-    narrow_block(plane.data(), grad_x, g.h * g.w);
+    narrow_block(plane, grad_x, g.h * g.w);
   }
 }
 
 template <class T>
-void max_pool_backward_typed(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g) {
+void max_pool_backward_typed(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g,
+                             compute_t<T>* plane) {
   if (windows_inside(g)) {
-    return g.kh == 2 && g.kw == 2 ? max_pool_backward_inside<2, 2>(x, grad_out, grad_x, g)
-                                  : max_pool_backward_inside<0, 0>(x, grad_out, grad_x, g);
+    if (g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2) {
+      return max_pool_2x2_backward(x, grad_out, grad_x, g);
+    }
+    return g.kh == 2 && g.kw == 2 ? max_pool_backward_inside<2, 2>(x, grad_out, grad_x, g, plane)
+                                  : max_pool_backward_inside<0, 0>(x, grad_out, grad_x, g, plane);
   }
   using A = compute_t<T>;
   std::vector<std::pair<int64_t, int64_t>> cols(g.ow);
   for (int64_t ow = 0; ow < g.ow; ++ow) {
     cols[ow] = taps_inside(ow * g.stride_w - g.pad_w, g.w, g.kw, g.dilation_w);
   }
-  std::vector<A> plane(static_cast<std::size_t>(g.h * g.w));
   for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w, grad_x += g.h * g.w) {
-    std::fill(plane.begin(), plane.end(), A(0));
+    std::fill_n(plane, g.h * g.w, A(0));
     for (int64_t oh = 0; oh < g.oh; ++oh) {
       const int64_t start_h = oh * g.stride_h - g.pad_h;
       const auto [kh_lo, kh_hi] = taps_inside(start_h, g.h, g.kh, g.dilation_h);
@@ -478,36 +821,28 @@ void max_pool_backward_typed(const T* x, const T* grad_out, T* grad_x, const Poo
         plane[at] += load(*grad_out);
       }
     }
-    narrow_block(plane.data(), grad_x, g.h * g.w);
+    narrow_block(plane, grad_x, g.h * g.w);
   }
 }
 
 template <class T>
-void avg_pool_backward_typed(const T* grad_out, T* grad_x, const PoolGeometry& g) {
+void avg_pool_backward_typed(const T* grad_out, T* grad_x, const PoolGeometry& g,
+                             compute_t<T>* plane) {
   using A = compute_t<T>;
-  std::vector<A> plane(static_cast<std::size_t>(g.h * g.w));
   for (int64_t p = 0; p < g.planes; ++p, grad_x += g.h * g.w) {
-    std::fill(plane.begin(), plane.end(), A(0));
+    std::fill_n(plane, g.h * g.w, A(0));
     for (int64_t oh = 0; oh < g.oh; ++oh) {
-      // The forward's windows and divisors (see avg_pool_typed).
-      int64_t h0 = oh * g.stride_h - g.pad_h;
-      int64_t h1 = std::min(h0 + g.kh, g.h + g.pad_h);
-      const int64_t padded_h = h1 - h0;
-      h0 = std::max<int64_t>(h0, 0), h1 = std::min(h1, g.h);
+      const AvgWindow rows = avg_window(oh, g.stride_h, g.pad_h, g.kh, g.h, g.count_include_pad);
       for (int64_t ow = 0; ow < g.ow; ++ow, ++grad_out) {
-        int64_t w0 = ow * g.stride_w - g.pad_w;
-        int64_t w1 = std::min(w0 + g.kw, g.w + g.pad_w);
-        const int64_t padded_w = w1 - w0;
-        w0 = std::max<int64_t>(w0, 0), w1 = std::min(w1, g.w);
-        if (h0 >= h1 || w0 >= w1) continue;
-        const int64_t divisor = g.count_include_pad ? padded_h * padded_w : (h1 - h0) * (w1 - w0);
-        const A share = load(*grad_out) / static_cast<A>(divisor);
-        for (int64_t i = h0; i < h1; ++i) {
-          for (int64_t j = w0; j < w1; ++j) plane[i * g.w + j] += share;
+        const AvgWindow cols = avg_window(ow, g.stride_w, g.pad_w, g.kw, g.w, g.count_include_pad);
+        if (rows.lo >= rows.hi || cols.lo >= cols.hi) continue;
+        const A share = load(*grad_out) / static_cast<A>(rows.counted * cols.counted);
+        for (int64_t i = rows.lo; i < rows.hi; ++i) {
+          for (int64_t j = cols.lo; j < cols.hi; ++j) plane[i * g.w + j] += share;
         }
       }
     }
-    narrow_block(plane.data(), grad_x, g.h * g.w);
+    narrow_block(plane, grad_x, g.h * g.w);
   }
 }
 
@@ -515,13 +850,28 @@ template <bool kIsMax>
 void pool2d_backward(const KernelArgs& args) {
   const PoolGeometry g =
       plan_pool(args, kIsMax, kIsMax ? PoolPass::kMaxBackward : PoolPass::kAvgBackward);
+  ComputePool& pool = compute_pool(args);
   auto run = [&](auto tag) {
     using T = decltype(tag);
+    using A = compute_t<T>;
+    const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
+    // Per thread, one plane of gradient sums in the compute type.
+    auto sums = [&](int thread) {
+      return static_cast<A*>(pool.scratch(thread, sizeof(A) * plane));
+    };
     if constexpr (kIsMax) {
-      max_pool_backward_typed(args.inputs[0].as<T>(), args.inputs[1].as<T>(), args.output.as<T>(),
-                              g);
+      const T* x = args.inputs[0].as<T>();
+      const T* grad_out = args.inputs[1].as<T>();
+      for_plane_runs(pool, g, grad_out, out_plane, args.output.as<T>(), plane,
+                     [&](const T* grad_out_part, T* grad_x, const PoolGeometry& part, int thread) {
+                       const T* x_part = x + (grad_x - args.output.as<T>());
+                       max_pool_backward_typed(x_part, grad_out_part, grad_x, part, sums(thread));
+                     });
     } else {
-      avg_pool_backward_typed(args.inputs[0].as<T>(), args.output.as<T>(), g);
+      for_plane_runs(pool, g, args.inputs[0].as<T>(), out_plane, args.output.as<T>(), plane,
+                     [&](const T* grad_out, T* grad_x, const PoolGeometry& part, int thread) {
+                       avg_pool_backward_typed(grad_out, grad_x, part, sums(thread));
+                     });
     }
   };
   switch (args.output.desc->dtype) {

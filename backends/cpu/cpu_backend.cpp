@@ -1,6 +1,7 @@
 // backends/cpu: the CPU backend. Device memory is 64-byte-aligned host memory (large blocks are
 // kept for reuse when freed, up to AXLE_CPU_BLOCK_CACHE_MB per device); a program runs its kernel
-// calls in order on the calling (device actor's) thread, stopping at collectives.
+// calls in order on the calling (device actor's) thread, stopping at collectives; large kernels
+// share the work with the device's other compute threads (AXLE_CPU_INTRA_OP_THREADS).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/compute_pool.h"
 #include "backends/cpu/kernel.h"
 #include "engine/config.h"
 #include "engine/metrics.h"
@@ -127,6 +129,8 @@ class CpuBackend final : public Backend {
     for (int i = 0; i < devices; ++i) {
       accounts_.push_back(std::make_shared<DeviceAccount>(cache_limit));
     }
+    const int threads = cpu::intra_op_threads(devices);
+    for (int i = 0; i < devices; ++i) pools_.push_back(std::make_unique<cpu::ComputePool>(threads));
   }
 
   std::string_view hardware() const noexcept override { return "CPU"; }
@@ -156,6 +160,9 @@ class CpuBackend final : public Backend {
     cpu::run_collective(call, operand, result, operands, position, output);
   }
 
+  /// The compute threads of `device`, which its kernels share.
+  [[nodiscard]] cpu::ComputePool* pool(int device) const { return pools_.at(device).get(); }
+
   MemoryInfo memory_info(int device) const override {
     const auto& a = *accounts_.at(device);
     return {a.in_use.load(std::memory_order_relaxed), a.peak.load(std::memory_order_relaxed)};
@@ -177,6 +184,7 @@ class CpuBackend final : public Backend {
   }
 
   std::vector<std::shared_ptr<DeviceAccount>> accounts_;
+  std::vector<std::unique_ptr<cpu::ComputePool>> pools_;  // per device
 };
 
 // One program's run: its slots, the pool of buffers it released, and the next call.
@@ -253,7 +261,8 @@ class CpuProgramRun final : public ProgramRun {
             fmt::format("the CPU backend has no kernel for {}", describe_call(program_, call)));
       }
       try {
-        fn(cpu::KernelArgs{call, views_, {out->data(), &program_.slots[call.output]}});
+        fn(cpu::KernelArgs{
+            call, views_, {out->data(), &program_.slots[call.output]}, backend_.pool(device_)});
       } catch (const std::exception& e) {
         throw std::runtime_error(
             fmt::format("kernel {} failed: {}", describe_call(program_, call), e.what()));

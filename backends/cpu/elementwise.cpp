@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -20,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/compute_pool.h"
 #include "backends/cpu/element.h"
 #include "backends/cpu/float_math.h"
 #include "backends/cpu/kernel.h"
@@ -73,19 +75,22 @@ LoopNest<N> plan_loops(Kernel kernel, const Shape& out, const std::array<const S
   return nest;
 }
 
-// Calls row(out_offset, in_offsets, in_steps, n) for each row of the nest, in output order. The
-// outer dims advance as an odometer, so no element index is ever divided.
+// Calls row(out_offset, in_offsets, in_steps, n) for rows [first, last) of the nest, in output
+// order. The outer dims advance as an odometer, so no element index is divided past the first.
 template <int N, class Row>
-void for_each_row(const LoopNest<N>& nest, Row&& row) {
+void for_rows(const LoopNest<N>& nest, int64_t first, int64_t last_row, Row&& row) {
   const int last = nest.rank - 1;
   const int64_t n = nest.dims[last];
   std::array<int64_t, N> step{};
   for (int k = 0; k < N; ++k) step[k] = nest.strides[k][last];
-  int64_t rows = 1;
-  for (int d = 0; d < last; ++d) rows *= nest.dims[d];
   std::array<int64_t, Shape::kMaxRank> index{};
   std::array<int64_t, N> offset{};
-  for (int64_t r = 0, out = 0; r < rows; ++r, out += n) {
+  for (int64_t d = last - 1, rest = first; d >= 0; --d) {
+    index[d] = rest % nest.dims[d];
+    rest /= nest.dims[d];
+    for (int k = 0; k < N; ++k) offset[k] += index[d] * nest.strides[k][d];
+  }
+  for (int64_t r = first, out = first * n; r < last_row; ++r, out += n) {
     row(out, offset, step, n);
     for (int d = last - 1; d >= 0; --d) {
       for (int k = 0; k < N; ++k) offset[k] += nest.strides[k][d];
@@ -96,9 +101,40 @@ void for_each_row(const LoopNest<N>& nest, Row&& row) {
   }
 }
 
-// ---- Rows ------------------------------------------------------------------------------------
-
 constexpr int64_t kBlock = 16;  // elements per unrolled step: a multiple of every vector width
+
+// Outputs smaller than this stay on one thread: waking another costs about as much as a few
+// tens of thousands of simple element operations.
+constexpr int64_t kParallelElements = int64_t{1} << 15;
+
+// for_rows over the whole nest, on the pool's threads when the output is large: in parts of
+// whole rows, or of one row's elements (kBlock-aligned, so every part's blocks start where a
+// single thread's would) when there are fewer rows than threads. Each element is computed alone,
+// so the split never changes a result.
+template <int N, class Row>
+void for_each_row(ComputePool& pool, const LoopNest<N>& nest, Row&& row) {
+  const int last = nest.rank - 1;
+  const int64_t n = nest.dims[last];
+  int64_t rows = 1;
+  for (int d = 0; d < last; ++d) rows *= nest.dims[d];
+  if (pool.threads() == 1 || rows * n < kParallelElements) return for_rows(nest, 0, rows, row);
+  if (rows >= pool.threads()) {
+    return parallel_for(pool, rows, std::max<int64_t>(1, kParallelElements / 4 / n),
+                        [&](int64_t first, int64_t end, int) { for_rows(nest, first, end, row); });
+  }
+  for_rows(nest, 0, rows, [&](int64_t out, const auto& offset, const auto& step, int64_t) {
+    parallel_for(
+        pool, n, kParallelElements / 4,
+        [&](int64_t begin, int64_t end, int) {
+          auto at = offset;
+          for (int k = 0; k < N; ++k) at[k] += begin * step[k];
+          row(out + begin, at, step, end - begin);
+        },
+        kBlock);
+  });
+}
+
+// ---- Rows ------------------------------------------------------------------------------------
 
 // How a row walks one operand. kUnit and kScalar are the fast cases the compiler vectorises.
 enum class Walk { kUnit, kScalar, kStrided };
@@ -135,25 +171,36 @@ void binary_loop(const A* __restrict__ a, int64_t sa, const B* __restrict__ b, i
   for (; i < n; ++i) o[i] = store<O>(op(load(a[at<WA>(i, sa)]), load(b[at<WB>(i, sb)])));
 }
 
-template <Walk W, class T>
+template <Walk WC, Walk WA, Walk WB, class T>
 void where_loop(const bool* __restrict__ c, int64_t sc, const T* __restrict__ a, int64_t sa,
                 const T* __restrict__ b, int64_t sb, T* __restrict__ o, int64_t n) {
+  // The choice as bit masks over both sides: GCC vectorises neither a load under the condition
+  // nor a select on a bool.
+  using Bits = std::conditional_t<
+      sizeof(T) == 1, uint8_t,
+      std::conditional_t<sizeof(T) == 2, uint16_t,
+                         std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+  static_assert(sizeof(Bits) == sizeof(T));
+  auto pick = [&](int64_t i) {
+    const Bits mask = static_cast<Bits>(Bits(0) - static_cast<Bits>(c[at<WC>(i, sc)]));
+    const Bits chosen = static_cast<Bits>((std::bit_cast<Bits>(a[at<WA>(i, sa)]) & mask) |
+                                          (std::bit_cast<Bits>(b[at<WB>(i, sb)]) & ~mask));
+    o[i] = std::bit_cast<T>(chosen);
+  };
   int64_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
-    for (int64_t j = 0; j < kBlock; ++j) {
-      o[i + j] = c[at<W>(i + j, sc)] ? a[at<W>(i + j, sa)] : b[at<W>(i + j, sb)];
-    }
+    for (int64_t j = 0; j < kBlock; ++j) pick(i + j);
   }
-  for (; i < n; ++i) o[i] = c[at<W>(i, sc)] ? a[at<W>(i, sa)] : b[at<W>(i, sb)];
+  for (; i < n; ++i) pick(i);
 }
 
 // Runs op over x broadcast to `out_shape`, writing o.
 template <class X, class O, class Op>
-void run_unary(Kernel kernel, const Shape& out_shape, const Shape& x_shape, const X* x, O* o,
-               Op op) {
+void run_unary(ComputePool& pool, Kernel kernel, const Shape& out_shape, const Shape& x_shape,
+               const X* x, O* o, Op op) {
   const auto nest = plan_loops<1>(kernel, out_shape, {&x_shape});
   if (out_shape.numel() == 0) return;
-  for_each_row(nest, [&](int64_t out, const auto& off, const auto& step, int64_t n) {
+  for_each_row(pool, nest, [&](int64_t out, const auto& off, const auto& step, int64_t n) {
     if (step[0] == 1) {
       unary_loop<Walk::kUnit>(x + off[0], 1, o + out, n, op);
     } else if (step[0] == 0) {
@@ -171,30 +218,31 @@ void run_binary(const KernelArgs& args, const A* a, const B* b, Op op) {
                                   {&args.inputs[0].desc->shape, &args.inputs[1].desc->shape});
   if (out_shape.numel() == 0) return;
   O* o = args.output.as<O>();
-  for_each_row(nest, [&](int64_t out, const auto& off, const auto& step, int64_t n) {
-    const A* ra = a + off[0];
-    const B* rb = b + off[1];
-    const int64_t sa = step[0], sb = step[1];
-    if (sa == 1 && sb == 1) {
-      binary_loop<Walk::kUnit, Walk::kUnit>(ra, sa, rb, sb, o + out, n, op);
-    } else if (sa == 0 && sb == 1) {
-      binary_loop<Walk::kScalar, Walk::kUnit>(ra, sa, rb, sb, o + out, n, op);
-    } else if (sa == 1 && sb == 0) {
-      binary_loop<Walk::kUnit, Walk::kScalar>(ra, sa, rb, sb, o + out, n, op);
-    } else {
-      binary_loop<Walk::kStrided, Walk::kStrided>(ra, sa, rb, sb, o + out, n, op);
-    }
-  });
+  for_each_row(compute_pool(args), nest,
+               [&](int64_t out, const auto& off, const auto& step, int64_t n) {
+                 const A* ra = a + off[0];
+                 const B* rb = b + off[1];
+                 const int64_t sa = step[0], sb = step[1];
+                 if (sa == 1 && sb == 1) {
+                   binary_loop<Walk::kUnit, Walk::kUnit>(ra, sa, rb, sb, o + out, n, op);
+                 } else if (sa == 0 && sb == 1) {
+                   binary_loop<Walk::kScalar, Walk::kUnit>(ra, sa, rb, sb, o + out, n, op);
+                 } else if (sa == 1 && sb == 0) {
+                   binary_loop<Walk::kUnit, Walk::kScalar>(ra, sa, rb, sb, o + out, n, op);
+                 } else {
+                   binary_loop<Walk::kStrided, Walk::kStrided>(ra, sa, rb, sb, o + out, n, op);
+                 }
+               });
 }
 
 // An input read as pred: bool buffers as they are, any other dtype as `!= 0` into `scratch`.
-const bool* as_pred(const ConstView& in, std::unique_ptr<bool[]>& scratch) {
+const bool* as_pred(ComputePool& pool, const ConstView& in, std::unique_ptr<bool[]>& scratch) {
   if (in.desc->dtype == DType::kBool) return in.as<bool>();
   const int64_t n = in.desc->shape.numel();
   scratch = std::make_unique<bool[]>(static_cast<std::size_t>(n));
   visit_dtype(in.desc->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    run_unary(Kernel::kCast, in.desc->shape, in.desc->shape, in.as<T>(), scratch.get(),
+    run_unary(pool, Kernel::kCast, in.desc->shape, in.desc->shape, in.as<T>(), scratch.get(),
               [](compute_t<T> v) { return v != compute_t<T>(0); });
   });
   return scratch.get();
@@ -306,8 +354,8 @@ void logical_kernel(const KernelArgs& args) {
   check_arity(args, 2);
   check_dtype(args, "output", args.output.desc->dtype, DType::kBool);
   std::unique_ptr<bool[]> scratch_a, scratch_b;
-  const bool* a = as_pred(args.inputs[0], scratch_a);
-  const bool* b = as_pred(args.inputs[1], scratch_b);
+  const bool* a = as_pred(compute_pool(args), args.inputs[0], scratch_a);
+  const bool* b = as_pred(compute_pool(args), args.inputs[1], scratch_b);
   run_binary<bool, bool, bool>(
       args, a, b, [](bool x, bool y) { return K == Kernel::kLogicalAnd ? (x && y) : (x || y); });
 }
@@ -318,7 +366,7 @@ void where_kernel(const KernelArgs& args) {
   check_dtype(args, "input 1", args.inputs[1].desc->dtype, out.dtype);
   check_dtype(args, "input 2", args.inputs[2].desc->dtype, out.dtype);
   std::unique_ptr<bool[]> scratch;
-  const bool* cond = as_pred(args.inputs[0], scratch);
+  const bool* cond = as_pred(compute_pool(args), args.inputs[0], scratch);
   const auto nest = plan_loops<3>(
       Kernel::kWhere, out.shape,
       {&args.inputs[0].desc->shape, &args.inputs[1].desc->shape, &args.inputs[2].desc->shape});
@@ -328,14 +376,24 @@ void where_kernel(const KernelArgs& args) {
     const T* a = args.inputs[1].as<T>();
     const T* b = args.inputs[2].as<T>();
     T* o = args.output.as<T>();
-    for_each_row(nest, [&](int64_t at_out, const auto& off, const auto& s, int64_t n) {
-      if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
-        where_loop<Walk::kUnit>(cond + off[0], 1, a + off[1], 1, b + off[2], 1, o + at_out, n);
-      } else {
-        where_loop<Walk::kStrided>(cond + off[0], s[0], a + off[1], s[1], b + off[2], s[2],
-                                   o + at_out, n);
-      }
-    });
+    for_each_row(
+        compute_pool(args), nest, [&](int64_t at_out, const auto& off, const auto& s, int64_t n) {
+          const bool* rc = cond + off[0];
+          const T* ra = a + off[1];
+          const T* rb = b + off[2];
+          T* ro = o + at_out;
+          // The ReLU gradient's where(x > 0, grad, 0) has a scalar branch.
+          if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
+            where_loop<Walk::kUnit, Walk::kUnit, Walk::kUnit>(rc, 1, ra, 1, rb, 1, ro, n);
+          } else if (s[0] == 1 && s[1] == 1 && s[2] == 0) {
+            where_loop<Walk::kUnit, Walk::kUnit, Walk::kScalar>(rc, 1, ra, 1, rb, 0, ro, n);
+          } else if (s[0] == 1 && s[1] == 0 && s[2] == 1) {
+            where_loop<Walk::kUnit, Walk::kScalar, Walk::kUnit>(rc, 1, ra, 0, rb, 1, ro, n);
+          } else {
+            where_loop<Walk::kStrided, Walk::kStrided, Walk::kStrided>(rc, s[0], ra, s[1], rb, s[2],
+                                                                       ro, n);
+          }
+        });
   });
 }
 
@@ -367,8 +425,9 @@ void signed_unary_kernel(const KernelArgs& args) {
     if constexpr (std::is_same_v<T, bool>) {
       unsupported(K, out.dtype);
     } else {
-      run_unary(K, out.shape, args.inputs[0].desc->shape, args.inputs[0].as<T>(),
-                args.output.as<T>(), [](C x) { return signed_unary<K, C>(x); });
+      run_unary(compute_pool(args), K, out.shape, args.inputs[0].desc->shape,
+                args.inputs[0].as<T>(), args.output.as<T>(),
+                [](C x) { return signed_unary<K, C>(x); });
     }
   });
 }
@@ -379,8 +438,9 @@ void logical_not_kernel(const KernelArgs& args) {
   check_dtype(args, "output", out.dtype, DType::kBool);
   visit_dtype(args.inputs[0].desc->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    run_unary(Kernel::kLogicalNot, out.shape, args.inputs[0].desc->shape, args.inputs[0].as<T>(),
-              args.output.as<bool>(), [](compute_t<T> x) { return x == compute_t<T>(0); });
+    run_unary(compute_pool(args), Kernel::kLogicalNot, out.shape, args.inputs[0].desc->shape,
+              args.inputs[0].as<T>(), args.output.as<bool>(),
+              [](compute_t<T> x) { return x == compute_t<T>(0); });
   });
 }
 
@@ -391,18 +451,20 @@ void cast_kernel(const KernelArgs& args) {
     using S = typename decltype(from)::type;
     visit_dtype(out.dtype, [&](auto to) {
       using D = typename decltype(to)::type;
-      run_unary(Kernel::kCast, out.shape, args.inputs[0].desc->shape, args.inputs[0].as<S>(),
-                args.output.as<D>(), [](compute_t<S> x) { return x; });
+      run_unary(compute_pool(args), Kernel::kCast, out.shape, args.inputs[0].desc->shape,
+                args.inputs[0].as<S>(), args.output.as<D>(), [](compute_t<S> x) { return x; });
     });
   });
 }
 
 // Applies f (Eigen array -> array expression) to n contiguous elements. bf16 is widened a block
 // at a time into a float buffer, since Eigen's vectorised math is float/double.
+constexpr int64_t kMapChunk = 1024;
+
 template <class T, class F>
 void map_float(const T* x, T* out, int64_t n, F f) {
   if constexpr (std::is_same_v<T, Bf16>) {
-    constexpr int64_t kChunk = 1024;
+    constexpr int64_t kChunk = kMapChunk;
     alignas(64) float buffer[kChunk];
     for (int64_t i = 0; i < n; i += kChunk) {
       const int64_t m = std::min(kChunk, n - i);
@@ -435,20 +497,30 @@ void float_unary_kernel(const KernelArgs& args) {
       std::vector<T> expanded;  // only when the input broadcasts
       if (!(in.shape == out.shape)) {
         expanded.resize(static_cast<std::size_t>(out.shape.numel()));
-        run_unary(K, out.shape, in.shape, x, expanded.data(), [](compute_t<T> v) { return v; });
+        run_unary(compute_pool(args), K, out.shape, in.shape, x, expanded.data(),
+                  [](compute_t<T> v) { return v; });
         x = expanded.data();
       }
       T* o = args.output.as<T>();
-      const int64_t n = out.shape.numel();
-      if constexpr (K == Kernel::kGelu) {
-        if (tanh_form) {
-          map_float(x, o, n, [](const auto& v) { return gelu_tanh(v); });
-        } else {
-          map_float(x, o, n, [](const auto& v) { return gelu_erf(v); });
-        }
-      } else {
-        map_float(x, o, n, [](const auto& v) { return transcendental<K>(v); });
-      }
+      // Parts start on multiples of map_float's chunk (and so of 64 bytes), so Eigen takes the
+      // same vector and scalar paths over each element as on one thread.
+      parallel_for(
+          compute_pool(args), out.shape.numel(), kParallelElements / 4,
+          [&](int64_t begin, int64_t end, int) {
+            if constexpr (K == Kernel::kGelu) {
+              if (tanh_form) {
+                map_float(x + begin, o + begin, end - begin,
+                          [](const auto& v) { return gelu_tanh(v); });
+              } else {
+                map_float(x + begin, o + begin, end - begin,
+                          [](const auto& v) { return gelu_erf(v); });
+              }
+            } else {
+              map_float(x + begin, o + begin, end - begin,
+                        [](const auto& v) { return transcendental<K>(v); });
+            }
+          },
+          kMapChunk);
     }
   });
 }

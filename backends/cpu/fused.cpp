@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/compute_pool.h"
 #include "backends/cpu/float_math.h"
 #include "backends/cpu/fused_steps.h"
 #include "backends/cpu/kernel.h"
@@ -236,45 +237,79 @@ class FusedRun {
       }
     }
     if (fused_.reduction) fold_ = make_fold<T>(*fused_.reduction, args.output.desc->shape);
+    // Without a reduction, blocks are independent and large chains spread them over the pool's
+    // threads, each with scratch blocks of its own.
+    const int64_t n = shape_.numel();
+    ComputePool& pool = compute_pool(args);
+    if (!fold_ && pool.threads() > 1 && n >= kParallelElements) pool_ = &pool;
+    blocks_per_thread_ = std::max<std::size_t>(1, blocks);
+    const std::size_t threads = pool_ ? static_cast<std::size_t>(pool.threads()) : 1;
     scratch_.reset(static_cast<T*>(
-        std::aligned_alloc(64, std::max<std::size_t>(1, blocks) * kStride * sizeof(T))));
+        std::aligned_alloc(64, threads * blocks_per_thread_ * kStride * sizeof(T))));
     if (!scratch_) throw std::bad_alloc();
-    for (std::size_t e = 0; e < external; ++e) {
-      if (kinds_[e] == Kind::kSplat) {
-        std::fill_n(block(slot_of_[e]), kBlock, args.inputs[e].as<T>()[0]);
+    for (std::size_t t = 0; t < threads; ++t) {
+      for (std::size_t e = 0; e < external; ++e) {
+        if (kinds_[e] == Kind::kSplat) {
+          std::fill_n(block(slot_of_[e], static_cast<int>(t)), kBlock, args.inputs[e].as<T>()[0]);
+        }
       }
     }
   }
 
   void run() {
     const int64_t n = shape_.numel();
-    T* out = args_.output.as<T>();
-    std::vector<const T*> operand(args_.inputs.size());
-    for (int64_t start = 0; start < n; start += kBlock) {
-      const int64_t len = std::min(kBlock, n - start);
-      for (std::size_t e = 0; e < operand.size(); ++e) operand[e] = read(e, start, len);
-      for (const FusedStep& step : fused_.steps) {
-        T* dst = step.destination < 0 ? out + start : block(step.destination);
-        apply(step, resolve(step.a, operand), resolve(step.b, operand), dst, len);
-      }
-      if (fold_) fold_->feed(resolve(fused_.reduction->a, operand).data, len);
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    if (pool_) {
+      // Each block computes the same bits whichever thread runs it.
+      constexpr int64_t kBlocksPerPart = kParallelElements / 4 / kBlock + 1;
+      return parallel_for(
+          *pool_, blocks, kBlocksPerPart,
+          [&](int64_t first, int64_t last, int thread) { run_blocks(first, last, thread); });
     }
-    if (fold_) fold_->store(out);
+    run_blocks(0, blocks, 0);
+    if (fold_) fold_->store(args_.output.as<T>());
   }
 
  private:
   enum class Kind : uint8_t { kSame, kScalar, kSplat, kGather };
 
-  T* block(std::size_t i) { return scratch_.get() + i * kStride; }
+  // Chains smaller than this run on one thread (see elementwise.cpp).
+  static constexpr int64_t kParallelElements = int64_t{1} << 15;
 
-  Operand<T> resolve(int32_t ref, const std::vector<const T*>& operand) {
-    if (ref < 0) return {block(static_cast<std::size_t>(-ref - 1)), false};
+  void run_blocks(int64_t first, int64_t last, int thread) {
+    const int64_t n = shape_.numel();
+    T* out = args_.output.as<T>();
+    // Operands of one block; a chain has few, so they stay on the stack.
+    constexpr std::size_t kOnStack = 16;
+    const T* on_stack[kOnStack];
+    std::vector<const T*> on_heap(args_.inputs.size() > kOnStack ? args_.inputs.size() : 0);
+    const T** operand = on_heap.empty() ? on_stack : on_heap.data();
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t start = b * kBlock;
+      const int64_t len = std::min(kBlock, n - start);
+      for (std::size_t e = 0; e < args_.inputs.size(); ++e) {
+        operand[e] = read(e, start, len, thread);
+      }
+      for (const FusedStep& step : fused_.steps) {
+        T* dst = step.destination < 0 ? out + start : block(step.destination, thread);
+        apply(step, resolve(step.a, operand, thread), resolve(step.b, operand, thread), dst, len);
+      }
+      if (fold_) fold_->feed(resolve(fused_.reduction->a, operand, thread).data, len);
+    }
+  }
+
+  T* block(std::size_t i, int thread) {
+    return scratch_.get() + (static_cast<std::size_t>(thread) * blocks_per_thread_ + i) * kStride;
+  }
+
+  Operand<T> resolve(int32_t ref, const T* const* operand, int thread) {
+    if (ref < 0) return {block(static_cast<std::size_t>(-ref - 1), thread), false};
     return {operand[static_cast<std::size_t>(ref)],
             kinds_[static_cast<std::size_t>(ref)] == Kind::kScalar};
   }
 
   // Operand e's values for elements [start, start + len), contiguous (its one value if scalar).
-  const T* read(std::size_t e, int64_t start, int64_t len) {
+  const T* read(std::size_t e, int64_t start, int64_t len, int thread) {
     const T* data = args_.inputs[e].as<T>();
     switch (kinds_[e]) {
       case Kind::kSame:
@@ -282,7 +317,7 @@ class FusedRun {
       case Kind::kScalar:
         return data;
       case Kind::kSplat:
-        return block(slot_of_[e]);
+        return block(slot_of_[e], thread);
       case Kind::kGather:
         break;
     }
@@ -296,7 +331,7 @@ class FusedRun {
       rest /= shape_[d];
       offset += index[d] * strides[static_cast<std::size_t>(d)];
     }
-    T* buffer = block(slot_of_[e]);
+    T* buffer = block(slot_of_[e], thread);
     for (int64_t i = 0; i < len; ++i) {
       buffer[i] = data[offset];
       for (int d = rank - 1; d >= 0; --d) {  // next index, carrying into outer dims
@@ -382,7 +417,9 @@ class FusedRun {
   std::vector<std::array<int64_t, Shape::kMaxRank>> strides_;
   std::vector<std::size_t> slot_of_;  // scratch block of each spread or gathered operand
   std::unique_ptr<T[], FreeDeleter> scratch_;
+  std::size_t blocks_per_thread_ = 1;
   std::unique_ptr<Fold<T>> fold_;
+  ComputePool* pool_ = nullptr;  // set when the blocks are spread over threads
 };
 
 void fused_kernel(const KernelArgs& args) {

@@ -1,5 +1,6 @@
 // backends/cpu: linear-algebra kernels (kMatmul). Every product goes through Eigen's blocked
-// GEMM on mapped row-major buffers, so the kernel costs what Eigen costs plus a shape check.
+// GEMM on mapped row-major buffers, so the kernel costs what Eigen costs plus a shape check; a
+// large product is split into blocks of output rows or columns over the device's threads.
 #include <fmt/format.h>
 
 #include <Eigen/Core>
@@ -9,7 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/cpu/compute_pool.h"
 #include "backends/cpu/element.h"
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel.h"
 
 namespace axle::cpu {
@@ -126,38 +129,115 @@ MatmulPlan plan_matmul(const KernelArgs& args) {
   return plan;
 }
 
-/// out[m, n] = op(a) * op(b) for one product. The four transpose cases are separate
-/// instantiations so Eigen sees each operand's storage order at compile time and picks its
-/// packing without a copy.
+// Products smaller than this many multiply-adds stay on one thread: a part costs a wake-up of a
+// few microseconds and repacks the operand every part shares.
+constexpr int64_t kParallelMultiplyAdds = int64_t{1} << 20;
+
 template <class T>
-void multiply(const T* a, const T* b, T* out, const MatmulPlan& p) {
-  MatrixMap<T> c(out, p.m, p.n);
-  if (p.k == 0) {
+using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
+
+/// out[m, n] = op(a) * op(b). The four transpose cases are separate instantiations so Eigen sees
+/// each operand's storage order at compile time and picks its packing without a copy.
+template <class T>
+void multiply(const MatrixProduct& q, bool transpose_a, bool transpose_b) {
+  Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>> c(static_cast<T*>(q.out), q.m, q.n,
+                                                      Eigen::OuterStride<>(q.ldc));
+  if (q.k == 0) {
     c.setZero();  // an empty sum
     return;
   }
-  if (!p.transpose_a) {
-    ConstMatrixMap<T> lhs(a, p.m, p.k);
-    if (!p.transpose_b) {
-      c.noalias() = lhs * ConstMatrixMap<T>(b, p.k, p.n);
+  const T* a = static_cast<const T*>(q.a);
+  const T* b = static_cast<const T*>(q.b);
+  const Eigen::OuterStride<> sa(q.lda), sb(q.ldb);
+  if (!transpose_a) {
+    ConstStridedMap<T> lhs(a, q.m, q.k, sa);
+    if (!transpose_b) {
+      c.noalias() = lhs * ConstStridedMap<T>(b, q.k, q.n, sb);
     } else {
-      c.noalias() = lhs * ConstMatrixMap<T>(b, p.n, p.k).transpose();
+      c.noalias() = lhs * ConstStridedMap<T>(b, q.n, q.k, sb).transpose();
     }
   } else {
-    auto lhs = ConstMatrixMap<T>(a, p.k, p.m).transpose();
-    if (!p.transpose_b) {
-      c.noalias() = lhs * ConstMatrixMap<T>(b, p.k, p.n);
+    auto lhs = ConstStridedMap<T>(a, q.k, q.m, sa).transpose();
+    if (!transpose_b) {
+      c.noalias() = lhs * ConstStridedMap<T>(b, q.k, q.n, sb);
     } else {
-      c.noalias() = lhs * ConstMatrixMap<T>(b, p.n, p.k).transpose();
+      c.noalias() = lhs * ConstStridedMap<T>(b, q.n, q.k, sb).transpose();
     }
   }
 }
 
+/// Rows [r0, r1) of product q (op(a) rows, out rows).
 template <class T>
-void run_plan(const T* a, const T* b, T* out, const MatmulPlan& p) {
+MatrixProduct rows_of(const MatrixProduct& q, bool transpose_a, int64_t r0, int64_t r1) {
+  MatrixProduct part = q;
+  part.m = r1 - r0;
+  part.a = static_cast<const T*>(q.a) + (transpose_a ? r0 : r0 * q.lda);
+  part.out = static_cast<T*>(q.out) + r0 * q.ldc;
+  return part;
+}
+
+/// Columns [c0, c1) of product q (op(b) columns, out columns).
+template <class T>
+MatrixProduct columns_of(const MatrixProduct& q, bool transpose_b, int64_t c0, int64_t c1) {
+  MatrixProduct part = q;
+  part.n = c1 - c0;
+  part.b = static_cast<const T*>(q.b) + (transpose_b ? c0 * q.ldb : c0);
+  part.out = static_cast<T*>(q.out) + c0;
+  return part;
+}
+
+/// One product on the pool's threads: the output split into blocks of whole rows or whole
+/// columns, each an Eigen product on one thread, so every output element is summed by one
+/// thread in an order fixed by the thread count. The larger side is split, since each part
+/// packs all of the operand along the other side.
+template <class T>
+void multiply_parallel(const MatrixProduct& q, bool transpose_a, bool transpose_b,
+                       ComputePool& pool) {
+  if (pool.threads() == 1 || q.m * q.n * q.k < kParallelMultiplyAdds) {
+    return multiply<T>(q, transpose_a, transpose_b);
+  }
+  // Eigen's register blocks are SIMD packets of output columns by 4 rows (it computes the
+  // row-major product as its transposed column-major one); whole ones keep parts on its fast path.
+  constexpr int64_t kColumnAlign = 8, kRowAlign = 4;
+  if (q.m > q.n) {
+    parallel_for(
+        pool, q.m, kRowAlign,
+        [&](int64_t r0, int64_t r1, int) {
+          multiply<T>(rows_of<T>(q, transpose_a, r0, r1), transpose_a, transpose_b);
+        },
+        kRowAlign, 1);
+  } else {
+    parallel_for(
+        pool, q.n, kColumnAlign,
+        [&](int64_t c0, int64_t c1, int) {
+          multiply<T>(columns_of<T>(q, transpose_b, c0, c1), transpose_a, transpose_b);
+        },
+        kColumnAlign, 1);
+  }
+}
+
+template <class T>
+void run_plan(const T* a, const T* b, T* out, const MatmulPlan& p, ComputePool& pool) {
   const int64_t out_matrix = p.m * p.n;
+  const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
+  auto product = [&](std::size_t j) {
+    return MatrixProduct{p.m, p.n,
+                         p.k, a + p.a_offsets[j],
+                         lda, b + p.b_offsets[j],
+                         ldb, out + static_cast<int64_t>(j) * out_matrix,
+                         p.n};
+  };
+  const auto batch = static_cast<int64_t>(p.a_offsets.size());
+  if (batch >= pool.threads() && batch * p.m * p.n * p.k >= kParallelMultiplyAdds) {
+    // Enough products to go round: each runs whole on one thread.
+    return parallel_for(pool, batch, 1, [&](int64_t j0, int64_t j1, int) {
+      for (int64_t j = j0; j < j1; ++j) {
+        multiply<T>(product(static_cast<std::size_t>(j)), p.transpose_a, p.transpose_b);
+      }
+    });
+  }
   for (std::size_t j = 0; j < p.a_offsets.size(); ++j) {
-    multiply(a + p.a_offsets[j], b + p.b_offsets[j], out + static_cast<int64_t>(j) * out_matrix, p);
+    multiply_parallel<T>(product(j), p.transpose_a, p.transpose_b, pool);
   }
 }
 
@@ -167,26 +247,27 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
   const std::vector<float> a = widened(args.inputs[0]);
   const std::vector<float> b = widened(args.inputs[1]);
   std::vector<float> out(static_cast<std::size_t>(args.output.desc->shape.numel()));
-  run_plan(a.data(), b.data(), out.data(), p);
+  run_plan(a.data(), b.data(), out.data(), p, compute_pool(args));
   narrow_block(out.data(), args.output.as<Bf16>(), static_cast<int64_t>(out.size()));
 }
 
 void matmul(const KernelArgs& args) {
   const MatmulPlan plan = plan_matmul(args);
   if (plan.a_offsets.empty()) return;  // empty output
+  ComputePool& pool = compute_pool(args);
   switch (args.output.desc->dtype) {
     case DType::kF32:
       return run_plan(args.inputs[0].as<float>(), args.inputs[1].as<float>(),
-                      args.output.as<float>(), plan);
+                      args.output.as<float>(), plan, pool);
     case DType::kF64:
       return run_plan(args.inputs[0].as<double>(), args.inputs[1].as<double>(),
-                      args.output.as<double>(), plan);
+                      args.output.as<double>(), plan, pool);
     case DType::kI32:
       return run_plan(args.inputs[0].as<int32_t>(), args.inputs[1].as<int32_t>(),
-                      args.output.as<int32_t>(), plan);
+                      args.output.as<int32_t>(), plan, pool);
     case DType::kI64:
       return run_plan(args.inputs[0].as<int64_t>(), args.inputs[1].as<int64_t>(),
-                      args.output.as<int64_t>(), plan);
+                      args.output.as<int64_t>(), plan, pool);
     case DType::kBF16:
       return run_plan_bf16(args, plan);
     case DType::kBool:
@@ -195,6 +276,15 @@ void matmul(const KernelArgs& args) {
 }
 
 }  // namespace
+
+template <class T>
+void gemm(const MatrixProduct& product, bool transpose_a, bool transpose_b, ComputePool* pool) {
+  if (product.m == 0 || product.n == 0) return;
+  if (pool) return multiply_parallel<T>(product, transpose_a, transpose_b, *pool);
+  multiply<T>(product, transpose_a, transpose_b);
+}
+template void gemm<float>(const MatrixProduct&, bool, bool, ComputePool*);
+template void gemm<double>(const MatrixProduct&, bool, bool, ComputePool*);
 
 void register_linalg_kernels(KernelTable& table) { set_kernel(table, Kernel::kMatmul, matmul); }
 

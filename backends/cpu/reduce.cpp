@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/compute_pool.h"
 #include "backends/cpu/element.h"
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/reducer.h"
@@ -59,8 +60,12 @@ void gather_reduced_last(const T* x, const std::vector<Group>& groups, T* dst) {
   const int64_t row = dims[rank - 1], step = order_stride[rank - 1];
   std::array<int64_t, Shape::kMaxRank> index{};
   int64_t offset = 0;
-  for (int64_t done = 0; done < total; done += row) {
-    for (int64_t i = 0; i < row; ++i) *dst++ = x[offset + i * step];
+  for (int64_t done = 0; done < total; done += row, dst += row) {
+    if (step == 1) {
+      std::copy_n(x + offset, row, dst);
+    } else {
+      for (int64_t i = 0; i < row; ++i) dst[i] = x[offset + i * step];
+    }
     for (int d = rank - 2; d >= 0; --d) {
       offset += order_stride[d];
       if (++index[d] < dims[d]) break;
@@ -70,15 +75,17 @@ void gather_reduced_last(const T* x, const std::vector<Group>& groups, T* dst) {
   }
 }
 
-// The input laid out as plan.geometry says, gathered into `scratch` when needed.
+// The input laid out as plan.geometry says, gathered when needed into the calling thread's
+// scratch of the pool (kept between calls: a fresh buffer of megabytes costs a page fault per
+// 4 KiB).
 template <class T>
-const T* arranged_input(const KernelArgs& args, const ReducePlan& plan,
-                        std::unique_ptr<T[]>& scratch) {
+const T* arranged_input(const KernelArgs& args, const ReducePlan& plan) {
   const T* x = args.inputs[0].as<T>();
   if (!plan.gather) return x;
-  scratch = std::make_unique<T[]>(static_cast<std::size_t>(args.inputs[0].desc->shape.numel()));
-  gather_reduced_last(x, plan.groups, scratch.get());
-  return scratch.get();
+  T* gathered = static_cast<T*>(compute_pool(args).scratch(
+      0, sizeof(T) * static_cast<std::size_t>(args.inputs[0].desc->shape.numel())));
+  gather_reduced_last(x, plan.groups, gathered);
+  return gathered;
 }
 
 // ---- Column passes ---------------------------------------------------------------------------
@@ -137,10 +144,19 @@ void store_all(const std::vector<V>& values, const View& out) {
 }
 
 template <class R, class T>
-void reduce_to_output(const T* x, const Geometry& g, const View& out) {
+void reduce_to_output(const T* x, const Geometry& g, const View& out, ComputePool& pool) {
   using Result = decltype(R::finish(R::identity(), 0));
   std::vector<Result> results(static_cast<std::size_t>(g.outer * g.inner));
-  reduce<R>(x, g, [&](int64_t i, typename R::Acc acc) { results[i] = R::finish(acc, g.n); });
+  if (g.inner == 1 && g.outer > 1 && g.outer * g.n >= (int64_t{1} << 16)) {
+    // Whole rows per thread: each output is summed as on one thread.
+    parallel_for(pool, g.outer, 1, [&](int64_t first, int64_t last, int) {
+      for (int64_t o = first; o < last; ++o) {
+        results[o] = R::finish(reduce_row<R>(x + o * g.n, g.n), g.n);
+      }
+    });
+  } else {
+    reduce<R>(x, g, [&](int64_t i, typename R::Acc acc) { results[i] = R::finish(acc, g.n); });
+  }
   store_all(results, out);
 }
 
@@ -303,12 +319,16 @@ void reduce_kernel(const KernelArgs& args) {
     if constexpr ((K == Kernel::kMean || K == Kernel::kLogSumExp) && !kIsFloat<T>) {
       unsupported(K, dtype);
     } else {
-      std::unique_ptr<T[]> scratch;
-      const T* x = arranged_input(args, plan, scratch);
-      if constexpr (K == Kernel::kSum) reduce_to_output<Sum<T>>(x, g, args.output);
-      if constexpr (K == Kernel::kMean) reduce_to_output<Mean<T>>(x, g, args.output);
-      if constexpr (K == Kernel::kReduceMax) reduce_to_output<Extreme<T, true>>(x, g, args.output);
-      if constexpr (K == Kernel::kReduceMin) reduce_to_output<Extreme<T, false>>(x, g, args.output);
+      const T* x = arranged_input<T>(args, plan);
+      ComputePool& pool = compute_pool(args);
+      if constexpr (K == Kernel::kSum) reduce_to_output<Sum<T>>(x, g, args.output, pool);
+      if constexpr (K == Kernel::kMean) reduce_to_output<Mean<T>>(x, g, args.output, pool);
+      if constexpr (K == Kernel::kReduceMax) {
+        reduce_to_output<Extreme<T, true>>(x, g, args.output, pool);
+      }
+      if constexpr (K == Kernel::kReduceMin) {
+        reduce_to_output<Extreme<T, false>>(x, g, args.output, pool);
+      }
       if constexpr (K == Kernel::kLogSumExp) {
         std::vector<compute_t<T>> results(static_cast<std::size_t>(g.outer * g.inner));
         if (g.inner == 1) {

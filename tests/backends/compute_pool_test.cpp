@@ -1,0 +1,124 @@
+// Tests backends/cpu/compute_pool.h: every part runs once, on the pool's threads, errors come
+// back to the caller, ranges split deterministically, and the thread count comes from
+// AXLE_CPU_INTRA_OP_THREADS or the machine.
+#include "backends/cpu/compute_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "engine/config.h"
+
+namespace axle::cpu {
+namespace {
+
+TEST(ComputePool, RunsEveryPartExactlyOnce) {
+  for (int threads : {1, 2, 3}) {
+    ComputePool pool(threads);
+    for (int64_t parts : {1, 2, 3, 7, 64, 1000}) {
+      for (int round = 0; round < 20; ++round) {
+        std::vector<std::atomic<int>> runs(static_cast<std::size_t>(parts));
+        pool.run(parts, [&](int64_t i, int thread) {
+          EXPECT_GE(thread, 0);
+          EXPECT_LT(thread, threads);
+          runs[static_cast<std::size_t>(i)].fetch_add(1);
+        });
+        for (int64_t i = 0; i < parts; ++i) {
+          ASSERT_EQ(runs[static_cast<std::size_t>(i)].load(), 1)
+              << "part " << i << " of " << parts << " on " << threads << " threads";
+        }
+      }
+    }
+  }
+}
+
+TEST(ComputePool, SpreadsPartsOverItsThreads) {
+  ComputePool pool(2);
+  std::set<int> seen;
+  for (int round = 0; round < 50 && seen.size() < 2; ++round) {
+    std::vector<int> ran_on(4);
+    // Parts long enough that the caller cannot finish them all before the worker wakes.
+    pool.run(4, [&](int64_t i, int thread) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      ran_on[static_cast<std::size_t>(i)] = thread;
+    });
+    seen.insert(ran_on.begin(), ran_on.end());
+  }
+  EXPECT_EQ(seen, (std::set<int>{0, 1}));
+}
+
+TEST(ComputePool, RethrowsAPartsExceptionAfterEveryPartHasRun) {
+  ComputePool pool(3);
+  std::atomic<int> finished{0};
+  EXPECT_THROW(pool.run(16,
+                        [&](int64_t i, int) {
+                          if (i == 5) throw std::domain_error("part 5");
+                          finished.fetch_add(1);
+                        }),
+               std::domain_error);
+  EXPECT_EQ(finished.load(), 15);
+  // The pool still works afterwards.
+  std::atomic<int> after{0};
+  pool.run(8, [&](int64_t, int) { after.fetch_add(1); });
+  EXPECT_EQ(after.load(), 8);
+}
+
+TEST(ComputePool, ScratchIsAlignedAndKeptBetweenCalls) {
+  ComputePool pool(2);
+  void* first = pool.scratch(1, 1000);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % 64, 0u);
+  EXPECT_EQ(pool.scratch(1, 500), first);
+  EXPECT_NE(pool.scratch(0, 100), first);
+}
+
+TEST(SplitRange, CoversTheRangeInAlignedPiecesOfAtLeastTheGrain) {
+  for (int64_t n : {0, 1, 5, 100, 1000, 1023, 4096}) {
+    for (int64_t parts : {1, 2, 3, 8}) {
+      for (int64_t grain : {1, 16, 300}) {
+        for (int64_t align : {1, 8, 24}) {
+          const Ranges r = split_range(n, parts, grain, align);
+          ASSERT_LE(r.count, std::max<int64_t>(parts, 1));
+          int64_t next = 0;
+          for (int64_t i = 0; i < r.count; ++i) {
+            ASSERT_EQ(r.begin(i), next);
+            ASSERT_LT(r.begin(i), r.end(i));
+            if (r.count > 1) {
+              ASSERT_EQ(r.begin(i) % align, 0);
+              if (r.end(i) < n) {
+                ASSERT_GE(r.end(i) - r.begin(i), grain);
+              }
+            }
+            next = r.end(i);
+          }
+          ASSERT_EQ(next, n) << "n " << n << ", parts " << parts << ", grain " << grain;
+        }
+      }
+    }
+  }
+}
+
+TEST(IntraOpThreads, SharesTheMachineAmongDevicesByDefault) {
+  if (std::getenv("AXLE_CPU_INTRA_OP_THREADS")) GTEST_SKIP() << "the environment sets the count";
+  config::unset("AXLE_CPU_INTRA_OP_THREADS");
+  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(intra_op_threads(1), hardware);
+  EXPECT_EQ(intra_op_threads(hardware * 2), 1);
+}
+
+TEST(IntraOpThreads, TheEnvironmentVariableOverrides) {
+  config::set("AXLE_CPU_INTRA_OP_THREADS", "3");
+  EXPECT_EQ(intra_op_threads(4), 3);
+  config::set("AXLE_CPU_INTRA_OP_THREADS", "0");
+  EXPECT_THROW((void)intra_op_threads(1), ConfigError);
+  config::unset("AXLE_CPU_INTRA_OP_THREADS");
+}
+
+}  // namespace
+}  // namespace axle::cpu
