@@ -1,4 +1,4 @@
-// train_step_bench: one training step of the MNIST samples' models on one device.
+// train_step_bench: one training step of the MNIST samples' models.
 //   step_ms              — median time per step of the MLP (batch 128) and the CNN (batch 64),
 //                          forward + backward + SGD momentum, steps issued back to back (trace
 //                          and device overlap), compile excluded
@@ -10,6 +10,8 @@
 //   mlp_step_over_split_gemm — the same over those GEMMs split into row or column blocks over as
 //                          many threads as the device computes on (as the CPU backend splits them)
 //   intra_op_threads     — the compute threads of the benchmark's device
+//   with --num_devices 1,2,4: samples_per_s with "devices" — data-parallel training (spawn, one
+//                          replica per device, each stepping a full batch, optimizer_step)
 // JSON lines on stdout (see benchmarks/README.md).
 #include <CLI/CLI.hpp>
 #include <Eigen/Dense>
@@ -58,6 +60,39 @@ double step_ms(const std::string& model_name, int64_t batch, int steps, int roun
     ms.push_back(seconds_since(start) * 1e3 / steps);
   }
   return quantile(ms, 0.5);
+}
+
+// Samples per second of data-parallel training on `devices` replicas (spawn), each stepping
+// `batch` samples with gradients averaged by optimizer_step: the median of `rounds` rounds.
+double parallel_samples_per_s(const std::string& model_name, int64_t batch, int devices, int steps,
+                              int rounds) {
+  LazySystem::restart(LazySystemOptions{.cpu_devices = devices});
+  std::vector<double> rates;
+  spawn([&](int replica) {
+    set_rng_state(1);
+    std::shared_ptr<nn::Module> model = samples::make_mnist_model(model_name);
+    optim::SGD optimizer(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+    const Tensor images = rand({batch, 1, 28, 28});
+    const Tensor labels = randint(0, 10, {batch});
+    auto step = [&] {
+      optimizer.zero_grad();
+      nn::nll_loss((*model)(images), labels).backward();
+      optimizer_step(optimizer, /*barrier=*/true);
+    };
+    for (int i = 0; i < 3; ++i) step();
+    wait_device_ops();
+    for (int r = 0; r < rounds; ++r) {
+      rendezvous("round");
+      const auto start = Clock::now();
+      for (int i = 0; i < steps; ++i) step();
+      wait_device_ops();
+      rendezvous("round done");  // the slowest replica ends the round
+      if (replica == 0) {
+        rates.push_back(static_cast<double>(batch * steps * devices) / seconds_since(start));
+      }
+    }
+  });
+  return quantile(rates, 0.5);
 }
 
 using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -121,7 +156,12 @@ int main(int argc, char** argv) {
   using namespace axle::bench;
   CLI::App app{"train_step_bench: MNIST MLP and CNN training steps on one device"};
   bool quick = false;
+  std::vector<int> device_counts;
   app.add_flag("--quick", quick, "a short run");
+  app.add_option("--num_devices", device_counts,
+                 "also train data-parallel on each of these device counts (e.g. 1,2,4): "
+                 "samples_per_s with \"devices\"")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   const int steps = quick ? 5 : 20, rounds = quick ? 3 : 7;
   // What one device of the benchmark's system computes on (CPU_NUM_DEVICES is 1 unless set).
@@ -148,6 +188,13 @@ int main(int argc, char** argv) {
            {{"batch", c.batch}});
       emit("train_step", "mlp_step_over_split_gemm", fused / mlp_gemm_ms(c.batch, rounds, threads),
            "ratio", {{"batch", c.batch}, {"threads", int64_t{threads}}});
+    }
+  }
+  for (const Case c : {Case{"mlp", 128}, Case{"cnn", 64}}) {
+    for (int devices : device_counts) {
+      emit("train_step", "samples_per_s",
+           parallel_samples_per_s(c.model, c.batch, devices, steps, rounds), "samples/s",
+           {{"model", std::string(c.model)}, {"batch", c.batch}, {"devices", int64_t{devices}}});
     }
   }
   axle::LazySystem::restart();
