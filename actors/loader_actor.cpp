@@ -9,20 +9,11 @@
 #include <atomic>
 #include <memory>
 
+#include "engine/exception_text.h"
 #include "engine/metrics.h"
 
 namespace axle {
 namespace {
-
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
 
 // Fails `promise` with a LoaderError saying `what`. The error is made first and then handed
 // over whole, so that this thread keeps no share of it once the replica wakes: libstdc++ shares
@@ -260,7 +251,7 @@ void BatchReader::handle(ReadBatch& m) {
     const std::exception_ptr original = std::current_exception();
     read.error = std::make_exception_ptr(
         LoaderError(fmt::format("ParallelLoader: batch {} of the epoch could not be read: {}",
-                                m.index, what_of(original)),
+                                m.index, exception_text(original)),
                     original));
   }
   m.loader.tell(std::move(read));
@@ -276,7 +267,7 @@ namespace {
 std::exception_ptr transfer_error(int64_t index, Device device, std::exception_ptr original) {
   return std::make_exception_ptr(
       LoaderError(fmt::format("ParallelLoader: batch {} of the epoch could not be moved to {}: {}",
-                              index, device.to_string(), what_of(original)),
+                              index, device.to_string(), exception_text(original)),
                   original));
 }
 

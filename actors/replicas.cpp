@@ -15,6 +15,7 @@
 #include "actors/api.h"
 #include "actors/lazy_system.h"
 #include "engine/config.h"
+#include "engine/exception_text.h"
 #include "engine/log.h"
 
 namespace axle {
@@ -25,16 +26,6 @@ using ReplicaSlot = detail::ReplicaIdentity;
 thread_local constinit const ReplicaSlot* tls_replica = nullptr;
 
 std::atomic<uint64_t> g_next_group{1};
-
-std::string describe(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
 
 // The first failure among a spawn's replicas: the one spawn reports. A replica that fails only
 // because another one did (ReplicaCancelled) always comes later: its wait is cancelled after the
@@ -78,7 +69,7 @@ void run_replica(const std::function<void(int)>& fn, const ReplicaSlot slot, Fir
     rendezvous_actor.ask(LeaveGroup{slot.group, slot.ordinal}).get();
   } catch (...) {
     std::exception_ptr error = std::current_exception();
-    const std::string what = describe(error);
+    const std::string what = exception_text(error);
     failure.record(slot.ordinal, error, what);
     try {
       rendezvous_actor.ask(CancelGroup{slot.group, slot.ordinal, what}).get();
