@@ -8,6 +8,7 @@
 #include "actors/host.h"
 #include "engine/config.h"
 #include "engine/metrics.h"
+#include "engine/trace.h"
 #include "graph/trace_context.h"
 
 namespace axle {
@@ -79,6 +80,13 @@ void step(bool wait, SyncReason reason, const std::source_location& where) {
   const auto start = std::chrono::steady_clock::now();
   const double traced_ns = std::chrono::duration<double, std::nano>(start - tls_last_step).count();
   AXLE_METRIC_ADD("TraceTime", MetricKind::kTime, traced_ns);
+  if (trace_recording()) {
+    record_span(
+        "trace step", "host",
+        std::chrono::duration_cast<std::chrono::nanoseconds>(tls_last_step.time_since_epoch())
+            .count(),
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count());
+  }
   const std::shared_ptr<StepBreakdown>& account = this_thread_breakdown();
   account->count_step(traced_ns);
   AXLE_COUNTER_INC("MarkStep", 1);

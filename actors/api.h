@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <source_location>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "actors/lazy_system.h"
 #include "backends/backend.h"
+#include "engine/trace.h"
 #include "graph/device.h"
 #include "graph/tensor.h"
 
@@ -90,6 +92,28 @@ auto compile(F fn, std::source_location where = std::source_location::current())
     return result;
   };
 }
+
+/// A step as torch_xla's xp.StepTrace: the scope is a span named "<name> step <step>" in the
+/// trace (start_trace), and closing it marks the step. When the scope ends by an exception, the
+/// step is not marked.
+class StepTrace {
+ public:
+  StepTrace(std::string_view name, int64_t step,
+            std::source_location where = std::source_location::current())
+      : span_(std::string(name) + " step " + std::to_string(step), "user"),
+        where_(where),
+        exceptions_(std::uncaught_exceptions()) {}
+  ~StepTrace() noexcept(false) {
+    if (std::uncaught_exceptions() == exceptions_) mark_step(false, where_);
+  }
+  StepTrace(const StepTrace&) = delete;
+  StepTrace& operator=(const StepTrace&) = delete;
+
+ private:
+  Trace span_;
+  std::source_location where_;
+  int exceptions_;
+};
 
 /// Seeds `device`'s random stream (the same seed gives the same numbers on every run).
 void set_rng_state(uint64_t seed, Device device = {});

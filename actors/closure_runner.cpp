@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "engine/metrics.h"
+#include "engine/trace.h"
 
 namespace axle {
 
@@ -31,6 +32,7 @@ void run_step_closure(const StepClosure& closure) {
                                                          .count());
     }
   } charge{closure};
+  const Trace span("step closure", "closures");
   try {
     closure.fn();
   } catch (const std::exception& e) {

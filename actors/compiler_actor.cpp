@@ -9,6 +9,7 @@
 
 #include "actors/lowering.h"
 #include "engine/metrics.h"
+#include "engine/trace.h"
 
 namespace axle {
 namespace {
@@ -61,6 +62,7 @@ void CompilerActor::handle(CompileRequest& request, Promise<IntrusivePtr<Executa
                history_.compilation_analysis(*request.graph, request.reason, request.where));
   }
   const auto start = std::chrono::steady_clock::now();
+  const Trace span("compile", "compiler");
   IntrusivePtr<Executable> program = compile_graph(*request.graph, passes_);
   AXLE_METRIC_ADD("CompileTime", MetricKind::kTime, elapsed_ns(start));
   AXLE_COUNTER_INC("UncachedCompile", 1);

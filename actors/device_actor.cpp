@@ -11,6 +11,7 @@
 
 #include "engine/element.h"
 #include "engine/metrics.h"
+#include "engine/trace.h"
 
 namespace axle {
 namespace {
@@ -233,6 +234,11 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
                                      shares_result](Result<Gathered> all) mutable {
     ExecuteRequest& request = *held;
     request.collective_ns += elapsed_ns(request.waits_since);
+    if (trace_recording()) {
+      const int64_t end = trace_now();
+      record_span(fmt::format("{} wait", kernel_name(call.kernel)), "collective",
+                  end - static_cast<int64_t>(elapsed_ns(request.waits_since)), end);
+    }
     if (!all.ok()) {
       finish(request, all.error());
       return pump();
@@ -300,6 +306,11 @@ void DeviceActor::finish(ExecuteRequest& request, std::exception_ptr error) {
   } else {
     std::vector<IntrusivePtr<DeviceMemory>> results = request.run->take_outputs();
     const double run_ns = elapsed_ns(request.started);
+    if (trace_recording()) {
+      const int64_t end = trace_now();
+      record_span("execute", "device", end - static_cast<int64_t>(run_ns), end, 0,
+                  request.trace_flow);
+    }
     AXLE_METRIC_ADD("ExecuteTime", MetricKind::kTime, run_ns);
     if (request.account) {
       request.account->add(StepBreakdown::kExecuting, run_ns - request.collective_ns);
@@ -314,6 +325,7 @@ void DeviceActor::finish(ExecuteRequest& request, std::exception_ptr error) {
 
 void DeviceActor::run(TransferToDevice& transfer) {
   const auto start = std::chrono::steady_clock::now();
+  const Trace span("transfer to device", "device");
   try {
     auto memory = backend_.allocate(ordinal_, transfer.bytes->size());
     backend_.copy_to_device(ordinal_, transfer.bytes->data(), *memory, transfer.bytes->size());

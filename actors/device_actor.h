@@ -49,6 +49,7 @@ struct ExecuteRequest final : RefCounted {
   std::chrono::steady_clock::time_point started;
   std::chrono::steady_clock::time_point waits_since;  // for its program, or at a collective
   double collective_ns = 0;
+  uint64_t trace_flow = 0;  // the arrow from the host's mark_step, when a trace records
 };
 
 struct Execute {

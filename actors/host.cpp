@@ -18,6 +18,7 @@
 #include "actors/step_breakdown.h"
 #include "engine/hash.h"
 #include "engine/metrics.h"
+#include "engine/trace.h"
 #include "graph/step_graph.h"
 #include "graph/trace_context.h"
 
@@ -188,6 +189,7 @@ void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl
   build_step_graph(roots, graph, hint);
   if (may_donate) mark_donations(graph);
 
+  const int64_t sync_start = trace_recording() ? trace_now() : 0;
   auto request = make_intrusive<ExecuteRequest>();
   request->account = this_thread_breakdown();
   if (const detail::ReplicaIdentity* replica = detail::current_replica()) {
@@ -226,6 +228,11 @@ void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl
   }
   std::vector<IntrusivePtr<DeviceData>> outputs;
   if (wait) outputs = request->outputs;
+  if (sync_start != 0) {
+    request->trace_flow = new_trace_flow();
+    record_span(fmt::format("{} -> {}", reason_name(reason), device.to_string()), "host",
+                sync_start, trace_now(), request->trace_flow);
+  }
   system.device_actor(device).tell(Execute{std::move(request)});
   if (wait) {
     for (auto& out : outputs) out->wait();

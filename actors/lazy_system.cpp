@@ -14,6 +14,7 @@
 #include "engine/log.h"
 #include "engine/metrics.h"
 #include "engine/spawn.h"
+#include "engine/trace.h"
 #include "graph/dump.h"
 
 namespace axle {
@@ -128,6 +129,12 @@ LazySystem::LazySystem(LazySystemOptions options)
   debug_level_ = static_cast<int>(config::get_int("PT_XLA_DEBUG_LEVEL", 0));
   metrics_analysis_steps_ = config::get_int("AXLE_METRICS_ANALYSIS_STEPS", 100);
   metrics_file_ = config::get_string("XLA_METRICS_FILE", "");
+  // AXLE_TRACE_FILE records the system's whole life.
+  if (const std::string trace_file = config::get_string("AXLE_TRACE_FILE", "");
+      !trace_file.empty() && !trace_recording()) {
+    start_trace(trace_file);
+    traces_to_file_ = true;
+  }
   if (debug_level_ >= 1) metrics_analysis_ = std::make_unique<MetricsAnalysis>();
   save_tensors_file_ = config::get_string("XLA_SAVE_TENSORS_FILE", "");
   save_tensors_format_ = config::get_string("XLA_SAVE_TENSORS_FMT", "text");
@@ -142,6 +149,13 @@ LazySystem::~LazySystem() {
   TraceContext::set_observer(nullptr);
   runtime_.shutdown();
   if (metrics_analysis_) fmt::print(stderr, "{}", metrics_analysis_->look());
+  if (traces_to_file_) {
+    try {
+      (void)stop_trace();
+    } catch (const std::exception& e) {
+      AXLE_LOG(ERROR, "AXLE_TRACE_FILE: {}", e.what());
+    }
+  }
 }
 
 void LazySystem::after_step() {

@@ -112,6 +112,7 @@ class LazySystem final : public TraceObserver {
   std::string metrics_file_;
   std::mutex metrics_file_mutex_;
   int64_t metrics_file_steps_ = 0;
+  bool traces_to_file_ = false;  // this system started the AXLE_TRACE_FILE trace
   std::string save_tensors_file_;
   std::string save_tensors_format_;
   std::mutex save_mutex_;

@@ -11,6 +11,7 @@
 
 #include "engine/exception_text.h"
 #include "engine/metrics.h"
+#include "engine/trace.h"
 
 namespace axle {
 namespace {
@@ -245,6 +246,7 @@ void BatchReader::handle(ReadBatch& m) {
   // Reads left over from an epoch that ended, or from a loader going away, are not made.
   if (stopping_.load(std::memory_order_relaxed) || !open_ || m.epoch != epoch_) return;
   BatchRead read{m.epoch, m.index, {}, nullptr};
+  const Trace span("loader read", "loader");
   try {
     read.batch = source_.next();
   } catch (...) {
@@ -300,6 +302,7 @@ void TransferWorker::handle(TransferBatch& m) {
   landing->device = m.device;
   landing->loader = m.loader;
   DeviceBatch& fields = landing->batch.batch;
+  const Trace span("loader transfer", "loader");
   try {
     fields.reserve(m.batch.size());
     for (const CpuTensor& field : m.batch) {

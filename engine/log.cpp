@@ -234,14 +234,6 @@ SinkSlot& sink_slot() {
 std::atomic<int> g_unnamed_threads{0};
 thread_local std::string t_thread_name;
 
-std::string_view thread_label() {
-  if (t_actor_label != nullptr && !t_actor_label->empty()) return *t_actor_label;
-  if (t_thread_name.empty()) {
-    t_thread_name = fmt::format("thread-{}", g_unnamed_threads.fetch_add(1) + 1);
-  }
-  return t_thread_name;
-}
-
 void append_prefix(fmt::memory_buffer& buffer, LogLevel level, const char* file, int line) {
   using std::chrono::system_clock;
   const system_clock::time_point now = system_clock::now();
@@ -291,6 +283,14 @@ void vwrite(LogLevel level, const char* file, int line, fmt::string_view format,
   }
   buffer.push_back('\n');
   write_to_stderr(buffer.data(), buffer.size());
+}
+
+std::string_view thread_label() {
+  if (t_actor_label != nullptr && !t_actor_label->empty()) return *t_actor_label;
+  if (t_thread_name.empty()) {
+    t_thread_name = fmt::format("thread-{}", g_unnamed_threads.fetch_add(1) + 1);
+  }
+  return t_thread_name;
 }
 
 }  // namespace axle::log_internal

@@ -49,6 +49,10 @@ namespace log_internal {
 // that access needs no TLS wrapper call.
 inline thread_local constinit const std::string_view* t_actor_label = nullptr;
 
+/// The calling thread's name in logs (and its track in traces): the running actor's label, else
+/// the thread's name.
+[[nodiscard]] std::string_view thread_label();
+
 // Cached minimum level; kNotLoaded lets every level through to the slow path, which loads the
 // settings once and then checks again.
 inline constexpr int kNotLoaded = -1;

@@ -45,6 +45,8 @@ struct Flags {
   std::string data_dir = std::string(FashionMnist::kDefaultDir);
   int num_workers = 1;
   int num_devices = 1;  // replicas, one per device (CPU_NUM_DEVICES when given)
+  std::string trace;    // a Chrome trace of the first trace_steps steps
+  int64_t trace_steps = 20;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -185,6 +187,12 @@ void train_replica(const Flags& flags, Summary& summary) {
   for (int epoch = 1; epoch <= flags.num_epochs && !done; ++epoch) {
     train_loader.set_epoch(epoch - 1);
     for (const DeviceBatch& batch : device_loader) {
+      // The loader marked the last traced step as it handed out this batch.
+      if (!flags.trace.empty() && step == flags.trace_steps && is_master_ordinal()) {
+        wait_device_ops({device});  // this replica's traced steps (others may be ahead)
+        fmt::print(stderr, "train_mnist: {} spans of {} steps in {}\n", stop_trace(), step,
+                   flags.trace);
+      }
       const Tensor& images = batch[0];
       const Tensor& labels = batch[1];
       optimizer.zero_grad();
@@ -247,8 +255,10 @@ void train_replica(const Flags& flags, Summary& summary) {
 int train(const Flags& flags) {
   const auto start = Clock::now();
   Summary summary;
+  if (!flags.trace.empty()) start_trace(flags.trace);
   spawn([&](int) { train_replica(flags, summary); }, flags.num_devices);
   const double train_seconds = seconds_since(start);
+  if (trace_recording()) (void)stop_trace();  // fewer steps than --trace_steps
   if (flags.metrics_debug) fmt::print("{}", metrics_report());
   fmt::print(
       "{{\"final_test_accuracy\":{:.4f},\"train_samples_per_s\":{:.1f},\"compiles\":{},"
@@ -285,6 +295,10 @@ int main(int argc, char** argv) {
   app.add_option("--num_devices", flags.num_devices,
                  "train data-parallel on this many devices (default: CPU_NUM_DEVICES, or 1); "
                  "--batch_size is per device")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--trace", flags.trace,
+                 "write a Chrome trace (Perfetto, chrome://tracing) of the first steps here");
+  app.add_option("--trace_steps", flags.trace_steps, "steps the --trace covers")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   // The devices are made on first use, from CPU_NUM_DEVICES.

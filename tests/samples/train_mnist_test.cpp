@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace {
@@ -73,6 +74,26 @@ TEST(TrainMnist, FourDevicesReachTheSameBarAndEndWithBitIdenticalReplicas) {
                              std::to_string(replica) + " Epoch=1 Step=100 Loss=";
     EXPECT_NE(run.output.find(line), std::string::npos) << run.output;
   }
+}
+
+TEST(TrainMnist, TraceRecordsTheFirstStepsAsChromeTraceJson) {
+  const auto path = std::filesystem::temp_directory_path() / "axle_train_mnist_trace.json";
+  std::filesystem::remove(path);
+  const TrainerRun run = train("--fake_data --max_steps 8 --log_steps 2 --trace " + path.string() +
+                               " --trace_steps 4");
+  ASSERT_EQ(run.status, 0) << run.output;
+  std::ifstream in(path);
+  const nlohmann::json trace = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(trace.is_object()) << run.output;
+  int executions = 0;
+  int closures = 0;
+  for (const auto& event : trace["traceEvents"]) {
+    executions += event["name"] == "execute";
+    closures += event["name"] == "step closure";
+  }
+  EXPECT_EQ(executions, 4) << trace.dump();
+  EXPECT_GE(closures, 1) << trace.dump();
+  std::filesystem::remove(path);
 }
 
 TEST(TrainMnist, CnnReachesEightyFivePercentInTwoEpochs) {
