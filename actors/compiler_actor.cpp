@@ -3,11 +3,14 @@
 
 #include <fmt/format.h>
 
-#include "actors/debug_analysis.h"
-
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 
+#include "actors/debug_analysis.h"
 #include "actors/lowering.h"
+#include "actors/program_dump.h"
+#include "engine/log.h"
 #include "engine/metrics.h"
 #include "engine/trace.h"
 
@@ -31,6 +34,18 @@ ProgramInterface interface_of(const StepGraph& graph) {
   }
   interface.donated_inputs = graph.donated;
   return interface;
+}
+
+// XLA_FLAGS=--xla_dump_to=DIR: each compiled program before (the step graph) and after the
+// compiler's passes and lowering.
+void dump(const std::string& dir, const StepGraph& graph, const Executable& program) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  const std::string stem = fmt::format("{}/axle_{:016x}", dir, graph.hash);
+  std::ofstream(stem + ".before.txt") << step_graph_text(graph);
+  std::ofstream after(stem + ".after.txt");
+  after << program_text(program);
+  if (!after) AXLE_LOG(WARNING, "--xla_dump_to={}: could not write {}.after.txt", dir, stem);
 }
 
 }  // namespace
@@ -63,7 +78,15 @@ void CompilerActor::handle(CompileRequest& request, Promise<IntrusivePtr<Executa
   }
   const auto start = std::chrono::steady_clock::now();
   const Trace span("compile", "compiler");
-  IntrusivePtr<Executable> program = compile_graph(*request.graph, passes_);
+  IntrusivePtr<Executable> program;
+  try {
+    program = compile_graph(*request.graph, passes_);
+  } catch (const std::exception& e) {
+    save_failed_program(fmt::format("compilation failed: {}", e.what()),
+                        step_graph_text(*request.graph));
+    throw;
+  }
+  if (const std::string dir = xla_dump_dir(); !dir.empty()) dump(dir, *request.graph, *program);
   AXLE_METRIC_ADD("CompileTime", MetricKind::kTime, elapsed_ns(start));
   AXLE_COUNTER_INC("UncachedCompile", 1);
   if (debug_level_ >= 1) fmt::print(stderr, "{}", post_compilation_analysis(*program));

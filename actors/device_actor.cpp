@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/program_dump.h"
 #include "engine/element.h"
 #include "engine/metrics.h"
 #include "engine/trace.h"
@@ -161,7 +162,9 @@ void DeviceActor::advance(ExecuteRequest& request) {
       collective(request, *call);
       if (request.at_collective || request.finished) return;
     }
-  } catch (...) {
+  } catch (const std::exception& e) {
+    save_failed_program(fmt::format("execution failed: {}", e.what()),
+                        program_text(*request.ready_program));
     return finish(request, std::current_exception());
   }
   finish(request, nullptr);

@@ -9,6 +9,8 @@
 #include <mutex>
 
 #include "actors/host.h"
+#include "actors/lowering.h"
+#include "actors/program_dump.h"
 #include "actors/step_breakdown.h"
 #include "engine/config.h"
 #include "engine/log.h"
@@ -138,9 +140,10 @@ LazySystem::LazySystem(LazySystemOptions options)
   if (debug_level_ >= 1) metrics_analysis_ = std::make_unique<MetricsAnalysis>();
   save_tensors_file_ = config::get_string("XLA_SAVE_TENSORS_FILE", "");
   save_tensors_format_ = config::get_string("XLA_SAVE_TENSORS_FMT", "text");
-  if (save_tensors_format_ != "text" && save_tensors_format_ != "dot") {
+  if (save_tensors_format_ != "text" && save_tensors_format_ != "dot" &&
+      save_tensors_format_ != "hlo") {
     throw ConfigError(
-        fmt::format("XLA_SAVE_TENSORS_FMT={} is not one of text, dot", save_tensors_format_));
+        fmt::format("XLA_SAVE_TENSORS_FMT={} is not one of text, dot, hlo", save_tensors_format_));
   }
   TraceContext::set_observer(this);
 }
@@ -198,9 +201,27 @@ void LazySystem::after_op(const Tensor& result, const SourceLocation& where) {
   }
 }
 
+namespace {
+
+// The program the compiler makes of the tensors' pending graph (XLA_SAVE_TENSORS_FMT=hlo),
+// lowered here for the dump: fused kernels, buffer assignment and sizes.
+std::string lowered_text(const std::vector<Tensor>& tensors) {
+  std::vector<NodePtr> roots;
+  for (const Tensor& t : tensors) {
+    if (t.defined() && t.impl()->pending_ir()) roots.push_back(t.impl()->ir());
+  }
+  if (roots.empty()) return "(nothing pending)\n";
+  const StepGraph graph = build_step_graph(roots);
+  return program_text(*compile_graph(graph, PassSet::from_config()));
+}
+
+}  // namespace
+
 void LazySystem::save_graph(const std::vector<Tensor>& tensors, std::string_view reason) {
   if (save_tensors_file_.empty()) return;
-  std::string dump = save_tensors_format_ == "dot" ? tensors_dot(tensors) : tensors_text(tensors);
+  std::string dump = save_tensors_format_ == "dot"   ? tensors_dot(tensors)
+                     : save_tensors_format_ == "hlo" ? lowered_text(tensors)
+                                                     : tensors_text(tensors);
   std::lock_guard lock(save_mutex_);
   std::FILE* file = std::fopen(save_tensors_file_.c_str(), "a");
   if (!file) {
