@@ -15,6 +15,7 @@
 #include "actors/lazy_system.h"
 #include "actors/loader_actor.h"
 #include "axle.h"
+#include "engine/config.h"
 #include "loader_test_util.h"
 #include "tests/error_text.h"
 
@@ -226,6 +227,25 @@ TEST(ParallelLoader, MarksAStepEveryBatchesPerExecutionBatchesAndAtTheEnd) {
     EXPECT_FALSE(total.impl()->pending_ir()) << "the last step was not marked";
     EXPECT_EQ(total.item<int64_t>(), 0 + 1 + 2 + 3 + 4);
   }
+}
+
+TEST(ParallelLoader, ItsStepsAreNamedAsTheLoadersInTheDebugAnalysis) {
+  config::set("PT_XLA_DEBUG_LEVEL", "1");
+  LazySystem::restart();
+  const auto data = std::make_shared<RecordingDataset>(3);
+  DataLoader loader(data, {.batch_size = 1});
+  MpDeviceLoader device_loader(loader, device(0));
+  ::testing::internal::CaptureStderr();
+  Tensor total = zeros(Shape{}, DType::kI64);
+  for (const DeviceBatch& batch : device_loader) total = total + sum(batch[0]);
+  wait_device_ops();
+  const std::string text = ::testing::internal::GetCapturedStderr();
+  config::unset("PT_XLA_DEBUG_LEVEL");
+  LazySystem::restart();
+  EXPECT_NE(text.find("Compilation Analysis:   mark_step in parallel loader at step end"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("Compilation Analysis:   user mark_step"), std::string::npos) << text;
 }
 
 TEST(ParallelLoader, MpDeviceLoaderFeedsItsDeviceEveryBatchOfEachEpoch) {
