@@ -35,21 +35,33 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// One SGD-momentum training step of a sample model on a random batch, on the calling thread's
+// device: gradients averaged across replicas (optimizer_step, a plain step with one replica),
+// then the step marked.
+class TrainingStep {
+ public:
+  TrainingStep(const std::string& model_name, int64_t batch)
+      : model_((set_rng_state(1), samples::make_mnist_model(model_name))),
+        optimizer_(model_->parameters(), {.lr = 0.01, .momentum = 0.9}),
+        images_(rand({batch, 1, 28, 28})),
+        labels_(randint(0, 10, {batch})) {}
+  void operator()() {
+    optimizer_.zero_grad();
+    nn::nll_loss((*model_)(images_), labels_).backward();
+    optimizer_step(optimizer_, /*barrier=*/true);
+  }
+
+ private:
+  std::shared_ptr<nn::Module> model_;
+  optim::SGD optimizer_;
+  Tensor images_;
+  Tensor labels_;
+};
+
 // Median ms per step over `rounds` rounds of `steps` back-to-back steps.
 double step_ms(const std::string& model_name, int64_t batch, int steps, int rounds) {
   LazySystem::restart();
-  set_rng_state(1);
-  std::shared_ptr<nn::Module> model = samples::make_mnist_model(model_name);
-  optim::SGD optimizer(model->parameters(), {.lr = 0.01, .momentum = 0.9});
-  const Tensor images = rand({batch, 1, 28, 28});
-  const Tensor labels = randint(0, 10, {batch});
-  auto step = [&] {
-    optimizer.zero_grad();
-    const Tensor loss = nn::nll_loss((*model)(images), labels);
-    loss.backward();
-    optimizer.step();
-    mark_step();
-  };
+  TrainingStep step(model_name, batch);
   for (int i = 0; i < 3; ++i) step();  // compiles (the first steps differ: momentum starts)
   wait_device_ops();
   std::vector<double> ms;
@@ -69,16 +81,7 @@ double parallel_samples_per_s(const std::string& model_name, int64_t batch, int 
   LazySystem::restart(LazySystemOptions{.cpu_devices = devices});
   std::vector<double> rates;
   spawn([&](int replica) {
-    set_rng_state(1);
-    std::shared_ptr<nn::Module> model = samples::make_mnist_model(model_name);
-    optim::SGD optimizer(model->parameters(), {.lr = 0.01, .momentum = 0.9});
-    const Tensor images = rand({batch, 1, 28, 28});
-    const Tensor labels = randint(0, 10, {batch});
-    auto step = [&] {
-      optimizer.zero_grad();
-      nn::nll_loss((*model)(images), labels).backward();
-      optimizer_step(optimizer, /*barrier=*/true);
-    };
+    TrainingStep step(model_name, batch);
     for (int i = 0; i < 3; ++i) step();
     wait_device_ops();
     for (int r = 0; r < rounds; ++r) {

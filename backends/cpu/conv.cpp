@@ -177,6 +177,19 @@ void im2row(const T* x, int64_t channels, const ConvGeometry& g, int64_t first, 
   }
 }
 
+// Runs image(n, thread, gemm_pool) for n in [0, images): images spread over the pool's threads
+// when there are enough of them, else one at a time with each image's GEMMs split instead.
+template <class F>
+void for_each_image(ComputePool& pool, int64_t images, F&& image) {
+  if (images >= pool.threads()) {
+    parallel_for(pool, images, 1, [&](int64_t first, int64_t last, int thread) {
+      for (int64_t n = first; n < last; ++n) image(n, thread, nullptr);
+    });
+  } else {
+    for (int64_t n = 0; n < images; ++n) image(n, 0, &pool);
+  }
+}
+
 /// Convolution as one GEMM per image and group, out[o, oh * ow] = w[o, patch] x col[patch, oh *
 /// ow], images spread over the pool's threads (each image's GEMM split over them instead when
 /// there are fewer images than threads).
@@ -203,13 +216,7 @@ void conv2d_by_columns(const T* x, const T* w, T* out, const ConvGeometry& g, Co
               false, false, gemm_pool);
     }
   };
-  if (g.n >= pool.threads()) {
-    parallel_for(pool, g.n, 1, [&](int64_t first, int64_t last, int thread) {
-      for (int64_t n = first; n < last; ++n) image(n, thread, nullptr);
-    });
-  } else {
-    for (int64_t n = 0; n < g.n; ++n) image(n, 0, &pool);
-  }
+  for_each_image(pool, g.n, image);
 }
 
 /// Convolution with the output positions of a run of images as the rows of one GEMM,
@@ -304,13 +311,7 @@ void conv2d_by_taps(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
       }
     }
   };
-  if (g.n >= pool.threads()) {
-    parallel_for(pool, g.n, 1, [&](int64_t first, int64_t last, int thread) {
-      for (int64_t n = first; n < last; ++n) image(n, thread, nullptr);
-    });
-  } else {
-    for (int64_t n = 0; n < g.n; ++n) image(n, 0, &pool);
-  }
+  for_each_image(pool, g.n, image);
 }
 
 template <class T>
