@@ -68,9 +68,10 @@ class Backend {
   /// Computes member `position`'s part of collective `call` once every member's operand is at
   /// hand: `operands[i]` is member i's (in group order), all of `operand`'s type and shape, and
   /// `output` (of `result`'s type and shape) receives this member's result. For kAllReduce the
-  /// members share one output and each computes its own stretch of it (elements
-  /// [position * n / members, (position + 1) * n / members)); the others compute their whole
-  /// output. Memory of every device of this backend is readable from any of them.
+  /// members share one output and each computes its own stretch of it (the backend chooses the
+  /// stretches, and may leave some members none; calling it for every position computes the
+  /// whole); the others compute their whole output. Memory of every device of this backend is
+  /// readable from any of them.
   virtual void collective(int device, const KernelCall& call, const BufferDesc& operand,
                           const BufferDesc& result, std::span<DeviceMemory* const> operands,
                           int position, DeviceMemory& output) = 0;

@@ -11,35 +11,17 @@
 #include <cstring>
 #include <span>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "backends/cpu/element.h"
 
 namespace axle::cpu {
 namespace {
 
-// Elements folded per block: a block of the result stays in L1 while each member's operand is
-// folded into it.
-constexpr int64_t kFoldBlock = 2048;
-
 // Results at least this large are stored past the caches: they would not stay there anyway, and
 // a plain store first reads each line it writes (a fifth more memory traffic for a 4-member sum).
 constexpr std::size_t kStreamingBytes = std::size_t{8} << 20;
-
-// memcpy with non-temporal stores, for data nobody reads soon.
-void stream_copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
-#if defined(__SSE2__)
-  const std::size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
-  std::memcpy(dst, src, head);
-  std::size_t i = head;
-  for (; i + 16 <= bytes; i += 16) {
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-  }
-  std::memcpy(dst + i, src + i, bytes - i);
-#else
-  std::memcpy(dst, src, bytes);
-#endif
-}
 
 template <class C>
 C combine(ReduceType type, C a, C b) noexcept {
@@ -66,56 +48,97 @@ C combine(ReduceType type, C a, C b) noexcept {
   return a;
 }
 
-// out[i] = scale * fold(members' element at offset + i) for i in [0, count): members in group
-// order, so every member computing an element gets the same bits.
+// Elements folded at a time: 256 bytes of the compute type, few enough to stay in registers
+// while every member's run is added in, so each operand is read once and nothing else is.
+template <class C>
+constexpr int64_t kFoldChunk = std::max<int64_t>(32, 256 / static_cast<int64_t>(sizeof(C)));
+
+// Stores a chunk of results past the caches; `out` is 64-byte aligned and the chunk a whole
+// number of 16-byte units.
 template <class T>
-void fold_range(ReduceType type, double scale, std::span<DeviceMemory* const> operands,
-                int64_t offset, int64_t count, T* out, bool streaming) {
+void stream_chunk(const T* chunk, T* out, int64_t n) {
+#if defined(__SSE2__)
+  const auto* src = reinterpret_cast<const std::byte*>(chunk);
+  auto* dst = reinterpret_cast<std::byte*>(out);
+  for (int64_t i = 0; i < n * static_cast<int64_t>(sizeof(T)); i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  }
+#else
+  std::copy_n(chunk, n, out);
+#endif
+}
+
+// out[i] = scale * fold(members' element at offset + i) for i in [first, last): members in group
+// order, so every member computing an element gets the same bits. `stream` stores whole
+// chunks with non-temporal stores (the caller aligns them).
+template <class T, ReduceType kType>
+void fold_chunks(double scale, const std::vector<const T*>& in, int64_t first, int64_t last,
+                 T* out, bool stream) {
   using C = compute_t<T>;
-  C block[kFoldBlock];
-  for (int64_t begin = 0; begin < count; begin += kFoldBlock) {
-    const int64_t n = std::min(kFoldBlock, count - begin);
-    const T* first = static_cast<const T*>(operands[0]->data()) + offset + begin;
-    for (int64_t i = 0; i < n; ++i) block[i] = load(first[i]);
-    for (std::size_t m = 1; m < operands.size(); ++m) {
-      const T* in = static_cast<const T*>(operands[m]->data()) + offset + begin;
-      // A loop per common kind, so that each vectorises.
-      switch (type) {
-        case ReduceType::kSum:
-          for (int64_t i = 0; i < n; ++i)
-            block[i] = combine<C>(ReduceType::kSum, block[i], load(in[i]));
-          break;
-        case ReduceType::kMul:
-          for (int64_t i = 0; i < n; ++i)
-            block[i] = combine<C>(ReduceType::kMul, block[i], load(in[i]));
-          break;
-        default:
-          for (int64_t i = 0; i < n; ++i) block[i] = combine<C>(type, block[i], load(in[i]));
-          break;
+  constexpr int64_t kChunk = kFoldChunk<C>;
+  const auto scaled = static_cast<C>(scale);
+  for (int64_t begin = first; begin < last; begin += kChunk) {
+    const int64_t n = std::min(kChunk, last - begin);
+    C acc[kChunk];
+    if (n == kChunk) {
+      // Fixed trip counts, so that GCC keeps acc in vector registers.
+      for (int64_t i = 0; i < kChunk; ++i) acc[i] = load(in[0][begin + i]);
+      for (std::size_t m = 1; m < in.size(); ++m) {
+        const T* run = in[m] + begin;
+        for (int64_t i = 0; i < kChunk; ++i) acc[i] = combine<C>(kType, acc[i], load(run[i]));
       }
+      if (scale != 1.0) {
+        if constexpr (kIsFloat<T>) {
+          for (int64_t i = 0; i < kChunk; ++i) acc[i] = acc[i] * scaled;
+        } else if constexpr (!std::is_same_v<T, bool>) {
+          for (int64_t i = 0; i < kChunk; ++i) {
+            acc[i] = static_cast<C>(static_cast<double>(acc[i]) * scale);
+          }
+        }
+      }
+      if (stream) {
+        T chunk[kChunk];
+        for (int64_t i = 0; i < kChunk; ++i) chunk[i] = store<T>(acc[i]);
+        stream_chunk(chunk, out + begin, kChunk);
+      } else {
+        for (int64_t i = 0; i < kChunk; ++i) out[begin + i] = store<T>(acc[i]);
+      }
+      continue;
+    }
+    for (int64_t i = 0; i < n; ++i) acc[i] = load(in[0][begin + i]);
+    for (std::size_t m = 1; m < in.size(); ++m) {
+      for (int64_t i = 0; i < n; ++i) acc[i] = combine<C>(kType, acc[i], load(in[m][begin + i]));
     }
     if (scale != 1.0) {
       if constexpr (kIsFloat<T>) {
-        const auto s = static_cast<C>(scale);
-        for (int64_t i = 0; i < n; ++i) block[i] = block[i] * s;
+        for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] * scaled;
       } else if constexpr (!std::is_same_v<T, bool>) {
-        for (int64_t i = 0; i < n; ++i) {
-          block[i] = static_cast<C>(static_cast<double>(block[i]) * scale);
-        }
+        for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<C>(static_cast<double>(acc[i]) * scale);
       }
     }
-    if constexpr (std::is_same_v<T, C>) {
-      if (streaming) {
-        stream_copy(reinterpret_cast<std::byte*>(out + begin),
-                    reinterpret_cast<const std::byte*>(block),
-                    static_cast<std::size_t>(n) * sizeof(T));
-        continue;
-      }
-    }
-    for (int64_t i = 0; i < n; ++i) out[begin + i] = store<T>(block[i]);
+    for (int64_t i = 0; i < n; ++i) out[begin + i] = store<T>(acc[i]);
   }
+}
+
+template <class T, ReduceType kType>
+void fold_range(double scale, std::span<DeviceMemory* const> operands, int64_t offset,
+                int64_t count, T* out, bool streaming) {
+  std::vector<const T*> in;
+  in.reserve(operands.size());
+  for (DeviceMemory* m : operands) in.push_back(static_cast<const T*>(m->data()) + offset);
+  if (!streaming) return fold_chunks<T, kType>(scale, in, 0, count, out, false);
+  // Plain stores up to the first 64-byte boundary of the output and after the last whole chunk,
+  // so each line stored past the caches is this member's alone.
+  const auto misaligned = reinterpret_cast<uintptr_t>(out) % 64;
+  const int64_t head = std::min<int64_t>(
+      count, misaligned == 0 ? 0 : static_cast<int64_t>((64 - misaligned) / sizeof(T)));
+  const int64_t body = (count - head) / kFoldChunk<compute_t<T>> * kFoldChunk<compute_t<T>>;
+  fold_chunks<T, kType>(scale, in, 0, head, out, false);
+  fold_chunks<T, kType>(scale, in, head, head + body, out, true);
+  fold_chunks<T, kType>(scale, in, head + body, count, out, false);
 #if defined(__SSE2__)
-  if (streaming) _mm_sfence();  // the stores are visible before the members meet again
+  _mm_sfence();  // the stores are visible before the members meet again
 #endif
 }
 
@@ -123,8 +146,27 @@ void fold(DType dtype, ReduceType type, double scale, std::span<DeviceMemory* co
           int64_t offset, int64_t count, void* out, bool streaming) {
   visit_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    fold_range<T>(type, scale, operands, offset, count, static_cast<T*>(out), streaming);
+    auto* result = static_cast<T*>(out);
+    switch (type) {
+      case ReduceType::kSum:
+        return fold_range<T, ReduceType::kSum>(scale, operands, offset, count, result, streaming);
+      case ReduceType::kMul:
+        return fold_range<T, ReduceType::kMul>(scale, operands, offset, count, result, streaming);
+      case ReduceType::kAnd:
+        return fold_range<T, ReduceType::kAnd>(scale, operands, offset, count, result, streaming);
+      case ReduceType::kOr:
+        return fold_range<T, ReduceType::kOr>(scale, operands, offset, count, result, streaming);
+      case ReduceType::kMin:
+        return fold_range<T, ReduceType::kMin>(scale, operands, offset, count, result, streaming);
+      case ReduceType::kMax:
+        return fold_range<T, ReduceType::kMax>(scale, operands, offset, count, result, streaming);
+    }
   });
+}
+
+int64_t host_cores() {
+  static const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  return cores;
 }
 
 // Copies a sub-tensor of `shape` between two contiguous tensors: element index x sits at
@@ -194,9 +236,13 @@ void run_collective(const KernelCall& call, const BufferDesc& operand, const Buf
   auto* out = static_cast<std::byte*>(output.data());
   switch (call.kernel) {
     case Kernel::kAllReduce: {
+      // At most one stretch per core: more members than cores would take turns on them, and
+      // streaming loops that share a core evict each other's prefetched lines.
+      const int64_t parts = std::min<int64_t>(members, host_cores());
+      if (position >= parts) return;
       const int64_t n = operand.shape.numel();
-      const int64_t begin = n * position / members;
-      const int64_t end = n * (position + 1) / members;
+      const int64_t begin = n * position / parts;
+      const int64_t end = n * (position + 1) / parts;
       fold(operand.dtype, static_cast<ReduceType>(call.ints.at(0)), call.reals.at(0), operands,
            begin, end - begin, out + begin * static_cast<int64_t>(element_bytes),
            result.bytes() >= kStreamingBytes);
