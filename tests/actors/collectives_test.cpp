@@ -136,6 +136,44 @@ TEST_P(Collectives, AllReduceCombinesEveryReplicasValuesForEachReduceType) {
   }
 }
 
+// Large all-reduces take other paths: from 256 KiB the members share one result and each folds
+// a stretch of it, from 8 MiB the result is stored past the caches. Odd sizes leave the
+// stretches unaligned.
+TEST_P(Collectives, LargeAllReducesMatchTheReferenceInEveryElement) {
+  for (const int64_t size : {int64_t{100'003}, int64_t{2'500'001}}) {
+    for (ReduceType type : {ReduceType::kSum, ReduceType::kMax}) {
+      const double scale = type == ReduceType::kSum ? 0.25 : 1.0;
+      const auto floats = on_replicas<std::vector<float>>([&](int r) {
+        return all_reduce(type, tensor(input_of(r, size), {size}), scale).to_vector<float>();
+      });
+      const auto ints = on_replicas<std::vector<int32_t>>([&](int r) {
+        return all_reduce(type, tensor(int_input_of(r, size), {size})).to_vector<int32_t>();
+      });
+      std::vector<std::vector<float>> f_in;
+      std::vector<std::vector<int32_t>> i_in;
+      for (int r = 0; r < n(); ++r) {
+        f_in.push_back(input_of(r, size));
+        i_in.push_back(int_input_of(r, size));
+      }
+      for (int64_t i = 0; i < size; ++i) {
+        float f = f_in[0][i];
+        int32_t k = i_in[0][i];
+        for (int r = 1; r < n(); ++r) {
+          f = fold(type, f, f_in[r][i]);
+          k = fold(type, k, i_in[r][i]);
+        }
+        f *= static_cast<float>(scale);
+        for (int r = 0; r < n(); ++r) {
+          ASSERT_EQ(floats[r][i], f) << reduce_type_name(type) << " of " << size
+                                     << " elements, replica " << r << " at " << i;
+          ASSERT_EQ(ints[r][i], k) << reduce_type_name(type) << " of " << size
+                                   << " elements, replica " << r << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST_P(Collectives, AllReduceOfPredicatesAndsAndOrs) {
   // Replica r's element i is true unless i == r (and), or only when i == r (or).
   const int64_t size = n() + 1;
