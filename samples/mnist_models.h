@@ -29,19 +29,35 @@ class MnistMlp : public nn::Module {
   std::shared_ptr<nn::Linear> fc1_, fc2_, fc3_;
 };
 
+/// The CNN's widths; the defaults are the sample's, smaller ones let a test train it against a
+/// plain-loop reference.
+struct MnistCnnSizes {
+  int64_t image_side = 28;  ///< square images of one channel
+  int64_t conv1_channels = 32;
+  int64_t conv2_channels = 64;
+  int64_t hidden = 128;
+  int64_t classes = 10;
+};
+
 /// conv(1→32, 3×3, pad 1)-ReLU-maxpool 2-conv(32→64, 3×3, pad 1)-ReLU-maxpool 2-fc(3136→128)-ReLU-
 /// fc(128→10), ending in log_softmax.
 class MnistCnn : public nn::Module {
  public:
-  explicit MnistCnn(Device device = {})
+  explicit MnistCnn(Device device = {}, const MnistCnnSizes& sizes = {})
       : conv1_(register_module(
-            "conv1", std::make_shared<nn::Conv2d>(1, 32, std::vector<int64_t>{3},
+            "conv1", std::make_shared<nn::Conv2d>(1, sizes.conv1_channels, std::vector<int64_t>{3},
                                                   Conv2dOptions{.padding = {1, 1}}, true, device))),
         conv2_(register_module(
-            "conv2", std::make_shared<nn::Conv2d>(32, 64, std::vector<int64_t>{3},
+            "conv2", std::make_shared<nn::Conv2d>(sizes.conv1_channels, sizes.conv2_channels,
+                                                  std::vector<int64_t>{3},
                                                   Conv2dOptions{.padding = {1, 1}}, true, device))),
-        fc1_(register_module("fc1", std::make_shared<nn::Linear>(3136, 128, true, device))),
-        fc2_(register_module("fc2", std::make_shared<nn::Linear>(128, 10, true, device))) {}
+        // Two 2×2 pools leave a quarter of the side.
+        fc1_(register_module(
+            "fc1", std::make_shared<nn::Linear>(
+                       sizes.conv2_channels * (sizes.image_side / 4) * (sizes.image_side / 4),
+                       sizes.hidden, true, device))),
+        fc2_(register_module(
+            "fc2", std::make_shared<nn::Linear>(sizes.hidden, sizes.classes, true, device))) {}
 
   Tensor forward(const Tensor& images) override {
     const Pool2dOptions pool{.kernel_size = {2, 2}};

@@ -69,56 +69,50 @@ void stream_chunk(const T* chunk, T* out, int64_t n) {
 #endif
 }
 
-// out[i] = scale * fold(members' element at offset + i) for i in [first, last): members in group
-// order, so every member computing an element gets the same bits. `stream` stores whole
-// chunks with non-temporal stores (the caller aligns them).
+// acc[i] = scale * fold(members' element at begin + i) for i in [0, n): members in group order,
+// so every member computing an element gets the same bits. kN > 0 fixes n at compile time, so
+// that GCC keeps acc in vector registers.
+template <int64_t kN, class T, ReduceType kType>
+void fold_into(compute_t<T>* acc, const std::vector<const T*>& in, int64_t begin, int64_t runtime_n,
+               double scale) {
+  using C = compute_t<T>;
+  const int64_t n = kN > 0 ? kN : runtime_n;
+  for (int64_t i = 0; i < n; ++i) acc[i] = load(in[0][begin + i]);
+  for (std::size_t m = 1; m < in.size(); ++m) {
+    const T* run = in[m] + begin;
+    for (int64_t i = 0; i < n; ++i) acc[i] = combine<C>(kType, acc[i], load(run[i]));
+  }
+  if (scale == 1.0) return;
+  if constexpr (kIsFloat<T>) {
+    const auto s = static_cast<C>(scale);
+    for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] * s;
+  } else if constexpr (!std::is_same_v<T, bool>) {
+    for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<C>(static_cast<double>(acc[i]) * scale);
+  }
+}
+
+// out[i] for i in [first, last), chunk by chunk; `stream` stores whole chunks with non-temporal
+// stores (the caller aligns them).
 template <class T, ReduceType kType>
-void fold_chunks(double scale, const std::vector<const T*>& in, int64_t first, int64_t last,
-                 T* out, bool stream) {
+void fold_chunks(double scale, const std::vector<const T*>& in, int64_t first, int64_t last, T* out,
+                 bool stream) {
   using C = compute_t<T>;
   constexpr int64_t kChunk = kFoldChunk<C>;
-  const auto scaled = static_cast<C>(scale);
-  for (int64_t begin = first; begin < last; begin += kChunk) {
-    const int64_t n = std::min(kChunk, last - begin);
-    C acc[kChunk];
-    if (n == kChunk) {
-      // Fixed trip counts, so that GCC keeps acc in vector registers.
-      for (int64_t i = 0; i < kChunk; ++i) acc[i] = load(in[0][begin + i]);
-      for (std::size_t m = 1; m < in.size(); ++m) {
-        const T* run = in[m] + begin;
-        for (int64_t i = 0; i < kChunk; ++i) acc[i] = combine<C>(kType, acc[i], load(run[i]));
-      }
-      if (scale != 1.0) {
-        if constexpr (kIsFloat<T>) {
-          for (int64_t i = 0; i < kChunk; ++i) acc[i] = acc[i] * scaled;
-        } else if constexpr (!std::is_same_v<T, bool>) {
-          for (int64_t i = 0; i < kChunk; ++i) {
-            acc[i] = static_cast<C>(static_cast<double>(acc[i]) * scale);
-          }
-        }
-      }
-      if (stream) {
-        T chunk[kChunk];
-        for (int64_t i = 0; i < kChunk; ++i) chunk[i] = store<T>(acc[i]);
-        stream_chunk(chunk, out + begin, kChunk);
-      } else {
-        for (int64_t i = 0; i < kChunk; ++i) out[begin + i] = store<T>(acc[i]);
-      }
-      continue;
+  C acc[kChunk];
+  int64_t begin = first;
+  for (; begin + kChunk <= last; begin += kChunk) {
+    fold_into<kChunk, T, kType>(acc, in, begin, kChunk, scale);
+    if (stream) {
+      T chunk[kChunk];
+      for (int64_t i = 0; i < kChunk; ++i) chunk[i] = store<T>(acc[i]);
+      stream_chunk(chunk, out + begin, kChunk);
+    } else {
+      for (int64_t i = 0; i < kChunk; ++i) out[begin + i] = store<T>(acc[i]);
     }
-    for (int64_t i = 0; i < n; ++i) acc[i] = load(in[0][begin + i]);
-    for (std::size_t m = 1; m < in.size(); ++m) {
-      for (int64_t i = 0; i < n; ++i) acc[i] = combine<C>(kType, acc[i], load(in[m][begin + i]));
-    }
-    if (scale != 1.0) {
-      if constexpr (kIsFloat<T>) {
-        for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] * scaled;
-      } else if constexpr (!std::is_same_v<T, bool>) {
-        for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<C>(static_cast<double>(acc[i]) * scale);
-      }
-    }
-    for (int64_t i = 0; i < n; ++i) out[begin + i] = store<T>(acc[i]);
   }
+  const int64_t rest = last - begin;
+  fold_into<0, T, kType>(acc, in, begin, rest, scale);
+  for (int64_t i = 0; i < rest; ++i) out[begin + i] = store<T>(acc[i]);
 }
 
 template <class T, ReduceType kType>

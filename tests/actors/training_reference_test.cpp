@@ -1,5 +1,5 @@
-// Whole training steps end to end: a small CNN shaped as samples/mnist_models.h's (conv-ReLU-
-// maxpool twice, flatten, linear-ReLU-linear, log_softmax, nll_loss) trained for a few steps of
+// Whole training steps end to end: samples/mnist_models.h's CNN, made small (conv-ReLU-maxpool
+// twice, flatten, linear-ReLU-linear, log_softmax, nll_loss), trained for a few steps of
 // SGD with momentum — forward, autograd backward, optimizer step, mark_step — against a
 // double-precision reference of the same steps written here as plain loops, comparing the loss
 // and every parameter after each step.
@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "samples/mnist_models.h"
 #include "tests/actors/nn_test_util.h"
 
 namespace axle::testing {
@@ -34,32 +35,6 @@ constexpr int kSteps = 4;
 // most, on parameters below 0.5), while each step moves the parameters by 1e-4 to 1e-2, so
 // these tolerances still see a gradient or update off by a thousandth.
 constexpr double kAtol = 2e-7, kRtol = 1e-6;
-
-// samples::MnistCnn scaled down: the same layers in the same order, under the same names.
-class SmallCnn : public nn::Module {
- public:
-  SmallCnn()
-      : conv1_(register_module(
-            "conv1", std::make_shared<nn::Conv2d>(1, kConv1Channels, std::vector<int64_t>{3},
-                                                  Conv2dOptions{.padding = {1, 1}}))),
-        conv2_(register_module("conv2", std::make_shared<nn::Conv2d>(
-                                            kConv1Channels, kConv2Channels, std::vector<int64_t>{3},
-                                            Conv2dOptions{.padding = {1, 1}}))),
-        fc1_(register_module("fc1", std::make_shared<nn::Linear>(kFlat, kHidden))),
-        fc2_(register_module("fc2", std::make_shared<nn::Linear>(kHidden, kClasses))) {}
-
-  Tensor forward(const Tensor& images) override {
-    const Pool2dOptions pool{.kernel_size = {2, 2}};
-    Tensor x = max_pool2d(relu(conv1_->forward(images)), pool);
-    x = max_pool2d(relu(conv2_->forward(x)), pool);
-    x = relu(fc1_->forward(flatten(x, 1)));
-    return log_softmax(fc2_->forward(x), 1);
-  }
-
- private:
-  std::shared_ptr<nn::Conv2d> conv1_, conv2_;
-  std::shared_ptr<nn::Linear> fc1_, fc2_;
-};
 
 // ---- the reference: plain loops in double ---------------------------------------------------
 
@@ -256,7 +231,7 @@ LinearGrads linear_backward(const Values& x, const Values& weight, const Values&
   return g;
 }
 
-// The parameters in SmallCnn's named_parameters() order.
+// The parameters in the model's named_parameters() order.
 enum Param {
   kConv1Weight,
   kConv1Bias,
@@ -357,7 +332,11 @@ TEST_F(TrainingReference, CnnStepsMatchAPlainLoopReference) {
     ref.params.push_back(as_f32(uniform_values(rng, shapes[k].numel(), -bound, bound)));
     start.emplace_back(kParamNames[k], f32_tensor(ref.params.back(), shapes[k]));
   }
-  SmallCnn model;
+  samples::MnistCnn model({}, samples::MnistCnnSizes{.image_side = kSide,
+                                                     .conv1_channels = kConv1Channels,
+                                                     .conv2_channels = kConv2Channels,
+                                                     .hidden = kHidden,
+                                                     .classes = kClasses});
   model.load_state_dict(start);
   const nn::StateDict params = model.named_parameters();
   ASSERT_EQ(params.size(), static_cast<std::size_t>(kParamCount));
