@@ -213,7 +213,7 @@ class FusedRun {
     // blocks start on the same vector boundaries as the unfused kernels' (whose buffers are too).
     std::size_t blocks = static_cast<std::size_t>(fused_.buffers);
     kinds_.resize(external);
-    strides_.resize(external);
+    views_.resize(external);
     slot_of_.resize(external);
     for (std::size_t e = 0; e < external; ++e) {
       const BufferDesc& desc = *args.inputs[e].desc;
@@ -232,7 +232,7 @@ class FusedRun {
         if (spread[e]) slot_of_[e] = blocks++;
       } else {
         kinds_[e] = Kind::kGather;
-        strides_[e] = broadcast_strides(desc.shape, shape_);
+        views_[e] = GatherView::of(broadcast_strides(desc.shape, shape_), shape_);
         slot_of_[e] = blocks++;
       }
     }
@@ -272,6 +272,43 @@ class FusedRun {
 
  private:
   enum class Kind : uint8_t { kSame, kScalar, kSplat, kGather };
+
+  // A broadcast operand's strides over the chain's dims, with neighbouring dims merged where
+  // the outer one continues the inner one (two broadcast dims, or two contiguous ones), so that
+  // a gather copies or repeats whole runs: a channel bias [1, C, 1, 1] over [N, C, H, W] becomes
+  // runs of H * W copies of one value.
+  struct GatherView {
+    int rank = 0;
+    std::array<int64_t, Shape::kMaxRank> extent{}, stride{};
+
+    static GatherView of(const std::array<int64_t, Shape::kMaxRank>& strides, const Shape& shape) {
+      GatherView v;
+      int64_t inner_extent = 1, inner_stride = 0;
+      std::array<int64_t, Shape::kMaxRank> extents{}, merged_strides{};
+      int groups = 0;  // innermost first
+      for (int d = shape.rank() - 1; d >= 0; --d) {
+        const int64_t s = strides[static_cast<std::size_t>(d)];
+        if (shape[d] == 1) continue;
+        if (inner_extent == 1) {
+          inner_stride = s;
+        } else if (s != inner_stride * inner_extent) {
+          extents[groups] = inner_extent;
+          merged_strides[groups++] = inner_stride;
+          inner_extent = 1;
+          inner_stride = s;
+        }
+        inner_extent *= shape[d];
+      }
+      extents[groups] = inner_extent;
+      merged_strides[groups++] = inner_stride;
+      v.rank = groups;
+      for (int g = 0; g < groups; ++g) {
+        v.extent[static_cast<std::size_t>(g)] = extents[groups - 1 - g];
+        v.stride[static_cast<std::size_t>(g)] = merged_strides[groups - 1 - g];
+      }
+      return v;
+    }
+  };
 
   // Chains smaller than this run on one thread (see elementwise.cpp).
   static constexpr int64_t kParallelElements = int64_t{1} << 15;
@@ -321,24 +358,36 @@ class FusedRun {
       case Kind::kGather:
         break;
     }
-    const std::array<int64_t, Shape::kMaxRank>& strides = strides_[e];
-    const int rank = shape_.rank();
+    const GatherView& v = views_[e];
+    const int last = v.rank - 1;
     int64_t index[Shape::kMaxRank];
     int64_t offset = 0;
     int64_t rest = start;
-    for (int d = rank - 1; d >= 0; --d) {
-      index[d] = rest % shape_[d];
-      rest /= shape_[d];
-      offset += index[d] * strides[static_cast<std::size_t>(d)];
+    for (int d = last; d >= 0; --d) {
+      index[d] = rest % v.extent[d];
+      rest /= v.extent[d];
+      offset += index[d] * v.stride[d];
     }
     T* buffer = block(slot_of_[e], thread);
-    for (int64_t i = 0; i < len; ++i) {
-      buffer[i] = data[offset];
-      for (int d = rank - 1; d >= 0; --d) {  // next index, carrying into outer dims
-        const auto sd = static_cast<std::size_t>(d);
-        offset += strides[sd];
-        if (++index[d] < shape_[d]) break;
-        offset -= index[d] * strides[sd];
+    const int64_t inner = v.extent[last], step = v.stride[last];
+    for (int64_t i = 0; i < len;) {
+      // The rest of the innermost run, repeated, copied or strided.
+      const int64_t run = std::min(inner - index[last], len - i);
+      if (step == 0) {
+        std::fill_n(buffer + i, run, data[offset]);
+      } else if (step == 1) {
+        std::copy_n(data + offset, run, buffer + i);
+      } else {
+        for (int64_t k = 0; k < run; ++k) buffer[i + k] = data[offset + k * step];
+      }
+      i += run;
+      if (i == len) break;
+      offset -= index[last] * step;
+      index[last] = 0;
+      for (int d = last - 1; d >= 0; --d) {  // next run, carrying into outer dims
+        offset += v.stride[d];
+        if (++index[d] < v.extent[d]) break;
+        offset -= index[d] * v.stride[d];
         index[d] = 0;
       }
     }
@@ -414,7 +463,7 @@ class FusedRun {
   FusedSteps fused_;
   const Shape& shape_;  // the chain's
   std::vector<Kind> kinds_;
-  std::vector<std::array<int64_t, Shape::kMaxRank>> strides_;
+  std::vector<GatherView> views_;
   std::vector<std::size_t> slot_of_;  // scratch block of each spread or gathered operand
   std::unique_ptr<T[], FreeDeleter> scratch_;
   std::size_t blocks_per_thread_ = 1;

@@ -103,6 +103,29 @@ TEST(FusedKernelSteps, OneElementOperandsOnEitherSideGiveTheUnfusedBits) {
   }
 }
 
+TEST(FusedKernelSteps, OperandsBroadcastAlongAnyDimsGiveTheUnfusedBits) {
+  // A channel bias [1, C, 1, 1] (runs of H * W copies), a per-image-and-column [N, 1, 1, W]
+  // (runs of one), a [C, H, 1] (strided runs), and a [H, W] plane (contiguous runs), over
+  // [N, C, H, W] shapes whose runs do and do not meet the block boundaries.
+  for (const Shape& shape : {Shape{2, 3, 5, 7}, Shape{4, 8, 30, 31}, Shape{3, 2, 64, 64}}) {
+    std::mt19937 rng(11);
+    const int64_t n = shape[0], c = shape[1], h = shape[2], w = shape[3];
+    const std::vector<HostTensor> externals = {
+        random_tensor(DType::kF32, shape, rng), random_tensor(DType::kF32, {1, c, 1, 1}, rng),
+        random_tensor(DType::kF32, {n, 1, 1, w}, rng), random_tensor(DType::kF32, {c, h, 1}, rng),
+        random_tensor(DType::kF32, {h, w}, rng)};
+    const std::vector<Step> steps = {
+        {Kernel::kAdd, 0, 1},   // x + bias
+        {Kernel::kRelu, -1},    //
+        {Kernel::kMul, -2, 2},  // * [n, 1, 1, w]
+        {Kernel::kSub, 3, -3},  // [c, h, 1] - .
+        {Kernel::kAdd, -4, 4},  // + [h, w]
+    };
+    expect_same_bits(fused(steps, externals, DType::kF32, shape),
+                     unfused(steps, externals, DType::kF32, shape));
+  }
+}
+
 TEST(FusedKernelSteps, MalformedListsAreRejected) {
   const HostTensor x{DType::kF32, {4}, {1, 2, 3, 4}};
   const auto exp_k = static_cast<int64_t>(Kernel::kExp);
