@@ -9,9 +9,12 @@
 #include <fmt/format.h>
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
@@ -105,6 +108,32 @@ void widen_block(const T* x, compute_t<T>* dst, int64_t w) {
 template <class T>
 void narrow_block(const compute_t<T>* src, T* out, int64_t w) {
   for (int64_t i = 0; i < w; ++i) out[i] = store<T>(src[i]);
+}
+
+// ---- Scratch ---------------------------------------------------------------------------------
+
+/// Kernel scratch starts on a 64-byte boundary. Eigen's vectorised loops run scalar up to the
+/// first aligned element, and its vector and scalar exp, log and sums can differ in the last
+/// bit, so on malloc's 16-byte alignment a kernel's bits would depend on where the allocator
+/// (whose arenas are per thread) put its scratch.
+inline constexpr std::size_t kScratchAlign = 64;
+
+struct ScratchDelete {
+  void operator()(void* p) const noexcept {
+    ::operator delete (p, std::align_val_t{kScratchAlign});
+  }
+};
+template <class T>
+using ScratchArray = std::unique_ptr<T[], ScratchDelete>;
+
+/// n value-initialised (zero) elements on a 64-byte boundary; T may be bool.
+template <class T>
+ScratchArray<T> scratch_array(std::size_t n) {
+  static_assert(std::is_trivially_destructible_v<T>);
+  void* p =
+      ::operator new (std::max<std::size_t>(n, 1) * sizeof(T), std::align_val_t{kScratchAlign});
+  std::uninitialized_value_construct_n(static_cast<T*>(p), n);
+  return ScratchArray<T>(static_cast<T*>(p));
 }
 
 /// A whole bf16 buffer widened to f32, for kernels that compute bf16 in f32 after widening each

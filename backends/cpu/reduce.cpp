@@ -99,8 +99,8 @@ constexpr int64_t kRowBlock = 1024;  // elements exp() stages at a time along a 
 // Scratch arrays for column passes, allocated once per kernel call. Not std::vector: the
 // accumulator may be bool.
 template <class T>
-std::unique_ptr<T[]> column_scratch(const Geometry& g) {
-  return std::make_unique<T[]>(static_cast<std::size_t>(std::min(g.inner, kColumns)));
+ScratchArray<T> column_scratch(const Geometry& g) {
+  return scratch_array<T>(static_cast<std::size_t>(std::min(g.inner, kColumns)));
 }
 
 // Calls pass(input offset, output offset, w) for every run of w <= kColumns columns.
@@ -184,7 +184,7 @@ template <class T>
 compute_t<T> row_logsumexp(const T* x, int64_t n) {
   using C = compute_t<T>;
   const C shift = finite_shift(reduce_row<Extreme<T, true>>(x, n));
-  std::array<C, kRowBlock> buffer;
+  alignas(kScratchAlign) std::array<C, kRowBlock> buffer;  // see kScratchAlign
   typename Total<T>::Acc total = 0;
   for (int64_t r = 0; r < n; r += kRowBlock) {
     const int64_t m = std::min(kRowBlock, n - r);
@@ -397,9 +397,10 @@ void softmax_kernel(const KernelArgs& args) {
         column_softmax<T, kLog>(x, out, g);
         return;
       }
-      std::vector<compute_t<T>> shifted(static_cast<std::size_t>(g.n)), exps(shifted.size());
+      const auto n = static_cast<std::size_t>(g.n);
+      const auto shifted = scratch_array<compute_t<T>>(n), exps = scratch_array<compute_t<T>>(n);
       for (int64_t o = 0; o < g.outer; ++o) {
-        row_softmax<T, kLog>(x + o * g.n, out + o * g.n, g.n, shifted.data(), exps.data());
+        row_softmax<T, kLog>(x + o * g.n, out + o * g.n, g.n, shifted.get(), exps.get());
       }
     }
   });
