@@ -57,7 +57,8 @@ TEST_F(Checkpoint, RoundTripsEveryTensorByNameOntoTheGivenDevice) {
 }
 
 TEST_F(Checkpoint, InsideSpawnOnlyTheMasterWritesAndEveryReplicaReturnsAfterIt) {
-  std::vector<bool> file_there_on_return(2, false);
+  // Not vector<bool>: replicas write their own elements at once, and its bits share words.
+  std::vector<char> file_there_on_return(2, 0);
   spawn([&](int r) {
     // Each replica's value differs and is still pending (an all-reduce of it, even, so the
     // master must not compute it alone); the file must hold the master's.
@@ -69,7 +70,7 @@ TEST_F(Checkpoint, InsideSpawnOnlyTheMasterWritesAndEveryReplicaReturnsAfterIt) 
     // Without master_only, every replica writes its own.
     save({{"mine", mine}}, dir_ / fmt::format("replica{}.axle", r), /*master_only=*/false);
   });
-  EXPECT_EQ(file_there_on_return, (std::vector<bool>{true, true}));
+  EXPECT_EQ(file_there_on_return, (std::vector<char>{1, 1}));
   const nn::StateDict shared = load(dir_ / "shared.axle");
   EXPECT_EQ(shared[0].second.to_vector<float>(), std::vector<float>{0});
   EXPECT_EQ(shared[1].second.to_vector<float>(), std::vector<float>{1});
