@@ -114,7 +114,7 @@ void loader_step(std::source_location where) { step(false, SyncReason::kLoaderSt
 void add_step_closure(std::function<void()> closure, bool run_async, std::source_location where) {
   if (!closure) throw std::invalid_argument("add_step_closure: the closure is empty");
   (run_async ? tls_closures.async : tls_closures.now)
-      .push_back({std::move(closure), where, this_thread_breakdown()});
+      .push_back({std::move(closure), where, this_thread_breakdown(), Device{}});
 }
 
 void wait_device_ops(const std::vector<Device>& which) {

@@ -56,9 +56,10 @@ void wait_device_ops(const std::vector<Device>& devices = {});
 /// Runs `closure` after this thread's next mark_step, once that step's device work is done (so
 /// the values it reads are ready), as torch_xla's add_step_closure. Closures run in the order they
 /// were added. Without `run_async`, mark_step runs them before returning, on this thread, and a
-/// failure propagates from mark_step. With `run_async`, they run on a thread of their own and
-/// mark_step does not wait for the device; a failure is rethrown (as a StepClosureError naming
-/// the line that added the closure) by this thread's next mark_step or wait_device_ops.
+/// failure propagates from mark_step. With `run_async`, they run on a thread of their own (where
+/// `Device{}` is still this thread's default device) and mark_step does not wait for the device;
+/// a failure is rethrown (as a StepClosureError naming the line that added the closure) by this
+/// thread's next mark_step or wait_device_ops.
 void add_step_closure(std::function<void()> closure, bool run_async = false,
                       std::source_location where = std::source_location::current());
 

@@ -33,6 +33,9 @@ void run_step_closure(const StepClosure& closure) {
     }
   } charge{closure};
   const Trace span("step closure", "closures");
+  // An async closure runs on the closure runner's thread, yet `Device{}` in it is still the
+  // adding replica's device.
+  const DefaultDeviceScope device(closure.device);
   try {
     closure.fn();
   } catch (const std::exception& e) {

@@ -22,6 +22,7 @@ struct StepClosure {
   std::function<void()> fn;
   std::source_location where;
   std::shared_ptr<StepBreakdown> account;  ///< the adding replica's, charged for the run
+  Device device;  ///< the adding thread's default device, `Device{}` while the closure runs
 };
 
 /// Failures of one replica thread's asynchronous closures, raised by its next mark_step.

@@ -65,6 +65,20 @@ TEST_F(StepClosures, AsynchronousOnesRunAfterTheDeviceWithoutHoldingUpTheHost) {
   EXPECT_EQ(seen, (std::vector<double>{9, 12, 15}));
 }
 
+TEST_F(StepClosures, AsynchronousOnesSeeTheAddingReplicasDeviceAsTheDefault) {
+  LazySystem::restart(LazySystemOptions{.cpu_devices = 3});
+  std::vector<int> seen(3, -1);  // one element per replica, each written by its own closure
+  spawn([&](int replica) {
+    Tensor x = tensor(std::vector<float>{1}, {1}) + 1.0;
+    add_step_closure(
+        [&seen, replica] { seen[static_cast<std::size_t>(replica)] = Device{}.ordinal; },
+        /*run_async=*/true);
+    mark_step();
+    wait_device_ops();
+  });
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2}));
+}
+
 TEST_F(StepClosures, RunEvenWhenTheStepHasNothingToExecute) {
   bool ran = false, ran_async = false;
   add_step_closure([&] { ran = true; });
