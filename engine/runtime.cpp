@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "engine/config.h"
+#include "engine/cores.h"
 #include "engine/log.h"
 
 namespace axle {
@@ -87,7 +88,7 @@ namespace {
 
 int default_threads() {
   int64_t n = config::get_int("AXLE_THREADS", 0);
-  if (n <= 0) n = std::max(1u, std::thread::hardware_concurrency());
+  if (n <= 0) n = usable_cores();
   return static_cast<int>(n);
 }
 

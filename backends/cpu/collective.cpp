@@ -11,10 +11,10 @@
 #include <cstring>
 #include <span>
 #include <stdexcept>
-#include <thread>
 #include <vector>
 
 #include "backends/cpu/element.h"
+#include "engine/cores.h"
 
 namespace axle::cpu {
 namespace {
@@ -159,7 +159,7 @@ void fold(DType dtype, ReduceType type, double scale, std::span<DeviceMemory* co
 }
 
 int64_t host_cores() {
-  static const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  static const int64_t cores = usable_cores();
   return cores;
 }
 

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/kernel.h"
 #include "engine/config.h"
+#include "engine/cores.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -85,8 +86,7 @@ ComputePool& ComputePool::serial() {
 
 int intra_op_threads(int devices) {
   constexpr int64_t kMost = 256;
-  const int64_t shared =
-      std::max<int64_t>(1, std::thread::hardware_concurrency() / std::max(devices, 1));
+  const int64_t shared = std::max<int64_t>(1, usable_cores() / std::max(devices, 1));
   const int64_t threads = config::get_int("AXLE_CPU_INTRA_OP_THREADS", shared);
   if (threads < 1 || threads > kMost) {
     throw ConfigError(

@@ -85,7 +85,8 @@ class ComputePool {
 };
 
 /// Compute threads per device for `devices` CPU devices: AXLE_CPU_INTRA_OP_THREADS when set,
-/// else the machine's hardware threads shared out among the devices (at least one each).
+/// else the process's usable cores (usable_cores) shared out among the devices (at least one
+/// each).
 [[nodiscard]] int intra_op_threads(int devices);
 
 /// Splits [0, n) into at most `max_parts` contiguous ranges of at least `grain` elements (the

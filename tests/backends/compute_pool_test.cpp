@@ -4,6 +4,7 @@
 #include "backends/cpu/compute_pool.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/cores.h"
 
 namespace axle::cpu {
 namespace {
@@ -105,15 +107,40 @@ TEST(SplitRange, CoversTheRangeInAlignedPiecesOfAtLeastTheGrain) {
   }
 }
 
-TEST(IntraOpThreads, SharesTheMachineAmongDevicesByDefault) {
+// The CPUs the calling thread may run on, counted without axle.
+int affinity_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  return CPU_COUNT(&set);
+}
+
+TEST(IntraOpThreads, SharesTheUsableCoresAmongDevicesByDefault) {
   // The default is what is left when neither code nor the environment sets the count.
   const char* outside = std::getenv("AXLE_CPU_INTRA_OP_THREADS");
   const std::string saved = outside ? outside : "";
   ::unsetenv("AXLE_CPU_INTRA_OP_THREADS");
   config::unset("AXLE_CPU_INTRA_OP_THREADS");
-  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  EXPECT_EQ(intra_op_threads(1), hardware);
-  EXPECT_EQ(intra_op_threads(hardware * 2), 1);
+  const int cores = affinity_count();
+  EXPECT_EQ(usable_cores(), cores);
+  EXPECT_EQ(intra_op_threads(1), cores);
+  EXPECT_EQ(intra_op_threads(cores * 2), 1);
+  // Pinned to one CPU (as `taskset -c 0` or a one-CPU cpuset would), a device gets one thread
+  // however many CPUs the machine has.
+  cpu_set_t all, first;
+  CPU_ZERO(&all);
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  CPU_ZERO(&first);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &all)) {
+      CPU_SET(cpu, &first);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof first, &first), 0);
+  EXPECT_EQ(usable_cores(), 1);
+  EXPECT_EQ(intra_op_threads(1), 1);
+  ASSERT_EQ(sched_setaffinity(0, sizeof all, &all), 0);
   if (outside) ::setenv("AXLE_CPU_INTRA_OP_THREADS", saved.c_str(), 1);
 }
 
