@@ -282,31 +282,31 @@ class FusedRun {
     std::array<int64_t, Shape::kMaxRank> extent{}, stride{};
 
     static GatherView of(const std::array<int64_t, Shape::kMaxRank>& strides, const Shape& shape) {
+      // Built innermost first, then reversed into the chain's order.
       GatherView v;
       int64_t inner_extent = 1, inner_stride = 0;
-      std::array<int64_t, Shape::kMaxRank> extents{}, merged_strides{};
-      int groups = 0;  // innermost first
       for (int d = shape.rank() - 1; d >= 0; --d) {
         const int64_t s = strides[static_cast<std::size_t>(d)];
         if (shape[d] == 1) continue;
         if (inner_extent == 1) {
           inner_stride = s;
         } else if (s != inner_stride * inner_extent) {
-          extents[groups] = inner_extent;
-          merged_strides[groups++] = inner_stride;
+          v.push(inner_extent, inner_stride);
           inner_extent = 1;
           inner_stride = s;
         }
         inner_extent *= shape[d];
       }
-      extents[groups] = inner_extent;
-      merged_strides[groups++] = inner_stride;
-      v.rank = groups;
-      for (int g = 0; g < groups; ++g) {
-        v.extent[static_cast<std::size_t>(g)] = extents[groups - 1 - g];
-        v.stride[static_cast<std::size_t>(g)] = merged_strides[groups - 1 - g];
-      }
+      v.push(inner_extent, inner_stride);
+      std::reverse(v.extent.begin(), v.extent.begin() + v.rank);
+      std::reverse(v.stride.begin(), v.stride.begin() + v.rank);
       return v;
+    }
+
+   private:
+    void push(int64_t e, int64_t s) {
+      extent[static_cast<std::size_t>(rank)] = e;
+      stride[static_cast<std::size_t>(rank++)] = s;
     }
   };
 
