@@ -9,13 +9,19 @@
 #include <utility>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/device_runtime.h"
 #include "backends/backend.h"
 #include "engine/trace.h"
 #include "graph/device.h"
+#include "graph/ops.h"
 #include "graph/tensor.h"
 
 namespace axle {
+
+namespace detail {
+// Every program that includes the user API runs its tensors on this process's devices.
+[[maybe_unused]] inline const bool kUsesDevices = use_devices_by_default();
+}  // namespace detail
 
 /// Device `ordinal` of this process (throws std::out_of_range for a device that does not exist).
 Device device(int ordinal);
@@ -75,6 +81,16 @@ void initialize_cache(const std::string& path, bool readonly = false);
 void eager_mode(bool enabled);
 [[nodiscard]] bool is_eager_mode();
 
+/// Suspends eager execution on this thread (this replica) for its lifetime: compile(fn) traces
+/// whole graphs even in eager mode.
+class EagerSuspension {
+ public:
+  EagerSuspension();
+  ~EagerSuspension();
+  EagerSuspension(const EagerSuspension&) = delete;
+  EagerSuspension& operator=(const EagerSuspension&) = delete;
+};
+
 /// Wraps `fn` so that each call traces it as one graph (even in eager mode) and marks the step,
 /// like torch_xla.compile.
 namespace detail {
@@ -115,11 +131,6 @@ class StepTrace {
   std::source_location where_;
   int exceptions_;
 };
-
-/// Seeds `device`'s random stream (the same seed gives the same numbers on every run).
-void set_rng_state(uint64_t seed, Device device = {});
-/// The seed `device`'s random stream was last given.
-[[nodiscard]] uint64_t get_rng_state(Device device = {});
 
 /// Bytes in use and peak bytes on `device`.
 [[nodiscard]] MemoryInfo get_memory_info(Device device = {});

@@ -36,6 +36,8 @@ void run_step_closure(const StepClosure& closure) {
   // An async closure runs on the closure runner's thread, yet `Device{}` in it is still the
   // adding replica's device.
   const DefaultDeviceScope device(closure.device);
+  // User code: it may read values, which blocks (on its own thread, when asynchronous).
+  const UserCodeScope user_code;
   try {
     closure.fn();
   } catch (const std::exception& e) {

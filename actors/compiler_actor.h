@@ -12,12 +12,12 @@
 
 #include "actors/compile_cache.h"
 #include "actors/debug_analysis.h"
-#include "actors/host.h"
 #include "actors/persistent_cache.h"
 #include "engine/actor.h"
 #include "engine/config.h"
 #include "graph/passes/passes.h"
 #include "graph/step_graph.h"
+#include "graph/sync_reason.h"
 
 namespace axle {
 

@@ -128,7 +128,7 @@ std::string block(std::string_view title, const std::vector<std::string>& lines)
 std::vector<std::string> graph_lines(std::string_view cause_heading, const StepGraph& graph,
                                      SyncReason reason, const std::source_location& where) {
   return {std::string(cause_heading),
-          fmt::format("  {}", analysis_cause(reason)),
+          fmt::format("  {}", reason_cause(reason)),
           "Graph Info:",
           fmt::format("  Graph Hash: {:016x}", graph.hash),
           fmt::format("  Number of Graph Inputs: {}", graph.inputs.size()),
@@ -142,24 +142,6 @@ std::string gigabytes(uint64_t bytes) {
 }
 
 }  // namespace
-
-std::string_view analysis_cause(SyncReason reason) {
-  switch (reason) {
-    case SyncReason::kMarkStep:
-      return "user mark_step";
-    case SyncReason::kValueAccess:
-      return "most likely user code trying to access a tensor value before mark_step";
-    case SyncReason::kEager:
-      return "eager mode (XLA_USE_EAGER_DEBUG_MODE) runs each op";
-    case SyncReason::kGraphLimit:
-      return "the pending graph reached AXLE_MAX_GRAPH_NODES";
-    case SyncReason::kCompile:
-      return "axle::compile";
-    case SyncReason::kLoaderStep:
-      return "mark_step in parallel loader at step end";
-  }
-  return "unknown";
-}
 
 struct CompileHistory::Lines {
   std::unordered_map<std::string, std::deque<GraphRecord>> by_line;

@@ -13,14 +13,11 @@
 #include <string>
 #include <string_view>
 
-#include "actors/host.h"
 #include "backends/executable.h"
 #include "graph/step_graph.h"
+#include "graph/sync_reason.h"
 
 namespace axle {
-
-/// Why a graph runs, in PyTorch/XLA's words ("user mark_step", ...).
-[[nodiscard]] std::string_view analysis_cause(SyncReason reason);
 
 /// The graphs compiled lately, by the source line that synced them: what a recompilation is
 /// compared with. Owned by the compiler.

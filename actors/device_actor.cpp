@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <string>
 
 #include <fmt/format.h>
@@ -17,19 +16,11 @@
 namespace axle {
 namespace {
 
-std::mutex g_gate_mutex;
-std::function<void()> g_gate;
-
 double elapsed_ns(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
-
-void DeviceActor::set_execution_gate(std::function<void()> gate) {
-  std::lock_guard lock(g_gate_mutex);
-  g_gate = std::move(gate);
-}
 
 void DeviceActor::handle(Execute& m) {
   Work work;
@@ -43,6 +34,45 @@ void DeviceActor::handle(TransferToDevice& m) {
   work.transfer = std::move(m);
   queue_.push_back(std::move(work));
   pump();
+}
+
+void DeviceActor::handle(ReadToHost& m, Promise<std::vector<std::byte>>&& reply) {
+  if (!m.data->pending()) return copy_to_host(std::move(m.data), std::move(reply));
+  // Pending data is this device's to produce, so it completes on this actor's thread, which
+  // copies it there and then, before the queue moves on. Should another thread complete it, the
+  // copy comes back here as a message.
+  DeviceData* data = m.data.get();
+  data->when_done(
+      [this, self = self(), held = std::move(m.data), reply = std::move(reply)]() mutable {
+        if (detail::running_actor() == self.target().get()) {
+          copy_to_host(std::move(held), std::move(reply));
+        } else {
+          self.tell(ReadReady{std::move(held), std::move(reply)});
+        }
+      });
+}
+
+void DeviceActor::handle(QueryMemory&, Promise<MemoryInfo>&& reply) {
+  reply.set_value(backend_.memory_info(ordinal_));
+}
+
+void DeviceActor::copy_to_host(DataHold data, Promise<std::vector<std::byte>> reply) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::byte> bytes;
+  try {
+    const IntrusivePtr<DeviceMemory>& memory = data->wait();  // ready: rethrows a failure
+    bytes.resize(data->bytes());
+    backend_.copy_to_host(ordinal_, *memory, bytes.data(), bytes.size());
+    AXLE_METRIC_ADD("TransferFromDeviceTime", MetricKind::kTime, elapsed_ns(start));
+  } catch (...) {
+    data = DataHold();
+    reply.set_error(std::current_exception());
+    return;
+  }
+  // Let go before answering: the reader may trace its next step at once, and a buffer still
+  // held then would not be donated (a different graph, compiled again).
+  data = DataHold();
+  reply.set_value(std::move(bytes));
 }
 
 void DeviceActor::handle(Drain&, Promise<void>&& reply) {
@@ -64,8 +94,8 @@ void DeviceActor::pump() {
         if (!ready(request)) return;
         start(request);
       }
-      if (!request.finished && !request.at_collective) advance(request);
-      if (!request.finished) return;  // paused at a collective
+      if (!request.finished && !request.at_collective && !request.run_waiting) advance(request);
+      if (!request.finished) return;  // paused at a collective, or waiting on the backend
     } else {
       run(head.transfer);
     }
@@ -141,14 +171,6 @@ void DeviceActor::start(ExecuteRequest& request) {
         inputs.push_back(input.data->memory());
       }
     }
-    {
-      std::function<void()> gate;
-      {
-        std::lock_guard lock(g_gate_mutex);
-        gate = g_gate;
-      }
-      if (gate) gate();
-    }
     request.started = std::chrono::steady_clock::now();
     request.run = backend_.start(ordinal_, program, std::move(inputs));
   } catch (...) {
@@ -159,6 +181,15 @@ void DeviceActor::start(ExecuteRequest& request) {
 void DeviceActor::advance(ExecuteRequest& request) {
   try {
     while (const KernelCall* call = request.run->advance()) {
+      if (call == ProgramRun::waiting()) {
+        // The actor stays free meanwhile (reads, transfers, queries); the run comes back here.
+        request.run_waiting = true;
+        request.run->when_resumable(
+            [self = self(), held = IntrusivePtr<ExecuteRequest>(&request)]() mutable {
+              self.tell(ResumeRun{std::move(held)});
+            });
+        return;
+      }
       collective(request, *call);
       if (request.at_collective || request.finished) return;
     }

@@ -3,7 +3,8 @@
 // its inputs, then runs and fulfils its output placeholders. At an in-graph collective the run
 // pauses: the device brings its operand to the RendezvousActor and goes on when every member of
 // its group has (as messages; the thread never blocks on a peer). A failure fails the outputs,
-// and the error flows on to whatever reads them.
+// and the error flows on to whatever reads them. Every call into the backend for its device
+// comes from here: executions, transfers both ways, memory queries.
 #pragma once
 
 #include <chrono>
@@ -45,6 +46,7 @@ struct ExecuteRequest final : RefCounted {
   bool waiting_for_program = false;
   std::unique_ptr<ProgramRun> run;  // once started
   bool at_collective = false;       // waiting for the other members
+  bool run_waiting = false;         // the backend's run waits to be resumed
   bool finished = false;
   std::chrono::steady_clock::time_point started;
   std::chrono::steady_clock::time_point waits_since;  // for its program, or at a collective
@@ -60,25 +62,50 @@ struct TransferToDevice {
   std::shared_ptr<const std::vector<std::byte>> bytes;
   IntrusivePtr<DeviceData> target;
 };
+/// Copies the data (on this device) to the host once it is ready, without waiting for the
+/// device's queue; replies with its bytes or the error that failed it. Held while in flight, so
+/// no later step donates its buffer.
+struct ReadToHost {
+  using Reply = std::vector<std::byte>;
+  DataHold data;
+};
+/// The device's memory use.
+struct QueryMemory {
+  using Reply = MemoryInfo;
+};
 /// Replies once every request sent before it has finished.
 struct Drain {
   using Reply = void;
 };
 /// Something the head request waited for has arrived.
 struct Pump {};
+/// The backend's run of `request` can go on (see ProgramRun::when_resumable).
+struct ResumeRun {
+  IntrusivePtr<ExecuteRequest> request;
+};
+/// A read's data is ready (or failed): copy it now.
+struct ReadReady {
+  DataHold data;
+  Promise<std::vector<std::byte>> reply;
+};
 
-class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, Drain, Pump> {
+class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToHost, QueryMemory,
+                                 Drain, Pump, ResumeRun, ReadReady> {
  public:
   DeviceActor(Backend& backend, int ordinal, ActorRef<RendezvousActor> rendezvous)
       : backend_(backend), ordinal_(ordinal), rendezvous_(std::move(rendezvous)) {}
 
   void handle(Execute& m);
   void handle(TransferToDevice& m);
+  void handle(ReadToHost& m, Promise<std::vector<std::byte>>&& reply);
+  void handle(QueryMemory& m, Promise<MemoryInfo>&& reply);
   void handle(Drain& m, Promise<void>&& reply);
   void handle(Pump&) { pump(); }
-
-  /// Test hook: holds executions until released (see LazySystem::hold_device).
-  static void set_execution_gate(std::function<void()> gate);
+  void handle(ResumeRun& m) {
+    m.request->run_waiting = false;
+    pump();
+  }
+  void handle(ReadReady& m) { copy_to_host(std::move(m.data), std::move(m.reply)); }
 
  private:
   struct Work {
@@ -95,6 +122,7 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, Drain, 
   void collective(ExecuteRequest& request, const KernelCall& call);
   void finish(ExecuteRequest& request, std::exception_ptr error);
   void run(TransferToDevice& transfer);
+  void copy_to_host(DataHold data, Promise<std::vector<std::byte>> reply);
 
   Backend& backend_;
   int ordinal_;

@@ -76,7 +76,7 @@ int64_t DeviceFeed::begin_epoch(int slot) {
   return reply_to(loader_.ask(BeginEpoch{slot}));
 }
 
-std::optional<DeviceBatch> DeviceFeed::next(int slot) {
+std::optional<DeviceBatch> DeviceFeed::next(int slot, StepBreakdown* account) {
   if (closed_.load()) throw_closed();
   Future<std::optional<DeviceBatch>> asked = std::move(asked_ahead_[slot]);
   asked_ahead_[slot] = {};
@@ -86,14 +86,15 @@ std::optional<DeviceBatch> DeviceFeed::next(int slot) {
     // The time waited for the batch, recorded on failure too. Asking for the next one ahead, below,
     // is the loop's own work, not a wait.
     struct RecordWait {
+      StepBreakdown* account;
       std::chrono::steady_clock::time_point start;
       ~RecordWait() {
         using Nanoseconds = std::chrono::duration<double, std::nano>;
         const double waited = Nanoseconds(std::chrono::steady_clock::now() - start).count();
         AXLE_METRIC_ADD("InputWaitTime", MetricKind::kTime, waited);
-        this_thread_breakdown()->add_host_wait(StepBreakdown::kInputWait, waited);
+        if (account) account->add_host_wait(StepBreakdown::kInputWait, waited);
       }
-    } record{std::chrono::steady_clock::now()};
+    } record{account, std::chrono::steady_clock::now()};
     batch = reply_to(std::move(asked));
   }
   if (batch) asked_ahead_[slot] = loader_.ask(TakeBatch{slot});

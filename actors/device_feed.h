@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/loader_actor.h"
+#include "actors/step_breakdown.h"
 #include "engine/runtime.h"
 
 namespace axle {
@@ -35,11 +36,12 @@ class DeviceFeed {
   /// Starts the next epoch for `slot` (see BeginEpoch), waiting for the other devices to be done
   /// with the current one; returns its number.
   int64_t begin_epoch(int slot);
-  /// The slot's next batch, waiting for it (the wait is recorded in InputWaitTime); nothing at the
-  /// end of the epoch. Throws LoaderError when the batch could not be loaded. Having returned a
-  /// batch, it asks for the following one at once, so that by the replica's next call the reply
-  /// is usually there and no thread has to wake for it; that batch counts as handed out.
-  std::optional<DeviceBatch> next(int slot);
+  /// The slot's next batch, waiting for it (the wait is recorded in InputWaitTime, and charged to
+  /// `account`, the waiting replica's, when given); nothing at the end of the epoch. Throws
+  /// LoaderError when the batch could not be loaded. Having returned a batch, it asks for the
+  /// following one at once, so that by the replica's next call the reply is usually there and no
+  /// thread has to wake for it; that batch counts as handed out.
+  std::optional<DeviceBatch> next(int slot, StepBreakdown* account = nullptr);
   /// `slot` stops iterating `epoch` early (dropping the batch asked for ahead).
   void leave(int slot, int64_t epoch) noexcept;
   /// Stops reading and transferring (a read under way finishes its batch), joins the threads and

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <span>
 
-#include "actors/lowering.h"
+#include "actors/kernel_map.h"
 
 namespace axle {
 namespace {

@@ -1,27 +1,29 @@
-// actors: the process-wide lazy runtime — the actor system, the backend and its devices, the
-// compiler and its caches. Started on first use from the environment (PJRT_DEVICE,
-// CPU_NUM_DEVICES, XLA_COMPILATION_CACHE_SIZE, ...); tests may restart it with other options.
-// The persistent compile cache is process-wide: restart() keeps it unless the options replace it.
+// actors: the process root — the actor system, the backend and its devices' actors, the compiler
+// and its caches, the closure runner and the rendezvous, and the process-wide settings and
+// reports. Started on first use from the environment (PJRT_DEVICE, CPU_NUM_DEVICES,
+// XLA_COMPILATION_CACHE_SIZE, ...); tests may restart it with other options. Replicas reach it
+// through their hosts (actors/replica_host.h); it knows nothing of them. The persistent compile
+// cache is process-wide: restart() keeps it unless the options replace it.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "actors/closure_runner.h"
 #include "actors/compile_cache.h"
 #include "actors/compiler_actor.h"
-#include "actors/debug_analysis.h"
 #include "actors/device_actor.h"
 #include "actors/persistent_cache.h"
 #include "actors/rendezvous_actor.h"
+#include "actors/saved_graphs.h"
+#include "actors/step_reports.h"
 #include "backends/backend.h"
 #include "engine/runtime.h"
-#include "graph/trace_context.h"
 
 namespace axle {
 
@@ -34,14 +36,14 @@ struct PersistentCacheSettings {
 struct LazySystemOptions {
   /// Devices of the CPU backend (CPU_NUM_DEVICES; default 1). Ignored with `backend`.
   int cpu_devices = 0;
-  /// A backend to use instead of the one PJRT_DEVICE names (tests wrap the CPU backend).
+  /// A backend to use instead of the one PJRT_DEVICE names (tests use the testing backend).
   std::function<std::unique_ptr<Backend>()> backend;
   /// Replaces the persistent compile cache, even one initialize_cache opened (tests start each
   /// from a directory of their own). Unset keeps the current one.
   std::optional<PersistentCacheSettings> persistent_cache;
 };
 
-class LazySystem final : public TraceObserver {
+class LazySystem final {
  public:
   /// The running system, started on first use.
   static LazySystem& get();
@@ -57,7 +59,9 @@ class LazySystem final : public TraceObserver {
   [[nodiscard]] static std::shared_ptr<const PersistentCache> persistent_cache();
 
   explicit LazySystem(LazySystemOptions options);
-  ~LazySystem() override;
+  ~LazySystem();
+  LazySystem(const LazySystem&) = delete;
+  LazySystem& operator=(const LazySystem&) = delete;
 
   [[nodiscard]] Backend& backend() noexcept { return *backend_; }
   [[nodiscard]] int device_count() const noexcept { return static_cast<int>(devices_.size()); }
@@ -69,19 +73,17 @@ class LazySystem final : public TraceObserver {
   [[nodiscard]] const ActorRef<ClosureRunner>& closure_runner() const noexcept {
     return closure_runner_;
   }
-  /// Where spawn's replicas meet for rendezvous and mesh_reduce.
+  /// Where spawn's replicas meet for rendezvous and mesh_reduce, and their devices for
+  /// in-graph collectives.
   [[nodiscard]] const ActorRef<RendezvousActor>& rendezvous_actor() const noexcept {
     return rendezvous_actor_;
   }
 
-  // Per-op hook: eager mode and the runaway-graph limit.
-  void after_op(const Tensor& result, const SourceLocation& where) override;
-  /// Appends the graph of `tensors` to XLA_SAVE_TENSORS_FILE (in XLA_SAVE_TENSORS_FMT, text or
-  /// dot) when that is set.
-  void save_graph(const std::vector<Tensor>& tensors, std::string_view reason);
-
+  /// Eager mode (XLA_USE_EAGER_DEBUG_MODE, eager_mode()): every op executes as it is traced.
   void set_eager(bool eager) noexcept { eager_.store(eager, std::memory_order_relaxed); }
   [[nodiscard]] bool eager() const noexcept { return eager_.load(std::memory_order_relaxed); }
+  /// AXLE_MAX_GRAPH_NODES: a replica's pending graph is cut (executed) at this many nodes.
+  [[nodiscard]] uint64_t max_graph_nodes() const noexcept { return max_graph_nodes_; }
   /// XLA_SYNC_WAIT: mark_step waits for the device.
   [[nodiscard]] bool sync_wait() const noexcept { return sync_wait_; }
   /// XLA_ENABLE_PARAM_ALIASING (default on): a mark_step may update inputs nothing else reads in
@@ -89,10 +91,10 @@ class LazySystem final : public TraceObserver {
   [[nodiscard]] bool param_aliasing() const noexcept { return param_aliasing_; }
   /// PT_XLA_DEBUG_LEVEL: 0 quiet, 1 compilation analysis, 2 execution analysis too.
   [[nodiscard]] int debug_level() const noexcept { return debug_level_; }
-  /// After every mark_step: counts it for the auto-metrics analysis (PT_XLA_DEBUG_LEVEL >= 1;
-  /// every AXLE_METRICS_ANALYSIS_STEPS steps its lines go to stderr), and appends the metrics
-  /// report and the step breakdown to XLA_METRICS_FILE when set.
-  void after_step();
+  /// XLA_SAVE_TENSORS_FILE, appended to by every sync.
+  [[nodiscard]] SavedGraphs& saved_graphs() noexcept { return saved_graphs_; }
+  /// The auto-metrics analysis and XLA_METRICS_FILE, told of every step.
+  [[nodiscard]] StepReports& step_reports() noexcept { return *step_reports_; }
 
  private:
   Runtime runtime_;
@@ -107,25 +109,9 @@ class LazySystem final : public TraceObserver {
   bool sync_wait_ = false;
   bool param_aliasing_ = true;
   int debug_level_ = 0;
-  int64_t metrics_analysis_steps_ = 100;
-  std::unique_ptr<MetricsAnalysis> metrics_analysis_;
-  std::string metrics_file_;
-  std::mutex metrics_file_mutex_;
-  int64_t metrics_file_steps_ = 0;
+  SavedGraphs saved_graphs_;
+  std::unique_ptr<StepReports> step_reports_;
   bool traces_to_file_ = false;  // this system started the AXLE_TRACE_FILE trace
-  std::string save_tensors_file_;
-  std::string save_tensors_format_;
-  std::mutex save_mutex_;
-};
-
-/// Suspends eager execution on this thread for its lifetime (compile(fn) traces whole graphs).
-class EagerSuspension {
- public:
-  EagerSuspension() noexcept;
-  ~EagerSuspension();
-  EagerSuspension(const EagerSuspension&) = delete;
-  EagerSuspension& operator=(const EagerSuspension&) = delete;
-  [[nodiscard]] static bool active() noexcept;
 };
 
 }  // namespace axle

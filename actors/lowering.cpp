@@ -6,27 +6,12 @@
 #include <stdexcept>
 
 #include "actors/fusion.h"
+#include "actors/kernel_map.h"
 #include "actors/memory_plan.h"
 #include "engine/metrics.h"
 #include "graph/collectives.h"
 
 namespace axle {
-
-Kernel kernel_for(Op op) {
-  switch (op) {
-#define AXLE_LOWER_OP(name, str) \
-  case Op::k##name:              \
-    return Kernel::k##name;
-    AXLE_KERNEL_OPS(AXLE_LOWER_OP)
-#undef AXLE_LOWER_OP
-    case Op::kReshape:
-      return Kernel::kCopy;
-    case Op::kConstant:
-      return Kernel::kFill;
-    default:
-      throw std::logic_error(fmt::format("op {} has no kernel", op_name(op)));
-  }
-}
 
 namespace {
 
@@ -77,8 +62,8 @@ void expand_groups(KernelCall& call) {
   const int64_t key = call.ints.back();
   std::vector<int64_t> groups = detail::collective_group_ints(key);
   if (groups.empty()) {
-    throw std::logic_error(fmt::format("lowering {}: no replica groups under key {}",
-                                       kernel_name(call.kernel), key));
+    throw std::logic_error(
+        fmt::format("lowering {}: no replica groups under key {}", kernel_name(call.kernel), key));
   }
   call.ints.pop_back();
   call.ints.insert(call.ints.end(), groups.begin(), groups.end());

@@ -9,9 +9,6 @@
 
 namespace axle {
 
-/// The kernel an op lowers to (reshape copies, a constant fills); a leaf has none (logic_error).
-[[nodiscard]] Kernel kernel_for(Op op);
-
 /// The program computing `graph`'s outputs from its inputs, after the enabled passes.
 IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes);
 

@@ -12,18 +12,14 @@
 #include <numeric>
 #include <thread>
 
-#include "actors/api.h"
 #include "actors/lazy_system.h"
-#include "engine/config.h"
+#include "actors/replica_exchange.h"
+#include "actors/replica_host.h"
 #include "engine/exception_text.h"
 #include "engine/log.h"
 
 namespace axle {
 namespace {
-
-// Who the calling thread is, while it runs as a replica of spawn.
-using ReplicaSlot = detail::ReplicaIdentity;
-thread_local constinit const ReplicaSlot* tls_replica = nullptr;
 
 std::atomic<uint64_t> g_next_group{1};
 
@@ -55,16 +51,19 @@ class FirstFailure {
   std::string what_;
 };
 
-void run_replica(const std::function<void(int)>& fn, const ReplicaSlot slot, FirstFailure& failure,
-                 const ActorRef<RendezvousActor>& rendezvous_actor) {
-  tls_replica = &slot;
-  const ReplicaScope replica_scope(Device{slot.ordinal}, slot.world_size);
+// The calling replica's identity, while it runs as a replica of spawn; null outside.
+const ReplicaIdentity* current_replica() { return ReplicaHost::current().replica(); }
+
+void run_replica(const std::function<void(int)>& fn, const ReplicaIdentity slot,
+                 FirstFailure& failure, const ActorRef<RendezvousActor>& rendezvous_actor) {
+  ReplicaHost& host = ReplicaHost::current();
+  host.join_replica(slot);
   const std::string label = fmt::format("replica-{}", slot.ordinal);
   const ScopedLogLabel log_label(label);
   try {
     fn(slot.ordinal);
     // The device may still have collectives to meet the others at: it leaves once it is done.
-    wait_device_ops({Device{slot.ordinal}});
+    host.wait_device_ops({Device{slot.ordinal}});
     // Asked, not told: spawn closes the group after joining, and must find these handled.
     rendezvous_actor.ask(LeaveGroup{slot.group, slot.ordinal}).get();
   } catch (...) {
@@ -78,35 +77,18 @@ void run_replica(const std::function<void(int)>& fn, const ReplicaSlot slot, Fir
                e.what());
     }
   }
-  tls_replica = nullptr;
+  host.leave_replica();
 }
 
 }  // namespace
 
-namespace detail {
-
-const ReplicaIdentity* current_replica() noexcept { return tls_replica; }
-
-std::chrono::nanoseconds collective_timeout() {
-  const double seconds = config::get_double("AXLE_COLLECTIVE_TIMEOUT", 300);
-  // Over a year is as good as forever, and keeps the conversion in range.
-  if (!(seconds > 0) || seconds > 3.2e7) {
-    throw ConfigError(fmt::format(
-        "AXLE_COLLECTIVE_TIMEOUT={} must be a number of seconds above 0 and below 3.2e7", seconds));
-  }
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::duration<double>(seconds));
-}
-
-}  // namespace detail
-
 void spawn(std::function<void(int)> fn, std::optional<int> nprocs) {
   if (!fn) throw std::invalid_argument("spawn: the function is empty");
-  if (tls_replica) {
+  if (const ReplicaIdentity* replica = current_replica()) {
     throw std::invalid_argument(
         fmt::format("spawn: called from replica {} of {}; a replica "
                     "cannot spawn replicas",
-                    tls_replica->ordinal, tls_replica->world_size));
+                    replica->ordinal, replica->world_size));
   }
   LazySystem& system = LazySystem::get();
   const int devices = system.device_count();
@@ -129,8 +111,8 @@ void spawn(std::function<void(int)> fn, std::optional<int> nprocs) {
   threads.reserve(n);
   try {
     for (int i = 0; i < n; ++i) {
-      threads.emplace_back(run_replica, std::cref(fn), ReplicaSlot{group, i, n}, std::ref(failure),
-                           std::cref(rendezvous_actor));
+      threads.emplace_back(run_replica, std::cref(fn), ReplicaIdentity{group, i, n},
+                           std::ref(failure), std::cref(rendezvous_actor));
     }
   } catch (const std::exception& e) {
     // The replicas already running must not wait for the ones that never started.
@@ -144,8 +126,14 @@ void spawn(std::function<void(int)> fn, std::optional<int> nprocs) {
   failure.rethrow(n);
 }
 
-int world_size() { return tls_replica ? tls_replica->world_size : 1; }
-int global_ordinal() { return tls_replica ? tls_replica->ordinal : 0; }
+int world_size() {
+  const ReplicaIdentity* replica = current_replica();
+  return replica ? replica->world_size : 1;
+}
+int global_ordinal() {
+  const ReplicaIdentity* replica = current_replica();
+  return replica ? replica->ordinal : 0;
+}
 int local_ordinal() { return global_ordinal(); }
 int local_process_count() { return 1; }
 int local_device_count() { return LazySystem::get().device_count(); }
@@ -173,41 +161,10 @@ namespace detail {
 
 Gathered gather(std::string_view op, std::string_view tag, std::shared_ptr<const void> value,
                 const std::type_info& type, std::vector<int> replicas) {
-  const int size = world_size();
-  const int me = global_ordinal();
-  std::ranges::sort(replicas);
-  const bool repeated = std::ranges::adjacent_find(replicas) != replicas.end();
-  const bool outside = !replicas.empty() && (replicas.front() < 0 || replicas.back() >= size);
-  if (repeated || outside || (!replicas.empty() && !std::ranges::binary_search(replicas, me))) {
-    throw std::invalid_argument(fmt::format(
-        "{} '{}': replicas {{{}}} must be distinct ordinals below {} that include the caller, "
-        "replica {}",
-        op, tag, fmt::join(replicas, ", "), size, me));
-  }
-  if (replicas.empty()) {
-    replicas.resize(size);
-    std::iota(replicas.begin(), replicas.end(), 0);
-  }
-  if (replicas.size() == 1) {
-    return std::make_shared<const std::vector<std::shared_ptr<const void>>>(1, std::move(value));
-  }
-  Arrive arrive{
-      op,    tls_replica->group,  me, std::string(tag), std::move(replicas), std::move(value),
-      &type, collective_timeout()};
-  // The reply's error is rethrown as an exception of this thread's own (with its own copy of the
-  // message: std::runtime_error copies share it), and the reply outlives the copying: the actor
-  // may release the original last, and libstdc++'s uninstrumented reference counts would make
-  // ThreadSanitizer report that release as a race with the reads here.
-  Future<Gathered> reply = LazySystem::get().rendezvous_actor().ask(std::move(arrive));
-  try {
-    return reply.get();
-  } catch (const ReplicaCancelled& e) {
-    throw ReplicaCancelled(e.failed_replica(), std::string(e.what()));
-  } catch (const CollectiveTimeout& e) {
-    throw CollectiveTimeout(std::string(e.what()));
-  } catch (const CollectiveError& e) {
-    throw CollectiveError(std::string(e.what()));
-  }
+  const ReplicaIdentity* replica = current_replica();
+  const ReplicaIdentity alone{};  // outside spawn: replica 0 of 1
+  return exchange_with_replicas(LazySystem::get().rendezvous_actor(), replica ? *replica : alone,
+                                op, tag, std::move(value), type, std::move(replicas));
 }
 
 }  // namespace detail

@@ -1,5 +1,5 @@
 // actors: replication, as torch_xla's xmp.spawn and torch_xla.runtime — spawn runs a function once
-// per device, each replica on a thread of its own with its own trace context (its HostActor) and
+// per device, each replica on a thread of its own with its own host (actors/replica_host.h) and
 // its device as the thread's default; the runtime queries say which replica the caller is; and
 // rendezvous / mesh_reduce exchange host values between replicas outside the graph, through the
 // RendezvousActor. Outside spawn the caller is the only replica: ordinal 0 of 1, on device 0.
@@ -89,16 +89,6 @@ std::vector<std::vector<std::byte>> rendezvous(std::string_view tag,
                                                std::vector<int> replicas = {});
 
 namespace detail {
-/// Who the calling thread is inside spawn; null outside it.
-struct ReplicaIdentity {
-  uint64_t group;  ///< spawn's group at the RendezvousActor
-  int ordinal;
-  int world_size;
-};
-[[nodiscard]] const ReplicaIdentity* current_replica() noexcept;
-/// AXLE_COLLECTIVE_TIMEOUT (seconds, default 300), checked.
-[[nodiscard]] std::chrono::nanoseconds collective_timeout();
-
 /// The core of rendezvous and mesh_reduce: every replica's `value` (of `type`), by ordinal.
 [[nodiscard]] Gathered gather(std::string_view op, std::string_view tag,
                               std::shared_ptr<const void> value, const std::type_info& type,

@@ -8,8 +8,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/replicas.h"
-
 namespace axle {
 namespace {
 
@@ -60,17 +58,12 @@ StepBreakdown::Totals StepBreakdown::totals() const noexcept {
   return t;
 }
 
-const std::shared_ptr<StepBreakdown>& this_thread_breakdown() {
-  thread_local const std::shared_ptr<StepBreakdown> account = [] {
-    const detail::ReplicaIdentity* replica = detail::current_replica();
-    auto made = std::make_shared<StepBreakdown>(
-        replica ? fmt::format("replica {}", replica->ordinal) : std::string("main"));
-    Registry& r = registry();
-    std::lock_guard lock(r.mutex);
-    r.accounts.push_back(made);
-    return made;
-  }();
-  return account;
+std::shared_ptr<StepBreakdown> new_step_account(std::string owner) {
+  auto made = std::make_shared<StepBreakdown>(std::move(owner));
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.accounts.push_back(made);
+  return made;
 }
 
 std::string step_report() {

@@ -1,6 +1,6 @@
 // actors: where a replica's step time goes — tracing on the host, waiting for input, waiting
 // for values read from the device, waiting for the compiler, the device executing, collectives,
-// step closures. Each replica thread has its own account; its device and its closure runner add
+// step closures. Each replica's host has its own account; its device and its closure runner add
 // to it through the requests they get. step_report() prints the averages per step since the
 // previous report.
 #pragma once
@@ -63,9 +63,9 @@ class StepBreakdown {
   double host_waits_ns_ = 0;  // the owner thread's only
 };
 
-/// The calling thread's account ("replica 2", or "main" outside spawn), made on first use and
-/// kept for the life of the process (devices may still add to it after the thread ends).
-[[nodiscard]] const std::shared_ptr<StepBreakdown>& this_thread_breakdown();
+/// A new account named `owner` ("replica 2", "main"), listed in every report from now on and
+/// kept for the life of the process (devices may still add to it after its replica ends).
+[[nodiscard]] std::shared_ptr<StepBreakdown> new_step_account(std::string owner);
 
 /// A table of the average milliseconds per step in each part, one row per replica that stepped
 /// since the previous report (or since the process started).

@@ -10,6 +10,7 @@
 
 #include "backends/executable.h"
 #include "engine/device_memory.h"
+#include "engine/unique_function.h"
 
 namespace axle {
 
@@ -17,11 +18,19 @@ namespace axle {
 class ProgramRun {
  public:
   virtual ~ProgramRun() = default;
-  /// Runs kernel calls in order until the program ends (returns null) or reaches a collective
-  /// call, which it returns without running: the caller completes it with the other members and
-  /// hands over its result with finish_collective(), then advances again. Throws (with the
-  /// kernel's name and shapes) when a kernel fails.
+  /// Runs kernel calls in order until the program ends (returns null), reaches a collective
+  /// call, which it returns without running (the caller completes it with the other members and
+  /// hands over its result with finish_collective(), then advances again), or has to wait for
+  /// something outside the caller's control (returns waiting(); the caller advances again once
+  /// the function given to when_resumable() has run). Throws (with the kernel's name and shapes)
+  /// when a kernel fails.
   virtual const KernelCall* advance() = 0;
+  /// What advance() returns when the run waits (a backend whose work completes asynchronously,
+  /// or the testing backend holding execution). Never a real call.
+  [[nodiscard]] static const KernelCall* waiting() noexcept;
+  /// After advance() returned waiting(): runs `resume` (on any thread) once advancing can go on.
+  /// A run that never waits need not override it.
+  virtual void when_resumable(UniqueFunction resume);
   /// The operand of the collective call advance() stopped at.
   [[nodiscard]] virtual const IntrusivePtr<DeviceMemory>& collective_operand() const = 0;
   /// The result of the collective call advance() stopped at. It may be shared with other members

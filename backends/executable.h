@@ -266,4 +266,7 @@ struct Executable : RefCounted {
 /// check their own shapes and attributes.
 [[nodiscard]] std::string program_error(const Executable& program);
 
+/// A call of `program` as errors name it: "matmul(f32[2,3], f32[3,4]) -> f32[2,4]".
+[[nodiscard]] std::string describe_call(const Executable& program, const KernelCall& call);
+
 }  // namespace axle

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 #include "benchmarks/report.h"
 

@@ -20,11 +20,13 @@
 #include <chrono>
 #include <filesystem>
 
+#include "actors/lazy_system.h"
 #include "actors/lowering.h"
 #include "axle.h"
 #include "benchmarks/report.h"
 #include "engine/config.h"
 #include "graph/step_graph.h"
+#include "graph/trace_context.h"
 
 namespace axle::bench {
 namespace {
@@ -81,7 +83,7 @@ void compile_cost(int nodes, int repeats) {
   std::size_t graph_nodes = 0;
   for (int r = 0; r < repeats; ++r) {
     // What a sync does to the trace's creation log (the previous chain would be garbage in it).
-    CreationLog::this_thread().clear();
+    TraceContext::current().creation_log().clear();
     Tensor y = chain(zeros({4}), nodes / 2);
     const auto start = Clock::now();
     NodePtr root = y.impl()->ir();

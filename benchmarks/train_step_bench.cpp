@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 #include "backends/cpu/compute_pool.h"
 #include "benchmarks/report.h"

@@ -79,6 +79,8 @@ class ContinuationTarget : public RefCounted {
 
 /// The actor whose handler runs on this thread, or null outside actors.
 [[nodiscard]] ContinuationTarget* running_actor() noexcept;
+/// Sets running_actor() for this thread; returns the previous one.
+ContinuationTarget* exchange_running_actor(ContinuationTarget* actor) noexcept;
 [[noreturn]] void throw_blocking_in_actor(const char* what);
 
 /// Type-independent part of a future's shared state, so mailboxes can fail asks they drop.
@@ -265,6 +267,20 @@ class Future {
 
  private:
   IntrusivePtr<detail::FutureState<T>> state_;
+};
+
+/// Runs user code inside the handler of an actor that has a thread of its own (the step-closure
+/// runner): blocking there stalls that actor alone, which is what its thread is for, so
+/// Future::get() and the value reads built on it are allowed within the scope.
+class UserCodeScope {
+ public:
+  UserCodeScope() noexcept : actor_(detail::exchange_running_actor(nullptr)) {}
+  ~UserCodeScope() { detail::exchange_running_actor(actor_); }
+  UserCodeScope(const UserCodeScope&) = delete;
+  UserCodeScope& operator=(const UserCodeScope&) = delete;
+
+ private:
+  detail::ContinuationTarget* actor_;
 };
 
 /// A connected promise/future pair.

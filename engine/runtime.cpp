@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "engine/config.h"
 #include "engine/cores.h"
@@ -21,6 +22,10 @@ thread_local ContinuationTarget* tls_running_actor = nullptr;
 }  // namespace
 
 ContinuationTarget* running_actor() noexcept { return tls_running_actor; }
+
+ContinuationTarget* exchange_running_actor(ContinuationTarget* actor) noexcept {
+  return std::exchange(tls_running_actor, actor);
+}
 
 void throw_blocking_in_actor(const char* what) {
   auto* cell = static_cast<ActorCell*>(tls_running_actor);

@@ -8,25 +8,25 @@
 #include <string_view>
 
 #include "graph/tensor.h"
+#include "graph/trace_context.h"
 
 namespace axle {
 
-/// Whether ops on this thread record what backward() needs (on by default, per thread).
+/// Whether ops on this thread record what backward() needs (on by default, per replica: it is
+/// part of the thread's TraceContext).
 class GradMode {
  public:
-  [[nodiscard]] static bool is_enabled() noexcept { return enabled_; }
-  static void set_enabled(bool enabled) noexcept { enabled_ = enabled; }
-
- private:
-  // Constant-initialised, so reading it is one thread-local load (ops test it on every call
-  // whose operands take part in autograd).
-  static inline thread_local bool enabled_ = true;
+  [[nodiscard]] static bool is_enabled() noexcept {
+    const TraceContext* context = TraceContext::current_if_any();
+    return context == nullptr || context->grad_enabled();
+  }
+  static void set_enabled(bool enabled) { TraceContext::current().set_grad_enabled(enabled); }
 };
 
 /// Sets grad mode to `enabled` for its scope, then restores the previous mode (at::AutoGradMode).
 class AutoGradMode {
  public:
-  explicit AutoGradMode(bool enabled) noexcept : previous_(GradMode::is_enabled()) {
+  explicit AutoGradMode(bool enabled) : previous_(GradMode::is_enabled()) {
     GradMode::set_enabled(enabled);
   }
   ~AutoGradMode() { GradMode::set_enabled(previous_); }
@@ -41,7 +41,7 @@ class AutoGradMode {
 /// results that do not require grad, as for evaluation or optimizer updates.
 class NoGradGuard : public AutoGradMode {
  public:
-  NoGradGuard() noexcept : AutoGradMode(false) {}
+  NoGradGuard() : AutoGradMode(false) {}
 };
 
 namespace autograd {

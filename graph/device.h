@@ -6,20 +6,12 @@
 
 namespace axle {
 
-namespace device_internal {
-// Inline and constinit so that reading it (every `Device{}`) needs no TLS wrapper call.
-inline thread_local constinit int t_default_ordinal = 0;
-inline thread_local constinit int t_world_size = 1;
-}  // namespace device_internal
-
 /// Replicas taking part in the calling thread's collectives: spawn's replica count inside spawn,
 /// else 1. Collectives check their groups against it as they trace.
-[[nodiscard]] inline int replica_world_size() noexcept { return device_internal::t_world_size; }
+[[nodiscard]] int replica_world_size() noexcept;
 
-/// The calling thread's default device ordinal: 0, or the replica's own device inside spawn.
-[[nodiscard]] inline int default_device_ordinal() noexcept {
-  return device_internal::t_default_ordinal;
-}
+/// The calling thread's default device ordinal: 0, or the replica's own inside spawn.
+[[nodiscard]] int default_device_ordinal() noexcept;
 
 /// A device of the process's backend, by ordinal (0 .. device_count() - 1). `Device{}` is the
 /// calling thread's default device (xla:0, or the replica's own inside spawn), like torch_xla's
@@ -35,11 +27,8 @@ struct Device {
 /// spawn gives each replica thread its own.
 class DefaultDeviceScope {
  public:
-  explicit DefaultDeviceScope(Device device) noexcept
-      : previous_(device_internal::t_default_ordinal) {
-    device_internal::t_default_ordinal = device.ordinal;
-  }
-  ~DefaultDeviceScope() { device_internal::t_default_ordinal = previous_; }
+  explicit DefaultDeviceScope(Device device);
+  ~DefaultDeviceScope();
   DefaultDeviceScope(const DefaultDeviceScope&) = delete;
   DefaultDeviceScope& operator=(const DefaultDeviceScope&) = delete;
 
@@ -51,11 +40,8 @@ class DefaultDeviceScope {
 /// its default device and the replica count its collectives span (spawn's replicas).
 class ReplicaScope {
  public:
-  ReplicaScope(Device device, int world_size) noexcept
-      : default_device_(device), previous_world_size_(device_internal::t_world_size) {
-    device_internal::t_world_size = world_size;
-  }
-  ~ReplicaScope() { device_internal::t_world_size = previous_world_size_; }
+  ReplicaScope(Device device, int world_size);
+  ~ReplicaScope();
   ReplicaScope(const ReplicaScope&) = delete;
   ReplicaScope& operator=(const ReplicaScope&) = delete;
 

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "engine/device_memory.h"
@@ -52,8 +53,9 @@ class DeviceData final : public RefCounted {
   /// Runs `fn` once the data is ready or failed: now, or on the thread that completes it.
   void when_done(UniqueFunction fn);
 
-  /// Tensors bound to this data (TensorImpl keeps the count). Only a tensor can ask for the data
-  /// after the step being traced, so a step may donate the buffer of data no tensor holds.
+  /// Tensors bound to this data, and reads in flight (TensorImpl and DataHold keep the count).
+  /// Only they can ask for the data after the step being traced, so a step may donate the
+  /// buffer of data nothing holds.
   [[nodiscard]] int32_t tensor_refs() const noexcept {
     return tensor_refs_.load(std::memory_order_acquire);
   }
@@ -78,6 +80,37 @@ class DeviceData final : public RefCounted {
   std::mutex mutex_;
   std::condition_variable done_;
   std::vector<UniqueFunction> waiters_;
+};
+
+/// Holds `data` as a tensor bound to it does (DeviceData::tensor_refs): while held, no step may
+/// donate (overwrite) its buffer. A read in flight holds the data it reads.
+class DataHold {
+ public:
+  DataHold() noexcept = default;
+  explicit DataHold(IntrusivePtr<DeviceData> data) noexcept : data_(std::move(data)) {
+    if (data_) data_->add_tensor_ref();
+  }
+  DataHold(DataHold&& other) noexcept : data_(std::move(other.data_)) {}
+  DataHold& operator=(DataHold&& other) noexcept {
+    if (this != &other) {
+      drop();
+      data_ = std::move(other.data_);
+    }
+    return *this;
+  }
+  ~DataHold() { drop(); }
+  DataHold(const DataHold&) = delete;
+  DataHold& operator=(const DataHold&) = delete;
+
+  [[nodiscard]] DeviceData* get() const noexcept { return data_.get(); }
+  DeviceData* operator->() const noexcept { return data_.get(); }
+  [[nodiscard]] const IntrusivePtr<DeviceData>& data() const noexcept { return data_; }
+
+ private:
+  void drop() noexcept {
+    if (data_) std::exchange(data_, {})->drop_tensor_ref();
+  }
+  IntrusivePtr<DeviceData> data_;
 };
 
 }  // namespace axle

@@ -10,7 +10,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include "engine/block_cache.h"
 #include "engine/hash.h"
+#include "engine/release_queue.h"
+#include "graph/trace_context.h"
 
 namespace axle {
 namespace {
@@ -21,104 +24,14 @@ uint64_t hash_shape(uint64_t h, const Shape& shape) {
   return h;
 }
 
-// Releasing the last reference to the tip of a long chain would otherwise recurse once per node
-// (a million-node chain overflows the stack): operands dropped during a destruction are queued
-// and released by the outermost destructor in a loop.
-thread_local bool tls_destroying = false;
-// Identifies the thread that created a node (numbers are never reused). Constant-initialised and
-// set on first use, so reading it needs no thread_local init guard.
-std::atomic<uint32_t> g_next_thread_id{1};
-thread_local uint32_t tls_thread_id = 0;
-
-uint32_t this_thread_id() noexcept {
-  if (tls_thread_id == 0) tls_thread_id = g_next_thread_id.fetch_add(1, std::memory_order_relaxed);
-  return tls_thread_id;
-}
-thread_local std::vector<Node*>* tls_release_queue = nullptr;
-
-// Operands released while destroying nodes. The outermost batch on a thread owns the queue and
-// releases what was queued (which may queue more) when it ends; inner batches add to it.
-class ReleaseBatch {
- public:
-  ReleaseBatch() : outermost_(!tls_destroying) {
-    if (outermost_) {
-      tls_destroying = true;
-      tls_release_queue = &queue_;
-    }
-  }
-  ~ReleaseBatch() {
-    if (!outermost_) return;
-    drain();
-    tls_destroying = false;
-    tls_release_queue = nullptr;
-  }
-  ReleaseBatch(const ReleaseBatch&) = delete;
-  ReleaseBatch& operator=(const ReleaseBatch&) = delete;
-
-  void queue(Node* node) { tls_release_queue->push_back(node); }
-  /// Releases everything queued so far (only the outermost batch owns a queue).
-  void drain() noexcept {
-    if (!outermost_) return;
-    while (!queue_.empty()) {
-      Node* next = queue_.back();
-      queue_.pop_back();
-      next->release();  // may run ~Node, which queues that node's operands here
-    }
-  }
-
- private:
-  bool outermost_;
-  std::vector<Node*> queue_;
-};
-
-// Freed node blocks kept for reuse by this thread (bounded: a burst of frees beyond the cap
-// goes back to the allocator). Nodes can outlive the cache — a tensor in static storage dies
-// after the main thread's thread_locals — so its state is tracked in a trivially destructible
-// flag that stays readable after the cache is gone.
-enum class CacheState : uint8_t { kUnborn, kAlive, kDead };
-thread_local CacheState tls_cache_state = CacheState::kUnborn;
-
-struct NodeBlockCache {
-  static constexpr std::size_t kMaxBlocks = 1 << 16;
-  std::vector<void*> blocks;
-  NodeBlockCache() { tls_cache_state = CacheState::kAlive; }
-  ~NodeBlockCache() {
-    tls_cache_state = CacheState::kDead;
-    for (void* b : blocks) ::operator delete(b);
-  }
-};
-thread_local NodeBlockCache tls_node_blocks;
-
 }  // namespace
 
-void* Node::operator new(std::size_t bytes) {
-  if (bytes == sizeof(Node) && tls_cache_state != CacheState::kDead) {
-    auto& cache = tls_node_blocks.blocks;  // constructs the cache on first use
-    if (!cache.empty()) {
-      void* block = cache.back();
-      cache.pop_back();
-      return block;
-    }
-  }
-  return ::operator new(bytes);
-}
+void* Node::operator new(std::size_t bytes) { return allocate_block(bytes); }
 
-void Node::operator delete(void* block, std::size_t bytes) noexcept {
-  if (bytes == sizeof(Node) && tls_cache_state == CacheState::kAlive) {
-    auto& cache = tls_node_blocks.blocks;
-    if (cache.size() < NodeBlockCache::kMaxBlocks) {
-      try {
-        cache.push_back(block);
-        return;
-      } catch (...) {
-        // no room to remember it: give it back below
-      }
-    }
-  }
-  ::operator delete(block);
-}
+void Node::operator delete(void* block, std::size_t bytes) noexcept { free_block(block, bytes); }
 
 static_assert(sizeof(Node) == 256, "walks and the block cache are tuned to a 256-byte node");
+static_assert(sizeof(Node) <= kMaxCachedBlockBytes, "nodes come from the block cache");
 
 std::string_view op_name(Op op) noexcept {
   static constexpr std::array<std::string_view, static_cast<std::size_t>(Op::kCount)> kNames = {
@@ -136,7 +49,6 @@ Node::Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs i
     : RefCounted(operands.empty() ? 0 : 1),  // an op node starts with its creation log's reference
       op_(op),
       dtype_(dtype),
-      creator_(this_thread_id()),
       where_(where),
       shape_(shape) {
   // Everything that can fail comes before the union's member is constructed.
@@ -147,9 +59,11 @@ Node::Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs i
   }
   const std::size_t n = operands.size();
   if (n > UINT32_MAX) throw std::length_error(fmt::format("op {}: too many operands", op_name(op)));
+  TraceContext& context = TraceContext::current();
+  creator_ = context.id();
   CreationLog* log = nullptr;
   if (n > 0) {
-    log = &CreationLog::this_thread();
+    log = &context.creation_log();
     log->reserve_one();
   }
   NodePtr* heap = n > kInlineOperands ? new NodePtr[n] : nullptr;
@@ -189,12 +103,12 @@ Node::~Node() {
     leaf_.~LeafPayload();
     return;
   }
-  // Operands are queued, not released here: releasing the tip of a long chain would otherwise
+  // Operands are deferred, not released here: releasing the tip of a long chain would otherwise
   // recurse once per node.
-  ReleaseBatch batch;  // queues onto an enclosing batch if there is one
+  ReleaseScope batch;  // defers to an enclosing scope if there is one
   const bool on_heap = num_operands_ > kInlineOperands;
   NodePtr* operands = on_heap ? heap_operands_ : inline_operands_;
-  for (uint32_t i = 0; i < num_operands_; ++i) batch.queue(operands[i].detach());
+  for (uint32_t i = 0; i < num_operands_; ++i) batch.defer(operands[i].detach());
   if (on_heap) {
     delete[] heap_operands_;
   } else {
@@ -207,7 +121,10 @@ const IntrusivePtr<DeviceData>& Node::data() const noexcept {
   return num_operands_ == 0 ? leaf_.data : kNone;
 }
 
-uint32_t Node::this_thread_creator_id() noexcept { return this_thread_id(); }
+uint32_t Node::this_thread_creator_id() noexcept {
+  const TraceContext* context = TraceContext::current_if_any();
+  return context ? context->id() : 0;
+}
 
 namespace {
 std::atomic<bool> g_ir_shared_across_threads{false};
@@ -239,11 +156,6 @@ void prefetch_for_write(const void* p) noexcept { __builtin_prefetch(p, 1); }
 
 }  // namespace
 
-CreationLog& CreationLog::this_thread() {
-  thread_local CreationLog log;
-  return log;
-}
-
 CreationLog::CreationLog() : id_(next_log_id()), compact_at_(kMinCompaction) {}
 
 CreationLog::~CreationLog() { clear(); }
@@ -265,7 +177,7 @@ void CreationLog::clear() {
   std::vector<const Node*> nodes = std::move(nodes_);
   nodes_.clear();
   constexpr std::size_t kAhead = 8;
-  ReleaseBatch batch;  // one queue for the whole log, not one per node
+  ReleaseScope batch;  // one queue for the whole log, not one per node
   for (std::size_t i = nodes.size(); i-- > 0;) {
     if (i >= kAhead) prefetch_for_write(nodes[i - kAhead]);
     nodes[i]->release();  // newest first: a node's logged operands still hold the log's reference
@@ -280,7 +192,7 @@ void CreationLog::compact() {
   // Newest first, so an operand freed by its user's release goes in the same pass. A count of
   // one is the log's own: no other thread can hold the node, so the count cannot rise.
   std::size_t kept = nodes_.size();
-  ReleaseBatch batch;
+  ReleaseScope batch;
   for (std::size_t i = nodes_.size(); i-- > 0;) {
     const Node* node = nodes_[i];
     if (node->use_count() == 1) {

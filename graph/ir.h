@@ -52,8 +52,8 @@ class Node final : public RefCounted {
        RealAttrs reals = {}, SourceLocation where = {});
   ~Node() override;
 
-  // Nodes come and go by the million; a per-thread cache of node-sized blocks keeps them off the
-  // general allocator (and off fresh pages the allocator would otherwise fault in and give back).
+  // Nodes come and go by the million; engine's per-thread block cache keeps them off the general
+  // allocator (and off fresh pages the allocator would otherwise fault in and give back).
   static void* operator new(std::size_t bytes);
   static void operator delete(void* block, std::size_t bytes) noexcept;
 
@@ -82,16 +82,18 @@ class Node final : public RefCounted {
     return op_ == Op::kDeviceData || op_ == Op::kParameter;
   }
 
-  /// Scratch for graph walks on the thread that created the node (see graph/step_graph.cpp):
-  /// a walk stamps the nodes it visits instead of looking them up in a map. Only the creating
-  /// thread reads or writes it; walks on other threads use a map for this node.
+  /// Scratch for graph walks by the trace context that created the node (see
+  /// graph/step_graph.cpp): a walk stamps the nodes it visits instead of looking them up in a
+  /// map. Only the creating context's thread reads or writes it; walks on other threads use a
+  /// map for this node.
   struct VisitMark {
-    uint32_t walk = 0;  // a per-thread walk number; 0 is never a walk
+    uint32_t walk = 0;  // the creating context's walk number (TraceContext::next_walk); 0: none
     int32_t index = -1;
   };
-  /// The creating thread's number (see this_thread_creator_id).
+  /// The id of the trace context that created the node (see this_thread_creator_id).
   [[nodiscard]] uint32_t creator_id() const noexcept { return creator_; }
-  /// The calling thread's number, as nodes it creates record it (never reused).
+  /// The id of the calling thread's trace context, as nodes it creates record it (never
+  /// reused), or 0 when the thread has none.
   [[nodiscard]] static uint32_t this_thread_creator_id() noexcept;
   [[nodiscard]] VisitMark& visit_mark() const noexcept { return mark_; }
   /// Whether any op node so far took an operand that another thread created (process-wide and
@@ -116,7 +118,7 @@ class Node final : public RefCounted {
   uint8_t num_ints_ = 0;
   uint8_t num_reals_ = 0;
   uint32_t num_operands_ = 0;
-  uint32_t creator_;
+  uint32_t creator_ = 0;
   uint32_t log_id_ = 0;  // the CreationLog holding this node; 0: none
   mutable VisitMark mark_;
   uint64_t hash_ = 0;
@@ -134,7 +136,7 @@ class Node final : public RefCounted {
   double reals_[kMaxReals];
 };
 
-/// The op nodes (nodes with operands) this thread created since it last synced, in creation
+/// The op nodes (nodes with operands) a trace context created since it last synced, in creation
 /// order, each held by one reference of the log's own. Creation order is a topological order
 /// whose addresses are known up front, so a step's graph is collected by scanning the log
 /// instead of chasing operand pointers (a chain of dependent cache misses once the graph
@@ -144,9 +146,6 @@ class Node final : public RefCounted {
 /// garbage than it has live nodes.
 class CreationLog {
  public:
-  /// This thread's log.
-  [[nodiscard]] static CreationLog& this_thread();
-
   [[nodiscard]] std::span<const Node* const> nodes() const noexcept {
     return {nodes_.data(), nodes_.size()};
   }

@@ -39,6 +39,11 @@ Tensor zeros_like(const Tensor& t, Loc where = Loc::current());
 Tensor ones_like(const Tensor& t, Loc where = Loc::current());
 
 // --- random (per-device counter-based stream; see set_rng_state) ------------------------------
+/// Seeds `device`'s random stream on this replica (the same seed gives the same numbers on
+/// every run), as torch_xla's xm.set_rng_state.
+void set_rng_state(uint64_t seed, Device device = {});
+/// The seed `device`'s random stream on this replica was last given (101 until then).
+[[nodiscard]] uint64_t get_rng_state(Device device = {});
 Tensor rand(const Shape& shape, DType dtype = DType::kF32, Device device = {},
             Loc where = Loc::current());
 Tensor randn(const Shape& shape, DType dtype = DType::kF32, Device device = {},

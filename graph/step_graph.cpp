@@ -1,6 +1,8 @@
 // graph: post-order collection and hashing of a step's graph.
 #include "graph/step_graph.h"
 
+#include "graph/trace_context.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -62,8 +64,10 @@ class NodeIndex {
 // through the map, so no two threads ever write one node's mark.
 class Visited {
  public:
-  explicit Visited(std::size_t expected)
-      : walk_(next_walk()), thread_(Node::this_thread_creator_id()), foreign_(expected / 8) {}
+  Visited(TraceContext* context, std::size_t expected)
+      : walk_(context ? context->next_walk() : 0),
+        thread_(context ? context->id() : 0),
+        foreign_(expected / 8) {}
 
   [[nodiscard]] int32_t find(const Node* node) const {
     if (node->creator_id() == thread_) {
@@ -81,40 +85,24 @@ class Visited {
   }
 
  private:
-  static uint32_t next_walk() {
-    if (++tls_walks_ == 0) ++tls_walks_;  // 0 marks a node no walk has seen
-    return tls_walks_;
-  }
-  static thread_local uint32_t tls_walks_;
   uint32_t walk_;
   uint32_t thread_;
   NodeIndex foreign_;
 };
 
-thread_local uint32_t Visited::tls_walks_ = 0;
-
 }  // namespace
 
 namespace {
 
-// Working memory of graph building, kept by each thread between steps (fresh buffers of this
-// size would be fresh pages to fault in, every step).
-struct BuildScratch {
-  std::vector<uint64_t> node_hashes;
-  std::vector<std::pair<const Node*, uint32_t>> stack;
-  std::vector<uint8_t> live;
-  std::vector<int32_t> new_id;
-};
-thread_local BuildScratch tls_scratch;
-
 // Appends nodes to a step graph in post-order, recording each node's own hash.
 class GraphBuilder {
  public:
-  GraphBuilder(StepGraph& graph, std::size_t expected)
+  GraphBuilder(StepGraph& graph, StepGraphScratch& scratch, TraceContext* context,
+               std::size_t expected)
       : graph_(graph),
-        index_(expected),
-        stack_(tls_scratch.stack),
-        node_hashes_(tls_scratch.node_hashes) {
+        index_(context, expected),
+        stack_(scratch.stack),
+        node_hashes_(scratch.node_hashes) {
     graph_.nodes.reserve(expected);
     graph_.operand_begin.reserve(expected + 1);
     graph_.operand_ids.reserve(expected * 2);
@@ -196,9 +184,10 @@ void append_logged(GraphBuilder& builder, std::span<const Node* const> logged) {
 
 // Removes the nodes no output depends on (log entries that were garbage, or belong to tensors
 // not being synced), renumbering the rest. Works on the graph's arrays only: no node is read.
-void drop_unreachable(StepGraph& graph, std::vector<uint64_t>& node_hashes) {
+void drop_unreachable(StepGraph& graph, StepGraphScratch& scratch,
+                      std::vector<uint64_t>& node_hashes) {
   const std::size_t n = graph.nodes.size();
-  std::vector<uint8_t>& live = tls_scratch.live;
+  std::vector<uint8_t>& live = scratch.live;
   live.assign(n, 0);
   for (int32_t out : graph.outputs) live[out] = 1;
   std::size_t live_count = 0;
@@ -209,7 +198,7 @@ void drop_unreachable(StepGraph& graph, std::vector<uint64_t>& node_hashes) {
   }
   if (live_count == n) return;
 
-  std::vector<int32_t>& new_id = tls_scratch.new_id;
+  std::vector<int32_t>& new_id = scratch.new_id;
   new_id.assign(n, -1);
   StepGraph kept;
   kept.nodes.reserve(live_count);
@@ -256,21 +245,26 @@ uint64_t graph_hash(const StepGraph& graph, std::span<const uint64_t> node_hashe
 
 StepGraph build_step_graph(std::span<const NodePtr> roots, std::size_t size_hint) {
   StepGraph graph;
-  build_step_graph(roots, graph, size_hint);
+  StepGraphScratch scratch;
+  build_step_graph(roots, graph, scratch, size_hint);
   return graph;
 }
 
-void build_step_graph(std::span<const NodePtr> roots, StepGraph& graph, std::size_t size_hint) {
+void build_step_graph(std::span<const NodePtr> roots, StepGraph& graph, StepGraphScratch& scratch,
+                      std::size_t size_hint) {
   graph.clear();
   graph.roots.assign(roots.begin(), roots.end());
+  TraceContext* context = TraceContext::current_if_any();
   // Some slack over the hint: growing these vectors would copy them and fault in fresh pages.
-  GraphBuilder builder(graph, std::max(size_hint + size_hint / 8 + 16, roots.size() * 8));
-  const CreationLog& log = CreationLog::this_thread();
-  const bool from_log = std::any_of(roots.begin(), roots.end(),
-                                    [&](const NodePtr& root) { return log.contains(root.get()); });
-  if (from_log) append_logged(builder, log.nodes());
+  GraphBuilder builder(graph, scratch, context,
+                       std::max(size_hint + size_hint / 8 + 16, roots.size() * 8));
+  const CreationLog* log = context ? &context->creation_log() : nullptr;
+  const bool from_log = log && std::any_of(roots.begin(), roots.end(), [&](const NodePtr& root) {
+                          return log->contains(root.get());
+                        });
+  if (from_log) append_logged(builder, log->nodes());
   for (const NodePtr& root : roots) builder.add_output(root.get());
-  if (from_log) drop_unreachable(graph, builder.node_hashes());
+  if (from_log) drop_unreachable(graph, scratch, builder.node_hashes());
   graph.hash = graph_hash(graph, builder.node_hashes());
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "graph/ir.h"
@@ -43,13 +44,23 @@ struct StepGraph {
   }
 };
 
+/// Working memory of graph building, kept between steps by whoever builds graphs every step (a
+/// replica's host): fresh buffers of a large graph's size would be fresh pages to fault in.
+struct StepGraphScratch {
+  std::vector<uint64_t> node_hashes;
+  std::vector<std::pair<const Node*, uint32_t>> stack;
+  std::vector<uint8_t> live;
+  std::vector<int32_t> new_id;
+};
+
 /// Builds the step graph of `roots` (iteratively: graphs may be a million nodes deep). When a
-/// root is in this thread's CreationLog, the log is scanned in creation order and what the
-/// roots do not need is dropped afterwards; the rest is found by walking down from the roots.
-/// Nodes come in post-order either way; equal programs traced in the same order hash alike.
-/// `size_hint` is the expected node count (it only sizes buffers).
+/// root is in the calling thread's CreationLog (its TraceContext's), the log is scanned in
+/// creation order and what the roots do not need is dropped afterwards; the rest is found by
+/// walking down from the roots. Nodes come in post-order either way; equal programs traced in
+/// the same order hash alike. `size_hint` is the expected node count (it only sizes buffers).
 StepGraph build_step_graph(std::span<const NodePtr> roots, std::size_t size_hint = 0);
-/// The same, into `graph` (cleared first), reusing its buffers.
-void build_step_graph(std::span<const NodePtr> roots, StepGraph& graph, std::size_t size_hint = 0);
+/// The same, into `graph` (cleared first), reusing its buffers and `scratch`'s.
+void build_step_graph(std::span<const NodePtr> roots, StepGraph& graph, StepGraphScratch& scratch,
+                      std::size_t size_hint = 0);
 
 }  // namespace axle

@@ -126,6 +126,8 @@ class Tensor {
   [[nodiscard]] Device device() const { return impl_->device(); }
   [[nodiscard]] TensorImpl* impl() const noexcept { return impl_.get(); }
   [[nodiscard]] const IntrusivePtr<TensorImpl>& impl_ptr() const noexcept { return impl_; }
+  /// Moves the handle's reference out, leaving the handle undefined.
+  [[nodiscard]] IntrusivePtr<TensorImpl> take_impl() noexcept { return std::move(impl_); }
 
   /// Gives this tensor `value`'s value (broadcast to this shape and cast to this dtype), in
   /// place: every handle sees it, and what else the tensor carries stays, as torch's copy_.

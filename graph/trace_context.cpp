@@ -1,31 +1,35 @@
 // graph: trace contexts and the tensor bookkeeping they do.
 #include "graph/trace_context.h"
 
-#include "engine/config.h"
+#include <memory>
 
 namespace axle {
 namespace {
 
-std::atomic<TraceObserver*> g_observer{nullptr};
+// Ids start at 1: 0 is "no context" (a graph walk on a thread that has none).
+std::atomic<uint32_t> g_next_id{1};
 
-uint64_t default_seed() {
-  // PyTorch/XLA's default seed is 101 on every device.
-  return 101;
-}
+// PyTorch/XLA's default seed is 101 on every device.
+constexpr uint64_t kDefaultSeed = 101;
 
 }  // namespace
 
-TraceContext& TraceContext::current() {
-  thread_local IntrusivePtr<TraceContext> context = make_intrusive<TraceContext>();
+TraceContext::TraceContext() : id_(g_next_id.fetch_add(1, std::memory_order_relaxed)) {}
+
+TraceContext::~TraceContext() = default;
+
+TraceContext& TraceContext::make_current() {
+  // The binding holds a reference of its own, which the thread drops as it exits (first
+  // unbinding, so nothing on the way out finds a context being destroyed).
+  auto* context = new TraceContext();
+  context->add_ref();
+  ThisThread<TraceContext>::bind(context);
+  keep_until_thread_exit(std::shared_ptr<void>(context, [](void* p) {
+    auto* dying = static_cast<TraceContext*>(p);
+    if (ThisThread<TraceContext>::get() == dying) ThisThread<TraceContext>::bind(nullptr);
+    dying->release();
+  }));
   return *context;
-}
-
-void TraceContext::set_observer(TraceObserver* observer) noexcept {
-  g_observer.store(observer, std::memory_order_release);
-}
-
-TraceObserver* TraceContext::observer() noexcept {
-  return g_observer.load(std::memory_order_acquire);
 }
 
 void TraceContext::track(TensorImpl* impl) {
@@ -74,7 +78,7 @@ std::size_t TraceContext::pending_count() {
 }
 
 RngState TraceContext::draw_random(Device device, uint64_t count) {
-  auto [it, inserted] = rng_.try_emplace(device.ordinal, RngState{default_seed(), 0});
+  auto [it, inserted] = rng_.try_emplace(device.ordinal, RngState{kDefaultSeed, 0});
   RngState state = it->second;
   it->second.offset += count;
   return state;
@@ -85,8 +89,36 @@ void TraceContext::set_rng_state(Device device, uint64_t seed) {
 }
 
 RngState TraceContext::rng_state(Device device) {
-  auto [it, inserted] = rng_.try_emplace(device.ordinal, RngState{default_seed(), 0});
+  auto [it, inserted] = rng_.try_emplace(device.ordinal, RngState{kDefaultSeed, 0});
   return it->second;
 }
+
+// --- graph/device.h: the calling thread's replica, as `Device{}` sees it ---
+
+int default_device_ordinal() noexcept {
+  const TraceContext* context = TraceContext::current_if_any();
+  return context ? context->default_device_ordinal() : 0;
+}
+
+int replica_world_size() noexcept {
+  const TraceContext* context = TraceContext::current_if_any();
+  return context ? context->world_size() : 1;
+}
+
+DefaultDeviceScope::DefaultDeviceScope(Device device)
+    : previous_(TraceContext::current().default_device_ordinal()) {
+  TraceContext::current().set_default_device_ordinal(device.ordinal);
+}
+
+DefaultDeviceScope::~DefaultDeviceScope() {
+  TraceContext::current().set_default_device_ordinal(previous_);
+}
+
+ReplicaScope::ReplicaScope(Device device, int world_size)
+    : default_device_(device), previous_world_size_(TraceContext::current().world_size()) {
+  TraceContext::current().set_world_size(world_size);
+}
+
+ReplicaScope::~ReplicaScope() { TraceContext::current().set_world_size(previous_world_size_); }
 
 }  // namespace axle

@@ -1,6 +1,9 @@
-// graph: the per-thread trace state of a replica — the tensors whose values are still pending
-// IR (what mark_step executes), the per-device random-number state, and the hook through which
-// the runtime (actors/) observes every traced op (eager mode, runaway-graph cuts).
+// graph: the trace state of one replica — the tensors whose values are still pending IR (what
+// mark_step executes), the op nodes created since the last sync (the creation log), the
+// per-device random streams, grad mode, and which device `Device{}` means. One object per
+// replica thread; the replica's host (actors/) holds it alongside its own state, and the thread
+// is bound to it through engine's ThisThread, so the hot paths of tracing find it with one
+// thread-local load.
 #pragma once
 
 #include <atomic>
@@ -10,16 +13,11 @@
 #include <vector>
 
 #include "engine/intrusive_ptr.h"
+#include "engine/this_thread.h"
+#include "graph/ir.h"
 #include "graph/tensor.h"
 
 namespace axle {
-
-/// Seen by the runtime after every traced op.
-class TraceObserver {
- public:
-  virtual ~TraceObserver() = default;
-  virtual void after_op(const Tensor& result, const SourceLocation& where) = 0;
-};
 
 /// Counter-based random state of one device: a seed and how many numbers were drawn.
 struct RngState {
@@ -27,15 +25,38 @@ struct RngState {
   uint64_t offset = 0;
 };
 
-/// Trace state of one thread (one replica).
+/// Trace state of one replica (one thread).
 class TraceContext final : public RefCounted {
  public:
-  /// The calling thread's context.
-  static TraceContext& current();
+  /// The calling thread's context, made (and kept until the thread exits) on first use.
+  [[nodiscard]] static TraceContext& current() {
+    if (TraceContext* context = ThisThread<TraceContext>::get()) [[likely]] {
+      return *context;
+    }
+    return make_current();
+  }
+  /// The calling thread's context, or null when it has traced nothing yet.
+  [[nodiscard]] static TraceContext* current_if_any() noexcept {
+    return ThisThread<TraceContext>::get();
+  }
 
-  /// Tensors with pending IR on `device` (all devices when null), as handles.
+  TraceContext();
+  ~TraceContext() override;
+
+  /// A number no other context has had; nodes record their creator's.
+  [[nodiscard]] uint32_t id() const noexcept { return id_; }
+
+  /// Tensors with pending IR on `device` (all devices when null), as handles, oldest first.
   [[nodiscard]] std::vector<Tensor> pending_tensors(const Device* device = nullptr);
   [[nodiscard]] std::size_t pending_count();
+
+  /// The op nodes created since the last sync, in creation order.
+  [[nodiscard]] CreationLog& creation_log() noexcept { return log_; }
+  /// A new number for a graph walk over this context's nodes (see Node::VisitMark); never 0.
+  [[nodiscard]] uint32_t next_walk() noexcept {
+    if (++walks_ == 0) ++walks_;
+    return walks_;
+  }
 
   /// Nodes traced since the last step (for the runaway-graph limit).
   [[nodiscard]] uint64_t nodes_since_step() const noexcept { return nodes_since_step_; }
@@ -47,21 +68,35 @@ class TraceContext final : public RefCounted {
   void set_rng_state(Device device, uint64_t seed);
   [[nodiscard]] RngState rng_state(Device device);
 
-  /// Installs the runtime's observer of traced ops (process-wide); null removes it.
-  static void set_observer(TraceObserver* observer) noexcept;
-  [[nodiscard]] static TraceObserver* observer() noexcept;
+  /// Whether ops record what backward() needs (GradMode).
+  [[nodiscard]] bool grad_enabled() const noexcept { return grad_enabled_; }
+  void set_grad_enabled(bool enabled) noexcept { grad_enabled_ = enabled; }
+
+  /// The replica this context traces for: its default device (what `Device{}` means) and how
+  /// many replicas its collectives span.
+  [[nodiscard]] int default_device_ordinal() const noexcept { return default_ordinal_; }
+  [[nodiscard]] int world_size() const noexcept { return world_size_; }
+  void set_default_device_ordinal(int ordinal) noexcept { default_ordinal_ = ordinal; }
+  void set_world_size(int world_size) noexcept { world_size_ = world_size; }
 
  private:
   friend class TensorImpl;
+  static TraceContext& make_current();
   void track(TensorImpl* impl);
   void untrack(TensorImpl* impl);
 
+  const uint32_t id_;
+  CreationLog log_;
+  uint32_t walks_ = 0;
   std::mutex mutex_;            // tensors may die on other threads
   TensorImpl* head_ = nullptr;  // oldest
   TensorImpl* tail_ = nullptr;  // newest
   std::size_t pending_ = 0;
   uint64_t nodes_since_step_ = 0;
   std::unordered_map<int, RngState> rng_;
+  bool grad_enabled_ = true;
+  int default_ordinal_ = 0;
+  int world_size_ = 1;
 };
 
 }  // namespace axle

@@ -11,6 +11,7 @@
 
 #include "actors/api.h"
 #include "actors/device_feed.h"
+#include "actors/replica_host.h"
 
 namespace axle {
 namespace {
@@ -116,7 +117,7 @@ PerDeviceLoader::Iterator PerDeviceLoader::begin() const {
   it.feed_ = feed_;  // from here on, the iterator leaves the epoch when destroyed
   std::optional<DeviceBatch> first;
   try {
-    first = feed_->next(slot_);
+    first = feed_->next(slot_, ReplicaHost::current().account().get());
   } catch (...) {
     it.feed_ = nullptr;  // the loader ended this device's epoch with the error
     throw;
@@ -168,7 +169,7 @@ PerDeviceLoader::Iterator& PerDeviceLoader::Iterator::operator++() {
   }
   std::optional<DeviceBatch> next;
   try {
-    next = feed_->next(slot_);
+    next = feed_->next(slot_, ReplicaHost::current().account().get());
   } catch (...) {
     feed_ = nullptr;
     throw;

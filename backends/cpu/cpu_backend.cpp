@@ -109,16 +109,6 @@ class CpuMemory final : public DeviceMemory {
   std::shared_ptr<DeviceAccount> account_;
 };
 
-std::string describe_call(const Executable& program, const KernelCall& call) {
-  std::string s = fmt::format("{}(", kernel_name(call.kernel));
-  for (std::size_t i = 0; i < call.inputs.size(); ++i) {
-    const BufferDesc& d = program.slots[call.inputs[i]];
-    s += fmt::format("{}{}{}", i ? ", " : "", dtype_name(d.dtype), d.shape.to_string());
-  }
-  const BufferDesc& out = program.slots[call.output];
-  return s + fmt::format(") -> {}{}", dtype_name(out.dtype), out.shape.to_string());
-}
-
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int devices) {

@@ -6,30 +6,11 @@
 
 #include <vector>
 
+#include "engine/release_queue.h"
 #include "graph/ops/op_util.h"
 
 namespace axle {
 namespace {
-
-// What ~GradFn hands on instead of releasing it in place: the GradFns and tensors it held. The
-// outermost ~GradFn on the thread releases them one at a time, so freeing a chain of a million
-// recorded ops takes a loop, not a million nested destructors.
-struct Graveyard {
-  bool draining = false;
-  std::vector<IntrusivePtr<GradFn>> fns;
-  std::vector<Tensor> tensors;
-  Graveyard();
-  ~Graveyard();
-};
-
-// Tensors in static storage may die after this thread's thread_locals; a trivially destructible
-// flag stays readable then, and ~GradFn falls back to plain (recursive) release.
-enum class GraveyardState : uint8_t { kUnborn, kAlive, kDead };
-thread_local GraveyardState tls_graveyard_state = GraveyardState::kUnborn;
-thread_local Graveyard tls_graveyard;
-
-Graveyard::Graveyard() { tls_graveyard_state = GraveyardState::kAlive; }
-Graveyard::~Graveyard() { tls_graveyard_state = GraveyardState::kDead; }
 
 bool tensor_requires_grad(const Tensor& t) noexcept {
   const AutogradMeta* meta = t.impl()->autograd();
@@ -43,23 +24,6 @@ GradEdge edge_to(const Tensor& t) {
   return {{}, t.impl_ptr()};
 }
 
-// Releases what the graveyard holds, unless an enclosing call on this thread already does.
-void drain(Graveyard& graveyard) {
-  if (graveyard.draining) return;
-  graveyard.draining = true;
-  // Each release may run another ~GradFn, which queues its own members here and returns.
-  while (!graveyard.fns.empty() || !graveyard.tensors.empty()) {
-    if (!graveyard.tensors.empty()) {
-      Tensor last = std::move(graveyard.tensors.back());
-      graveyard.tensors.pop_back();
-    } else {
-      IntrusivePtr<GradFn> last = std::move(graveyard.fns.back());
-      graveyard.fns.pop_back();
-    }
-  }
-  graveyard.draining = false;
-}
-
 }  // namespace
 
 void AutogradMetaDeleter::operator()(AutogradMeta* meta) const noexcept { delete meta; }
@@ -69,30 +33,20 @@ AutogradMeta& TensorImpl::autograd_or_create() {
   return *autograd_;
 }
 
+// A GradFn hands what it holds (the GradFns before it, its saved tensors) to the thread's
+// ReleaseScope instead of releasing it in place, so freeing a chain of a million recorded ops
+// takes a loop, not a million nested destructors.
 GradFn::~GradFn() {
-  if (tls_graveyard_state == GraveyardState::kDead) return;  // members release recursively
-  Graveyard& graveyard = tls_graveyard;
-  for (GradEdge& edge : edges_) {
-    if (edge.fn) graveyard.fns.push_back(std::move(edge.fn));
-  }
-  for (Tensor& input : inputs_) {
-    if (input.defined()) graveyard.tensors.push_back(std::move(input));
-  }
-  drain(graveyard);
+  ReleaseScope scope;
+  for (GradEdge& edge : edges_) scope.defer(std::move(edge.fn));
+  for (Tensor& input : inputs_) scope.defer(input.take_impl());
 }
 
 void GradFn::release_saved() {
   released_ = true;
-  if (tls_graveyard_state == GraveyardState::kDead) {
-    for (Tensor& input : inputs_) input = Tensor();
-    return;
-  }
-  // Through the graveyard as well: a saved input may be the last holder of a long chain.
-  Graveyard& graveyard = tls_graveyard;
-  for (Tensor& input : inputs_) {
-    if (input.defined()) graveyard.tensors.push_back(std::move(input));
-  }
-  drain(graveyard);
+  // Deferred as well: a saved input may be the last holder of a long chain.
+  ReleaseScope scope;
+  for (Tensor& input : inputs_) scope.defer(input.take_impl());
 }
 
 namespace autograd {

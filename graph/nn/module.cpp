@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "graph/autograd.h"
 #include "graph/ops.h"
 #include "graph/ops/op_util.h"
 
@@ -125,6 +126,51 @@ Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
   for (const auto& [name, child] : named_children()) x = child->forward(x);
   return x;
+}
+
+// --- loading values and moving between devices (they read values through the runtime) ---
+void Module::load_state_dict(const StateDict& state, bool strict, std::source_location where) {
+  const StateDict own = state_dict();
+  auto fail = [&](const std::string& what) {
+    throw StateDictError(
+        fmt::format("load_state_dict: {} (at {}:{})", what, where.file_name(), where.line()));
+  };
+  std::vector<std::pair<const Tensor*, const Tensor*>> loads;  // (destination, value)
+  for (const auto& [name, tensor] : own) {
+    const Tensor* value = find(state, name);
+    if (!value) {
+      if (strict) fail(fmt::format("key \"{}\" is missing", name));
+      continue;
+    }
+    if (!value->defined()) fail(fmt::format("key \"{}\" holds an undefined tensor", name));
+    if (!(value->shape() == tensor.shape()) || value->dtype() != tensor.dtype()) {
+      fail(fmt::format("key \"{}\" is {}, the module's is {}", name, ops::describe(*value),
+                       ops::describe(tensor)));
+    }
+    loads.emplace_back(&tensor, value);
+  }
+  if (strict) {
+    for (const auto& [name, value] : state) {
+      if (!find(own, name)) fail(fmt::format("unexpected key \"{}\"", name));
+    }
+  }
+  NoGradGuard no_grad;  // loading is not part of any computation to differentiate
+  for (const auto& [destination, value] : loads) {
+    destination->copy_(
+        value->device() == destination->device() ? *value : value->to(destination->device()),
+        where);
+  }
+}
+
+void Module::to(Device device) {
+  std::vector<Tensor> all = parameters();
+  for (auto& [name, buffer] : named_buffers()) all.push_back(buffer);
+  for (const Tensor& t : all) {
+    if (t.device() == device) continue;
+    const Tensor moved = t.to(device);
+    t.set_grad({});  // a gradient on the old device no longer applies
+    t.impl()->move_to(moved.impl()->data());
+  }
 }
 
 }  // namespace axle::nn

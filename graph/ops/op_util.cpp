@@ -8,6 +8,7 @@
 
 #include "engine/config.h"
 #include "engine/metrics.h"
+#include "graph/tensor_runtime.h"
 #include "graph/trace_context.h"
 
 namespace axle::ops {
@@ -149,7 +150,7 @@ Tensor make_result(Op op, DType logical_dtype, const Shape& shape, Operands oper
                                    std::move(ints), std::move(reals), where);
   Tensor result(make_intrusive<TensorImpl>(logical_dtype, std::move(node), device));
   TraceContext::current().count_node();
-  if (TraceObserver* observer = TraceContext::observer()) observer->after_op(result, where);
+  if (TensorRuntime* runtime = tensor_runtime()) runtime->after_op(result, where);
   return result;
 }
 

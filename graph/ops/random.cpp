@@ -47,6 +47,12 @@ void require_floating(std::string_view op, DType dtype, const Loc& where) {
 
 }  // namespace
 
+void set_rng_state(uint64_t seed, Device device) {
+  TraceContext::current().set_rng_state(device, seed);
+}
+
+uint64_t get_rng_state(Device device) { return TraceContext::current().rng_state(device).seed; }
+
 Tensor rand(const Shape& shape, DType dtype, Device device, Loc where) {
   require_valid_shape("rand", shape, where);
   require_floating("rand", dtype, where);

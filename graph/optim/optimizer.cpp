@@ -3,11 +3,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
+#include <string_view>
 
 #include "graph/autograd.h"
 #include "graph/ops.h"
+#include "graph/ops/op_util.h"
 
 namespace axle::optim {
 
@@ -73,6 +77,54 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     if (Tensor g = p.grad(); g.defined()) p.set_grad(mul(g, scale, where), where);
   }
   return total;
+}
+
+void Optimizer::load_state_dict(const nn::StateDict& state, std::source_location where) {
+  auto fail = [&](const std::string& what) {
+    throw nn::StateDictError(fmt::format("optimizer load_state_dict: {} (at {}:{})", what,
+                                         where.file_name(), where.line()));
+  };
+  const Tensor* step = nn::find(state, "step");
+  if (!step || !step->defined() || step->numel() != 1) fail("key \"step\" is missing");
+  const std::vector<std::string> names = state_names();
+  std::vector<std::pair<std::size_t, std::pair<std::string, Tensor>>> loads;
+  std::vector<std::pair<std::size_t, const Tensor*>> param_steps;  // "state.<i>.step"
+  for (const auto& [key, value] : state) {
+    if (key == "step") continue;
+    std::size_t i = 0;
+    char name[64] = {};
+    if (std::sscanf(key.c_str(), "state.%zu.%63s", &i, name) != 2 || i >= params_.size() ||
+        std::find(names.begin(), names.end(), name) == names.end()) {
+      fail(fmt::format("unexpected key \"{}\"", key));
+    }
+    if (std::string_view(name) == "step") {
+      if (!value.defined() || value.numel() != 1) {
+        fail(fmt::format("key \"{}\" is {}, not a single step count", key,
+                         value.defined() ? ops::describe(value) : "undefined"));
+      }
+      param_steps.emplace_back(i, &value);
+      continue;
+    }
+    if (!value.defined() || !(value.shape() == params_[i].shape()) ||
+        value.dtype() != params_[i].dtype()) {
+      fail(fmt::format("key \"{}\" is {}, its parameter {}", key,
+                       value.defined() ? ops::describe(value) : "undefined",
+                       ops::describe(params_[i])));
+    }
+    loads.push_back({i, {name, value.to(params_[i].device())}});
+  }
+  steps_ = static_cast<int64_t>(step->item(where));
+  // A parameter with state but no step count of its own (a state saved before per-parameter
+  // counts) took every step.
+  std::fill(param_steps_.begin(), param_steps_.end(), 0);
+  if (std::find(names.begin(), names.end(), "step") != names.end()) {
+    for (const auto& [i, entry] : loads) param_steps_[i] = steps_;
+  }
+  for (const auto& [i, count] : param_steps) {
+    param_steps_[i] = static_cast<int64_t>(count->item(where));
+  }
+  for (auto& own : state_) own.clear();
+  for (auto& [i, entry] : loads) state_[i].push_back(std::move(entry));
 }
 
 }  // namespace axle::optim

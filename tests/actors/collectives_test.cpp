@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "tests/error_text.h"

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 

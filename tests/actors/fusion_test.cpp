@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 

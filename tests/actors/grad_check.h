@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 
 namespace axle::testing {

@@ -8,9 +8,11 @@
 #include <sstream>
 #include <thread>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "graph/ops/op_util.h"
+#include "tests/actors/testing_system.h"
 
 namespace axle {
 namespace {
@@ -82,13 +84,13 @@ TEST_F(LazyConfig, SyncWaitMakesMarkStepWaitForTheDevice) {
   mark_step();
   EXPECT_FALSE(b.impl()->data()->pending());
   config::unset("XLA_SYNC_WAIT");
-  LazySystem::restart();
-  Tensor c = exp(a);
-  DeviceActor::set_execution_gate(
-      [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
+  TestingBackend& backend = restart_on_testing_backend();
+  Tensor a2 = tensor(std::vector<float>{1, 2}, Shape{2});
+  Tensor c = exp(a2);
+  backend.hold();
   mark_step();
   EXPECT_TRUE(c.impl()->data()->pending());  // without it, mark_step does not wait
-  DeviceActor::set_execution_gate(nullptr);
+  backend.release();
 }
 
 TEST_F(LazyConfig, SavedTensorsFileGetsEachExecutedGraph) {

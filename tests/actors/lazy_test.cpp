@@ -6,11 +6,12 @@
 #include <mutex>
 #include <thread>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "engine/log.h"
 #include "graph/trace_context.h"
-#include "tests/actors/execution_gate.h"
+#include "tests/actors/testing_system.h"
 
 namespace axle {
 namespace {
@@ -18,10 +19,10 @@ namespace {
 class Lazy : public ::testing::Test {
  protected:
   void SetUp() override {
-    LazySystem::restart();
+    backend_ = &restart_on_testing_backend();
     clear_all();
   }
-  void TearDown() override { DeviceActor::set_execution_gate(nullptr); }
+  TestingBackend* backend_ = nullptr;
 };
 
 int64_t count(const char* name) { return counter_value(name).value_or(0); }
@@ -52,15 +53,15 @@ TEST_F(Lazy, ItemAsyncDeliversWithoutBlocking) {
 
 TEST_F(Lazy, MarkStepReturnsWhileTheDeviceIsStillExecuting) {
   Tensor x = from({1, 2}, {2});
-  ExecutionGate gate;
+  backend_->hold();
   Tensor y = x + x;
-  mark_step();  // returns although the device is held inside the execution
-  gate.wait_entered(1);
+  mark_step();  // returns although the device holds the execution
+  ASSERT_TRUE(backend_->wait_until_held(1));
   EXPECT_TRUE(y.impl()->data()->pending());
   // Tracing the next step overlaps the held execution.
   Tensor z = y * 3.0;
   EXPECT_TRUE(z.impl()->pending_ir());
-  gate.release();
+  backend_->release();
   EXPECT_EQ(z.to_vector<float>(), (std::vector<float>{6, 12}));
 }
 
@@ -107,12 +108,12 @@ TEST_F(Lazy, TwoReplicasTracingTheSameGraphCompileItOnce) {
     mark_step();
     return y.to_vector<float>();
   };
-  ExecutionGate gate;  // holds both executions so both compiles are requested first
+  backend_->hold();  // holds both executions so both compiles are requested first
   std::vector<float> r1, r2;
   std::thread t1([&] { r1 = replica(0); });
   std::thread t2([&] { r2 = replica(1); });
-  gate.wait_entered(1);
-  gate.release();
+  ASSERT_TRUE(backend_->wait_until_held(1));
+  backend_->release();
   t1.join();
   t2.join();
   EXPECT_EQ(count("UncachedCompile"), 1);
@@ -142,13 +143,13 @@ TEST_F(Lazy, UnrelatedValueReadWaitsOnlyForItsOwnValue) {
   Tensor ready = from({7}, {1});
   Tensor x = from({1}, {1});
   wait_device_ops();
-  ExecutionGate gate;
+  backend_->hold();
   Tensor y = x + 1.0;
   mark_step();
-  gate.wait_entered(1);
-  // The device is held inside y's execution; reading a ready tensor does not wait for it.
+  ASSERT_TRUE(backend_->wait_until_held(1));
+  // The device holds y's execution; reading a ready tensor does not wait for it.
   EXPECT_FLOAT_EQ(ready.to_vector<float>()[0], 7.0f);
-  gate.release();
+  backend_->release();
   EXPECT_FLOAT_EQ(y.to_vector<float>()[0], 2.0f);
 }
 

@@ -2,6 +2,7 @@
 // write over operands that die with them, and the planned peak (ProgramPeakBytes) is what the
 // backend then holds.
 #include "actors/memory_plan.h"
+#include "actors/lazy_system.h"
 
 #include <gtest/gtest.h>
 

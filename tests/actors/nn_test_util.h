@@ -3,6 +3,7 @@
 // error's message.
 #pragma once
 
+#include "actors/lazy_system.h"
 #include "tests/error_text.h"
 
 #include <gtest/gtest.h>

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 
 namespace axle {

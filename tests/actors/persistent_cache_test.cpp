@@ -2,6 +2,7 @@
 // a second process compiles nothing, damaged entries are reported once and rewritten, readonly
 // caches never write, and concurrent writers leave one whole file.
 #include "actors/persistent_cache.h"
+#include "actors/lazy_system.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

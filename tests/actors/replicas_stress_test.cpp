@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 

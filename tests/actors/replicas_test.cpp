@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "graph/trace_context.h"

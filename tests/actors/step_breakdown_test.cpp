@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 

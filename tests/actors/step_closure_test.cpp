@@ -7,8 +7,9 @@
 #include <mutex>
 #include <vector>
 
+#include "actors/lazy_system.h"
 #include "axle.h"
-#include "tests/actors/execution_gate.h"
+#include "tests/actors/testing_system.h"
 
 namespace axle {
 namespace {
@@ -36,12 +37,13 @@ TEST_F(StepClosures, RunAtMarkStepWithTheStepsValuesInTheOrderAdded) {
 }
 
 TEST_F(StepClosures, AsynchronousOnesRunAfterTheDeviceWithoutHoldingUpTheHost) {
+  TestingBackend& backend = restart_on_testing_backend();
   Tensor x = tensor(std::vector<float>{1, 2, 3}, {3});
   mark_step();
   wait_device_ops();
   std::mutex mutex;
   std::vector<double> seen;
-  ExecutionGate gate;
+  backend.hold();
   for (int step = 0; step < 3; ++step) {
     x = x + 1.0;
     const Tensor total = sum(x);
@@ -54,12 +56,12 @@ TEST_F(StepClosures, AsynchronousOnesRunAfterTheDeviceWithoutHoldingUpTheHost) {
         /*run_async=*/true);
     mark_step();  // returns although the device is held
   }
-  gate.wait_entered(1);
+  ASSERT_TRUE(backend.wait_until_held(1));
   {
     std::lock_guard lock(mutex);
     EXPECT_TRUE(seen.empty());
   }
-  gate.release();
+  backend.release();
   wait_device_ops();
   std::lock_guard lock(mutex);
   EXPECT_EQ(seen, (std::vector<double>{9, 12, 15}));

@@ -1,6 +1,8 @@
 // Step graphs: collected from the creation log or by walking down from the roots, they hold
 // exactly what the roots depend on, hash alike for alike programs, and execute to the same values.
 #include "graph/step_graph.h"
+#include "actors/lazy_system.h"
+#include "graph/trace_context.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +17,7 @@ class StepGraphs : public ::testing::Test {
  protected:
   void SetUp() override {
     LazySystem::restart();
-    CreationLog::this_thread().clear();
+    TraceContext::current().creation_log().clear();
   }
 };
 
@@ -50,7 +52,7 @@ TEST_F(StepGraphs, FromTheLogEqualsTheWalkFromTheRoots) {
 TEST_F(StepGraphs, LeaveOutWhatTheRootsDoNotNeed) {
   const Tensor x = zeros({3, 2});
   const StepGraph clean = graph_of({small_program(x)});
-  CreationLog::this_thread().clear();
+  TraceContext::current().creation_log().clear();
 
   const Tensor dropped_before = tanh(x) * 5.0;
   const Tensor y = small_program(x);
@@ -68,7 +70,7 @@ TEST_F(StepGraphs, HashDiffersWhenOperandsAreSharedDifferently) {
   const Tensor x = zeros({4});
   const Tensor shared = exp(x);
   const StepGraph once = graph_of({shared + shared});
-  CreationLog::this_thread().clear();
+  TraceContext::current().creation_log().clear();
   const StepGraph twice = graph_of({exp(x) + exp(x)});
   EXPECT_NE(once.hash, twice.hash);
   EXPECT_EQ(once.nodes.size() + 1, twice.nodes.size());

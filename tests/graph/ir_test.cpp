@@ -1,6 +1,7 @@
 // Tests graph/ir.h through traced ops: what node hashes cover (so what recompiles), how scalars
 // become parameters or constants, destruction of very long chains, and the per-op counters.
 #include "graph/ir.h"
+#include "graph/trace_context.h"
 
 #include <gtest/gtest.h>
 
@@ -106,14 +107,14 @@ TEST(NodeLifetime, DroppingAMillionNodeChainDoesNotOverflowTheStack) {
   EXPECT_EQ(x.shape(), Shape{2});
   // Out of the creation log (as after a sync that did not include x), the tensor holds the only
   // reference to the tip, so dropping it releases the whole chain from the tip down.
-  CreationLog::this_thread().clear();
+  TraceContext::current().creation_log().clear();
   EXPECT_EQ(bottom->use_count(), 2);  // this test and the node above
   x = Tensor{};  // the last reference: every node of the chain above `bottom` goes now
   EXPECT_EQ(bottom->use_count(), 1);
 }
 
 TEST(CreationLog, HoldsTheOpNodesOfThisThreadInCreationOrder) {
-  CreationLog& log = CreationLog::this_thread();
+  CreationLog& log = TraceContext::current().creation_log();
   log.clear();
   const Tensor a = device_data_tensor({2});
   const Tensor b = a + 2.0;
@@ -130,7 +131,7 @@ TEST(CreationLog, HoldsTheOpNodesOfThisThreadInCreationOrder) {
 }
 
 TEST(CreationLog, ClearingFreesWhatOnlyTheLogHeld) {
-  CreationLog& log = CreationLog::this_thread();
+  CreationLog& log = TraceContext::current().creation_log();
   log.clear();
   auto data = make_intrusive<DeviceData>(Device{}, DType::kF32, Shape{4});
   { const Tensor garbage = exp(Tensor(make_intrusive<TensorImpl>(DType::kF32, data)) * 3.0); }
@@ -145,7 +146,7 @@ TEST(CreationLog, ThreadsThatNeverSyncKeepNoGarbage) {
     const Tensor a = zeros({2});
     for (int i = 0; i < 100'000; ++i) {
       const Tensor dropped = (a + 1.0) * 2.0;
-      longest = std::max(longest, CreationLog::this_thread().nodes().size());
+      longest = std::max(longest, TraceContext::current().creation_log().nodes().size());
     }
   });
   tracer.join();

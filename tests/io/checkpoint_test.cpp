@@ -2,6 +2,7 @@
 // error naming the file and the key for every kind of damage, and a model and its optimizer
 // restored from files continuing their training exactly.
 #include "io/checkpoint.h"
+#include "actors/lazy_system.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -1,23 +1,21 @@
-// actors: the Tensor members that need devices — creation from host data and value reads. A read
+// graph: the Tensor members that need a runtime — creation from host data, value reads and
+// moves between devices, written on the runtime interface (graph/tensor_runtime.h). A read
 // executes the tensor's pending graph if it has one, then waits for that one value only.
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstring>
+#include <memory>
 
-#include "actors/host.h"
-#include "actors/lazy_system.h"
-#include "actors/step_breakdown.h"
 #include "engine/element.h"
-#include "engine/metrics.h"
 #include "graph/ops/op_util.h"
 #include "graph/tensor.h"
+#include "graph/tensor_runtime.h"
 
 namespace axle {
 namespace {
 
 /// `host` re-encoded as `to` (the storage and logical dtypes differ under XLA_USE_BF16).
-CpuTensor convert(const CpuTensor& host, DType to) {
+CpuTensor convert(CpuTensor host, DType to) {
   if (host.dtype == to) return host;
   std::vector<double> values = host.values<double>();
   CpuTensor out{to, host.shape, std::vector<std::byte>(values.size() * dtype_size(to))};
@@ -26,26 +24,46 @@ CpuTensor convert(const CpuTensor& host, DType to) {
   return out;
 }
 
-CpuTensor read(const IntrusivePtr<DeviceData>& data, DType logical) {
-  const auto asked = std::chrono::steady_clock::now();
-  const IntrusivePtr<DeviceMemory>& memory = data->wait();
-  const auto start = std::chrono::steady_clock::now();
-  CpuTensor host{data->dtype(), data->shape(), std::vector<std::byte>(data->bytes())};
-  LazySystem::get().backend().copy_to_host(data->device().ordinal, *memory, host.bytes.data(),
-                                           host.bytes.size());
-  const double transfer_ns =
-      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
-  AXLE_METRIC_ADD("TransferFromDeviceTime", MetricKind::kTime, transfer_ns);
-  this_thread_breakdown()->add_host_wait(
-      StepBreakdown::kValueWait,
-      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - asked).count());
-  return convert(host, logical);
+CpuTensor host_tensor(const DeviceData& data, std::vector<std::byte> bytes, DType logical) {
+  return convert(CpuTensor{data.dtype(), data.shape(), std::move(bytes)}, logical);
 }
 
-const IntrusivePtr<DeviceData>& materialize(const Tensor& t, const std::source_location& where) {
+/// The data holding `t`'s value, after executing its pending graph if it has one.
+IntrusivePtr<DeviceData> materialize(TensorRuntime& runtime, const Tensor& t,
+                                     const std::source_location& where) {
   if (!t.defined()) throw std::invalid_argument("cannot read the value of an undefined tensor");
-  if (t.impl()->pending_ir()) sync_tensors({t}, false, SyncReason::kValueAccess, where);
+  if (t.impl()->pending_ir()) {
+    const Tensor synced[] = {t};
+    runtime.sync(synced, SyncReason::kValueAccess, where);
+  }
   return t.impl()->data();
+}
+
+/// `t`'s value on the host, waiting for it.
+CpuTensor read_now(const Tensor& t, DType logical, const std::source_location& where) {
+  TensorRuntime& runtime = require_tensor_runtime("reading a tensor's value");
+  const IntrusivePtr<DeviceData> data = materialize(runtime, t, where);
+  return host_tensor(*data, runtime.read_blocking(data), logical);
+}
+
+/// `t`'s value on the host as a future, converted on the thread that completes the read.
+template <class T, class Finish>
+Future<T> read_later(const Tensor& t, DType logical, const std::source_location& where,
+                     Finish finish) {
+  TensorRuntime& runtime = require_tensor_runtime("reading a tensor's value");
+  IntrusivePtr<DeviceData> data = materialize(runtime, t, where);
+  Future<std::vector<std::byte>> bytes = runtime.read(data);
+  auto [promise, future] = make_promise<T>();
+  auto state = bytes.state();
+  state->on_ready([state, data = std::move(data), logical, finish = std::move(finish),
+                   p = std::move(promise)]() mutable {
+    try {
+      p.set_value(finish(host_tensor(*data, std::move(state->take().value()), logical)));
+    } catch (...) {
+      p.set_error(std::current_exception());
+    }
+  });
+  return future;
 }
 
 void check_single(const Tensor& t, const std::source_location& where) {
@@ -69,58 +87,40 @@ Tensor tensor_from_bytes(std::span<const std::byte> bytes, DType dtype, const Sh
                     bytes.size() / dtype_size(dtype), ops::describe(dtype, shape), shape.numel()),
         where);
   }
-  LazySystem& system = LazySystem::get();
-  const ActorRef<DeviceActor>& actor = system.device_actor(device);
-  CpuTensor host{dtype, shape, std::vector<std::byte>(bytes.begin(), bytes.end())};
+  TensorRuntime& runtime = require_tensor_runtime("creating a tensor from host data");
+  runtime.check_device(device);
   const DType storage = ops::storage_dtype(dtype);
-  auto payload = std::make_shared<const std::vector<std::byte>>(convert(host, storage).bytes);
-  auto data = make_intrusive<DeviceData>(device, storage, shape);
-  actor.tell(TransferToDevice{std::move(payload), data});
+  CpuTensor host =
+      convert(CpuTensor{dtype, shape, std::vector<std::byte>(bytes.begin(), bytes.end())}, storage);
+  IntrusivePtr<DeviceData> data = runtime.upload(std::move(host.bytes), storage, shape, device);
   return Tensor(make_intrusive<TensorImpl>(dtype, std::move(data)));
 }
 
 double Tensor::item(std::source_location where) const {
   check_single(*this, where);
-  return read(materialize(*this, where), DType::kF64).values<double>()[0];
+  return read_now(*this, DType::kF64, where).values<double>()[0];
 }
 
 Future<double> Tensor::item_async(std::source_location where) const {
   check_single(*this, where);
-  IntrusivePtr<DeviceData> data = materialize(*this, where);
-  auto [promise, future] = make_promise<double>();
-  data->when_done([data, p = std::move(promise)]() mutable {
-    try {
-      p.set_value(read(data, DType::kF64).values<double>()[0]);
-    } catch (...) {
-      p.set_error(std::current_exception());
-    }
-  });
-  return future;
+  return read_later<double>(*this, DType::kF64, where,
+                            [](const CpuTensor& host) { return host.values<double>()[0]; });
 }
 
 CpuTensor Tensor::to_cpu(std::source_location where) const {
-  return read(materialize(*this, where), dtype());
+  return read_now(*this, dtype(), where);
+}
+
+Future<CpuTensor> Tensor::to_cpu_async(std::source_location where) const {
+  return read_later<CpuTensor>(*this, dtype(), where, [](CpuTensor host) { return host; });
 }
 
 Tensor Tensor::to(Device device, std::source_location where) const {
   if (!defined()) throw std::invalid_argument("cannot move an undefined tensor");
   if (this->device() == device) return *this;
-  (void)LazySystem::get().device_actor(device);  // validates
+  require_tensor_runtime("moving a tensor to another device").check_device(device);
   const CpuTensor host = to_cpu(where);
   return tensor_from_bytes(host.bytes, host.dtype, host.shape, device, where);
-}
-
-Future<CpuTensor> Tensor::to_cpu_async(std::source_location where) const {
-  IntrusivePtr<DeviceData> data = materialize(*this, where);
-  auto [promise, future] = make_promise<CpuTensor>();
-  data->when_done([data, logical = dtype(), p = std::move(promise)]() mutable {
-    try {
-      p.set_value(read(data, logical));
-    } catch (...) {
-      p.set_error(std::current_exception());
-    }
-  });
-  return future;
 }
 
 std::string Tensor::to_string() const {

@@ -1,0 +1,40 @@
+// actors: host values exchanged among spawn's replicas outside the graph, through the
+// RendezvousActor's host channel — the core of rendezvous and mesh_reduce (actors/replicas.h),
+// and of the comparison of graphs before a graph with collectives first runs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <typeinfo>
+#include <vector>
+
+#include "actors/rendezvous_actor.h"
+
+namespace axle {
+
+/// Who a replica of spawn is.
+struct ReplicaIdentity {
+  uint64_t group = 0;  ///< spawn's group at the RendezvousActor
+  int ordinal = 0;
+  int world_size = 1;
+};
+
+/// AXLE_COLLECTIVE_TIMEOUT (seconds, default 300), checked: how long a replica waits for the
+/// others at a rendezvous or an in-graph collective.
+[[nodiscard]] std::chrono::nanoseconds collective_timeout();
+
+/// Every replica's `value` (of `type`) by ordinal, once each of `replicas` (all of the group's
+/// when empty; it must include `me`) has brought its own. `op` and `tag` name the point in
+/// errors. Throws std::invalid_argument for bad `replicas`, and what the RendezvousActor fails
+/// the point with (CollectiveTimeout, CollectiveError, ReplicaCancelled), rethrown as this
+/// thread's own exceptions.
+[[nodiscard]] Gathered exchange_with_replicas(const ActorRef<RendezvousActor>& rendezvous,
+                                              const ReplicaIdentity& me, std::string_view op,
+                                              std::string_view tag,
+                                              std::shared_ptr<const void> value,
+                                              const std::type_info& type,
+                                              std::vector<int> replicas);
+
+}  // namespace axle

@@ -1,0 +1,408 @@
+// actors: a replica's host — turning its pending IR into executions, its steps and closures.
+#include "actors/replica_host.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+
+#include "actors/debug_analysis.h"
+#include "actors/lazy_system.h"
+#include "engine/hash.h"
+#include "engine/log.h"
+#include "engine/metrics.h"
+#include "engine/this_thread.h"
+#include "engine/trace.h"
+
+namespace axle {
+namespace {
+
+double elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - since).count();
+}
+
+Future<IntrusivePtr<Executable>> find_or_compile(LazySystem& system, StepGraph& graph,
+                                                 SyncReason reason,
+                                                 const std::source_location& where) {
+  if (system.debug_level() >= 2) {
+    fmt::print(stderr, "{}", execution_analysis(graph, reason, where));
+  }
+  if (IntrusivePtr<Executable> hit = system.cache().find(graph.hash)) {
+    AXLE_COUNTER_INC("CachedCompile", 1);
+    auto [promise, future] = make_promise<IntrusivePtr<Executable>>();
+    promise.set_value(std::move(hit));
+    return future;
+  }
+  return system.compiler().ask(
+      CompileRequest{std::make_shared<const StepGraph>(std::move(graph)), reason, where});
+}
+
+// Buffer donation (XLA_ENABLE_PARAM_ALIASING): after a step that syncs every pending tensor of
+// the replica, nothing of its graph survives but the outputs, so an input no tensor holds is read
+// by this step alone, and the step may overwrite its buffer (parameters and optimizer state
+// updated in place, a batch nobody kept). Such an input must appear once and not be an output.
+// Which inputs are donated is part of the graph's hash: it depends on the program the user
+// wrote, not on timing, so a training loop donates the same inputs every step.
+void mark_donations(StepGraph& graph) {
+  std::vector<std::pair<const DeviceData*, std::size_t>> candidates;
+  for (std::size_t i = 0; i < graph.inputs.size(); ++i) {
+    const Node& leaf = *graph.nodes[graph.inputs[i]];
+    if (leaf.op() == Op::kDeviceData && leaf.data()->tensor_refs() == 0) {
+      candidates.emplace_back(leaf.data().get(), i);
+    }
+  }
+  if (candidates.empty()) return;
+  std::ranges::sort(candidates);
+  graph.donated.assign(graph.inputs.size(), 0);
+  std::size_t donated = 0;
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    const bool repeated =
+        (k > 0 && candidates[k - 1].first == candidates[k].first) ||
+        (k + 1 < candidates.size() && candidates[k + 1].first == candidates[k].first);
+    const std::size_t input = candidates[k].second;
+    if (repeated || std::ranges::find(graph.outputs, graph.inputs[input]) != graph.outputs.end()) {
+      continue;
+    }
+    graph.donated[input] = 1;
+    ++donated;
+  }
+  if (donated == 0) {
+    graph.donated.clear();
+    return;
+  }
+  uint64_t h = hash_combine(graph.hash, 0x646f6e61746564ULL);  // "donated"
+  for (uint8_t d : graph.donated) h = hash_combine(h, d);
+  graph.hash = h;
+  AXLE_COUNTER_INC("DonatedInputs", static_cast<int64_t>(donated));
+}
+
+// What a replica brings to the comparison of graphs: the graph's hash, and its nodes described
+// for the error that names where two graphs diverge.
+struct GraphSignature {
+  uint64_t hash = 0;
+  std::vector<std::string> nodes;   // what the hash covers: op, type, attributes
+  std::vector<std::string> places;  // where each was traced (a leaf: where it was first used)
+};
+
+std::string describe_node(const Node& node) {
+  std::string text = fmt::format("{} {}{}", op_name(node.op()), dtype_name(node.dtype()),
+                                 node.shape().to_string());
+  if (node.op() == Op::kConstant) text += fmt::format(" {}", node.value());
+  if (!node.ints().empty()) text += fmt::format(" {}", fmt::join(node.ints(), ","));
+  if (!node.reals().empty()) text += fmt::format(" {}", fmt::join(node.reals(), ","));
+  return text;
+}
+
+std::string place_of(const Node& node) {
+  return node.where().known() ? fmt::format(" (at {}:{})", node.where().file(), node.where().line())
+                              : std::string();
+}
+
+// The error naming who traced a different graph from replica 0, and where it diverged.
+CollectiveError divergence_error(const GraphSignature& reference, const GraphSignature& other,
+                                 const std::vector<int>& differing) {
+  std::size_t at = 0;
+  while (at < reference.nodes.size() && at < other.nodes.size() &&
+         reference.nodes[at] == other.nodes[at]) {
+    ++at;
+  }
+  auto node_at = [&](const GraphSignature& g) {
+    return at < g.nodes.size() ? g.nodes[at] + g.places[at] : std::string("nothing more");
+  };
+  const std::string where =
+      at < reference.nodes.size() || at < other.nodes.size()
+          ? fmt::format("diverges at node {}: replica 0 traced {} where replica {} traced {}", at,
+                        node_at(reference), differing.front(), node_at(other))
+          : std::string("has the same ops but donates other inputs");
+  return CollectiveError(fmt::format(
+      "replicas traced different graphs for a step with collectives: replica{} {{{}}} differ{} "
+      "from replica 0. Replica {} {}. Every replica must trace the same ops in the same order "
+      "between mark_steps (scalars 0 and 1 are graph constants: a scalar that is 0 on one replica "
+      "and not on another changes the graph)",
+      differing.size() == 1 ? "" : "s", fmt::join(differing, ", "),
+      differing.size() == 1 ? "s" : "", differing.front(), where));
+}
+
+}  // namespace
+
+// --- the host itself ---
+
+ReplicaHost& ReplicaHost::current() {
+  if (ReplicaHost* host = ThisThread<ReplicaHost>::get()) [[likely]] {
+    return *host;
+  }
+  // Kept until the thread exits, unbinding first, so nothing on the way out finds a host being
+  // destroyed.
+  auto* host = new ReplicaHost();
+  ThisThread<ReplicaHost>::bind(host);
+  keep_until_thread_exit(std::shared_ptr<void>(host, [](void* p) {
+    auto* dying = static_cast<ReplicaHost*>(p);
+    if (ThisThread<ReplicaHost>::get() == dying) ThisThread<ReplicaHost>::bind(nullptr);
+    delete dying;
+  }));
+  return *host;
+}
+
+ReplicaHost::ReplicaHost() : trace_(&TraceContext::current()) {}
+
+ReplicaHost::~ReplicaHost() = default;
+
+void ReplicaHost::join_replica(const ReplicaIdentity& identity) {
+  replica_ = identity;
+  replica_scope_.emplace(Device{identity.ordinal}, identity.world_size);
+}
+
+void ReplicaHost::leave_replica() {
+  replica_scope_.reset();
+  replica_.reset();
+}
+
+const std::shared_ptr<StepBreakdown>& ReplicaHost::account() {
+  if (!account_) {
+    account_ = new_step_account(replica_ ? fmt::format("replica {}", replica_->ordinal)
+                                         : std::string("main"));
+  }
+  return account_;
+}
+
+// --- tracing ---
+
+void ReplicaHost::after_op(const Tensor& result, const SourceLocation& where) {
+  LazySystem& system = LazySystem::get();
+  if (system.eager() && !eager_suspended()) {
+    const Tensor synced[] = {result};
+    sync(synced, SyncReason::kEager, std::source_location::current());
+    return;
+  }
+  TraceContext& context = *trace_;
+  if (context.nodes_since_step() >= system.max_graph_nodes()) {
+    AXLE_LOG(WARNING,
+             "{} ops traced without a mark_step (AXLE_MAX_GRAPH_NODES={}): cutting the step at "
+             "{}:{}; add mark_step() to the loop",
+             context.nodes_since_step(), system.max_graph_nodes(), where.file(), where.line());
+    const std::vector<Tensor> pending = context.pending_tensors();
+    sync(pending, SyncReason::kGraphLimit, std::source_location::current());
+    context.reset_node_count();
+  }
+}
+
+bool ReplicaHost::has_collectives(const StepGraph& graph) {
+  auto [it, inserted] = has_collectives_.try_emplace(graph.hash, false);
+  if (inserted) {
+    it->second = std::ranges::any_of(graph.nodes, [](const Node* node) {
+      return node->op() >= Op::kAllReduce && node->op() <= Op::kCollectivePermute;
+    });
+  }
+  return it->second;
+}
+
+// Replicas that trace different graphs around a collective would wait for each other forever
+// (the hang PyTorch/XLA users meet most). Before a graph with collectives first runs, every
+// replica brings its graph's hash; when they differ, all fail at once, naming who differs from
+// replica 0 and where its graph diverged.
+void ReplicaHost::check_replicas_agree(const StepGraph& graph) {
+  if (agreed_.contains(graph.hash)) return;
+  auto mine = std::make_shared<GraphSignature>();
+  mine->hash = graph.hash;
+  mine->nodes.reserve(graph.nodes.size());
+  mine->places.reserve(graph.nodes.size());
+  for (const Node* node : graph.nodes) {
+    mine->nodes.push_back(describe_node(*node));
+    mine->places.push_back(place_of(*node));
+  }
+  const Gathered all = exchange_with_replicas(
+      LazySystem::get().rendezvous_actor(), *replica_, "mark_step",
+      "compare graphs before their collectives run", std::move(mine), typeid(GraphSignature), {});
+  const auto& reference = *static_cast<const GraphSignature*>(all->front().get());
+  std::vector<int> differing;
+  for (std::size_t r = 1; r < all->size(); ++r) {
+    if (static_cast<const GraphSignature*>((*all)[r].get())->hash != reference.hash) {
+      differing.push_back(static_cast<int>(r));
+    }
+  }
+  if (differing.empty()) {
+    agreed_.insert(graph.hash);
+    return;
+  }
+  throw divergence_error(
+      reference, *static_cast<const GraphSignature*>((*all)[differing.front()].get()), differing);
+}
+
+void ReplicaHost::sync_device(LazySystem& system, Device device,
+                              const std::vector<TensorImpl*>& tensors, bool wait, bool may_donate,
+                              SyncReason reason, const std::source_location& where,
+                              std::vector<IntrusivePtr<DeviceData>>* step_outputs) {
+  // One output per distinct IR node; tensors sharing a node share its placeholder.
+  std::vector<NodePtr> roots;
+  std::unordered_map<const Node*, std::size_t> root_of;
+  std::vector<std::size_t> tensor_root(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const NodePtr& ir = tensors[i]->ir();
+    auto [it, inserted] = root_of.try_emplace(ir.get(), roots.size());
+    if (inserted) roots.push_back(ir);
+    tensor_root[i] = it->second;
+  }
+  // Each traced op made one node and usually one scalar leaf.
+  const std::size_t hint = 2 * trace_->nodes_since_step();
+  StepGraph& graph = step_graph_;
+  build_step_graph(roots, graph, scratch_, hint);
+  if (may_donate) mark_donations(graph);
+
+  const int64_t sync_start = trace_recording() ? trace_now() : 0;
+  auto request = make_intrusive<ExecuteRequest>();
+  request->account = account();
+  if (replica_) {
+    request->replica_group = replica_->group;
+    request->replica = replica_->ordinal;
+    if (has_collectives(graph)) {
+      request->collective_timeout = collective_timeout();
+      try {
+        check_replicas_agree(graph);
+      } catch (...) {
+        graph.clear();
+        throw;
+      }
+    }
+  }
+  request->inputs.reserve(graph.inputs.size());
+  for (int32_t id : graph.inputs) {
+    const Node& leaf = *graph.nodes[id];
+    if (leaf.op() == Op::kDeviceData) {
+      request->inputs.push_back({leaf.data(), leaf.dtype(), 0});
+    } else {
+      request->inputs.push_back({{}, leaf.dtype(), leaf.value()});
+    }
+  }
+  request->outputs.reserve(roots.size());
+  for (const NodePtr& root : roots) {
+    request->outputs.push_back(make_intrusive<DeviceData>(device, root->dtype(), root->shape()));
+  }
+  request->program = find_or_compile(system, graph, reason, where);
+  graph.clear();  // drops its references to the roots
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    tensors[i]->set_data(request->outputs[tensor_root[i]]);
+  }
+  if (step_outputs) {
+    step_outputs->insert(step_outputs->end(), request->outputs.begin(), request->outputs.end());
+  }
+  std::vector<IntrusivePtr<DeviceData>> outputs;
+  if (wait) outputs = request->outputs;
+  if (sync_start != 0) {
+    request->trace_flow = new_trace_flow();
+    record_span(fmt::format("{} -> {}", reason_name(reason), device.to_string()), "host",
+                sync_start, trace_now(), request->trace_flow);
+  }
+  system.device_actor(device).tell(Execute{std::move(request)});
+  if (wait) {
+    for (auto& out : outputs) out->wait();
+  }
+}
+
+void ReplicaHost::sync(std::span<const Tensor> tensors, SyncReason reason,
+                       const std::source_location& where, bool wait,
+                       std::vector<IntrusivePtr<DeviceData>>* step_outputs) {
+  LazySystem& system = LazySystem::get();
+  if (system.saved_graphs().enabled()) {
+    system.saved_graphs().append(std::vector<Tensor>(tensors.begin(), tensors.end()),
+                                 reason_name(reason));
+  }
+  std::vector<std::pair<int, std::vector<TensorImpl*>>> by_device;
+  for (const Tensor& t : tensors) {
+    if (!t.defined() || !t.impl()->pending_ir()) continue;
+    const int ordinal = t.device().ordinal;
+    auto it =
+        std::ranges::find_if(by_device, [&](const auto& group) { return group.first == ordinal; });
+    if (it == by_device.end()) {
+      by_device.emplace_back(ordinal, std::vector<TensorImpl*>{});
+      it = std::prev(by_device.end());
+    }
+    TensorImpl* impl = t.impl();
+    if (std::ranges::find(it->second, impl) == it->second.end()) it->second.push_back(impl);
+  }
+  // Only a step syncs every pending tensor of the replica (see mark_donations).
+  const bool may_donate =
+      reason_is_step(reason) && system.param_aliasing() && !Node::ir_shared_across_threads();
+  for (auto& [ordinal, impls] : by_device) {
+    sync_device(system, Device{ordinal}, impls, wait, may_donate, reason, where, step_outputs);
+  }
+  // The synced tensors now read device data: what the log holds of their graphs is garbage
+  // (and anything still pending is held by its tensors).
+  trace_->creation_log().clear();
+}
+
+// --- steps and closures ---
+
+void ReplicaHost::step(bool wait, SyncReason reason, const std::source_location& where) {
+  const auto start = std::chrono::steady_clock::now();
+  const double traced_ns = std::chrono::duration<double, std::nano>(start - last_step_).count();
+  AXLE_METRIC_ADD("TraceTime", MetricKind::kTime, traced_ns);
+  if (trace_recording()) {
+    record_span(
+        "trace step", "host",
+        std::chrono::duration_cast<std::chrono::nanoseconds>(last_step_.time_since_epoch()).count(),
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count());
+  }
+  account()->count_step(traced_ns);
+  AXLE_COUNTER_INC("MarkStep", 1);
+  LazySystem& system = LazySystem::get();
+  const bool closures = !closures_.now.empty() || !closures_.async.empty();
+  std::vector<IntrusivePtr<DeviceData>> outputs;
+  const std::vector<Tensor> pending = trace_->pending_tensors();
+  sync(pending, reason, where, wait || system.sync_wait(), closures ? &outputs : nullptr);
+  trace_->reset_node_count();
+  last_step_ = std::chrono::steady_clock::now();
+  if (closures) run_closures(std::move(outputs));
+  system.step_reports().after_step();
+  rethrow_closure_failure();
+}
+
+void ReplicaHost::add_step_closure(std::function<void()> closure, bool run_async,
+                                   const std::source_location& where) {
+  (run_async ? closures_.async : closures_.now)
+      .push_back({std::move(closure), where, account(), Device{}});
+}
+
+// Hands the step's closures on: asynchronous ones to the runner, which waits for `outputs`;
+// the others run here once `outputs` are done.
+void ReplicaHost::run_closures(std::vector<IntrusivePtr<DeviceData>> outputs) {
+  std::vector<StepClosure> now = std::move(closures_.now);
+  closures_.now.clear();
+  if (!closures_.async.empty()) {
+    LazySystem::get().closure_runner().tell(RunAfterStep{now.empty() ? std::move(outputs) : outputs,
+                                                         std::move(closures_.async),
+                                                         closures_.failures});
+    closures_.async.clear();
+  }
+  if (now.empty()) return;
+  for (const IntrusivePtr<DeviceData>& out : outputs) {
+    try {
+      (void)out->wait();
+    } catch (...) {
+      // A failed step: the closure reading it gets the error itself.
+    }
+  }
+  for (const StepClosure& closure : now) run_step_closure(closure);
+}
+
+void ReplicaHost::rethrow_closure_failure() {
+  if (std::exception_ptr error = closures_.failures->take()) std::rethrow_exception(error);
+}
+
+void ReplicaHost::wait_device_ops(const std::vector<Device>& devices) {
+  LazySystem& system = LazySystem::get();
+  std::vector<Future<void>> drained;
+  if (devices.empty()) {
+    for (int i = 0; i < system.device_count(); ++i) {
+      drained.push_back(system.device_actor(Device{i}).ask(Drain{}));
+    }
+  } else {
+    for (Device d : devices) drained.push_back(system.device_actor(d).ask(Drain{}));
+  }
+  for (auto& f : drained) f.get();
+  system.closure_runner().ask(DrainClosures{}).get();
+  rethrow_closure_failure();
+}
+
+}  // namespace axle

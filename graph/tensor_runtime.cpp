@@ -1,0 +1,52 @@
+// graph: which runtime tensors use.
+#include "graph/tensor_runtime.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <mutex>
+#include <stdexcept>
+
+namespace axle {
+namespace {
+
+constinit std::atomic<TensorRuntime*> g_runtime{nullptr};
+constinit std::atomic<TensorRuntime* (*)()> g_provider{nullptr};
+std::mutex g_provider_mutex;
+
+TensorRuntime* from_provider() {
+  TensorRuntime* (*provider)() = g_provider.load(std::memory_order_acquire);
+  if (!provider) return nullptr;
+  std::lock_guard lock(g_provider_mutex);
+  if (TensorRuntime* installed = g_runtime.load(std::memory_order_acquire)) return installed;
+  TensorRuntime* made = provider();
+  g_runtime.store(made, std::memory_order_release);
+  return made;
+}
+
+}  // namespace
+
+TensorRuntime* tensor_runtime() {
+  if (TensorRuntime* runtime = g_runtime.load(std::memory_order_acquire)) [[likely]] {
+    return runtime;
+  }
+  return from_provider();
+}
+
+TensorRuntime& require_tensor_runtime(std::string_view what) {
+  if (TensorRuntime* runtime = tensor_runtime()) return *runtime;
+  throw std::logic_error(fmt::format(
+      "{} needs a runtime to execute graphs, and none is installed: link axle::actors and include "
+      "axle.h (or install one with install_tensor_runtime)",
+      what));
+}
+
+void install_tensor_runtime(TensorRuntime* runtime) noexcept {
+  g_runtime.store(runtime, std::memory_order_release);
+}
+
+void set_default_tensor_runtime(TensorRuntime* (*provider)()) noexcept {
+  g_provider.store(provider, std::memory_order_release);
+}
+
+}  // namespace axle
