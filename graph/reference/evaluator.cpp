@@ -1,0 +1,168 @@
+// graph/reference: the evaluator's walk over a step graph — leaves, dispatch to the op families,
+// and releasing each value after its last reader.
+#include "graph/reference/evaluator.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "graph/reference/op_families.h"
+
+namespace axle::reference {
+namespace {
+
+using detail::OpCall;
+
+CpuTensor evaluate_op(const OpCall& call) {
+  switch (call.node.op()) {
+    case Op::kAdd:
+    case Op::kSub:
+    case Op::kMul:
+    case Op::kDiv:
+    case Op::kPow:
+    case Op::kMaximum:
+    case Op::kMinimum:
+    case Op::kEq:
+    case Op::kNe:
+    case Op::kLt:
+    case Op::kLe:
+    case Op::kGt:
+    case Op::kGe:
+    case Op::kLogicalAnd:
+    case Op::kLogicalOr:
+    case Op::kWhere:
+    case Op::kNeg:
+    case Op::kExp:
+    case Op::kLog:
+    case Op::kSqrt:
+    case Op::kRsqrt:
+    case Op::kTanh:
+    case Op::kSigmoid:
+    case Op::kRelu:
+    case Op::kGelu:
+    case Op::kAbs:
+    case Op::kLogicalNot:
+    case Op::kCast:
+    case Op::kFill:
+    case Op::kIota:
+      return detail::evaluate_elementwise(call);
+    case Op::kSum:
+    case Op::kMean:
+    case Op::kReduceMax:
+    case Op::kReduceMin:
+    case Op::kLogSumExp:
+    case Op::kArgMax:
+    case Op::kSoftmax:
+    case Op::kLogSoftmax:
+      return detail::evaluate_reduction(call);
+    case Op::kMatmul:
+    case Op::kConv2d:
+      return detail::evaluate_linalg(call);
+    case Op::kMaxPool2d:
+    case Op::kAvgPool2d:
+    case Op::kMaxPool2dBackward:
+    case Op::kAvgPool2dBackward:
+      return detail::evaluate_pooling(call);
+    case Op::kReshape:
+    case Op::kPermute:
+    case Op::kExpand:
+    case Op::kSlice:
+    case Op::kConcat:
+    case Op::kIndexSelect:
+    case Op::kGather:
+    case Op::kOneHot:
+    case Op::kScatterAdd:
+      return detail::evaluate_data_movement(call);
+    case Op::kRandUniform:
+    case Op::kRandNormal:
+    case Op::kRandInt:
+    case Op::kBernoulli:
+      return detail::evaluate_random(call);
+    case Op::kAllReduce:
+    case Op::kAllGather:
+    case Op::kReduceScatter:
+    case Op::kAllToAll:
+    case Op::kCollectivePermute:
+      return detail::evaluate_collective(call);
+    case Op::kDeviceData:
+    case Op::kParameter:
+    case Op::kConstant:
+    case Op::kCount:
+      break;  // leaves are handled by the caller; kCount is no op
+  }
+  detail::fail(call, "is not an op the reference evaluator knows");
+}
+
+// A parameter's or constant's value: one element (or the node's shape, filled) in its dtype,
+// rounded as the device stores a fed scalar.
+CpuTensor scalar_leaf(const Node& node) {
+  CpuTensor value = detail::zeros(node.dtype(), node.shape());
+  for (int64_t i = 0; i < node.shape().numel(); ++i) detail::store_real(value, i, node.value());
+  return value;
+}
+
+CpuTensor device_leaf(const Node& node, const LeafValue& leaf_value) {
+  const OpCall call{node, {}};
+  if (!node.data()) detail::fail(call, "the device-data leaf holds no data");
+  const CpuTensor& value = leaf_value(*node.data());
+  if (value.dtype != node.dtype() || !(value.shape == node.shape()) ||
+      value.bytes.size() !=
+          static_cast<std::size_t>(node.shape().numel()) * dtype_size(node.dtype())) {
+    detail::fail(
+        call, fmt::format("leaf_value gave {}{} ({} bytes) for this leaf", dtype_name(value.dtype),
+                          value.shape.to_string(), value.bytes.size()));
+  }
+  return value;
+}
+
+}  // namespace
+
+std::vector<CpuTensor> evaluate(const StepGraph& graph, const LeafValue& leaf_value) {
+  const std::size_t count = graph.nodes.size();
+  if (graph.operand_begin.size() != count + 1) {
+    throw std::invalid_argument(fmt::format(
+        "reference evaluator: the step graph has {} nodes but {} operand ranges (expected {})",
+        count, graph.operand_begin.size(), count + 1));
+  }
+  // Readers left per value (outputs count as one more), so a value goes once nothing reads it.
+  std::vector<int64_t> readers(count, 0);
+  for (int32_t id : graph.operand_ids) ++readers.at(static_cast<std::size_t>(id));
+  for (int32_t id : graph.outputs) ++readers.at(static_cast<std::size_t>(id));
+
+  std::vector<CpuTensor> values(count);
+  std::vector<const CpuTensor*> operands;
+  for (std::size_t id = 0; id < count; ++id) {
+    const Node& node = *graph.nodes[id];
+    const std::span<const int32_t> operand_ids = graph.operands(id);
+    if (node.op() == Op::kDeviceData) {
+      values[id] = device_leaf(node, leaf_value);
+    } else if (node.op() == Op::kParameter || node.op() == Op::kConstant) {
+      values[id] = scalar_leaf(node);
+    } else {
+      operands.clear();
+      for (int32_t operand : operand_ids) {
+        if (operand < 0 || static_cast<std::size_t>(operand) >= id) {
+          detail::fail(OpCall{node, {}},
+                       fmt::format("operand id {} does not come before node {}", operand, id));
+        }
+        operands.push_back(&values[static_cast<std::size_t>(operand)]);
+      }
+      const OpCall call{node, operands};
+      values[id] = evaluate_op(call);
+      if (values[id].dtype != node.dtype() || !(values[id].shape == node.shape())) {
+        detail::fail(call, fmt::format("the reference computed {}{} instead",
+                                       dtype_name(values[id].dtype), values[id].shape.to_string()));
+      }
+    }
+    for (int32_t operand : operand_ids) {
+      if (--readers[static_cast<std::size_t>(operand)] == 0) values[operand] = CpuTensor{};
+    }
+  }
+
+  std::vector<CpuTensor> outputs;
+  outputs.reserve(graph.outputs.size());
+  for (int32_t id : graph.outputs) outputs.push_back(values[static_cast<std::size_t>(id)]);
+  return outputs;
+}
+
+}  // namespace axle::reference
