@@ -1,6 +1,6 @@
-// io: atomic file writes on POSIX: rename() within one directory replaces a file atomically, and
-// the fsyncs make the new content durable before and the rename durable after.
-#include "io/atomic_file.h"
+// io/formats: atomic file writes on POSIX: rename() within one directory replaces a file
+// atomically, and the fsyncs make the new content durable before and the rename durable after.
+#include "io/formats/atomic_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "io/error.h"
+#include "io/formats/error.h"
 
 namespace axle {
 namespace {

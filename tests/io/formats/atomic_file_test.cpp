@@ -1,11 +1,11 @@
-// Tests io/atomic_file.h: a committed write replaces the target whole; an abandoned one leaves
-// no trace.
-#include "io/atomic_file.h"
+// Tests io/formats/atomic_file.h: a committed write replaces the target whole; an abandoned one
+// leaves no trace.
+#include "io/formats/atomic_file.h"
 
 #include <gtest/gtest.h>
 
-#include "io/error.h"
-#include "io_test_util.h"
+#include "io/formats/error.h"
+#include "tests/io/io_test_util.h"
 
 namespace axle {
 namespace {

@@ -1,4 +1,5 @@
-// io: the error every reader and writer in io/ throws for a file it cannot use.
+// io/formats: the error every reader and writer of io/ (the formats and the layer above them)
+// throws for a file it cannot use.
 #pragma once
 
 #include <filesystem>

@@ -1,5 +1,5 @@
-// io: writing a file so that a crash or a concurrent reader never sees half of it. Checkpoints
-// and safetensors files are written through it.
+// io/formats: writing a file so that a crash or a concurrent reader never sees half of it.
+// Checkpoints and safetensors files are written through it.
 #pragma once
 
 #include <cstddef>
