@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <mutex>
@@ -23,6 +22,8 @@
 #include "actors/persistent_cache.pb.h"
 #include "engine/hash.h"
 #include "engine/log.h"
+#include "io/formats/atomic_file.h"
+#include "io/formats/error.h"
 
 #ifndef AXLE_VERSION_STRING
 #error "AXLE_VERSION_STRING (the project version) is defined by actors/CMakeLists.txt"
@@ -273,37 +274,6 @@ ReadOutcome read_file(const fs::path& file, std::string& bytes, std::string& why
   return ReadOutcome::kRead;
 }
 
-// Writes a temporary file beside `file` and renames it over `file`: rename is atomic, so
-// readers and concurrent writers see one whole entry or the previous state. No fsync: a file
-// torn by a crash fails its checksum and is compiled again.
-std::string write_atomically(const fs::path& file, std::string_view bytes) {
-  static std::atomic<uint64_t> next_temp{0};
-  const fs::path temp =
-      file.parent_path() / fmt::format(".{}.{}.{}.{}.tmp", file.filename().string(), ::getpid(),
-                                       ::gettid(), next_temp++);
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return fmt::format("cannot create {}: {}", temp.string(), errno_message());
-  std::string why;
-  for (std::size_t done = 0; done < bytes.size() && why.empty();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) why = fmt::format("cannot write {}: {}", temp.string(), errno_message());
-    if (n > 0) done += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0 && why.empty()) {
-    why = fmt::format("cannot write {}: {}", temp.string(), errno_message());
-  }
-  std::error_code error;
-  if (why.empty()) {
-    fs::rename(temp, file, error);
-    if (!error) return {};
-    why = fmt::format("cannot rename {} to {}: {}", temp.string(), file.filename().string(),
-                      error.message());
-  }
-  fs::remove(temp, error);
-  return why;
-}
-
 // Once per file per process: a readonly cache meets the same bad file after every restart.
 void report_once(const fs::path& file, std::string_view why) {
   static std::mutex mutex;
@@ -377,10 +347,16 @@ IntrusivePtr<Executable> PersistentCache::load(uint64_t hash,
 void PersistentCache::store(uint64_t hash, const Executable& program) const {
   if (readonly_) return;
   const fs::path file = entry_path(hash);
+  // Through the writer every file of axle goes through: readers and concurrent writers see one
+  // whole entry or the previous state, and a stored entry survives a crash.
   std::string why;
   try {
-    why = write_atomically(file, encode_entry(hash, program));
-  } catch (const std::exception& e) {
+    AtomicFileWriter out(file);
+    out.write(encode_entry(hash, program));
+    out.commit();
+  } catch (const FileError& e) {
+    why = e.reason();
+  } catch (const std::exception& e) {  // e.g. a program too large to serialize
     why = e.what();
   }
   if (!why.empty()) {

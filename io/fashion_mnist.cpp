@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "io/error.h"
-#include "io/idx.h"
+#include "io/formats/error.h"
+#include "io/formats/idx.h"
 
 namespace axle {
 namespace {

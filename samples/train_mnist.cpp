@@ -21,7 +21,7 @@
 #include "io/fake_data.h"
 #include "io/fashion_mnist.h"
 #include "io/parallel_loader.h"
-#include "io/safetensors.h"
+#include "io/formats/safetensors.h"
 #include "io/shard.h"
 #include "samples/mnist_models.h"
 

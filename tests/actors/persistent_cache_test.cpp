@@ -583,6 +583,21 @@ TEST_F(PersistentCompileCache, FailedStoreIsAWarning) {
   EXPECT_EQ(listing(dir_.path()).size(), 1u) << "temporary file left behind";
 }
 
+TEST_F(PersistentCompileCache, StoreIntoADirectoryThatCannotBeWrittenIsAWarning) {
+  auto cache = PersistentCache::open(dir_.path(), false);
+  fs::remove_all(dir_.path());  // gone after open: no temporary file can be created in it
+  const IntrusivePtr<Executable> program = every_field_program();
+  LogCapture log;
+  EXPECT_NO_THROW(cache->store(program->graph_hash, *program));
+  const std::vector<std::string> warnings = log.lines();
+  ASSERT_EQ(warnings.size(), 1u);
+  const std::string file = cache->entry_path(program->graph_hash).string();
+  EXPECT_NE(warnings[0].find("cannot store " + file + ": cannot create the temporary file"),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_FALSE(fs::exists(dir_.path()));
+}
+
 TEST_F(PersistentCompileCache, ConcurrentWritersLeaveOneValidFile) {
   const IntrusivePtr<Executable> program = every_field_program();
   const uint64_t hash = program->graph_hash;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "axle.h"
-#include "io/error.h"
+#include "io/formats/error.h"
 #include "tests/io/io_test_util.h"
 
 namespace axle {

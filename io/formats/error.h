@@ -1,4 +1,5 @@
-// io: the error every reader and writer in io/ throws for a file it cannot use.
+// io/formats: the error every reader and writer of io/ (the formats and the layer above them)
+// throws for a file it cannot use.
 #pragma once
 
 #include <filesystem>
@@ -14,13 +15,17 @@ namespace axle {
 class FileError : public std::runtime_error {
  public:
   FileError(const std::filesystem::path& path, std::string_view what)
-      : std::runtime_error(path.string() + ": " + std::string(what)), path_(path) {}
+      : std::runtime_error(path.string() + ": " + std::string(what)), path_(path), reason_(what) {}
 
   /// The file the error is about.
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  /// What is wrong with it: the message without the leading path, for callers that name the
+  /// file themselves.
+  [[nodiscard]] const std::string& reason() const noexcept { return reason_; }
 
  private:
   std::filesystem::path path_;
+  std::string reason_;
 };
 
 }  // namespace axle

@@ -1,6 +1,6 @@
-// io: the IDX file format of MNIST and Fashion-MNIST. A file is a magic number (two zero bytes,
-// the element type code, the rank), one big-endian 32-bit size per dimension, then the elements,
-// big-endian, row-major. Files are read gzip-compressed or plain.
+// io/formats: the IDX file format of MNIST and Fashion-MNIST. A file is a magic number (two zero
+// bytes, the element type code, the rank), one big-endian 32-bit size per dimension, then the
+// elements, big-endian, row-major. Files are read gzip-compressed or plain.
 #pragma once
 
 #include <cstdint>

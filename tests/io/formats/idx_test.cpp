@@ -1,12 +1,12 @@
-// Tests io/idx.h: reading IDX files, plain and gzip, and the errors for damaged ones.
-#include "io/idx.h"
+// Tests io/formats/idx.h: reading IDX files, plain and gzip, and the errors for damaged ones.
+#include "io/formats/idx.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-#include "io/error.h"
-#include "io_test_util.h"
+#include "io/formats/error.h"
+#include "tests/io/io_test_util.h"
 
 namespace axle {
 namespace {

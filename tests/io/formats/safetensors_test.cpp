@@ -1,5 +1,5 @@
-// Tests io/safetensors.h: round trips, the exact bytes of the format, and damaged files.
-#include "io/safetensors.h"
+// Tests io/formats/safetensors.h: round trips, the exact bytes of the format, and damaged files.
+#include "io/formats/safetensors.h"
 
 #include <gtest/gtest.h>
 
@@ -7,8 +7,8 @@
 #include <stdexcept>
 
 #include "engine/element.h"
-#include "io/error.h"
-#include "io_test_util.h"
+#include "io/formats/error.h"
+#include "tests/io/io_test_util.h"
 
 namespace axle {
 namespace {

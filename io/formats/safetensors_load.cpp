@@ -1,6 +1,6 @@
-// io: reading safetensors files. The header is checked whole (types, shapes, offsets tiling the
-// data exactly) before any tensor is read, so a damaged file is reported, never half-loaded.
-#include "io/safetensors.h"
+// io/formats: reading safetensors files. The header is checked whole (types, shapes, offsets tiling
+// the data exactly) before any tensor is read, so a damaged file is reported, never half-loaded.
+#include "io/formats/safetensors.h"
 
 #include <fmt/format.h>
 
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "io/error.h"
+#include "io/formats/error.h"
 
 namespace axle {
 namespace {

@@ -1,11 +1,16 @@
-// Tests io/atomic_file.h: a committed write replaces the target whole; an abandoned one leaves
-// no trace.
-#include "io/atomic_file.h"
+// Tests io/formats/atomic_file.h: a committed write replaces the target whole; an abandoned one
+// leaves no trace.
+#include "io/formats/atomic_file.h"
 
 #include <gtest/gtest.h>
 
-#include "io/error.h"
-#include "io_test_util.h"
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/formats/error.h"
+#include "tests/io/io_test_util.h"
 
 namespace axle {
 namespace {
@@ -47,6 +52,42 @@ TEST(AtomicFileWriter, WithoutCommitTheTargetIsUntouched) {
   }
   const std::vector<uint8_t> bytes = read_file(dir / "out.bin");
   EXPECT_EQ(std::string(bytes.begin(), bytes.end()), "old");
+  EXPECT_EQ(entries(dir.path()), 1u);
+}
+
+TEST(AtomicFileWriter, WritersOfOneTargetInManyThreadsEachWriteTheirOwnFile) {
+  TempDir dir;
+  constexpr int kWriters = 8;
+  std::vector<std::unique_ptr<AtomicFileWriter>> writers(kWriters);
+  std::vector<std::thread> threads;
+  // All open at once: a temporary name two of them shared would fail one (O_EXCL) or mix them.
+  for (int i = 0; i < kWriters; ++i) {
+    threads.emplace_back([&, i] {
+      writers[i] = std::make_unique<AtomicFileWriter>(dir / "out.bin");
+      writers[i]->write("writer " + std::to_string(i));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(entries(dir.path()), std::size_t{kWriters});
+  for (int i = 0; i < kWriters; ++i) {
+    writers[i]->commit();
+    const std::vector<uint8_t> bytes = read_file(dir / "out.bin");
+    EXPECT_EQ(std::string(bytes.begin(), bytes.end()), "writer " + std::to_string(i));
+  }
+  writers.clear();
+  EXPECT_EQ(entries(dir.path()), 1u);
+}
+
+TEST(AtomicFileWriter, ATargetWithTheLongestNameAFileSystemAllowsIsWritten) {
+  TempDir dir;
+  const std::string name(255, 'n');  // NAME_MAX: the temporary name must not add to it
+  {
+    AtomicFileWriter out(dir / name);
+    out.write("long");
+    out.commit();
+  }
+  const std::vector<uint8_t> bytes = read_file(dir / name);
+  EXPECT_EQ(std::string(bytes.begin(), bytes.end()), "long");
   EXPECT_EQ(entries(dir.path()), 1u);
 }
 

@@ -1,6 +1,6 @@
-// io: atomic file writes on POSIX: rename() within one directory replaces a file atomically, and
-// the fsyncs make the new content durable before and the rename durable after.
-#include "io/atomic_file.h"
+// io/formats: atomic file writes on POSIX: rename() within one directory replaces a file
+// atomically, and the fsyncs make the new content durable before and the rename durable after.
+#include "io/formats/atomic_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -9,9 +9,14 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <exception>
+#include <random>
+#include <string>
 
-#include "io/error.h"
+#include "io/formats/error.h"
 
 namespace axle {
 namespace {
@@ -20,15 +25,42 @@ namespace fs = std::filesystem;
 
 std::string errno_text() { return std::strerror(errno); }
 
+// Tells this process from every other that may write the same directory: pids repeat across
+// machines sharing a file system, across pid namespaces, and over time (a crashed writer's
+// temporary file can outlive its pid).
+uint64_t process_token() {
+  static const uint64_t token = [] {
+    uint64_t value =
+        static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+    try {
+      std::random_device random;
+      value ^= (uint64_t{random()} << 32) | random();
+    } catch (const std::exception&) {
+      // No entropy source: the clock and the pid, which the name carries too, still differ.
+    }
+    return value;
+  }();
+  return token;
+}
+
+// A new temporary file name beside `target`: unique per process (pid and token), thread (tid)
+// and call (counter), so concurrent writers of one target never share a file. The leading dot
+// keeps it out of plain directory listings; a long target name is shortened so the whole name
+// stays within the file system's 255 bytes.
+fs::path temporary_path(const fs::path& target) {
+  static std::atomic<uint64_t> counter{0};
+  constexpr std::size_t kMaxNameBytes = 160;
+  const std::string name = target.filename().string().substr(0, kMaxNameBytes);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  return dir / fmt::format(".{}.{}.{}.{}.{:016x}.tmp", name, ::getpid(), ::gettid(), counter++,
+                           process_token());
+}
+
 }  // namespace
 
-AtomicFileWriter::AtomicFileWriter(fs::path path) : path_(std::move(path)) {
-  // Unique per process, thread and call, so concurrent writers of one target never share a file;
-  // the leading dot keeps it out of plain directory listings.
-  static std::atomic<uint64_t> counter{0};
-  const fs::path dir = path_.has_parent_path() ? path_.parent_path() : fs::path(".");
-  temp_ = dir / fmt::format(".{}.{}.{}.{}.tmp", path_.filename().string(), ::getpid(), ::gettid(),
-                            counter++);
+AtomicFileWriter::AtomicFileWriter(fs::path path)
+    : path_(std::move(path)), temp_(temporary_path(path_)) {
+  // O_EXCL: never open, and so never truncate, a file another writer is filling.
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     throw FileError(path_, fmt::format("cannot create the temporary file {}: {}", temp_.string(),

@@ -1,5 +1,5 @@
-// io: writing safetensors files, laid out as the reference implementation lays them out.
-#include "io/safetensors.h"
+// io/formats: writing safetensors files, laid out as the reference implementation lays them out.
+#include "io/formats/safetensors.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "io/atomic_file.h"
+#include "io/formats/atomic_file.h"
 
 namespace axle {
 namespace {

@@ -1,5 +1,6 @@
-// io: writing a file so that a crash or a concurrent reader never sees half of it. Checkpoints
-// and safetensors files are written through it.
+// io/formats: writing a file so that a crash or a concurrent reader never sees half of it.
+// Checkpoints, safetensors files and the persistent compile cache's entries are written through
+// it.
 #pragma once
 
 #include <cstddef>
@@ -13,10 +14,12 @@ namespace axle {
 /// commit() flushes to disk (fsync) and renames over the target, then flushes the directory.
 /// Readers see the old file or the whole new one. Without commit() (an error on the way, an
 /// exception) the destructor removes the temporary file and the target is untouched.
-/// Every failure throws FileError naming the target.
+/// Writers of one target in several threads or processes at once each fill a temporary file of
+/// their own; the last commit wins whole. Every failure throws FileError naming the target.
 class AtomicFileWriter {
  public:
-  /// Creates the temporary file beside `path`.
+  /// Creates the temporary file beside `path` (a hidden name unique to this process, thread and
+  /// call).
   explicit AtomicFileWriter(std::filesystem::path path);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;

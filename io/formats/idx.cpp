@@ -1,5 +1,5 @@
-// io: IDX reading through zlib, so that .gz files need no separate decompression step.
-#include "io/idx.h"
+// io/formats: IDX reading through zlib, so that .gz files need no separate decompression step.
+#include "io/formats/idx.h"
 
 #include <fmt/format.h>
 #include <zlib.h>
@@ -12,7 +12,7 @@
 #include <limits>
 
 #include "engine/element.h"
-#include "io/error.h"
+#include "io/formats/error.h"
 
 namespace axle {
 namespace {

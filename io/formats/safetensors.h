@@ -1,5 +1,6 @@
-// io: the safetensors format (Hugging Face), to exchange named tensors with PyTorch, JAX and the
-// Hugging Face hub. A file is an 8-byte little-endian header length N, N bytes of JSON header
+// io/formats: the safetensors format (Hugging Face), to exchange named tensors with PyTorch, JAX
+// and the Hugging Face hub. A file is an 8-byte little-endian header length N, N bytes of JSON
+// header
 //   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...,
 //    "__metadata__": {"key": "value"}}
 // then the tensors' little-endian row-major bytes, offsets counted from the end of the header.
