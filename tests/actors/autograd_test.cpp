@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "grad_check.h"
+#include "tests/graph/grad_check.h"
 
 namespace axle::testing {
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "samples/mnist_models.h"
-#include "tests/actors/nn_test_util.h"
+#include "tests/graph/nn_test_util.h"
 
 namespace axle::testing {
 namespace {

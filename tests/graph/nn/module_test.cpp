@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/actors/nn_test_util.h"
+#include "tests/graph/nn_test_util.h"
 
 namespace axle::testing {
 namespace {
