@@ -41,8 +41,9 @@ TensorRuntime& require_tensor_runtime(std::string_view what) {
       what));
 }
 
-void install_tensor_runtime(TensorRuntime* runtime) noexcept {
-  g_runtime.store(runtime, std::memory_order_release);
+TensorRuntime* install_tensor_runtime(TensorRuntime* runtime) noexcept {
+  std::lock_guard lock(g_provider_mutex);
+  return g_runtime.exchange(runtime, std::memory_order_acq_rel);
 }
 
 void set_default_tensor_runtime(TensorRuntime* (*provider)()) noexcept {

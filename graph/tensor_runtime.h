@@ -64,9 +64,9 @@ class TensorRuntime {
 /// tensor_runtime(), or std::logic_error naming `what` needed one when there is none.
 [[nodiscard]] TensorRuntime& require_tensor_runtime(std::string_view what);
 
-/// Makes `runtime` the one in use (null: none; the default provider may then make one). The
-/// caller keeps it alive while installed.
-void install_tensor_runtime(TensorRuntime* runtime) noexcept;
+/// Makes `runtime` the one in use (null: none; the default provider may then make one) and
+/// returns the one installed before. The caller keeps it alive while installed.
+TensorRuntime* install_tensor_runtime(TensorRuntime* runtime) noexcept;
 
 /// Sets what tensor_runtime() calls when no runtime is installed; it returns the runtime to
 /// install (which must outlive its use), or null.

@@ -330,6 +330,7 @@ const KernelTable& kernel_table() {
     register_reduce_kernels(t);
     register_linalg_kernels(t);
     register_conv_kernels(t);
+    register_pooling_kernels(t);
     register_data_movement_kernels(t);
     register_random_kernels(t);
     register_fused_kernels(t);

@@ -78,6 +78,7 @@ void register_elementwise_kernels(KernelTable& table);
 void register_reduce_kernels(KernelTable& table);
 void register_linalg_kernels(KernelTable& table);
 void register_conv_kernels(KernelTable& table);
+void register_pooling_kernels(KernelTable& table);
 void register_data_movement_kernels(KernelTable& table);
 void register_random_kernels(KernelTable& table);
 void register_fused_kernels(KernelTable& table);

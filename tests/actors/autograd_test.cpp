@@ -8,7 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "grad_check.h"
+#include "axle.h"
+#include "tests/graph/grad_check.h"
 
 namespace axle::testing {
 namespace {

@@ -15,8 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "axle.h"
 #include "samples/mnist_models.h"
-#include "tests/actors/nn_test_util.h"
+#include "tests/graph/nn_test_util.h"
 
 namespace axle::testing {
 namespace {

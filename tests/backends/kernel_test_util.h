@@ -170,6 +170,16 @@ inline std::string invalid_argument_message(Kernel kernel, const std::vector<Hos
   return "";
 }
 
+/// The std::invalid_argument message the kernel gives for all-zero inputs of these shapes, called
+/// straight from the kernel table so the backend does not wrap it ("" if the kernel accepts the
+/// call).
+inline std::string rejection(Kernel kernel, const std::vector<Shape>& inputs, const Shape& out,
+                             std::vector<int64_t> ints, DType dtype = DType::kF32) {
+  std::vector<HostTensor> zeros;
+  for (const Shape& s : inputs) zeros.push_back({dtype, s, std::vector<double>(s.numel(), 0.0)});
+  return invalid_argument_message(kernel, zeros, dtype, out, std::move(ints));
+}
+
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }

@@ -1,6 +1,6 @@
 // Tests graph/autograd.h and Tensor's autograd members without devices: what ops record, what
 // backward() traces (shapes, dtypes, accumulation), the errors, and graphs 100,000 ops deep.
-// Values are checked end to end in tests/actors/autograd_*_test.cpp.
+// Values are checked end to end in tests/graph/autograd/.
 #include <gtest/gtest.h>
 
 #include <functional>

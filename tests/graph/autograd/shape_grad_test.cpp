@@ -1,10 +1,11 @@
-// The gradients of graph/ops.h's shape and data-movement ops, against central finite differences
-// in f64 on random inputs (see grad_check.h): one test per op.
+// Tests graph/autograd/shape_grad.cpp: the gradients of the shape and data-movement ops against
+// central finite differences in f64 on random inputs (see tests/graph/grad_check.h): one test per
+// op.
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "grad_check.h"
+#include "tests/graph/grad_check.h"
 
 namespace axle::testing {
 namespace {

@@ -3,7 +3,6 @@
 // error's message.
 #pragma once
 
-#include "actors/lazy_system.h"
 #include "tests/error_text.h"
 
 #include <gtest/gtest.h>
@@ -16,21 +15,28 @@
 #include <string_view>
 #include <vector>
 
-#include "axle.h"
+#include "engine/metrics.h"
+#include "graph/autograd.h"
+#include "graph/collectives.h"
+#include "graph/nn/layers.h"
+#include "graph/nn/loss.h"
+#include "graph/nn/module.h"
+#include "graph/ops.h"
+#include "graph/optim/optimizer.h"
+#include "graph/tensor.h"
+#include "tests/graph/test_runtime.h"
 
 namespace axle::testing {
 
-/// Restarts the lazy system (with `cpu_devices` devices) before each test, so tests share no
-/// compiled programs, counters or random streams.
+/// Starts each test on a fresh runtime of two devices, with known random streams, so tests
+/// share no compiled programs, counters or random numbers.
 class NnTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    LazySystem::restart(LazySystemOptions{.cpu_devices = 2});
-    clear_all();
-    set_rng_state(1234, device(0));
-    set_rng_state(5678, device(1));
+    fresh_runtime(2);
+    set_rng_state(1234, Device{0});
+    set_rng_state(5678, Device{1});
   }
-  void TearDown() override { LazySystem::restart(); }
 };
 
 inline int64_t count(const char* name) { return counter_value(name).value_or(0); }

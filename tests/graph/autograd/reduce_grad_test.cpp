@@ -1,11 +1,11 @@
-// The gradients of graph/ops.h's reductions and softmax, against central finite differences in
-// f64 on random inputs (see grad_check.h): one test per op, over some dims, every dim, with and
-// without keepdim.
+// Tests graph/autograd/reduce_grad.cpp: the gradients of the reductions and softmax against
+// central finite differences in f64 on random inputs (see tests/graph/grad_check.h): one test per
+// op, over some dims, every dim, with and without keepdim.
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "grad_check.h"
+#include "tests/graph/grad_check.h"
 
 namespace axle::testing {
 namespace {

@@ -1,4 +1,4 @@
-// Tests backends/cpu/conv.cpp's pooling gradients (kMaxPool2dBackward, kAvgPool2dBackward)
+// Tests backends/cpu/pooling.cpp's gradients (kMaxPool2dBackward, kAvgPool2dBackward)
 // against plain loops written from torch's definitions: max pooling hands each window's gradient
 // to the position of its first maximum (the last NaN when there is one); average pooling spreads
 // it evenly over the window's in-bounds positions, divided by the forward's divisor.
@@ -10,37 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "kernel_test_util.h"
+#include "tests/backends/kernel_test_util.h"
+#include "tests/backends/pooling_test_util.h"
 
 namespace axle::testing {
 namespace {
-
-struct PoolParams {
-  int64_t kh = 2, kw = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
-  int64_t dilation_h = 1, dilation_w = 1;            // max pool only
-  bool ceil_mode = false, count_include_pad = true;  // count_include_pad: avg pool only
-};
-
-int64_t pool_output_size(int64_t size, int64_t kernel, int64_t pad, int64_t stride,
-                         int64_t dilation, bool ceil_mode) {
-  const int64_t span = size + 2 * pad - dilation * (kernel - 1) - 1;
-  int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
-  if (ceil_mode && (out - 1) * stride - pad >= size) --out;
-  return out;
-}
-
-Shape pool_output_shape(const Shape& x, const PoolParams& p) {
-  return {x[0], x[1], pool_output_size(x[2], p.kh, p.pad_h, p.stride_h, p.dilation_h, p.ceil_mode),
-          pool_output_size(x[3], p.kw, p.pad_w, p.stride_w, p.dilation_w, p.ceil_mode)};
-}
-
-std::vector<int64_t> max_pool_ints(const PoolParams& p) {
-  return {p.kh,    p.kw,         p.stride_h,   p.stride_w, p.pad_h,
-          p.pad_w, p.dilation_h, p.dilation_w, p.ceil_mode};
-}
-std::vector<int64_t> avg_pool_ints(const PoolParams& p) {
-  return {p.kh, p.kw, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.ceil_mode, p.count_include_pad};
-}
 
 std::vector<double> reference_max_backward(const HostTensor& x, const HostTensor& g,
                                            const PoolParams& p) {

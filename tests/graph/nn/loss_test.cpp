@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "tests/actors/grad_check.h"
-#include "tests/actors/nn_test_util.h"
+#include "tests/graph/grad_check.h"
+#include "tests/graph/nn_test_util.h"
 
 namespace axle::testing {
 namespace {

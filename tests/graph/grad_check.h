@@ -15,8 +15,16 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
-#include "axle.h"
+#include "engine/metrics.h"
+#include "graph/autograd.h"
+#include "graph/collectives.h"
+#include "graph/nn/layers.h"
+#include "graph/nn/loss.h"
+#include "graph/nn/module.h"
+#include "graph/ops.h"
+#include "graph/optim/optimizer.h"
+#include "graph/tensor.h"
+#include "tests/graph/test_runtime.h"
 
 namespace axle::testing {
 
@@ -133,10 +141,7 @@ inline ::testing::AssertionResult gradients_match(const GradFunction& f, std::ve
 /// Restarts the lazy system before each test, so tests do not share compiled programs.
 class Autograd : public ::testing::Test {
  protected:
-  void SetUp() override {
-    LazySystem::restart();
-    clear_all();
-  }
+  void SetUp() override { fresh_runtime(); }
 };
 
 }  // namespace axle::testing

@@ -1,10 +1,11 @@
-// The gradients of graph/ops.h's elementwise ops, against central finite differences in f64 on
-// random inputs (see grad_check.h), broadcasting included: one test per op.
+// Tests graph/autograd/elementwise_grad.cpp: the gradients of the elementwise ops against central
+// finite differences in f64 on random inputs (see tests/graph/grad_check.h), broadcasting
+// included: one test per op.
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "grad_check.h"
+#include "tests/graph/grad_check.h"
 
 namespace axle::testing {
 namespace {

@@ -33,7 +33,7 @@ void expect_shape_error(const std::function<void()>& call, int line,
       EXPECT_NE(message.find(part), std::string::npos)
           << "line " << line << ": '" << part << "' missing from: " << message;
     }
-    const std::string at = "ops_shape_test.cpp:" + std::to_string(line);
+    const std::string at = "ops_test.cpp:" + std::to_string(line);
     EXPECT_NE(message.find(at), std::string::npos)
         << "line " << line << ": '" << at << "' missing from: " << message;
   }

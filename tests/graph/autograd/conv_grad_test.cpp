@@ -1,11 +1,11 @@
-// The gradients of graph/ops.h's matmul, linear, conv2d, max_pool2d and avg_pool2d, against
-// central finite differences in f64 on random inputs (see grad_check.h): batched and broadcast
-// matmuls, 1-d promotion, and conv2d with stride, padding, dilation and groups.
+// Tests graph/autograd/conv_grad.cpp: the gradients of conv2d (stride, padding, dilation,
+// groups), max_pool2d and avg_pool2d against central finite differences in f64 on random inputs
+// (see tests/graph/grad_check.h).
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "grad_check.h"
+#include "tests/graph/grad_check.h"
 
 namespace axle::testing {
 namespace {
@@ -13,41 +13,6 @@ namespace {
 using LinalgGrad = Autograd;
 
 using Args = const std::vector<Tensor>&;
-
-Tensor matmul_of(Args t) { return matmul(t[0], t[1]); }
-
-TEST_F(LinalgGrad, MatmulOfMatrices) {
-  std::mt19937 rng(1);
-  EXPECT_TRUE(gradients_match(matmul_of, {random_arg(rng, {3, 4}), random_arg(rng, {4, 2})}));
-}
-
-TEST_F(LinalgGrad, MatmulBroadcastsBatchDims) {
-  std::mt19937 rng(2);
-  EXPECT_TRUE(
-      gradients_match(matmul_of, {random_arg(rng, {2, 1, 3, 4}), random_arg(rng, {3, 4, 2})}));
-}
-
-TEST_F(LinalgGrad, MatmulOfABatchAndAMatrix) {
-  std::mt19937 rng(3);
-  EXPECT_TRUE(gradients_match(matmul_of, {random_arg(rng, {2, 3, 4}), random_arg(rng, {4, 5})}));
-  EXPECT_TRUE(gradients_match(matmul_of, {random_arg(rng, {3, 4}), random_arg(rng, {2, 4, 5})}));
-}
-
-TEST_F(LinalgGrad, MatmulPromotesOneDimOperands) {
-  std::mt19937 rng(4);
-  EXPECT_TRUE(gradients_match(matmul_of, {random_arg(rng, {4}), random_arg(rng, {2, 4, 3})}));
-  EXPECT_TRUE(gradients_match(matmul_of, {random_arg(rng, {2, 3, 4}), random_arg(rng, {4})}));
-  EXPECT_TRUE(gradients_match(matmul_of, {random_arg(rng, {4}), random_arg(rng, {4})}));
-}
-
-TEST_F(LinalgGrad, Linear) {
-  std::mt19937 rng(5);
-  EXPECT_TRUE(
-      gradients_match([](Args t) { return linear(t[0], t[1], t[2]); },
-                      {random_arg(rng, {2, 3, 4}), random_arg(rng, {5, 4}), random_arg(rng, {5})}));
-  EXPECT_TRUE(gradients_match([](Args t) { return linear(t[0], t[1]); },
-                              {random_arg(rng, {3, 4}), random_arg(rng, {4})}));
-}
 
 void expect_conv_gradients(const Shape& x, const Shape& w, const Conv2dOptions& options,
                            bool with_bias, unsigned seed) {

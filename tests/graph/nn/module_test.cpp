@@ -1,4 +1,4 @@
-// graph/nn/module.h and actors/module_devices.cpp end to end: parameter and buffer names and
+// graph/nn/module.h end to end: parameter and buffer names and
 // their order, tied parameters, train/eval and zero_grad through the tree, load_state_dict (its
 // errors, values from another device) and to(device), all as torch.nn.Module does them.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/actors/nn_test_util.h"
+#include "tests/graph/nn_test_util.h"
 
 namespace axle::testing {
 namespace {
@@ -120,7 +120,7 @@ TEST_F(Module, StateDictHoldsTheModulesOwnHandles) {
     NoGradGuard no_grad;  // parameters change in place only outside autograd, as in torch
     params[0].copy_(params[0] * 2.0 + 1.0);
   }
-  mark_step();
+  sync_step();
   EXPECT_EQ(state[0].second.impl(), params[0].impl());
   EXPECT_EQ(values(state[0].second), values(params[0]));
 }
@@ -232,7 +232,7 @@ TEST_F(Module, ALoadedModelAndItsSourceTrainIndependently) {
     sgd.zero_grad();
     sum(target->forward(ones({4, 2}))).backward();
     sgd.step();
-    mark_step();
+    sync_step();
   }
   EXPECT_EQ(snapshot(state), original);
   EXPECT_NE(values(target->parameters()[2]), original[2]);
@@ -242,7 +242,7 @@ TEST_F(Module, ALoadedModelAndItsSourceTrainIndependently) {
     NoGradGuard no_grad;  // parameters change in place only outside autograd, as in torch
     for (const Tensor& p : source->parameters()) p.copy_(p * 0.5 - 1.0);
   }
-  mark_step();
+  sync_step();
   EXPECT_EQ(snapshot(target->state_dict()), trained);
 }
 
@@ -315,12 +315,12 @@ TEST_F(Module, LoadStateDictTakesValuesFromAnotherDevice) {
   std::mt19937 rng(3);
   for (const auto& [name, t] : model->state_dict()) {
     want.push_back(as_f32(uniform_values(rng, t.numel())));
-    state.emplace_back(name, f32_tensor(want.back(), t.shape(), device(1)));
+    state.emplace_back(name, f32_tensor(want.back(), t.shape(), Device{1}));
   }
   model->load_state_dict(state);
   const StateDict loaded = model->state_dict();
   for (std::size_t i = 0; i < loaded.size(); ++i) {
-    EXPECT_EQ(loaded[i].second.device(), device(0)) << loaded[i].first;
+    EXPECT_EQ(loaded[i].second.device(), Device{0}) << loaded[i].first;
     EXPECT_EQ(values(loaded[i].second), want[i]) << loaded[i].first;
   }
 }
@@ -329,12 +329,12 @@ TEST_F(Module, ToMovesEveryParameterAndBufferInPlace) {
   nn::Sequential model({std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::BatchNorm2d>(4)});
   const StateDict before = model.state_dict();
   const std::vector<std::vector<double>> original = snapshot(before);
-  model.to(device(1));
+  model.to(Device{1});
   const StateDict after = model.state_dict();
   ASSERT_EQ(after.size(), before.size());
   for (std::size_t i = 0; i < after.size(); ++i) {
     EXPECT_EQ(after[i].second.impl(), before[i].second.impl()) << after[i].first;
-    EXPECT_EQ(before[i].second.device(), device(1)) << after[i].first;
+    EXPECT_EQ(before[i].second.device(), Device{1}) << after[i].first;
     EXPECT_EQ(values(before[i].second), original[i]) << after[i].first;
   }
   EXPECT_TRUE(model.parameters()[0].requires_grad());
@@ -348,52 +348,52 @@ TEST_F(Module, ToTakesAPendingUpdateAlong) {
     NoGradGuard no_grad;  // parameters change in place only outside autograd, as in torch
     w.copy_(w * 3.0);     // pending when the move happens
   }
-  model->to(device(1));
+  model->to(Device{1});
   std::vector<double> want = start;
   for (double& v : want) v = static_cast<float>(v * 3);
-  EXPECT_EQ(w.device(), device(1));
+  EXPECT_EQ(w.device(), Device{1});
   EXPECT_EQ(values(w), want);
 }
 
 TEST_F(Module, AMovedModelTrainsOnItsNewDevice) {
   auto model = mlp();
   optim::SGD sgd(model->parameters(), {.lr = 0.1});  // made before the move, as in a script
-  model->to(device(1));
+  model->to(Device{1});
   const std::vector<double> start = values(model->parameters()[3]);
-  sum(model->forward(ones({4, 2}, DType::kF32, device(1)))).backward();
+  sum(model->forward(ones({4, 2}, DType::kF32, Device{1}))).backward();
   sgd.step();
-  mark_step();
+  sync_step();
   // d(sum of 4 outputs)/d(last bias) = 4.
   EXPECT_NEAR(values(model->parameters()[3])[0], start[0] - 0.1 * 4, 1e-6);
-  EXPECT_EQ(model->parameters()[3].device(), device(1));
+  EXPECT_EQ(model->parameters()[3].device(), Device{1});
 }
 
 TEST_F(Module, TiesMadeBeforeToStayTied) {
   AutoEncoder model(true);
-  model.to(device(1));
+  model.to(Device{1});
   EXPECT_EQ(model.parameters().size(), 1u);
   EXPECT_EQ(model.encoder->weight().impl(), model.decoder->weight().impl());
-  EXPECT_EQ(model.decoder->weight().device(), device(1));
+  EXPECT_EQ(model.decoder->weight().device(), Device{1});
   {
     NoGradGuard no_grad;  // parameters change in place only outside autograd, as in torch
-    model.encoder->weight().copy_(tensor(std::vector<float>{1, 2, 3, 4}, {2, 2}, device(1)));
+    model.encoder->weight().copy_(tensor(std::vector<float>{1, 2, 3, 4}, {2, 2}, Device{1}));
   }
   // decoder(encoder(x)) = W W x with W = [[1, 2], [3, 4]]: W W = [[7, 10], [15, 22]].
-  const Tensor x = tensor(std::vector<float>{1, 1}, {1, 2}, device(1));
+  const Tensor x = tensor(std::vector<float>{1, 1}, {1, 2}, Device{1});
   EXPECT_EQ(values(model.forward(x)), (std::vector<double>{17, 37}));
 }
 
 TEST_F(Module, TiesMadeAfterToStayTied) {
   AutoEncoder model(false);
-  model.to(device(1));
+  model.to(Device{1});
   model.tie();
   EXPECT_EQ(model.parameters().size(), 1u);
   const StateDict state = model.state_dict();
   EXPECT_EQ(state[0].second.impl(), state[1].second.impl());
-  EXPECT_EQ(state[1].second.device(), device(1));
-  model.to(device(0));
+  EXPECT_EQ(state[1].second.device(), Device{1});
+  model.to(Device{0});
   EXPECT_EQ(model.encoder->weight().impl(), model.decoder->weight().impl());
-  EXPECT_EQ(model.decoder->weight().device(), device(0));
+  EXPECT_EQ(model.decoder->weight().device(), Device{0});
 }
 
 }  // namespace

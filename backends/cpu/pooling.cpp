@@ -1,0 +1,574 @@
+// backends/cpu: pooling kernels (kMaxPool2d, kAvgPool2d, and their gradients kMaxPool2dBackward,
+// kAvgPool2dBackward) on NCHW buffers. Pooling walks each window over precomputed in-bounds tap
+// ranges, so no inner loop tests for padding; the common 2x2 stride-2 max pool has its own loops
+// (AVX2 for f32). Planes are spread over the device's threads.
+#include <fmt/format.h>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/compute_pool.h"
+#include "backends/cpu/element.h"
+#include "backends/cpu/kernel.h"
+#include "backends/cpu/window.h"
+
+namespace axle::cpu {
+namespace {
+
+// ---- pooling ---------------------------------------------------------------------------
+
+struct PoolGeometry {
+  int64_t planes, h, w, oh, ow;
+  int64_t kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h = 1, dilation_w = 1;
+  bool ceil_mode = false, count_include_pad = false;
+};
+
+/// torch's pooling_output_shape: with ceil_mode a last, partial window is kept only if it
+/// starts inside the input or the left padding.
+int64_t pool_output_size(int64_t size, int64_t kernel, int64_t pad, int64_t stride,
+                         int64_t dilation, bool ceil_mode) {
+  int64_t out =
+      floor_div(size + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0),
+                stride) +
+      1;
+  if (ceil_mode && (out - 1) * stride >= size + pad) --out;
+  return out;
+}
+
+/// Which kernel a pooling geometry is for: the forward pass, or a gradient (whose output is the
+/// forward's input).
+enum class PoolPass { kForward, kMaxBackward, kAvgBackward };
+
+/// Reads a pooling kernel's attributes and checks them and the shapes as torch does.
+PoolGeometry plan_pool(const KernelArgs& args, bool is_max, PoolPass pass = PoolPass::kForward) {
+  const auto& ints = args.call.ints;
+  const std::size_t arity = is_max ? 9 : 8;
+  std::string attributes = raw_ints(ints);
+  if (ints.size() == arity) {
+    attributes = fmt::format("kernel=({},{}), stride=({},{}), pad=({},{}), ", ints[0], ints[1],
+                             ints[2], ints[3], ints[4], ints[5]);
+    attributes += is_max ? fmt::format("dilation=({},{}), ceil_mode={}", ints[6], ints[7], ints[8])
+                         : fmt::format("ceil_mode={}, count_include_pad={}", ints[6], ints[7]);
+  }
+  auto reject = [&](std::string_view why) {
+    throw std::invalid_argument(fmt::format("{}: {}", describe(args, attributes), why));
+  };
+  if (args.inputs.size() != (pass == PoolPass::kMaxBackward ? 2u : 1u)) {
+    reject(pass == PoolPass::kMaxBackward ? "takes [x, grad_out]" : "pooling takes one input");
+  }
+  if (ints.size() != arity) {
+    reject(is_max ? "ints must be [kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h, "
+                    "dilation_w, ceil_mode]"
+                  : "ints must be [kh, kw, stride_h, stride_w, pad_h, pad_w, ceil_mode, "
+                    "count_include_pad]");
+  }
+  // A gradient kernel's output has the forward input's shape; the forward output's shape is
+  // grad_out's.
+  const BufferDesc& x = pass == PoolPass::kAvgBackward ? *args.output.desc : *args.inputs[0].desc;
+  const BufferDesc& out = pass == PoolPass::kForward       ? *args.output.desc
+                          : pass == PoolPass::kMaxBackward ? *args.inputs[1].desc
+                                                           : *args.inputs[0].desc;
+  if (x.dtype != out.dtype || x.dtype != args.output.desc->dtype) {
+    reject("x must have the output's dtype");
+  }
+  if (pass == PoolPass::kMaxBackward && !(x.shape == args.output.desc->shape)) {
+    reject("the output must have x's shape");
+  }
+  if (!is_floating(out.dtype)) reject("pooling supports f32, f64 and bf16");
+  if (x.shape.rank() != 4) reject("x must be [N, C, H, W]");
+  PoolGeometry g{};
+  g.planes = x.shape[0] * x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
+  g.kh = ints[0], g.kw = ints[1], g.stride_h = ints[2], g.stride_w = ints[3];
+  g.pad_h = ints[4], g.pad_w = ints[5];
+  if (is_max) {
+    g.dilation_h = ints[6], g.dilation_w = ints[7], g.ceil_mode = ints[8] != 0;
+  } else {
+    g.ceil_mode = ints[6] != 0, g.count_include_pad = ints[7] != 0;
+  }
+  if (g.kh < 1 || g.kw < 1 || g.stride_h < 1 || g.stride_w < 1 || g.dilation_h < 1 ||
+      g.dilation_w < 1) {
+    reject("kernel, stride and dilation must be >= 1");
+  }
+  // torch's rule. Without dilation it also makes every window overlap the input; a dilated max
+  // window whose taps all miss it gives -inf, as in torch.
+  if (g.pad_h < 0 || g.pad_w < 0 || g.pad_h > g.kh / 2 || g.pad_w > g.kw / 2) {
+    reject("padding must be between 0 and half the kernel size");
+  }
+  g.oh = pool_output_size(g.h, g.kh, g.pad_h, g.stride_h, g.dilation_h, g.ceil_mode);
+  g.ow = pool_output_size(g.w, g.kw, g.pad_w, g.stride_w, g.dilation_w, g.ceil_mode);
+  const Shape expected{x.shape[0], x.shape[1], g.oh, g.ow};
+  if (g.oh < 1 || g.ow < 1) {
+    reject(fmt::format("the window is larger than the padded input (output would be {})",
+                       expected.to_string()));
+  }
+  if (!(expected == out.shape)) {
+    reject(fmt::format("the attributes give an output of shape {}", expected.to_string()));
+  }
+  return g;
+}
+
+// Whether every window lies wholly inside the input (no padding, no dilation), so taps need no
+// bounds: the common case, which gets loops without per-tap index arithmetic.
+bool windows_inside(const PoolGeometry& g) {
+  return g.pad_h == 0 && g.pad_w == 0 && g.dilation_h == 1 && g.dilation_w == 1 &&
+         (g.oh - 1) * g.stride_h + g.kh <= g.h && (g.ow - 1) * g.stride_w + g.kw <= g.w;
+}
+
+// The tap of the window at `win` (row length w) that max pooling picks — the first maximum, or
+// the last NaN, as the general loops pick — and its value. kKh / kKw fix the window size at
+// compile time when non-zero.
+template <int kKh, int kKw, class T>
+std::pair<int64_t, compute_t<T>> window_max(const T* win, int64_t w, int64_t kh, int64_t kw) {
+  using A = compute_t<T>;
+  const int64_t rows = kKh ? kKh : kh, cols = kKw ? kKw : kw;
+  A best = -std::numeric_limits<A>::infinity();
+  int64_t at = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      const A v = load(win[i * w + j]);
+      const bool take = v > best || v != v;
+      best = take ? v : best;
+      at = take ? i * w + j : at;
+    }
+  }
+  return {at, best};
+}
+
+// The 2x2 window at stride 2 (the common CNN's, never overlapping): each output row reads two
+// input rows. Every window picks as window_max does: in row-major tap order, the first maximum,
+// or the last NaN. GCC does not vectorise the strided taps, so f32 gets AVX2 code for eight
+// windows at a time (the build targets x86-64-v3).
+
+// Tap 0..3 of the window (a, b over c, d) that max pooling picks, and its value.
+template <class A>
+inline void pick_2x2(A a, A b, A c, A d, A& best, int& at) {
+  best = a, at = 0;
+  bool take = b > best || b != b;
+  best = take ? b : best, at = take ? 1 : at;
+  take = c > best || c != c;
+  best = take ? c : best, at = take ? 2 : at;
+  take = d > best || d != d;
+  best = take ? d : best, at = take ? 3 : at;
+}
+
+#if defined(__AVX2__)
+// Lanes [0, count) of an AVX2 mask (count clipped to [0, 8]).
+inline __m256i first_lanes(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(count, 0, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Eight f32 windows at once: the even and odd taps of 16 floats of one row (2 * windows of
+// them, the rest read as 0, when fewer than eight windows are left).
+inline void split_even_odd(const float* p, int64_t windows, __m256& even, __m256& odd) {
+  __m256 lo, hi;
+  if (windows >= 8) {
+    lo = _mm256_loadu_ps(p), hi = _mm256_loadu_ps(p + 8);
+  } else {
+    lo = _mm256_maskload_ps(p, first_lanes(2 * windows));
+    hi = _mm256_maskload_ps(p + 8, first_lanes(2 * windows - 8));
+  }
+  even = _mm256_castpd_ps(_mm256_permute4x64_pd(
+      _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))), 0xD8));
+  odd = _mm256_castpd_ps(_mm256_permute4x64_pd(
+      _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), 0xD8));
+}
+
+// pick_2x2 on eight windows; `at` holds the picked taps as 0.f .. 3.f.
+inline void pick_2x2(const float* top, const float* bottom, int64_t windows, __m256& best,
+                     __m256& at) {
+  __m256 a, b, c, d;
+  split_even_odd(top, windows, a, b);
+  split_even_odd(bottom, windows, c, d);
+  best = a, at = _mm256_setzero_ps();
+  float tap = 1;
+  for (const __m256 v : {b, c, d}) {
+    const __m256 take =
+        _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    best = _mm256_blendv_ps(best, v, take);
+    at = _mm256_blendv_ps(at, _mm256_set1_ps(tap++), take);
+  }
+}
+
+// Interleaves the first `windows` lanes of a and b into 2 * windows floats at p.
+inline void store_interleaved(float* p, int64_t windows, __m256 a, __m256 b) {
+  const __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
+  const __m256 first = _mm256_permute2f128_ps(lo, hi, 0x20);
+  const __m256 second = _mm256_permute2f128_ps(lo, hi, 0x31);
+  if (windows >= 8) {
+    _mm256_storeu_ps(p, first);
+    _mm256_storeu_ps(p + 8, second);
+  } else {
+    _mm256_maskstore_ps(p, first_lanes(2 * windows), first);
+    _mm256_maskstore_ps(p + 8, first_lanes(2 * windows - 8), second);
+  }
+}
+#endif
+
+template <class T>
+void max_pool_2x2(const T* x, T* out, const PoolGeometry& g) {
+  using A = compute_t<T>;
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
+    for (int64_t oh = 0; oh < g.oh; ++oh, out += g.ow) {
+      const T* top = x + 2 * oh * g.w;
+      const T* bottom = top + g.w;
+      int64_t i = 0;
+#if defined(__AVX2__)
+      if constexpr (std::is_same_v<T, float>) {
+        for (; i < g.ow; i += 8) {
+          const int64_t windows = g.ow - i;
+          __m256 best, at;
+          pick_2x2(top + 2 * i, bottom + 2 * i, windows, best, at);
+          if (windows >= 8) {
+            _mm256_storeu_ps(out + i, best);
+          } else {
+            _mm256_maskstore_ps(out + i, first_lanes(windows), best);
+          }
+        }
+      }
+#endif
+      for (; i < g.ow; ++i) {
+        A best;
+        int at;
+        pick_2x2<A>(load(top[2 * i]), load(top[2 * i + 1]), load(bottom[2 * i]),
+                    load(bottom[2 * i + 1]), best, at);
+        out[i] = store<T>(best);
+      }
+    }
+  }
+}
+
+// The gradient of max_pool_2x2: each window's four taps are written once (the picked one gets
+// the gradient, the others zero), so the output needs no clearing pass first.
+template <class T>
+void max_pool_2x2_backward(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g) {
+  using A = compute_t<T>;
+  const T zero = store<T>(A(0));
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w, grad_x += g.h * g.w) {
+    for (int64_t oh = 0; oh < g.oh; ++oh, grad_out += g.ow) {
+      const T* top = x + 2 * oh * g.w;
+      const T* bottom = top + g.w;
+      T* grad_top = grad_x + 2 * oh * g.w;
+      T* grad_bottom = grad_top + g.w;
+      int64_t i = 0;
+#if defined(__AVX2__)
+      if constexpr (std::is_same_v<T, float>) {
+        for (; i < g.ow; i += 8) {
+          const int64_t windows = g.ow - i;
+          __m256 best, at;
+          pick_2x2(top + 2 * i, bottom + 2 * i, windows, best, at);
+          const __m256 grad = windows >= 8 ? _mm256_loadu_ps(grad_out + i)
+                                           : _mm256_maskload_ps(grad_out + i, first_lanes(windows));
+          auto share = [&](float tap) {
+            return _mm256_and_ps(_mm256_cmp_ps(at, _mm256_set1_ps(tap), _CMP_EQ_OQ), grad);
+          };
+          store_interleaved(grad_top + 2 * i, windows, share(0), share(1));
+          store_interleaved(grad_bottom + 2 * i, windows, share(2), share(3));
+        }
+      }
+#endif
+      for (; i < g.ow; ++i) {
+        A best;
+        int at;
+        pick_2x2<A>(load(top[2 * i]), load(top[2 * i + 1]), load(bottom[2 * i]),
+                    load(bottom[2 * i + 1]), best, at);
+        const T gv = grad_out[i];
+        grad_top[2 * i] = at == 0 ? gv : zero;
+        grad_top[2 * i + 1] = at == 1 ? gv : zero;
+        grad_bottom[2 * i] = at == 2 ? gv : zero;
+        grad_bottom[2 * i + 1] = at == 3 ? gv : zero;
+      }
+      // An odd last column belongs to no window.
+      if (g.w > 2 * g.ow) grad_top[g.w - 1] = grad_bottom[g.w - 1] = zero;
+    }
+    // So does an odd last row.
+    if (g.h > 2 * g.oh) std::fill_n(grad_x + (g.h - 1) * g.w, g.w, zero);
+  }
+}
+
+template <int kKh, int kKw, class T>
+void max_pool_inside(const T* x, T* out, const PoolGeometry& g) {
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const T* top = x + oh * g.stride_h * g.w;
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++out) {
+        *out = store<T>(window_max<kKh, kKw>(top + ow * g.stride_w, g.w, g.kh, g.kw).second);
+      }
+    }
+  }
+}
+
+template <class T>
+void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
+  if (windows_inside(g) && g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2) {
+    return max_pool_2x2(x, out, g);
+  }
+  if (windows_inside(g)) {
+    return g.kh == 2 && g.kw == 2 ? max_pool_inside<2, 2>(x, out, g)
+                                  : max_pool_inside<0, 0>(x, out, g);
+  }
+  // bf16 values are compared in f32.
+  using A = compute_t<T>;
+  std::vector<std::pair<int64_t, int64_t>> cols(g.ow);  // in-bounds taps of each column window
+  for (int64_t ow = 0; ow < g.ow; ++ow) {
+    cols[ow] = taps_inside(ow * g.stride_w - g.pad_w, g.w, g.kw, g.dilation_w);
+  }
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const int64_t start_h = oh * g.stride_h - g.pad_h;
+      const auto [kh_lo, kh_hi] = taps_inside(start_h, g.h, g.kh, g.dilation_h);
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++out) {
+        const int64_t start_w = ow * g.stride_w - g.pad_w;
+        A best = -std::numeric_limits<A>::infinity();  // what the padding holds
+        for (int64_t i = kh_lo; i < kh_hi; ++i) {
+          const T* row = x + (start_h + i * g.dilation_h) * g.w;
+          for (int64_t j = cols[ow].first; j < cols[ow].second; ++j) {
+            const A v = load(row[start_w + j * g.dilation_w]);
+            if (v > best || std::isnan(v)) best = v;  // NaN wins, as in torch
+          }
+        }
+        *out = store<T>(best);
+      }
+    }
+  }
+}
+
+/// One axis of an average-pooling window: its in-bounds taps [lo, hi), and how many taps torch's
+/// divisor counts along it: the window clipped to the padded input, padding included
+/// (count_include_pad) or not, but never the part of a ceil_mode window past the padding.
+struct AvgWindow {
+  int64_t lo, hi, counted;
+};
+AvgWindow avg_window(int64_t index, int64_t stride, int64_t pad, int64_t kernel, int64_t size,
+                     bool count_include_pad) {
+  const int64_t start = index * stride - pad;
+  const int64_t end = std::min(start + kernel, size + pad);
+  const int64_t lo = std::max<int64_t>(start, 0), hi = std::min(end, size);
+  return {lo, hi, count_include_pad ? end - start : hi - lo};
+}
+
+template <class T>
+void avg_pool_typed(const T* x, T* out, const PoolGeometry& g) {
+  // bf16 values are summed in f32.
+  using A = compute_t<T>;
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const AvgWindow rows = avg_window(oh, g.stride_h, g.pad_h, g.kh, g.h, g.count_include_pad);
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++out) {
+        const AvgWindow cols = avg_window(ow, g.stride_w, g.pad_w, g.kw, g.w, g.count_include_pad);
+        if (rows.lo >= rows.hi || cols.lo >= cols.hi) {
+          *out = store<T>(A(0));
+          continue;
+        }
+        A sum = 0;
+        for (int64_t i = rows.lo; i < rows.hi; ++i) {
+          const T* row = x + i * g.w;
+          for (int64_t j = cols.lo; j < cols.hi; ++j) sum += load(row[j]);
+        }
+        *out = store<T>(sum / static_cast<A>(rows.counted * cols.counted));
+      }
+    }
+  }
+}
+
+/// Runs pass(x part, out part, geometry of the part, thread) over runs of whole planes on the
+/// pool's threads; each plane is computed the same way whichever run it falls in.
+template <class X, class Out, class Pass>
+void for_plane_runs(ComputePool& pool, const PoolGeometry& g, const X* x, int64_t x_plane, Out* out,
+                    int64_t out_plane, Pass&& pass) {
+  constexpr int64_t kElementsPerPart = int64_t{1} << 15;
+  const int64_t grain = std::max<int64_t>(1, kElementsPerPart / std::max<int64_t>(1, g.h * g.w));
+  parallel_for(pool, g.planes, grain, [&](int64_t first, int64_t last, int thread) {
+    PoolGeometry part = g;
+    part.planes = last - first;
+    pass(x + first * x_plane, out + first * out_plane, part, thread);
+  });
+}
+
+template <bool kIsMax>
+void pool2d(const KernelArgs& args) {
+  const PoolGeometry g = plan_pool(args, kIsMax);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    for_plane_runs(compute_pool(args), g, args.inputs[0].as<T>(), g.h * g.w, args.output.as<T>(),
+                   g.oh * g.ow, [](const T* x, T* out, const PoolGeometry& part, int) {
+                     if constexpr (kIsMax) {
+                       max_pool_typed(x, out, part);
+                     } else {
+                       avg_pool_typed(x, out, part);
+                     }
+                   });
+  };
+  switch (args.output.desc->dtype) {
+    case DType::kF32:
+      return run(float{});
+    case DType::kF64:
+      return run(double{});
+    case DType::kBF16:
+      return run(Bf16{});
+    default:
+      return;  // rejected by plan_pool
+  }
+}
+
+// ---- pooling gradients -----------------------------------------------------------------
+// Windows may overlap, so gradients are summed into a compute-type plane first (bf16 in f32)
+// and stored once.
+
+template <int kKh, int kKw, class T>
+void max_pool_backward_inside(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g,
+                              compute_t<T>* plane) {
+  using A = compute_t<T>;
+  if (g.stride_h >= g.kh && g.stride_w >= g.kw) {
+    // Windows do not overlap: each input element gets at most one gradient, stored as is.
+    std::fill_n(grad_x, g.planes * g.h * g.w, store<T>(A(0)));
+    for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w, grad_x += g.h * g.w) {
+      for (int64_t oh = 0; oh < g.oh; ++oh) {
+        const int64_t top = oh * g.stride_h * g.w;
+        for (int64_t ow = 0; ow < g.ow; ++ow, ++grad_out) {
+          const int64_t corner = top + ow * g.stride_w;
+          grad_x[corner + window_max<kKh, kKw>(x + corner, g.w, g.kh, g.kw).first] = *grad_out;
+        }
+      }
+    }
+    return;
+  }
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w, grad_x += g.h * g.w) {
+    std::fill_n(plane, g.h * g.w, A(0));
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const int64_t top = oh * g.stride_h * g.w;
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++grad_out) {
+        const int64_t corner = top + ow * g.stride_w;
+        const int64_t at = window_max<kKh, kKw>(x + corner, g.w, g.kh, g.kw).first;
+        plane[corner + at] += load(*grad_out);
+      }
+    }
+    narrow_block(plane, grad_x, g.h * g.w);
+  }
+}
+
+template <class T>
+void max_pool_backward_typed(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g,
+                             compute_t<T>* plane) {
+  if (windows_inside(g)) {
+    if (g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2) {
+      return max_pool_2x2_backward(x, grad_out, grad_x, g);
+    }
+    return g.kh == 2 && g.kw == 2 ? max_pool_backward_inside<2, 2>(x, grad_out, grad_x, g, plane)
+                                  : max_pool_backward_inside<0, 0>(x, grad_out, grad_x, g, plane);
+  }
+  using A = compute_t<T>;
+  std::vector<std::pair<int64_t, int64_t>> cols(g.ow);
+  for (int64_t ow = 0; ow < g.ow; ++ow) {
+    cols[ow] = taps_inside(ow * g.stride_w - g.pad_w, g.w, g.kw, g.dilation_w);
+  }
+  for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w, grad_x += g.h * g.w) {
+    std::fill_n(plane, g.h * g.w, A(0));
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const int64_t start_h = oh * g.stride_h - g.pad_h;
+      const auto [kh_lo, kh_hi] = taps_inside(start_h, g.h, g.kh, g.dilation_h);
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++grad_out) {
+        const int64_t start_w = ow * g.stride_w - g.pad_w;
+        if (kh_lo == kh_hi || cols[ow].first == cols[ow].second) continue;  // all padding
+        // The forward's choice: the first maximum, or the last NaN; as torch, the first tap when
+        // every value is -inf.
+        A best = -std::numeric_limits<A>::infinity();
+        int64_t at =
+            (start_h + kh_lo * g.dilation_h) * g.w + start_w + cols[ow].first * g.dilation_w;
+        for (int64_t i = kh_lo; i < kh_hi; ++i) {
+          const int64_t row = (start_h + i * g.dilation_h) * g.w;
+          for (int64_t j = cols[ow].first; j < cols[ow].second; ++j) {
+            const int64_t k = row + start_w + j * g.dilation_w;
+            const A v = load(x[k]);
+            if (v > best || std::isnan(v)) best = v, at = k;
+          }
+        }
+        plane[at] += load(*grad_out);
+      }
+    }
+    narrow_block(plane, grad_x, g.h * g.w);
+  }
+}
+
+template <class T>
+void avg_pool_backward_typed(const T* grad_out, T* grad_x, const PoolGeometry& g,
+                             compute_t<T>* plane) {
+  using A = compute_t<T>;
+  for (int64_t p = 0; p < g.planes; ++p, grad_x += g.h * g.w) {
+    std::fill_n(plane, g.h * g.w, A(0));
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const AvgWindow rows = avg_window(oh, g.stride_h, g.pad_h, g.kh, g.h, g.count_include_pad);
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++grad_out) {
+        const AvgWindow cols = avg_window(ow, g.stride_w, g.pad_w, g.kw, g.w, g.count_include_pad);
+        if (rows.lo >= rows.hi || cols.lo >= cols.hi) continue;
+        const A share = load(*grad_out) / static_cast<A>(rows.counted * cols.counted);
+        for (int64_t i = rows.lo; i < rows.hi; ++i) {
+          for (int64_t j = cols.lo; j < cols.hi; ++j) plane[i * g.w + j] += share;
+        }
+      }
+    }
+    narrow_block(plane, grad_x, g.h * g.w);
+  }
+}
+
+template <bool kIsMax>
+void pool2d_backward(const KernelArgs& args) {
+  const PoolGeometry g =
+      plan_pool(args, kIsMax, kIsMax ? PoolPass::kMaxBackward : PoolPass::kAvgBackward);
+  ComputePool& pool = compute_pool(args);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
+    // Per thread, one plane of gradient sums in the compute type.
+    auto sums = [&](int thread) {
+      return static_cast<A*>(pool.scratch(thread, sizeof(A) * plane));
+    };
+    if constexpr (kIsMax) {
+      const T* x = args.inputs[0].as<T>();
+      const T* grad_out = args.inputs[1].as<T>();
+      for_plane_runs(pool, g, grad_out, out_plane, args.output.as<T>(), plane,
+                     [&](const T* grad_out_part, T* grad_x, const PoolGeometry& part, int thread) {
+                       const T* x_part = x + (grad_x - args.output.as<T>());
+                       max_pool_backward_typed(x_part, grad_out_part, grad_x, part, sums(thread));
+                     });
+    } else {
+      for_plane_runs(pool, g, args.inputs[0].as<T>(), out_plane, args.output.as<T>(), plane,
+                     [&](const T* grad_out, T* grad_x, const PoolGeometry& part, int thread) {
+                       avg_pool_backward_typed(grad_out, grad_x, part, sums(thread));
+                     });
+    }
+  };
+  switch (args.output.desc->dtype) {
+    case DType::kF32:
+      return run(float{});
+    case DType::kF64:
+      return run(double{});
+    case DType::kBF16:
+      return run(Bf16{});
+    default:
+      return;  // rejected by plan_pool
+  }
+}
+
+}  // namespace
+
+void register_pooling_kernels(KernelTable& table) {
+  set_kernel(table, Kernel::kMaxPool2d, pool2d<true>);
+  set_kernel(table, Kernel::kAvgPool2d, pool2d<false>);
+  set_kernel(table, Kernel::kMaxPool2dBackward, pool2d_backward<true>);
+  set_kernel(table, Kernel::kAvgPool2dBackward, pool2d_backward<false>);
+}
+
+}  // namespace axle::cpu

@@ -1,0 +1,62 @@
+// Tests graph/ops/creation.cpp by value: full, zeros, ones and their likes, arange and scalar
+// tensors, executed on the CPU backend and compared with the values they must hold.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "tests/graph/ops/ops_test_util.h"
+
+namespace axle::testing {
+namespace {
+
+// ---- Creation --------------------------------------------------------------------------------
+
+TEST_F(OpsValue, FullFillsEveryElementInEachDtype) {
+  std::mt19937 rng(1);
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64}) {
+    const Dims dims = random_dims(rng, 3);
+    EXPECT_TRUE(matches(full(shape_of(dims), -2.5, dtype), dtype,
+                        constant_ref(dims, round_to(dtype, -2.5)), kExact));
+  }
+  EXPECT_TRUE(
+      matches(full({2, 2}, 3, DType::kBool), DType::kBool, constant_ref({2, 2}, 1), kExact));
+}
+
+TEST_F(OpsValue, ZerosOnesAndTheirLikesHoldZeroAndOne) {
+  const Tensor z = zeros({2, 3}, DType::kF64);
+  EXPECT_TRUE(matches(z, DType::kF64, constant_ref({2, 3}, 0), kExact));
+  EXPECT_TRUE(matches(ones({4}, DType::kI32), DType::kI32, constant_ref({4}, 1), kExact));
+  EXPECT_TRUE(matches(ones_like(z), DType::kF64, constant_ref({2, 3}, 1), kExact));
+  EXPECT_TRUE(matches(zeros_like(ones({3, 1})), DType::kF32, constant_ref({3, 1}, 0), kExact));
+}
+
+TEST_F(OpsValue, ArangeMatchesThePythonRange) {
+  struct Case {
+    double start, end, step;
+    DType dtype;
+  };
+  for (const Case& c :
+       {Case{0, 10, 1, DType::kF32}, Case{1.5, 4, 0.5, DType::kF64}, Case{10, 0, -3, DType::kI64},
+        Case{0, 1, 0.1, DType::kF32}, Case{-3, 7, 2, DType::kI32}}) {
+    // torch.arange: ceil((end - start) / step) values start + i * step.
+    const auto n = static_cast<int64_t>(std::ceil((c.end - c.start) / c.step));
+    Ref want{{n}, {}};
+    for (int64_t i = 0; i < n; ++i) {
+      want.values.push_back(round_to(c.dtype, c.start + static_cast<double>(i) * c.step));
+    }
+    EXPECT_TRUE(matches(arange(c.start, c.end, c.step, c.dtype), c.dtype, want, kExact))
+        << "arange(" << c.start << ", " << c.end << ", " << c.step << ")";
+  }
+}
+
+TEST_F(OpsValue, ScalarTensorIsZeroDimWithItsValue) {
+  EXPECT_TRUE(matches(scalar_tensor(3.75), DType::kF32, Ref{{}, {3.75}}, kExact));
+  EXPECT_TRUE(matches(scalar_tensor(0.1, DType::kF64), DType::kF64, Ref{{}, {0.1}}, kExact));
+  EXPECT_DOUBLE_EQ(scalar_tensor(-7, DType::kI64).item(), -7.0);
+}
+
+}  // namespace
+}  // namespace axle::testing

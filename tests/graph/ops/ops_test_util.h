@@ -1,0 +1,160 @@
+// Test helpers for the graph ops' value tests (tests/graph/ops): random inputs, tensors made from
+// reference arrays, the comparison of an op's result with its reference, and a fixture that
+// restarts the lazy system. The ops run end to end on the CPU backend.
+//
+// Tolerances: f32 results 1e-5 relative + 1e-6 absolute, f64 1e-12, bf16 1e-2 relative. For sums
+// of products (matmul, linear, conv2d) "relative" is to the sum of |terms|, the size the rounding
+// error of any summation order scales with; plain |result| would reject correct kernels wherever
+// the terms cancel.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <iomanip>
+#include <random>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "engine/metrics.h"
+#include "graph/autograd.h"
+#include "graph/collectives.h"
+#include "graph/nn/layers.h"
+#include "graph/nn/loss.h"
+#include "graph/nn/module.h"
+#include "graph/ops.h"
+#include "graph/optim/optimizer.h"
+#include "graph/tensor.h"
+#include "tests/graph/ops/reference.h"
+#include "tests/graph/test_runtime.h"
+
+namespace axle::testing {
+
+// f rounded to bf16's 8 significant bits, to nearest even.
+inline double to_bf16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  return std::bit_cast<float>((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+
+inline double round_to(DType dtype, double v) {
+  switch (dtype) {
+    case DType::kF32:
+      return static_cast<float>(v);
+    case DType::kBF16:
+      return to_bf16(static_cast<float>(v));
+    case DType::kI32:
+    case DType::kI64:
+      return std::trunc(v);
+    case DType::kBool:
+      return v != 0 ? 1 : 0;
+    case DType::kF64:
+      return v;
+  }
+  return v;
+}
+
+// Values uniform in [lo, hi), rounded to `dtype` so the reference sees what the device holds.
+inline Ref random_ref(std::mt19937& rng, Dims dims, double lo, double hi,
+                      DType dtype = DType::kF32) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  Ref x{std::move(dims), {}};
+  for (int64_t i = count(x.dims); i > 0; --i) x.values.push_back(round_to(dtype, dist(rng)));
+  return x;
+}
+
+// Integers uniform in [lo, hi].
+inline Ref random_ints(std::mt19937& rng, Dims dims, int64_t lo, int64_t hi) {
+  std::uniform_int_distribution<int64_t> dist(lo, hi);
+  Ref x{std::move(dims), {}};
+  for (int64_t i = count(x.dims); i > 0; --i) x.values.push_back(static_cast<double>(dist(rng)));
+  return x;
+}
+
+inline Dims random_dims(std::mt19937& rng, int rank, int64_t max_size = 5) {
+  std::uniform_int_distribution<int64_t> dist(1, max_size);
+  Dims dims;
+  for (int i = 0; i < rank; ++i) dims.push_back(dist(rng));
+  return dims;
+}
+
+template <class T>
+Tensor tensor_of(const Ref& x) {
+  std::vector<T> values;
+  for (double v : x.values) values.push_back(static_cast<T>(v));
+  return tensor(values, shape_of(x.dims));
+}
+
+// x on the device in `dtype`; bool and bf16 have no host constructor, so they come from a cast.
+inline Tensor on_device(const Ref& x, DType dtype = DType::kF32) {
+  switch (dtype) {
+    case DType::kF32:
+      return tensor_of<float>(x);
+    case DType::kF64:
+      return tensor_of<double>(x);
+    case DType::kI32:
+      return tensor_of<int32_t>(x);
+    case DType::kI64:
+      return tensor_of<int64_t>(x);
+    case DType::kBF16:
+    case DType::kBool:
+      return cast(tensor_of<float>(x), dtype);
+  }
+  return {};
+}
+
+// ---- Comparison ------------------------------------------------------------------------------
+
+struct Tolerance {
+  double rel;
+  double abs;
+};
+inline constexpr Tolerance kExact{0, 0};
+inline constexpr Tolerance kTolF32{1e-5, 1e-6};
+inline constexpr Tolerance kTolF64{1e-12, 1e-14};
+inline constexpr Tolerance kTolBf16{1e-2, 1e-6};
+
+// Passes when t has `dtype`, want's dims, and every element within tol.abs + tol.rel * size,
+// size being |want| or, when larger, the element's `scale` (see the top of this file).
+inline ::testing::AssertionResult matches(const Tensor& t, DType dtype, const Ref& want,
+                                          Tolerance tol, const std::vector<double>& scale = {}) {
+  if (t.dtype() != dtype) {
+    return ::testing::AssertionFailure()
+           << "dtype is " << dtype_name(t.dtype()) << ", expected " << dtype_name(dtype);
+  }
+  if (!(t.shape() == shape_of(want.dims))) {
+    return ::testing::AssertionFailure() << "shape is " << t.shape().to_string() << ", expected "
+                                         << shape_of(want.dims).to_string();
+  }
+  const std::vector<double> got = t.to_vector<double>();
+  if (got.size() != want.values.size()) {
+    return ::testing::AssertionFailure()
+           << "read " << got.size() << " elements, expected " << want.values.size();
+  }
+  std::ostringstream detail;
+  detail << std::setprecision(10);
+  int64_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double size = std::max(std::abs(want.values[i]), scale.empty() ? 0.0 : scale[i]);
+    if (std::abs(got[i] - want.values[i]) <= tol.abs + tol.rel * size) continue;
+    if (++bad <= 5)
+      detail << "\n  element " << i << ": got " << got[i] << ", want " << want.values[i];
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " elements of " << dtype_name(dtype)
+         << shape_of(want.dims).to_string() << " differ (rel " << tol.rel << ", abs " << tol.abs
+         << ")" << detail.str();
+}
+
+inline void fresh_system() { fresh_runtime(); }
+
+class OpsValue : public ::testing::Test {
+ protected:
+  void SetUp() override { fresh_system(); }
+};
+
+}  // namespace axle::testing
