@@ -5,9 +5,6 @@
 
 #include <chrono>
 
-#include "engine/metrics.h"
-#include "engine/trace.h"
-
 namespace axle {
 
 void ClosureFailures::add(std::exception_ptr error) {
@@ -20,19 +17,17 @@ std::exception_ptr ClosureFailures::take() {
   return std::exchange(first_, nullptr);
 }
 
-void run_step_closure(const StepClosure& closure) {
-  AXLE_COUNTER_INC("StepClosures", 1);
-  struct Charge {
+void run_step_closure(const StepClosure& closure, const Observers& observers) {
+  // Told when the closure is done, failed or not.
+  struct Tell {
     const StepClosure& closure;
-    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-    ~Charge() {
-      if (!closure.account) return;
-      closure.account->add(StepBreakdown::kClosures, std::chrono::duration<double, std::nano>(
-                                                         std::chrono::steady_clock::now() - start)
-                                                         .count());
+    const Observers& observers;
+    std::chrono::steady_clock::time_point start = observer_now();
+    ~Tell() {
+      const Span run{start, observer_now()};
+      observers.tell([&](ActorObserver& o) { o.closure_ran(closure, run); });
     }
-  } charge{closure};
-  const Trace span("step closure", "closures");
+  } tell{closure, observers};
   // An async closure runs on the closure runner's thread, yet `Device{}` in it is still the
   // adding replica's device.
   const DefaultDeviceScope device(closure.device);
@@ -83,7 +78,7 @@ void ClosureRunner::pump() {
     waiting_on_ = nullptr;
     for (const StepClosure& closure : head.batch.closures) {
       try {
-        run_step_closure(closure);
+        run_step_closure(closure, observers_);
       } catch (...) {
         head.batch.failures->add(std::current_exception());
       }

@@ -11,6 +11,7 @@
 #include <source_location>
 #include <vector>
 
+#include "actors/observer.h"
 #include "actors/step_breakdown.h"
 #include "engine/actor.h"
 #include "graph/device_data.h"
@@ -53,6 +54,7 @@ struct StepOutputDone {};
 
 class ClosureRunner : public Actor<ClosureRunner, RunAfterStep, DrainClosures, StepOutputDone> {
  public:
+  explicit ClosureRunner(const Observers& observers) : observers_(observers) {}
   void handle(RunAfterStep& m);
   void handle(DrainClosures& m, Promise<void>&& reply);
   void handle(StepOutputDone&) { pump(); }
@@ -65,12 +67,14 @@ class ClosureRunner : public Actor<ClosureRunner, RunAfterStep, DrainClosures, S
   };
   void pump();
 
+  const Observers& observers_;
   std::deque<Work> queue_;
   const DeviceData* waiting_on_ = nullptr;
 };
 
-/// Runs `closure` now; a failure is rethrown as a StepClosureError naming where it was added.
-void run_step_closure(const StepClosure& closure);
+/// Runs `closure` now, telling `observers`; a failure is rethrown as a StepClosureError naming
+/// where it was added.
+void run_step_closure(const StepClosure& closure, const Observers& observers);
 
 /// A step closure threw: the message names the line that added it and what it threw.
 class StepClosureError : public std::runtime_error {

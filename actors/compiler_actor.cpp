@@ -17,10 +17,6 @@
 namespace axle {
 namespace {
 
-double elapsed_ns(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
-}
-
 // What the host binds and the device hands back for `graph`: a program from disk must agree.
 ProgramInterface interface_of(const StepGraph& graph) {
   ProgramInterface interface;
@@ -54,30 +50,32 @@ void CompilerActor::handle(CompileRequest& request, Promise<IntrusivePtr<Executa
   // Handlers run one at a time, so a request for a hash compiled by an earlier request (or by a
   // concurrent replica's) finds it in the cache here: that is the de-duplication.
   const uint64_t hash = request.graph->hash;
+  const auto start = std::chrono::steady_clock::now();
   if (IntrusivePtr<Executable> done = cache_.find(hash)) {
-    AXLE_COUNTER_INC("CachedCompile", 1);
+    const Span lookup{start, observer_now()};
+    observers_.tell(
+        [&](ActorObserver& o) { o.program_found(ProgramSource::kMemoryCache, lookup); });
     reply.set_value(std::move(done));
     return;
   }
   const std::shared_ptr<const PersistentCache> persistent = persistent_ ? persistent_() : nullptr;
   if (persistent) {
-    const auto start = std::chrono::steady_clock::now();
     const ProgramInterface expected = interface_of(*request.graph);
     if (IntrusivePtr<Executable> loaded = persistent->load(hash, &expected)) {
-      AXLE_METRIC_ADD("PersistentCacheLoadTime", MetricKind::kTime, elapsed_ns(start));
-      AXLE_COUNTER_INC("PersistentCacheHit", 1);
+      const Span lookup{start, observer_now()};
+      observers_.tell(
+          [&](ActorObserver& o) { o.program_found(ProgramSource::kPersistentCache, lookup); });
       cache_.insert(hash, loaded);
       reply.set_value(std::move(loaded));
       return;
     }
-    AXLE_COUNTER_INC("PersistentCacheMiss", 1);
+    observers_.tell([&](ActorObserver& o) { o.program_not_persisted(); });
   }
   if (debug_level_ >= 1) {
     fmt::print(stderr, "{}",
                history_.compilation_analysis(*request.graph, request.reason, request.where));
   }
-  const auto start = std::chrono::steady_clock::now();
-  const Trace span("compile", "compiler");
+  const auto compile_start = std::chrono::steady_clock::now();
   IntrusivePtr<Executable> program;
   try {
     program = compile_graph(*request.graph, passes_);
@@ -87,8 +85,9 @@ void CompilerActor::handle(CompileRequest& request, Promise<IntrusivePtr<Executa
     throw;
   }
   if (const std::string dir = xla_dump_dir(); !dir.empty()) dump(dir, *request.graph, *program);
-  AXLE_METRIC_ADD("CompileTime", MetricKind::kTime, elapsed_ns(start));
-  AXLE_COUNTER_INC("UncachedCompile", 1);
+  const Span compiled{compile_start, observer_now()};
+  observers_.tell(
+      [&](ActorObserver& o) { o.program_compiled(*request.graph, *program, compiled); });
   if (debug_level_ >= 1) fmt::print(stderr, "{}", post_compilation_analysis(*program));
   cache_.insert(hash, program);
   reply.set_value(program);

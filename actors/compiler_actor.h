@@ -12,6 +12,7 @@
 
 #include "actors/compile_cache.h"
 #include "actors/debug_analysis.h"
+#include "actors/observer.h"
 #include "actors/persistent_cache.h"
 #include "engine/actor.h"
 #include "engine/config.h"
@@ -35,10 +36,11 @@ using PersistentCacheSource = std::function<std::shared_ptr<const PersistentCach
 class CompilerActor : public Actor<CompilerActor, CompileRequest> {
  public:
   /// Runs the passes AXLE_DISABLE_PASSES leaves on (a bad value throws ConfigError here).
-  explicit CompilerActor(CompileCache& cache, PersistentCacheSource persistent = {})
+  CompilerActor(CompileCache& cache, PersistentCacheSource persistent, const Observers& observers)
       : cache_(cache),
         passes_(PassSet::from_config()),
         persistent_(std::move(persistent)),
+        observers_(observers),
         debug_level_(static_cast<int>(config::get_int("PT_XLA_DEBUG_LEVEL", 0))) {}
   void handle(CompileRequest& request, Promise<IntrusivePtr<Executable>>&& reply);
 
@@ -46,6 +48,7 @@ class CompilerActor : public Actor<CompilerActor, CompileRequest> {
   CompileCache& cache_;
   PassSet passes_;
   PersistentCacheSource persistent_;
+  const Observers& observers_;
   int debug_level_;  // PT_XLA_DEBUG_LEVEL: 1 analyses each compilation
   CompileHistory history_;
 };

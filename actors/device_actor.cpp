@@ -63,7 +63,11 @@ void DeviceActor::copy_to_host(DataHold data, Promise<std::vector<std::byte>> re
     const IntrusivePtr<DeviceMemory>& memory = data->wait();  // ready: rethrows a failure
     bytes.resize(data->bytes());
     backend_.copy_to_host(ordinal_, *memory, bytes.data(), bytes.size());
-    AXLE_METRIC_ADD("TransferFromDeviceTime", MetricKind::kTime, elapsed_ns(start));
+    if (!observers_.empty()) {
+      const Span span{start, observer_now()};
+      observers_.tell(
+          [&](ActorObserver& o) { o.transferred_to_host(ordinal_, bytes.size(), span); });
+    }
   } catch (...) {
     data = DataHold();
     reply.set_error(std::current_exception());
@@ -130,8 +134,9 @@ bool DeviceActor::ready(ExecuteRequest& request) {
           self().target(), [this, held = IntrusivePtr<ExecuteRequest>(&request)](
                                Result<IntrusivePtr<Executable>> result) mutable {
             absorb(*held, std::move(result));
-            if (held->account) {
-              held->account->add(StepBreakdown::kCompilerWait, elapsed_ns(held->waits_since));
+            if (!observers_.empty()) {
+              const Span waited{held->waits_since, observer_now()};
+              observers_.tell([&](ActorObserver& o) { o.program_waited(*held, waited); });
             }
             pump();
           });
@@ -267,12 +272,10 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
                                      members, position = static_cast<int>(position),
                                      shares_result](Result<Gathered> all) mutable {
     ExecuteRequest& request = *held;
-    request.collective_ns += elapsed_ns(request.waits_since);
-    if (trace_recording()) {
-      const int64_t end = trace_now();
-      record_span(fmt::format("{} wait", kernel_name(call.kernel)), "collective",
-                  end - static_cast<int64_t>(elapsed_ns(request.waits_since)), end);
-    }
+    const Span waited{request.waits_since, std::chrono::steady_clock::now()};
+    request.collective_ns += waited.ns();
+    observers_.tell(
+        [&](ActorObserver& o) { o.collective_waited(request, kernel_name(call.kernel), waited); });
     if (!all.ok()) {
       finish(request, all.error());
       return pump();
@@ -339,16 +342,9 @@ void DeviceActor::finish(ExecuteRequest& request, std::exception_ptr error) {
     for (auto& out : request.outputs) out->fail(error);
   } else {
     std::vector<IntrusivePtr<DeviceMemory>> results = request.run->take_outputs();
-    const double run_ns = elapsed_ns(request.started);
-    if (trace_recording()) {
-      const int64_t end = trace_now();
-      record_span("execute", "device", end - static_cast<int64_t>(run_ns), end, 0,
-                  request.trace_flow);
-    }
-    AXLE_METRIC_ADD("ExecuteTime", MetricKind::kTime, run_ns);
-    if (request.account) {
-      request.account->add(StepBreakdown::kExecuting, run_ns - request.collective_ns);
-      request.account->add(StepBreakdown::kCollectives, request.collective_ns);
+    if (!observers_.empty()) {
+      const Span run{request.started, observer_now()};
+      observers_.tell([&](ActorObserver& o) { o.executed(ordinal_, request, run); });
     }
     for (std::size_t i = 0; i < request.outputs.size(); ++i) {
       request.outputs[i]->fulfil(std::move(results[i]));
@@ -359,7 +355,6 @@ void DeviceActor::finish(ExecuteRequest& request, std::exception_ptr error) {
 
 void DeviceActor::run(TransferToDevice& transfer) {
   const auto start = std::chrono::steady_clock::now();
-  const Trace span("transfer to device", "device");
   try {
     auto memory = backend_.allocate(ordinal_, transfer.bytes->size());
     backend_.copy_to_device(ordinal_, transfer.bytes->data(), *memory, transfer.bytes->size());
@@ -367,7 +362,11 @@ void DeviceActor::run(TransferToDevice& transfer) {
   } catch (...) {
     transfer.target->fail(std::current_exception());
   }
-  AXLE_METRIC_ADD("TransferToDeviceTime", MetricKind::kTime, elapsed_ns(start));
+  if (!observers_.empty()) {
+    const Span span{start, observer_now()};
+    observers_.tell(
+        [&](ActorObserver& o) { o.transferred_to_device(ordinal_, transfer.bytes->size(), span); });
+  }
 }
 
 }  // namespace axle

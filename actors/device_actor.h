@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/observer.h"
 #include "actors/rendezvous_actor.h"
 #include "actors/step_breakdown.h"
 #include "backends/backend.h"
@@ -92,8 +93,12 @@ struct ReadReady {
 class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToHost, QueryMemory,
                                  Drain, Pump, ResumeRun, ReadReady> {
  public:
-  DeviceActor(Backend& backend, int ordinal, ActorRef<RendezvousActor> rendezvous)
-      : backend_(backend), ordinal_(ordinal), rendezvous_(std::move(rendezvous)) {}
+  DeviceActor(Backend& backend, int ordinal, ActorRef<RendezvousActor> rendezvous,
+              const Observers& observers)
+      : backend_(backend),
+        ordinal_(ordinal),
+        rendezvous_(std::move(rendezvous)),
+        observers_(observers) {}
 
   void handle(Execute& m);
   void handle(TransferToDevice& m);
@@ -127,6 +132,7 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
   Backend& backend_;
   int ordinal_;
   ActorRef<RendezvousActor> rendezvous_;
+  const Observers& observers_;
   std::deque<Work> queue_;
   const DeviceData* waiting_on_ = nullptr;
 };

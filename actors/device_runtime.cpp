@@ -29,19 +29,19 @@ class DeviceRuntime final : public TensorRuntime {
   }
 
   std::vector<std::byte> read_blocking(IntrusivePtr<DeviceData> data) override {
-    const auto asked = std::chrono::steady_clock::now();
-    Future<std::vector<std::byte>> bytes = read(std::move(data));
+    const Observers& observers = LazySystem::get().observers();
     // The replica's wait, failed reads included.
-    struct ChargeWait {
-      std::chrono::steady_clock::time_point asked;
-      ~ChargeWait() {
-        ReplicaHost::current().account()->add_host_wait(
-            StepBreakdown::kValueWait,
-            std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - asked)
-                .count());
+    struct TellWait {
+      const Observers& observers;
+      std::chrono::steady_clock::time_point asked = observer_now();
+      ~TellWait() {
+        if (observers.empty()) return;
+        const Span waited{asked, observer_now()};
+        StepBreakdown& account = *ReplicaHost::current().account();
+        observers.tell([&](ActorObserver& o) { o.value_waited(account, waited); });
       }
-    } charge{asked};
-    return bytes.get();
+    } tell{observers};
+    return read(std::move(data)).get();
   }
 
   IntrusivePtr<DeviceData> upload(std::vector<std::byte> bytes, DType dtype, const Shape& shape,

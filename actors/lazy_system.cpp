@@ -8,6 +8,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "actors/standard_observers.h"
 #include "engine/config.h"
 #include "engine/log.h"
 #include "engine/spawn.h"
@@ -102,23 +103,25 @@ std::shared_ptr<const PersistentCache> LazySystem::persistent_cache() {
 }
 
 LazySystem::LazySystem(LazySystemOptions options)
-    : backend_(backend_from_environment(options)),
+    : observers_(options.observers ? std::move(*options.observers) : standard_observers()),
+      backend_(backend_from_environment(options)),
       cache_(static_cast<std::size_t>(config::get_int("XLA_COMPILATION_CACHE_SIZE", 2048))),
       max_graph_nodes_(static_cast<uint64_t>(config::get_int("AXLE_MAX_GRAPH_NODES", 1'000'000))),
       saved_graphs_(config::get_string("XLA_SAVE_TENSORS_FILE", ""),
                     config::get_string("XLA_SAVE_TENSORS_FMT", "text")) {
   choose_persistent_cache(options.persistent_cache);
-  compiler_ = spawn<CompilerActor>(runtime_, SpawnOptions{.name = "compiler"}, cache_,
-                                   PersistentCacheSource(&LazySystem::persistent_cache));
+  compiler_ =
+      spawn<CompilerActor>(runtime_, SpawnOptions{.name = "compiler"}, cache_,
+                           PersistentCacheSource(&LazySystem::persistent_cache), observers_);
   rendezvous_actor_ = spawn<RendezvousActor>(runtime_, SpawnOptions{.name = "rendezvous"});
   for (int i = 0; i < backend_->device_count(); ++i) {
     devices_.push_back(spawn<DeviceActor>(
         runtime_, SpawnOptions{.name = fmt::format("device-{}", i), .dedicated_thread = true},
-        *backend_, i, rendezvous_actor_));
+        *backend_, i, rendezvous_actor_, observers_));
   }
   // Closures may block (a value they read may not be ready), so they get a thread of their own.
   closure_runner_ = spawn<ClosureRunner>(
-      runtime_, SpawnOptions{.name = "step-closures", .dedicated_thread = true});
+      runtime_, SpawnOptions{.name = "step-closures", .dedicated_thread = true}, observers_);
   eager_ = config::get_bool("XLA_USE_EAGER_DEBUG_MODE", false);
   sync_wait_ = config::get_bool("XLA_SYNC_WAIT", false);
   param_aliasing_ = config::get_bool("XLA_ENABLE_PARAM_ALIASING", true);

@@ -18,6 +18,7 @@
 #include "actors/compile_cache.h"
 #include "actors/compiler_actor.h"
 #include "actors/device_actor.h"
+#include "actors/observer.h"
 #include "actors/persistent_cache.h"
 #include "actors/rendezvous_actor.h"
 #include "actors/saved_graphs.h"
@@ -41,6 +42,9 @@ struct LazySystemOptions {
   /// Replaces the persistent compile cache, even one initialize_cache opened (tests start each
   /// from a directory of their own). Unset keeps the current one.
   std::optional<PersistentCacheSettings> persistent_cache;
+  /// What watches the actors work (actors/observer.h). Unset: the standard observers (metrics,
+  /// timeline, step breakdown); empty: none.
+  std::optional<std::vector<std::shared_ptr<ActorObserver>>> observers;
 };
 
 class LazySystem final {
@@ -95,8 +99,11 @@ class LazySystem final {
   [[nodiscard]] SavedGraphs& saved_graphs() noexcept { return saved_graphs_; }
   /// The auto-metrics analysis and XLA_METRICS_FILE, told of every step.
   [[nodiscard]] StepReports& step_reports() noexcept { return *step_reports_; }
+  /// What watches the actors (fixed for the system's life).
+  [[nodiscard]] const Observers& observers() const noexcept { return observers_; }
 
  private:
+  Observers observers_;  // before the actors that tell them, after them in destruction
   Runtime runtime_;
   std::unique_ptr<Backend> backend_;
   CompileCache cache_;

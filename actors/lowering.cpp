@@ -8,7 +8,6 @@
 #include "actors/fusion.h"
 #include "actors/kernel_map.h"
 #include "actors/memory_plan.h"
-#include "engine/metrics.h"
 #include "graph/collectives.h"
 
 namespace axle {
@@ -105,14 +104,12 @@ IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool
   executable->calls.reserve(program.size() - leaves);
   const std::vector<int32_t> root_of =
       fuse ? plan_fusion(program) : std::vector<int32_t>(program.size(), -1);
-  int64_t fused = 0;
   for (std::size_t id = 0; id < program.size(); ++id) {
     if (program.is_leaf(id)) continue;
     if (root_of[id] >= 0) {
       // A member of a fused kernel runs inside its root's call; the root's call runs here.
       if (root_of[id] == static_cast<int32_t>(id)) {
         executable->calls.push_back(fused_call(program, root_of, static_cast<int32_t>(id)));
-        ++fused;
       }
       continue;
     }
@@ -126,10 +123,7 @@ IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool
     call.reals.assign(program.reals(id).begin(), program.reals(id).end());
     executable->calls.push_back(std::move(call));
   }
-  if (fused) AXLE_COUNTER_INC("FusedKernels", fused);
   plan_memory(*executable);
-  AXLE_METRIC_ADD("ProgramPeakBytes", MetricKind::kBytes,
-                  static_cast<double>(executable->plan.peak_bytes));
   return executable;
 }
 

@@ -12,16 +12,10 @@
 #include "actors/lazy_system.h"
 #include "engine/hash.h"
 #include "engine/log.h"
-#include "engine/metrics.h"
 #include "engine/this_thread.h"
-#include "engine/trace.h"
 
 namespace axle {
 namespace {
-
-double elapsed_ns(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - since).count();
-}
 
 Future<IntrusivePtr<Executable>> find_or_compile(LazySystem& system, StepGraph& graph,
                                                  SyncReason reason,
@@ -29,8 +23,14 @@ Future<IntrusivePtr<Executable>> find_or_compile(LazySystem& system, StepGraph& 
   if (system.debug_level() >= 2) {
     fmt::print(stderr, "{}", execution_analysis(graph, reason, where));
   }
+  const auto start =
+      system.observers().empty() ? std::chrono::steady_clock::time_point{} : observer_now();
   if (IntrusivePtr<Executable> hit = system.cache().find(graph.hash)) {
-    AXLE_COUNTER_INC("CachedCompile", 1);
+    if (!system.observers().empty()) {
+      const Span lookup{start, observer_now()};
+      system.observers().tell(
+          [&](ActorObserver& o) { o.program_found(ProgramSource::kMemoryCache, lookup); });
+    }
     auto [promise, future] = make_promise<IntrusivePtr<Executable>>();
     promise.set_value(std::move(hit));
     return future;
@@ -45,7 +45,7 @@ Future<IntrusivePtr<Executable>> find_or_compile(LazySystem& system, StepGraph& 
 // updated in place, a batch nobody kept). Such an input must appear once and not be an output.
 // Which inputs are donated is part of the graph's hash: it depends on the program the user
 // wrote, not on timing, so a training loop donates the same inputs every step.
-void mark_donations(StepGraph& graph) {
+void mark_donations(StepGraph& graph, const Observers& observers) {
   std::vector<std::pair<const DeviceData*, std::size_t>> candidates;
   for (std::size_t i = 0; i < graph.inputs.size(); ++i) {
     const Node& leaf = *graph.nodes[graph.inputs[i]];
@@ -75,7 +75,7 @@ void mark_donations(StepGraph& graph) {
   uint64_t h = hash_combine(graph.hash, 0x646f6e61746564ULL);  // "donated"
   for (uint8_t d : graph.donated) h = hash_combine(h, d);
   graph.hash = h;
-  AXLE_COUNTER_INC("DonatedInputs", static_cast<int64_t>(donated));
+  observers.tell([&](ActorObserver& o) { o.inputs_donated(static_cast<int64_t>(donated)); });
 }
 
 // What a replica brings to the comparison of graphs: the graph's hash, and its nodes described
@@ -245,12 +245,13 @@ void ReplicaHost::sync_device(LazySystem& system, Device device,
     tensor_root[i] = it->second;
   }
   // Each traced op made one node and usually one scalar leaf.
+  const auto sync_start =
+      system.observers().empty() ? std::chrono::steady_clock::time_point{} : observer_now();
   const std::size_t hint = 2 * trace_->nodes_since_step();
   StepGraph& graph = step_graph_;
   build_step_graph(roots, graph, scratch_, hint);
-  if (may_donate) mark_donations(graph);
+  if (may_donate) mark_donations(graph, system.observers());
 
-  const int64_t sync_start = trace_recording() ? trace_now() : 0;
   auto request = make_intrusive<ExecuteRequest>();
   request->account = account();
   if (replica_) {
@@ -289,10 +290,10 @@ void ReplicaHost::sync_device(LazySystem& system, Device device,
   }
   std::vector<IntrusivePtr<DeviceData>> outputs;
   if (wait) outputs = request->outputs;
-  if (sync_start != 0) {
-    request->trace_flow = new_trace_flow();
-    record_span(fmt::format("{} -> {}", reason_name(reason), device.to_string()), "host",
-                sync_start, trace_now(), request->trace_flow);
+  if (!system.observers().empty()) {
+    const Span built{sync_start, observer_now()};
+    system.observers().tell(
+        [&](ActorObserver& o) { o.graph_sent(reason, device, built, *request); });
   }
   system.device_actor(device).tell(Execute{std::move(request)});
   if (wait) {
@@ -335,18 +336,12 @@ void ReplicaHost::sync(std::span<const Tensor> tensors, SyncReason reason,
 // --- steps and closures ---
 
 void ReplicaHost::step(bool wait, SyncReason reason, const std::source_location& where) {
-  const auto start = std::chrono::steady_clock::now();
-  const double traced_ns = std::chrono::duration<double, std::nano>(start - last_step_).count();
-  AXLE_METRIC_ADD("TraceTime", MetricKind::kTime, traced_ns);
-  if (trace_recording()) {
-    record_span(
-        "trace step", "host",
-        std::chrono::duration_cast<std::chrono::nanoseconds>(last_step_.time_since_epoch()).count(),
-        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count());
-  }
-  account()->count_step(traced_ns);
-  AXLE_COUNTER_INC("MarkStep", 1);
   LazySystem& system = LazySystem::get();
+  if (!system.observers().empty()) {
+    const Span traced{last_step_, observer_now()};
+    StepBreakdown& mine = *account();
+    system.observers().tell([&](ActorObserver& o) { o.step_traced(mine, traced); });
+  }
   const bool closures = !closures_.now.empty() || !closures_.async.empty();
   std::vector<IntrusivePtr<DeviceData>> outputs;
   const std::vector<Tensor> pending = trace_->pending_tensors();
@@ -383,7 +378,8 @@ void ReplicaHost::run_closures(std::vector<IntrusivePtr<DeviceData>> outputs) {
       // A failed step: the closure reading it gets the error itself.
     }
   }
-  for (const StepClosure& closure : now) run_step_closure(closure);
+  const Observers& observers = LazySystem::get().observers();
+  for (const StepClosure& closure : now) run_step_closure(closure, observers);
 }
 
 void ReplicaHost::rethrow_closure_failure() {

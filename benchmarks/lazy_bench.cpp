@@ -321,10 +321,16 @@ int main(int argc, char** argv) {
   app.add_option(
       "--only", only,
       "run only these: trace mark_step compile gemm fusion persistent_cache passes overlap");
+  std::string observers = "standard";
+  app.add_option("--observers", observers,
+                 "standard (metrics, timeline, step breakdown) or none: what watches the actors "
+                 "while trace and mark_step are measured")
+      ->check(CLI::IsMember({"standard", "none"}));
   CLI11_PARSE(app, argc, argv);
   // A million-node compile traces past the default cut (AXLE_MAX_GRAPH_NODES ops per step).
   if (!axle::config::get("AXLE_MAX_GRAPH_NODES"))
     axle::config::set("AXLE_MAX_GRAPH_NODES", "10000000");
+  if (observers == "none") axle::LazySystem::restart(axle::LazySystemOptions{.observers = {{}}});
   auto wanted = [&](const std::string& name) {
     return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
   };

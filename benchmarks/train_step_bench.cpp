@@ -59,9 +59,18 @@ class TrainingStep {
   Tensor labels_;
 };
 
+// --observers none: systems start with no observer attached (no metrics, timeline or breakdown).
+bool g_observers = true;
+
+LazySystemOptions system_options(int devices = 0) {
+  LazySystemOptions options{.cpu_devices = devices};
+  if (!g_observers) options.observers.emplace();
+  return options;
+}
+
 // Median ms per step over `rounds` rounds of `steps` back-to-back steps.
 double step_ms(const std::string& model_name, int64_t batch, int steps, int rounds) {
-  LazySystem::restart();
+  LazySystem::restart(system_options());
   TrainingStep step(model_name, batch);
   for (int i = 0; i < 3; ++i) step();  // compiles (the first steps differ: momentum starts)
   wait_device_ops();
@@ -79,7 +88,7 @@ double step_ms(const std::string& model_name, int64_t batch, int steps, int roun
 // `batch` samples with gradients averaged by optimizer_step: the median of `rounds` rounds.
 double parallel_samples_per_s(const std::string& model_name, int64_t batch, int devices, int steps,
                               int rounds) {
-  LazySystem::restart(LazySystemOptions{.cpu_devices = devices});
+  LazySystem::restart(system_options(devices));
   std::vector<double> rates;
   spawn([&](int replica) {
     TrainingStep step(model_name, batch);
@@ -166,7 +175,12 @@ int main(int argc, char** argv) {
                  "also train data-parallel on each of these device counts (e.g. 1,2,4): "
                  "samples_per_s with \"devices\"")
       ->delimiter(',');
+  std::string observers = "standard";
+  app.add_option("--observers", observers,
+                 "standard (metrics, timeline, step breakdown) or none: what watches the actors")
+      ->check(CLI::IsMember({"standard", "none"}));
   CLI11_PARSE(app, argc, argv);
+  g_observers = observers == "standard";
   const int steps = quick ? 5 : 20, rounds = quick ? 3 : 7;
   // What one device of the benchmark's system computes on (CPU_NUM_DEVICES is 1 unless set).
   const int threads =
