@@ -18,7 +18,6 @@ namespace axle {
 namespace {
 
 std::mutex g_system_mutex;
-std::atomic<LazySystem*> g_system{nullptr};
 std::unique_ptr<LazySystem> g_owner;
 
 // The persistent compile cache outlives systems: restart() keeps it. `g_persistent_chosen` says
@@ -61,22 +60,21 @@ std::unique_ptr<Backend> backend_from_environment(const LazySystemOptions& optio
 
 }  // namespace
 
-LazySystem& LazySystem::get() {
-  if (LazySystem* system = g_system.load(std::memory_order_acquire)) return *system;
+LazySystem& LazySystem::start_first() {
   std::lock_guard lock(g_system_mutex);
   if (!g_owner) {
     g_owner = std::make_unique<LazySystem>(LazySystemOptions{});
-    g_system.store(g_owner.get(), std::memory_order_release);
+    running_.store(g_owner.get(), std::memory_order_release);
   }
   return *g_owner;
 }
 
 void LazySystem::restart(LazySystemOptions options) {
   std::lock_guard lock(g_system_mutex);
-  g_system.store(nullptr, std::memory_order_release);
+  running_.store(nullptr, std::memory_order_release);
   g_owner.reset();
   g_owner = std::make_unique<LazySystem>(std::move(options));
-  g_system.store(g_owner.get(), std::memory_order_release);
+  running_.store(g_owner.get(), std::memory_order_release);
 }
 
 void LazySystem::initialize_persistent_cache(const std::string& path, bool readonly) {

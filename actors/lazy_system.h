@@ -50,7 +50,10 @@ struct LazySystemOptions {
 class LazySystem final {
  public:
   /// The running system, started on first use.
-  static LazySystem& get();
+  [[nodiscard]] static LazySystem& get() {
+    if (LazySystem* system = running_.load(std::memory_order_acquire)) [[likely]] return *system;
+    return start_first();
+  }
   /// Shuts the current system down (waiting for its devices) and starts the next with `options`.
   static void restart(LazySystemOptions options = {});
 
@@ -103,6 +106,10 @@ class LazySystem final {
   [[nodiscard]] const Observers& observers() const noexcept { return observers_; }
 
  private:
+  static LazySystem& start_first();
+  // The running system (null while none is, or while restart() replaces it).
+  static inline constinit std::atomic<LazySystem*> running_{nullptr};
+
   Observers observers_;  // before the actors that tell them, after them in destruction
   Runtime runtime_;
   std::unique_ptr<Backend> backend_;

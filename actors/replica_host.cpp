@@ -129,10 +129,7 @@ CollectiveError divergence_error(const GraphSignature& reference, const GraphSig
 
 // --- the host itself ---
 
-ReplicaHost& ReplicaHost::current() {
-  if (ReplicaHost* host = ThisThread<ReplicaHost>::get()) [[likely]] {
-    return *host;
-  }
+ReplicaHost& ReplicaHost::make_current() {
   // Kept until the thread exits, unbinding first, so nothing on the way out finds a host being
   // destroyed.
   auto* host = new ReplicaHost();

@@ -22,6 +22,7 @@
 #include "actors/closure_runner.h"
 #include "actors/replica_exchange.h"
 #include "actors/step_breakdown.h"
+#include "engine/this_thread.h"
 #include "graph/step_graph.h"
 #include "graph/sync_reason.h"
 #include "graph/tensor.h"
@@ -34,7 +35,10 @@ class LazySystem;
 class ReplicaHost {
  public:
   /// The calling thread's host, made on first use and kept until the thread exits.
-  [[nodiscard]] static ReplicaHost& current();
+  [[nodiscard]] static ReplicaHost& current() {
+    if (ReplicaHost* host = ThisThread<ReplicaHost>::get()) [[likely]] return *host;
+    return make_current();
+  }
 
   ReplicaHost();
   ~ReplicaHost();
@@ -80,6 +84,7 @@ class ReplicaHost {
   [[nodiscard]] const std::shared_ptr<StepBreakdown>& account();
 
  private:
+  static ReplicaHost& make_current();
   struct Closures {
     std::vector<StepClosure> now;
     std::vector<StepClosure> async;

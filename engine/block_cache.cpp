@@ -1,66 +1,42 @@
-// engine: the per-thread block cache.
+// engine: the per-thread block cache's slow paths and its end with the thread.
 #include "engine/block_cache.h"
 
-#include <array>
-#include <cstdint>
 #include <new>
-#include <vector>
 
-namespace axle {
+namespace axle::block_cache_internal {
 namespace {
 
-constexpr std::size_t kGrain = 64;
-constexpr std::size_t kMaxBlocksPerSize = std::size_t{1} << 16;
+thread_local constinit bool t_reaped = false;  // the reaper has run: the thread is exiting
 
-// Blocks can outlive the cache — an object in static storage dies after the main thread's
-// thread_locals — so its state is a trivially destructible flag that stays readable after the
-// cache is gone.
-enum class CacheState : uint8_t { kUnborn, kAlive, kDead };
-thread_local constinit CacheState tls_state = CacheState::kUnborn;
-
-struct BlockCache {
-  std::array<std::vector<void*>, kMaxCachedBlockBytes / kGrain> free;  // by size / kGrain - 1
-  BlockCache() { tls_state = CacheState::kAlive; }
-  ~BlockCache() {
-    tls_state = CacheState::kDead;
-    for (auto& blocks : free) {
-      for (void* b : blocks) ::operator delete(b);
+// Gives the thread's cached blocks back when it exits; made on the thread's first slow
+// allocation. After it, `t_alive` is false and frees go straight to the allocator (objects in
+// static storage die after the main thread's thread_locals).
+struct Reaper {
+  Reaper() noexcept { t_alive = true; }
+  ~Reaper() {
+    t_alive = false;
+    t_reaped = true;
+    for (FreeList& list : t_lists) {
+      while (void* block = list.head) {
+        list.head = *static_cast<void**>(block);
+        ::operator delete(block);
+      }
+      list.count = 0;
     }
   }
 };
-thread_local BlockCache tls_cache;
-
-bool cached_size(std::size_t bytes) noexcept {
-  return bytes != 0 && bytes <= kMaxCachedBlockBytes && bytes % kGrain == 0;
-}
+thread_local Reaper t_reaper;
 
 }  // namespace
 
-void* allocate_block(std::size_t bytes) {
-  if (cached_size(bytes) && tls_state != CacheState::kDead) {
-    std::vector<void*>& blocks = tls_cache.free[bytes / kGrain - 1];  // constructs on first use
-    if (!blocks.empty()) {
-      void* block = blocks.back();
-      blocks.pop_back();
-      return block;
-    }
+void* allocate_slow(std::size_t bytes) {
+  if (cached_size(bytes) && !t_alive && !t_reaped) {
+    // Constructs the reaper: from now on the thread keeps freed blocks.
+    (void)&t_reaper;
   }
   return ::operator new(bytes);
 }
 
-void free_block(void* block, std::size_t bytes) noexcept {
-  if (cached_size(bytes) && tls_state == CacheState::kAlive) {
-    std::vector<void*>& blocks = tls_cache.free[bytes / kGrain - 1];
-    if (blocks.size() < kMaxBlocksPerSize) {
-      try {
-        blocks.push_back(block);
-        return;
-      } catch (...) {
-        // no room to remember it: give it back below
-      }
-    }
-  }
-  ::operator delete(block);
-}
+void free_slow(void* block, std::size_t bytes) noexcept { ::operator delete(block); }
 
-}  // namespace axle
+}  // namespace axle::block_cache_internal

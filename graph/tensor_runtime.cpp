@@ -10,28 +10,25 @@
 namespace axle {
 namespace {
 
-constinit std::atomic<TensorRuntime*> g_runtime{nullptr};
+using tensor_runtime_internal::g_installed;
 constinit std::atomic<TensorRuntime* (*)()> g_provider{nullptr};
 std::mutex g_provider_mutex;
+
+}  // namespace
+
+namespace tensor_runtime_internal {
 
 TensorRuntime* from_provider() {
   TensorRuntime* (*provider)() = g_provider.load(std::memory_order_acquire);
   if (!provider) return nullptr;
   std::lock_guard lock(g_provider_mutex);
-  if (TensorRuntime* installed = g_runtime.load(std::memory_order_acquire)) return installed;
+  if (TensorRuntime* installed = g_installed.load(std::memory_order_acquire)) return installed;
   TensorRuntime* made = provider();
-  g_runtime.store(made, std::memory_order_release);
+  g_installed.store(made, std::memory_order_release);
   return made;
 }
 
-}  // namespace
-
-TensorRuntime* tensor_runtime() {
-  if (TensorRuntime* runtime = g_runtime.load(std::memory_order_acquire)) [[likely]] {
-    return runtime;
-  }
-  return from_provider();
-}
+}  // namespace tensor_runtime_internal
 
 TensorRuntime& require_tensor_runtime(std::string_view what) {
   if (TensorRuntime* runtime = tensor_runtime()) return *runtime;
@@ -43,7 +40,7 @@ TensorRuntime& require_tensor_runtime(std::string_view what) {
 
 TensorRuntime* install_tensor_runtime(TensorRuntime* runtime) noexcept {
   std::lock_guard lock(g_provider_mutex);
-  return g_runtime.exchange(runtime, std::memory_order_acq_rel);
+  return g_installed.exchange(runtime, std::memory_order_acq_rel);
 }
 
 void set_default_tensor_runtime(TensorRuntime* (*provider)()) noexcept {

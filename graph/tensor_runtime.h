@@ -6,6 +6,7 @@
 // Module's and Optimizer's loading, are written on top of it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <source_location>
 #include <span>
@@ -56,10 +57,22 @@ class TensorRuntime {
   virtual void check_device(Device device) = 0;
 };
 
+namespace tensor_runtime_internal {
+// Read after every traced op: one relaxed-acquire load, inline.
+inline constinit std::atomic<TensorRuntime*> g_installed{nullptr};
+[[nodiscard]] TensorRuntime* from_provider();
+}  // namespace tensor_runtime_internal
+
 /// The runtime in use: the one installed, else the one the default provider makes (on first
 /// use); null when there is neither (a program that only traces). Throws what the provider
 /// throws (a runtime that cannot start, e.g. on a bad configuration).
-[[nodiscard]] TensorRuntime* tensor_runtime();
+[[nodiscard]] inline TensorRuntime* tensor_runtime() {
+  if (TensorRuntime* runtime =
+          tensor_runtime_internal::g_installed.load(std::memory_order_acquire)) [[likely]] {
+    return runtime;
+  }
+  return tensor_runtime_internal::from_provider();
+}
 
 /// tensor_runtime(), or std::logic_error naming `what` needed one when there is none.
 [[nodiscard]] TensorRuntime& require_tensor_runtime(std::string_view what);
