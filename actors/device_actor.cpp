@@ -10,6 +10,8 @@
 
 #include "actors/program_dump.h"
 #include "engine/element.h"
+#include "engine/exception_text.h"
+#include "engine/log.h"
 #include "engine/metrics.h"
 #include "engine/trace.h"
 
@@ -206,16 +208,22 @@ void DeviceActor::advance(ExecuteRequest& request) {
   finish(request, nullptr);
 }
 
+// What a member brings to a meeting of a collective: its operand and, from the first member of
+// an all-reduce, the buffer every member writes its stretch of the result into; or, from a member
+// whose run failed before or at this collective, its error instead. A failed run still comes to
+// every meeting its program has left, so that the members' meetings stay matched one to one and
+// the others fail at once with its error, instead of waiting for it, or pairing its next step's
+// collective with this one.
+struct CollectiveContribution {
+  IntrusivePtr<DeviceMemory> operand;
+  IntrusivePtr<DeviceMemory> shared_result;
+  std::exception_ptr failure;
+  int from = 0;
+};
+
 namespace {
 
 constexpr std::size_t kSharedAllReduceBytes = std::size_t{256} << 10;
-
-// What a member brings to a collective: its operand and, from the first member of an
-// all-reduce, the buffer every member writes its stretch of the result into.
-struct Contribution {
-  IntrusivePtr<DeviceMemory> operand;
-  IntrusivePtr<DeviceMemory> shared_result;
-};
 
 std::string collective_tag(const Executable& program, const KernelCall& call) {
   const BufferDesc& in = program.slots[call.inputs.at(0)];
@@ -224,7 +232,37 @@ std::string collective_tag(const Executable& program, const KernelCall& call) {
                      dtype_name(out.dtype), out.shape.to_string());
 }
 
+constexpr std::string_view kReducedMeeting = " (reduced)";
+
+// The error of the first member that came failed, or null.
+std::exception_ptr failure_among(const Gathered& all, const KernelCall& call,
+                                 const std::string& tag) {
+  for (const std::shared_ptr<const void>& each : *all) {
+    const auto& contribution = *static_cast<const CollectiveContribution*>(each.get());
+    if (!contribution.failure) continue;
+    return std::make_exception_ptr(CollectiveError(
+        fmt::format("{} ({}): replica {} failed before it could take part: {}",
+                    kernel_name(call.kernel), tag, contribution.from,
+                    exception_text(contribution.failure))));
+  }
+  return nullptr;
+}
+
 }  // namespace
+
+Arrive DeviceActor::arrival(const ExecuteRequest& request, const KernelCall& call,
+                            std::vector<int> members, std::string tag,
+                            std::shared_ptr<const CollectiveContribution> contribution) const {
+  return Arrive{kernel_name(call.kernel),
+                request.replica_group,
+                request.replica,
+                std::move(tag),
+                std::move(members),
+                std::move(contribution),
+                &typeid(CollectiveContribution),
+                request.collective_timeout,
+                Channel::kDevice};
+}
 
 void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   const Executable& program = *request.ready_program;
@@ -237,6 +275,7 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
                                       kernel_name(call.kernel), collective_tag(program, call),
                                       request.replica));
   }
+  ++request.collectives_reached;
   const IntrusivePtr<DeviceMemory>& operand = request.run->collective_operand();
   if (members.size() == 1) {
     IntrusivePtr<DeviceMemory> result = backend_.allocate(ordinal_, result_desc.bytes());
@@ -245,8 +284,9 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
     request.run->finish_collective(std::move(result));
     return;
   }
-  auto contribution = std::make_shared<Contribution>();
+  auto contribution = std::make_shared<CollectiveContribution>();
   contribution->operand = operand;
+  contribution->from = request.replica;
   // A large all-reduce is split: its members share one result and each reduces a stretch of it,
   // then they meet again before reading it. Below kSharedAllReduceBytes, that second meeting
   // costs more than each member reducing the whole.
@@ -255,19 +295,10 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   if (shares_result && position == 0) {
     contribution->shared_result = backend_.allocate(ordinal_, result_desc.bytes());
   }
-  const std::string tag = collective_tag(program, call);
-  Arrive arrive{kernel_name(call.kernel),
-                request.replica_group,
-                request.replica,
-                tag,
-                members,
-                std::move(contribution),
-                &typeid(Contribution),
-                request.collective_timeout,
-                Channel::kDevice};
   request.at_collective = true;
   request.waits_since = std::chrono::steady_clock::now();
-  Future<Gathered> gathered = rendezvous_.ask(std::move(arrive));
+  Future<Gathered> gathered = rendezvous_.ask(
+      arrival(request, call, members, collective_tag(program, call), std::move(contribution)));
   gathered.then_on(self().target(), [this, held = IntrusivePtr<ExecuteRequest>(&request), &call,
                                      members, position = static_cast<int>(position),
                                      shares_result](Result<Gathered> all) mutable {
@@ -276,19 +307,28 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
     request.collective_ns += waited.ns();
     observers_.tell(
         [&](ActorObserver& o) { o.collective_waited(request, kernel_name(call.kernel), waited); });
+    const Executable& program = *request.ready_program;
+    const std::string tag = collective_tag(program, call);
     if (!all.ok()) {
       finish(request, all.error());
       return pump();
     }
-    const Executable& program = *request.ready_program;
+    if (std::exception_ptr failed = failure_among(all.value(), call, tag)) {
+      finish(request, failed);
+      return pump();
+    }
+    // From here on the members meet again after reducing (a shared result): a failure on the
+    // way must still come to that meeting.
+    request.reduced_meeting_due = shares_result;
     std::vector<DeviceMemory*> operands;
     for (const std::shared_ptr<const void>& each : *all.value()) {
-      operands.push_back(static_cast<const Contribution*>(each.get())->operand.get());
+      operands.push_back(static_cast<const CollectiveContribution*>(each.get())->operand.get());
     }
-    IntrusivePtr<DeviceMemory> result =
-        shares_result ? static_cast<const Contribution*>(all.value()->front().get())->shared_result
-                      : backend_.allocate(ordinal_, program.slots[call.output].bytes());
+    IntrusivePtr<DeviceMemory> result;
     try {
+      result = shares_result
+                   ? static_cast<const CollectiveContribution*>(all.value()->front().get())->shared_result
+                   : backend_.allocate(ordinal_, program.slots[call.output].bytes());
       const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
       const BufferDesc& result_desc = program.slots[call.output];
       if (call.kernel == Kernel::kAllReduce && !shares_result) {
@@ -309,36 +349,62 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
       return pump();
     }
     // Every member has written its stretch of the shared result once all have met again.
-    Arrive written{kernel_name(call.kernel),
-                   request.replica_group,
-                   request.replica,
-                   collective_tag(program, call) + " (reduced)",
-                   members,
-                   nullptr,
-                   &typeid(void),
-                   request.collective_timeout,
-                   Channel::kDevice};
+    auto written = std::make_shared<CollectiveContribution>();
+    written->from = request.replica;
+    request.reduced_meeting_due = false;
     request.waits_since = std::chrono::steady_clock::now();
-    rendezvous_.ask(std::move(written))
-        .then_on(self().target(), [this, held = std::move(held),
+    rendezvous_
+        .ask(arrival(request, call, members, tag + std::string(kReducedMeeting),
+                     std::move(written)))
+        .then_on(self().target(), [this, held = std::move(held), &call, tag,
                                    result = std::move(result)](Result<Gathered> done) mutable {
           ExecuteRequest& request = *held;
           request.collective_ns += elapsed_ns(request.waits_since);
-          if (done.ok()) {
+          std::exception_ptr failed = done.ok() ? failure_among(done.value(), call, tag)
+                                                : done.error();
+          if (failed) {
+            finish(request, failed);
+          } else {
             request.run->finish_collective(std::move(result));
             request.at_collective = false;
-          } else {
-            finish(request, done.error());
           }
           pump();
         });
   });
 }
 
+void DeviceActor::come_failed_to_collectives(const ExecuteRequest& request,
+                                             std::exception_ptr error) {
+  if (!request.ready_program || request.replica_group == 0) return;
+  const Executable& program = *request.ready_program;
+  auto failed = std::make_shared<CollectiveContribution>();
+  failed->failure = std::move(error);
+  failed->from = request.replica;
+  int reached = 0;
+  for (const KernelCall& call : program.calls) {
+    if (!is_collective(call.kernel)) continue;
+    const bool met = ++reached <= request.collectives_reached;
+    if (met && !(reached == request.collectives_reached && request.reduced_meeting_due)) continue;
+    try {
+      std::vector<int> members = collective_members(call, request.replica);
+      if (members.size() <= 1 || std::ranges::find(members, request.replica) == members.end()) {
+        continue;
+      }
+      std::string tag = collective_tag(program, call);
+      if (met) tag += kReducedMeeting;  // the meeting after a shared all-reduce
+      rendezvous_.tell(arrival(request, call, std::move(members), std::move(tag), failed));
+    } catch (const std::exception& e) {
+      AXLE_LOG(ERROR, "device {}: could not tell the other replicas of a failed step: {}",
+               ordinal_, e.what());
+    }
+  }
+}
+
 void DeviceActor::finish(ExecuteRequest& request, std::exception_ptr error) {
   request.finished = true;
   request.at_collective = false;
   if (error) {
+    come_failed_to_collectives(request, error);
     for (auto& out : request.outputs) out->fail(error);
   } else {
     std::vector<IntrusivePtr<DeviceMemory>> results = request.run->take_outputs();

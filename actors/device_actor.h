@@ -21,6 +21,9 @@
 
 namespace axle {
 
+/// What a device brings to a meeting of a collective's members (device_actor.cpp).
+struct CollectiveContribution;
+
 /// One input of an execution: device data, or a host scalar (a graph parameter).
 struct ExecuteInput {
   IntrusivePtr<DeviceData> data;  // null for a scalar
@@ -48,6 +51,8 @@ struct ExecuteRequest final : RefCounted {
   std::unique_ptr<ProgramRun> run;  // once started
   bool at_collective = false;       // waiting for the other members
   bool run_waiting = false;         // the backend's run waits to be resumed
+  int collectives_reached = 0;      // collective calls the run has come to
+  bool reduced_meeting_due = false;  // a shared all-reduce's second meeting is still to come
   bool finished = false;
   std::chrono::steady_clock::time_point started;
   std::chrono::steady_clock::time_point waits_since;  // for its program, or at a collective
@@ -125,6 +130,13 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
   // Runs until the program ends or pauses at a collective.
   void advance(ExecuteRequest& request);
   void collective(ExecuteRequest& request, const KernelCall& call);
+  // What this device brings to one meeting of `call`'s members.
+  [[nodiscard]] Arrive arrival(const ExecuteRequest& request, const KernelCall& call,
+                               std::vector<int> members, std::string tag,
+                               std::shared_ptr<const CollectiveContribution> contribution) const;
+  // A run that failed still comes, with its error, to every meeting of the collectives its
+  // program has left, so the other members fail at once and their meetings stay matched.
+  void come_failed_to_collectives(const ExecuteRequest& request, std::exception_ptr error);
   void finish(ExecuteRequest& request, std::exception_ptr error);
   void run(TransferToDevice& transfer);
   void copy_to_host(DataHold data, Promise<std::vector<std::byte>> reply);

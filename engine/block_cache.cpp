@@ -37,6 +37,23 @@ void* allocate_slow(std::size_t bytes) {
   return ::operator new(bytes);
 }
 
-void free_slow(void* block, std::size_t bytes) noexcept { ::operator delete(block); }
+void free_slow(void* block, std::size_t bytes) noexcept {
+  // A thread that never allocated keeps what it frees too, once it has a reaper.
+  if (cached_size(bytes) && !t_alive && !t_reaped) {
+    try {
+      (void)&t_reaper;
+    } catch (...) {
+      // no reaper: the block goes back below
+    }
+    if (t_alive) {
+      FreeList& list = t_lists[bytes / kGrain - 1];
+      *static_cast<void**>(block) = list.head;
+      list.head = block;
+      ++list.count;
+      return;
+    }
+  }
+  ::operator delete(block);
+}
 
 }  // namespace axle::block_cache_internal

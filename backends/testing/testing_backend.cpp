@@ -16,10 +16,11 @@ namespace axle {
 // and throws as the kernel would.
 class TestingBackend::HeldRun final : public ProgramRun {
  public:
-  HeldRun(TestingBackend& backend, bool held, std::unique_ptr<ProgramRun> inner,
+  HeldRun(TestingBackend& backend, bool held, uint64_t epoch, std::unique_ptr<ProgramRun> inner,
           IntrusivePtr<Executable> prefix, std::string failure)
       : backend_(backend),
         held_(held),
+        epoch_(epoch),
         inner_(std::move(inner)),
         prefix_(std::move(prefix)),
         failure_(std::move(failure)) {}
@@ -27,7 +28,7 @@ class TestingBackend::HeldRun final : public ProgramRun {
   const KernelCall* advance() override {
     if (held_) {
       std::lock_guard lock(backend_.mutex_);
-      if (backend_.holding_) {
+      if (still_held()) {
         if (!counted_) {
           counted_ = true;
           ++backend_.held_;
@@ -45,7 +46,7 @@ class TestingBackend::HeldRun final : public ProgramRun {
   void when_resumable(UniqueFunction resume) override {
     {
       std::lock_guard lock(backend_.mutex_);
-      if (backend_.holding_) {
+      if (still_held()) {
         backend_.waiting_.push_back(std::make_unique<UniqueFunction>(std::move(resume)));
         return;
       }
@@ -62,8 +63,15 @@ class TestingBackend::HeldRun final : public ProgramRun {
   std::vector<IntrusivePtr<DeviceMemory>> take_outputs() override { return inner_->take_outputs(); }
 
  private:
+  // Under the backend's lock: the hold this run started under is still on (a release ends it,
+  // even when a later hold() begins another).
+  [[nodiscard]] bool still_held() const {
+    return backend_.holding_ && backend_.release_epoch_ == epoch_;
+  }
+
   TestingBackend& backend_;
   bool held_;
+  uint64_t epoch_;
   bool counted_ = false;
   std::unique_ptr<ProgramRun> inner_;
   IntrusivePtr<Executable> prefix_;  // what inner_ runs when the program is to fail
@@ -85,6 +93,7 @@ void TestingBackend::release() {
   {
     std::lock_guard lock(mutex_);
     holding_ = false;
+    ++release_epoch_;
     resumes.swap(waiting_);
   }
   for (auto& resume : resumes) (*resume)();
@@ -168,14 +177,17 @@ std::unique_ptr<ProgramRun> TestingBackend::start(int device, const Executable& 
                                                   std::vector<IntrusivePtr<DeviceMemory>> inputs) {
   count(device, &Calls::start);
   bool held = false;
+  uint64_t epoch = 0;
   {
     std::lock_guard lock(mutex_);
     held = holding_;
+    epoch = release_epoch_;
   }
   const int fail_at = failing_call(program);
   if (fail_at < 0) {
-    return std::make_unique<HeldRun>(*this, held, inner_->start(device, program, std::move(inputs)),
-                                     nullptr, std::string());
+    return std::make_unique<HeldRun>(*this, held, epoch,
+                                     inner_->start(device, program, std::move(inputs)), nullptr,
+                                     std::string());
   }
   // The calls before the failing one, with the memory plan cut to match; nothing is handed back.
   auto prefix = make_intrusive<Executable>();
@@ -193,7 +205,7 @@ std::unique_ptr<ProgramRun> TestingBackend::start(int device, const Executable& 
       fmt::format("kernel {} failed: the testing backend was told to fail it",
                   describe_call(program, program.calls[static_cast<std::size_t>(fail_at)]));
   std::unique_ptr<ProgramRun> inner = inner_->start(device, *prefix, std::move(inputs));
-  return std::make_unique<HeldRun>(*this, held, std::move(inner), std::move(prefix),
+  return std::make_unique<HeldRun>(*this, held, epoch, std::move(inner), std::move(prefix),
                                    std::move(failure));
 }
 
