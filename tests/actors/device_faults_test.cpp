@@ -223,7 +223,9 @@ TEST_F(ReplicaFaults, AKernelFailingBeforeAnAllReduceFailsTheOtherReplicaPromptl
     const auto give_up = Clock::now() + kDeadline;
     while (reads_done < 2 && Clock::now() < give_up) std::this_thread::sleep_for(1ms);
   });
-  const int failed = outcomes[0].error.find("kernel matmul") != std::string::npos ? 0 : 1;
+  // The failed replica's error is the kernel's own; the other's names the all_reduce, then quotes
+  // it.
+  const int failed = outcomes[0].error.rfind("kernel matmul", 0) == 0 ? 0 : 1;
   const int other = 1 - failed;
   EXPECT_NE(outcomes[failed].error.find(kMatmulFailure), std::string::npos)
       << outcomes[failed].error;
