@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <string>
-#include <unordered_map>
 
 #include "actors/debug_analysis.h"
 #include "actors/lazy_system.h"
@@ -227,20 +226,11 @@ void ReplicaHost::check_replicas_agree(const StepGraph& graph) {
       reference, *static_cast<const GraphSignature*>((*all)[differing.front()].get()), differing);
 }
 
-void ReplicaHost::sync_device(LazySystem& system, Device device,
-                              const std::vector<TensorImpl*>& tensors, bool wait, bool may_donate,
-                              SyncReason reason, const std::source_location& where,
+void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool wait,
+                              bool may_donate, SyncReason reason, const std::source_location& where,
                               std::vector<IntrusivePtr<DeviceData>>* step_outputs) {
-  // One output per distinct IR node; tensors sharing a node share its placeholder.
-  std::vector<NodePtr> roots;
-  std::unordered_map<const Node*, std::size_t> root_of;
-  std::vector<std::size_t> tensor_root(tensors.size());
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const NodePtr& ir = tensors[i]->ir();
-    auto [it, inserted] = root_of.try_emplace(ir.get(), roots.size());
-    if (inserted) roots.push_back(ir);
-    tensor_root[i] = it->second;
-  }
+  const Device device = sync.device;
+  const std::vector<NodePtr>& roots = sync.roots;
   // Each traced op made one node and usually one scalar leaf.
   const auto sync_start =
       system.observers().empty() ? std::chrono::steady_clock::time_point{} : observer_now();
@@ -279,8 +269,8 @@ void ReplicaHost::sync_device(LazySystem& system, Device device,
   }
   request->program = find_or_compile(system, graph, reason, where);
   graph.clear();  // drops its references to the roots
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    tensors[i]->set_data(request->outputs[tensor_root[i]]);
+  for (std::size_t i = 0; i < sync.tensors.size(); ++i) {
+    sync.tensors[i]->set_data(request->outputs[sync.root_of[i]]);
   }
   if (step_outputs) {
     step_outputs->insert(step_outputs->end(), request->outputs.begin(), request->outputs.end());
@@ -306,24 +296,11 @@ void ReplicaHost::sync(std::span<const Tensor> tensors, SyncReason reason,
     system.saved_graphs().append(std::vector<Tensor>(tensors.begin(), tensors.end()),
                                  reason_name(reason));
   }
-  std::vector<std::pair<int, std::vector<TensorImpl*>>> by_device;
-  for (const Tensor& t : tensors) {
-    if (!t.defined() || !t.impl()->pending_ir()) continue;
-    const int ordinal = t.device().ordinal;
-    auto it =
-        std::ranges::find_if(by_device, [&](const auto& group) { return group.first == ordinal; });
-    if (it == by_device.end()) {
-      by_device.emplace_back(ordinal, std::vector<TensorImpl*>{});
-      it = std::prev(by_device.end());
-    }
-    TensorImpl* impl = t.impl();
-    if (std::ranges::find(it->second, impl) == it->second.end()) it->second.push_back(impl);
-  }
   // Only a step syncs every pending tensor of the replica (see mark_donations).
   const bool may_donate =
       reason_is_step(reason) && system.param_aliasing() && !Node::ir_shared_across_threads();
-  for (auto& [ordinal, impls] : by_device) {
-    sync_device(system, Device{ordinal}, impls, wait, may_donate, reason, where, step_outputs);
+  for (const DeviceSync& sync : pending_by_device(tensors)) {
+    sync_device(system, sync, wait, may_donate, reason, where, step_outputs);
   }
   // The synced tensors now read device data: what the log holds of their graphs is garbage
   // (and anything still pending is held by its tensors).

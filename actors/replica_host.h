@@ -26,6 +26,7 @@
 #include "graph/step_graph.h"
 #include "graph/sync_reason.h"
 #include "graph/tensor.h"
+#include "graph/tensor_runtime.h"
 #include "graph/trace_context.h"
 
 namespace axle {
@@ -36,7 +37,8 @@ class ReplicaHost {
  public:
   /// The calling thread's host, made on first use and kept until the thread exits.
   [[nodiscard]] static ReplicaHost& current() {
-    if (ReplicaHost* host = ThisThread<ReplicaHost>::get()) [[likely]] return *host;
+    if (ReplicaHost* host = ThisThread<ReplicaHost>::get()) [[likely]]
+      return *host;
     return make_current();
   }
 
@@ -91,8 +93,8 @@ class ReplicaHost {
     std::shared_ptr<ClosureFailures> failures = std::make_shared<ClosureFailures>();
   };
 
-  void sync_device(LazySystem& system, Device device, const std::vector<TensorImpl*>& tensors,
-                   bool wait, bool may_donate, SyncReason reason, const std::source_location& where,
+  void sync_device(LazySystem& system, const DeviceSync& sync, bool wait, bool may_donate,
+                   SyncReason reason, const std::source_location& where,
                    std::vector<IntrusivePtr<DeviceData>>* step_outputs);
   [[nodiscard]] bool has_collectives(const StepGraph& graph);
   void check_replicas_agree(const StepGraph& graph);

@@ -3,9 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <stdexcept>
+#include <unordered_map>
+
+#include "graph/tensor.h"
 
 namespace axle {
 namespace {
@@ -29,6 +33,33 @@ TensorRuntime* from_provider() {
 }
 
 }  // namespace tensor_runtime_internal
+
+std::vector<DeviceSync> pending_by_device(std::span<const Tensor> tensors) {
+  std::vector<DeviceSync> syncs;
+  for (const Tensor& t : tensors) {
+    if (!t.defined() || !t.impl()->pending_ir()) continue;
+    const Device device = t.device();
+    auto it = std::ranges::find_if(syncs, [&](const DeviceSync& s) { return s.device == device; });
+    if (it == syncs.end()) {
+      syncs.push_back(DeviceSync{.device = device});
+      it = std::prev(syncs.end());
+    }
+    TensorImpl* impl = t.impl();
+    if (std::ranges::find(it->tensors, impl) == it->tensors.end()) it->tensors.push_back(impl);
+  }
+  // Tensors sharing a node share its output.
+  for (DeviceSync& sync : syncs) {
+    std::unordered_map<const Node*, std::size_t> index;
+    sync.root_of.reserve(sync.tensors.size());
+    for (TensorImpl* impl : sync.tensors) {
+      const NodePtr& ir = impl->ir();
+      auto [at, inserted] = index.try_emplace(ir.get(), sync.roots.size());
+      if (inserted) sync.roots.push_back(ir);
+      sync.root_of.push_back(at->second);
+    }
+  }
+  return syncs;
+}
 
 TensorRuntime& require_tensor_runtime(std::string_view what) {
   if (TensorRuntime* runtime = tensor_runtime()) return *runtime;

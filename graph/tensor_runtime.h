@@ -24,6 +24,20 @@
 namespace axle {
 
 class Tensor;
+class TensorImpl;
+
+/// The pending tensors of one device in a sync, as every runtime's sync starts from them: the
+/// tensors (each once, in the order given), the distinct IR nodes whose values they are (one
+/// output of the device's graph each), and per tensor the index of its node among those.
+struct DeviceSync {
+  Device device;
+  std::vector<TensorImpl*> tensors;
+  std::vector<NodePtr> roots;
+  std::vector<std::size_t> root_of;
+};
+
+/// `tensors`' pending ones grouped by device, in the order the devices first appear.
+[[nodiscard]] std::vector<DeviceSync> pending_by_device(std::span<const Tensor> tensors);
 
 /// Executes traced graphs. Called from the tracing (replica) thread unless a method says so.
 class TensorRuntime {
@@ -67,8 +81,8 @@ inline constinit std::atomic<TensorRuntime*> g_installed{nullptr};
 /// use); null when there is neither (a program that only traces). Throws what the provider
 /// throws (a runtime that cannot start, e.g. on a bad configuration).
 [[nodiscard]] inline TensorRuntime* tensor_runtime() {
-  if (TensorRuntime* runtime =
-          tensor_runtime_internal::g_installed.load(std::memory_order_acquire)) [[likely]] {
+  if (TensorRuntime* runtime = tensor_runtime_internal::g_installed.load(std::memory_order_acquire))
+      [[likely]] {
     return runtime;
   }
   return tensor_runtime_internal::from_provider();

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <stdexcept>
-#include <unordered_map>
 
 #include "graph/reference/evaluator.h"
 #include "graph/step_graph.h"
@@ -66,30 +65,8 @@ void ReferenceRuntime::after_op(const Tensor&, const SourceLocation&) {}
 
 void ReferenceRuntime::sync(std::span<const Tensor> tensors, SyncReason,
                             const std::source_location&) {
-  // Per device, one output per distinct IR node; tensors sharing a node share its data.
-  std::vector<std::pair<int, std::vector<TensorImpl*>>> by_device;
-  for (const Tensor& t : tensors) {
-    if (!t.defined() || !t.impl()->pending_ir()) continue;
-    const int ordinal = t.device().ordinal;
-    auto it =
-        std::ranges::find_if(by_device, [&](const auto& group) { return group.first == ordinal; });
-    if (it == by_device.end()) {
-      by_device.emplace_back(ordinal, std::vector<TensorImpl*>{});
-      it = std::prev(by_device.end());
-    }
-    if (std::ranges::find(it->second, t.impl()) == it->second.end()) it->second.push_back(t.impl());
-  }
-  for (auto& [ordinal, impls] : by_device) {
-    std::vector<NodePtr> roots;
-    std::unordered_map<const Node*, std::size_t> root_of;
-    std::vector<std::size_t> tensor_root(impls.size());
-    for (std::size_t i = 0; i < impls.size(); ++i) {
-      const NodePtr& ir = impls[i]->ir();
-      auto [it, inserted] = root_of.try_emplace(ir.get(), roots.size());
-      if (inserted) roots.push_back(ir);
-      tensor_root[i] = it->second;
-    }
-    const StepGraph graph = build_step_graph(roots);
+  for (const DeviceSync& sync : pending_by_device(tensors)) {
+    const StepGraph graph = build_step_graph(sync.roots);
     std::vector<CpuTensor> values =
         evaluate(graph, [](const DeviceData& data) -> const CpuTensor& { return value_of(data); });
     {
@@ -99,9 +76,10 @@ void ReferenceRuntime::sync(std::span<const Tensor> tensors, SyncReason,
     // graph.outputs follow the roots' order, one per root.
     std::vector<IntrusivePtr<DeviceData>> outputs;
     outputs.reserve(values.size());
-    for (CpuTensor& value : values)
-      outputs.push_back(ready_data(Device{ordinal}, std::move(value)));
-    for (std::size_t i = 0; i < impls.size(); ++i) impls[i]->set_data(outputs[tensor_root[i]]);
+    for (CpuTensor& value : values) outputs.push_back(ready_data(sync.device, std::move(value)));
+    for (std::size_t i = 0; i < sync.tensors.size(); ++i) {
+      sync.tensors[i]->set_data(outputs[sync.root_of[i]]);
+    }
   }
   // The synced tensors now read data: what the log holds of their graphs is garbage.
   TraceContext::current().creation_log().clear();
