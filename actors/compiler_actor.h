@@ -41,7 +41,7 @@ class CompilerActor : public Actor<CompilerActor, CompileRequest> {
         passes_(PassSet::from_config()),
         persistent_(std::move(persistent)),
         observers_(observers),
-        debug_level_(static_cast<int>(config::get_int("PT_XLA_DEBUG_LEVEL", 0))) {}
+        debug_level_(config::read_analysis_settings().debug_level) {}
   void handle(CompileRequest& request, Promise<IntrusivePtr<Executable>>&& reply);
 
  private:

@@ -37,25 +37,20 @@ void choose_persistent_cache(const std::optional<PersistentCacheSettings>& setti
   if (settings) {
     g_persistent = open_persistent(*settings);
   } else if (!g_persistent_chosen) {
-    g_persistent = open_persistent({config::get_string("XLA_PERSISTENT_CACHE_PATH", ""),
-                                    config::get_bool("XLA_PERSISTENT_CACHE_READ_ONLY", false)});
+    const config::PersistentCacheSettings configured = config::read_persistent_cache_settings();
+    g_persistent = open_persistent({configured.path, configured.read_only});
   } else {
     return;
   }
   g_persistent_chosen = true;
 }
 
-std::unique_ptr<Backend> backend_from_environment(const LazySystemOptions& options) {
+std::unique_ptr<Backend> backend_from_settings(const LazySystemOptions& options) {
   if (options.backend) return options.backend();
-  const std::string kind = config::get_string("PJRT_DEVICE", "CPU");
-  if (kind != "CPU" && kind != "cpu") {
-    throw ConfigError(
-        fmt::format("PJRT_DEVICE={} is not available: axle has a CPU backend only", kind));
-  }
-  int devices = options.cpu_devices > 0 ? options.cpu_devices
-                                        : static_cast<int>(config::get_int("CPU_NUM_DEVICES", 1));
-  if (devices < 1) throw ConfigError(fmt::format("CPU_NUM_DEVICES={} must be at least 1", devices));
-  return make_cpu_backend(devices);
+  const config::DeviceSettings settings = config::read_device_settings();
+  const int devices = options.cpu_devices > 0 ? options.cpu_devices : settings.cpu_num_devices;
+  return make_cpu_backend(devices, {.intra_op_threads = settings.cpu_intra_op_threads,
+                                    .block_cache_mb = settings.cpu_block_cache_mb});
 }
 
 }  // namespace
@@ -101,12 +96,14 @@ std::shared_ptr<const PersistentCache> LazySystem::persistent_cache() {
 }
 
 LazySystem::LazySystem(LazySystemOptions options)
+    : LazySystem(std::move(options), config::read_lazy_settings()) {}
+
+LazySystem::LazySystem(LazySystemOptions options, const config::LazySettings& settings)
     : observers_(options.observers ? std::move(*options.observers) : standard_observers()),
-      backend_(backend_from_environment(options)),
-      cache_(static_cast<std::size_t>(config::get_int("XLA_COMPILATION_CACHE_SIZE", 2048))),
-      max_graph_nodes_(static_cast<uint64_t>(config::get_int("AXLE_MAX_GRAPH_NODES", 1'000'000))),
-      saved_graphs_(config::get_string("XLA_SAVE_TENSORS_FILE", ""),
-                    config::get_string("XLA_SAVE_TENSORS_FMT", "text")) {
+      backend_(backend_from_settings(options)),
+      cache_(static_cast<std::size_t>(settings.compilation_cache_size)),
+      max_graph_nodes_(static_cast<uint64_t>(settings.max_graph_nodes)),
+      saved_graphs_(settings.save_tensors_file, settings.save_tensors_format) {
   choose_persistent_cache(options.persistent_cache);
   compiler_ =
       spawn<CompilerActor>(runtime_, SpawnOptions{.name = "compiler"}, cache_,
@@ -120,18 +117,18 @@ LazySystem::LazySystem(LazySystemOptions options)
   // Closures may block (a value they read may not be ready), so they get a thread of their own.
   closure_runner_ = spawn<ClosureRunner>(
       runtime_, SpawnOptions{.name = "step-closures", .dedicated_thread = true}, observers_);
-  eager_ = config::get_bool("XLA_USE_EAGER_DEBUG_MODE", false);
-  sync_wait_ = config::get_bool("XLA_SYNC_WAIT", false);
-  param_aliasing_ = config::get_bool("XLA_ENABLE_PARAM_ALIASING", true);
-  debug_level_ = static_cast<int>(config::get_int("PT_XLA_DEBUG_LEVEL", 0));
+  eager_ = settings.eager_debug_mode;
+  sync_wait_ = settings.sync_wait;
+  param_aliasing_ = settings.param_aliasing;
+  const config::AnalysisSettings analysis = config::read_analysis_settings();
+  debug_level_ = analysis.debug_level;
   step_reports_ = std::make_unique<StepReports>(
       StepReportSettings{.analysis = debug_level_ >= 1,
-                         .analysis_steps = config::get_int("AXLE_METRICS_ANALYSIS_STEPS", 100),
-                         .metrics_file = config::get_string("XLA_METRICS_FILE", "")});
-  // AXLE_TRACE_FILE records the system's whole life.
-  if (const std::string trace_file = config::get_string("AXLE_TRACE_FILE", "");
-      !trace_file.empty() && !trace_recording()) {
-    start_trace(trace_file);
+                         .analysis_steps = analysis.metrics_analysis_steps,
+                         .metrics_file = analysis.metrics_file});
+  // The trace file records the system's whole life.
+  if (!settings.trace_file.empty() && !trace_recording()) {
+    start_trace(settings.trace_file);
     traces_to_file_ = true;
   }
 }

@@ -27,6 +27,9 @@
 #include "engine/runtime.h"
 
 namespace axle {
+namespace config {
+struct LazySettings;  // engine/config.h
+}  // namespace config
 
 /// Where compiled programs persist (initialize_cache); an empty path means nowhere.
 struct PersistentCacheSettings {
@@ -51,7 +54,8 @@ class LazySystem final {
  public:
   /// The running system, started on first use.
   [[nodiscard]] static LazySystem& get() {
-    if (LazySystem* system = running_.load(std::memory_order_acquire)) [[likely]] return *system;
+    if (LazySystem* system = running_.load(std::memory_order_acquire)) [[likely]]
+      return *system;
     return start_first();
   }
   /// Shuts the current system down (waiting for its devices) and starts the next with `options`.
@@ -109,6 +113,8 @@ class LazySystem final {
   static LazySystem& start_first();
   // The running system (null while none is, or while restart() replaces it).
   static inline constinit std::atomic<LazySystem*> running_{nullptr};
+
+  LazySystem(LazySystemOptions options, const config::LazySettings& settings);
 
   Observers observers_;  // before the actors that tell them, after them in destruction
   Runtime runtime_;

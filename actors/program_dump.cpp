@@ -6,7 +6,6 @@
 
 #include <cstdio>
 #include <mutex>
-#include <sstream>
 
 #include "engine/config.h"
 #include "engine/log.h"
@@ -70,19 +69,10 @@ std::string step_graph_text(const StepGraph& graph) {
   return text;
 }
 
-std::string xla_dump_dir() {
-  const std::string flags = config::get_string("XLA_FLAGS", "");
-  std::istringstream words(flags);
-  std::string word;
-  constexpr std::string_view kFlag = "--xla_dump_to=";
-  while (words >> word) {
-    if (word.rfind(kFlag, 0) == 0) return word.substr(kFlag.size());
-  }
-  return {};
-}
+std::string xla_dump_dir() { return config::read_program_dump_settings().dump_to; }
 
 void save_failed_program(const std::string& what, const std::string& text) {
-  const std::string path = config::get_string("XLA_SAVE_HLO_FILE", "");
+  const std::string path = config::read_program_dump_settings().save_hlo_file;
   if (path.empty()) return;
   static std::mutex mutex;
   std::lock_guard lock(mutex);

@@ -12,16 +12,7 @@
 
 namespace axle {
 
-std::chrono::nanoseconds collective_timeout() {
-  const double seconds = config::get_double("AXLE_COLLECTIVE_TIMEOUT", 300);
-  // Over a year is as good as forever, and keeps the conversion in range.
-  if (!(seconds > 0) || seconds > 3.2e7) {
-    throw ConfigError(fmt::format(
-        "AXLE_COLLECTIVE_TIMEOUT={} must be a number of seconds above 0 and below 3.2e7", seconds));
-  }
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::duration<double>(seconds));
-}
+std::chrono::nanoseconds collective_timeout() { return config::read_collective_settings().timeout; }
 
 Gathered exchange_with_replicas(const ActorRef<RendezvousActor>& rendezvous,
                                 const ReplicaIdentity& me, std::string_view op,

@@ -7,7 +7,6 @@
 
 #include "actors/lowering.h"
 #include "actors/program_dump.h"
-#include "engine/config.h"
 #include "engine/log.h"
 #include "graph/dump.h"
 #include "graph/step_graph.h"
@@ -29,18 +28,15 @@ std::string lowered_text(const std::vector<Tensor>& tensors) {
 
 }  // namespace
 
-SavedGraphs::SavedGraphs(std::string path, std::string format)
-    : path_(std::move(path)), format_(std::move(format)) {
-  if (format_ != "text" && format_ != "dot" && format_ != "hlo") {
-    throw ConfigError(fmt::format("XLA_SAVE_TENSORS_FMT={} is not one of text, dot, hlo", format_));
-  }
-}
+SavedGraphs::SavedGraphs(std::string path, config::SaveTensorsFormat format)
+    : path_(std::move(path)), format_(format) {}
 
 void SavedGraphs::append(const std::vector<Tensor>& tensors, std::string_view reason) {
   if (path_.empty()) return;
-  const std::string dump = format_ == "dot"   ? tensors_dot(tensors)
-                           : format_ == "hlo" ? lowered_text(tensors)
-                                              : tensors_text(tensors);
+  using Format = config::SaveTensorsFormat;
+  const std::string dump = format_ == Format::kDot   ? tensors_dot(tensors)
+                           : format_ == Format::kHlo ? lowered_text(tensors)
+                                                     : tensors_text(tensors);
   std::lock_guard lock(mutex_);
   std::FILE* file = std::fopen(path_.c_str(), "a");
   if (!file) {

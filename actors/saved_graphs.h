@@ -8,15 +8,15 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/config.h"
 #include "graph/tensor.h"
 
 namespace axle {
 
 class SavedGraphs {
  public:
-  /// Appends to `path` (nothing when empty) in `format`; throws ConfigError for a format that
-  /// is not text, dot or hlo.
-  SavedGraphs(std::string path, std::string format);
+  /// Appends to `path` (nothing when empty) in `format`.
+  SavedGraphs(std::string path, config::SaveTensorsFormat format);
 
   [[nodiscard]] bool enabled() const noexcept { return !path_.empty(); }
   /// Appends the pending graph of `tensors`, headed by `[reason]`.
@@ -24,7 +24,7 @@ class SavedGraphs {
 
  private:
   std::string path_;
-  std::string format_;
+  config::SaveTensorsFormat format_;
   std::mutex mutex_;
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -88,7 +89,18 @@ class Backend {
   [[nodiscard]] virtual MemoryInfo memory_info(int device) const = 0;
 };
 
+/// How the CPU backend runs its devices; the defaults are those of axle's settings
+/// (engine/config.h, DeviceSettings), which the lazy system passes.
+struct CpuBackendOptions {
+  /// Per device, the threads a large kernel is split over (the device actor's thread included);
+  /// 0 shares the usable cores among the devices (at least one each).
+  int intra_op_threads = 0;
+  /// Per device, how many MiB of freed memory in blocks of 1 MiB and more are kept for reuse (a
+  /// negative value counts as 0).
+  int64_t block_cache_mb = 1024;
+};
+
 /// The CPU backend with `devices` virtual devices.
-std::unique_ptr<Backend> make_cpu_backend(int devices);
+std::unique_ptr<Backend> make_cpu_backend(int devices, CpuBackendOptions options = {});
 
 }  // namespace axle

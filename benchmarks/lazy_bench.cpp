@@ -327,9 +327,12 @@ int main(int argc, char** argv) {
                  "while trace and mark_step are measured")
       ->check(CLI::IsMember({"standard", "none"}));
   CLI11_PARSE(app, argc, argv);
-  // A million-node compile traces past the default cut (AXLE_MAX_GRAPH_NODES ops per step).
-  if (!axle::config::get("AXLE_MAX_GRAPH_NODES"))
+  // A million-node compile traces past the default cut (AXLE_MAX_GRAPH_NODES ops per step), so
+  // the cut moves further out unless the user chose one.
+  if (axle::config::read_lazy_settings().max_graph_nodes ==
+      axle::config::LazySettings{}.max_graph_nodes) {
     axle::config::set("AXLE_MAX_GRAPH_NODES", "10000000");
+  }
   if (observers == "none") axle::LazySystem::restart(axle::LazySystemOptions{.observers = {{}}});
   auto wanted = [&](const std::string& name) {
     return only.empty() || std::find(only.begin(), only.end(), name) != only.end();

@@ -182,9 +182,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   g_observers = observers == "standard";
   const int steps = quick ? 5 : 20, rounds = quick ? 3 : 7;
-  // What one device of the benchmark's system computes on (CPU_NUM_DEVICES is 1 unless set).
+  // What one device of the benchmark's system computes on: the backend's share, from the same
+  // settings the lazy system gives it.
+  const axle::config::DeviceSettings devices = axle::config::read_device_settings();
   const int threads =
-      axle::cpu::intra_op_threads(static_cast<int>(axle::config::get_int("CPU_NUM_DEVICES", 1)));
+      axle::cpu::intra_op_threads(devices.cpu_num_devices, devices.cpu_intra_op_threads);
   emit("train_step", "intra_op_threads", threads, "threads");
   struct Case {
     const char* model;

@@ -1,15 +1,19 @@
-// engine: configuration lookup (code overrides, then environment).
+// engine: configuration — the lookup (code's values, then the environment) and the readers of
+// the settings table in config.h. This is the one file of axle that reads environment variables.
 #include "engine/config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
+#include <sstream>
 
 namespace axle::config {
 namespace {
@@ -28,6 +32,13 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
+}
+
+std::string lower(std::string_view s) {
+  std::string text(s);
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
 }
 
 // Parses all of `text` as a T, for value `value` of variable `name`. std::from_chars rather than
@@ -49,6 +60,109 @@ T parse_number(std::string_view name, const std::string& value, std::string_view
   return result;
 }
 
+// The integer value of `name`, or nothing when it is unset or blank.
+std::optional<int64_t> optional_int(std::string_view name) {
+  auto value = get(name);
+  if (!value) return std::nullopt;
+  std::string_view text = trim(*value);
+  if (text.empty()) return std::nullopt;
+  return parse_number<int64_t>(name, *value, text, "an integer");
+}
+
+// Values that must fit an int, as the settings that count things keep them.
+int get_small_int(std::string_view name, int64_t fallback) {
+  const int64_t value = get_int(name, fallback);
+  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
+    throw ConfigError(fmt::format("{}='{}' is out of range", name, value));
+  }
+  return static_cast<int>(value);
+}
+
+// ---- Parsers of the values that have a syntax of their own ----
+
+constexpr std::string_view kLogLevel = "AXLE_LOG_LEVEL";
+constexpr std::string_view kVlogLevel = "AXLE_VLOG_LEVEL";
+constexpr std::string_view kVmodule = "AXLE_VMODULE";
+
+LogLevel parse_log_level() {
+  const std::string raw = get_string(kLogLevel, "");
+  const std::string text = lower(trim(raw));
+  if (text.empty()) return LogSettings{}.min_level;
+  static constexpr std::array<std::string_view, 4> kNames = {"debug", "info", "warning", "error"};
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    if (text == kNames[i]) return static_cast<LogLevel>(i);
+  }
+  if (text == "warn") return LogLevel::kWarning;
+  if (text.size() == 1 && text[0] >= '0' && text[0] <= '3') return LogLevel{text[0] - '0'};
+  throw ConfigError(fmt::format(
+      "{}='{}' is not a log level (use debug, info, warning, error or 0-3)", kLogLevel, raw));
+}
+
+std::vector<VmoduleRule> parse_vmodule() {
+  const std::string raw = get_string(kVmodule, "");
+  std::vector<VmoduleRule> rules;
+  std::string_view rest = raw;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view entry = trim(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (entry.empty()) continue;
+    const size_t equals = entry.find('=');
+    const std::string_view pattern = trim(entry.substr(0, equals));
+    const std::string_view number =
+        equals == std::string_view::npos ? std::string_view() : trim(entry.substr(equals + 1));
+    int64_t verbosity = 0;
+    const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), verbosity);
+    if (pattern.empty() || number.empty() || ec != std::errc() ||
+        end != number.data() + number.size()) {
+      throw ConfigError(fmt::format(
+          "{}='{}' has a malformed entry '{}' (expected module=verbosity)", kVmodule, raw, entry));
+    }
+    rules.push_back({std::string(pattern), verbosity});
+  }
+  return rules;
+}
+
+std::vector<std::string> parse_disabled_passes() {
+  const std::string names = get_string("AXLE_DISABLE_PASSES", "");
+  std::vector<std::string> disabled;
+  std::size_t begin = 0;
+  while (begin <= names.size()) {
+    std::size_t end = names.find(',', begin);
+    if (end == std::string::npos) end = names.size();
+    std::string_view name(names.data() + begin, end - begin);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    if (!name.empty()) {
+      if (std::find(kPassNames.begin(), kPassNames.end(), name) == kPassNames.end()) {
+        throw ConfigError(fmt::format("AXLE_DISABLE_PASSES={}: unknown pass '{}' (known: {})",
+                                      names, name, fmt::join(kPassNames, ", ")));
+      }
+      disabled.emplace_back(name);
+    }
+    begin = end + 1;
+  }
+  return disabled;
+}
+
+SaveTensorsFormat parse_save_tensors_format() {
+  const std::string format = get_string("XLA_SAVE_TENSORS_FMT", "text");
+  if (format == "text") return SaveTensorsFormat::kText;
+  if (format == "dot") return SaveTensorsFormat::kDot;
+  if (format == "hlo") return SaveTensorsFormat::kHlo;
+  throw ConfigError(fmt::format("XLA_SAVE_TENSORS_FMT={} is not one of text, dot, hlo", format));
+}
+
+std::string parse_dump_to() {
+  std::istringstream words(get_string("XLA_FLAGS", ""));
+  std::string word;
+  constexpr std::string_view kFlag = "--xla_dump_to=";
+  while (words >> word) {
+    if (word.starts_with(kFlag)) return word.substr(kFlag.size());
+  }
+  return {};
+}
+
 }  // namespace
 
 std::optional<std::string> get(std::string_view name) {
@@ -62,11 +176,7 @@ std::optional<std::string> get(std::string_view name) {
 }
 
 int64_t get_int(std::string_view name, int64_t fallback) {
-  auto value = get(name);
-  if (!value) return fallback;
-  std::string_view text = trim(*value);
-  if (text.empty()) return fallback;
-  return parse_number<int64_t>(name, *value, text, "an integer");
+  return optional_int(name).value_or(fallback);
 }
 
 double get_double(std::string_view name, double fallback) {
@@ -80,9 +190,7 @@ double get_double(std::string_view name, double fallback) {
 bool get_bool(std::string_view name, bool fallback) {
   auto value = get(name);
   if (!value) return fallback;
-  std::string text(trim(*value));
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string text = lower(trim(*value));
   if (text.empty()) return fallback;
   if (text == "1" || text == "true" || text == "yes" || text == "on") return true;
   if (text == "0" || text == "false" || text == "no" || text == "off") return false;
@@ -104,6 +212,134 @@ void unset(std::string_view name) {
   auto& o = overrides();
   std::unique_lock lock(o.mutex);
   if (auto it = o.values.find(name); it != o.values.end()) o.values.erase(it);
+}
+
+// ---- The readers, one per group of config.h; defaults come from the structs themselves ----
+
+RuntimeSettings read_runtime_settings() {
+  const RuntimeSettings defaults;
+  RuntimeSettings s;
+  s.threads = get_int("AXLE_THREADS", defaults.threads);
+  s.spin = std::chrono::microseconds(get_int("AXLE_SPIN_US", defaults.spin.count()));
+  s.shutdown_timeout = std::chrono::milliseconds(
+      get_int("AXLE_SHUTDOWN_TIMEOUT_MS", defaults.shutdown_timeout.count()));
+  return s;
+}
+
+LogSettings read_log_settings(std::vector<std::string>* errors) {
+  LogSettings s;
+  // Each value on its own: with `errors`, a malformed one keeps its default and the rest apply.
+  auto read = [errors](auto& field, auto parse) {
+    try {
+      field = parse();
+    } catch (const ConfigError& error) {
+      if (!errors) throw;
+      errors->emplace_back(error.what());
+    }
+  };
+  read(s.min_level, parse_log_level);
+  read(s.vlog_level, [&] { return get_int(kVlogLevel, s.vlog_level); });
+  read(s.vmodule, parse_vmodule);
+  return s;
+}
+
+DTypeSettings read_dtype_settings() {
+  const DTypeSettings defaults;
+  return {.use_bf16 = get_bool("XLA_USE_BF16", defaults.use_bf16),
+          .downcast_bf16 = get_bool("XLA_DOWNCAST_BF16", defaults.downcast_bf16),
+          .no_special_scalars = get_bool("XLA_NO_SPECIAL_SCALARS", defaults.no_special_scalars)};
+}
+
+IrDumpSettings read_ir_dump_settings() {
+  return {.source_lines = get_bool("XLA_IR_DEBUG", IrDumpSettings{}.source_lines)};
+}
+
+PassSettings read_pass_settings() { return {.disabled = parse_disabled_passes()}; }
+
+DeviceSettings read_device_settings() {
+  const DeviceSettings defaults;
+  DeviceSettings s;
+  s.pjrt_device = get_string("PJRT_DEVICE", defaults.pjrt_device);
+  if (s.pjrt_device != "CPU" && s.pjrt_device != "cpu") {
+    throw ConfigError(
+        fmt::format("PJRT_DEVICE={} is not available: axle has a CPU backend only", s.pjrt_device));
+  }
+  const int64_t devices = get_int("CPU_NUM_DEVICES", defaults.cpu_num_devices);
+  if (devices < 1) throw ConfigError(fmt::format("CPU_NUM_DEVICES={} must be at least 1", devices));
+  if (devices > std::numeric_limits<int>::max()) {
+    throw ConfigError(fmt::format("CPU_NUM_DEVICES='{}' is out of range", devices));
+  }
+  s.cpu_num_devices = static_cast<int>(devices);
+  if (const std::optional<int64_t> threads = optional_int("AXLE_CPU_INTRA_OP_THREADS")) {
+    if (*threads < 1 || *threads > kMostIntraOpThreads) {
+      throw ConfigError(fmt::format("AXLE_CPU_INTRA_OP_THREADS={} must be between 1 and {}",
+                                    *threads, kMostIntraOpThreads));
+    }
+    s.cpu_intra_op_threads = static_cast<int>(*threads);
+  }
+  s.cpu_block_cache_mb = get_int("AXLE_CPU_BLOCK_CACHE_MB", defaults.cpu_block_cache_mb);
+  return s;
+}
+
+PersistentCacheSettings read_persistent_cache_settings() {
+  const PersistentCacheSettings defaults;
+  return {.path = get_string("XLA_PERSISTENT_CACHE_PATH", defaults.path),
+          .read_only = get_bool("XLA_PERSISTENT_CACHE_READ_ONLY", defaults.read_only)};
+}
+
+LazySettings read_lazy_settings() {
+  const LazySettings defaults;
+  LazySettings s;
+  s.compilation_cache_size = get_int("XLA_COMPILATION_CACHE_SIZE", defaults.compilation_cache_size);
+  s.max_graph_nodes = get_int("AXLE_MAX_GRAPH_NODES", defaults.max_graph_nodes);
+  s.eager_debug_mode = get_bool("XLA_USE_EAGER_DEBUG_MODE", defaults.eager_debug_mode);
+  s.sync_wait = get_bool("XLA_SYNC_WAIT", defaults.sync_wait);
+  s.param_aliasing = get_bool("XLA_ENABLE_PARAM_ALIASING", defaults.param_aliasing);
+  s.save_tensors_file = get_string("XLA_SAVE_TENSORS_FILE", defaults.save_tensors_file);
+  s.save_tensors_format = parse_save_tensors_format();
+  s.trace_file = get_string("AXLE_TRACE_FILE", defaults.trace_file);
+  return s;
+}
+
+AnalysisSettings read_analysis_settings() {
+  const AnalysisSettings defaults;
+  return {.debug_level = get_small_int("PT_XLA_DEBUG_LEVEL", defaults.debug_level),
+          .metrics_analysis_steps =
+              get_int("AXLE_METRICS_ANALYSIS_STEPS", defaults.metrics_analysis_steps),
+          .metrics_file = get_string("XLA_METRICS_FILE", defaults.metrics_file)};
+}
+
+ProgramDumpSettings read_program_dump_settings() {
+  return {.dump_to = parse_dump_to(), .save_hlo_file = get_string("XLA_SAVE_HLO_FILE", "")};
+}
+
+CollectiveSettings read_collective_settings() {
+  const double seconds =
+      get_double("AXLE_COLLECTIVE_TIMEOUT",
+                 std::chrono::duration<double>(CollectiveSettings{}.timeout).count());
+  // Over a year is as good as forever, and keeps the conversion in range.
+  if (!(seconds > 0) || seconds > 3.2e7) {
+    // The value as given: "1e9" rather than the 1000000000 it parsed to.
+    throw ConfigError(fmt::format(
+        "AXLE_COLLECTIVE_TIMEOUT={} must be a number of seconds above 0 and below 3.2e7",
+        trim(get("AXLE_COLLECTIVE_TIMEOUT").value_or(""))));
+  }
+  return {.timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(
+              std::chrono::duration<double>(seconds))};
+}
+
+Settings read_settings() {
+  return {.runtime = read_runtime_settings(),
+          .log = read_log_settings(),
+          .dtype = read_dtype_settings(),
+          .ir_dump = read_ir_dump_settings(),
+          .passes = read_pass_settings(),
+          .devices = read_device_settings(),
+          .persistent_cache = read_persistent_cache_settings(),
+          .lazy = read_lazy_settings(),
+          .analysis = read_analysis_settings(),
+          .program_dump = read_program_dump_settings(),
+          .collectives = read_collective_settings()};
 }
 
 }  // namespace axle::config

@@ -1,12 +1,25 @@
 // engine: process-wide configuration. Every setting is an environment variable (PyTorch/XLA's
 // names where the meaning is the same) that code may also set; code wins over the environment.
+//
+// The structs below are the whole table of settings: each field names its variable, its default
+// and its meaning, and only engine/config.cpp reads variables (a CTest scan checks it). The
+// settings are grouped by where they take effect, and each group is read there, when it takes
+// effect: the runtime's when a Runtime starts, the lazy system's at LazySystem::restart, the
+// collective timeout at every collective, and so on. A value `set` later applies from the next
+// read of its group. Every reader validates its group and throws ConfigError naming the variable
+// and the bad value.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "engine/log.h"
 
 namespace axle {
 
@@ -18,7 +31,14 @@ class ConfigError : public std::invalid_argument {
 
 namespace config {
 
-/// The value of `name`: what `set` gave it, else the environment, else nothing.
+/// Sets `name` for this process, overriding the environment.
+void set(std::string_view name, std::string value);
+
+/// Removes a value given by `set`; the environment applies again.
+void unset(std::string_view name);
+
+/// The value of `name`: what `set` gave it, else the environment, else nothing. The readers
+/// below are how axle reads its settings; these lookups are their parts.
 [[nodiscard]] std::optional<std::string> get(std::string_view name);
 
 /// Integer value of `name`, or `fallback` when unset; throws ConfigError when not an integer.
@@ -33,11 +53,182 @@ namespace config {
 /// String value of `name`, or `fallback` when unset.
 [[nodiscard]] std::string get_string(std::string_view name, std::string_view fallback);
 
-/// Sets `name` for this process, overriding the environment.
-void set(std::string_view name, std::string value);
+// ---- The settings. Numbers and booleans left blank take their default. ----
 
-/// Removes a value given by `set`; the environment applies again.
-void unset(std::string_view name);
+/// The actor runtime's threads (engine/runtime.h): read by a Runtime made without them.
+struct RuntimeSettings {
+  /// AXLE_THREADS, default 0: pool worker threads; 0 or less means one per usable core.
+  int64_t threads = 0;
+  /// AXLE_SPIN_US, default 50: how long an idle worker spins before parking.
+  std::chrono::microseconds spin{50};
+  /// AXLE_SHUTDOWN_TIMEOUT_MS, default 10000: the longest shutdown() waits for in-flight messages.
+  std::chrono::milliseconds shutdown_timeout{10000};
+};
+
+/// One entry of AXLE_VMODULE: the modules matching `pattern` log AXLE_VLOG lines up to
+/// `verbosity`.
+struct VmoduleRule {
+  std::string pattern;  ///< a source file's basename without extension; * and ? match any
+  int64_t verbosity = 0;
+};
+
+/// Logging (engine/log.h): read on the first log line and by reload_log_config.
+struct LogSettings {
+  /// AXLE_LOG_LEVEL, default warning: the lowest level written — debug, info, warning (or warn)
+  /// or error in any case, or 0-3.
+  LogLevel min_level = LogLevel::kWarning;
+  /// AXLE_VLOG_LEVEL, default 0: the verbosity of the modules AXLE_VMODULE does not name.
+  int64_t vlog_level = 0;
+  /// AXLE_VMODULE, default none: per-module verbosity, "module=verbosity" entries separated by
+  /// commas, e.g. "compiler=2,device*=1"; the first matching entry wins.
+  std::vector<VmoduleRule> vmodule;
+};
+
+/// How ops store values (graph/ops): read on first use and by ops::reload_dtype_config.
+struct DTypeSettings {
+  /// XLA_USE_BF16, default 0: f32 and f64 tensors are stored as bf16 on the device; tensors
+  /// still report their logical dtype.
+  bool use_bf16 = false;
+  /// XLA_DOWNCAST_BF16, default 0: f32 tensors are stored as bf16 and f64 ones as f32.
+  bool downcast_bf16 = false;
+  /// XLA_NO_SPECIAL_SCALARS, default 0: the scalars 0 and 1 become graph parameters too,
+  /// instead of constants.
+  bool no_special_scalars = false;
+};
+
+/// IR dumps (graph/dump.h): read by every dump.
+struct IrDumpSettings {
+  /// XLA_IR_DEBUG, default 0: dumps name the source line that created each node.
+  bool source_lines = false;
+};
+
+/// The compiler passes AXLE_DISABLE_PASSES may name, as graph/passes names them (pass_name).
+inline constexpr std::array<std::string_view, 5> kPassNames = {"canonicalize", "cse",
+                                                               "constant_folding", "dce", "fusion"};
+
+/// The compiler's passes (graph/passes): read whenever a pass set is made from the settings
+/// (PassSet::from_config: by each compiler the lazy system starts, and by each hlo dump).
+struct PassSettings {
+  /// AXLE_DISABLE_PASSES, default none: passes to skip, comma-separated names of kPassNames.
+  std::vector<std::string> disabled;
+};
+
+/// The backend and its devices: read at LazySystem::restart, unless the options bring a backend.
+struct DeviceSettings {
+  /// PJRT_DEVICE, default CPU: the backend; CPU (or cpu) is the one there is.
+  std::string pjrt_device = "CPU";
+  /// CPU_NUM_DEVICES, default 1: virtual CPU devices (at least 1).
+  int cpu_num_devices = 1;
+  /// AXLE_CPU_INTRA_OP_THREADS, default 0: per CPU device, the threads a large kernel is split
+  /// over (the device actor's thread included), 1 to kMostIntraOpThreads; 0 means the usable
+  /// cores shared among the CPU devices (at least one each).
+  int cpu_intra_op_threads = 0;
+  /// AXLE_CPU_BLOCK_CACHE_MB, default 1024: per CPU device, how many MiB of freed memory in
+  /// blocks of 1 MiB and more are kept for reuse (a negative value counts as 0).
+  int64_t cpu_block_cache_mb = 1024;
+};
+
+/// The largest AXLE_CPU_INTRA_OP_THREADS accepted.
+inline constexpr int kMostIntraOpThreads = 256;
+
+/// The persistent compile cache: read once, by the first LazySystem that is not given one, when
+/// initialize_cache has not opened one.
+struct PersistentCacheSettings {
+  /// XLA_PERSISTENT_CACHE_PATH, default none: the directory of the persistent compile cache.
+  std::string path;
+  /// XLA_PERSISTENT_CACHE_READ_ONLY, default 0: that cache is read, never written.
+  bool read_only = false;
+};
+
+/// The formats XLA_SAVE_TENSORS_FMT accepts.
+enum class SaveTensorsFormat { kText, kDot, kHlo };
+
+/// The lazy system (actors/lazy_system.h): read at LazySystem::restart.
+struct LazySettings {
+  /// XLA_COMPILATION_CACHE_SIZE, default 2048: compiled programs kept in memory (the least
+  /// recently used go first).
+  int64_t compilation_cache_size = 2048;
+  /// AXLE_MAX_GRAPH_NODES, default 1000000: ops traced without a mark_step before the step is
+  /// cut (with a warning naming the line).
+  int64_t max_graph_nodes = 1'000'000;
+  /// XLA_USE_EAGER_DEBUG_MODE, default 0: every op runs as it is traced.
+  bool eager_debug_mode = false;
+  /// XLA_SYNC_WAIT, default 0: mark_step waits for the device.
+  bool sync_wait = false;
+  /// XLA_ENABLE_PARAM_ALIASING, default 1: mark_step may overwrite input buffers no tensor holds
+  /// (buffer donation).
+  bool param_aliasing = true;
+  /// XLA_SAVE_TENSORS_FILE, default none: every executed graph is appended to this file.
+  std::string save_tensors_file;
+  /// XLA_SAVE_TENSORS_FMT, default text: how: text, dot (Graphviz) or hlo (the lowered program
+  /// after the compiler's passes).
+  SaveTensorsFormat save_tensors_format = SaveTensorsFormat::kText;
+  /// AXLE_TRACE_FILE, default none: a timeline of the whole run is recorded into this file
+  /// (Chrome trace-event JSON).
+  std::string trace_file;
+};
+
+/// The debug analysis and the metrics reports: read at LazySystem::restart and by its compiler.
+struct AnalysisSettings {
+  /// PT_XLA_DEBUG_LEVEL, default 0: 1 prints an analysis of every compilation and metrics that
+  /// point at a problem to stderr; 2 an analysis of every execution too.
+  int debug_level = 0;
+  /// AXLE_METRICS_ANALYSIS_STEPS, default 100: steps between two looks of that metrics analysis.
+  int64_t metrics_analysis_steps = 100;
+  /// XLA_METRICS_FILE, default none: the metrics report and step breakdown are appended to this
+  /// file at every step.
+  std::string metrics_file;
+};
+
+/// Dumps of compiled programs (actors/program_dump.h): read by every compilation and failure.
+struct ProgramDumpSettings {
+  /// XLA_FLAGS, default none: of its flags, --xla_dump_to=DIR names the directory each compiled
+  /// program is written to, before and after the compiler (empty: none).
+  std::string dump_to;
+  /// XLA_SAVE_HLO_FILE, default none: the graph of a compilation, or the program of an execution,
+  /// that failed is appended to this file.
+  std::string save_hlo_file;
+};
+
+/// Collectives across replicas: read by every rendezvous, mesh_reduce and in-graph collective.
+struct CollectiveSettings {
+  /// AXLE_COLLECTIVE_TIMEOUT, default 300: seconds a collective waits for every replica before it
+  /// fails (above 0 and below 3.2e7).
+  std::chrono::nanoseconds timeout = std::chrono::seconds(300);
+};
+
+/// Every setting.
+struct Settings {
+  RuntimeSettings runtime;
+  LogSettings log;
+  DTypeSettings dtype;
+  IrDumpSettings ir_dump;
+  PassSettings passes;
+  DeviceSettings devices;
+  PersistentCacheSettings persistent_cache;
+  LazySettings lazy;
+  AnalysisSettings analysis;
+  ProgramDumpSettings program_dump;
+  CollectiveSettings collectives;
+};
+
+/// Reads every setting (code's values, then the environment), throwing ConfigError for the
+/// first malformed one.
+[[nodiscard]] Settings read_settings();
+
+/// Readers of one group each, for the code that applies it, at the moment it applies.
+[[nodiscard]] RuntimeSettings read_runtime_settings();
+/// With `errors`, a malformed value is described there and its default kept instead of thrown.
+[[nodiscard]] LogSettings read_log_settings(std::vector<std::string>* errors = nullptr);
+[[nodiscard]] DTypeSettings read_dtype_settings();
+[[nodiscard]] IrDumpSettings read_ir_dump_settings();
+[[nodiscard]] PassSettings read_pass_settings();
+[[nodiscard]] DeviceSettings read_device_settings();
+[[nodiscard]] PersistentCacheSettings read_persistent_cache_settings();
+[[nodiscard]] LazySettings read_lazy_settings();
+[[nodiscard]] AnalysisSettings read_analysis_settings();
+[[nodiscard]] ProgramDumpSettings read_program_dump_settings();
+[[nodiscard]] CollectiveSettings read_collective_settings();
 
 }  // namespace config
 }  // namespace axle

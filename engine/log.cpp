@@ -20,9 +20,6 @@
 namespace axle::log_internal {
 namespace {
 
-constexpr std::string_view kLevelVar = "AXLE_LOG_LEVEL";
-constexpr std::string_view kVlogLevelVar = "AXLE_VLOG_LEVEL";
-constexpr std::string_view kVmoduleVar = "AXLE_VMODULE";
 constexpr int kDefaultMinLevel = static_cast<int>(LogLevel::kWarning);
 
 struct VmoduleRule {
@@ -30,17 +27,12 @@ struct VmoduleRule {
   int verbosity;
 };
 
-struct LogSettings {
+// The settings as the logger uses them: verbosities clamped (see clamp_verbosity).
+struct ActiveSettings {
   int min_level = kDefaultMinLevel;
   int default_verbosity = 0;
   std::vector<VmoduleRule> vmodule;
 };
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
 
 // Verbosities are kept below VlogSite::kUnregistered, which marks a site not yet looked up.
 int clamp_verbosity(int64_t verbosity, int unregistered) {
@@ -49,45 +41,14 @@ int clamp_verbosity(int64_t verbosity, int unregistered) {
   return static_cast<int>(verbosity);
 }
 
-int parse_min_level() {
-  const std::string raw = config::get_string(kLevelVar, "");
-  std::string text(trim(raw));
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (text.empty()) return kDefaultMinLevel;
-  static constexpr std::array<std::string_view, 4> kNames = {"debug", "info", "warning", "error"};
-  for (size_t i = 0; i < kNames.size(); ++i) {
-    if (text == kNames[i]) return static_cast<int>(i);
+ActiveSettings activate(const config::LogSettings& settings, int unregistered) {
+  ActiveSettings active;
+  active.min_level = static_cast<int>(settings.min_level);
+  active.default_verbosity = clamp_verbosity(settings.vlog_level, unregistered);
+  for (const config::VmoduleRule& rule : settings.vmodule) {
+    active.vmodule.push_back({rule.pattern, clamp_verbosity(rule.verbosity, unregistered)});
   }
-  if (text == "warn") return static_cast<int>(LogLevel::kWarning);
-  if (text.size() == 1 && text[0] >= '0' && text[0] <= '3') return text[0] - '0';
-  throw ConfigError(fmt::format(
-      "{}='{}' is not a log level (use debug, info, warning, error or 0-3)", kLevelVar, raw));
-}
-
-std::vector<VmoduleRule> parse_vmodule(int unregistered) {
-  const std::string raw = config::get_string(kVmoduleVar, "");
-  std::vector<VmoduleRule> rules;
-  std::string_view rest = raw;
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    const std::string_view entry = trim(rest.substr(0, comma));
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (entry.empty()) continue;
-    const size_t equals = entry.find('=');
-    const std::string_view pattern = trim(entry.substr(0, equals));
-    const std::string_view number =
-        equals == std::string_view::npos ? std::string_view() : trim(entry.substr(equals + 1));
-    int64_t verbosity = 0;
-    const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), verbosity);
-    if (pattern.empty() || number.empty() || ec != std::errc() ||
-        end != number.data() + number.size()) {
-      throw ConfigError(
-          fmt::format("{}='{}' has a malformed entry '{}' (expected module=verbosity)", kVmoduleVar,
-                      raw, entry));
-    }
-    rules.push_back({std::string(pattern), clamp_verbosity(verbosity, unregistered)});
-  }
-  return rules;
+  return active;
 }
 
 // Glob with * and ?, as glog's --vmodule accepts.
@@ -141,14 +102,7 @@ class LogState {
     {
       std::lock_guard lock(mutex_);
       if (loaded_) return;
-      LogSettings settings;
-      try_parse(errors, [&] { settings.min_level = parse_min_level(); });
-      try_parse(errors, [&] {
-        settings.default_verbosity =
-            clamp_verbosity(config::get_int(kVlogLevelVar, 0), VlogSite::kUnregistered);
-      });
-      try_parse(errors, [&] { settings.vmodule = parse_vmodule(VlogSite::kUnregistered); });
-      apply_locked(std::move(settings));
+      apply_locked(activate(config::read_log_settings(&errors), VlogSite::kUnregistered));
     }
     // Written after unlocking: the line goes through the sink, which may itself log.
     for (const std::string& error : errors) {
@@ -157,11 +111,7 @@ class LogState {
   }
 
   void reload() {
-    LogSettings settings;
-    settings.min_level = parse_min_level();
-    settings.default_verbosity =
-        clamp_verbosity(config::get_int(kVlogLevelVar, 0), VlogSite::kUnregistered);
-    settings.vmodule = parse_vmodule(VlogSite::kUnregistered);
+    ActiveSettings settings = activate(config::read_log_settings(), VlogSite::kUnregistered);
     std::lock_guard lock(mutex_);
     apply_locked(std::move(settings));
   }
@@ -178,16 +128,7 @@ class LogState {
   }
 
  private:
-  template <typename Parse>
-  static void try_parse(std::vector<std::string>& errors, Parse parse) {
-    try {
-      parse();
-    } catch (const ConfigError& error) {
-      errors.emplace_back(error.what());
-    }
-  }
-
-  void apply_locked(LogSettings settings) {
+  void apply_locked(ActiveSettings settings) {
     settings_ = std::move(settings);
     loaded_ = true;
     g_min_level.store(settings_.min_level, std::memory_order_relaxed);
@@ -206,7 +147,7 @@ class LogState {
 
   std::mutex mutex_;
   bool loaded_ = false;
-  LogSettings settings_;
+  ActiveSettings settings_;
   VlogSite* sites_ = nullptr;
 };
 

@@ -89,25 +89,17 @@ void ActorCell::run() {
 
 }  // namespace detail
 
-namespace {
-
-int default_threads() {
-  int64_t n = config::get_int("AXLE_THREADS", 0);
-  if (n <= 0) n = usable_cores();
-  return static_cast<int>(n);
-}
-
-}  // namespace
-
 Runtime::Runtime(RuntimeOptions options)
     : options_(options), core_(make_intrusive<detail::RuntimeCore>()) {
-  if (options_.threads <= 0) options_.threads = default_threads();
-  if (options_.spin.count() < 0) {
-    options_.spin = std::chrono::microseconds(config::get_int("AXLE_SPIN_US", 50));
-  }
-  if (options_.shutdown_timeout.count() < 0) {
-    options_.shutdown_timeout =
-        std::chrono::milliseconds(config::get_int("AXLE_SHUTDOWN_TIMEOUT_MS", 10000));
+  // The settings are read only when an option is left to them.
+  if (options_.threads <= 0 || options_.spin.count() < 0 || options_.shutdown_timeout.count() < 0) {
+    const config::RuntimeSettings settings = config::read_runtime_settings();
+    if (options_.threads <= 0) {
+      options_.threads = static_cast<int>(settings.threads > 0 ? settings.threads : usable_cores());
+    }
+    if (options_.spin.count() < 0) options_.spin = settings.spin;
+    if (options_.shutdown_timeout.count() < 0)
+      options_.shutdown_timeout = settings.shutdown_timeout;
   }
   scheduler_ = std::make_unique<Scheduler>(options_.threads, options_.spin);
 }

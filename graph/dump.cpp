@@ -95,7 +95,7 @@ std::string type_text(const Node& node) {
 }  // namespace
 
 std::string tensors_text(const std::vector<Tensor>& tensors) {
-  const bool debug = config::get_bool("XLA_IR_DEBUG", false);
+  const bool debug = config::read_ir_dump_settings().source_lines;
   const Graph g = post_order(tensors);
   std::string out = "IR {\n";
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
@@ -122,7 +122,7 @@ std::string tensors_text(const std::vector<Tensor>& tensors) {
 }
 
 std::string tensors_dot(const std::vector<Tensor>& tensors) {
-  const bool debug = config::get_bool("XLA_IR_DEBUG", false);
+  const bool debug = config::read_ir_dump_settings().source_lines;
   const Graph g = post_order(tensors);
   std::vector<std::string> roots(g.nodes.size());
   for (std::size_t i = 0; i < g.outputs.size(); ++i) {

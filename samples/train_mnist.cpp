@@ -16,12 +16,13 @@
 #include <string>
 
 #include "axle.h"
+#include "engine/config.h"
 #include "io/checkpoint.h"
 #include "io/data_loader.h"
 #include "io/fake_data.h"
 #include "io/fashion_mnist.h"
-#include "io/parallel_loader.h"
 #include "io/formats/safetensors.h"
+#include "io/parallel_loader.h"
 #include "io/shard.h"
 #include "samples/mnist_models.h"
 
@@ -44,7 +45,7 @@ struct Flags {
   bool metrics_debug = false;
   std::string data_dir = std::string(FashionMnist::kDefaultDir);
   int num_workers = 1;
-  int num_devices = 1;  // replicas, one per device (CPU_NUM_DEVICES when given)
+  int num_devices = 0;  // replicas, one per device (0: as many as axle starts with)
   std::string trace;    // a Chrome trace of the first trace_steps steps
   int64_t trace_steps = 20;
 };
@@ -291,7 +292,6 @@ int main(int argc, char** argv) {
   app.add_flag("--metrics_debug", flags.metrics_debug, "print the metrics report at the end");
   app.add_option("--data_dir", flags.data_dir, "where the Fashion-MNIST files are");
   app.add_option("--num_workers", flags.num_workers, "data loader worker threads per replica");
-  if (const char* devices = std::getenv("CPU_NUM_DEVICES")) flags.num_devices = std::atoi(devices);
   app.add_option("--num_devices", flags.num_devices,
                  "train data-parallel on this many devices (default: CPU_NUM_DEVICES, or 1); "
                  "--batch_size is per device")
@@ -301,9 +301,12 @@ int main(int argc, char** argv) {
   app.add_option("--trace_steps", flags.trace_steps, "steps the --trace covers")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
-  // The devices are made on first use, from CPU_NUM_DEVICES.
-  ::setenv("CPU_NUM_DEVICES", std::to_string(flags.num_devices).c_str(), 1);
   try {
+    // The devices are made on first use, from CPU_NUM_DEVICES: --num_devices sets it first.
+    if (flags.num_devices > 0) {
+      axle::config::set("CPU_NUM_DEVICES", std::to_string(flags.num_devices));
+    }
+    flags.num_devices = axle::device_count();
     if (!flags.fake_data && !std::filesystem::exists(flags.data_dir)) {
       std::fprintf(stderr, "train_mnist: no dataset in %s; training on --fake_data\n",
                    flags.data_dir.c_str());

@@ -4,14 +4,13 @@
 
 #include <fmt/format.h>
 
-#include "backends/cpu/kernel.h"
-#include "engine/config.h"
 #include "engine/cores.h"
 
 #include <chrono>
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
+#include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -79,24 +78,13 @@ void* ComputePool::scratch(int thread, std::size_t bytes) {
   return s.data;
 }
 
-ComputePool& ComputePool::serial() {
-  thread_local ComputePool pool(1);
-  return pool;
-}
-
-int intra_op_threads(int devices) {
-  constexpr int64_t kMost = 256;
-  const int64_t shared = std::max<int64_t>(1, usable_cores() / std::max(devices, 1));
-  const int64_t threads = config::get_int("AXLE_CPU_INTRA_OP_THREADS", shared);
-  if (threads < 1 || threads > kMost) {
-    throw ConfigError(
-        fmt::format("AXLE_CPU_INTRA_OP_THREADS={} must be between 1 and {}", threads, kMost));
+int intra_op_threads(int devices, int requested) {
+  if (requested < 0) {
+    throw std::invalid_argument(
+        fmt::format("intra-op threads must be 0 (the default) or more, not {}", requested));
   }
-  return static_cast<int>(threads);
-}
-
-ComputePool& compute_pool(const KernelArgs& args) {
-  return args.pool ? *args.pool : ComputePool::serial();
+  if (requested > 0) return requested;
+  return std::max(1, usable_cores() / std::max(devices, 1));
 }
 
 void ComputePool::run_parts(int64_t parts, PartFn fn, void* context) {

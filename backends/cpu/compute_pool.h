@@ -52,9 +52,6 @@ class ComputePool {
   /// grown) between calls, so kernels need no allocation per call once warm.
   [[nodiscard]] void* scratch(int thread, std::size_t bytes);
 
-  /// A one-thread pool of the calling thread, for kernels called without a device's pool.
-  [[nodiscard]] static ComputePool& serial();
-
  private:
   using PartFn = void (*)(void* context, int64_t index, int thread);
   struct Scratch {
@@ -84,10 +81,10 @@ class ComputePool {
   std::vector<std::thread> workers_;
 };
 
-/// Compute threads per device for `devices` CPU devices: AXLE_CPU_INTRA_OP_THREADS when set,
-/// else the process's usable cores (usable_cores) shared out among the devices (at least one
-/// each).
-[[nodiscard]] int intra_op_threads(int devices);
+/// Compute threads per device for `devices` CPU devices: `requested` when above 0 (the
+/// AXLE_CPU_INTRA_OP_THREADS setting), else the process's usable cores (usable_cores) shared out
+/// among the devices (at least one each). Throws std::invalid_argument for a negative request.
+[[nodiscard]] int intra_op_threads(int devices, int requested);
 
 /// Splits [0, n) into at most `max_parts` contiguous ranges of at least `grain` elements (the
 /// last may be shorter only when n is), each boundary a multiple of `align`. The ranges depend

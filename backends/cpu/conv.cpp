@@ -296,7 +296,7 @@ void conv2d_typed(const T* x, const T* w, T* out, const ConvGeometry& g, Compute
 
 void conv2d(const KernelArgs& args) {
   const ConvGeometry g = plan_conv(args);
-  ComputePool& pool = compute_pool(args);
+  ComputePool& pool = args.pool;
   const ConstView& x = args.inputs[0];
   const ConstView& w = args.inputs[1];
   switch (args.output.desc->dtype) {

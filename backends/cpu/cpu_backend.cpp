@@ -17,7 +17,6 @@
 #include "backends/backend.h"
 #include "backends/cpu/compute_pool.h"
 #include "backends/cpu/kernel.h"
-#include "engine/config.h"
 #include "engine/metrics.h"
 
 namespace axle {
@@ -111,15 +110,14 @@ class CpuMemory final : public DeviceMemory {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int devices) {
+  CpuBackend(int devices, const CpuBackendOptions& options) {
     if (devices < 1) throw std::invalid_argument("the CPU backend needs at least one device");
-    const auto cache_limit = static_cast<std::size_t>(std::max<int64_t>(
-                                 0, config::get_int("AXLE_CPU_BLOCK_CACHE_MB", 1024)))
+    const auto cache_limit = static_cast<std::size_t>(std::max<int64_t>(0, options.block_cache_mb))
                              << 20;
     for (int i = 0; i < devices; ++i) {
       accounts_.push_back(std::make_shared<DeviceAccount>(cache_limit));
     }
-    const int threads = cpu::intra_op_threads(devices);
+    const int threads = cpu::intra_op_threads(devices, options.intra_op_threads);
     for (int i = 0; i < devices; ++i) pools_.push_back(std::make_unique<cpu::ComputePool>(threads));
   }
 
@@ -151,7 +149,7 @@ class CpuBackend final : public Backend {
   }
 
   /// The compute threads of `device`, which its kernels share.
-  [[nodiscard]] cpu::ComputePool* pool(int device) const { return pools_.at(device).get(); }
+  [[nodiscard]] cpu::ComputePool& pool(int device) const { return *pools_.at(device); }
 
   MemoryInfo memory_info(int device) const override {
     const auto& a = *accounts_.at(device);
@@ -317,8 +315,8 @@ std::unique_ptr<ProgramRun> CpuBackend::start(int device, const Executable& prog
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int devices) {
-  return std::make_unique<CpuBackend>(devices);
+std::unique_ptr<Backend> make_cpu_backend(int devices, CpuBackendOptions options) {
+  return std::make_unique<CpuBackend>(devices, options);
 }
 
 namespace cpu {

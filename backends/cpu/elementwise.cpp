@@ -218,21 +218,20 @@ void run_binary(const KernelArgs& args, const A* a, const B* b, Op op) {
                                   {&args.inputs[0].desc->shape, &args.inputs[1].desc->shape});
   if (out_shape.numel() == 0) return;
   O* o = args.output.as<O>();
-  for_each_row(compute_pool(args), nest,
-               [&](int64_t out, const auto& off, const auto& step, int64_t n) {
-                 const A* ra = a + off[0];
-                 const B* rb = b + off[1];
-                 const int64_t sa = step[0], sb = step[1];
-                 if (sa == 1 && sb == 1) {
-                   binary_loop<Walk::kUnit, Walk::kUnit>(ra, sa, rb, sb, o + out, n, op);
-                 } else if (sa == 0 && sb == 1) {
-                   binary_loop<Walk::kScalar, Walk::kUnit>(ra, sa, rb, sb, o + out, n, op);
-                 } else if (sa == 1 && sb == 0) {
-                   binary_loop<Walk::kUnit, Walk::kScalar>(ra, sa, rb, sb, o + out, n, op);
-                 } else {
-                   binary_loop<Walk::kStrided, Walk::kStrided>(ra, sa, rb, sb, o + out, n, op);
-                 }
-               });
+  for_each_row(args.pool, nest, [&](int64_t out, const auto& off, const auto& step, int64_t n) {
+    const A* ra = a + off[0];
+    const B* rb = b + off[1];
+    const int64_t sa = step[0], sb = step[1];
+    if (sa == 1 && sb == 1) {
+      binary_loop<Walk::kUnit, Walk::kUnit>(ra, sa, rb, sb, o + out, n, op);
+    } else if (sa == 0 && sb == 1) {
+      binary_loop<Walk::kScalar, Walk::kUnit>(ra, sa, rb, sb, o + out, n, op);
+    } else if (sa == 1 && sb == 0) {
+      binary_loop<Walk::kUnit, Walk::kScalar>(ra, sa, rb, sb, o + out, n, op);
+    } else {
+      binary_loop<Walk::kStrided, Walk::kStrided>(ra, sa, rb, sb, o + out, n, op);
+    }
+  });
 }
 
 // An input read as pred: bool buffers as they are, any other dtype as `!= 0` into `scratch`.
@@ -354,8 +353,8 @@ void logical_kernel(const KernelArgs& args) {
   check_arity(args, 2);
   check_dtype(args, "output", args.output.desc->dtype, DType::kBool);
   std::unique_ptr<bool[]> scratch_a, scratch_b;
-  const bool* a = as_pred(compute_pool(args), args.inputs[0], scratch_a);
-  const bool* b = as_pred(compute_pool(args), args.inputs[1], scratch_b);
+  const bool* a = as_pred(args.pool, args.inputs[0], scratch_a);
+  const bool* b = as_pred(args.pool, args.inputs[1], scratch_b);
   run_binary<bool, bool, bool>(
       args, a, b, [](bool x, bool y) { return K == Kernel::kLogicalAnd ? (x && y) : (x || y); });
 }
@@ -366,7 +365,7 @@ void where_kernel(const KernelArgs& args) {
   check_dtype(args, "input 1", args.inputs[1].desc->dtype, out.dtype);
   check_dtype(args, "input 2", args.inputs[2].desc->dtype, out.dtype);
   std::unique_ptr<bool[]> scratch;
-  const bool* cond = as_pred(compute_pool(args), args.inputs[0], scratch);
+  const bool* cond = as_pred(args.pool, args.inputs[0], scratch);
   const auto nest = plan_loops<3>(
       Kernel::kWhere, out.shape,
       {&args.inputs[0].desc->shape, &args.inputs[1].desc->shape, &args.inputs[2].desc->shape});
@@ -376,24 +375,23 @@ void where_kernel(const KernelArgs& args) {
     const T* a = args.inputs[1].as<T>();
     const T* b = args.inputs[2].as<T>();
     T* o = args.output.as<T>();
-    for_each_row(
-        compute_pool(args), nest, [&](int64_t at_out, const auto& off, const auto& s, int64_t n) {
-          const bool* rc = cond + off[0];
-          const T* ra = a + off[1];
-          const T* rb = b + off[2];
-          T* ro = o + at_out;
-          // The ReLU gradient's where(x > 0, grad, 0) has a scalar branch.
-          if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
-            where_loop<Walk::kUnit, Walk::kUnit, Walk::kUnit>(rc, 1, ra, 1, rb, 1, ro, n);
-          } else if (s[0] == 1 && s[1] == 1 && s[2] == 0) {
-            where_loop<Walk::kUnit, Walk::kUnit, Walk::kScalar>(rc, 1, ra, 1, rb, 0, ro, n);
-          } else if (s[0] == 1 && s[1] == 0 && s[2] == 1) {
-            where_loop<Walk::kUnit, Walk::kScalar, Walk::kUnit>(rc, 1, ra, 0, rb, 1, ro, n);
-          } else {
-            where_loop<Walk::kStrided, Walk::kStrided, Walk::kStrided>(rc, s[0], ra, s[1], rb, s[2],
-                                                                       ro, n);
-          }
-        });
+    for_each_row(args.pool, nest, [&](int64_t at_out, const auto& off, const auto& s, int64_t n) {
+      const bool* rc = cond + off[0];
+      const T* ra = a + off[1];
+      const T* rb = b + off[2];
+      T* ro = o + at_out;
+      // The ReLU gradient's where(x > 0, grad, 0) has a scalar branch.
+      if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
+        where_loop<Walk::kUnit, Walk::kUnit, Walk::kUnit>(rc, 1, ra, 1, rb, 1, ro, n);
+      } else if (s[0] == 1 && s[1] == 1 && s[2] == 0) {
+        where_loop<Walk::kUnit, Walk::kUnit, Walk::kScalar>(rc, 1, ra, 1, rb, 0, ro, n);
+      } else if (s[0] == 1 && s[1] == 0 && s[2] == 1) {
+        where_loop<Walk::kUnit, Walk::kScalar, Walk::kUnit>(rc, 1, ra, 0, rb, 1, ro, n);
+      } else {
+        where_loop<Walk::kStrided, Walk::kStrided, Walk::kStrided>(rc, s[0], ra, s[1], rb, s[2], ro,
+                                                                   n);
+      }
+    });
   });
 }
 
@@ -425,9 +423,8 @@ void signed_unary_kernel(const KernelArgs& args) {
     if constexpr (std::is_same_v<T, bool>) {
       unsupported(K, out.dtype);
     } else {
-      run_unary(compute_pool(args), K, out.shape, args.inputs[0].desc->shape,
-                args.inputs[0].as<T>(), args.output.as<T>(),
-                [](C x) { return signed_unary<K, C>(x); });
+      run_unary(args.pool, K, out.shape, args.inputs[0].desc->shape, args.inputs[0].as<T>(),
+                args.output.as<T>(), [](C x) { return signed_unary<K, C>(x); });
     }
   });
 }
@@ -438,7 +435,7 @@ void logical_not_kernel(const KernelArgs& args) {
   check_dtype(args, "output", out.dtype, DType::kBool);
   visit_dtype(args.inputs[0].desc->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    run_unary(compute_pool(args), Kernel::kLogicalNot, out.shape, args.inputs[0].desc->shape,
+    run_unary(args.pool, Kernel::kLogicalNot, out.shape, args.inputs[0].desc->shape,
               args.inputs[0].as<T>(), args.output.as<bool>(),
               [](compute_t<T> x) { return x == compute_t<T>(0); });
   });
@@ -451,7 +448,7 @@ void cast_kernel(const KernelArgs& args) {
     using S = typename decltype(from)::type;
     visit_dtype(out.dtype, [&](auto to) {
       using D = typename decltype(to)::type;
-      run_unary(compute_pool(args), Kernel::kCast, out.shape, args.inputs[0].desc->shape,
+      run_unary(args.pool, Kernel::kCast, out.shape, args.inputs[0].desc->shape,
                 args.inputs[0].as<S>(), args.output.as<D>(), [](compute_t<S> x) { return x; });
     });
   });
@@ -497,7 +494,7 @@ void float_unary_kernel(const KernelArgs& args) {
       std::vector<T> expanded;  // only when the input broadcasts
       if (!(in.shape == out.shape)) {
         expanded.resize(static_cast<std::size_t>(out.shape.numel()));
-        run_unary(compute_pool(args), K, out.shape, in.shape, x, expanded.data(),
+        run_unary(args.pool, K, out.shape, in.shape, x, expanded.data(),
                   [](compute_t<T> v) { return v; });
         x = expanded.data();
       }
@@ -505,7 +502,7 @@ void float_unary_kernel(const KernelArgs& args) {
       // Parts start on multiples of map_float's chunk (and so of 64 bytes), so Eigen takes the
       // same vector and scalar paths over each element as on one thread.
       parallel_for(
-          compute_pool(args), out.shape.numel(), kParallelElements / 4,
+          args.pool, out.shape.numel(), kParallelElements / 4,
           [&](int64_t begin, int64_t end, int) {
             if constexpr (K == Kernel::kGelu) {
               if (tanh_form) {

@@ -240,7 +240,7 @@ class FusedRun {
     // Without a reduction, blocks are independent and large chains spread them over the pool's
     // threads, each with scratch blocks of its own.
     const int64_t n = shape_.numel();
-    ComputePool& pool = compute_pool(args);
+    ComputePool& pool = args.pool;
     if (!fold_ && pool.threads() > 1 && n >= kParallelElements) pool_ = &pool;
     blocks_per_thread_ = std::max<std::size_t>(1, blocks);
     const std::size_t threads = pool_ ? static_cast<std::size_t>(pool.threads()) : 1;

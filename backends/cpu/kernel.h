@@ -37,13 +37,10 @@ struct KernelArgs {
   const KernelCall& call;
   std::span<const ConstView> inputs;
   View output;
-  /// The device's compute threads, which large kernels split their work over; null runs the
-  /// kernel on the calling thread alone.
-  ComputePool* pool = nullptr;
+  /// The device's compute threads, which large kernels split their work over (a one-thread
+  /// pool runs the kernel on the calling thread alone).
+  ComputePool& pool;
 };
-
-/// The pool `args` names, or a one-thread pool of the calling thread.
-[[nodiscard]] ComputePool& compute_pool(const KernelArgs& args);
 
 /// Whether `in` broadcasts to `out` as in NumPy: dims align at the end, and each is 1 or equal.
 [[nodiscard]] inline bool broadcasts_to(const Shape& in, const Shape& out) noexcept {

@@ -247,14 +247,14 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
   const std::vector<float> a = widened(args.inputs[0]);
   const std::vector<float> b = widened(args.inputs[1]);
   std::vector<float> out(static_cast<std::size_t>(args.output.desc->shape.numel()));
-  run_plan(a.data(), b.data(), out.data(), p, compute_pool(args));
+  run_plan(a.data(), b.data(), out.data(), p, args.pool);
   narrow_block(out.data(), args.output.as<Bf16>(), static_cast<int64_t>(out.size()));
 }
 
 void matmul(const KernelArgs& args) {
   const MatmulPlan plan = plan_matmul(args);
   if (plan.a_offsets.empty()) return;  // empty output
-  ComputePool& pool = compute_pool(args);
+  ComputePool& pool = args.pool;
   switch (args.output.desc->dtype) {
     case DType::kF32:
       return run_plan(args.inputs[0].as<float>(), args.inputs[1].as<float>(),

@@ -401,7 +401,7 @@ void pool2d(const KernelArgs& args) {
   const PoolGeometry g = plan_pool(args, kIsMax);
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    for_plane_runs(compute_pool(args), g, args.inputs[0].as<T>(), g.h * g.w, args.output.as<T>(),
+    for_plane_runs(args.pool, g, args.inputs[0].as<T>(), g.h * g.w, args.output.as<T>(),
                    g.oh * g.ow, [](const T* x, T* out, const PoolGeometry& part, int) {
                      if constexpr (kIsMax) {
                        max_pool_typed(x, out, part);
@@ -526,7 +526,7 @@ template <bool kIsMax>
 void pool2d_backward(const KernelArgs& args) {
   const PoolGeometry g =
       plan_pool(args, kIsMax, kIsMax ? PoolPass::kMaxBackward : PoolPass::kAvgBackward);
-  ComputePool& pool = compute_pool(args);
+  ComputePool& pool = args.pool;
   auto run = [&](auto tag) {
     using T = decltype(tag);
     using A = compute_t<T>;

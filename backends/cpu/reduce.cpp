@@ -82,7 +82,7 @@ template <class T>
 const T* arranged_input(const KernelArgs& args, const ReducePlan& plan) {
   const T* x = args.inputs[0].as<T>();
   if (!plan.gather) return x;
-  T* gathered = static_cast<T*>(compute_pool(args).scratch(
+  T* gathered = static_cast<T*>(args.pool.scratch(
       0, sizeof(T) * static_cast<std::size_t>(args.inputs[0].desc->shape.numel())));
   gather_reduced_last(x, plan.groups, gathered);
   return gathered;
@@ -320,7 +320,7 @@ void reduce_kernel(const KernelArgs& args) {
       unsupported(K, dtype);
     } else {
       const T* x = arranged_input<T>(args, plan);
-      ComputePool& pool = compute_pool(args);
+      ComputePool& pool = args.pool;
       if constexpr (K == Kernel::kSum) reduce_to_output<Sum<T>>(x, g, args.output, pool);
       if constexpr (K == Kernel::kMean) reduce_to_output<Mean<T>>(x, g, args.output, pool);
       if constexpr (K == Kernel::kReduceMax) {

@@ -14,20 +14,9 @@
 namespace axle::ops {
 namespace {
 
-struct DTypeConfig {
-  bool use_bf16 = false;
-  bool downcast_bf16 = false;
-  bool no_special_scalars = false;
-};
-
-DTypeConfig read_config() {
-  return {config::get_bool("XLA_USE_BF16", false), config::get_bool("XLA_DOWNCAST_BF16", false),
-          config::get_bool("XLA_NO_SPECIAL_SCALARS", false)};
-}
-
-DTypeConfig& dtype_config() {
-  static DTypeConfig cfg = read_config();
-  return cfg;
+config::DTypeSettings& dtype_config() {
+  static config::DTypeSettings settings = config::read_dtype_settings();
+  return settings;
 }
 
 Counter& op_counter(Op op) {
@@ -116,7 +105,7 @@ int64_t normalize_dim(std::string_view op, const Tensor& x, int64_t d, int rank,
 }
 
 DType storage_dtype(DType logical) {
-  const DTypeConfig& cfg = dtype_config();
+  const config::DTypeSettings& cfg = dtype_config();
   if (cfg.use_bf16 && (logical == DType::kF32 || logical == DType::kF64)) return DType::kBF16;
   if (cfg.downcast_bf16) {
     if (logical == DType::kF32) return DType::kBF16;
@@ -125,7 +114,7 @@ DType storage_dtype(DType logical) {
   return logical;
 }
 
-void reload_dtype_config() { dtype_config() = read_config(); }
+void reload_dtype_config() { dtype_config() = config::read_dtype_settings(); }
 
 NodePtr value_as(const Tensor& t, DType logical_to, const Loc& where) {
   NodePtr node = t.impl()->value_node(where);

@@ -1,9 +1,7 @@
 // graph/passes: which passes run, and in what order.
 #include "graph/passes/passes.h"
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -14,6 +12,8 @@ namespace {
 
 constexpr std::array<std::string_view, static_cast<std::size_t>(Pass::kCount)> kPassNames = {
     "canonicalize", "cse", "constant_folding", "dce", "fusion"};
+// AXLE_DISABLE_PASSES accepts config::kPassNames; they must be these.
+static_assert(std::ranges::equal(kPassNames, config::kPassNames));
 
 }  // namespace
 
@@ -23,24 +23,9 @@ std::string_view pass_name(Pass pass) noexcept {
 
 PassSet PassSet::from_config() {
   PassSet passes;
-  const std::string names = config::get_string("AXLE_DISABLE_PASSES", "");
-  std::size_t begin = 0;
-  while (begin <= names.size()) {
-    std::size_t end = names.find(',', begin);
-    if (end == std::string::npos) end = names.size();
-    std::string_view name(names.data() + begin, end - begin);
-    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
-    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
-    if (!name.empty()) {
-      std::size_t i = 0;
-      while (i < kPassNames.size() && kPassNames[i] != name) ++i;
-      if (i == kPassNames.size()) {
-        throw ConfigError(fmt::format("AXLE_DISABLE_PASSES={}: unknown pass '{}' (known: {})",
-                                      names, name, fmt::join(kPassNames, ", ")));
-      }
-      passes.disable(static_cast<Pass>(i));
-    }
-    begin = end + 1;
+  for (const std::string& name : config::read_pass_settings().disabled) {
+    const auto at = std::find(kPassNames.begin(), kPassNames.end(), name);
+    passes.disable(static_cast<Pass>(at - kPassNames.begin()));
   }
   return passes;
 }

@@ -1,6 +1,6 @@
 // Tests backends/cpu/compute_pool.h: every part runs once, on the pool's threads, errors come
-// back to the caller, ranges split deterministically, and the thread count comes from
-// AXLE_CPU_INTRA_OP_THREADS or the machine.
+// back to the caller, ranges split deterministically, and the thread count is the one asked for
+// or the machine's cores shared among the devices.
 #include "backends/cpu/compute_pool.h"
 
 #include <gtest/gtest.h>
@@ -16,7 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include "engine/config.h"
 #include "engine/cores.h"
 
 namespace axle::cpu {
@@ -116,15 +115,10 @@ int affinity_count() {
 }
 
 TEST(IntraOpThreads, SharesTheUsableCoresAmongDevicesByDefault) {
-  // The default is what is left when neither code nor the environment sets the count.
-  const char* outside = std::getenv("AXLE_CPU_INTRA_OP_THREADS");
-  const std::string saved = outside ? outside : "";
-  ::unsetenv("AXLE_CPU_INTRA_OP_THREADS");
-  config::unset("AXLE_CPU_INTRA_OP_THREADS");
   const int cores = affinity_count();
   EXPECT_EQ(usable_cores(), cores);
-  EXPECT_EQ(intra_op_threads(1), cores);
-  EXPECT_EQ(intra_op_threads(cores * 2), 1);
+  EXPECT_EQ(intra_op_threads(1, 0), cores);
+  EXPECT_EQ(intra_op_threads(cores * 2, 0), 1);
   // Pinned to one CPU (as `taskset -c 0` or a one-CPU cpuset would), a device gets one thread
   // however many CPUs the machine has.
   cpu_set_t all, first;
@@ -139,17 +133,14 @@ TEST(IntraOpThreads, SharesTheUsableCoresAmongDevicesByDefault) {
   }
   ASSERT_EQ(sched_setaffinity(0, sizeof first, &first), 0);
   EXPECT_EQ(usable_cores(), 1);
-  EXPECT_EQ(intra_op_threads(1), 1);
+  EXPECT_EQ(intra_op_threads(1, 0), 1);
   ASSERT_EQ(sched_setaffinity(0, sizeof all, &all), 0);
-  if (outside) ::setenv("AXLE_CPU_INTRA_OP_THREADS", saved.c_str(), 1);
 }
 
-TEST(IntraOpThreads, TheEnvironmentVariableOverrides) {
-  config::set("AXLE_CPU_INTRA_OP_THREADS", "3");
-  EXPECT_EQ(intra_op_threads(4), 3);
-  config::set("AXLE_CPU_INTRA_OP_THREADS", "0");
-  EXPECT_THROW((void)intra_op_threads(1), ConfigError);
-  config::unset("AXLE_CPU_INTRA_OP_THREADS");
+TEST(IntraOpThreads, ARequestedCountOverridesTheShare) {
+  EXPECT_EQ(intra_op_threads(4, 3), 3);
+  EXPECT_EQ(intra_op_threads(1, 7), 7);
+  EXPECT_THROW((void)intra_op_threads(1, -1), std::invalid_argument);
 }
 
 }  // namespace

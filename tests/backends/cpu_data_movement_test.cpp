@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backends/cpu/compute_pool.h"
 #include "backends/cpu/kernel.h"
 #include "tests/backends/kernel_test_util.h"
 
@@ -69,8 +70,9 @@ void call_kernel(Kernel kernel, const std::vector<HostTensor>& inputs, DType out
   for (std::size_t i = 0; i < inputs.size(); ++i) views.push_back({data[i].data(), &descs[i]});
   BufferDesc out_desc{out_dtype, out_shape};
   std::vector<std::byte> out(std::max<std::size_t>(out_desc.bytes(), 1));
+  cpu::ComputePool pool(1);  // the calling thread alone
   cpu::kernel_table()[static_cast<std::size_t>(kernel)](
-      cpu::KernelArgs{call, views, {out.data(), &out_desc}});
+      cpu::KernelArgs{call, views, {out.data(), &out_desc}, pool});
 }
 
 std::string out_of_range_message(const std::function<void()>& f) {

@@ -58,7 +58,7 @@ HostTensor run_on(int threads, Kernel kernel, const std::vector<HostTensor>& inp
   std::fill_n(out.data, out_desc.bytes(), std::byte{0xFF});
   const KernelCall call{kernel, {}, 0, std::move(ints), {}};
   cpu::kernel_table()[static_cast<std::size_t>(kernel)](
-      cpu::KernelArgs{call, views, {out.data, &out_desc}, &pool_of(threads)});
+      cpu::KernelArgs{call, views, {out.data, &out_desc}, pool_of(threads)});
   return {out_dtype, out_shape,
           decode(out_dtype, out.data, static_cast<std::size_t>(out_shape.numel()))};
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/compute_pool.h"
 #include "backends/cpu/kernel.h"
 #include "engine/element.h"
 
@@ -152,8 +153,9 @@ inline HostTensor call_kernel_directly(Kernel kernel, const std::vector<HostTens
   std::vector<cpu::ConstView> views;
   for (std::size_t i = 0; i < inputs.size(); ++i) views.push_back({bytes[i].data(), &descs[i]});
   const KernelCall call{kernel, {}, 0, std::move(ints), {}};
+  cpu::ComputePool pool(1);  // the calling thread alone
   cpu::kernel_table()[static_cast<std::size_t>(kernel)](
-      cpu::KernelArgs{call, views, {out.data(), &out_desc}});
+      cpu::KernelArgs{call, views, {out.data(), &out_desc}, pool});
   return {out_dtype, out_shape, decode(out_dtype, out.data(), out_shape.numel())};
 }
 
