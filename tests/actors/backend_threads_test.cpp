@@ -112,7 +112,9 @@ TEST_P(BackendThreads, EachDevicesCallsComeFromOneThread) {
     EXPECT_GT(calls.copy_to_host, 0) << "device " << d;
     EXPECT_GT(calls.start, 0) << "device " << d;
     EXPECT_GT(calls.memory_info, 0) << "device " << d;
-    if (n() > 1) EXPECT_GT(calls.collective, 0) << "device " << d;
+    if (n() > 1) {
+      EXPECT_GT(calls.collective, 0) << "device " << d;
+    }
   }
 }
 
