@@ -138,7 +138,7 @@ inline ::testing::AssertionResult gradients_match(const GradFunction& f, std::ve
   return ::testing::AssertionFailure() << bad << " gradient elements differ" << failures.str();
 }
 
-/// Restarts the lazy system before each test, so tests do not share compiled programs.
+/// Starts each test on a fresh runtime, so tests do not share compiled programs.
 class Autograd : public ::testing::Test {
  protected:
   void SetUp() override { fresh_runtime(); }

@@ -1,4 +1,4 @@
-// graph/nn/layers.h end to end on the CPU backend: parameter shapes and default initialisation,
+// graph/nn/layers.h end to end on each runtime: parameter shapes and default initialisation,
 // forward values against double-precision reference loops written here, Dropout's and
 // BatchNorm2d's training and evaluation modes, and the gradients of a small model against
 // central finite differences.

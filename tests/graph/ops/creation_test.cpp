@@ -1,5 +1,6 @@
 // Tests graph/ops/creation.cpp by value: full, zeros, ones and their likes, arange and scalar
-// tensors, executed on the CPU backend and compared with the values they must hold.
+// tensors, executed on each runtime (tests/graph/test_runtime.h) and compared with the values they
+// must hold.
 #include <gtest/gtest.h>
 
 #include <cmath>

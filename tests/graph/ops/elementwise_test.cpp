@@ -1,8 +1,8 @@
 // Tests graph/ops/elementwise.cpp by value: binary ops (broadcasting, 0-d and size-0 operands),
 // scalar operands, integer arithmetic and dtype promotion, comparisons, logical ops and where,
-// unary math, and casts (bf16 included), executed on the CPU backend and compared with plain
-// double-precision loops. Inputs come from std::mt19937 with fixed seeds, so every failure
-// reproduces.
+// unary math, and casts (bf16 included), executed on each runtime (tests/graph/test_runtime.h) and
+// compared with plain double-precision loops. Inputs come from std::mt19937 with fixed seeds, so
+// every failure reproduces.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,7 +1,7 @@
 // Tests graph/ops/linalg.cpp by value: matmul (every rank, batch broadcasting), linear, conv2d
-// (stride, padding, dilation, groups) and max / avg pooling, executed on the CPU backend and
-// compared with plain double-precision loops; and a small MLP forward traced as one graph.
-// Inputs come from std::mt19937 with fixed seeds.
+// (stride, padding, dilation, groups) and max / avg pooling, executed on each runtime
+// (tests/graph/test_runtime.h) and compared with plain double-precision loops; and a small MLP
+// forward traced as one graph. Inputs come from std::mt19937 with fixed seeds.
 #include <gtest/gtest.h>
 
 #include <algorithm>

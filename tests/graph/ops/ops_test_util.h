@@ -1,6 +1,7 @@
 // Test helpers for the graph ops' value tests (tests/graph/ops): random inputs, tensors made from
 // reference arrays, the comparison of an op's result with its reference, and a fixture that
-// restarts the lazy system. The ops run end to end on the CPU backend.
+// starts each test on a fresh runtime. The ops run end to end on the runtime the program links
+// (tests/graph/test_runtime.h): the reference evaluator or the devices.
 //
 // Tolerances: f32 results 1e-5 relative + 1e-6 absolute, f64 1e-12, bf16 1e-2 relative. For sums
 // of products (matmul, linear, conv2d) "relative" is to the sum of |terms|, the size the rounding

@@ -1,6 +1,6 @@
 // Tests graph/ops/reduce.cpp by value: sum, mean, amax, amin, logsumexp and argmax over each set
-// of dims, softmax and log_softmax, executed on the CPU backend and compared with plain
-// double-precision loops. Inputs come from std::mt19937 with fixed seeds.
+// of dims, softmax and log_softmax, executed on each runtime (tests/graph/test_runtime.h) and
+// compared with plain double-precision loops. Inputs come from std::mt19937 with fixed seeds.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 // Tests graph/ops/shape.cpp by value: reshape and its relatives, permute, transpose, expand,
-// slice, cat, stack, index_select, gather and one_hot, executed on the CPU backend and compared
-// with plain reference loops. Inputs come from std::mt19937 with fixed seeds.
+// slice, cat, stack, index_select, gather and one_hot, executed on each runtime
+// (tests/graph/test_runtime.h) and compared with plain reference loops. Inputs come from
+// std::mt19937 with fixed seeds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
