@@ -55,10 +55,13 @@ Future<T> read_later(const Tensor& t, DType logical, const std::source_location&
   Future<std::vector<std::byte>> bytes = runtime.read(data);
   auto [promise, future] = make_promise<T>();
   auto state = bytes.state();
+  // The callback is kept by the state it reads: it lets go of that state as it runs, or the
+  // two would hold each other forever (whoever completes the state holds it during the call).
   state->on_ready([state, data = std::move(data), logical, finish = std::move(finish),
                    p = std::move(promise)]() mutable {
+    const auto outcome = std::move(state);
     try {
-      p.set_value(finish(host_tensor(*data, std::move(state->take().value()), logical)));
+      p.set_value(finish(host_tensor(*data, std::move(outcome->take().value()), logical)));
     } catch (...) {
       p.set_error(std::current_exception());
     }
