@@ -1,6 +1,7 @@
 // Helpers for the io tests: a scratch directory, file writers, and catching an error's message.
 #pragma once
 
+#include "graph/tensor.h"
 #include "tests/error_text.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -75,6 +77,14 @@ inline std::vector<uint8_t> gzip(const std::vector<uint8_t>& bytes) {
   out.resize(stream.total_out);
   deflateEnd(&stream);
   return out;
+}
+
+/// A host tensor of `dtype` and `shape` holding `values`' bytes.
+template <class T>
+CpuTensor host(DType dtype, Shape shape, const std::vector<T>& values) {
+  CpuTensor t{dtype, shape, std::vector<std::byte>(values.size() * sizeof(T))};
+  if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  return t;
 }
 
 }  // namespace axle::testing

@@ -20,16 +20,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::contains;
 using testing::error_message;
+using testing::host;
 using testing::read_file;
 using testing::TempDir;
 using testing::write_file;
-
-template <class T>
-CpuTensor host(DType dtype, Shape shape, const std::vector<T>& values) {
-  CpuTensor t{dtype, shape, std::vector<std::byte>(values.size() * sizeof(T))};
-  if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
-  return t;
-}
 
 std::vector<CheckpointEntry> sample() {
   return {

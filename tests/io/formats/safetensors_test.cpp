@@ -16,16 +16,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::contains;
 using testing::error_message;
+using testing::host;
 using testing::read_file;
 using testing::TempDir;
 using testing::write_file;
-
-template <class T>
-CpuTensor host(DType dtype, Shape shape, const std::vector<T>& values) {
-  CpuTensor t{dtype, shape, std::vector<std::byte>(values.size() * sizeof(T))};
-  if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
-  return t;
-}
 
 // The file the format describes: 8-byte little-endian header length, header, data.
 std::vector<uint8_t> safetensors_bytes(std::string_view header, const std::vector<uint8_t>& data) {
