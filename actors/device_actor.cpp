@@ -216,12 +216,51 @@ void DeviceActor::advance(ExecuteRequest& request) {
 // collective with this one.
 struct CollectiveContribution {
   IntrusivePtr<DeviceMemory> operand;
+  std::size_t operand_bytes = 0;
   IntrusivePtr<DeviceMemory> shared_result;
   std::exception_ptr failure;
   int from = 0;
 };
 
 namespace {
+
+// A member's operand from another process, read in place in the message that brought it.
+class ReceivedOperand final : public DeviceMemory {
+ public:
+  ReceivedOperand(ProcessMessage message, std::span<const std::byte> bytes)
+      : message_(std::move(message)), bytes_(bytes) {}
+  void* data() noexcept override { return const_cast<std::byte*>(bytes_.data()); }
+  [[nodiscard]] std::size_t bytes() const noexcept override { return bytes_.size(); }
+
+ private:
+  ProcessMessage message_;
+  std::span<const std::byte> bytes_;
+};
+
+// How a contribution crosses processes: its member, then its error's text or its operand.
+constexpr ValueCodec kContributionCodec{
+    [](const void* value, WireWriter& out) {
+      const auto& c = *static_cast<const CollectiveContribution*>(value);
+      out.put<int32_t>(c.from);
+      out.put<uint8_t>(c.failure ? 1 : 0);
+      if (c.failure) {
+        out.put_string(exception_text(c.failure));
+      } else {
+        out.put_block(c.operand->data(), c.operand_bytes);
+      }
+    },
+    [](WireReader& in, const ProcessMessage& message) -> std::shared_ptr<const void> {
+      auto c = std::make_shared<CollectiveContribution>();
+      c->from = in.get<int32_t>("a contribution's replica");
+      if (in.get<uint8_t>("whether it failed") != 0) {
+        c->failure = std::make_exception_ptr(CollectiveError(in.get_string("its failure")));
+      } else {
+        const std::span<const std::byte> operand = in.get_block("its operand");
+        c->operand = make_intrusive<ReceivedOperand>(message, operand);
+        c->operand_bytes = operand.size();
+      }
+      return c;
+    }};
 
 constexpr std::size_t kSharedAllReduceBytes = std::size_t{256} << 10;
 
@@ -261,7 +300,8 @@ Arrive DeviceActor::arrival(const ExecuteRequest& request, const KernelCall& cal
                 std::move(contribution),
                 &typeid(CollectiveContribution),
                 request.collective_timeout,
-                Channel::kDevice};
+                Channel::kDevice,
+                &kContributionCodec};
 }
 
 void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
@@ -286,12 +326,17 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   }
   auto contribution = std::make_shared<CollectiveContribution>();
   contribution->operand = operand;
+  contribution->operand_bytes = operand_desc.bytes();
   contribution->from = request.replica;
   // A large all-reduce is split: its members share one result and each reduces a stretch of it,
   // then they meet again before reading it. Below kSharedAllReduceBytes, that second meeting
-  // costs more than each member reducing the whole.
-  const bool shares_result =
-      call.kernel == Kernel::kAllReduce && result_desc.bytes() >= kSharedAllReduceBytes;
+  // costs more than each member reducing the whole. Members in other processes share nothing.
+  const bool all_local = std::ranges::all_of(members, [&](int m) {
+    return m >= request.first_local_replica &&
+           m < request.first_local_replica + request.local_replicas;
+  });
+  const bool shares_result = all_local && call.kernel == Kernel::kAllReduce &&
+                             result_desc.bytes() >= kSharedAllReduceBytes;
   if (shares_result && position == 0) {
     contribution->shared_result = backend_.allocate(ordinal_, result_desc.bytes());
   }

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "actors/replica_exchange.h"
 #include "actors/standard_observers.h"
 #include "engine/config.h"
 #include "engine/log.h"
@@ -108,7 +109,17 @@ LazySystem::LazySystem(LazySystemOptions options, const config::LazySettings& se
   compiler_ =
       spawn<CompilerActor>(runtime_, SpawnOptions{.name = "compiler"}, cache_,
                            PersistentCacheSource(&LazySystem::persistent_cache), observers_);
-  rendezvous_actor_ = spawn<RendezvousActor>(runtime_, SpawnOptions{.name = "rendezvous"});
+  transport_ = ProcessTransport::get();
+  rendezvous_actor_ =
+      spawn<RendezvousActor>(runtime_, SpawnOptions{.name = "rendezvous"}, transport_);
+  if (transport_) {
+    // Outside spawn, each process of the job is one replica.
+    const ProcessPlacement process = ProcessTransport::placement();
+    rendezvous_actor_.tell(OpenGroup{kProcessGroup, process.count, process.index, 1});
+    transport_->set_receiver([actor = rendezvous_actor_](int from, ProcessMessage message) {
+      actor.tell(FromProcess{from, std::move(message)});
+    });
+  }
   for (int i = 0; i < backend_->device_count(); ++i) {
     devices_.push_back(spawn<DeviceActor>(
         runtime_, SpawnOptions{.name = fmt::format("device-{}", i), .dedicated_thread = true},
@@ -134,6 +145,7 @@ LazySystem::LazySystem(LazySystemOptions options, const config::LazySettings& se
 }
 
 LazySystem::~LazySystem() {
+  if (transport_) transport_->set_receiver({});  // the next system's actor takes over
   runtime_.shutdown();
   step_reports_.reset();  // the analysis's last look, once the devices are done
   if (traces_to_file_) {

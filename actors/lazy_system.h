@@ -124,6 +124,7 @@ class LazySystem final {
   std::vector<ActorRef<DeviceActor>> devices_;
   ActorRef<ClosureRunner> closure_runner_;
   ActorRef<RendezvousActor> rendezvous_actor_;
+  ProcessTransport* transport_ = nullptr;  // null when this process is the whole job
   std::atomic<bool> eager_{false};
   uint64_t max_graph_nodes_;
   bool sync_wait_ = false;

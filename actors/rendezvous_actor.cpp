@@ -5,6 +5,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <utility>
+
+#include "engine/log.h"
 
 namespace axle {
 namespace {
@@ -27,10 +30,22 @@ std::exception_ptr RendezvousActor::Failure::make() const {
   return std::make_exception_ptr(CollectiveError(what));
 }
 
+namespace {
+
+enum class WireKind : uint8_t { kShare = 1, kCancel = 2 };
+
+}  // namespace
+
 void RendezvousActor::handle(OpenGroup& m) {
   Group& group = groups_[m.group];
   group.world_size = m.world_size;
+  group.first_local = m.first_local;
+  group.local_count = m.local_count;
   group.departed.assign(m.world_size, false);
+  closed_.erase(m.group);
+  if (auto early = early_.extract(m.group)) {
+    for (FromProcess& message : early.mapped()) handle(message);
+  }
 }
 
 void RendezvousActor::handle(Arrive& m, Promise<Gathered>&& reply) {
@@ -38,7 +53,7 @@ void RendezvousActor::handle(Arrive& m, Promise<Gathered>&& reply) {
   const auto position = std::ranges::find(m.members, m.ordinal);
   const auto outside = [&](int r) { return r < 0 || r >= group_it->second.world_size; };
   if (group_it == groups_.end() || position == m.members.end() ||
-      std::ranges::any_of(m.members, outside)) {
+      std::ranges::any_of(m.members, outside) || !is_local(group_it->second, m.ordinal)) {
     reply.set_error(std::make_exception_ptr(CollectiveError(
         fmt::format("{} '{}': replica {} is not a member of a running spawn among {}", m.op, m.tag,
                     m.ordinal, members_text(m.members)))));
@@ -61,32 +76,207 @@ void RendezvousActor::handle(Arrive& m, Promise<Gathered>&& reply) {
     point.op = m.op;
     point.tag = m.tag;
     point.first_ordinal = m.ordinal;
-    point.type = m.type;
+    point.type = m.type->name();
     point.values.resize(size);
     point.arrived.assign(size, false);
+  }
+  if (!point.timed) {
+    point.timed = true;
     point.timeout = m.timeout;
     point.deadline = send_after(m.timeout, ExpirePoint{m.group, m.channel, m.members, index});
   }
+  if (!point.codec) point.codec = m.codec;
+  std::vector<FromProcess> deferred = std::exchange(point.deferred, {});
   point.arrived[pos] = true;
   ++point.count;
+  ++point.local_count;
   if (!point.error) {
-    if (std::optional<Failure> mismatch = mismatch_at(point, m, index)) fail(point, *mismatch);
+    if (std::optional<Failure> mismatch =
+            mismatch_at(point, m.members, m.ordinal, m.op, m.tag, m.type->name(), index)) {
+      fail(point, *mismatch);
+    }
   }
   if (point.error) {
     reply.set_error(point.error->make());
   } else {
     point.values[pos] = std::move(m.value);
     point.waiting.push_back(std::move(reply));
+  }
+  // The last member here sends this process's values on before the point completes (which
+  // hands them to the members).
+  const int local_members = static_cast<int>(
+      std::ranges::count_if(m.members, [&](int r) { return is_local(group, r); }));
+  if (point.local_count == local_members && local_members < static_cast<int>(size)) {
+    share(group, m.group, m.channel, m.members, index, point);
+  }
+  if (!point.error) {
     if (point.count == static_cast<int>(size)) {
       complete(point);
     } else if (new_point) {
       fail_if_deserted(group, m.members, set, index, point);
     }
   }
-  if (point.count == static_cast<int>(size)) {
+  close_if_done(set, point_it);
+  for (FromProcess& message : deferred) handle(message);
+}
+
+void RendezvousActor::close_if_done(MemberSet& set,
+                                    std::map<uint64_t, Point>::iterator point_it) {
+  Point& point = point_it->second;
+  if (point.count == static_cast<int>(point.arrived.size())) {
     point.deadline.cancel();
     set.points.erase(point_it);
   }
+}
+
+// A share: kind, group, channel, index, members, op, tag, type, the sender's world size and
+// local count, an error (empty when none), then each local member's ordinal and value.
+void RendezvousActor::share(const Group& group, uint64_t group_id, Channel channel,
+                            const std::vector<int>& members, uint64_t index, Point& point) {
+  WireWriter out;
+  out.put(WireKind::kShare);
+  out.put(group_id);
+  out.put(channel);
+  out.put(index);
+  out.put<uint64_t>(members.size());
+  for (int r : members) out.put<int32_t>(r);
+  out.put_string(point.op);
+  out.put_string(point.tag);
+  out.put_string(point.type);
+  out.put<int32_t>(group.world_size);
+  out.put<int32_t>(group.local_count);
+  std::string error;
+  if (point.error) {
+    error = point.error->what;
+  } else if (!point.codec) {
+    error = fmt::format("{} '{}': values of type {} cannot go to other processes", point.op,
+                        point.tag, detail::type_name_of(point.type));
+    fail(point, Failure{Failure::Kind::kCollective, error});
+  }
+  out.put_string(error);
+  std::vector<std::size_t> local;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (is_local(group, members[i])) local.push_back(i);
+  }
+  out.put<uint64_t>(error.empty() ? local.size() : 0);
+  if (error.empty()) {
+    for (std::size_t i : local) {
+      out.put<int32_t>(members[i]);
+      point.codec->encode(point.values[i].get(), out);
+    }
+  }
+  const auto message = std::make_shared<const std::vector<std::byte>>(std::move(out).take());
+  std::vector<int> processes;
+  for (int r : members) {
+    if (!is_local(group, r)) processes.push_back(r / group.local_count);
+  }
+  std::ranges::sort(processes);
+  processes.erase(std::ranges::unique(processes).begin(), processes.end());
+  for (int process : processes) transport_->send(process, message);
+}
+
+void RendezvousActor::handle(FromProcess& m) {
+  try {
+    WireReader in(*m.message);
+    const auto kind = in.get<WireKind>("the message's kind");
+    const auto group_id = in.get<uint64_t>("the replica group");
+    if (!groups_.contains(group_id)) {
+      // A process that started the group first; one that closed it has no more use for it.
+      if (!closed_.contains(group_id)) early_[group_id].push_back(std::move(m));
+      return;
+    }
+    if (kind == WireKind::kCancel) {
+      const auto ordinal = in.get<int32_t>("the failed replica");
+      const std::string what = in.get_string("the failure");
+      apply_cancel(groups_.at(group_id), ordinal, what);
+      return;
+    }
+    if (kind != WireKind::kShare) {
+      throw std::runtime_error(fmt::format("unknown message kind {}", static_cast<int>(kind)));
+    }
+    receive_share(group_id, m.from, in, m.message);
+  } catch (const std::exception& e) {
+    AXLE_LOG(ERROR, "a message from process {} could not be read: {}", m.from, e.what());
+  }
+}
+
+void RendezvousActor::receive_share(uint64_t group_id, int from, WireReader& in,
+                                    const ProcessMessage& message) {
+  Group& group = groups_.at(group_id);
+  const auto channel = in.get<Channel>("the channel");
+  const auto index = in.get<uint64_t>("the point's index");
+  std::vector<int> members(in.get<uint64_t>("the member count"));
+  for (int& r : members) r = in.get<int32_t>("a member");
+  const std::string op = in.get_string("the operation");
+  const std::string tag = in.get_string("the tag");
+  const std::string type = in.get_string("the value type");
+  const auto world_size = in.get<int32_t>("the world size");
+  const auto local_count = in.get<int32_t>("the replicas per process");
+  const std::string error = in.get_string("the error");
+  auto [set_it, new_set] = group.sets.try_emplace(std::pair(channel, members));
+  MemberSet& set = set_it->second;
+  if (new_set) set.reached.assign(members.size(), 0);
+  auto [point_it, new_point] = set.points.try_emplace(index);
+  Point& point = point_it->second;
+  if (new_point) {
+    point.op = op;
+    point.tag = tag;
+    point.type = type;
+    point.values.resize(members.size());
+    point.arrived.assign(members.size(), false);
+    point.first_ordinal = -1;
+  }
+  if (!point.codec && point.local_count == 0) {
+    point.deferred.push_back(FromProcess{from, message});
+    return;
+  }
+  std::optional<Failure> failure;
+  if (!error.empty()) {
+    failure = Failure{Failure::Kind::kCollective, error};
+  } else if (world_size != group.world_size || local_count != group.local_count) {
+    failure = Failure{Failure::Kind::kCollective,
+                      fmt::format("{} '{}': process {} runs {} replicas of {} where this process "
+                                  "runs {} of {}; every process must run as many",
+                                  op, tag, from, local_count, world_size, group.local_count,
+                                  group.world_size)};
+  }
+  const auto parts = in.get<uint64_t>("the value count");
+  for (uint64_t p = 0; p < parts; ++p) {
+    const auto ordinal = in.get<int32_t>("a member's ordinal");
+    const auto at = std::ranges::find(members, ordinal);
+    if (at == members.end()) {
+      throw std::runtime_error(fmt::format("replica {} is not a member", ordinal));
+    }
+    const std::size_t pos = at - members.begin();
+    if (point.arrived[pos]) continue;
+    point.arrived[pos] = true;
+    ++point.count;
+    if (!failure && !point.error) {
+      failure = mismatch_at(point, members, ordinal, op, tag, type, index);
+    }
+    if (!failure && !point.error) {
+      if (!point.codec) {
+        failure = Failure{Failure::Kind::kCollective,
+                          fmt::format("{} '{}': values of type {} cannot come from other processes",
+                                      op, tag, detail::type_name_of(type))};
+      } else {
+        point.values[pos] = point.codec->decode(in, message);
+      }
+    }
+  }
+  if (!error.empty() || failure) {
+    // Every member of the sender's process counts as come: they will not come again.
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (!is_local(group, members[i]) && members[i] / group.local_count == from &&
+          !point.arrived[i]) {
+        point.arrived[i] = true;
+        ++point.count;
+      }
+    }
+  }
+  if (failure && !point.error) fail(point, *failure);
+  if (!point.error && point.count == static_cast<int>(members.size())) complete(point);
+  close_if_done(set, point_it);
 }
 
 void RendezvousActor::handle(LeaveGroup& m) {
@@ -105,8 +295,26 @@ void RendezvousActor::handle(CancelGroup& m) {
   auto group_it = groups_.find(m.group);
   if (group_it == groups_.end() || group_it->second.failed_replica >= 0) return;
   Group& group = group_it->second;
-  group.failed_replica = m.ordinal;
-  group.failure = m.what;
+  if (transport_ && group.local_count < group.world_size) {
+    WireWriter out;
+    out.put(WireKind::kCancel);
+    out.put(m.group);
+    out.put<int32_t>(m.ordinal);
+    out.put_string(m.what);
+    const auto message = std::make_shared<const std::vector<std::byte>>(std::move(out).take());
+    const int processes = group.world_size / group.local_count;
+    const int me = group.first_local / group.local_count;
+    for (int p = 0; p < processes; ++p) {
+      if (p != me) transport_->send(p, message);
+    }
+  }
+  apply_cancel(group, m.ordinal, m.what);
+}
+
+void RendezvousActor::apply_cancel(Group& group, int ordinal, const std::string& what) {
+  if (group.failed_replica >= 0) return;
+  group.failed_replica = ordinal;
+  group.failure = what;
   for (auto& [key, set] : group.sets) {
     for (auto& [index, point] : set.points) {
       if (!point.waiting.empty()) fail(point, cancelled(group, point.op, point.tag));
@@ -114,7 +322,11 @@ void RendezvousActor::handle(CancelGroup& m) {
   }
 }
 
-void RendezvousActor::handle(CloseGroup& m) { groups_.erase(m.group); }
+void RendezvousActor::handle(CloseGroup& m) {
+  groups_.erase(m.group);
+  early_.erase(m.group);
+  closed_[m.group] = true;
+}
 
 void RendezvousActor::handle(ExpirePoint& m) {
   auto group_it = groups_.find(m.group);
@@ -137,26 +349,27 @@ void RendezvousActor::handle(ExpirePoint& m) {
                                   missing.size() == 1 ? "" : "s", members_text(missing))});
 }
 
-std::optional<RendezvousActor::Failure> RendezvousActor::mismatch_at(const Point& point,
-                                                                     const Arrive& m,
-                                                                     uint64_t index) {
-  if (m.tag != point.tag) {
+std::optional<RendezvousActor::Failure> RendezvousActor::mismatch_at(
+    const Point& point, const std::vector<int>& members, int ordinal, std::string_view op,
+    const std::string& tag, const std::string& type, uint64_t index) {
+  const std::string first =
+      point.first_ordinal >= 0 ? fmt::format("replica {}", point.first_ordinal)
+                               : std::string("another process's replicas");
+  if (tag != point.tag) {
     return Failure{
         Failure::Kind::kCollective,
         fmt::format(
-            "collective tags differ among replicas {}: replica {} reached {} '{}' where replica {} "
+            "collective tags differ among replicas {}: {} reached {} '{}' where replica {} "
             "reached {} '{}' (collective #{} among these replicas)",
-            members_text(m.members), point.first_ordinal, point.op, point.tag, m.ordinal, m.op,
-            m.tag, index + 1)};
+            members_text(members), first, point.op, point.tag, ordinal, op, tag, index + 1)};
   }
-  if (*m.type != *point.type) {
+  if (type != point.type) {
     return Failure{
         Failure::Kind::kCollective,
-        fmt::format(
-            "{} '{}' among replicas {}: replica {} brought a value of type {} where replica {} "
-            "brought one of type {}",
-            point.op, m.tag, members_text(m.members), point.first_ordinal,
-            detail::type_name(*point.type), m.ordinal, detail::type_name(*m.type))};
+        fmt::format("{} '{}' among replicas {}: {} brought a value of type {} where replica {} "
+                    "brought one of type {}",
+                    point.op, tag, members_text(members), first,
+                    detail::type_name_of(point.type), ordinal, detail::type_name_of(type))};
   }
   return std::nullopt;
 }

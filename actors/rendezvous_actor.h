@@ -3,7 +3,10 @@
 // replica at once when the last member arrives, or fails them all: mismatched tags, a timeout
 // (AXLE_COLLECTIVE_TIMEOUT), a member that returned without coming, or a replica that failed
 // (ReplicaCancelled). Replicas block only at the API boundary, on the reply. One per LazySystem;
-// values stay in this process and travel as shared handles, never copied.
+// values stay in this process and travel as shared handles, never copied. A job of several
+// processes meets across them: once every member in this process has reached a point, their
+// values go, encoded, to the other processes holding members (actors/process_transport.h), and
+// the point completes when theirs have come; failures and cancellations go too.
 #pragma once
 
 #include <chrono>
@@ -18,6 +21,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/process_transport.h"
+#include "actors/wire.h"
 #include "engine/actor.h"
 
 namespace axle {
@@ -25,10 +30,21 @@ namespace axle {
 /// Everything brought to one rendezvous point, one value per member in ascending ordinal order.
 using Gathered = std::shared_ptr<const std::vector<std::shared_ptr<const void>>>;
 
-/// A replica group of spawn starts: `world_size` replicas, ordinals 0 .. world_size - 1.
+/// A replica group of spawn starts: `world_size` replicas, ordinals 0 .. world_size - 1, of which
+/// this process holds `local_count` from `first_local` on. Every process of the job holds as
+/// many, in process order.
 struct OpenGroup {
   uint64_t group;
   int world_size;
+  int first_local = 0;
+  int local_count = world_size;
+};
+
+/// How a value brought to a point crosses to another process: written into a message, and made
+/// again from it (the value may point into the message, which `message` keeps alive).
+struct ValueCodec {
+  void (*encode)(const void* value, WireWriter& out);
+  std::shared_ptr<const void> (*decode)(WireReader& in, const ProcessMessage& message);
 };
 /// Who meets: replica threads (rendezvous, mesh_reduce) or the replicas' devices (in-graph
 /// collectives). Each counts its points apart, since devices run behind their hosts.
@@ -47,6 +63,8 @@ struct Arrive {
   const std::type_info* type;
   std::chrono::nanoseconds timeout;  ///< from the first arrival at a point
   Channel channel = Channel::kHost;
+  /// How `value` crosses processes; null when it cannot (a point among processes then fails).
+  const ValueCodec* codec = nullptr;
 };
 /// Replica `ordinal`'s function returned: it reaches no further point.
 struct LeaveGroup {
@@ -63,6 +81,11 @@ struct CancelGroup {
 /// spawn is done with the group (every replica has joined): its state goes.
 struct CloseGroup {
   uint64_t group;
+};
+/// What another process sent (its members' values at a point, or a cancellation).
+struct FromProcess {
+  int from;
+  ProcessMessage message;
 };
 /// A point's deadline (sent by the actor to itself).
 struct ExpirePoint {
@@ -99,13 +122,17 @@ class ReplicaCancelled : public std::runtime_error {
 };
 
 class RendezvousActor : public Actor<RendezvousActor, OpenGroup, Arrive, LeaveGroup, CancelGroup,
-                                     CloseGroup, ExpirePoint> {
+                                     CloseGroup, FromProcess, ExpirePoint> {
  public:
+  /// `transport` joins the job's other processes; null when this process is the whole job.
+  explicit RendezvousActor(ProcessTransport* transport = nullptr) : transport_(transport) {}
+
   void handle(OpenGroup& m);
   void handle(Arrive& m, Promise<Gathered>&& reply);
   void handle(LeaveGroup& m);
   void handle(CancelGroup& m);
   void handle(CloseGroup& m);
+  void handle(FromProcess& m);
   void handle(ExpirePoint& m);
 
  private:
@@ -121,13 +148,19 @@ class RendezvousActor : public Actor<RendezvousActor, OpenGroup, Arrive, LeaveGr
   };
   // One meeting of a member set: the `index`-th point the members reach together.
   struct Point {
-    std::string_view op;
+    std::string op;
     std::string tag;
     int first_ordinal = 0;  // who set the tag
-    const std::type_info* type = nullptr;
+    std::string type;       // mangled name, as std::type_info::name() gives it
     std::vector<std::shared_ptr<const void>> values;  // by member position
     std::vector<bool> arrived;
     int count = 0;
+    int local_count = 0;  // members of this process that arrived
+    const ValueCodec* codec = nullptr;
+    bool timed = false;  // the deadline runs (from the first local arrival)
+    // Values from other processes that came before any member here, so before the codec that
+    // reads them: read once the first member here comes.
+    std::vector<FromProcess> deferred;
     std::vector<Promise<Gathered>> waiting;
     std::optional<Failure> error;  // a failed point answers late arrivals with it
     TimerHandle deadline;
@@ -140,15 +173,29 @@ class RendezvousActor : public Actor<RendezvousActor, OpenGroup, Arrive, LeaveGr
   };
   struct Group {
     int world_size = 0;
+    int first_local = 0;
+    int local_count = 0;
     std::vector<bool> departed;  // by ordinal
     int failed_replica = -1;     // >= 0 once cancelled
     std::string failure;
     std::map<std::pair<Channel, std::vector<int>>, MemberSet> sets;
   };
 
-  // An error when `m` does not fit the point others reached (tag, value type), else null.
-  [[nodiscard]] static std::optional<Failure> mismatch_at(const Point& point, const Arrive& m,
-                                                          uint64_t index);
+  // An error when a member's tag or value type does not fit the point others reached, else null.
+  [[nodiscard]] static std::optional<Failure> mismatch_at(const Point& point,
+                                                          const std::vector<int>& members,
+                                                          int ordinal, std::string_view op,
+                                                          const std::string& tag,
+                                                          const std::string& type, uint64_t index);
+  [[nodiscard]] static bool is_local(const Group& group, int ordinal) {
+    return ordinal >= group.first_local && ordinal < group.first_local + group.local_count;
+  }
+  // Once the last member of this process has arrived: their values to the other processes.
+  void share(const Group& group, uint64_t group_id, Channel channel,
+             const std::vector<int>& members, uint64_t index, Point& point);
+  void receive_share(uint64_t group_id, int from, WireReader& in, const ProcessMessage& message);
+  void apply_cancel(Group& group, int ordinal, const std::string& what);
+  void close_if_done(MemberSet& set, std::map<uint64_t, Point>::iterator point_it);
   void complete(Point& point);
   void fail(Point& point, Failure failure);
   void fail_if_deserted(const Group& group, const std::vector<int>& members, const MemberSet& set,
@@ -157,6 +204,10 @@ class RendezvousActor : public Actor<RendezvousActor, OpenGroup, Arrive, LeaveGr
                                          const std::string& tag);
 
   std::unordered_map<uint64_t, Group> groups_;
+  ProcessTransport* transport_ = nullptr;
+  // Messages for groups this process has not opened yet, and groups it has closed.
+  std::unordered_map<uint64_t, std::vector<FromProcess>> early_;
+  std::unordered_map<uint64_t, bool> closed_;
 };
 
 }  // namespace axle

@@ -6,18 +6,34 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 #include "engine/config.h"
 
 namespace axle {
 
+const ReplicaIdentity* process_replica() {
+  static const std::optional<ReplicaIdentity> identity = []() -> std::optional<ReplicaIdentity> {
+    if (!ProcessTransport::get()) return std::nullopt;
+    const ProcessPlacement placement = ProcessTransport::placement();
+    return ReplicaIdentity{.group = kProcessGroup,
+                           .ordinal = placement.index,
+                           .world_size = placement.count,
+                           .device = 0,
+                           .first_local = placement.index,
+                           .local_count = 1};
+  }();
+  return identity ? &*identity : nullptr;
+}
+
 std::chrono::nanoseconds collective_timeout() { return config::read_collective_settings().timeout; }
 
 Gathered exchange_with_replicas(const ActorRef<RendezvousActor>& rendezvous,
                                 const ReplicaIdentity& me, std::string_view op,
                                 std::string_view tag, std::shared_ptr<const void> value,
-                                const std::type_info& type, std::vector<int> replicas) {
+                                const std::type_info& type, std::vector<int> replicas,
+                                const ValueCodec* codec) {
   std::ranges::sort(replicas);
   const bool repeated = std::ranges::adjacent_find(replicas) != replicas.end();
   const bool outside =
@@ -43,7 +59,9 @@ Gathered exchange_with_replicas(const ActorRef<RendezvousActor>& rendezvous,
                 std::move(replicas),
                 std::move(value),
                 &type,
-                collective_timeout()};
+                collective_timeout(),
+                Channel::kHost,
+                codec};
   // The reply's error is rethrown as an exception of this thread's own (with its own copy of the
   // message: std::runtime_error copies share it), and the reply outlives the copying: the actor
   // may release the original last, and libstdc++'s uninstrumented reference counts would make

@@ -17,9 +17,19 @@ namespace axle {
 /// Who a replica of spawn is.
 struct ReplicaIdentity {
   uint64_t group = 0;  ///< spawn's group at the RendezvousActor
-  int ordinal = 0;
+  int ordinal = 0;     ///< among every replica of the job (global ordinal)
   int world_size = 1;
+  int device = 0;         ///< its device: its ordinal among this process's replicas
+  int first_local = 0;    ///< the global ordinal of this process's first replica
+  int local_count = 1;    ///< this process's replicas
 };
+
+/// The group of a job's processes outside spawn, where each process is one replica.
+inline constexpr uint64_t kProcessGroup = ~uint64_t{0};
+
+/// In a job of several processes (launched by mpirun), this process as one replica of
+/// kProcessGroup: what a thread outside spawn is. Null when the process is the whole job.
+[[nodiscard]] const ReplicaIdentity* process_replica();
 
 /// AXLE_COLLECTIVE_TIMEOUT (seconds, default 300), checked: how long a replica waits for the
 /// others at a rendezvous or an in-graph collective.
@@ -27,7 +37,8 @@ struct ReplicaIdentity {
 
 /// Every replica's `value` (of `type`) by ordinal, once each of `replicas` (all of the group's
 /// when empty; it must include `me`) has brought its own. `op` and `tag` name the point in
-/// errors. Throws std::invalid_argument for bad `replicas`, and what the RendezvousActor fails
+/// errors; `codec` takes `value` to other processes (without one, a meeting that spans processes
+/// fails). Throws std::invalid_argument for bad `replicas`, and what the RendezvousActor fails
 /// the point with (CollectiveTimeout, CollectiveError, ReplicaCancelled), rethrown as this
 /// thread's own exceptions.
 [[nodiscard]] Gathered exchange_with_replicas(const ActorRef<RendezvousActor>& rendezvous,
@@ -35,6 +46,7 @@ struct ReplicaIdentity {
                                               std::string_view tag,
                                               std::shared_ptr<const void> value,
                                               const std::type_info& type,
-                                              std::vector<int> replicas);
+                                              std::vector<int> replicas,
+                                              const ValueCodec* codec = nullptr);
 
 }  // namespace axle

@@ -85,6 +85,28 @@ struct GraphSignature {
   std::vector<std::string> places;  // where each was traced (a leaf: where it was first used)
 };
 
+// How a signature crosses processes.
+constexpr ValueCodec kSignatureCodec{
+    [](const void* value, WireWriter& out) {
+      const auto& signature = *static_cast<const GraphSignature*>(value);
+      out.put(signature.hash);
+      out.put<uint64_t>(signature.nodes.size());
+      for (std::size_t i = 0; i < signature.nodes.size(); ++i) {
+        out.put_string(signature.nodes[i]);
+        out.put_string(signature.places[i]);
+      }
+    },
+    [](WireReader& in, const ProcessMessage&) -> std::shared_ptr<const void> {
+      auto signature = std::make_shared<GraphSignature>();
+      signature->hash = in.get<uint64_t>("a graph's hash");
+      const auto nodes = in.get<uint64_t>("a graph's node count");
+      for (uint64_t i = 0; i < nodes; ++i) {
+        signature->nodes.push_back(in.get_string("a node"));
+        signature->places.push_back(in.get_string("a node's place"));
+      }
+      return signature;
+    }};
+
 std::string describe_node(const Node& node) {
   std::string text = fmt::format("{} {}{}", op_name(node.op()), dtype_name(node.dtype()),
                                  node.shape().to_string());
@@ -141,18 +163,22 @@ ReplicaHost& ReplicaHost::make_current() {
   return *host;
 }
 
-ReplicaHost::ReplicaHost() : trace_(&TraceContext::current()) {}
+ReplicaHost::ReplicaHost() : trace_(&TraceContext::current()) {
+  // In a job of several processes, a thread outside spawn is its process's replica.
+  if (const ReplicaIdentity* process = process_replica()) join_replica(*process);
+}
 
 ReplicaHost::~ReplicaHost() = default;
 
 void ReplicaHost::join_replica(const ReplicaIdentity& identity) {
   replica_ = identity;
-  replica_scope_.emplace(Device{identity.ordinal}, identity.world_size);
+  replica_scope_.emplace(Device{identity.device}, identity.world_size);
 }
 
 void ReplicaHost::leave_replica() {
   replica_scope_.reset();
   replica_.reset();
+  if (const ReplicaIdentity* process = process_replica()) join_replica(*process);
 }
 
 const std::shared_ptr<StepBreakdown>& ReplicaHost::account() {
@@ -210,7 +236,8 @@ void ReplicaHost::check_replicas_agree(const StepGraph& graph) {
   }
   const Gathered all = exchange_with_replicas(
       LazySystem::get().rendezvous_actor(), *replica_, "mark_step",
-      "compare graphs before their collectives run", std::move(mine), typeid(GraphSignature), {});
+      "compare graphs before their collectives run", std::move(mine), typeid(GraphSignature), {},
+      &kSignatureCodec);
   const auto& reference = *static_cast<const GraphSignature*>(all->front().get());
   std::vector<int> differing;
   for (std::size_t r = 1; r < all->size(); ++r) {
@@ -244,6 +271,8 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
   if (replica_) {
     request->replica_group = replica_->group;
     request->replica = replica_->ordinal;
+    request->first_local_replica = replica_->first_local;
+    request->local_replicas = replica_->local_count;
     if (has_collectives(graph)) {
       request->collective_timeout = collective_timeout();
       try {

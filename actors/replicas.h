@@ -6,11 +6,13 @@
 #pragma once
 
 #include <chrono>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -26,11 +28,13 @@
 
 namespace axle {
 
-/// Runs `fn(ordinal)` once per replica and returns when every replica has returned, as
-/// torch_xla's xmp.spawn. `nprocs` is 1 — `fn(0)` runs directly on the calling thread — or every
-/// device of the process (CPU_NUM_DEVICES; the default): replica `i` then runs on a thread of its
-/// own, with its own trace context (its tensors, pending graph, step closures and random state)
-/// and device `i` as its default (`Device{}`, `device()`, `xla_device()`). Before returning, a
+/// Runs `fn(ordinal)` once per replica of this process and returns when every one has returned,
+/// as torch_xla's xmp.spawn. `nprocs` is 1 — `fn` runs directly on the calling thread — or every
+/// device of the process (CPU_NUM_DEVICES; the default): local replica `i` then runs on a thread
+/// of its own, with its own trace context (its tensors, pending graph, step closures and random
+/// state) and device `i` as its default (`Device{}`, `device()`, `xla_device()`). `ordinal` is
+/// the replica's global ordinal: in a job of several processes (mpirun), process `p` running `n`
+/// replicas holds ordinals p·n .. p·n + n - 1, and every process must spawn as many. Before returning, a
 /// replica waits for its device's work and its asynchronous step closures. When a replica
 /// throws, the others' waits on replicas (rendezvous, mesh_reduce) fail with ReplicaCancelled,
 /// and spawn throws a ReplicaError naming the first replica that failed, once every replica has
@@ -52,25 +56,32 @@ class ReplicaError : public std::runtime_error {
   std::exception_ptr original_;
 };
 
-/// Replicas taking part in the job: spawn's replica count, 1 outside spawn.
+/// Replicas taking part in the job: spawn's replica count times the job's processes; outside
+/// spawn, the job's processes (each process is one replica).
 [[nodiscard]] int world_size();
-/// This replica's ordinal among all replicas (0 outside spawn).
+/// This replica's ordinal among all replicas of the job, in process order (outside spawn, the
+/// process's index).
 [[nodiscard]] int global_ordinal();
-/// This replica's ordinal within this process; the same as global_ordinal, since every replica
-/// of an axle job is a thread of one process.
+/// This replica's ordinal among the replicas of its host, as torch_xla's: with one process per
+/// host, its device (0 outside spawn).
 [[nodiscard]] int local_ordinal();
-/// Processes of the job on this host: 1 (replicas are threads, as in torch_xla's multithreaded
-/// runtime).
+/// This process's index among the job's processes (its MPI rank; 0 without mpirun).
+[[nodiscard]] int process_index();
+/// The job's processes (1 without mpirun).
+[[nodiscard]] int process_count();
+/// Processes of the job on this host.
 [[nodiscard]] int local_process_count();
-/// Devices on this host: every device of the process.
+/// This process's host, hosts numbered in the order of their lowest process index.
+[[nodiscard]] int host_index();
+/// Devices on this host: every device of each of its processes.
 [[nodiscard]] int local_device_count();
 /// Devices this process can address: every device of the process (a replica may place tensors
 /// on any of them, though its own is its default).
 [[nodiscard]] int addressable_device_count();
-/// Devices across the job: every device of the process.
+/// Devices across the job: every device of every process.
 [[nodiscard]] int global_device_count();
-/// True on the replica of local (or, with `local = false`, global) ordinal 0: the one that
-/// logs, checkpoints and prints.
+/// True on the replica of local (or, with `local = false`, global) ordinal 0: the one of each
+/// host (or of the job) that logs, checkpoints and prints.
 [[nodiscard]] bool is_master_ordinal(bool local = true);
 /// This thread's default device, as torch_xla's xm.xla_device(): the replica's own inside spawn,
 /// else xla:0. The same as `Device{}` and `device()`.
@@ -89,22 +100,87 @@ std::vector<std::vector<std::byte>> rendezvous(std::string_view tag,
                                                std::vector<int> replicas = {});
 
 namespace detail {
-/// The core of rendezvous and mesh_reduce: every replica's `value` (of `type`), by ordinal.
+/// The core of rendezvous and mesh_reduce: every replica's `value` (of `type`), by ordinal;
+/// `codec` takes values across processes.
 [[nodiscard]] Gathered gather(std::string_view op, std::string_view tag,
                               std::shared_ptr<const void> value, const std::type_info& type,
-                              std::vector<int> replicas);
+                              std::vector<int> replicas, const ValueCodec* codec);
+
+template <class T>
+struct is_vector : std::false_type {};
+template <class E>
+struct is_vector<std::vector<E>> : std::true_type {};
+
+/// A value whose bytes are the whole of it (std::pair of such values too).
+template <class T>
+inline constexpr bool kPlainValue =
+    std::is_trivially_copyable_v<T> ||
+    (std::is_trivially_copy_constructible_v<T> && std::is_trivially_destructible_v<T>);
+
+/// How mesh_reduce's values of type T cross processes: plain values (kPlainValue), and
+/// std::string and std::vector of plain values; null for any other type, which then meets only
+/// among the replicas of one process.
+template <class T>
+const ValueCodec* codec_for() {
+  if constexpr (kPlainValue<T> || std::is_same_v<T, std::string>) {
+    static constexpr ValueCodec kCodec{
+        [](const void* value, WireWriter& out) {
+          const T& v = *static_cast<const T*>(value);
+          if constexpr (std::is_same_v<T, std::string>)
+            out.put_block(v.data(), v.size());
+          else
+            out.put_block(&v, sizeof(T));
+        },
+        [](WireReader& in, const ProcessMessage&) -> std::shared_ptr<const void> {
+          const std::span<const std::byte> block = in.get_block("a value");
+          if constexpr (std::is_same_v<T, std::string>) {
+            return std::make_shared<const T>(reinterpret_cast<const char*>(block.data()),
+                                             block.size());
+          } else {
+            if (block.size() != sizeof(T)) throw std::runtime_error("a value of the wrong size");
+            alignas(T) std::byte storage[sizeof(T)];
+            std::memcpy(storage, block.data(), sizeof(T));
+            return std::make_shared<const T>(*std::launder(reinterpret_cast<const T*>(storage)));
+          }
+        }};
+    return &kCodec;
+  } else if constexpr (is_vector<T>::value) {
+    using E = typename T::value_type;
+    if constexpr (kPlainValue<E> && !std::is_same_v<E, bool>) {
+      static constexpr ValueCodec kCodec{
+          [](const void* value, WireWriter& out) {
+            const T& v = *static_cast<const T*>(value);
+            out.put_block(v.data(), v.size() * sizeof(E));
+          },
+          [](WireReader& in, const ProcessMessage&) -> std::shared_ptr<const void> {
+            const std::span<const std::byte> block = in.get_block("a vector");
+            if (block.size() % sizeof(E) != 0) throw std::runtime_error("a cut vector");
+            auto v = std::make_shared<T>(block.size() / sizeof(E));
+            std::memcpy(v->data(), block.data(), block.size());
+            return v;
+          }};
+      return &kCodec;
+    } else {
+      return nullptr;
+    }
+  } else {
+    return nullptr;
+  }
+}
 }  // namespace detail
 
 /// Gathers `data` from every replica and returns `reduce_fn(values)`, with `values` ordered by
 /// ordinal, as torch_xla's xm.mesh_reduce: every replica reduces the same values, so a
 /// deterministic `reduce_fn` gives every replica the same result. For host values (a loss, an
 /// accuracy count, a config); tensors stay in the graph. Waits, and fails, as rendezvous does; the
-/// replicas must bring values of the same type T.
+/// replicas must bring values of the same type T. Across processes T must be a plain type
+/// (trivially copyable, or a std::pair of such), std::string, or a std::vector of a plain type.
 template <class T, class F>
 requires std::is_invocable_v < F&, const std::vector<T>
 & > auto mesh_reduce(std::string_view tag, T data, F reduce_fn) {
   const Gathered all =
-      detail::gather("mesh_reduce", tag, std::make_shared<const T>(std::move(data)), typeid(T), {});
+      detail::gather("mesh_reduce", tag, std::make_shared<const T>(std::move(data)), typeid(T), {},
+                     detail::codec_for<T>());
   std::vector<T> values;
   values.reserve(all->size());
   for (const std::shared_ptr<const void>& value : *all) {

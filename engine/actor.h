@@ -55,6 +55,8 @@ namespace detail {
 
 /// Demangled name of a type, for failure reports.
 [[nodiscard]] std::string type_name(const std::type_info& type);
+/// Demangled form of a mangled name, as std::type_info::name() gives it.
+[[nodiscard]] std::string type_name_of(const std::string& mangled);
 
 /// State the runtime shares with every actor cell; outlives the Runtime while refs exist.
 class RuntimeCore : public RefCounted {

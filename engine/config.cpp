@@ -328,6 +328,10 @@ CollectiveSettings read_collective_settings() {
               std::chrono::duration<double>(seconds))};
 }
 
+ProcessSettings read_process_settings() {
+  return {.launched_by_mpi = get("OMPI_COMM_WORLD_SIZE").has_value() || get("PMIX_RANK").has_value()};
+}
+
 Settings read_settings() {
   return {.runtime = read_runtime_settings(),
           .log = read_log_settings(),
@@ -339,7 +343,8 @@ Settings read_settings() {
           .lazy = read_lazy_settings(),
           .analysis = read_analysis_settings(),
           .program_dump = read_program_dump_settings(),
-          .collectives = read_collective_settings()};
+          .collectives = read_collective_settings(),
+          .processes = read_process_settings()};
 }
 
 }  // namespace axle::config

@@ -197,6 +197,14 @@ struct CollectiveSettings {
   std::chrono::nanoseconds timeout = std::chrono::seconds(300);
 };
 
+/// The job's processes: read once, when the process first needs to know its place in the job.
+struct ProcessSettings {
+  /// OMPI_COMM_WORLD_SIZE (or PMIX_RANK), set by mpirun for each process it starts: the process
+  /// is one of a job's processes and joins the others through MPI. Unset: the process is the
+  /// whole job and never initialises MPI.
+  bool launched_by_mpi = false;
+};
+
 /// Every setting.
 struct Settings {
   RuntimeSettings runtime;
@@ -210,6 +218,7 @@ struct Settings {
   AnalysisSettings analysis;
   ProgramDumpSettings program_dump;
   CollectiveSettings collectives;
+  ProcessSettings processes;
 };
 
 /// Reads every setting (code's values, then the environment), throwing ConfigError for the
@@ -229,6 +238,7 @@ struct Settings {
 [[nodiscard]] AnalysisSettings read_analysis_settings();
 [[nodiscard]] ProgramDumpSettings read_program_dump_settings();
 [[nodiscard]] CollectiveSettings read_collective_settings();
+[[nodiscard]] ProcessSettings read_process_settings();
 
 }  // namespace config
 }  // namespace axle

@@ -34,13 +34,15 @@ void throw_blocking_in_actor(const char* what) {
       cell->name()));
 }
 
-std::string type_name(const std::type_info& type) {
+std::string type_name_of(const std::string& mangled) {
   int status = 0;
-  char* demangled = abi::__cxa_demangle(type.name(), nullptr, nullptr, &status);
-  std::string name = status == 0 && demangled ? demangled : type.name();
+  char* demangled = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled ? demangled : mangled;
   std::free(demangled);
   return name;
 }
+
+std::string type_name(const std::type_info& type) { return type_name_of(type.name()); }
 
 void RuntimeCore::report_failure(ActorFailure failure) {
   AXLE_LOG(ERROR, "actor {} failed handling {}: {}", failure.actor, failure.message_type,

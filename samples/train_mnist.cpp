@@ -116,7 +116,7 @@ void save_weights(const nn::Module& model, const std::string& path) {
     save(model.state_dict(), path);  // written by the master replica
     return;
   }
-  if (!is_master_ordinal()) return;
+  if (!is_master_ordinal(/*local=*/false)) return;
   CpuTensorMap host;
   for (const auto& [name, t] : model.state_dict()) host.emplace(name, t.to_cpu());
   save_safetensors(path, host);
@@ -189,7 +189,7 @@ void train_replica(const Flags& flags, Summary& summary) {
     train_loader.set_epoch(epoch - 1);
     for (const DeviceBatch& batch : device_loader) {
       // The loader marked the last traced step as it handed out this batch.
-      if (!flags.trace.empty() && step == flags.trace_steps && is_master_ordinal()) {
+      if (!flags.trace.empty() && step == flags.trace_steps && is_master_ordinal(false)) {
         wait_device_ops({device});  // this replica's traced steps (others may be ahead)
         fmt::print(stderr, "train_mnist: {} spans of {} steps in {}\n", stop_trace(), step,
                    flags.trace);
@@ -207,10 +207,14 @@ void train_replica(const Flags& flags, Summary& summary) {
         add_step_closure(
             [tracker, loss, step, epoch, batch_samples, device_name, flags_log = flags.log_steps] {
               tracker->add(batch_samples * flags_log);
+              // Every replica reads its loss (the same step graph everywhere); the replicas of
+              // the first process print it (in a job of several processes, only those).
+              const double value = loss.item();
+              if (process_index() != 0) return;
               fmt::print(
                   "| Training Device={} Epoch={} Step={} Loss={:.5f} Rate={:.2f} "
                   "GlobalRate={:.2f} Time={}\n",
-                  device_name, epoch, step, loss.item(), tracker->rate(), tracker->global_rate(),
+                  device_name, epoch, step, value, tracker->rate(), tracker->global_rate(),
                   now_text());
               std::fflush(stdout);
             },
@@ -232,7 +236,7 @@ void train_replica(const Flags& flags, Summary& summary) {
                                      return sum;
                                    });
     accuracy = total.second == 0 ? 0 : static_cast<double>(total.first) / total.second;
-    if (is_master_ordinal()) {
+    if (is_master_ordinal(/*local=*/false)) {
       fmt::print("| Test Device={} Epoch={} Accuracy={:.2f}% Time={}\n", device_name, epoch,
                  100 * accuracy, now_text());
     }
@@ -248,7 +252,7 @@ void train_replica(const Flags& flags, Summary& summary) {
         return std::ranges::all_of(all, [&](uint64_t d) { return d == all.front(); });
       });
   if (!flags.save.empty()) save_weights(*model, flags.save);
-  if (is_master_ordinal()) {
+  if (is_master_ordinal(/*local=*/false)) {
     summary = Summary{accuracy, all_samples, identical};
   }
 }
@@ -260,12 +264,15 @@ int train(const Flags& flags) {
   spawn([&](int) { train_replica(flags, summary); }, flags.num_devices);
   const double train_seconds = seconds_since(start);
   if (trace_recording()) (void)stop_trace();  // fewer steps than --trace_steps
+  // In a job of several processes (mpirun), the global master's process reports.
+  if (process_index() != 0) return 0;
   if (flags.metrics_debug) fmt::print("{}", metrics_report());
   fmt::print(
       "{{\"final_test_accuracy\":{:.4f},\"train_samples_per_s\":{:.1f},\"compiles\":{},"
-      "\"devices\":{},\"replicas_identical\":{}}}\n",
+      "\"devices\":{},\"processes\":{},\"world_size\":{},\"replicas_identical\":{}}}\n",
       summary.accuracy, static_cast<double>(summary.samples) / train_seconds,
-      counter_value("UncachedCompile").value_or(0), flags.num_devices, summary.replicas_identical);
+      counter_value("UncachedCompile").value_or(0), flags.num_devices, process_count(),
+      flags.num_devices * process_count(), summary.replicas_identical);
   return 0;
 }
 

@@ -1,0 +1,339 @@
+// actors: the transport between the job's processes, on MPI. One thread calls into MPI: it starts
+// MPI, posts the sends other threads hand it (MPI_Isend), matches whatever arrives (MPI_Improbe,
+// MPI_Imrecv), tests both for completion and hands arrived messages to the receiver in the order
+// they were matched. Idle, it spins briefly and then sleeps in short steps, so a message is
+// picked up within about 100 µs even when nothing here expects one.
+#include "actors/process_transport.h"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <future>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "engine/config.h"
+#include "engine/log.h"
+
+namespace axle {
+namespace {
+
+constexpr int kTag = 7;  // every message of the transport; they say themselves what they are
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return fmt::format("error {}", code);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+void check_mpi(int code, const char* what) {
+  if (code != MPI_SUCCESS) {
+    throw std::runtime_error(fmt::format("MPI: {} failed: {}", what, mpi_error_text(code)));
+  }
+}
+
+}  // namespace
+
+struct ProcessTransport::State {
+  struct Outgoing {
+    int to;
+    ProcessMessage message;
+  };
+  struct Sending {
+    MPI_Request request;
+    ProcessMessage message;
+  };
+  struct Receiving {
+    MPI_Request request;
+    std::shared_ptr<std::vector<std::byte>> buffer;
+    int from;
+    bool done = false;
+  };
+
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::vector<Outgoing> outgoing;  // under mutex
+  bool stopping = false;           // under mutex
+  Receiver receiver;               // under mutex
+  std::deque<std::pair<int, ProcessMessage>> held;  // arrived while no receiver was set
+  std::atomic<bool> has_work{false};
+
+  ProcessPlacement placement;
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::thread thread;
+
+  // The transport thread's own.
+  std::deque<Sending> sending;
+  std::deque<Receiving> receiving;
+
+  void start(std::promise<ProcessPlacement>& started);
+  void run();
+  bool post_sends();
+  bool test_sends();
+  bool match_arrivals();
+  bool deliver_arrivals();
+  void deliver(int from, ProcessMessage message);
+  void finish();
+};
+
+void ProcessTransport::State::start(std::promise<ProcessPlacement>& started) {
+  try {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
+                "MPI_Init_thread");
+    }
+    // Errors come back as codes, to be reported with what was being done.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    ProcessPlacement p;
+    MPI_Comm_rank(comm, &p.index);
+    MPI_Comm_size(comm, &p.count);
+    MPI_Comm host_comm = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, p.index, MPI_INFO_NULL, &host_comm),
+              "MPI_Comm_split_type");
+    MPI_Comm_rank(host_comm, &p.local_index);
+    MPI_Comm_size(host_comm, &p.local_count);
+    // A host is known by its lowest rank; hosts are numbered in the order of those.
+    int leader = p.index;
+    check_mpi(MPI_Allreduce(&p.index, &leader, 1, MPI_INT, MPI_MIN, host_comm), "MPI_Allreduce");
+    MPI_Comm_free(&host_comm);
+    std::vector<int> leaders(static_cast<std::size_t>(p.count));
+    check_mpi(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm),
+              "MPI_Allgather");
+    const std::set<int> hosts(leaders.begin(), leaders.end());
+    p.host_count = static_cast<int>(hosts.size());
+    p.host_index = static_cast<int>(std::distance(hosts.begin(), hosts.find(leader)));
+    placement = p;
+    started.set_value(p);
+  } catch (...) {
+    started.set_exception(std::current_exception());
+    return;
+  }
+  run();
+}
+
+bool ProcessTransport::State::post_sends() {
+  std::vector<Outgoing> batch;
+  {
+    std::lock_guard lock(mutex);
+    batch.swap(outgoing);
+    has_work.store(false, std::memory_order_relaxed);
+  }
+  for (Outgoing& each : batch) {
+    Sending s{MPI_REQUEST_NULL, std::move(each.message)};
+    const int code = MPI_Isend(s.message->data(), static_cast<int>(s.message->size()), MPI_BYTE,
+                               each.to, kTag, comm, &s.request);
+    if (code != MPI_SUCCESS) {
+      AXLE_LOG(ERROR, "process {}: sending {} bytes to process {} failed: {}", placement.index,
+               s.message->size(), each.to, mpi_error_text(code));
+      continue;
+    }
+    sending.push_back(std::move(s));
+  }
+  return !batch.empty();
+}
+
+bool ProcessTransport::State::test_sends() {
+  bool progressed = false;
+  for (auto it = sending.begin(); it != sending.end();) {
+    int done = 0;
+    MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
+    if (done) {
+      it = sending.erase(it);
+      progressed = true;
+    } else {
+      ++it;
+    }
+  }
+  return progressed;
+}
+
+bool ProcessTransport::State::match_arrivals() {
+  bool progressed = false;
+  while (true) {
+    int found = 0;
+    MPI_Message message;
+    MPI_Status status;
+    MPI_Improbe(MPI_ANY_SOURCE, kTag, comm, &found, &message, &status);
+    if (!found) return progressed;
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    Receiving r{MPI_REQUEST_NULL,
+                std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(count)),
+                status.MPI_SOURCE};
+    MPI_Imrecv(r.buffer->data(), count, MPI_BYTE, &message, &r.request);
+    receiving.push_back(std::move(r));
+    progressed = true;
+  }
+}
+
+bool ProcessTransport::State::deliver_arrivals() {
+  bool progressed = false;
+  for (Receiving& r : receiving) {
+    if (r.done) continue;
+    int done = 0;
+    MPI_Test(&r.request, &done, MPI_STATUS_IGNORE);
+    r.done = done != 0;
+  }
+  // In the order they were matched, which is each sender's order.
+  while (!receiving.empty() && receiving.front().done) {
+    Receiving r = std::move(receiving.front());
+    receiving.pop_front();
+    deliver(r.from, std::move(r.buffer));
+    progressed = true;
+  }
+  return progressed;
+}
+
+void ProcessTransport::State::deliver(int from, ProcessMessage message) {
+  Receiver to;
+  {
+    std::lock_guard lock(mutex);
+    if (!receiver) {
+      held.emplace_back(from, std::move(message));
+      return;
+    }
+    to = receiver;
+  }
+  to(from, std::move(message));
+}
+
+void ProcessTransport::State::run() {
+  using Clock = std::chrono::steady_clock;
+  auto idle_since = Clock::now();
+  while (true) {
+    bool progressed = false;
+    if (has_work.load(std::memory_order_relaxed)) progressed |= post_sends();
+    if (!sending.empty()) progressed |= test_sends();
+    progressed |= match_arrivals();
+    if (!receiving.empty()) progressed |= deliver_arrivals();
+    if (progressed) {
+      idle_since = Clock::now();
+      continue;
+    }
+    const auto idle = Clock::now() - idle_since;
+    std::unique_lock lock(mutex);
+    if (stopping && outgoing.empty()) {
+      lock.unlock();
+      return finish();
+    }
+    if (!outgoing.empty()) continue;
+    if (idle < std::chrono::microseconds(200)) {
+      lock.unlock();
+      std::this_thread::yield();
+    } else {
+      // Sends wake it at once; arrivals are looked for again after the pause.
+      wake.wait_for(lock, std::chrono::microseconds(100));
+    }
+  }
+}
+
+void ProcessTransport::State::finish() {
+  // What was sent is delivered before MPI goes, for as long as the others take part.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((!sending.empty() || !receiving.empty()) && std::chrono::steady_clock::now() < deadline) {
+    test_sends();
+    match_arrivals();
+    deliver_arrivals();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  MPI_Comm_free(&comm);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+ProcessTransport::ProcessTransport(std::unique_ptr<State> state) : state_(std::move(state)) {}
+ProcessTransport::~ProcessTransport() = default;
+
+namespace {
+
+std::once_flag g_started;
+ProcessTransport* g_transport = nullptr;
+std::exception_ptr g_start_error;
+
+}  // namespace
+
+ProcessTransport* ProcessTransport::get() {
+  std::call_once(g_started, [] {
+    if (!config::read_process_settings().launched_by_mpi) return;
+    auto state = std::make_unique<State>();
+    std::promise<ProcessPlacement> started;
+    std::future<ProcessPlacement> placement = started.get_future();
+    State* s = state.get();
+    s->thread = std::thread([s, &started] { s->start(started); });
+    try {
+      placement.get();
+    } catch (...) {
+      g_start_error = std::current_exception();
+      s->thread.join();
+      return;
+    }
+    // Never destroyed: actors may still hold it while the process exits. Its thread ends at
+    // exit, after delivering what is in flight, and finalises MPI.
+    g_transport = new ProcessTransport(std::move(state));
+    std::atexit([] {
+      State& s = *g_transport->state_;
+      {
+        std::lock_guard lock(s.mutex);
+        s.stopping = true;
+      }
+      s.wake.notify_one();
+      if (s.thread.joinable()) s.thread.join();
+    });
+  });
+  if (g_start_error) std::rethrow_exception(g_start_error);
+  return g_transport;
+}
+
+ProcessPlacement ProcessTransport::placement() {
+  ProcessTransport* transport = get();
+  return transport ? transport->state_->placement : ProcessPlacement{};
+}
+
+void ProcessTransport::send(int to, ProcessMessage message) {
+  if (to == state_->placement.index || to < 0 || to >= state_->placement.count) {
+    throw std::invalid_argument(fmt::format("process {}: cannot send to process {} of {}",
+                                            state_->placement.index, to, state_->placement.count));
+  }
+  if (message->size() > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+    throw std::length_error(fmt::format(
+        "process {}: a message of {} bytes to process {} is over MPI's 2 GiB count limit",
+        state_->placement.index, message->size(), to));
+  }
+  {
+    std::lock_guard lock(state_->mutex);
+    if (state_->stopping) return;  // the process is exiting
+    state_->outgoing.push_back({to, std::move(message)});
+    state_->has_work.store(true, std::memory_order_relaxed);
+  }
+  state_->wake.notify_one();
+}
+
+void ProcessTransport::set_receiver(Receiver receiver) {
+  std::deque<std::pair<int, ProcessMessage>> held;
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->receiver = receiver;
+    if (receiver) held.swap(state_->held);
+  }
+  // Held messages go first; the transport thread may deliver newer ones meanwhile, which the
+  // receiver must accept in any order (the RendezvousActor does: its messages name their point).
+  for (auto& [from, message] : held) receiver(from, std::move(message));
+}
+
+}  // namespace axle

@@ -1,0 +1,59 @@
+// actors: the job's processes and the transport between them — MPI (Open MPI's mpirun launches
+// the processes), driven by one thread of the transport's own, the only one that calls into MPI.
+// A process not launched by mpirun is the whole job: get() is null and MPI is never initialised.
+// Messages are byte buffers, self-describing (the RendezvousActor reads who and what they are
+// for); the transport only moves them, in order from each sender.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace axle {
+
+/// Where this process stands in the job.
+struct ProcessPlacement {
+  int index = 0;        ///< its rank among the job's processes
+  int count = 1;        ///< the job's processes
+  int local_index = 0;  ///< its rank among the processes on its host
+  int local_count = 1;  ///< the processes on its host
+  int host_index = 0;   ///< its host, hosts numbered in the order of their lowest rank
+  int host_count = 1;
+};
+
+/// One message between processes.
+using ProcessMessage = std::shared_ptr<const std::vector<std::byte>>;
+
+class ProcessTransport {
+ public:
+  /// Receives every message another process sent to this one, on the transport's thread.
+  using Receiver = std::function<void(int from, ProcessMessage message)>;
+
+  /// The job's transport, started (MPI_Init) on first use when the process was launched by
+  /// mpirun; null otherwise. Throws std::runtime_error when MPI cannot start. It lives until the
+  /// process exits, when its thread delivers what is still in flight and finalises MPI.
+  [[nodiscard]] static ProcessTransport* get();
+
+  /// This process's placement, or the one of a process that is the whole job.
+  [[nodiscard]] static ProcessPlacement placement();
+
+  /// Sends `message` to process `to` (not this one), without waiting. Sends to one process
+  /// arrive in the order they were made.
+  void send(int to, ProcessMessage message);
+  /// Where messages go from now on; messages that arrived while none was set go to it first.
+  /// An empty receiver holds them again.
+  void set_receiver(Receiver receiver);
+
+  ProcessTransport(const ProcessTransport&) = delete;
+  ProcessTransport& operator=(const ProcessTransport&) = delete;
+
+  struct State;  // process_transport.cpp
+
+ private:
+  explicit ProcessTransport(std::unique_ptr<State> state);
+  ~ProcessTransport();
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace axle

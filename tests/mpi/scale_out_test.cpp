@@ -1,0 +1,372 @@
+// A job of several processes, run under mpirun by CTest (tests/mpi/CMakeLists.txt: 2 processes of
+// 2 devices each, oversubscribed): the runtime queries place every replica; rendezvous and
+// mesh_reduce gather every replica's value in global ordinal order; every in-graph collective,
+// with groups inside one process and across processes, gives each replica exactly what a plain
+// fold over every replica's input in global ordinal order gives (the bits of replicas that are
+// threads of one process); replicas whose graphs differ, a replica that fails and a replica that
+// never comes end in errors naming the replica, in every process, never in a hang.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/lazy_system.h"
+#include "axle.h"
+#include "engine/config.h"
+
+namespace axle {
+namespace {
+
+int env_int(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? std::atoi(value) : -1;
+}
+
+class ScaleOut : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config::set("AXLE_COLLECTIVE_TIMEOUT", "60");  // a failing test fails instead of hanging
+    local_ = LazySystem::get().device_count();
+    world_ = local_ * process_count();
+  }
+  void TearDown() override { config::unset("AXLE_COLLECTIVE_TIMEOUT"); }
+
+  // Runs fn(ordinal) on this process's replicas; what each returned, by local ordinal.
+  template <class T, class F>
+  std::vector<T> on_replicas(F fn) {
+    std::vector<T> results(static_cast<std::size_t>(local_));
+    spawn([&](int ordinal) { results[static_cast<std::size_t>(xla_device().ordinal)] = fn(ordinal); });
+    return results;
+  }
+  [[nodiscard]] int first_local() const { return process_index() * local_; }
+
+  int local_ = 0;
+  int world_ = 0;
+};
+
+// Replica r's input: values of many magnitudes, so that a sum's bits depend on its order.
+std::vector<float> input_of(int replica, int64_t size) {
+  std::vector<float> v(static_cast<std::size_t>(size));
+  for (int64_t i = 0; i < size; ++i) {
+    const auto h = static_cast<uint32_t>((replica + 1) * 2654435761u + i * 40503u);
+    v[static_cast<std::size_t>(i)] =
+        std::ldexp(static_cast<float>(h % 1000) / 7.0f - 60.0f, static_cast<int>(h % 13) - 6);
+  }
+  return v;
+}
+std::vector<int32_t> int_input_of(int replica, int64_t size) {
+  std::vector<int32_t> v(static_cast<std::size_t>(size));
+  for (int64_t i = 0; i < size; ++i) {
+    v[static_cast<std::size_t>(i)] = static_cast<int32_t>((replica * 5 + i * 3) % 9 - 4);
+  }
+  return v;
+}
+
+template <class T>
+T fold(ReduceType type, T a, T b) {
+  switch (type) {
+    case ReduceType::kSum:
+      return a + b;
+    case ReduceType::kMul:
+      return a * b;
+    case ReduceType::kMin:
+      return std::min(a, b);
+    case ReduceType::kMax:
+      return std::max(a, b);
+    case ReduceType::kAnd:
+      return a && b;
+    case ReduceType::kOr:
+      return a || b;
+  }
+  return a;
+}
+
+TEST_F(ScaleOut, RuntimeQueriesPlaceEveryReplicaOfTheJob) {
+  ASSERT_GT(env_int("OMPI_COMM_WORLD_SIZE"), 1) << "run this test under mpirun";
+  EXPECT_EQ(process_count(), env_int("OMPI_COMM_WORLD_SIZE"));
+  EXPECT_EQ(process_index(), env_int("OMPI_COMM_WORLD_RANK"));
+  EXPECT_EQ(local_process_count(), env_int("OMPI_COMM_WORLD_LOCAL_SIZE"));
+  EXPECT_EQ(host_index(), 0);  // every process runs on this host
+  EXPECT_EQ(addressable_device_count(), local_);
+  EXPECT_EQ(local_device_count(), local_ * local_process_count());
+  EXPECT_EQ(global_device_count(), world_);
+  // Outside spawn, each process is one replica.
+  EXPECT_EQ(world_size(), process_count());
+  EXPECT_EQ(global_ordinal(), process_index());
+  EXPECT_EQ(local_ordinal(), process_index());  // every process runs on this host
+  EXPECT_EQ(is_master_ordinal(/*local=*/false), process_index() == 0);
+  EXPECT_EQ(is_master_ordinal(), process_index() == 0);  // one host
+
+  struct Seen {
+    int given, world, global, local;
+    bool master, local_master;
+    Device device;
+  };
+  const auto seen = on_replicas<Seen>([](int ordinal) {
+    return Seen{ordinal,          world_size(),       global_ordinal(), local_ordinal(),
+                is_master_ordinal(false), is_master_ordinal(), xla_device()};
+  });
+  for (int i = 0; i < local_; ++i) {
+    const Seen& s = seen[static_cast<std::size_t>(i)];
+    EXPECT_EQ(s.given, first_local() + i);
+    EXPECT_EQ(s.global, first_local() + i);
+    EXPECT_EQ(s.world, world_);
+    EXPECT_EQ(s.local, s.global);  // one host
+    EXPECT_EQ(s.master, s.global == 0);
+    EXPECT_EQ(s.local_master, s.global == 0);
+    EXPECT_EQ(s.device, Device{i});
+  }
+}
+
+TEST_F(ScaleOut, RendezvousAndMeshReduceGatherEveryReplicaInGlobalOrder) {
+  const auto seen = on_replicas<std::vector<std::vector<std::byte>>>([](int ordinal) {
+    const std::string mine = fmt::format("replica {}", ordinal);
+    return rendezvous("hello", std::as_bytes(std::span(mine)));
+  });
+  for (const auto& payloads : seen) {
+    ASSERT_EQ(payloads.size(), static_cast<std::size_t>(world_));
+    for (int r = 0; r < world_; ++r) {
+      const auto& p = payloads[static_cast<std::size_t>(r)];
+      EXPECT_EQ(std::string(reinterpret_cast<const char*>(p.data()), p.size()),
+                fmt::format("replica {}", r));
+    }
+  }
+  // A subset of replicas across processes: the first and the last.
+  const auto pair = on_replicas<std::size_t>([&](int ordinal) -> std::size_t {
+    if (ordinal != 0 && ordinal != world_ - 1) return 0;
+    const std::byte mine[] = {static_cast<std::byte>(ordinal)};
+    const auto all = rendezvous("ends", mine, {0, world_ - 1});
+    EXPECT_EQ(all.at(1).at(0), static_cast<std::byte>(world_ - 1));
+    return all.size();
+  });
+  if (process_index() == 0) EXPECT_EQ(pair[0], 2u);
+
+  const auto sums = on_replicas<double>([](int ordinal) {
+    return mesh_reduce("sum", 0.1 * ordinal, [](const std::vector<double>& v) {
+      double s = 0;
+      for (double x : v) s += x;
+      return s;
+    });
+  });
+  double expected = 0;
+  for (int r = 0; r < world_; ++r) expected += 0.1 * r;
+  for (double s : sums) EXPECT_EQ(s, expected);
+  const auto joined = on_replicas<std::string>([](int ordinal) {
+    return mesh_reduce("names", std::to_string(ordinal), [](const std::vector<std::string>& v) {
+      std::string all;
+      for (const std::string& s : v) all += s;
+      return all;
+    });
+  });
+  std::string all;
+  for (int r = 0; r < world_; ++r) all += std::to_string(r);
+  for (const std::string& s : joined) EXPECT_EQ(s, all);
+  const auto pairs = on_replicas<std::pair<int64_t, int64_t>>([](int ordinal) {
+    return mesh_reduce("pairs", std::pair<int64_t, int64_t>(ordinal, 1),
+                       [](const std::vector<std::pair<int64_t, int64_t>>& v) {
+                         std::pair<int64_t, int64_t> sum{0, 0};
+                         for (const auto& [a, b] : v) sum = {sum.first + a, sum.second + b};
+                         return sum;
+                       });
+  });
+  for (const auto& p : pairs) EXPECT_EQ(p, (std::pair<int64_t, int64_t>(world_ * (world_ - 1) / 2, world_)));
+  const auto vectors = on_replicas<std::vector<float>>([](int ordinal) {
+    return mesh_reduce("vectors", std::vector<float>{1.0f * ordinal, 2.0f},
+                       [](const std::vector<std::vector<float>>& v) { return v.back(); });
+  });
+  for (const auto& v : vectors) EXPECT_EQ(v, (std::vector<float>{1.0f * (world_ - 1), 2.0f}));
+}
+
+TEST_F(ScaleOut, AllReduceGivesTheBitsOfAFoldInGlobalOrdinalOrder) {
+  // Small, and past 256 KiB, where replicas of one process share a result.
+  for (int64_t size : {int64_t{37}, int64_t{100'003}}) {
+    for (ReduceType type :
+         {ReduceType::kSum, ReduceType::kMul, ReduceType::kMin, ReduceType::kMax}) {
+      const double scale = type == ReduceType::kSum ? 0.25 : 1.0;
+      const auto floats = on_replicas<std::vector<float>>([&](int r) {
+        return all_reduce(type, tensor(input_of(r, size), {size}), scale).to_vector<float>();
+      });
+      std::vector<float> expected = input_of(0, size);
+      for (int r = 1; r < world_; ++r) {
+        const std::vector<float> in = input_of(r, size);
+        for (int64_t i = 0; i < size; ++i) expected[i] = fold(type, expected[i], in[i]);
+      }
+      for (float& e : expected) e *= static_cast<float>(scale);
+      if (type == ReduceType::kSum) {
+        // The inputs make order matter: a fold in reverse ordinal order has other bits.
+        std::vector<float> reversed = input_of(world_ - 1, size);
+        for (int r = world_ - 2; r >= 0; --r) {
+          const std::vector<float> in = input_of(r, size);
+          for (int64_t i = 0; i < size; ++i) reversed[i] += in[i];
+        }
+        int differ = 0;
+        for (int64_t i = 0; i < size; ++i) differ += reversed[i] * 0.25f != expected[i];
+        EXPECT_GT(differ, 0) << "inputs of " << size;
+      }
+      for (int i = 0; i < local_; ++i) {
+        const auto& got = floats[static_cast<std::size_t>(i)];
+        ASSERT_EQ(got.size(), expected.size());
+        for (int64_t k = 0; k < size; ++k) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[k]), std::bit_cast<uint32_t>(expected[k]))
+              << reduce_type_name(type) << " of " << size << " on replica " << first_local() + i
+              << " at " << k << ": " << got[k] << " vs " << expected[k];
+        }
+      }
+    }
+  }
+  for (ReduceType type : {ReduceType::kMin, ReduceType::kSum}) {
+    constexpr int64_t kSize = 29;
+    const auto ints = on_replicas<std::vector<int32_t>>([&](int r) {
+      return all_reduce(type, tensor(int_input_of(r, kSize), {kSize})).to_vector<int32_t>();
+    });
+    std::vector<int32_t> expected = int_input_of(0, kSize);
+    for (int r = 1; r < world_; ++r) {
+      const std::vector<int32_t> in = int_input_of(r, kSize);
+      for (int64_t i = 0; i < kSize; ++i) expected[i] = fold(type, expected[i], in[i]);
+    }
+    for (const auto& got : ints) EXPECT_EQ(got, expected) << reduce_type_name(type);
+  }
+  // Predicates: replica r's element i is true unless i == r (and), or only when i == r (or).
+  const int64_t size = world_ + 1;
+  for (ReduceType type : {ReduceType::kAnd, ReduceType::kOr}) {
+    const auto got = on_replicas<std::vector<float>>([&](int r) {
+      const Tensor index = arange(0, static_cast<double>(size));
+      const Tensor me = tensor(std::vector<float>{static_cast<float>(r)}, {1});
+      const Tensor mine = type == ReduceType::kAnd ? ne(index, me) : eq(index, me);
+      return cast(all_reduce(type, mine), DType::kF32).to_vector<float>();
+    });
+    for (const auto& values : got) {
+      for (int64_t i = 0; i < size; ++i) {
+        const bool replica_i_exists = i < world_;
+        EXPECT_EQ(values[i], type == ReduceType::kAnd ? !replica_i_exists : replica_i_exists)
+            << reduce_type_name(type) << " at " << i;
+      }
+    }
+  }
+}
+
+TEST_F(ScaleOut, GroupsInsideAndAcrossProcessesReduceAmongTheirMembers) {
+  constexpr int64_t kSize = 11;
+  ReplicaGroups inside;  // {0,1}, {2,3}: each within a process
+  ReplicaGroups across(2);  // {0,2,..}, {1,3,..}: every group spans the processes
+  for (int r = 0; r < world_; r += 2) inside.push_back({r, r + 1});
+  for (int r = 0; r < world_; ++r) across[static_cast<std::size_t>(r % 2)].push_back(r);
+  for (const ReplicaGroups& groups : {inside, across}) {
+    const auto got = on_replicas<std::vector<float>>([&](int r) {
+      return all_reduce(ReduceType::kSum, tensor(input_of(r, kSize), {kSize}), 1.0, groups)
+          .to_vector<float>();
+    });
+    for (int i = 0; i < local_; ++i) {
+      const int me = first_local() + i;
+      const auto group = *std::ranges::find_if(
+          groups, [&](const std::vector<int>& g) { return std::ranges::count(g, me) > 0; });
+      std::vector<float> expected = input_of(group[0], kSize);
+      for (std::size_t m = 1; m < group.size(); ++m) {
+        for (int64_t k = 0; k < kSize; ++k) expected[k] += input_of(group[m], kSize)[k];
+      }
+      EXPECT_EQ(got[static_cast<std::size_t>(i)], expected) << "replica " << me;
+    }
+  }
+}
+
+TEST_F(ScaleOut, GatherScatterAllToAllAndPermuteMoveEveryReplicasBlocks) {
+  const int64_t rows = world_;
+  const auto results = on_replicas<std::vector<std::vector<float>>>([&](int r) {
+    const Tensor mine = tensor(input_of(r, rows * 3), {rows, 3});
+    std::vector<std::pair<int, int>> ring;
+    for (int s = 0; s < world_; ++s) ring.emplace_back(s, (s + 1) % world_);
+    return std::vector<std::vector<float>>{
+        all_gather(mine, 0).to_vector<float>(),
+        reduce_scatter(ReduceType::kSum, mine, 1.0, 0, world_).to_vector<float>(),
+        all_to_all(mine, 0, 0, world_).to_vector<float>(),
+        collective_permute(mine, ring).to_vector<float>()};
+  });
+  for (int i = 0; i < local_; ++i) {
+    const int me = first_local() + i;
+    const auto& got = results[static_cast<std::size_t>(i)];
+    std::vector<float> gathered, scattered(3, 0.0f), exchanged;
+    for (int r = 0; r < world_; ++r) {
+      const std::vector<float> in = input_of(r, rows * 3);
+      gathered.insert(gathered.end(), in.begin(), in.end());
+      for (int c = 0; c < 3; ++c) {
+        scattered[c] = r == 0 ? in[me * 3 + c] : scattered[c] + in[me * 3 + c];
+      }
+      exchanged.insert(exchanged.end(), in.begin() + me * 3, in.begin() + me * 3 + 3);
+    }
+    EXPECT_EQ(got[0], gathered) << "all_gather on replica " << me;
+    EXPECT_EQ(got[1], scattered) << "reduce_scatter on replica " << me;
+    EXPECT_EQ(got[2], exchanged) << "all_to_all on replica " << me;
+    EXPECT_EQ(got[3], input_of((me + world_ - 1) % world_, rows * 3))
+        << "collective_permute on replica " << me;
+  }
+}
+
+TEST_F(ScaleOut, OutsideSpawnEachProcessIsOneReplica) {
+  const std::vector<float> got =
+      all_reduce(ReduceType::kSum, tensor(input_of(process_index(), 5), {5})).to_vector<float>();
+  std::vector<float> expected = input_of(0, 5);
+  for (int p = 1; p < process_count(); ++p) {
+    for (int k = 0; k < 5; ++k) expected[k] += input_of(p, 5)[k];
+  }
+  EXPECT_EQ(got, expected);
+  const double sum = mesh_reduce("processes", 1.0, [](const std::vector<double>& v) {
+    return static_cast<double>(v.size());
+  });
+  EXPECT_EQ(sum, process_count());
+}
+
+TEST_F(ScaleOut, ReplicasThatTraceDifferentGraphsFailInEveryProcess) {
+  const int odd_one = world_ - 1;
+  try {
+    spawn([&](int ordinal) {
+      Tensor x = tensor(input_of(ordinal, 4), {4});
+      if (ordinal == odd_one) x = x * 2.0;
+      (void)all_reduce(ReduceType::kSum, x).to_vector<float>();
+    });
+    FAIL() << "spawn returned";
+  } catch (const ReplicaError& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("replica{} {{{}}} differ", "", odd_one)),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(ScaleOut, AFailingReplicaCancelsTheOthersInEveryProcess) {
+  const int failing = world_ - 1;
+  try {
+    spawn([&](int ordinal) {
+      if (ordinal == failing) throw std::runtime_error("replica gave up");
+      (void)rendezvous("never complete");
+    });
+    FAIL() << "spawn returned";
+  } catch (const ReplicaError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("replica gave up"), std::string::npos) << what;
+    EXPECT_NE(what.find(fmt::format("replica {}", failing)), std::string::npos) << what;
+  }
+}
+
+TEST_F(ScaleOut, AReplicaThatNeverComesIsNamedInEveryProcess) {
+  config::set("AXLE_COLLECTIVE_TIMEOUT", "3");
+  const int absent = world_ - 2;  // the first replica of the last process
+  try {
+    spawn([&](int ordinal) {
+      if (ordinal == absent) return;
+      (void)rendezvous("incomplete");
+    });
+    FAIL() << "spawn returned";
+  } catch (const ReplicaError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(fmt::format("replica {}", absent)), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace axle
