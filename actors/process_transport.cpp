@@ -7,8 +7,13 @@
 
 #include <fmt/format.h>
 #include <mpi.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -42,7 +47,57 @@ void check_mpi(int code, const char* what) {
   }
 }
 
+// What the process waits for, for the SIGTERM handler: two buffers, the one `g_note_current`
+// names is complete; the other is the one written next.
+constexpr std::size_t kNoteSize = 1024;
+char g_notes[2][kNoteSize];
+std::size_t g_note_sizes[2];
+std::atomic<int> g_note_current{0};
+int g_rank_for_note = 0;
+struct sigaction g_previous_sigterm {};
+
+void write_all(const char* text, std::size_t size) {
+  while (size > 0) {
+    const ssize_t written = ::write(STDERR_FILENO, text, size);
+    if (written <= 0) return;
+    text += written;
+    size -= static_cast<std::size_t>(written);
+  }
+}
+
+// mpirun stops the other processes when one dies: say what this one was waiting for, then stop
+// as the signal would have.
+void on_sigterm(int signal) {
+  char head[96];
+  const int n = std::snprintf(head, sizeof head,
+                              "axle: process %d was stopped by mpirun (a process of the job "
+                              "ended)",
+                              g_rank_for_note);
+  write_all(head, n > 0 ? static_cast<std::size_t>(n) : 0);
+  const int current = g_note_current.load(std::memory_order_acquire);
+  if (g_note_sizes[current] > 0) {
+    write_all(" while ", 7);
+    write_all(g_notes[current], g_note_sizes[current]);
+  }
+  write_all("\n", 1);
+  ::sigaction(SIGTERM, &g_previous_sigterm, nullptr);
+  if (g_previous_sigterm.sa_handler == SIG_IGN) return;
+  if (g_previous_sigterm.sa_handler == SIG_DFL) {
+    ::raise(signal);
+  } else {
+    g_previous_sigterm.sa_handler(signal);
+  }
+}
+
 }  // namespace
+
+void ProcessTransport::note_waiting(std::string_view what) noexcept {
+  const int next = 1 - g_note_current.load(std::memory_order_relaxed);
+  const std::size_t size = std::min(what.size(), kNoteSize);
+  std::memcpy(g_notes[next], what.data(), size);
+  g_note_sizes[next] = size;
+  g_note_current.store(next, std::memory_order_release);
+}
 
 struct ProcessTransport::State {
   struct Outgoing {
@@ -70,6 +125,8 @@ struct ProcessTransport::State {
 
   ProcessPlacement placement;
   MPI_Comm comm = MPI_COMM_NULL;
+  // How long a process at its end waits for the others to end too (the collective timeout).
+  std::chrono::nanoseconds exit_wait{0};
   std::thread thread;
 
   // The transport thread's own.
@@ -118,6 +175,11 @@ void ProcessTransport::State::start(std::promise<ProcessPlacement>& started) {
     p.host_count = static_cast<int>(hosts.size());
     p.host_index = static_cast<int>(std::distance(hosts.begin(), hosts.find(leader)));
     placement = p;
+    g_rank_for_note = p.index;
+    struct sigaction action {};
+    action.sa_handler = on_sigterm;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGTERM, &action, &g_previous_sigterm);
     started.set_value(p);
   } catch (...) {
     started.set_exception(std::current_exception());
@@ -251,6 +313,27 @@ void ProcessTransport::State::finish() {
     deliver_arrivals();
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  // MPI_Finalize waits for every process. One that died never comes, so the others meet first
+  // in a barrier they can stop waiting for.
+  MPI_Request barrier = MPI_REQUEST_NULL;
+  int met = 0;
+  if (MPI_Ibarrier(comm, &barrier) == MPI_SUCCESS) {
+    const auto give_up = std::chrono::steady_clock::now() + exit_wait;
+    while (!met && std::chrono::steady_clock::now() < give_up) {
+      MPI_Test(&barrier, &met, MPI_STATUS_IGNORE);
+      if (!met) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  if (!met) {
+    // The job is broken: ending it makes mpirun fail, even where it was told to keep going.
+    AXLE_LOG(ERROR,
+             "process {}: the job's other processes did not all reach the end within {:g} s; "
+             "aborting the job",
+             placement.index, std::chrono::duration<double>(exit_wait).count());
+    std::fflush(nullptr);
+    MPI_Abort(comm, 1);
+    return;
+  }
   MPI_Comm_free(&comm);
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -272,6 +355,7 @@ ProcessTransport* ProcessTransport::get() {
   std::call_once(g_started, [] {
     if (!config::read_process_settings().launched_by_mpi) return;
     auto state = std::make_unique<State>();
+    state->exit_wait = config::read_collective_settings().timeout;
     std::promise<ProcessPlacement> started;
     std::future<ProcessPlacement> placement = started.get_future();
     State* s = state.get();

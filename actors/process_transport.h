@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 namespace axle {
@@ -44,6 +45,11 @@ class ProcessTransport {
   /// Where messages go from now on; messages that arrived while none was set go to it first.
   /// An empty receiver holds them again.
   void set_receiver(Receiver receiver);
+
+  /// What this process waits for from the others, for the line it prints when mpirun stops it
+  /// (SIGTERM: another process of the job died or failed); empty when it waits for nothing.
+  /// Kept in a fixed buffer, so the signal handler can print it safely.
+  static void note_waiting(std::string_view what) noexcept;
 
   ProcessTransport(const ProcessTransport&) = delete;
   ProcessTransport& operator=(const ProcessTransport&) = delete;

@@ -173,6 +173,16 @@ void RendezvousActor::share(const Group& group, uint64_t group_id, Channel chann
   std::ranges::sort(processes);
   processes.erase(std::ranges::unique(processes).begin(), processes.end());
   for (int process : processes) transport_->send(process, message);
+  if (point.error || point.count == static_cast<int>(members.size())) return;
+  std::vector<int> missing;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (!point.arrived[i]) missing.push_back(members[i]);
+  }
+  point.note = noted_ = ++notes_;
+  ProcessTransport::note_waiting(fmt::format(
+      "waiting in {} '{}' among replicas {} for replica{} {} of process{} {}", point.op, point.tag,
+      members_text(members), missing.size() == 1 ? "" : "s", members_text(missing),
+      processes.size() == 1 ? "" : "es", members_text(processes)));
 }
 
 void RendezvousActor::handle(FromProcess& m) {
@@ -337,16 +347,28 @@ void RendezvousActor::handle(ExpirePoint& m) {
   if (point_it == set_it->second.points.end()) return;
   Point& point = point_it->second;
   if (point.error || point.waiting.empty()) return;
+  const Group& group = group_it->second;
   std::vector<int> missing;
+  std::vector<int> processes;  // holding missing replicas, when not this one
   for (std::size_t i = 0; i < m.members.size(); ++i) {
-    if (!point.arrived[i]) missing.push_back(m.members[i]);
+    if (point.arrived[i]) continue;
+    missing.push_back(m.members[i]);
+    if (!is_local(group, m.members[i])) {
+      const int process = m.members[i] / group.local_count;
+      if (std::ranges::find(processes, process) == processes.end()) processes.push_back(process);
+    }
   }
+  // A process that never sent its replicas' values may have died: name it.
+  const std::string where =
+      processes.empty() ? std::string()
+                        : fmt::format(" (held by process{} {}, which may have died)",
+                                      processes.size() == 1 ? "" : "es", members_text(processes));
   fail(point, Failure{Failure::Kind::kTimeout,
                       fmt::format("{} '{}' among replicas {} timed out after {:g} s "
-                                  "(AXLE_COLLECTIVE_TIMEOUT): replica{} {} never arrived",
+                                  "(AXLE_COLLECTIVE_TIMEOUT): replica{} {} never arrived{}",
                                   point.op, point.tag, members_text(m.members),
                                   std::chrono::duration<double>(point.timeout).count(),
-                                  missing.size() == 1 ? "" : "s", members_text(missing))});
+                                  missing.size() == 1 ? "" : "s", members_text(missing), where)});
 }
 
 std::optional<RendezvousActor::Failure> RendezvousActor::mismatch_at(
@@ -375,6 +397,10 @@ std::optional<RendezvousActor::Failure> RendezvousActor::mismatch_at(
 }
 
 void RendezvousActor::complete(Point& point) {
+  if (point.note != 0 && point.note == noted_) {
+    noted_ = 0;
+    ProcessTransport::note_waiting({});
+  }
   const Gathered all =
       std::make_shared<const std::vector<std::shared_ptr<const void>>>(std::move(point.values));
   for (Promise<Gathered>& waiting : point.waiting) waiting.set_value(all);

@@ -161,6 +161,7 @@ class RendezvousActor : public Actor<RendezvousActor, OpenGroup, Arrive, LeaveGr
     // Values from other processes that came before any member here, so before the codec that
     // reads them: read once the first member here comes.
     std::vector<FromProcess> deferred;
+    uint64_t note = 0;  // the number of the note saying this process waits here, or 0
     std::vector<Promise<Gathered>> waiting;
     std::optional<Failure> error;  // a failed point answers late arrivals with it
     TimerHandle deadline;
@@ -208,6 +209,9 @@ class RendezvousActor : public Actor<RendezvousActor, OpenGroup, Arrive, LeaveGr
   // Messages for groups this process has not opened yet, and groups it has closed.
   std::unordered_map<uint64_t, std::vector<FromProcess>> early_;
   std::unordered_map<uint64_t, bool> closed_;
+  // The last point noted as waiting for other processes (ProcessTransport::note_waiting).
+  uint64_t notes_ = 0;
+  uint64_t noted_ = 0;
 };
 
 }  // namespace axle

@@ -1,0 +1,31 @@
+// A job for process_loss_test: every replica all-reduces in a loop of steps; at step 3 the last
+// replica of the job kills its process (argument "kill") or throws ("throw"). Each process prints
+// what ended its replicas to stderr and exits 1, or exits 0 when all its steps completed.
+#include <csignal>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "axle.h"
+
+int main(int argc, char** argv) {
+  const std::string how = argc > 1 ? argv[1] : "kill";
+  try {
+    axle::spawn([&](int ordinal) {
+      for (int step = 0; step < 50; ++step) {
+        if (step == 3 && ordinal == axle::world_size() - 1) {
+          if (how == "kill") std::raise(SIGKILL);
+          throw std::runtime_error("replica gave up at step 3");
+        }
+        const axle::Tensor sum = axle::all_reduce(axle::ReduceType::kSum, axle::ones({4}));
+        if (sum.to_vector<float>().at(0) != static_cast<float>(axle::world_size())) {
+          throw std::logic_error("a wrong sum");
+        }
+      }
+    });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "process %d failed: %s\n", axle::process_index(), e.what());
+    return 1;
+  }
+  return 0;
+}
