@@ -11,7 +11,7 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev nlohmann-json3-dev libcli11-dev
-  openmpi-bin libopenmpi-dev
+  openmpi-bin libopenmpi-dev iproute2
   dataset-fashion-mnist
 )
 

@@ -1,5 +1,5 @@
 // A job of several processes, run under mpirun by CTest (tests/mpi/CMakeLists.txt: 2 processes of
-// 2 devices each, oversubscribed): the runtime queries place every replica; rendezvous and
+// 2 devices each, oversubscribed; and the same on two hosts made of network namespaces): the runtime queries place every replica; rendezvous and
 // mesh_reduce gather every replica's value in global ordinal order; every in-graph collective,
 // with groups inside one process and across processes, gives each replica exactly what a plain
 // fold over every replica's input in global ordinal order gives (the bits of replicas that are
@@ -93,16 +93,22 @@ TEST_F(ScaleOut, RuntimeQueriesPlaceEveryReplicaOfTheJob) {
   EXPECT_EQ(process_count(), env_int("OMPI_COMM_WORLD_SIZE"));
   EXPECT_EQ(process_index(), env_int("OMPI_COMM_WORLD_RANK"));
   EXPECT_EQ(local_process_count(), env_int("OMPI_COMM_WORLD_LOCAL_SIZE"));
-  EXPECT_EQ(host_index(), 0);  // every process runs on this host
+  // Hosts hold consecutive processes, as many each (AXLE_TEST_HOSTS: how many hosts the job has;
+  // two_hosts.sh makes two of network namespaces).
+  const int hosts = std::max(1, env_int("AXLE_TEST_HOSTS"));
+  const int per_host = process_count() / hosts;
+  const int local_process = process_index() % per_host;
+  EXPECT_EQ(local_process_count(), per_host);
+  EXPECT_EQ(host_index(), process_index() / per_host);
   EXPECT_EQ(addressable_device_count(), local_);
   EXPECT_EQ(local_device_count(), local_ * local_process_count());
   EXPECT_EQ(global_device_count(), world_);
   // Outside spawn, each process is one replica.
   EXPECT_EQ(world_size(), process_count());
   EXPECT_EQ(global_ordinal(), process_index());
-  EXPECT_EQ(local_ordinal(), process_index());  // every process runs on this host
+  EXPECT_EQ(local_ordinal(), local_process);
   EXPECT_EQ(is_master_ordinal(/*local=*/false), process_index() == 0);
-  EXPECT_EQ(is_master_ordinal(), process_index() == 0);  // one host
+  EXPECT_EQ(is_master_ordinal(), local_process == 0);
 
   struct Seen {
     int given, world, global, local;
@@ -118,9 +124,9 @@ TEST_F(ScaleOut, RuntimeQueriesPlaceEveryReplicaOfTheJob) {
     EXPECT_EQ(s.given, first_local() + i);
     EXPECT_EQ(s.global, first_local() + i);
     EXPECT_EQ(s.world, world_);
-    EXPECT_EQ(s.local, s.global);  // one host
+    EXPECT_EQ(s.local, local_process * local_ + i);
     EXPECT_EQ(s.master, s.global == 0);
-    EXPECT_EQ(s.local_master, s.global == 0);
+    EXPECT_EQ(s.local_master, s.local == 0);
     EXPECT_EQ(s.device, Device{i});
   }
 }
