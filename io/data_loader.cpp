@@ -182,7 +182,12 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     throw std::invalid_argument(
         fmt::format("DataLoader: prefetch_factor {} must be at least 1", options_.prefetch_factor));
   }
-  const int64_t n = dataset_->size();
+  if (options_.sampler && options_.shuffle) {
+    throw std::invalid_argument(
+        "DataLoader: sampler option is mutually exclusive with shuffle (the sampler orders the "
+        "samples)");
+  }
+  const int64_t n = options_.sampler ? options_.sampler->size() : dataset_->size();
   num_batches_ = options_.drop_last ? n / options_.batch_size
                                     : (n + options_.batch_size - 1) / options_.batch_size;
 }
@@ -194,8 +199,13 @@ DataLoader& DataLoader::operator=(DataLoader&&) noexcept = default;
 DataLoader::Iterator DataLoader::begin() {
   epoch_.reset();  // joins the previous epoch's workers before new ones start
   const int64_t epoch = next_epoch_++;
-  std::vector<int64_t> order(static_cast<std::size_t>(dataset_->size()));
-  std::iota(order.begin(), order.end(), int64_t{0});
+  std::vector<int64_t> order;
+  if (options_.sampler) {
+    order = options_.sampler->indices();
+  } else {
+    order.resize(static_cast<std::size_t>(dataset_->size()));
+    std::iota(order.begin(), order.end(), int64_t{0});
+  }
   if (options_.shuffle) {
     // Fisher-Yates on SplitMix64, not std::shuffle, whose result differs between libraries.
     detail::SplitMix64 stream(options_.seed, static_cast<uint64_t>(epoch));

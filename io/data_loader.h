@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "io/dataset.h"
+#include "io/sampler.h"
 
 namespace axle {
 
@@ -22,6 +23,10 @@ struct DataLoaderOptions {
   bool drop_last = false;   ///< leave out the last batch when it would be smaller
   int num_workers = 0;      ///< threads assembling batches ahead; 0: on the iterating thread
   int prefetch_factor = 2;  ///< batches each worker may have ready ahead of the iteration
+  /// Which samples each epoch visits, in order (e.g. a DistributedSampler); null: all of them.
+  /// Exclusive with shuffle, as in PyTorch. Read at every begin(), so set_epoch on it applies
+  /// from the next epoch.
+  std::shared_ptr<const Sampler> sampler;
 };
 
 /// Batches of a dataset: `for (const Batch& batch : loader)` runs one epoch. Each field of the
@@ -38,8 +43,8 @@ class DataLoader {
  public:
   class Iterator;
 
-  /// Throws std::invalid_argument for a null dataset, batch_size < 1, num_workers < 0 or
-  /// prefetch_factor < 1.
+  /// Throws std::invalid_argument for a null dataset, batch_size < 1, num_workers < 0,
+  /// prefetch_factor < 1, or a sampler with shuffle.
   DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
   /// Takes a dataset by value (moved in, shared with the workers).
   template <std::derived_from<Dataset> D>

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -20,6 +21,8 @@
 #include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
+#include "io/data_loader.h"
+#include "io/sampler.h"
 
 namespace axle {
 namespace {
@@ -311,6 +314,63 @@ TEST_F(ScaleOut, GatherScatterAllToAllAndPermuteMoveEveryReplicasBlocks) {
     EXPECT_EQ(got[2], exchanged) << "all_to_all on replica " << me;
     EXPECT_EQ(got[3], input_of((me + world_ - 1) % world_, rows * 3))
         << "collective_permute on replica " << me;
+  }
+}
+
+// Sample i is {s64 i}; counts the reads of this process.
+class CountingDataset final : public Dataset {
+ public:
+  explicit CountingDataset(int64_t n) : n_(n) {}
+  int64_t size() const override { return n_; }
+  Sample get(int64_t i) const override {
+    reads_.fetch_add(1);
+    CpuTensor index{DType::kI64, Shape{}, std::vector<std::byte>(8)};
+    std::memcpy(index.bytes.data(), &i, 8);
+    return {std::move(index)};
+  }
+  [[nodiscard]] int64_t reads() const { return reads_.load(); }
+
+ private:
+  int64_t n_;
+  mutable std::atomic<int64_t> reads_{0};
+};
+
+TEST_F(ScaleOut, DistributedSamplersSplitTheDataByGlobalOrdinal) {
+  constexpr int64_t kSamples = 101;
+  auto dataset = std::make_shared<CountingDataset>(kSamples);
+  const auto seen = on_replicas<std::vector<int64_t>>([&](int) {
+    auto sampler = std::make_shared<DistributedSampler>(kSamples, DistributedSamplerOptions{.seed = 9});
+    sampler->set_epoch(2);
+    DataLoader loader(dataset, {.batch_size = 8, .sampler = sampler});
+    std::vector<int64_t> mine;
+    for (const Batch& batch : loader) {
+      for (int64_t i : batch[0].values<int64_t>()) mine.push_back(i);
+    }
+    // Every replica of the job, in global ordinal order.
+    return mesh_reduce("shares", mine, [](const std::vector<std::vector<int64_t>>& all) {
+      std::vector<int64_t> joined;
+      for (const auto& share : all) joined.insert(joined.end(), share.begin(), share.end());
+      return joined;
+    });
+  });
+  const int64_t per_replica = (kSamples + world_ - 1) / world_;
+  // This process read its replicas' shares only.
+  EXPECT_EQ(dataset->reads(), per_replica * local_);
+  for (const auto& joined : seen) {
+    ASSERT_EQ(static_cast<int64_t>(joined.size()), per_replica * world_);
+    std::vector<int64_t> distinct = joined;
+    std::ranges::sort(distinct);
+    distinct.erase(std::ranges::unique(distinct).begin(), distinct.end());
+    EXPECT_EQ(static_cast<int64_t>(distinct.size()), kSamples);  // the whole dataset
+    EXPECT_EQ(joined, seen[0]);
+    // Replica r's share is what a sampler of rank r computes anywhere.
+    for (int r = 0; r < world_; ++r) {
+      DistributedSampler theirs(kSamples, {.num_replicas = world_, .rank = r, .seed = 9});
+      theirs.set_epoch(2);
+      const std::vector<int64_t> expected = theirs.indices();
+      EXPECT_TRUE(std::equal(expected.begin(), expected.end(), joined.begin() + r * per_replica))
+          << "replica " << r;
+    }
   }
 }
 
