@@ -7,6 +7,7 @@
 // never comes end in errors naming the replica, in every process, never in a hang.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
+#include "io/checkpoint.h"
 #include "io/data_loader.h"
 #include "io/sampler.h"
 
@@ -372,6 +375,43 @@ TEST_F(ScaleOut, DistributedSamplersSplitTheDataByGlobalOrdinal) {
           << "replica " << r;
     }
   }
+}
+
+TEST_F(ScaleOut, CheckpointsAreWrittenOnceOrPerGlobalOrdinalAndLoadAnywhere) {
+  // One directory for the job, named by process 0.
+  const std::string dir = mesh_reduce(
+      "directory",
+      (std::filesystem::temp_directory_path() / fmt::format("axle_mpi_ckpt_{}", ::getpid()))
+          .string(),
+      [](const std::vector<std::string>& all) { return all.front(); });
+  if (process_index() == 0) std::filesystem::create_directories(dir);
+  (void)rendezvous("directory made");
+  const std::string shared = dir + "/model.ckpt";
+  const auto loaded = on_replicas<std::vector<float>>([&](int ordinal) {
+    const nn::StateDict mine = {{"w", tensor(input_of(ordinal, 6), {2, 3})}};
+    save(mine, shared);  // the master writes, every replica returns once it is there
+    save(mine, fmt::format("{}/replica_{}.ckpt", dir, ordinal), /*master_only=*/false);
+    (void)rendezvous("saved");
+    // Every replica reads the master's checkpoint, and its neighbour's by global ordinal.
+    std::vector<float> values = load(shared).at(0).second.to_vector<float>();
+    const int neighbour = (ordinal + 1) % world_size();
+    const std::vector<float> theirs =
+        load(fmt::format("{}/replica_{}.ckpt", dir, neighbour)).at(0).second.to_vector<float>();
+    values.insert(values.end(), theirs.begin(), theirs.end());
+    return values;
+  });
+  for (int i = 0; i < local_; ++i) {
+    const int me = first_local() + i;
+    std::vector<float> expected = input_of(0, 6);
+    const std::vector<float> neighbour = input_of((me + 1) % world_, 6);
+    expected.insert(expected.end(), neighbour.begin(), neighbour.end());
+    EXPECT_EQ(loaded[static_cast<std::size_t>(i)], expected) << "replica " << me;
+  }
+  // Outside spawn the job has another shape (one replica per process): the checkpoint loads the
+  // same.
+  EXPECT_EQ(load(shared).at(0).second.to_vector<float>(), input_of(0, 6));
+  (void)rendezvous("read");
+  if (process_index() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_F(ScaleOut, OutsideSpawnEachProcessIsOneReplica) {
