@@ -148,8 +148,10 @@ void ProcessTransport::State::start(std::promise<ProcessPlacement>& started) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
+      // Only this thread calls into MPI; asking for more lets a program (a benchmark comparing
+      // with raw MPI) call it from its own threads too, on communicators of its own.
       int provided = 0;
-      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                 "MPI_Init_thread");
     }
     // Errors come back as codes, to be reported with what was being done.

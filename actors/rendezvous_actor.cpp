@@ -5,6 +5,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <functional>
+#include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "engine/log.h"
@@ -35,6 +38,51 @@ namespace {
 enum class WireKind : uint8_t { kShare = 1, kCancel = 2 };
 
 }  // namespace
+
+namespace {
+
+// What a stopped actor hands the next one (a job of several processes only).
+struct Handover {
+  std::mutex mutex;
+  std::function<void(RendezvousActor&)> adopt;  // set by the last actor, run by the next
+};
+Handover& handover() {
+  static Handover h;
+  return h;
+}
+
+}  // namespace
+
+RendezvousActor::RendezvousActor(ProcessTransport* transport) : transport_(transport) {
+  if (!transport_) return;
+  std::function<void(RendezvousActor&)> adopt;
+  {
+    std::lock_guard lock(handover().mutex);
+    adopt = std::exchange(handover().adopt, nullptr);
+  }
+  if (adopt) adopt(*this);
+}
+
+RendezvousActor::~RendezvousActor() {
+  if (!transport_) return;
+  // Points keep their counts and values; their waiters are gone (the system stopped).
+  for (auto& [id, group] : groups_) {
+    for (auto& [key, set] : group.sets) {
+      for (auto& [index, point] : set.points) {
+        point.waiting.clear();
+        point.deadline.cancel();
+        point.deadline = {};
+        point.timed = false;
+      }
+    }
+  }
+  auto state = std::make_shared<std::tuple<decltype(groups_), decltype(early_), decltype(closed_)>>(
+      std::move(groups_), std::move(early_), std::move(closed_));
+  std::lock_guard lock(handover().mutex);
+  handover().adopt = [state](RendezvousActor& next) {
+    std::tie(next.groups_, next.early_, next.closed_) = std::move(*state);
+  };
+}
 
 void RendezvousActor::handle(OpenGroup& m) {
   Group& group = groups_[m.group];

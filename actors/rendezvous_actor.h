@@ -124,8 +124,14 @@ class ReplicaCancelled : public std::runtime_error {
 class RendezvousActor : public Actor<RendezvousActor, OpenGroup, Arrive, LeaveGroup, CancelGroup,
                                      CloseGroup, FromProcess, ExpirePoint> {
  public:
-  /// `transport` joins the job's other processes; null when this process is the whole job.
-  explicit RendezvousActor(ProcessTransport* transport = nullptr) : transport_(transport) {}
+  /// `transport` joins the job's other processes; null when this process is the whole job. In a
+  /// job of several processes, the actor of a restarted system takes over where the last one
+  /// stopped (how many points each member reached, messages for later points), since the other
+  /// processes restart theirs at other moments.
+  explicit RendezvousActor(ProcessTransport* transport = nullptr);
+  ~RendezvousActor() override;
+  RendezvousActor(const RendezvousActor&) = delete;
+  RendezvousActor& operator=(const RendezvousActor&) = delete;
 
   void handle(OpenGroup& m);
   void handle(Arrive& m, Promise<Gathered>&& reply);

@@ -5,14 +5,25 @@
 //   memcpy_gbps           — bytes / time of one memcpy of that many bytes on this host, measured
 //                           in the same run
 //   allreduce_over_memcpy — their ratio (target: ≥ 0.5 for 64 MiB across 4 devices)
+// With --mpi, under mpirun: the job's replicas (processes × CPU_NUM_DEVICES) all-reduce across
+// processes, and raw MPI_Allreduce runs on buffers of the same size in the same run:
+//   allreduce_gbps        — as above, with "processes" and "world_size"
+//   mpi_allreduce_gbps    — bytes / time of one MPI_Allreduce (sum of floats) among the processes
+//   allreduce_over_mpi    — their ratio (target: ≥ 0.9 from 1 MiB up)
+//   allreduce_us, mpi_allreduce_us — the times themselves (small messages: latency)
+// Only process 0 prints.
 // JSON lines on stdout (see benchmarks/README.md).
 #include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstring>
+#include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <mpi.h>
 
 #include "actors/lazy_system.h"
 #include "axle.h"
@@ -27,6 +38,11 @@ constexpr int kChain = 4;  // all_reduces per step, so a step's fixed cost sprea
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string size_name(std::size_t bytes) {
+  return bytes >= (1 << 20) ? std::to_string(bytes >> 20) + " MiB"
+                            : std::to_string(bytes >> 10) + " KiB";
 }
 
 // Median seconds of one memcpy of `bytes` (both buffers touched first).
@@ -47,8 +63,11 @@ double memcpy_seconds(std::size_t bytes, int rounds) {
 }
 
 // Median seconds of one all_reduce of `bytes` per replica across `devices` replicas.
-double allreduce_seconds(std::size_t bytes, int devices, int rounds) {
-  LazySystem::restart(LazySystemOptions{.cpu_devices = devices});
+// With `restart`, on a new system of `devices` devices; else on the running one (under mpirun,
+// every process spawns its devices' replicas).
+double allreduce_seconds(std::size_t bytes, int devices, int rounds, bool restart = true) {
+  if (restart) LazySystem::restart(LazySystemOptions{.cpu_devices = devices});
+  const int world = world_size() * (restart ? devices : LazySystem::get().device_count());
   const int64_t elements = static_cast<int64_t>(bytes / sizeof(float));
   const int steps = std::max(2, static_cast<int>((64 << 20) / bytes / kChain));
   std::vector<double> seconds;
@@ -60,7 +79,7 @@ double allreduce_seconds(std::size_t bytes, int devices, int rounds) {
     mark_step();
     std::vector<Tensor> ys(kChain);
     auto step = [&] {
-      for (int k = 0; k < kChain; ++k) ys[k] = all_reduce(ReduceType::kSum, xs[k], 1.0 / devices);
+      for (int k = 0; k < kChain; ++k) ys[k] = all_reduce(ReduceType::kSum, xs[k], 1.0 / world);
       mark_step();
     };
     step();  // compiles
@@ -72,13 +91,61 @@ double allreduce_seconds(std::size_t bytes, int devices, int rounds) {
       wait_device_ops();
       if (replica == 0) seconds.push_back(seconds_since(start) / (steps * kChain));
     }
-  });
+  }, restart ? std::nullopt : std::optional<int>(LazySystem::get().device_count()));
+  return seconds.empty() ? 0 : quantile(seconds, 0.5);
+}
+
+// Median seconds of one MPI_Allreduce (sum of floats) of `bytes` among the job's processes, on a
+// communicator of the benchmark's own.
+double mpi_allreduce_seconds(std::size_t bytes, int rounds) {
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  const int count = static_cast<int>(bytes / sizeof(float));
+  std::vector<float> in(static_cast<std::size_t>(count), 1.0f);
+  std::vector<float> out(static_cast<std::size_t>(count));
+  const int steps = std::max(2, static_cast<int>((64 << 20) / bytes));
+  MPI_Allreduce(in.data(), out.data(), count, MPI_FLOAT, MPI_SUM, comm);  // warm
+  std::vector<double> seconds;
+  for (int r = 0; r < rounds; ++r) {
+    MPI_Barrier(comm);
+    const auto start = Clock::now();
+    for (int s = 0; s < steps; ++s) {
+      MPI_Allreduce(in.data(), out.data(), count, MPI_FLOAT, MPI_SUM, comm);
+    }
+    seconds.push_back(seconds_since(start) / steps);
+  }
+  MPI_Comm_free(&comm);
   return quantile(seconds, 0.5);
 }
 
-std::string size_name(std::size_t bytes) {
-  return bytes >= (1 << 20) ? std::to_string(bytes >> 20) + " MiB"
-                            : std::to_string(bytes >> 10) + " KiB";
+// The --mpi run: axle against raw MPI, size by size.
+int run_mpi(const std::vector<std::size_t>& sizes, int rounds) {
+  if (process_count() < 2) {
+    std::fprintf(stderr, "collectives_bench --mpi: run it under mpirun with at least 2 processes\n");
+    return 2;
+  }
+  int initialized = 0;
+  MPI_Initialized(&initialized);  // axle started MPI for the job
+  if (!initialized) return 2;
+  const int devices = LazySystem::get().device_count();
+  for (std::size_t bytes : sizes) {
+    const double axle_s = allreduce_seconds(bytes, devices, rounds, /*restart=*/false);
+    const double mpi_s = mpi_allreduce_seconds(bytes, rounds);
+    if (process_index() != 0) continue;
+    const std::map<std::string, Param> params = {
+        {"bytes", static_cast<int64_t>(bytes)},
+        {"size", size_name(bytes)},
+        {"processes", int64_t{process_count()}},
+        {"world_size", int64_t{process_count() * devices}}};
+    emit("collectives_mpi", "allreduce_gbps", static_cast<double>(bytes) / axle_s / 1e9, "GB/s",
+         params);
+    emit("collectives_mpi", "mpi_allreduce_gbps", static_cast<double>(bytes) / mpi_s / 1e9,
+         "GB/s", params);
+    emit("collectives_mpi", "allreduce_us", axle_s * 1e6, "us", params);
+    emit("collectives_mpi", "mpi_allreduce_us", mpi_s * 1e6, "us", params);
+    emit("collectives_mpi", "allreduce_over_mpi", mpi_s / axle_s, "ratio", params);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -94,8 +161,12 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "a short run");
   app.add_option("--bytes", sizes, "tensor sizes in bytes")->delimiter(',');
   app.add_option("--devices", device_counts, "device counts to run")->delimiter(',');
+  bool mpi = false;
+  app.add_flag("--mpi", mpi,
+               "under mpirun: all_reduce across the job's processes against raw MPI_Allreduce");
   CLI11_PARSE(app, argc, argv);
   const int rounds = quick ? 3 : 7;
+  if (mpi) return run_mpi(sizes, rounds);
   for (std::size_t bytes : sizes) {
     const double copy = memcpy_seconds(bytes, rounds);
     const double copy_gbps = static_cast<double>(bytes) / copy / 1e9;
