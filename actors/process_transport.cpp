@@ -99,6 +99,57 @@ void ProcessTransport::note_waiting(std::string_view what) noexcept {
   g_note_current.store(next, std::memory_order_release);
 }
 
+// Large received buffers, kept for the next messages of their size.
+constexpr std::size_t kPooledBytes = std::size_t{64} << 10;
+constexpr std::size_t kPoolBuffers = 8;
+struct BufferPool {
+  std::mutex mutex;
+  std::vector<std::pair<std::unique_ptr<std::byte[]>, std::size_t>> free;  // buffer, capacity
+};
+BufferPool& buffer_pool() {
+  static auto* pool = new BufferPool;  // never destroyed: buffers may come back at exit
+  return *pool;
+}
+
+std::shared_ptr<MessageBytes> MessageBytes::make(std::size_t size) {
+  auto message = std::make_shared<MessageBytes>();
+  if (size >= kPooledBytes) {
+    BufferPool& pool = buffer_pool();
+    std::lock_guard lock(pool.mutex);
+    // A buffer at least this large, but not wastefully so.
+    auto fits = std::ranges::find_if(pool.free, [&](const auto& entry) {
+      return entry.second >= size && entry.second <= 2 * size;
+    });
+    if (fits != pool.free.end()) {
+      message->raw_ = std::move(fits->first);
+      message->capacity_ = fits->second;
+      pool.free.erase(fits);
+    }
+  }
+  if (!message->raw_) {
+    message->raw_ = std::make_unique_for_overwrite<std::byte[]>(std::max<std::size_t>(size, 1));
+    message->capacity_ = size;
+  }
+  message->data_ = message->raw_.get();
+  message->size_ = size;
+  return message;
+}
+
+std::shared_ptr<const MessageBytes> MessageBytes::of(std::vector<std::byte> bytes) {
+  auto message = std::make_shared<MessageBytes>();
+  message->owned_ = std::move(bytes);
+  message->data_ = message->owned_.data();
+  message->size_ = message->owned_.size();
+  return message;
+}
+
+MessageBytes::~MessageBytes() {
+  if (!raw_ || capacity_ < kPooledBytes) return;
+  BufferPool& pool = buffer_pool();
+  std::lock_guard lock(pool.mutex);
+  if (pool.free.size() < kPoolBuffers) pool.free.emplace_back(std::move(raw_), capacity_);
+}
+
 struct ProcessTransport::State {
   struct Outgoing {
     int to;
@@ -110,7 +161,7 @@ struct ProcessTransport::State {
   };
   struct Receiving {
     MPI_Request request;
-    std::shared_ptr<std::vector<std::byte>> buffer;
+    std::shared_ptr<MessageBytes> buffer;
     int from;
     bool done = false;
   };
@@ -199,7 +250,8 @@ bool ProcessTransport::State::post_sends() {
   }
   for (Outgoing& each : batch) {
     Sending s{MPI_REQUEST_NULL, std::move(each.message)};
-    const int code = MPI_Isend(s.message->data(), static_cast<int>(s.message->size()), MPI_BYTE,
+    const int code = MPI_Isend(const_cast<std::byte*>(s.message->data()),
+                               static_cast<int>(s.message->size()), MPI_BYTE,
                                each.to, kTag, comm, &s.request);
     if (code != MPI_SUCCESS) {
       AXLE_LOG(ERROR, "process {}: sending {} bytes to process {} failed: {}", placement.index,
@@ -237,7 +289,7 @@ bool ProcessTransport::State::match_arrivals() {
     int count = 0;
     MPI_Get_count(&status, MPI_BYTE, &count);
     Receiving r{MPI_REQUEST_NULL,
-                std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(count)),
+                MessageBytes::make(static_cast<std::size_t>(count)),
                 status.MPI_SOURCE};
     MPI_Imrecv(r.buffer->data(), count, MPI_BYTE, &message, &r.request);
     receiving.push_back(std::move(r));
@@ -296,12 +348,12 @@ void ProcessTransport::State::run() {
       return finish();
     }
     if (!outgoing.empty()) continue;
-    if (idle < std::chrono::microseconds(200)) {
+    if (idle < std::chrono::microseconds(300)) {
       lock.unlock();
       std::this_thread::yield();
     } else {
       // Sends wake it at once; arrivals are looked for again after the pause.
-      wake.wait_for(lock, std::chrono::microseconds(100));
+      wake.wait_for(lock, std::chrono::microseconds(50));
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -23,8 +24,36 @@ struct ProcessPlacement {
   int host_count = 1;
 };
 
+/// The bytes of one message between processes. A buffer made to receive into is left
+/// uninitialised, and a large one goes back to a small pool when its last holder lets go, so a
+/// step's messages of the same sizes reuse the memory of the last step's (no page faults).
+class MessageBytes {
+ public:
+  /// `size` bytes, uninitialised.
+  [[nodiscard]] static std::shared_ptr<MessageBytes> make(std::size_t size);
+  /// `bytes`, as they are.
+  [[nodiscard]] static std::shared_ptr<const MessageBytes> of(std::vector<std::byte> bytes);
+
+  [[nodiscard]] std::byte* data() noexcept { return data_; }
+  [[nodiscard]] const std::byte* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
+
+  MessageBytes() = default;
+  ~MessageBytes();
+  MessageBytes(const MessageBytes&) = delete;
+  MessageBytes& operator=(const MessageBytes&) = delete;
+
+ private:
+  std::vector<std::byte> owned_;    // or
+  std::unique_ptr<std::byte[]> raw_;  // with room for
+  std::size_t capacity_ = 0;
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
 /// One message between processes.
-using ProcessMessage = std::shared_ptr<const std::vector<std::byte>>;
+using ProcessMessage = std::shared_ptr<const MessageBytes>;
 
 class ProcessTransport {
  public:

@@ -213,7 +213,7 @@ void RendezvousActor::share(const Group& group, uint64_t group_id, Channel chann
       point.codec->encode(point.values[i].get(), out);
     }
   }
-  const auto message = std::make_shared<const std::vector<std::byte>>(std::move(out).take());
+  const auto message = MessageBytes::of(std::move(out).take());
   std::vector<int> processes;
   for (int r : members) {
     if (!is_local(group, r)) processes.push_back(r / group.local_count);
@@ -235,7 +235,7 @@ void RendezvousActor::share(const Group& group, uint64_t group_id, Channel chann
 
 void RendezvousActor::handle(FromProcess& m) {
   try {
-    WireReader in(*m.message);
+    WireReader in(m.message->bytes());
     const auto kind = in.get<WireKind>("the message's kind");
     const auto group_id = in.get<uint64_t>("the replica group");
     if (!groups_.contains(group_id)) {
@@ -359,7 +359,7 @@ void RendezvousActor::handle(CancelGroup& m) {
     out.put(m.group);
     out.put<int32_t>(m.ordinal);
     out.put_string(m.what);
-    const auto message = std::make_shared<const std::vector<std::byte>>(std::move(out).take());
+    const auto message = MessageBytes::of(std::move(out).take());
     const int processes = group.world_size / group.local_count;
     const int me = group.first_local / group.local_count;
     for (int p = 0; p < processes; ++p) {
