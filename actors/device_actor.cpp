@@ -217,12 +217,35 @@ void DeviceActor::advance(ExecuteRequest& request) {
 struct CollectiveContribution {
   IntrusivePtr<DeviceMemory> operand;
   std::size_t operand_bytes = 0;
+  // An all-reduce by stretches: process stretch_owners[k] folds stretch k of the elements, so
+  // each other process is sent only its stretch of the operand.
+  std::vector<int> stretch_owners;
+  std::size_t element_bytes = 0;
   IntrusivePtr<DeviceMemory> shared_result;
   std::exception_ptr failure;
   int from = 0;
 };
 
 namespace {
+
+// Stretch k of n elements among `parts`: [first, last).
+std::pair<int64_t, int64_t> stretch(int64_t n, int64_t k, int64_t parts) {
+  return {n * k / parts, n * (k + 1) / parts};
+}
+
+// Part of another buffer, kept alive with it.
+class MemoryView final : public DeviceMemory {
+ public:
+  MemoryView(IntrusivePtr<DeviceMemory> whole, std::size_t offset, std::size_t bytes)
+      : whole_(std::move(whole)), offset_(offset), bytes_(bytes) {}
+  void* data() noexcept override { return static_cast<std::byte*>(whole_->data()) + offset_; }
+  [[nodiscard]] std::size_t bytes() const noexcept override { return bytes_; }
+
+ private:
+  IntrusivePtr<DeviceMemory> whole_;
+  std::size_t offset_;
+  std::size_t bytes_;
+};
 
 // A member's operand from another process, read in place in the message that brought it.
 class ReceivedOperand final : public DeviceMemory {
@@ -239,15 +262,25 @@ class ReceivedOperand final : public DeviceMemory {
 
 // How a contribution crosses processes: its member, then its error's text or its operand.
 constexpr ValueCodec kContributionCodec{
-    [](const void* value, WireWriter& out) {
+    [](const void* value, WireWriter& out, int to) {
       const auto& c = *static_cast<const CollectiveContribution*>(value);
       out.put<int32_t>(c.from);
       out.put<uint8_t>(c.failure ? 1 : 0);
       if (c.failure) {
         out.put_string(exception_text(c.failure));
-      } else {
-        out.put_block(c.operand->data(), c.operand_bytes);
+        return;
       }
+      const auto owner = std::ranges::find(c.stretch_owners, to);
+      if (owner == c.stretch_owners.end()) {
+        out.put_block(c.operand->data(), c.operand_bytes);
+        return;
+      }
+      const auto [first, last] =
+          stretch(static_cast<int64_t>(c.operand_bytes / c.element_bytes),
+                  owner - c.stretch_owners.begin(), static_cast<int64_t>(c.stretch_owners.size()));
+      out.put_block(static_cast<const std::byte*>(c.operand->data()) +
+                        static_cast<std::size_t>(first) * c.element_bytes,
+                    static_cast<std::size_t>(last - first) * c.element_bytes);
     },
     [](WireReader& in, const ProcessMessage& message) -> std::shared_ptr<const void> {
       auto c = std::make_shared<CollectiveContribution>();
@@ -263,6 +296,9 @@ constexpr ValueCodec kContributionCodec{
     }};
 
 constexpr std::size_t kSharedAllReduceBytes = std::size_t{256} << 10;
+// From this size an all-reduce among processes goes by stretches (see all_reduce_by_stretches):
+// below it, the second meeting costs more than the bytes it saves.
+constexpr std::size_t kStretchedAllReduceBytes = std::size_t{256} << 10;
 
 std::string collective_tag(const Executable& program, const KernelCall& call) {
   const BufferDesc& in = program.slots[call.inputs.at(0)];
@@ -323,6 +359,14 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
     backend_.collective(ordinal_, call, operand_desc, result_desc, operands, 0, *result);
     request.run->finish_collective(std::move(result));
     return;
+  }
+  const bool all_local_members = std::ranges::all_of(members, [&](int m) {
+    return m >= request.first_local_replica &&
+           m < request.first_local_replica + request.local_replicas;
+  });
+  if (!all_local_members && call.kernel == Kernel::kAllReduce &&
+      result_desc.bytes() >= kStretchedAllReduceBytes) {
+    return all_reduce_by_stretches(request, call, members);
   }
   auto contribution = std::make_shared<CollectiveContribution>();
   contribution->operand = operand;
@@ -416,6 +460,125 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
           pump();
         });
   });
+}
+
+// An all-reduce whose members span processes, as MPI's reduce-scatter then all-gather, with the
+// bits of a fold in global ordinal order: the members' processes split the elements into
+// stretches, one per process; at the first meeting each process gets every member's part of its
+// own stretch and folds it over the members in group order (as the whole fold would, element by
+// element), and at the second meeting the folded stretches go to every process. Each process
+// moves about what MPI's ring moves, instead of every member's whole operand.
+void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelCall& call,
+                                          const std::vector<int>& members) {
+  const Executable& program = *request.ready_program;
+  const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
+  const int per_process = request.local_replicas;
+  const int me = request.first_local_replica / per_process;
+  std::vector<int> owners;
+  for (int m : members) {
+    if (std::ranges::find(owners, m / per_process) == owners.end()) owners.push_back(m / per_process);
+  }
+  auto contribution = std::make_shared<CollectiveContribution>();
+  contribution->operand = request.run->collective_operand();
+  contribution->operand_bytes = operand_desc.bytes();
+  contribution->from = request.replica;
+  contribution->stretch_owners = owners;
+  contribution->element_bytes = dtype_size(operand_desc.dtype);
+  request.at_collective = true;
+  request.waits_since = std::chrono::steady_clock::now();
+  const std::string tag = collective_tag(program, call);
+  rendezvous_.ask(arrival(request, call, members, tag, std::move(contribution)))
+      .then_on(self().target(), [this, held = IntrusivePtr<ExecuteRequest>(&request), &call,
+                                 members, owners, me, tag](Result<Gathered> all) mutable {
+        ExecuteRequest& request = *held;
+        request.collective_ns += elapsed_ns(request.waits_since);
+        std::exception_ptr failed = all.ok() ? failure_among(all.value(), call, tag) : all.error();
+        if (failed) {
+          finish(request, failed);
+          return pump();
+        }
+        request.reduced_meeting_due = true;
+        const Executable& program = *request.ready_program;
+        const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
+        const BufferDesc& result_desc = program.slots[call.output];
+        const std::size_t element = dtype_size(operand_desc.dtype);
+        const int64_t n = operand_desc.shape.numel();
+        const auto mine = std::ranges::find(owners, me) - owners.begin();
+        const auto [first, last] = stretch(n, mine, static_cast<int64_t>(owners.size()));
+        const std::size_t offset = static_cast<std::size_t>(first) * element;
+        const std::size_t length = static_cast<std::size_t>(last - first) * element;
+        IntrusivePtr<DeviceMemory> result;
+        try {
+          result = backend_.allocate(ordinal_, result_desc.bytes());
+          // This process's stretch: the members' parts of it, in group order.
+          std::vector<IntrusivePtr<DeviceMemory>> parts;
+          std::vector<DeviceMemory*> operands;
+          for (const std::shared_ptr<const void>& each : *all.value()) {
+            const auto& c = *static_cast<const CollectiveContribution*>(each.get());
+            // A local member's whole operand, or the part another process sent.
+            parts.push_back(c.stretch_owners.empty()
+                                ? c.operand
+                                : make_intrusive<MemoryView>(c.operand, offset, length));
+            operands.push_back(parts.back().get());
+          }
+          const BufferDesc part_desc{operand_desc.dtype, Shape{last - first}};
+          MemoryView out(result, offset, length);
+          for (int p = 0; p < static_cast<int>(members.size()); ++p) {
+            backend_.collective(ordinal_, call, part_desc, part_desc, operands, p, out);
+          }
+        } catch (...) {
+          finish(request, std::current_exception());
+          return pump();
+        }
+        // The folded stretches, to every process.
+        auto folded = std::make_shared<CollectiveContribution>();
+        folded->operand = make_intrusive<MemoryView>(result, offset, length);
+        folded->operand_bytes = length;
+        folded->from = request.replica;
+        request.reduced_meeting_due = false;
+        request.waits_since = std::chrono::steady_clock::now();
+        rendezvous_
+            .ask(arrival(request, call, members, tag + std::string(kReducedMeeting),
+                         std::move(folded)))
+            .then_on(self().target(), [this, held = std::move(held), &call, members, owners, tag,
+                                       n, element,
+                                       result = std::move(result)](Result<Gathered> done) mutable {
+              ExecuteRequest& request = *held;
+              request.collective_ns += elapsed_ns(request.waits_since);
+              std::exception_ptr failed =
+                  done.ok() ? failure_among(done.value(), call, tag) : done.error();
+              if (!failed) {
+                // Each other process's stretch, from its first member.
+                const int per_process = request.local_replicas;
+                for (std::size_t k = 0; k < owners.size(); ++k) {
+                  if (owners[k] == request.first_local_replica / per_process) continue;
+                  const auto from = std::ranges::find_if(
+                      members, [&](int m) { return m / per_process == owners[k]; });
+                  const auto& c = *static_cast<const CollectiveContribution*>(
+                      (*done.value())[static_cast<std::size_t>(from - members.begin())].get());
+                  const auto [first, last] =
+                      stretch(n, static_cast<int64_t>(k), static_cast<int64_t>(owners.size()));
+                  const std::size_t length = static_cast<std::size_t>(last - first) * element;
+                  if (c.operand_bytes != length) {
+                    failed = std::make_exception_ptr(CollectiveError(fmt::format(
+                        "{} ({}): replica {} sent {} bytes of its stretch where {} were due",
+                        kernel_name(call.kernel), tag, c.from, c.operand_bytes, length)));
+                    break;
+                  }
+                  std::memcpy(static_cast<std::byte*>(result->data()) +
+                                  static_cast<std::size_t>(first) * element,
+                              c.operand->data(), length);
+                }
+              }
+              if (failed) {
+                finish(request, failed);
+              } else {
+                request.run->finish_collective(std::move(result));
+                request.at_collective = false;
+              }
+              pump();
+            });
+      });
 }
 
 void DeviceActor::come_failed_to_collectives(const ExecuteRequest& request,

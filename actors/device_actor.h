@@ -133,6 +133,8 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
   // Runs until the program ends or pauses at a collective.
   void advance(ExecuteRequest& request);
   void collective(ExecuteRequest& request, const KernelCall& call);
+  void all_reduce_by_stretches(ExecuteRequest& request, const KernelCall& call,
+                               const std::vector<int>& members);
   // What this device brings to one meeting of `call`'s members.
   [[nodiscard]] Arrive arrival(const ExecuteRequest& request, const KernelCall& call,
                                std::vector<int> members, std::string tag,

@@ -181,18 +181,6 @@ void RendezvousActor::close_if_done(MemberSet& set,
 // local count, an error (empty when none), then each local member's ordinal and value.
 void RendezvousActor::share(const Group& group, uint64_t group_id, Channel channel,
                             const std::vector<int>& members, uint64_t index, Point& point) {
-  WireWriter out;
-  out.put(WireKind::kShare);
-  out.put(group_id);
-  out.put(channel);
-  out.put(index);
-  out.put<uint64_t>(members.size());
-  for (int r : members) out.put<int32_t>(r);
-  out.put_string(point.op);
-  out.put_string(point.tag);
-  out.put_string(point.type);
-  out.put<int32_t>(group.world_size);
-  out.put<int32_t>(group.local_count);
   std::string error;
   if (point.error) {
     error = point.error->what;
@@ -201,26 +189,40 @@ void RendezvousActor::share(const Group& group, uint64_t group_id, Channel chann
                         point.tag, detail::type_name_of(point.type));
     fail(point, Failure{Failure::Kind::kCollective, error});
   }
-  out.put_string(error);
   std::vector<std::size_t> local;
+  std::vector<int> processes;
   for (std::size_t i = 0; i < members.size(); ++i) {
-    if (is_local(group, members[i])) local.push_back(i);
-  }
-  out.put<uint64_t>(error.empty() ? local.size() : 0);
-  if (error.empty()) {
-    for (std::size_t i : local) {
-      out.put<int32_t>(members[i]);
-      point.codec->encode(point.values[i].get(), out);
+    if (is_local(group, members[i])) {
+      local.push_back(i);
+    } else if (const int process = members[i] / group.local_count;
+               std::ranges::find(processes, process) == processes.end()) {
+      processes.push_back(process);
     }
   }
-  const auto message = MessageBytes::of(std::move(out).take());
-  std::vector<int> processes;
-  for (int r : members) {
-    if (!is_local(group, r)) processes.push_back(r / group.local_count);
+  // One message per process: a value may send each only its part.
+  for (int process : processes) {
+    WireWriter out;
+    out.put(WireKind::kShare);
+    out.put(group_id);
+    out.put(channel);
+    out.put(index);
+    out.put<uint64_t>(members.size());
+    for (int r : members) out.put<int32_t>(r);
+    out.put_string(point.op);
+    out.put_string(point.tag);
+    out.put_string(point.type);
+    out.put<int32_t>(group.world_size);
+    out.put<int32_t>(group.local_count);
+    out.put_string(error);
+    out.put<uint64_t>(error.empty() ? local.size() : 0);
+    if (error.empty()) {
+      for (std::size_t i : local) {
+        out.put<int32_t>(members[i]);
+        point.codec->encode(point.values[i].get(), out, process);
+      }
+    }
+    transport_->send(process, MessageBytes::of(std::move(out).take()));
   }
-  std::ranges::sort(processes);
-  processes.erase(std::ranges::unique(processes).begin(), processes.end());
-  for (int process : processes) transport_->send(process, message);
   if (point.error || point.count == static_cast<int>(members.size())) return;
   std::vector<int> missing;
   for (std::size_t i = 0; i < members.size(); ++i) {

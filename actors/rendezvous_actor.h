@@ -40,10 +40,11 @@ struct OpenGroup {
   int local_count = world_size;
 };
 
-/// How a value brought to a point crosses to another process: written into a message, and made
-/// again from it (the value may point into the message, which `message` keeps alive).
+/// How a value brought to a point crosses to another process: written into the message for
+/// process `to` (a value may send each process only its part), and made again from it (the
+/// value may point into the message, which `message` keeps alive).
 struct ValueCodec {
-  void (*encode)(const void* value, WireWriter& out);
+  void (*encode)(const void* value, WireWriter& out, int to);
   std::shared_ptr<const void> (*decode)(WireReader& in, const ProcessMessage& message);
 };
 /// Who meets: replica threads (rendezvous, mesh_reduce) or the replicas' devices (in-graph

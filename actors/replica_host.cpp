@@ -87,7 +87,7 @@ struct GraphSignature {
 
 // How a signature crosses processes.
 constexpr ValueCodec kSignatureCodec{
-    [](const void* value, WireWriter& out) {
+    [](const void* value, WireWriter& out, int) {
       const auto& signature = *static_cast<const GraphSignature*>(value);
       out.put(signature.hash);
       out.put<uint64_t>(signature.nodes.size());

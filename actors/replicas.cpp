@@ -57,7 +57,7 @@ const ReplicaIdentity* current_replica() { return ReplicaHost::current().replica
 
 // How rendezvous payloads cross processes.
 constexpr ValueCodec kBytesCodec{
-    [](const void* value, WireWriter& out) {
+    [](const void* value, WireWriter& out, int) {
       const auto& bytes = *static_cast<const std::vector<std::byte>*>(value);
       out.put_block(bytes.data(), bytes.size());
     },

@@ -124,7 +124,7 @@ template <class T>
 const ValueCodec* codec_for() {
   if constexpr (kPlainValue<T> || std::is_same_v<T, std::string>) {
     static constexpr ValueCodec kCodec{
-        [](const void* value, WireWriter& out) {
+        [](const void* value, WireWriter& out, int) {
           const T& v = *static_cast<const T*>(value);
           if constexpr (std::is_same_v<T, std::string>)
             out.put_block(v.data(), v.size());
@@ -148,7 +148,7 @@ const ValueCodec* codec_for() {
     using E = typename T::value_type;
     if constexpr (kPlainValue<E> && !std::is_same_v<E, bool>) {
       static constexpr ValueCodec kCodec{
-          [](const void* value, WireWriter& out) {
+          [](const void* value, WireWriter& out, int) {
             const T& v = *static_cast<const T*>(value);
             out.put_block(v.data(), v.size() * sizeof(E));
           },

@@ -265,7 +265,8 @@ TEST_F(ScaleOut, AllReduceGivesTheBitsOfAFoldInGlobalOrdinalOrder) {
 }
 
 TEST_F(ScaleOut, GroupsInsideAndAcrossProcessesReduceAmongTheirMembers) {
-  constexpr int64_t kSize = 11;
+  // Small, and large enough to go by stretches across processes.
+  for (int64_t kSize : {int64_t{11}, int64_t{100'003}}) {
   ReplicaGroups inside;  // {0,1}, {2,3}: each within a process
   ReplicaGroups across(2);  // {0,2,..}, {1,3,..}: every group spans the processes
   for (int r = 0; r < world_; r += 2) inside.push_back({r, r + 1});
@@ -281,10 +282,12 @@ TEST_F(ScaleOut, GroupsInsideAndAcrossProcessesReduceAmongTheirMembers) {
           groups, [&](const std::vector<int>& g) { return std::ranges::count(g, me) > 0; });
       std::vector<float> expected = input_of(group[0], kSize);
       for (std::size_t m = 1; m < group.size(); ++m) {
-        for (int64_t k = 0; k < kSize; ++k) expected[k] += input_of(group[m], kSize)[k];
+        const std::vector<float> in = input_of(group[m], kSize);
+        for (int64_t k = 0; k < kSize; ++k) expected[k] += in[k];
       }
       EXPECT_EQ(got[static_cast<std::size_t>(i)], expected) << "replica " << me;
     }
+  }
   }
 }
 
@@ -389,7 +392,9 @@ TEST_F(ScaleOut, CheckpointsAreWrittenOnceOrPerGlobalOrdinalAndLoadAnywhere) {
   const std::string shared = dir + "/model.ckpt";
   const auto loaded = on_replicas<std::vector<float>>([&](int ordinal) {
     const nn::StateDict mine = {{"w", tensor(input_of(ordinal, 6), {2, 3})}};
-    save(mine, shared);  // the master writes, every replica returns once it is there
+    // The global master writes (master_only alone: the master of each host, as torch_xla's);
+    // every replica returns once the file is there.
+    save(mine, shared, /*master_only=*/true, /*global_master=*/true);
     save(mine, fmt::format("{}/replica_{}.ckpt", dir, ordinal), /*master_only=*/false);
     (void)rendezvous("saved");
     // Every replica reads the master's checkpoint, and its neighbour's by global ordinal.
@@ -419,7 +424,8 @@ TEST_F(ScaleOut, OutsideSpawnEachProcessIsOneReplica) {
       all_reduce(ReduceType::kSum, tensor(input_of(process_index(), 5), {5})).to_vector<float>();
   std::vector<float> expected = input_of(0, 5);
   for (int p = 1; p < process_count(); ++p) {
-    for (int k = 0; k < 5; ++k) expected[k] += input_of(p, 5)[k];
+    const std::vector<float> in = input_of(p, 5);
+    for (int k = 0; k < 5; ++k) expected[k] += in[k];
   }
   EXPECT_EQ(got, expected);
   const double sum = mesh_reduce("processes", 1.0, [](const std::vector<double>& v) {
