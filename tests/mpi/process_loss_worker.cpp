@@ -1,10 +1,12 @@
 // A job for process_loss_test: every replica all-reduces in a loop of steps; at step 3 the last
 // replica of the job kills its process (argument "kill") or throws ("throw"). Each process prints
 // what ended its replicas to stderr and exits 1, or exits 0 when all its steps completed.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "axle.h"
 
@@ -14,7 +16,11 @@ int main(int argc, char** argv) {
     axle::spawn([&](int ordinal) {
       for (int step = 0; step < 50; ++step) {
         if (step == 3 && ordinal == axle::world_size() - 1) {
-          if (how == "kill") std::raise(SIGKILL);
+          if (how == "kill") {
+            // Long enough for the others to be waiting at this step's all-reduce.
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            std::raise(SIGKILL);
+          }
           throw std::runtime_error("replica gave up at step 3");
         }
         const axle::Tensor sum = axle::all_reduce(axle::ReduceType::kSum, axle::ones({4}));
