@@ -362,7 +362,7 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   }
   const bool all_local_members = std::ranges::all_of(members, [&](int m) {
     return m >= request.first_local_replica &&
-           m < request.first_local_replica + request.local_replicas;
+           m - request.first_local_replica < request.local_replicas;
   });
   if (!all_local_members && call.kernel == Kernel::kAllReduce &&
       result_desc.bytes() >= kStretchedAllReduceBytes) {
@@ -377,7 +377,7 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   // costs more than each member reducing the whole. Members in other processes share nothing.
   const bool all_local = std::ranges::all_of(members, [&](int m) {
     return m >= request.first_local_replica &&
-           m < request.first_local_replica + request.local_replicas;
+           m - request.first_local_replica < request.local_replicas;
   });
   const bool shares_result = all_local && call.kernel == Kernel::kAllReduce &&
                              result_desc.bytes() >= kSharedAllReduceBytes;

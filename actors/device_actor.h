@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -40,9 +41,10 @@ struct ExecuteRequest final : RefCounted {
   /// replica's ordinal and how long a collective may wait for the others.
   uint64_t replica_group = 0;
   int replica = 0;
-  /// The group's replicas in this process: `local_replicas` from `first_local_replica` on.
+  /// The group's replicas in this process: `local_replicas` from `first_local_replica` on
+  /// (unless told otherwise, all of them).
   int first_local_replica = 0;
-  int local_replicas = 1;
+  int local_replicas = std::numeric_limits<int>::max();
   std::chrono::nanoseconds collective_timeout{0};
   /// The replica's step account, charged for the device's part of the step.
   std::shared_ptr<StepBreakdown> account;

@@ -3,8 +3,6 @@
 // or garbled message is an error that says what was being read, never a read past its end.
 #pragma once
 
-#include <fmt/format.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -78,10 +76,10 @@ class WireReader {
     return part;
   }
   [[noreturn]] void fail(std::string_view what, std::size_t size) const {
-    throw std::runtime_error(fmt::format(
-        "a message of {} bytes from another process is cut short: reading {} ({} bytes) at "
-        "byte {}",
-        bytes_.size(), what, size, at_));
+    throw std::runtime_error("a message of " + std::to_string(bytes_.size()) +
+                             " bytes from another process is cut short: reading " +
+                             std::string(what) + " (" + std::to_string(size) + " bytes) at byte " +
+                             std::to_string(at_));
   }
 
   std::span<const std::byte> bytes_;
