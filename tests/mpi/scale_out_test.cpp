@@ -419,6 +419,27 @@ TEST_F(ScaleOut, CheckpointsAreWrittenOnceOrPerGlobalOrdinalAndLoadAnywhere) {
   if (process_index() == 0) std::filesystem::remove_all(dir);
 }
 
+TEST_F(ScaleOut, BroadcastMasterParamGivesEveryProcessTheMastersParameters) {
+  const auto params = on_replicas<std::vector<float>>([](int ordinal) {
+    set_rng_state(100 + static_cast<uint64_t>(ordinal));  // every replica initialises apart
+    nn::Linear layer(3, 2);
+    broadcast_master_param(layer);
+    mark_step();
+    std::vector<float> all;
+    for (const auto& [name, t] : layer.state_dict()) {
+      const std::vector<float> values = t.to_vector<float>();
+      all.insert(all.end(), values.begin(), values.end());
+    }
+    return all;
+  });
+  // The master's parameters, as process 0's first replica holds them.
+  const std::vector<float> master = mesh_reduce(
+      "master", process_index() == 0 ? params[0] : std::vector<float>{},
+      [](const std::vector<std::vector<float>>& all) { return all.front(); });
+  ASSERT_FALSE(master.empty());
+  for (const auto& p : params) EXPECT_EQ(p, master);
+}
+
 TEST_F(ScaleOut, OutsideSpawnEachProcessIsOneReplica) {
   const std::vector<float> got =
       all_reduce(ReduceType::kSum, tensor(input_of(process_index(), 5), {5})).to_vector<float>();
