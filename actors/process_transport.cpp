@@ -171,6 +171,8 @@ struct ProcessTransport::State {
   std::vector<Outgoing> outgoing;  // under mutex
   bool stopping = false;           // under mutex
   Receiver receiver;               // under mutex
+  bool delivering = false;         // under mutex: a message is in the receiver's hands
+  std::condition_variable delivered;
   std::deque<std::pair<int, ProcessMessage>> held;  // arrived while no receiver was set
   std::atomic<bool> has_work{false};
 
@@ -324,8 +326,14 @@ void ProcessTransport::State::deliver(int from, ProcessMessage message) {
       return;
     }
     to = receiver;
+    delivering = true;
   }
   to(from, std::move(message));
+  {
+    std::lock_guard lock(mutex);
+    delivering = false;
+  }
+  delivered.notify_all();
 }
 
 void ProcessTransport::State::run() {
@@ -465,9 +473,15 @@ void ProcessTransport::send(int to, ProcessMessage message) {
 void ProcessTransport::set_receiver(Receiver receiver) {
   std::deque<std::pair<int, ProcessMessage>> held;
   {
-    std::lock_guard lock(state_->mutex);
+    std::unique_lock lock(state_->mutex);
     state_->receiver = receiver;
-    if (receiver) held.swap(state_->held);
+    if (receiver) {
+      held.swap(state_->held);
+    } else {
+      // The last receiver has every message it was given once this returns (its actor then
+      // handles them before it stops); later ones are held for the next.
+      state_->delivered.wait(lock, [&] { return !state_->delivering; });
+    }
   }
   // Held messages go first; the transport thread may deliver newer ones meanwhile, which the
   // receiver must accept in any order (the RendezvousActor does: its messages name their point).
