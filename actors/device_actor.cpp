@@ -299,6 +299,7 @@ constexpr std::size_t kSharedAllReduceBytes = std::size_t{256} << 10;
 // From this size an all-reduce among processes goes by stretches (see all_reduce_by_stretches):
 // below it, the second meeting costs more than the bytes it saves.
 constexpr std::size_t kStretchedAllReduceBytes = std::size_t{256} << 10;
+constexpr std::size_t kStretchedBetweenTwoBytes = std::size_t{8} << 20;
 
 std::string collective_tag(const Executable& program, const KernelCall& call) {
   const BufferDesc& in = program.slots[call.inputs.at(0)];
@@ -366,7 +367,16 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   });
   if (!all_local_members && call.kernel == Kernel::kAllReduce &&
       result_desc.bytes() >= kStretchedAllReduceBytes) {
-    return all_reduce_by_stretches(request, call, members);
+    // Between two processes both ways move the same bytes, and stretches only halve the fold:
+    // worth their second meeting only for large operands.
+    std::vector<int> processes;
+    for (int m : members) {
+      const int process = m / request.local_replicas;
+      if (std::ranges::find(processes, process) == processes.end()) processes.push_back(process);
+    }
+    if (processes.size() > 2 || result_desc.bytes() >= kStretchedBetweenTwoBytes) {
+      return all_reduce_by_stretches(request, call, members);
+    }
   }
   auto contribution = std::make_shared<CollectiveContribution>();
   contribution->operand = operand;

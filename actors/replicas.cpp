@@ -105,9 +105,9 @@ void spawn(std::function<void(int)> fn, std::optional<int> nprocs) {
   LazySystem& system = LazySystem::get();
   const int devices = system.device_count();
   const int n = nprocs.value_or(devices);
-  if (n == 1) {
-    const ReplicaIdentity* replica = current_replica();
-    fn(replica ? replica->ordinal : 0);
+  const ProcessPlacement process = ProcessTransport::placement();
+  if (n == 1 && process.count == 1) {
+    fn(0);
     return;
   }
   if (n != devices) {
@@ -120,11 +120,25 @@ void spawn(std::function<void(int)> fn, std::optional<int> nprocs) {
   // numbers agree among them.
   const uint64_t group = g_next_group.fetch_add(1, std::memory_order_relaxed);
   const ActorRef<RendezvousActor> rendezvous_actor = system.rendezvous_actor();
-  const ProcessPlacement process = ProcessTransport::placement();
   const int world = n * process.count;
   const int first_local = n * process.index;
   rendezvous_actor.ask(OpenGroup{group, world, first_local, n}).get();
   FirstFailure failure;
+  if (n == 1) {
+    // One replica per process: it runs on the calling thread, a replica of the job all the same
+    // (its failure cancels the other processes' replicas).
+    run_replica(fn,
+                ReplicaIdentity{.group = group,
+                                .ordinal = first_local,
+                                .world_size = world,
+                                .device = 0,
+                                .first_local = first_local,
+                                .local_count = 1},
+                failure, rendezvous_actor);
+    rendezvous_actor.tell(CloseGroup{group});
+    failure.rethrow(world, first_local);
+    return;
+  }
   std::vector<std::thread> threads;
   threads.reserve(n);
   try {

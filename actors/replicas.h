@@ -29,7 +29,8 @@
 namespace axle {
 
 /// Runs `fn(ordinal)` once per replica of this process and returns when every one has returned,
-/// as torch_xla's xmp.spawn. `nprocs` is 1 — `fn` runs directly on the calling thread — or every
+/// as torch_xla's xmp.spawn. `nprocs` is 1 — `fn` runs on the calling thread (in a job of several
+/// processes as the process's replica of the job, failing and cancelling as below) — or every
 /// device of the process (CPU_NUM_DEVICES; the default): local replica `i` then runs on a thread
 /// of its own, with its own trace context (its tensors, pending graph, step closures and random
 /// state) and device `i` as its default (`Device{}`, `device()`, `xla_device()`). `ordinal` is
