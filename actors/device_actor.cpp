@@ -575,9 +575,11 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
                         kernel_name(call.kernel), tag, c.from, c.operand_bytes, length)));
                     break;
                   }
-                  std::memcpy(static_cast<std::byte*>(result->data()) +
-                                  static_cast<std::size_t>(first) * element,
-                              c.operand->data(), length);
+                  if (length > 0) {
+                    std::memcpy(static_cast<std::byte*>(result->data()) +
+                                    static_cast<std::size_t>(first) * element,
+                                c.operand->data(), length);
+                  }
                 }
               }
               if (failed) {

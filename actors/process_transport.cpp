@@ -94,7 +94,7 @@ void on_sigterm(int signal) {
 void ProcessTransport::note_waiting(std::string_view what) noexcept {
   const int next = 1 - g_note_current.load(std::memory_order_relaxed);
   const std::size_t size = std::min(what.size(), kNoteSize);
-  std::memcpy(g_notes[next], what.data(), size);
+  if (size > 0) std::memcpy(g_notes[next], what.data(), size);
   g_note_sizes[next] = size;
   g_note_current.store(next, std::memory_order_release);
 }

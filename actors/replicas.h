@@ -157,7 +157,7 @@ const ValueCodec* codec_for() {
             const std::span<const std::byte> block = in.get_block("a vector");
             if (block.size() % sizeof(E) != 0) throw std::runtime_error("a cut vector");
             auto v = std::make_shared<T>(block.size() / sizeof(E));
-            std::memcpy(v->data(), block.data(), block.size());
+            if (!block.empty()) std::memcpy(v->data(), block.data(), block.size());
             return v;
           }};
       return &kCodec;
