@@ -233,6 +233,18 @@ std::pair<int64_t, int64_t> stretch(int64_t n, int64_t k, int64_t parts) {
   return {n * k / parts, n * (k + 1) / parts};
 }
 
+// The processes holding `members` (each process holds `per_process` consecutive ordinals), in
+// the order of their first member.
+std::vector<int> member_processes(const std::vector<int>& members, int per_process) {
+  std::vector<int> processes;
+  for (int m : members) {
+    if (std::ranges::find(processes, m / per_process) == processes.end()) {
+      processes.push_back(m / per_process);
+    }
+  }
+  return processes;
+}
+
 // Part of another buffer, kept alive with it.
 class MemoryView final : public DeviceMemory {
  public:
@@ -361,21 +373,17 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
     request.run->finish_collective(std::move(result));
     return;
   }
-  const bool all_local_members = std::ranges::all_of(members, [&](int m) {
+  const bool all_local = std::ranges::all_of(members, [&](int m) {
     return m >= request.first_local_replica &&
            m - request.first_local_replica < request.local_replicas;
   });
-  if (!all_local_members && call.kernel == Kernel::kAllReduce &&
+  if (!all_local && call.kernel == Kernel::kAllReduce &&
       result_desc.bytes() >= kStretchedAllReduceBytes) {
     // Between two processes both ways move the same bytes, and stretches only halve the fold:
     // worth their second meeting only for large operands.
-    std::vector<int> processes;
-    for (int m : members) {
-      const int process = m / request.local_replicas;
-      if (std::ranges::find(processes, process) == processes.end()) processes.push_back(process);
-    }
+    std::vector<int> processes = member_processes(members, request.local_replicas);
     if (processes.size() > 2 || result_desc.bytes() >= kStretchedBetweenTwoBytes) {
-      return all_reduce_by_stretches(request, call, members);
+      return all_reduce_by_stretches(request, call, members, std::move(processes));
     }
   }
   auto contribution = std::make_shared<CollectiveContribution>();
@@ -385,10 +393,6 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   // A large all-reduce is split: its members share one result and each reduces a stretch of it,
   // then they meet again before reading it. Below kSharedAllReduceBytes, that second meeting
   // costs more than each member reducing the whole. Members in other processes share nothing.
-  const bool all_local = std::ranges::all_of(members, [&](int m) {
-    return m >= request.first_local_replica &&
-           m - request.first_local_replica < request.local_replicas;
-  });
   const bool shares_result = all_local && call.kernel == Kernel::kAllReduce &&
                              result_desc.bytes() >= kSharedAllReduceBytes;
   if (shares_result && position == 0) {
@@ -442,11 +446,7 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
       finish(request, std::current_exception());
       return pump();
     }
-    if (!shares_result) {
-      request.run->finish_collective(std::move(result));
-      request.at_collective = false;
-      return pump();
-    }
+    if (!shares_result) return resume_after_collective(request, nullptr, std::move(result));
     // Every member has written its stretch of the shared result once all have met again.
     auto written = std::make_shared<CollectiveContribution>();
     written->from = request.replica;
@@ -459,15 +459,9 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
                                    result = std::move(result)](Result<Gathered> done) mutable {
           ExecuteRequest& request = *held;
           request.collective_ns += elapsed_ns(request.waits_since);
-          std::exception_ptr failed = done.ok() ? failure_among(done.value(), call, tag)
-                                                : done.error();
-          if (failed) {
-            finish(request, failed);
-          } else {
-            request.run->finish_collective(std::move(result));
-            request.at_collective = false;
-          }
-          pump();
+          resume_after_collective(request, done.ok() ? failure_among(done.value(), call, tag)
+                                                     : done.error(),
+                                  std::move(result));
         });
   });
 }
@@ -479,15 +473,11 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
 // element), and at the second meeting the folded stretches go to every process. Each process
 // moves about what MPI's ring moves, instead of every member's whole operand.
 void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelCall& call,
-                                          const std::vector<int>& members) {
+                                          const std::vector<int>& members,
+                                          std::vector<int> owners) {
   const Executable& program = *request.ready_program;
   const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
-  const int per_process = request.local_replicas;
-  const int me = request.first_local_replica / per_process;
-  std::vector<int> owners;
-  for (int m : members) {
-    if (std::ranges::find(owners, m / per_process) == owners.end()) owners.push_back(m / per_process);
-  }
+  const int me = request.first_local_replica / request.local_replicas;
   auto contribution = std::make_shared<CollectiveContribution>();
   contribution->operand = request.run->collective_operand();
   contribution->operand_bytes = operand_desc.bytes();
@@ -550,8 +540,8 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
         rendezvous_
             .ask(arrival(request, call, members, tag + std::string(kReducedMeeting),
                          std::move(folded)))
-            .then_on(self().target(), [this, held = std::move(held), &call, members, owners, tag,
-                                       n, element,
+            .then_on(self().target(), [this, held = std::move(held), &call, members, owners, me,
+                                       tag, n, element,
                                        result = std::move(result)](Result<Gathered> done) mutable {
               ExecuteRequest& request = *held;
               request.collective_ns += elapsed_ns(request.waits_since);
@@ -561,7 +551,7 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
                 // Each other process's stretch, from its first member.
                 const int per_process = request.local_replicas;
                 for (std::size_t k = 0; k < owners.size(); ++k) {
-                  if (owners[k] == request.first_local_replica / per_process) continue;
+                  if (owners[k] == me) continue;
                   const auto from = std::ranges::find_if(
                       members, [&](int m) { return m / per_process == owners[k]; });
                   const auto& c = *static_cast<const CollectiveContribution*>(
@@ -582,15 +572,20 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
                   }
                 }
               }
-              if (failed) {
-                finish(request, failed);
-              } else {
-                request.run->finish_collective(std::move(result));
-                request.at_collective = false;
-              }
-              pump();
+              resume_after_collective(request, failed, std::move(result));
             });
       });
+}
+
+void DeviceActor::resume_after_collective(ExecuteRequest& request, std::exception_ptr failed,
+                                          IntrusivePtr<DeviceMemory> result) {
+  if (failed) {
+    finish(request, failed);
+  } else {
+    request.run->finish_collective(std::move(result));
+    request.at_collective = false;
+  }
+  pump();
 }
 
 void DeviceActor::come_failed_to_collectives(const ExecuteRequest& request,

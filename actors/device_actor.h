@@ -135,8 +135,12 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
   // Runs until the program ends or pauses at a collective.
   void advance(ExecuteRequest& request);
   void collective(ExecuteRequest& request, const KernelCall& call);
+  // An all-reduce among the processes `owners` (see device_actor.cpp).
   void all_reduce_by_stretches(ExecuteRequest& request, const KernelCall& call,
-                               const std::vector<int>& members);
+                               const std::vector<int>& members, std::vector<int> owners);
+  // The run goes on with `result` as the collective's, or fails with `failed`.
+  void resume_after_collective(ExecuteRequest& request, std::exception_ptr failed,
+                               IntrusivePtr<DeviceMemory> result);
   // What this device brings to one meeting of `call`'s members.
   [[nodiscard]] Arrive arrival(const ExecuteRequest& request, const KernelCall& call,
                                std::vector<int> members, std::string tag,

@@ -18,6 +18,7 @@
 #include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
+#include "tests/actors/collective_fold.h"
 #include "tests/error_text.h"
 
 namespace axle {
@@ -67,24 +68,7 @@ std::vector<int32_t> int_input_of(int replica, int64_t size) {
   return v;
 }
 
-template <class T>
-T fold(ReduceType type, T a, T b) {
-  switch (type) {
-    case ReduceType::kSum:
-      return a + b;
-    case ReduceType::kMul:
-      return a * b;
-    case ReduceType::kMin:
-      return std::min(a, b);
-    case ReduceType::kMax:
-      return std::max(a, b);
-    case ReduceType::kAnd:
-      return a && b;
-    case ReduceType::kOr:
-      return a || b;
-  }
-  return a;
-}
+using testing::fold;
 
 // Every replica's group, given as groups or (empty) all replicas.
 std::vector<int> group_of(int replica, const ReplicaGroups& groups, int world) {

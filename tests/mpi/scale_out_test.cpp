@@ -24,6 +24,7 @@
 #include "actors/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
+#include "tests/actors/collective_fold.h"
 #include "io/checkpoint.h"
 #include "io/data_loader.h"
 #include "io/sampler.h"
@@ -76,24 +77,7 @@ std::vector<int32_t> int_input_of(int replica, int64_t size) {
   return v;
 }
 
-template <class T>
-T fold(ReduceType type, T a, T b) {
-  switch (type) {
-    case ReduceType::kSum:
-      return a + b;
-    case ReduceType::kMul:
-      return a * b;
-    case ReduceType::kMin:
-      return std::min(a, b);
-    case ReduceType::kMax:
-      return std::max(a, b);
-    case ReduceType::kAnd:
-      return a && b;
-    case ReduceType::kOr:
-      return a || b;
-  }
-  return a;
-}
+using testing::fold;
 
 TEST_F(ScaleOut, RuntimeQueriesPlaceEveryReplicaOfTheJob) {
   ASSERT_GT(env_int("OMPI_COMM_WORLD_SIZE"), 1) << "run this test under mpirun";
@@ -159,7 +143,9 @@ TEST_F(ScaleOut, RendezvousAndMeshReduceGatherEveryReplicaInGlobalOrder) {
     EXPECT_EQ(all.at(1).at(0), static_cast<std::byte>(world_ - 1));
     return all.size();
   });
-  if (process_index() == 0) EXPECT_EQ(pair[0], 2u);
+  if (process_index() == 0) {
+    EXPECT_EQ(pair[0], 2u);
+  }
 
   const auto sums = on_replicas<double>([](int ordinal) {
     return mesh_reduce("sum", 0.1 * ordinal, [](const std::vector<double>& v) {
