@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -60,9 +61,16 @@ void DeviceActor::handle(QueryMemory&, Promise<MemoryInfo>&& reply) {
 
 void DeviceActor::copy_to_host(DataHold data, Promise<std::vector<std::byte>> reply) {
   const auto start = std::chrono::steady_clock::now();
+  if (data->failed()) {
+    // Handed on as it is: rethrowing it here would only cost a throw.
+    std::exception_ptr error = data->error();
+    data = DataHold();
+    reply.set_error(std::move(error));
+    return;
+  }
   std::vector<std::byte> bytes;
   try {
-    const IntrusivePtr<DeviceMemory>& memory = data->wait();  // ready: rethrows a failure
+    const IntrusivePtr<DeviceMemory>& memory = data->wait();  // ready
     bytes.resize(data->bytes());
     backend_.copy_to_host(ordinal_, *memory, bytes.data(), bytes.size());
     if (!observers_.empty()) {
@@ -353,6 +361,22 @@ Arrive DeviceActor::arrival(const ExecuteRequest& request, const KernelCall& cal
                 &kContributionCodec};
 }
 
+template <class Then>
+void DeviceActor::when_met(Future<Gathered> met, Then then) {
+  // The other members are usually about to come: waiting for them here, giving the core away
+  // meanwhile, costs less than parking the device and waking it again.
+  if (!met.ready() && meeting_spin_.count() > 0) {
+    const auto start = std::chrono::steady_clock::now();
+    while (!met.ready() && std::chrono::steady_clock::now() - start < meeting_spin_) {
+      std::this_thread::yield();
+    }
+  }
+  if (met.ready()) return then(met.state()->take(), true);
+  met.then_on(self().target(), [then = std::move(then)](Result<Gathered> all) mutable {
+    then(std::move(all), false);
+  });
+}
+
 void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   const Executable& program = *request.ready_program;
   const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
@@ -400,11 +424,11 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   }
   request.at_collective = true;
   request.waits_since = std::chrono::steady_clock::now();
-  Future<Gathered> gathered = rendezvous_.ask(
-      arrival(request, call, members, collective_tag(program, call), std::move(contribution)));
-  gathered.then_on(self().target(), [this, held = IntrusivePtr<ExecuteRequest>(&request), &call,
-                                     members, position = static_cast<int>(position),
-                                     shares_result](Result<Gathered> all) mutable {
+  when_met(points_->arrive(arrival(request, call, members, collective_tag(program, call),
+                                   std::move(contribution))),
+           [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members,
+            position = static_cast<int>(position), shares_result](Result<Gathered> all,
+                                                                  bool in_line) mutable {
     ExecuteRequest& request = *held;
     const Span waited{request.waits_since, std::chrono::steady_clock::now()};
     request.collective_ns += waited.ns();
@@ -412,13 +436,9 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
         [&](ActorObserver& o) { o.collective_waited(request, kernel_name(call.kernel), waited); });
     const Executable& program = *request.ready_program;
     const std::string tag = collective_tag(program, call);
-    if (!all.ok()) {
-      finish(request, all.error());
-      return pump();
-    }
+    if (!all.ok()) return resume_after_collective(request, all.error(), nullptr, in_line);
     if (std::exception_ptr failed = failure_among(all.value(), call, tag)) {
-      finish(request, failed);
-      return pump();
+      return resume_after_collective(request, failed, nullptr, in_line);
     }
     // From here on the members meet again after reducing (a shared result): a failure on the
     // way must still come to that meeting.
@@ -443,26 +463,24 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
         backend_.collective(ordinal_, call, operand_desc, result_desc, operands, position, *result);
       }
     } catch (...) {
-      finish(request, std::current_exception());
-      return pump();
+      return resume_after_collective(request, std::current_exception(), nullptr, in_line);
     }
-    if (!shares_result) return resume_after_collective(request, nullptr, std::move(result));
+    if (!shares_result) return resume_after_collective(request, nullptr, std::move(result), in_line);
     // Every member has written its stretch of the shared result once all have met again.
     auto written = std::make_shared<CollectiveContribution>();
     written->from = request.replica;
     request.reduced_meeting_due = false;
     request.waits_since = std::chrono::steady_clock::now();
-    rendezvous_
-        .ask(arrival(request, call, members, tag + std::string(kReducedMeeting),
-                     std::move(written)))
-        .then_on(self().target(), [this, held = std::move(held), &call, tag,
-                                   result = std::move(result)](Result<Gathered> done) mutable {
-          ExecuteRequest& request = *held;
-          request.collective_ns += elapsed_ns(request.waits_since);
-          resume_after_collective(request, done.ok() ? failure_among(done.value(), call, tag)
-                                                     : done.error(),
-                                  std::move(result));
-        });
+    when_met(points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
+                                     std::move(written))),
+             [this, held = std::move(held), &call, tag, result = std::move(result),
+              first_in_line = in_line](Result<Gathered> done, bool in_line) mutable {
+               ExecuteRequest& request = *held;
+               request.collective_ns += elapsed_ns(request.waits_since);
+               resume_after_collective(
+                   request, done.ok() ? failure_among(done.value(), call, tag) : done.error(),
+                   std::move(result), first_in_line && in_line);
+             });
   });
 }
 
@@ -487,16 +505,14 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
   request.at_collective = true;
   request.waits_since = std::chrono::steady_clock::now();
   const std::string tag = collective_tag(program, call);
-  rendezvous_.ask(arrival(request, call, members, tag, std::move(contribution)))
-      .then_on(self().target(), [this, held = IntrusivePtr<ExecuteRequest>(&request), &call,
-                                 members, owners, me, tag](Result<Gathered> all) mutable {
+  when_met(
+      points_->arrive(arrival(request, call, members, tag, std::move(contribution))),
+      [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members, owners, me,
+       tag](Result<Gathered> all, bool first_in_line) mutable {
         ExecuteRequest& request = *held;
         request.collective_ns += elapsed_ns(request.waits_since);
         std::exception_ptr failed = all.ok() ? failure_among(all.value(), call, tag) : all.error();
-        if (failed) {
-          finish(request, failed);
-          return pump();
-        }
+        if (failed) return resume_after_collective(request, failed, nullptr, first_in_line);
         request.reduced_meeting_due = true;
         const Executable& program = *request.ready_program;
         const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
@@ -527,8 +543,8 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
             backend_.collective(ordinal_, call, part_desc, part_desc, operands, p, out);
           }
         } catch (...) {
-          finish(request, std::current_exception());
-          return pump();
+          return resume_after_collective(request, std::current_exception(), nullptr,
+                                         first_in_line);
         }
         // The folded stretches, to every process.
         auto folded = std::make_shared<CollectiveContribution>();
@@ -537,12 +553,12 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
         folded->from = request.replica;
         request.reduced_meeting_due = false;
         request.waits_since = std::chrono::steady_clock::now();
-        rendezvous_
-            .ask(arrival(request, call, members, tag + std::string(kReducedMeeting),
-                         std::move(folded)))
-            .then_on(self().target(), [this, held = std::move(held), &call, members, owners, me,
-                                       tag, n, element,
-                                       result = std::move(result)](Result<Gathered> done) mutable {
+        when_met(
+            points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
+                                    std::move(folded))),
+            [this, held = std::move(held), &call, members, owners, me, tag, n, element,
+             result = std::move(result), first_in_line](Result<Gathered> done,
+                                                        bool in_line) mutable {
               ExecuteRequest& request = *held;
               request.collective_ns += elapsed_ns(request.waits_since);
               std::exception_ptr failed =
@@ -572,20 +588,22 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
                   }
                 }
               }
-              resume_after_collective(request, failed, std::move(result));
+              resume_after_collective(request, failed, std::move(result),
+                                      first_in_line && in_line);
             });
       });
 }
 
 void DeviceActor::resume_after_collective(ExecuteRequest& request, std::exception_ptr failed,
-                                          IntrusivePtr<DeviceMemory> result) {
+                                          IntrusivePtr<DeviceMemory> result, bool in_line) {
   if (failed) {
     finish(request, failed);
   } else {
     request.run->finish_collective(std::move(result));
     request.at_collective = false;
   }
-  pump();
+  // In line, the run goes on in the loop that reached the collective.
+  if (!in_line) pump();
 }
 
 void DeviceActor::come_failed_to_collectives(const ExecuteRequest& request,
@@ -607,7 +625,7 @@ void DeviceActor::come_failed_to_collectives(const ExecuteRequest& request,
       }
       std::string tag = collective_tag(program, call);
       if (met) tag += kReducedMeeting;  // the meeting after a shared all-reduce
-      rendezvous_.tell(arrival(request, call, std::move(members), std::move(tag), failed));
+      (void)points_->arrive(arrival(request, call, std::move(members), std::move(tag), failed));
     } catch (const std::exception& e) {
       AXLE_LOG(ERROR, "device {}: could not tell the other replicas of a failed step: {}",
                ordinal_, e.what());

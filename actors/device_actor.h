@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "actors/observer.h"
-#include "actors/rendezvous_actor.h"
+#include "actors/meeting_points.h"
 #include "actors/step_breakdown.h"
 #include "backends/backend.h"
 #include "engine/actor.h"
@@ -103,11 +103,14 @@ struct ReadReady {
 class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToHost, QueryMemory,
                                  Drain, Pump, ResumeRun, ReadReady> {
  public:
-  DeviceActor(Backend& backend, int ordinal, ActorRef<RendezvousActor> rendezvous,
-              const Observers& observers)
+  /// At a collective the device waits up to `meeting_spin` for the other members before it
+  /// parks (AXLE_SPIN_US).
+  DeviceActor(Backend& backend, int ordinal, std::shared_ptr<MeetingPoints> points,
+              std::chrono::microseconds meeting_spin, const Observers& observers)
       : backend_(backend),
         ordinal_(ordinal),
-        rendezvous_(std::move(rendezvous)),
+        points_(std::move(points)),
+        meeting_spin_(meeting_spin),
         observers_(observers) {}
 
   void handle(Execute& m);
@@ -138,9 +141,14 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
   // An all-reduce among the processes `owners` (see device_actor.cpp).
   void all_reduce_by_stretches(ExecuteRequest& request, const KernelCall& call,
                                const std::vector<int>& members, std::vector<int> owners);
-  // The run goes on with `result` as the collective's, or fails with `failed`.
+  // Runs `then(Result<Gathered>, in_line)` once every member has come to the meeting `met`:
+  // in line (in_line true) when they come while the device waits, else as a message.
+  template <class Then>
+  void when_met(Future<Gathered> met, Then then);
+  // The run goes on with `result` as the collective's, or fails with `failed`; in line, the
+  // caller's loop goes on with it, else the queue is pumped.
   void resume_after_collective(ExecuteRequest& request, std::exception_ptr failed,
-                               IntrusivePtr<DeviceMemory> result);
+                               IntrusivePtr<DeviceMemory> result, bool in_line);
   // What this device brings to one meeting of `call`'s members.
   [[nodiscard]] Arrive arrival(const ExecuteRequest& request, const KernelCall& call,
                                std::vector<int> members, std::string tag,
@@ -154,7 +162,8 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
 
   Backend& backend_;
   int ordinal_;
-  ActorRef<RendezvousActor> rendezvous_;
+  std::shared_ptr<MeetingPoints> points_;
+  std::chrono::microseconds meeting_spin_;
   const Observers& observers_;
   std::deque<Work> queue_;
   const DeviceData* waiting_on_ = nullptr;

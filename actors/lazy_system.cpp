@@ -110,20 +110,23 @@ LazySystem::LazySystem(LazySystemOptions options, const config::LazySettings& se
       spawn<CompilerActor>(runtime_, SpawnOptions{.name = "compiler"}, cache_,
                            PersistentCacheSource(&LazySystem::persistent_cache), observers_);
   transport_ = ProcessTransport::get();
+  meeting_points_ = std::make_shared<MeetingPoints>(transport_);
   rendezvous_actor_ =
-      spawn<RendezvousActor>(runtime_, SpawnOptions{.name = "rendezvous"}, transport_);
+      spawn<RendezvousActor>(runtime_, SpawnOptions{.name = "rendezvous"}, meeting_points_);
   if (transport_) {
     // Outside spawn, each process of the job is one replica.
     const ProcessPlacement process = ProcessTransport::placement();
     rendezvous_actor_.tell(OpenGroup{kProcessGroup, process.count, process.index, 1});
-    transport_->set_receiver([actor = rendezvous_actor_](int from, ProcessMessage message) {
-      actor.tell(FromProcess{from, std::move(message)});
+    // Read on the transport's thread: a waiting device is answered without another hop.
+    transport_->set_receiver([points = meeting_points_](int from, ProcessMessage message) {
+      FromProcess received{from, std::move(message)};
+      points->receive(received);
     });
   }
   for (int i = 0; i < backend_->device_count(); ++i) {
     devices_.push_back(spawn<DeviceActor>(
         runtime_, SpawnOptions{.name = fmt::format("device-{}", i), .dedicated_thread = true},
-        *backend_, i, rendezvous_actor_, observers_));
+        *backend_, i, meeting_points_, config::read_runtime_settings().spin, observers_));
   }
   // Closures may block (a value they read may not be ready), so they get a thread of their own.
   closure_runner_ = spawn<ClosureRunner>(

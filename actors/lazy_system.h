@@ -125,6 +125,7 @@ class LazySystem final {
   ActorRef<ClosureRunner> closure_runner_;
   ActorRef<RendezvousActor> rendezvous_actor_;
   ProcessTransport* transport_ = nullptr;  // null when this process is the whole job
+  std::shared_ptr<MeetingPoints> meeting_points_;  // shared by the rendezvous actor and devices
   std::atomic<bool> eager_{false};
   uint64_t max_graph_nodes_;
   bool sync_wait_ = false;

@@ -59,7 +59,8 @@ void unset(std::string_view name);
 struct RuntimeSettings {
   /// AXLE_THREADS, default 0: pool worker threads; 0 or less means one per usable core.
   int64_t threads = 0;
-  /// AXLE_SPIN_US, default 50: how long an idle worker spins before parking.
+  /// AXLE_SPIN_US, default 50: how long an idle worker spins before parking, and a device waits
+  /// at a collective for the other members before it parks.
   std::chrono::microseconds spin{50};
   /// AXLE_SHUTDOWN_TIMEOUT_MS, default 10000: the longest shutdown() waits for in-flight messages.
   std::chrono::milliseconds shutdown_timeout{10000};
