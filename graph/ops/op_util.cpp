@@ -132,6 +132,10 @@ NodePtr scalar(double value, DType dtype, const Loc& where) {
   return Node::parameter(storage, value, where);
 }
 
+NodePtr parameter(double value, DType dtype, const Loc& where) {
+  return Node::parameter(storage_dtype(dtype), value, where);
+}
+
 Tensor make_result(Op op, DType logical_dtype, const Shape& shape, Operands operands, Device device,
                    const Loc& where, IntAttrs ints, RealAttrs reals) {
   op_counter(op).add(1);

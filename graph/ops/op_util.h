@@ -45,6 +45,8 @@ NodePtr value_as(const Tensor& t, DType logical_to, const Loc& where);
 /// A 0-d scalar in logical dtype `dtype`: a constant for 0 and 1 (unless
 /// XLA_NO_SPECIAL_SCALARS=1), else a parameter.
 NodePtr scalar(double value, DType dtype, const Loc& where);
+/// A scalar parameter, whatever its value (0 and 1 too): for values that change between steps.
+NodePtr parameter(double value, DType dtype, const Loc& where = Loc::current());
 
 /// Builds the result tensor of a traced op (counts `xla::<op>`, tells the runtime's observer).
 Tensor make_result(Op op, DType logical_dtype, const Shape& shape, Operands operands, Device device,

@@ -9,7 +9,12 @@
 namespace axle::optim {
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled)
-    : Optimizer(std::move(params), options.lr), options_(options), decoupled_(decoupled) {}
+    : Adam(std::vector<ParamGroup>{ParamGroup{.params = std::move(params)}}, options, decoupled) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled)
+    : Optimizer(std::move(groups), options.lr, options.weight_decay),
+      options_(options),
+      decoupled_(decoupled) {}
 
 std::vector<std::string> Adam::state_names() const { return {"step", "exp_avg", "exp_avg_sq"}; }
 
@@ -24,14 +29,15 @@ void Adam::step() {
     const auto t = static_cast<double>(++param_steps_[i]);
     const double correction1 = 1 - std::pow(options_.beta1, t);
     const double correction2 = 1 - std::pow(options_.beta2, t);
-    const double step_size = lr_ / correction1;
+    const ParamGroupOptions& group = group_of(i);
+    const double step_size = group.lr / correction1;
     const double inverse_sqrt_correction2 = 1 / std::sqrt(correction2);
     Tensor value = p;
-    if (options_.weight_decay != 0) {
+    if (group.weight_decay != 0) {
       if (decoupled_) {
-        value = value * (1 - lr_ * options_.weight_decay);
+        value = value * hyperparameter(1 - group.lr * group.weight_decay, p);
       } else {
-        g = g + p * options_.weight_decay;
+        g = g + p * hyperparameter(group.weight_decay, p);
       }
     }
     Tensor& m = state(i, "exp_avg");
@@ -42,8 +48,8 @@ void Adam::step() {
     }
     m = m * options_.beta1 + g * (1 - options_.beta1);
     v = v * options_.beta2 + g * g * (1 - options_.beta2);
-    const Tensor denominator = sqrt(v) * inverse_sqrt_correction2 + options_.eps;
-    p.copy_(value - m / denominator * step_size);
+    const Tensor denominator = sqrt(v) * hyperparameter(inverse_sqrt_correction2, p) + options_.eps;
+    p.copy_(value - m / denominator * hyperparameter(step_size, p));
   }
 }
 

@@ -15,13 +15,41 @@
 
 namespace axle::optim {
 
-Optimizer::Optimizer(std::vector<Tensor> params, double lr)
-    : params_(std::move(params)), lr_(lr), param_steps_(params_.size(), 0), state_(params_.size()) {
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (!params_[i].defined()) {
-      throw std::invalid_argument(fmt::format("optimizer: parameter {} is undefined", i));
+Optimizer::Optimizer(std::vector<Tensor> params, double lr, double weight_decay)
+    : Optimizer(std::vector<ParamGroup>{ParamGroup{.params = std::move(params)}}, lr,
+                weight_decay) {}
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay) {
+  if (groups.empty()) throw std::invalid_argument("optimizer: no parameter groups");
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    ParamGroup& group = groups[g];
+    for (const Tensor& p : group.params) {
+      if (!p.defined()) {
+        throw std::invalid_argument(
+            fmt::format("optimizer: parameter {} is undefined (group {})", params_.size(), g));
+      }
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        if (params_[i].impl() == p.impl()) {
+          throw std::invalid_argument(fmt::format(
+              "optimizer: parameter {} of group {} is also parameter {} (group {}); a "
+              "parameter may be in one group only",
+              params_.size(), g, i, group_index_[i]));
+        }
+      }
+      params_.push_back(p);
+      group_index_.push_back(g);
     }
+    groups_.push_back(ParamGroupOptions{.params = std::move(group.params),
+                                        .lr = group.lr.value_or(lr),
+                                        .weight_decay = group.weight_decay.value_or(weight_decay)});
   }
+  param_steps_.assign(params_.size(), 0);
+  state_.resize(params_.size());
+}
+
+Tensor Optimizer::hyperparameter(double value, const Tensor& like) {
+  return Tensor(make_intrusive<TensorImpl>(like.dtype(), ops::parameter(value, like.dtype()),
+                                           like.device()));
 }
 
 void Optimizer::zero_grad() {

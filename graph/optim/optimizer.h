@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <utility>
@@ -14,9 +15,30 @@
 
 namespace axle::optim {
 
+/// Parameters with options of their own, as an entry of torch.optim's `params` list of dicts:
+/// an option left unset takes the optimizer's.
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
+};
+
+/// A group as the optimizer holds it (torch's `optimizer.param_groups[g]`): its learning rate and
+/// weight decay may change between steps (a scheduler sets `lr`) without recompiling; its
+/// parameters are fixed.
+struct ParamGroupOptions {
+  std::vector<Tensor> params;
+  double lr = 0;
+  double weight_decay = 0;
+  /// The lr a scheduler started from (torch's group["initial_lr"]); set by the first scheduler.
+  std::optional<double> initial_lr;
+};
+
 class Optimizer {
  public:
-  Optimizer(std::vector<Tensor> params, double lr);
+  /// One group of `params` with the optimizer's options.
+  Optimizer(std::vector<Tensor> params, double lr, double weight_decay = 0);
+  Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay = 0);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -26,8 +48,16 @@ class Optimizer {
   /// Resets every parameter's gradient (to undefined, as zero_grad(set_to_none=True)).
   void zero_grad();
 
-  [[nodiscard]] double lr() const noexcept { return lr_; }
-  void set_lr(double lr) noexcept { lr_ = lr; }
+  /// The first group's learning rate; set_lr sets every group's.
+  [[nodiscard]] double lr() const noexcept { return groups_.front().lr; }
+  void set_lr(double lr) noexcept {
+    for (ParamGroupOptions& group : groups_) group.lr = lr;
+  }
+  [[nodiscard]] std::vector<ParamGroupOptions>& param_groups() noexcept { return groups_; }
+  [[nodiscard]] const std::vector<ParamGroupOptions>& param_groups() const noexcept {
+    return groups_;
+  }
+  /// Every group's parameters, in order (state_dict's parameter numbers).
   [[nodiscard]] const std::vector<Tensor>& params() const noexcept { return params_; }
   /// Steps taken so far.
   [[nodiscard]] int64_t steps() const noexcept { return steps_; }
@@ -47,9 +77,18 @@ class Optimizer {
   Tensor& state(std::size_t i, const std::string& name);
   /// Names of the per-parameter state, for state_dict().
   [[nodiscard]] virtual std::vector<std::string> state_names() const = 0;
+  /// Parameter i's group.
+  [[nodiscard]] const ParamGroupOptions& group_of(std::size_t i) const {
+    return groups_[group_index_[i]];
+  }
+  /// A 0-d tensor of `like`'s dtype and device holding `value` as a graph parameter, even when it
+  /// is 0 or 1: a value that changes from step to step (a scheduled lr, what is computed from it)
+  /// must never change the graph.
+  [[nodiscard]] static Tensor hyperparameter(double value, const Tensor& like);
 
+  std::vector<ParamGroupOptions> groups_;
   std::vector<Tensor> params_;
-  double lr_;
+  std::vector<std::size_t> group_index_;  // by parameter
   int64_t steps_ = 0;
   /// Per parameter, the steps in which it had a gradient, as torch's state["step"] (Adam's bias
   /// corrections count those, not step() calls). Kept on the host, so reading it costs nothing.
@@ -75,6 +114,8 @@ struct SgdOptions {
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, SgdOptions options);
+  /// Groups whose unset lr and weight_decay are `options`'.
+  SGD(std::vector<ParamGroup> groups, SgdOptions options);
   void step() override;
 
  private:
@@ -95,6 +136,8 @@ struct AdamOptions {
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled = false);
+  /// Groups whose unset lr and weight_decay are `options`'.
+  Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled = false);
   void step() override;
 
  private:
@@ -117,13 +160,16 @@ struct AdamWOptions {
 class AdamW : public Adam {
  public:
   explicit AdamW(std::vector<Tensor> params, AdamWOptions options = {})
-      : Adam(std::move(params),
-             {.lr = options.lr,
-              .beta1 = options.beta1,
-              .beta2 = options.beta2,
-              .eps = options.eps,
-              .weight_decay = options.weight_decay},
-             true) {}
+      : Adam(std::move(params), adam_options(options), true) {}
+  /// Groups whose unset lr and weight_decay are `options`' (e.g. no decay for biases and norms).
+  explicit AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {})
+      : Adam(std::move(groups), adam_options(options), true) {}
+
+ private:
+  static AdamOptions adam_options(const AdamWOptions& o) {
+    return {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
+            .weight_decay = o.weight_decay};
+  }
 };
 
 /// Scales the gradients of `params` so that their joint `norm_type`-norm is at most `max_norm`,

@@ -8,7 +8,10 @@
 namespace axle::optim {
 
 SGD::SGD(std::vector<Tensor> params, SgdOptions options)
-    : Optimizer(std::move(params), options.lr), options_(options) {
+    : SGD(std::vector<ParamGroup>{ParamGroup{.params = std::move(params)}}, options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SgdOptions options)
+    : Optimizer(std::move(groups), options.lr, options.weight_decay), options_(options) {
   if (options_.nesterov && (options_.momentum <= 0 || options_.dampening != 0)) {
     throw std::invalid_argument("SGD: Nesterov momentum needs momentum > 0 and no dampening");
   }
@@ -23,7 +26,8 @@ void SGD::step() {
     const Tensor& p = params_[i];
     Tensor d = p.grad();
     if (!d.defined()) continue;
-    if (options_.weight_decay != 0) d = d + p * options_.weight_decay;
+    const ParamGroupOptions& group = group_of(i);
+    if (group.weight_decay != 0) d = d + p * hyperparameter(group.weight_decay, p);
     if (options_.momentum != 0) {
       Tensor& buffer = state(i, "momentum_buffer");
       if (!buffer.defined()) {
@@ -34,7 +38,7 @@ void SGD::step() {
       }
       d = options_.nesterov ? d + buffer * options_.momentum : buffer;
     }
-    p.copy_(p - d * lr_);
+    p.copy_(p - d * hyperparameter(group.lr, p));
   }
 }
 

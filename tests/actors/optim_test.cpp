@@ -60,6 +60,37 @@ TEST_F(Optim, ChangingTheLearningRateDoesNotRecompile) {
   }
 }
 
+TEST_F(Optim, AScheduleDownToZeroDoesNotRecompile) {
+  for (const bool adam : {false, true}) {
+    const Problem problem;
+    const std::vector<Tensor> params = problem.make_params();
+    std::unique_ptr<optim::Optimizer> opt;
+    if (adam) {
+      opt = std::make_unique<optim::AdamW>(
+          std::vector<optim::ParamGroup>{{.params = {params[0]}},
+                                         {.params = {params[1], params[2]}, .weight_decay = 0.0}},
+          optim::AdamWOptions{.lr = 0.1, .weight_decay = 0.2});
+    } else {
+      opt = std::make_unique<optim::SGD>(params, optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+    }
+    // The rate reaches exactly 0 at epoch 4 and climbs back: still the same program.
+    optim::CosineAnnealingLR schedule(*opt, 4);
+    int64_t warm = 0;
+    for (int s = 0; s < 8; ++s) {
+      if (s == 2) {
+        wait_device_ops();
+        warm = compiles();
+      }
+      train_step(*opt, problem, params);
+      schedule.step();
+    }
+    wait_device_ops();
+    EXPECT_EQ(schedule.last_epoch(), 8);
+    EXPECT_GT(warm, 0);
+    EXPECT_EQ(compiles(), warm) << (adam ? "AdamW" : "SGD");
+  }
+}
+
 // Runs `step` three times (after a first step that starts the optimizer state) and checks that
 // tracing it and its mark_step read nothing back to the host.
 void expect_no_reads(const std::function<void()>& step) {

@@ -1,0 +1,96 @@
+// graph/optim: learning-rate schedulers, as torch.optim.lr_scheduler's. A scheduler sets its
+// optimizer's group learning rates on the host; the optimizer feeds them to the graph as
+// parameters, so a schedule never recompiles. Each computes its next rates from the current ones
+// as torch's step() does, so the rates are the bits PyTorch's are.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "graph/optim/optimizer.h"
+
+namespace axle::optim {
+
+class LRScheduler {
+ public:
+  virtual ~LRScheduler() = default;
+  LRScheduler(const LRScheduler&) = delete;
+  LRScheduler& operator=(const LRScheduler&) = delete;
+
+  /// Moves to the next epoch (or step) and sets every group's lr for it.
+  void step();
+  /// The rates step() last set, by group.
+  [[nodiscard]] const std::vector<double>& get_last_lr() const noexcept { return last_lr_; }
+  /// Steps taken: 0 right after construction, which already set the rates of epoch 0.
+  [[nodiscard]] int64_t last_epoch() const noexcept { return last_epoch_; }
+  /// The rates the schedule starts from (each group's initial_lr).
+  [[nodiscard]] const std::vector<double>& base_lrs() const noexcept { return base_lrs_; }
+
+ protected:
+  /// Takes each group's lr as its initial_lr (unless a scheduler already set it); the derived
+  /// constructor then calls initial_step().
+  explicit LRScheduler(Optimizer& optimizer);
+  void initial_step() { step(); }
+  /// The rates of epoch last_epoch(), from the groups' current rates.
+  [[nodiscard]] virtual std::vector<double> get_lr() const = 0;
+  [[nodiscard]] double group_lr(std::size_t g) const { return optimizer_.param_groups()[g].lr; }
+  [[nodiscard]] std::size_t groups() const { return optimizer_.param_groups().size(); }
+
+ private:
+  Optimizer& optimizer_;
+  std::vector<double> base_lrs_;
+  std::vector<double> last_lr_;
+  int64_t last_epoch_ = -1;
+};
+
+/// Multiplies the rate by `gamma` every `step_size` epochs, as torch.optim.lr_scheduler.StepLR.
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+
+ private:
+  [[nodiscard]] std::vector<double> get_lr() const override;
+  int64_t step_size_;
+  double gamma_;
+};
+
+/// Scales the rate by a factor going linearly from `start_factor` to `end_factor` over
+/// `total_iters` epochs, then keeps it (a linear warm-up), as torch's LinearLR.
+class LinearLR : public LRScheduler {
+ public:
+  explicit LinearLR(Optimizer& optimizer, double start_factor = 1.0 / 3, double end_factor = 1.0,
+                    int64_t total_iters = 5);
+
+ private:
+  [[nodiscard]] std::vector<double> get_lr() const override;
+  double start_factor_;
+  double end_factor_;
+  int64_t total_iters_;
+};
+
+/// Anneals the rate from its initial value to `eta_min` along a cosine over `t_max` epochs (and
+/// back up over the next t_max, as torch's CosineAnnealingLR).
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min = 0);
+
+ private:
+  [[nodiscard]] std::vector<double> get_lr() const override;
+  int64_t t_max_;
+  double eta_min_;
+};
+
+/// The rate is initial_lr * lr_lambda(epoch), as torch's LambdaLR: one function for every
+/// group, or one per group.
+class LambdaLR : public LRScheduler {
+ public:
+  LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> lr_lambda);
+  LambdaLR(Optimizer& optimizer, std::vector<std::function<double(int64_t)>> lr_lambdas);
+
+ private:
+  [[nodiscard]] std::vector<double> get_lr() const override;
+  std::vector<std::function<double(int64_t)>> lr_lambdas_;
+};
+
+}  // namespace axle::optim
