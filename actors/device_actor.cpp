@@ -336,10 +336,9 @@ std::exception_ptr failure_among(const Gathered& all, const KernelCall& call,
   for (const std::shared_ptr<const void>& each : *all) {
     const auto& contribution = *static_cast<const CollectiveContribution*>(each.get());
     if (!contribution.failure) continue;
-    return std::make_exception_ptr(CollectiveError(
-        fmt::format("{} ({}): replica {} failed before it could take part: {}",
-                    kernel_name(call.kernel), tag, contribution.from,
-                    exception_text(contribution.failure))));
+    return std::make_exception_ptr(CollectiveError(fmt::format(
+        "{} ({}): replica {} failed before it could take part: {}", kernel_name(call.kernel), tag,
+        contribution.from, exception_text(contribution.failure))));
   }
   return nullptr;
 }
@@ -424,64 +423,69 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   }
   request.at_collective = true;
   request.waits_since = std::chrono::steady_clock::now();
-  when_met(points_->arrive(arrival(request, call, members, collective_tag(program, call),
-                                   std::move(contribution))),
-           [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members,
-            position = static_cast<int>(position), shares_result](Result<Gathered> all,
-                                                                  bool in_line) mutable {
-    ExecuteRequest& request = *held;
-    const Span waited{request.waits_since, std::chrono::steady_clock::now()};
-    request.collective_ns += waited.ns();
-    observers_.tell(
-        [&](ActorObserver& o) { o.collective_waited(request, kernel_name(call.kernel), waited); });
-    const Executable& program = *request.ready_program;
-    const std::string tag = collective_tag(program, call);
-    if (!all.ok()) return resume_after_collective(request, all.error(), nullptr, in_line);
-    if (std::exception_ptr failed = failure_among(all.value(), call, tag)) {
-      return resume_after_collective(request, failed, nullptr, in_line);
-    }
-    // From here on the members meet again after reducing (a shared result): a failure on the
-    // way must still come to that meeting.
-    request.reduced_meeting_due = shares_result;
-    std::vector<DeviceMemory*> operands;
-    for (const std::shared_ptr<const void>& each : *all.value()) {
-      operands.push_back(static_cast<const CollectiveContribution*>(each.get())->operand.get());
-    }
-    IntrusivePtr<DeviceMemory> result;
-    try {
-      result = shares_result
-                   ? static_cast<const CollectiveContribution*>(all.value()->front().get())->shared_result
-                   : backend_.allocate(ordinal_, program.slots[call.output].bytes());
-      const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
-      const BufferDesc& result_desc = program.slots[call.output];
-      if (call.kernel == Kernel::kAllReduce && !shares_result) {
-        // Every stretch, as each member would compute it: the same bits on every member.
-        for (int p = 0; p < static_cast<int>(members.size()); ++p) {
-          backend_.collective(ordinal_, call, operand_desc, result_desc, operands, p, *result);
+  when_met(
+      points_->arrive(
+          arrival(request, call, members, collective_tag(program, call), std::move(contribution))),
+      [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members,
+       position = static_cast<int>(position),
+       shares_result](Result<Gathered> all, bool in_line) mutable {
+        ExecuteRequest& request = *held;
+        const Span waited{request.waits_since, std::chrono::steady_clock::now()};
+        request.collective_ns += waited.ns();
+        observers_.tell([&](ActorObserver& o) {
+          o.collective_waited(request, kernel_name(call.kernel), waited);
+        });
+        const Executable& program = *request.ready_program;
+        const std::string tag = collective_tag(program, call);
+        if (!all.ok()) return resume_after_collective(request, all.error(), nullptr, in_line);
+        if (std::exception_ptr failed = failure_among(all.value(), call, tag)) {
+          return resume_after_collective(request, failed, nullptr, in_line);
         }
-      } else {
-        backend_.collective(ordinal_, call, operand_desc, result_desc, operands, position, *result);
-      }
-    } catch (...) {
-      return resume_after_collective(request, std::current_exception(), nullptr, in_line);
-    }
-    if (!shares_result) return resume_after_collective(request, nullptr, std::move(result), in_line);
-    // Every member has written its stretch of the shared result once all have met again.
-    auto written = std::make_shared<CollectiveContribution>();
-    written->from = request.replica;
-    request.reduced_meeting_due = false;
-    request.waits_since = std::chrono::steady_clock::now();
-    when_met(points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
-                                     std::move(written))),
-             [this, held = std::move(held), &call, tag, result = std::move(result),
-              first_in_line = in_line](Result<Gathered> done, bool in_line) mutable {
-               ExecuteRequest& request = *held;
-               request.collective_ns += elapsed_ns(request.waits_since);
-               resume_after_collective(
-                   request, done.ok() ? failure_among(done.value(), call, tag) : done.error(),
-                   std::move(result), first_in_line && in_line);
-             });
-  });
+        // From here on the members meet again after reducing (a shared result): a failure on the
+        // way must still come to that meeting.
+        request.reduced_meeting_due = shares_result;
+        std::vector<DeviceMemory*> operands;
+        for (const std::shared_ptr<const void>& each : *all.value()) {
+          operands.push_back(static_cast<const CollectiveContribution*>(each.get())->operand.get());
+        }
+        IntrusivePtr<DeviceMemory> result;
+        try {
+          result = shares_result
+                       ? static_cast<const CollectiveContribution*>(all.value()->front().get())
+                             ->shared_result
+                       : backend_.allocate(ordinal_, program.slots[call.output].bytes());
+          const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
+          const BufferDesc& result_desc = program.slots[call.output];
+          if (call.kernel == Kernel::kAllReduce && !shares_result) {
+            // Every stretch, as each member would compute it: the same bits on every member.
+            for (int p = 0; p < static_cast<int>(members.size()); ++p) {
+              backend_.collective(ordinal_, call, operand_desc, result_desc, operands, p, *result);
+            }
+          } else {
+            backend_.collective(ordinal_, call, operand_desc, result_desc, operands, position,
+                                *result);
+          }
+        } catch (...) {
+          return resume_after_collective(request, std::current_exception(), nullptr, in_line);
+        }
+        if (!shares_result)
+          return resume_after_collective(request, nullptr, std::move(result), in_line);
+        // Every member has written its stretch of the shared result once all have met again.
+        auto written = std::make_shared<CollectiveContribution>();
+        written->from = request.replica;
+        request.reduced_meeting_due = false;
+        request.waits_since = std::chrono::steady_clock::now();
+        when_met(points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
+                                         std::move(written))),
+                 [this, held = std::move(held), &call, tag, result = std::move(result),
+                  first_in_line = in_line](Result<Gathered> done, bool in_line) mutable {
+                   ExecuteRequest& request = *held;
+                   request.collective_ns += elapsed_ns(request.waits_since);
+                   resume_after_collective(
+                       request, done.ok() ? failure_among(done.value(), call, tag) : done.error(),
+                       std::move(result), first_in_line && in_line);
+                 });
+      });
 }
 
 // An all-reduce whose members span processes, as MPI's reduce-scatter then all-gather, with the
@@ -507,8 +511,8 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
   const std::string tag = collective_tag(program, call);
   when_met(
       points_->arrive(arrival(request, call, members, tag, std::move(contribution))),
-      [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members, owners, me,
-       tag](Result<Gathered> all, bool first_in_line) mutable {
+      [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members, owners, me, tag](
+          Result<Gathered> all, bool first_in_line) mutable {
         ExecuteRequest& request = *held;
         request.collective_ns += elapsed_ns(request.waits_since);
         std::exception_ptr failed = all.ok() ? failure_among(all.value(), call, tag) : all.error();
@@ -543,8 +547,7 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
             backend_.collective(ordinal_, call, part_desc, part_desc, operands, p, out);
           }
         } catch (...) {
-          return resume_after_collective(request, std::current_exception(), nullptr,
-                                         first_in_line);
+          return resume_after_collective(request, std::current_exception(), nullptr, first_in_line);
         }
         // The folded stretches, to every process.
         auto folded = std::make_shared<CollectiveContribution>();
@@ -553,44 +556,43 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
         folded->from = request.replica;
         request.reduced_meeting_due = false;
         request.waits_since = std::chrono::steady_clock::now();
-        when_met(
-            points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
-                                    std::move(folded))),
-            [this, held = std::move(held), &call, members, owners, me, tag, n, element,
-             result = std::move(result), first_in_line](Result<Gathered> done,
-                                                        bool in_line) mutable {
-              ExecuteRequest& request = *held;
-              request.collective_ns += elapsed_ns(request.waits_since);
-              std::exception_ptr failed =
-                  done.ok() ? failure_among(done.value(), call, tag) : done.error();
-              if (!failed) {
-                // Each other process's stretch, from its first member.
-                const int per_process = request.local_replicas;
-                for (std::size_t k = 0; k < owners.size(); ++k) {
-                  if (owners[k] == me) continue;
-                  const auto from = std::ranges::find_if(
-                      members, [&](int m) { return m / per_process == owners[k]; });
-                  const auto& c = *static_cast<const CollectiveContribution*>(
-                      (*done.value())[static_cast<std::size_t>(from - members.begin())].get());
-                  const auto [first, last] =
-                      stretch(n, static_cast<int64_t>(k), static_cast<int64_t>(owners.size()));
-                  const std::size_t length = static_cast<std::size_t>(last - first) * element;
-                  if (c.operand_bytes != length) {
-                    failed = std::make_exception_ptr(CollectiveError(fmt::format(
-                        "{} ({}): replica {} sent {} bytes of its stretch where {} were due",
-                        kernel_name(call.kernel), tag, c.from, c.operand_bytes, length)));
-                    break;
-                  }
-                  if (length > 0) {
-                    std::memcpy(static_cast<std::byte*>(result->data()) +
-                                    static_cast<std::size_t>(first) * element,
-                                c.operand->data(), length);
-                  }
-                }
-              }
-              resume_after_collective(request, failed, std::move(result),
-                                      first_in_line && in_line);
-            });
+        when_met(points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
+                                         std::move(folded))),
+                 [this, held = std::move(held), &call, members, owners, me, tag, n, element,
+                  result = std::move(result),
+                  first_in_line](Result<Gathered> done, bool in_line) mutable {
+                   ExecuteRequest& request = *held;
+                   request.collective_ns += elapsed_ns(request.waits_since);
+                   std::exception_ptr failed =
+                       done.ok() ? failure_among(done.value(), call, tag) : done.error();
+                   if (!failed) {
+                     // Each other process's stretch, from its first member.
+                     const int per_process = request.local_replicas;
+                     for (std::size_t k = 0; k < owners.size(); ++k) {
+                       if (owners[k] == me) continue;
+                       const auto from = std::ranges::find_if(
+                           members, [&](int m) { return m / per_process == owners[k]; });
+                       const auto& c = *static_cast<const CollectiveContribution*>(
+                           (*done.value())[static_cast<std::size_t>(from - members.begin())].get());
+                       const auto [first, last] =
+                           stretch(n, static_cast<int64_t>(k), static_cast<int64_t>(owners.size()));
+                       const std::size_t length = static_cast<std::size_t>(last - first) * element;
+                       if (c.operand_bytes != length) {
+                         failed = std::make_exception_ptr(CollectiveError(fmt::format(
+                             "{} ({}): replica {} sent {} bytes of its stretch where {} were due",
+                             kernel_name(call.kernel), tag, c.from, c.operand_bytes, length)));
+                         break;
+                       }
+                       if (length > 0) {
+                         std::memcpy(static_cast<std::byte*>(result->data()) +
+                                         static_cast<std::size_t>(first) * element,
+                                     c.operand->data(), length);
+                       }
+                     }
+                   }
+                   resume_after_collective(request, failed, std::move(result),
+                                           first_in_line && in_line);
+                 });
       });
 }
 
@@ -627,8 +629,8 @@ void DeviceActor::come_failed_to_collectives(const ExecuteRequest& request,
       if (met) tag += kReducedMeeting;  // the meeting after a shared all-reduce
       (void)points_->arrive(arrival(request, call, std::move(members), std::move(tag), failed));
     } catch (const std::exception& e) {
-      AXLE_LOG(ERROR, "device {}: could not tell the other replicas of a failed step: {}",
-               ordinal_, e.what());
+      AXLE_LOG(ERROR, "device {}: could not tell the other replicas of a failed step: {}", ordinal_,
+               e.what());
     }
   }
 }

@@ -13,8 +13,8 @@
 #include <memory>
 #include <vector>
 
-#include "actors/observer.h"
 #include "actors/meeting_points.h"
+#include "actors/observer.h"
 #include "actors/step_breakdown.h"
 #include "backends/backend.h"
 #include "engine/actor.h"
@@ -53,10 +53,10 @@ struct ExecuteRequest final : RefCounted {
   std::exception_ptr compile_error;
   bool program_known = false;
   bool waiting_for_program = false;
-  std::unique_ptr<ProgramRun> run;  // once started
-  bool at_collective = false;       // waiting for the other members
-  bool run_waiting = false;         // the backend's run waits to be resumed
-  int collectives_reached = 0;      // collective calls the run has come to
+  std::unique_ptr<ProgramRun> run;   // once started
+  bool at_collective = false;        // waiting for the other members
+  bool run_waiting = false;          // the backend's run waits to be resumed
+  int collectives_reached = 0;       // collective calls the run has come to
   bool reduced_meeting_due = false;  // a shared all-reduce's second meeting is still to come
   bool finished = false;
   std::chrono::steady_clock::time_point started;

@@ -94,10 +94,10 @@ void MeetingPoints::open(const OpenGroup& m) {
   {
     std::lock_guard lock(mutex_);
     Group& group = groups_[m.group];
-  group.world_size = m.world_size;
-  group.first_local = m.first_local;
-  group.local_count = m.local_count;
-  group.departed.assign(m.world_size, false);
+    group.world_size = m.world_size;
+    group.first_local = m.first_local;
+    group.local_count = m.local_count;
+    group.departed.assign(m.world_size, false);
     closed_.erase(m.group);
     if (auto early = early_.extract(m.group)) {
       for (FromProcess& message : early.mapped()) receive_locked(message, answers);
@@ -182,8 +182,8 @@ void MeetingPoints::arrive_locked(Arrive& m, Promise<Gathered>&& reply, Answers&
   }
   // The last member here sends this process's values on before the point completes (which
   // hands them to the members).
-  const int local_members = static_cast<int>(
-      std::ranges::count_if(m.members, [&](int r) { return is_local(group, r); }));
+  const int local_members =
+      static_cast<int>(std::ranges::count_if(m.members, [&](int r) { return is_local(group, r); }));
   if (point.local_count == local_members && local_members < static_cast<int>(size)) {
     share(group, m.group, m.channel, m.members, index, point, answers);
   }
@@ -198,8 +198,7 @@ void MeetingPoints::arrive_locked(Arrive& m, Promise<Gathered>&& reply, Answers&
   for (FromProcess& message : deferred) receive_locked(message, answers);
 }
 
-void MeetingPoints::close_if_done(MemberSet& set,
-                                    std::map<uint64_t, Point>::iterator point_it) {
+void MeetingPoints::close_if_done(MemberSet& set, std::map<uint64_t, Point>::iterator point_it) {
   Point& point = point_it->second;
   if (point.count == static_cast<int>(point.arrived.size())) {
     set.points.erase(point_it);
@@ -333,11 +332,11 @@ void MeetingPoints::receive_share(uint64_t group_id, int from, WireReader& in,
   if (!error.empty()) {
     failure = Failure{Failure::Kind::kCollective, error};
   } else if (world_size != group.world_size || local_count != group.local_count) {
-    failure = Failure{Failure::Kind::kCollective,
-                      fmt::format("{} '{}': process {} runs {} replicas of {} where this process "
-                                  "runs {} of {}; every process must run as many",
-                                  op, tag, from, local_count, world_size, group.local_count,
-                                  group.world_size)};
+    failure = Failure{
+        Failure::Kind::kCollective,
+        fmt::format("{} '{}': process {} runs {} replicas of {} where this process "
+                    "runs {} of {}; every process must run as many",
+                    op, tag, from, local_count, world_size, group.local_count, group.world_size)};
   }
   const auto parts = in.get<uint64_t>("the value count");
   for (uint64_t p = 0; p < parts; ++p) {
@@ -458,8 +457,8 @@ void MeetingPoints::expire(std::chrono::steady_clock::time_point now) {
   answers.give();
 }
 
-void MeetingPoints::expire_point(const Group& group, const std::vector<int>& members,
-                                 Point& point, Answers& answers) {
+void MeetingPoints::expire_point(const Group& group, const std::vector<int>& members, Point& point,
+                                 Answers& answers) {
   std::vector<int> missing;
   std::vector<int> processes;  // holding missing replicas, when not this one
   for (std::size_t i = 0; i < members.size(); ++i) {
@@ -488,24 +487,24 @@ void MeetingPoints::expire_point(const Group& group, const std::vector<int>& mem
 std::optional<MeetingPoints::Failure> MeetingPoints::mismatch_at(
     const Point& point, const std::vector<int>& members, int ordinal, std::string_view op,
     const std::string& tag, const std::string& type, uint64_t index) {
-  const std::string first =
-      point.first_ordinal >= 0 ? fmt::format("replica {}", point.first_ordinal)
-                               : std::string("another process's replicas");
+  const std::string first = point.first_ordinal >= 0
+                                ? fmt::format("replica {}", point.first_ordinal)
+                                : std::string("another process's replicas");
   if (tag != point.tag) {
     return Failure{
         Failure::Kind::kCollective,
-        fmt::format(
-            "collective tags differ among replicas {}: {} reached {} '{}' where replica {} "
-            "reached {} '{}' (collective #{} among these replicas)",
-            members_text(members), first, point.op, point.tag, ordinal, op, tag, index + 1)};
+        fmt::format("collective tags differ among replicas {}: {} reached {} '{}' where replica {} "
+                    "reached {} '{}' (collective #{} among these replicas)",
+                    members_text(members), first, point.op, point.tag, ordinal, op, tag,
+                    index + 1)};
   }
   if (type != point.type) {
     return Failure{
         Failure::Kind::kCollective,
         fmt::format("{} '{}' among replicas {}: {} brought a value of type {} where replica {} "
                     "brought one of type {}",
-                    point.op, tag, members_text(members), first,
-                    detail::type_name_of(point.type), ordinal, detail::type_name_of(type))};
+                    point.op, tag, members_text(members), first, detail::type_name_of(point.type),
+                    ordinal, detail::type_name_of(type))};
   }
   return std::nullopt;
 }
@@ -517,12 +516,14 @@ void MeetingPoints::complete(Point& point, Answers& answers) {
   }
   const Gathered all =
       std::make_shared<const std::vector<std::shared_ptr<const void>>>(std::move(point.values));
-  for (Promise<Gathered>& waiting : point.waiting) answers.values.emplace_back(std::move(waiting), all);
+  for (Promise<Gathered>& waiting : point.waiting)
+    answers.values.emplace_back(std::move(waiting), all);
   point.waiting.clear();
 }
 
 void MeetingPoints::fail(Point& point, Failure failure, Answers& answers) {
-  for (Promise<Gathered>& waiting : point.waiting) answers.errors.emplace_back(std::move(waiting), failure);
+  for (Promise<Gathered>& waiting : point.waiting)
+    answers.errors.emplace_back(std::move(waiting), failure);
   point.error = std::move(failure);
   point.waiting.clear();
 }
@@ -546,7 +547,7 @@ void MeetingPoints::fail_if_deserted(const Group& group, const std::vector<int>&
 }
 
 MeetingPoints::Failure MeetingPoints::cancelled(const Group& group, std::string_view op,
-                                                    const std::string& tag) {
+                                                const std::string& tag) {
   return Failure{Failure::Kind::kCancelled,
                  fmt::format("{} '{}' cancelled: replica {} failed: {}", op, tag,
                              group.failed_replica, group.failure),

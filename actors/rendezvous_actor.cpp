@@ -19,8 +19,6 @@ void RendezvousActor::handle(CloseGroup& m) {
   }
 }
 
-void RendezvousActor::handle(ExpirePoints&) {
-  points_->expire(std::chrono::steady_clock::now());
-}
+void RendezvousActor::handle(ExpirePoints&) { points_->expire(std::chrono::steady_clock::now()); }
 
 }  // namespace axle

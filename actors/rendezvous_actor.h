@@ -21,7 +21,8 @@ class RendezvousActor : public Actor<RendezvousActor, OpenGroup, Arrive, LeaveGr
   /// How often deadlines are checked: a collective fails at most this long after its timeout.
   static constexpr std::chrono::milliseconds kDeadlineTick{10};
 
-  explicit RendezvousActor(std::shared_ptr<MeetingPoints> points = std::make_shared<MeetingPoints>())
+  explicit RendezvousActor(
+      std::shared_ptr<MeetingPoints> points = std::make_shared<MeetingPoints>())
       : points_(std::move(points)) {}
   ~RendezvousActor() override { ticking_.cancel(); }
   RendezvousActor(const RendezvousActor&) = delete;

@@ -33,7 +33,8 @@ void LRScheduler::step() {
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
     : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
   if (step_size <= 0) {
-    throw std::invalid_argument(fmt::format("StepLR: step_size must be positive, not {}", step_size));
+    throw std::invalid_argument(
+        fmt::format("StepLR: step_size must be positive, not {}", step_size));
   }
   initial_step();
 }
@@ -78,9 +79,9 @@ std::vector<double> LinearLR::get_lr() const {
     } else if (last_epoch() > total_iters_) {
       out.push_back(group_lr(g));
     } else {
-      out.push_back(group_lr(g) *
-                    (1.0 + (end_factor_ - start_factor_) /
-                               (total * start_factor_ + (epoch - 1) * (end_factor_ - start_factor_))));
+      out.push_back(group_lr(g) * (1.0 + (end_factor_ - start_factor_) /
+                                             (total * start_factor_ +
+                                              (epoch - 1) * (end_factor_ - start_factor_))));
     }
   }
   return out;

@@ -30,10 +30,10 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_de
       }
       for (std::size_t i = 0; i < params_.size(); ++i) {
         if (params_[i].impl() == p.impl()) {
-          throw std::invalid_argument(fmt::format(
-              "optimizer: parameter {} of group {} is also parameter {} (group {}); a "
-              "parameter may be in one group only",
-              params_.size(), g, i, group_index_[i]));
+          throw std::invalid_argument(
+              fmt::format("optimizer: parameter {} of group {} is also parameter {} (group {}); a "
+                          "parameter may be in one group only",
+                          params_.size(), g, i, group_index_[i]));
         }
       }
       params_.push_back(p);
@@ -48,8 +48,8 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_de
 }
 
 Tensor Optimizer::hyperparameter(double value, const Tensor& like) {
-  return Tensor(make_intrusive<TensorImpl>(like.dtype(), ops::parameter(value, like.dtype()),
-                                           like.device()));
+  return Tensor(
+      make_intrusive<TensorImpl>(like.dtype(), ops::parameter(value, like.dtype()), like.device()));
 }
 
 void Optimizer::zero_grad() {

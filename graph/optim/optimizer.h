@@ -167,7 +167,10 @@ class AdamW : public Adam {
 
  private:
   static AdamOptions adam_options(const AdamWOptions& o) {
-    return {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
+    return {.lr = o.lr,
+            .beta1 = o.beta1,
+            .beta2 = o.beta2,
+            .eps = o.eps,
             .weight_decay = o.weight_decay};
   }
 };

@@ -234,6 +234,38 @@ TEST_P(Collectives, AllReduceOfManyTensorsReducesEachDtypeAsOneBuffer) {
   }
 }
 
+TEST_P(Collectives, AllReduceOfManyTensorsReducesEachLargeOneOnItsOwn) {
+  constexpr int64_t kLarge = 65536;  // 256 KiB of f32: reduced on its own
+  const auto before = counter_value("xla::all_reduce").value_or(0);
+  const auto results = on_replicas<std::vector<std::vector<float>>>([&](int r) {
+    std::vector<Tensor> inputs = {tensor(input_of(r, 6), {2, 3}),
+                                  tensor(input_of(r + 1, kLarge), {256, 256}),
+                                  tensor(input_of(r + 2, 4), {4})};
+    std::vector<Tensor> reduced = all_reduce(ReduceType::kSum, inputs, 0.5);
+    EXPECT_EQ(reduced[1].shape(), (Shape{256, 256}));
+    std::vector<std::vector<float>> out;
+    for (const Tensor& t : reduced) out.push_back(t.to_vector<float>());
+    return out;
+  });
+  // The large tensor alone, the two small ones in one buffer: two collectives per replica.
+  EXPECT_EQ(counter_value("xla::all_reduce").value_or(0) - before, 2 * n());
+  const std::vector<std::pair<int, int64_t>> inputs = {{0, 6}, {1, kLarge}, {2, 4}};
+  for (int r = 0; r < n(); ++r) {
+    for (std::size_t t = 0; t < inputs.size(); ++t) {
+      const auto [offset, size] = inputs[t];
+      std::vector<float> want = input_of(offset, size);
+      for (int m = 1; m < n(); ++m) {
+        const std::vector<float> more = input_of(m + offset, size);
+        for (int64_t i = 0; i < size; ++i) want[i] += more[i];
+      }
+      for (int64_t i = 0; i < size; ++i) {
+        ASSERT_EQ(results[r][t][i], want[i] * 0.5f)
+            << "replica " << r << " tensor " << t << " [" << i << "]";
+      }
+    }
+  }
+}
+
 TEST_P(Collectives, AllGatherConcatenatesTheGroupsValuesAlongTheDim) {
   const auto results = on_replicas<std::vector<std::vector<float>>>([&](int r) {
     Tensor x = tensor(input_of(r, 6), {2, 3});

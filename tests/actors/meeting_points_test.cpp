@@ -20,8 +20,15 @@ constexpr uint64_t kGroup = 3;
 
 Arrive arrival(int ordinal, std::string tag, std::vector<int> members, int value,
                std::chrono::nanoseconds timeout = 60s) {
-  return Arrive{"all_reduce", kGroup,    ordinal, std::move(tag),          std::move(members),
-                std::make_shared<const int>(value), &typeid(int), timeout, Channel::kDevice};
+  return Arrive{"all_reduce",
+                kGroup,
+                ordinal,
+                std::move(tag),
+                std::move(members),
+                std::make_shared<const int>(value),
+                &typeid(int),
+                timeout,
+                Channel::kDevice};
 }
 
 int at(const Gathered& all, std::size_t i) { return *static_cast<const int*>((*all)[i].get()); }
@@ -39,8 +46,8 @@ TEST(MeetingPoints, ThreadsArrivingDirectlyMeetRoundByRoundWithEveryValueByOrdin
         // Half the rounds among everyone, the others among the pairs {0, 1} and {2, 3}, so
         // member sets interleave their points.
         const bool pairs = round % 2 == 1;
-        std::vector<int> members = pairs ? std::vector<int>{r & ~1, (r & ~1) + 1}
-                                         : std::vector<int>{0, 1, 2, 3};
+        std::vector<int> members =
+            pairs ? std::vector<int>{r & ~1, (r & ~1) + 1} : std::vector<int>{0, 1, 2, 3};
         Future<Gathered> met =
             points.arrive(arrival(r, std::to_string(round), members, round * 10 + r));
         const Gathered all = met.get(60s);

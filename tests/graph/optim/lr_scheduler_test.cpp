@@ -46,9 +46,8 @@ struct TwoGroups {
 TEST_F(Optim, StepLRDecaysEveryStepSizeEpochs) {
   TwoGroups t;
   optim::StepLR scheduler(t.sgd, 3, 0.5);
-  expect_rates(scheduler, t.sgd, 12, [&](std::size_t g, int e) {
-    return t.base(g) * std::pow(0.5, e / 3);
-  });
+  expect_rates(scheduler, t.sgd, 12,
+               [&](std::size_t g, int e) { return t.base(g) * std::pow(0.5, e / 3); });
 }
 
 TEST_F(Optim, LinearLRWarmsUpThenHolds) {
@@ -66,8 +65,7 @@ TEST_F(Optim, CosineAnnealingLRFollowsTheCosineDownAndBackUp) {
   constexpr double kEtaMin = 0.001;
   optim::CosineAnnealingLR scheduler(t.sgd, kTMax, kEtaMin);
   expect_rates(scheduler, t.sgd, 3 * kTMax, [&](std::size_t g, int e) {
-    return kEtaMin +
-           (t.base(g) - kEtaMin) * (1 + std::cos(std::numbers::pi * e / kTMax)) / 2;
+    return kEtaMin + (t.base(g) - kEtaMin) * (1 + std::cos(std::numbers::pi * e / kTMax)) / 2;
   });
 }
 
@@ -86,8 +84,8 @@ TEST_F(Optim, LambdaLRScalesTheInitialRateByTheFunctionOfTheEpoch) {
 
 TEST_F(Optim, LambdaLRTakesOneFunctionPerGroup) {
   TwoGroups t;
-  optim::LambdaLR scheduler(t.sgd, {[](int64_t e) { return 1.0 / (e + 1); },
-                                    [](int64_t e) { return 0.9 + 0.01 * e; }});
+  optim::LambdaLR scheduler(
+      t.sgd, {[](int64_t e) { return 1.0 / (e + 1); }, [](int64_t e) { return 0.9 + 0.01 * e; }});
   expect_rates(scheduler, t.sgd, 6, [&](std::size_t g, int e) {
     return t.base(g) * (g == 0 ? 1.0 / (e + 1) : 0.9 + 0.01 * e);
   });

@@ -33,9 +33,9 @@ TEST_F(Optim, SgdGroupsStepWithTheirOwnLrAndWeightDecay) {
   const Problem problem;
   const std::vector<Tensor> params = problem.make_params();
   const optim::SgdOptions defaults{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.1};
-  optim::SGD sgd({{.params = {params[0]}, .lr = 0.2, .weight_decay = 0.0},
-                  {.params = {params[1], params[2]}}},
-                 defaults);
+  optim::SGD sgd(
+      {{.params = {params[0]}, .lr = 0.2, .weight_decay = 0.0}, {.params = {params[1], params[2]}}},
+      defaults);
   ASSERT_EQ(sgd.param_groups().size(), 2u);
   EXPECT_EQ(sgd.param_groups()[0].lr, 0.2);
   EXPECT_EQ(sgd.param_groups()[1].lr, 0.05);
@@ -45,24 +45,21 @@ TEST_F(Optim, SgdGroupsStepWithTheirOwnLrAndWeightDecay) {
   expect_groups_match(
       sgd, params, problem,
       [&](std::size_t k, std::vector<double>& p, std::vector<double> g) { ref0.step(k, p, g); },
-      [&](std::size_t k, std::vector<double>& p, std::vector<double> g) { ref1.step(k, p, g); },
-      4);
+      [&](std::size_t k, std::vector<double>& p, std::vector<double> g) { ref1.step(k, p, g); }, 4);
 }
 
 TEST_F(Optim, AdamWGroupsDecayOnlyWhereTheirWeightDecaySaysSo) {
   const Problem problem;
   const std::vector<Tensor> params = problem.make_params();
-  optim::AdamW adamw({{.params = {params[0]}}, {.params = {params[1], params[2]},
-                                                 .lr = 0.02,
-                                                 .weight_decay = 0.0}},
+  optim::AdamW adamw({{.params = {params[0]}},
+                      {.params = {params[1], params[2]}, .lr = 0.02, .weight_decay = 0.0}},
                      {.lr = 0.1, .weight_decay = 0.3});
   AdamRef ref0{{.lr = 0.1, .weight_decay = 0.3}, true};
   AdamRef ref1{{.lr = 0.02, .weight_decay = 0.0}, true};
   expect_groups_match(
       adamw, params, problem,
       [&](std::size_t k, std::vector<double>& p, std::vector<double> g) { ref0.step(k, p, g); },
-      [&](std::size_t k, std::vector<double>& p, std::vector<double> g) { ref1.step(k, p, g); },
-      4);
+      [&](std::size_t k, std::vector<double>& p, std::vector<double> g) { ref1.step(k, p, g); }, 4);
 }
 
 TEST_F(Optim, AGroupsLrSetBetweenStepsTakesEffect) {
