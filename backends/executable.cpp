@@ -19,9 +19,10 @@ std::string_view kernel_name(Kernel kernel) noexcept {
       "minimum", "eq",          "ne",           "lt",          "le",         "gt",
       "ge",      "logical_and", "logical_or",   "where",       "neg",        "exp",
       "log",     "sqrt",        "rsqrt",        "tanh",        "sigmoid",    "relu",
-      "gelu",    "abs",         "logical_not",  "cast",        "fill",       "iota",
-      "sum",     "mean",        "reduce_max",   "reduce_min",  "logsumexp",  "argmax",
-      "softmax", "log_softmax", "matmul",       "conv2d",      "max_pool2d", "avg_pool2d",
+      "gelu",    "abs",         "sin",          "cos",         "logical_not", "cast",
+      "fill",    "iota",        "sum",          "mean",        "reduce_max", "reduce_min",
+      "logsumexp", "argmax",    "softmax",      "log_softmax", "cumsum",     "topk",
+      "matmul",  "conv2d",      "max_pool2d",   "avg_pool2d",
       "copy",    "permute",     "expand",       "slice",       "concat",     "index_select",
       "gather",  "one_hot",     "rand_uniform", "rand_normal", "rand_int",   "bernoulli",
       "scatter_add", "max_pool2d_backward", "avg_pool2d_backward",
@@ -104,6 +105,8 @@ int fused_step_arity(Kernel kernel) noexcept {
     case Kernel::kTanh:
     case Kernel::kSigmoid:
     case Kernel::kGelu:
+    case Kernel::kSin:
+    case Kernel::kCos:
       return 1;
     default:
       return 0;

@@ -37,6 +37,8 @@ namespace axle {
   X(Relu, "relu")                             \
   X(Gelu, "gelu")                             \
   X(Abs, "abs")                               \
+  X(Sin, "sin")                               \
+  X(Cos, "cos")                               \
   X(LogicalNot, "logical_not")                \
   X(Cast, "cast")                             \
   X(Fill, "full")                             \
@@ -49,6 +51,8 @@ namespace axle {
   X(ArgMax, "argmax")                         \
   X(Softmax, "softmax")                       \
   X(LogSoftmax, "log_softmax")                \
+  X(Cumsum, "cumsum")                         \
+  X(TopK, "topk")                             \
   X(Matmul, "matmul")                         \
   X(Conv2d, "conv2d")                         \
   X(MaxPool2d, "max_pool2d")                  \
