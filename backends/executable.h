@@ -96,9 +96,9 @@ namespace axle {
 ///                kernel, destination, a, b, attribute, then optionally a reduction]. Steps run
 ///                in order over each block of the chain's elements; kernel is one of kAdd kSub
 ///                kMul kDiv kPow kMaximum kMinimum kNeg kAbs kRelu kExp kLog kSqrt kRsqrt kTanh
-///                kSigmoid kGelu kSin kCos; destination is a scratch buffer in [0, buffers), or -1 for the
-///                output (the last step, only, and only without a reduction); an operand >= 0 is
-///                an external operand, < 0 the scratch buffer -operand - 1 (b is ignored by
+///                kSigmoid kGelu kSin kCos; destination is a scratch buffer in [0, buffers), or -1
+///                for the output (the last step, only, and only without a reduction); an operand >=
+///                0 is an external operand, < 0 the scratch buffer -operand - 1 (b is ignored by
 ///                unary steps); attribute is gelu's approximate flag, else 0. Without a
 ///                reduction the chain's shape is the output's.
 ///                The reduction, last: [kernel, -1, a, rank, the chain's shape (rank dims),

@@ -216,8 +216,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0, Loc where = Loc:
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0,
                           Loc where = Loc::current());
 /// Pieces of the given sizes along `dim` (they sum to its size), as torch.split with a list.
-std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& split_sizes,
-                          int64_t dim = 0, Loc where = Loc::current());
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& split_sizes, int64_t dim = 0,
+                          Loc where = Loc::current());
 /// At most `chunks` pieces of ceil(size / chunks) along `dim`, as torch.chunk (fewer when the
 /// size runs out first).
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0,

@@ -11,8 +11,8 @@
 
 namespace axle::cpu {
 
-/// exp, log, sqrt, rsqrt, tanh, sigmoid, sin or cos of `v`. Expressions hold arrays by reference (Eigen
-/// Maps by value), so callers evaluate them before `v` goes.
+/// exp, log, sqrt, rsqrt, tanh, sigmoid, sin or cos of `v`. Expressions hold arrays by reference
+/// (Eigen Maps by value), so callers evaluate them before `v` goes.
 template <Kernel K>
 auto transcendental(const auto& v) {
   using C = typename std::decay_t<decltype(v)>::Scalar;

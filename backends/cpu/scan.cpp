@@ -93,6 +93,8 @@ void cumsum_kernel(const KernelArgs& args) {
 
 }  // namespace
 
-void register_scan_kernels(KernelTable& table) { set_kernel(table, Kernel::kCumsum, cumsum_kernel); }
+void register_scan_kernels(KernelTable& table) {
+  set_kernel(table, Kernel::kCumsum, cumsum_kernel);
+}
 
 }  // namespace axle::cpu

@@ -29,8 +29,8 @@ bool above(V a, V b) noexcept {
 // Rows [first, last) of x viewed as [outer, n, inner]: row r is column r % inner of slab
 // r / inner. Writes k positions per row into out ([outer, k, inner]).
 template <class T>
-void topk_rows(const T* x, int64_t* out, const Geometry& g, int64_t k, bool largest,
-               int64_t first, int64_t last) {
+void topk_rows(const T* x, int64_t* out, const Geometry& g, int64_t k, bool largest, int64_t first,
+               int64_t last) {
   std::vector<compute_t<T>> values(static_cast<std::size_t>(g.n));
   std::vector<int64_t> order(static_cast<std::size_t>(g.n));
   for (int64_t row = first; row < last; ++row) {
@@ -74,10 +74,9 @@ void topk_kernel(const KernelArgs& args) {
   visit_dtype(in.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = args.inputs[0].as<T>();
-    parallel_for(args.pool, g.outer * g.inner, std::max<int64_t>(1, kParallelElements / g.n),
-                 [&](int64_t first, int64_t last, int) {
-                   topk_rows(x, out, g, k, largest, first, last);
-                 });
+    parallel_for(
+        args.pool, g.outer * g.inner, std::max<int64_t>(1, kParallelElements / g.n),
+        [&](int64_t first, int64_t last, int) { topk_rows(x, out, g, k, largest, first, last); });
   });
 }
 

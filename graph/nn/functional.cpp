@@ -19,10 +19,10 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, Loc where) {
               fmt::format("the indices must be s32 or s64, not {}", ops::describe(indices)), where);
   }
   if (weight.dim() != 2) {
-    ops::fail("embedding",
-              fmt::format("the weight must be [num_embeddings, dim], not {}",
-                          ops::describe(weight)),
-              where);
+    ops::fail(
+        "embedding",
+        fmt::format("the weight must be [num_embeddings, dim], not {}", ops::describe(weight)),
+        where);
   }
   std::vector<int64_t> shape(indices.shape().dims().begin(), indices.shape().dims().end());
   shape.push_back(weight.size(1));
@@ -74,8 +74,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Loc where) {
   }
   if (!training || p == 0) return x;
   if (!is_floating(x.dtype())) {
-    ops::fail("dropout",
-              fmt::format("the input must be floating-point, not {}", ops::describe(x)), where);
+    ops::fail("dropout", fmt::format("the input must be floating-point, not {}", ops::describe(x)),
+              where);
   }
   if (p == 1) return mul(x, 0.0, where);
   const Tensor keep = bernoulli(x.shape(), 1 - p, x.dtype(), x.device(), where);

@@ -68,16 +68,16 @@ Tensor class_loss(const Tensor& log_probs, const Tensor& target, double smoothin
   const int64_t classes = log_probs.size(-1);
   const Tensor ignored = eq(target, static_cast<double>(ignore_index), loc);
   // An ignored target may be no class at all (-100): one_hot gets class 0 in its place.
-  const Tensor safe_target = where(ignored, zeros({}, target.dtype(), target.device(), loc), target,
-                                   loc);
+  const Tensor safe_target =
+      where(ignored, zeros({}, target.dtype(), target.device(), loc), target, loc);
   Tensor weights = cast(one_hot(safe_target, classes, loc), log_probs.dtype(), loc);
   if (smoothing > 0) {
     weights = weights * (1 - smoothing) + smoothing / static_cast<double>(classes);
   }
   const Tensor per_sample = -sum(log_probs * weights, {-1}, false, loc);
   // where, not a product with 0: an ignored sample's loss may be NaN.
-  const Tensor losses = where(ignored, zeros({}, per_sample.dtype(), per_sample.device(), loc),
-                              per_sample, loc);
+  const Tensor losses =
+      where(ignored, zeros({}, per_sample.dtype(), per_sample.device(), loc), per_sample, loc);
   if (reduction != Reduction::kMean) return reduce(losses, reduction, loc);
   const Tensor kept = cast(logical_not(ignored, loc), per_sample.dtype(), loc);
   return div(sum(losses, {}, false, loc), sum(kept, {}, false, loc), loc);

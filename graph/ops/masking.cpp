@@ -26,8 +26,8 @@ Tensor bounded(Op op, const Tensor& x, double bound, DType dtype, const Loc& loc
 // tensor's result f32.
 DType clamp_dtype(const Tensor& x, std::optional<double> min, std::optional<double> max) {
   if (is_floating(x.dtype())) return x.dtype();
-  const bool fractional = (min && std::nearbyint(*min) != *min) ||
-                          (max && std::nearbyint(*max) != *max);
+  const bool fractional =
+      (min && std::nearbyint(*min) != *min) || (max && std::nearbyint(*max) != *max);
   return fractional ? DType::kF32 : x.dtype();
 }
 
@@ -78,8 +78,8 @@ Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max, Loc loc) {
   for (const Tensor* bound : {&min, &max}) {
     if (!bound->defined()) continue;
     if (x.dtype() == DType::kBool || bound->dtype() == DType::kBool) {
-      ops::fail("clamp", fmt::format("is not defined for pred ({} and {})", describe(x),
-                                     describe(*bound)),
+      ops::fail("clamp",
+                fmt::format("is not defined for pred ({} and {})", describe(x), describe(*bound)),
                 loc);
     }
     (void)ops::broadcast_shapes("clamp", x.shape(), bound->shape(), loc, &x, bound);
@@ -108,7 +108,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, Loc loc) {
   }
   (void)ops::broadcast_shapes("masked_fill", x.shape(), mask.shape(), loc, &x, &mask);
   // An integer tensor takes the value truncated and a bool one `value != 0`, as torch converts it.
-  const double fill = is_floating(x.dtype())        ? value
+  const double fill = is_floating(x.dtype())      ? value
                       : x.dtype() == DType::kBool ? (value != 0 ? 1.0 : 0.0)
                                                   : std::trunc(value);
   return where(mask, scalar_tensor(fill, x.dtype(), x.device(), loc), x, loc);

@@ -1,7 +1,8 @@
 // graph/ops: random numbers from the per-device counter-based stream (rand, randn, randint,
-// bernoulli, and multinomial, which is made of rand and other ops). Each op takes the stream's current (seed, offset) and advances the offset; both go
-// into the graph as s64 parameters, never attributes or constants, so the graph of a training
-// step hashes the same every step although the offset moves on each time.
+// bernoulli, and multinomial, which is made of rand and other ops). Each op takes the stream's
+// current (seed, offset) and advances the offset; both go into the graph as s64 parameters, never
+// attributes or constants, so the graph of a training step hashes the same every step although the
+// offset moves on each time.
 #include <fmt/format.h>
 
 #include <limits>
@@ -151,8 +152,8 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, L
   Tensor samples;
   if (replacement) {
     const Tensor cdf = cumsum(weights, 1, where);
-    const Tensor normalised = unsqueeze(div(cdf, slice(cdf, 1, -1, categories, 1, where), where),
-                                        1, where);  // [N, 1, C]
+    const Tensor normalised =
+        unsqueeze(div(cdf, slice(cdf, 1, -1, categories, 1, where), where), 1, where);  // [N, 1, C]
     const Tensor u = rand(Shape{rows, num_samples, 1}, DType::kF64, probs.device(), where);
     samples = sum(cast(logical_not(lt(u, normalised, where), where), DType::kI64, where), {2},
                   false, where);

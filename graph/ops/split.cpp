@@ -61,8 +61,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& split_siz
                           Loc where) {
   const int64_t d = split_dim("split", x, dim, where);
   const int64_t size = x.size(static_cast<int>(d));
-  const bool negative = std::any_of(split_sizes.begin(), split_sizes.end(),
-                                    [](int64_t s) { return s < 0; });
+  const bool negative =
+      std::any_of(split_sizes.begin(), split_sizes.end(), [](int64_t s) { return s < 0; });
   if (split_sizes.empty() || negative ||
       std::accumulate(split_sizes.begin(), split_sizes.end(), int64_t{0}) != size) {
     ops::fail("split",
@@ -77,13 +77,14 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& split_siz
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim, Loc where) {
   const int64_t d = split_dim("chunk", x, dim, where);
   if (chunks <= 0) {
-    ops::fail("chunk", fmt::format("chunks must be positive, not {} (chunking {})", chunks,
-                                   describe(x)),
+    ops::fail("chunk",
+              fmt::format("chunks must be positive, not {} (chunking {})", chunks, describe(x)),
               where);
   }
   const int64_t size = x.size(static_cast<int>(d));
   // An empty dim gives `chunks` empty pieces, as torch (split would give one).
-  if (size == 0) return pieces(x, d, std::vector<int64_t>(static_cast<std::size_t>(chunks), 0), where);
+  if (size == 0)
+    return pieces(x, d, std::vector<int64_t>(static_cast<std::size_t>(chunks), 0), where);
   return pieces(x, d, even_sizes(size, (size + chunks - 1) / chunks), where);
 }
 

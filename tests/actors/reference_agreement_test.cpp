@@ -502,10 +502,9 @@ TEST(CumsumAgreement, AlongEveryDimInEveryDType) {
     SCOPED_TRACE(dtype_name(dtype));
     Agreement check;
     const Tensor x = check.random(dtype, {3, 4, 5}, -9, 9, true);
-    check.expect_agree({cumsum(x, 0), cumsum(x, 1), cumsum(x, -1),
-                        cumsum(check.random(dtype, {300}, -2, 2), 0),
-                        cumsum(check.random(dtype, {}, -2, 2), 0),
-                        cumsum(check.random(dtype, {0, 3}), 1)});
+    check.expect_agree(
+        {cumsum(x, 0), cumsum(x, 1), cumsum(x, -1), cumsum(check.random(dtype, {300}, -2, 2), 0),
+         cumsum(check.random(dtype, {}, -2, 2), 0), cumsum(check.random(dtype, {0, 3}), 1)});
   }
 }
 

@@ -468,8 +468,8 @@ TEST_P(FloatUnary, MatchesDoubleReferenceOnFloatDtypes) {
 INSTANTIATE_TEST_SUITE_P(CpuElementwise, FloatUnary,
                          ::testing::Values(Kernel::kNeg, Kernel::kExp, Kernel::kLog, Kernel::kSqrt,
                                            Kernel::kRsqrt, Kernel::kTanh, Kernel::kSigmoid,
-                                           Kernel::kRelu, Kernel::kAbs, Kernel::kGelu,
-                                           Kernel::kSin, Kernel::kCos),
+                                           Kernel::kRelu, Kernel::kAbs, Kernel::kGelu, Kernel::kSin,
+                                           Kernel::kCos),
                          [](const auto& info) { return std::string(kernel_name(info.param)); });
 
 TEST(CpuElementwise, GeluTanhApproximationFollowsTorchFormula) {

@@ -1,7 +1,8 @@
 // Tests the CPU kernels that split their work over a device's compute threads (compute_pool.h)
 // at 1, 2 and 3 threads: against plain loops, and bit for bit against one thread wherever the
 // split cannot change a result (elementwise, fused, pooling, cumsum and topk kernels, whole
-// images or products per thread); products split into row or column blocks must give the same bits run to run.
+// images or products per thread); products split into row or column blocks must give the same bits
+// run to run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -393,10 +394,9 @@ TEST(ThreadCount, CumsumGivesOneThreadsBits) {
           want[i] = round_to(DType::kF32, running);
         }
       }
-      expect_on_every_thread_count(Kernel::kCumsum, {x}, DType::kF32, shape, {dim, reverse}, want,
-                                   0, true,
-                                   "cumsum dim " + std::to_string(dim) +
-                                       (reverse ? " reversed" : ""));
+      expect_on_every_thread_count(
+          Kernel::kCumsum, {x}, DType::kF32, shape, {dim, reverse}, want, 0, true,
+          "cumsum dim " + std::to_string(dim) + (reverse ? " reversed" : ""));
     }
   }
 }

@@ -594,8 +594,7 @@ TEST(MaskingOps, GiveTorchsShapesAndDtypes) {
   EXPECT_EQ(type_of(clamp(t({2}, DType::kI64), 0.0)), "s64[2]");
   EXPECT_EQ(type_of(clamp(t({2}, DType::kI32), std::nullopt, 2.5)), "f32[2]");
   EXPECT_EQ(type_of(clamp(t({2, 3}), t({3}), t({2, 1}, DType::kF64))), "f64[2,3]");
-  EXPECT_EQ(type_of(masked_fill(t({3}, DType::kBF16), t({2, 1}, DType::kBool), 1.5)),
-            "bf16[2,3]");
+  EXPECT_EQ(type_of(masked_fill(t({3}, DType::kBF16), t({2, 1}, DType::kBool), 1.5)), "bf16[2,3]");
   EXPECT_EQ(type_of(tril(t({2, 3, 4}, DType::kI32))), "s32[2,3,4]");
   EXPECT_EQ(type_of(triu(t({0, 5}), 2)), "f32[0,5]");
   EXPECT_EQ(type_of(sin(t({2}, DType::kI64))), "f32[2]");

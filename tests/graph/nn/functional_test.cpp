@@ -87,7 +87,9 @@ TEST_F(Functional, LayerNormNormalisesTheTrailingDims) {
 TEST_F(Functional, LayerNormGradientsMatchFiniteDifferences) {
   std::mt19937 rng(4);
   EXPECT_TRUE(gradients_match(
-      [](Args t) { return nn::layer_norm(t[0], {2, 3}, t[1], t[2], 1e-3); },
+      [](Args t) {
+        return nn::layer_norm(t[0], {2, 3}, t[1], t[2], 1e-3);
+      },
       {random_arg(rng, {2, 2, 3}), random_arg(rng, {2, 3}), random_arg(rng, {2, 3})},
       {.eps = 1e-6, .atol = 1e-5, .rtol = 1e-4}));
 }
@@ -125,8 +127,8 @@ TEST_F(Functional, DropoutZeroesAboutPAndScalesTheRest) {
 // softmax(q k^T * scale + bias) v for each of `batch` independent problems; `bias` ([L, S],
 // shared by the batch) is added, -inf where a bool mask drops a key.
 std::vector<double> attention_ref(const std::vector<double>& q, const std::vector<double>& k,
-                                  const std::vector<double>& v, int64_t batch, int64_t L,
-                                  int64_t S, int64_t E, int64_t Ev, double scale,
+                                  const std::vector<double>& v, int64_t batch, int64_t L, int64_t S,
+                                  int64_t E, int64_t Ev, double scale,
                                   const std::vector<double>& bias) {
   std::vector<double> out;
   for (int64_t b = 0; b < batch; ++b) {
@@ -187,9 +189,9 @@ TEST_F(Functional, AttentionTakesBoolAndFloatMasks) {
   std::vector<double> bias;
   for (int64_t m : keep) bias.push_back(m ? 0 : kMinusInf);
   const Tensor bool_mask = cast(tensor(keep, {3, 4}), DType::kBool);
-  EXPECT_TRUE(all_close(
-      values(nn::scaled_dot_product_attention(a.query(), a.key(), a.value(), bool_mask)),
-      a.ref(1 / std::sqrt(5.0), bias), 1e-12, 1e-10));
+  EXPECT_TRUE(
+      all_close(values(nn::scaled_dot_product_attention(a.query(), a.key(), a.value(), bool_mask)),
+                a.ref(1 / std::sqrt(5.0), bias), 1e-12, 1e-10));
   std::mt19937 rng(9);
   const std::vector<double> additive = uniform_values(rng, 12, -2, 2);
   EXPECT_TRUE(all_close(values(nn::scaled_dot_product_attention(a.query(), a.key(), a.value(),
@@ -203,9 +205,9 @@ TEST_F(Functional, CausalAttentionKeepsEarlierKeys) {
   for (int64_t i = 0; i < a.L; ++i) {
     for (int64_t j = 0; j < a.S; ++j) causal.push_back(j <= i ? 0 : kMinusInf);
   }
-  EXPECT_TRUE(all_close(
-      values(nn::scaled_dot_product_attention(a.query(), a.key(), a.value(), {}, true)),
-      a.ref(1 / std::sqrt(5.0), causal), 1e-12, 1e-10));
+  EXPECT_TRUE(
+      all_close(values(nn::scaled_dot_product_attention(a.query(), a.key(), a.value(), {}, true)),
+                a.ref(1 / std::sqrt(5.0), causal), 1e-12, 1e-10));
 }
 
 TEST_F(Functional, AttentionGradientsMatchFiniteDifferences) {
@@ -216,10 +218,9 @@ TEST_F(Functional, AttentionGradientsMatchFiniteDifferences) {
       [](Args t) { return nn::scaled_dot_product_attention(t[0], t[1], t[2]); }, args));
   EXPECT_TRUE(gradients_match(
       [](Args t) { return nn::scaled_dot_product_attention(t[0], t[1], t[2], {}, true); }, args));
-  const Tensor mask = cast(tensor(std::vector<int64_t>{1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 1, 0, 0, 1,
-                                                       1},
-                                  {3, 5}),
-                           DType::kBool);
+  const Tensor mask =
+      cast(tensor(std::vector<int64_t>{1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 1, 0, 0, 1, 1}, {3, 5}),
+           DType::kBool);
   EXPECT_TRUE(gradients_match(
       [&](Args t) { return nn::scaled_dot_product_attention(t[0], t[1], t[2], mask, false, 0.4); },
       args));
@@ -249,22 +250,26 @@ TEST_F(Functional, RejectArgumentsThatDoNotFitNamingTheCallersLine) {
   auto bad_p = [&] { (void)nn::dropout(zeros({2}), 1.5); };
   EXPECT_TRUE(contains(shape_error(bad_p, "dropout", __LINE__ - 1), "1.5"));
   const Tensor q = zeros({2, 3, 4});
-  auto wrong_e = [&] { (void)nn::scaled_dot_product_attention(q, zeros({2, 5, 3}), zeros({2, 5, 2})); };
-  EXPECT_TRUE(contains(shape_error(wrong_e, "scaled_dot_product_attention", __LINE__ - 1),
-                       "f32[2,5,3]"));
-  auto wrong_s = [&] { (void)nn::scaled_dot_product_attention(q, zeros({2, 5, 4}), zeros({2, 6, 2})); };
-  EXPECT_TRUE(contains(shape_error(wrong_s, "scaled_dot_product_attention", __LINE__ - 1),
-                       "f32[2,6,2]"));
+  auto wrong_e = [&] {
+    (void)nn::scaled_dot_product_attention(q, zeros({2, 5, 3}), zeros({2, 5, 2}));
+  };
+  EXPECT_TRUE(
+      contains(shape_error(wrong_e, "scaled_dot_product_attention", __LINE__ - 1), "f32[2,5,3]"));
+  auto wrong_s = [&] {
+    (void)nn::scaled_dot_product_attention(q, zeros({2, 5, 4}), zeros({2, 6, 2}));
+  };
+  EXPECT_TRUE(
+      contains(shape_error(wrong_s, "scaled_dot_product_attention", __LINE__ - 1), "f32[2,6,2]"));
   auto both = [&] {
     (void)nn::scaled_dot_product_attention(q, q, q, ones({3, 3}, DType::kBool), true);
   };
-  EXPECT_TRUE(contains(shape_error(both, "scaled_dot_product_attention", __LINE__ - 2),
-                       "is_causal"));
+  EXPECT_TRUE(
+      contains(shape_error(both, "scaled_dot_product_attention", __LINE__ - 2), "is_causal"));
   auto bad_mask = [&] {
     (void)nn::scaled_dot_product_attention(q, q, q, zeros({3, 2}, DType::kBool));
   };
-  EXPECT_TRUE(contains(shape_error(bad_mask, "scaled_dot_product_attention", __LINE__ - 2),
-                       "pred[3,2]"));
+  EXPECT_TRUE(
+      contains(shape_error(bad_mask, "scaled_dot_product_attention", __LINE__ - 2), "pred[3,2]"));
 }
 
 }  // namespace

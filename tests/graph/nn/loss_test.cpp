@@ -1,7 +1,7 @@
 // graph/nn/loss.h end to end: nll_loss, cross_entropy (with and without label smoothing, with
-// ignored targets, over [N, C, d1, ...] inputs) and mse_loss for every Reduction against double-precision references written here from torch's
-// definitions, their gradients against finite differences, and the errors for inputs that do
-// not fit.
+// ignored targets, over [N, C, d1, ...] inputs) and mse_loss for every Reduction against
+// double-precision references written here from torch's definitions, their gradients against finite
+// differences, and the errors for inputs that do not fit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -200,8 +200,8 @@ TEST_F(Loss, CrossEntropyLeavesOutIgnoredTargets) {
   const std::vector<int64_t> target = {3, -100, 1, -100, 2};
   for (Reduction reduction : kReductions) {
     for (double smoothing : {0.0, 0.2}) {
-      const Tensor loss = nn::cross_entropy(f64_tensor(in.scores, {kN, kC}),
-                                            tensor(target, {kN}), smoothing, reduction);
+      const Tensor loss = nn::cross_entropy(f64_tensor(in.scores, {kN, kC}), tensor(target, {kN}),
+                                            smoothing, reduction);
       EXPECT_TRUE(all_close(values(loss), spatial_cross_entropy_ref(in.scores, target, kN, kC, 1,
                                                                     smoothing, reduction, -100)))
           << "smoothing " << smoothing;
@@ -209,9 +209,8 @@ TEST_F(Loss, CrossEntropyLeavesOutIgnoredTargets) {
   }
   // Any index may be the ignored one, a class included.
   const std::vector<int64_t> classes = {3, 0, 1, 3, 2};
-  const Tensor loss =
-      nn::cross_entropy(f64_tensor(in.scores, {kN, kC}), tensor(classes, {kN}), 0,
-                        Reduction::kMean, 3);
+  const Tensor loss = nn::cross_entropy(f64_tensor(in.scores, {kN, kC}), tensor(classes, {kN}), 0,
+                                        Reduction::kMean, 3);
   EXPECT_TRUE(all_close(values(loss), spatial_cross_entropy_ref(in.scores, classes, kN, kC, 1, 0,
                                                                 Reduction::kMean, 3)));
 }
@@ -236,14 +235,14 @@ TEST_F(Loss, CrossEntropyOverSpatialDims) {
     const Tensor loss = nn::cross_entropy(f64_tensor(logits, {n, c, h, w}),
                                           tensor(target, {n, h, w}), 0.1, reduction);
     EXPECT_EQ(loss.shape(), (reduction == Reduction::kNone ? Shape{n, h, w} : Shape{}));
-    EXPECT_TRUE(all_close(values(loss), spatial_cross_entropy_ref(logits, target, n, c, h * w,
-                                                                  0.1, reduction, -100)));
+    EXPECT_TRUE(all_close(values(loss), spatial_cross_entropy_ref(logits, target, n, c, h * w, 0.1,
+                                                                  reduction, -100)));
   }
   // nll_loss of the log-probabilities gives the unsmoothed loss.
   const Tensor log_probs = log_softmax(f64_tensor(logits, {n, c, h, w}), 1);
-  EXPECT_TRUE(all_close(values(nn::nll_loss(log_probs, tensor(target, {n, h, w}))),
-                        spatial_cross_entropy_ref(logits, target, n, c, h * w, 0,
-                                                  Reduction::kMean, -100)));
+  EXPECT_TRUE(
+      all_close(values(nn::nll_loss(log_probs, tensor(target, {n, h, w}))),
+                spatial_cross_entropy_ref(logits, target, n, c, h * w, 0, Reduction::kMean, -100)));
 }
 
 TEST_F(Loss, CrossEntropyGradientWithIgnoredTargetsOverSpatialDims) {
@@ -253,9 +252,7 @@ TEST_F(Loss, CrossEntropyGradientWithIgnoredTargetsOverSpatialDims) {
       [&](const std::vector<Tensor>& t) { return nn::cross_entropy(t[0], target, 0.2); },
       {random_arg(rng, {2, 4, 3})}));
   EXPECT_TRUE(gradients_match(
-      [&](const std::vector<Tensor>& t) {
-        return nn::nll_loss(t[0], target, Reduction::kNone);
-      },
+      [&](const std::vector<Tensor>& t) { return nn::nll_loss(t[0], target, Reduction::kNone); },
       {random_arg(rng, {2, 4, 3})}));
 }
 

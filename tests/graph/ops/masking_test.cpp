@@ -61,8 +61,8 @@ TEST_F(OpsValue, ClampWithTensorBoundsBroadcasts) {
   for_each_index(x.dims, [&](const Dims& i) {
     want.values.push_back(clamp_ref(at(x, i), broadcast_at(lo, i), broadcast_at(hi, i)));
   });
-  EXPECT_TRUE(matches(clamp(on_device(x), on_device(lo), on_device(hi)), DType::kF32, want,
-                      kExact));
+  EXPECT_TRUE(
+      matches(clamp(on_device(x), on_device(lo), on_device(hi)), DType::kF32, want, kExact));
   EXPECT_TRUE(matches(clamp(on_device(x), Tensor(), on_device(hi)), DType::kF32,
                       zip(x, hi, [](double v, double h) { return std::min(v, h); }), kExact));
 }
@@ -72,18 +72,17 @@ TEST_F(OpsValue, MaskedFillBroadcastsTheMask) {
   const Ref x = random_ref(rng, {2, 3, 4}, -3, 3);
   const Ref mask = random_ints(rng, {3, 1}, 0, 1);
   for (double value : {-2.5, 0.0, 1.0, -std::numeric_limits<double>::infinity()}) {
-    EXPECT_TRUE(matches(masked_fill(on_device(x), on_device(mask, DType::kBool), value),
-                        DType::kF32,
-                        zip(x, mask, [&](double v, double m) { return m != 0 ? value : v; }),
-                        kExact))
+    EXPECT_TRUE(
+        matches(masked_fill(on_device(x), on_device(mask, DType::kBool), value), DType::kF32,
+                zip(x, mask, [&](double v, double m) { return m != 0 ? value : v; }), kExact))
         << "value " << value;
   }
   // The mask may be the larger operand: the result takes the broadcast shape.
   const Ref row = random_ref(rng, {4}, -3, 3, DType::kF64);
   const Ref big = random_ints(rng, {2, 4}, 0, 1);
   EXPECT_TRUE(matches(masked_fill(on_device(row, DType::kF64), on_device(big, DType::kBool), 9),
-                      DType::kF64,
-                      zip(row, big, [](double v, double m) { return m != 0 ? 9 : v; }), kExact));
+                      DType::kF64, zip(row, big, [](double v, double m) { return m != 0 ? 9 : v; }),
+                      kExact));
   const Ref n = random_ints(rng, {6}, -9, 9);
   const Ref m6 = random_ints(rng, {6}, 0, 1);
   EXPECT_TRUE(matches(masked_fill(on_device(n, DType::kI64), on_device(m6, DType::kBool), 4.75),
@@ -119,8 +118,8 @@ TEST_F(OpsValue, TrilAndTriuKeepTheirTriangleForEachDiagonal) {
 TEST_F(OpsValue, TrilAndTriuKeepTheDtype) {
   std::mt19937 rng(6);
   const Ref n = random_ints(rng, {3, 3}, -9, 9);
-  EXPECT_TRUE(matches(tril(on_device(n, DType::kI64)), DType::kI64, triangle_ref(n, 0, true),
-                      kExact));
+  EXPECT_TRUE(
+      matches(tril(on_device(n, DType::kI64)), DType::kI64, triangle_ref(n, 0, true), kExact));
   const Ref ones = constant_ref({3, 4}, 1);
   EXPECT_TRUE(matches(triu(on_device(ones, DType::kBool), 1), DType::kBool,
                       triangle_ref(ones, 1, false), kExact));

@@ -1,6 +1,6 @@
 // Tests graph/ops/random.cpp by value: rand, randn, randint, bernoulli and multinomial draw from
-// the right distributions (moments over 100k samples, with fixed seeds so nothing flakes), the same seed
-// gives the same values, and consecutive draws differ.
+// the right distributions (moments over 100k samples, with fixed seeds so nothing flakes), the same
+// seed gives the same values, and consecutive draws differ.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -181,8 +181,7 @@ TEST_F(OpsValue, MultinomialWithoutReplacementFirstDrawsFollowTheWeights) {
   std::vector<double> rows;
   constexpr int kRows = 20000;
   for (int r = 0; r < kRows; ++r) rows.insert(rows.end(), weights.begin(), weights.end());
-  const std::vector<int64_t> draws =
-      multinomial(tensor(rows, {kRows, 4}), 2).to_vector<int64_t>();
+  const std::vector<int64_t> draws = multinomial(tensor(rows, {kRows, 4}), 2).to_vector<int64_t>();
   std::vector<double> first(4, 0), second(4, 0);
   for (int r = 0; r < kRows; ++r) {
     ++first[static_cast<std::size_t>(draws[2 * r])];

@@ -1,6 +1,6 @@
 // Tests graph/ops/reduce.cpp by value: sum, mean, amax, amin, logsumexp, argmax, var and std over
-// each set of dims, softmax and log_softmax, executed on each runtime (tests/graph/test_runtime.h) and
-// compared with plain double-precision loops. Inputs come from std::mt19937 with fixed seeds.
+// each set of dims, softmax and log_softmax, executed on each runtime (tests/graph/test_runtime.h)
+// and compared with plain double-precision loops. Inputs come from std::mt19937 with fixed seeds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -194,8 +194,8 @@ TEST_F(OpsValue, VarIsAccurateForALargeMean) {
   std::mt19937 rng(71);
   const Ref x = random_ref(rng, {4, 500}, 1e4 - 1, 1e4 + 1);
   auto var_ref = [](const std::vector<double>& v) { return variance_of(v, 1); };
-  EXPECT_TRUE(matches(var(on_device(x), {1}), DType::kF32, reduce_ref(x, {1}, false, var_ref),
-                      {1e-3, 0}));
+  EXPECT_TRUE(
+      matches(var(on_device(x), {1}), DType::kF32, reduce_ref(x, {1}, false, var_ref), {1e-3, 0}));
   const Ref x64 = random_ref(rng, {300}, 1e6, 1e6 + 1, DType::kF64);
   EXPECT_TRUE(matches(var(on_device(x64, DType::kF64)), DType::kF64,
                       reduce_ref(x64, {}, false, var_ref), {1e-9, 0}));

@@ -39,11 +39,11 @@ TEST_F(OpsValue, CumsumAlongEachDim) {
 TEST_F(OpsValue, CumsumInF64AndBf16) {
   std::mt19937 rng(2);
   const Ref x = random_ref(rng, {5, 300}, -1, 1, DType::kF64);
-  EXPECT_TRUE(matches(cumsum(on_device(x, DType::kF64), 1), DType::kF64, cumsum_ref(x, 1),
-                      kTolF64));
+  EXPECT_TRUE(
+      matches(cumsum(on_device(x, DType::kF64), 1), DType::kF64, cumsum_ref(x, 1), kTolF64));
   const Ref b = random_ref(rng, {40, 3}, 0, 1, DType::kBF16);
-  EXPECT_TRUE(matches(cumsum(on_device(b, DType::kBF16), 0), DType::kBF16, cumsum_ref(b, 0),
-                      kTolBf16));
+  EXPECT_TRUE(
+      matches(cumsum(on_device(b, DType::kBF16), 0), DType::kBF16, cumsum_ref(b, 0), kTolBf16));
 }
 
 TEST_F(OpsValue, CumsumOfIntegersAndBoolIsInt64) {
@@ -51,8 +51,8 @@ TEST_F(OpsValue, CumsumOfIntegersAndBoolIsInt64) {
   const Ref n = random_ints(rng, {4, 6}, -50, 50);
   EXPECT_TRUE(matches(cumsum(on_device(n, DType::kI32), 1), DType::kI64, cumsum_ref(n, 1), kExact));
   const Ref flags = random_ints(rng, {9}, 0, 1);
-  EXPECT_TRUE(
-      matches(cumsum(on_device(flags, DType::kBool), 0), DType::kI64, cumsum_ref(flags, 0), kExact));
+  EXPECT_TRUE(matches(cumsum(on_device(flags, DType::kBool), 0), DType::kI64, cumsum_ref(flags, 0),
+                      kExact));
 }
 
 TEST_F(OpsValue, CumsumOfZeroDimAndEmptyTensors) {

@@ -75,12 +75,12 @@ TEST_F(OpsValue, TopkAlongEachDimLargestAndSmallest) {
 
 TEST_F(OpsValue, TopkOfLongRowsAndOtherDtypes) {
   std::mt19937 rng(2);
-  EXPECT_TRUE(topk_matches(random_ref(rng, {3, 1000}, -1, 1, DType::kF64), DType::kF64, 17, 1,
-                           true));
-  EXPECT_TRUE(topk_matches(random_ref(rng, {300, 2}, -1, 1, DType::kF32), DType::kF32, 5, 0,
-                           false));
-  EXPECT_TRUE(topk_matches(random_ref(rng, {2, 30}, -1, 1, DType::kBF16), DType::kBF16, 4, 1,
-                           true));
+  EXPECT_TRUE(
+      topk_matches(random_ref(rng, {3, 1000}, -1, 1, DType::kF64), DType::kF64, 17, 1, true));
+  EXPECT_TRUE(
+      topk_matches(random_ref(rng, {300, 2}, -1, 1, DType::kF32), DType::kF32, 5, 0, false));
+  EXPECT_TRUE(
+      topk_matches(random_ref(rng, {2, 30}, -1, 1, DType::kBF16), DType::kBF16, 4, 1, true));
   EXPECT_TRUE(topk_matches(random_ints(rng, {5, 8}, -100, 100), DType::kI64, 3, 1, true));
 }
 

@@ -26,8 +26,7 @@ Ref piece_ref(const Ref& x, int64_t dim, int64_t start, int64_t length) {
 ::testing::AssertionResult pieces_match(const std::vector<Tensor>& got, const Ref& x, int64_t dim,
                                         const std::vector<int64_t>& sizes) {
   if (got.size() != sizes.size()) {
-    return ::testing::AssertionFailure()
-           << got.size() << " pieces, expected " << sizes.size();
+    return ::testing::AssertionFailure() << got.size() << " pieces, expected " << sizes.size();
   }
   int64_t start = 0;
   for (std::size_t p = 0; p < sizes.size(); ++p) {
@@ -52,8 +51,8 @@ TEST_F(OpsValue, SplitBySizeLeavesASmallerLastPiece) {
 TEST_F(OpsValue, SplitBySizesGivesThosePieces) {
   std::mt19937 rng(2);
   const Ref x = random_ref(rng, {3, 9}, -3, 3);
-  EXPECT_TRUE(pieces_match(split(on_device(x), std::vector<int64_t>{2, 0, 4, 3}, 1), x, 1,
-                           {2, 0, 4, 3}));
+  EXPECT_TRUE(
+      pieces_match(split(on_device(x), std::vector<int64_t>{2, 0, 4, 3}, 1), x, 1, {2, 0, 4, 3}));
   EXPECT_TRUE(pieces_match(split(on_device(x), std::vector<int64_t>{3}, 0), x, 0, {3}));
 }
 
