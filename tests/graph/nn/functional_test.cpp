@@ -249,27 +249,23 @@ TEST_F(Functional, RejectArgumentsThatDoNotFitNamingTheCallersLine) {
   EXPECT_TRUE(contains(shape_error(wrong_weight, "layer_norm", __LINE__ - 1), "f32[2]"));
   auto bad_p = [&] { (void)nn::dropout(zeros({2}), 1.5); };
   EXPECT_TRUE(contains(shape_error(bad_p, "dropout", __LINE__ - 1), "1.5"));
-  const Tensor q = zeros({2, 3, 4});
-  auto wrong_e = [&] {
-    (void)nn::scaled_dot_product_attention(q, zeros({2, 5, 3}), zeros({2, 5, 2}));
-  };
-  EXPECT_TRUE(
-      contains(shape_error(wrong_e, "scaled_dot_product_attention", __LINE__ - 1), "f32[2,5,3]"));
-  auto wrong_s = [&] {
-    (void)nn::scaled_dot_product_attention(q, zeros({2, 5, 4}), zeros({2, 6, 2}));
-  };
-  EXPECT_TRUE(
-      contains(shape_error(wrong_s, "scaled_dot_product_attention", __LINE__ - 1), "f32[2,6,2]"));
-  auto both = [&] {
-    (void)nn::scaled_dot_product_attention(q, q, q, ones({3, 3}, DType::kBool), true);
-  };
-  EXPECT_TRUE(
-      contains(shape_error(both, "scaled_dot_product_attention", __LINE__ - 2), "is_causal"));
-  auto bad_mask = [&] {
-    (void)nn::scaled_dot_product_attention(q, q, q, zeros({3, 2}, DType::kBool));
-  };
-  EXPECT_TRUE(
-      contains(shape_error(bad_mask, "scaled_dot_product_attention", __LINE__ - 2), "pred[3,2]"));
+  // Attention: each call on the line after its lambda's, whatever the formatter does to the rest.
+  const Tensor q = zeros({2, 3, 4}), k3 = zeros({2, 5, 3}), v5 = zeros({2, 5, 2});
+  constexpr const char* kSdpa = "scaled_dot_product_attention";
+  const int wrong_e_line = __LINE__ + 1;
+  auto wrong_e = [&] { (void)nn::scaled_dot_product_attention(q, k3, v5); };
+  EXPECT_TRUE(contains(shape_error(wrong_e, kSdpa, wrong_e_line), "f32[2,5,3]"));
+  const Tensor k5 = zeros({2, 5, 4}), v6 = zeros({2, 6, 2});
+  const int wrong_s_line = __LINE__ + 1;
+  auto wrong_s = [&] { (void)nn::scaled_dot_product_attention(q, k5, v6); };
+  EXPECT_TRUE(contains(shape_error(wrong_s, kSdpa, wrong_s_line), "f32[2,6,2]"));
+  const Tensor square = ones({3, 3}, DType::kBool), narrow = zeros({3, 2}, DType::kBool);
+  const int both_line = __LINE__ + 1;
+  auto both = [&] { (void)nn::scaled_dot_product_attention(q, q, q, square, true); };
+  EXPECT_TRUE(contains(shape_error(both, kSdpa, both_line), "is_causal"));
+  const int bad_mask_line = __LINE__ + 1;
+  auto bad_mask = [&] { (void)nn::scaled_dot_product_attention(q, q, q, narrow); };
+  EXPECT_TRUE(contains(shape_error(bad_mask, kSdpa, bad_mask_line), "pred[3,2]"));
 }
 
 }  // namespace
