@@ -155,6 +155,16 @@ Tensor var(const Tensor& x, std::vector<int64_t> dims = {}, bool unbiased = true
 /// sqrt(var(x, dims, unbiased, keepdim)), as torch.std.
 Tensor std(const Tensor& x, std::vector<int64_t> dims = {}, bool unbiased = true,
            bool keepdim = false, Loc where = Loc::current());
+/// torch.var's and torch.std's keyword form: the sum of squared deviations is divided by
+/// max(n - correction, 0).
+struct VarOptions {
+  double correction = 1;
+  bool keepdim = false;
+};
+Tensor var(const Tensor& x, std::vector<int64_t> dims, const VarOptions& options,
+           Loc where = Loc::current());
+Tensor std(const Tensor& x, std::vector<int64_t> dims, const VarOptions& options,
+           Loc where = Loc::current());
 /// Running sums along `dim`, as torch.cumsum: floating inputs keep their dtype (accumulated in
 /// f64), integers and bool give s64.
 Tensor cumsum(const Tensor& x, int64_t dim, Loc where = Loc::current());

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "graph/autograd/derivatives.h"
 #include "graph/ops/op_util.h"
@@ -123,7 +124,7 @@ Tensor softmax_like(Op op, const Tensor& x, int64_t dim, const Loc& where) {
 // loses every digit when the mean is large next to the spread. The count less the correction is
 // clamped at 0 as torch does, so the unbiased variance of one element is NaN, as there.
 Tensor variance(std::string_view op, const Tensor& x, const std::vector<int64_t>& dims,
-                bool unbiased, bool keepdim, const Loc& where) {
+                double correction, bool keepdim, const Loc& where) {
   ops::require_defined(op, x, "the operand", where);
   if (!is_floating(x.dtype())) {
     ops::fail(op, fmt::format("needs a floating-point tensor, not {}", describe(x)), where);
@@ -131,7 +132,10 @@ Tensor variance(std::string_view op, const Tensor& x, const std::vector<int64_t>
   const std::vector<int64_t> reduced = reduced_dims(op, x, dims, where);
   int64_t count = 1;
   for (int64_t d : reduced) count *= x.shape()[static_cast<int>(d)];
-  const double correction = unbiased ? 1 : 0;
+  if (!std::isfinite(correction)) {
+    ops::fail(op, fmt::format("correction {} is not a finite number ({})", correction, describe(x)),
+              where);
+  }
   const double divisor = std::max(static_cast<double>(count) - correction, 0.0);
   const Tensor deviation = sub(x, mean(x, reduced, /*keepdim=*/true, where), where);
   return div(sum(mul(deviation, deviation, where), reduced, keepdim, where), divisor, where);
@@ -190,11 +194,19 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim, Loc whe
 }
 
 Tensor var(const Tensor& x, std::vector<int64_t> dims, bool unbiased, bool keepdim, Loc where) {
-  return variance("var", x, dims, unbiased, keepdim, where);
+  return variance("var", x, dims, unbiased ? 1 : 0, keepdim, where);
 }
 
 Tensor std(const Tensor& x, std::vector<int64_t> dims, bool unbiased, bool keepdim, Loc where) {
-  return sqrt(variance("std", x, dims, unbiased, keepdim, where), where);
+  return sqrt(variance("std", x, dims, unbiased ? 1 : 0, keepdim, where), where);
+}
+
+Tensor var(const Tensor& x, std::vector<int64_t> dims, const VarOptions& options, Loc where) {
+  return variance("var", x, dims, options.correction, options.keepdim, where);
+}
+
+Tensor std(const Tensor& x, std::vector<int64_t> dims, const VarOptions& options, Loc where) {
+  return sqrt(variance("std", x, dims, options.correction, options.keepdim, where), where);
 }
 
 Tensor softmax(const Tensor& x, int64_t dim, Loc where) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -657,6 +658,8 @@ TEST(StatisticsOps, RejectBadArguments) {
   EXPECT_SHAPE_ERROR(var(t({2, 3}, DType::kI64)), "var", "s64[2,3]");
   EXPECT_SHAPE_ERROR(std(t({2, 3}), {2}), "std", "dim 2");
   EXPECT_SHAPE_ERROR(var(t({2, 3}), {1, -1}), "var", "more than once");
+  EXPECT_SHAPE_ERROR(std(t({2, 3}), {1}, {.correction = NAN}), "std", "correction nan");
+  EXPECT_EQ(type_of(var(t({2, 3}), {1}, {.correction = 0, .keepdim = true})), "f32[2,1]");
   EXPECT_SHAPE_ERROR(cumsum(t({2, 3}), 2), "cumsum", "dim 2", "f32[2,3]");
   EXPECT_SHAPE_ERROR(topk(t({2, 3}), 4), "topk", "k = 4", "f32[2,3]");
   EXPECT_SHAPE_ERROR(topk(t({2, 3}), -1), "topk", "k = -1");

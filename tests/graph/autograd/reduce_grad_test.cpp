@@ -100,6 +100,7 @@ TEST_F(ReductionGrad, VarAndStd) {
   EXPECT_TRUE(gradients_match([](Args t) { return var(t[0], {1}, false, true); }, {x}));
   EXPECT_TRUE(gradients_match([](Args t) { return std(t[0], {0, 2}); }, {x}));
   EXPECT_TRUE(gradients_match([](Args t) { return std(t[0], {-1}, false); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return var(t[0], {0, 1}, {.correction = 2}); }, {x}));
 }
 
 TEST_F(ReductionGrad, CumsumAlongEachDim) {

@@ -189,6 +189,25 @@ TEST_F(OpsValue, VarAndStdOverEachDimSet) {
   }
 }
 
+TEST_F(OpsValue, VarAndStdWithACorrection) {
+  std::mt19937 rng(72);
+  const Ref x = random_ref(rng, {4, 6}, -3, 3, DType::kF64);
+  const Tensor t = on_device(x, DType::kF64);
+  for (double c : {0.0, 1.0, 2.0, 0.5, -1.0}) {
+    auto var_ref = [c](const std::vector<double>& v) { return variance_of(v, c); };
+    auto std_ref = [c](const std::vector<double>& v) { return std::sqrt(variance_of(v, c)); };
+    EXPECT_TRUE(matches(var(t, {1}, {.correction = c}), DType::kF64,
+                        reduce_ref(x, {1}, false, var_ref), kTolF64))
+        << "correction " << c;
+    EXPECT_TRUE(matches(std(t, {0}, {.correction = c, .keepdim = true}), DType::kF64,
+                        reduce_ref(x, {0}, true, std_ref), kTolF64))
+        << "correction " << c;
+  }
+  // n - correction <= 0 divides by 0, as torch clamps it.
+  const std::vector<double> over = var(t, {1}, {.correction = 6}).to_vector<double>();
+  for (double v : over) EXPECT_TRUE(std::isinf(v)) << v;
+}
+
 // A mean of 1e4 next to a spread of 1: E[x^2] - E[x]^2 would cancel to garbage in f32.
 TEST_F(OpsValue, VarIsAccurateForALargeMean) {
   std::mt19937 rng(71);
