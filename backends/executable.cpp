@@ -19,13 +19,13 @@ std::string_view kernel_name(Kernel kernel) noexcept {
       "minimum", "eq",          "ne",           "lt",          "le",         "gt",
       "ge",      "logical_and", "logical_or",   "where",       "neg",        "exp",
       "log",     "sqrt",        "rsqrt",        "tanh",        "sigmoid",    "relu",
-      "gelu",    "abs",         "sin",          "cos",         "logical_not", "cast",
-      "fill",    "iota",        "sum",          "mean",        "reduce_max", "reduce_min",
-      "logsumexp", "argmax",    "softmax",      "log_softmax", "cumsum",     "topk",
-      "matmul",  "conv2d",      "max_pool2d",   "avg_pool2d",
+      "gelu",    "abs",         "logical_not",  "cast",        "fill",       "iota",
+      "sum",     "mean",        "reduce_max",   "reduce_min",  "logsumexp",  "argmax",
+      "softmax", "log_softmax", "matmul",       "conv2d",      "max_pool2d", "avg_pool2d",
       "copy",    "permute",     "expand",       "slice",       "concat",     "index_select",
       "gather",  "one_hot",     "rand_uniform", "rand_normal", "rand_int",   "bernoulli",
       "scatter_add", "max_pool2d_backward", "avg_pool2d_backward",
+      "sin",     "cos",         "cumsum",       "topk",
       "fused", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"};
   // clang-format on
   auto i = static_cast<std::size_t>(kernel);
