@@ -156,7 +156,7 @@ std::vector<double> attention_ref(const std::vector<double>& q, const std::vecto
 struct Attention {
   int64_t batch = 2, L = 3, S = 4, E = 5, Ev = 2;
   std::vector<double> q, k, v;
-  explicit Attention(unsigned seed) {
+  explicit Attention(unsigned seed, int64_t problems = 2) : batch(problems) {
     std::mt19937 rng(seed);
     q = uniform_values(rng, batch * L * E, -2, 2);
     k = uniform_values(rng, batch * S * E, -2, 2);
@@ -208,6 +208,26 @@ TEST_F(Functional, CausalAttentionKeepsEarlierKeys) {
   EXPECT_TRUE(
       all_close(values(nn::scaled_dot_product_attention(a.query(), a.key(), a.value(), {}, true)),
                 a.ref(1 / std::sqrt(5.0), causal), 1e-12, 1e-10));
+}
+
+// [batch, heads, L, E] as transformers call it: 2 x 3 problems, one causal mask for all.
+TEST_F(Functional, AttentionOverBatchAndHeadDims) {
+  const Attention a(12, 6);
+  std::vector<double> causal;
+  for (int64_t i = 0; i < a.L; ++i) {
+    for (int64_t j = 0; j < a.S; ++j) causal.push_back(j <= i ? 0 : kMinusInf);
+  }
+  const Tensor q = f64_tensor(a.q, {2, 3, a.L, a.E}), k = f64_tensor(a.k, {2, 3, a.S, a.E});
+  const Tensor v = f64_tensor(a.v, {2, 3, a.S, a.Ev});
+  const Tensor out = nn::scaled_dot_product_attention(q, k, v, {}, true);
+  EXPECT_EQ(out.shape(), Shape({2, 3, a.L, a.Ev}));
+  EXPECT_TRUE(all_close(values(out), a.ref(1 / std::sqrt(5.0), causal), 1e-12, 1e-10));
+  const Tensor keep =
+      cast(tensor(std::vector<int64_t>{1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0}, {3, 4}), DType::kBool);
+  std::vector<double> bias;
+  for (int64_t m : keep.to_vector<int64_t>()) bias.push_back(m ? 0 : kMinusInf);
+  EXPECT_TRUE(all_close(values(nn::scaled_dot_product_attention(q, k, v, keep)),
+                        a.ref(1 / std::sqrt(5.0), bias), 1e-12, 1e-10));
 }
 
 TEST_F(Functional, AttentionGradientsMatchFiniteDifferences) {
