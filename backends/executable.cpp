@@ -25,6 +25,7 @@ std::string_view kernel_name(Kernel kernel) noexcept {
       "copy",    "permute",     "expand",       "slice",       "concat",     "index_select",
       "gather",  "one_hot",     "rand_uniform", "rand_normal", "rand_int",   "bernoulli",
       "scatter_add", "max_pool2d_backward", "avg_pool2d_backward",
+      "sin",     "cos",         "cumsum",       "topk",
       "fused", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"};
   // clang-format on
   auto i = static_cast<std::size_t>(kernel);
@@ -104,6 +105,8 @@ int fused_step_arity(Kernel kernel) noexcept {
     case Kernel::kTanh:
     case Kernel::kSigmoid:
     case Kernel::kGelu:
+    case Kernel::kSin:
+    case Kernel::kCos:
       return 1;
     default:
       return 0;

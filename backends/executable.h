@@ -25,6 +25,7 @@ namespace axle {
 ///   kLogicalAnd kLogicalOr                          [a, b] (bool) -> bool
 ///   kWhere                                          [cond (bool), a, b]
 ///   kNeg kExp kLog kSqrt kRsqrt kTanh kSigmoid kRelu kAbs kLogicalNot   [x]
+///   kSin kCos                                       [x]
 ///   kGelu                                           [x]; ints = [approximate: 0 erf, 1 tanh]
 ///   kCast                                           [x] -> output slot's dtype
 ///   kFill        []; reals = [value]                output filled with value
@@ -34,6 +35,12 @@ namespace axle {
 ///   kSum kMean kReduceMax kReduceMin kLogSumExp     [x]
 ///   kArgMax                                         [x]; ints = [keepdim, dim] -> s64
 ///   kSoftmax kLogSoftmax                            [x]; ints = [dim]
+///   kCumsum      [x]; ints = [dim, reverse]: out[..., i, ...] is the sum of x[..., j, ...] over
+///                j <= i (j >= i when reverse), accumulated in f64 for floating dtypes (s64 for
+///                integers); output has x's shape and dtype
+///   kTopK        [x]; ints = [dim, k, largest]: s64 indices along dim of the k largest (smallest)
+///                elements, best first; equal values in index order; NaN counts as larger than
+///                any number. Output is x's shape with dim of size k
 /// Linear algebra and convolution.
 ///   kMatmul      [a, b]; ints = [transpose_a, transpose_b]. a is [..., M, K] (or [..., K, M]
 ///                when transposed), b is [..., K, N] (or [..., N, K]); batch dims broadcast;
@@ -89,9 +96,9 @@ namespace axle {
 ///                kernel, destination, a, b, attribute, then optionally a reduction]. Steps run
 ///                in order over each block of the chain's elements; kernel is one of kAdd kSub
 ///                kMul kDiv kPow kMaximum kMinimum kNeg kAbs kRelu kExp kLog kSqrt kRsqrt kTanh
-///                kSigmoid kGelu; destination is a scratch buffer in [0, buffers), or -1 for the
-///                output (the last step, only, and only without a reduction); an operand >= 0 is
-///                an external operand, < 0 the scratch buffer -operand - 1 (b is ignored by
+///                kSigmoid kGelu kSin kCos; destination is a scratch buffer in [0, buffers), or -1
+///                for the output (the last step, only, and only without a reduction); an operand >=
+///                0 is an external operand, < 0 the scratch buffer -operand - 1 (b is ignored by
 ///                unary steps); attribute is gelu's approximate flag, else 0. Without a
 ///                reduction the chain's shape is the output's.
 ///                The reduction, last: [kernel, -1, a, rank, the chain's shape (rank dims),
@@ -158,6 +165,12 @@ enum class Kernel : uint16_t {
   kScatterAdd,
   kMaxPool2dBackward,
   kAvgPool2dBackward,
+  // Kernels added later go here, before kFused: a kFused call's ints hold its steps' kernels by
+  // number, and programs in the persistent cache keep those numbers.
+  kSin,
+  kCos,
+  kCumsum,
+  kTopK,
   kFused,
   kAllReduce,
   kAllGather,

@@ -8,7 +8,9 @@
 namespace axle {
 
 // Ops that lower to the kernel of the same name: X(Name, "ir_name"), one per line so that adding
-// an op is a one-line change.
+// an op is a one-line change. New ops go last: an op's number enters graph hashes, which key
+// programs in the persistent cache, so renumbering an op could give a new graph an old one's
+// program.
 // clang-format off
 #define AXLE_KERNEL_OPS(X)                    \
   X(Add, "add")                               \
@@ -71,7 +73,11 @@ namespace axle {
   X(AllGather, "all_gather")                  \
   X(ReduceScatter, "reduce_scatter")          \
   X(AllToAll, "all_to_all")                   \
-  X(CollectivePermute, "collective_permute")
+  X(CollectivePermute, "collective_permute")  \
+  X(Sin, "sin")                               \
+  X(Cos, "cos")                               \
+  X(Cumsum, "cumsum")                         \
+  X(TopK, "topk")
 // clang-format on
 
 /// An IR operation.

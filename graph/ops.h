@@ -54,6 +54,11 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = DTyp
 Tensor bernoulli(const Tensor& p, Loc where = Loc::current());
 Tensor bernoulli(const Shape& shape, double p, DType dtype = DType::kF32, Device device = {},
                  Loc where = Loc::current());
+/// Indices (s64) of `num_samples` draws per row of `probs` ([C] or [N, C], weights that need not
+/// sum to 1), with or without replacement, as torch.multinomial. Without replacement a row never
+/// gives an index twice nor, while it has enough non-zero weights, one of weight 0.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
+                   Loc where = Loc::current());
 
 // --- elementwise ------------------------------------------------------------------------------
 Tensor add(const Tensor& a, const Tensor& b, Loc where = Loc::current());
@@ -95,7 +100,23 @@ Tensor relu(const Tensor& x, Loc where = Loc::current());
 /// approximate: "none" (erf) or "tanh", as torch.nn.functional.gelu.
 Tensor gelu(const Tensor& x, const char* approximate = "none", Loc where = Loc::current());
 Tensor abs(const Tensor& x, Loc where = Loc::current());
+Tensor sin(const Tensor& x, Loc where = Loc::current());
+Tensor cos(const Tensor& x, Loc where = Loc::current());
+/// x * sigmoid(x), as torch.nn.functional.silu.
+Tensor silu(const Tensor& x, Loc where = Loc::current());
 Tensor cast(const Tensor& x, DType dtype, Loc where = Loc::current());
+/// x limited to [min, max] (a missing bound does not limit), as torch.clamp; where min > max every
+/// element is max. The gradient passes where min <= x <= max.
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt,
+             Loc where = Loc::current());
+/// clamp with tensor bounds that broadcast (an undefined Tensor is a missing bound).
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max, Loc where = Loc::current());
+/// x with `value` wherever the bool `mask` is true (mask and x broadcast), as torch.masked_fill.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, Loc where = Loc::current());
+/// x with the elements above diagonal `diagonal` of its last two dims zeroed, as torch.tril.
+Tensor tril(const Tensor& x, int64_t diagonal = 0, Loc where = Loc::current());
+/// x with the elements below diagonal `diagonal` of its last two dims zeroed, as torch.triu.
+Tensor triu(const Tensor& x, int64_t diagonal = 0, Loc where = Loc::current());
 
 Tensor operator+(Operand a, const Tensor& b);
 Tensor operator-(Operand a, const Tensor& b);
@@ -127,6 +148,36 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool k
               Loc where = Loc::current());
 Tensor softmax(const Tensor& x, int64_t dim, Loc where = Loc::current());
 Tensor log_softmax(const Tensor& x, int64_t dim, Loc where = Loc::current());
+/// Variance over `dims` (every dim when empty) from the mean and squared deviations, divided by
+/// n - 1 when `unbiased` (torch.var's default), else by n.
+Tensor var(const Tensor& x, std::vector<int64_t> dims = {}, bool unbiased = true,
+           bool keepdim = false, Loc where = Loc::current());
+/// sqrt(var(x, dims, unbiased, keepdim)), as torch.std.
+Tensor std(const Tensor& x, std::vector<int64_t> dims = {}, bool unbiased = true,
+           bool keepdim = false, Loc where = Loc::current());
+/// torch.var's and torch.std's keyword form: the sum of squared deviations is divided by
+/// max(n - correction, 0).
+struct VarOptions {
+  double correction = 1;
+  bool keepdim = false;
+};
+Tensor var(const Tensor& x, std::vector<int64_t> dims, const VarOptions& options,
+           Loc where = Loc::current());
+Tensor std(const Tensor& x, std::vector<int64_t> dims, const VarOptions& options,
+           Loc where = Loc::current());
+/// Running sums along `dim`, as torch.cumsum: floating inputs keep their dtype (accumulated in
+/// f64), integers and bool give s64.
+Tensor cumsum(const Tensor& x, int64_t dim, Loc where = Loc::current());
+/// The values and positions (s64) of torch.topk.
+struct TopK {
+  Tensor values;
+  Tensor indices;
+};
+/// The k largest (smallest when !largest) elements along `dim`, best first, as torch.topk. NaN
+/// ranks above every number; equal values come in index order. Results are always sorted, which
+/// torch allows for sorted = false too.
+TopK topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true,
+          Loc where = Loc::current());
 
 // --- linear algebra, convolution, pooling ----------------------------------------------------
 /// torch.matmul: 1-d operands are promoted (and the added dim removed), batch dims broadcast.
@@ -170,6 +221,17 @@ Tensor expand(const Tensor& x, std::vector<int64_t> shape, Loc where = Loc::curr
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1,
              Loc where = Loc::current());
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0, Loc where = Loc::current());
+/// Pieces of `split_size` along `dim`, the last smaller if the size does not divide, as
+/// torch.split.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0,
+                          Loc where = Loc::current());
+/// Pieces of the given sizes along `dim` (they sum to its size), as torch.split with a list.
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& split_sizes, int64_t dim = 0,
+                          Loc where = Loc::current());
+/// At most `chunks` pieces of ceil(size / chunks) along `dim`, as torch.chunk (fewer when the
+/// size runs out first).
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0,
+                          Loc where = Loc::current());
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0, Loc where = Loc::current());
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, Loc where = Loc::current());
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, Loc where = Loc::current());

@@ -333,6 +333,8 @@ const KernelTable& kernel_table() {
     register_random_kernels(t);
     register_fused_kernels(t);
     register_scatter_kernels(t);
+    register_scan_kernels(t);
+    register_topk_kernels(t);
     return t;
   }();
   return table;

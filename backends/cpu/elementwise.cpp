@@ -6,7 +6,7 @@
 // one flat row and a scalar operand a stride-0 row. Rows are loops in fixed blocks of kBlock
 // elements plus a scalar tail: GCC at -O2 uses its "very cheap" vectoriser cost model, which only
 // vectorises loops whose trip count it knows, so a plain `for (i < n)` loop would stay scalar.
-// Transcendentals go through Eigen arrays, whose exp/log/tanh are vectorised.
+// Transcendentals go through Eigen arrays, whose exp/log/tanh/sin/cos are vectorised.
 #include <fmt/format.h>
 #include <Eigen/Core>
 
@@ -477,7 +477,7 @@ void map_float(const T* x, T* out, int64_t n, F f) {
   }
 }
 
-// kExp kLog kSqrt kRsqrt kTanh kSigmoid kGelu: floating dtypes only.
+// kExp kLog kSqrt kRsqrt kTanh kSigmoid kGelu kSin kCos: floating dtypes only.
 template <Kernel K>
 void float_unary_kernel(const KernelArgs& args) {
   check_arity(args, 1);
@@ -583,6 +583,8 @@ void register_elementwise_kernels(KernelTable& table) {
   set_kernel(table, Kernel::kTanh, &float_unary_kernel<Kernel::kTanh>);
   set_kernel(table, Kernel::kSigmoid, &float_unary_kernel<Kernel::kSigmoid>);
   set_kernel(table, Kernel::kGelu, &float_unary_kernel<Kernel::kGelu>);
+  set_kernel(table, Kernel::kSin, &float_unary_kernel<Kernel::kSin>);
+  set_kernel(table, Kernel::kCos, &float_unary_kernel<Kernel::kCos>);
   set_kernel(table, Kernel::kLogicalNot, &logical_not_kernel);
   set_kernel(table, Kernel::kCast, &cast_kernel);
   set_kernel(table, Kernel::kFill, &fill_kernel);

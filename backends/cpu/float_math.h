@@ -11,8 +11,8 @@
 
 namespace axle::cpu {
 
-/// exp, log, sqrt, rsqrt, tanh or sigmoid of `v`. Expressions hold arrays by reference (Eigen
-/// Maps by value), so callers evaluate them before `v` goes.
+/// exp, log, sqrt, rsqrt, tanh, sigmoid, sin or cos of `v`. Expressions hold arrays by reference
+/// (Eigen Maps by value), so callers evaluate them before `v` goes.
 template <Kernel K>
 auto transcendental(const auto& v) {
   using C = typename std::decay_t<decltype(v)>::Scalar;
@@ -23,6 +23,8 @@ auto transcendental(const auto& v) {
   if constexpr (K == Kernel::kRsqrt) return v.sqrt().inverse();
   if constexpr (K == Kernel::kTanh) return v.tanh();
   if constexpr (K == Kernel::kSigmoid) return (C(1) + (-v).exp()).inverse();
+  if constexpr (K == Kernel::kSin) return v.sin();
+  if constexpr (K == Kernel::kCos) return v.cos();
 }
 
 /// gelu, exact (erf) and tanh forms.

@@ -447,6 +447,12 @@ class FusedRun {
       case Kernel::kSigmoid:
         o = transcendental<Kernel::kSigmoid>(x);
         return;
+      case Kernel::kSin:
+        o = transcendental<Kernel::kSin>(x);
+        return;
+      case Kernel::kCos:
+        o = transcendental<Kernel::kCos>(x);
+        return;
       case Kernel::kGelu:
         if (step.tanh_form) {
           o = gelu_tanh(x);

@@ -80,6 +80,8 @@ void register_data_movement_kernels(KernelTable& table);
 void register_random_kernels(KernelTable& table);
 void register_fused_kernels(KernelTable& table);
 void register_scatter_kernels(KernelTable& table);
+void register_scan_kernels(KernelTable& table);
+void register_topk_kernels(KernelTable& table);
 
 /// One member's part of a collective call (see Backend::collective).
 void run_collective(const KernelCall& call, const BufferDesc& operand, const BufferDesc& result,

@@ -13,15 +13,20 @@ namespace axle::autograd {
 [[nodiscard]] const Derivative& binary_derivative(Op op);
 /// add sub mul div pow of a tensor and a scalar; reals = [scalar], ints = [scalar_first].
 [[nodiscard]] const Derivative& scalar_derivative(Op op);
-/// neg exp log sqrt rsqrt tanh sigmoid relu abs, and gelu (ints = [approximate: 1 tanh]).
+/// neg exp log sqrt rsqrt tanh sigmoid relu abs sin cos, and gelu (ints = [approximate: 1 tanh]).
 [[nodiscard]] const Derivative& unary_derivative(Op op);
 extern const Derivative kWhereBackward;  ///< [condition, a, b]
 extern const Derivative kCastBackward;   ///< [x]
+/// clamp with scalar bounds: [x]; ints = [has_min, has_max], reals = [min, max].
+extern const Derivative kClampBackward;
+/// clamp with tensor bounds: [x, min, max] without the missing ones; ints = [has_min, has_max].
+extern const Derivative kClampTensorBackward;
 
 // --- reductions: [x] ---
 /// sum mean amax amin logsumexp (ints = [keepdim, dims...], as the IR's), softmax log_softmax
 /// (ints = [dim]).
 [[nodiscard]] const Derivative& reduction_derivative(Op op);
+extern const Derivative kCumsumBackward;  ///< [x]; ints = [dim]
 
 // --- linear algebra, convolution, pooling ---
 extern const Derivative kMatmulBackward;     ///< [a, b]; ints = [transpose_b] (linear's weight)

@@ -128,6 +128,14 @@ void tanh_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   grads[0] = mul(g, 1.0 - mul(t, t));
 }
 
+void sin_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  grads[0] = mul(g, cos(fn.input(0)));
+}
+
+void cos_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  grads[0] = neg(mul(g, sin(fn.input(0))));
+}
+
 void sigmoid_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   const Tensor s = sigmoid(fn.input(0));
   grads[0] = mul(g, mul(s, 1.0 - s));
@@ -163,6 +171,36 @@ void gelu_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   grads[0] = mul(g, dy);
 }
 
+// As torch: x takes the gradient where min <= x <= max (a NaN x takes none). A tensor min takes
+// it where x < min < max, a tensor max where x > max or max < min (min > max makes every element
+// max).
+void clamp_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const Tensor& x = fn.input(0);
+  Tensor inside = eq(x, x);  // not NaN
+  if (fn.ints()[0] != 0) inside = logical_and(inside, logical_not(lt(x, fn.reals()[0])));
+  if (fn.ints()[1] != 0) inside = logical_and(inside, logical_not(gt(x, fn.reals()[1])));
+  grads[0] = masked(inside, g);
+}
+
+void clamp_tensor_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const Tensor& x = fn.input(0);
+  const bool has_min = fn.ints()[0] != 0, has_max = fn.ints()[1] != 0;
+  const Tensor* min = has_min ? &fn.input(1) : nullptr;
+  const Tensor* max = has_max ? &fn.input(has_min ? 2 : 1) : nullptr;
+  if (fn.needs_grad(0)) {
+    Tensor inside;
+    if (min) inside = ge(x, *min);
+    if (max) inside = inside.defined() ? logical_and(inside, le(x, *max)) : le(x, *max);
+    grads[0] = masked(inside, g);
+  }
+  if (min && fn.needs_grad(1)) {
+    grads[1] = masked(max ? logical_and(lt(x, *min), lt(*min, *max)) : lt(x, *min), g);
+  }
+  if (max && fn.needs_grad(has_min ? 2 : 1)) {
+    grads[has_min ? 2 : 1] = masked(min ? logical_or(gt(x, *max), lt(*max, *min)) : gt(x, *max), g);
+  }
+}
+
 void where_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   const Tensor& condition = fn.input(0);
   if (fn.needs_grad(1)) grads[1] = masked(condition, g);
@@ -180,6 +218,8 @@ void cast_backward(const GradFn&, const Tensor& g, GradList& grads) { grads[0] =
 
 const Derivative kWhereBackward{"WhereBackward", where_backward};
 const Derivative kCastBackward{"CastBackward", cast_backward};
+const Derivative kClampBackward{"ClampBackward", clamp_backward};
+const Derivative kClampTensorBackward{"ClampBackward", clamp_tensor_backward};
 
 const Derivative& binary_derivative(Op op) {
   static const Derivative kAdd{"AddBackward", add_backward};
@@ -242,6 +282,8 @@ const Derivative& unary_derivative(Op op) {
   static const Derivative kRelu{"ReluBackward", relu_backward};
   static const Derivative kGelu{"GeluBackward", gelu_backward};
   static const Derivative kAbs{"AbsBackward", abs_backward};
+  static const Derivative kSin{"SinBackward", sin_backward};
+  static const Derivative kCos{"CosBackward", cos_backward};
   switch (op) {
     case Op::kNeg:
       return kNeg;
@@ -263,6 +305,10 @@ const Derivative& unary_derivative(Op op) {
       return kGelu;
     case Op::kAbs:
       return kAbs;
+    case Op::kSin:
+      return kSin;
+    case Op::kCos:
+      return kCos;
     default:
       no_derivative(op);
   }

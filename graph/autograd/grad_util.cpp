@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "graph/ops/op_util.h"
+
 namespace axle::autograd {
 
 std::vector<int64_t> dims_of(const Shape& shape) {
@@ -76,5 +78,13 @@ Tensor pad_dim(const Tensor& t, int64_t dim, int64_t lo, int64_t hi, int64_t int
 }
 
 Tensor scalar_zero(const Tensor& t) { return scalar_tensor(0, t.dtype(), t.device()); }
+
+// kCumsum's reverse flag has no public op (torch has none either); the node is built here.
+Tensor reverse_cumsum(const Tensor& t, int64_t dim) {
+  const Loc where = Loc::current();
+  return ops::make_result(Op::kCumsum, t.dtype(), t.shape(),
+                          Operands{ops::value_as(t, t.dtype(), where)}, t.device(), where,
+                          IntAttrs{dim, 1});
+}
 
 }  // namespace axle::autograd

@@ -25,6 +25,9 @@ namespace axle::autograd {
 [[nodiscard]] Tensor pad_dim(const Tensor& t, int64_t dim, int64_t lo, int64_t hi,
                              int64_t interior = 0);
 
+/// Sums of t along `dim` (non-negative) from each element to the end: cumsum in reverse.
+[[nodiscard]] Tensor reverse_cumsum(const Tensor& t, int64_t dim);
+
 /// A 0-d zero of t's dtype on t's device (where() broadcasts it).
 [[nodiscard]] Tensor scalar_zero(const Tensor& t);
 

@@ -1,4 +1,4 @@
-// graph/autograd: derivatives of the reductions and softmax. The reductions record the IR's
+// graph/autograd: derivatives of the reductions, softmax and cumsum. The reductions record the IR's
 // attributes, [keepdim, dims...] with the dims sorted and non-negative (every dim when the user
 // gave none), so each gradient is spread back over exactly the dims the forward reduced.
 #include <stdexcept>
@@ -72,7 +72,14 @@ void log_softmax_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   grads[0] = sub(g, mul(exp(y), sum(g, {dim}, /*keepdim=*/true)));
 }
 
+// out[i] = sum of x[j] over j <= i, so x[j] gets the sum of g[i] over i >= j: cumsum in reverse.
+void cumsum_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  grads[0] = reverse_cumsum(g, fn.ints()[0]);
+}
+
 }  // namespace
+
+const Derivative kCumsumBackward{"CumsumBackward", cumsum_backward};
 
 const Derivative& reduction_derivative(Op op) {
   static const Derivative kSum{"SumBackward", sum_backward};

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "graph/autograd.h"
+#include "graph/nn/functional.h"
 
 namespace axle::nn {
 namespace {
@@ -50,12 +51,7 @@ Dropout::Dropout(double p) : p_(p) {
   if (!(p >= 0 && p <= 1)) throw std::invalid_argument(fmt::format("Dropout: p = {}", p));
 }
 
-Tensor Dropout::forward(const Tensor& input) {
-  if (!is_training() || p_ == 0) return input;
-  if (p_ == 1) return input * 0.0;
-  const Tensor keep = bernoulli(input.shape(), 1 - p_, input.dtype(), input.device());
-  return input * keep * (1.0 / (1 - p_));
-}
+Tensor Dropout::forward(const Tensor& input) { return dropout(input, p_, is_training()); }
 
 BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, Device device)
     : num_features_(num_features), eps_(eps), momentum_(momentum) {
@@ -100,34 +96,13 @@ LayerNorm::LayerNorm(std::vector<int64_t> normalized_shape, double eps, bool ele
 }
 
 Tensor LayerNorm::forward(const Tensor& input) {
-  const auto k = static_cast<int64_t>(normalized_shape_.size());
-  const int rank = input.dim();
-  bool fits = rank >= k;
-  for (int64_t i = 0; fits && i < k; ++i) {
-    fits = input.size(static_cast<int>(rank - k + i)) == normalized_shape_[i];
-  }
-  if (!fits) {
-    throw ShapeError(fmt::format("LayerNorm([{}]): the input {} does not end in those dims",
-                                 fmt::join(normalized_shape_, ","), input.shape().to_string()));
-  }
-  std::vector<int64_t> dims;
-  for (int64_t i = rank - k; i < rank; ++i) dims.push_back(i);
-  const Tensor mu = mean(input, dims, true);
-  const Tensor centered = input - mu;
-  const Tensor var = mean(centered * centered, dims, true);
-  Tensor y = centered * rsqrt(var + eps_);
-  if (parameter(0).defined()) y = y * parameter(0) + parameter(1);
-  return y;
+  return layer_norm(input, normalized_shape_, parameter(0), parameter(1), eps_);
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Device device) {
   register_parameter("weight", randn(Shape{num_embeddings, embedding_dim}, DType::kF32, device));
 }
 
-Tensor Embedding::forward(const Tensor& indices) {
-  std::vector<int64_t> shape(indices.shape().dims().begin(), indices.shape().dims().end());
-  shape.push_back(weight().size(1));
-  return reshape(index_select(weight(), 0, flatten(indices)), shape);
-}
+Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, weight()); }
 
 }  // namespace axle::nn

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/nn/functional.h"
 #include "graph/nn/module.h"
 #include "graph/ops.h"
 

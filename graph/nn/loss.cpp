@@ -1,5 +1,7 @@
 // graph/nn: losses. The class term is a product with the one-hot target, so every loss is made of
-// elementwise ops and reductions whose gradients need no scatter.
+// elementwise ops and reductions whose gradients need no scatter. Class losses take scores
+// [N, C] or [N, C, d1, ...] with targets [N] or [N, d1, ...]; targets equal to ignore_index add
+// nothing, and the mean is over the others (NaN when none is left, as torch).
 #include "graph/nn/loss.h"
 
 #include <fmt/format.h>
@@ -10,12 +12,12 @@
 namespace axle::nn {
 namespace {
 
-Tensor reduce(const Tensor& per_sample, Reduction reduction, const Loc& where) {
+Tensor reduce(const Tensor& per_sample, Reduction reduction, const Loc& loc) {
   switch (reduction) {
     case Reduction::kMean:
-      return mean(per_sample, {}, false, where);
+      return mean(per_sample, {}, false, loc);
     case Reduction::kSum:
-      return sum(per_sample, {}, false, where);
+      return sum(per_sample, {}, false, loc);
     case Reduction::kNone:
       break;
   }
@@ -23,64 +25,96 @@ Tensor reduce(const Tensor& per_sample, Reduction reduction, const Loc& where) {
 }
 
 void check_classes(std::string_view op, const Tensor& scores, const Tensor& target,
-                   const Loc& where) {
-  ops::require_defined(op, scores, "the input", where);
-  ops::require_defined(op, target, "the target", where);
-  if (scores.dim() != 2 || target.dim() != 1 || target.size(0) != scores.size(0)) {
+                   const Loc& loc) {
+  ops::require_defined(op, scores, "the input", loc);
+  ops::require_defined(op, target, "the target", loc);
+  // The target's shape is the input's without the class dim (dim 1).
+  bool fits = scores.dim() >= 2 && target.dim() == scores.dim() - 1;
+  for (int d = 0; fits && d < target.dim(); ++d) {
+    fits = target.size(d) == scores.size(d == 0 ? 0 : d + 1);
+  }
+  if (!fits) {
     ops::fail(op,
-              fmt::format("expects an input [N, C] and a target [N], got {} and {}",
+              fmt::format("expects an input [N, C, d1, ...] and a target [N, d1, ...], got {} and "
+                          "{}",
                           ops::describe(scores), ops::describe(target)),
-              where);
+              loc);
   }
   if (!is_floating(scores.dtype())) {
     ops::fail(op, fmt::format("the input must be floating-point, not {}", ops::describe(scores)),
-              where);
+              loc);
   }
   if (target.dtype() != DType::kI64 && target.dtype() != DType::kI32) {
     ops::fail(op,
               fmt::format("the target must hold class indices (s32 or s64), not {}",
                           ops::describe(target)),
-              where);
+              loc);
   }
+}
+
+// scores [N, C, d1, ...] as [N, d1, ..., C], so that each sample's classes are its last dim.
+Tensor classes_last(const Tensor& scores, const Loc& loc) {
+  if (scores.dim() == 2) return scores;
+  std::vector<int64_t> order = {0};
+  for (int64_t d = 2; d < scores.dim(); ++d) order.push_back(d);
+  order.push_back(1);
+  return permute(scores, order, loc);
+}
+
+// -sum(log_probs * target distribution) per sample, reduced over the samples not ignored.
+// log_probs has its classes last; `smoothing` mixes ε / C on every class into the one-hot.
+Tensor class_loss(const Tensor& log_probs, const Tensor& target, double smoothing,
+                  Reduction reduction, int64_t ignore_index, const Loc& loc) {
+  const int64_t classes = log_probs.size(-1);
+  const Tensor ignored = eq(target, static_cast<double>(ignore_index), loc);
+  // An ignored target may be no class at all (-100): one_hot gets class 0 in its place.
+  const Tensor safe_target =
+      where(ignored, zeros({}, target.dtype(), target.device(), loc), target, loc);
+  Tensor weights = cast(one_hot(safe_target, classes, loc), log_probs.dtype(), loc);
+  if (smoothing > 0) {
+    weights = weights * (1 - smoothing) + smoothing / static_cast<double>(classes);
+  }
+  const Tensor per_sample = -sum(log_probs * weights, {-1}, false, loc);
+  // where, not a product with 0: an ignored sample's loss may be NaN.
+  const Tensor losses =
+      where(ignored, zeros({}, per_sample.dtype(), per_sample.device(), loc), per_sample, loc);
+  if (reduction != Reduction::kMean) return reduce(losses, reduction, loc);
+  const Tensor kept = cast(logical_not(ignored, loc), per_sample.dtype(), loc);
+  return div(sum(losses, {}, false, loc), sum(kept, {}, false, loc), loc);
 }
 
 }  // namespace
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, Loc where) {
-  check_classes("nll_loss", log_probs, target, where);
-  const Tensor picked = cast(one_hot(target, log_probs.size(1), where), log_probs.dtype(), where);
-  return reduce(-sum(log_probs * picked, {1}, false, where), reduction, where);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction,
+                int64_t ignore_index, Loc loc) {
+  check_classes("nll_loss", log_probs, target, loc);
+  return class_loss(classes_last(log_probs, loc), target, 0, reduction, ignore_index, loc);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing,
-                     Reduction reduction, Loc where) {
-  check_classes("cross_entropy", logits, target, where);
+                     Reduction reduction, int64_t ignore_index, Loc loc) {
+  check_classes("cross_entropy", logits, target, loc);
   if (!(label_smoothing >= 0 && label_smoothing <= 1)) {
     ops::fail("cross_entropy", fmt::format("label_smoothing {} is not in [0, 1]", label_smoothing),
-              where);
+              loc);
   }
-  const Tensor log_probs = log_softmax(logits, 1, where);
-  const int64_t classes = logits.size(1);
-  Tensor weights = cast(one_hot(target, classes, where), logits.dtype(), where);
-  if (label_smoothing > 0) {
-    weights = weights * (1 - label_smoothing) + label_smoothing / static_cast<double>(classes);
-  }
-  return reduce(-sum(log_probs * weights, {1}, false, where), reduction, where);
+  const Tensor log_probs = log_softmax(classes_last(logits, loc), -1, loc);
+  return class_loss(log_probs, target, label_smoothing, reduction, ignore_index, loc);
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc where) {
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc) {
   // Checked here so that an error names mse_loss, not the sub inside it.
-  ops::require_defined("mse_loss", input, "the input", where);
-  ops::require_defined("mse_loss", target, "the target", where);
+  ops::require_defined("mse_loss", input, "the input", loc);
+  ops::require_defined("mse_loss", target, "the target", loc);
   if (!is_floating(input.dtype()) || !is_floating(target.dtype())) {
     ops::fail("mse_loss",
               fmt::format("expects floating-point operands, got {} and {}", ops::describe(input),
                           ops::describe(target)),
-              where);
+              loc);
   }
-  (void)ops::broadcast_shapes("mse_loss", input.shape(), target.shape(), where, &input, &target);
-  const Tensor diff = sub(input, target, where);
-  return reduce(mul(diff, diff, where), reduction, where);
+  (void)ops::broadcast_shapes("mse_loss", input.shape(), target.shape(), loc, &input, &target);
+  const Tensor diff = sub(input, target, loc);
+  return reduce(mul(diff, diff, loc), reduction, loc);
 }
 
 }  // namespace axle::nn

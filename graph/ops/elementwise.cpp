@@ -177,6 +177,13 @@ Tensor tanh(const Tensor& x, Loc where) { return unary(Op::kTanh, x, true, where
 Tensor sigmoid(const Tensor& x, Loc where) { return unary(Op::kSigmoid, x, true, where); }
 Tensor relu(const Tensor& x, Loc where) { return unary(Op::kRelu, x, false, where); }
 Tensor abs(const Tensor& x, Loc where) { return unary(Op::kAbs, x, false, where); }
+Tensor sin(const Tensor& x, Loc where) { return unary(Op::kSin, x, true, where); }
+Tensor cos(const Tensor& x, Loc where) { return unary(Op::kCos, x, true, where); }
+Tensor silu(const Tensor& x, Loc where) {
+  ops::require_defined("silu", x, "the operand", where);
+  const Tensor features = is_floating(x.dtype()) ? x : cast(x, DType::kF32, where);
+  return mul(features, sigmoid(features, where), where);
+}
 Tensor gelu(const Tensor& x, const char* approximate, Loc where) {
   const std::string_view mode = approximate ? approximate : "none";
   if (mode != "none" && mode != "tanh") {

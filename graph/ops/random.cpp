@@ -1,7 +1,8 @@
 // graph/ops: random numbers from the per-device counter-based stream (rand, randn, randint,
-// bernoulli). Each op takes the stream's current (seed, offset) and advances the offset; both go
-// into the graph as s64 parameters, never attributes or constants, so the graph of a training
-// step hashes the same every step although the offset moves on each time.
+// bernoulli, and multinomial, which is made of rand and other ops). Each op takes the stream's
+// current (seed, offset) and advances the offset; both go into the graph as s64 parameters, never
+// attributes or constants, so the graph of a training step hashes the same every step although the
+// offset moves on each time.
 #include <fmt/format.h>
 
 #include <limits>
@@ -115,6 +116,53 @@ Tensor bernoulli(const Shape& shape, double p, DType dtype, Device device, Loc w
   Operands operands = stream_operands(device, shape.numel(), where);
   operands.push_back(ops::scalar(p, p_dtype, where));
   return ops::make_result(Op::kBernoulli, dtype, shape, std::move(operands), device, where);
+}
+
+// Composite, in f64 so that cumulative sums of many small weights still separate them.
+// With replacement: each draw u in [0, 1) picks the first index whose normalised cumulative
+// weight exceeds u (the count of those that do not), so a zero weight, whose cumulative weight
+// equals its predecessor's, is never picked, and the last cumulative weight is exactly 1 > u.
+// Without replacement: Gumbel-top-k — the num_samples largest log(w) - log(-log(u)) are a draw
+// without replacement, in the order sequential sampling would give them.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, Loc where) {
+  ops::require_defined("multinomial", probs, "the probabilities", where);
+  if (probs.dim() != 1 && probs.dim() != 2) {
+    ops::fail("multinomial",
+              fmt::format("the probabilities must be 1-d or 2-d, not {}", describe(probs)), where);
+  }
+  if (!is_floating(probs.dtype())) {
+    ops::fail("multinomial",
+              fmt::format("the probabilities must be floating-point, not {}", describe(probs)),
+              where);
+  }
+  const int64_t categories = probs.size(-1);
+  if (categories == 0) {
+    ops::fail("multinomial", fmt::format("needs at least one category, got {}", describe(probs)),
+              where);
+  }
+  if (num_samples <= 0 || (!replacement && num_samples > categories)) {
+    ops::fail("multinomial",
+              fmt::format("cannot draw {} samples {} replacement from {}", num_samples,
+                          replacement ? "with" : "without", describe(probs)),
+              where);
+  }
+  const Tensor weights = cast(probs.dim() == 1 ? unsqueeze(probs, 0, where) : probs, DType::kF64,
+                              where);  // [N, C]
+  const int64_t rows = weights.size(0);
+  Tensor samples;
+  if (replacement) {
+    const Tensor cdf = cumsum(weights, 1, where);
+    const Tensor normalised =
+        unsqueeze(div(cdf, slice(cdf, 1, -1, categories, 1, where), where), 1, where);  // [N, 1, C]
+    const Tensor u = rand(Shape{rows, num_samples, 1}, DType::kF64, probs.device(), where);
+    samples = sum(cast(logical_not(lt(u, normalised, where), where), DType::kI64, where), {2},
+                  false, where);
+  } else {
+    const Tensor u = rand(Shape{rows, categories}, DType::kF64, probs.device(), where);
+    const Tensor keys = sub(log(weights, where), log(neg(log(u, where), where), where), where);
+    samples = topk(keys, num_samples, 1, true, true, where).indices;
+  }
+  return probs.dim() == 1 ? squeeze(samples, 0, where) : samples;
 }
 
 }  // namespace axle

@@ -1,8 +1,9 @@
-// graph/ops: reductions (sum, mean, amax, amin, logsumexp, argmax) and softmax.
+// graph/ops: reductions (sum, mean, amax, amin, logsumexp, argmax, var, std) and softmax.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "graph/autograd/derivatives.h"
 #include "graph/ops/op_util.h"
@@ -119,6 +120,27 @@ Tensor softmax_like(Op op, const Tensor& x, int64_t dim, const Loc& where) {
   return result;
 }
 
+// Two passes, the mean and then the squared deviations from it: the one-pass E[x^2] - E[x]^2
+// loses every digit when the mean is large next to the spread. The count less the correction is
+// clamped at 0 as torch does, so the unbiased variance of one element is NaN, as there.
+Tensor variance(std::string_view op, const Tensor& x, const std::vector<int64_t>& dims,
+                double correction, bool keepdim, const Loc& where) {
+  ops::require_defined(op, x, "the operand", where);
+  if (!is_floating(x.dtype())) {
+    ops::fail(op, fmt::format("needs a floating-point tensor, not {}", describe(x)), where);
+  }
+  const std::vector<int64_t> reduced = reduced_dims(op, x, dims, where);
+  int64_t count = 1;
+  for (int64_t d : reduced) count *= x.shape()[static_cast<int>(d)];
+  if (!std::isfinite(correction)) {
+    ops::fail(op, fmt::format("correction {} is not a finite number ({})", correction, describe(x)),
+              where);
+  }
+  const double divisor = std::max(static_cast<double>(count) - correction, 0.0);
+  const Tensor deviation = sub(x, mean(x, reduced, /*keepdim=*/true, where), where);
+  return div(sum(mul(deviation, deviation, where), reduced, keepdim, where), divisor, where);
+}
+
 }  // namespace
 
 Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
@@ -169,6 +191,22 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim, Loc whe
   for (int d = 0; d < in.rank(); ++d) ones.push_back(1);
   return ops::make_result(Op::kReshape, DType::kI64, ones,
                           Operands{index.impl()->value_node(where)}, x.device(), where);
+}
+
+Tensor var(const Tensor& x, std::vector<int64_t> dims, bool unbiased, bool keepdim, Loc where) {
+  return variance("var", x, dims, unbiased ? 1 : 0, keepdim, where);
+}
+
+Tensor std(const Tensor& x, std::vector<int64_t> dims, bool unbiased, bool keepdim, Loc where) {
+  return sqrt(variance("std", x, dims, unbiased ? 1 : 0, keepdim, where), where);
+}
+
+Tensor var(const Tensor& x, std::vector<int64_t> dims, const VarOptions& options, Loc where) {
+  return variance("var", x, dims, options.correction, options.keepdim, where);
+}
+
+Tensor std(const Tensor& x, std::vector<int64_t> dims, const VarOptions& options, Loc where) {
+  return sqrt(variance("std", x, dims, options.correction, options.keepdim, where), where);
 }
 
 Tensor softmax(const Tensor& x, int64_t dim, Loc where) {

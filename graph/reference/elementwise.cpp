@@ -190,6 +190,10 @@ double float_math(Op op, double x, bool gelu_tanh) {
       return std::tanh(x);
     case Op::kSigmoid:
       return 1 / (1 + std::exp(-x));
+    case Op::kSin:
+      return std::sin(x);
+    case Op::kCos:
+      return std::cos(x);
     case Op::kGelu:
       if (gelu_tanh) {
         const double k = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;  // sqrt(2 / pi)
@@ -313,6 +317,8 @@ CpuTensor evaluate_elementwise(const OpCall& call) {
     case Op::kTanh:
     case Op::kSigmoid:
     case Op::kGelu:
+    case Op::kSin:
+    case Op::kCos:
       return unary(call);
     case Op::kLogicalNot:
       return logical_not(call);

@@ -41,6 +41,8 @@ CpuTensor evaluate_op(const OpCall& call) {
     case Op::kRelu:
     case Op::kGelu:
     case Op::kAbs:
+    case Op::kSin:
+    case Op::kCos:
     case Op::kLogicalNot:
     case Op::kCast:
     case Op::kFill:
@@ -54,6 +56,8 @@ CpuTensor evaluate_op(const OpCall& call) {
     case Op::kArgMax:
     case Op::kSoftmax:
     case Op::kLogSoftmax:
+    case Op::kCumsum:
+    case Op::kTopK:
       return detail::evaluate_reduction(call);
     case Op::kMatmul:
     case Op::kConv2d:

@@ -126,7 +126,7 @@ void broadcast_loop(const OpCall& call, const std::array<const CpuTensor*, N>& o
 
 /// Arithmetic, comparisons, logical ops, where, unary math, cast, fill and iota (elementwise.cpp).
 [[nodiscard]] CpuTensor evaluate_elementwise(const OpCall& call);
-/// sum, mean, max, min, logsumexp, argmax, softmax and log_softmax (reduce.cpp).
+/// sum, mean, max, min, logsumexp, argmax, softmax, log_softmax, cumsum and topk (reduce.cpp).
 [[nodiscard]] CpuTensor evaluate_reduction(const OpCall& call);
 /// matmul and conv2d (linalg.cpp).
 [[nodiscard]] CpuTensor evaluate_linalg(const OpCall& call);

@@ -1,7 +1,8 @@
-// graph/reference: reductions (sum, mean, max, min, logsumexp, argmax) and softmax /
-// log_softmax, as the CPU backend's reduction kernels: sums in double (integers and bool in
-// wrapping 64 bits), NaN wins max and min, the mean of nothing is NaN, logsumexp and softmax are
-// shifted by the maximum.
+// graph/reference: reductions (sum, mean, max, min, logsumexp, argmax), softmax / log_softmax,
+// and the ops along one dim (cumsum, topk), as the CPU backend's kernels: sums in double
+// (integers and bool in wrapping 64 bits), NaN wins max and min, the mean of nothing is NaN,
+// logsumexp and softmax are shifted by the maximum, topk puts NaN above every number and equal
+// values in index order.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -180,6 +181,95 @@ CpuTensor softmax(const OpCall& call) {
   return out;
 }
 
+// Checks that `dim` is a dim of x, of size at least 1 (0-d x: treated as [1]).
+int64_t dim_of(const OpCall& call, int64_t dim) {
+  const CpuTensor& x = call.operand(0);
+  if (dim < 0 || dim >= std::max(x.shape.rank(), 1)) {
+    fail(call, fmt::format("dim {} is out of range for {}", dim, x.shape.to_string()));
+  }
+  return dim;
+}
+
+// ints = [dim, reverse]. Running sums in double (integers in wrapping 64 bits), each stored
+// rounded.
+CpuTensor cumsum(const OpCall& call) {
+  expect_operands(call, 1);
+  expect_ints(call, 2, "[dim, reverse]");
+  const CpuTensor& x = call.operand(0);
+  expect_dtype(call, "the result", call.dtype(), x.dtype);
+  if (x.dtype == DType::kBool) fail(call, "not defined for pred");
+  if (!(x.shape == call.shape())) fail(call, "the result's shape is not the input's");
+  const int64_t dims[] = {dim_of(call, call.ints()[0])};
+  const bool reverse = call.ints()[1] != 0;
+  const Shape shape = x.shape.rank() == 0 ? Shape{1} : x.shape;
+  CpuTensor out = result_of(call);
+  for_each_output(shape, dims, [&](int64_t, std::span<const int64_t> terms) {
+    double real = 0;
+    int64_t integer = 0;
+    const auto n = static_cast<int64_t>(terms.size());
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t t = terms[static_cast<std::size_t>(reverse ? n - 1 - j : j)];
+      if (is_floating(x.dtype)) {
+        real += real_at(x, t);
+        store_real(out, t, real);
+      } else {
+        integer = wrapping_add(integer, int_at(x, t));
+        store_int(out, t, integer);
+      }
+    }
+  });
+  return out;
+}
+
+// ints = [dim, k, largest]; s64 positions along dim, best first.
+CpuTensor topk(const OpCall& call) {
+  expect_operands(call, 1);
+  expect_ints(call, 3, "[dim, k, largest]");
+  expect_dtype(call, "the result", call.dtype(), DType::kI64);
+  const CpuTensor& x = call.operand(0);
+  const int64_t dim = dim_of(call, call.ints()[0]);
+  const int64_t k = call.ints()[1];
+  const bool largest = call.ints()[2] != 0;
+  const Shape shape = x.shape.rank() == 0 ? Shape{1} : x.shape;
+  Shape expected = shape;
+  if (k < 0 || k > shape[static_cast<int>(dim)]) {
+    fail(call, fmt::format("k = {} is not in [0, {}]", k, shape[static_cast<int>(dim)]));
+  }
+  expected[static_cast<int>(dim)] = k;
+  if (expected.numel() != call.shape().numel()) {
+    fail(call, fmt::format("the result should hold {} elements", expected.numel()));
+  }
+  // above(a, b): a is the larger, NaN above every number; equal values keep their order.
+  auto above = [](double a, double b) { return (std::isnan(a) && !std::isnan(b)) || a > b; };
+  CpuTensor out = result_of(call);
+  const Index out_strides = strides_of(expected);
+  const int64_t dims[] = {dim};
+  std::vector<int64_t> order;
+  for_each_output(shape, dims, [&](int64_t o, std::span<const int64_t> terms) {
+    order.resize(terms.size());
+    for (std::size_t j = 0; j < terms.size(); ++j) order[j] = static_cast<int64_t>(j);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      const double va = real_at(x, terms[static_cast<std::size_t>(a)]);
+      const double vb = real_at(x, terms[static_cast<std::size_t>(b)]);
+      return largest ? above(va, vb) : above(vb, va);
+    });
+    // Output o's first element: o counts the kept positions row-major, with dim of size 1.
+    Index kept{};
+    int64_t rest = o;
+    for (int d = shape.rank() - 1; d >= 0; --d) {
+      const int64_t size = d == dim ? 1 : shape[d];
+      kept[static_cast<std::size_t>(d)] = rest % size;
+      rest /= size;
+    }
+    const int64_t base = offset_of(kept, out_strides, shape.rank());
+    for (int64_t j = 0; j < k; ++j) {
+      store_int(out, base + j * out_strides[static_cast<std::size_t>(dim)],
+                order[static_cast<std::size_t>(j)]);
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 CpuTensor evaluate_reduction(const OpCall& call) {
@@ -195,6 +285,10 @@ CpuTensor evaluate_reduction(const OpCall& call) {
     case Op::kSoftmax:
     case Op::kLogSoftmax:
       return softmax(call);
+    case Op::kCumsum:
+      return cumsum(call);
+    case Op::kTopK:
+      return topk(call);
     default:
       fail(call, "is not a reduction");
   }

@@ -371,6 +371,8 @@ INSTANTIATE_TEST_SUITE_P(
                     UnaryCase{"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
                     UnaryCase{"gelu", [](const Tensor& x) { return gelu(x); }},
                     UnaryCase{"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
+                    UnaryCase{"sin", [](const Tensor& x) { return sin(x); }},
+                    UnaryCase{"cos", [](const Tensor& x) { return cos(x); }},
                     UnaryCase{"logical_not", [](const Tensor& x) { return logical_not(x); }, true}),
     [](const testing::TestParamInfo<UnaryCase>& info) { return std::string(info.param.name); });
 
@@ -492,6 +494,31 @@ TEST(SoftmaxAgreement, SoftmaxAndLogSoftmaxOverEveryDim) {
     results.push_back(logsumexp(large, {1}));
     results.push_back(softmax(large, 1));
     check.expect_agree(results);
+  }
+}
+
+TEST(CumsumAgreement, AlongEveryDimInEveryDType) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Agreement check;
+    const Tensor x = check.random(dtype, {3, 4, 5}, -9, 9, true);
+    check.expect_agree(
+        {cumsum(x, 0), cumsum(x, 1), cumsum(x, -1), cumsum(check.random(dtype, {300}, -2, 2), 0),
+         cumsum(check.random(dtype, {}, -2, 2), 0), cumsum(check.random(dtype, {0, 3}), 1)});
+  }
+}
+
+TEST(TopkAgreement, RanksTiesByIndexAndNaNFirst) {
+  for (DType dtype : kAllDTypes) {
+    if (dtype == DType::kBool) continue;  // topk takes no pred
+    SCOPED_TRACE(dtype_name(dtype));
+    Agreement check;
+    // Small integers (also as floats, through a cast) make ties.
+    const Tensor ties = cast(check.random(DType::kI32, {3, 4, 5}, -2, 2), dtype);
+    const Tensor nans = check.random(dtype, {4, 10}, -2, 2, true);
+    check.expect_agree({topk(ties, 2, 0).indices, topk(ties, 3, 1, false).indices,
+                        topk(ties, 5).indices, topk(nans, 4).indices, topk(nans, 3, 0).values,
+                        topk(nans, 10, 1, false).values});
   }
 }
 

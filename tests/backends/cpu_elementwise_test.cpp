@@ -441,6 +441,10 @@ double unary_reference(Kernel k, double x) {
       return std::abs(x);
     case Kernel::kGelu:
       return gelu_erf(x);
+    case Kernel::kSin:
+      return std::sin(x);
+    case Kernel::kCos:
+      return std::cos(x);
     default:
       return kNaN;
   }
@@ -464,7 +468,8 @@ TEST_P(FloatUnary, MatchesDoubleReferenceOnFloatDtypes) {
 INSTANTIATE_TEST_SUITE_P(CpuElementwise, FloatUnary,
                          ::testing::Values(Kernel::kNeg, Kernel::kExp, Kernel::kLog, Kernel::kSqrt,
                                            Kernel::kRsqrt, Kernel::kTanh, Kernel::kSigmoid,
-                                           Kernel::kRelu, Kernel::kAbs, Kernel::kGelu),
+                                           Kernel::kRelu, Kernel::kAbs, Kernel::kGelu, Kernel::kSin,
+                                           Kernel::kCos),
                          [](const auto& info) { return std::string(kernel_name(info.param)); });
 
 TEST(CpuElementwise, GeluTanhApproximationFollowsTorchFormula) {

@@ -1,9 +1,11 @@
 // Tests the CPU kernels that split their work over a device's compute threads (compute_pool.h)
 // at 1, 2 and 3 threads: against plain loops, and bit for bit against one thread wherever the
-// split cannot change a result (elementwise, fused and pooling kernels, whole images or products
-// per thread); products split into row or column blocks must give the same bits run to run.
+// split cannot change a result (elementwise, fused, pooling, cumsum and topk kernels, whole
+// images or products per thread); products split into row or column blocks must give the same bits
+// run to run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -370,6 +372,49 @@ TEST(ThreadCount, SumOverBatchAndPlanesGivesOneThreadsBits) {
   }
   expect_on_every_thread_count(Kernel::kSum, {x}, DType::kF32, {1, 12, 1, 1}, {1, 0, 2, 3}, want,
                                tolerance(DType::kF32), true, "sum over {0, 2, 3}", scale);
+}
+
+// ---- cumsum and topk -------------------------------------------------------------------------
+
+// Rows along the last dim and columns along the first, each enough work to be split.
+TEST(ThreadCount, CumsumGivesOneThreadsBits) {
+  std::mt19937 rng(15);
+  const Shape shape{300, 700};
+  const HostTensor x = random_tensor(DType::kF32, shape, rng);
+  for (int64_t dim : {0, 1}) {
+    for (int64_t reverse : {0, 1}) {
+      std::vector<double> want(x.values.size());
+      const int64_t n = shape[static_cast<int>(dim)], stride = dim == 0 ? 700 : 1;
+      for (int64_t line = 0; line < shape.numel() / n; ++line) {
+        const int64_t first = dim == 0 ? line : line * 700;
+        double running = 0;
+        for (int64_t r = 0; r < n; ++r) {
+          const auto i = static_cast<std::size_t>(first + (reverse ? n - 1 - r : r) * stride);
+          running += x.values[i];
+          want[i] = round_to(DType::kF32, running);
+        }
+      }
+      expect_on_every_thread_count(
+          Kernel::kCumsum, {x}, DType::kF32, shape, {dim, reverse}, want, 0, true,
+          "cumsum dim " + std::to_string(dim) + (reverse ? " reversed" : ""));
+    }
+  }
+}
+
+TEST(ThreadCount, TopkGivesOneThreadsBits) {
+  std::mt19937 rng(16);
+  const Shape shape{400, 300};
+  const HostTensor x = random_tensor(DType::kF32, shape, rng);
+  std::vector<double> want;
+  for (int64_t row = 0; row < 400; ++row) {
+    std::vector<int64_t> order(300);
+    for (int64_t j = 0; j < 300; ++j) order[static_cast<std::size_t>(j)] = j;
+    const double* v = x.values.data() + row * 300;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return v[a] > v[b]; });
+    for (int64_t j = 0; j < 5; ++j) want.push_back(static_cast<double>(order[j]));
+  }
+  expect_on_every_thread_count(Kernel::kTopK, {x}, DType::kI64, {400, 5}, {1, 5, 1}, want, 0, true,
+                               "topk 5 of 300");
 }
 
 // ---- elementwise and fused -------------------------------------------------------------------

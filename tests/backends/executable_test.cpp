@@ -1,9 +1,12 @@
-// program_error (backends/executable.h): what makes a program unsafe to hand to a backend.
+// backends/executable.h: kernel names, and program_error — what makes a program unsafe to hand to
+// a backend.
 #include "backends/executable.h"
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <string_view>
 
 namespace axle {
 namespace {
@@ -61,6 +64,20 @@ TEST(ProgramError, RejectsInputSlotsOutOfRangeOrBoundTwice) {
   expect_error(*program, "input slot 4 is out of range");
   program->input_slots = {0, 0};
   expect_error(*program, "input slot 0 is bound twice");
+}
+
+// The names are a table by position: a kernel added to the enum but not to the table would take
+// its neighbour's name (or none), and the persistent cache finds kernels by name.
+TEST(KernelName, EveryKernelHasItsOwnName) {
+  std::set<std::string_view> names;
+  for (int k = 0; k < static_cast<int>(Kernel::kCount); ++k) {
+    const std::string_view name = kernel_name(static_cast<Kernel>(k));
+    EXPECT_FALSE(name.empty()) << "kernel " << k;
+    EXPECT_TRUE(names.insert(name).second) << "kernel " << k << " repeats " << name;
+  }
+  EXPECT_EQ(kernel_name(Kernel::kSin), "sin");
+  EXPECT_EQ(kernel_name(Kernel::kTopK), "topk");
+  EXPECT_EQ(kernel_name(Kernel::kCollectivePermute), "collective_permute");
 }
 
 TEST(ProgramError, RejectsUnknownKernels) {

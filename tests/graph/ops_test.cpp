@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -585,6 +586,99 @@ TEST(Indexing, OneHotAddsAClassDim) {
   EXPECT_EQ(ints_of(one_hot(t({4}, DType::kI64), 10)), (std::vector<int64_t>{10}));
   EXPECT_SHAPE_ERROR(one_hot(t({4}), 10), "one_hot", "f32[4]");
   EXPECT_SHAPE_ERROR(one_hot(t({4}, DType::kI64), 0), "one_hot", "s64[4]");
+}
+
+// --- ops of transformer models -----------------------------------------------------------------
+
+TEST(MaskingOps, GiveTorchsShapesAndDtypes) {
+  EXPECT_EQ(type_of(clamp(t({2, 3}), -1.0, 1.0)), "f32[2,3]");
+  EXPECT_EQ(type_of(clamp(t({2}, DType::kI64), 0.0)), "s64[2]");
+  EXPECT_EQ(type_of(clamp(t({2}, DType::kI32), std::nullopt, 2.5)), "f32[2]");
+  EXPECT_EQ(type_of(clamp(t({2, 3}), t({3}), t({2, 1}, DType::kF64))), "f64[2,3]");
+  EXPECT_EQ(type_of(masked_fill(t({3}, DType::kBF16), t({2, 1}, DType::kBool), 1.5)), "bf16[2,3]");
+  EXPECT_EQ(type_of(tril(t({2, 3, 4}, DType::kI32))), "s32[2,3,4]");
+  EXPECT_EQ(type_of(triu(t({0, 5}), 2)), "f32[0,5]");
+  EXPECT_EQ(type_of(sin(t({2}, DType::kI64))), "f32[2]");
+  EXPECT_EQ(type_of(silu(t({2}, DType::kF64))), "f64[2]");
+}
+
+TEST(MaskingOps, RejectBadArguments) {
+  EXPECT_SHAPE_ERROR(clamp(t({2}), std::nullopt, std::nullopt), "clamp", "f32[2]");
+  EXPECT_SHAPE_ERROR(clamp(t({2}, DType::kBool), 0.0, 1.0), "clamp", "pred[2]");
+  EXPECT_SHAPE_ERROR(clamp(t({2, 3}), t({4}), Tensor()), "clamp", "f32[2,3]", "f32[4]");
+  EXPECT_SHAPE_ERROR(clamp(t({2}), Tensor(), Tensor()), "clamp", "min or a max");
+  EXPECT_SHAPE_ERROR(masked_fill(t({2, 3}), t({2, 3}), 0), "masked_fill", "f32[2,3]", "pred");
+  EXPECT_SHAPE_ERROR(masked_fill(t({2, 3}), t({2}, DType::kBool), 0), "masked_fill", "pred[2]");
+  EXPECT_SHAPE_ERROR(tril(t({4})), "tril", "f32[4]");
+  EXPECT_SHAPE_ERROR(triu(t({})), "triu", "f32[]");
+  EXPECT_SHAPE_ERROR(sin(Tensor()), "sin", "undefined");
+  EXPECT_SHAPE_ERROR(cos(Tensor()), "cos", "undefined");
+  EXPECT_SHAPE_ERROR(silu(Tensor()), "silu", "undefined");
+}
+
+TEST(SplitOps, GiveTheirPieces) {
+  const std::vector<Tensor> pieces = split(t({7, 2}), 3);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(type_of(pieces[2]), "f32[1,2]");
+  EXPECT_EQ(split(t({2, 6}), std::vector<int64_t>{1, 5}, -1).size(), 2u);
+  EXPECT_EQ(type_of(split(t({2, 6}), std::vector<int64_t>{1, 5}, -1)[1]), "f32[2,5]");
+  EXPECT_EQ(chunk(t({5}), 3).size(), 3u);  // 2, 2, 1
+  EXPECT_EQ(chunk(t({6}), 4).size(), 3u);  // 2, 2, 2
+  EXPECT_EQ(type_of(chunk(t({6}), 4)[2]), "f32[2]");
+}
+
+TEST(SplitOps, RejectBadArguments) {
+  EXPECT_SHAPE_ERROR(split(t({4}), 0), "split", "split_size 0", "f32[4]");
+  EXPECT_SHAPE_ERROR(split(t({4}), -2), "split", "split_size -2");
+  EXPECT_SHAPE_ERROR(split(t({4, 2}), std::vector<int64_t>{1, 2}), "split", "[1,2]", "f32[4,2]");
+  EXPECT_SHAPE_ERROR(split(t({4}), std::vector<int64_t>{5, -1}), "split", "[5,-1]");
+  EXPECT_SHAPE_ERROR(split(t({}), 1), "split", "f32[]");
+  EXPECT_SHAPE_ERROR(split(t({4}), 1, 1), "split", "dim 1");
+  EXPECT_SHAPE_ERROR(chunk(t({4}), 0), "chunk", "chunks must be positive, not 0");
+  EXPECT_SHAPE_ERROR(chunk(t({4}), 2, -3), "chunk", "dim -3");
+}
+
+TEST(StatisticsOps, GiveTorchsShapesAndDtypes) {
+  EXPECT_EQ(type_of(var(t({2, 3, 4}), {1})), "f32[2,4]");
+  EXPECT_EQ(type_of(var(t({2, 3, 4}), {0, 2}, false, true)), "f32[1,3,1]");
+  EXPECT_EQ(type_of(std(t({2, 3}, DType::kF64))), "f64[]");
+  EXPECT_EQ(type_of(cumsum(t({2, 3}), -1)), "f32[2,3]");
+  EXPECT_EQ(type_of(cumsum(t({2, 3}, DType::kI32), 0)), "s64[2,3]");
+  EXPECT_EQ(type_of(cumsum(t({4}, DType::kBool), 0)), "s64[4]");
+  EXPECT_EQ(ints_of(cumsum(t({2, 3}), -1)), (std::vector<int64_t>{1, 0}));
+  const TopK top = topk(t({4, 9}, DType::kBF16), 3);
+  EXPECT_EQ(type_of(top.values), "bf16[4,3]");
+  EXPECT_EQ(type_of(top.indices), "s64[4,3]");
+  EXPECT_EQ(ints_of(top.indices), (std::vector<int64_t>{1, 3, 1}));
+  EXPECT_EQ(type_of(topk(t({4, 9}), 2, 0, false).indices), "s64[2,9]");
+  EXPECT_EQ(type_of(topk(t({}), 1).values), "f32[]");
+}
+
+TEST(StatisticsOps, RejectBadArguments) {
+  EXPECT_SHAPE_ERROR(var(t({2, 3}, DType::kI64)), "var", "s64[2,3]");
+  EXPECT_SHAPE_ERROR(std(t({2, 3}), {2}), "std", "dim 2");
+  EXPECT_SHAPE_ERROR(var(t({2, 3}), {1, -1}), "var", "more than once");
+  EXPECT_SHAPE_ERROR(std(t({2, 3}), {1}, {.correction = NAN}), "std", "correction nan");
+  EXPECT_EQ(type_of(var(t({2, 3}), {1}, {.correction = 0, .keepdim = true})), "f32[2,1]");
+  EXPECT_SHAPE_ERROR(cumsum(t({2, 3}), 2), "cumsum", "dim 2", "f32[2,3]");
+  EXPECT_SHAPE_ERROR(topk(t({2, 3}), 4), "topk", "k = 4", "f32[2,3]");
+  EXPECT_SHAPE_ERROR(topk(t({2, 3}), -1), "topk", "k = -1");
+  EXPECT_SHAPE_ERROR(topk(t({2, 3}), 1, 3), "topk", "dim 3");
+  EXPECT_SHAPE_ERROR(topk(t({2, 3}, DType::kBool), 1), "topk", "pred[2,3]");
+}
+
+TEST(Multinomial, GivesS64SamplesPerRow) {
+  EXPECT_EQ(type_of(multinomial(t({5}), 3)), "s64[3]");
+  EXPECT_EQ(type_of(multinomial(t({2, 5}, DType::kF64), 7, true)), "s64[2,7]");
+  EXPECT_EQ(type_of(multinomial(t({2, 5}), 5)), "s64[2,5]");
+}
+
+TEST(Multinomial, RejectsBadArguments) {
+  EXPECT_SHAPE_ERROR(multinomial(t({2, 3, 4}), 1), "multinomial", "f32[2,3,4]");
+  EXPECT_SHAPE_ERROR(multinomial(t({4}, DType::kI64), 1), "multinomial", "s64[4]");
+  EXPECT_SHAPE_ERROR(multinomial(t({4}), 5), "multinomial", "5 samples without", "f32[4]");
+  EXPECT_SHAPE_ERROR(multinomial(t({4}), 0, true), "multinomial", "0 samples");
+  EXPECT_SHAPE_ERROR(multinomial(t({2, 0}), 1, true), "multinomial", "f32[2,0]");
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 // included: one test per op.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <optional>
 #include <random>
+#include <vector>
 
 #include "tests/graph/grad_check.h"
 
@@ -162,6 +165,72 @@ TEST_F(ElementwiseGrad, ChainOfElementwiseOps) {
   EXPECT_TRUE(
       gradients_match([](Args t) { return tanh(t[0] * t[1] + exp(t[0]) / (t[1] * t[1] + 1.0)); },
                       {random_arg(rng, {2, 3}), random_arg(rng, {3})}));
+}
+
+// ---- sin, cos, silu, clamp, masked_fill, tril, triu ----
+
+TEST_F(ElementwiseGrad, SinCosAndSilu) {
+  std::mt19937 rng(40);
+  const GradArg x = random_arg(rng, {3, 4}, -4, 4);
+  EXPECT_TRUE(gradients_match([](Args t) { return sin(t[0]); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return cos(t[0]); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return silu(t[0]); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return sin(t[0]) * cos(t[0]); }, {x}));
+}
+
+TEST_F(ElementwiseGrad, ClampWithScalarBounds) {
+  std::mt19937 rng(41);
+  const GradArg x = random_arg(rng, {4, 5}, -2, 2);
+  EXPECT_TRUE(gradients_match([](Args t) { return clamp(t[0], -0.5, 0.7); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return clamp(t[0], -0.5); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return clamp(t[0], std::nullopt, 0.3); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return clamp(t[0], 1.0, -1.0); }, {x}));
+}
+
+TEST_F(ElementwiseGrad, ClampWithTensorBounds) {
+  std::mt19937 rng(42);
+  const GradArg x = random_arg(rng, {3, 4}, -2, 2);
+  const GradArg lo = random_arg(rng, {4}, -1.5, 0);
+  const GradArg hi = random_arg(rng, {3, 1}, 0, 1.5);
+  EXPECT_TRUE(gradients_match([](Args t) { return clamp(t[0], t[1], t[2]); }, {x, lo, hi}));
+  EXPECT_TRUE(gradients_match([](Args t) { return clamp(t[0], t[1], Tensor()); }, {x, lo}));
+  EXPECT_TRUE(gradients_match([](Args t) { return clamp(t[0], Tensor(), t[1]); }, {x, hi}));
+  // min > max: every element is max, whose gradient it takes.
+  EXPECT_TRUE(gradients_match([](Args t) { return clamp(t[0], t[1], t[2]); },
+                              {x, random_arg(rng, {4}, 1, 2), random_arg(rng, {4}, -2, -1)}));
+}
+
+// At a bound the gradient passes to x, as torch (maximum and minimum would split it).
+TEST_F(ElementwiseGrad, ClampPassesTheGradientAtTheBounds) {
+  const Tensor x = tensor(std::vector<double>{-1, -0.5, 0, 0.5, 1, NAN}, {6});
+  x.requires_grad_();
+  sum(clamp(x, -0.5, 0.5)).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 1, 1, 1, 0, 0}));
+  const Tensor y = tensor(std::vector<double>{-1, -0.5, 0, 0.5, 1}, {5});
+  const Tensor lo = tensor(std::vector<double>{-0.5}, {1});
+  const Tensor hi = tensor(std::vector<double>{0.5}, {1});
+  y.requires_grad_();
+  lo.requires_grad_();
+  hi.requires_grad_();
+  sum(clamp(y, lo, hi)).backward();
+  EXPECT_EQ(y.grad().to_vector<double>(), (std::vector<double>{0, 1, 1, 1, 0}));
+  EXPECT_EQ(lo.grad().to_vector<double>(), (std::vector<double>{1}));
+  EXPECT_EQ(hi.grad().to_vector<double>(), (std::vector<double>{1}));
+}
+
+TEST_F(ElementwiseGrad, MaskedFillZeroesTheFilledGradient) {
+  std::mt19937 rng(43);
+  const GradArg x = random_arg(rng, {2, 3, 4});
+  const GradArg mask = mask_arg(rng, {3, 1});
+  EXPECT_TRUE(gradients_match([](Args t) { return masked_fill(t[0], t[1], -3.5); }, {x, mask}));
+}
+
+TEST_F(ElementwiseGrad, TrilAndTriu) {
+  std::mt19937 rng(44);
+  const GradArg x = random_arg(rng, {2, 3, 4});
+  EXPECT_TRUE(gradients_match([](Args t) { return tril(t[0]); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return tril(t[0], -1); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return triu(t[0], 1); }, {x}));
 }
 
 }  // namespace

@@ -91,5 +91,35 @@ TEST_F(ReductionGrad, CrossEntropyFromLogSoftmaxAndGather) {
                       {random_arg(rng, {4, 5}), index_arg({4, 1}, {2, 0, 4, 2})}));
 }
 
+// ---- var, std, cumsum, topk ----
+
+TEST_F(ReductionGrad, VarAndStd) {
+  std::mt19937 rng(20);
+  const GradArg x = random_arg(rng, {3, 4, 2});
+  EXPECT_TRUE(gradients_match([](Args t) { return var(t[0]); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return var(t[0], {1}, false, true); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return std(t[0], {0, 2}); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return std(t[0], {-1}, false); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return var(t[0], {0, 1}, {.correction = 2}); }, {x}));
+}
+
+TEST_F(ReductionGrad, CumsumAlongEachDim) {
+  std::mt19937 rng(21);
+  const GradArg x = random_arg(rng, {3, 4, 2});
+  EXPECT_TRUE(gradients_match([](Args t) { return cumsum(t[0], 0); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return cumsum(t[0], 1); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return cumsum(t[0], -1); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return cumsum(t[0], 0); }, {random_arg(rng, {})}));
+}
+
+// Distinct random values, so a small step never changes which elements are on top.
+TEST_F(ReductionGrad, TopkValuesScatterIntoTheirPositions) {
+  std::mt19937 rng(22);
+  const GradArg x = random_arg(rng, {3, 6});
+  EXPECT_TRUE(gradients_match([](Args t) { return topk(t[0], 2).values; }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return topk(t[0], 3, 0, false).values; }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return topk(t[0], 6, 1).values * 2.0; }, {x}));
+}
+
 }  // namespace
 }  // namespace axle::testing

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <vector>
 
 #include "tests/graph/grad_check.h"
 
@@ -114,6 +115,30 @@ TEST_F(ShapeGrad, ScatterAdd) {
   EXPECT_TRUE(gradients_match(
       [](Args t) { return scatter_add(t[0], 1, t[1], t[2]); },
       {random_arg(rng, {2, 4}), index_arg({2, 3}, {3, 0, 3, 1, 1, 2}), random_arg(rng, {2, 3})}));
+}
+
+TEST_F(ShapeGrad, SplitAndChunkPadEachPieceBack) {
+  std::mt19937 rng(30);
+  const GradArg x = random_arg(rng, {5, 4});
+  // Pieces weighted differently, so a piece put back in the wrong place shows.
+  EXPECT_TRUE(gradients_match(
+      [](Args t) {
+        const std::vector<Tensor> p = split(t[0], 2);
+        return cat({p[0] * 3.0, p[2], p[1] * -1.0}, 0);
+      },
+      {x}));
+  EXPECT_TRUE(gradients_match(
+      [](Args t) {
+        const std::vector<Tensor> p = split(t[0], std::vector<int64_t>{1, 3}, 1);
+        return p[1] * 2.0;
+      },
+      {x}));
+  EXPECT_TRUE(gradients_match(
+      [](Args t) {
+        const std::vector<Tensor> p = chunk(t[0], 3, 1);
+        return cat({p[1], p[0] * 0.5}, 1);
+      },
+      {x}));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// graph/nn/loss.h end to end: nll_loss, cross_entropy (with and without label smoothing) and
-// mse_loss for every Reduction against double-precision references written here from torch's
-// definitions, their gradients against finite differences, and the errors for inputs that do
-// not fit.
+// graph/nn/loss.h end to end: nll_loss, cross_entropy (with and without label smoothing, with
+// ignored targets, over [N, C, d1, ...] inputs) and mse_loss for every Reduction against
+// double-precision references written here from torch's definitions, their gradients against finite
+// differences, and the errors for inputs that do not fit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -160,6 +160,100 @@ TEST_F(Loss, NllAndMseGradientsMatchFiniteDifferences) {
   std::mt19937 rng(8);
   EXPECT_TRUE(gradients_match([](const std::vector<Tensor>& t) { return nn::mse_loss(t[0], t[1]); },
                               {random_arg(rng, {2, 3}), random_arg(rng, {3})}));
+}
+
+// ---- ignore_index and [N, C, d1, ...] inputs -------------------------------------------------
+
+// torch's cross_entropy of logits [n, c, spatial] (row-major, spatial flattened) and targets
+// [n, spatial]: per position (1 - ε) * nll + ε * mean of -log p, 0 where the target is ignored;
+// the mean divides by the positions not ignored.
+std::vector<double> spatial_cross_entropy_ref(const std::vector<double>& logits,
+                                              const std::vector<int64_t>& target, int64_t n,
+                                              int64_t c, int64_t spatial, double smoothing,
+                                              Reduction reduction, int64_t ignore_index) {
+  std::vector<double> per_position;
+  double kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t s = 0; s < spatial; ++s) {
+      const int64_t t = target[i * spatial + s];
+      if (t == ignore_index) {
+        per_position.push_back(0);
+        continue;
+      }
+      ++kept;
+      std::vector<double> row;
+      for (int64_t k = 0; k < c; ++k) row.push_back(logits[(i * c + k) * spatial + s]);
+      const std::vector<double> lp = log_softmax_rows(row, 1, c);
+      double uniform = 0;
+      for (int64_t k = 0; k < c; ++k) uniform -= lp[k] / static_cast<double>(c);
+      per_position.push_back((1 - smoothing) * -lp[t] + smoothing * uniform);
+    }
+  }
+  if (reduction != Reduction::kMean) return reduced(per_position, reduction);
+  double total = 0;
+  for (double v : per_position) total += v;
+  return {total / kept};
+}
+
+TEST_F(Loss, CrossEntropyLeavesOutIgnoredTargets) {
+  const Inputs in = inputs(9);
+  const std::vector<int64_t> target = {3, -100, 1, -100, 2};
+  for (Reduction reduction : kReductions) {
+    for (double smoothing : {0.0, 0.2}) {
+      const Tensor loss = nn::cross_entropy(f64_tensor(in.scores, {kN, kC}), tensor(target, {kN}),
+                                            smoothing, reduction);
+      EXPECT_TRUE(all_close(values(loss), spatial_cross_entropy_ref(in.scores, target, kN, kC, 1,
+                                                                    smoothing, reduction, -100)))
+          << "smoothing " << smoothing;
+    }
+  }
+  // Any index may be the ignored one, a class included.
+  const std::vector<int64_t> classes = {3, 0, 1, 3, 2};
+  const Tensor loss = nn::cross_entropy(f64_tensor(in.scores, {kN, kC}), tensor(classes, {kN}), 0,
+                                        Reduction::kMean, 3);
+  EXPECT_TRUE(all_close(values(loss), spatial_cross_entropy_ref(in.scores, classes, kN, kC, 1, 0,
+                                                                Reduction::kMean, 3)));
+}
+
+TEST_F(Loss, MeanOverOnlyIgnoredTargetsIsNaN) {
+  const Inputs in = inputs(10);
+  const Tensor target = tensor(std::vector<int64_t>(kN, -100), {kN});
+  EXPECT_TRUE(std::isnan(nn::cross_entropy(f64_tensor(in.scores, {kN, kC}), target).item()));
+  EXPECT_TRUE(std::isnan(nn::nll_loss(f64_tensor(in.scores, {kN, kC}), target).item()));
+  EXPECT_EQ(nn::cross_entropy(f64_tensor(in.scores, {kN, kC}), target, 0, Reduction::kSum).item(),
+            0);
+}
+
+TEST_F(Loss, CrossEntropyOverSpatialDims) {
+  std::mt19937 rng(11);
+  constexpr int64_t n = 2, c = 3, h = 2, w = 4;
+  const std::vector<double> logits = uniform_values(rng, n * c * h * w, -3, 3);
+  std::uniform_int_distribution<int64_t> pick(0, c - 1);
+  std::vector<int64_t> target;
+  for (int64_t i = 0; i < n * h * w; ++i) target.push_back(i % 5 == 2 ? -100 : pick(rng));
+  for (Reduction reduction : kReductions) {
+    const Tensor loss = nn::cross_entropy(f64_tensor(logits, {n, c, h, w}),
+                                          tensor(target, {n, h, w}), 0.1, reduction);
+    EXPECT_EQ(loss.shape(), (reduction == Reduction::kNone ? Shape{n, h, w} : Shape{}));
+    EXPECT_TRUE(all_close(values(loss), spatial_cross_entropy_ref(logits, target, n, c, h * w, 0.1,
+                                                                  reduction, -100)));
+  }
+  // nll_loss of the log-probabilities gives the unsmoothed loss.
+  const Tensor log_probs = log_softmax(f64_tensor(logits, {n, c, h, w}), 1);
+  EXPECT_TRUE(
+      all_close(values(nn::nll_loss(log_probs, tensor(target, {n, h, w}))),
+                spatial_cross_entropy_ref(logits, target, n, c, h * w, 0, Reduction::kMean, -100)));
+}
+
+TEST_F(Loss, CrossEntropyGradientWithIgnoredTargetsOverSpatialDims) {
+  std::mt19937 rng(12);
+  const Tensor target = tensor(std::vector<int64_t>{0, -100, 2, 1, 1, -100}, {2, 3});
+  EXPECT_TRUE(gradients_match(
+      [&](const std::vector<Tensor>& t) { return nn::cross_entropy(t[0], target, 0.2); },
+      {random_arg(rng, {2, 4, 3})}));
+  EXPECT_TRUE(gradients_match(
+      [&](const std::vector<Tensor>& t) { return nn::nll_loss(t[0], target, Reduction::kNone); },
+      {random_arg(rng, {2, 4, 3})}));
 }
 
 // ---- errors ---------------------------------------------------------------------------------

@@ -360,6 +360,12 @@ std::vector<UnaryCase> unary_cases() {
       {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }, gelu_tanh_ref, -5, 5},
       {"abs", [](const Tensor& x) { return abs(x); }, [](double v) { return std::abs(v); }, -3, 3},
       {"neg", [](const Tensor& x) { return neg(x); }, [](double v) { return -v; }, -3, 3},
+      {"sin", [](const Tensor& x) { return sin(x); }, [](double v) { return std::sin(v); }, -10,
+       10},
+      {"cos", [](const Tensor& x) { return cos(x); }, [](double v) { return std::cos(v); }, -10,
+       10},
+      {"silu", [](const Tensor& x) { return silu(x); },
+       [](double v) { return v / (1 + std::exp(-v)); }, -10, 10},
   };
 }
 
@@ -390,6 +396,23 @@ TEST_P(UnaryOpValue, MatchesReferenceInF64) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, UnaryOpValue, ::testing::ValuesIn(unary_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// Long enough for the kernels' vectorised blocks and their scalar tails; bf16 computes in f32.
+TEST_F(OpsValue, SinAndCosOnLongTensorsAndInBf16) {
+  std::mt19937 rng(43);
+  const Ref x = random_ref(rng, {1037}, -30, 30);
+  const Ref xb = random_ref(rng, {3, 70}, -4, 4, DType::kBF16);
+  auto sine = [](double v) { return std::sin(v); };
+  auto cosine = [](double v) { return std::cos(v); };
+  EXPECT_TRUE(matches(sin(on_device(x)), DType::kF32, map(x, sine), kTolF32));
+  EXPECT_TRUE(matches(cos(on_device(x)), DType::kF32, map(x, cosine), kTolF32));
+  EXPECT_TRUE(matches(sin(on_device(xb, DType::kBF16)), DType::kBF16, map(xb, sine), kTolBf16));
+  EXPECT_TRUE(matches(cos(on_device(xb, DType::kBF16)), DType::kBF16, map(xb, cosine), kTolBf16));
+  // A chain of elementwise ops around them (fused on the devices).
+  const Tensor t = on_device(x);
+  EXPECT_TRUE(matches(sin(t) * cos(t) + 1.0, DType::kF32,
+                      map(x, [](double v) { return std::sin(v) * std::cos(v) + 1; }), kTolF32));
+}
 
 TEST_F(OpsValue, TranscendentalsOfIntegersComputeInF32) {
   const Ref n{{4}, {1, 2, 3, 9}};

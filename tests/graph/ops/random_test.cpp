@@ -1,8 +1,9 @@
-// Tests graph/ops/random.cpp by value: rand, randn, randint and bernoulli draw from the right
-// distributions (moments over 100k samples, with fixed seeds so nothing flakes), the same seed
-// gives the same values, and consecutive draws differ.
+// Tests graph/ops/random.cpp by value: rand, randn, randint, bernoulli and multinomial draw from
+// the right distributions (moments over 100k samples, with fixed seeds so nothing flakes), the same
+// seed gives the same values, and consecutive draws differ.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -109,6 +110,93 @@ TEST_F(OpsValue, BernoulliOfATensorFollowsEachElementsP) {
   EXPECT_EQ(mean_of(by_p[1]), 1.0);
   EXPECT_NEAR(mean_of(by_p[2]), 0.2, 0.012);  // 25k samples each: 4-5 standard errors
   EXPECT_NEAR(mean_of(by_p[3]), 0.8, 0.012);
+}
+
+// ---- multinomial ----------------------------------------------------------------------------
+
+// Frequencies of each category over `draws`, which must all be in [0, categories).
+std::vector<double> frequencies(const std::vector<int64_t>& draws, int64_t categories) {
+  std::vector<double> counts(static_cast<std::size_t>(categories), 0);
+  for (int64_t d : draws) {
+    EXPECT_TRUE(d >= 0 && d < categories) << "index " << d;
+    if (d >= 0 && d < categories) ++counts[static_cast<std::size_t>(d)];
+  }
+  for (double& c : counts) c /= static_cast<double>(draws.size());
+  return counts;
+}
+
+TEST_F(OpsValue, MultinomialWithReplacementFollowsTheWeights) {
+  set_rng_state(99);
+  const std::vector<double> weights = {2, 0, 1, 5, 0, 2};  // unnormalised, zeros included
+  const Tensor probs = tensor(std::vector<float>(weights.begin(), weights.end()), {6});
+  const Tensor draws = multinomial(probs, kSamples, true);
+  EXPECT_EQ(draws.dtype(), DType::kI64);
+  EXPECT_EQ(draws.shape(), Shape({kSamples}));
+  const std::vector<double> f = frequencies(draws.to_vector<int64_t>(), 6);
+  for (std::size_t c = 0; c < weights.size(); ++c) {
+    const double p = weights[c] / 10;
+    // Within 5 standard errors; zero weights are never drawn.
+    EXPECT_NEAR(f[c], p, 5 * std::sqrt(p * (1 - p) / kSamples) + 1e-12) << "category " << c;
+  }
+}
+
+TEST_F(OpsValue, MultinomialDrawsEachRowFromItsOwnWeights) {
+  set_rng_state(5);
+  const std::vector<double> w = {1, 3, 0, 0, 1, 1};  // rows {1, 3, 0} and {0, 1, 1}
+  const Tensor draws = multinomial(tensor(w, {2, 3}), 20000, true);
+  EXPECT_EQ(draws.shape(), Shape({2, 20000}));
+  const std::vector<int64_t> all = draws.to_vector<int64_t>();
+  const std::vector<double> f0 = frequencies({all.begin(), all.begin() + 20000}, 3);
+  const std::vector<double> f1 = frequencies({all.begin() + 20000, all.end()}, 3);
+  EXPECT_NEAR(f0[0], 0.25, 0.02);
+  EXPECT_NEAR(f0[1], 0.75, 0.02);
+  EXPECT_EQ(f0[2], 0);
+  EXPECT_EQ(f1[0], 0);
+  EXPECT_NEAR(f1[1], 0.5, 0.02);
+}
+
+TEST_F(OpsValue, MultinomialWithoutReplacementGivesDistinctNonZeroCategories) {
+  set_rng_state(11);
+  const std::vector<double> weights = {0.1, 0, 0.4, 0.2, 0, 0.3, 0, 0.5};  // 5 non-zero
+  std::vector<double> rows;
+  for (int r = 0; r < 500; ++r) rows.insert(rows.end(), weights.begin(), weights.end());
+  const std::vector<int64_t> draws = multinomial(tensor(rows, {500, 8}), 5).to_vector<int64_t>();
+  std::vector<double> first(8, 0);
+  for (int r = 0; r < 500; ++r) {
+    std::vector<int64_t> row(draws.begin() + r * 5, draws.begin() + (r + 1) * 5);
+    ++first[static_cast<std::size_t>(row[0])];
+    std::sort(row.begin(), row.end());
+    EXPECT_EQ(row, (std::vector<int64_t>{0, 2, 3, 5, 7})) << "row " << r;
+  }
+  // The first draw of each row follows the weights (total 1.5): 500 rows, within 5 s.e.
+  for (std::size_t c = 0; c < weights.size(); ++c) {
+    const double p = weights[c] / 1.5;
+    EXPECT_NEAR(first[c] / 500, p, 5 * std::sqrt(p * (1 - p) / 500) + 1e-12) << "category " << c;
+  }
+}
+
+TEST_F(OpsValue, MultinomialWithoutReplacementFirstDrawsFollowTheWeights) {
+  set_rng_state(12);
+  const std::vector<double> weights = {1, 2, 3, 4};
+  std::vector<double> rows;
+  constexpr int kRows = 20000;
+  for (int r = 0; r < kRows; ++r) rows.insert(rows.end(), weights.begin(), weights.end());
+  const std::vector<int64_t> draws = multinomial(tensor(rows, {kRows, 4}), 2).to_vector<int64_t>();
+  std::vector<double> first(4, 0), second(4, 0);
+  for (int r = 0; r < kRows; ++r) {
+    ++first[static_cast<std::size_t>(draws[2 * r])];
+    ++second[static_cast<std::size_t>(draws[2 * r + 1])];
+  }
+  // Sequential sampling: P(second = j) = sum over i != j of w_i / 10 * w_j / (10 - w_i).
+  for (std::size_t j = 0; j < 4; ++j) {
+    double p_second = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+      if (i != j) p_second += weights[i] / 10 * weights[j] / (10 - weights[i]);
+    }
+    const double p_first = weights[j] / 10;
+    EXPECT_NEAR(first[j] / kRows, p_first, 5 * std::sqrt(p_first * (1 - p_first) / kRows));
+    EXPECT_NEAR(second[j] / kRows, p_second, 5 * std::sqrt(p_second * (1 - p_second) / kRows));
+  }
 }
 
 }  // namespace

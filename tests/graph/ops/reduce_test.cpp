@@ -1,6 +1,6 @@
-// Tests graph/ops/reduce.cpp by value: sum, mean, amax, amin, logsumexp and argmax over each set
-// of dims, softmax and log_softmax, executed on each runtime (tests/graph/test_runtime.h) and
-// compared with plain double-precision loops. Inputs come from std::mt19937 with fixed seeds.
+// Tests graph/ops/reduce.cpp by value: sum, mean, amax, amin, logsumexp, argmax, var and std over
+// each set of dims, softmax and log_softmax, executed on each runtime (tests/graph/test_runtime.h)
+// and compared with plain double-precision loops. Inputs come from std::mt19937 with fixed seeds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -156,6 +156,76 @@ TEST_F(OpsValue, SoftmaxAndLogSoftmaxOnLongRowsAndColumns) {
   const Ref cols = random_ref(rng, {300, 7}, -6, 6);
   EXPECT_TRUE(
       matches(log_softmax(on_device(cols), 0), DType::kF32, softmax_ref(cols, 0, true), kTolF32));
+}
+
+// ---- var and std ----------------------------------------------------------------------------
+
+// The variance of `v` about its mean, divided by n - correction (as torch, clamped at 0).
+double variance_of(const std::vector<double>& v, double correction) {
+  const double m = mean_of(v);
+  double squares = 0;
+  for (double x : v) squares += (x - m) * (x - m);
+  return squares / std::max(static_cast<double>(v.size()) - correction, 0.0);
+}
+
+TEST_F(OpsValue, VarAndStdOverEachDimSet) {
+  std::mt19937 rng(70);
+  const Ref x = random_ref(rng, {3, 4, 5}, -3, 3);
+  const Tensor t = on_device(x);
+  for (const Dims& dims : {Dims{}, Dims{0}, Dims{-1}, Dims{0, 2}, Dims{1, 2}}) {
+    for (bool unbiased : {true, false}) {
+      for (bool keepdim : {false, true}) {
+        const double c = unbiased ? 1 : 0;
+        auto var_ref = [c](const std::vector<double>& v) { return variance_of(v, c); };
+        auto std_ref = [c](const std::vector<double>& v) { return std::sqrt(variance_of(v, c)); };
+        EXPECT_TRUE(matches(var(t, dims, unbiased, keepdim), DType::kF32,
+                            reduce_ref(x, dims, keepdim, var_ref), kTolF32))
+            << dims.size() << " dims, unbiased " << unbiased << ", keepdim " << keepdim;
+        EXPECT_TRUE(matches(std(t, dims, unbiased, keepdim), DType::kF32,
+                            reduce_ref(x, dims, keepdim, std_ref), kTolF32))
+            << dims.size() << " dims, unbiased " << unbiased << ", keepdim " << keepdim;
+      }
+    }
+  }
+}
+
+TEST_F(OpsValue, VarAndStdWithACorrection) {
+  std::mt19937 rng(72);
+  const Ref x = random_ref(rng, {4, 6}, -3, 3, DType::kF64);
+  const Tensor t = on_device(x, DType::kF64);
+  for (double c : {0.0, 1.0, 2.0, 0.5, -1.0}) {
+    auto var_ref = [c](const std::vector<double>& v) { return variance_of(v, c); };
+    auto std_ref = [c](const std::vector<double>& v) { return std::sqrt(variance_of(v, c)); };
+    EXPECT_TRUE(matches(var(t, {1}, {.correction = c}), DType::kF64,
+                        reduce_ref(x, {1}, false, var_ref), kTolF64))
+        << "correction " << c;
+    EXPECT_TRUE(matches(std(t, {0}, {.correction = c, .keepdim = true}), DType::kF64,
+                        reduce_ref(x, {0}, true, std_ref), kTolF64))
+        << "correction " << c;
+  }
+  // n - correction <= 0 divides by 0, as torch clamps it.
+  const std::vector<double> over = var(t, {1}, {.correction = 6}).to_vector<double>();
+  for (double v : over) EXPECT_TRUE(std::isinf(v)) << v;
+}
+
+// A mean of 1e4 next to a spread of 1: E[x^2] - E[x]^2 would cancel to garbage in f32.
+TEST_F(OpsValue, VarIsAccurateForALargeMean) {
+  std::mt19937 rng(71);
+  const Ref x = random_ref(rng, {4, 500}, 1e4 - 1, 1e4 + 1);
+  auto var_ref = [](const std::vector<double>& v) { return variance_of(v, 1); };
+  EXPECT_TRUE(
+      matches(var(on_device(x), {1}), DType::kF32, reduce_ref(x, {1}, false, var_ref), {1e-3, 0}));
+  const Ref x64 = random_ref(rng, {300}, 1e6, 1e6 + 1, DType::kF64);
+  EXPECT_TRUE(matches(var(on_device(x64, DType::kF64)), DType::kF64,
+                      reduce_ref(x64, {}, false, var_ref), {1e-9, 0}));
+}
+
+TEST_F(OpsValue, UnbiasedVarOfOneElementIsNaN) {
+  const std::vector<double> got = var(on_device(Ref{{1, 3}, {1, 2, 3}}), {0}).to_vector<double>();
+  ASSERT_EQ(got.size(), 3u);
+  for (double v : got) EXPECT_TRUE(std::isnan(v));
+  EXPECT_TRUE(matches(var(on_device(Ref{{1, 3}, {1, 2, 3}}), {0}, false), DType::kF32,
+                      constant_ref({3}, 0), kExact));
 }
 
 // exp(90) overflows f32: a kernel that does not subtract the maximum first gives inf or NaN.

@@ -1,0 +1,85 @@
+// graph/nn: embedding, layer_norm and dropout, made of tensor ops (their gradients are those
+// ops'). Arguments are checked here, so an error names the function the user called.
+#include "graph/nn/functional.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "graph/ops.h"
+#include "graph/ops/op_util.h"
+
+namespace axle::nn {
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, Loc where) {
+  ops::require_defined("embedding", indices, "the indices", where);
+  ops::require_defined("embedding", weight, "the weight", where);
+  (void)ops::common_device("embedding", {&indices, &weight}, where);
+  if (indices.dtype() != DType::kI64 && indices.dtype() != DType::kI32) {
+    ops::fail("embedding",
+              fmt::format("the indices must be s32 or s64, not {}", ops::describe(indices)), where);
+  }
+  if (weight.dim() != 2) {
+    ops::fail(
+        "embedding",
+        fmt::format("the weight must be [num_embeddings, dim], not {}", ops::describe(weight)),
+        where);
+  }
+  std::vector<int64_t> shape(indices.shape().dims().begin(), indices.shape().dims().end());
+  shape.push_back(weight.size(1));
+  return reshape(index_select(weight, 0, flatten(indices, 0, -1, where), where), shape, where);
+}
+
+Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
+                  const Tensor& weight, const Tensor& bias, double eps, Loc where) {
+  ops::require_defined("layer_norm", x, "the input", where);
+  (void)ops::common_device("layer_norm", {&x, &weight, &bias}, where);
+  const auto k = static_cast<int>(normalized_shape.size());
+  const int rank = x.dim();
+  bool fits = k >= 1 && rank >= k;
+  for (int i = 0; fits && i < k; ++i) fits = x.size(rank - k + i) == normalized_shape[i];
+  if (!fits) {
+    ops::fail("layer_norm",
+              fmt::format("the input {} does not end in normalized_shape [{}]", ops::describe(x),
+                          fmt::join(normalized_shape, ",")),
+              where);
+  }
+  if (!is_floating(x.dtype())) {
+    ops::fail("layer_norm",
+              fmt::format("the input must be floating-point, not {}", ops::describe(x)), where);
+  }
+  const Shape expected(normalized_shape);
+  for (const auto& [tensor, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (tensor->defined() && !(tensor->shape() == expected)) {
+      ops::fail("layer_norm",
+                fmt::format("the {} is {}, expected shape {}", name, ops::describe(*tensor),
+                            expected.to_string()),
+                where);
+    }
+  }
+  std::vector<int64_t> dims;
+  for (int d = rank - k; d < rank; ++d) dims.push_back(d);
+  const Tensor centered = sub(x, mean(x, dims, true, where), where);
+  const Tensor variance = mean(mul(centered, centered, where), dims, true, where);  // biased
+  Tensor y = mul(centered, rsqrt(add(variance, eps, where), where), where);
+  if (weight.defined()) y = mul(y, weight, where);
+  if (bias.defined()) y = add(y, bias, where);
+  return y;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Loc where) {
+  ops::require_defined("dropout", x, "the input", where);
+  if (!(p >= 0 && p <= 1)) {
+    ops::fail("dropout", fmt::format("p = {} is outside [0, 1] (input {})", p, ops::describe(x)),
+              where);
+  }
+  if (!training || p == 0) return x;
+  if (!is_floating(x.dtype())) {
+    ops::fail("dropout", fmt::format("the input must be floating-point, not {}", ops::describe(x)),
+              where);
+  }
+  if (p == 1) return mul(x, 0.0, where);
+  const Tensor keep = bernoulli(x.shape(), 1 - p, x.dtype(), x.device(), where);
+  return mul(mul(x, keep, where), 1.0 / (1 - p), where);
+}
+
+}  // namespace axle::nn
