@@ -12,7 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev nlohmann-json3-dev libcli11-dev
   openmpi-bin libopenmpi-dev iproute2
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes
 )
 
 JOBS=${AXLE_JOBS:-$(nproc)}
