@@ -253,7 +253,7 @@ void train_replica(const Flags& flags,
           flags.max_steps * world * flags.batch_size,
           flags.shuffle != 0 ? std::optional<uint64_t>(flags.seed) : std::nullopt),
       DataLoaderOptions{.batch_size = flags.batch_size,
-                        .num_workers = 1,
+                        .num_workers = 0,
                         .sampler = std::make_shared<ReplicaBatches>(
                             flags.max_steps, flags.batch_size, world, ordinal)});
   MpDeviceLoader device_loader(train_loader, device);
