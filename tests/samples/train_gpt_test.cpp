@@ -1,7 +1,7 @@
 // samples/train_gpt end to end: 200 steps of a small character-level GPT on Debian's fortunes
 // bring the loss well below a uniform guess over bytes (ln 256 ≈ 5.55) and below the first
-// logged loss, with every graph compiled in the first steps; weights saved as safetensors load
-// back.
+// logged loss, with every graph compiled in the first steps; two devices train data-parallel;
+// weights saved as safetensors load back.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -73,6 +73,24 @@ TEST(TrainGpt, TwoHundredStepsLearnTheBytesAndCompileOnlyAtTheStart) {
   EXPECT_EQ(compiles[0], compiles[1]) << run.output;
   EXPECT_EQ(run.summary["compiles"].get<int>(), compiles[1]) << run.output;
   EXPECT_LE(compiles[1], 6) << run.output;
+}
+
+// Two replicas of half the batch each, rows i·2 + r: gradients averaged before clipping, the
+// loss falls as on one device, and each replica logs its own loss.
+TEST(TrainGpt, TwoDevicesTrainDataParallel) {
+  require_corpus();
+  const TrainerRun run = train(
+      "--n_layer 2 --n_embd 64 --block_size 64 --batch_size 8 --seed 1 --num_devices 2 "
+      "--max_steps 100 --eval_interval 50 --log_steps 50");
+  ASSERT_EQ(run.status, 0) << run.output;
+  ASSERT_TRUE(run.summary.is_object()) << run.output;
+  EXPECT_EQ(run.summary["world_size"].get<int>(), 2) << run.output;
+  EXPECT_LT(run.summary["final_val_loss"].get<double>(), 3.6) << run.output;
+  for (const char* device : {"xla:0/0", "xla:1/1"}) {
+    EXPECT_NE(run.output.find(std::string("| Training Device=") + device + " Step=100 Loss="),
+              std::string::npos)
+        << run.output;
+  }
 }
 
 TEST(TrainGpt, WeightsSavedAsSafetensorsLoadBack) {
