@@ -12,10 +12,13 @@
 //   intra_op_threads     — the compute threads of the benchmark's device
 //   with --num_devices 1,2,4: samples_per_s with "devices" — data-parallel training (spawn, one
 //                          replica per device, each stepping a full batch, optimizer_step)
+//   with --model gpt: step_ms and tokens_per_s of train_gpt's default model and recipe (batch
+//                          32 × 128 bytes, AdamW, clipping); --model mlp,cnn is the default
 // JSON lines on stdout (see benchmarks/README.md).
 #include <CLI/CLI.hpp>
 #include <Eigen/Dense>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -25,6 +28,7 @@
 #include "backends/cpu/compute_pool.h"
 #include "benchmarks/report.h"
 #include "engine/config.h"
+#include "samples/gpt_model.h"
 #include "samples/mnist_models.h"
 
 namespace axle::bench {
@@ -60,6 +64,52 @@ class TrainingStep {
 };
 
 // --observers none: systems start with no observer attached (no metrics, timeline or breakdown).
+// One step of train_gpt's recipe on its default model: AdamW with decay on matrices only, the
+// gradients clipped to norm 1, random bytes as a batch of 32 rows of 128.
+class GptTrainingStep {
+ public:
+  GptTrainingStep()
+      : model_((set_rng_state(1), std::make_shared<samples::Gpt>(samples::GptConfig{}))),
+        optimizer_(param_groups(*model_), {.lr = 1e-3, .beta2 = 0.95, .weight_decay = 0.1}),
+        tokens_(randint(0, 256, {kBatch, kBlock})),
+        targets_(randint(0, 256, {kBatch * kBlock})) {}
+  void operator()() {
+    optimizer_.zero_grad();
+    nn::cross_entropy(reshape((*model_)(tokens_), {kBatch * kBlock, 256}), targets_).backward();
+    (void)optim::clip_grad_norm_(model_->parameters(), 1.0);
+    optimizer_.step();
+    mark_step();
+  }
+  static constexpr int64_t kBatch = 32;
+  static constexpr int64_t kBlock = 128;
+
+ private:
+  static std::vector<optim::ParamGroup> param_groups(nn::Module& model) {
+    std::vector<Tensor> decayed, kept;
+    for (const Tensor& p : model.parameters()) (p.dim() >= 2 ? decayed : kept).push_back(p);
+    return {{.params = decayed}, {.params = kept, .weight_decay = 0.0}};
+  }
+  std::shared_ptr<samples::Gpt> model_;
+  optim::AdamW optimizer_;
+  Tensor tokens_;
+  Tensor targets_;
+};
+
+double gpt_step_ms(int steps, int rounds) {
+  LazySystem::restart(LazySystemOptions{});
+  GptTrainingStep step;
+  for (int i = 0; i < 3; ++i) step();
+  wait_device_ops();
+  std::vector<double> ms;
+  for (int r = 0; r < rounds; ++r) {
+    const auto start = Clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    wait_device_ops();
+    ms.push_back(seconds_since(start) * 1e3 / steps);
+  }
+  return quantile(ms, 0.5);
+}
+
 bool g_observers = true;
 
 LazySystemOptions system_options(int devices = 0) {
@@ -175,6 +225,10 @@ int main(int argc, char** argv) {
                  "also train data-parallel on each of these device counts (e.g. 1,2,4): "
                  "samples_per_s with \"devices\"")
       ->delimiter(',');
+  std::vector<std::string> models = {"mlp", "cnn"};
+  app.add_option("--model", models, "models to step: mlp, cnn, gpt (train_gpt's default model)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"mlp", "cnn", "gpt"}));
   std::string observers = "standard";
   app.add_option("--observers", observers,
                  "standard (metrics, timeline, step breakdown) or none: what watches the actors")
@@ -192,7 +246,19 @@ int main(int argc, char** argv) {
     const char* model;
     int64_t batch;
   };
+  const auto chosen = [&](const char* model) {
+    return std::find(models.begin(), models.end(), model) != models.end();
+  };
+  if (chosen("gpt")) {
+    const double ms = gpt_step_ms(quick ? 3 : 5, quick ? 2 : 3);
+    const int64_t tokens = GptTrainingStep::kBatch * GptTrainingStep::kBlock;
+    emit("train_step", "step_ms", ms, "ms",
+         {{"model", std::string("gpt")}, {"batch", GptTrainingStep::kBatch}});
+    emit("train_step", "tokens_per_s", static_cast<double>(tokens) / ms * 1e3, "tokens/s",
+         {{"model", std::string("gpt")}, {"batch", GptTrainingStep::kBatch}});
+  }
   for (const Case c : {Case{"mlp", 128}, Case{"cnn", 64}}) {
+    if (!chosen(c.model)) continue;
     const double fused = step_ms(c.model, c.batch, steps, rounds);
     emit("train_step", "step_ms", fused, "ms",
          {{"model", std::string(c.model)}, {"batch", c.batch}});
@@ -211,6 +277,7 @@ int main(int argc, char** argv) {
     }
   }
   for (const Case c : {Case{"mlp", 128}, Case{"cnn", 64}}) {
+    if (!chosen(c.model)) continue;
     for (int devices : device_counts) {
       emit("train_step", "samples_per_s",
            parallel_samples_per_s(c.model, c.batch, devices, steps, rounds), "samples/s",
