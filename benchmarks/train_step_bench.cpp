@@ -95,9 +95,18 @@ class GptTrainingStep {
   Tensor targets_;
 };
 
-double gpt_step_ms(int steps, int rounds) {
-  LazySystem::restart(LazySystemOptions{});
-  GptTrainingStep step;
+bool g_observers = true;
+
+LazySystemOptions system_options(int devices = 0) {
+  LazySystemOptions options{.cpu_devices = devices};
+  if (!g_observers) options.observers.emplace();
+  return options;
+}
+
+// Median ms per step over `rounds` rounds of `steps` back-to-back steps, after three steps that
+// compile (the first steps differ: the optimizer's state starts).
+template <class Step>
+double median_step_ms(Step& step, int steps, int rounds) {
   for (int i = 0; i < 3; ++i) step();
   wait_device_ops();
   std::vector<double> ms;
@@ -110,28 +119,16 @@ double gpt_step_ms(int steps, int rounds) {
   return quantile(ms, 0.5);
 }
 
-bool g_observers = true;
-
-LazySystemOptions system_options(int devices = 0) {
-  LazySystemOptions options{.cpu_devices = devices};
-  if (!g_observers) options.observers.emplace();
-  return options;
-}
-
-// Median ms per step over `rounds` rounds of `steps` back-to-back steps.
 double step_ms(const std::string& model_name, int64_t batch, int steps, int rounds) {
   LazySystem::restart(system_options());
   TrainingStep step(model_name, batch);
-  for (int i = 0; i < 3; ++i) step();  // compiles (the first steps differ: momentum starts)
-  wait_device_ops();
-  std::vector<double> ms;
-  for (int r = 0; r < rounds; ++r) {
-    const auto start = Clock::now();
-    for (int i = 0; i < steps; ++i) step();
-    wait_device_ops();
-    ms.push_back(seconds_since(start) * 1e3 / steps);
-  }
-  return quantile(ms, 0.5);
+  return median_step_ms(step, steps, rounds);
+}
+
+double gpt_step_ms(int steps, int rounds) {
+  LazySystem::restart(system_options());
+  GptTrainingStep step;
+  return median_step_ms(step, steps, rounds);
 }
 
 // Samples per second of data-parallel training on `devices` replicas (spawn), each stepping

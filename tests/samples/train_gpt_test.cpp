@@ -5,35 +5,20 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "trainer_run.h"
+
 namespace {
 
-struct TrainerRun {
-  std::string output;
-  nlohmann::json summary;  // the last line starting with '{'
-  int status = -1;
-};
+using axle::testing::TrainerRun;
 
 TrainerRun train(const std::string& flags) {
-  TrainerRun run;
-  const std::string command = std::string(AXLE_TRAIN_GPT) + " " + flags + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return run;
-  std::array<char, 4096> buffer{};
-  std::string last;
-  while (std::fgets(buffer.data(), buffer.size(), pipe)) {
-    run.output += buffer.data();
-    if (buffer[0] == '{') last = buffer.data();
-  }
-  run.status = ::pclose(pipe);
-  run.summary = nlohmann::json::parse(last, nullptr, false);
-  return run;
+  return axle::testing::run_trainer(std::string(AXLE_TRAIN_GPT) + " " + flags);
 }
 
 // ./axle.sh deps installs the corpus (Debian's fortunes).

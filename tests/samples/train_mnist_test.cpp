@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,30 +15,16 @@
 #include <string>
 #include <vector>
 
+#include "trainer_run.h"
+
 #include <unistd.h>
 
 namespace {
 
-struct TrainerRun {
-  std::string output;
-  nlohmann::json summary;  // the last line
-  int status = -1;
-};
+using axle::testing::TrainerRun;
 
 TrainerRun train(const std::string& flags, const std::string& launcher = "") {
-  TrainerRun run;
-  const std::string command = launcher + std::string(AXLE_TRAIN_MNIST) + " " + flags + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return run;
-  std::array<char, 4096> buffer{};
-  std::string last;
-  while (std::fgets(buffer.data(), buffer.size(), pipe)) {
-    run.output += buffer.data();
-    if (buffer[0] == '{') last = buffer.data();
-  }
-  run.status = ::pclose(pipe);
-  run.summary = nlohmann::json::parse(last, nullptr, false);
-  return run;
+  return axle::testing::run_trainer(launcher + std::string(AXLE_TRAIN_MNIST) + " " + flags);
 }
 
 // ./axle.sh deps installs the dataset (Debian's dataset-fashion-mnist).
@@ -166,8 +151,8 @@ TEST(TrainMnist, TheSameSeedTrainsTheSameWeightsBitForBit) {
 
 TEST(TrainMnist, TwoProcessesOfTwoDevicesTrainBitForBitAsOneProcessOfFour) {
   require_dataset();
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("axle_train_mnist_mpi_" + std::to_string(::getpid()));
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("axle_train_mnist_mpi_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string flags =
       "--model mlp --num_devices {} --num_epochs 1 --max_steps 150 --batch_size 32 --lr 0.01 "
@@ -192,7 +177,8 @@ TEST(TrainMnist, TwoProcessesOfTwoDevicesTrainBitForBitAsOneProcessOfFour) {
   EXPECT_TRUE(two.summary["replicas_identical"].get<bool>()) << two.output;
   auto count = [](const std::string& text, const std::string& what) {
     std::size_t n = 0;
-    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+      ++n;
     return n;
   };
   EXPECT_EQ(count(two.output, "\"final_test_accuracy\""), 1u) << two.output;  // the master only
