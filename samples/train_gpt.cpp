@@ -44,7 +44,7 @@ struct Flags {
   int64_t eval_interval = 250;
   int64_t eval_iters = 20;
   uint64_t seed = 1;
-  int shuffle = 1;
+  int shuffle = 0;  // 0: the deterministic rule, the batches a reference run of it sees
   std::string init;
   std::string save;
   int num_devices = 0;  // replicas, one per device (0: as many as axle starts with)
@@ -394,7 +394,7 @@ int main(int argc, char** argv) {
   app.add_option("--eval_iters", flags.eval_iters, "validation batches per evaluation")
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", flags.seed);
-  app.add_option("--shuffle", flags.shuffle, "1 draws rows from the seed; 0 takes them in order");
+  app.add_option("--shuffle", flags.shuffle, "0 (default) takes rows in order; 1 draws them from the seed");
   app.add_option("--init", flags.init,
                  "start from these weights (.safetensors, or an axle checkpoint)");
   app.add_option("--save", flags.save,
