@@ -21,7 +21,7 @@ namespace axle::samples {
 /// and zero_init_residual (the last BatchNorm of each block starts at gamma 0; off by default, as
 /// in torchvision).
 struct ResNetConfig {
-  bool bottleneck = false;                 ///< Bottleneck blocks (ResNet-50) or BasicBlocks
+  bool bottleneck = false;                  ///< Bottleneck blocks (ResNet-50) or BasicBlocks
   std::vector<int64_t> layers{2, 2, 2, 2};  ///< blocks in layer1 … layer4
   int64_t num_classes = 1000;
   bool zero_init_residual = false;
@@ -60,7 +60,8 @@ class BasicBlock : public nn::Module {
   /// `downsample` may be null (the identity).
   BasicBlock(int64_t inplanes, int64_t planes, int64_t stride,
              std::shared_ptr<nn::Sequential> downsample, Device device)
-      : conv1_(register_module("conv1", resnet_detail::conv(inplanes, planes, 3, stride, 1, device))),
+      : conv1_(
+            register_module("conv1", resnet_detail::conv(inplanes, planes, 3, stride, 1, device))),
         bn1_(register_module("bn1", resnet_detail::bn(planes, device))),
         conv2_(register_module("conv2", resnet_detail::conv(planes, planes, 3, 1, 1, device))),
         bn2_(register_module("bn2", resnet_detail::bn(planes, device))),
@@ -132,8 +133,8 @@ class ResNet : public nn::Module {
     int64_t inplanes = 64;
     for (int64_t stage = 0; stage < 4; ++stage) {
       const int64_t planes = int64_t{64} << stage;
-      auto layer = register_module("layer" + std::to_string(stage + 1),
-                                   std::make_shared<nn::Sequential>());
+      auto layer =
+          register_module("layer" + std::to_string(stage + 1), std::make_shared<nn::Sequential>());
       for (int64_t b = 0; b < config_.layers[static_cast<std::size_t>(stage)]; ++b) {
         const int64_t stride = (b == 0 && stage > 0) ? 2 : 1;
         std::shared_ptr<nn::Sequential> downsample;
@@ -143,18 +144,18 @@ class ResNet : public nn::Module {
               resnet_detail::bn(planes * expansion, device)});
         }
         if (config_.bottleneck) {
-          layer->push_back(
-              std::make_shared<Bottleneck>(inplanes, planes, stride, std::move(downsample), device));
+          layer->push_back(std::make_shared<Bottleneck>(inplanes, planes, stride,
+                                                        std::move(downsample), device));
         } else {
-          layer->push_back(
-              std::make_shared<BasicBlock>(inplanes, planes, stride, std::move(downsample), device));
+          layer->push_back(std::make_shared<BasicBlock>(inplanes, planes, stride,
+                                                        std::move(downsample), device));
         }
         inplanes = planes * expansion;
       }
       layers_.push_back(std::move(layer));
     }
-    fc_ = register_module("fc",
-                          std::make_shared<nn::Linear>(inplanes, config_.num_classes, true, device));
+    fc_ = register_module(
+        "fc", std::make_shared<nn::Linear>(inplanes, config_.num_classes, true, device));
     init_weights(device);
   }
 

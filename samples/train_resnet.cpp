@@ -129,16 +129,16 @@ void train_replica(const Flags& flags, Summary& summary) {
   set_rng_state(flags.seed, device);
   const std::shared_ptr<ResNet> model = make_resnet(flags.model, device);
   broadcast_master_param(*model);
-  optim::SGD optimizer(model->parameters(), {.lr = flags.lr,
-                                             .momentum = flags.momentum,
-                                             .weight_decay = flags.weight_decay});
+  optim::SGD optimizer(
+      model->parameters(),
+      {.lr = flags.lr, .momentum = flags.momentum, .weight_decay = flags.weight_decay});
   const FakeData fake(FakeDataOptions{.size = flags.batch_size,
                                       .sample_shape = {3, flags.image_size, flags.image_size},
                                       .num_classes = kClasses,
                                       .seed = flags.seed + static_cast<uint64_t>(ordinal)});
-  DataLoader train_loader(std::make_shared<RepeatedSamples>(fake, flags.batch_size,
-                                                            flags.max_steps * flags.batch_size),
-                          DataLoaderOptions{.batch_size = flags.batch_size});
+  DataLoader train_loader(
+      std::make_shared<RepeatedSamples>(fake, flags.batch_size, flags.max_steps * flags.batch_size),
+      DataLoaderOptions{.batch_size = flags.batch_size});
 
   const std::string device_name = fmt::format("{}/{}", device.to_string(), ordinal);
   auto progress = std::make_shared<Progress>();
@@ -189,6 +189,7 @@ void train_replica(const Flags& flags, Summary& summary) {
     if (step == warm) {
       mark_step();
       wait_device_ops({device});
+      rendezvous("warm");  // every replica's first graphs are compiled
       timed_from = Clock::now();
       warmup_compiles = counter_value("UncachedCompile").value_or(0);
     }
@@ -196,22 +197,22 @@ void train_replica(const Flags& flags, Summary& summary) {
   wait_device_ops();
   const double timed = seconds_since(timed_from);
   const double final_loss = loss.defined() ? loss.item() : 0;
+  rendezvous("trained");  // the count leaves out the evaluation's graph, whichever replica is first
   const int64_t compiles = counter_value("UncachedCompile").value_or(0);
   const MemoryInfo memory = get_memory_info(device);
   std::pair<double, double> eval{0, 0};
   if (flags.eval && images.defined()) {
     eval = evaluate(*model, images, labels);
     if (is_master_ordinal(/*local=*/false)) {
-      fmt::print("| Test Device={} Loss={:.5f} Accuracy={:.2f}% Time={}\n", device_name,
-                 eval.first, 100 * eval.second, now_text());
+      fmt::print("| Test Device={} Loss={:.5f} Accuracy={:.2f}% Time={}\n", device_name, eval.first,
+                 100 * eval.second, now_text());
     }
   }
   if (is_master_ordinal(/*local=*/false)) {
     summary.first_loss = progress->first_loss;
     summary.final_loss = final_loss;
-    summary.step_ms = flags.max_steps > warm
-                          ? 1000 * timed / static_cast<double>(flags.max_steps - warm)
-                          : 0;
+    summary.step_ms =
+        flags.max_steps > warm ? 1000 * timed / static_cast<double>(flags.max_steps - warm) : 0;
     summary.warmup_compiles = warmup_compiles;
     summary.compiles = compiles;
     summary.peak_device_bytes = memory.peak_bytes;

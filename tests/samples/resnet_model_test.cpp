@@ -117,8 +117,7 @@ TEST(ResNet, ResNet18StateDictIsTorchvisions) {
   const nn::StateDict state = model->state_dict();
   EXPECT_EQ(entries(state), torchvision_resnet18_state());
   for (const auto& [name, t] : state) {
-    EXPECT_EQ(t.dtype(), name.ends_with("num_batches_tracked") ? DType::kI64 : DType::kF32)
-        << name;
+    EXPECT_EQ(t.dtype(), name.ends_with("num_batches_tracked") ? DType::kI64 : DType::kF32) << name;
   }
   Entries params;
   for (const auto& [name, shape] : torchvision_resnet18_state()) {
@@ -137,23 +136,22 @@ TEST(ResNet, ResNet50HasTorchvisionsBottlenecks) {
   EXPECT_EQ(model->named_parameters().size(), 161u);
   EXPECT_EQ(model->named_buffers().size(), 3u * 53u);  // 53 BatchNorms
   EXPECT_EQ(state.size(), 161u + 3u * 53u);
-  const Entries expected = {
-      {"layer1.0.conv1.weight", Shape{64, 64, 1, 1}},
-      {"layer1.0.conv2.weight", Shape{64, 64, 3, 3}},
-      {"layer1.0.conv3.weight", Shape{256, 64, 1, 1}},
-      {"layer1.0.bn3.running_var", Shape{256}},
-      {"layer1.0.downsample.0.weight", Shape{256, 64, 1, 1}},
-      {"layer1.0.downsample.1.num_batches_tracked", Shape{}},
-      {"layer1.2.conv1.weight", Shape{64, 256, 1, 1}},
-      {"layer2.0.conv1.weight", Shape{128, 256, 1, 1}},
-      {"layer2.0.conv2.weight", Shape{128, 128, 3, 3}},
-      {"layer2.0.downsample.0.weight", Shape{512, 256, 1, 1}},
-      {"layer2.3.conv3.weight", Shape{512, 128, 1, 1}},
-      {"layer3.5.bn3.weight", Shape{1024}},
-      {"layer4.0.downsample.0.weight", Shape{2048, 1024, 1, 1}},
-      {"layer4.2.conv3.weight", Shape{2048, 512, 1, 1}},
-      {"fc.weight", Shape{1000, 2048}},
-      {"fc.bias", Shape{1000}}};
+  const Entries expected = {{"layer1.0.conv1.weight", Shape{64, 64, 1, 1}},
+                            {"layer1.0.conv2.weight", Shape{64, 64, 3, 3}},
+                            {"layer1.0.conv3.weight", Shape{256, 64, 1, 1}},
+                            {"layer1.0.bn3.running_var", Shape{256}},
+                            {"layer1.0.downsample.0.weight", Shape{256, 64, 1, 1}},
+                            {"layer1.0.downsample.1.num_batches_tracked", Shape{}},
+                            {"layer1.2.conv1.weight", Shape{64, 256, 1, 1}},
+                            {"layer2.0.conv1.weight", Shape{128, 256, 1, 1}},
+                            {"layer2.0.conv2.weight", Shape{128, 128, 3, 3}},
+                            {"layer2.0.downsample.0.weight", Shape{512, 256, 1, 1}},
+                            {"layer2.3.conv3.weight", Shape{512, 128, 1, 1}},
+                            {"layer3.5.bn3.weight", Shape{1024}},
+                            {"layer4.0.downsample.0.weight", Shape{2048, 1024, 1, 1}},
+                            {"layer4.2.conv3.weight", Shape{2048, 512, 1, 1}},
+                            {"fc.weight", Shape{1000, 2048}},
+                            {"fc.bias", Shape{1000}}};
   for (const auto& [name, shape] : expected) {
     const Tensor* t = nn::find(state, name);
     ASSERT_NE(t, nullptr) << name;
@@ -186,8 +184,8 @@ TEST(ResNet, InitialisationIsTorchvisions) {
     EXPECT_NEAR(mean_of(w), 0.0, 0.1 * want) << name;
   }
   for (const auto& [name, t] : state) {
-    if (name.ends_with("running_mean") || (name.find("bn") != std::string::npos &&
-                                           name.ends_with(".bias"))) {
+    if (name.ends_with("running_mean") ||
+        (name.find("bn") != std::string::npos && name.ends_with(".bias"))) {
       for (double v : values(t)) ASSERT_EQ(v, 0.0) << name;
     }
     if (name.ends_with("running_var") ||
@@ -357,8 +355,8 @@ TEST(ResNet, EvalModeUsesTheRunningStatisticsAndKeepsThem) {
 TEST(ResNet, BottleneckStridesOnItsThreeByThreeConv) {
   set_rng_state(13);
   auto downsample = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Conv2d>(8, 16, std::vector<int64_t>{1},
-                                   Conv2dOptions{.stride = {2, 2}}, false),
+      std::make_shared<nn::Conv2d>(8, 16, std::vector<int64_t>{1}, Conv2dOptions{.stride = {2, 2}},
+                                   false),
       std::make_shared<nn::BatchNorm2d>(16)});
   Bottleneck block(8, 4, 2, downsample, Device{});
   block.eval();
