@@ -14,6 +14,9 @@
 //                          replica per device, each stepping a full batch, optimizer_step)
 //   with --model gpt: step_ms and tokens_per_s of train_gpt's default model and recipe (batch
 //                          32 × 128 bytes, AdamW, clipping); --model mlp,cnn is the default
+//   with --model resnet18: step_ms and images_per_s of train_resnet's default (torchvision's
+//                          ResNet-18, batch 8 × 3 × 224 × 224, SGD momentum 0.9, weight decay
+//                          1e-4, BatchNorm in training mode)
 // JSON lines on stdout (see benchmarks/README.md).
 #include <CLI/CLI.hpp>
 #include <Eigen/Dense>
@@ -30,6 +33,7 @@
 #include "engine/config.h"
 #include "samples/gpt_model.h"
 #include "samples/mnist_models.h"
+#include "samples/resnet_model.h"
 
 namespace axle::bench {
 namespace {
@@ -95,6 +99,31 @@ class GptTrainingStep {
   Tensor targets_;
 };
 
+// One step of train_resnet's recipe on its default model: torchvision's ResNet-18 on a random
+// batch of 8 images of 224 × 224 and labels over 1000 classes, SGD with momentum 0.9 and weight
+// decay 1e-4 (optimizer_step, then the step marked).
+class ResNetTrainingStep {
+ public:
+  ResNetTrainingStep()
+      : model_((set_rng_state(1), samples::make_resnet("resnet18"))),
+        optimizer_(model_->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4}),
+        images_(rand({kBatch, 3, kImageSize, kImageSize})),
+        labels_(randint(0, 1000, {kBatch})) {}
+  void operator()() {
+    optimizer_.zero_grad();
+    nn::cross_entropy((*model_)(images_), labels_).backward();
+    optimizer_step(optimizer_, /*barrier=*/true);
+  }
+  static constexpr int64_t kBatch = 8;
+  static constexpr int64_t kImageSize = 224;
+
+ private:
+  std::shared_ptr<samples::ResNet> model_;
+  optim::SGD optimizer_;
+  Tensor images_;
+  Tensor labels_;
+};
+
 bool g_observers = true;
 
 LazySystemOptions system_options(int devices = 0) {
@@ -128,6 +157,12 @@ double step_ms(const std::string& model_name, int64_t batch, int steps, int roun
 double gpt_step_ms(int steps, int rounds) {
   LazySystem::restart(system_options());
   GptTrainingStep step;
+  return median_step_ms(step, steps, rounds);
+}
+
+double resnet_step_ms(int steps, int rounds) {
+  LazySystem::restart(system_options());
+  ResNetTrainingStep step;
   return median_step_ms(step, steps, rounds);
 }
 
@@ -223,9 +258,11 @@ int main(int argc, char** argv) {
                  "samples_per_s with \"devices\"")
       ->delimiter(',');
   std::vector<std::string> models = {"mlp", "cnn"};
-  app.add_option("--model", models, "models to step: mlp, cnn, gpt (train_gpt's default model)")
+  app.add_option("--model", models,
+                 "models to step: mlp, cnn, gpt (train_gpt's default model), resnet18 "
+                 "(train_resnet's default)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"mlp", "cnn", "gpt"}));
+      ->check(CLI::IsMember({"mlp", "cnn", "gpt", "resnet18"}));
   std::string observers = "standard";
   app.add_option("--observers", observers,
                  "standard (metrics, timeline, step breakdown) or none: what watches the actors")
@@ -253,6 +290,16 @@ int main(int argc, char** argv) {
          {{"model", std::string("gpt")}, {"batch", GptTrainingStep::kBatch}});
     emit("train_step", "tokens_per_s", static_cast<double>(tokens) / ms * 1e3, "tokens/s",
          {{"model", std::string("gpt")}, {"batch", GptTrainingStep::kBatch}});
+  }
+  if (chosen("resnet18")) {
+    // A step takes seconds here: fewer steps and rounds than the small models.
+    const double ms = resnet_step_ms(quick ? 2 : 3, quick ? 2 : 3);
+    const std::map<std::string, Param> labels{{"model", std::string("resnet18")},
+                                              {"batch", ResNetTrainingStep::kBatch},
+                                              {"image_size", ResNetTrainingStep::kImageSize}};
+    emit("train_step", "step_ms", ms, "ms", labels);
+    emit("train_step", "images_per_s", static_cast<double>(ResNetTrainingStep::kBatch) / ms * 1e3,
+         "images/s", labels);
   }
   for (const Case c : {Case{"mlp", 128}, Case{"cnn", 64}}) {
     if (!chosen(c.model)) continue;

@@ -70,6 +70,11 @@ Tensor BatchNorm2d::forward(const Tensor& input) {
   auto per_channel = [](const Tensor& t) { return reshape(t, {1, -1, 1, 1}); };
   Tensor mean_c, var_c;
   if (is_training()) {
+    if (input.numel() == num_features_) {  // torch refuses a variance of one value, too
+      throw ShapeError(fmt::format(
+          "BatchNorm2d({}): expected more than 1 value per channel when training, got {}",
+          num_features_, input.shape().to_string()));
+    }
     mean_c = mean(input, {0, 2, 3});
     const Tensor centered = input - per_channel(mean_c);
     var_c = mean(centered * centered, {0, 2, 3});
@@ -77,7 +82,7 @@ Tensor BatchNorm2d::forward(const Tensor& input) {
     NoGradGuard no_grad;  // the running statistics are not trained
     const Tensor m = mean_c.detach(), v = var_c.detach();
     buffer(0).copy_(buffer(0) * (1 - momentum_) + m * momentum_);
-    buffer(1).copy_(buffer(1) * (1 - momentum_) + v * (momentum_ * n / std::max(n - 1, 1.0)));
+    buffer(1).copy_(buffer(1) * (1 - momentum_) + v * (momentum_ * n / (n - 1)));
     buffer(2).copy_(buffer(2) + 1.0);
   } else {
     mean_c = buffer(0);

@@ -90,10 +90,12 @@ class Flatten : public Module {
   int64_t start_dim_, end_dim_;
 };
 
-/// Batch normalisation over (N, H, W) per channel of an (N, C, H, W) input: batch statistics in
-/// training mode, which also update the running statistics (momentum 0.1, unbiased variance);
-/// running statistics in evaluation mode. weight (ones) and bias (zeros) [C]; buffers
-/// running_mean, running_var [C] and num_batches_tracked (s64).
+/// Batch normalisation over (N, H, W) per channel of an (N, C, H, W) input, as torch's: batch
+/// statistics (the biased variance, plus eps) in training mode, which also update the running
+/// statistics (running = (1 - momentum) · running + momentum · batch, with the unbiased variance)
+/// and count the batch; running statistics in evaluation mode. weight (ones) and bias (zeros)
+/// [C]; buffers running_mean (zeros), running_var (ones) [C] and num_batches_tracked (s64).
+/// Training on one value per channel (N·H·W = 1) throws ShapeError, as torch does.
 class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1,

@@ -325,6 +325,17 @@ TEST_F(Layers, BatchNorm2dRejectsAnInputWithOtherChannels) {
   EXPECT_TRUE(contains(what, "BatchNorm2d")) << what;
 }
 
+// As torch: one value per channel has no unbiased variance; eval mode takes it.
+TEST_F(Layers, BatchNorm2dRejectsOneValuePerChannelWhenTraining) {
+  nn::BatchNorm2d bn(3);
+  const std::string what = error_message<ShapeError>([&] { (void)bn(zeros({1, 3, 1, 1})); });
+  EXPECT_TRUE(contains(what, "more than 1 value per channel")) << what;
+  EXPECT_TRUE(contains(what, "[1,3,1,1]")) << what;
+  (void)bn(zeros({2, 3, 1, 1}));
+  bn.eval();
+  EXPECT_EQ(bn(zeros({1, 3, 1, 1})).shape(), (Shape{1, 3, 1, 1}));
+}
+
 TEST_F(Layers, LayerNormNormalisesTheTrailingDims) {
   nn::LayerNorm norm({3, 4});
   std::mt19937 rng(8);

@@ -1,0 +1,286 @@
+// samples/train_resnet: torchvision's ResNet-18 or ResNet-50 trained on fake ImageNet-shaped data,
+// as PyTorch/XLA's test_train_mp_imagenet --fake_data: one device, or data-parallel on several
+// (--num_devices), spawn running one replica per device. Each replica draws one batch of random
+// images and labels over 1000 classes at the start and is served it again every step (as
+// SampleGenerator does), through a DataLoader and MpDeviceLoader so the batch reaches the device
+// ahead of its step. The whole step (forward with BatchNorm's running statistics, backward,
+// gradients averaged across replicas, SGD) traces into one graph; losses are printed by
+// asynchronous step closures, so logging never waits for the device.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "axle.h"
+#include "engine/config.h"
+#include "io/data_loader.h"
+#include "io/fake_data.h"
+#include "io/parallel_loader.h"
+#include "samples/resnet_model.h"
+
+namespace axle::samples {
+namespace {
+
+struct Flags {
+  std::string model = "resnet18";
+  int64_t image_size = 224;
+  int64_t batch_size = 8;  // per replica
+  int64_t max_steps = 100;
+  int num_devices = 0;  // replicas, one per device (0: as many as axle starts with)
+  double lr = 0.1;
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  int64_t log_steps = 20;
+  bool fake_data = false;  // accepted; fake data is the only data
+  uint64_t seed = 42;
+  bool eval = true;
+};
+
+constexpr int64_t kClasses = 1000;
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string now_text() {
+  const std::time_t t = std::time(nullptr);
+  char text[64];
+  std::strftime(text, sizeof text, "%a %b %e %H:%M:%S %Y", std::localtime(&t));
+  return text;
+}
+
+// PyTorch/XLA's xu.SampleGenerator over torchvision-like FakeData: `count` samples drawn once,
+// then served again and again (sample i is sample i mod count) for `size` samples in all.
+class RepeatedSamples final : public Dataset {
+ public:
+  RepeatedSamples(const Dataset& source, int64_t count, int64_t size) : size_(size) {
+    for (int64_t i = 0; i < count; ++i) samples_.push_back(source.get(i));
+  }
+  [[nodiscard]] int64_t size() const override { return size_; }
+  [[nodiscard]] Sample get(int64_t index) const override {
+    if (index < 0 || index >= size_) {
+      throw std::out_of_range(fmt::format("fake data: sample {} of {}", index, size_));
+    }
+    return samples_[static_cast<std::size_t>(index % static_cast<int64_t>(samples_.size()))];
+  }
+
+ private:
+  std::vector<Sample> samples_;
+  int64_t size_;
+};
+
+struct Summary {
+  double first_loss = 0;
+  double final_loss = 0;
+  double step_ms = 0;
+  int64_t warmup_compiles = 0;
+  int64_t compiles = 0;
+  uint64_t peak_device_bytes = 0;
+  double eval_loss = 0;
+  double eval_accuracy = 0;
+  int64_t parameters = 0;
+};
+
+// Images per second since the last report, smoothed, and since the start (PyTorch/XLA's
+// RateTracker), and the first loss logged. Used from the closure thread only.
+struct Progress {
+  Clock::time_point start = Clock::now(), last = Clock::now();
+  double rate = -1;
+  double first_loss = -1;
+  int64_t images = 0;
+};
+
+// The model in eval mode (BatchNorm on its running statistics) on this replica's fixed batch:
+// {loss, accuracy}, averaged over the replicas.
+std::pair<double, double> evaluate(ResNet& model, const Tensor& images, const Tensor& labels) {
+  model.eval();
+  const NoGradGuard no_grad;
+  const Tensor logits = model(images);
+  const Tensor loss = nn::cross_entropy(logits, labels);
+  const Tensor correct = sum(cast(eq(argmax(logits, 1), labels), DType::kI64));
+  mark_step();
+  model.train();
+  const double n = static_cast<double>(labels.size(0));
+  const std::pair<double, double> mine{loss.item(), correct.item() / n};
+  return mesh_reduce("eval", mine, [](const std::vector<std::pair<double, double>>& all) {
+    std::pair<double, double> mean{0, 0};
+    for (const auto& [l, a] : all) mean = {mean.first + l, mean.second + a};
+    const auto k = static_cast<double>(all.size());
+    return std::pair<double, double>{mean.first / k, mean.second / k};
+  });
+}
+
+// One replica's training, as test_train_mp_imagenet's _mp_fn: its own model (the same start on
+// every replica, from the seed, then the master's parameters broadcast as the script does), its
+// own fake batch, gradients averaged across replicas by optimizer_step. BatchNorm's running
+// statistics stay each replica's own, as in PyTorch/XLA.
+void train_replica(const Flags& flags, Summary& summary) {
+  const int ordinal = global_ordinal();
+  const Device device = xla_device();
+  set_rng_state(flags.seed, device);
+  const std::shared_ptr<ResNet> model = make_resnet(flags.model, device);
+  broadcast_master_param(*model);
+  optim::SGD optimizer(
+      model->parameters(),
+      {.lr = flags.lr, .momentum = flags.momentum, .weight_decay = flags.weight_decay});
+  const FakeData fake(FakeDataOptions{.size = flags.batch_size,
+                                      .sample_shape = {3, flags.image_size, flags.image_size},
+                                      .num_classes = kClasses,
+                                      .seed = flags.seed + static_cast<uint64_t>(ordinal)});
+  DataLoader train_loader(
+      std::make_shared<RepeatedSamples>(fake, flags.batch_size, flags.max_steps * flags.batch_size),
+      DataLoaderOptions{.batch_size = flags.batch_size});
+
+  const std::string device_name = fmt::format("{}/{}", device.to_string(), ordinal);
+  auto progress = std::make_shared<Progress>();
+  // Step time: from the end of the second step (the first two compile: the momentum buffers
+  // appear in the second) to the end of the last.
+  const int64_t warm = flags.max_steps > 2 ? 2 : 0;
+  Clock::time_point timed_from = Clock::now();
+  int64_t warmup_compiles = 0;
+  int64_t step = 0, logged_step = 0;
+  Tensor loss, images, labels;
+  MpDeviceLoader device_loader(train_loader, device);
+  for (const DeviceBatch& batch : device_loader) {
+    ++step;
+    images = batch[0];
+    labels = batch[1];
+    optimizer.zero_grad();
+    loss = nn::cross_entropy((*model)(images), labels);
+    loss.backward();
+    optimizer_step(optimizer);  // averages the gradients across replicas
+    if (flags.log_steps > 0 && (step == 1 || step % flags.log_steps == 0)) {
+      const int64_t batch_images = flags.batch_size * (step - logged_step);
+      logged_step = step;
+      add_step_closure(
+          [progress, loss, step, batch_images, device_name] {
+            // The closure starts when its step's device work is done: time the rates from here,
+            // before the read, which queues behind the steps the device runs next.
+            const auto done = Clock::now();
+            Progress& p = *progress;
+            const double elapsed = std::chrono::duration<double>(done - p.last).count();
+            const double rate = static_cast<double>(batch_images) / std::max(elapsed, 1e-9);
+            p.rate = p.rate < 0 ? rate : 0.6 * p.rate + 0.4 * rate;
+            p.last = done;
+            p.images += batch_images;
+            const double global_rate =
+                static_cast<double>(p.images) /
+                std::max(std::chrono::duration<double>(done - p.start).count(), 1e-9);
+            const double value = loss.item();
+            if (p.first_loss < 0) p.first_loss = value;
+            if (process_index() != 0) return;
+            fmt::print(
+                "| Training Device={} Step={} Loss={:.5f} Rate={:.2f} GlobalRate={:.2f} images/s "
+                "Time={}\n",
+                device_name, step, value, p.rate, global_rate, now_text());
+            std::fflush(stdout);
+          },
+          /*run_async=*/true);
+    }
+    if (step == warm) {
+      mark_step();
+      wait_device_ops({device});
+      rendezvous("warm");  // every replica's first graphs are compiled
+      timed_from = Clock::now();
+      warmup_compiles = counter_value("UncachedCompile").value_or(0);
+    }
+  }
+  wait_device_ops();
+  const double timed = seconds_since(timed_from);
+  const double final_loss = loss.defined() ? loss.item() : 0;
+  rendezvous("trained");  // the count leaves out the evaluation's graph, whichever replica is first
+  const int64_t compiles = counter_value("UncachedCompile").value_or(0);
+  const MemoryInfo memory = get_memory_info(device);
+  std::pair<double, double> eval{0, 0};
+  if (flags.eval && images.defined()) {
+    eval = evaluate(*model, images, labels);
+    if (is_master_ordinal(/*local=*/false)) {
+      fmt::print("| Test Device={} Loss={:.5f} Accuracy={:.2f}% Time={}\n", device_name, eval.first,
+                 100 * eval.second, now_text());
+    }
+  }
+  if (is_master_ordinal(/*local=*/false)) {
+    summary.first_loss = progress->first_loss;
+    summary.final_loss = final_loss;
+    summary.step_ms =
+        flags.max_steps > warm ? 1000 * timed / static_cast<double>(flags.max_steps - warm) : 0;
+    summary.warmup_compiles = warmup_compiles;
+    summary.compiles = compiles;
+    summary.peak_device_bytes = memory.peak_bytes;
+    summary.eval_loss = eval.first;
+    summary.eval_accuracy = eval.second;
+    for (const Tensor& p : model->parameters()) summary.parameters += p.numel();
+  }
+}
+
+int train(const Flags& flags) {
+  Summary summary;
+  spawn([&](int) { train_replica(flags, summary); }, flags.num_devices);
+  if (process_index() != 0) return 0;
+  const int64_t world = static_cast<int64_t>(flags.num_devices) * process_count();
+  const double images_per_step = static_cast<double>(flags.batch_size * world);
+  fmt::print(
+      "{{\"model\":\"{}\",\"final_loss\":{:.5f},\"first_logged_loss\":{:.5f},"
+      "\"images_per_s\":{:.2f},\"step_ms\":{:.2f},\"compiles\":{},\"warmup_compiles\":{},"
+      "\"peak_device_bytes\":{},\"eval_loss\":{:.5f},\"eval_accuracy\":{:.4f},\"parameters\":{},"
+      "\"steps\":{},\"batch_size\":{},\"image_size\":{},\"devices\":{},\"world_size\":{}}}\n",
+      flags.model, summary.final_loss, summary.first_loss,
+      summary.step_ms > 0 ? 1000.0 * images_per_step / summary.step_ms : 0.0, summary.step_ms,
+      summary.compiles, summary.warmup_compiles, summary.peak_device_bytes, summary.eval_loss,
+      summary.eval_accuracy, summary.parameters, flags.max_steps, flags.batch_size,
+      flags.image_size, flags.num_devices, world);
+  return 0;
+}
+
+}  // namespace
+}  // namespace axle::samples
+
+int main(int argc, char** argv) {
+  axle::samples::Flags flags;
+  CLI::App app{
+      "train_resnet: torchvision's ResNet-18 or ResNet-50 on fake ImageNet-shaped data, as "
+      "PyTorch/XLA's test_train_mp_imagenet --fake_data. The only data is fake: each replica "
+      "draws one batch of random images (uniform in [0, 1)) and random labels over 1000 classes "
+      "at the start and trains on it at every step."};
+  app.add_option("--model", flags.model, "resnet18 or resnet50")
+      ->check(CLI::IsMember({"resnet18", "resnet50"}));
+  app.add_option("--image_size", flags.image_size, "images are 3 × image_size × image_size")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch_size", flags.batch_size, "images per replica")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max_steps", flags.max_steps)->check(CLI::PositiveNumber);
+  app.add_option("--num_devices", flags.num_devices,
+                 "train data-parallel on this many devices (default: CPU_NUM_DEVICES, or 1); "
+                 "--batch_size is per device")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", flags.lr, "SGD's learning rate (momentum 0.9, weight decay 1e-4)");
+  app.add_option("--momentum", flags.momentum);
+  app.add_option("--weight_decay", flags.weight_decay);
+  app.add_option("--log_steps", flags.log_steps,
+                 "print the loss at step 1 and every this many steps (0: never)");
+  app.add_flag("--fake_data", flags.fake_data,
+               "accepted for PyTorch/XLA's command lines: fake data is the only data source");
+  app.add_option("--seed", flags.seed, "the model's initialisation and the fake data");
+  app.add_option("--eval", flags.eval,
+                 "1 evaluates the fixed batch in eval mode (running statistics) after training");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (flags.num_devices > 0) {
+      axle::config::set("CPU_NUM_DEVICES", std::to_string(flags.num_devices));
+    }
+    flags.num_devices = axle::device_count();
+    return axle::samples::train(flags);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_resnet: %s\n", e.what());
+    return 1;
+  }
+}
