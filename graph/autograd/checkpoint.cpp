@@ -33,13 +33,6 @@ struct CheckpointContext {
   std::source_location where;
 };
 
-// The IR value of `t` in a handle of its own, outside autograd (so a barrier or requires_grad_
-// on it changes nothing the caller holds).
-Tensor own_detached(const Tensor& t) {
-  Tensor d = t.detach();
-  return d;
-}
-
 void checkpoint_backward(const GradFn& fn, const Tensor& grad, autograd::GradList& grads) {
   const auto& ctx = *static_cast<const CheckpointContext*>(fn.context().get());
   // The inputs and the incoming gradient through one barrier: the recomputation waits for the
@@ -47,8 +40,10 @@ void checkpoint_backward(const GradFn& fn, const Tensor& grad, autograd::GradLis
   // values no pass identifies with the forward pass's, so CSE cannot merge the two runs.
   std::vector<Tensor> barrier;
   barrier.reserve(ctx.inputs.size() + 1);
-  for (const Tensor& input : ctx.inputs) barrier.push_back(own_detached(input));
-  barrier.push_back(own_detached(grad));
+  // (Handles of their own, outside autograd: the barrier and requires_grad_ below change nothing
+  // the caller holds.)
+  for (const Tensor& input : ctx.inputs) barrier.push_back(input.detach());
+  barrier.push_back(grad.detach());
   optimization_barrier_(barrier, ctx.where);
   const Tensor barriered_grad = barrier.back();
   barrier.pop_back();
@@ -124,7 +119,7 @@ Tensor checkpoint(CheckpointFunction fn, const std::vector<Tensor>& inputs, bool
   own.reserve(inputs.size());
   std::unordered_set<const TensorImpl*> own_impls;
   for (const Tensor& input : inputs) {
-    Tensor d = own_detached(input);
+    Tensor d = input.detach();
     const bool needs = input.requires_grad();
     if (needs) d.requires_grad_();
     ctx->needs_grad.push_back(needs ? 1 : 0);
