@@ -8,6 +8,7 @@
 #include "engine/metrics.h"
 #include "graph/autograd.h"
 #include "graph/collectives.h"
+#include "graph/nn/checkpoint.h"
 #include "graph/nn/functional.h"
 #include "graph/nn/layers.h"
 #include "graph/nn/loss.h"

@@ -53,9 +53,12 @@ void plan_memory(Executable& program) {
     }
     if (plan.in_place[c] < 0) {
       // A released buffer: the same size for an output (handed to the caller as is), the
-      // smallest one large enough for anything else.
+      // smallest one large enough for anything else, if it is at most twice as large.
       auto it =
           role[call.output] & kOutput ? pooled.find(out.bytes()) : pooled.lower_bound(out.bytes());
+      // At most twice the size (the CPU backend's rule, backends/cpu/cpu_backend.cpp): a small
+      // slot taking a large buffer would leave the next large slot to allocate another.
+      if (it != pooled.end() && it->first > 2 * out.bytes()) it = pooled.end();
       if (it != pooled.end()) {
         buffer_bytes[call.output] = it->first;
         if (--it->second == 0) pooled.erase(it);

@@ -25,7 +25,7 @@ std::string_view kernel_name(Kernel kernel) noexcept {
       "copy",    "permute",     "expand",       "slice",       "concat",     "index_select",
       "gather",  "one_hot",     "rand_uniform", "rand_normal", "rand_int",   "bernoulli",
       "scatter_add", "max_pool2d_backward", "avg_pool2d_backward",
-      "sin",     "cos",         "cumsum",       "topk",
+      "sin",     "cos",         "cumsum",       "topk",       "optimization_barrier",
       "fused", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"};
   // clang-format on
   auto i = static_cast<std::size_t>(kernel);
@@ -135,7 +135,12 @@ bool fusible_reduction_dims(const Shape& shape, std::span<const int64_t> dims) n
 bool writes_in_place_safely(const KernelCall& call) noexcept {
   // Every fusible step reads element i only to write element i; so do where and fused kernels,
   // unless a reduction ends them (an output element then depends on many operand elements).
-  if (fused_step_arity(call.kernel) > 0 || call.kernel == Kernel::kWhere) return true;
+  // An optimization barrier copies one operand whole (and skips the copy when it is that
+  // operand's buffer); it reads none of the others.
+  if (fused_step_arity(call.kernel) > 0 || call.kernel == Kernel::kWhere ||
+      call.kernel == Kernel::kOptimizationBarrier) {
+    return true;
+  }
   if (call.kernel != Kernel::kFused) return false;
   // Steps are five ints each; the reduction, if any, begins where a step would.
   for (std::size_t at = 1; at < call.ints.size(); at += 5) {

@@ -41,6 +41,11 @@ namespace axle {
 ///   kTopK        [x]; ints = [dim, k, largest]: s64 indices along dim of the k largest (smallest)
 ///                elements, best first; equal values in index order; NaN counts as larger than
 ///                any number. Output is x's shape with dim of size k
+/// Optimization barrier (torch_xla's xm.optimization_barrier_; one call per value it passes).
+///   kOptimizationBarrier [x0, x1, ...]; ints = [i]: output is x_i (its shape and dtype), bit for
+///                bit; the other operands are only waited for. The compiler passes see through
+///                none of it: a barrier's output is never merged with, folded into or fused with
+///                what computed its operands
 /// Linear algebra and convolution.
 ///   kMatmul      [a, b]; ints = [transpose_a, transpose_b]. a is [..., M, K] (or [..., K, M]
 ///                when transposed), b is [..., K, N] (or [..., N, K]); batch dims broadcast;
@@ -171,6 +176,7 @@ enum class Kernel : uint16_t {
   kCos,
   kCumsum,
   kTopK,
+  kOptimizationBarrier,
   kFused,
   kAllReduce,
   kAllGather,

@@ -77,7 +77,8 @@ namespace axle {
   X(Sin, "sin")                               \
   X(Cos, "cos")                               \
   X(Cumsum, "cumsum")                         \
-  X(TopK, "topk")
+  X(TopK, "topk")                             \
+  X(OptimizationBarrier, "optimization_barrier")
 // clang-format on
 
 /// An IR operation.

@@ -4,8 +4,10 @@
 // graph parameter (0 and 1 become constants), so changing it never recompiles.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <source_location>
+#include <span>
 #include <vector>
 
 #include "graph/tensor.h"
@@ -241,5 +243,18 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, Loc where = Loc
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                    Loc where = Loc::current());
 Tensor one_hot(const Tensor& index, int64_t num_classes, Loc where = Loc::current());
+
+// --- compiler control --------------------------------------------------------------------------
+/// Keeps the compiler from looking through these values, as torch_xla's
+/// xm.optimization_barrier_: each tensor keeps its value (and its autograd state) but now reads
+/// it from a barrier that waits for every tensor of the list, in place, so every handle of it
+/// sees the barrier. No pass merges, folds or fuses computation across a barrier, and what reads
+/// a barrier's value runs only once all of the list is computed. For activation checkpointing
+/// (utils::checkpoint), and to keep two equal computations apart. The tensors share one device.
+void optimization_barrier_(std::span<const Tensor> tensors, Loc where = Loc::current());
+inline void optimization_barrier_(std::initializer_list<Tensor> tensors,
+                                  Loc where = Loc::current()) {
+  optimization_barrier_(std::span<const Tensor>(tensors.begin(), tensors.size()), where);
+}
 
 }  // namespace axle

@@ -67,6 +67,10 @@ class TraceContext final : public RefCounted {
   RngState draw_random(Device device, uint64_t count);
   void set_rng_state(Device device, uint64_t seed);
   [[nodiscard]] RngState rng_state(Device device);
+  /// Every device's random state, to draw the same numbers again (activation checkpointing
+  /// replays a forward pass): rng_states() now, set_rng_states() later.
+  [[nodiscard]] std::unordered_map<int, RngState> rng_states() const { return rng_; }
+  void set_rng_states(std::unordered_map<int, RngState> states) { rng_ = std::move(states); }
 
   /// Whether ops record what backward() needs (GradMode).
   [[nodiscard]] bool grad_enabled() const noexcept { return grad_enabled_; }

@@ -20,6 +20,9 @@ struct GptConfig {
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_embd = 128;
+  /// Each block's forward checkpointed (utils::checkpoint_module): its activations are computed
+  /// again in the backward pass instead of being kept. The parameter names stay the same.
+  bool checkpoint_activations = false;
 };
 
 /// Causal multi-head self-attention: one Linear makes q, k and v (c_attn), heads attend with
@@ -105,7 +108,12 @@ class GptTransformer : public nn::Module {
             register_module("ln_f", std::make_shared<nn::LayerNorm>(
                                         std::vector<int64_t>{config.n_embd}, 1e-5, true, device))) {
     for (int64_t i = 0; i < config.n_layer; ++i) {
-      h_->push_back(std::make_shared<GptBlock>(config, device));
+      auto block = std::make_shared<GptBlock>(config, device);
+      if (config.checkpoint_activations) {
+        h_->push_back(utils::checkpoint_module(std::move(block)));
+      } else {
+        h_->push_back(std::move(block));
+      }
     }
   }
 

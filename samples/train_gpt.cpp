@@ -54,6 +54,7 @@ struct Flags {
   double temperature = 0.8;
   int64_t top_k = 200;
   std::string data_dir = kFortunesDir;
+  bool checkpoint_activations = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -212,7 +213,8 @@ void train_replica(const Flags& flags,
   Gpt model(GptConfig{.block_size = flags.block_size,
                       .n_layer = flags.n_layer,
                       .n_head = flags.n_head,
-                      .n_embd = flags.n_embd},
+                      .n_embd = flags.n_embd,
+                      .checkpoint_activations = flags.checkpoint_activations},
             device);
   if (!flags.init.empty()) load_weights(model, flags.init, device);
   // Weight decay on matrices and embeddings (≥ 2 dims), none on biases and LayerNorms.
@@ -409,6 +411,8 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", flags.temperature)->check(CLI::PositiveNumber);
   app.add_option("--top_k", flags.top_k, "sample among the k likeliest bytes (0: all)");
   app.add_option("--data_dir", flags.data_dir, "the directory of fortune files");
+  app.add_flag("--checkpoint_activations", flags.checkpoint_activations,
+               "recompute each block's activations in the backward pass instead of keeping them");
   CLI11_PARSE(app, argc, argv);
   try {
     if (flags.num_devices > 0) {

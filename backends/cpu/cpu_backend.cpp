@@ -237,7 +237,7 @@ class CpuProgramRun final : public ProgramRun {
       if (planned_ && plan.in_place[c] >= 0 && slots_[plan.in_place[c]]->use_count() == 1) {
         out = std::move(slots_[plan.in_place[c]]);  // the kernel writes over its dying operand
       } else if (auto it = is_output_[call.output] ? pool_.find(bytes) : pool_.lower_bound(bytes);
-                 planned_ && it != pool_.end()) {
+                 planned_ && it != pool_.end() && it->first <= 2 * bytes) {
         out = std::move(it->second);
         pool_.erase(it);
       } else {
@@ -301,7 +301,9 @@ class CpuProgramRun final : public ProgramRun {
   std::vector<IntrusivePtr<DeviceMemory>> slots_;
   std::vector<bool> is_output_;
   // Released buffers by size, for later slots (freed when the run ends): an output takes one of
-  // its exact size, anything else the smallest one large enough.
+  // its exact size, anything else the smallest one large enough if it is at most twice as large
+  // (a small slot taking a large buffer would leave the next large slot to allocate another;
+  // actors/memory_plan.cpp plans by the same rule).
   std::multimap<std::size_t, IntrusivePtr<DeviceMemory>> pool_;
   std::vector<cpu::ConstView> views_;
   std::size_t next_ = 0;

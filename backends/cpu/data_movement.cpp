@@ -1,6 +1,7 @@
-// backends/cpu: data-movement kernels (copy, permute, expand, slice, concat, index_select, gather,
-// one_hot). They move elements without looking at their values, so each is written once per
-// element size (1, 2, 4, 8 bytes) and that one instance serves every dtype of that size.
+// backends/cpu: data-movement kernels (copy, optimization_barrier, permute, expand, slice, concat,
+// index_select, gather, one_hot). They move elements without looking at their values, so each is
+// written once per element size (1, 2, 4, 8 bytes) and that one instance serves every dtype of that
+// size.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -243,6 +244,28 @@ void copy_kernel(const KernelArgs& args) {
                                             out.shape.to_string(), out.shape.numel()));
   }
   if (out.bytes() != 0) std::memcpy(args.output.data, args.inputs[0].data, out.bytes());
+}
+
+// Output = operand ints[0]; the other operands are there to be waited for. The memory plan may
+// give the output that operand's own buffer, and then there is nothing to copy.
+void optimization_barrier_kernel(const KernelArgs& args) {
+  const std::vector<int64_t>& ints = args.call.ints;
+  if (ints.size() != 1 || ints[0] < 0 || static_cast<std::size_t>(ints[0]) >= args.inputs.size()) {
+    throw std::invalid_argument(
+        fmt::format("optimization_barrier: ints {} do not name one of its {} operands",
+                    fmt::join(ints, ","), args.inputs.size()));
+  }
+  const ConstView& in = args.inputs[static_cast<std::size_t>(ints[0])];
+  const BufferDesc& out = *args.output.desc;
+  expect_same_dtype(*in.desc, out, "optimization_barrier");
+  if (!(in.desc->shape == out.shape)) {
+    throw std::invalid_argument(fmt::format("optimization_barrier: operand {} is {}, output {}",
+                                            ints[0], in.desc->shape.to_string(),
+                                            out.shape.to_string()));
+  }
+  if (out.bytes() != 0 && args.output.data != in.data) {
+    std::memcpy(args.output.data, in.data, out.bytes());
+  }
 }
 
 void permute_kernel(const KernelArgs& args) {
@@ -534,6 +557,7 @@ void one_hot_kernel(const KernelArgs& args) {
 
 void register_data_movement_kernels(KernelTable& table) {
   set_kernel(table, Kernel::kCopy, copy_kernel);
+  set_kernel(table, Kernel::kOptimizationBarrier, optimization_barrier_kernel);
   set_kernel(table, Kernel::kPermute, permute_kernel);
   set_kernel(table, Kernel::kExpand, expand_kernel);
   set_kernel(table, Kernel::kSlice, slice_kernel);

@@ -45,6 +45,19 @@ class Backward {
  public:
   Backward(bool retain_graph, const Loc& where) : retain_graph_(retain_graph), where_(where) {}
 
+  /// Sends gradients to `targets` (autograd::gradients_at) instead of leaves' grad().
+  void capture(std::span<const GradEdge> targets) {
+    capturing_ = true;
+    captured_.clear();
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      captured_.push_back(Tensor());
+      const void* key = targets[i].fn ? static_cast<const void*>(targets[i].fn.get())
+                                      : static_cast<const void*>(targets[i].leaf.get());
+      if (key) target_index_.try_emplace(key, i);
+    }
+  }
+  [[nodiscard]] autograd::GradList take_captured() { return std::move(captured_); }
+
   void run(GradFn* root, Tensor root_grad) {
     count_dependencies(root);
     pending_[root].grad = std::move(root_grad);
@@ -60,11 +73,20 @@ class Backward {
       const std::span<const GradEdge> edges = fn->edges();
       for (std::size_t i = 0; i < edges.size(); ++i) {
         const bool has_grad = i < grads.size() && grads[i].defined();
+        if (capturing_ && edges[i].defined()) {
+          const void* key = edges[i].fn ? static_cast<const void*>(edges[i].fn.get())
+                                        : static_cast<const void*>(edges[i].leaf.get());
+          const auto target = target_index_.find(key);
+          if (target != target_index_.end()) {
+            if (has_grad) accumulate(captured_[target->second], std::move(grads[i]));
+            continue;
+          }
+        }
         if (GradFn* next = edges[i].fn.get()) {
           PendingFn& p = pending_[next];
           if (has_grad) accumulate(p.grad, std::move(grads[i]));
           if (--p.dependencies == 0) ready.push_back(next);
-        } else if (edges[i].leaf && has_grad) {
+        } else if (edges[i].leaf && has_grad && !capturing_) {
           add_to_leaf(edges[i].leaf.get(), std::move(grads[i]));
         }
       }
@@ -98,7 +120,7 @@ class Backward {
       stack.pop_back();
       for (const GradEdge& edge : fn->edges()) {
         GradFn* next = edge.fn.get();
-        if (!next) continue;
+        if (!next || target_index_.contains(next)) continue;
         auto [it, inserted] = pending_.try_emplace(next);
         ++it->second.dependencies;
         if (inserted) stack.push_back(next);
@@ -133,9 +155,35 @@ class Backward {
   std::unordered_map<GradFn*, PendingFn> pending_;
   std::unordered_map<TensorImpl*, std::size_t> leaf_index_;
   std::vector<std::pair<TensorImpl*, Tensor>> leaves_;
+  bool capturing_ = false;
+  std::unordered_map<const void*, std::size_t> target_index_;
+  autograd::GradList captured_;
 };
 
 }  // namespace
+
+namespace autograd {
+
+GradList gradients_at(const Tensor& output, const Tensor& grad_output,
+                      std::span<const GradEdge> targets, const std::source_location& where) {
+  NoGradGuard no_grad;
+  Backward pass(/*retain_graph=*/false, where);
+  pass.capture(targets);
+  const AutogradMeta* meta = output.impl()->autograd();
+  GradFn* root = meta ? meta->grad_fn.get() : nullptr;
+  if (root) {
+    pass.run(root, grad_output);
+    return pass.take_captured();
+  }
+  // A leaf: its gradient is grad_output, if it is a target.
+  GradList grads;
+  for (const GradEdge& target : targets) {
+    grads.push_back(target.leaf.get() == output.impl() ? grad_output : Tensor());
+  }
+  return grads;
+}
+
+}  // namespace autograd
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph, std::source_location where) const {
   ops::require_defined("backward", *this, "the tensor", where);

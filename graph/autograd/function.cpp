@@ -17,14 +17,15 @@ bool tensor_requires_grad(const Tensor& t) noexcept {
   return meta && meta->requires_grad;
 }
 
-GradEdge edge_to(const Tensor& t) {
-  const AutogradMeta* meta = t.impl()->autograd();
-  if (!meta || !meta->requires_grad) return {};
-  if (meta->grad_fn) return {meta->grad_fn, {}};
-  return {{}, t.impl_ptr()};
-}
+// The sequence number of the next GradFn this thread records.
+thread_local uint64_t next_sequence_nr = 0;
 
 }  // namespace
+
+GradFn::GradFn(const autograd::Derivative& derivative) noexcept
+    : derivative_(&derivative), sequence_nr_(next_sequence_nr++) {}
+
+uint64_t GradFn::peek_sequence_nr() noexcept { return next_sequence_nr; }
 
 void AutogradMetaDeleter::operator()(AutogradMeta* meta) const noexcept { delete meta; }
 
@@ -47,9 +48,17 @@ void GradFn::release_saved() {
   // Deferred as well: a saved input may be the last holder of a long chain.
   ReleaseScope scope;
   for (Tensor& input : inputs_) scope.defer(input.take_impl());
+  context_.reset();
 }
 
 namespace autograd {
+
+GradEdge gradient_edge(const Tensor& t) {
+  const AutogradMeta* meta = t.impl()->autograd();
+  if (!meta || !meta->requires_grad) return {};
+  if (meta->grad_fn) return {meta->grad_fn, {}};
+  return {{}, t.impl_ptr()};
+}
 
 bool should_record_list(std::span<const Tensor> inputs) noexcept {
   for (const Tensor& t : inputs) {
@@ -65,7 +74,7 @@ void record(const Derivative& derivative, const Tensor& result, std::span<const 
   for (const Tensor& t : inputs) any = any || tensor_requires_grad(t);
   if (!any) return;
   auto fn = make_intrusive<GradFn>(derivative);
-  for (const Tensor& t : inputs) fn->add_input(t, edge_to(t));
+  for (const Tensor& t : inputs) fn->add_input(t, gradient_edge(t));
   fn->set_attributes(std::move(ints), std::move(reals));
   AutogradMeta& meta = result.impl()->autograd_or_create();
   meta.requires_grad = true;

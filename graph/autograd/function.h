@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string_view>
 
@@ -55,7 +56,7 @@ struct GradEdge {
 /// One recorded op of the backward graph.
 class GradFn final : public RefCounted {
  public:
-  explicit GradFn(const autograd::Derivative& derivative) noexcept : derivative_(&derivative) {}
+  explicit GradFn(const autograd::Derivative& derivative) noexcept;
   /// Frees the graph behind it iteratively: a chain of a million ops must not recurse.
   ~GradFn() override;
 
@@ -80,6 +81,17 @@ class GradFn final : public RefCounted {
     reals_ = std::move(reals);
   }
 
+  /// The order of recording on this thread (torch's sequence_nr): a GradFn recorded later has a
+  /// larger number.
+  [[nodiscard]] uint64_t sequence_nr() const noexcept { return sequence_nr_; }
+  /// The number the next GradFn recorded on this thread gets.
+  [[nodiscard]] static uint64_t peek_sequence_nr() noexcept;
+
+  /// What a derivative keeps beyond saved tensors and attributes (checkpoint's function and
+  /// inputs); freed with the saved inputs.
+  [[nodiscard]] const std::shared_ptr<void>& context() const noexcept { return context_; }
+  void set_context(std::shared_ptr<void> context) noexcept { context_ = std::move(context); }
+
   /// Whether backward already freed the saved inputs.
   [[nodiscard]] bool released() const noexcept { return released_; }
   /// Frees the saved inputs (the edges stay: later graphs may still hang off this one).
@@ -91,6 +103,8 @@ class GradFn final : public RefCounted {
   SmallVector<GradEdge, 3> edges_;
   IntAttrs ints_;
   RealAttrs reals_;
+  std::shared_ptr<void> context_;
+  uint64_t sequence_nr_;
   bool released_ = false;
 };
 
@@ -103,6 +117,18 @@ template <class... T>
   return ((inputs.impl()->autograd() != nullptr) || ...) && GradMode::is_enabled();
 }
 [[nodiscard]] bool should_record_list(std::span<const Tensor> inputs) noexcept;
+
+/// Where `t`'s gradient goes: its grad_fn, or itself when it is a leaf that requires grad, or
+/// nowhere (torch's gradient_edge).
+[[nodiscard]] GradEdge gradient_edge(const Tensor& t);
+
+/// The gradients reaching `targets` when backpropagating `grad_output` from `output`, as
+/// torch.autograd.grad(output, targets, grad_output): nothing is added to any leaf's grad(), and
+/// the walk stops at the targets (a GradFn target is not run). Each target is a leaf or a GradFn;
+/// a gradient that reaches none is undefined. The graph behind `output` is freed as it goes.
+[[nodiscard]] GradList gradients_at(const Tensor& output, const Tensor& grad_output,
+                                    std::span<const GradEdge> targets,
+                                    const std::source_location& where);
 
 /// Records `result` as computed from `inputs` by an op with `derivative` and attributes, if an
 /// input requires grad and the result is floating-point (integer and bool results never carry

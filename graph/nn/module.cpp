@@ -19,12 +19,18 @@ const Tensor* find(const StateDict& state, const std::string& key) {
   return nullptr;
 }
 
+// A child registered under "" adds no name of its own (utils::CheckpointModule holds its module
+// so).
+static std::string child_prefix(const std::string& prefix, const std::string& name) {
+  return name.empty() ? prefix : prefix + name + ".";
+}
+
 template <class Fn>
 void Module::visit(bool buffers, const std::string& prefix, Fn& fn) const {
   for (const auto& [name, tensor] : buffers ? buffers_ : parameters_) {
     if (tensor.defined()) fn(prefix + name, tensor);
   }
-  for (const auto& [name, child] : children_) child->visit(buffers, prefix + name + ".", fn);
+  for (const auto& [name, child] : children_) child->visit(buffers, child_prefix(prefix, name), fn);
 }
 
 namespace {
@@ -71,7 +77,7 @@ StateDict Module::state_dict() const {
     for (const auto& [name, t] : m.buffers_) {
       if (t.defined()) all.emplace_back(prefix + name, t);
     }
-    for (const auto& [name, child] : m.children_) self(self, *child, prefix + name + ".");
+    for (const auto& [name, child] : m.children_) self(self, *child, child_prefix(prefix, name));
   };
   walk(walk, *this, "");
   return all;

@@ -59,7 +59,10 @@ Program eliminate_common_subexpressions(const Program& program) {
       appended = out.append_renamed(program, static_cast<int32_t>(id), renamed);
     }
     renamed[id] = appended;
-    if (out.is_leaf(appended)) continue;
+    // Leaves are distinct inputs; each optimization barrier stands on its own (two barriers of
+    // the same values are still two: what reads one must not be merged with what reads the
+    // other).
+    if (out.is_leaf(appended) || out[appended].op == Op::kOptimizationBarrier) continue;
     for (std::size_t slot = instr_hash(out, appended) & mask;; slot = (slot + 1) & mask) {
       if (table[slot] < 0) {
         table[slot] = appended;

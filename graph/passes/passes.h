@@ -19,7 +19,11 @@ namespace axle {
 /// last two dims folded into the matmul that consumes them.
 [[nodiscard]] Program canonicalize(const Program& program);
 /// Instructions computing the same op on the same operands with the same attributes become one.
-/// Leaves are never merged: each is a distinct input.
+/// Leaves are never merged: each is a distinct input; nor are optimization barriers.
+///
+/// No pass looks through an optimization barrier (Op::kOptimizationBarrier): its result is not
+/// its operand to any of them, so nothing that reads the barrier merges with, folds into or
+/// fuses with what computed the operand.
 [[nodiscard]] Program eliminate_common_subexpressions(const Program& program);
 /// Ops whose operands are all constants, where the result is exact (arithmetic, comparisons,
 /// casts between floating types, data movement), become constants; transcendental functions are

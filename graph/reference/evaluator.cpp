@@ -88,6 +88,13 @@ CpuTensor evaluate_op(const OpCall& call) {
     case Op::kAllToAll:
     case Op::kCollectivePermute:
       return detail::evaluate_collective(call);
+    case Op::kOptimizationBarrier:
+      // Operand ints[0], as it is; the others are only waited for.
+      detail::expect_ints(call, 1, "[operand]");
+      if (call.ints()[0] < 0 || static_cast<std::size_t>(call.ints()[0]) >= call.operands.size()) {
+        detail::fail(call, "ints[0] names no operand");
+      }
+      return call.operand(static_cast<std::size_t>(call.ints()[0]));
     case Op::kDeviceData:
     case Op::kParameter:
     case Op::kConstant:

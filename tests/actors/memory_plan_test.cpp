@@ -69,6 +69,17 @@ TEST(MemoryPlan, ReleasedBuffersAreReusedBySlotsOfTheSameSize) {
   EXPECT_EQ(all_slot_bytes(*program), 7 * matrix);
 }
 
+TEST(MemoryPlan, SmallSlotsLeaveLargeReleasedBuffersToLargeOnes) {
+  const Tensor a = input({1000});
+  // exp's 4000 bytes are released at the sum; the 4-byte copy of the sum does not take them (a
+  // buffer more than twice a slot's size stays pooled), so tanh's 4000 bytes do.
+  const Tensor s = reshape(sum(exp(a), {0}), {1});
+  const Tensor y = tanh(a) * s;
+  const IntrusivePtr<Executable> program = compiled({y}, /*fuse=*/false);
+  EXPECT_GE(program->plan.peak_bytes, 2 * 4000u);
+  EXPECT_LT(program->plan.peak_bytes, 2 * 4000u + 64);
+}
+
 TEST(MemoryPlan, InputsAndOutputsAreNeverReleasedOrWrittenOver) {
   const Tensor x = input({256});
   const Tensor kept = exp(x);

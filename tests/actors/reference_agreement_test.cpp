@@ -497,6 +497,18 @@ TEST(SoftmaxAgreement, SoftmaxAndLogSoftmaxOverEveryDim) {
   }
 }
 
+TEST(OptimizationBarrierAgreement, PassesEveryDTypeBitForBit) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Agreement check;
+    const Tensor a = check.random(dtype, {3, 4, 5}, -9, 9, true);
+    const Tensor b = check.random(dtype, {7}, -2, 2);
+    const Tensor c = check.random(DType::kF32, {}, -2, 2);
+    optimization_barrier_({a, b, c});
+    check.expect_agree({a, b, c});
+  }
+}
+
 TEST(CumsumAgreement, AlongEveryDimInEveryDType) {
   for (DType dtype : kAllDTypes) {
     SCOPED_TRACE(dtype_name(dtype));

@@ -106,6 +106,32 @@ TEST(Copy, RejectsDifferentElementCount) {
       std::runtime_error);
 }
 
+TEST(OptimizationBarrier, GivesTheNamedOperandBitForBit) {
+  std::mt19937 rng(3);
+  for (DType dtype : kDTypes) {
+    const HostTensor a = random_tensor(dtype, {2, 3, 4}, rng);
+    const HostTensor b = random_tensor(DType::kF32, {5}, rng);
+    EXPECT_EQ(run_kernel(Kernel::kOptimizationBarrier, {a, b}, dtype, {2, 3, 4}, {0}).values,
+              a.values);
+    EXPECT_EQ(run_kernel(Kernel::kOptimizationBarrier, {a, b}, DType::kF32, {5}, {1}).values,
+              b.values);
+  }
+  const HostTensor empty = random_tensor(DType::kF32, {0, 3}, rng);
+  EXPECT_TRUE(
+      run_kernel(Kernel::kOptimizationBarrier, {empty}, DType::kF32, {0, 3}, {0}).values.empty());
+}
+
+TEST(OptimizationBarrier, RejectsAnOperandItDoesNotHaveOrAnotherShape) {
+  std::mt19937 rng(4);
+  const HostTensor a = random_tensor(DType::kF32, {2, 3}, rng);
+  EXPECT_THROW(run_kernel(Kernel::kOptimizationBarrier, {a}, DType::kF32, {2, 3}, {1}),
+               std::runtime_error);
+  EXPECT_THROW(run_kernel(Kernel::kOptimizationBarrier, {a}, DType::kF32, {2, 3}, {}),
+               std::runtime_error);
+  EXPECT_THROW(run_kernel(Kernel::kOptimizationBarrier, {a}, DType::kF32, {3, 2}, {0}),
+               std::runtime_error);
+}
+
 void check_permute(const HostTensor& x, const Index& perm) {
   Shape out_shape;
   for (int64_t p : perm) out_shape.push_back(x.shape[static_cast<int>(p)]);

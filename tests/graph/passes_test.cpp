@@ -170,6 +170,92 @@ TEST(DeadCode, RemovesWhatNoOutputReadsButKeepsEveryInput) {
             "outputs %4\n");
 }
 
+// ---- optimization barriers: no pass looks through one ----------------------------------------
+
+int count_op(const Program& p, Op op) {
+  int n = 0;
+  for (std::size_t id = 0; id < p.size(); ++id) n += p[id].op == op;
+  return n;
+}
+
+// The same computation on a value and on the value through a barrier: CSE merges neither the
+// two computations nor two barriers of the same values.
+TEST(OptimizationBarrier, KeepsCseFromMergingAcrossIt) {
+  const Tensor a = input({4});
+  const Tensor x = exp(a);
+  const Tensor g = cos(a);
+  const Tensor plain = sin(x);
+  Tensor b = x.detach();  // x's value in a handle of its own
+  optimization_barrier_({b, g.detach()});
+  const Tensor again = sin(b);
+  Tensor c = x.detach();
+  optimization_barrier_({c, g.detach()});
+  const Program after =
+      eliminate_common_subexpressions(canonicalize(program_of({plain, again, sin(c)})));
+  EXPECT_EQ(after.to_text(),
+            "%0 = device_data f32[4] input=0\n"
+            "%1 = exp f32[4] %0\n"
+            "%2 = cos f32[4] %0\n"
+            "%3 = sin f32[4] %1\n"
+            "%4 = optimization_barrier f32[4] %1, %2 ints=[0]\n"
+            "%5 = sin f32[4] %4\n"
+            "%6 = optimization_barrier f32[4] %1, %2 ints=[0]\n"
+            "%7 = sin f32[4] %6\n"
+            "outputs %3, %5, %7\n");
+}
+
+// reshape(reshape(a)) and transpose(transpose(a)) fold; with a barrier between, the inner op
+// stays, and only the outer transpose folds into the matmul that reads the barrier.
+TEST(OptimizationBarrier, KeepsCanonicalisationFromFoldingThroughIt) {
+  const Tensor a = input({2, 3});
+  const Tensor m = input({2, 2});
+  Tensor r = reshape(a, {3, 2});
+  optimization_barrier_({r});
+  Tensor t = transpose(a, 0, 1);  // [3, 2]
+  optimization_barrier_({t});
+  const Program after = eliminate_dead_code(
+      canonicalize(program_of({reshape(r, {6}), matmul(m, transpose(t, 0, 1))})));
+  EXPECT_EQ(after.to_text(),
+            "%0 = device_data f32[2,3] input=0\n"
+            "%1 = reshape f32[3,2] %0\n"
+            "%2 = optimization_barrier f32[3,2] %1 ints=[0]\n"
+            "%3 = permute f32[3,2] %0 ints=[1, 0]\n"
+            "%4 = optimization_barrier f32[3,2] %3 ints=[0]\n"
+            "%5 = reshape f32[6] %2\n"
+            "%6 = device_data f32[2,2] input=1\n"
+            "%7 = matmul f32[2,3] %6, %4 ints=[0, 1]\n"
+            "outputs %5, %7\n");
+}
+
+TEST(OptimizationBarrier, KeepsConstantsFromFoldingThroughIt) {
+  Tensor one = ones({2});
+  optimization_barrier_({one});
+  const Program after = eliminate_dead_code(fold_constants(program_of({one + one})));
+  EXPECT_EQ(after.to_text(),
+            "%0 = constant f32[2] 1\n"
+            "%1 = optimization_barrier f32[2] %0 ints=[0]\n"
+            "%2 = add f32[2] %1, %1\n"
+            "outputs %2\n");
+}
+
+TEST(OptimizationBarrier, SurvivesEveryPassWhileRead) {
+  const Tensor a = input({4});
+  const Tensor g = input({4});
+  Tensor b = exp(a);
+  Tensor h = g * 1.0;
+  optimization_barrier_({b, h});
+  const Program after = run_passes(program_of({exp(a) + exp(b)}), PassSet());
+  // Only the barrier of b is read; it still waits for h. exp(a) is one (before the barrier),
+  // exp(b) another.
+  ASSERT_EQ(count_op(after, Op::kOptimizationBarrier), 1) << after.to_text();
+  EXPECT_EQ(count_op(after, Op::kExp), 2) << after.to_text();
+  for (std::size_t id = 0; id < after.size(); ++id) {
+    if (after[id].op == Op::kOptimizationBarrier) {
+      EXPECT_EQ(after.operands(static_cast<int32_t>(id)).size(), 2u);
+    }
+  }
+}
+
 TEST(Passes, RunInOrderAndEachCanBeDisabled) {
   const Tensor a = input({4});
   const Program before = program_of({exp(a) + exp(a) * 1.0, sum(a, {0})});

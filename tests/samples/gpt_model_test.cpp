@@ -55,5 +55,33 @@ TEST(Gpt, LogitsCoverTheVocabularyAtEveryPosition) {
   for (float v : values) ASSERT_TRUE(std::isfinite(v));
 }
 
+// Checkpointed blocks keep every name, and one training step's loss and gradients are the plain
+// model's bit for bit (the same start: the same seed).
+TEST(Gpt, CheckpointedActivationsGiveThePlainGradients) {
+  const GptConfig plain{.block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 8};
+  GptConfig checkpointed = plain;
+  checkpointed.checkpoint_activations = true;
+  set_rng_state(7);
+  Gpt a(plain);
+  set_rng_state(7);
+  Gpt b(checkpointed);
+  const nn::StateDict pa = a.named_parameters(), pb = b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (std::size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].first, pb[i].first);
+  const Tensor tokens = tensor(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}, Shape{2, 4});
+  const Tensor targets = tensor(std::vector<int64_t>{2, 3, 4, 5, 6, 7, 8, 9}, Shape{2, 4});
+  auto step = [&](Gpt& model) {
+    const Tensor loss = nn::cross_entropy(reshape(model(tokens), {8, 256}), reshape(targets, {8}));
+    loss.backward();
+    return loss;
+  };
+  const Tensor la = step(a), lb = step(b);
+  EXPECT_EQ(la.item(), lb.item());
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i].second.grad().to_vector<float>(), pb[i].second.grad().to_vector<float>())
+        << pa[i].first;
+  }
+}
+
 }  // namespace
 }  // namespace axle::samples

@@ -60,6 +60,29 @@ TEST(TrainGpt, TwoHundredStepsLearnTheBytesAndCompileOnlyAtTheStart) {
   EXPECT_LE(compiles[1], 6) << run.output;
 }
 
+// --checkpoint_activations recomputes each block's activations in the backward pass: the same
+// losses bit for bit (the JSON prints them to 6 places, the same either way), and a peak of
+// device memory lower by at least two activations of each block but one: the MLP's
+// [batch, block, 4·n_embd] and the attention scores' [batch, heads, block, block], both 1 MiB
+// here (a block keeps several of each).
+TEST(TrainGpt, CheckpointedActivationsTrainAlikeOnLessMemory) {
+  require_corpus();
+  const std::string flags =
+      "--n_layer 4 --n_embd 64 --block_size 64 --batch_size 16 --seed 1 --max_steps 10 "
+      "--eval_iters 2 ";
+  const TrainerRun plain = train(flags);
+  const TrainerRun with = train(flags + "--checkpoint_activations");
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  ASSERT_EQ(with.status, 0) << with.output;
+  ASSERT_TRUE(plain.summary.is_object() && with.summary.is_object()) << with.output;
+  EXPECT_EQ(with.summary["final_train_loss"], plain.summary["final_train_loss"]) << with.output;
+  EXPECT_EQ(with.summary["final_val_loss"], plain.summary["final_val_loss"]) << with.output;
+  const int64_t mlp_activation = 16 * 64 * 4 * 64 * 4, scores = 16 * 4 * 64 * 64 * 4;
+  EXPECT_LT(with.summary["peak_device_bytes"].get<int64_t>() + 3 * (mlp_activation + scores),
+            plain.summary["peak_device_bytes"].get<int64_t>())
+      << plain.output << with.output;
+}
+
 // Two replicas of half the batch each, rows i·2 + r: gradients averaged before clipping, the
 // loss falls as on one device, and each replica logs its own loss.
 TEST(TrainGpt, TwoDevicesTrainDataParallel) {
