@@ -244,16 +244,17 @@ void run_plan(const T* a, const T* b, T* out, const MatmulPlan& p, ComputePool& 
 
 // ---- bf16 products ------------------------------------------------------------------------
 //
-// bf16 storage, f32 accumulation, and no widened copy of a whole operand or of the result. The
-// output is cut into tiles of kBf16Rows x kBf16Columns; a tile walks the contraction kBf16Depth at
-// a time, widening just that slice of op(a)'s rows and op(b)'s columns into f32 scratch (L2-sized)
-// and adding their Eigen product into the tile's f32 accumulator, then rounds the tile to bf16
-// once. Tiles are fixed by the shape, never by the thread count, so every thread count gives the
-// same bits; they are spread over the pool's threads.
+// bf16 storage, f32 accumulation, and no widened copy of a whole operand. The output is cut into
+// tiles of kBf16Rows x kBf16Columns; a run of tiles of one column walks the contraction
+// kBf16Depth at a time: that slice of op(b)'s columns is widened once into f32 scratch, then each
+// tile's slice of op(a)'s rows, and their Eigen product is added into the tile's f32 accumulator;
+// each tile is rounded to bf16 once at the end. What a tile sums, and in which order, depends on
+// the shape only, never on how tiles are shared among threads, so every thread count gives the
+// same bits.
 constexpr int64_t kBf16Rows = 64, kBf16Columns = 256, kBf16Depth = 256;
 
-// Per-thread scratch, kept between calls: the tiles are small, and a fresh allocation per call
-// would cost page faults on every step.
+// Per-thread scratch, kept between calls: a fresh allocation per call would cost page faults
+// on every step.
 struct Bf16Scratch {
   ScratchArray<float> data;
   std::size_t size = 0;
@@ -283,53 +284,54 @@ struct Bf16Product {
   int64_t ldc;
 };
 
-// Output tile [r0, r0 + rows) x [c0, c0 + cols) of q.
-void bf16_tile(const Bf16Product& q, bool transpose_a, bool transpose_b, int64_t r0, int64_t rows,
-               int64_t c0, int64_t cols) {
+// Output rows [r0, r1) x columns [c0, c0 + cols) of q: whole row tiles of one column tile.
+void bf16_tiles(const Bf16Product& q, bool transpose_a, bool transpose_b, int64_t r0, int64_t r1,
+                int64_t c0, int64_t cols) {
   thread_local Bf16Scratch a_scratch, b_scratch, c_scratch;
+  const int64_t rows = r1 - r0;
   float* acc = c_scratch.get(static_cast<std::size_t>(rows * cols));
-  Eigen::Map<RowMatrix<float>> c(acc, rows, cols);
-  if (q.k == 0) c.setZero();  // an empty sum
-  float* a = a_scratch.get(static_cast<std::size_t>(rows * kBf16Depth));
+  if (q.k == 0) std::fill(acc, acc + rows * cols, 0.0f);  // an empty sum
+  float* a = a_scratch.get(static_cast<std::size_t>(kBf16Rows * kBf16Depth));
   float* b = b_scratch.get(static_cast<std::size_t>(kBf16Depth * cols));
   for (int64_t k0 = 0; k0 < q.k; k0 += kBf16Depth) {
     const int64_t depth = std::min(kBf16Depth, q.k - k0);
-    // op(a)'s rows of the tile over this depth, and op(b)'s columns, as stored.
-    if (!transpose_a) {
-      widen_tile(q.a, q.lda, r0, rows, k0, depth, a);
-    } else {
-      widen_tile(q.a, q.lda, k0, depth, r0, rows, a);
-    }
     if (!transpose_b) {
       widen_tile(q.b, q.ldb, k0, depth, c0, cols, b);
     } else {
       widen_tile(q.b, q.ldb, c0, cols, k0, depth, b);
     }
-    auto product = [&](const auto& lhs) {
-      if (!transpose_b) {
-        const ConstMatrixMap<float> rhs(b, depth, cols);
-        if (k0 == 0) {
-          c.noalias() = lhs * rhs;
-        } else {
-          c.noalias() += lhs * rhs;
-        }
+    for (int64_t t0 = r0; t0 < r1; t0 += kBf16Rows) {
+      const int64_t tile_rows = std::min(kBf16Rows, r1 - t0);
+      Eigen::Map<RowMatrix<float>> c(acc + (t0 - r0) * cols, tile_rows, cols);
+      if (!transpose_a) {
+        widen_tile(q.a, q.lda, t0, tile_rows, k0, depth, a);
       } else {
-        const auto rhs = ConstMatrixMap<float>(b, cols, depth).transpose();
-        if (k0 == 0) {
-          c.noalias() = lhs * rhs;
-        } else {
-          c.noalias() += lhs * rhs;
-        }
+        widen_tile(q.a, q.lda, k0, depth, t0, tile_rows, a);
       }
-    };
-    if (!transpose_a) {
-      product(ConstMatrixMap<float>(a, rows, depth));
-    } else {
-      product(ConstMatrixMap<float>(a, depth, rows).transpose());
+      auto add_product = [&](const auto& lhs) {
+        auto assign = [&](const auto& rhs) {
+          if (k0 == 0) {
+            c.noalias() = lhs * rhs;
+          } else {
+            c.noalias() += lhs * rhs;
+          }
+        };
+        if (!transpose_b) {
+          assign(ConstMatrixMap<float>(b, depth, cols));
+        } else {
+          assign(ConstMatrixMap<float>(b, cols, depth).transpose());
+        }
+      };
+      if (!transpose_a) {
+        add_product(ConstMatrixMap<float>(a, tile_rows, depth));
+      } else {
+        add_product(ConstMatrixMap<float>(a, depth, tile_rows).transpose());
+      }
     }
   }
-  for (int64_t r = 0; r < rows; ++r)
+  for (int64_t r = 0; r < rows; ++r) {
     narrow_block(acc + r * cols, q.out + (r0 + r) * q.ldc + c0, cols);
+  }
 }
 
 void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
@@ -339,23 +341,27 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
   const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
   const int64_t row_tiles = (p.m + kBf16Rows - 1) / kBf16Rows;
   const int64_t column_tiles = (p.n + kBf16Columns - 1) / kBf16Columns;
-  const int64_t per_product = row_tiles * column_tiles;
   const auto batch = static_cast<int64_t>(p.a_offsets.size());
+  // Tile t is row tile t % row_tiles of column tile (t / row_tiles) % column_tiles of product
+  // t / (row_tiles * column_tiles): a part's consecutive tiles share their columns of op(b).
   auto run_tiles = [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const auto j = static_cast<std::size_t>(t / per_product);
-      const int64_t tile = t % per_product;
-      const int64_t r0 = tile / column_tiles * kBf16Rows, c0 = tile % column_tiles * kBf16Columns;
+    while (t0 < t1) {
+      const int64_t column = t0 / row_tiles;  // over the whole batch
+      const int64_t last = std::min(t1, (column + 1) * row_tiles);
+      const auto j = static_cast<std::size_t>(column / column_tiles);
+      const int64_t c0 = column % column_tiles * kBf16Columns;
       const Bf16Product q{p.m, p.n,
                           p.k, a + p.a_offsets[j],
                           lda, b + p.b_offsets[j],
                           ldb, out + static_cast<int64_t>(j) * p.m * p.n,
                           p.n};
-      bf16_tile(q, p.transpose_a, p.transpose_b, r0, std::min(kBf16Rows, p.m - r0), c0,
-                std::min(kBf16Columns, p.n - c0));
+      bf16_tiles(q, p.transpose_a, p.transpose_b, t0 % row_tiles * kBf16Rows,
+                 std::min(p.m, (last - 1) % row_tiles * kBf16Rows + kBf16Rows), c0,
+                 std::min(kBf16Columns, p.n - c0));
+      t0 = last;
     }
   };
-  const int64_t tiles = batch * per_product;
+  const int64_t tiles = batch * column_tiles * row_tiles;
   if (args.pool.threads() == 1 || batch * p.m * p.n * p.k < kParallelMultiplyAdds) {
     return run_tiles(0, tiles, 0);
   }
