@@ -6,6 +6,7 @@
 #include "actors/replicas.h"
 #include "actors/step_breakdown.h"
 #include "engine/metrics.h"
+#include "graph/autocast.h"
 #include "graph/autograd.h"
 #include "graph/collectives.h"
 #include "graph/nn/checkpoint.h"

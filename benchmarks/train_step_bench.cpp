@@ -17,12 +17,16 @@
 //   with --model resnet18: step_ms and images_per_s of train_resnet's default (torchvision's
 //                          ResNet-18, batch 8 × 3 × 224 × 224, SGD momentum 0.9, weight decay
 //                          1e-4, BatchNorm in training mode)
+//   with --amp none,bf16: each figure once per precision, "amp" naming it (bf16: the forward
+//                          pass and loss in a bf16 autocast region), and amp_speedup — the
+//                          step time in f32 / in bf16 — when both run
 // JSON lines on stdout (see benchmarks/README.md).
 #include <CLI/CLI.hpp>
 #include <Eigen/Dense>
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,18 +53,25 @@ double seconds_since(Clock::time_point start) {
 // then the step marked.
 class TrainingStep {
  public:
-  TrainingStep(const std::string& model_name, int64_t batch)
-      : model_((set_rng_state(1), samples::make_mnist_model(model_name))),
+  TrainingStep(const std::string& model_name, int64_t batch, bool amp = false)
+      : amp_(amp),
+        model_((set_rng_state(1), samples::make_mnist_model(model_name))),
         optimizer_(model_->parameters(), {.lr = 0.01, .momentum = 0.9}),
         images_(rand({batch, 1, 28, 28})),
         labels_(randint(0, 10, {batch})) {}
   void operator()() {
     optimizer_.zero_grad();
-    nn::nll_loss((*model_)(images_), labels_).backward();
+    Tensor loss;
+    {
+      const autocast region(Device{}, DType::kBF16, amp_);
+      loss = nn::nll_loss((*model_)(images_), labels_);
+    }
+    loss.backward();
     optimizer_step(optimizer_, /*barrier=*/true);
   }
 
  private:
+  bool amp_;
   std::shared_ptr<nn::Module> model_;
   optim::SGD optimizer_;
   Tensor images_;
@@ -72,14 +83,20 @@ class TrainingStep {
 // gradients clipped to norm 1, random bytes as a batch of 32 rows of 128.
 class GptTrainingStep {
  public:
-  GptTrainingStep()
-      : model_((set_rng_state(1), std::make_shared<samples::Gpt>(samples::GptConfig{}))),
+  explicit GptTrainingStep(bool amp)
+      : amp_(amp),
+        model_((set_rng_state(1), std::make_shared<samples::Gpt>(samples::GptConfig{}))),
         optimizer_(param_groups(*model_), {.lr = 1e-3, .beta2 = 0.95, .weight_decay = 0.1}),
         tokens_(randint(0, 256, {kBatch, kBlock})),
         targets_(randint(0, 256, {kBatch * kBlock})) {}
   void operator()() {
     optimizer_.zero_grad();
-    nn::cross_entropy(reshape((*model_)(tokens_), {kBatch * kBlock, 256}), targets_).backward();
+    Tensor loss;
+    {
+      const autocast region(Device{}, DType::kBF16, amp_);
+      loss = nn::cross_entropy(reshape((*model_)(tokens_), {kBatch * kBlock, 256}), targets_);
+    }
+    loss.backward();
     (void)optim::clip_grad_norm_(model_->parameters(), 1.0);
     optimizer_.step();
     mark_step();
@@ -93,6 +110,7 @@ class GptTrainingStep {
     for (const Tensor& p : model.parameters()) (p.dim() >= 2 ? decayed : kept).push_back(p);
     return {{.params = decayed}, {.params = kept, .weight_decay = 0.0}};
   }
+  bool amp_;
   std::shared_ptr<samples::Gpt> model_;
   optim::AdamW optimizer_;
   Tensor tokens_;
@@ -148,15 +166,15 @@ double median_step_ms(Step& step, int steps, int rounds) {
   return quantile(ms, 0.5);
 }
 
-double step_ms(const std::string& model_name, int64_t batch, int steps, int rounds) {
+double step_ms(const std::string& model_name, int64_t batch, int steps, int rounds, bool amp) {
   LazySystem::restart(system_options());
-  TrainingStep step(model_name, batch);
+  TrainingStep step(model_name, batch, amp);
   return median_step_ms(step, steps, rounds);
 }
 
-double gpt_step_ms(int steps, int rounds) {
+double gpt_step_ms(int steps, int rounds, bool amp) {
   LazySystem::restart(system_options());
-  GptTrainingStep step;
+  GptTrainingStep step(amp);
   return median_step_ms(step, steps, rounds);
 }
 
@@ -263,6 +281,12 @@ int main(int argc, char** argv) {
                  "(train_resnet's default)")
       ->delimiter(',')
       ->check(CLI::IsMember({"mlp", "cnn", "gpt", "resnet18"}));
+  std::vector<std::string> amps = {"none"};
+  app.add_option("--amp", amps,
+                 "precisions to step in: none (f32), bf16 (forward and loss in a bf16 autocast "
+                 "region); e.g. none,bf16")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"none", "bf16"}));
   std::string observers = "standard";
   app.add_option("--observers", observers,
                  "standard (metrics, timeline, step breakdown) or none: what watches the actors")
@@ -283,13 +307,30 @@ int main(int argc, char** argv) {
   const auto chosen = [&](const char* model) {
     return std::find(models.begin(), models.end(), model) != models.end();
   };
+  const auto labels = [](const char* model, int64_t batch, const std::string& amp) {
+    std::map<std::string, Param> l{{"model", std::string(model)}, {"batch", batch}};
+    if (amp != "none") l.emplace("amp", amp);
+    return l;
+  };
+  // amp_speedup: the step in f32 over the step in bf16, when both ran.
+  const auto emit_amp_speedup = [&](const char* model, int64_t batch,
+                                    const std::map<std::string, double>& ms) {
+    if (ms.contains("none") && ms.contains("bf16")) {
+      emit("train_step", "amp_speedup", ms.at("none") / ms.at("bf16"), "ratio",
+           {{"model", std::string(model)}, {"batch", batch}});
+    }
+  };
   if (chosen("gpt")) {
-    const double ms = gpt_step_ms(quick ? 3 : 5, quick ? 2 : 3);
-    const int64_t tokens = GptTrainingStep::kBatch * GptTrainingStep::kBlock;
-    emit("train_step", "step_ms", ms, "ms",
-         {{"model", std::string("gpt")}, {"batch", GptTrainingStep::kBatch}});
-    emit("train_step", "tokens_per_s", static_cast<double>(tokens) / ms * 1e3, "tokens/s",
-         {{"model", std::string("gpt")}, {"batch", GptTrainingStep::kBatch}});
+    std::map<std::string, double> by_amp;
+    for (const std::string& amp : amps) {
+      const double ms = gpt_step_ms(quick ? 3 : 5, quick ? 2 : 3, amp == "bf16");
+      by_amp[amp] = ms;
+      const int64_t tokens = GptTrainingStep::kBatch * GptTrainingStep::kBlock;
+      emit("train_step", "step_ms", ms, "ms", labels("gpt", GptTrainingStep::kBatch, amp));
+      emit("train_step", "tokens_per_s", static_cast<double>(tokens) / ms * 1e3, "tokens/s",
+           labels("gpt", GptTrainingStep::kBatch, amp));
+    }
+    emit_amp_speedup("gpt", GptTrainingStep::kBatch, by_amp);
   }
   if (chosen("resnet18")) {
     // A step takes seconds here: fewer steps and rounds than the small models.
@@ -303,22 +344,27 @@ int main(int argc, char** argv) {
   }
   for (const Case c : {Case{"mlp", 128}, Case{"cnn", 64}}) {
     if (!chosen(c.model)) continue;
-    const double fused = step_ms(c.model, c.batch, steps, rounds);
-    emit("train_step", "step_ms", fused, "ms",
-         {{"model", std::string(c.model)}, {"batch", c.batch}});
-    emit("train_step", "samples_per_s", static_cast<double>(c.batch) / fused * 1e3, "samples/s",
-         {{"model", std::string(c.model)}, {"batch", c.batch}});
-    axle::config::set("AXLE_DISABLE_PASSES", "fusion");
-    const double unfused = step_ms(c.model, c.batch, steps, rounds);
-    axle::config::unset("AXLE_DISABLE_PASSES");
-    emit("train_step", "fusion_speedup", unfused / fused, "ratio",
-         {{"model", std::string(c.model)}, {"batch", c.batch}});
-    if (std::string(c.model) == "mlp") {
-      emit("train_step", "mlp_step_over_gemm", fused / mlp_gemm_ms(c.batch, rounds, 1), "ratio",
-           {{"batch", c.batch}});
-      emit("train_step", "mlp_step_over_split_gemm", fused / mlp_gemm_ms(c.batch, rounds, threads),
-           "ratio", {{"batch", c.batch}, {"threads", int64_t{threads}}});
+    std::map<std::string, double> by_amp;
+    for (const std::string& amp : amps) {
+      const bool bf16 = amp == "bf16";
+      const double fused = step_ms(c.model, c.batch, steps, rounds, bf16);
+      by_amp[amp] = fused;
+      emit("train_step", "step_ms", fused, "ms", labels(c.model, c.batch, amp));
+      emit("train_step", "samples_per_s", static_cast<double>(c.batch) / fused * 1e3, "samples/s",
+           labels(c.model, c.batch, amp));
+      axle::config::set("AXLE_DISABLE_PASSES", "fusion");
+      const double unfused = step_ms(c.model, c.batch, steps, rounds, bf16);
+      axle::config::unset("AXLE_DISABLE_PASSES");
+      emit("train_step", "fusion_speedup", unfused / fused, "ratio", labels(c.model, c.batch, amp));
+      if (std::string(c.model) == "mlp" && !bf16) {
+        emit("train_step", "mlp_step_over_gemm", fused / mlp_gemm_ms(c.batch, rounds, 1), "ratio",
+             {{"batch", c.batch}});
+        emit("train_step", "mlp_step_over_split_gemm",
+             fused / mlp_gemm_ms(c.batch, rounds, threads), "ratio",
+             {{"batch", c.batch}, {"threads", int64_t{threads}}});
+      }
     }
+    emit_amp_speedup(c.model, c.batch, by_amp);
   }
   for (const Case c : {Case{"mlp", 128}, Case{"cnn", 64}}) {
     if (!chosen(c.model)) continue;

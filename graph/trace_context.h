@@ -76,6 +76,13 @@ class TraceContext final : public RefCounted {
   [[nodiscard]] bool grad_enabled() const noexcept { return grad_enabled_; }
   void set_grad_enabled(bool enabled) noexcept { grad_enabled_ = enabled; }
 
+  /// This replica's autocast state (graph/autocast.h): whether a region is on, and the
+  /// lower-precision dtype its matmul-family ops compute in.
+  [[nodiscard]] bool autocast_enabled() const noexcept { return autocast_enabled_; }
+  [[nodiscard]] DType autocast_dtype() const noexcept { return autocast_dtype_; }
+  void set_autocast_enabled(bool enabled) noexcept { autocast_enabled_ = enabled; }
+  void set_autocast_dtype(DType dtype) noexcept { autocast_dtype_ = dtype; }
+
   /// The replica this context traces for: its default device (what `Device{}` means) and how
   /// many replicas its collectives span.
   [[nodiscard]] int default_device_ordinal() const noexcept { return default_ordinal_; }
@@ -99,6 +106,8 @@ class TraceContext final : public RefCounted {
   uint64_t nodes_since_step_ = 0;
   std::unordered_map<int, RngState> rng_;
   bool grad_enabled_ = true;
+  bool autocast_enabled_ = false;
+  DType autocast_dtype_ = DType::kBF16;
   int default_ordinal_ = 0;
   int world_size_ = 1;
 };

@@ -55,6 +55,7 @@ struct Flags {
   int64_t top_k = 200;
   std::string data_dir = kFortunesDir;
   bool checkpoint_activations = false;
+  std::string amp = "none";  // "bf16": forward and loss in an autocast region
 };
 
 using Clock = std::chrono::steady_clock;
@@ -105,7 +106,10 @@ std::pair<Tensor, Tensor> batch_on(const std::vector<uint8_t>& split, int64_t in
   return {tensor(batch.inputs, shape, device), tensor(batch.targets, shape, device)};
 }
 
-Tensor loss_of(Gpt& model, const Tensor& inputs, const Tensor& targets) {
+// The forward pass and the loss, in a bf16 autocast region with --amp bf16 (backward() traces
+// outside it, in the dtypes the forward pass used; parameters and their gradients stay f32).
+Tensor loss_of(Gpt& model, const Tensor& inputs, const Tensor& targets, const Flags& flags) {
+  const autocast region(inputs.device(), DType::kBF16, flags.amp == "bf16");
   const Tensor logits = model(inputs);
   const int64_t rows = inputs.size(0) * inputs.size(1);
   return nn::cross_entropy(reshape(logits, {rows, model.config().vocab_size}),
@@ -123,7 +127,7 @@ double validation_loss(Gpt& model, const std::vector<uint8_t>& val, const Flags&
   int64_t batches = 0;
   for (int64_t k = global_ordinal(); k < flags.eval_iters; k += world_size()) {
     const auto [inputs, targets] = batch_on(val, k, flags, device);
-    total = total + loss_of(model, inputs, targets);
+    total = total + loss_of(model, inputs, targets, flags);
     ++batches;
     mark_step();
   }
@@ -265,7 +269,7 @@ void train_replica(const Flags& flags,
     const Tensor& inputs = batch[0];
     const Tensor& targets = batch[1];
     optimizer.zero_grad();
-    loss = loss_of(model, inputs, targets);
+    loss = loss_of(model, inputs, targets, flags);
     loss.backward();
     if (world > 1) {  // as torch_xla's xm.reduce_gradients: clipping needs the averaged gradient
       const NoGradGuard no_grad;
@@ -366,12 +370,12 @@ int train(const Flags& flags) {
       "{{\"final_train_loss\":{:.5f},\"final_val_loss\":{:.5f},\"val_bits_per_byte\":{:.5f},"
       "\"tokens_per_s\":{:.1f},\"step_ms\":{:.2f},\"compiles\":{},\"peak_device_bytes\":{},"
       "\"first_logged_loss\":{:.5f},\"steps\":{},\"corpus_files\":{},\"corpus_bytes\":{},"
-      "\"devices\":{},\"world_size\":{}}}\n",
+      "\"devices\":{},\"world_size\":{},\"amp\":\"{}\"}}\n",
       summary.final_train_loss, summary.final_val_loss, summary.final_val_loss / std::numbers::ln2,
       summary.step_ms > 0 ? 1000.0 * static_cast<double>(tokens_per_step) / summary.step_ms : 0.0,
       summary.step_ms, summary.compiles, summary.peak_device_bytes, summary.first_loss,
       flags.max_steps, corpus.files, corpus.bytes.size(), flags.num_devices,
-      flags.num_devices * process_count());
+      flags.num_devices * process_count(), flags.amp);
   return 0;
 }
 
@@ -413,6 +417,10 @@ int main(int argc, char** argv) {
   app.add_option("--data_dir", flags.data_dir, "the directory of fortune files");
   app.add_flag("--checkpoint_activations", flags.checkpoint_activations,
                "recompute each block's activations in the backward pass instead of keeping them");
+  app.add_option("--amp", flags.amp,
+                 "bf16: run the forward pass and the loss in an autocast region (matmuls in bf16, "
+                 "accumulated in f32; f32 master weights); none: all in f32")
+      ->check(CLI::IsMember({"none", "bf16"}));
   CLI11_PARSE(app, argc, argv);
   try {
     if (flags.num_devices > 0) {

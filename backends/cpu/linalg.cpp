@@ -1,6 +1,7 @@
 // backends/cpu: linear-algebra kernels (kMatmul). Every product goes through Eigen's blocked
 // GEMM on mapped row-major buffers, so the kernel costs what Eigen costs plus a shape check; a
-// large product is split into blocks of output rows or columns over the device's threads.
+// large product is split into blocks of output rows or columns over the device's threads. bf16
+// products accumulate in f32 over tiles widened as they are multiplied (run_plan_bf16).
 #include <fmt/format.h>
 
 #include <Eigen/Core>
@@ -241,14 +242,130 @@ void run_plan(const T* a, const T* b, T* out, const MatmulPlan& p, ComputePool& 
   }
 }
 
-/// bf16 storage with f32 accumulation: widen both operands once (a broadcast operand is then
-/// widened once, not once per product), multiply in f32, round the result to bf16 at the end.
+// ---- bf16 products ------------------------------------------------------------------------
+//
+// bf16 storage, f32 accumulation, and no widened copy of a whole operand. The output is cut into
+// tiles of kBf16Rows x kBf16Columns; a run of tiles of one column walks the contraction
+// kBf16Depth at a time: that slice of op(b)'s columns is widened once into f32 scratch, then each
+// tile's slice of op(a)'s rows, and their Eigen product is added into the tile's f32 accumulator;
+// each tile is rounded to bf16 once at the end. What a tile sums, and in which order, depends on
+// the shape only, never on how tiles are shared among threads, so every thread count gives the
+// same bits.
+constexpr int64_t kBf16Rows = 64, kBf16Columns = 256, kBf16Depth = 256;
+
+// Per-thread scratch, kept between calls: a fresh allocation per call would cost page faults
+// on every step.
+struct Bf16Scratch {
+  ScratchArray<float> data;
+  std::size_t size = 0;
+  float* get(std::size_t n) {
+    if (n > size) {
+      data = scratch_array<float>(n);
+      size = n;
+    }
+    return data.get();
+  }
+};
+
+// Widens rows [r0, r0 + rows) x columns [c0, c0 + cols) of the row-major bf16 matrix x (row
+// stride ld) into dense row-major f32 dst.
+void widen_tile(const Bf16* x, int64_t ld, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
+                float* dst) {
+  for (int64_t r = 0; r < rows; ++r) widen_block(x + (r0 + r) * ld + c0, dst + r * cols, cols);
+}
+
+struct Bf16Product {
+  int64_t m, n, k;
+  const Bf16* a;
+  int64_t lda;
+  const Bf16* b;
+  int64_t ldb;
+  Bf16* out;
+  int64_t ldc;
+};
+
+// Output rows [r0, r1) x columns [c0, c0 + cols) of q: whole row tiles of one column tile.
+void bf16_tiles(const Bf16Product& q, bool transpose_a, bool transpose_b, int64_t r0, int64_t r1,
+                int64_t c0, int64_t cols) {
+  thread_local Bf16Scratch a_scratch, b_scratch, c_scratch;
+  const int64_t rows = r1 - r0;
+  float* acc = c_scratch.get(static_cast<std::size_t>(rows * cols));
+  if (q.k == 0) std::fill(acc, acc + rows * cols, 0.0f);  // an empty sum
+  float* a = a_scratch.get(static_cast<std::size_t>(kBf16Rows * kBf16Depth));
+  float* b = b_scratch.get(static_cast<std::size_t>(kBf16Depth * cols));
+  for (int64_t k0 = 0; k0 < q.k; k0 += kBf16Depth) {
+    const int64_t depth = std::min(kBf16Depth, q.k - k0);
+    if (!transpose_b) {
+      widen_tile(q.b, q.ldb, k0, depth, c0, cols, b);
+    } else {
+      widen_tile(q.b, q.ldb, c0, cols, k0, depth, b);
+    }
+    for (int64_t t0 = r0; t0 < r1; t0 += kBf16Rows) {
+      const int64_t tile_rows = std::min(kBf16Rows, r1 - t0);
+      Eigen::Map<RowMatrix<float>> c(acc + (t0 - r0) * cols, tile_rows, cols);
+      if (!transpose_a) {
+        widen_tile(q.a, q.lda, t0, tile_rows, k0, depth, a);
+      } else {
+        widen_tile(q.a, q.lda, k0, depth, t0, tile_rows, a);
+      }
+      auto add_product = [&](const auto& lhs) {
+        auto assign = [&](const auto& rhs) {
+          if (k0 == 0) {
+            c.noalias() = lhs * rhs;
+          } else {
+            c.noalias() += lhs * rhs;
+          }
+        };
+        if (!transpose_b) {
+          assign(ConstMatrixMap<float>(b, depth, cols));
+        } else {
+          assign(ConstMatrixMap<float>(b, cols, depth).transpose());
+        }
+      };
+      if (!transpose_a) {
+        add_product(ConstMatrixMap<float>(a, tile_rows, depth));
+      } else {
+        add_product(ConstMatrixMap<float>(a, depth, tile_rows).transpose());
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    narrow_block(acc + r * cols, q.out + (r0 + r) * q.ldc + c0, cols);
+  }
+}
+
 void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
-  const std::vector<float> a = widened(args.inputs[0]);
-  const std::vector<float> b = widened(args.inputs[1]);
-  std::vector<float> out(static_cast<std::size_t>(args.output.desc->shape.numel()));
-  run_plan(a.data(), b.data(), out.data(), p, args.pool);
-  narrow_block(out.data(), args.output.as<Bf16>(), static_cast<int64_t>(out.size()));
+  const Bf16* a = args.inputs[0].as<Bf16>();
+  const Bf16* b = args.inputs[1].as<Bf16>();
+  Bf16* out = args.output.as<Bf16>();
+  const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
+  const int64_t row_tiles = (p.m + kBf16Rows - 1) / kBf16Rows;
+  const int64_t column_tiles = (p.n + kBf16Columns - 1) / kBf16Columns;
+  const auto batch = static_cast<int64_t>(p.a_offsets.size());
+  // Tile t is row tile t % row_tiles of column tile (t / row_tiles) % column_tiles of product
+  // t / (row_tiles * column_tiles): a part's consecutive tiles share their columns of op(b).
+  auto run_tiles = [&](int64_t t0, int64_t t1, int) {
+    while (t0 < t1) {
+      const int64_t column = t0 / row_tiles;  // over the whole batch
+      const int64_t last = std::min(t1, (column + 1) * row_tiles);
+      const auto j = static_cast<std::size_t>(column / column_tiles);
+      const int64_t c0 = column % column_tiles * kBf16Columns;
+      const Bf16Product q{p.m, p.n,
+                          p.k, a + p.a_offsets[j],
+                          lda, b + p.b_offsets[j],
+                          ldb, out + static_cast<int64_t>(j) * p.m * p.n,
+                          p.n};
+      bf16_tiles(q, p.transpose_a, p.transpose_b, t0 % row_tiles * kBf16Rows,
+                 std::min(p.m, (last - 1) % row_tiles * kBf16Rows + kBf16Rows), c0,
+                 std::min(kBf16Columns, p.n - c0));
+      t0 = last;
+    }
+  };
+  const int64_t tiles = batch * column_tiles * row_tiles;
+  if (args.pool.threads() == 1 || batch * p.m * p.n * p.k < kParallelMultiplyAdds) {
+    return run_tiles(0, tiles, 0);
+  }
+  parallel_for(args.pool, tiles, 1, run_tiles);
 }
 
 void matmul(const KernelArgs& args) {

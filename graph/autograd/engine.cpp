@@ -195,6 +195,9 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, std::source_loc
               where);
   }
   NoGradGuard no_grad;
+  // Gradients run in the dtypes the forward pass used, even when backward() is called inside an
+  // autocast region (as torch's backward ops do).
+  const ops::AutocastSuspended no_autocast;
   Tensor grad = gradient;
   if (!grad.defined()) {
     if (numel() != 1) {

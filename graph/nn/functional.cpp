@@ -58,11 +58,16 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
   }
   std::vector<int64_t> dims;
   for (int d = rank - k; d < rank; ++d) dims.push_back(d);
-  const Tensor centered = sub(x, mean(x, dims, true, where), where);
+  // On autocast's f32 list: in a region, bf16 operands are normalised in f32.
+  const bool amp = ops::autocast_dtype().has_value();
+  const Tensor input = amp ? ops::autocast_cast(x, DType::kF32, where) : x;
+  const ops::AutocastSuspended off;
+  const Tensor centered = sub(input, mean(input, dims, true, where), where);
   const Tensor variance = mean(mul(centered, centered, where), dims, true, where);  // biased
   Tensor y = mul(centered, rsqrt(add(variance, eps, where), where), where);
-  if (weight.defined()) y = mul(y, weight, where);
-  if (bias.defined()) y = add(y, bias, where);
+  if (weight.defined())
+    y = mul(y, amp ? ops::autocast_cast(weight, DType::kF32, where) : weight, where);
+  if (bias.defined()) y = add(y, amp ? ops::autocast_cast(bias, DType::kF32, where) : bias, where);
   return y;
 }
 

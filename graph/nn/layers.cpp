@@ -8,6 +8,7 @@
 
 #include "graph/autograd.h"
 #include "graph/nn/functional.h"
+#include "graph/ops/op_util.h"
 
 namespace axle::nn {
 namespace {
@@ -62,11 +63,15 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, Devi
   register_buffer("num_batches_tracked", zeros(Shape{}, DType::kI64, device));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& input) {
-  if (input.dim() != 4 || input.size(1) != num_features_) {
+Tensor BatchNorm2d::forward(const Tensor& given) {
+  if (given.dim() != 4 || given.size(1) != num_features_) {
     throw ShapeError(fmt::format("BatchNorm2d({}): expects (N, {}, H, W), got {}", num_features_,
-                                 num_features_, input.shape().to_string()));
+                                 num_features_, given.shape().to_string()));
   }
+  // batch_norm is on autocast's f32 list: in a region a bf16 input is normalised in f32.
+  const Tensor input =
+      ops::autocast_dtype() ? ops::autocast_cast(given, DType::kF32, Loc::current()) : given;
+  const ops::AutocastSuspended off;
   auto per_channel = [](const Tensor& t) { return reshape(t, {1, -1, 1, 1}); };
   Tensor mean_c, var_c;
   if (is_training()) {

@@ -83,12 +83,20 @@ Tensor class_loss(const Tensor& log_probs, const Tensor& target, double smoothin
   return div(sum(losses, {}, false, loc), sum(kept, {}, false, loc), loc);
 }
 
+// Losses are on autocast's f32 list: in a region a bf16 input is computed in f32 (and the ops the
+// loss is made of trace as they are, under an AutocastSuspended).
+Tensor f32_in_autocast(const Tensor& t, const Loc& loc) {
+  return ops::autocast_dtype() ? ops::autocast_cast(t, DType::kF32, loc) : t;
+}
+
 }  // namespace
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction,
                 int64_t ignore_index, Loc loc) {
   check_classes("nll_loss", log_probs, target, loc);
-  return class_loss(classes_last(log_probs, loc), target, 0, reduction, ignore_index, loc);
+  const Tensor input = f32_in_autocast(log_probs, loc);
+  const ops::AutocastSuspended off;
+  return class_loss(classes_last(input, loc), target, 0, reduction, ignore_index, loc);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing,
@@ -98,7 +106,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
     ops::fail("cross_entropy", fmt::format("label_smoothing {} is not in [0, 1]", label_smoothing),
               loc);
   }
-  const Tensor log_probs = log_softmax(classes_last(logits, loc), -1, loc);
+  const Tensor input = f32_in_autocast(logits, loc);
+  const ops::AutocastSuspended off;
+  const Tensor log_probs = log_softmax(classes_last(input, loc), -1, loc);
   return class_loss(log_probs, target, label_smoothing, reduction, ignore_index, loc);
 }
 
@@ -113,7 +123,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, 
               loc);
   }
   (void)ops::broadcast_shapes("mse_loss", input.shape(), target.shape(), loc, &input, &target);
-  const Tensor diff = sub(input, target, loc);
+  const Tensor a = f32_in_autocast(input, loc), b = f32_in_autocast(target, loc);
+  const ops::AutocastSuspended off;
+  const Tensor diff = sub(a, b, loc);
   return reduce(mul(diff, diff, loc), reduction, loc);
 }
 

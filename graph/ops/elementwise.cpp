@@ -1,4 +1,6 @@
-// graph/ops: elementwise ops — arithmetic, comparison, logical, unary math, casts.
+// graph/ops: elementwise ops — arithmetic, comparison, logical, unary math, casts. Under
+// autocast, exp, log, rsqrt and pow run in f32 (PyTorch's f32 list) and relu in the region's
+// dtype (PyTorch/XLA's lower-precision list); the others follow type promotion.
 #include <fmt/format.h>
 #include <cmath>
 
@@ -71,6 +73,20 @@ Tensor unary(Op op, const Tensor& x, bool float_only, const Loc& where, IntAttrs
   return out;
 }
 
+// An operand of an op on autocast's f32 list: a bf16 one is computed in f32.
+Tensor in_f32(const Tensor& t, const Loc& where) {
+  return ops::autocast_cast(t, DType::kF32, where);
+}
+
+// A transcendental op on autocast's f32 list (exp, log, rsqrt).
+Tensor unary_f32(Op op, const Tensor& x, const Loc& where) {
+  if (ops::autocast_dtype()) [[unlikely]] {
+    const ops::AutocastSuspended off;
+    return unary(op, in_f32(x, where), true, where);
+  }
+  return unary(op, x, true, where);
+}
+
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b, Loc where) {
@@ -86,9 +102,17 @@ Tensor div(const Tensor& a, const Tensor& b, Loc where) {
   return binary(Op::kDiv, a, b, Kind::kTrueDivision, where);
 }
 Tensor pow(const Tensor& a, const Tensor& b, Loc where) {
+  if (ops::autocast_dtype()) [[unlikely]] {
+    const ops::AutocastSuspended off;
+    return pow(in_f32(a, where), in_f32(b, where), where);
+  }
   return binary(Op::kPow, a, b, Kind::kArithmetic, where);
 }
 Tensor pow(const Tensor& a, double exponent, Loc where) {
+  if (ops::autocast_dtype()) [[unlikely]] {
+    const ops::AutocastSuspended off;
+    return pow(in_f32(a, where), exponent, where);
+  }
   return binary_scalar(Op::kPow, a, exponent, Kind::kArithmetic, false, where);
 }
 Tensor maximum(const Tensor& a, const Tensor& b, Loc where) {
@@ -169,13 +193,19 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b, Loc loc)
 }
 
 Tensor neg(const Tensor& x, Loc where) { return unary(Op::kNeg, x, false, where); }
-Tensor exp(const Tensor& x, Loc where) { return unary(Op::kExp, x, true, where); }
-Tensor log(const Tensor& x, Loc where) { return unary(Op::kLog, x, true, where); }
+Tensor exp(const Tensor& x, Loc where) { return unary_f32(Op::kExp, x, where); }
+Tensor log(const Tensor& x, Loc where) { return unary_f32(Op::kLog, x, where); }
 Tensor sqrt(const Tensor& x, Loc where) { return unary(Op::kSqrt, x, true, where); }
-Tensor rsqrt(const Tensor& x, Loc where) { return unary(Op::kRsqrt, x, true, where); }
+Tensor rsqrt(const Tensor& x, Loc where) { return unary_f32(Op::kRsqrt, x, where); }
 Tensor tanh(const Tensor& x, Loc where) { return unary(Op::kTanh, x, true, where); }
 Tensor sigmoid(const Tensor& x, Loc where) { return unary(Op::kSigmoid, x, true, where); }
-Tensor relu(const Tensor& x, Loc where) { return unary(Op::kRelu, x, false, where); }
+Tensor relu(const Tensor& x, Loc where) {
+  if (const auto amp = ops::autocast_dtype()) [[unlikely]] {  // PyTorch/XLA's lower-precision list
+    const ops::AutocastSuspended off;
+    return relu(ops::autocast_cast(x, *amp, where), where);
+  }
+  return unary(Op::kRelu, x, false, where);
+}
 Tensor abs(const Tensor& x, Loc where) { return unary(Op::kAbs, x, false, where); }
 Tensor sin(const Tensor& x, Loc where) { return unary(Op::kSin, x, true, where); }
 Tensor cos(const Tensor& x, Loc where) { return unary(Op::kCos, x, true, where); }

@@ -1,4 +1,5 @@
-// graph/ops: matmul and linear, conv2d, max_pool2d and avg_pool2d.
+// graph/ops: matmul and linear, conv2d, max_pool2d and avg_pool2d. Under autocast, matmul,
+// linear, conv2d and max_pool2d run in its lower-precision dtype (PyTorch/XLA's list).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -189,10 +190,19 @@ void require_bias_fits(std::string_view op, const Tensor& bias, const Shape& sha
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, Loc where) {
+  if (const auto amp = ops::autocast_dtype()) [[unlikely]] {
+    const ops::AutocastSuspended off;
+    return matmul(ops::autocast_cast(a, *amp, where), ops::autocast_cast(b, *amp, where), where);
+  }
   return matmul_impl("matmul", a, b, false, where);
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc where) {
+  if (const auto amp = ops::autocast_dtype()) [[unlikely]] {
+    const ops::AutocastSuspended off;
+    return linear(ops::autocast_cast(x, *amp, where), ops::autocast_cast(weight, *amp, where),
+                  ops::autocast_cast(bias, *amp, where), where);
+  }
   ops::require_defined("linear", x, "the input", where);
   ops::require_defined("linear", weight, "the weight", where);
   ops::common_device("linear", {&x, &weight, &bias}, where);
@@ -211,6 +221,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc whe
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options, Loc where) {
+  if (const auto amp = ops::autocast_dtype()) [[unlikely]] {
+    const ops::AutocastSuspended off;
+    return conv2d(ops::autocast_cast(x, *amp, where), ops::autocast_cast(weight, *amp, where),
+                  ops::autocast_cast(bias, *amp, where), options, where);
+  }
   constexpr std::string_view kOp = "conv2d";
   ops::require_defined(kOp, x, "the input", where);
   ops::require_defined(kOp, weight, "the weight", where);
@@ -277,6 +292,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
 }
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options, Loc where) {
+  if (const auto amp = ops::autocast_dtype()) [[unlikely]] {
+    const ops::AutocastSuspended off;
+    return max_pool2d(ops::autocast_cast(x, *amp, where), options, where);
+  }
   return pool(Op::kMaxPool2d, x, options, where);
 }
 

@@ -147,4 +147,29 @@ Tensor make_result(Op op, DType logical_dtype, const Shape& shape, Operands oper
   return result;
 }
 
+std::optional<DType> autocast_dtype() noexcept {
+  const TraceContext* context = TraceContext::current_if_any();
+  if (context == nullptr || !context->autocast_enabled()) [[likely]] {
+    return std::nullopt;
+  }
+  return context->autocast_dtype();
+}
+
+Tensor autocast_cast(const Tensor& t, DType dtype, const Loc& where) {
+  if (!t.defined() || !is_floating(t.dtype()) || t.dtype() == DType::kF64 || t.dtype() == dtype) {
+    return t;
+  }
+  return cast(t, dtype, where);
+}
+
+AutocastSuspended::AutocastSuspended() {
+  TraceContext* context = TraceContext::current_if_any();
+  previous_ = context != nullptr && context->autocast_enabled();
+  if (previous_) context->set_autocast_enabled(false);
+}
+
+AutocastSuspended::~AutocastSuspended() {
+  if (previous_) TraceContext::current().set_autocast_enabled(true);
+}
+
 }  // namespace axle::ops

@@ -2,6 +2,7 @@
 // broadcasting, dtype promotion, scalars as parameters, and building the result tensor.
 #pragma once
 
+#include <optional>
 #include <source_location>
 #include <string>
 #include <string_view>
@@ -47,6 +48,27 @@ NodePtr value_as(const Tensor& t, DType logical_to, const Loc& where);
 NodePtr scalar(double value, DType dtype, const Loc& where);
 /// A scalar parameter, whatever its value (0 and 1 too): for values that change between steps.
 NodePtr parameter(double value, DType dtype, const Loc& where = Loc::current());
+
+/// The dtype the calling thread's autocast region runs lower-precision ops in, or nullopt
+/// outside a region (graph/autocast.h).
+[[nodiscard]] std::optional<DType> autocast_dtype() noexcept;
+/// `t` as an autocast policy hands it to an op: cast to `dtype` when it is floating, not f64
+/// (autocast leaves f64 alone, as torch's) and not already `dtype`; otherwise `t` itself.
+[[nodiscard]] Tensor autocast_cast(const Tensor& t, DType dtype, const Loc& where);
+
+/// Turns autocast off on the calling thread for its scope: an op on autocast's lists runs on
+/// the operands its policy cast, and the ops it is made of trace as they are, as torch's autocast
+/// wrappers run the op below the autocast dispatch key. backward() traces under one too.
+class AutocastSuspended {
+ public:
+  AutocastSuspended();
+  ~AutocastSuspended();
+  AutocastSuspended(const AutocastSuspended&) = delete;
+  AutocastSuspended& operator=(const AutocastSuspended&) = delete;
+
+ private:
+  bool previous_;
+};
 
 /// Builds the result tensor of a traced op (counts `xla::<op>`, tells the runtime's observer).
 Tensor make_result(Op op, DType logical_dtype, const Shape& shape, Operands operands, Device device,

@@ -96,6 +96,10 @@ NodePtr reshaped(const NodePtr& value, const Shape& shape, const Loc& where) {
 }
 
 Tensor softmax_like(Op op, const Tensor& x, int64_t dim, const Loc& where) {
+  if (ops::autocast_dtype()) [[unlikely]] {
+    const ops::AutocastSuspended off;
+    return softmax_like(op, ops::autocast_cast(x, DType::kF32, where), dim, where);
+  }
   const std::string_view name = op_name(op);
   ops::require_defined(name, x, "the operand", where);
   const int64_t d = ops::normalize_dim(name, x, dim, x.dim(), where);
@@ -137,6 +141,9 @@ Tensor variance(std::string_view op, const Tensor& x, const std::vector<int64_t>
               where);
   }
   const double divisor = std::max(static_cast<double>(count) - correction, 0.0);
+  // torch.var is one op, on no autocast list: it keeps a bf16 input's dtype, whatever the sum
+  // inside it would do in a region.
+  const ops::AutocastSuspended off;
   const Tensor deviation = sub(x, mean(x, reduced, /*keepdim=*/true, where), where);
   return div(sum(mul(deviation, deviation, where), reduced, keepdim, where), divisor, where);
 }
@@ -144,6 +151,10 @@ Tensor variance(std::string_view op, const Tensor& x, const std::vector<int64_t>
 }  // namespace
 
 Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
+  if (ops::autocast_dtype()) [[unlikely]] {
+    const ops::AutocastSuspended off;
+    return sum(ops::autocast_cast(x, DType::kF32, where), std::move(dims), keepdim, where);
+  }
   return reduce(Op::kSum, "sum", x, dims, keepdim, ResultType::kSumType, where);
 }
 
@@ -161,6 +172,10 @@ Tensor amin(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where)
 }
 
 Tensor logsumexp(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
+  if (ops::autocast_dtype()) [[unlikely]] {
+    const ops::AutocastSuspended off;
+    return logsumexp(ops::autocast_cast(x, DType::kF32, where), std::move(dims), keepdim, where);
+  }
   return reduce(Op::kLogSumExp, "logsumexp", x, dims, keepdim, ResultType::kFloatType, where);
 }
 

@@ -8,6 +8,10 @@
 namespace axle {
 
 Tensor cumsum(const Tensor& x, int64_t dim, Loc where) {
+  if (ops::autocast_dtype()) [[unlikely]] {  // on autocast's f32 list
+    const ops::AutocastSuspended off;
+    return cumsum(ops::autocast_cast(x, DType::kF32, where), dim, where);
+  }
   ops::require_defined("cumsum", x, "the operand", where);
   const int64_t d = ops::normalize_dim("cumsum", x, dim, x.dim(), where);
   // Integers and bool sum in s64, as torch.cumsum.

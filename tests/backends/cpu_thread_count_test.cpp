@@ -123,12 +123,12 @@ Reference reference_matmul(const HostTensor& a, const HostTensor& b, bool ta, bo
 }
 
 void expect_matmul(const Shape& a_shape, const Shape& b_shape, bool ta, bool tb, bool exact,
-                   std::mt19937& rng) {
-  const HostTensor a = random_tensor(DType::kF32, a_shape, rng);
-  const HostTensor b = random_tensor(DType::kF32, b_shape, rng);
+                   std::mt19937& rng, DType dtype = DType::kF32) {
+  const HostTensor a = random_tensor(dtype, a_shape, rng);
+  const HostTensor b = random_tensor(dtype, b_shape, rng);
   const Reference ref = reference_matmul(a, b, ta, tb);
-  expect_on_every_thread_count(Kernel::kMatmul, {a, b}, DType::kF32, ref.shape,
-                               {ta ? 1 : 0, tb ? 1 : 0}, ref.values, tolerance(DType::kF32), exact,
+  expect_on_every_thread_count(Kernel::kMatmul, {a, b}, dtype, ref.shape, {ta ? 1 : 0, tb ? 1 : 0},
+                               ref.values, tolerance(dtype), exact,
                                "matmul a " + a_shape.to_string() + (ta ? "^T" : "") + ", b " +
                                    b_shape.to_string() + (tb ? "^T" : ""),
                                ref.scale);
@@ -159,6 +159,20 @@ TEST(ThreadCount, BatchedMatmulGivesOneThreadsBits) {
   std::mt19937 rng(3);
   // Six products of 64 * 96 * 128: each runs whole on one thread.
   expect_matmul({6, 64, 128}, {6, 128, 96}, false, false, true, rng);
+}
+
+TEST(ThreadCount, Bf16MatmulGivesOneThreadsBits) {
+  std::mt19937 rng(4);
+  // bf16 products are cut into tiles of 64 rows x 256 columns, each walking the contraction 256
+  // at a time, whatever the thread count: several tiles each way, a partial last one, and
+  // several depth steps, in every transpose case.
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      expect_matmul(ta ? Shape{600, 150} : Shape{150, 600}, tb ? Shape{300, 600} : Shape{600, 300},
+                    ta, tb, true, rng, DType::kBF16);
+    }
+  }
+  expect_matmul({3, 70, 260}, {3, 260, 40}, false, false, true, rng, DType::kBF16);
 }
 
 // ---- conv2d ----------------------------------------------------------------------------------
