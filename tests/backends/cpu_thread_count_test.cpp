@@ -242,6 +242,21 @@ TEST(ThreadCount, ConvWithKernelWiderThanItsOutputMatchesLoops) {
   expect_conv({2, 3, 16, 16}, {4, 3, 6, 6}, {.stride = 1, .pad = 2, .dilation = 3}, false, rng);
 }
 
+TEST(ThreadCount, ConvWithSmallOutputGivesOneThreadsBits) {
+  std::mt19937 rng(16);
+  // Direct sums over padded planes, each (image, output channel) summed whole by one thread:
+  // the MNIST CNN's first weight gradient and odd shapes.
+  expect_conv({1, 64, 28, 28}, {32, 64, 28, 28}, {.pad = 1}, true, rng);
+  expect_conv({2, 6, 13, 13}, {5, 6, 13, 13}, {.pad = 1}, true, rng);
+  expect_conv({3, 4, 10, 10}, {6, 2, 9, 9}, {.groups = 2}, true, rng);
+}
+
+TEST(ThreadCount, ConvWithFewRowsSplitsChannelsAndMatchesLoops) {
+  std::mt19937 rng(17);
+  // 16 output rows: split by rows on 2 threads, by output channels on 3.
+  expect_conv({1, 16, 21, 21}, {32, 16, 15, 15}, {.stride = 2}, false, rng);
+}
+
 // ---- pooling ---------------------------------------------------------------------------------
 
 struct Pool {
