@@ -109,33 +109,42 @@ inline void add_run(T* __restrict__ d, const T* __restrict__ s, int64_t n) {
   for (; j < n; ++j) d[j] += s[j];
 }
 
+/// dst[y, x] = src[y + di, x + dj] for y < rows, x < w, 0 where that falls outside the h x w
+/// plane `src` (whose width dst shares): one long copy of the plane shifted by di * w + dj, then
+/// the columns that wrapped to the next or previous row zeroed, not a copy per row.
+template <class T>
+void shifted_plane(const T* src, int64_t h, int64_t w, int64_t di, int64_t dj, T* dst,
+                   int64_t rows) {
+  const int64_t y0 = std::clamp<int64_t>(-di, 0, rows), y1 = std::clamp(h - di, y0, rows);
+  const int64_t x0 = std::clamp<int64_t>(-dj, 0, w), x1 = std::clamp(w - dj, x0, w);
+  zero_run(dst, y0 * w);
+  zero_run(dst + y1 * w, (rows - y1) * w);
+  if (y0 == y1) return;
+  // Output p reads input p + shift; the ends of the range that would read outside the plane are
+  // columns zeroed below.
+  const int64_t shift = di * w + dj;
+  const int64_t p0 = std::max(y0 * w, -shift), p1 = std::min(y1 * w, h * w - shift);
+  if (p0 < p1) copy_run(dst + p0, src + p0 + shift, p1 - p0);
+  // Column by column (a few at the sides): a run per row would be a library call per row.
+  auto zero_column = [&](int64_t x) {
+    for (int64_t y = y0; y < y1; ++y) dst[y * w + x] = T(0);
+  };
+  for (int64_t x = 0; x < x0; ++x) zero_column(x);
+  for (int64_t x = x1; x < w; ++x) zero_column(x);
+}
+
 /// im2col (below) for unit strides and an output as wide as the input (a "same" convolution):
-/// each column-matrix row is then the input plane shifted by whole elements, so it is one long
-/// copy with the taps that fall in the padding zeroed after, not a copy per output row.
+/// each column-matrix row is then the input plane shifted (shifted_plane).
 template <class T>
 void im2col_shifted(const T* x, int64_t channels, const ConvGeometry& g, T* col) {
   const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
   for (int64_t c = 0; c < channels; ++c) {
-    const T* src = x + c * plane;
     for (int64_t i = 0; i < g.kh; ++i) {
-      const int64_t di = i * g.dilation_h - g.pad_h;  // output row y reads row y + di
-      const int64_t y0 = std::clamp<int64_t>(-di, 0, g.oh), y1 = std::clamp(g.h - di, y0, g.oh);
       for (int64_t j = 0; j < g.kw; ++j) {
-        T* row = col + ((c * g.kh + i) * g.kw + j) * out_plane;
-        const int64_t dj = j * g.dilation_w - g.pad_w;  // and column x reads column x + dj
-        const int64_t x0 = std::clamp<int64_t>(-dj, 0, g.ow), x1 = std::clamp(g.w - dj, x0, g.ow);
-        zero_run(row, y0 * g.ow);
-        zero_run(row + y1 * g.ow, (g.oh - y1) * g.ow);
-        if (y0 == y1) continue;
-        // Output p reads input p + shift; the ends of the range that would read outside the
-        // plane are columns the padding zeroes below.
-        const int64_t shift = di * g.w + dj;
-        const int64_t p0 = std::max(y0 * g.ow, -shift), p1 = std::min(y1 * g.ow, plane - shift);
-        if (p0 < p1) copy_run(row + p0, src + p0 + shift, p1 - p0);
-        for (int64_t y = y0; y < y1; ++y) {
-          zero_run(row + y * g.ow, x0);
-          zero_run(row + y * g.ow + x1, g.ow - x1);
-        }
+        // Output (y, x) reads input (y + i * dilation_h - pad_h, x + j * dilation_w - pad_w).
+        shifted_plane(x + c * plane, g.h, g.w, i * g.dilation_h - g.pad_h,
+                      j * g.dilation_w - g.pad_w, col + ((c * g.kh + i) * g.kw + j) * out_plane,
+                      g.oh);
       }
     }
   }
@@ -213,6 +222,25 @@ void im2row(const T* x, int64_t channel0, const ConvGeometry& g, int64_t first, 
   }
 }
 
+/// im2row (above) for kernels the size of the input plane with unit steps (the weight gradient
+/// of a "same" convolution: the output gradient as kernel over the padded input, output taps
+/// (p, q) its shifts): each channel's part of a row is the input plane shifted by (p - pad_h,
+/// q - pad_w), so it is laid out whole channels [channel0 + c0, channel0 + c1) at a time, each
+/// one shifted_plane.
+template <class T>
+void im2row_shifted(const T* x, int64_t channel0, const ConvGeometry& g, int64_t first,
+                    int64_t last, int64_t c0, int64_t c1, T* rows, int64_t ld) {
+  const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
+  for (int64_t r = first; r < last; ++r, rows += ld) {
+    const int64_t n = r / out_plane, pos = r % out_plane;
+    const T* image = x + (n * g.c + channel0) * plane;
+    for (int64_t c = c0; c < c1; ++c) {
+      shifted_plane(image + c * plane, g.h, g.w, pos / g.ow - g.pad_h, pos % g.ow - g.pad_w,
+                    rows + (c - c0) * plane, g.h);
+    }
+  }
+}
+
 // Runs image(n, thread, gemm_pool) for n in [0, images): images spread over the pool's threads
 // when there are enough of them, else one at a time with each image's GEMMs split instead.
 template <class F>
@@ -280,7 +308,14 @@ void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
   const bool split_rows = total >= 2 * kRowAlign * threads || out_group < 2 * kColumnAlign;
   const int64_t part_rows =
       split_rows ? split_range(total, threads, kRowAlign, kRowAlign).size : total;
-  const int64_t block_units = std::clamp<int64_t>(kBlockFloats / (part_rows * g.kw), 1, units);
+  // A kernel the plane's size with unit steps lays out whole shifted planes (im2row_shifted):
+  // blocks of whole channels then.
+  const bool shifted = g.kh == g.h && g.kw == g.w && g.stride_h == 1 && g.stride_w == 1 &&
+                       g.dilation_h == 1 && g.dilation_w == 1;
+  const int64_t unit_step = shifted ? g.kh : 1;
+  const int64_t block_units =
+      std::clamp<int64_t>(kBlockFloats / (part_rows * g.kw * unit_step), 1, units / unit_step) *
+      unit_step;
   const std::size_t block_bytes =
       sizeof(T) * static_cast<std::size_t>(part_rows * block_units * g.kw);
   // Scratch is taken for every thread before the parts run (a part may not grow another
@@ -299,7 +334,11 @@ void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
       T* block = blocks[static_cast<std::size_t>(thread)];
       for (int64_t u0 = 0; u0 < units; u0 += block_units) {
         const int64_t u1 = std::min(units, u0 + block_units), k = (u1 - u0) * g.kw;
-        im2row(x, grp * in_group, g, r0, r1, u0, u1, block, k);
+        if (shifted) {
+          im2row_shifted(x, grp * in_group, g, r0, r1, u0 / g.kh, u1 / g.kh, block, k);
+        } else {
+          im2row(x, grp * in_group, g, r0, r1, u0, u1, block, k);
+        }
         MatrixProduct q{r1 - r0,  o1 - o0,
                         k,        block,
                         k,        wg + o0 * patch + u0 * g.kw,

@@ -216,6 +216,14 @@ TEST(Conv2d, KernelsWiderThanTheirOutputMatchLoops) {
                             {.pad_h = 2, .pad_w = 2, .dilation_h = 3, .dilation_w = 3}, rng);
   expect_conv_matches_loops(DType::kF64, {2, 6, 13, 13}, {4, 6, 13, 13}, {.pad_h = 1, .pad_w = 1},
                             rng);
+  // Kernels the input plane's size (a "same" convolution's weight gradient): rows laid out as
+  // shifted planes, a block of whole channels at a time.
+  expect_conv_matches_loops(DType::kF32, {4, 24, 13, 13}, {4, 24, 13, 13}, {.pad_h = 1, .pad_w = 1},
+                            rng);
+  expect_conv_matches_loops(DType::kF32, {2, 5, 9, 11}, {3, 5, 9, 11}, {.pad_h = 2, .pad_w = 1},
+                            rng);
+  expect_conv_matches_loops(DType::kF32, {4, 4, 6, 6}, {6, 2, 6, 6},
+                            {.pad_h = 1, .pad_w = 1, .groups = 2}, rng);
 }
 
 TEST(Conv2d, MatchesLoopsInF64) {

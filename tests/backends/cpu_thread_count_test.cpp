@@ -255,6 +255,8 @@ TEST(ThreadCount, ConvWithFewRowsSplitsChannelsAndMatchesLoops) {
   std::mt19937 rng(17);
   // 16 output rows: split by rows on 2 threads, by output channels on 3.
   expect_conv({1, 16, 21, 21}, {32, 16, 15, 15}, {.stride = 2}, false, rng);
+  // A "same" convolution's weight gradient (shifted planes as rows), rows split.
+  expect_conv({8, 16, 14, 14}, {32, 16, 14, 14}, {.pad = 1}, false, rng);
 }
 
 // ---- pooling ---------------------------------------------------------------------------------
