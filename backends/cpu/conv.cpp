@@ -165,17 +165,17 @@ void im2col(const T* x, int64_t channels, const ConvGeometry& g, T* col) {
           T* dst = row + oh * g.ow;
           const int64_t ih = oh * g.stride_h - g.pad_h + i * g.dilation_h;
           if (ih < 0 || ih >= g.h) {
-            zero_run(dst, g.ow);
+            std::fill(dst, dst + g.ow, T(0));
             continue;
           }
           const T* src = x + c * plane + ih * g.w;
-          zero_run(dst, ow_lo);
+          std::fill(dst, dst + ow_lo, T(0));
           if (g.stride_w == 1) {
-            copy_run(dst + ow_lo, src + ow_lo + offset_w, ow_hi - ow_lo);
+            std::copy(src + ow_lo + offset_w, src + ow_hi + offset_w, dst + ow_lo);
           } else {
             for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow] = src[ow * g.stride_w + offset_w];
           }
-          zero_run(dst + ow_hi, g.ow - ow_hi);
+          std::fill(dst + ow_hi, dst + g.ow, T(0));
         }
       }
     }
