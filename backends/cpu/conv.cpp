@@ -418,11 +418,14 @@ void conv2d_by_taps(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
               // read the row above's last or the row below's first taps: those tap columns no
               // output reads otherwise, so zeroed they let one run over the rows add them all.
               const int64_t dj = j - g.pad_w, shift = (i - g.pad_h) * g.w + dj;
-              for (int64_t y = 0; y < g.h; ++y) {
-                T* tap_row = tap_plane + y * g.w;
-                zero_run(tap_row, std::min(dj, g.w));
-                zero_run(tap_row + std::max<int64_t>(0, g.w + dj), std::min(-dj, g.w));
-              }
+              // Column by column: a few columns, and a run per row would be a library call.
+              const int64_t x0 = std::clamp<int64_t>(dj, 0, g.w);
+              const int64_t x1 = std::clamp<int64_t>(g.w + dj, x0, g.w);
+              auto zero_column = [&](int64_t col) {
+                for (int64_t y = 0; y < g.h; ++y) tap_plane[y * g.w + col] = T(0);
+              };
+              for (int64_t col = 0; col < x0; ++col) zero_column(col);
+              for (int64_t col = x1; col < g.w; ++col) zero_column(col);
               const int64_t p0 = std::max(y_lo * g.ow, -shift);
               const int64_t p1 = std::min(y_hi * g.ow, plane - shift);
               if (p0 < p1) add_run(dst + p0, tap_plane + p0 + shift, p1 - p0);
