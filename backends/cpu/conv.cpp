@@ -134,35 +134,37 @@ void shifted_plane(const T* src, int64_t h, int64_t w, int64_t di, int64_t dj, T
 }
 
 /// im2col (below) for unit strides and an output as wide as the input (a "same" convolution):
-/// each column-matrix row is then the input plane shifted (shifted_plane).
+/// each column-matrix row is then the input plane shifted (shifted_plane), from output row y0.
 template <class T>
-void im2col_shifted(const T* x, int64_t channels, const ConvGeometry& g, T* col) {
-  const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
+void im2col_shifted(const T* x, int64_t channels, const ConvGeometry& g, int64_t y0, int64_t y1,
+                    T* col) {
+  const int64_t plane = g.h * g.w, block = (y1 - y0) * g.ow;
   for (int64_t c = 0; c < channels; ++c) {
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
         // Output (y, x) reads input (y + i * dilation_h - pad_h, x + j * dilation_w - pad_w).
-        shifted_plane(x + c * plane, g.h, g.w, i * g.dilation_h - g.pad_h,
-                      j * g.dilation_w - g.pad_w, col + ((c * g.kh + i) * g.kw + j) * out_plane,
-                      g.oh);
+        shifted_plane(x + c * plane, g.h, g.w, y0 + i * g.dilation_h - g.pad_h,
+                      j * g.dilation_w - g.pad_w, col + ((c * g.kh + i) * g.kw + j) * block,
+                      y1 - y0);
       }
     }
   }
 }
 
-/// Lays out the receptive fields of `channels` planes starting at `x` as the columns of a
-/// [channels * kh * kw, oh * ow] row-major matrix; taps in the padding are zero.
+/// Lays out the receptive fields of output rows [y0, y1) of `channels` planes starting at `x` as
+/// the columns of a [channels * kh * kw, (y1 - y0) * ow] row-major matrix; taps in the padding
+/// are zero.
 template <class T>
-void im2col(const T* x, int64_t channels, const ConvGeometry& g, T* col) {
-  const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
+void im2col(const T* x, int64_t channels, const ConvGeometry& g, int64_t y0, int64_t y1, T* col) {
+  const int64_t plane = g.h * g.w, block = (y1 - y0) * g.ow;
   for (int64_t c = 0; c < channels; ++c) {
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
-        T* row = col + ((c * g.kh + i) * g.kw + j) * out_plane;
+        T* row = col + ((c * g.kh + i) * g.kw + j) * block;
         const int64_t offset_w = j * g.dilation_w - g.pad_w;  // iw = ow * stride_w + offset_w
         const auto [ow_lo, ow_hi] = taps_inside(offset_w, g.w, g.ow, g.stride_w);
-        for (int64_t oh = 0; oh < g.oh; ++oh) {
-          T* dst = row + oh * g.ow;
+        for (int64_t oh = y0; oh < y1; ++oh) {
+          T* dst = row + (oh - y0) * g.ow;
           const int64_t ih = oh * g.stride_h - g.pad_h + i * g.dilation_h;
           if (ih < 0 || ih >= g.h) {
             std::fill(dst, dst + g.ow, T(0));
@@ -254,9 +256,9 @@ void for_each_image(ComputePool& pool, int64_t images, F&& image) {
   }
 }
 
-/// Convolution as one GEMM per image and group, out[o, oh * ow] = w[o, patch] x col[patch, oh *
-/// ow], images spread over the pool's threads (each image's GEMM split over them instead when
-/// there are fewer images than threads).
+/// Convolution as GEMMs per image and group, out[o, oh * ow] = w[o, patch] x col[patch, oh *
+/// ow], a block of output rows at a time, images spread over the pool's threads (each image's GEMM
+/// split over them instead when there are fewer images than threads).
 template <class T>
 void conv2d_by_columns(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
   const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
@@ -266,22 +268,39 @@ void conv2d_by_columns(const T* x, const T* w, T* out, const ConvGeometry& g, Co
   const bool pointwise =
       g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
   const bool shifted = !pointwise && g.stride_h == 1 && g.stride_w == 1 && g.ow == g.w;
+  // A column matrix past kWholeFloats (a 56x56 plane's columns for a 3x3 kernel over 64
+  // channels would be 7 MiB) is laid out and multiplied a block of output rows at a time, each
+  // block about kColumnBlockFloats, so the GEMM reads it from cache right after im2col writes it;
+  // blocks keep at least kMinColumns columns, so that each GEMM stays wide (each repacks the
+  // weights).
+  constexpr int64_t kWholeFloats = int64_t{1} << 19, kColumnBlockFloats = int64_t{1} << 16;
+  constexpr int64_t kMinColumns = 256;
+  const int64_t wide_rows = (kMinColumns + g.ow - 1) / g.ow;
+  const int64_t block_rows =
+      pointwise || patch * out_plane <= kWholeFloats
+          ? g.oh
+          : std::clamp<int64_t>(std::max(kColumnBlockFloats / (patch * g.ow), wide_rows), 1, g.oh);
   auto image = [&](int64_t n, int thread, ComputePool* gemm_pool) {
-    T* col =
-        pointwise ? nullptr : static_cast<T*>(pool.scratch(thread, sizeof(T) * patch * out_plane));
+    T* col = pointwise
+                 ? nullptr
+                 : static_cast<T*>(pool.scratch(thread, sizeof(T) * patch * block_rows * g.ow));
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       const T* x_group = x + (n * g.c + grp * in_group) * g.h * g.w;
-      const T* columns = x_group;
-      if (shifted) {
-        im2col_shifted(x_group, in_group, g, col);
-        columns = col;
-      } else if (!pointwise) {
-        im2col(x_group, in_group, g, col);
-        columns = col;
+      T* out_group_planes = out + (n * g.o + grp * out_group) * out_plane;
+      for (int64_t y0 = 0; y0 < g.oh; y0 += block_rows) {
+        const int64_t y1 = std::min(g.oh, y0 + block_rows), columns = (y1 - y0) * g.ow;
+        const T* b = x_group + y0 * g.ow;
+        if (shifted) {
+          im2col_shifted(x_group, in_group, g, y0, y1, col);
+          b = col;
+        } else if (!pointwise) {
+          im2col(x_group, in_group, g, y0, y1, col);
+          b = col;
+        }
+        gemm<T>({out_group, columns, patch, w + grp * out_group * patch, patch, b,
+                 pointwise ? out_plane : columns, out_group_planes + y0 * g.ow, out_plane},
+                false, false, gemm_pool);
       }
-      gemm<T>({out_group, out_plane, patch, w + grp * out_group * patch, patch, columns, out_plane,
-               out + (n * g.o + grp * out_group) * out_plane, out_plane},
-              false, false, gemm_pool);
     }
   };
   for_each_image(pool, g.n, image);

@@ -155,6 +155,18 @@ TEST(Conv2d, SameWidthConvolutionsMatchLoops) {
   expect_conv_matches_loops(DType::kF64, {2, 3, 8, 8}, {4, 3, 3, 3}, {.pad_h = 1, .pad_w = 1}, rng);
 }
 
+TEST(Conv2d, LargePlanesAreLaidOutInBlocksOfOutputRows) {
+  // Column matrices past 2^19 floats are laid out and multiplied a block of output rows at a
+  // time: same-width (shifted), strided, grouped, blocks that do not divide the rows evenly.
+  std::mt19937 rng(38);
+  expect_conv_matches_loops(DType::kF32, {1, 16, 48, 90}, {16, 16, 3, 3}, {.pad_h = 1, .pad_w = 1},
+                            rng);
+  expect_conv_matches_loops(DType::kF32, {1, 64, 60, 80}, {4, 64, 3, 3},
+                            {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, rng);
+  expect_conv_matches_loops(DType::kF32, {1, 32, 44, 90}, {32, 16, 3, 3},
+                            {.pad_h = 1, .pad_w = 1, .groups = 2}, rng);
+}
+
 TEST(Conv2d, FewerOutputThanInputChannelsMatchesLoops) {
   // The input gradient's form (tap planes summed shifted), for outputs the input's size (one run
   // over the plane per tap, the columns no output reads zeroed) and not.

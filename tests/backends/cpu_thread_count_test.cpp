@@ -223,6 +223,8 @@ TEST(ThreadCount, ConvWithImagesPerThreadGivesOneThreadsBits) {
 TEST(ThreadCount, ConvOfOneImageSplitsItsProductAndMatchesLoops) {
   std::mt19937 rng(5);
   expect_conv({1, 16, 24, 24}, {32, 16, 3, 3}, {.pad = 1}, false, rng);
+  // Blocks of output rows, each block's product split.
+  expect_conv({1, 32, 40, 60}, {32, 32, 3, 3}, {.pad = 1}, false, rng);
 }
 
 TEST(ThreadCount, ConvWithFewerOutputThanInputChannelsMatchesLoops) {
