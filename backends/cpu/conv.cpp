@@ -1,8 +1,11 @@
 // backends/cpu: convolution kernels (kConv2d) on NCHW buffers. Convolution is a GEMM in one of
-// three forms, picked by shape: im2col per image, receptive fields as rows over all images
-// (kernels wider than their output), or shifted sums of tap planes (stride 1, fewer output than
-// input channels). Images are spread over the device's threads. The pooling kernels are in
-// pooling.cpp.
+// three forms, picked by shape: im2col per image (a block of output rows at a time for large
+// planes; rows copied as shifted planes for "same" convolutions), receptive fields as rows over
+// all images (kernels wider than their output: weight gradients, laid out a block of the patch at
+// a time per thread), or shifted sums of tap planes (stride 1, fewer output than input
+// channels); and, in f32 with AVX2, direct sums for outputs of at most 3x3 over few images (the
+// weight gradient of a layer with few input channels). Images are spread over the device's
+// threads. The pooling kernels are in pooling.cpp.
 #include <fmt/format.h>
 #include <immintrin.h>
 
