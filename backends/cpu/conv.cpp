@@ -1,14 +1,21 @@
 // backends/cpu: convolution kernels (kConv2d) on NCHW buffers. Convolution is a GEMM in one of
-// three forms, picked by shape: im2col per image, receptive fields as rows over all images
-// (kernels wider than their output), or shifted sums of tap planes (stride 1, fewer output than
-// input channels). Images are spread over the device's threads. The pooling kernels are in
-// pooling.cpp.
+// three forms, picked by shape: im2col per image (a block of output rows at a time for large
+// planes; rows copied as shifted planes for "same" convolutions), receptive fields as rows over
+// all images (kernels wider than their output: weight gradients, laid out a block of the patch at
+// a time per thread), or shifted sums of tap planes (stride 1, fewer output than input
+// channels); and, in f32 with AVX2, direct sums for outputs of at most 3x3 over few images (the
+// weight gradient of a layer with few input channels). Images are spread over the device's
+// threads. The pooling kernels are in pooling.cpp.
 #include <fmt/format.h>
+#include <immintrin.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -77,19 +84,90 @@ ConvGeometry plan_conv(const KernelArgs& args) {
   return g;
 }
 
-/// Lays out the receptive fields of `channels` planes starting at `x` as the columns of a
-/// [channels * kh * kw, oh * ow] row-major matrix; taps in the padding are zero.
+/// d[0, n) = s[0, n) for the short runs the layouts below copy (a row of taps or of output
+/// positions): whole 32- and 16-byte moves, then single elements, with no library call.
 template <class T>
-void im2col(const T* x, int64_t channels, const ConvGeometry& g, T* col) {
-  const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
+inline void copy_run(T* __restrict__ d, const T* __restrict__ s, int64_t n) {
+  constexpr int64_t kWide = 32 / sizeof(T), kNarrow = 16 / sizeof(T);
+  int64_t j = 0;
+  for (; j + kWide <= n; j += kWide) std::memcpy(d + j, s + j, 32);
+  if (j + kNarrow <= n) std::memcpy(d + j, s + j, 16), j += kNarrow;
+  for (; j < n; ++j) d[j] = s[j];
+}
+
+/// d[0, n) = 0.
+template <class T>
+inline void zero_run(T* __restrict__ d, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) d[j] = T(0);
+}
+
+/// d[0, n) += s[0, n): blocks of a fixed count, which GCC vectorises at -O2, then a tail.
+template <class T>
+inline void add_run(T* __restrict__ d, const T* __restrict__ s, int64_t n) {
+  constexpr int64_t kBlock = 32 / sizeof(T);
+  int64_t j = 0;
+  for (; j + kBlock <= n; j += kBlock) {
+    for (int64_t l = 0; l < kBlock; ++l) d[j + l] += s[j + l];
+  }
+  for (; j < n; ++j) d[j] += s[j];
+}
+
+/// dst[y, x] = src[y + di, x + dj] for y < rows, x < w, 0 where that falls outside the h x w
+/// plane `src` (whose width dst shares): one long copy of the plane shifted by di * w + dj, then
+/// the columns that wrapped to the next or previous row zeroed, not a copy per row.
+template <class T>
+void shifted_plane(const T* src, int64_t h, int64_t w, int64_t di, int64_t dj, T* dst,
+                   int64_t rows) {
+  const int64_t y0 = std::clamp<int64_t>(-di, 0, rows), y1 = std::clamp(h - di, y0, rows);
+  const int64_t x0 = std::clamp<int64_t>(-dj, 0, w), x1 = std::clamp(w - dj, x0, w);
+  zero_run(dst, y0 * w);
+  zero_run(dst + y1 * w, (rows - y1) * w);
+  if (y0 == y1) return;
+  // Output p reads input p + shift; the ends of the range that would read outside the plane are
+  // columns zeroed below.
+  const int64_t shift = di * w + dj;
+  const int64_t p0 = std::max(y0 * w, -shift), p1 = std::min(y1 * w, h * w - shift);
+  if (p0 < p1) copy_run(dst + p0, src + p0 + shift, p1 - p0);
+  // Column by column (a few at the sides): a run per row would be a library call per row.
+  auto zero_column = [&](int64_t x) {
+    for (int64_t y = y0; y < y1; ++y) dst[y * w + x] = T(0);
+  };
+  for (int64_t x = 0; x < x0; ++x) zero_column(x);
+  for (int64_t x = x1; x < w; ++x) zero_column(x);
+}
+
+/// im2col (below) for unit strides and an output as wide as the input (a "same" convolution):
+/// each column-matrix row is then the input plane shifted (shifted_plane), from output row y0.
+template <class T>
+void im2col_shifted(const T* x, int64_t channels, const ConvGeometry& g, int64_t y0, int64_t y1,
+                    T* col) {
+  const int64_t plane = g.h * g.w, block = (y1 - y0) * g.ow;
   for (int64_t c = 0; c < channels; ++c) {
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
-        T* row = col + ((c * g.kh + i) * g.kw + j) * out_plane;
+        // Output (y, x) reads input (y + i * dilation_h - pad_h, x + j * dilation_w - pad_w).
+        shifted_plane(x + c * plane, g.h, g.w, y0 + i * g.dilation_h - g.pad_h,
+                      j * g.dilation_w - g.pad_w, col + ((c * g.kh + i) * g.kw + j) * block,
+                      y1 - y0);
+      }
+    }
+  }
+}
+
+/// Lays out the receptive fields of output rows [y0, y1) of `channels` planes starting at `x` as
+/// the columns of a [channels * kh * kw, (y1 - y0) * ow] row-major matrix; taps in the padding
+/// are zero.
+template <class T>
+void im2col(const T* x, int64_t channels, const ConvGeometry& g, int64_t y0, int64_t y1, T* col) {
+  const int64_t plane = g.h * g.w, block = (y1 - y0) * g.ow;
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        T* row = col + ((c * g.kh + i) * g.kw + j) * block;
         const int64_t offset_w = j * g.dilation_w - g.pad_w;  // iw = ow * stride_w + offset_w
         const auto [ow_lo, ow_hi] = taps_inside(offset_w, g.w, g.ow, g.stride_w);
-        for (int64_t oh = 0; oh < g.oh; ++oh) {
-          T* dst = row + oh * g.ow;
+        for (int64_t oh = y0; oh < y1; ++oh) {
+          T* dst = row + (oh - y0) * g.ow;
           const int64_t ih = oh * g.stride_h - g.pad_h + i * g.dilation_h;
           if (ih < 0 || ih >= g.h) {
             std::fill(dst, dst + g.ow, T(0));
@@ -109,34 +187,61 @@ void im2col(const T* x, int64_t channels, const ConvGeometry& g, T* col) {
   }
 }
 
-/// Lays out the receptive fields of output positions [first, last) (row-major over [oh, ow]) of
-/// the `channels` planes at `x` as the rows of a [last - first, channels * kh * kw] row-major
-/// matrix; taps in the padding are zero. It copies runs of kw taps where im2col copies runs of ow
+/// Lays out part of the receptive fields of the output positions [first, last) (row-major over
+/// [n, oh, ow], n counting images from `x`, each of g.c planes, `channel0` the first read) as the
+/// rows of a row-major matrix with row stride `ld`: the columns of kernel rows [unit0, unit1), a
+/// kernel row (c, i) being the kw taps (c, i, 0..kw) of a receptive field laid out [c, kh, kw];
+/// taps in the padding are zero. It copies runs of kw taps where im2col copies runs of ow
 /// positions: the layout for kernels wider than their output, such as a weight gradient's.
 template <class T>
-void im2row(const T* x, int64_t channels, const ConvGeometry& g, int64_t first, int64_t last,
-            T* rows) {
-  const int64_t plane = g.h * g.w;
-  for (int64_t pos = first; pos < last; ++pos) {
+void im2row(const T* x, int64_t channel0, const ConvGeometry& g, int64_t first, int64_t last,
+            int64_t unit0, int64_t unit1, T* rows, int64_t ld) {
+  const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow, kw = g.kw;
+  for (int64_t r = first; r < last; ++r, rows += ld) {
+    const int64_t n = r / out_plane, pos = r % out_plane;
+    const T* image = x + (n * g.c + channel0) * plane;
     const int64_t start_h = pos / g.ow * g.stride_h - g.pad_h;
     const int64_t start_w = pos % g.ow * g.stride_w - g.pad_w;
     const auto [i_lo, i_hi] = taps_inside(start_h, g.h, g.kh, g.dilation_h);
     const auto [j_lo, j_hi] = taps_inside(start_w, g.w, g.kw, g.dilation_w);
-    for (int64_t c = 0; c < channels; ++c) {
-      for (int64_t i = 0; i < g.kh; ++i, rows += g.kw) {
-        if (i < i_lo || i >= i_hi) {
-          std::fill_n(rows, g.kw, T(0));
-          continue;
-        }
-        const T* src = x + c * plane + (start_h + i * g.dilation_h) * g.w + start_w;
-        std::fill(rows, rows + j_lo, T(0));
-        if (g.dilation_w == 1) {
-          std::copy(src + j_lo, src + j_hi, rows + j_lo);
+    T* __restrict__ dst = rows;
+    const int64_t run = j_hi - j_lo;
+    const bool contiguous = g.dilation_w == 1;
+    for (int64_t c = unit0 / g.kh, i = unit0 % g.kh, u = unit0; u < unit1; ++u, dst += kw) {
+      if (i < i_lo || i >= i_hi) {
+        for (int64_t j = 0; j < kw; ++j) dst[j] = T(0);
+      } else {
+        const T* __restrict__ src =
+            image + c * plane + (start_h + i * g.dilation_h) * g.w + start_w + j_lo * g.dilation_w;
+        for (int64_t j = 0; j < j_lo; ++j) dst[j] = T(0);
+        T* __restrict__ d = dst + j_lo;
+        if (contiguous) {
+          copy_run(d, src, run);
         } else {
-          for (int64_t j = j_lo; j < j_hi; ++j) rows[j] = src[j * g.dilation_w];
+          for (int64_t j = 0; j < run; ++j) d[j] = src[j * g.dilation_w];
         }
-        std::fill(rows + j_hi, rows + g.kw, T(0));
+        for (int64_t j = j_hi; j < kw; ++j) dst[j] = T(0);
       }
+      if (++i == g.kh) i = 0, ++c;
+    }
+  }
+}
+
+/// im2row (above) for kernels the size of the input plane with unit steps (the weight gradient
+/// of a "same" convolution: the output gradient as kernel over the padded input, output taps
+/// (p, q) its shifts): each channel's part of a row is the input plane shifted by (p - pad_h,
+/// q - pad_w), so it is laid out whole channels [channel0 + c0, channel0 + c1) at a time, each
+/// one shifted_plane.
+template <class T>
+void im2row_shifted(const T* x, int64_t channel0, const ConvGeometry& g, int64_t first,
+                    int64_t last, int64_t c0, int64_t c1, T* rows, int64_t ld) {
+  const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
+  for (int64_t r = first; r < last; ++r, rows += ld) {
+    const int64_t n = r / out_plane, pos = r % out_plane;
+    const T* image = x + (n * g.c + channel0) * plane;
+    for (int64_t c = c0; c < c1; ++c) {
+      shifted_plane(image + c * plane, g.h, g.w, pos / g.ow - g.pad_h, pos % g.ow - g.pad_w,
+                    rows + (c - c0) * plane, g.h);
     }
   }
 }
@@ -154,9 +259,9 @@ void for_each_image(ComputePool& pool, int64_t images, F&& image) {
   }
 }
 
-/// Convolution as one GEMM per image and group, out[o, oh * ow] = w[o, patch] x col[patch, oh *
-/// ow], images spread over the pool's threads (each image's GEMM split over them instead when
-/// there are fewer images than threads).
+/// Convolution as GEMMs per image and group, out[o, oh * ow] = w[o, patch] x col[patch, oh *
+/// ow], a block of output rows at a time, images spread over the pool's threads (each image's GEMM
+/// split over them instead when there are fewer images than threads).
 template <class T>
 void conv2d_by_columns(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
   const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
@@ -165,61 +270,125 @@ void conv2d_by_columns(const T* x, const T* w, T* out, const ConvGeometry& g, Co
   // is the column matrix, so im2col would only copy it.
   const bool pointwise =
       g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
+  const bool shifted = !pointwise && g.stride_h == 1 && g.stride_w == 1 && g.ow == g.w;
+  // A column matrix past kWholeFloats (a 56x56 plane's columns for a 3x3 kernel over 64
+  // channels would be 7 MiB) is laid out and multiplied a block of output rows at a time, each
+  // block about kColumnBlockFloats, so the GEMM reads it from cache right after im2col writes it;
+  // blocks keep at least kMinColumns columns, so that each GEMM stays wide (each repacks the
+  // weights).
+  constexpr int64_t kWholeFloats = int64_t{1} << 19, kColumnBlockFloats = int64_t{1} << 16;
+  constexpr int64_t kMinColumns = 256;
+  const int64_t wide_rows = (kMinColumns + g.ow - 1) / g.ow;
+  const int64_t block_rows =
+      pointwise || patch * out_plane <= kWholeFloats
+          ? g.oh
+          : std::clamp<int64_t>(std::max(kColumnBlockFloats / (patch * g.ow), wide_rows), 1, g.oh);
   auto image = [&](int64_t n, int thread, ComputePool* gemm_pool) {
-    T* col =
-        pointwise ? nullptr : static_cast<T*>(pool.scratch(thread, sizeof(T) * patch * out_plane));
+    T* col = pointwise
+                 ? nullptr
+                 : static_cast<T*>(pool.scratch(thread, sizeof(T) * patch * block_rows * g.ow));
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       const T* x_group = x + (n * g.c + grp * in_group) * g.h * g.w;
-      const T* columns = x_group;
-      if (!pointwise) {
-        im2col(x_group, in_group, g, col);
-        columns = col;
+      T* out_group_planes = out + (n * g.o + grp * out_group) * out_plane;
+      for (int64_t y0 = 0; y0 < g.oh; y0 += block_rows) {
+        const int64_t y1 = std::min(g.oh, y0 + block_rows), columns = (y1 - y0) * g.ow;
+        const T* b = x_group + y0 * g.ow;
+        if (shifted) {
+          im2col_shifted(x_group, in_group, g, y0, y1, col);
+          b = col;
+        } else if (!pointwise) {
+          im2col(x_group, in_group, g, y0, y1, col);
+          b = col;
+        }
+        gemm<T>({out_group, columns, patch, w + grp * out_group * patch, patch, b,
+                 pointwise ? out_plane : columns, out_group_planes + y0 * g.ow, out_plane},
+                false, false, gemm_pool);
       }
-      gemm<T>({out_group, out_plane, patch, w + grp * out_group * patch, patch, columns, out_plane,
-               out + (n * g.o + grp * out_group) * out_plane, out_plane},
-              false, false, gemm_pool);
     }
   };
   for_each_image(pool, g.n, image);
 }
 
-/// Convolution with the output positions of a run of images as the rows of one GEMM,
+/// Convolution with the output positions of all images as the rows of one GEMM,
 /// out2[(n, oh, ow), o] = rows[(n, oh, ow), patch] x w[o, patch]^T, then scattered to NCHW. For
-/// small outputs of large kernels, where a GEMM per image would be a few columns wide.
+/// small outputs of large kernels, where a GEMM per image would be a few columns wide: a weight
+/// gradient, whose patch holds a whole batch of planes. The row matrix is never built whole: each
+/// thread takes a block of rows and sums its product over blocks of the patch (whole kernel rows,
+/// about kBlockFloats at a time), so each block is laid out just before the GEMM reads it from
+/// cache. With too few rows to go round, the output's columns (channels) are split instead, each
+/// part laying out the blocks it needs itself.
 template <class T>
 void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
   const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
   const int64_t patch = in_group * g.kh * g.kw, out_plane = g.oh * g.ow;
-  // Images per GEMM: as many as keep the row matrix within 16 MiB.
-  constexpr int64_t kRowMatrixBytes = int64_t{16} << 20;
-  const int64_t image_bytes = out_plane * patch * static_cast<int64_t>(sizeof(T));
-  const int64_t images = std::clamp<int64_t>(kRowMatrixBytes / image_bytes, 1, g.n);
-  T* rows = static_cast<T*>(pool.scratch(
-      0, sizeof(T) * static_cast<std::size_t>(images * out_plane * (patch + out_group))));
-  T* products = rows + images * out_plane * patch;
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / patch);
+  const int64_t total = g.n * out_plane, units = in_group * g.kh;
+  constexpr int64_t kBlockFloats = int64_t{1} << 18;  // 256 KiB of f32 per laid-out block
+  constexpr int64_t kRowAlign = 4, kColumnAlign = 8;  // Eigen's register blocks (see linalg.cpp)
+  // Small products stay on the calling thread, as gemm's do (linalg.cpp).
+  const bool one_part = pool.threads() == 1 || total * out_group * patch < (int64_t{1} << 20);
+  const int threads = one_part ? 1 : pool.threads();
+  const bool split_rows = total >= 2 * kRowAlign * threads || out_group < 2 * kColumnAlign;
+  const int64_t part_rows =
+      split_rows ? split_range(total, threads, kRowAlign, kRowAlign).size : total;
+  // A kernel the plane's size with unit steps lays out whole shifted planes (im2row_shifted):
+  // blocks of whole channels then.
+  const bool shifted = g.kh == g.h && g.kw == g.w && g.stride_h == 1 && g.stride_w == 1 &&
+                       g.dilation_h == 1 && g.dilation_w == 1;
+  const int64_t unit_step = shifted ? g.kh : 1;
+  const int64_t block_units =
+      std::clamp<int64_t>(kBlockFloats / (part_rows * g.kw * unit_step), 1, units / unit_step) *
+      unit_step;
+  const std::size_t block_bytes =
+      sizeof(T) * static_cast<std::size_t>(part_rows * block_units * g.kw);
+  // Scratch is taken for every thread before the parts run (a part may not grow another
+  // thread's); thread 0's also holds the products, after its block.
+  std::vector<T*> blocks(static_cast<std::size_t>(threads));
+  const std::size_t product_bytes = sizeof(T) * static_cast<std::size_t>(total * out_group);
+  for (int t = 0; t < threads; ++t) {
+    blocks[static_cast<std::size_t>(t)] =
+        static_cast<T*>(pool.scratch(t, block_bytes + (t == 0 ? product_bytes + 64 : 0)));
+  }
+  T* products = blocks[0] + (block_bytes + 63) / 64 * 64 / sizeof(T);
   for (int64_t grp = 0; grp < g.groups; ++grp) {
-    for (int64_t n0 = 0; n0 < g.n; n0 += images) {
-      const int64_t count = std::min(images, g.n - n0), total = count * out_plane;
-      parallel_for(pool, total, grain, [&](int64_t first, int64_t last, int) {
-        for (int64_t r = first; r < last;) {
-          const int64_t n = r / out_plane, pos = r % out_plane;
-          const int64_t end = std::min(last, (n + 1) * out_plane);
-          im2row(x + ((n0 + n) * g.c + grp * in_group) * g.h * g.w, in_group, g, pos, pos + end - r,
-                 rows + r * patch);
-          r = end;
+    const T* wg = w + grp * out_group * patch;
+    // Output rows [r0, r1), channels [o0, o1) over the whole patch.
+    auto part = [&](int64_t r0, int64_t r1, int64_t o0, int64_t o1, int thread) {
+      T* block = blocks[static_cast<std::size_t>(thread)];
+      for (int64_t u0 = 0; u0 < units; u0 += block_units) {
+        const int64_t u1 = std::min(units, u0 + block_units), k = (u1 - u0) * g.kw;
+        if (shifted) {
+          im2row_shifted(x, grp * in_group, g, r0, r1, u0 / g.kh, u1 / g.kh, block, k);
+        } else {
+          im2row(x, grp * in_group, g, r0, r1, u0, u1, block, k);
         }
-      });
-      gemm<T>({total, out_group, patch, rows, patch, w + grp * out_group * patch, patch, products,
-               out_group},
-              false, true, &pool);
-      for (int64_t n = 0; n < count; ++n) {
-        T* dst = out + ((n0 + n) * g.o + grp * out_group) * out_plane;
-        const T* src = products + n * out_plane * out_group;
-        for (int64_t o = 0; o < out_group; ++o) {
-          for (int64_t pos = 0; pos < out_plane; ++pos)
-            dst[o * out_plane + pos] = src[pos * out_group + o];
-        }
+        MatrixProduct q{r1 - r0,  o1 - o0,
+                        k,        block,
+                        k,        wg + o0 * patch + u0 * g.kw,
+                        patch,    products + r0 * out_group + o0,
+                        out_group};
+        q.accumulate = u0 > 0;
+        gemm<T>(q, false, true, nullptr);
+      }
+    };
+    if (one_part) {
+      part(0, total, 0, out_group, 0);
+    } else if (split_rows) {
+      parallel_for(
+          pool, total, kRowAlign,
+          [&](int64_t r0, int64_t r1, int thread) { part(r0, r1, 0, out_group, thread); },
+          kRowAlign, 1);
+    } else {
+      parallel_for(
+          pool, out_group, kColumnAlign,
+          [&](int64_t o0, int64_t o1, int thread) { part(0, total, o0, o1, thread); }, kColumnAlign,
+          1);
+    }
+    for (int64_t n = 0; n < g.n; ++n) {
+      T* dst = out + (n * g.o + grp * out_group) * out_plane;
+      const T* src = products + n * out_plane * out_group;
+      for (int64_t o = 0; o < out_group; ++o) {
+        for (int64_t pos = 0; pos < out_plane; ++pos)
+          dst[o * out_plane + pos] = src[pos * out_group + o];
       }
     }
   }
@@ -247,6 +416,7 @@ void conv2d_by_taps(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
       }
     }
   }
+  const bool same = g.oh == g.h && g.ow == g.w;
   auto image = [&](int64_t n, int thread, ComputePool* gemm_pool) {
     T* tap_planes = static_cast<T*>(pool.scratch(thread, sizeof(T) * rows * plane));
     for (int64_t grp = 0; grp < g.groups; ++grp) {
@@ -264,11 +434,28 @@ void conv2d_by_taps(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
             const int64_t x_lo = std::max<int64_t>(0, g.pad_w - j);
             const int64_t x_hi = std::min(g.ow, g.w + g.pad_w - j);
             if (x_lo >= x_hi) continue;
-            const T* tap_plane = tap_planes + ((o * g.kh + i) * g.kw + j) * plane;
+            T* tap_plane = tap_planes + ((o * g.kh + i) * g.kw + j) * plane;
+            if (same) {
+              // Output p reads tap p + shift, all but the columns past the plane's sides, which
+              // read the row above's last or the row below's first taps: those tap columns no
+              // output reads otherwise, so zeroed they let one run over the rows add them all.
+              const int64_t dj = j - g.pad_w, shift = (i - g.pad_h) * g.w + dj;
+              // Column by column: a few columns, and a run per row would be a library call.
+              const int64_t x0 = std::clamp<int64_t>(dj, 0, g.w);
+              const int64_t x1 = std::clamp<int64_t>(g.w + dj, x0, g.w);
+              auto zero_column = [&](int64_t col) {
+                for (int64_t y = 0; y < g.h; ++y) tap_plane[y * g.w + col] = T(0);
+              };
+              for (int64_t col = 0; col < x0; ++col) zero_column(col);
+              for (int64_t col = x1; col < g.w; ++col) zero_column(col);
+              const int64_t p0 = std::max(y_lo * g.ow, -shift);
+              const int64_t p1 = std::min(y_hi * g.ow, plane - shift);
+              if (p0 < p1) add_run(dst + p0, tap_plane + p0 + shift, p1 - p0);
+              continue;
+            }
             for (int64_t y = y_lo; y < y_hi; ++y) {
-              T* __restrict__ d = dst + y * g.ow + x_lo;
-              const T* __restrict__ s = tap_plane + (y + i - g.pad_h) * g.w + x_lo + j - g.pad_w;
-              for (int64_t k = 0; k < x_hi - x_lo; ++k) d[k] += s[k];
+              add_run(dst + y * g.ow + x_lo,
+                      tap_plane + (y + i - g.pad_h) * g.w + x_lo + j - g.pad_w, x_hi - x_lo);
             }
           }
         }
@@ -278,6 +465,149 @@ void conv2d_by_taps(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
   for_each_image(pool, g.n, image);
 }
 
+#if defined(__AVX2__)
+/// Whether conv2d_small_output takes `g`: unit steps, output planes of at most 3 x 3 (kept in
+/// registers) and so few output rows over all images that a GEMM's rows (by_rows)
+/// would be mostly empty — the weight gradient of a layer with few input channels, such as the
+/// MNIST CNN's first (its batch as channels, a 28x28 kernel, a 3x3 output, one image).
+bool takes_small_output(const ConvGeometry& g) {
+  return g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 &&
+         g.oh <= 3 && g.ow <= 3 && g.n * g.oh * g.ow < 32 && g.kh * g.kw >= 64;
+}
+
+/// Lanes [0, count) of an AVX2 mask (count in [0, 8]).
+inline __m256i first_lanes(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/// One (image, output channel) of conv2d_small_output, an output plane of OH x OW: out[y, x] =
+/// sum over c, i, j of kernel[c][i][j] * padded[c][(i + y) * wp + j + x], each channel's sum in
+/// eight f32 lanes along the kernel's rows (the lanes of a row's last block past the kernel
+/// masked to +0 in both operands, so an input outside the window never enters a sum, not even
+/// as inf * 0), the channels' sums added in double.
+template <int OH, int OW>
+void small_output_sums(const float* padded, int64_t padded_plane, const float* w, int64_t channels,
+                       const ConvGeometry& g, int64_t wp, float* out) {
+  const int64_t full = g.kw / 8, rest = g.kw % 8;
+  const int64_t blocks = (g.kw + 7) / 8;
+  const __m256 tail_mask = _mm256_castsi256_ps(first_lanes(rest == 0 ? 8 : rest));
+  const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  double sums[OH][OW] = {};
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* kernel = w + c * g.kh * g.kw;
+    const float* plane = padded + c * padded_plane;
+    // Named sums (an array of them GCC keeps in memory): a<y><x> for output (y, x).
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00,
+           a20 = a00, a21 = a00, a22 = a00;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const float* k_row = kernel + i * g.kw;
+      const float* r0 = plane + i * wp;
+      const float* r1 = r0 + wp;
+      const float* r2 = r1 + wp;
+      // One loop over the row's blocks, the last under its mask, keeps the sums in registers.
+      for (int64_t b = 0; b < blocks; ++b) {
+        const __m256 mask = b < full ? all : tail_mask;
+        // The kernel's last block under the mask: its row may end the buffer.
+        const __m256 k = b < full ? _mm256_loadu_ps(k_row + b * 8)
+                                  : _mm256_maskload_ps(k_row + b * 8, _mm256_castps_si256(mask));
+        const int64_t at = b * 8;
+#define AXLE_SMALL_OUTPUT_TAP(y, x)                                                             \
+  if constexpr (OH > y && OW > x) {                                                             \
+    a##y##x = _mm256_fmadd_ps(k, _mm256_and_ps(_mm256_loadu_ps(r##y + at + x), mask), a##y##x); \
+  }
+        AXLE_SMALL_OUTPUT_TAP(0, 0)
+        AXLE_SMALL_OUTPUT_TAP(0, 1)
+        AXLE_SMALL_OUTPUT_TAP(0, 2)
+        AXLE_SMALL_OUTPUT_TAP(1, 0)
+        AXLE_SMALL_OUTPUT_TAP(1, 1)
+        AXLE_SMALL_OUTPUT_TAP(1, 2)
+        AXLE_SMALL_OUTPUT_TAP(2, 0)
+        AXLE_SMALL_OUTPUT_TAP(2, 1)
+        AXLE_SMALL_OUTPUT_TAP(2, 2)
+#undef AXLE_SMALL_OUTPUT_TAP
+      }
+    }
+    const __m256 acc[3][3] = {{a00, a01, a02}, {a10, a11, a12}, {a20, a21, a22}};
+    for (int y = 0; y < OH; ++y) {
+      for (int x = 0; x < OW; ++x) {
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, acc[y][x]);
+        double sum = 0;
+        for (const float v : lanes) sum += v;
+        sums[y][x] += sum;
+      }
+    }
+  }
+  for (int y = 0; y < OH; ++y) {
+    for (int x = 0; x < OW; ++x) out[y * OW + x] = static_cast<float>(sums[y][x]);
+  }
+}
+
+/// Convolution of a few small output planes by direct sums (takes_small_output): each image's
+/// planes copied once into zero-padded planes of width wp = w + 2 * pad_w, each kernel plane
+/// into rows of the same width, so that every output position is one contiguous dot product
+/// over kh * wp elements at its own offset. The (image, output channel) pairs are spread over
+/// the threads, each summed whole by one, so every thread count gives the same bits.
+void conv2d_small_output(const float* x, const float* w, float* out, const ConvGeometry& g,
+                         ComputePool& pool) {
+  const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups, taps = g.oh * g.ow;
+  // A row's last block may read up to 7 floats past the plane's end (masked off): slack.
+  const int64_t wp = g.w + 2 * g.pad_w, hp = g.h + 2 * g.pad_h, padded_plane = hp * wp + 8;
+  // Scratch for every thread before the parts run: the padded image.
+  const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(g.c * padded_plane);
+  std::vector<float*> scratch(static_cast<std::size_t>(pool.threads()));
+  for (int t = 0; t < pool.threads(); ++t) {
+    scratch[static_cast<std::size_t>(t)] = static_cast<float*>(pool.scratch(t, bytes));
+  }
+  const int64_t pairs = g.n * g.o;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (in_group * g.kh * g.kw * taps));
+  parallel_for(pool, pairs, grain, [&](int64_t first, int64_t last, int thread) {
+    float* padded = scratch[static_cast<std::size_t>(thread)];
+    int64_t image = -1;
+    for (int64_t pair = first; pair < last; ++pair) {
+      const int64_t n = pair / g.o, o = pair % g.o, grp = o / out_group;
+      if (n != image) {
+        image = n;
+        for (int64_t c = 0; c < g.c; ++c) {
+          float* dst = padded + c * padded_plane;
+          const float* src = x + (n * g.c + c) * g.h * g.w;
+          zero_run(dst, g.pad_h * wp);
+          for (int64_t y = 0; y < g.h; ++y) {
+            float* row = dst + (g.pad_h + y) * wp;
+            zero_run(row, g.pad_w);
+            copy_run(row + g.pad_w, src + y * g.w, g.w);
+            zero_run(row + g.pad_w + g.w, g.pad_w);
+          }
+          zero_run(dst + (g.pad_h + g.h) * wp, padded_plane - (g.pad_h + g.h) * wp);
+        }
+      }
+      const float* planes = padded + grp * in_group * padded_plane;
+      const float* kernel = w + o * in_group * g.kh * g.kw;
+      float* dst = out + pair * taps;
+      switch (g.oh * 4 + g.ow) {
+#define AXLE_SMALL_OUTPUT_CASE(oh, ow)                                             \
+  case oh * 4 + ow:                                                                \
+    small_output_sums<oh, ow>(planes, padded_plane, kernel, in_group, g, wp, dst); \
+    break;
+        AXLE_SMALL_OUTPUT_CASE(1, 1)
+        AXLE_SMALL_OUTPUT_CASE(1, 2)
+        AXLE_SMALL_OUTPUT_CASE(1, 3)
+        AXLE_SMALL_OUTPUT_CASE(2, 1)
+        AXLE_SMALL_OUTPUT_CASE(2, 2)
+        AXLE_SMALL_OUTPUT_CASE(2, 3)
+        AXLE_SMALL_OUTPUT_CASE(3, 1)
+        AXLE_SMALL_OUTPUT_CASE(3, 2)
+        AXLE_SMALL_OUTPUT_CASE(3, 3)
+#undef AXLE_SMALL_OUTPUT_CASE
+        default:
+          break;  // takes_small_output admits at most 3 x 3
+      }
+    }
+  });
+}
+#endif
+
 template <class T>
 void conv2d_typed(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
   if (g.n == 0 || g.o == 0) return;
@@ -286,6 +616,11 @@ void conv2d_typed(const T* x, const T* w, T* out, const ConvGeometry& g, Compute
     return;
   }
   // im2col copies runs of ow taps, im2row runs of kw: take the longer runs.
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (takes_small_output(g)) return conv2d_small_output(x, w, out, g, pool);
+  }
+#endif
   if (g.kw > g.ow) return conv2d_by_rows(x, w, out, g, pool);
   const bool unit_steps =
       g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1;

@@ -10,7 +10,8 @@ namespace axle::cpu {
 
 /// out[m, n] = op(a) * op(b) on row-major matrices with row strides (elements) lda, ldb, ldc;
 /// op(a) is [m, k] (a is stored [k, m] when transposed), op(b) is [k, n] (stored [n, k] when
-/// transposed). out aliases neither operand.
+/// transposed). out aliases neither operand. With `accumulate`, out[m, n] += op(a) * op(b)
+/// instead (a sum over k split into blocks, as a convolution's weight gradient is).
 struct MatrixProduct {
   int64_t m, n, k;
   const void* a;
@@ -19,6 +20,7 @@ struct MatrixProduct {
   int64_t ldb;
   void* out;
   int64_t ldc;
+  bool accumulate = false;
 };
 
 /// Computes `product` of T (float or double); with a pool, a large one is split into blocks of

@@ -137,6 +137,16 @@ constexpr int64_t kParallelMultiplyAdds = int64_t{1} << 20;
 template <class T>
 using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
 
+// c = product, or c += product.
+template <class C, class Product>
+void assign(C& c, const Product& product, bool accumulate) {
+  if (accumulate) {
+    c.noalias() += product;
+  } else {
+    c.noalias() = product;
+  }
+}
+
 /// out[m, n] = op(a) * op(b). The four transpose cases are separate instantiations so Eigen sees
 /// each operand's storage order at compile time and picks its packing without a copy.
 template <class T>
@@ -144,7 +154,7 @@ void multiply(const MatrixProduct& q, bool transpose_a, bool transpose_b) {
   Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>> c(static_cast<T*>(q.out), q.m, q.n,
                                                       Eigen::OuterStride<>(q.ldc));
   if (q.k == 0) {
-    c.setZero();  // an empty sum
+    if (!q.accumulate) c.setZero();  // an empty sum
     return;
   }
   const T* a = static_cast<const T*>(q.a);
@@ -153,16 +163,16 @@ void multiply(const MatrixProduct& q, bool transpose_a, bool transpose_b) {
   if (!transpose_a) {
     ConstStridedMap<T> lhs(a, q.m, q.k, sa);
     if (!transpose_b) {
-      c.noalias() = lhs * ConstStridedMap<T>(b, q.k, q.n, sb);
+      assign(c, lhs * ConstStridedMap<T>(b, q.k, q.n, sb), q.accumulate);
     } else {
-      c.noalias() = lhs * ConstStridedMap<T>(b, q.n, q.k, sb).transpose();
+      assign(c, lhs * ConstStridedMap<T>(b, q.n, q.k, sb).transpose(), q.accumulate);
     }
   } else {
     auto lhs = ConstStridedMap<T>(a, q.k, q.m, sa).transpose();
     if (!transpose_b) {
-      c.noalias() = lhs * ConstStridedMap<T>(b, q.k, q.n, sb);
+      assign(c, lhs * ConstStridedMap<T>(b, q.k, q.n, sb), q.accumulate);
     } else {
-      c.noalias() = lhs * ConstStridedMap<T>(b, q.n, q.k, sb).transpose();
+      assign(c, lhs * ConstStridedMap<T>(b, q.n, q.k, sb).transpose(), q.accumulate);
     }
   }
 }

@@ -141,6 +141,103 @@ TEST(Conv2d, RandomAttributesMatchLoops) {
   }
 }
 
+TEST(Conv2d, SameWidthConvolutionsMatchLoops) {
+  // Unit strides and an output as wide as the input: each column-matrix row is the input
+  // shifted, its padding zeroed after (im2col_shifted), including dilated and taller kernels,
+  // kernels wider than the plane, and outputs shorter than the input.
+  std::mt19937 rng(33);
+  expect_conv_matches_loops(DType::kF32, {2, 3, 12, 11}, {4, 3, 3, 3},
+                            {.pad_h = 2, .pad_w = 2, .dilation_h = 2, .dilation_w = 2}, rng);
+  expect_conv_matches_loops(DType::kF32, {2, 3, 9, 10}, {5, 3, 5, 3}, {.pad_h = 2, .pad_w = 1},
+                            rng);
+  expect_conv_matches_loops(DType::kF32, {1, 2, 6, 5}, {3, 2, 3, 3}, {.pad_h = 0, .pad_w = 1}, rng);
+  expect_conv_matches_loops(DType::kF32, {3, 4, 1, 17}, {6, 4, 1, 3}, {.pad_w = 1}, rng);
+  expect_conv_matches_loops(DType::kF64, {2, 3, 8, 8}, {4, 3, 3, 3}, {.pad_h = 1, .pad_w = 1}, rng);
+}
+
+TEST(Conv2d, LargePlanesAreLaidOutInBlocksOfOutputRows) {
+  // Column matrices past 2^19 floats are laid out and multiplied a block of output rows at a
+  // time: same-width (shifted), strided, grouped, blocks that do not divide the rows evenly.
+  std::mt19937 rng(38);
+  expect_conv_matches_loops(DType::kF32, {1, 16, 48, 90}, {16, 16, 3, 3}, {.pad_h = 1, .pad_w = 1},
+                            rng);
+  expect_conv_matches_loops(DType::kF32, {1, 64, 60, 80}, {4, 64, 3, 3},
+                            {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, rng);
+  expect_conv_matches_loops(DType::kF32, {1, 32, 44, 90}, {32, 16, 3, 3},
+                            {.pad_h = 1, .pad_w = 1, .groups = 2}, rng);
+}
+
+TEST(Conv2d, FewerOutputThanInputChannelsMatchesLoops) {
+  // The input gradient's form (tap planes summed shifted), for outputs the input's size (one run
+  // over the plane per tap, the columns no output reads zeroed) and not.
+  std::mt19937 rng(34);
+  expect_conv_matches_loops(DType::kF32, {2, 8, 9, 7}, {3, 8, 5, 5}, {.pad_h = 2, .pad_w = 2}, rng);
+  expect_conv_matches_loops(DType::kF32, {2, 8, 6, 9}, {3, 8, 3, 3}, {.pad_h = 1, .pad_w = 1}, rng);
+  expect_conv_matches_loops(DType::kF32, {1, 6, 5, 5}, {2, 6, 3, 3}, {.pad_h = 1, .pad_w = 0}, rng);
+  expect_conv_matches_loops(DType::kF32, {2, 8, 7, 7}, {4, 4, 3, 3},
+                            {.pad_h = 1, .pad_w = 1, .groups = 2}, rng);
+}
+
+TEST(Conv2d, SmallOutputsOfLargeKernelsMatchLoops) {
+  // A weight gradient's form with few rows (the MNIST CNN's first layer: the batch as channels,
+  // one image, a 3x3 output): direct sums over padded planes, every output shape up to 3x3,
+  // kernel rows that end in a partial block of eight or not, groups.
+  std::mt19937 rng(35);
+  expect_conv_matches_loops(DType::kF32, {1, 6, 13, 13}, {4, 6, 13, 13}, {.pad_h = 1, .pad_w = 1},
+                            rng);
+  expect_conv_matches_loops(DType::kF32, {1, 4, 16, 16}, {3, 4, 16, 16}, {.pad_h = 1, .pad_w = 1},
+                            rng);
+  expect_conv_matches_loops(DType::kF32, {2, 3, 9, 20}, {3, 3, 8, 18}, {}, rng);  // 2x3
+  expect_conv_matches_loops(DType::kF32, {3, 2, 12, 9}, {2, 2, 12, 8}, {}, rng);  // 1x2
+  expect_conv_matches_loops(DType::kF32, {1, 5, 11, 10}, {2, 5, 9, 10}, {.pad_h = 0, .pad_w = 0},
+                            rng);  // 3x1
+  expect_conv_matches_loops(DType::kF32, {1, 6, 10, 10}, {4, 3, 10, 10},
+                            {.pad_h = 1, .pad_w = 1, .groups = 2}, rng);
+  expect_conv_matches_loops(DType::kF32, {1, 64, 28, 28}, {8, 64, 28, 28}, {.pad_h = 1, .pad_w = 1},
+                            rng);
+}
+
+TEST(Conv2d, SmallOutputSumsOnlyTheWindow) {
+  // An infinity just past some windows' right edge, inside a kernel row's last block of eight:
+  // the outputs whose windows miss it stay finite (a masked lane read as 0 would give inf * 0 =
+  // NaN), the one whose window holds it is infinite, as the loops say.
+  std::mt19937 rng(36);
+  HostTensor x = random_tensor(DType::kF32, {1, 1, 10, 12}, rng);
+  const HostTensor w = random_tensor(DType::kF32, {1, 1, 8, 10}, rng);
+  x.values[11] = kInf;  // row 0, column 11: only output column 2's windows reach it
+  const ConvParams p{};
+  const Reference ref = reference_conv(x, w, p);
+  const HostTensor out = run_kernel(Kernel::kConv2d, {x, w}, DType::kF32, ref.shape, p.ints());
+  expect_close(out, ref, DType::kF32, "an infinity outside most windows");
+  for (int64_t y = 0; y < 3; ++y) {
+    for (int64_t col = 0; col < 3; ++col) {
+      EXPECT_EQ(std::isfinite(out.values[static_cast<std::size_t>(y * 3 + col)]), col < 2 || y > 0)
+          << "output " << y << ", " << col;
+    }
+  }
+}
+
+TEST(Conv2d, KernelsWiderThanTheirOutputMatchLoops) {
+  // Receptive fields as rows (by_rows), laid out a block of kernel rows at a time: many blocks,
+  // strides and dilation (which the direct small-output sums do not take), larger outputs.
+  std::mt19937 rng(37);
+  expect_conv_matches_loops(DType::kF32, {4, 24, 20, 20}, {8, 24, 18, 18}, {}, rng);
+  expect_conv_matches_loops(DType::kF32, {1, 16, 21, 21}, {32, 16, 15, 15},
+                            {.stride_h = 2, .stride_w = 2}, rng);
+  expect_conv_matches_loops(DType::kF32, {2, 4, 16, 16}, {4, 4, 6, 6},
+                            {.pad_h = 2, .pad_w = 2, .dilation_h = 3, .dilation_w = 3}, rng);
+  expect_conv_matches_loops(DType::kF64, {2, 6, 13, 13}, {4, 6, 13, 13}, {.pad_h = 1, .pad_w = 1},
+                            rng);
+  // Kernels the input plane's size (a "same" convolution's weight gradient): rows laid out as
+  // shifted planes, a block of whole channels at a time.
+  expect_conv_matches_loops(DType::kF32, {4, 24, 13, 13}, {4, 24, 13, 13}, {.pad_h = 1, .pad_w = 1},
+                            rng);
+  expect_conv_matches_loops(DType::kF32, {2, 5, 9, 11}, {3, 5, 9, 11}, {.pad_h = 2, .pad_w = 1},
+                            rng);
+  expect_conv_matches_loops(DType::kF32, {4, 4, 6, 6}, {6, 2, 6, 6},
+                            {.pad_h = 1, .pad_w = 1, .groups = 2}, rng);
+}
+
 TEST(Conv2d, MatchesLoopsInF64) {
   std::mt19937 rng(30);
   const ConvParams p{.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1, .groups = 2};

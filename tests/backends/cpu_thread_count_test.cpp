@@ -237,6 +237,8 @@ TEST(ThreadCount, ConvWithImagesPerThreadGivesOneThreadsBits) {
 TEST(ThreadCount, ConvOfOneImageSplitsItsProductAndMatchesLoops) {
   std::mt19937 rng(5);
   expect_conv({1, 16, 24, 24}, {32, 16, 3, 3}, {.pad = 1}, false, rng);
+  // Blocks of output rows, each block's product split.
+  expect_conv({1, 32, 40, 60}, {32, 32, 3, 3}, {.pad = 1}, false, rng);
 }
 
 TEST(ThreadCount, ConvWithFewerOutputThanInputChannelsMatchesLoops) {
@@ -254,6 +256,23 @@ TEST(ThreadCount, ConvWithKernelWiderThanItsOutputMatchesLoops) {
   expect_conv({4, 16, 20, 20}, {32, 16, 18, 18}, {}, false, rng);
   expect_conv({3, 4, 15, 15}, {6, 2, 9, 9}, {.stride = 2, .pad = 1, .groups = 2}, false, rng);
   expect_conv({2, 3, 16, 16}, {4, 3, 6, 6}, {.stride = 1, .pad = 2, .dilation = 3}, false, rng);
+}
+
+TEST(ThreadCount, ConvWithSmallOutputGivesOneThreadsBits) {
+  std::mt19937 rng(16);
+  // Direct sums over padded planes, each (image, output channel) summed whole by one thread:
+  // the MNIST CNN's first weight gradient and odd shapes.
+  expect_conv({1, 64, 28, 28}, {32, 64, 28, 28}, {.pad = 1}, true, rng);
+  expect_conv({2, 6, 13, 13}, {5, 6, 13, 13}, {.pad = 1}, true, rng);
+  expect_conv({3, 4, 10, 10}, {6, 2, 9, 9}, {.groups = 2}, true, rng);
+}
+
+TEST(ThreadCount, ConvWithFewRowsSplitsChannelsAndMatchesLoops) {
+  std::mt19937 rng(17);
+  // 16 output rows: split by rows on 2 threads, by output channels on 3.
+  expect_conv({1, 16, 21, 21}, {32, 16, 15, 15}, {.stride = 2}, false, rng);
+  // A "same" convolution's weight gradient (shifted planes as rows), rows split.
+  expect_conv({8, 16, 14, 14}, {32, 16, 14, 14}, {.pad = 1}, false, rng);
 }
 
 // ---- pooling ---------------------------------------------------------------------------------

@@ -122,7 +122,9 @@ TEST(TrainMnist, WeightsSavedAsSafetensorsLoadBack) {
 // device's thread count only, never on which engine thread ran it or where the heap put its
 // scratch. Three runs of each model, so that a result that flips with timing shows.
 TEST(TrainMnist, TheSameSeedTrainsTheSameWeightsBitForBit) {
-  const auto dir = std::filesystem::temp_directory_path() / "axle_train_mnist_same_seed";
+  // Per process: the same test of another build running at once must not share the files.
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("axle_train_mnist_same_seed_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   for (const std::string model : {"mlp", "cnn"}) {
     std::vector<std::string> files;
