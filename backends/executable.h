@@ -41,6 +41,19 @@ namespace axle {
 ///   kTopK        [x]; ints = [dim, k, largest]: s64 indices along dim of the k largest (smallest)
 ///                elements, best first; equal values in index order; NaN counts as larger than
 ///                any number. Output is x's shape with dim of size k
+/// Attention (torch.nn.functional.scaled_dot_product_attention, computed block by block: the
+/// scores of one block of queries and one block of keys at a time, softmax online). q is
+/// [..., L, E], k [..., S, E], v [..., S, Ev], all of one dtype; batch dims broadcast to the
+/// output's. ints = [is_causal, mask: 0 none, 1 bool (keeps where true), 2 added]; reals =
+/// [scale]. With a mask, it is the last operand and broadcasts to [batch..., L, S] (bool, or the
+/// operands' dtype). is_causal keeps key j <= query i. A row that keeps no key has NaN outputs
+/// and a logsumexp of -inf.
+///   kScaledDotProductAttention [q, k, v (, mask)] -> [batch..., L, Ev + 1]: per query, its
+///                Ev outputs, then the logsumexp of its scaled, masked scores (what the backward
+///                recomputes the softmax from)
+///   kScaledDotProductAttentionBackward [q, k, v, forward output, grad (batch..., L, Ev)
+///                (, mask)] -> [batch..., L * E + S * E + S * Ev]: per batch entry, the
+///                gradients of q, k and v, each row-major
 /// Linear algebra and convolution.
 ///   kMatmul      [a, b]; ints = [transpose_a, transpose_b]. a is [..., M, K] (or [..., K, M]
 ///                when transposed), b is [..., K, N] (or [..., N, K]); batch dims broadcast;
@@ -171,6 +184,8 @@ enum class Kernel : uint16_t {
   kCos,
   kCumsum,
   kTopK,
+  kScaledDotProductAttention,
+  kScaledDotProductAttentionBackward,
   kFused,
   kAllReduce,
   kAllGather,

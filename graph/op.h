@@ -77,7 +77,9 @@ namespace axle {
   X(Sin, "sin")                               \
   X(Cos, "cos")                               \
   X(Cumsum, "cumsum")                         \
-  X(TopK, "topk")
+  X(TopK, "topk")                             \
+  X(ScaledDotProductAttention, "scaled_dot_product_attention") \
+  X(ScaledDotProductAttentionBackward, "scaled_dot_product_attention_backward")
 // clang-format on
 
 /// An IR operation.
