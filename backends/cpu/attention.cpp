@@ -116,7 +116,7 @@ Problem plan(const KernelArgs& args, std::size_t extra) {
     reject(args, "expects q [..., L, E], k [..., S, E] and v [..., S, Ev]");
   }
   const Shape& result = args.output.desc->shape;
-  for (int d = 0; d + (extra == 0 ? 2 : 1) < result.rank(); ++d) p.batch.push_back(result[d]);
+  for (int d = 0; d + 2 < result.rank(); ++d) p.batch.push_back(result[d]);
   const Shape q_full = with_dims(p.batch, {p.L, p.E});
   const Shape k_full = with_dims(p.batch, {p.S, p.E});
   const Shape v_full = with_dims(p.batch, {p.S, p.Ev});
@@ -160,19 +160,35 @@ const A* as_compute(const T* src, int64_t rows, int64_t cols, A* scratch) {
   }
 }
 
+// rows x cols elements of T at `src` widened and multiplied by `scale` into `dst`: the softmax
+// scale is folded into q once, instead of into every score.
+template <class T, class A>
+const A* scaled_copy(const T* src, int64_t rows, int64_t cols, A scale, A* dst) {
+  for (int64_t i = 0; i < rows * cols; ++i) dst[i] = static_cast<A>(load(src[i])) * scale;
+  return dst;
+}
+
+// rows x cols of `src` times `factor` into rows of `width` at `dst`, the rest of each row 0.
+template <class U, class A>
+void store_rows(const A* src, int64_t rows, int64_t cols, A factor, int64_t width, U* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[r * width + c] = store<U>(src[r * cols + c] * factor);
+    for (int64_t c = cols; c < width; ++c) dst[r * width + c] = store<U>(A(0));
+  }
+}
+
 template <class A>
 using ArrayMap = Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>>;
 
-// Scores of queries [i0, i0 + nq) against keys [j0, j0 + nk) in s (row stride kKeyBlock):
-// scaled, masked (-inf where dropped; an added mask added).
+// Scores (already scaled) of queries [i0, i0 + nq) against keys [j0, j0 + nk) in s (row
+// stride kKeyBlock) masked: -inf where dropped, an added mask added.
 template <class T, class A>
 void mask_scores(const Problem& p, int64_t mask_base, int64_t i0, int64_t nq, int64_t j0,
                  int64_t nk, A* s) {
   constexpr A kMinusInf = -std::numeric_limits<A>::infinity();
-  const A scale = static_cast<A>(p.scale);
+  if (!p.mask && (!p.causal || j0 + nk <= i0 + 1)) return;  // nothing dropped in this block
   for (int64_t i = 0; i < nq; ++i) {
     A* row = s + i * kKeyBlock;
-    for (int64_t j = 0; j < nk; ++j) row[j] *= scale;
     if (p.causal) {
       for (int64_t j = std::max<int64_t>(0, i0 + i + 1 - j0); j < nk; ++j) row[j] = kMinusInf;
     }
@@ -233,7 +249,7 @@ void attention_forward(const KernelArgs& args, const Problem& p) {
     std::fill(acc, acc + nq * Ev, A(0));
     std::fill(top, top + nq, kMinusInf);
     std::fill(total, total + nq, A(0));
-    const A* qs = as_compute<T, A>(q + at.q + i0 * E, nq, E, q_block);
+    const A* qs = scaled_copy<T, A>(q + at.q + i0 * E, nq, E, static_cast<A>(p.scale), q_block);
     for (int64_t j0 = 0; j0 < S && !causally_hidden(p, j0, i0 + nq); j0 += kKeyBlock) {
       const int64_t nk = std::min(kKeyBlock, S - j0);
       const A* ks = as_compute<T, A>(k + at.k + j0 * E, nk, E, k_block);
@@ -289,7 +305,9 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
   U* out = args.output.as<U>();
   const int64_t L = p.L, S = p.S, E = p.E, Ev = p.Ev;
   const int64_t entries = p.batch.numel();
-  const int64_t per_entry = L * E + S * E + S * Ev;
+  // Per entry [L + 2S, W]: dq's rows, dk's, then dv's, each row padded with zeros to W.
+  const int64_t W = std::max(E, Ev);
+  const int64_t per_entry = (L + 2 * S) * W;
   // Per thread: q and dO of the entry widened, its D (rowsum dO * O) and logsumexp, the dq
   // accumulator; per key block: k and v widened, dk and dv accumulators; per block pair: P, dS
   // and one GEMM's product.
@@ -314,7 +332,9 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
     A* prob = dv + kKeyBlock * Ev;
     A* ds = prob + kQueryBlock * kKeyBlock;
     A* product = ds + kQueryBlock * kKeyBlock;
-    const A* qs = as_compute<T, A>(q + at.q, L, E, q_wide);
+    const A scale = static_cast<A>(p.scale);
+    // With q scaled, the scores are q k^T and dk is dS^T q without a further factor.
+    const A* qs = scaled_copy<T, A>(q + at.q, L, E, scale, q_wide);
     const A* gs = as_compute<T, A>(grad + entry * L * Ev, L, Ev, g_wide);
     const U* fwd = forward + entry * L * (Ev + 1);
     for (int64_t i = 0; i < L; ++i) {
@@ -326,7 +346,6 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
       lse[i] = static_cast<A>(load(fwd[i * (Ev + 1) + Ev]));
     }
     std::fill(dq, dq + L * E, A(0));
-    const A scale = static_cast<A>(p.scale);
     U* grads = out + entry * per_entry;
     for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
       const int64_t nk = std::min(kKeyBlock, S - j0);
@@ -355,18 +374,16 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
           ArrayMap<A> row(ds + i * kKeyBlock, nk);
           row = ArrayMap<A>(prob + i * kKeyBlock, nk) * (row - d[i0 + i]);
         }
-        // dq += dS k, dk += dS^T q (scaled once at the end).
+        // dq += dS k (scaled once at the end), dk += dS^T (scale q).
         gemm<A>({nq, E, nk, ds, kKeyBlock, ks, E, product, E}, false, false, nullptr);
         ArrayMap<A>(dq + i0 * E, nq * E) += ArrayMap<A>(product, nq * E);
         gemm<A>({nk, E, nq, ds, kKeyBlock, qi, E, product, E}, true, false, nullptr);
         ArrayMap<A>(dk, nk * E) += ArrayMap<A>(product, nk * E);
       }
-      U* dk_out = grads + L * E + j0 * E;
-      for (int64_t i = 0; i < nk * E; ++i) dk_out[i] = store<U>(dk[i] * scale);
-      U* dv_out = grads + L * E + S * E + j0 * Ev;
-      for (int64_t i = 0; i < nk * Ev; ++i) dv_out[i] = store<U>(dv[i]);
+      store_rows<U, A>(dk, nk, E, A(1), W, grads + (L + j0) * W);
+      store_rows<U, A>(dv, nk, Ev, A(1), W, grads + (L + S + j0) * W);
     }
-    for (int64_t i = 0; i < L * E; ++i) grads[i] = store<U>(dq[i] * scale);
+    store_rows<U, A>(dq, L, E, scale, W, grads);
   };
   if (parallel) {
     pool.run(entries, part);
@@ -404,8 +421,8 @@ void attention_kernel(const KernelArgs& args) {
 
 void attention_backward_kernel(const KernelArgs& args) {
   const Problem p = plan(args, 2);
-  if (!(args.output.desc->shape == with_dims(p.batch, {p.L * p.E + p.S * p.E + p.S * p.Ev}))) {
-    reject(args, "the output must be [batch..., L * E + S * E + S * Ev]");
+  if (!(args.output.desc->shape == with_dims(p.batch, {p.L + 2 * p.S, std::max(p.E, p.Ev)}))) {
+    reject(args, "the output must be [batch..., L + 2 S, max(E, Ev)]");
   }
   const BufferDesc& forward = *args.inputs[3].desc;
   const BufferDesc& grad = *args.inputs[4].desc;

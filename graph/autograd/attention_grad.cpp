@@ -1,7 +1,9 @@
 // graph/autograd: the derivative of the fused scaled_dot_product_attention (graph/nn/
 // attention.cpp). One kScaledDotProductAttentionBackward node recomputes the softmax block by
-// block from q, k and the logsumexp the forward node kept, and gives dq, dk and dv packed per
-// batch entry; they are sliced out here. The math path's gradient is that of its ops.
+// block from q, k and the logsumexp the forward node kept, and gives the rows of dq, dk and dv
+// of each batch entry one under another; they are sliced out here. The math path's gradient is that
+// of its ops.
+#include <algorithm>
 #include <vector>
 
 #include "graph/autograd/derivatives.h"
@@ -25,7 +27,9 @@ void attention_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   std::vector<int64_t> batch = dims_of(forward.shape());
   batch.resize(batch.size() - 2);
   Shape shape(batch);
-  shape.push_back(L * E + S * E + S * Ev);
+  const int64_t width = std::max(E, Ev);
+  shape.push_back(L + 2 * S);
+  shape.push_back(width);
   Operands operands{ops::value_as(q, dtype, where), ops::value_as(k, dtype, where),
                     ops::value_as(v, dtype, where)};
   operands.push_back(ops::value_as(forward, forward.dtype(), where));
@@ -38,15 +42,15 @@ void attention_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   const Tensor packed =
       ops::make_result(Op::kScaledDotProductAttentionBackward, forward.dtype(), shape,
                        std::move(operands), g.device(), where, fn.ints(), fn.reals());
-  auto part = [&](int64_t start, int64_t length, int64_t rows, int64_t cols) {
-    std::vector<int64_t> dims = batch;
-    dims.push_back(rows);
-    dims.push_back(cols);
-    return reshape(slice(packed, -1, start, start + length), dims);
+  // Rows [start, start + rows) and the first `cols` columns: one slice when cols is the width
+  // (E = Ev, as in every transformer).
+  auto part = [&](int64_t start, int64_t rows, int64_t cols) {
+    const Tensor r = slice(packed, -2, start, start + rows);
+    return cols == width ? r : slice(r, -1, 0, cols);
   };
-  if (fn.needs_grad(0)) grads[0] = part(0, L * E, L, E);
-  if (fn.needs_grad(1)) grads[1] = part(L * E, S * E, S, E);
-  if (fn.needs_grad(2)) grads[2] = part(L * E + S * E, S * Ev, S, Ev);
+  if (fn.needs_grad(0)) grads[0] = part(0, L, E);
+  if (fn.needs_grad(1)) grads[1] = part(L, S, E);
+  if (fn.needs_grad(2)) grads[2] = part(L + S, S, Ev);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // the CPU kernels' online softmax is checked against an independent computation.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -51,9 +52,8 @@ Problem problem_of(const OpCall& call, std::size_t mask_operand) {
   if (k.shape[k.shape.rank() - 1] != p.E || v.shape[v.shape.rank() - 2] != p.S) {
     fail(call, "expects q [..., L, E], k [..., S, E] and v [..., S, Ev]");
   }
-  // The forward's result is [batch..., L, Ev + 1], the backward's [batch..., packed].
-  const int trailing = mask_operand == 3 ? 2 : 1;
-  for (int d = 0; d + trailing < call.shape().rank(); ++d) p.batch.push_back(call.shape()[d]);
+  // The forward's result is [batch..., L, Ev + 1], the backward's [batch..., L + 2 S, W].
+  for (int d = 0; d + 2 < call.shape().rank(); ++d) p.batch.push_back(call.shape()[d]);
   for (const CpuTensor* t : {&q, &k, &v}) {
     if (!broadcasts_to(batch_of(t->shape), p.batch)) {
       fail(call, "the batch dims of q, k and v do not broadcast to the result's");
@@ -161,10 +161,10 @@ CpuTensor attention(const OpCall& call) {
   return out;
 }
 
-// [q, k, v, forward output, grad (, mask)] -> [batch..., L * E + S * E + S * Ev]: per batch
-// entry dq, dk and dv. With P the softmax and dO the grad: dv_j = sum_i P_ij dO_i; dS_ij =
-// P_ij (dO_i . v_j - sum_l P_il dO_i . v_l); dq_i = scale sum_j dS_ij k_j; dk_j = scale sum_i
-// dS_ij q_i.
+// [q, k, v, forward output, grad (, mask)] -> [batch..., L + 2 S, max(E, Ev)]: per batch entry
+// the rows of dq, dk and dv, each padded with zeros. With P the softmax and dO the grad: dv_j =
+// sum_i P_ij dO_i; dS_ij = P_ij (dO_i . v_j - sum_l P_il dO_i . v_l); dq_i = scale sum_j dS_ij k_j;
+// dk_j = scale sum_i dS_ij q_i.
 CpuTensor attention_backward(const OpCall& call) {
   expect_operands(call, call.ints().size() >= 2 && call.ints()[1] != 0 ? 6 : 5);
   const Problem p = problem_of(call, 5);
@@ -173,9 +173,11 @@ CpuTensor attention_backward(const OpCall& call) {
   const CpuTensor& v = call.operand(2);
   const CpuTensor& grad = call.operand(4);
   Shape expected = p.batch;
-  expected.push_back(p.L * p.E + p.S * p.E + p.S * p.Ev);
+  const int64_t width = std::max(p.E, p.Ev);
+  expected.push_back(p.L + 2 * p.S);
+  expected.push_back(width);
   if (!(expected == call.shape())) {
-    fail(call, "the result must be [batch..., L * E + S * E + S * Ev]");
+    fail(call, "the result must be [batch..., L + 2 S, max(E, Ev)]");
   }
   Shape grad_shape = p.batch;
   grad_shape.push_back(p.L);
@@ -190,8 +192,8 @@ CpuTensor attention_backward(const OpCall& call) {
     const int64_t k_base = offset_of(index, p.k_strides, rank) * p.S * p.E;
     const int64_t v_base = offset_of(index, p.v_strides, rank) * p.S * p.Ev;
     const int64_t g_base = entry * p.L * p.Ev;
-    const int64_t dq_base = entry * (p.L * p.E + p.S * p.E + p.S * p.Ev);
-    const int64_t dk_base = dq_base + p.L * p.E, dv_base = dk_base + p.S * p.E;
+    const int64_t dq_base = entry * (p.L + 2 * p.S) * width;
+    const int64_t dk_base = dq_base + p.L * width, dv_base = dk_base + p.S * width;
     ++entry;
     // dS, row by row.
     std::vector<double> ds(static_cast<std::size_t>(p.L * p.S));
@@ -212,21 +214,21 @@ CpuTensor attention_backward(const OpCall& call) {
       for (int64_t e = 0; e < p.E; ++e) {
         double acc = 0;
         for (int64_t j = 0; j < p.S; ++j) acc += ds[i * p.S + j] * real_at(k, k_base + j * p.E + e);
-        store_real(out, dq_base + i * p.E + e, acc * p.scale);
+        store_real(out, dq_base + i * width + e, acc * p.scale);
       }
     }
     for (int64_t j = 0; j < p.S; ++j) {
       for (int64_t e = 0; e < p.E; ++e) {
         double acc = 0;
         for (int64_t i = 0; i < p.L; ++i) acc += ds[i * p.S + j] * real_at(q, q_base + i * p.E + e);
-        store_real(out, dk_base + j * p.E + e, acc * p.scale);
+        store_real(out, dk_base + j * width + e, acc * p.scale);
       }
       for (int64_t c = 0; c < p.Ev; ++c) {
         double acc = 0;
         for (int64_t i = 0; i < p.L; ++i) {
           acc += probs[i * p.S + j] * real_at(grad, g_base + i * p.Ev + c);
         }
-        store_real(out, dv_base + j * p.Ev + c, acc);
+        store_real(out, dv_base + j * width + c, acc);
       }
     }
   });
