@@ -53,8 +53,8 @@ namespace axle {
 ///                Ev outputs, then the logsumexp of its scaled, masked scores (what the backward
 ///                recomputes the softmax from)
 ///   kScaledDotProductAttentionBackward [q, k, v, forward output, grad (batch..., L, Ev), in
-///                q's dtype (, mask)] -> [batch..., L + 2 S, max(E, Ev)]: per batch entry the rows of
-///                the gradients of q, then k, then v, each row padded with zeros
+///                q's dtype (, mask)] -> [batch..., L + 2 S, max(E, Ev)]: per batch entry the
+///                rows of the gradients of q, then k, then v, each row padded with zeros
 /// Linear algebra and convolution.
 ///   kMatmul      [a, b]; ints = [transpose_a, transpose_b]. a is [..., M, K] (or [..., K, M]
 ///                when transposed), b is [..., K, N] (or [..., N, K]); batch dims broadcast;
