@@ -26,6 +26,7 @@ std::string_view kernel_name(Kernel kernel) noexcept {
       "gather",  "one_hot",     "rand_uniform", "rand_normal", "rand_int",   "bernoulli",
       "scatter_add", "max_pool2d_backward", "avg_pool2d_backward",
       "sin",     "cos",         "cumsum",       "topk",       "optimization_barrier",
+      "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
       "fused", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"};
   // clang-format on
   auto i = static_cast<std::size_t>(kernel);

@@ -46,6 +46,21 @@ namespace axle {
 ///                bit; the other operands are only waited for. The compiler passes see through
 ///                none of it: a barrier's output is never merged with, folded into or fused with
 ///                what computed its operands
+///
+/// Attention (torch.nn.functional.scaled_dot_product_attention, computed block by block: the
+/// scores of one block of queries and one block of keys at a time, softmax online). q is
+/// [..., L, E], k [..., S, E], v [..., S, Ev], all of one dtype (f32, f64 or bf16; the outputs
+/// have it too, or f32 for bf16 operands, which are computed in f32); batch dims broadcast to the
+/// output's. ints = [is_causal, mask: 0 none, 1 bool (keeps where true), 2 added]; reals =
+/// [scale]. With a mask, it is the last operand and broadcasts to [batch..., L, S] (bool, or the
+/// operands' dtype). is_causal keeps key j <= query i. A row that keeps no key has NaN outputs
+/// and a logsumexp of -inf.
+///   kScaledDotProductAttention [q, k, v (, mask)] -> [batch..., L, Ev + 1]: per query, its
+///                Ev outputs, then the logsumexp of its scaled, masked scores (what the backward
+///                recomputes the softmax from)
+///   kScaledDotProductAttentionBackward [q, k, v, forward output, grad (batch..., L, Ev), in
+///                q's dtype (, mask)] -> [batch..., L + 2 S, max(E, Ev)]: per batch entry the
+///                rows of the gradients of q, then k, then v, each row padded with zeros
 /// Linear algebra and convolution.
 ///   kMatmul      [a, b]; ints = [transpose_a, transpose_b]. a is [..., M, K] (or [..., K, M]
 ///                when transposed), b is [..., K, N] (or [..., N, K]); batch dims broadcast;
@@ -177,6 +192,8 @@ enum class Kernel : uint16_t {
   kCumsum,
   kTopK,
   kOptimizationBarrier,
+  kScaledDotProductAttention,
+  kScaledDotProductAttentionBackward,
   kFused,
   kAllReduce,
   kAllGather,

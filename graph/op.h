@@ -78,7 +78,9 @@ namespace axle {
   X(Cos, "cos")                               \
   X(Cumsum, "cumsum")                         \
   X(TopK, "topk")                             \
-  X(OptimizationBarrier, "optimization_barrier")
+  X(OptimizationBarrier, "optimization_barrier") \
+  X(ScaledDotProductAttention, "scaled_dot_product_attention") \
+  X(ScaledDotProductAttentionBackward, "scaled_dot_product_attention_backward")
 // clang-format on
 
 /// An IR operation.

@@ -337,6 +337,7 @@ const KernelTable& kernel_table() {
     register_scatter_kernels(t);
     register_scan_kernels(t);
     register_topk_kernels(t);
+    register_attention_kernels(t);
     return t;
   }();
   return table;

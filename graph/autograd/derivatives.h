@@ -1,6 +1,6 @@
 // graph/autograd: the derivative of every differentiable op, by op family (elementwise_grad.cpp,
-// reduce_grad.cpp, linalg_grad.cpp, conv_grad.cpp, shape_grad.cpp). The ops in graph/ops/
-// record them; the attributes each one expects are listed with it.
+// reduce_grad.cpp, linalg_grad.cpp, conv_grad.cpp, attention_grad.cpp, shape_grad.cpp). The ops in
+// graph/ops/ record them; the attributes each one expects are listed with it.
 #pragma once
 
 #include "graph/autograd/function.h"
@@ -33,6 +33,11 @@ extern const Derivative kMatmulBackward;     ///< [a, b]; ints = [transpose_b] (
 extern const Derivative kConv2dBackward;     ///< [x, w]; ints = the kConv2d node's
 extern const Derivative kMaxPool2dBackward;  ///< [x]; ints = the kMaxPool2d node's
 extern const Derivative kAvgPool2dBackward;  ///< [x]; ints = the kAvgPool2d node's
+
+// --- attention ---
+/// The fused scaled_dot_product_attention: [q, k, v, the fused node's output (, mask)]; ints and
+/// reals as the fused node's.
+extern const Derivative kScaledDotProductAttentionBackward;
 
 // --- shape and data movement ---
 extern const Derivative kReshapeBackward;      ///< [x] (reshape, view, flatten, squeeze, ...)

@@ -30,10 +30,21 @@ Tensor dropout(const Tensor& x, double p = 0.5, bool training = true,
 /// softmax(q k^T * scale + mask) v, as torch.nn.functional.scaled_dot_product_attention: q
 /// [..., L, E], k [..., S, E], v [..., S, Ev] (batch dims broadcast); a bool mask [L, S] (or
 /// broadcasting to [..., L, S]) keeps where true, a floating one is added; is_causal keeps
-/// key j <= query i (no mask then); scale defaults to 1 / sqrt(E).
+/// key j <= query i (no mask then); scale defaults to 1 / sqrt(E). One fused op computes it
+/// block by block without storing the [L, S] scores (bf16 accumulates in f32), and its gradient
+/// recomputes them the same way. A query that keeps no key gets NaN, as in torch's math path.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = {}, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt,
                                     std::source_location where = std::source_location::current());
+
+/// The same attention composed of matmul, masking and softmax, as torch's math reference
+/// (torch.ops.aten._scaled_dot_product_attention_math): what scaled_dot_product_attention runs
+/// where the fused op does not apply (a mask that requires grad, empty dims), and what tests
+/// compare it with.
+Tensor scaled_dot_product_attention_math(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask = {},
+    bool is_causal = false, std::optional<double> scale = std::nullopt,
+    std::source_location where = std::source_location::current());
 
 }  // namespace axle::nn

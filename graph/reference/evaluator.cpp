@@ -82,6 +82,9 @@ CpuTensor evaluate_op(const OpCall& call) {
     case Op::kRandInt:
     case Op::kBernoulli:
       return detail::evaluate_random(call);
+    case Op::kScaledDotProductAttention:
+    case Op::kScaledDotProductAttentionBackward:
+      return detail::evaluate_attention(call);
     case Op::kAllReduce:
     case Op::kAllGather:
     case Op::kReduceScatter:

@@ -137,6 +137,8 @@ void broadcast_loop(const OpCall& call, const std::array<const CpuTensor*, N>& o
 [[nodiscard]] CpuTensor evaluate_data_movement(const OpCall& call);
 /// rand, randn, randint and bernoulli (random.cpp).
 [[nodiscard]] CpuTensor evaluate_random(const OpCall& call);
+/// scaled_dot_product_attention and its backward (attention.cpp).
+[[nodiscard]] CpuTensor evaluate_attention(const OpCall& call);
 /// The collectives, as a group of one replica (collective.cpp).
 [[nodiscard]] CpuTensor evaluate_collective(const OpCall& call);
 

@@ -607,6 +607,32 @@ INSTANTIATE_TEST_SUITE_P(
         ConvCase{"fewer_outputs_than_inputs", 1, 8, 6, 7, 2, 3, 3, {{1, 1}, {1, 1}}}),
     [](const testing::TestParamInfo<ConvCase>& info) { return std::string(info.param.name); });
 
+// ---- Attention ---------------------------------------------------------------------------------
+
+// The fused attention node and its backward node: causal, bool and added masks, k and v shared
+// by the batch, sizes crossing the kernels' 64-row blocks.
+TEST(AttentionAgreement, ForwardAndGradients) {
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Agreement check;
+    const Tensor q = check.random(dtype, {2, 2, 70, 8}, -1, 1);
+    const Tensor k = check.random(dtype, {2, 66, 8}, -1, 1);
+    const Tensor v = check.random(dtype, {2, 66, 4}, -1, 1);
+    const Tensor keep = check.random(DType::kBool, {70, 66});
+    const Tensor keep_first = logical_or(keep, lt(arange(0, 66), 1.0));  // no row all dropped
+    const Tensor added = check.random(dtype, {2, 1, 66}, -1, 1);
+    std::vector<Tensor> results = {nn::scaled_dot_product_attention(q, k, v),
+                                   nn::scaled_dot_product_attention(q, k, v, keep_first),
+                                   nn::scaled_dot_product_attention(q, k, v, added)};
+    for (const Tensor& t : {q, k, v}) t.requires_grad_();
+    const Tensor y = nn::scaled_dot_product_attention(q, k, v, {}, true, 0.6);
+    sum(y * check.random(dtype, y.shape(), -1, 1)).backward();
+    results.push_back(y);
+    for (const Tensor& t : {q, k, v}) results.push_back(t.grad());
+    check.expect_agree(results, dtype == DType::kF32 ? std::optional(kProducts) : std::nullopt);
+  }
+}
+
 // ---- Pooling ---------------------------------------------------------------------------------
 
 void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }

@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "tests/graph/grad_check.h"
@@ -246,6 +247,119 @@ TEST_F(Functional, AttentionGradientsMatchFiniteDifferences) {
       args));
 }
 
+// The fused op against torch's math path (matmul, masking, softmax, matmul), values and
+// gradients, over broadcast batch dims and sizes crossing the fused kernels' 64-row blocks.
+struct PathResults {
+  std::vector<double> out, dq, dk, dv;
+};
+
+PathResults run_path(bool fused, const Tensor& q0, const Tensor& k0, const Tensor& v0,
+                     const Tensor& mask, bool causal, std::optional<double> scale) {
+  Tensor q = q0.detach(), k = k0.detach(), v = v0.detach();
+  q.requires_grad_();
+  k.requires_grad_();
+  v.requires_grad_();
+  const Tensor out = fused ? nn::scaled_dot_product_attention(q, k, v, mask, causal, scale)
+                           : nn::scaled_dot_product_attention_math(q, k, v, mask, causal, scale);
+  std::mt19937 rng(77);
+  const Tensor w = f64_tensor(uniform_values(rng, out.numel()), out.shape());
+  sum(mul(out, cast(w, out.dtype()))).backward();
+  return {values(out), values(q.grad()), values(k.grad()), values(v.grad())};
+}
+
+::testing::AssertionResult paths_agree(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& mask, bool causal, std::optional<double> scale,
+                                       double tol) {
+  const PathResults fused = run_path(true, q, k, v, mask, causal, scale);
+  const PathResults math = run_path(false, q, k, v, mask, causal, scale);
+  for (auto [name, a, b] :
+       {std::tuple{"out", &fused.out, &math.out}, std::tuple{"dq", &fused.dq, &math.dq},
+        std::tuple{"dk", &fused.dk, &math.dk}, std::tuple{"dv", &fused.dv, &math.dv}}) {
+    ::testing::AssertionResult close = all_close(*a, *b, tol, tol);
+    if (!close) return close << " (" << name << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST_F(Functional, FusedAttentionAgreesWithTheMathPath) {
+  std::mt19937 rng(21);
+  auto random = [&](const Shape& shape, DType dtype) {
+    const Tensor t = f64_tensor(uniform_values(rng, shape.numel(), -2, 2), shape);
+    return dtype == DType::kF64 ? t : cast(t, dtype);
+  };
+  for (DType dtype : {DType::kF64, DType::kF32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const double tol = dtype == DType::kF64 ? 1e-11 : 2e-5;
+    // [batch, heads] with k and v shared by the batch; L and S cross the 64-row blocks.
+    const Tensor q = random({2, 3, 70, 8}, dtype), k = random({3, 90, 8}, dtype);
+    const Tensor v = random({1, 3, 90, 5}, dtype);
+    EXPECT_TRUE(paths_agree(q, k, v, {}, false, std::nullopt, tol));
+    EXPECT_TRUE(paths_agree(q, k, v, {}, true, 0.5, tol));
+    std::bernoulli_distribution coin(0.7);
+    std::vector<int64_t> keep;
+    for (int64_t i = 0; i < 70 * 90; ++i) keep.push_back(i % 90 == 0 || coin(rng) ? 1 : 0);
+    const Tensor bool_mask = cast(tensor(keep, {70, 90}), DType::kBool);
+    EXPECT_TRUE(paths_agree(q, k, v, bool_mask, false, std::nullopt, tol));
+    EXPECT_TRUE(paths_agree(q, k, v, random({2, 1, 70, 90}, dtype), false, std::nullopt, tol));
+  }
+}
+
+TEST_F(Functional, FusedAttentionInBf16AccumulatesInF32) {
+  std::mt19937 rng(22);
+  // bf16 values, exact in f32 and f64.
+  auto random = [&](const Shape& shape) {
+    return cast(cast(f64_tensor(uniform_values(rng, shape.numel(), -2, 2), shape), DType::kBF16),
+                DType::kF64);
+  };
+  const Tensor q = random({2, 70, 8}), k = random({2, 80, 8}), v = random({2, 80, 4});
+  const Tensor out = nn::scaled_dot_product_attention(cast(q, DType::kBF16), cast(k, DType::kBF16),
+                                                      cast(v, DType::kBF16), {}, true);
+  EXPECT_EQ(out.dtype(), DType::kBF16);
+  // One rounding to bf16 of the f64 result: within half a bf16 ulp (2^-9 relative).
+  const std::vector<double> want = values(nn::scaled_dot_product_attention_math(q, k, v, {}, true));
+  EXPECT_TRUE(all_close(values(cast(out, DType::kF64)), want, 1e-6, 1.0 / 256));
+}
+
+// As torch's math path: softmax over only -inf is NaN.
+TEST_F(Functional, AQueryThatKeepsNoKeyGivesNanAsTheMathPath) {
+  const Attention a(23);
+  const Tensor keep =
+      cast(tensor(std::vector<int64_t>{1, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1}, {3, 4}), DType::kBool);
+  const std::vector<double> fused =
+      values(nn::scaled_dot_product_attention(a.query(), a.key(), a.value(), keep));
+  const std::vector<double> math =
+      values(nn::scaled_dot_product_attention_math(a.query(), a.key(), a.value(), keep));
+  ASSERT_EQ(fused.size(), math.size());
+  for (std::size_t i = 0; i < fused.size(); ++i) {
+    const bool dropped_row = (i / 2) % 3 == 1;  // [batch, L = 3, Ev = 2]: query 1
+    EXPECT_EQ(std::isnan(fused[i]), dropped_row) << i;
+    EXPECT_EQ(std::isnan(math[i]), dropped_row) << i;
+    if (!dropped_row) EXPECT_NEAR(fused[i], math[i], 1e-12) << i;
+  }
+}
+
+TEST_F(Functional, FusedAttentionGradientsMatchFiniteDifferencesWhenBatchDimsBroadcast) {
+  std::mt19937 rng(24);
+  // q [2, 2, 3, 4] against k, v shared by the first dim; an added mask per head.
+  const std::vector<GradArg> args = {random_arg(rng, {2, 2, 3, 4}), random_arg(rng, {2, 5, 4}),
+                                     random_arg(rng, {1, 2, 5, 3})};
+  const Tensor added = f64_tensor(uniform_values(rng, 10, -1, 1), {2, 1, 5});
+  EXPECT_TRUE(gradients_match(
+      [&](Args t) { return nn::scaled_dot_product_attention(t[0], t[1], t[2], added); }, args));
+  EXPECT_TRUE(gradients_match(
+      [](Args t) { return nn::scaled_dot_product_attention(t[0], t[1], t[2], {}, true, 0.8); },
+      args));
+}
+
+// A float mask that requires grad takes the math path, whose gradient reaches the mask.
+TEST_F(Functional, AttentionMaskThatRequiresGradGetsItsGradient) {
+  std::mt19937 rng(25);
+  const std::vector<GradArg> args = {random_arg(rng, {2, 3, 4}), random_arg(rng, {2, 5, 4}),
+                                     random_arg(rng, {2, 5, 3}), random_arg(rng, {3, 5})};
+  EXPECT_TRUE(gradients_match(
+      [](Args t) { return nn::scaled_dot_product_attention(t[0], t[1], t[2], t[3]); }, args));
+}
+
 // ---- errors ------------------------------------------------------------------------------------
 
 // The message of the ShapeError `f` throws; checks that it names `op` and `line` of this file.
@@ -286,6 +400,10 @@ TEST_F(Functional, RejectArgumentsThatDoNotFitNamingTheCallersLine) {
   const int bad_mask_line = __LINE__ + 1;
   auto bad_mask = [&] { (void)nn::scaled_dot_product_attention(q, q, q, narrow); };
   EXPECT_TRUE(contains(shape_error(bad_mask, kSdpa, bad_mask_line), "pred[3,2]"));
+  const Tensor q3 = zeros({3, 3, 4}), v3 = zeros({2, 5, 2});
+  const int batch_line = __LINE__ + 1;
+  auto batch_dims = [&] { (void)nn::scaled_dot_product_attention(q3, k5, v3); };
+  EXPECT_TRUE(contains(shape_error(batch_dims, kSdpa, batch_line), "f32[3,3,4], k f32[2,5,4]"));
 }
 
 }  // namespace

@@ -1,0 +1,447 @@
+// backends/cpu: kScaledDotProductAttention and its backward, flash-attention style. The forward
+// takes one block of queries at a time against one block of keys at a time: the block's scores
+// (a GEMM), their softmax kept online (running maximum and sum per query, the output rescaled
+// when the maximum grows), and the value product (a GEMM) added in; it keeps each query's
+// logsumexp. The backward recomputes each block's probabilities from q, k and that logsumexp and
+// forms dq, dk and dv with four GEMMs per block pair. No more than one block of scores exists
+// per thread. bf16 operands are widened block by block and computed in f32.
+//
+// Work splits over batch entries × query blocks (forward) and batch entries (backward), each
+// part computed by one thread in a fixed order, so results do not depend on the thread count.
+#include <fmt/format.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "backends/cpu/compute_pool.h"
+#include "backends/cpu/element.h"
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/kernel.h"
+
+namespace axle::cpu {
+namespace {
+
+constexpr int64_t kQueryBlock = 64;
+constexpr int64_t kKeyBlock = 64;
+
+std::string describe(const KernelArgs& args) {
+  std::string operands;
+  for (const ConstView& in : args.inputs) {
+    if (!operands.empty()) operands += ", ";
+    operands += fmt::format("{}{}", dtype_name(in.desc->dtype), in.desc->shape.to_string());
+  }
+  return fmt::format("{}({}) -> {}{}", kernel_name(args.call.kernel), operands,
+                     dtype_name(args.output.desc->dtype), args.output.desc->shape.to_string());
+}
+
+[[noreturn]] void reject(const KernelArgs& args, const std::string& why) {
+  throw std::invalid_argument(fmt::format("{}: {}", describe(args), why));
+}
+
+// One call's geometry: sizes, the batch, and each operand's element strides over the batch
+// dims (0 where it broadcasts).
+struct Problem {
+  int64_t L = 0, S = 0, E = 0, Ev = 0;
+  Shape batch;
+  std::array<int64_t, Shape::kMaxRank> q_strides{}, k_strides{}, v_strides{}, mask_strides{};
+  int64_t mask_row = 0, mask_col = 0;  // the mask's strides along L and S
+  const void* mask = nullptr;
+  bool bool_mask = false, causal = false;
+  double scale = 1;
+
+  // Element offsets of batch entry `entry` (row-major over `batch`) in q, k, v and the mask.
+  struct Offsets {
+    int64_t q = 0, k = 0, v = 0, mask = 0;
+  };
+  [[nodiscard]] Offsets offsets(int64_t entry) const noexcept {
+    Offsets o;
+    for (int d = batch.rank() - 1; d >= 0; --d) {
+      const int64_t i = entry % batch[d];
+      entry /= batch[d];
+      o.q += i * q_strides[d];
+      o.k += i * k_strides[d];
+      o.v += i * v_strides[d];
+      o.mask += i * mask_strides[d];
+    }
+    return o;
+  }
+};
+
+Shape with_dims(Shape shape, std::initializer_list<int64_t> dims) {
+  for (int64_t d : dims) shape.push_back(d);
+  return shape;
+}
+
+// Checks the operands (q, k, v, then `extra` more, then the mask if ints say so) and works out
+// the geometry; the output shape gives the batch.
+Problem plan(const KernelArgs& args, std::size_t extra) {
+  const std::vector<int64_t>& ints = args.call.ints;
+  if (ints.size() != 2 || args.call.reals.size() != 1) {
+    reject(args, "ints must be [is_causal, mask kind] and reals [scale]");
+  }
+  if (ints[1] < 0 || ints[1] > 2)
+    reject(args, fmt::format("mask kind {} is not 0, 1 or 2", ints[1]));
+  const std::size_t want = 3 + extra + (ints[1] != 0 ? 1 : 0);
+  if (args.inputs.size() != want) {
+    reject(args, fmt::format("takes {} operands with mask kind {}", want, ints[1]));
+  }
+  const BufferDesc& q = *args.inputs[0].desc;
+  const BufferDesc& k = *args.inputs[1].desc;
+  const BufferDesc& v = *args.inputs[2].desc;
+  if (q.dtype != k.dtype || q.dtype != v.dtype ||
+      (q.dtype != DType::kF32 && q.dtype != DType::kF64 && q.dtype != DType::kBF16)) {
+    reject(args, "q, k and v must share one dtype: f32, f64 or bf16");
+  }
+  const DType out = args.output.desc->dtype;
+  if (out != q.dtype && !(q.dtype == DType::kBF16 && out == DType::kF32)) {
+    reject(args, "the output must have the operands' dtype (or f32 for bf16 operands)");
+  }
+  if (q.shape.rank() < 2 || k.shape.rank() < 2 || v.shape.rank() < 2 ||
+      args.output.desc->shape.rank() < 1) {
+    reject(args, "q, k and v need rank >= 2");
+  }
+  Problem p;
+  p.L = q.shape[q.shape.rank() - 2];
+  p.E = q.shape[q.shape.rank() - 1];
+  p.S = k.shape[k.shape.rank() - 2];
+  p.Ev = v.shape[v.shape.rank() - 1];
+  if (k.shape[k.shape.rank() - 1] != p.E || v.shape[v.shape.rank() - 2] != p.S) {
+    reject(args, "expects q [..., L, E], k [..., S, E] and v [..., S, Ev]");
+  }
+  const Shape& result = args.output.desc->shape;
+  for (int d = 0; d + 2 < result.rank(); ++d) p.batch.push_back(result[d]);
+  const Shape q_full = with_dims(p.batch, {p.L, p.E});
+  const Shape k_full = with_dims(p.batch, {p.S, p.E});
+  const Shape v_full = with_dims(p.batch, {p.S, p.Ev});
+  if (!broadcasts_to(q.shape, q_full) || !broadcasts_to(k.shape, k_full) ||
+      !broadcasts_to(v.shape, v_full)) {
+    reject(args, "the batch dims of q, k and v do not broadcast to the output's");
+  }
+  p.q_strides = broadcast_strides(q.shape, q_full);
+  p.k_strides = broadcast_strides(k.shape, k_full);
+  p.v_strides = broadcast_strides(v.shape, v_full);
+  p.causal = ints[0] != 0;
+  if (ints[1] != 0) {
+    const ConstView& mask = args.inputs.back();
+    p.bool_mask = ints[1] == 1;
+    if (mask.desc->dtype != (p.bool_mask ? DType::kBool : q.dtype)) {
+      reject(args, p.bool_mask ? "a bool mask must be pred" : "an added mask needs q's dtype");
+    }
+    const Shape scores = with_dims(p.batch, {p.L, p.S});
+    if (!broadcasts_to(mask.desc->shape, scores)) {
+      reject(args, fmt::format("the mask does not broadcast to {}", scores.to_string()));
+    }
+    p.mask_strides = broadcast_strides(mask.desc->shape, scores);
+    p.mask_row = p.mask_strides[static_cast<std::size_t>(p.batch.rank())];
+    p.mask_col = p.mask_strides[static_cast<std::size_t>(p.batch.rank()) + 1];
+    p.mask = mask.data;
+  }
+  p.scale = args.call.reals[0];
+  return p;
+}
+
+// rows x cols elements of T at `src` (row stride `stride`) as contiguous A: the buffer itself
+// when it already is, else widened into `scratch`.
+template <class T, class A>
+const A* as_compute(const T* src, int64_t rows, int64_t cols, A* scratch) {
+  if constexpr (std::is_same_v<T, A>) {
+    (void)rows, (void)cols, (void)scratch;
+    return src;
+  } else {
+    for (int64_t i = 0; i < rows * cols; ++i) scratch[i] = static_cast<A>(load(src[i]));
+    return scratch;
+  }
+}
+
+// rows x cols elements of T at `src` widened and multiplied by `scale` into `dst`: the softmax
+// scale is folded into q once, instead of into every score.
+template <class T, class A>
+const A* scaled_copy(const T* src, int64_t rows, int64_t cols, A scale, A* dst) {
+  for (int64_t i = 0; i < rows * cols; ++i) dst[i] = static_cast<A>(load(src[i])) * scale;
+  return dst;
+}
+
+// rows x cols of `src` times `factor` into rows of `width` at `dst`, the rest of each row 0.
+template <class U, class A>
+void store_rows(const A* src, int64_t rows, int64_t cols, A factor, int64_t width, U* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[r * width + c] = store<U>(src[r * cols + c] * factor);
+    for (int64_t c = cols; c < width; ++c) dst[r * width + c] = store<U>(A(0));
+  }
+}
+
+template <class A>
+using ArrayMap = Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>>;
+
+// Scores (already scaled) of queries [i0, i0 + nq) against keys [j0, j0 + nk) in s (row
+// stride kKeyBlock) masked: -inf where dropped, an added mask added.
+template <class T, class A>
+void mask_scores(const Problem& p, int64_t mask_base, int64_t i0, int64_t nq, int64_t j0,
+                 int64_t nk, A* s) {
+  constexpr A kMinusInf = -std::numeric_limits<A>::infinity();
+  if (!p.mask && (!p.causal || j0 + nk <= i0 + 1)) return;  // nothing dropped in this block
+  for (int64_t i = 0; i < nq; ++i) {
+    A* row = s + i * kKeyBlock;
+    if (p.causal) {
+      for (int64_t j = std::max<int64_t>(0, i0 + i + 1 - j0); j < nk; ++j) row[j] = kMinusInf;
+    }
+    if (p.mask) {
+      const int64_t at = mask_base + (i0 + i) * p.mask_row + j0 * p.mask_col;
+      if (p.bool_mask) {
+        const bool* keep = static_cast<const bool*>(p.mask) + at;
+        for (int64_t j = 0; j < nk; ++j) {
+          if (!keep[j * p.mask_col]) row[j] = kMinusInf;
+        }
+      } else {
+        const T* added = static_cast<const T*>(p.mask) + at;
+        for (int64_t j = 0; j < nk; ++j) row[j] += static_cast<A>(load(added[j * p.mask_col]));
+      }
+    }
+  }
+}
+
+// Whether causal masking drops every key of [j0, ...) for queries before i_end.
+bool causally_hidden(const Problem& p, int64_t j0, int64_t i_end) {
+  return p.causal && j0 >= i_end;
+}
+
+// ---- forward -----------------------------------------------------------------------------------
+
+template <class T, class U>
+void attention_forward(const KernelArgs& args, const Problem& p) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const T* q = args.inputs[0].as<T>();
+  const T* k = args.inputs[1].as<T>();
+  const T* v = args.inputs[2].as<T>();
+  U* out = args.output.as<U>();
+  const int64_t L = p.L, S = p.S, E = p.E, Ev = p.Ev;
+  const int64_t query_blocks = (L + kQueryBlock - 1) / kQueryBlock;
+  const int64_t entries = p.batch.numel();
+  // Per thread: the widened q, k and v blocks, the scores, the output accumulator, the value
+  // product, the running maximum and sum.
+  const std::size_t floats =
+      static_cast<std::size_t>(kQueryBlock * E + kKeyBlock * E + kKeyBlock * Ev +
+                               kQueryBlock * kKeyBlock + 2 * kQueryBlock * Ev + 2 * kQueryBlock);
+  const bool parallel = entries * L * S * (E + Ev) >= (int64_t{1} << 16);
+  ComputePool& pool = args.pool;
+  auto part = [&](int64_t index, int thread) {
+    const int64_t entry = index / query_blocks;
+    const int64_t i0 = (index % query_blocks) * kQueryBlock;
+    const int64_t nq = std::min(kQueryBlock, L - i0);
+    const Problem::Offsets at = p.offsets(entry);
+    A* scratch = static_cast<A*>(pool.scratch(thread, floats * sizeof(A)));
+    A* q_block = scratch;
+    A* k_block = q_block + kQueryBlock * E;
+    A* v_block = k_block + kKeyBlock * E;
+    A* s = v_block + kKeyBlock * Ev;
+    A* acc = s + kQueryBlock * kKeyBlock;
+    A* pv = acc + kQueryBlock * Ev;
+    A* top = pv + kQueryBlock * Ev;
+    A* total = top + kQueryBlock;
+    constexpr A kMinusInf = -std::numeric_limits<A>::infinity();
+    std::fill(acc, acc + nq * Ev, A(0));
+    std::fill(top, top + nq, kMinusInf);
+    std::fill(total, total + nq, A(0));
+    const A* qs = scaled_copy<T, A>(q + at.q + i0 * E, nq, E, static_cast<A>(p.scale), q_block);
+    for (int64_t j0 = 0; j0 < S && !causally_hidden(p, j0, i0 + nq); j0 += kKeyBlock) {
+      const int64_t nk = std::min(kKeyBlock, S - j0);
+      const A* ks = as_compute<T, A>(k + at.k + j0 * E, nk, E, k_block);
+      const A* vs = as_compute<T, A>(v + at.v + j0 * Ev, nk, Ev, v_block);
+      gemm<A>({nq, nk, E, qs, E, ks, E, s, kKeyBlock}, false, true, nullptr);
+      mask_scores<T, A>(p, at.mask, i0, nq, j0, nk, s);
+      for (int64_t i = 0; i < nq; ++i) {
+        ArrayMap<A> row(s + i * kKeyBlock, nk);
+        const A block_top = row.maxCoeff();
+        const A new_top = std::max(top[i], block_top);
+        if (new_top == kMinusInf) {  // every key so far dropped: nothing to add yet
+          row.setZero();
+          continue;
+        }
+        const A rescale = std::exp(top[i] - new_top);  // 0 when top was -inf
+        row = (row - new_top).exp();
+        total[i] = total[i] * rescale + row.sum();
+        top[i] = new_top;
+        if (rescale != A(1)) ArrayMap<A>(acc + i * Ev, Ev) *= rescale;
+      }
+      gemm<A>({nq, Ev, nk, s, kKeyBlock, vs, Ev, pv, Ev}, false, false, nullptr);
+      ArrayMap<A>(acc, nq * Ev) += ArrayMap<A>(pv, nq * Ev);
+    }
+    U* o = out + (entry * L + i0) * (Ev + 1);
+    constexpr A kNan = std::numeric_limits<A>::quiet_NaN();
+    for (int64_t i = 0; i < nq; ++i) {
+      // A query that keeps no key: NaN, as softmax over only -inf gives in torch's math path.
+      const bool none = total[i] == A(0);
+      const A inverse = none ? kNan : A(1) / total[i];
+      for (int64_t c = 0; c < Ev; ++c) o[i * (Ev + 1) + c] = store<U>(acc[i * Ev + c] * inverse);
+      o[i * (Ev + 1) + Ev] = store<U>(none ? kMinusInf : top[i] + std::log(total[i]));
+    }
+  };
+  const int64_t parts = entries * query_blocks;
+  if (parallel) {
+    pool.run(parts, part);
+  } else {
+    for (int64_t i = 0; i < parts; ++i) part(i, 0);
+  }
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+// Operands [q, k, v, forward output [batch..., L, Ev + 1], grad [batch..., L, Ev] (, mask)].
+template <class T, class U>
+void attention_backward(const KernelArgs& args, const Problem& p) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const T* q = args.inputs[0].as<T>();
+  const T* k = args.inputs[1].as<T>();
+  const T* v = args.inputs[2].as<T>();
+  const U* forward = args.inputs[3].as<U>();
+  const T* grad = args.inputs[4].as<T>();
+  U* out = args.output.as<U>();
+  const int64_t L = p.L, S = p.S, E = p.E, Ev = p.Ev;
+  const int64_t entries = p.batch.numel();
+  // Per entry [L + 2S, W]: dq's rows, dk's, then dv's, each row padded with zeros to W.
+  const int64_t W = std::max(E, Ev);
+  const int64_t per_entry = (L + 2 * S) * W;
+  // Per thread: q and dO of the entry widened, its D (rowsum dO * O) and logsumexp, the dq
+  // accumulator; per key block: k and v widened, dk and dv accumulators; per block pair: P, dS
+  // and one GEMM's product.
+  const int64_t wide = std::max(E, Ev);
+  const std::size_t floats = static_cast<std::size_t>(
+      L * E + L * Ev + 2 * L + L * E + kKeyBlock * E + kKeyBlock * Ev + kKeyBlock * E +
+      kKeyBlock * Ev + 2 * kQueryBlock * kKeyBlock + std::max(kQueryBlock, kKeyBlock) * wide);
+  const bool parallel = entries * L * S * (E + Ev) >= (int64_t{1} << 15);
+  ComputePool& pool = args.pool;
+  auto part = [&](int64_t entry, int thread) {
+    const Problem::Offsets at = p.offsets(entry);
+    A* scratch = static_cast<A*>(pool.scratch(thread, floats * sizeof(A)));
+    A* q_wide = scratch;
+    A* g_wide = q_wide + L * E;
+    A* d = g_wide + L * Ev;
+    A* lse = d + L;
+    A* dq = lse + L;
+    A* k_block = dq + L * E;
+    A* v_block = k_block + kKeyBlock * E;
+    A* dk = v_block + kKeyBlock * Ev;
+    A* dv = dk + kKeyBlock * E;
+    A* prob = dv + kKeyBlock * Ev;
+    A* ds = prob + kQueryBlock * kKeyBlock;
+    A* product = ds + kQueryBlock * kKeyBlock;
+    const A scale = static_cast<A>(p.scale);
+    // With q scaled, the scores are q k^T and dk is dS^T q without a further factor.
+    const A* qs = scaled_copy<T, A>(q + at.q, L, E, scale, q_wide);
+    const A* gs = as_compute<T, A>(grad + entry * L * Ev, L, Ev, g_wide);
+    const U* fwd = forward + entry * L * (Ev + 1);
+    for (int64_t i = 0; i < L; ++i) {
+      A dot = 0;
+      for (int64_t c = 0; c < Ev; ++c) {
+        dot += gs[i * Ev + c] * static_cast<A>(load(fwd[i * (Ev + 1) + c]));
+      }
+      d[i] = dot;
+      lse[i] = static_cast<A>(load(fwd[i * (Ev + 1) + Ev]));
+    }
+    std::fill(dq, dq + L * E, A(0));
+    U* grads = out + entry * per_entry;
+    for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
+      const int64_t nk = std::min(kKeyBlock, S - j0);
+      const A* ks = as_compute<T, A>(k + at.k + j0 * E, nk, E, k_block);
+      const A* vs = as_compute<T, A>(v + at.v + j0 * Ev, nk, Ev, v_block);
+      std::fill(dk, dk + nk * E, A(0));
+      std::fill(dv, dv + nk * Ev, A(0));
+      for (int64_t i0 = 0; i0 < L; i0 += kQueryBlock) {
+        const int64_t nq = std::min(kQueryBlock, L - i0);
+        if (causally_hidden(p, j0, i0 + nq)) continue;
+        const A* qi = qs + i0 * E;
+        const A* gi = gs + i0 * Ev;
+        // P = exp(scores - logsumexp): 0 where dropped, NaN in a row that keeps no key.
+        gemm<A>({nq, nk, E, qi, E, ks, E, prob, kKeyBlock}, false, true, nullptr);
+        mask_scores<T, A>(p, at.mask, i0, nq, j0, nk, prob);
+        for (int64_t i = 0; i < nq; ++i) {
+          ArrayMap<A> row(prob + i * kKeyBlock, nk);
+          row = (row - lse[i0 + i]).exp();
+        }
+        // dv += P^T dO.
+        gemm<A>({nk, Ev, nq, prob, kKeyBlock, gi, Ev, product, Ev}, true, false, nullptr);
+        ArrayMap<A>(dv, nk * Ev) += ArrayMap<A>(product, nk * Ev);
+        // dS = P * (dO v^T - D).
+        gemm<A>({nq, nk, Ev, gi, Ev, vs, Ev, ds, kKeyBlock}, false, true, nullptr);
+        for (int64_t i = 0; i < nq; ++i) {
+          ArrayMap<A> row(ds + i * kKeyBlock, nk);
+          row = ArrayMap<A>(prob + i * kKeyBlock, nk) * (row - d[i0 + i]);
+        }
+        // dq += dS k (scaled once at the end), dk += dS^T (scale q).
+        gemm<A>({nq, E, nk, ds, kKeyBlock, ks, E, product, E}, false, false, nullptr);
+        ArrayMap<A>(dq + i0 * E, nq * E) += ArrayMap<A>(product, nq * E);
+        gemm<A>({nk, E, nq, ds, kKeyBlock, qi, E, product, E}, true, false, nullptr);
+        ArrayMap<A>(dk, nk * E) += ArrayMap<A>(product, nk * E);
+      }
+      store_rows<U, A>(dk, nk, E, A(1), W, grads + (L + j0) * W);
+      store_rows<U, A>(dv, nk, Ev, A(1), W, grads + (L + S + j0) * W);
+    }
+    store_rows<U, A>(dq, L, E, scale, W, grads);
+  };
+  if (parallel) {
+    pool.run(entries, part);
+  } else {
+    for (int64_t i = 0; i < entries; ++i) part(i, 0);
+  }
+}
+
+// Calls f<T, U>() for the operands' storage type T and the output's U.
+template <template <class, class> class F>
+void dispatch(const KernelArgs& args, const Problem& p) {
+  const DType in = args.inputs[0].desc->dtype, out = args.output.desc->dtype;
+  if (in == DType::kF32) return F<float, float>::run(args, p);
+  if (in == DType::kF64) return F<double, double>::run(args, p);
+  if (out == DType::kF32) return F<Bf16, float>::run(args, p);
+  return F<Bf16, Bf16>::run(args, p);
+}
+
+template <class T, class U>
+struct Forward {
+  static void run(const KernelArgs& args, const Problem& p) { attention_forward<T, U>(args, p); }
+};
+template <class T, class U>
+struct Backward {
+  static void run(const KernelArgs& args, const Problem& p) { attention_backward<T, U>(args, p); }
+};
+
+void attention_kernel(const KernelArgs& args) {
+  const Problem p = plan(args, 0);
+  if (!(args.output.desc->shape == with_dims(p.batch, {p.L, p.Ev + 1}))) {
+    reject(args, "the output must be [batch..., L, Ev + 1]");
+  }
+  dispatch<Forward>(args, p);
+}
+
+void attention_backward_kernel(const KernelArgs& args) {
+  const Problem p = plan(args, 2);
+  if (!(args.output.desc->shape == with_dims(p.batch, {p.L + 2 * p.S, std::max(p.E, p.Ev)}))) {
+    reject(args, "the output must be [batch..., L + 2 S, max(E, Ev)]");
+  }
+  const BufferDesc& forward = *args.inputs[3].desc;
+  const BufferDesc& grad = *args.inputs[4].desc;
+  if (forward.dtype != args.output.desc->dtype ||
+      !(forward.shape == with_dims(p.batch, {p.L, p.Ev + 1}))) {
+    reject(args, "the forward output must be [batch..., L, Ev + 1] of the output's dtype");
+  }
+  if (grad.dtype != args.inputs[0].desc->dtype ||
+      !(grad.shape == with_dims(p.batch, {p.L, p.Ev}))) {
+    reject(args, "the grad must be [batch..., L, Ev] of q's dtype");
+  }
+  dispatch<Backward>(args, p);
+}
+
+}  // namespace
+
+void register_attention_kernels(KernelTable& table) {
+  set_kernel(table, Kernel::kScaledDotProductAttention, attention_kernel);
+  set_kernel(table, Kernel::kScaledDotProductAttentionBackward, attention_backward_kernel);
+}
+
+}  // namespace axle::cpu
