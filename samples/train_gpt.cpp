@@ -25,6 +25,7 @@
 #include "samples/char_corpus.h"
 #include "samples/char_dataset.h"
 #include "samples/gpt_model.h"
+#include "samples/trainer_log.h"
 
 namespace axle::samples {
 namespace {
@@ -57,19 +58,6 @@ struct Flags {
   bool checkpoint_activations = false;
   std::string amp = "none";  // "bf16": forward and loss in an autocast region
 };
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string now_text() {
-  const std::time_t t = std::time(nullptr);
-  char text[64];
-  std::strftime(text, sizeof text, "%a %b %e %H:%M:%S %Y", std::localtime(&t));
-  return text;
-}
 
 // Appends JSON lines to logdir/train_gpt.jsonl (from the master replica only).
 void log_json(const Flags& flags, const std::string& line) {
@@ -239,9 +227,8 @@ void train_replica(const Flags& flags,
   // RateTracker), and the first loss logged; used from the closure thread only.
   struct Progress {
     double first_loss = -1;
-    Clock::time_point start = Clock::now(), last = Clock::now();
     int64_t logged_step = 0;
-    double rate = -1;
+    RateTracker tokens;
   };
   auto progress = std::make_shared<Progress>();
   // Step time: from the end of the second step (the first two compile: Adam's state appears in
@@ -288,18 +275,13 @@ void train_replica(const Flags& flags,
             const double value = loss.item();
             Progress& p = *progress;
             if (p.first_loss < 0) p.first_loss = value;
-            const double rate = static_cast<double>(tokens_per_step * (step - p.logged_step)) /
-                                std::max(seconds_since(p.last), 1e-9);
-            p.rate = p.rate < 0 ? rate : 0.6 * p.rate + 0.4 * rate;
-            p.last = Clock::now();
+            p.tokens.add(tokens_per_step * (step - p.logged_step));
             p.logged_step = step;
-            const double global_rate = static_cast<double>(tokens_per_step * step) /
-                                       std::max(seconds_since(p.start), 1e-9);
             if (process_index() != 0) return;
             fmt::print(
                 "| Training Device={} Step={} Loss={:.5f} Rate={:.0f} GlobalRate={:.0f} tokens/s "
                 "Lr={:.6f} Time={}\n",
-                device_name, step, value, p.rate, global_rate, lr, now_text());
+                device_name, step, value, p.tokens.rate(), p.tokens.global_rate(), lr, now_text());
             std::fflush(stdout);
             if (master) {
               log_json(flags, fmt::format(R"({{"step":{},"train_loss":{:.6f},"lr":{:.8f}}})", step,
@@ -400,7 +382,8 @@ int main(int argc, char** argv) {
   app.add_option("--eval_iters", flags.eval_iters, "validation batches per evaluation")
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", flags.seed);
-  app.add_option("--shuffle", flags.shuffle, "0 (default) takes rows in order; 1 draws them from the seed");
+  app.add_option("--shuffle", flags.shuffle,
+                 "0 (default) takes rows in order; 1 draws them from the seed");
   app.add_option("--init", flags.init,
                  "start from these weights (.safetensors, or an axle checkpoint)");
   app.add_option("--save", flags.save,

@@ -25,6 +25,7 @@
 #include "io/parallel_loader.h"
 #include "io/shard.h"
 #include "samples/mnist_models.h"
+#include "samples/trainer_log.h"
 
 namespace axle::samples {
 namespace {
@@ -49,41 +50,6 @@ struct Flags {
   std::string trace;    // a Chrome trace of the first trace_steps steps
   int64_t trace_steps = 20;
 };
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Samples per second since the last report, smoothed, and since the start (PyTorch/XLA's
-// RateTracker). Used from the closure thread only.
-class RateTracker {
- public:
-  void add(int64_t samples) {
-    const double elapsed = seconds_since(last_);
-    last_ = Clock::now();
-    total_ += samples;
-    const double rate = elapsed > 0 ? static_cast<double>(samples) / elapsed : 0;
-    rate_ = rate_ < 0 ? rate : 0.6 * rate_ + 0.4 * rate;
-  }
-  [[nodiscard]] double rate() const { return rate_; }
-  [[nodiscard]] double global_rate() const {
-    return static_cast<double>(total_) / std::max(seconds_since(start_), 1e-9);
-  }
-
- private:
-  Clock::time_point start_ = Clock::now(), last_ = Clock::now();
-  int64_t total_ = 0;
-  double rate_ = -1;
-};
-
-std::string now_text() {
-  const std::time_t t = std::time(nullptr);
-  char text[64];
-  std::strftime(text, sizeof text, "%a %b %e %H:%M:%S %Y", std::localtime(&t));
-  return text;
-}
 
 std::shared_ptr<const Dataset> dataset(const Flags& flags, Split split) {
   if (flags.fake_data) {

@@ -24,6 +24,7 @@
 #include "io/fake_data.h"
 #include "io/parallel_loader.h"
 #include "samples/resnet_model.h"
+#include "samples/trainer_log.h"
 
 namespace axle::samples {
 namespace {
@@ -44,19 +45,6 @@ struct Flags {
 };
 
 constexpr int64_t kClasses = 1000;
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string now_text() {
-  const std::time_t t = std::time(nullptr);
-  char text[64];
-  std::strftime(text, sizeof text, "%a %b %e %H:%M:%S %Y", std::localtime(&t));
-  return text;
-}
 
 // PyTorch/XLA's xu.SampleGenerator over torchvision-like FakeData: `count` samples drawn once,
 // then served again and again (sample i is sample i mod count) for `size` samples in all.
@@ -93,10 +81,8 @@ struct Summary {
 // Images per second since the last report, smoothed, and since the start (PyTorch/XLA's
 // RateTracker), and the first loss logged. Used from the closure thread only.
 struct Progress {
-  Clock::time_point start = Clock::now(), last = Clock::now();
-  double rate = -1;
+  RateTracker images;
   double first_loss = -1;
-  int64_t images = 0;
 };
 
 // The model in eval mode (BatchNorm on its running statistics) on this replica's fixed batch:
@@ -165,23 +151,15 @@ void train_replica(const Flags& flags, Summary& summary) {
           [progress, loss, step, batch_images, device_name] {
             // The closure starts when its step's device work is done: time the rates from here,
             // before the read, which queues behind the steps the device runs next.
-            const auto done = Clock::now();
             Progress& p = *progress;
-            const double elapsed = std::chrono::duration<double>(done - p.last).count();
-            const double rate = static_cast<double>(batch_images) / std::max(elapsed, 1e-9);
-            p.rate = p.rate < 0 ? rate : 0.6 * p.rate + 0.4 * rate;
-            p.last = done;
-            p.images += batch_images;
-            const double global_rate =
-                static_cast<double>(p.images) /
-                std::max(std::chrono::duration<double>(done - p.start).count(), 1e-9);
+            p.images.add(batch_images);
             const double value = loss.item();
             if (p.first_loss < 0) p.first_loss = value;
             if (process_index() != 0) return;
             fmt::print(
                 "| Training Device={} Step={} Loss={:.5f} Rate={:.2f} GlobalRate={:.2f} images/s "
                 "Time={}\n",
-                device_name, step, value, p.rate, global_rate, now_text());
+                device_name, step, value, p.images.rate(), p.images.global_rate(), now_text());
             std::fflush(stdout);
           },
           /*run_async=*/true);
