@@ -250,7 +250,10 @@ void MeetingPoints::share(const Group& group, uint64_t group_id, Channel channel
         point.codec->encode(point.values[i].get(), out, process);
       }
     }
-    transport_->send(process, MessageBytes::of(std::move(out).take()));
+    // Into a pooled buffer, so a large operand is copied once and faults in no fresh pages.
+    std::shared_ptr<MessageBytes> message = MessageBytes::make(out.size());
+    out.copy_to(message->data());
+    transport_->send(process, std::move(message));
   }
   if (point.error || point.count == static_cast<int>(members.size())) return;
   std::vector<int> missing;

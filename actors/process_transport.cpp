@@ -101,10 +101,14 @@ void ProcessTransport::note_waiting(std::string_view what) noexcept {
 
 // Large received buffers, kept for the next messages of their size.
 constexpr std::size_t kPooledBytes = std::size_t{64} << 10;
-constexpr std::size_t kPoolBuffers = 8;
+// Enough for every message of an all-reduce by stretches among a few processes to be in flight at
+// once (each process sends and receives one per other process at each of its two meetings).
+constexpr std::size_t kPoolBuffers = 16;
+constexpr std::size_t kPoolBytes = std::size_t{512} << 20;
 struct BufferPool {
   std::mutex mutex;
   std::vector<std::pair<std::unique_ptr<std::byte[]>, std::size_t>> free;  // buffer, capacity
+  std::size_t bytes = 0;  // the free buffers' capacities
 };
 BufferPool& buffer_pool() {
   static auto* pool = new BufferPool;  // never destroyed: buffers may come back at exit
@@ -123,6 +127,7 @@ std::shared_ptr<MessageBytes> MessageBytes::make(std::size_t size) {
     if (fits != pool.free.end()) {
       message->raw_ = std::move(fits->first);
       message->capacity_ = fits->second;
+      pool.bytes -= fits->second;
       pool.free.erase(fits);
     }
   }
@@ -147,7 +152,10 @@ MessageBytes::~MessageBytes() {
   if (!raw_ || capacity_ < kPooledBytes) return;
   BufferPool& pool = buffer_pool();
   std::lock_guard lock(pool.mutex);
-  if (pool.free.size() < kPoolBuffers) pool.free.emplace_back(std::move(raw_), capacity_);
+  if (pool.free.size() < kPoolBuffers && pool.bytes + capacity_ <= kPoolBytes) {
+    pool.bytes += capacity_;
+    pool.free.emplace_back(std::move(raw_), capacity_);
+  }
 }
 
 struct ProcessTransport::State {

@@ -19,27 +19,63 @@ class WireWriter {
  public:
   template <class T>
   requires std::is_trivially_copyable_v<T>
-  void put(const T& value) {
-    const auto* p = reinterpret_cast<const std::byte*>(&value);
-    bytes_.insert(bytes_.end(), p, p + sizeof(T));
-  }
+  void put(const T& value) { append(reinterpret_cast<const std::byte*>(&value), sizeof(T)); }
   void put_string(std::string_view text) {
     put<uint64_t>(text.size());
-    const auto* p = reinterpret_cast<const std::byte*>(text.data());
-    bytes_.insert(bytes_.end(), p, p + text.size());
+    append(reinterpret_cast<const std::byte*>(text.data()), text.size());
   }
   /// A block of bytes, starting at a multiple of 16 from the message's start, so a reader can
-  /// use it in place as an array of any element type.
+  /// use it in place as an array of any element type. A large block is not copied here but when
+  /// the message is taken (take or copy_to), once, into the message's own buffer: its bytes must
+  /// stay as they are until then.
   void put_block(const void* data, std::size_t size) {
     put<uint64_t>(size);
-    bytes_.resize((bytes_.size() + 15) / 16 * 16);
+    static constexpr std::byte kZeros[16] = {};
+    append(kZeros, (size_ + 15) / 16 * 16 - size_);
     const auto* p = static_cast<const std::byte*>(data);
-    bytes_.insert(bytes_.end(), p, p + size);
+    if (size < kBlockByReference) return append(p, size);
+    pieces_.push_back({p, size});
+    size_ += size;
   }
-  [[nodiscard]] std::vector<std::byte> take() && { return std::move(bytes_); }
+
+  /// The message's size in bytes.
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// Writes the message's `size()` bytes to `out`.
+  void copy_to(std::byte* out) const {
+    const std::byte* next_inline = inline_.data();
+    for (const Piece& piece : pieces_) {
+      const std::byte* from = piece.data ? piece.data : next_inline;
+      if (!piece.data) next_inline += piece.size;
+      if (piece.size > 0) std::memcpy(out, from, piece.size);
+      out += piece.size;
+    }
+  }
+  [[nodiscard]] std::vector<std::byte> take() && {
+    std::vector<std::byte> bytes(size_);
+    copy_to(bytes.data());
+    return bytes;
+  }
 
  private:
-  std::vector<std::byte> bytes_;
+  // From this size a block is copied only once, when the message is taken: an operand of a
+  // collective goes straight from its tensor into the buffer MPI sends from.
+  static constexpr std::size_t kBlockByReference = 4096;
+  // A run of the message's bytes: a referenced block, or (data null) the next `size` of inline_.
+  struct Piece {
+    const std::byte* data;
+    std::size_t size;
+  };
+
+  void append(const std::byte* p, std::size_t n) {
+    inline_.insert(inline_.end(), p, p + n);
+    if (pieces_.empty() || pieces_.back().data) pieces_.push_back({nullptr, 0});
+    pieces_.back().size += n;
+    size_ += n;
+  }
+
+  std::vector<std::byte> inline_;
+  std::vector<Piece> pieces_;
+  std::size_t size_ = 0;
 };
 
 class WireReader {
