@@ -137,6 +137,48 @@ TEST_F(LinalgGrad, MaxPool2dOfReluWithOverlapAndPadding) {
                               {away_from_zero(rng, {1, 2, 7, 6})}));
 }
 
+// A conv bias under relu and pooling (the CNN's layers): its gradient is summed over the pooled
+// gradient, with and without relu, overlapping windows too.
+TEST_F(LinalgGrad, Conv2dBiasUnderReluAndMaxPool2d) {
+  std::mt19937 rng(22);
+  Conv2dOptions conv;
+  conv.padding = {1, 1};
+  Pool2dOptions two;
+  two.kernel_size = {2, 2};
+  Pool2dOptions overlapping;
+  overlapping.kernel_size = {3, 3};
+  overlapping.stride = {2, 2};
+  overlapping.padding = {1, 1};
+  for (const Pool2dOptions& pool : {two, overlapping}) {
+    for (bool with_relu : {true, false}) {
+      EXPECT_TRUE(gradients_match(
+          [&](Args t) {
+            const Tensor y = conv2d(t[0], t[1], t[2], conv);
+            return max_pool2d(with_relu ? relu(y) : y, pool);
+          },
+          {random_arg(rng, {2, 2, 6, 5}), random_arg(rng, {3, 2, 3, 3}), random_arg(rng, {3})}));
+    }
+  }
+}
+
+TEST_F(LinalgGrad, Conv2dBiasGradientUnderMaxPool2dSumsThePooledGradient) {
+  std::mt19937 rng(23);
+  const Tensor x = make_arg(random_arg(rng, {2, 3, 8, 8}));
+  const Tensor w = make_arg(random_arg(rng, {4, 3, 3, 3}));
+  const Tensor b = make_arg(random_arg(rng, {4}));
+  b.requires_grad_();
+  Conv2dOptions conv;
+  conv.padding = {1, 1};
+  Pool2dOptions pool;
+  pool.kernel_size = {2, 2};
+  sum(max_pool2d(relu(conv2d(x, w, b, conv)), pool)).backward();
+  const std::string graph = tensors_text({b.grad()});
+  // It needs neither the full-size gradient nor anything of the activation's size but the
+  // forward's own nodes.
+  EXPECT_EQ(graph.find("max_pool2d_backward("), std::string::npos) << graph;
+  EXPECT_NE(graph.find("[2,4,4,4] max_pool2d("), std::string::npos) << graph;
+}
+
 // relu's gradient times max_pool2d's, from plain loops over relu(x): each window's gradient goes
 // to its first maximum (or last NaN; padding never wins), then is kept where x > 0.
 std::vector<float> relu_pool_grad_reference(const std::vector<float>& x, const Shape& shape,
