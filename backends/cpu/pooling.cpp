@@ -201,6 +201,15 @@ inline void pick_2x2(const float* top, const float* bottom, int64_t windows, __m
   }
 }
 
+// The first `count` (< 8) lanes of v at p. A masked store (vmaskmovps) is microcoded and slow on
+// some processors (AMD's), and rows of fewer than eight windows (a 14x14 plane's) make every
+// store a partial one: the lanes go through the stack instead.
+inline void store_first(float* p, int64_t count, __m256 v) {
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, v);
+  for (int64_t i = 0; i < count; ++i) p[i] = lanes[i];
+}
+
 // Interleaves the first `windows` lanes of a and b into 2 * windows floats at p.
 inline void store_interleaved(float* p, int64_t windows, __m256 a, __m256 b) {
   const __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
@@ -209,9 +218,11 @@ inline void store_interleaved(float* p, int64_t windows, __m256 a, __m256 b) {
   if (windows >= 8) {
     _mm256_storeu_ps(p, first);
     _mm256_storeu_ps(p + 8, second);
+  } else if (windows >= 4) {
+    _mm256_storeu_ps(p, first);
+    store_first(p + 8, 2 * windows - 8, second);
   } else {
-    _mm256_maskstore_ps(p, first_lanes(2 * windows), first);
-    _mm256_maskstore_ps(p + 8, first_lanes(2 * windows - 8), second);
+    store_first(p, 2 * windows, first);
   }
 }
 #endif
@@ -233,7 +244,7 @@ void max_pool_2x2(const T* x, T* out, const PoolGeometry& g) {
           if (windows >= 8) {
             _mm256_storeu_ps(out + i, best);
           } else {
-            _mm256_maskstore_ps(out + i, first_lanes(windows), best);
+            store_first(out + i, windows, best);
           }
         }
       }

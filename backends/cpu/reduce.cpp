@@ -3,8 +3,9 @@
 //
 // The geometry of a reduction and the sum, mean, max and min reducers are in reducer.h (fused
 // kernels ending in a reduction share them). Reduced dims that are not adjacent (dims {0, 2} of a
-// 3-d tensor) first gather the input with the kept dims in front; exp and log go through Eigen
-// arrays.
+// 3-d tensor) first gather the input with the kept dims in front, except the common [reduced,
+// kept, reduced] case (a bias gradient's sum over N, H and W of NCHW), which reads each output's
+// runs where they lie; exp and log go through Eigen arrays.
 #include <fmt/format.h>
 #include <Eigen/Core>
 
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <type_traits>
@@ -156,6 +158,42 @@ void reduce_to_output(const T* x, const Geometry& g, const View& out, ComputePoo
     });
   } else {
     reduce<R>(x, g, [&](int64_t i, typename R::Acc acc) { results[i] = R::finish(acc, g.n); });
+  }
+  store_all(results, out);
+}
+
+// One kept group between two reduced ones, [a, c, b] reduced over a and b: output j reduces the
+// a runs of b terms at x[(i * c + j) * b]. Fed to a RowReducer in that order, each output gets
+// the bits reduce_row gives its gathered row, without the copy.
+struct StridedRows {
+  int64_t runs, rows, run;
+};
+
+std::optional<StridedRows> strided_rows(const ReducePlan& plan) {
+  const std::vector<Group>& groups = plan.groups;
+  if (groups.size() != 3 || !groups[0].reduced || groups[1].reduced || !groups[2].reduced) {
+    return std::nullopt;
+  }
+  return StridedRows{groups[0].size, groups[1].size, groups[2].size};
+}
+
+template <class R, class T>
+void reduce_strided_rows(const T* x, const StridedRows& s, const View& out, ComputePool& pool) {
+  using Result = decltype(R::finish(R::identity(), 0));
+  const int64_t n = s.runs * s.run;
+  std::vector<Result> results(static_cast<std::size_t>(s.rows));
+  auto rows = [&](int64_t first, int64_t last, int) {
+    RowReducer<R, T> reducer(n);
+    for (int64_t j = first; j < last; ++j) {
+      for (int64_t i = 0; i < s.runs; ++i) reducer.feed(x + (i * s.rows + j) * s.run, s.run);
+      results[j] = R::finish(reducer.finish_row(), n);
+    }
+  };
+  // As reduce_to_output splits rows: each output is reduced the same way on any thread.
+  if (s.rows > 1 && s.rows * n >= (int64_t{1} << 16)) {
+    parallel_for(pool, s.rows, 1, rows);
+  } else {
+    rows(0, s.rows, 0);
   }
   store_all(results, out);
 }
@@ -319,8 +357,25 @@ void reduce_kernel(const KernelArgs& args) {
     if constexpr ((K == Kernel::kMean || K == Kernel::kLogSumExp) && !kIsFloat<T>) {
       unsupported(K, dtype);
     } else {
-      const T* x = arranged_input<T>(args, plan);
       ComputePool& pool = args.pool;
+      if constexpr (K != Kernel::kLogSumExp) {
+        if (const std::optional<StridedRows> strided = strided_rows(plan)) {
+          const T* in = args.inputs[0].as<T>();
+          if constexpr (K == Kernel::kSum)
+            reduce_strided_rows<Sum<T>>(in, *strided, args.output, pool);
+          if constexpr (K == Kernel::kMean) {
+            reduce_strided_rows<Mean<T>>(in, *strided, args.output, pool);
+          }
+          if constexpr (K == Kernel::kReduceMax) {
+            reduce_strided_rows<Extreme<T, true>>(in, *strided, args.output, pool);
+          }
+          if constexpr (K == Kernel::kReduceMin) {
+            reduce_strided_rows<Extreme<T, false>>(in, *strided, args.output, pool);
+          }
+          return;
+        }
+      }
+      const T* x = arranged_input<T>(args, plan);
       if constexpr (K == Kernel::kSum) reduce_to_output<Sum<T>>(x, g, args.output, pool);
       if constexpr (K == Kernel::kMean) reduce_to_output<Mean<T>>(x, g, args.output, pool);
       if constexpr (K == Kernel::kReduceMax) {

@@ -122,6 +122,33 @@ void avg_pool2d_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
 
 }  // namespace
 
+// Pooling's gradient is non-zero only at the tap each window picked, where relu(x) holds the
+// window's maximum: x > 0 there exactly when the pooled value is > 0 (a NaN wins the window and
+// fails both tests). So masking the small pooled gradient first gives the same bits, and the
+// pick may then run over x itself: where the pooled value is > 0 the window holds no NaN and
+// its first maximum is the same tap in x as in relu(x); elsewhere only zeros are spread. The
+// forward's pooled values come back by CSE.
+Tensor relu_grad_through_max_pool(const Tensor& x, const Tensor& g) {
+  const TensorImpl& gi = *g.impl();
+  if (!gi.pending_ir() || g.dtype() != x.dtype()) return {};
+  const Node& pool_grad = *gi.ir();
+  if (pool_grad.op() != Op::kMaxPool2dBackward || pool_grad.operands().size() != 2) return {};
+  const NodePtr& pooled_input = pool_grad.operands()[0];
+  if (pooled_input->op() != Op::kRelu || pooled_input->operands().size() != 1) return {};
+  const Loc loc = Loc::current();
+  const DType dtype = x.dtype();
+  const NodePtr x_node = ops::value_as(x, dtype, loc);
+  if (pooled_input->operands()[0] != x_node) return {};
+  const NodePtr& grad_out = pool_grad.operands()[1];
+  const IntAttrs ints(pool_grad.ints());
+  const Tensor pooled = ops::make_result(Op::kMaxPool2d, dtype, grad_out->shape(),
+                                         Operands{pooled_input}, x.device(), loc, ints);
+  const Tensor small_grad(make_intrusive<TensorImpl>(dtype, grad_out, x.device()));
+  const Tensor kept = where(gt(pooled, 0.0), small_grad, scalar_zero(small_grad));
+  return ops::make_result(Op::kMaxPool2dBackward, dtype, x.shape(),
+                          Operands{x_node, ops::value_as(kept, dtype, loc)}, x.device(), loc, ints);
+}
+
 const Derivative kConv2dBackward{"ConvolutionBackward", conv2d_backward};
 const Derivative kMaxPool2dBackward{"MaxPool2DBackward", max_pool2d_backward};
 const Derivative kAvgPool2dBackward{"AvgPool2DBackward", avg_pool2d_backward};

@@ -33,6 +33,10 @@ extern const Derivative kMatmulBackward;     ///< [a, b]; ints = [transpose_b] (
 extern const Derivative kConv2dBackward;     ///< [x, w]; ints = the kConv2d node's
 extern const Derivative kMaxPool2dBackward;  ///< [x]; ints = the kMaxPool2d node's
 extern const Derivative kAvgPool2dBackward;  ///< [x]; ints = the kAvgPool2d node's
+/// relu's gradient where `g`, the gradient of relu(x), is a max_pool2d gradient over relu(x)
+/// itself (conv, relu, pool): that pool's gradient masked on the pooled output instead of on the
+/// full-size x, exactly equal to masking it afterwards. Undefined when `g` is anything else.
+[[nodiscard]] Tensor relu_grad_through_max_pool(const Tensor& x, const Tensor& g);
 
 // --- attention ---
 /// The fused scaled_dot_product_attention: [q, k, v, the fused node's output (, mask)]; ints and

@@ -142,7 +142,8 @@ void sigmoid_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
 }
 
 void relu_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
-  grads[0] = masked(gt(fn.input(0), 0.0), g);
+  grads[0] = relu_grad_through_max_pool(fn.input(0), g);
+  if (!grads[0].defined()) grads[0] = masked(gt(fn.input(0), 0.0), g);
 }
 
 void abs_backward(const GradFn& fn, const Tensor& g, GradList& grads) {

@@ -13,6 +13,23 @@ std::vector<int64_t> dims_of(const Shape& shape) {
   return {shape.dims().begin(), shape.dims().end()};
 }
 
+namespace {
+
+// When `grad` is a max_pool2d gradient without dilation, the gradient of its output: every window
+// then overlaps the input and hands its gradient to one tap (or, overlapping, adds it to a tap
+// that others share), so each plane of `grad` sums to its plane of this. Undefined otherwise.
+Tensor max_pool_grad_out(const Tensor& grad) {
+  if (!grad.impl()->pending_ir()) return {};
+  const Node& node = *grad.impl()->ir();
+  if (node.op() != Op::kMaxPool2dBackward || node.operands().size() != 2 ||
+      node.ints().size() != 9 || node.ints()[6] != 1 || node.ints()[7] != 1) {
+    return {};
+  }
+  return Tensor(make_intrusive<TensorImpl>(grad.dtype(), node.operands()[1], grad.device()));
+}
+
+}  // namespace
+
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
   const Shape& from = grad.shape();
   if (from == shape) return grad;
@@ -29,6 +46,10 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
     } else if (shape[i - lead] != from[i]) {
       throw mismatch();
     }
+  }
+  if (const Tensor pooled = max_pool_grad_out(grad);
+      pooled.defined() && dims.size() >= 2 && dims[dims.size() - 2] == 2 && dims.back() == 3) {
+    return sum_to(pooled, shape);
   }
   const Tensor summed = dims.empty() ? grad : sum(grad, dims, /*keepdim=*/true);
   return summed.shape() == shape ? summed : reshape(summed, dims_of(shape));

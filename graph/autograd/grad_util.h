@@ -11,7 +11,9 @@
 namespace axle::autograd {
 
 /// `grad` summed over the dims it was broadcast along, back to `shape` (NumPy broadcasting
-/// in reverse). Throws std::logic_error when `shape` does not broadcast to grad's shape.
+/// in reverse). Plane sums of a max_pool2d gradient (a conv bias's, under relu and pooling) are
+/// taken over the pooled gradient instead: the same terms, a quarter of the reads for 2x2. Throws
+/// std::logic_error when `shape` does not broadcast to grad's shape.
 [[nodiscard]] Tensor sum_to(const Tensor& grad, const Shape& shape);
 
 /// The gradient of a reduction of a tensor of `shape` over `dims` (sorted, non-negative), spread

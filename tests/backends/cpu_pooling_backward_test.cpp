@@ -98,6 +98,14 @@ TEST(MaxPool2dBackward, RoutesEachGradientToItsWindowsMaximum) {
                                     {.kh = 3, .kw = 2, .stride_h = 1, .stride_w = 3}, rng);
 }
 
+// The 2x2 kernel's rows of 1 to 17 windows, partial blocks of every length included.
+TEST(MaxPool2dBackward, TwoByTwoRowsOfEveryLengthMatchLoops) {
+  std::mt19937 rng(48);
+  for (int64_t w = 2; w <= 35; ++w) {
+    expect_max_backward_matches_loops(random_tensor(DType::kF32, {1, 2, 5, w}, rng), {}, rng);
+  }
+}
+
 TEST(MaxPool2dBackward, SumsWhereWindowsOverlap) {
   std::mt19937 rng(2);
   expect_max_backward_matches_loops(random_tensor(DType::kF64, {2, 2, 6, 7}, rng),

@@ -97,6 +97,15 @@ TEST(MaxPool2d, MatchesLoopsWithoutPadding) {
                                 {.kh = 3, .kw = 2, .stride_h = 1, .stride_w = 3});
 }
 
+// The 2x2 kernel's rows of 1 to 17 windows: whole blocks of eight, and partial ones of every
+// length, which store their lanes one by one (the 7-window rows of a 14-wide plane).
+TEST(MaxPool2d, TwoByTwoRowsOfEveryLengthMatchLoops) {
+  std::mt19937 rng(47);
+  for (int64_t w = 2; w <= 35; ++w) {
+    expect_max_pool_matches_loops(random_tensor(DType::kF32, {1, 2, 5, w}, rng), {});
+  }
+}
+
 TEST(MaxPool2d, PaddingNeverWins) {
   // All inputs negative: a zero-padded max would put 0 on the border.
   std::mt19937 rng(42);

@@ -170,6 +170,47 @@ TEST(CpuReduce, LastAndFirstDimOfLargeMatrixMatchReference) {
   }
 }
 
+// Reducing dims {0, 2} of [a, c, b] reads each output's a runs of b in place; that must give the
+// bits of reducing the same terms as one contiguous row ([c, a, b] over {1, 2}), runs that end
+// inside a group of the reducer's lanes included, and agree with double loops (NaNs too).
+TEST(CpuReduce, ReducingOuterAndInnerDimsGivesTheContiguousRowsBits) {
+  std::mt19937 rng(26);
+  for (const Shape& shape : {Shape{5, 3, 21}, Shape{16, 12, 420}, Shape{2, 7, 3}}) {
+    const int64_t a = shape[0], c = shape[1], b = shape[2];
+    HostTensor x = random_tensor(DType::kF32, shape, rng, -3, 3);
+    x.values[static_cast<std::size_t>(b + 1)] = std::nan("");  // output 1 holds a NaN
+    HostTensor rows{DType::kF32, Shape{c, a, b}, std::vector<double>(x.values.size())};
+    for (int64_t i = 0; i < a; ++i) {
+      for (int64_t j = 0; j < c; ++j) {
+        std::copy_n(x.values.begin() + (i * c + j) * b, b, rows.values.begin() + (j * a + i) * b);
+      }
+    }
+    for (Kernel k : {Kernel::kSum, Kernel::kMean, Kernel::kReduceMax, Kernel::kReduceMin}) {
+      const std::string what = std::string(kernel_name(k)) + " of " + shape.to_string();
+      const HostTensor got = run_reduce(k, x, {0, 2}, false, DType::kF32);
+      const HostTensor want = run_reduce(k, rows, {1, 2}, false, DType::kF32);
+      ASSERT_EQ(got.values.size(), static_cast<std::size_t>(c)) << what;
+      const auto groups = reduced_groups(x, {0, 2});
+      for (int64_t j = 0; j < c; ++j) {
+        const double v = got.values[j];
+        EXPECT_TRUE(v == want.values[j] || (std::isnan(v) && std::isnan(want.values[j])))
+            << what << " output " << j << ": " << v << " against " << want.values[j];
+        const auto& g = groups[j];
+        const double ref = k == Kernel::kSum         ? sum_of(g)
+                           : k == Kernel::kMean      ? sum_of(g) / static_cast<double>(g.size())
+                           : k == Kernel::kReduceMax ? max_of(g)
+                                                     : min_of(g);
+        if (std::isnan(ref)) {
+          EXPECT_TRUE(std::isnan(v)) << what << " output " << j;
+        } else {
+          const double scale = k == Kernel::kSum ? abs_sum_of(g) : std::abs(ref);
+          EXPECT_NEAR(v, ref, 1e-6 * std::max(1.0, scale)) << what << " output " << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuReduce, F32SumOfMillionElementsStaysWithin1e5OfDouble) {
   std::mt19937 rng(22);
   // A large leading row, then a million small terms: each small term is below half an f32 ulp of

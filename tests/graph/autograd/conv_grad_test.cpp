@@ -1,9 +1,18 @@
 // Tests graph/autograd/conv_grad.cpp: the gradients of conv2d (stride, padding, dilation,
 // groups), max_pool2d and avg_pool2d against central finite differences in f64 on random inputs
-// (see tests/graph/grad_check.h).
+// (see tests/graph/grad_check.h); relu followed by max_pool2d (whose gradient is masked on the
+// pooled output) against finite differences and, bit for bit, a double reference loop.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <random>
+#include <string>
+#include <vector>
+
+#include "graph/dump.h"
 
 #include "tests/graph/grad_check.h"
 
@@ -107,6 +116,150 @@ TEST_F(LinalgGrad, AvgPool2dWithPaddingAndCeilMode) {
     EXPECT_TRUE(gradients_match([&](Args t) { return avg_pool2d(t[0], options); },
                                 {random_arg(rng, {1, 2, 6, 7})}));
   }
+}
+
+TEST_F(LinalgGrad, MaxPool2dOfRelu) {
+  std::mt19937 rng(17);
+  Pool2dOptions options;
+  options.kernel_size = {2, 2};
+  EXPECT_TRUE(gradients_match([&](Args t) { return max_pool2d(relu(t[0] * 1.5), options); },
+                              {away_from_zero(rng, {2, 3, 4, 6})}));
+}
+
+TEST_F(LinalgGrad, MaxPool2dOfReluWithOverlapAndPadding) {
+  std::mt19937 rng(18);
+  Pool2dOptions options;
+  options.kernel_size = {3, 3};
+  options.stride = {2, 2};
+  options.padding = {1, 1};
+  options.ceil_mode = true;
+  EXPECT_TRUE(gradients_match([&](Args t) { return max_pool2d(relu(t[0]), options); },
+                              {away_from_zero(rng, {1, 2, 7, 6})}));
+}
+
+// A conv bias under relu and pooling (the CNN's layers): its gradient is summed over the pooled
+// gradient, with and without relu, overlapping windows too.
+TEST_F(LinalgGrad, Conv2dBiasUnderReluAndMaxPool2d) {
+  std::mt19937 rng(22);
+  Conv2dOptions conv;
+  conv.padding = {1, 1};
+  Pool2dOptions two;
+  two.kernel_size = {2, 2};
+  Pool2dOptions overlapping;
+  overlapping.kernel_size = {3, 3};
+  overlapping.stride = {2, 2};
+  overlapping.padding = {1, 1};
+  for (const Pool2dOptions& pool : {two, overlapping}) {
+    for (bool with_relu : {true, false}) {
+      EXPECT_TRUE(gradients_match(
+          [&](Args t) {
+            const Tensor y = conv2d(t[0], t[1], t[2], conv);
+            return max_pool2d(with_relu ? relu(y) : y, pool);
+          },
+          {random_arg(rng, {2, 2, 6, 5}), random_arg(rng, {3, 2, 3, 3}), random_arg(rng, {3})}));
+    }
+  }
+}
+
+TEST_F(LinalgGrad, Conv2dBiasGradientUnderMaxPool2dSumsThePooledGradient) {
+  std::mt19937 rng(23);
+  const Tensor x = make_arg(random_arg(rng, {2, 3, 8, 8}));
+  const Tensor w = make_arg(random_arg(rng, {4, 3, 3, 3}));
+  const Tensor b = make_arg(random_arg(rng, {4}));
+  b.requires_grad_();
+  Conv2dOptions conv;
+  conv.padding = {1, 1};
+  Pool2dOptions pool;
+  pool.kernel_size = {2, 2};
+  sum(max_pool2d(relu(conv2d(x, w, b, conv)), pool)).backward();
+  const std::string graph = tensors_text({b.grad()});
+  // It needs neither the full-size gradient nor anything of the activation's size but the
+  // forward's own nodes.
+  EXPECT_EQ(graph.find("max_pool2d_backward("), std::string::npos) << graph;
+  EXPECT_NE(graph.find("[2,4,4,4] max_pool2d("), std::string::npos) << graph;
+}
+
+// relu's gradient times max_pool2d's, from plain loops over relu(x): each window's gradient goes
+// to its first maximum (or last NaN; padding never wins), then is kept where x > 0.
+std::vector<float> relu_pool_grad_reference(const std::vector<float>& x, const Shape& shape,
+                                            const std::vector<float>& g, const Shape& out,
+                                            const Pool2dOptions& o) {
+  const int64_t planes = shape[0] * shape[1], h = shape[2], w = shape[3];
+  const int64_t oh = out[2], ow = out[3];
+  const std::vector<int64_t> stride = o.stride.empty() ? o.kernel_size : o.stride;
+  std::vector<double> sums(x.size(), 0.0);
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t i = 0; i < oh; ++i) {
+      for (int64_t j = 0; j < ow; ++j) {
+        double best = -std::numeric_limits<double>::infinity();
+        int64_t at = -1;
+        for (int64_t a = 0; a < o.kernel_size[0]; ++a) {
+          for (int64_t b = 0; b < o.kernel_size[1]; ++b) {
+            const int64_t r = i * stride[0] - o.padding[0] + a;
+            const int64_t c = j * stride[1] - o.padding[1] + b;
+            if (r < 0 || r >= h || c < 0 || c >= w) continue;
+            const int64_t k = (p * h + r) * w + c;
+            const double v = x[k] < 0 ? 0.0 : x[k];
+            if (at < 0 || v > best || std::isnan(v)) best = v, at = k;
+          }
+        }
+        sums[at] += g[(p * oh + i) * ow + j];
+      }
+    }
+  }
+  std::vector<float> grad(x.size());
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    grad[k] = x[k] > 0 ? static_cast<float>(sums[k]) : 0.0f;
+  }
+  return grad;
+}
+
+void expect_relu_pool_grad_exact(const Shape& shape, const Pool2dOptions& options, unsigned seed) {
+  // Few distinct values, so windows tie; zeros of both signs, negative windows and NaNs.
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(0, 9);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float values[] = {-2.0f, -1.0f, -0.0f, 0.0f, 0.0f, 1.0f, 1.0f, 2.0f, 3.0f, nan};
+  std::vector<double> host(static_cast<std::size_t>(shape.numel()));
+  for (double& v : host) v = values[pick(rng)];
+  for (std::size_t k = 0; k < 8 && k < host.size(); ++k) host[k] = -1.0;  // a negative window
+  const Tensor x = cast(tensor(host, shape), DType::kF32);
+  x.requires_grad_();
+  const Tensor out = max_pool2d(relu(x), options);
+  // Integer weights keep the reference's double sums exact in f32.
+  std::uniform_int_distribution<int> weight(-3, 3);
+  std::vector<double> w(static_cast<std::size_t>(out.numel()));
+  for (double& v : w) v = weight(rng);
+  sum(mul(out, cast(tensor(w, out.shape()), DType::kF32))).backward();
+
+  // The backward graph masks the pooled gradient: no comparison of x's size is left.
+  const std::string graph = tensors_text({x.grad()});
+  EXPECT_EQ(graph.find(shape.to_string() + " gt("), std::string::npos) << graph;
+
+  std::vector<float> xf(host.begin(), host.end()), wf(w.begin(), w.end());
+  const std::vector<float> expected = relu_pool_grad_reference(xf, shape, wf, out.shape(), options);
+  const std::vector<float> got = x.grad().to_vector<float>();
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(got[k]), std::bit_cast<uint32_t>(expected[k]))
+        << "element " << k << ": " << got[k] << ", expected " << expected[k] << " (x " << xf[k]
+        << ")";
+  }
+}
+
+TEST_F(LinalgGrad, MaxPool2dOfReluMatchesReluTimesPoolGradientExactly) {
+  Pool2dOptions options;
+  options.kernel_size = {2, 2};
+  expect_relu_pool_grad_exact({2, 3, 6, 10}, options, 19);
+  expect_relu_pool_grad_exact({1, 2, 5, 7}, options, 20);  // odd sides: the last row is no window's
+}
+
+TEST_F(LinalgGrad, MaxPool2dOfReluWithOverlapMatchesReluTimesPoolGradientExactly) {
+  Pool2dOptions options;
+  options.kernel_size = {3, 3};
+  options.stride = {2, 1};
+  options.padding = {1, 1};
+  expect_relu_pool_grad_exact({2, 2, 7, 6}, options, 21);
 }
 
 }  // namespace
