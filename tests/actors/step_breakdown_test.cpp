@@ -3,6 +3,7 @@
 // closures ran; step_report() averages them per step since the previous report, and
 // XLA_METRICS_FILE gets the metrics report and the breakdown at every step.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -102,7 +103,8 @@ TEST_F(StepBreakdownTest, EachReplicaHasARowAndWaitsAtCollectivesAreCharged) {
 }
 
 TEST_F(StepBreakdownTest, TheMetricsFileGetsTheReportAndBreakdownEveryStep) {
-  const auto path = std::filesystem::temp_directory_path() / "axle_step_breakdown_metrics.txt";
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("axle_step_breakdown_metrics_" + std::to_string(::getpid()) + ".txt");
   std::filesystem::remove(path);
   config::set("XLA_METRICS_FILE", path.string());
   LazySystem::restart();

@@ -2,6 +2,7 @@
 // sorted by name), its 0.9 split, and the batch rule — row j of batch i starts at
 // ((i·B + j)·T) mod (len − T − 1), replica r of w takes batch i·w + r.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -55,7 +56,8 @@ TEST(CharCorpus, ShuffledStartsDependOnTheSeedAndStayInRange) {
 
 TEST(CharCorpus, ReadsPlainFilesWithoutDotsSortedByName) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "axle_char_corpus_test";
+  const fs::path dir =
+      fs::temp_directory_path() / ("axle_char_corpus_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   auto write = [&](const std::string& name, const std::string& text) {
