@@ -13,7 +13,8 @@ namespace {
 // too: Eigen's vector sqrt refines a reciprocal estimate, its scalar tail calls std::sqrt).
 bool approximated(Op op) {
   return op == Op::kExp || op == Op::kLog || op == Op::kTanh || op == Op::kSigmoid ||
-         op == Op::kGelu || op == Op::kSqrt || op == Op::kRsqrt || op == Op::kSin || op == Op::kCos;
+         op == Op::kGelu || op == Op::kSqrt || op == Op::kRsqrt || op == Op::kSin ||
+         op == Op::kCos || op == Op::kErf;
 }
 
 bool fusible(const Program& p, std::size_t id) {

@@ -27,6 +27,7 @@ std::string_view kernel_name(Kernel kernel) noexcept {
       "scatter_add", "max_pool2d_backward", "avg_pool2d_backward",
       "sin",     "cos",         "cumsum",       "topk",       "optimization_barrier",
       "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
+      "erf",
       "fused", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"};
   // clang-format on
   auto i = static_cast<std::size_t>(kernel);
@@ -108,6 +109,7 @@ int fused_step_arity(Kernel kernel) noexcept {
     case Kernel::kGelu:
     case Kernel::kSin:
     case Kernel::kCos:
+    case Kernel::kErf:
       return 1;
     default:
       return 0;

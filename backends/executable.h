@@ -25,7 +25,7 @@ namespace axle {
 ///   kLogicalAnd kLogicalOr                          [a, b] (bool) -> bool
 ///   kWhere                                          [cond (bool), a, b]
 ///   kNeg kExp kLog kSqrt kRsqrt kTanh kSigmoid kRelu kAbs kLogicalNot   [x]
-///   kSin kCos                                       [x]
+///   kSin kCos kErf                                  [x]
 ///   kGelu                                           [x]; ints = [approximate: 0 erf, 1 tanh]
 ///   kCast                                           [x] -> output slot's dtype
 ///   kFill        []; reals = [value]                output filled with value
@@ -116,10 +116,10 @@ namespace axle {
 ///                kernel, destination, a, b, attribute, then optionally a reduction]. Steps run
 ///                in order over each block of the chain's elements; kernel is one of kAdd kSub
 ///                kMul kDiv kPow kMaximum kMinimum kNeg kAbs kRelu kExp kLog kSqrt kRsqrt kTanh
-///                kSigmoid kGelu kSin kCos; destination is a scratch buffer in [0, buffers), or -1
-///                for the output (the last step, only, and only without a reduction); an operand >=
-///                0 is an external operand, < 0 the scratch buffer -operand - 1 (b is ignored by
-///                unary steps); attribute is gelu's approximate flag, else 0. Without a
+///                kSigmoid kGelu kSin kCos kErf; destination is a scratch buffer in [0, buffers),
+///                or -1 for the output (the last step, only, and only without a reduction); an
+///                operand >= 0 is an external operand, < 0 the scratch buffer -operand - 1 (b is
+///                ignored by unary steps); attribute is gelu's approximate flag, else 0. Without a
 ///                reduction the chain's shape is the output's.
 ///                The reduction, last: [kernel, -1, a, rank, the chain's shape (rank dims),
 ///                keepdim, reduced dims...], kernel one of kSum kMean kReduceMax kReduceMin
@@ -194,6 +194,7 @@ enum class Kernel : uint16_t {
   kOptimizationBarrier,
   kScaledDotProductAttention,
   kScaledDotProductAttentionBackward,
+  kErf,
   kFused,
   kAllReduce,
   kAllGather,

@@ -80,7 +80,8 @@ namespace axle {
   X(TopK, "topk")                             \
   X(OptimizationBarrier, "optimization_barrier") \
   X(ScaledDotProductAttention, "scaled_dot_product_attention") \
-  X(ScaledDotProductAttentionBackward, "scaled_dot_product_attention_backward")
+  X(ScaledDotProductAttentionBackward, "scaled_dot_product_attention_backward") \
+  X(Erf, "erf")
 // clang-format on
 
 /// An IR operation.

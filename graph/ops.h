@@ -104,6 +104,8 @@ Tensor gelu(const Tensor& x, const char* approximate = "none", Loc where = Loc::
 Tensor abs(const Tensor& x, Loc where = Loc::current());
 Tensor sin(const Tensor& x, Loc where = Loc::current());
 Tensor cos(const Tensor& x, Loc where = Loc::current());
+/// The error function, as torch.erf.
+Tensor erf(const Tensor& x, Loc where = Loc::current());
 /// x * sigmoid(x), as torch.nn.functional.silu.
 Tensor silu(const Tensor& x, Loc where = Loc::current());
 Tensor cast(const Tensor& x, DType dtype, Loc where = Loc::current());

@@ -1,9 +1,10 @@
 // backends/cpu: kScaledDotProductAttention and its backward, flash-attention style. The forward
 // takes one block of queries at a time against one block of keys at a time: the block's scores
-// (a GEMM), their softmax kept online (running maximum and sum per query, the output rescaled
-// when the maximum grows), and the value product (a GEMM) added in; it keeps each query's
+// (a product), their softmax kept online (running maximum and sum per query, the output rescaled
+// when the maximum grows), and the value product added in; it keeps each query's
 // logsumexp. The backward recomputes each block's probabilities from q, k and that logsumexp and
-// forms dq, dk and dv with four GEMMs per block pair. No more than one block of scores exists
+// forms dq, dk and dv with four products per block pair. The block products are register-tiled
+// loops of their own (block_product), not a general GEMM. No more than one block of scores exists
 // per thread. bf16 operands are widened block by block and computed in f32.
 //
 // Work splits over batch entries × query blocks (forward) and batch entries (backward), each
@@ -11,6 +12,9 @@
 #include <fmt/format.h>
 
 #include <Eigen/Core>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -22,7 +26,6 @@
 
 #include "backends/cpu/compute_pool.h"
 #include "backends/cpu/element.h"
-#include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel.h"
 
 namespace axle::cpu {
@@ -177,6 +180,82 @@ void store_rows(const A* src, int64_t rows, int64_t cols, A factor, int64_t widt
   }
 }
 
+// ---- block products ----------------------------------------------------------------------------
+// The blocks are small (64 x 64 scores against a head width of 32 or so), too small for a
+// general GEMM: Eigen's packs both operands and clears its output on every call, which cost more
+// than the products themselves. The products here read their operands where they are, keep a
+// tile of the output in registers, and add into it directly.
+
+/// c[i, 0:n] (+)= sum over p < depth of a(i, p) * b[p, 0:n] for i < m, with a(i, p) at
+/// a[i * a_row + p * a_col] (so a transposed operand is a stride swap) and b, c row-major with
+/// row strides ldb, ldc. Every element is one chain of fused multiply-adds over p in order,
+/// starting from c's value with `accumulate` and from 0 without, whichever path computes it.
+template <class A>
+void block_product(int64_t m, int64_t n, int64_t depth, const A* a, int64_t a_row, int64_t a_col,
+                   const A* b, int64_t ldb, A* c, int64_t ldc, bool accumulate) {
+  int64_t j0 = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (std::is_same_v<A, float>) {
+    // Tiles of 4 rows x 16 columns (8 registers), then 4 x 8, then single rows. The loops over
+    // a tile's rows and vectors unroll completely, so its accumulators live in registers.
+    auto tile = [&]<int kRows, int kVectors>(int64_t i0, int64_t col) {
+      __m256 acc[kRows][kVectors];
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 2
+        for (int v = 0; v < kVectors; ++v) {
+          acc[r][v] =
+              accumulate ? _mm256_loadu_ps(c + (i0 + r) * ldc + col + 8 * v) : _mm256_setzero_ps();
+        }
+      }
+      const float* a_at = a + i0 * a_row;
+      const float* b_at = b + col;
+      for (int64_t p = 0; p < depth; ++p, a_at += a_col, b_at += ldb) {
+        __m256 brow[kVectors];
+#pragma GCC unroll 2
+        for (int v = 0; v < kVectors; ++v) brow[v] = _mm256_loadu_ps(b_at + 8 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          const __m256 x = _mm256_broadcast_ss(a_at + r * a_row);
+#pragma GCC unroll 2
+          for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm256_fmadd_ps(x, brow[v], acc[r][v]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 2
+        for (int v = 0; v < kVectors; ++v) {
+          _mm256_storeu_ps(c + (i0 + r) * ldc + col + 8 * v, acc[r][v]);
+        }
+      }
+    };
+    auto columns = [&]<int kVectors>(int64_t col) {
+      int64_t i0 = 0;
+      for (; i0 + 4 <= m; i0 += 4) tile.template operator()<4, kVectors>(i0, col);
+      for (; i0 < m; ++i0) tile.template operator()<1, kVectors>(i0, col);
+    };
+    for (; j0 + 16 <= n; j0 += 16) columns.template operator()<2>(j0);
+    for (; j0 + 8 <= n; j0 += 8) columns.template operator()<1>(j0);
+  }
+#endif
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = j0; j < n; ++j) {
+      A sum = accumulate ? c[i * ldc + j] : A(0);
+      for (int64_t p = 0; p < depth; ++p)
+        sum = std::fma(a[i * a_row + p * a_col], b[p * ldb + j], sum);
+      c[i * ldc + j] = sum;
+    }
+  }
+}
+
+/// rows x cols of row-major `src` (row stride ld) transposed into `dst` [cols, rows].
+template <class A>
+void transpose_into(const A* src, int64_t rows, int64_t cols, int64_t ld, A* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
+  }
+}
+
 template <class A>
 using ArrayMap = Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>>;
 
@@ -224,11 +303,11 @@ void attention_forward(const KernelArgs& args, const Problem& p) {
   const int64_t L = p.L, S = p.S, E = p.E, Ev = p.Ev;
   const int64_t query_blocks = (L + kQueryBlock - 1) / kQueryBlock;
   const int64_t entries = p.batch.numel();
-  // Per thread: the widened q, k and v blocks, the scores, the output accumulator, the value
-  // product, the running maximum and sum.
-  const std::size_t floats =
-      static_cast<std::size_t>(kQueryBlock * E + kKeyBlock * E + kKeyBlock * Ev +
-                               kQueryBlock * kKeyBlock + 2 * kQueryBlock * Ev + 2 * kQueryBlock);
+  // Per thread: the widened q, k and v blocks, the scores, the output accumulator, the k block
+  // transposed, the running maximum and sum.
+  const std::size_t floats = static_cast<std::size_t>(
+      kQueryBlock * E + kKeyBlock * E + kKeyBlock * Ev + kQueryBlock * kKeyBlock +
+      kQueryBlock * Ev + kKeyBlock * E + 2 * kQueryBlock);
   const bool parallel = entries * L * S * (E + Ev) >= (int64_t{1} << 16);
   ComputePool& pool = args.pool;
   auto part = [&](int64_t index, int thread) {
@@ -242,8 +321,8 @@ void attention_forward(const KernelArgs& args, const Problem& p) {
     A* v_block = k_block + kKeyBlock * E;
     A* s = v_block + kKeyBlock * Ev;
     A* acc = s + kQueryBlock * kKeyBlock;
-    A* pv = acc + kQueryBlock * Ev;
-    A* top = pv + kQueryBlock * Ev;
+    A* k_t = acc + kQueryBlock * Ev;
+    A* top = k_t + kKeyBlock * E;
     A* total = top + kQueryBlock;
     constexpr A kMinusInf = -std::numeric_limits<A>::infinity();
     std::fill(acc, acc + nq * Ev, A(0));
@@ -254,7 +333,8 @@ void attention_forward(const KernelArgs& args, const Problem& p) {
       const int64_t nk = std::min(kKeyBlock, S - j0);
       const A* ks = as_compute<T, A>(k + at.k + j0 * E, nk, E, k_block);
       const A* vs = as_compute<T, A>(v + at.v + j0 * Ev, nk, Ev, v_block);
-      gemm<A>({nq, nk, E, qs, E, ks, E, s, kKeyBlock}, false, true, nullptr);
+      transpose_into(ks, nk, E, E, k_t);
+      block_product<A>(nq, nk, E, qs, E, 1, k_t, nk, s, kKeyBlock, false);
       mask_scores<T, A>(p, at.mask, i0, nq, j0, nk, s);
       for (int64_t i = 0; i < nq; ++i) {
         ArrayMap<A> row(s + i * kKeyBlock, nk);
@@ -270,8 +350,7 @@ void attention_forward(const KernelArgs& args, const Problem& p) {
         top[i] = new_top;
         if (rescale != A(1)) ArrayMap<A>(acc + i * Ev, Ev) *= rescale;
       }
-      gemm<A>({nq, Ev, nk, s, kKeyBlock, vs, Ev, pv, Ev}, false, false, nullptr);
-      ArrayMap<A>(acc, nq * Ev) += ArrayMap<A>(pv, nq * Ev);
+      block_product<A>(nq, Ev, nk, s, kKeyBlock, 1, vs, Ev, acc, Ev, true);
     }
     U* o = out + (entry * L + i0) * (Ev + 1);
     constexpr A kNan = std::numeric_limits<A>::quiet_NaN();
@@ -309,12 +388,11 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
   const int64_t W = std::max(E, Ev);
   const int64_t per_entry = (L + 2 * S) * W;
   // Per thread: q and dO of the entry widened, its D (rowsum dO * O) and logsumexp, the dq
-  // accumulator; per key block: k and v widened, dk and dv accumulators; per block pair: P, dS
-  // and one GEMM's product.
-  const int64_t wide = std::max(E, Ev);
+  // accumulator; per key block: k and v widened and transposed, dk and dv accumulators; per
+  // block pair: P and dS.
   const std::size_t floats = static_cast<std::size_t>(
-      L * E + L * Ev + 2 * L + L * E + kKeyBlock * E + kKeyBlock * Ev + kKeyBlock * E +
-      kKeyBlock * Ev + 2 * kQueryBlock * kKeyBlock + std::max(kQueryBlock, kKeyBlock) * wide);
+      L * E + L * Ev + 2 * L + L * E + 2 * (kKeyBlock * E + kKeyBlock * Ev) + kKeyBlock * E +
+      kKeyBlock * Ev + 2 * kQueryBlock * kKeyBlock);
   const bool parallel = entries * L * S * (E + Ev) >= (int64_t{1} << 15);
   ComputePool& pool = args.pool;
   auto part = [&](int64_t entry, int thread) {
@@ -331,7 +409,8 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
     A* dv = dk + kKeyBlock * E;
     A* prob = dv + kKeyBlock * Ev;
     A* ds = prob + kQueryBlock * kKeyBlock;
-    A* product = ds + kQueryBlock * kKeyBlock;
+    A* k_t = ds + kQueryBlock * kKeyBlock;
+    A* v_t = k_t + kKeyBlock * E;
     const A scale = static_cast<A>(p.scale);
     // With q scaled, the scores are q k^T and dk is dS^T q without a further factor.
     const A* qs = scaled_copy<T, A>(q + at.q, L, E, scale, q_wide);
@@ -351,6 +430,8 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
       const int64_t nk = std::min(kKeyBlock, S - j0);
       const A* ks = as_compute<T, A>(k + at.k + j0 * E, nk, E, k_block);
       const A* vs = as_compute<T, A>(v + at.v + j0 * Ev, nk, Ev, v_block);
+      transpose_into(ks, nk, E, E, k_t);
+      transpose_into(vs, nk, Ev, Ev, v_t);
       std::fill(dk, dk + nk * E, A(0));
       std::fill(dv, dv + nk * Ev, A(0));
       for (int64_t i0 = 0; i0 < L; i0 += kQueryBlock) {
@@ -359,26 +440,23 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
         const A* qi = qs + i0 * E;
         const A* gi = gs + i0 * Ev;
         // P = exp(scores - logsumexp): 0 where dropped, NaN in a row that keeps no key.
-        gemm<A>({nq, nk, E, qi, E, ks, E, prob, kKeyBlock}, false, true, nullptr);
+        block_product<A>(nq, nk, E, qi, E, 1, k_t, nk, prob, kKeyBlock, false);
         mask_scores<T, A>(p, at.mask, i0, nq, j0, nk, prob);
         for (int64_t i = 0; i < nq; ++i) {
           ArrayMap<A> row(prob + i * kKeyBlock, nk);
           row = (row - lse[i0 + i]).exp();
         }
         // dv += P^T dO.
-        gemm<A>({nk, Ev, nq, prob, kKeyBlock, gi, Ev, product, Ev}, true, false, nullptr);
-        ArrayMap<A>(dv, nk * Ev) += ArrayMap<A>(product, nk * Ev);
+        block_product<A>(nk, Ev, nq, prob, 1, kKeyBlock, gi, Ev, dv, Ev, true);
         // dS = P * (dO v^T - D).
-        gemm<A>({nq, nk, Ev, gi, Ev, vs, Ev, ds, kKeyBlock}, false, true, nullptr);
+        block_product<A>(nq, nk, Ev, gi, Ev, 1, v_t, nk, ds, kKeyBlock, false);
         for (int64_t i = 0; i < nq; ++i) {
           ArrayMap<A> row(ds + i * kKeyBlock, nk);
           row = ArrayMap<A>(prob + i * kKeyBlock, nk) * (row - d[i0 + i]);
         }
         // dq += dS k (scaled once at the end), dk += dS^T (scale q).
-        gemm<A>({nq, E, nk, ds, kKeyBlock, ks, E, product, E}, false, false, nullptr);
-        ArrayMap<A>(dq + i0 * E, nq * E) += ArrayMap<A>(product, nq * E);
-        gemm<A>({nk, E, nq, ds, kKeyBlock, qi, E, product, E}, true, false, nullptr);
-        ArrayMap<A>(dk, nk * E) += ArrayMap<A>(product, nk * E);
+        block_product<A>(nq, E, nk, ds, kKeyBlock, 1, ks, E, dq + i0 * E, E, true);
+        block_product<A>(nk, E, nq, ds, 1, kKeyBlock, qi, E, dk, E, true);
       }
       store_rows<U, A>(dk, nk, E, A(1), W, grads + (L + j0) * W);
       store_rows<U, A>(dv, nk, Ev, A(1), W, grads + (L + S + j0) * W);

@@ -477,7 +477,7 @@ void map_float(const T* x, T* out, int64_t n, F f) {
   }
 }
 
-// kExp kLog kSqrt kRsqrt kTanh kSigmoid kGelu kSin kCos: floating dtypes only.
+// kExp kLog kSqrt kRsqrt kTanh kSigmoid kGelu kSin kCos kErf: floating dtypes only.
 template <Kernel K>
 void float_unary_kernel(const KernelArgs& args) {
   check_arity(args, 1);
@@ -585,6 +585,7 @@ void register_elementwise_kernels(KernelTable& table) {
   set_kernel(table, Kernel::kGelu, &float_unary_kernel<Kernel::kGelu>);
   set_kernel(table, Kernel::kSin, &float_unary_kernel<Kernel::kSin>);
   set_kernel(table, Kernel::kCos, &float_unary_kernel<Kernel::kCos>);
+  set_kernel(table, Kernel::kErf, &float_unary_kernel<Kernel::kErf>);
   set_kernel(table, Kernel::kLogicalNot, &logical_not_kernel);
   set_kernel(table, Kernel::kCast, &cast_kernel);
   set_kernel(table, Kernel::kFill, &fill_kernel);

@@ -27,6 +27,7 @@ auto transcendental(const auto& v) {
   if constexpr (K == Kernel::kSigmoid) return (C(1) + (-v).exp()).inverse();
   if constexpr (K == Kernel::kSin) return v.sin();
   if constexpr (K == Kernel::kCos) return v.cos();
+  if constexpr (K == Kernel::kErf) return erf(v);
 }
 
 /// gelu, exact (erf) and tanh forms. In f32 the erf is Eigen's vectorised rational

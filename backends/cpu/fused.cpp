@@ -453,6 +453,9 @@ class FusedRun {
       case Kernel::kCos:
         o = transcendental<Kernel::kCos>(x);
         return;
+      case Kernel::kErf:
+        o = transcendental<Kernel::kErf>(x);
+        return;
       case Kernel::kGelu:
         if (step.tanh_form) {
           o = gelu_tanh(x);

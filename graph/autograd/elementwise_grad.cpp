@@ -136,6 +136,11 @@ void cos_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   grads[0] = neg(mul(g, sin(fn.input(0))));
 }
 
+void erf_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const Tensor& x = fn.input(0);  // d/dx erf(x) = 2 / sqrt(pi) exp(-x^2)
+  grads[0] = mul(g, mul(exp(neg(mul(x, x))), std::numbers::inv_sqrtpi * 2));
+}
+
 void sigmoid_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   const Tensor s = sigmoid(fn.input(0));
   grads[0] = mul(g, mul(s, 1.0 - s));
@@ -154,10 +159,9 @@ void abs_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
 void gelu_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   const Tensor& x = fn.input(0);
   if (fn.ints()[0] == 0) {
-    // d/dx x Phi(x) = Phi(x) + x phi(x). The IR has no erf: Phi(x) is gelu(x) / x (the forward's
-    // own gelu, so CSE shares it), and 1/2 at x = 0.
-    const Tensor cdf =
-        where(eq(x, 0.0), scalar_tensor(0.5, x.dtype(), x.device()), div(gelu(x, "none"), x));
+    // d/dx x Phi(x) = Phi(x) + x phi(x), with Phi(x) = (1 + erf(x / sqrt(2))) / 2: elementwise
+    // ops only, so the fuser makes the whole derivative one kernel with the product by g.
+    const Tensor cdf = mul(add(erf(mul(x, 1 / std::numbers::sqrt2)), 1.0), 0.5);
     const Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 1 / std::sqrt(2 * std::numbers::pi));
     grads[0] = mul(g, add(cdf, mul(x, pdf)));
     return;
@@ -285,6 +289,7 @@ const Derivative& unary_derivative(Op op) {
   static const Derivative kAbs{"AbsBackward", abs_backward};
   static const Derivative kSin{"SinBackward", sin_backward};
   static const Derivative kCos{"CosBackward", cos_backward};
+  static const Derivative kErf{"ErfBackward", erf_backward};
   switch (op) {
     case Op::kNeg:
       return kNeg;
@@ -310,6 +315,8 @@ const Derivative& unary_derivative(Op op) {
       return kSin;
     case Op::kCos:
       return kCos;
+    case Op::kErf:
+      return kErf;
     default:
       no_derivative(op);
   }

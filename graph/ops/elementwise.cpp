@@ -209,6 +209,7 @@ Tensor relu(const Tensor& x, Loc where) {
 Tensor abs(const Tensor& x, Loc where) { return unary(Op::kAbs, x, false, where); }
 Tensor sin(const Tensor& x, Loc where) { return unary(Op::kSin, x, true, where); }
 Tensor cos(const Tensor& x, Loc where) { return unary(Op::kCos, x, true, where); }
+Tensor erf(const Tensor& x, Loc where) { return unary(Op::kErf, x, true, where); }
 Tensor silu(const Tensor& x, Loc where) {
   ops::require_defined("silu", x, "the operand", where);
   const Tensor features = is_floating(x.dtype()) ? x : cast(x, DType::kF32, where);

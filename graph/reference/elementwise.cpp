@@ -194,6 +194,8 @@ double float_math(Op op, double x, bool gelu_tanh) {
       return std::sin(x);
     case Op::kCos:
       return std::cos(x);
+    case Op::kErf:
+      return std::erf(x);
     case Op::kGelu:
       if (gelu_tanh) {
         const double k = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;  // sqrt(2 / pi)
@@ -319,6 +321,7 @@ CpuTensor evaluate_elementwise(const OpCall& call) {
     case Op::kGelu:
     case Op::kSin:
     case Op::kCos:
+    case Op::kErf:
       return unary(call);
     case Op::kLogicalNot:
       return logical_not(call);

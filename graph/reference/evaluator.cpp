@@ -43,6 +43,7 @@ CpuTensor evaluate_op(const OpCall& call) {
     case Op::kAbs:
     case Op::kSin:
     case Op::kCos:
+    case Op::kErf:
     case Op::kLogicalNot:
     case Op::kCast:
     case Op::kFill:

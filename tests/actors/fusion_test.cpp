@@ -81,6 +81,19 @@ TEST(Fusion, BroadcastingInsideTheChainStaysFused) {
             1);
 }
 
+TEST(Fusion, GeluGradientIsOneKernel) {
+  // d/dx gelu(x) = Phi(x) + x phi(x) with Phi from erf: no comparison or select to break the
+  // chain, so the derivative and its product by the incoming gradient are one kernel.
+  EXPECT_EQ(fused_kernels([] {
+              Tensor x = tensor(values(3000, 3.0f), {3000});  // 0 included
+              x.requires_grad_();
+              const Tensor w = tensor(values(3000, -1.0f), {3000});
+              sum(gelu(x) * w).backward();
+              return std::vector<Tensor>{x.grad()};
+            }),
+            1);
+}
+
 TEST(Fusion, ValuesReadTwiceOrReturnedAreStored) {
   // t is read by two ops and u is an output: each is its own kernel's result, and the ops
   // around them fuse into what is left.

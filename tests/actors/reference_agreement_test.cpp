@@ -373,6 +373,7 @@ INSTANTIATE_TEST_SUITE_P(
                     UnaryCase{"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
                     UnaryCase{"sin", [](const Tensor& x) { return sin(x); }},
                     UnaryCase{"cos", [](const Tensor& x) { return cos(x); }},
+                    UnaryCase{"erf", [](const Tensor& x) { return erf(x); }},
                     UnaryCase{"logical_not", [](const Tensor& x) { return logical_not(x); }, true}),
     [](const testing::TestParamInfo<UnaryCase>& info) { return std::string(info.param.name); });
 

@@ -1,8 +1,8 @@
 // Tests backends/cpu/attention.cpp: kScaledDotProductAttention and its backward against plain
 // double loops written here from torch's definition (softmax(q k^T * scale + mask) v and its
 // derivative), with causal, bool and added masks, broadcast batch dims, sizes that cross the
-// kernels' 64-row blocks, f32, f64 and bf16; on 1, 2 and 3 compute threads with the same bits;
-// and the errors of calls that do not fit.
+// kernels' 64-row blocks, head widths across the block products' vector tiles, f32, f64 and bf16;
+// on 1, 2 and 3 compute threads with the same bits; and the errors of calls that do not fit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -305,6 +305,19 @@ TEST(CpuAttention, CausalKeepsEarlierKeysAcrossBlocks) {
   check(c, 4, 1e-5, "causal L < S");
   c.L = 140, c.S = 70;
   check(c, 5, 1e-5, "causal L > S");
+}
+
+// Head widths the block products take in vector tiles of 16 and 8 columns with a scalar rest
+// (27 = 16 + 8 + 3, 40 = 16 + 16 + 8), and the GPT sample's heads (128 positions, width 32).
+TEST(CpuAttention, HeadWidthsAcrossTheBlockProductsTiles) {
+  Case c{{2, 2}, {2, 2}, 75, 69, 27, 40};
+  check(c, 13, 1e-5, "E = 27, Ev = 40");
+  c.causal = true;
+  check(c, 14, 1e-5, "E = 27, Ev = 40, causal");
+  Case gpt{{2, 4}, {2, 4}, 128, 128, 32, 32};
+  gpt.causal = true;
+  gpt.scale = 1 / std::sqrt(32.0);
+  check(gpt, 15, 1e-5, "GPT heads");
 }
 
 TEST(CpuAttention, BoolAndAddedMasksBroadcast) {

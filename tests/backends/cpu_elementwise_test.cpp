@@ -445,6 +445,8 @@ double unary_reference(Kernel k, double x) {
       return std::sin(x);
     case Kernel::kCos:
       return std::cos(x);
+    case Kernel::kErf:
+      return std::erf(x);
     default:
       return kNaN;
   }
@@ -469,7 +471,7 @@ INSTANTIATE_TEST_SUITE_P(CpuElementwise, FloatUnary,
                          ::testing::Values(Kernel::kNeg, Kernel::kExp, Kernel::kLog, Kernel::kSqrt,
                                            Kernel::kRsqrt, Kernel::kTanh, Kernel::kSigmoid,
                                            Kernel::kRelu, Kernel::kAbs, Kernel::kGelu, Kernel::kSin,
-                                           Kernel::kCos),
+                                           Kernel::kCos, Kernel::kErf),
                          [](const auto& info) { return std::string(kernel_name(info.param)); });
 
 TEST(CpuElementwise, GeluTanhApproximationFollowsTorchFormula) {

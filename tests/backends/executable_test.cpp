@@ -77,6 +77,7 @@ TEST(KernelName, EveryKernelHasItsOwnName) {
   }
   EXPECT_EQ(kernel_name(Kernel::kSin), "sin");
   EXPECT_EQ(kernel_name(Kernel::kTopK), "topk");
+  EXPECT_EQ(kernel_name(Kernel::kErf), "erf");
   EXPECT_EQ(kernel_name(Kernel::kScaledDotProductAttention), "scaled_dot_product_attention");
   EXPECT_EQ(kernel_name(Kernel::kScaledDotProductAttentionBackward),
             "scaled_dot_product_attention_backward");

@@ -599,6 +599,8 @@ TEST(MaskingOps, GiveTorchsShapesAndDtypes) {
   EXPECT_EQ(type_of(tril(t({2, 3, 4}, DType::kI32))), "s32[2,3,4]");
   EXPECT_EQ(type_of(triu(t({0, 5}), 2)), "f32[0,5]");
   EXPECT_EQ(type_of(sin(t({2}, DType::kI64))), "f32[2]");
+  EXPECT_EQ(type_of(erf(t({2}, DType::kI32))), "f32[2]");
+  EXPECT_EQ(type_of(erf(t({2, 3}, DType::kBF16))), "bf16[2,3]");
   EXPECT_EQ(type_of(silu(t({2}, DType::kF64))), "f64[2]");
 }
 
@@ -613,6 +615,7 @@ TEST(MaskingOps, RejectBadArguments) {
   EXPECT_SHAPE_ERROR(triu(t({})), "triu", "f32[]");
   EXPECT_SHAPE_ERROR(sin(Tensor()), "sin", "undefined");
   EXPECT_SHAPE_ERROR(cos(Tensor()), "cos", "undefined");
+  EXPECT_SHAPE_ERROR(erf(Tensor()), "erf", "undefined");
   EXPECT_SHAPE_ERROR(silu(Tensor()), "silu", "undefined");
 }
 

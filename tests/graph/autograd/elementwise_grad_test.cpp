@@ -137,7 +137,7 @@ TEST_F(ElementwiseGrad, Relu) {
 TEST_F(ElementwiseGrad, GeluWithErf) {
   std::mt19937 rng(19);
   GradArg x = random_arg(rng, {2, 5}, -4, 4);
-  x.values[0] = 0;  // where Phi(x) cannot come from gelu(x) / x
+  x.values[0] = 0;
   EXPECT_TRUE(gradients_match([](Args t) { return gelu(t[0]); }, {x}));
 }
 
@@ -176,6 +176,13 @@ TEST_F(ElementwiseGrad, SinCosAndSilu) {
   EXPECT_TRUE(gradients_match([](Args t) { return cos(t[0]); }, {x}));
   EXPECT_TRUE(gradients_match([](Args t) { return silu(t[0]); }, {x}));
   EXPECT_TRUE(gradients_match([](Args t) { return sin(t[0]) * cos(t[0]); }, {x}));
+}
+
+TEST_F(ElementwiseGrad, Erf) {
+  std::mt19937 rng(43);
+  const GradArg x = random_arg(rng, {3, 4}, -3, 3);
+  EXPECT_TRUE(gradients_match([](Args t) { return erf(t[0]); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return erf(t[0] * t[0]) * t[0]; }, {x}));
 }
 
 TEST_F(ElementwiseGrad, ClampWithScalarBounds) {

@@ -364,6 +364,7 @@ std::vector<UnaryCase> unary_cases() {
        10},
       {"cos", [](const Tensor& x) { return cos(x); }, [](double v) { return std::cos(v); }, -10,
        10},
+      {"erf", [](const Tensor& x) { return erf(x); }, [](double v) { return std::erf(v); }, -5, 5},
       {"silu", [](const Tensor& x) { return silu(x); },
        [](double v) { return v / (1 + std::exp(-v)); }, -10, 10},
   };
@@ -412,6 +413,21 @@ TEST_F(OpsValue, SinAndCosOnLongTensorsAndInBf16) {
   const Tensor t = on_device(x);
   EXPECT_TRUE(matches(sin(t) * cos(t) + 1.0, DType::kF32,
                       map(x, [](double v) { return std::sin(v) * std::cos(v) + 1; }), kTolF32));
+}
+
+// erf's f32 kernel is Eigen's vectorised approximation: blocks and scalar tails, saturation at
+// +-1 far out, bf16 computed in f32, and erf inside a fused chain.
+TEST_F(OpsValue, ErfOnLongTensorsAndInBf16) {
+  std::mt19937 rng(44);
+  const Ref x = random_ref(rng, {1037}, -6, 6);
+  const Ref xb = random_ref(rng, {3, 70}, -4, 4, DType::kBF16);
+  auto error_function = [](double v) { return std::erf(v); };
+  EXPECT_TRUE(matches(erf(on_device(x)), DType::kF32, map(x, error_function), kTolF32));
+  EXPECT_TRUE(
+      matches(erf(on_device(xb, DType::kBF16)), DType::kBF16, map(xb, error_function), kTolBf16));
+  const Tensor t = on_device(x);
+  EXPECT_TRUE(matches(erf(t * 0.5) * t + 1.0, DType::kF32,
+                      map(x, [](double v) { return std::erf(v * 0.5) * v + 1; }), kTolF32));
 }
 
 TEST_F(OpsValue, TranscendentalsOfIntegersComputeInF32) {

@@ -223,6 +223,9 @@ TEST(ReferenceElementwise, UnaryMathInDouble) {
   expect_values(g.values<double>(sigmoid(t)), s, 1e-15);
   expect_values(g.values<double>(gelu(t)), ge, 1e-14);
   expect_values(g.values<double>(gelu(t, "tanh")), gt, 1e-14);
+  std::vector<double> er;
+  for (double v : x) er.push_back(1 - std::erfc(v));
+  expect_values(g.values<double>(erf(t)), er, 1e-15);
   const Tensor positive = g.input<double>({4, 0.25, 0, -1}, {4});
   expect_values(g.values<double>(sqrt(positive)), {2, 0.5, 0, kNaN});
   expect_values(g.values<double>(rsqrt(positive)), {0.5, 2, kInf, kNaN});
