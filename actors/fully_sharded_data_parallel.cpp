@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "actors/replicas.h"
+#include "graph/autocast.h"
 #include "graph/autograd.h"
 #include "graph/autograd/function.h"
 #include "graph/collectives.h"
@@ -130,6 +131,18 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
     recursive_wrap(*module_, inner, where);
   }
   register_module(std::string(kWrapped), module_);
+  if (options_.buffer_dtype) {
+    const NoGradGuard no_grad;
+    auto cast_buffers = [&](auto& self, nn::Module& at) -> void {
+      for (const auto& [name, t] : at.own_buffers()) {
+        if (t.defined() && is_floating(t.dtype()) && t.dtype() != *options_.buffer_dtype) {
+          at.replace_buffer(name, cast(t, *options_.buffer_dtype, where), where);
+        }
+      }
+      for (const auto& [name, child] : at.named_children()) self(self, *child);
+    };
+    cast_buffers(cast_buffers, *module_);
+  }
 
   // Every parameter slot of the wrapped tree outside nested units, tied ones as one.
   std::vector<Slot> slots;
@@ -365,6 +378,8 @@ struct UnitContext {
   Tensor input;
   std::vector<Tensor> shards;
   std::unordered_map<int, RngState> rng;
+  bool autocast = false;  // the autocast state the first run had (backward runs outside it)
+  DType autocast_dtype = DType::kBF16;
   // Kept: the first run, with its recorded graph.
   Tensor output;
   Tensor own_input;
@@ -400,6 +415,18 @@ struct FsdpUnitBackward {
         std::unordered_map<int, RngState>& now;
         ~RestoreRng() { trace.set_rng_states(std::move(now)); }
       } restore{trace, now};
+      const bool autocast_now = is_autocast_enabled();
+      const DType autocast_dtype_now = get_autocast_dtype();
+      set_autocast_dtype(ctx.autocast_dtype);
+      set_autocast_enabled(ctx.autocast);
+      struct RestoreAutocast {
+        bool enabled;
+        DType dtype;
+        ~RestoreAutocast() {
+          set_autocast_enabled(enabled);
+          set_autocast_dtype(dtype);
+        }
+      } restore_autocast{autocast_now, autocast_dtype_now};
       AutoGradMode grad_mode(true);
       FullyShardedDataParallel::Pass pass =
           unit.run(barrier[0], std::vector<Tensor>(barrier.begin() + 1, barrier.end() - 1),
@@ -451,7 +478,11 @@ Tensor FullyShardedDataParallel::forward(const Tensor& input) {
   ctx->input_needs_grad = input.requires_grad();
   ctx->num_shards = own.size();
   ctx->where = where_;
-  if (ctx->recompute) ctx->rng = TraceContext::current().rng_states();
+  if (ctx->recompute) {
+    ctx->rng = TraceContext::current().rng_states();
+    ctx->autocast = is_autocast_enabled();
+    ctx->autocast_dtype = get_autocast_dtype();
+  }
   const uint64_t first_recorded = GradFn::peek_sequence_nr();
   Pass pass = run(input, own, ctx->input_needs_grad);
   if (!pass.output.defined())

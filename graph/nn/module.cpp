@@ -121,6 +121,17 @@ void Module::replace_parameter(const std::string& name, Tensor value, std::sourc
                   where.file_name(), where.line()));
 }
 
+void Module::replace_buffer(const std::string& name, Tensor value, std::source_location where) {
+  for (auto& [own, tensor] : buffers_) {
+    if (own == name) {
+      tensor = std::move(value);
+      return;
+    }
+  }
+  throw StateDictError(fmt::format("replace_buffer: this module has no buffer \"{}\" (at {}:{})",
+                                   name, where.file_name(), where.line()));
+}
+
 void Module::replace_module(const std::string& name, std::shared_ptr<Module> module,
                             std::source_location where) {
   for (auto& [own, child] : children_) {

@@ -89,6 +89,12 @@ class Module {
   /// set_parameter it checks nothing but the name.
   void replace_parameter(const std::string& name, Tensor value,
                          std::source_location where = std::source_location::current());
+  /// This module's own buffers by name (not its submodules').
+  [[nodiscard]] const StateDict& own_buffers() const noexcept { return buffers_; }
+  /// Puts `value` (any shape or dtype) in this module's buffer slot `name`: a wrapper casting
+  /// buffers (FullyShardedDataParallel's buffer_dtype). Checks nothing but the name.
+  void replace_buffer(const std::string& name, Tensor value,
+                      std::source_location where = std::source_location::current());
   /// Puts `module` where submodule `name` was (an auto-wrap policy wrapping it); it is what
   /// forward reaches only for modules that call their children through named_children(), as
   /// Sequential does.

@@ -58,7 +58,8 @@ std::pair<Tensor, Tensor> batch(int64_t step, int64_t first, int64_t rows, int64
   return {tensor(x, Shape({rows, t}), device), tensor(y, Shape({rows, t}), device)};
 }
 
-Tensor loss_of(nn::Module& model, const Tensor& x, const Tensor& y) {
+Tensor loss_of(nn::Module& model, const Tensor& x, const Tensor& y, bool bf16 = false) {
+  const autocast region(x.device(), DType::kBF16, bf16);
   const Tensor logits = model(x);
   const int64_t rows = x.size(0) * x.size(1);
   return nn::cross_entropy(reshape(logits, {rows, 256}), reshape(y, {rows}));
@@ -91,19 +92,30 @@ struct Training {
 };
 
 constexpr int kSteps = 20;
+// Under autocast the 4-replica and one-device losses differed by at most 7e-5 (relative) over the
+// 20 steps; with bf16 parameters (compute_dtype, whose loss is a bf16 value, resolution 2^-8) by
+// at most 2e-3.
+constexpr double kBf16Tolerance = 5e-4;
+constexpr double kBf16ComputeTolerance = 1e-2;
 
 // Trains the small GPT for kSteps AdamW steps with clipping on one device, the whole global
 // batch at once.
-Training train_one_device() {
+// How a run trains: autocast on the forward pass and loss, checkpointed blocks.
+struct Mode {
+  bool autocast = false;
+  bool checkpoint_activations = false;
+};
+
+Training train_one_device(Mode mode = {}) {
   Training run;
   const Device device = xla_device();
   set_rng_state(kSeed, device);
-  Gpt model(small_gpt(), device);
+  Gpt model(small_gpt(), device);  // never checkpointed: the reference
   optim::AdamW optimizer(model.parameters(), {.lr = 3e-3});
   for (int64_t step = 0; step < kSteps; ++step) {
     const auto [x, y] = batch(step, 0, kRowsPerReplica * kReplicas, small_gpt().block_size, device);
     optimizer.zero_grad();
-    const Tensor loss = loss_of(model, x, y);
+    const Tensor loss = loss_of(model, x, y, mode.autocast);
     loss.backward();
     const Tensor norm = optim::clip_grad_norm_(optimizer.params(), 0.5);
     optimizer.step();
@@ -118,20 +130,26 @@ Training train_one_device() {
 
 // The same on kReplicas replicas with FSDP, each on its own rows: the global loss is the mean of
 // the replicas' losses.
-std::vector<Training> train_fsdp(const FsdpOptions& options) {
+std::vector<Training> train_fsdp(const FsdpOptions& options, Mode mode = {}) {
   std::vector<Training> runs(kReplicas);
   spawn([&](int r) {
     const Device device = xla_device();
     set_rng_state(kSeed, device);
     auto fsdp = std::make_shared<FullyShardedDataParallel>(
-        std::make_shared<Gpt>(small_gpt(), device), options);
+        std::make_shared<Gpt>(GptConfig{.block_size = small_gpt().block_size,
+                                        .n_layer = small_gpt().n_layer,
+                                        .n_head = small_gpt().n_head,
+                                        .n_embd = small_gpt().n_embd,
+                                        .checkpoint_activations = mode.checkpoint_activations},
+                              device),
+        options);
     optim::AdamW optimizer(fsdp->parameters(), {.lr = 3e-3});
     Training& run = runs[static_cast<std::size_t>(r)];
     for (int64_t step = 0; step < kSteps; ++step) {
       const auto [x, y] =
           batch(step, r * kRowsPerReplica, kRowsPerReplica, small_gpt().block_size, device);
       optimizer.zero_grad();
-      const Tensor loss = loss_of(*fsdp, x, y);
+      const Tensor loss = loss_of(*fsdp, x, y, mode.autocast);
       loss.backward();
       const Tensor norm = fsdp->clip_grad_norm_(0.5);
       optimizer.step();
@@ -145,18 +163,20 @@ std::vector<Training> train_fsdp(const FsdpOptions& options) {
   return runs;
 }
 
-void expect_same_losses(const Training& one, const std::vector<Training>& fsdp) {
+void expect_same_losses(const Training& one, const std::vector<Training>& fsdp,
+                        double tolerance = 1e-5) {
   for (int step = 0; step < kSteps; ++step) {
     double mean = 0;
     for (const Training& run : fsdp) mean += run.losses[static_cast<std::size_t>(step)];
     mean /= kReplicas;
     const double want = one.losses[static_cast<std::size_t>(step)];
-    EXPECT_LE(std::abs(mean - want), 1e-5 * std::abs(want))
+    EXPECT_LE(std::abs(mean - want), tolerance * std::abs(want))
         << "step " << step << ": FSDP " << mean << ", one device " << want;
     // Every replica's norm over the shards is the whole gradient's (averaged over replicas).
     const double want_norm = one.norms[static_cast<std::size_t>(step)];
     for (const Training& run : fsdp) {
-      EXPECT_LE(std::abs(run.norms[static_cast<std::size_t>(step)] - want_norm), 1e-4 * want_norm)
+      EXPECT_LE(std::abs(run.norms[static_cast<std::size_t>(step)] - want_norm),
+                std::max(1e-4, 10 * tolerance) * want_norm)
           << "step " << step;
     }
   }
@@ -186,6 +206,48 @@ TEST_F(Fsdp, ParametersShardedOneByOneAndOnDim0MatchOneDevice) {
   expect_same_losses(one, train_fsdp(nested({.flatten_parameters = false})));
   expect_same_losses(
       one, train_fsdp(nested({.flatten_parameters = false, .shard_param_on_dim_0 = true})));
+}
+
+TEST_F(Fsdp, CheckpointedBlocksInsideUnitsMatchOneDevice) {
+  // The policy wraps each GptBlock inside its CheckpointModule.
+  expect_same_losses(train_one_device(), train_fsdp(nested(), {.checkpoint_activations = true}));
+}
+
+TEST_F(Fsdp, UnderAutocastMatchesOneDeviceUnderAutocast) {
+  // bf16 matmuls round each replica's partial gradients where one device rounds the whole
+  // batch's, so the runs agree to bf16's precision, not f32's.
+  const Training one = train_one_device({.autocast = true});
+  expect_same_losses(one, train_fsdp(nested(), {.autocast = true}), kBf16Tolerance);
+}
+
+TEST_F(Fsdp, ComputeDtypeBf16TrainsOnF32ShardsCloseToF32) {
+  const Training one = train_one_device();
+  const std::vector<Training> fsdp = train_fsdp(nested({.compute_dtype = DType::kBF16}));
+  expect_same_losses(one, fsdp, kBf16ComputeTolerance);
+  spawn([&](int) {
+    FullyShardedDataParallel unit(std::make_shared<Gpt>(small_gpt(), xla_device()),
+                                  {.compute_dtype = DType::kBF16});
+    for (const Tensor& p : unit.parameters()) EXPECT_EQ(p.dtype(), DType::kF32);
+    for (const auto& [name, t] : unit.full_parameters()) EXPECT_EQ(t.dtype(), DType::kBF16) << name;
+  });
+}
+
+TEST_F(Fsdp, BufferDtypeCastsFloatingBuffersOnceAndNamesFollowTorchXla) {
+  auto model = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(1, 2, std::vector<int64_t>{3, 3}),
+      std::make_shared<nn::BatchNorm2d>(2)});
+  const FullyShardedDataParallel fsdp(model, {.buffer_dtype = DType::kBF16});
+  std::vector<std::string> names;
+  for (const auto& [name, t] : fsdp.state_dict()) {
+    names.push_back(name);
+    if (name.ends_with("running_mean") || name.ends_with("running_var")) {
+      EXPECT_EQ(t.dtype(), DType::kBF16) << name;
+    }
+    if (name.ends_with("num_batches_tracked")) EXPECT_EQ(t.dtype(), DType::kI64);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"flat_param_0", "_fsdp_wrapped_module.1.running_mean",
+                                             "_fsdp_wrapped_module.1.running_var",
+                                             "_fsdp_wrapped_module.1.num_batches_tracked"}));
 }
 
 TEST_F(Fsdp, ShardsGatherBackToTheOriginalParameters) {
