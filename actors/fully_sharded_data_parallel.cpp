@@ -223,9 +223,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
       padded = parts.size() == 1 ? parts[0] : cat(parts, 0, where);
       shard_rows = flat->padded_numel / world;
     }
-    // Block r of the master's (replica 0's) padded value to replica r: all_to_all sends every
-    // replica's block r to it, and it keeps the first. The graph is the same on every replica
-    // (a slice at the rank would not be), and replicas that initialised apart start alike.
+    // Block r of the padded value, picked by index_select with the rank as device data: a
+    // slice at the rank would make each replica's graph another (its bounds are attributes),
+    // and graphs with collectives must agree; the rank's value does not enter the graph's hash.
     Tensor shard;
     if (world == 1) {
       shard = padded.detach();
@@ -233,9 +233,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
       std::vector<int64_t> blocks = dims_of(padded);
       blocks[0] = shard_rows;
       blocks.insert(blocks.begin(), world);
-      const Tensor arrived = all_to_all(reshape(padded, blocks, where), 0, 0, world, {}, where);
+      const Tensor rank = tensor(std::vector<int64_t>{rank_}, Shape({1}), padded.device());
+      const Tensor picked = index_select(reshape(padded, blocks, where), 0, rank, where);
       blocks.erase(blocks.begin());
-      shard = reshape(slice(arrived, 0, 0, 1, 1, where), blocks, where).detach();
+      shard = reshape(picked, blocks, where).detach();
     }
     register_parameter(fmt::format("flat_param_{}", flats_.size()), shard);
     flats_.push_back(std::move(flat));
