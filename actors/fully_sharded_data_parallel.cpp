@@ -1,6 +1,7 @@
 // actors: FullyShardedDataParallel — sharding a module's parameters at wrapping, gathering them
-// around its forward (with an all-gather whose derivative is the averaging reduce-scatter), nested
-// units by auto-wrap policy, the global gradient norm over shards, and the shard metadata.
+// around its forward, its backward (run again on a new gather when resharded) reduce-scattering
+// the averaged gradients, nested units by auto-wrap policy, the global gradient norm over shards,
+// and the shard metadata.
 #include "actors/fully_sharded_data_parallel.h"
 
 #include <fmt/format.h>
@@ -17,7 +18,6 @@
 #include "graph/autograd/function.h"
 #include "graph/collectives.h"
 #include "graph/device.h"
-#include "graph/nn/checkpoint.h"
 #include "graph/ops.h"
 #include "graph/ops/op_util.h"
 #include "graph/trace_context.h"
@@ -81,8 +81,9 @@ void recursive_wrap(nn::Module& m, const FsdpOptions& inner, std::source_locatio
       recursive_wrap(*child, inner, where);
     }
     if (inner.auto_wrap_policy(*child, false, unwrapped_numel(*child))) {
-      m.replace_module(name, std::make_shared<FullyShardedDataParallel>(child, inner, where),
-                       where);
+      FsdpOptions unit = inner;
+      unit.auto_wrap_policy = nullptr;  // its children are wrapped already
+      m.replace_module(name, std::make_shared<FullyShardedDataParallel>(child, unit, where), where);
     }
   }
 }
@@ -127,8 +128,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
               where);
   }
   if (options_.auto_wrap_policy) {
-    FsdpOptions inner = options_;
-    recursive_wrap(*module_, inner, where);
+    recursive_wrap(*module_, options_, where);
   }
   register_module(std::string(kWrapped), module_);
   if (options_.buffer_dtype) {
@@ -294,7 +294,9 @@ std::vector<Tensor> FullyShardedDataParallel::reduce_gradients(std::span<const T
       std::vector<int64_t> pad{flat->padded_numel - have};
       if (flat->dim_0) {
         pad = dims_of(last);
-        pad[0] = (flat->padded_numel - have) / (last.numel() / last.size(0));
+        int64_t row = 1;
+        for (std::size_t d = 1; d < pad.size(); ++d) row *= pad[d];
+        pad[0] = row == 0 ? 0 : (flat->padded_numel - have) / row;
       }
       parts.push_back(zeros(Shape(pad), last.dtype(), last.device(), where_));
     }
