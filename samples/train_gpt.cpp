@@ -22,6 +22,7 @@
 #include "io/data_loader.h"
 #include "io/formats/safetensors.h"
 #include "io/parallel_loader.h"
+#include "io/sharded_checkpoint.h"
 #include "samples/char_corpus.h"
 #include "samples/char_dataset.h"
 #include "samples/gpt_model.h"
@@ -57,6 +58,7 @@ struct Flags {
   std::string data_dir = kFortunesDir;
   bool checkpoint_activations = false;
   std::string amp = "none";  // "bf16": forward and loss in an autocast region
+  bool fsdp = false;         // FullyShardedDataParallel, each block a unit of its own
 };
 
 // Appends JSON lines to logdir/train_gpt.jsonl (from the master replica only).
@@ -96,24 +98,29 @@ std::pair<Tensor, Tensor> batch_on(const std::vector<uint8_t>& split, int64_t in
 
 // The forward pass and the loss, in a bf16 autocast region with --amp bf16 (backward() traces
 // outside it, in the dtypes the forward pass used; parameters and their gradients stay f32).
-Tensor loss_of(Gpt& model, const Tensor& inputs, const Tensor& targets, const Flags& flags) {
+Tensor loss_of(nn::Module& model, const Tensor& inputs, const Tensor& targets, const Flags& flags) {
   const autocast region(inputs.device(), DType::kBF16, flags.amp == "bf16");
   const Tensor logits = model(inputs);
   const int64_t rows = inputs.size(0) * inputs.size(1);
-  return nn::cross_entropy(reshape(logits, {rows, model.config().vocab_size}),
+  return nn::cross_entropy(reshape(logits, {rows, GptConfig{}.vocab_size}),
                            reshape(targets, {rows}));
 }
 
 // The validation loss: the mean over batches 0 … eval_iters−1 of the validation split (unshuffled),
 // shared among the replicas (replica r evaluates batches r, r + world, ...). The sum accumulates
 // on the device; one value is read at the end.
-double validation_loss(Gpt& model, const std::vector<uint8_t>& val, const Flags& flags,
+double validation_loss(nn::Module& model, const std::vector<uint8_t>& val, const Flags& flags,
                        Device device) {
   model.eval();
   const NoGradGuard no_grad;
   Tensor total = zeros(Shape{}, DType::kF32, device);
   int64_t batches = 0;
-  for (int64_t k = global_ordinal(); k < flags.eval_iters; k += world_size()) {
+  // Under FSDP every replica's forward gathers with the others: each evaluates as many batches,
+  // eval_iters rounded up to a multiple of the replicas.
+  const int64_t world = world_size();
+  const int64_t iters =
+      flags.fsdp ? (flags.eval_iters + world - 1) / world * world : flags.eval_iters;
+  for (int64_t k = global_ordinal(); k < iters; k += world) {
     const auto [inputs, targets] = batch_on(val, k, flags, device);
     total = total + loss_of(model, inputs, targets, flags);
     ++batches;
@@ -133,11 +140,11 @@ double validation_loss(Gpt& model, const std::vector<uint8_t>& val, const Flags&
 // N bytes generated from a newline with temperature and top-k, one graph for every position:
 // the context is always block_size long (padded at the end, which causal attention never lets
 // earlier positions see) and the position read is an index tensor, not a traced constant.
-std::string generate(Gpt& model, const Flags& flags, Device device) {
+std::string generate(nn::Module& model, const Flags& flags, Device device) {
   model.eval();
   const NoGradGuard no_grad;
   const int64_t block = flags.block_size;
-  const int64_t vocab = model.config().vocab_size;
+  const int64_t vocab = GptConfig{}.vocab_size;
   const int64_t k = flags.top_k > 0 ? std::min(flags.top_k, vocab) : vocab;
   std::vector<int64_t> context{'\n'};
   std::string text;
@@ -202,13 +209,28 @@ void train_replica(const Flags& flags,
   const int ordinal = global_ordinal();
   const Device device = xla_device();
   set_rng_state(flags.seed, device);
-  Gpt model(GptConfig{.block_size = flags.block_size,
-                      .n_layer = flags.n_layer,
-                      .n_head = flags.n_head,
-                      .n_embd = flags.n_embd,
-                      .checkpoint_activations = flags.checkpoint_activations},
-            device);
-  if (!flags.init.empty()) load_weights(model, flags.init, device);
+  auto gpt =
+      std::make_shared<Gpt>(GptConfig{.block_size = flags.block_size,
+                                      .n_layer = flags.n_layer,
+                                      .n_head = flags.n_head,
+                                      .n_embd = flags.n_embd,
+                                      .checkpoint_activations = flags.checkpoint_activations},
+                            device);
+  if (!flags.init.empty()) load_weights(*gpt, flags.init, device);
+  // With --fsdp each replica keeps 1/N of every parameter, sharded along dim 0 so that matrices
+  // stay matrices (the weight-decay groups below go by dims); each block is a unit of its own.
+  std::shared_ptr<FullyShardedDataParallel> fsdp;
+  if (flags.fsdp) {
+    // The initial values, then the shards, each computed on its own: one graph computing the
+    // whole model, its shards and the first step would hold all of it at once.
+    mark_step();
+    fsdp = std::make_shared<FullyShardedDataParallel>(
+        gpt, FsdpOptions{.flatten_parameters = false,
+                         .shard_param_on_dim_0 = true,
+                         .auto_wrap_policy = transformer_auto_wrap_policy<GptBlock>()});
+  }
+  if (fsdp) mark_step();
+  nn::Module& model = fsdp ? static_cast<nn::Module&>(*fsdp) : *gpt;
   // Weight decay on matrices and embeddings (≥ 2 dims), none on biases and LayerNorms.
   std::vector<Tensor> decayed, undecayed;
   for (const auto& [name, p] : model.named_parameters()) {
@@ -258,14 +280,18 @@ void train_replica(const Flags& flags,
     optimizer.zero_grad();
     loss = loss_of(model, inputs, targets, flags);
     loss.backward();
-    if (world > 1) {  // as torch_xla's xm.reduce_gradients: clipping needs the averaged gradient
+    if (world > 1 && !fsdp) {  // as xm.reduce_gradients: clipping needs the averaged gradient
       const NoGradGuard no_grad;
       std::vector<Tensor> grads;
       for (const Tensor& p : params) grads.push_back(p.grad());
       const std::vector<Tensor> averaged = all_reduce(ReduceType::kSum, grads, 1.0 / world);
       for (std::size_t i = 0; i < params.size(); ++i) params[i].set_grad(averaged[i]);
     }
-    if (flags.grad_clip > 0) (void)optim::clip_grad_norm_(params, flags.grad_clip);
+    if (flags.grad_clip > 0) {
+      // Under FSDP each replica holds shards of averaged gradients: the norm is the job's.
+      (void)(fsdp ? fsdp->clip_grad_norm_(flags.grad_clip)
+                  : optim::clip_grad_norm_(params, flags.grad_clip));
+    }
     optimizer.step();
     // Added before the step is marked, so it runs once this step's device work is done.
     if (flags.log_steps > 0 && (step % flags.log_steps == 0 || step == 1)) {
@@ -317,7 +343,24 @@ void train_replica(const Flags& flags,
   const int64_t timed_steps = flags.max_steps - warm;
   const double final_loss = loss.defined() ? loss.item() : 0;
   const int64_t compiles = counter_value("UncachedCompile").value_or(0);
-  if (!flags.save.empty()) save_weights(model, flags.save);
+  if (!flags.save.empty()) {
+    if (fsdp) {
+      // Every replica's shards, then the master puts them together into the model's file.
+      const std::filesystem::path shards = flags.save + ".shards";
+      if (is_master_ordinal(/*local=*/false)) std::filesystem::create_directories(shards);
+      rendezvous("train_gpt shards dir");
+      save(fsdp->sharded_checkpoint(),
+           shards / fmt::format("rank-{}-of-{}.ckpt", global_ordinal(), world),
+           /*master_only=*/false);
+      if (is_master_ordinal(/*local=*/false)) {
+        (void)consolidate_sharded_checkpoints((shards / "rank-").string(),
+                                              fmt::format("*-of-{}.ckpt", world), flags.save);
+      }
+      rendezvous("train_gpt consolidated");
+    } else {
+      save_weights(model, flags.save);
+    }
+  }
   std::string text;
   if (flags.sample > 0) text = generate(model, flags, device);
   const MemoryInfo memory = get_memory_info(device);
@@ -398,6 +441,9 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", flags.temperature)->check(CLI::PositiveNumber);
   app.add_option("--top_k", flags.top_k, "sample among the k likeliest bytes (0: all)");
   app.add_option("--data_dir", flags.data_dir, "the directory of fortune files");
+  app.add_flag("--fsdp", flags.fsdp,
+               "FullyShardedDataParallel: parameters, gradients and AdamW state sharded 1/N, each "
+               "block gathered around its forward and again for its backward");
   app.add_flag("--checkpoint_activations", flags.checkpoint_activations,
                "recompute each block's activations in the backward pass instead of keeping them");
   app.add_option("--amp", flags.amp,

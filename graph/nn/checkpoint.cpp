@@ -5,11 +5,14 @@
 
 namespace axle::utils {
 
-CheckpointModule::CheckpointModule(std::shared_ptr<nn::Module> module)
-    : module_(register_module("", std::move(module))) {}  // "": the names stay the module's
+CheckpointModule::CheckpointModule(std::shared_ptr<nn::Module> module) {
+  register_module("", std::move(module));  // "": the names stay the module's
+}
 
 Tensor CheckpointModule::forward(const Tensor& input) {
-  nn::Module* module = module_.get();
+  // Through the child list, so a wrapper put in the module's place (an FSDP auto-wrap policy,
+  // Module::replace_module) is what runs.
+  nn::Module* module = named_children().front().second.get();
   return checkpoint([module](const Tensor& x) { return module->forward(x); }, input);
 }
 

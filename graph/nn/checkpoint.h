@@ -42,10 +42,10 @@ class CheckpointModule : public nn::Module {
  public:
   explicit CheckpointModule(std::shared_ptr<nn::Module> module);
   Tensor forward(const Tensor& input) override;
-  [[nodiscard]] const std::shared_ptr<nn::Module>& module() const noexcept { return module_; }
-
- private:
-  std::shared_ptr<nn::Module> module_;
+  /// The module checkpointed (or what replace_module put in its place).
+  [[nodiscard]] const std::shared_ptr<nn::Module>& module() const noexcept {
+    return named_children().front().second;
+  }
 };
 
 /// `module` with its forward checkpointed, as torch_xla's checkpoint_module: put it where the

@@ -109,6 +109,43 @@ void Module::set_parameter(const std::string& name, const Tensor& value,
                                    name, where.file_name(), where.line()));
 }
 
+void Module::replace_parameter(const std::string& name, Tensor value, std::source_location where) {
+  for (auto& [own, tensor] : parameters_) {
+    if (own == name) {
+      tensor = std::move(value);
+      return;
+    }
+  }
+  throw StateDictError(
+      fmt::format("replace_parameter: this module has no parameter \"{}\" (at {}:{})", name,
+                  where.file_name(), where.line()));
+}
+
+void Module::replace_buffer(const std::string& name, Tensor value, std::source_location where) {
+  for (auto& [own, tensor] : buffers_) {
+    if (own == name) {
+      tensor = std::move(value);
+      return;
+    }
+  }
+  throw StateDictError(fmt::format("replace_buffer: this module has no buffer \"{}\" (at {}:{})",
+                                   name, where.file_name(), where.line()));
+}
+
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> module,
+                            std::source_location where) {
+  for (auto& [own, child] : children_) {
+    if (own == name && module) {
+      child = std::move(module);
+      return;
+    }
+  }
+  throw StateDictError(fmt::format(
+      "replace_module: {} (at {}:{})",
+      module ? "this module has no submodule \"" + name + "\"" : std::string("the module is null"),
+      where.file_name(), where.line()));
+}
+
 std::size_t Module::register_parameter(std::string name, Tensor value, bool requires_grad) {
   if (value.defined() && requires_grad) value.requires_grad_();
   parameters_.emplace_back(std::move(name), std::move(value));

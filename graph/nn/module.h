@@ -80,6 +80,27 @@ class Module {
   void set_parameter(const std::string& name, const Tensor& value,
                      std::source_location where = std::source_location::current());
 
+  /// This module's own parameters by name (not its submodules'), including optional ones
+  /// registered as undefined, as torch's named_parameters(recurse=False).
+  [[nodiscard]] const StateDict& own_parameters() const noexcept { return parameters_; }
+  /// Puts `value` (any shape, or undefined) in this module's parameter slot `name`, for wrappers
+  /// that keep a parameter's storage elsewhere: FullyShardedDataParallel leaves the slot
+  /// undefined and fills it with the gathered value only while the module runs. Unlike
+  /// set_parameter it checks nothing but the name.
+  void replace_parameter(const std::string& name, Tensor value,
+                         std::source_location where = std::source_location::current());
+  /// This module's own buffers by name (not its submodules').
+  [[nodiscard]] const StateDict& own_buffers() const noexcept { return buffers_; }
+  /// Puts `value` (any shape or dtype) in this module's buffer slot `name`: a wrapper casting
+  /// buffers (FullyShardedDataParallel's buffer_dtype). Checks nothing but the name.
+  void replace_buffer(const std::string& name, Tensor value,
+                      std::source_location where = std::source_location::current());
+  /// Puts `module` where submodule `name` was (an auto-wrap policy wrapping it); it is what
+  /// forward reaches only for modules that call their children through named_children(), as
+  /// Sequential does.
+  void replace_module(const std::string& name, std::shared_ptr<Module> module,
+                      std::source_location where = std::source_location::current());
+
  protected:
   /// Registers a parameter (marked requires_grad when `requires_grad`); returns its index for
   /// parameter().

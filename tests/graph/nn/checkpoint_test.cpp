@@ -238,6 +238,14 @@ TEST_F(Checkpoint, TransformerBlockModuleGivesThePlainGradients) {
   EXPECT_FALSE(block->is_training());
 }
 
+TEST_F(Checkpoint, ModuleRunsWhatReplaceModulePutInItsPlace) {
+  const auto checkpointed = utils::checkpoint_module(std::make_shared<nn::Linear>(2, 2));
+  checkpointed->replace_module("", std::make_shared<nn::ReLU>());
+  EXPECT_NE(dynamic_cast<nn::ReLU*>(checkpointed->module().get()), nullptr);
+  const Tensor x = tensor(std::vector<float>{-1, 2}, Shape({1, 2}));
+  EXPECT_EQ((*checkpointed)(x).to_vector<float>(), (std::vector<float>{0, 2}));
+}
+
 TEST_F(Checkpoint, RecomputationDrawsTheForwardsRandomNumbers) {
   std::mt19937 rng(7);
   const Tensor x = f64_tensor(uniform_values(rng, 64), {8, 8});

@@ -186,6 +186,31 @@ TEST_F(Module, SetParameterRejectsAnotherShapeOrAnUnknownName) {
   EXPECT_TRUE(contains(what, "\"kernel\"")) << what;
 }
 
+TEST_F(Module, ReplaceParameterTakesAnyValueAndLeavesAnUndefinedOneOutOfTheLists) {
+  Net net;
+  EXPECT_EQ(names(net.fc1->own_parameters()), (std::vector<std::string>{"weight", "bias"}));
+  net.fc1->replace_parameter("weight", Tensor());
+  EXPECT_EQ(names(net.named_parameters()),
+            (std::vector<std::string>{"scale", "fc1.bias", "fc2.weight", "fc2.bias"}));
+  net.fc1->replace_parameter("weight", ones({7}));  // no shape check: a wrapper's business
+  EXPECT_EQ(net.fc1->weight().numel(), 7);
+  EXPECT_THROW(net.fc1->replace_parameter("nope", ones({1})), nn::StateDictError);
+}
+
+TEST_F(Module, ReplaceBufferAndReplaceModuleSwapWhatTheSlotHolds) {
+  Net net;
+  net.replace_buffer("calls", ones({3}, DType::kF64));
+  EXPECT_EQ(net.own_buffers()[0].second.dtype(), DType::kF64);
+  EXPECT_THROW(net.replace_buffer("nope", ones({1})), nn::StateDictError);
+  nn::Sequential seq({std::make_shared<nn::Linear>(2, 2), std::make_shared<nn::ReLU>()});
+  seq.replace_module("0", std::make_shared<nn::ReLU>());
+  const Tensor x = tensor(std::vector<float>{-1, 2}, Shape({1, 2}));
+  EXPECT_EQ(seq(x).to_vector<float>(), (std::vector<float>{0, 2}));  // Sequential runs the new one
+  EXPECT_TRUE(seq.named_parameters().empty());
+  EXPECT_THROW(seq.replace_module("5", std::make_shared<nn::ReLU>()), nn::StateDictError);
+  EXPECT_THROW(seq.replace_module("0", nullptr), nn::StateDictError);
+}
+
 TEST_F(Module, TrainAndEvalReachEveryModuleOfTheTree) {
   auto inner = std::make_shared<nn::Sequential>(
       std::vector<std::shared_ptr<nn::Module>>{std::make_shared<nn::Dropout>(0.5)});
