@@ -1,34 +1,104 @@
 // actors: gradient averaging and parameter broadcast across replicas.
 #include "actors/data_parallel.h"
 
+#include <algorithm>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 
 #include "actors/api.h"
+#include "engine/dtype.h"
 #include "graph/autograd.h"
 #include "graph/device.h"
 #include "graph/ops.h"
 
 namespace axle {
+namespace {
+
+// For each parameter a DistributedDataParallel averaged, the gradient it left in grad(). Keyed
+// by TensorImpl: the DDP holds its parameters, and forgets them when it goes away.
+struct AveragedGrads {
+  std::mutex mutex;
+  std::unordered_map<const TensorImpl*, const TensorImpl*> grad_of;
+};
+
+AveragedGrads& averaged_grads() {
+  static AveragedGrads registry;
+  return registry;
+}
+
+}  // namespace
+
+namespace detail {
+
+void note_averaged_grad(const Tensor& param, const Tensor& grad) {
+  AveragedGrads& registry = averaged_grads();
+  const std::scoped_lock lock(registry.mutex);
+  registry.grad_of[param.impl()] = grad.impl();
+}
+
+void forget_averaged_grad(const Tensor& param) noexcept {
+  AveragedGrads& registry = averaged_grads();
+  const std::scoped_lock lock(registry.mutex);
+  registry.grad_of.erase(param.impl());
+}
+
+bool grad_is_averaged(const Tensor& param) {
+  const Tensor grad = param.grad();
+  if (!grad.defined()) return false;
+  AveragedGrads& registry = averaged_grads();
+  const std::scoped_lock lock(registry.mutex);
+  const auto it = registry.grad_of.find(param.impl());
+  return it != registry.grad_of.end() && it->second == grad.impl();
+}
+
+}  // namespace detail
+
+std::vector<std::vector<std::size_t>> gradient_buckets(const std::vector<Tensor>& tensors,
+                                                       std::size_t cap_bytes) {
+  std::vector<std::vector<std::size_t>> closed;
+  std::map<DType, std::pair<std::vector<std::size_t>, std::size_t>> open;  // members, bytes
+  for (std::size_t k = tensors.size(); k-- > 0;) {
+    const std::size_t bytes =
+        static_cast<std::size_t>(tensors[k].numel()) * dtype_size(tensors[k].dtype());
+    auto& [members, filled] = open[tensors[k].dtype()];
+    if (!members.empty() && filled + bytes > cap_bytes) {
+      closed.push_back(std::move(members));
+      members.clear();
+      filled = 0;
+    }
+    members.push_back(k);
+    filled += bytes;
+  }
+  for (auto& [dtype, bucket] : open) {
+    if (!bucket.first.empty()) closed.push_back(std::move(bucket.first));
+  }
+  // In the order backward fills them: by their first member, last parameter first.
+  std::ranges::sort(closed, [](const auto& a, const auto& b) { return a.front() > b.front(); });
+  return closed;
+}
 
 void optimizer_step(optim::Optimizer& optimizer, bool barrier, const ReplicaGroups& groups,
                     std::source_location where) {
   if (replica_world_size() > 1) {
     std::vector<Tensor> with_grad;
-    std::vector<Tensor> grads;
     for (const Tensor& param : optimizer.params()) {
-      if (param.grad().defined()) {
-        with_grad.push_back(param);
-        grads.push_back(param.grad());
-      }
+      if (param.grad().defined() && !detail::grad_is_averaged(param)) with_grad.push_back(param);
     }
-    if (!grads.empty()) {
+    if (!with_grad.empty()) {
       const auto members =
           groups.empty() ? replica_world_size() : static_cast<int>(groups.front().size());
       const NoGradGuard no_grad;
-      std::vector<Tensor> averaged =
-          all_reduce(ReduceType::kSum, grads, 1.0 / members, groups, where);
-      for (std::size_t i = 0; i < with_grad.size(); ++i) {
-        with_grad[i].set_grad(averaged[i], where);
+      const auto cap = static_cast<std::size_t>(kDefaultBucketCapMb * 1024 * 1024);
+      for (const std::vector<std::size_t>& bucket : gradient_buckets(with_grad, cap)) {
+        std::vector<Tensor> grads;
+        grads.reserve(bucket.size());
+        for (std::size_t i : bucket) grads.push_back(with_grad[i].grad());
+        std::vector<Tensor> averaged =
+            all_reduce(ReduceType::kSum, grads, 1.0 / members, groups, where);
+        for (std::size_t k = 0; k < bucket.size(); ++k) {
+          with_grad[bucket[k]].set_grad(averaged[k], where);
+        }
       }
     }
   }
@@ -36,30 +106,36 @@ void optimizer_step(optim::Optimizer& optimizer, bool barrier, const ReplicaGrou
   if (barrier) mark_step(false, where);
 }
 
-void broadcast_master_param(const nn::Module& module, std::source_location where) {
-  if (replica_world_size() == 1) return;
-  const std::vector<Tensor> params = module.parameters();
+void broadcast_from_master(const std::vector<Tensor>& tensors, const ReplicaGroups& groups,
+                           std::source_location where) {
+  if (replica_world_size() == 1 || tensors.empty()) return;
   const NoGradGuard no_grad;
-  // Per dtype, the parameters as one flat row; gathering the rows and keeping replica 0's is
+  // Per dtype, the tensors as one flat row; gathering the rows and keeping the master's is
   // exact (an all-reduce of zeros would turn a NaN elsewhere into the master's value's ruin).
   std::map<DType, std::vector<std::size_t>> buckets;
-  for (std::size_t i = 0; i < params.size(); ++i) buckets[params[i].dtype()].push_back(i);
+  for (std::size_t i = 0; i < tensors.size(); ++i) buckets[tensors[i].dtype()].push_back(i);
   for (const auto& [dtype, members] : buckets) {
     std::vector<Tensor> flat;
     flat.reserve(members.size());
-    for (std::size_t i : members) flat.push_back(reshape(params[i], {1, params[i].numel()}, where));
+    for (std::size_t i : members) {
+      flat.push_back(reshape(tensors[i], {1, tensors[i].numel()}, where));
+    }
     const Tensor rows =
-        all_gather(members.size() == 1 ? flat[0] : cat(flat, 1, where), 0, {}, where);
+        all_gather(members.size() == 1 ? flat[0] : cat(flat, 1, where), 0, groups, where);
     int64_t offset = 0;
     for (std::size_t i : members) {
-      const Tensor& param = params[i];
-      const auto dims = param.shape().dims();
+      const Tensor& tensor = tensors[i];
+      const auto dims = tensor.shape().dims();
       const Tensor master =
-          slice(slice(rows, 0, 0, 1, 1, where), 1, offset, offset + param.numel(), 1, where);
-      param.copy_(reshape(master, std::vector<int64_t>(dims.begin(), dims.end()), where), where);
-      offset += param.numel();
+          slice(slice(rows, 0, 0, 1, 1, where), 1, offset, offset + tensor.numel(), 1, where);
+      tensor.copy_(reshape(master, std::vector<int64_t>(dims.begin(), dims.end()), where), where);
+      offset += tensor.numel();
     }
   }
+}
+
+void broadcast_master_param(const nn::Module& module, std::source_location where) {
+  broadcast_from_master(module.parameters(), {}, where);
 }
 
 }  // namespace axle

@@ -12,6 +12,10 @@
 //   intra_op_threads     — the compute threads of the benchmark's device
 //   with --num_devices 1,2,4: samples_per_s with "devices" — data-parallel training (spawn, one
 //                          replica per device, each stepping a full batch, optimizer_step)
+//   with --num_devices and --ddp: ddp_speedup — samples_per_s of that data-parallel training
+//                          through DistributedDataParallel (gradients averaged in buckets of
+//                          --bucket_cap_mb during backward) / with optimizer_step averaging after
+//                          backward, both run alternately in one process
 //   with --model gpt: step_ms and tokens_per_s of train_gpt's default model and recipe (batch
 //                          32 × 128 bytes, AdamW, clipping); --model mlp,cnn is the default
 //   with --model resnet18: step_ms and images_per_s of train_resnet's default (torchvision's
@@ -27,6 +31,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,12 +58,20 @@ double seconds_since(Clock::time_point start) {
 // then the step marked.
 class TrainingStep {
  public:
-  TrainingStep(const std::string& model_name, int64_t batch, bool amp = false)
+  /// With `ddp_bucket_cap_mb`, the model trains through DistributedDataParallel with buckets of
+  /// that size, and optimizer_step only steps.
+  TrainingStep(const std::string& model_name, int64_t batch, bool amp = false,
+               std::optional<double> ddp_bucket_cap_mb = std::nullopt)
       : amp_(amp),
         model_((set_rng_state(1), samples::make_mnist_model(model_name))),
         optimizer_(model_->parameters(), {.lr = 0.01, .momentum = 0.9}),
         images_(rand({batch, 1, 28, 28})),
-        labels_(randint(0, 10, {batch})) {}
+        labels_(randint(0, 10, {batch})) {
+    if (ddp_bucket_cap_mb) {
+      model_ = std::make_shared<DistributedDataParallel>(
+          model_, DistributedDataParallelOptions{.bucket_cap_mb = *ddp_bucket_cap_mb});
+    }
+  }
   void operator()() {
     optimizer_.zero_grad();
     Tensor loss;
@@ -186,12 +199,13 @@ double resnet_step_ms(int steps, int rounds) {
 
 // Samples per second of data-parallel training on `devices` replicas (spawn), each stepping
 // `batch` samples with gradients averaged by optimizer_step: the median of `rounds` rounds.
+// With `ddp_bucket_cap_mb`, through DistributedDataParallel.
 double parallel_samples_per_s(const std::string& model_name, int64_t batch, int devices, int steps,
-                              int rounds) {
+                              int rounds, std::optional<double> ddp_bucket_cap_mb = std::nullopt) {
   LazySystem::restart(system_options(devices));
   std::vector<double> rates;
   spawn([&](int replica) {
-    TrainingStep step(model_name, batch);
+    TrainingStep step(model_name, batch, false, ddp_bucket_cap_mb);
     for (int i = 0; i < 3; ++i) step();
     wait_device_ops();
     for (int r = 0; r < rounds; ++r) {
@@ -275,6 +289,13 @@ int main(int argc, char** argv) {
                  "also train data-parallel on each of these device counts (e.g. 1,2,4): "
                  "samples_per_s with \"devices\"")
       ->delimiter(',');
+  bool ddp = false;
+  double bucket_cap_mb = 25;
+  app.add_flag("--ddp", ddp,
+               "with --num_devices: also train through DistributedDataParallel and report "
+               "ddp_speedup over optimizer_step");
+  app.add_option("--bucket_cap_mb", bucket_cap_mb, "DistributedDataParallel's bucket cap (MiB)")
+      ->check(CLI::PositiveNumber);
   std::vector<std::string> models = {"mlp", "cnn"};
   app.add_option("--model", models,
                  "models to step: mlp, cnn, gpt (train_gpt's default model), resnet18 "
@@ -369,9 +390,26 @@ int main(int argc, char** argv) {
   for (const Case c : {Case{"mlp", 128}, Case{"cnn", 64}}) {
     if (!chosen(c.model)) continue;
     for (int devices : device_counts) {
-      emit("train_step", "samples_per_s",
-           parallel_samples_per_s(c.model, c.batch, devices, steps, rounds), "samples/s",
-           {{"model", std::string(c.model)}, {"batch", c.batch}, {"devices", int64_t{devices}}});
+      const std::map<std::string, Param> labels{
+          {"model", std::string(c.model)}, {"batch", c.batch}, {"devices", int64_t{devices}}};
+      if (!ddp) {
+        emit("train_step", "samples_per_s",
+             parallel_samples_per_s(c.model, c.batch, devices, steps, rounds), "samples/s", labels);
+        continue;
+      }
+      // Alternately, so both see the same load: the median of three runs of each.
+      std::vector<double> plain, bucketed;
+      for (int run = 0; run < 3; ++run) {
+        plain.push_back(parallel_samples_per_s(c.model, c.batch, devices, steps, rounds));
+        bucketed.push_back(
+            parallel_samples_per_s(c.model, c.batch, devices, steps, rounds, bucket_cap_mb));
+      }
+      emit("train_step", "samples_per_s", quantile(plain, 0.5), "samples/s", labels);
+      auto ddp_labels = labels;
+      ddp_labels.emplace("bucket_cap_mb", bucket_cap_mb);
+      emit("train_step", "ddp_samples_per_s", quantile(bucketed, 0.5), "samples/s", ddp_labels);
+      emit("train_step", "ddp_speedup", quantile(bucketed, 0.5) / quantile(plain, 0.5), "ratio",
+           ddp_labels);
     }
   }
   axle::LazySystem::restart();

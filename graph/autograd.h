@@ -5,6 +5,9 @@
 // the next mark_step or value access like any other tensor.
 #pragma once
 
+#include <cstddef>
+#include <functional>
+#include <source_location>
 #include <string_view>
 
 #include "graph/tensor.h"
@@ -49,6 +52,29 @@ namespace autograd {
 /// The name of the backward function that produced `t` ("MulBackward"), or "" for a leaf or a
 /// tensor that does not require grad.
 [[nodiscard]] std::string_view grad_fn_name(const Tensor& t);
+
+/// A function of a leaf, run by backward() once it has added the leaf's gradient of that
+/// backward to the leaf's grad(): the leaf's grad() is then final for this backward.
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
+
+/// Registers `hook` on `leaf` (a tensor that requires grad and has no grad_fn), as torch's
+/// Tensor.register_post_accumulate_grad_hook: each backward() runs it on the replica's thread as
+/// soon as every path from the root to the leaf has been walked, so what it traces (a gradient
+/// all-reduce, say) enters the graph right after the leaf's last gradient op. Hooks run in
+/// registration order; one that throws ends the backward() with its exception. Returns a handle
+/// for remove_post_accumulate_grad_hook.
+std::size_t register_post_accumulate_grad_hook(
+    const Tensor& leaf, PostAccumulateGradHook hook,
+    std::source_location where = std::source_location::current());
+/// Removes the hook `handle` from `leaf`; a handle it does not hold is ignored.
+void remove_post_accumulate_grad_hook(const Tensor& leaf, std::size_t handle) noexcept;
+
+/// Runs `callback` when the backward() in progress on this thread has walked its whole graph and
+/// run every leaf's hooks, as torch's Variable._execution_engine.queue_callback; callbacks run in
+/// the order queued, and one may queue another. Only from inside a backward() (a hook): anywhere
+/// else it throws std::logic_error.
+void queue_callback(std::function<void()> callback,
+                    std::source_location where = std::source_location::current());
 
 }  // namespace autograd
 }  // namespace axle

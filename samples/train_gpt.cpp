@@ -3,6 +3,7 @@
 // (forward, backward, gradients averaged across replicas, clipping, AdamW) traces into one graph;
 // losses are printed by asynchronous step closures, so logging never waits for the device.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -59,6 +60,7 @@ struct Flags {
   bool checkpoint_activations = false;
   std::string amp = "none";  // "bf16": forward and loss in an autocast region
   bool fsdp = false;         // FullyShardedDataParallel, each block a unit of its own
+  bool ddp = false;          // DistributedDataParallel averages the gradients during backward
 };
 
 // Appends JSON lines to logdir/train_gpt.jsonl (from the master replica only).
@@ -98,12 +100,13 @@ std::pair<Tensor, Tensor> batch_on(const std::vector<uint8_t>& split, int64_t in
 
 // The forward pass and the loss, in a bf16 autocast region with --amp bf16 (backward() traces
 // outside it, in the dtypes the forward pass used; parameters and their gradients stay f32).
+// `model` is the Gpt, its FullyShardedDataParallel with --fsdp, or the DistributedDataParallel
+// around it with --ddp.
 Tensor loss_of(nn::Module& model, const Tensor& inputs, const Tensor& targets, const Flags& flags) {
   const autocast region(inputs.device(), DType::kBF16, flags.amp == "bf16");
   const Tensor logits = model(inputs);
   const int64_t rows = inputs.size(0) * inputs.size(1);
-  return nn::cross_entropy(reshape(logits, {rows, GptConfig{}.vocab_size}),
-                           reshape(targets, {rows}));
+  return nn::cross_entropy(reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}));
 }
 
 // The validation loss: the mean over batches 0 … eval_iters−1 of the validation split (unshuffled),
@@ -197,6 +200,7 @@ struct Summary {
   double step_ms = 0;
   int64_t compiles = 0;
   uint64_t peak_device_bytes = 0;
+  std::vector<uint64_t> peak_bytes_by_ordinal;
   std::string sample;
 };
 
@@ -231,6 +235,11 @@ void train_replica(const Flags& flags,
   }
   if (fsdp) mark_step();
   nn::Module& model = fsdp ? static_cast<nn::Module&>(*fsdp) : *gpt;
+  // With --ddp, training goes through DistributedDataParallel (evaluation, sampling and saving use
+  // the model itself, so the weights keep their names).
+  std::shared_ptr<DistributedDataParallel> ddp;
+  if (flags.ddp) ddp = std::make_shared<DistributedDataParallel>(gpt);
+  nn::Module& trained = ddp ? static_cast<nn::Module&>(*ddp) : model;
   // Weight decay on matrices and embeddings (≥ 2 dims), none on biases and LayerNorms.
   std::vector<Tensor> decayed, undecayed;
   for (const auto& [name, p] : model.named_parameters()) {
@@ -278,9 +287,11 @@ void train_replica(const Flags& flags,
     const Tensor& inputs = batch[0];
     const Tensor& targets = batch[1];
     optimizer.zero_grad();
-    loss = loss_of(model, inputs, targets, flags);
+    loss = loss_of(trained, inputs, targets, flags);
     loss.backward();
-    if (world > 1 && !fsdp) {  // as xm.reduce_gradients: clipping needs the averaged gradient
+    // As torch_xla's xm.reduce_gradients: clipping needs the averaged gradient (DDP and FSDP
+    // have averaged it in backward).
+    if (world > 1 && !fsdp && !ddp) {
       const NoGradGuard no_grad;
       std::vector<Tensor> grads;
       for (const Tensor& p : params) grads.push_back(p.grad());
@@ -365,6 +376,8 @@ void train_replica(const Flags& flags,
   if (flags.sample > 0) text = generate(model, flags, device);
   const MemoryInfo memory = get_memory_info(device);
   wait_device_ops();
+  std::vector<uint64_t> peaks = mesh_reduce("peak_device_bytes", memory.peak_bytes,
+                                            [](const std::vector<uint64_t>& all) { return all; });
   if (master) {
     summary.first_loss = progress->first_loss;
     summary.final_train_loss = final_loss;
@@ -372,6 +385,7 @@ void train_replica(const Flags& flags,
     summary.step_ms = timed_steps > 0 ? 1000 * timed / static_cast<double>(timed_steps) : 0;
     summary.compiles = compiles;
     summary.peak_device_bytes = memory.peak_bytes;
+    summary.peak_bytes_by_ordinal = std::move(peaks);
     summary.sample = std::move(text);
   }
 }
@@ -395,12 +409,14 @@ int train(const Flags& flags) {
       "{{\"final_train_loss\":{:.5f},\"final_val_loss\":{:.5f},\"val_bits_per_byte\":{:.5f},"
       "\"tokens_per_s\":{:.1f},\"step_ms\":{:.2f},\"compiles\":{},\"peak_device_bytes\":{},"
       "\"first_logged_loss\":{:.5f},\"steps\":{},\"corpus_files\":{},\"corpus_bytes\":{},"
-      "\"devices\":{},\"world_size\":{},\"amp\":\"{}\"}}\n",
+      "\"devices\":{},\"world_size\":{},\"amp\":\"{}\",\"ddp\":{},"
+      "\"peak_device_bytes_by_ordinal\":[{}]}}\n",
       summary.final_train_loss, summary.final_val_loss, summary.final_val_loss / std::numbers::ln2,
       summary.step_ms > 0 ? 1000.0 * static_cast<double>(tokens_per_step) / summary.step_ms : 0.0,
       summary.step_ms, summary.compiles, summary.peak_device_bytes, summary.first_loss,
       flags.max_steps, corpus.files, corpus.bytes.size(), flags.num_devices,
-      flags.num_devices * process_count(), flags.amp);
+      flags.num_devices * process_count(), flags.amp, flags.ddp,
+      fmt::join(summary.peak_bytes_by_ordinal, ","));
   return 0;
 }
 
@@ -441,9 +457,14 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", flags.temperature)->check(CLI::PositiveNumber);
   app.add_option("--top_k", flags.top_k, "sample among the k likeliest bytes (0: all)");
   app.add_option("--data_dir", flags.data_dir, "the directory of fortune files");
-  app.add_flag("--fsdp", flags.fsdp,
-               "FullyShardedDataParallel: parameters, gradients and AdamW state sharded 1/N, each "
-               "block gathered around its forward and again for its backward");
+  CLI::Option* fsdp_flag = app.add_flag(
+      "--fsdp", flags.fsdp,
+      "FullyShardedDataParallel: parameters, gradients and AdamW state sharded 1/N, each "
+      "block gathered around its forward and again for its backward");
+  app.add_flag("--ddp", flags.ddp,
+               "train through DistributedDataParallel: gradients averaged in buckets during "
+               "backward instead of after it")
+      ->excludes(fsdp_flag);
   app.add_flag("--checkpoint_activations", flags.checkpoint_activations,
                "recompute each block's activations in the backward pass instead of keeping them");
   app.add_option("--amp", flags.amp,

@@ -49,6 +49,7 @@ struct Flags {
   int num_devices = 0;  // replicas, one per device (0: as many as axle starts with)
   std::string trace;    // a Chrome trace of the first trace_steps steps
   int64_t trace_steps = 20;
+  bool ddp = false;  // DistributedDataParallel averages the gradients during backward
 };
 
 std::shared_ptr<const Dataset> dataset(const Flags& flags, Split split) {
@@ -137,6 +138,10 @@ void train_replica(const Flags& flags, Summary& summary) {
   std::shared_ptr<nn::Module> model = make_mnist_model(flags.model, device);
   if (!flags.init.empty()) load_weights(*model, flags.init, device);
   optim::SGD optimizer(model->parameters(), {.lr = flags.lr, .momentum = flags.momentum});
+  // With --ddp, training goes through DistributedDataParallel: backward averages the gradients,
+  // and optimizer_step only steps. Testing and saving use the model itself.
+  const std::shared_ptr<nn::Module> trained =
+      flags.ddp ? std::make_shared<DistributedDataParallel>(model) : model;
   DataLoader train_loader(
       std::make_shared<ShardedDataset>(dataset(flags, Split::kTrain), world, ordinal),
       DataLoaderOptions{.batch_size = flags.batch_size,
@@ -163,9 +168,9 @@ void train_replica(const Flags& flags, Summary& summary) {
       const Tensor& images = batch[0];
       const Tensor& labels = batch[1];
       optimizer.zero_grad();
-      const Tensor loss = nn::nll_loss((*model)(images), labels);
+      const Tensor loss = nn::nll_loss((*trained)(images), labels);
       loss.backward();
-      optimizer_step(optimizer);  // averages the gradients across replicas
+      optimizer_step(optimizer);  // averages the gradients across replicas (unless DDP did)
       ++step;
       samples += labels.size(0);
       const int64_t batch_samples = labels.size(0);
@@ -235,10 +240,11 @@ int train(const Flags& flags) {
   if (flags.metrics_debug) fmt::print("{}", metrics_report());
   fmt::print(
       "{{\"final_test_accuracy\":{:.4f},\"train_samples_per_s\":{:.1f},\"compiles\":{},"
-      "\"devices\":{},\"processes\":{},\"world_size\":{},\"replicas_identical\":{}}}\n",
+      "\"devices\":{},\"processes\":{},\"world_size\":{},\"replicas_identical\":{},"
+      "\"ddp\":{}}}\n",
       summary.accuracy, static_cast<double>(summary.samples) / train_seconds,
       counter_value("UncachedCompile").value_or(0), flags.num_devices, process_count(),
-      flags.num_devices * process_count(), summary.replicas_identical);
+      flags.num_devices * process_count(), summary.replicas_identical, flags.ddp);
   return 0;
 }
 
@@ -255,6 +261,9 @@ int main(int argc, char** argv) {
   app.add_option("--lr", flags.lr);
   app.add_option("--momentum", flags.momentum);
   app.add_option("--shuffle", flags.shuffle, "1 shuffles the training set each epoch");
+  app.add_flag("--ddp", flags.ddp,
+               "train through DistributedDataParallel (gradients averaged in buckets during "
+               "backward)");
   app.add_flag("--fake_data", flags.fake_data, "synthetic data instead of Fashion-MNIST");
   app.add_option("--seed", flags.seed);
   app.add_option("--log_steps", flags.log_steps, "print the loss every this many steps");

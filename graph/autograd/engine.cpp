@@ -4,6 +4,8 @@
 // gradient graph, and with it the compiled program's hash, is the same every step.
 #include <fmt/format.h>
 
+#include <functional>
+#include <stdexcept>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -35,6 +37,22 @@ Tensor fit_to_input(Tensor grad, const Tensor& input) {
   if (grad.dtype() != input.dtype()) grad = cast(grad, input.dtype());
   return grad;
 }
+
+// The callbacks queued by the backward() running on this thread (autograd::queue_callback).
+thread_local std::vector<std::function<void()>>* t_backward_callbacks = nullptr;
+
+// Makes `callbacks` the queue of the backward() this scope runs, restoring the outer one's.
+class CallbackQueueScope {
+ public:
+  explicit CallbackQueueScope(std::vector<std::function<void()>>& callbacks)
+      : previous_(std::exchange(t_backward_callbacks, &callbacks)) {}
+  ~CallbackQueueScope() { t_backward_callbacks = previous_; }
+  CallbackQueueScope(const CallbackQueueScope&) = delete;
+  CallbackQueueScope& operator=(const CallbackQueueScope&) = delete;
+
+ private:
+  std::vector<std::function<void()>>* previous_;
+};
 
 struct PendingFn {
   int64_t dependencies = 0;  // edges from GradFns not yet run
@@ -86,8 +104,11 @@ class Backward {
           PendingFn& p = pending_[next];
           if (has_grad) accumulate(p.grad, std::move(grads[i]));
           if (--p.dependencies == 0) ready.push_back(next);
-        } else if (edges[i].leaf && has_grad && !capturing_) {
-          add_to_leaf(edges[i].leaf.get(), std::move(grads[i]));
+        } else if (edges[i].leaf && !capturing_) {
+          TensorImpl* leaf = edges[i].leaf.get();
+          if (has_grad) add_to_leaf(leaf, std::move(grads[i]));
+          // Every path to the leaf walked: its gradient of this backward is complete.
+          if (--leaf_dependencies_[leaf] == 0) finish_leaf(leaf);
         }
       }
       if (!retain_graph_) fn->release_saved();
@@ -97,20 +118,45 @@ class Backward {
 
   void add_to_leaf(TensorImpl* leaf, Tensor grad) {
     auto [it, inserted] = leaf_index_.try_emplace(leaf, leaves_.size());
-    if (inserted) leaves_.emplace_back(leaf, Tensor());
-    accumulate(leaves_[it->second].second, std::move(grad));
+    if (inserted) leaves_.push_back(LeafGrad{leaf, Tensor(), false});
+    accumulate(leaves_[it->second].grad, std::move(grad));
   }
 
-  // Adds each leaf's gradient of this backward to its grad(), in first-reached order.
+  // Adds the gradients of leaves not finished yet (a root that is itself a leaf) to their
+  // grad(), in first-reached order.
   void flush_leaves() {
-    for (auto& [leaf, grad] : leaves_) {
-      AutogradMeta* meta = leaf->autograd();
-      if (!meta || !meta->requires_grad) continue;  // turned off after the graph was recorded
-      meta->grad = meta->grad.defined() ? add(meta->grad, grad) : own_handle(grad);
-    }
+    for (std::size_t i = 0; i < leaves_.size(); ++i) flush(leaves_[i]);
   }
 
  private:
+  struct LeafGrad {
+    TensorImpl* leaf;
+    Tensor grad;   // the sum of this backward's gradients reaching it
+    bool flushed;  // added to the leaf's grad() and its hooks run
+  };
+
+  // A leaf's gradient of this backward is complete: adds it to grad() and runs its hooks, so
+  // what they trace follows the leaf's last gradient op. A leaf no gradient reached is left
+  // alone, as torch's AccumulateGrad is never run for it.
+  void finish_leaf(TensorImpl* leaf) {
+    const auto it = leaf_index_.find(leaf);
+    if (it != leaf_index_.end()) flush(leaves_[it->second]);
+  }
+
+  void flush(LeafGrad& entry) {
+    if (entry.flushed) return;
+    entry.flushed = true;
+    AutogradMeta* meta = entry.leaf->autograd();
+    if (!meta || !meta->requires_grad) return;  // turned off after the graph was recorded
+    Tensor grad = std::move(entry.grad);
+    meta->grad = meta->grad.defined() ? add(meta->grad, grad) : own_handle(grad);
+    if (meta->post_accumulate_grad_hooks.empty()) return;
+    // A copy: a hook may remove itself or register others.
+    const auto hooks = meta->post_accumulate_grad_hooks;
+    const Tensor leaf{IntrusivePtr<TensorImpl>(entry.leaf)};
+    for (const auto& [handle, hook] : hooks) hook(leaf);
+  }
+
   // Counts, for every GradFn reachable from the root, the edges that lead to it.
   void count_dependencies(GradFn* root) {
     pending_.try_emplace(root);
@@ -120,6 +166,7 @@ class Backward {
       stack.pop_back();
       for (const GradEdge& edge : fn->edges()) {
         GradFn* next = edge.fn.get();
+        if (!next && edge.leaf && !capturing_) ++leaf_dependencies_[edge.leaf.get()];
         if (!next || target_index_.contains(next)) continue;
         auto [it, inserted] = pending_.try_emplace(next);
         ++it->second.dependencies;
@@ -154,7 +201,8 @@ class Backward {
   Loc where_;
   std::unordered_map<GradFn*, PendingFn> pending_;
   std::unordered_map<TensorImpl*, std::size_t> leaf_index_;
-  std::vector<std::pair<TensorImpl*, Tensor>> leaves_;
+  std::vector<LeafGrad> leaves_;
+  std::unordered_map<TensorImpl*, int64_t> leaf_dependencies_;  // leaf edges not walked yet
   bool capturing_ = false;
   std::unordered_map<const void*, std::size_t> target_index_;
   autograd::GradList captured_;
@@ -181,6 +229,16 @@ GradList gradients_at(const Tensor& output, const Tensor& grad_output,
     grads.push_back(target.leaf.get() == output.impl() ? grad_output : Tensor());
   }
   return grads;
+}
+
+void queue_callback(std::function<void()> callback, std::source_location where) {
+  if (t_backward_callbacks == nullptr) {
+    throw std::logic_error(fmt::format(
+        "queue_callback at {}:{}: no backward() is running on this thread; queue callbacks from "
+        "a hook that backward() runs",
+        where.file_name(), where.line()));
+  }
+  t_backward_callbacks->push_back(std::move(callback));
 }
 
 }  // namespace autograd
@@ -218,6 +276,8 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, std::source_loc
     }
     if (grad.dtype() != dtype()) grad = cast(grad, dtype(), where);
   }
+  std::vector<std::function<void()>> callbacks;
+  const CallbackQueueScope queue(callbacks);
   Backward pass(retain_graph, where);
   GradFn* root = impl()->autograd()->grad_fn.get();
   if (root) {
@@ -225,6 +285,11 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, std::source_loc
   } else {
     pass.add_to_leaf(impl(), std::move(grad));
     pass.flush_leaves();
+  }
+  // By index: a callback may queue another.
+  for (std::size_t i = 0; i < callbacks.size(); ++i) {
+    const std::function<void()> callback = std::move(callbacks[i]);
+    callback();
   }
 }
 

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <string>
 #include <vector>
 
 #include "engine/release_queue.h"
@@ -84,6 +86,32 @@ void record(const Derivative& derivative, const Tensor& result, std::span<const 
 std::string_view grad_fn_name(const Tensor& t) {
   const AutogradMeta* meta = t.defined() ? t.impl()->autograd() : nullptr;
   return meta && meta->grad_fn ? meta->grad_fn->name() : std::string_view();
+}
+
+std::size_t register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateGradHook hook,
+                                               std::source_location where) {
+  ops::require_defined("register_post_accumulate_grad_hook", leaf, "the tensor", where);
+  AutogradMeta* meta = leaf.impl()->autograd();
+  if (!meta || !meta->requires_grad || meta->grad_fn) {
+    ops::fail(
+        "register_post_accumulate_grad_hook",
+        fmt::format("{} is not a leaf that requires grad: {}", ops::describe(leaf),
+                    meta && meta->grad_fn ? fmt::format("it was made by {}", meta->grad_fn->name())
+                                          : std::string("call requires_grad_() on it first")),
+        where);
+  }
+  // Handles are unique in the process, so one taken from another leaf never removes this one's.
+  static std::atomic<std::size_t> next_handle{1};
+  const std::size_t handle = next_handle.fetch_add(1, std::memory_order_relaxed);
+  meta->post_accumulate_grad_hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void remove_post_accumulate_grad_hook(const Tensor& leaf, std::size_t handle) noexcept {
+  AutogradMeta* meta = leaf.defined() ? leaf.impl()->autograd() : nullptr;
+  if (!meta) return;
+  std::erase_if(meta->post_accumulate_grad_hooks,
+                [handle](const auto& entry) { return entry.first == handle; });
 }
 
 }  // namespace autograd

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "engine/intrusive_ptr.h"
 #include "engine/small_vector.h"
@@ -26,6 +29,8 @@ struct AutogradMeta {
   bool requires_grad = false;    ///< for leaves; always true with a grad_fn
   IntrusivePtr<GradFn> grad_fn;  ///< null for leaves
   Tensor grad;                   ///< leaves only: the gradient backward() accumulated
+  /// Leaves only: run once a backward() has added its gradient to `grad`, by handle.
+  std::vector<std::pair<std::size_t, autograd::PostAccumulateGradHook>> post_accumulate_grad_hooks;
 };
 
 namespace autograd {

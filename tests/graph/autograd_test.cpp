@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "graph/autograd.h"
 #include "graph/autograd/function.h"
@@ -217,6 +219,92 @@ TEST(Autograd, DroppingA100kOpGraphDoesNotRecurse) {
   for (int i = 0; i < 100'000; ++i) y = exp(y);
   y = Tensor();  // frees the chain of GradFns and saved tensors
   EXPECT_TRUE(x.requires_grad());
+}
+
+}  // namespace
+}  // namespace axle
+
+namespace axle {
+namespace {
+
+// A post-accumulate-grad hook sees the leaf's final gradient of the backward: a leaf used in two
+// places runs its hook once, after both gradients are in, and nothing is added after it ran.
+TEST(AutogradHooks, APostAccumulateGradHookRunsOnceWithTheFinalGradient) {
+  const Tensor w = leaf({3});
+  const Tensor x = leaf({3});
+  std::vector<const TensorImpl*> seen;
+  (void)autograd::register_post_accumulate_grad_hook(w, [&](const Tensor& t) {
+    EXPECT_EQ(t.impl(), w.impl());
+    seen.push_back(t.grad().impl());
+  });
+  sum(exp(w * x) + w).backward();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], w.grad().impl());
+  sum(w).backward();  // a second backward runs it again, on the accumulated gradient
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], w.grad().impl());
+}
+
+// Hooks run in backward order (the leaf nearest the loss first), each as soon as its gradient
+// is complete; queued callbacks run after every hook, in the order queued.
+TEST(AutogradHooks, HooksRunInBackwardOrderAndCallbacksAfterThem) {
+  const Tensor first = leaf({2});
+  const Tensor second = leaf({2});
+  const Tensor third = leaf({2});
+  std::vector<std::string> events;
+  const auto hook = [&](std::string name) {
+    return [&events, name](const Tensor&) {
+      if (events.empty()) {
+        autograd::queue_callback([&events] {
+          events.push_back("callback");
+          autograd::queue_callback([&events] { events.push_back("queued by a callback"); });
+        });
+      }
+      events.push_back(name);
+    };
+  };
+  (void)autograd::register_post_accumulate_grad_hook(first, hook("first"));
+  (void)autograd::register_post_accumulate_grad_hook(second, hook("second"));
+  (void)autograd::register_post_accumulate_grad_hook(third, hook("third"));
+  sum(tanh(tanh(first * 2.0) * second) * third).backward();
+  EXPECT_EQ(events, (std::vector<std::string>{"third", "second", "first", "callback",
+                                              "queued by a callback"}));
+}
+
+TEST(AutogradHooks, ARemovedHookDoesNotRun) {
+  const Tensor w = leaf({2});
+  int runs = 0;
+  const std::size_t handle =
+      autograd::register_post_accumulate_grad_hook(w, [&](const Tensor&) { ++runs; });
+  sum(w * 3.0).backward();
+  autograd::remove_post_accumulate_grad_hook(w, handle);
+  sum(w * 3.0).backward();
+  EXPECT_EQ(runs, 1);
+}
+
+TEST(AutogradHooks, HooksGoOnLeavesThatRequireGradOnly) {
+  const Tensor w = leaf({2});
+  const std::string non_leaf =
+      error_of([&] { (void)autograd::register_post_accumulate_grad_hook(w * 2.0, {}); });
+  EXPECT_NE(non_leaf.find("register_post_accumulate_grad_hook"), std::string::npos) << non_leaf;
+  EXPECT_NE(non_leaf.find("MulBackward"), std::string::npos) << non_leaf;
+  const std::string no_grad =
+      error_of([&] { (void)autograd::register_post_accumulate_grad_hook(zeros({2}), {}); });
+  EXPECT_NE(no_grad.find("requires_grad_()"), std::string::npos) << no_grad;
+}
+
+TEST(AutogradHooks, QueueCallbackOutsideBackwardIsAnError) {
+  const std::string what = error_of([] { autograd::queue_callback([] {}); });
+  EXPECT_NE(what.find("no backward() is running"), std::string::npos) << what;
+  EXPECT_NE(what.find("autograd_test.cpp"), std::string::npos) << what;
+}
+
+// A hook that throws ends backward() with its exception.
+TEST(AutogradHooks, AThrowingHookEndsBackward) {
+  const Tensor w = leaf({2});
+  (void)autograd::register_post_accumulate_grad_hook(
+      w, [](const Tensor&) { throw std::runtime_error("hook failed"); });
+  EXPECT_EQ(error_of([&] { sum(w).backward(); }), "hook failed");
 }
 
 }  // namespace

@@ -133,6 +133,28 @@ TEST(TrainGpt, FsdpTrainsAsDataParallelOnLessMemory) {
   std::filesystem::remove_all(dir);
 }
 
+// --ddp: DistributedDataParallel averages the gradients in buckets during backward instead of
+// all at once after it; the sums meet in the same order, so the losses are the same. The closing
+// line gives each device's peak bytes.
+TEST(TrainGpt, DdpTrainsAsAveragingAfterBackwardDoesAndReportsEachDevicesPeak) {
+  require_corpus();
+  const std::string flags =
+      "--n_layer 2 --n_embd 64 --block_size 64 --batch_size 8 --seed 1 --num_devices 2 "
+      "--max_steps 20 --eval_interval 0 --log_steps 10";
+  const TrainerRun plain = train(flags);
+  const TrainerRun ddp = train(flags + " --ddp");
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  ASSERT_EQ(ddp.status, 0) << ddp.output;
+  ASSERT_TRUE(ddp.summary.is_object()) << ddp.output;
+  EXPECT_TRUE(ddp.summary["ddp"].get<bool>()) << ddp.output;
+  const double want = plain.summary["final_train_loss"].get<double>();
+  EXPECT_NEAR(ddp.summary["final_train_loss"].get<double>(), want, 1e-5 * want) << ddp.output;
+  const auto peaks = ddp.summary["peak_device_bytes_by_ordinal"].get<std::vector<int64_t>>();
+  ASSERT_EQ(peaks.size(), 2u) << ddp.output;
+  for (const int64_t peak : peaks) EXPECT_GT(peak, 0) << ddp.output;
+  EXPECT_EQ(peaks[0], ddp.summary["peak_device_bytes"].get<int64_t>()) << ddp.output;
+}
+
 // --amp bf16: the forward pass and the loss in a bf16 autocast region, the parameters, their
 // gradients and AdamW in f32. The loss falls as in f32 (the 200-step f32 run above ends below
 // 3.5), and the casts compile with the rest of the step, once.

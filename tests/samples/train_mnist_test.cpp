@@ -194,3 +194,38 @@ TEST(TrainMnist, TwoProcessesOfTwoDevicesTrainBitForBitAsOneProcessOfFour) {
   EXPECT_TRUE(a == bytes(dir / "two.safetensors")) << "the weights differ";
   std::filesystem::remove_all(dir);
 }
+
+// --ddp: DistributedDataParallel averages the gradients in backward instead of optimizer_step
+// after it. The sums meet in the same order (by global ordinal), so two processes of two devices
+// through DDP train the same weights, bit for bit, as one process of four without it.
+TEST(TrainMnist, DdpInTwoProcessesOfTwoDevicesTrainsAsOptimizerStepInOneProcessOfFour) {
+  require_dataset();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("axle_train_mnist_ddp_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string flags =
+      "--model cnn --fake_data --num_epochs 1 --max_steps 40 --batch_size 16 --lr 0.01 "
+      "--momentum 0.9 --seed 1 --log_steps 0 --save ";
+  const TrainerRun plain = train("--num_devices 4 " + flags + (dir / "plain.safetensors").string(),
+                                 "CPU_NUM_DEVICES=4 ");
+  const TrainerRun ddp =
+      train("--ddp --num_devices 2 " + flags + (dir / "ddp.safetensors").string(),
+            std::string(AXLE_MPIEXEC) +
+                " --allow-run-as-root --oversubscribe --bind-to none -np 2 "
+                "-x CPU_NUM_DEVICES=2 ");
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  ASSERT_EQ(ddp.status, 0) << ddp.output;
+  ASSERT_TRUE(ddp.summary.is_object()) << ddp.output;
+  EXPECT_TRUE(ddp.summary["ddp"].get<bool>()) << ddp.output;
+  EXPECT_FALSE(plain.summary["ddp"].get<bool>()) << plain.output;
+  EXPECT_EQ(ddp.summary["world_size"].get<int>(), 4) << ddp.output;
+  EXPECT_TRUE(ddp.summary["replicas_identical"].get<bool>()) << ddp.output;
+  auto bytes = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string a = bytes(dir / "plain.safetensors");
+  EXPECT_FALSE(a.empty());
+  EXPECT_TRUE(a == bytes(dir / "ddp.safetensors")) << "the weights differ";
+  std::filesystem::remove_all(dir);
+}
