@@ -45,37 +45,49 @@ void run_step_closure(const StepClosure& closure, const Observers& observers) {
 }
 
 void ClosureRunner::handle(RunAfterStep& m) {
+  Queue& queue = queues_[m.failures.get()];
   Work work;
   work.batch = std::move(m);
-  queue_.push_back(std::move(work));
+  queue.work.push_back(std::move(work));
   pump();
 }
 
-void ClosureRunner::handle(DrainClosures&, Promise<void>&& reply) {
+void ClosureRunner::handle(DrainClosures& m, Promise<void>&& reply) {
+  const auto queue = queues_.find(m.replica);
+  if (queue == queues_.end()) {
+    reply.set_value();
+    return;
+  }
   Work work;
   work.is_drain = true;
   work.drained = std::move(reply);
-  queue_.push_back(std::move(work));
+  queue->second.work.push_back(std::move(work));
   pump();
 }
 
 void ClosureRunner::pump() {
-  while (!queue_.empty()) {
-    Work& head = queue_.front();
+  for (auto it = queues_.begin(); it != queues_.end();) {
+    it = pump(it->second) ? std::next(it) : queues_.erase(it);
+  }
+}
+
+bool ClosureRunner::pump(Queue& queue) {
+  while (!queue.work.empty()) {
+    Work& head = queue.work.front();
     if (head.is_drain) {
       head.drained.set_value();
-      queue_.pop_front();
+      queue.work.pop_front();
       continue;
     }
     for (const IntrusivePtr<DeviceData>& out : head.batch.outputs) {
       if (!out->pending()) continue;
-      if (waiting_on_ != out.get()) {
-        waiting_on_ = out.get();
+      if (queue.waiting_on != out.get()) {
+        queue.waiting_on = out.get();
         out->when_done([self = self()] { self.tell(StepOutputDone{}); });
       }
-      return;
+      return true;
     }
-    waiting_on_ = nullptr;
+    queue.waiting_on = nullptr;
     for (const StepClosure& closure : head.batch.closures) {
       try {
         run_step_closure(closure, observers_);
@@ -83,8 +95,9 @@ void ClosureRunner::pump() {
         head.batch.failures->add(std::current_exception());
       }
     }
-    queue_.pop_front();
+    queue.work.pop_front();
   }
+  return false;
 }
 
 }  // namespace axle

@@ -1,11 +1,15 @@
 // actors: the ClosureRunner — runs the step closures added with run_async (add_step_closure) on
-// a thread of its own, each after its step's device work is done and in the order they were
-// added, so logging a loss never makes the host wait for the device.
+// a thread of its own, each after its step's device work is done and in the order its replica
+// added them, so logging a loss never makes the host wait for the device. Each replica's closures
+// queue apart: one replica's closure waiting for its step never holds back another's, nor a
+// replica draining its own (a replica waits at its next collective for the others, so a drain
+// that waited for their later steps would wait forever).
 #pragma once
 
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <source_location>
@@ -39,15 +43,16 @@ class ClosureFailures {
 };
 
 /// Runs `closures` once every one of `outputs` (the step's results on all devices) is ready or
-/// failed.
+/// failed, after the closures sent before by the same replica (the one `failures` belongs to).
 struct RunAfterStep {
   std::vector<IntrusivePtr<DeviceData>> outputs;
   std::vector<StepClosure> closures;
   std::shared_ptr<ClosureFailures> failures;
 };
-/// Replies once every closure sent before it has run.
+/// Replies once every closure the replica owning `failures` sent before it has run.
 struct DrainClosures {
   using Reply = void;
+  const ClosureFailures* replica = nullptr;
 };
 /// An output the head batch waits for has completed.
 struct StepOutputDone {};
@@ -65,11 +70,17 @@ class ClosureRunner : public Actor<ClosureRunner, RunAfterStep, DrainClosures, S
     Promise<void> drained;
     bool is_drain = false;
   };
+  // One replica's closures, in the order they were added.
+  struct Queue {
+    std::deque<Work> work;
+    const DeviceData* waiting_on = nullptr;
+  };
   void pump();
+  // Runs the queue's closures until one waits for its step; false when it is empty.
+  bool pump(Queue& queue);
 
   const Observers& observers_;
-  std::deque<Work> queue_;
-  const DeviceData* waiting_on_ = nullptr;
+  std::map<const ClosureFailures*, Queue> queues_;  // by replica; an empty one is erased
 };
 
 /// Runs `closure` now, telling `observers`; a failure is rethrown as a StepClosureError naming

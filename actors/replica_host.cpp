@@ -234,10 +234,10 @@ void ReplicaHost::check_replicas_agree(const StepGraph& graph) {
     mine->nodes.push_back(describe_node(*node));
     mine->places.push_back(place_of(*node));
   }
-  const Gathered all = exchange_with_replicas(
-      LazySystem::get().rendezvous_actor(), *replica_, "mark_step",
-      "compare graphs before their collectives run", std::move(mine), typeid(GraphSignature), {},
-      &kSignatureCodec);
+  const Gathered all =
+      exchange_with_replicas(LazySystem::get().rendezvous_actor(), *replica_, "mark_step",
+                             "compare graphs before their collectives run", std::move(mine),
+                             typeid(GraphSignature), {}, &kSignatureCodec);
   const auto& reference = *static_cast<const GraphSignature*>(all->front().get());
   std::vector<int> differing;
   for (std::size_t r = 1; r < all->size(); ++r) {
@@ -400,7 +400,7 @@ void ReplicaHost::wait_device_ops(const std::vector<Device>& devices) {
     for (Device d : devices) drained.push_back(system.device_actor(d).ask(Drain{}));
   }
   for (auto& f : drained) f.get();
-  system.closure_runner().ask(DrainClosures{}).get();
+  system.closure_runner().ask(DrainClosures{closures_.failures.get()}).get();
   rethrow_closure_failure();
 }
 

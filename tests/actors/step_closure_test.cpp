@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "actors/lazy_system.h"
 #include "axle.h"
+#include "engine/config.h"
 #include "tests/actors/testing_system.h"
 
 namespace axle {
@@ -79,6 +82,40 @@ TEST_F(StepClosures, AsynchronousOnesSeeTheAddingReplicasDeviceAsTheDefault) {
     wait_device_ops();
   });
   EXPECT_EQ(seen, (std::vector<int>{0, 1, 2}));
+}
+
+// A replica's wait_device_ops drains its own closures only: another replica's closure may wait
+// for a step that needs this replica at a collective, which it reaches only after the wait.
+TEST_F(StepClosures, AReplicaWaitingForItsDeviceDoesNotWaitForAnotherReplicasLaterStep) {
+  config::set("AXLE_COLLECTIVE_TIMEOUT", "30");  // the deadlock fails the test instead of hanging
+  LazySystem::restart(LazySystemOptions{.cpu_devices = 2});
+  std::atomic<bool> ahead_queued{false};
+  std::vector<double> sums(2, 0);  // each replica's last all-reduced sum, from its own closure
+  spawn([&](int replica) {
+    Tensor x = tensor(std::vector<float>{static_cast<float>(replica + 1)}, {1});
+    // Steps 1 and 2 compile (the replicas compare their graphs then); 3 and 4 run cached.
+    for (int step = 1; step <= 4; ++step) {
+      x = all_reduce(ReduceType::kSum, x + 1.0);
+      add_step_closure([&sums, replica, x] { sums[static_cast<std::size_t>(replica)] = x.item(); },
+                       /*run_async=*/true);
+      mark_step();
+      if (replica == 1 && step == 4) ahead_queued = true;
+      if (replica == 0 && step == 3) {
+        // Replica 1 has queued its fourth step's closure, which waits for this replica's fourth
+        // all-reduce: waiting for this device must not wait for it.
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!ahead_queued && std::chrono::steady_clock::now() < give_up) {
+          std::this_thread::yield();
+        }
+        wait_device_ops({xla_device()});
+        EXPECT_EQ(sums[0], 26.0);  // 5, 12, 26: twice the last sum plus one
+      }
+    }
+    wait_device_ops({xla_device()});
+  });
+  config::unset("AXLE_COLLECTIVE_TIMEOUT");
+  EXPECT_TRUE(ahead_queued);
+  EXPECT_EQ(sums, (std::vector<double>{54.0, 54.0}));
 }
 
 TEST_F(StepClosures, RunEvenWhenTheStepHasNothingToExecute) {
