@@ -3,6 +3,7 @@
 // logged loss, with every graph compiled in the first steps, in f32 and under bf16 autocast; two
 // devices train data-parallel; weights saved as safetensors load back.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -104,16 +105,15 @@ TEST(TrainGpt, TwoDevicesTrainDataParallel) {
 
 // --fsdp on 4 replicas: the losses of the data-parallel run (averaged gradients, clipped by the
 // global norm), on less device memory (a quarter of the parameters, gradients and AdamW state, one
-// block gathered at a time); its consolidated safetensors load back. (No per-step log lines: with
-// a step closure every step, 4 replicas of this trainer sometimes stop in the loader, with or
-// without --fsdp.)
+// block gathered at a time); its consolidated safetensors load back. Every step logs its loss from
+// a step closure (each replica waits for its own closures only: a wait for all of them once hung).
 TEST(TrainGpt, FsdpTrainsAsDataParallelOnLessMemory) {
   require_corpus();
-  const std::string dir = ::testing::TempDir() + "train_gpt_fsdp";
+  const std::string dir = ::testing::TempDir() + "train_gpt_fsdp_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   const std::string flags =
       "--n_layer 4 --n_embd 128 --block_size 16 --batch_size 2 --seed 1 --num_devices 4 "
-      "--max_steps 10 --eval_iters 4 --log_steps 0 ";
+      "--max_steps 10 --eval_iters 4 --log_steps 1 ";
   const TrainerRun plain = train(flags);
   const TrainerRun fsdp = train(flags + "--fsdp --save " + dir + "/fsdp.safetensors");
   ASSERT_EQ(plain.status, 0) << plain.output;
@@ -176,7 +176,8 @@ TEST(TrainGpt, Bf16AutocastTrainsAsF32Does) {
 
 TEST(TrainGpt, WeightsSavedAsSafetensorsLoadBack) {
   require_corpus();
-  const auto dir = std::filesystem::temp_directory_path() / "axle_train_gpt_test";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("axle_train_gpt_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string weights = (dir / "gpt.safetensors").string();
   const TrainerRun trained =

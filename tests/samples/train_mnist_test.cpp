@@ -68,7 +68,8 @@ TEST(TrainMnist, FourDevicesReachTheSameBarAndEndWithBitIdenticalReplicas) {
 }
 
 TEST(TrainMnist, TraceRecordsTheFirstStepsAsChromeTraceJson) {
-  const auto path = std::filesystem::temp_directory_path() / "axle_train_mnist_trace.json";
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("axle_train_mnist_trace_" + std::to_string(::getpid()) + ".json");
   std::filesystem::remove(path);
   const TrainerRun run = train("--fake_data --max_steps 8 --log_steps 2 --trace " + path.string() +
                                " --trace_steps 4");
@@ -102,7 +103,8 @@ TEST(TrainMnist, CnnReachesEightySevenPercentInTwoEpochs) {
 }
 
 TEST(TrainMnist, WeightsSavedAsSafetensorsLoadBack) {
-  const auto dir = std::filesystem::temp_directory_path() / "axle_train_mnist_test";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("axle_train_mnist_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string weights = (dir / "mlp.safetensors").string();
   const TrainerRun trained = train("--fake_data --max_steps 20 --log_steps 0 --save " + weights);
