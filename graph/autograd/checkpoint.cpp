@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "graph/autocast.h"
 #include "graph/autograd.h"
 #include "graph/autograd/function.h"
 #include "graph/nn/checkpoint.h"
@@ -28,6 +29,8 @@ struct CheckpointContext {
   std::size_t num_input_edges = 0;
   bool preserve_rng_state = true;
   std::unordered_map<int, RngState> rng;  // the random state fn first ran with
+  bool autocast = false;                  // the autocast state fn first ran in (backward
+  DType autocast_dtype = DType::kBF16;    // traces outside any region)
   DType dtype;
   Shape shape;
   std::source_location where;
@@ -73,6 +76,18 @@ void checkpoint_backward(const GradFn& fn, const Tensor& grad, autograd::GradLis
         if (active) trace.set_rng_states(std::move(now));
       }
     } restore{trace, now, ctx.preserve_rng_state};
+    // The recomputation runs in the autocast state of the first run, as torch's checkpoint
+    // does: the same ops in the same dtypes.
+    struct RestoreAutocast {
+      bool enabled = is_autocast_enabled();
+      DType dtype = get_autocast_dtype();
+      ~RestoreAutocast() {
+        set_autocast_dtype(dtype);
+        set_autocast_enabled(enabled);
+      }
+    } restore_autocast;
+    set_autocast_dtype(ctx.autocast_dtype);
+    set_autocast_enabled(ctx.autocast);
     AutoGradMode grad_mode(true);
     output = ctx.fn(barrier);
   }
@@ -112,6 +127,8 @@ Tensor checkpoint(CheckpointFunction fn, const std::vector<Tensor>& inputs, bool
   auto ctx = std::make_shared<CheckpointContext>();
   ctx->preserve_rng_state = preserve_rng_state;
   if (preserve_rng_state) ctx->rng = TraceContext::current().rng_states();
+  ctx->autocast = is_autocast_enabled();
+  ctx->autocast_dtype = get_autocast_dtype();
   ctx->where = where;
   // fn runs on handles of the inputs' values of its own, so that the GradFns it records end at
   // them; the walk below tells those apart from what else fn reads.

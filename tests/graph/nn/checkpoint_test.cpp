@@ -9,6 +9,7 @@
 
 #include <random>
 
+#include "graph/autocast.h"
 #include "graph/nn/functional.h"
 #include "graph/nn/layers.h"
 #include "tests/error_text.h"
@@ -123,6 +124,34 @@ TEST_F(Checkpoint, MlpGradientsEqualThePlainOnesBitForBit) {
   for (std::size_t i = 0; i < plain.size(); ++i) {
     EXPECT_TRUE(same_values(checkpointed[i], plain[i])) << "gradient " << i;
   }
+}
+
+// Under autocast the recomputation runs in the region's dtypes too (backward traces outside any
+// region): the gradients are the plain ones under autocast, bit for bit.
+TEST_F(Checkpoint, RecomputationUnderAutocastRunsInTheForwardsDtypes) {
+  std::mt19937 rng(5);
+  const Tensor w1 = f32_tensor(uniform_values(rng, 10 * 6, -0.5, 0.5), {10, 6});
+  const Tensor b1 = f32_tensor(uniform_values(rng, 10), {10});
+  const Tensor w2 = f32_tensor(uniform_values(rng, 6 * 10, -0.5, 0.5), {6, 10});
+  const Tensor b2 = f32_tensor(uniform_values(rng, 6), {6});
+  const std::vector<Tensor> params = {w1, b1, w2, b2};
+  for (const Tensor& p : params) p.requires_grad_();
+  const Tensor x = f32_tensor(uniform_values(rng, 4 * 6), {4, 6});
+  const auto block = [&](const Tensor& h) { return linear(tanh(linear(h, w1, b1)), w2, b2); };
+  const autocast region(Device{}, DType::kBF16);
+  const std::vector<Tensor> plain = gradients(block, x, params);
+  for (const Tensor& p : params) p.set_grad({});
+  const std::vector<Tensor> checkpointed = gradients(
+      [&](const Tensor& h) {
+        return utils::checkpoint([&](const Tensor& t) { return block(t); }, h);
+      },
+      x, params);
+  ASSERT_EQ(plain.size(), checkpointed.size());
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(checkpointed[i].dtype(), plain[i].dtype()) << "gradient " << i;
+    EXPECT_TRUE(same_values(checkpointed[i], plain[i])) << "gradient " << i;
+  }
+  EXPECT_TRUE(is_autocast_enabled());  // the region is as it was
 }
 
 TEST_F(Checkpoint, GradientsMatchFiniteDifferences) {
