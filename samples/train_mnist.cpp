@@ -24,6 +24,7 @@
 #include "io/formats/safetensors.h"
 #include "io/parallel_loader.h"
 #include "io/shard.h"
+#include "io/sharded_checkpoint.h"
 #include "samples/mnist_models.h"
 #include "samples/trainer_log.h"
 
@@ -49,7 +50,8 @@ struct Flags {
   int num_devices = 0;  // replicas, one per device (0: as many as axle starts with)
   std::string trace;    // a Chrome trace of the first trace_steps steps
   int64_t trace_steps = 20;
-  bool ddp = false;  // DistributedDataParallel averages the gradients during backward
+  bool ddp = false;   // DistributedDataParallel averages the gradients during backward
+  bool fsdp = false;  // FullyShardedDataParallel: each replica keeps 1/N of the model
 };
 
 std::shared_ptr<const Dataset> dataset(const Flags& flags, Split split) {
@@ -122,6 +124,19 @@ uint64_t parameters_digest(const nn::Module& model) {
   return digest;
 }
 
+// The same digest of an FSDP model's whole parameters, gathered from every replica's shards (in
+// the shards' order, with their padding).
+uint64_t gathered_digest(const FullyShardedDataParallel& fsdp) {
+  uint64_t digest = 1469598103934665603ULL;  // FNV-1a
+  const NoGradGuard no_grad;
+  for (const Tensor& shard : fsdp.parameters()) {
+    for (std::byte b : all_gather(reshape(shard, {shard.numel()}), 0).to_cpu().bytes) {
+      digest = (digest ^ static_cast<uint64_t>(b)) * 1099511628211ULL;
+    }
+  }
+  return digest;
+}
+
 struct Summary {
   double accuracy = 0;
   int64_t samples = 0;  // across replicas
@@ -137,11 +152,22 @@ void train_replica(const Flags& flags, Summary& summary) {
   set_rng_state(flags.seed, device);  // every replica starts from the same weights
   std::shared_ptr<nn::Module> model = make_mnist_model(flags.model, device);
   if (!flags.init.empty()) load_weights(*model, flags.init, device);
-  optim::SGD optimizer(model->parameters(), {.lr = flags.lr, .momentum = flags.momentum});
+  // With --fsdp the model trains as one FullyShardedDataParallel unit: each replica keeps 1/N of
+  // its parameters and of the momentum, gathers them for each forward and gets its shard of the
+  // averaged gradients from backward; the optimizer steps on the shards.
+  std::shared_ptr<FullyShardedDataParallel> fsdp;
+  if (flags.fsdp) {
+    mark_step();  // the initial weights, then their shards
+    fsdp = std::make_shared<FullyShardedDataParallel>(model);
+    mark_step();
+  }
+  optim::SGD optimizer(fsdp ? fsdp->parameters() : model->parameters(),
+                       {.lr = flags.lr, .momentum = flags.momentum});
   // With --ddp, training goes through DistributedDataParallel: backward averages the gradients,
   // and optimizer_step only steps. Testing and saving use the model itself.
-  const std::shared_ptr<nn::Module> trained =
-      flags.ddp ? std::make_shared<DistributedDataParallel>(model) : model;
+  std::shared_ptr<nn::Module> trained = model;
+  if (fsdp) trained = fsdp;
+  if (flags.ddp) trained = std::make_shared<DistributedDataParallel>(model);
   DataLoader train_loader(
       std::make_shared<ShardedDataset>(dataset(flags, Split::kTrain), world, ordinal),
       DataLoaderOptions{.batch_size = flags.batch_size,
@@ -170,7 +196,11 @@ void train_replica(const Flags& flags, Summary& summary) {
       optimizer.zero_grad();
       const Tensor loss = nn::nll_loss((*trained)(images), labels);
       loss.backward();
-      optimizer_step(optimizer);  // averages the gradients across replicas (unless DDP did)
+      if (fsdp) {
+        optimizer.step();  // backward gave this replica its shard of the averaged gradients
+      } else {
+        optimizer_step(optimizer);  // averages the gradients across replicas (unless DDP did)
+      }
       ++step;
       samples += labels.size(0);
       const int64_t batch_samples = labels.size(0);
@@ -198,7 +228,7 @@ void train_replica(const Flags& flags, Summary& summary) {
       }
     }
     wait_device_ops();
-    const auto [correct, seen] = test_counts(*model, flags, device);
+    const auto [correct, seen] = test_counts(fsdp ? *fsdp : *model, flags, device);
     const auto total = mesh_reduce("test_accuracy", std::pair<int64_t, int64_t>(correct, seen),
                                    [](const std::vector<std::pair<int64_t, int64_t>>& all) {
                                      std::pair<int64_t, int64_t> sum{0, 0};
@@ -219,10 +249,27 @@ void train_replica(const Flags& flags, Summary& summary) {
     return sum;
   });
   const bool identical =
-      mesh_reduce("parameters", parameters_digest(*model), [](const std::vector<uint64_t>& all) {
-        return std::ranges::all_of(all, [&](uint64_t d) { return d == all.front(); });
-      });
-  if (!flags.save.empty()) save_weights(*model, flags.save);
+      mesh_reduce("parameters", fsdp ? gathered_digest(*fsdp) : parameters_digest(*model),
+                  [](const std::vector<uint64_t>& all) {
+                    return std::ranges::all_of(all, [&](uint64_t d) { return d == all.front(); });
+                  });
+  if (!flags.save.empty() && fsdp) {
+    // Every replica's shards, then the master puts them together into the model's file.
+    const std::filesystem::path shards = flags.save + ".shards";
+    if (is_master_ordinal(/*local=*/false)) std::filesystem::create_directories(shards);
+    rendezvous("train_mnist shards dir");
+    save(fsdp->sharded_checkpoint(),
+         shards / fmt::format("rank-{}-of-{}.ckpt", global_ordinal(), world),
+         /*master_only=*/false);
+    if (is_master_ordinal(/*local=*/false)) {
+      (void)consolidate_sharded_checkpoints((shards / "rank-").string(),
+                                            fmt::format("*-of-{}.ckpt", world), flags.save);
+      std::filesystem::remove_all(shards);
+    }
+    rendezvous("train_mnist consolidated");
+  } else if (!flags.save.empty()) {
+    save_weights(*model, flags.save);
+  }
   if (is_master_ordinal(/*local=*/false)) {
     summary = Summary{accuracy, all_samples, identical};
   }
@@ -241,10 +288,10 @@ int train(const Flags& flags) {
   fmt::print(
       "{{\"final_test_accuracy\":{:.4f},\"train_samples_per_s\":{:.1f},\"compiles\":{},"
       "\"devices\":{},\"processes\":{},\"world_size\":{},\"replicas_identical\":{},"
-      "\"ddp\":{}}}\n",
+      "\"ddp\":{},\"fsdp\":{}}}\n",
       summary.accuracy, static_cast<double>(summary.samples) / train_seconds,
       counter_value("UncachedCompile").value_or(0), flags.num_devices, process_count(),
-      flags.num_devices * process_count(), summary.replicas_identical, flags.ddp);
+      flags.num_devices * process_count(), summary.replicas_identical, flags.ddp, flags.fsdp);
   return 0;
 }
 
@@ -261,9 +308,13 @@ int main(int argc, char** argv) {
   app.add_option("--lr", flags.lr);
   app.add_option("--momentum", flags.momentum);
   app.add_option("--shuffle", flags.shuffle, "1 shuffles the training set each epoch");
-  app.add_flag("--ddp", flags.ddp,
-               "train through DistributedDataParallel (gradients averaged in buckets during "
-               "backward)");
+  CLI::Option* ddp_flag = app.add_flag(
+      "--ddp", flags.ddp,
+      "train through DistributedDataParallel (gradients averaged in buckets during backward)");
+  app.add_flag("--fsdp", flags.fsdp,
+               "train through FullyShardedDataParallel (parameters, gradients and momentum "
+               "sharded 1/N across the replicas)")
+      ->excludes(ddp_flag);
   app.add_flag("--fake_data", flags.fake_data, "synthetic data instead of Fashion-MNIST");
   app.add_option("--seed", flags.seed);
   app.add_option("--log_steps", flags.log_steps, "print the loss every this many steps");

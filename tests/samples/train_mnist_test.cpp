@@ -151,6 +151,41 @@ TEST(TrainMnist, TheSameSeedTrainsTheSameWeightsBitForBit) {
   std::filesystem::remove_all(dir);
 }
 
+// --fsdp: each replica keeps half of the CNN's parameters and momentum, gathers them for each
+// forward and gets its half of the averaged gradients from backward. The sums and the SGD step
+// are the same arithmetic, element by element, as averaging whole gradients, so the consolidated
+// weights are the data-parallel run's, bit for bit (and not the untrained ones).
+TEST(TrainMnist, FsdpTrainsTheDataParallelWeightsBitForBit) {
+  require_dataset();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("axle_train_mnist_fsdp_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string flags =
+      "--model cnn --fake_data --num_epochs 1 --max_steps 20 --batch_size 16 --momentum 0.9 "
+      "--seed 1 --log_steps 5 --num_devices 2 --save ";
+  const TrainerRun plain = train("--lr 0.01 " + flags + (dir / "plain.safetensors").string());
+  const TrainerRun fsdp = train("--fsdp --lr 0.01 " + flags + (dir / "fsdp.safetensors").string());
+  const TrainerRun still = train("--fsdp --lr 0 " + flags + (dir / "still.safetensors").string());
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  ASSERT_EQ(fsdp.status, 0) << fsdp.output;
+  ASSERT_EQ(still.status, 0) << still.output;
+  ASSERT_TRUE(fsdp.summary.is_object()) << fsdp.output;
+  EXPECT_TRUE(fsdp.summary["fsdp"].get<bool>()) << fsdp.output;
+  EXPECT_TRUE(fsdp.summary["replicas_identical"].get<bool>()) << fsdp.output;
+  EXPECT_EQ(fsdp.summary["final_test_accuracy"], plain.summary["final_test_accuracy"])
+      << fsdp.output;
+  auto bytes = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string trained = bytes(dir / "plain.safetensors");
+  EXPECT_FALSE(trained.empty());
+  EXPECT_TRUE(trained == bytes(dir / "fsdp.safetensors")) << "the weights differ";
+  EXPECT_FALSE(trained == bytes(dir / "still.safetensors")) << "nothing trained";
+  EXPECT_FALSE(std::filesystem::exists(dir / "fsdp.safetensors.shards"));
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 
 TEST(TrainMnist, TwoProcessesOfTwoDevicesTrainBitForBitAsOneProcessOfFour) {
