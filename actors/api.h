@@ -55,8 +55,9 @@ class StepScope {
 };
 
 /// Waits until everything issued to `devices` (all devices when empty) has finished, and every
-/// asynchronous step closure added so far has run. Rethrows the first failure of this thread's
-/// asynchronous closures (StepClosureError).
+/// asynchronous step closure this thread added so far has run (another replica's closures wait for
+/// its own steps, which may need this one at a collective it has yet to reach). Rethrows the first
+/// failure of this thread's asynchronous closures (StepClosureError).
 void wait_device_ops(const std::vector<Device>& devices = {});
 
 /// Runs `closure` after this thread's next mark_step, once that step's device work is done (so
