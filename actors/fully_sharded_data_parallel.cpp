@@ -418,18 +418,7 @@ struct FsdpUnitBackward {
         std::unordered_map<int, RngState>& now;
         ~RestoreRng() { trace.set_rng_states(std::move(now)); }
       } restore{trace, now};
-      const bool autocast_now = is_autocast_enabled();
-      const DType autocast_dtype_now = get_autocast_dtype();
-      set_autocast_dtype(ctx.autocast_dtype);
-      set_autocast_enabled(ctx.autocast);
-      struct RestoreAutocast {
-        bool enabled;
-        DType dtype;
-        ~RestoreAutocast() {
-          set_autocast_enabled(enabled);
-          set_autocast_dtype(dtype);
-        }
-      } restore_autocast{autocast_now, autocast_dtype_now};
+      const autocast region(Device{}, ctx.autocast_dtype, ctx.autocast);
       AutoGradMode grad_mode(true);
       FullyShardedDataParallel::Pass pass =
           unit.run(barrier[0], std::vector<Tensor>(barrier.begin() + 1, barrier.end() - 1),
@@ -499,32 +488,7 @@ Tensor FullyShardedDataParallel::forward(const Tensor& input) {
   // them to anything but the unit's own leaves is an edge of the unit (as in checkpoint()).
   std::unordered_set<const TensorImpl*> own_leaves{pass.input.impl()};
   for (const Tensor& t : pass.full) own_leaves.insert(t.impl());
-  std::unordered_set<const void*> seen;
-  std::vector<GradFn*> stack;
-  if (pass.output.impl()->autograd()->grad_fn) {
-    stack.push_back(pass.output.impl()->autograd()->grad_fn.get());
-    seen.insert(stack.back());
-  } else if (!own_leaves.contains(pass.output.impl())) {
-    grad_fn->add_input(pass.output, autograd::gradient_edge(pass.output));
-  }
-  while (!stack.empty()) {
-    GradFn* recorded = stack.back();
-    stack.pop_back();
-    const std::span<const GradEdge> edges = recorded->edges();
-    for (std::size_t i = 0; i < edges.size(); ++i) {
-      const GradEdge& edge = edges[i];
-      if (!edge.defined()) continue;
-      if (edge.leaf && own_leaves.contains(edge.leaf.get())) continue;
-      const void* key = edge.fn ? static_cast<const void*>(edge.fn.get())
-                                : static_cast<const void*>(edge.leaf.get());
-      if (!seen.insert(key).second) continue;
-      if (edge.fn && edge.fn->sequence_nr() >= first_recorded) {
-        stack.push_back(edge.fn.get());
-      } else {
-        grad_fn->add_input(recorded->input(i), edge);
-      }
-    }
-  }
+  autograd::add_edges_leaving(*grad_fn, pass.output, own_leaves, first_recorded);
   ctx->dtype = pass.output.dtype();
   ctx->shape = pass.output.shape();
   if (ctx->recompute) {

@@ -78,16 +78,7 @@ void checkpoint_backward(const GradFn& fn, const Tensor& grad, autograd::GradLis
     } restore{trace, now, ctx.preserve_rng_state};
     // The recomputation runs in the autocast state of the first run, as torch's checkpoint
     // does: the same ops in the same dtypes.
-    struct RestoreAutocast {
-      bool enabled = is_autocast_enabled();
-      DType dtype = get_autocast_dtype();
-      ~RestoreAutocast() {
-        set_autocast_dtype(dtype);
-        set_autocast_enabled(enabled);
-      }
-    } restore_autocast;
-    set_autocast_dtype(ctx.autocast_dtype);
-    set_autocast_enabled(ctx.autocast);
+    const autocast region(Device{}, ctx.autocast_dtype, ctx.autocast, ctx.where);
     AutoGradMode grad_mode(true);
     output = ctx.fn(barrier);
   }
@@ -155,33 +146,7 @@ Tensor checkpoint(CheckpointFunction fn, const std::vector<Tensor>& inputs, bool
   ctx->num_input_edges = grad_fn->num_inputs();
   // The GradFns fn recorded have sequence numbers from first_recorded on; an edge out of them to
   // anything else (a parameter, a tensor computed before) is an edge of the checkpoint.
-  std::unordered_set<const void*> seen;
-  std::vector<GradFn*> stack;
-  if (output.impl()->autograd()->grad_fn) {
-    stack.push_back(output.impl()->autograd()->grad_fn.get());
-    seen.insert(stack.back());
-  } else if (!own_impls.contains(output.impl())) {
-    // fn returned a leaf that requires grad and is none of its inputs.
-    grad_fn->add_input(output, autograd::gradient_edge(output));
-  }
-  while (!stack.empty()) {
-    GradFn* recorded = stack.back();
-    stack.pop_back();
-    const std::span<const GradEdge> edges = recorded->edges();
-    for (std::size_t i = 0; i < edges.size(); ++i) {
-      const GradEdge& edge = edges[i];
-      if (!edge.defined()) continue;
-      if (edge.leaf && own_impls.contains(edge.leaf.get())) continue;
-      const void* key = edge.fn ? static_cast<const void*>(edge.fn.get())
-                                : static_cast<const void*>(edge.leaf.get());
-      if (!seen.insert(key).second) continue;
-      if (edge.fn && edge.fn->sequence_nr() >= first_recorded) {
-        stack.push_back(edge.fn.get());
-      } else {
-        grad_fn->add_input(recorded->input(i), edge);
-      }
-    }
-  }
+  autograd::add_edges_leaving(*grad_fn, output, own_impls, first_recorded);
   ctx->fn = std::move(fn);
   ctx->inputs = inputs;
   ctx->dtype = output.dtype();

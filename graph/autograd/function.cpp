@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/release_queue.h"
@@ -54,6 +55,37 @@ void GradFn::release_saved() {
 }
 
 namespace autograd {
+
+void add_edges_leaving(GradFn& grad_fn, const Tensor& output,
+                       const std::unordered_set<const TensorImpl*>& own_leaves,
+                       uint64_t first_recorded) {
+  std::unordered_set<const void*> seen;
+  std::vector<GradFn*> stack;
+  if (output.impl()->autograd()->grad_fn) {
+    stack.push_back(output.impl()->autograd()->grad_fn.get());
+    seen.insert(stack.back());
+  } else if (!own_leaves.contains(output.impl())) {
+    grad_fn.add_input(output, gradient_edge(output));
+  }
+  while (!stack.empty()) {
+    GradFn* recorded = stack.back();
+    stack.pop_back();
+    const std::span<const GradEdge> edges = recorded->edges();
+    for (std::size_t i = 0; i < edges.size(); ++i) {
+      const GradEdge& edge = edges[i];
+      if (!edge.defined()) continue;
+      if (edge.leaf && own_leaves.contains(edge.leaf.get())) continue;
+      const void* key = edge.fn ? static_cast<const void*>(edge.fn.get())
+                                : static_cast<const void*>(edge.leaf.get());
+      if (!seen.insert(key).second) continue;
+      if (edge.fn && edge.fn->sequence_nr() >= first_recorded) {
+        stack.push_back(edge.fn.get());
+      } else {
+        grad_fn.add_input(recorded->input(i), edge);
+      }
+    }
+  }
+}
 
 GradEdge gradient_edge(const Tensor& t) {
   const AutogradMeta* meta = t.impl()->autograd();

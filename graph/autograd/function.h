@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -126,6 +127,15 @@ template <class... T>
 /// Where `t`'s gradient goes: its grad_fn, or itself when it is a leaf that requires grad, or
 /// nowhere (torch's gradient_edge).
 [[nodiscard]] GradEdge gradient_edge(const Tensor& t);
+
+/// For a GradFn standing for a whole function (checkpoint, an FSDP unit): adds to `grad_fn` an
+/// input for every edge leaving the GradFns the function recorded (those numbered from
+/// `first_recorded` on, reached from `output`) towards anything other than `own_leaves` (the
+/// function's own handles of its inputs): the parameters it read, tensors computed before it. An
+/// `output` that is a leaf requiring grad and none of `own_leaves` is such an input itself.
+void add_edges_leaving(GradFn& grad_fn, const Tensor& output,
+                       const std::unordered_set<const TensorImpl*>& own_leaves,
+                       uint64_t first_recorded);
 
 /// The gradients reaching `targets` when backpropagating `grad_output` from `output`, as
 /// torch.autograd.grad(output, targets, grad_output): nothing is added to any leaf's grad(), and
