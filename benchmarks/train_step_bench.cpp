@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "actors/lazy_system.h"
+#include "samples/flag_checks.h"
 #include "axle.h"
 #include "backends/cpu/compute_pool.h"
 #include "benchmarks/report.h"
@@ -295,7 +296,7 @@ int main(int argc, char** argv) {
                "with --num_devices: also train through DistributedDataParallel and report "
                "ddp_speedup over optimizer_step");
   app.add_option("--bucket_cap_mb", bucket_cap_mb, "DistributedDataParallel's bucket cap (MiB)")
-      ->check(CLI::PositiveNumber);
+      ->check(axle::samples::positive());
   std::vector<std::string> models = {"mlp", "cnn"};
   app.add_option("--model", models,
                  "models to step: mlp, cnn, gpt (train_gpt's default model), resnet18 "

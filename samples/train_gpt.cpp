@@ -26,6 +26,7 @@
 #include "io/sharded_checkpoint.h"
 #include "samples/char_corpus.h"
 #include "samples/char_dataset.h"
+#include "samples/flag_checks.h"
 #include "samples/gpt_model.h"
 #include "samples/trainer_log.h"
 
@@ -426,20 +427,25 @@ int train(const Flags& flags) {
 int main(int argc, char** argv) {
   axle::samples::Flags flags;
   CLI::App app{"train_gpt: a character-level GPT (nanoGPT's) on Debian's fortunes"};
-  app.add_option("--n_layer", flags.n_layer)->check(CLI::PositiveNumber);
-  app.add_option("--n_head", flags.n_head)->check(CLI::PositiveNumber);
-  app.add_option("--n_embd", flags.n_embd)->check(CLI::PositiveNumber);
-  app.add_option("--block_size", flags.block_size)->check(CLI::PositiveNumber);
-  app.add_option("--batch_size", flags.batch_size, "rows per replica")->check(CLI::PositiveNumber);
-  app.add_option("--max_steps", flags.max_steps)->check(CLI::PositiveNumber);
-  app.add_option("--lr", flags.lr, "peak learning rate");
-  app.add_option("--min_lr", flags.min_lr, "the cosine ends here at --max_steps");
-  app.add_option("--warmup_steps", flags.warmup_steps)->check(CLI::PositiveNumber);
-  app.add_option("--weight_decay", flags.weight_decay, "AdamW's, on parameters of 2 dims or more");
-  app.add_option("--grad_clip", flags.grad_clip, "global gradient norm (0: no clipping)");
-  app.add_option("--eval_interval", flags.eval_interval, "steps between validation losses");
+  app.add_option("--n_layer", flags.n_layer)->check(axle::samples::positive());
+  app.add_option("--n_head", flags.n_head)->check(axle::samples::positive());
+  app.add_option("--n_embd", flags.n_embd)->check(axle::samples::positive());
+  app.add_option("--block_size", flags.block_size)->check(axle::samples::positive());
+  app.add_option("--batch_size", flags.batch_size, "rows per replica")
+      ->check(axle::samples::positive());
+  app.add_option("--max_steps", flags.max_steps)->check(axle::samples::positive());
+  app.add_option("--lr", flags.lr, "peak learning rate")->check(axle::samples::non_negative());
+  app.add_option("--min_lr", flags.min_lr, "the cosine ends here at --max_steps")
+      ->check(axle::samples::non_negative());
+  app.add_option("--warmup_steps", flags.warmup_steps)->check(axle::samples::positive());
+  app.add_option("--weight_decay", flags.weight_decay, "AdamW's, on parameters of 2 dims or more")
+      ->check(axle::samples::non_negative());
+  app.add_option("--grad_clip", flags.grad_clip, "global gradient norm (0: no clipping)")
+      ->check(axle::samples::non_negative());
+  app.add_option("--eval_interval", flags.eval_interval, "steps between validation losses")
+      ->check(axle::samples::non_negative());
   app.add_option("--eval_iters", flags.eval_iters, "validation batches per evaluation")
-      ->check(CLI::PositiveNumber);
+      ->check(axle::samples::positive());
   app.add_option("--seed", flags.seed);
   app.add_option("--shuffle", flags.shuffle,
                  "0 (default) takes rows in order; 1 draws them from the seed");
@@ -450,12 +456,15 @@ int main(int argc, char** argv) {
   app.add_option("--num_devices", flags.num_devices,
                  "train data-parallel on this many devices (default: CPU_NUM_DEVICES, or 1); "
                  "--batch_size is per device")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--log_steps", flags.log_steps, "print the loss every this many steps");
+      ->check(axle::samples::positive());
+  app.add_option("--log_steps", flags.log_steps, "print the loss every this many steps")
+      ->check(axle::samples::non_negative());
   app.add_option("--logdir", flags.logdir, "append JSON lines of losses to DIR/train_gpt.jsonl");
-  app.add_option("--sample", flags.sample, "generate this many bytes after training");
-  app.add_option("--temperature", flags.temperature)->check(CLI::PositiveNumber);
-  app.add_option("--top_k", flags.top_k, "sample among the k likeliest bytes (0: all)");
+  app.add_option("--sample", flags.sample, "generate this many bytes after training")
+      ->check(axle::samples::non_negative());
+  app.add_option("--temperature", flags.temperature)->check(axle::samples::positive());
+  app.add_option("--top_k", flags.top_k, "sample among the k likeliest bytes (0: all)")
+      ->check(axle::samples::non_negative());
   app.add_option("--data_dir", flags.data_dir, "the directory of fortune files");
   CLI::Option* fsdp_flag = app.add_flag(
       "--fsdp", flags.fsdp,

@@ -25,6 +25,7 @@
 #include "io/parallel_loader.h"
 #include "io/shard.h"
 #include "io/sharded_checkpoint.h"
+#include "samples/flag_checks.h"
 #include "samples/mnist_models.h"
 #include "samples/trainer_log.h"
 
@@ -302,11 +303,12 @@ int main(int argc, char** argv) {
   axle::samples::Flags flags;
   CLI::App app{"train_mnist: an MLP or CNN on Fashion-MNIST, as PyTorch/XLA's MNIST sample"};
   app.add_option("--model", flags.model, "mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
-  app.add_option("--batch_size", flags.batch_size)->check(CLI::PositiveNumber);
-  app.add_option("--num_epochs", flags.num_epochs)->check(CLI::NonNegativeNumber);
-  app.add_option("--max_steps", flags.max_steps, "stop after this many steps (0: no limit)");
-  app.add_option("--lr", flags.lr);
-  app.add_option("--momentum", flags.momentum);
+  app.add_option("--batch_size", flags.batch_size)->check(axle::samples::positive());
+  app.add_option("--num_epochs", flags.num_epochs)->check(axle::samples::non_negative());
+  app.add_option("--max_steps", flags.max_steps, "stop after this many steps (0: no limit)")
+      ->check(axle::samples::non_negative());
+  app.add_option("--lr", flags.lr)->check(axle::samples::non_negative());
+  app.add_option("--momentum", flags.momentum)->check(axle::samples::non_negative());
   app.add_option("--shuffle", flags.shuffle, "1 shuffles the training set each epoch");
   CLI::Option* ddp_flag = app.add_flag(
       "--ddp", flags.ddp,
@@ -317,22 +319,24 @@ int main(int argc, char** argv) {
       ->excludes(ddp_flag);
   app.add_flag("--fake_data", flags.fake_data, "synthetic data instead of Fashion-MNIST");
   app.add_option("--seed", flags.seed);
-  app.add_option("--log_steps", flags.log_steps, "print the loss every this many steps");
+  app.add_option("--log_steps", flags.log_steps, "print the loss every this many steps")
+      ->check(axle::samples::non_negative());
   app.add_option("--init", flags.init,
                  "start from these weights (.safetensors, or an axle checkpoint)");
   app.add_option("--save", flags.save,
                  "write the trained weights here (.safetensors, or else an axle checkpoint)");
   app.add_flag("--metrics_debug", flags.metrics_debug, "print the metrics report at the end");
   app.add_option("--data_dir", flags.data_dir, "where the Fashion-MNIST files are");
-  app.add_option("--num_workers", flags.num_workers, "data loader worker threads per replica");
+  app.add_option("--num_workers", flags.num_workers, "data loader worker threads per replica")
+      ->check(axle::samples::non_negative());
   app.add_option("--num_devices", flags.num_devices,
                  "train data-parallel on this many devices (default: CPU_NUM_DEVICES, or 1); "
                  "--batch_size is per device")
-      ->check(CLI::PositiveNumber);
+      ->check(axle::samples::positive());
   app.add_option("--trace", flags.trace,
                  "write a Chrome trace (Perfetto, chrome://tracing) of the first steps here");
   app.add_option("--trace_steps", flags.trace_steps, "steps the --trace covers")
-      ->check(CLI::PositiveNumber);
+      ->check(axle::samples::positive());
   CLI11_PARSE(app, argc, argv);
   try {
     // The devices are made on first use, from CPU_NUM_DEVICES: --num_devices sets it first.

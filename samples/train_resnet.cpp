@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "samples/flag_checks.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "io/data_loader.h"
@@ -232,14 +233,14 @@ int main(int argc, char** argv) {
   app.add_option("--model", flags.model, "resnet18 or resnet50")
       ->check(CLI::IsMember({"resnet18", "resnet50"}));
   app.add_option("--image_size", flags.image_size, "images are 3 × image_size × image_size")
-      ->check(CLI::PositiveNumber);
+      ->check(axle::samples::positive());
   app.add_option("--batch_size", flags.batch_size, "images per replica")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--max_steps", flags.max_steps)->check(CLI::PositiveNumber);
+      ->check(axle::samples::positive());
+  app.add_option("--max_steps", flags.max_steps)->check(axle::samples::positive());
   app.add_option("--num_devices", flags.num_devices,
                  "train data-parallel on this many devices (default: CPU_NUM_DEVICES, or 1); "
                  "--batch_size is per device")
-      ->check(CLI::PositiveNumber);
+      ->check(axle::samples::positive());
   app.add_option("--lr", flags.lr, "SGD's learning rate (momentum 0.9, weight decay 1e-4)");
   app.add_option("--momentum", flags.momentum);
   app.add_option("--weight_decay", flags.weight_decay);

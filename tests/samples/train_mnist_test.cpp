@@ -266,3 +266,19 @@ TEST(TrainMnist, DdpInTwoProcessesOfTwoDevicesTrainsAsOptimizerStepInOneProcessO
   EXPECT_TRUE(a == bytes(dir / "ddp.safetensors")) << "the weights differ";
   std::filesystem::remove_all(dir);
 }
+
+namespace {
+
+TEST(TrainMnist, FlagsOutOfRangeAreNamedInASentence) {
+  for (const auto& [flags, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--batch_size 0", "--batch_size: must be positive; got 0"},
+           {"--num_epochs -1", "--num_epochs: must be zero or more; got -1"},
+           {"--lr abc", "--lr: must be a number; got 'abc'"}}) {
+    const TrainerRun run = train(flags);
+    EXPECT_NE(run.status, 0) << flags;
+    EXPECT_NE(run.output.find(want), std::string::npos) << flags << ":\n" << run.output;
+    EXPECT_LT(run.output.size(), 200u) << flags << ":\n" << run.output;
+  }
+}
+
+}  // namespace
