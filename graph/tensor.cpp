@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <stdexcept>
 
 #include "engine/element.h"
 #include "engine/metrics.h"
@@ -78,6 +79,19 @@ int64_t Tensor::size(int d) const {
                             std::to_string(rank));
   }
   return shape()[i];
+}
+
+std::vector<std::byte> CpuTensor::copy_elements(std::span<const std::byte> bytes,
+                                                const Shape& shape, std::size_t element_size) {
+  const auto count = bytes.size() / element_size;
+  if (static_cast<int64_t>(count) != shape.numel()) {
+    std::string dims;
+    for (int d = 0; d < shape.rank(); ++d) dims += (d ? "," : "") + std::to_string(shape[d]);
+    throw std::invalid_argument("CpuTensor: " + std::to_string(count) +
+                                " values cannot fill shape [" + dims + "] (" +
+                                std::to_string(shape.numel()) + " elements)");
+  }
+  return {bytes.begin(), bytes.end()};
 }
 
 template <class T>

@@ -105,9 +105,30 @@ struct CpuTensor {
   Shape shape;
   std::vector<std::byte> bytes;  ///< row-major elements
 
+  CpuTensor() = default;
+  CpuTensor(DType dtype, const Shape& shape, std::vector<std::byte> bytes = {})
+      : dtype(dtype), shape(shape), bytes(std::move(bytes)) {}
+  /// The elements `values` (row-major) in T's dtype, as torch::tensor(values).reshape(shape):
+  /// CpuTensor(std::vector<float>{1, 2, 3, 4}, {2, 2}). A scalar takes shape {}. Throws
+  /// std::invalid_argument naming both when the count does not fill the shape.
+  template <class T>
+  CpuTensor(std::span<const T> values, const Shape& shape)
+      : CpuTensor(dtype_of<T>(), shape, copy_elements(std::as_bytes(values), shape, sizeof(T))) {}
+  template <class T>
+  CpuTensor(const std::vector<T>& values, const Shape& shape)
+      : CpuTensor(std::span<const T>(values), shape) {}
+  template <class T>
+  CpuTensor(std::initializer_list<T> values, const Shape& shape)
+      : CpuTensor(std::span<const T>(values.begin(), values.size()), shape) {}
+
   /// The elements converted to T (bf16 reads as float).
   template <class T>
   [[nodiscard]] std::vector<T> values() const;
+
+ private:
+  // The bytes, after checking that they hold shape.numel() elements of their size.
+  static std::vector<std::byte> copy_elements(std::span<const std::byte> bytes, const Shape& shape,
+                                              std::size_t element_size);
 };
 
 /// A lazy tensor handle (cheap to copy; copies share the value).

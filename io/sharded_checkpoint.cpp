@@ -145,7 +145,7 @@ nn::StateDict consolidate_sharded_checkpoints(const std::string& ckpt_prefix,
       if (p.offset < 0 || p.numel < 0 || p.offset + p.numel > flat.padded_numel) {
         fail(fmt::format("\"{}\" lies outside \"{}\"", p.names.front(), flat.name));
       }
-      CpuTensor t{.dtype = flat.dtype, .shape = Shape(p.shape)};
+      CpuTensor t(flat.dtype, Shape(p.shape));
       const auto begin = bytes.begin() + static_cast<std::ptrdiff_t>(p.offset * size);
       t.bytes.assign(begin, begin + static_cast<std::ptrdiff_t>(p.numel * size));
       for (const std::string& name : p.names) {

@@ -17,12 +17,6 @@ namespace {
 using testing::contains;
 using testing::error_message;
 
-CpuTensor scalar_i64(int64_t v) {
-  CpuTensor t{DType::kI64, Shape{}, std::vector<std::byte>(8)};
-  std::memcpy(t.bytes.data(), &v, 8);
-  return t;
-}
-
 // Sample i is {s64 i, f32 [2] {i, -i}}; index `fail_at` throws, and `odd_shape_at` is [3].
 class IndexDataset final : public Dataset {
  public:
@@ -31,11 +25,9 @@ class IndexDataset final : public Dataset {
   int64_t size() const override { return n_; }
   Sample get(int64_t i) const override {
     if (i == fail_at_) throw std::runtime_error("sample " + std::to_string(i) + " is broken");
-    const int64_t width = i == odd_shape_at_ ? 3 : 2;
-    CpuTensor pair{DType::kF32, Shape{width}, std::vector<std::byte>(4 * width)};
-    const float values[3] = {static_cast<float>(i), static_cast<float>(-i), 0.0f};
-    std::memcpy(pair.bytes.data(), values, pair.bytes.size());
-    return {scalar_i64(i), std::move(pair)};
+    const auto x = static_cast<float>(i);
+    if (i == odd_shape_at_) return {CpuTensor({i}, {}), CpuTensor({x, -x, 0.0f}, {3})};
+    return {CpuTensor({i}, {}), CpuTensor({x, -x}, {2})};
   }
 
  private:
@@ -47,6 +39,27 @@ std::vector<std::vector<int64_t>> epoch_indices(DataLoader& loader) {
   std::vector<std::vector<int64_t>> out;
   for (const Batch& batch : loader) out.push_back(batch[0].values<int64_t>());
   return out;
+}
+
+TEST(CpuTensor, BuildsFromValuesAndAShapeAsTorchTensorDoes) {
+  const CpuTensor matrix(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(matrix.dtype, DType::kF32);
+  EXPECT_EQ(matrix.shape, (Shape{2, 3}));
+  EXPECT_EQ(matrix.values<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  const CpuTensor labels({int64_t{7}, int64_t{-1}}, {2});
+  EXPECT_EQ(labels.dtype, DType::kI64);
+  EXPECT_EQ(labels.values<int64_t>(), (std::vector<int64_t>{7, -1}));
+  const CpuTensor scalar({2.5}, {});
+  EXPECT_EQ(scalar.dtype, DType::kF64);
+  EXPECT_EQ(scalar.shape.rank(), 0);
+  EXPECT_EQ(scalar.values<double>(), std::vector<double>{2.5});
+  const CpuTensor mask({true, false, true}, {3});
+  EXPECT_EQ(mask.dtype, DType::kBool);
+  EXPECT_EQ(mask.values<int32_t>(), (std::vector<int32_t>{1, 0, 1}));
+  EXPECT_EQ(error_message<std::invalid_argument>([] {
+              CpuTensor(std::vector<float>{1, 2, 3}, {2, 2});
+            }),
+            "CpuTensor: 3 values cannot fill shape [2,2] (4 elements)");
 }
 
 TEST(DataLoader, BatchesInOrderWithAShortLastBatch) {
