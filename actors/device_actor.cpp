@@ -172,6 +172,9 @@ void DeviceActor::start(ExecuteRequest& request) {
   for (const ExecuteInput& input : request.inputs) {
     if (input.data && input.data->failed()) return finish(request, input.data->error());
   }
+  if (memory_limit_ > 0) {
+    if (std::exception_ptr error = over_memory_limit(request)) return finish(request, error);
+  }
   std::vector<IntrusivePtr<DeviceMemory>> inputs;
   inputs.reserve(request.inputs.size());
   try {
@@ -191,6 +194,23 @@ void DeviceActor::start(ExecuteRequest& request) {
   } catch (...) {
     finish(request, std::current_exception());
   }
+}
+
+std::exception_ptr DeviceActor::over_memory_limit(const ExecuteRequest& request) const {
+  // The plan's peak counts the step's inputs; the device also holds every other live tensor.
+  uint64_t inputs_held = 0;
+  for (const ExecuteInput& input : request.inputs) {
+    if (input.data && input.data->memory()) inputs_held += input.data->memory()->bytes();
+  }
+  const uint64_t in_use = backend_.memory_info(ordinal_).bytes_in_use;
+  const uint64_t others = in_use > inputs_held ? in_use - inputs_held : 0;
+  const uint64_t peak = request.ready_program->plan.peak_bytes;
+  if (peak + others <= memory_limit_) return nullptr;
+  return std::make_exception_ptr(DeviceMemoryError(fmt::format(
+      "the step cut at {}:{} needs {} bytes on xla:{} ({} at its memory plan's peak, {} held by "
+      "other tensors), over AXLE_DEVICE_MEMORY_LIMIT={}; it did not run",
+      request.where.file_name(), request.where.line(), peak + others, ordinal_, peak, others,
+      memory_limit_)));
 }
 
 void DeviceActor::advance(ExecuteRequest& request) {

@@ -11,6 +11,7 @@
 #include <deque>
 #include <limits>
 #include <memory>
+#include <source_location>
 #include <vector>
 
 #include "actors/meeting_points.h"
@@ -48,6 +49,8 @@ struct ExecuteRequest final : RefCounted {
   std::chrono::nanoseconds collective_timeout{0};
   /// The replica's step account, charged for the device's part of the step.
   std::shared_ptr<StepBreakdown> account;
+  /// Where the step was cut (mark_step, or the read that synced it), for its errors.
+  std::source_location where;
   // Filled by the device as the request waits and runs.
   IntrusivePtr<Executable> ready_program;
   std::exception_ptr compile_error;
@@ -104,13 +107,16 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
                                  Drain, Pump, ResumeRun, ReadReady> {
  public:
   /// At a collective the device waits up to `meeting_spin` for the other members before it
-  /// parks (AXLE_SPIN_US).
+  /// parks (AXLE_SPIN_US). A step that would hold more than `memory_limit` bytes (0: no limit,
+  /// AXLE_DEVICE_MEMORY_LIMIT) fails before it runs.
   DeviceActor(Backend& backend, int ordinal, std::shared_ptr<MeetingPoints> points,
-              std::chrono::microseconds meeting_spin, const Observers& observers)
+              std::chrono::microseconds meeting_spin, const Observers& observers,
+              uint64_t memory_limit = 0)
       : backend_(backend),
         ordinal_(ordinal),
         points_(std::move(points)),
         meeting_spin_(meeting_spin),
+        memory_limit_(memory_limit),
         observers_(observers) {}
 
   void handle(Execute& m);
@@ -157,6 +163,8 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
   // program has left, so the other members fail at once and their meetings stay matched.
   void come_failed_to_collectives(const ExecuteRequest& request, std::exception_ptr error);
   void finish(ExecuteRequest& request, std::exception_ptr error);
+  // The error for a program that would exceed memory_limit_ on this device, or null.
+  std::exception_ptr over_memory_limit(const ExecuteRequest& request) const;
   void run(TransferToDevice& transfer);
   void copy_to_host(DataHold data, Promise<std::vector<std::byte>> reply);
 
@@ -164,6 +172,7 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
   int ordinal_;
   std::shared_ptr<MeetingPoints> points_;
   std::chrono::microseconds meeting_spin_;
+  uint64_t memory_limit_;
   const Observers& observers_;
   std::deque<Work> queue_;
   const DeviceData* waiting_on_ = nullptr;

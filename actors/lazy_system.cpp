@@ -123,10 +123,13 @@ LazySystem::LazySystem(LazySystemOptions options, const config::LazySettings& se
       points->receive(received);
     });
   }
+  const auto memory_limit =
+      static_cast<uint64_t>(config::read_device_settings().device_memory_limit);
   for (int i = 0; i < backend_->device_count(); ++i) {
     devices_.push_back(spawn<DeviceActor>(
         runtime_, SpawnOptions{.name = fmt::format("device-{}", i), .dedicated_thread = true},
-        *backend_, i, meeting_points_, config::read_runtime_settings().spin, observers_));
+        *backend_, i, meeting_points_, config::read_runtime_settings().spin, observers_,
+        memory_limit));
   }
   // Closures may block (a value they read may not be ready), so they get a thread of their own.
   closure_runner_ = spawn<ClosureRunner>(

@@ -268,6 +268,7 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
 
   auto request = make_intrusive<ExecuteRequest>();
   request->account = account();
+  request->where = where;
   if (replica_) {
     request->replica_group = replica_->group;
     request->replica = replica_->ordinal;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string_view>
 #include <vector>
 
@@ -42,6 +43,13 @@ class ProgramRun {
 };
 
 /// Memory use of one device.
+/// A step that would need more device memory than AXLE_DEVICE_MEMORY_LIMIT allows; it fails
+/// before it runs, and names the step's source line, the bytes it needs and the limit.
+class DeviceMemoryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct MemoryInfo {
   std::size_t bytes_in_use = 0;
   std::size_t peak_bytes = 0;

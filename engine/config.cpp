@@ -278,6 +278,12 @@ DeviceSettings read_device_settings() {
     s.cpu_intra_op_threads = static_cast<int>(*threads);
   }
   s.cpu_block_cache_mb = get_int("AXLE_CPU_BLOCK_CACHE_MB", defaults.cpu_block_cache_mb);
+  s.device_memory_limit = get_int("AXLE_DEVICE_MEMORY_LIMIT", defaults.device_memory_limit);
+  if (s.device_memory_limit < 0) {
+    throw ConfigError(
+        fmt::format("AXLE_DEVICE_MEMORY_LIMIT={} must be a number of bytes (0: no limit)",
+                    trim(get("AXLE_DEVICE_MEMORY_LIMIT").value_or(""))));
+  }
   return s;
 }
 
@@ -329,7 +335,8 @@ CollectiveSettings read_collective_settings() {
 }
 
 ProcessSettings read_process_settings() {
-  return {.launched_by_mpi = get("OMPI_COMM_WORLD_SIZE").has_value() || get("PMIX_RANK").has_value()};
+  return {.launched_by_mpi =
+              get("OMPI_COMM_WORLD_SIZE").has_value() || get("PMIX_RANK").has_value()};
 }
 
 Settings read_settings() {

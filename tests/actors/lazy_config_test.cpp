@@ -1,5 +1,6 @@
 // The lazy core's settings and device queries: PJRT_DEVICE / CPU_NUM_DEVICES, XLA_USE_BF16,
 // XLA_SYNC_WAIT, XLA_SAVE_TENSORS_FILE, XLA_COMPILATION_CACHE_SIZE, random seeds, memory info.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,8 +22,9 @@ class LazyConfig : public ::testing::Test {
  protected:
   void SetUp() override { clear_all(); }
   void TearDown() override {
-    for (const char* name : {"XLA_USE_BF16", "XLA_SYNC_WAIT", "XLA_SAVE_TENSORS_FILE",
-                             "XLA_SAVE_TENSORS_FMT", "XLA_COMPILATION_CACHE_SIZE", "PJRT_DEVICE"}) {
+    for (const char* name :
+         {"XLA_USE_BF16", "XLA_SYNC_WAIT", "XLA_SAVE_TENSORS_FILE", "XLA_SAVE_TENSORS_FMT",
+          "XLA_COMPILATION_CACHE_SIZE", "PJRT_DEVICE", "AXLE_DEVICE_MEMORY_LIMIT"}) {
       config::unset(name);
     }
     ops::reload_dtype_config();
@@ -53,6 +55,50 @@ TEST_F(LazyConfig, EachDeviceComputesItsOwnTensors) {
   EXPECT_EQ(d.device().ordinal, 1);
   EXPECT_EQ(d.to_vector<float>(), (std::vector<float>{20, 40}));
   EXPECT_THROW(a + b, ShapeError);  // operands on different devices
+}
+
+TEST_F(LazyConfig, AStepOverTheDeviceMemoryLimitFailsBeforeItRunsAndASmallerOneStillRuns) {
+  constexpr int64_t kLimit = 1 << 20;
+  config::set("AXLE_DEVICE_MEMORY_LIMIT", std::to_string(kLimit));
+  LazySystem::restart();
+  Tensor small = full({16, 16}, 2.0, DType::kF32, device(0));
+  mark_step();  // small is device data from here on
+  Tensor big = full({512, 512}, 1.0, DType::kF32, device(0)) * sum(small);  // 1 MiB and more
+  const int line = __LINE__ + 1;
+  mark_step();
+  try {
+    (void)big.to_vector<float>();
+    FAIL() << "a step over the limit ran";
+  } catch (const DeviceMemoryError& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find(fmt::format("lazy_config_test.cpp:{} needs ", line)), std::string::npos)
+        << text;
+    EXPECT_NE(text.find(fmt::format("over AXLE_DEVICE_MEMORY_LIMIT={}", kLimit)), std::string::npos)
+        << text;
+    // The bytes it names: at least the 1 MiB result.
+    const std::size_t at = text.find(" needs ") + 7;
+    EXPECT_GT(std::stoll(text.substr(at)), kLimit) << text;
+  }
+  // The device and the tensors the failed step read are untouched: a smaller step runs.
+  Tensor smaller = small * 3.0;
+  mark_step();
+  EXPECT_EQ(smaller.to_vector<float>(), std::vector<float>(256, 6.0f));
+  EXPECT_LE(get_memory_info(device(0)).bytes_in_use, static_cast<uint64_t>(kLimit));
+}
+
+TEST_F(LazyConfig, DeviceMemoryLimitsThatAreNotByteCountsAreConfigErrors) {
+  for (const char* bad : {"-1", "abc", "1.5"}) {
+    config::set("AXLE_DEVICE_MEMORY_LIMIT", bad);
+    try {
+      LazySystem::restart();
+      ADD_FAILURE() << "AXLE_DEVICE_MEMORY_LIMIT=" << bad << " was accepted";
+    } catch (const ConfigError& e) {
+      const std::string text = e.what();
+      EXPECT_NE(text.find("AXLE_DEVICE_MEMORY_LIMIT="), std::string::npos) << text;
+      EXPECT_NE(text.find(bad), std::string::npos) << text;
+    }
+  }
+  config::unset("AXLE_DEVICE_MEMORY_LIMIT");
 }
 
 TEST_F(LazyConfig, UnknownPjrtDeviceIsAConfigError) {
