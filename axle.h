@@ -3,8 +3,9 @@
 
 #include "actors/api.h"
 #include "actors/data_parallel.h"
-#include "actors/fully_sharded_data_parallel.h"
 #include "actors/distributed_data_parallel.h"
+#include "actors/finite_check.h"
+#include "actors/fully_sharded_data_parallel.h"
 #include "actors/replicas.h"
 #include "actors/step_breakdown.h"
 #include "engine/metrics.h"

@@ -137,6 +137,7 @@ LazySystem::LazySystem(LazySystemOptions options, const config::LazySettings& se
   eager_ = settings.eager_debug_mode;
   sync_wait_ = settings.sync_wait;
   param_aliasing_ = settings.param_aliasing;
+  check_finite_ = settings.check_finite;
   const config::AnalysisSettings analysis = config::read_analysis_settings();
   debug_level_ = analysis.debug_level;
   step_reports_ = std::make_unique<StepReports>(

@@ -100,6 +100,9 @@ class LazySystem final {
   /// XLA_ENABLE_PARAM_ALIASING (default on): a mark_step may update inputs nothing else reads in
   /// place (buffer donation).
   [[nodiscard]] bool param_aliasing() const noexcept { return param_aliasing_; }
+  /// AXLE_CHECK_FINITE: every step waits and has its floating results checked
+  /// (actors/finite_check.h).
+  [[nodiscard]] bool check_finite() const noexcept { return check_finite_; }
   /// PT_XLA_DEBUG_LEVEL: 0 quiet, 1 compilation analysis, 2 execution analysis too.
   [[nodiscard]] int debug_level() const noexcept { return debug_level_; }
   /// XLA_SAVE_TENSORS_FILE, appended to by every sync.
@@ -124,12 +127,13 @@ class LazySystem final {
   std::vector<ActorRef<DeviceActor>> devices_;
   ActorRef<ClosureRunner> closure_runner_;
   ActorRef<RendezvousActor> rendezvous_actor_;
-  ProcessTransport* transport_ = nullptr;  // null when this process is the whole job
+  ProcessTransport* transport_ = nullptr;          // null when this process is the whole job
   std::shared_ptr<MeetingPoints> meeting_points_;  // shared by the rendezvous actor and devices
   std::atomic<bool> eager_{false};
   uint64_t max_graph_nodes_;
   bool sync_wait_ = false;
   bool param_aliasing_ = true;
+  bool check_finite_ = false;
   int debug_level_ = 0;
   SavedGraphs saved_graphs_;
   std::unique_ptr<StepReports> step_reports_;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "actors/debug_analysis.h"
+#include "actors/finite_check.h"
 #include "actors/lazy_system.h"
 #include "engine/hash.h"
 #include "engine/log.h"
@@ -297,6 +298,9 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
   for (const NodePtr& root : roots) {
     request->outputs.push_back(make_intrusive<DeviceData>(device, root->dtype(), root->shape()));
   }
+  // AXLE_CHECK_FINITE evaluates the graph again when a result is not finite.
+  std::optional<StepGraph> kept;
+  if (system.check_finite()) kept = graph;
   request->program = find_or_compile(system, graph, reason, where);
   graph.clear();  // drops its references to the roots
   for (std::size_t i = 0; i < sync.tensors.size(); ++i) {
@@ -316,6 +320,7 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
   if (wait) {
     for (auto& out : outputs) out->wait();
   }
+  if (kept) check_step_finite(*kept, outputs, where);
 }
 
 void ReplicaHost::sync(std::span<const Tensor> tensors, SyncReason reason,
@@ -327,10 +332,12 @@ void ReplicaHost::sync(std::span<const Tensor> tensors, SyncReason reason,
                                  reason_name(reason));
   }
   // Only a step syncs every pending tensor of the replica (see mark_donations).
-  const bool may_donate =
-      reason_is_step(reason) && system.param_aliasing() && !Node::ir_shared_across_threads();
+  // AXLE_CHECK_FINITE reads the step's inputs after it ran: none may be overwritten.
+  const bool may_donate = reason_is_step(reason) && system.param_aliasing() &&
+                          !system.check_finite() && !Node::ir_shared_across_threads();
   for (const DeviceSync& sync : pending_by_device(tensors)) {
-    sync_device(system, sync, wait, may_donate, reason, where, step_outputs);
+    sync_device(system, sync, wait || system.check_finite(), may_donate, reason, where,
+                step_outputs);
   }
   // The synced tensors now read device data: what the log holds of their graphs is garbage
   // (and anything still pending is held by its tensors).

@@ -301,6 +301,7 @@ LazySettings read_lazy_settings() {
   s.eager_debug_mode = get_bool("XLA_USE_EAGER_DEBUG_MODE", defaults.eager_debug_mode);
   s.sync_wait = get_bool("XLA_SYNC_WAIT", defaults.sync_wait);
   s.param_aliasing = get_bool("XLA_ENABLE_PARAM_ALIASING", defaults.param_aliasing);
+  s.check_finite = get_bool("AXLE_CHECK_FINITE", defaults.check_finite);
   s.save_tensors_file = get_string("XLA_SAVE_TENSORS_FILE", defaults.save_tensors_file);
   s.save_tensors_format = parse_save_tensors_format();
   s.trace_file = get_string("AXLE_TRACE_FILE", defaults.trace_file);

@@ -163,6 +163,10 @@ struct LazySettings {
   /// XLA_ENABLE_PARAM_ALIASING, default 1: mark_step may overwrite input buffers no tensor holds
   /// (buffer donation).
   bool param_aliasing = true;
+  /// AXLE_CHECK_FINITE, default 0: every step waits for the device and checks its floating
+  /// results; a NaN or infinity makes it throw NonFiniteError naming the first op that produced
+  /// one and the line that traced it.
+  bool check_finite = false;
   /// XLA_SAVE_TENSORS_FILE, default none: every executed graph is appended to this file.
   std::string save_tensors_file;
   /// XLA_SAVE_TENSORS_FMT, default text: how: text, dot (Graphviz) or hlo (the lowered program

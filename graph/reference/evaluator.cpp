@@ -133,6 +133,11 @@ CpuTensor device_leaf(const Node& node, const LeafValue& leaf_value) {
 }  // namespace
 
 std::vector<CpuTensor> evaluate(const StepGraph& graph, const LeafValue& leaf_value) {
+  return evaluate(graph, leaf_value, ValueVisitor{});
+}
+
+std::vector<CpuTensor> evaluate(const StepGraph& graph, const LeafValue& leaf_value,
+                                const ValueVisitor& visit) {
   const std::size_t count = graph.nodes.size();
   if (graph.operand_begin.size() != count + 1) {
     throw std::invalid_argument(fmt::format(
@@ -168,6 +173,7 @@ std::vector<CpuTensor> evaluate(const StepGraph& graph, const LeafValue& leaf_va
         detail::fail(call, fmt::format("the reference computed {}{} instead",
                                        dtype_name(values[id].dtype), values[id].shape.to_string()));
       }
+      if (visit && !visit(id, values[id])) return {};
     }
     for (int32_t operand : operand_ids) {
       if (--readers[static_cast<std::size_t>(operand)] == 0) values[operand] = CpuTensor{};

@@ -28,4 +28,12 @@ using LeafValue = std::function<const CpuTensor&(const DeviceData& data)>;
 /// the shapes and the source line that traced it for anything it cannot evaluate.
 [[nodiscard]] std::vector<CpuTensor> evaluate(const StepGraph& graph, const LeafValue& leaf_value);
 
+/// Sees each op's value as the evaluator computes it (leaves excluded), by node id; returning
+/// false stops the evaluation.
+using ValueVisitor = std::function<bool(std::size_t id, const CpuTensor& value)>;
+/// As evaluate, showing `visit` every op's value in order; returns nothing when `visit` stopped
+/// it, else the outputs.
+std::vector<CpuTensor> evaluate(const StepGraph& graph, const LeafValue& leaf_value,
+                                const ValueVisitor& visit);
+
 }  // namespace axle::reference

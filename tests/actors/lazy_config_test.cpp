@@ -22,9 +22,9 @@ class LazyConfig : public ::testing::Test {
  protected:
   void SetUp() override { clear_all(); }
   void TearDown() override {
-    for (const char* name :
-         {"XLA_USE_BF16", "XLA_SYNC_WAIT", "XLA_SAVE_TENSORS_FILE", "XLA_SAVE_TENSORS_FMT",
-          "XLA_COMPILATION_CACHE_SIZE", "PJRT_DEVICE", "AXLE_DEVICE_MEMORY_LIMIT"}) {
+    for (const char* name : {"XLA_USE_BF16", "XLA_SYNC_WAIT", "XLA_SAVE_TENSORS_FILE",
+                             "XLA_SAVE_TENSORS_FMT", "XLA_COMPILATION_CACHE_SIZE", "PJRT_DEVICE",
+                             "AXLE_DEVICE_MEMORY_LIMIT", "AXLE_CHECK_FINITE"}) {
       config::unset(name);
     }
     ops::reload_dtype_config();
@@ -99,6 +99,44 @@ TEST_F(LazyConfig, DeviceMemoryLimitsThatAreNotByteCountsAreConfigErrors) {
     }
   }
   config::unset("AXLE_DEVICE_MEMORY_LIMIT");
+}
+
+TEST_F(LazyConfig, CheckFiniteNamesTheFirstOpThatMadeANanAndItsLine) {
+  config::set("AXLE_CHECK_FINITE", "1");
+  LazySystem::restart();
+  Tensor x = tensor(std::vector<float>{1, 2, -3, 4}, Shape{4});
+  Tensor fine = exp(x) * 2.0;
+  mark_step();  // finite: nothing to say
+  EXPECT_NEAR(fine.to_vector<float>()[0], 2 * std::exp(1.0f), 1e-5);
+
+  Tensor shifted = x + 1.0;
+  const int line = __LINE__ + 1;
+  Tensor bad = log(shifted * 0.5);  // log of -1 at element 2: NaN
+  Tensor worse = bad * 3.0 + sqrt(abs(x));
+  try {
+    mark_step();
+    FAIL() << "a NaN went unnoticed";
+  } catch (const NonFiniteError& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("produced NaN"), std::string::npos) << text;
+    EXPECT_NE(text.find(fmt::format("the first op to produce NaN is log f32[4], traced at {}:{}",
+                                    __FILE__, line)),
+              std::string::npos)
+        << text;
+  }
+}
+
+TEST_F(LazyConfig, CheckFiniteNamesAnInputThatWasAlreadyNotFinite) {
+  config::set("AXLE_CHECK_FINITE", "1");
+  LazySystem::restart();
+  Tensor x = tensor(std::vector<float>{1, std::numeric_limits<float>::infinity()}, Shape{2});
+  Tensor y = x * 2.0;
+  try {
+    mark_step();
+    FAIL() << "an infinity went unnoticed";
+  } catch (const NonFiniteError& e) {
+    EXPECT_NE(std::string(e.what()).find("already held infinity"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(LazyConfig, UnknownPjrtDeviceIsAConfigError) {
