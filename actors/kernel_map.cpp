@@ -12,7 +12,9 @@ Kernel kernel_for(Op op) {
 #define AXLE_LOWER_OP(name, str) \
   case Op::k##name:              \
     return Kernel::k##name;
-    AXLE_KERNEL_OPS(AXLE_LOWER_OP)
+#define AXLE_NO_KERNEL(name, str)
+    AXLE_IR_OPS(AXLE_LOWER_OP, AXLE_NO_KERNEL)
+#undef AXLE_NO_KERNEL
 #undef AXLE_LOWER_OP
     case Op::kReshape:
       return Kernel::kCopy;

@@ -68,6 +68,32 @@ void expand_groups(KernelCall& call) {
   call.ints.insert(call.ints.end(), groups.begin(), groups.end());
 }
 
+// The program with its sharding annotations (custom_sharding) dropped: each reader reads the
+// annotated value itself. On one device an annotation changes nothing, and this way it costs no
+// copy and splits no fused chain.
+Program without_sharding_annotations(const Program& program) {
+  Program out;
+  out.reserve(program.size());
+  std::vector<int32_t> renamed(program.size(), -1);
+  for (std::size_t id = 0; id < program.size(); ++id) {
+    if (program[id].op == Op::kCustomSharding) {
+      renamed[id] = renamed[program.operands(id)[0]];
+      continue;
+    }
+    renamed[id] = out.append_renamed(program, static_cast<int32_t>(id), renamed);
+  }
+  for (int32_t output : program.outputs) out.outputs.push_back(renamed[output]);
+  out.num_inputs = program.num_inputs;
+  return out;
+}
+
+bool has_sharding_annotations(const Program& program) {
+  for (std::size_t id = 0; id < program.size(); ++id) {
+    if (program[id].op == Op::kCustomSharding) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes) {
@@ -77,6 +103,9 @@ IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& pa
 
 IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool fuse,
                                std::span<const uint8_t> donated) {
+  if (has_sharding_annotations(program)) {
+    return lower(without_sharding_annotations(program), graph_hash, fuse, donated);
+  }
   auto executable = make_intrusive<Executable>();
   executable->graph_hash = graph_hash;
   if (!donated.empty() && donated.size() != static_cast<std::size_t>(program.num_inputs)) {

@@ -9,6 +9,7 @@
 
 #include "engine/config.h"
 #include "engine/log.h"
+#include "graph/sharding.h"
 
 namespace axle {
 
@@ -61,7 +62,12 @@ std::string step_graph_text(const StepGraph& graph) {
     }
     text += fmt::format("  %{} = {} {}{}({})", i, op_name(node.op()), dtype_name(node.dtype()),
                         node.shape().to_string(), fmt::join(operands, ", "));
-    if (!node.ints().empty()) text += fmt::format(" ints=[{}]", fmt::join(node.ints(), ","));
+    if ((node.op() == Op::kCustomSharding || node.op() == Op::kDeviceData) &&
+        node.ints().size() == 1) {
+      text += fmt::format(" sharding={}", to_string(interned_sharding(node.ints()[0])));
+    } else if (!node.ints().empty()) {
+      text += fmt::format(" ints=[{}]", fmt::join(node.ints(), ","));
+    }
     if (node.where().known())
       text += fmt::format(" at {}:{}", node.where().file(), node.where().line());
     text += '\n';

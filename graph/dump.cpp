@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "engine/config.h"
+#include "graph/sharding.h"
 
 namespace axle {
 namespace {
@@ -72,9 +73,14 @@ std::string op_text(const Node& node) {
   return std::string(op_name(node.op()));
 }
 
-// ", ints=[0,1], reals=[0.5]" (a constant's value is in op_text instead).
+// ", ints=[0,1], reals=[0.5]" (a constant's value is in op_text instead); a sharding annotation
+// or a sharded leaf shows its sharding in XLA's text: ", sharding={devices=[2,1]0,1}".
 std::string attributes_text(const Node& node) {
   std::string s;
+  if ((node.op() == Op::kCustomSharding || node.op() == Op::kDeviceData) &&
+      node.ints().size() == 1) {
+    return fmt::format(", sharding={}", to_string(interned_sharding(node.ints()[0])));
+  }
   if (!node.ints().empty()) s += fmt::format(", ints=[{}]", fmt::join(node.ints(), ","));
   if (!node.reals().empty() && node.op() != Op::kConstant) {
     s += fmt::format(", reals=[{}]", fmt::join(node.reals(), ","));

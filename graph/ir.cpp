@@ -37,7 +37,7 @@ std::string_view op_name(Op op) noexcept {
   static constexpr std::array<std::string_view, static_cast<std::size_t>(Op::kCount)> kNames = {
       "device_data", "parameter", "constant", "reshape",
 #define AXLE_OP_NAME(name, str) str,
-      AXLE_KERNEL_OPS(AXLE_OP_NAME)
+      AXLE_IR_OPS(AXLE_OP_NAME, AXLE_OP_NAME)
 #undef AXLE_OP_NAME
   };
   auto i = static_cast<std::size_t>(op);
@@ -206,9 +206,11 @@ void CreationLog::compact() {
   compact_at_ = std::max(kMinCompaction, 2 * kept);
 }
 
-NodePtr Node::device_data(IntrusivePtr<DeviceData> data, SourceLocation where) {
+NodePtr Node::device_data(IntrusivePtr<DeviceData> data, SourceLocation where, int64_t sharding) {
+  IntAttrs ints;
+  if (sharding >= 0) ints.push_back(sharding);
   auto node = make_intrusive<Node>(Op::kDeviceData, data->dtype(), data->shape(), Operands{},
-                                   IntAttrs{}, RealAttrs{}, where);
+                                   std::move(ints), RealAttrs{}, where);
   node->leaf_.data = std::move(data);
   return node;
 }

@@ -57,8 +57,10 @@ class Node final : public RefCounted {
   static void* operator new(std::size_t bytes);
   static void operator delete(void* block, std::size_t bytes) noexcept;
 
-  /// A leaf reading `data` (hashes by its shape and dtype).
-  static NodePtr device_data(IntrusivePtr<DeviceData> data, SourceLocation where = {});
+  /// A leaf reading `data` (hashes by its shape and dtype). With `sharding` (a key of
+  /// intern_sharding, graph/sharding.h), the leaf's one int is that key, so its hash covers it.
+  static NodePtr device_data(IntrusivePtr<DeviceData> data, SourceLocation where = {},
+                             int64_t sharding = -1);
   /// A 0-d leaf whose value is fed at execution (hashes by dtype only).
   static NodePtr parameter(DType dtype, double value, SourceLocation where = {});
   /// A 0-d constant baked into the program (hashes by value).

@@ -7,12 +7,13 @@
 
 namespace axle {
 
-// Ops that lower to the kernel of the same name: X(Name, "ir_name"), one per line so that adding
-// an op is a one-line change. New ops go last: an op's number enters graph hashes, which key
-// programs in the persistent cache, so renumbering an op could give a new graph an old one's
-// program.
+// The IR's ops after the leaves and reshape, one per line so that adding an op is a one-line
+// change: X(Name, "ir_name") for an op that lowers to the kernel of the same name, I(Name,
+// "ir_name") for one that lowers to no kernel (the lowering reads its operand instead). New ops
+// go last: an op's number enters graph hashes, which key programs in the persistent cache, so
+// renumbering an op could give a new graph an old one's program.
 // clang-format off
-#define AXLE_KERNEL_OPS(X)                    \
+#define AXLE_IR_OPS(X, I)                     \
   X(Add, "add")                               \
   X(Sub, "sub")                               \
   X(Mul, "mul")                               \
@@ -81,7 +82,8 @@ namespace axle {
   X(OptimizationBarrier, "optimization_barrier") \
   X(ScaledDotProductAttention, "scaled_dot_product_attention") \
   X(ScaledDotProductAttentionBackward, "scaled_dot_product_attention_backward") \
-  X(Erf, "erf")
+  X(Erf, "erf")                               \
+  I(CustomSharding, "custom_sharding")
 // clang-format on
 
 /// An IR operation.
@@ -91,7 +93,7 @@ enum class Op : uint16_t {
   kConstant,    ///< a scalar 0 or 1 baked into the program (hashes by value)
   kReshape,     ///< same elements, new shape (lowers to a copy)
 #define AXLE_OP_ENUM(name, str) k##name,
-  AXLE_KERNEL_OPS(AXLE_OP_ENUM)
+  AXLE_IR_OPS(AXLE_OP_ENUM, AXLE_OP_ENUM)
 #undef AXLE_OP_ENUM
       kCount
 };

@@ -4,9 +4,13 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <mutex>
 #include <numeric>
+#include <shared_mutex>
 #include <stdexcept>
+#include <unordered_map>
 
+#include "engine/hash.h"
 #include "graph/tensor.h"
 
 namespace axle {
@@ -21,7 +25,45 @@ std::string axis_text(const MeshAxis& axis) {
   return std::to_string(std::get<int>(axis));
 }
 
-std::string spec_text(const PartitionSpec& spec) {
+// Keys of interned shardings: a hash of the encoding, the same in every thread and process, so
+// graphs hash alike and persistent-cache entries stay valid.
+class ShardingTable {
+ public:
+  int64_t intern(const ShardingSpec& sharding) {
+    const std::vector<int64_t> encoded = encode_sharding(sharding);
+    uint64_t h = 0x7368617264ULL;  // "shard"
+    for (int64_t v : encoded) h = hash_combine(h, static_cast<uint64_t>(v));
+    const auto key = static_cast<int64_t>(h >> 1);  // non-negative
+    {
+      std::shared_lock lock(mutex_);
+      if (table_.contains(key)) return key;
+    }
+    std::unique_lock lock(mutex_);
+    table_.try_emplace(key, sharding);
+    return key;
+  }
+  ShardingSpec find(int64_t key) const {
+    std::shared_lock lock(mutex_);
+    auto it = table_.find(key);
+    if (it == table_.end()) {
+      throw std::invalid_argument(fmt::format("no sharding was interned under key {}", key));
+    }
+    return it->second;
+  }
+
+ private:
+  mutable std::shared_mutex mutex_;
+  std::unordered_map<int64_t, ShardingSpec> table_;
+};
+
+ShardingTable& sharding_table() {
+  static ShardingTable table;
+  return table;
+}
+
+}  // namespace
+
+std::string to_string(const PartitionSpec& spec) {
   std::vector<std::string> dims;
   for (const PartitionDim& dim : spec) {
     if (dim.replicated()) {
@@ -37,6 +79,12 @@ std::string spec_text(const PartitionSpec& spec) {
   return fmt::format("({})", fmt::join(dims, ", "));
 }
 
+int64_t intern_sharding(const ShardingSpec& sharding) { return sharding_table().intern(sharding); }
+
+ShardingSpec interned_sharding(int64_t key) { return sharding_table().find(key); }
+
+namespace {
+std::string spec_text(const PartitionSpec& spec) { return to_string(spec); }
 }  // namespace
 
 bool ShardingSpec::is_replicated() const noexcept {

@@ -64,6 +64,12 @@ void check_sharding(const Shape& shape, const ShardingSpec& sharding, std::strin
 [[nodiscard]] std::vector<int64_t> encode_sharding(const ShardingSpec& sharding);
 [[nodiscard]] ShardingSpec decode_sharding(std::span<const int64_t> ints);
 
+/// Shardings outgrow an IR node's attributes, so nodes hold a key to them: a hash of the
+/// sharding (the same in every thread and process, so graph hashes stay stable). Interning
+/// keeps the sharding for `interned_sharding`, which throws for a key never interned here.
+[[nodiscard]] int64_t intern_sharding(const ShardingSpec& sharding);
+[[nodiscard]] ShardingSpec interned_sharding(int64_t key);
+
 /// A mesh axis in a partition spec: by index or by name.
 using MeshAxis = std::variant<int, std::string>;
 
@@ -86,6 +92,9 @@ class PartitionDim {
 
 /// torch_xla's partition_spec: one entry per tensor dimension.
 using PartitionSpec = std::vector<PartitionDim>;
+
+/// A partition spec as Python prints it: "('data', None)".
+[[nodiscard]] std::string to_string(const PartitionSpec& spec);
 
 /// A logical device mesh, as torch_xla.distributed.spmd.Mesh: `device_ids` (global ordinals)
 /// reshaped row-major to `mesh_shape`, with optional axis names.

@@ -39,7 +39,7 @@ TensorImpl::~TensorImpl() {
 
 NodePtr TensorImpl::value_node(SourceLocation where) {
   if (ir_) return ir_;
-  if (!leaf_) leaf_ = Node::device_data(data_, where);
+  if (!leaf_) leaf_ = Node::device_data(data_, where, sharding_);
   return leaf_;
 }
 

@@ -75,6 +75,16 @@ class TensorImpl final : public RefCounted {
   /// Binds the tensor to data on another device (Module::to: every handle sees the move).
   void move_to(IntrusivePtr<DeviceData> data);
 
+  /// The tensor's SPMD sharding as a key of intern_sharding (graph/spmd.h), or -1 for none. It
+  /// outlives the tensor's values: a parameter keeps it across steps, and the device-data leaf
+  /// of its data carries it (so the leaf's hash covers it).
+  [[nodiscard]] int64_t sharding() const noexcept { return sharding_; }
+  /// Records `sharding` (or none, -1); a device-data leaf made before is made again with it.
+  void set_sharding(int64_t sharding) noexcept {
+    sharding_ = sharding;
+    leaf_ = {};
+  }
+
   /// Tensors alive in the process right now.
   [[nodiscard]] static int64_t live_count() noexcept;
 
@@ -92,6 +102,7 @@ class TensorImpl final : public RefCounted {
   NodePtr ir_;
   IntrusivePtr<DeviceData> data_;
   NodePtr leaf_;
+  int64_t sharding_ = -1;
   // Membership in the trace context's list of tensors with pending IR.
   IntrusivePtr<TraceContext> context_;
   TensorImpl* prev_ = nullptr;

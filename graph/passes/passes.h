@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "graph/passes/program.h"
+#include "graph/sharding.h"
 
 namespace axle {
 
@@ -31,6 +34,24 @@ namespace axle {
 [[nodiscard]] Program fold_constants(const Program& program);
 /// Instructions no output depends on are removed (leaves stay: the step still binds them).
 [[nodiscard]] Program eliminate_dead_code(const Program& program);
+
+/// One sharding per instruction of `program` (same ids), decided from the annotations
+/// (custom_sharding, fixed) and `input_shardings` (by leaf input position, Instr::input; leaves
+/// past its end take the sharding they carry, else replicated). The rules are in
+/// sharding_propagation.cpp; throws ShapeError when an input sharding does not fit its leaf.
+[[nodiscard]] std::vector<ShardingSpec> propagate_shardings(
+    const Program& program, std::span<const ShardingSpec> input_shardings);
+
+/// propagate_shardings, with how many sweeps it took to settle (for tests: at most 8).
+struct ShardingPropagation {
+  std::vector<ShardingSpec> shardings;
+  int sweeps = 0;
+};
+[[nodiscard]] ShardingPropagation propagate_shardings_counting_sweeps(
+    const Program& program, std::span<const ShardingSpec> input_shardings);
+
+/// The shardings the program's leaves carry (mark_sharding on device data), by input position.
+[[nodiscard]] std::vector<ShardingSpec> input_shardings(const Program& program);
 
 /// The passes, by the names AXLE_DISABLE_PASSES uses. Fusion is the lowering's (actors/).
 enum class Pass : uint8_t { kCanonicalize, kCse, kConstantFolding, kDce, kFusion, kCount };

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "graph/sharding.h"
 #include "graph/step_graph.h"
 
 namespace axle {
@@ -17,8 +18,14 @@ Program Program::from(const StepGraph& graph) {
   }
   for (std::size_t id = 0; id < graph.nodes.size(); ++id) {
     const Node& node = *graph.nodes[id];
-    program.append(node.op(), node.dtype(), node.shape(), graph.operands(id), node.ints(),
-                   node.reals(), input_of[id]);
+    // A node holds its sharding as a key (graph/sharding.h); programs hold it encoded.
+    const bool sharded = (node.op() == Op::kCustomSharding || node.op() == Op::kDeviceData) &&
+                         node.ints().size() == 1;
+    const std::vector<int64_t> sharding =
+        sharded ? encode_sharding(interned_sharding(node.ints()[0])) : std::vector<int64_t>{};
+    program.append(node.op(), node.dtype(), node.shape(), graph.operands(id),
+                   sharded ? std::span<const int64_t>(sharding) : node.ints(), node.reals(),
+                   input_of[id]);
   }
   program.outputs = graph.outputs;
   program.num_inputs = static_cast<int32_t>(graph.inputs.size());
@@ -88,6 +95,9 @@ std::string Program::to_text() const {
     }
     if (instr.op == Op::kConstant) {
       fmt::format_to(std::back_inserter(out), " {}", constant_value(id));
+    } else if ((instr.op == Op::kCustomSharding || instr.op == Op::kDeviceData) &&
+               !ints(id).empty()) {
+      fmt::format_to(std::back_inserter(out), " sharding={}", to_string(decode_sharding(ints(id))));
     } else {
       if (!ints(id).empty()) fmt::format_to(std::back_inserter(out), " ints={}", ints(id));
       if (!reals(id).empty()) fmt::format_to(std::back_inserter(out), " reals={}", reals(id));

@@ -99,6 +99,9 @@ CpuTensor evaluate_op(const OpCall& call) {
         detail::fail(call, "ints[0] names no operand");
       }
       return call.operand(static_cast<std::size_t>(call.ints()[0]));
+    case Op::kCustomSharding:
+      // A sharding annotation: the value is its operand's (one device holds all of it).
+      return call.operand(0);
     case Op::kDeviceData:
     case Op::kParameter:
     case Op::kConstant:

@@ -5,6 +5,7 @@
 
 #include "engine/config.h"
 #include "graph/ops.h"
+#include "graph/spmd.h"
 #include "graph/step_graph.h"
 
 namespace axle {
@@ -254,6 +255,28 @@ TEST(OptimizationBarrier, SurvivesEveryPassWhileRead) {
       EXPECT_EQ(after.operands(static_cast<int32_t>(id)).size(), 2u);
     }
   }
+}
+
+TEST(ShardingAnnotation, SurvivesEveryPassAndEqualOnesMerge) {
+  const Mesh mesh({0, 1}, {2}, {"x"});
+  const Tensor a = input({4, 2});
+  Tensor b = exp(a);
+  Tensor c = exp(a);
+  spmd::mark_sharding(b, mesh, {"x", std::nullopt});
+  spmd::mark_sharding(c, mesh, {"x", std::nullopt});
+  // Annotated constants are not folded into their value either.
+  Tensor one = ones({4, 2});
+  spmd::mark_sharding(one, mesh, {std::nullopt, "x"});
+  const Program after = run_passes(program_of({b + c, one + one}), PassSet());
+  EXPECT_EQ(after.to_text(),
+            "%0 = device_data f32[4,2] input=0\n"
+            "%1 = exp f32[4,2] %0\n"
+            "%2 = custom_sharding f32[4,2] %1 sharding={devices=[2,1]0,1}\n"
+            "%3 = constant f32[4,2] 1\n"
+            "%4 = custom_sharding f32[4,2] %3 sharding={devices=[1,2]0,1}\n"
+            "%5 = add f32[4,2] %2, %2\n"
+            "%6 = add f32[4,2] %4, %4\n"
+            "outputs %5, %6\n");
 }
 
 TEST(Passes, RunInOrderAndEachCanBeDisabled) {
