@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "graph/device_data.h"
@@ -27,5 +28,10 @@ using LeafValue = std::function<const CpuTensor&(const DeviceData& data)>;
 /// Collectives run as a group of one replica. Throws std::invalid_argument naming the op,
 /// the shapes and the source line that traced it for anything it cannot evaluate.
 [[nodiscard]] std::vector<CpuTensor> evaluate(const StepGraph& graph, const LeafValue& leaf_value);
+
+/// One op node's value from its operands' values (in operand order), as evaluate() computes it,
+/// for walks over programs of other shapes (the SPMD tests run per-device programs on several
+/// devices in lockstep). Leaves are the caller's to give; collectives run as a group of one.
+[[nodiscard]] CpuTensor evaluate_node(const Node& node, std::span<const CpuTensor* const> operands);
 
 }  // namespace axle::reference
