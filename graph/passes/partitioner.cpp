@@ -144,6 +144,9 @@ Layout with_extra(const Layout& layout, const std::vector<int64_t>& extra, int64
   return out;
 }
 
+// Ops whose operands are laid out as their result (broadcast dims whole). The sharding
+// annotation op (kCustomSharding, an identity whose result has the annotated sharding) belongs
+// here once it is in op.h.
 bool is_elementwise(Op op) {
   switch (op) {
     case Op::kAdd:

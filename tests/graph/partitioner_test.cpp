@@ -468,6 +468,11 @@ TEST(Partition, MatmulOverASplitContractingDimAllReduces) {
     const Checked r = check(c, by_size(c.program, m.mesh(), kB, kH), m.devices());
     EXPECT_EQ(r.count(Op::kAllReduce), m.model > 1 ? 2 : 0);
     EXPECT_EQ(r.total(), r.count(Op::kAllReduce));
+    // A ring all_reduce brings each device 2 (g - 1) / g of the buffer.
+    const int64_t product_bytes = kB / m.data * kD * 4;
+    EXPECT_EQ(r.partitioned.collective_bytes,
+              (2 * product_bytes * (m.model - 1) / m.model) +
+                  (2 * 2 * product_bytes * (m.model - 1) / m.model));
     if (m.model > 1) {
       // Over the devices that share a data coordinate only.
       for (std::size_t id = 0; id < r.partitioned.program.size(); ++id) {
@@ -568,6 +573,9 @@ TEST(Partition, MovingASplitBetweenDimsIsOneAllToAll) {
     const Checked r = check(c, {split(2, 0, n), split(2, 1, n)}, n);
     EXPECT_EQ(r.count(Op::kAllToAll), 1);
     EXPECT_EQ(r.total(), 1);
+    // Each device keeps 1/n of its shard and receives the rest.
+    const int64_t shard_bytes = kB * kH / n * 4;
+    EXPECT_EQ(r.partitioned.collective_bytes, shard_bytes * (n - 1) / n);
   }
 }
 
@@ -600,8 +608,11 @@ TEST(Partition, SoftmaxAndLayerNormAlongAWholeDimAreLocal) {
     // Split along the normalized dim too: softmax gathers its rows, layer norm's mean and
     // variance combine partial sums.
     const Checked r2 = check(c, by_size(c.program, m.mesh(), kB, kH), m.devices());
-    if (m.model == 1) EXPECT_EQ(r2.total(), 0);
-    if (m.model > 1) EXPECT_GT(r2.total(), 0);
+    if (m.model == 1) {
+      EXPECT_EQ(r2.total(), 0);
+    } else {
+      EXPECT_GT(r2.total(), 0);
+    }
   }
 }
 
@@ -634,6 +645,50 @@ TEST(Partition, IotaAndRandomOpsGiveTheUnpartitionedValues) {
     SCOPED_TRACE(m.name());
     const Checked r = check(c, by_size(c.program, m.mesh(), kB, kH), m.devices());
     EXPECT_EQ(r.total(), 0);
+  }
+}
+
+TEST(Partition, DataMovementScansSortsAndPooling) {
+  const Tensor x = input({kB, kH});
+  const Tensor index = input({kB, 3}, DType::kI64, kH);
+  const Tensor src = input({kB, 3});
+  const Tensor rows = input({kB}, DType::kI64, kB);
+  const TopK top = topk(x, 3, 1);
+  const Tensor images = weight({kB, kH, 4, 4});
+  const Tensor pooled =
+      max_pool2d(images, {.kernel_size = {2, 2}}) +
+      avg_pool2d(images, {.kernel_size = {2, 2}, .stride = {2, 2}, .padding = {0, 0}});
+  sum(pooled * pooled).backward();
+  const Case c =
+      trace({slice(x, 1, 2, 10, 2), cat({x, x}, 1), gather(x, 1, index),
+             scatter_add(x, 1, index, src), top.values, top.indices, cumsum(x, 1), cumsum(x, 0),
+             argmax(x, 1), logsumexp(x, {1}), index_select(x, 0, rows), pooled, images.grad()});
+  for (const MeshCase& m : meshes()) {
+    SCOPED_TRACE(m.name());
+    const Checked r = check(c, by_size(c.program, m.mesh(), kB, kH), m.devices());
+    if (m.devices() == 1) {
+      EXPECT_EQ(r.total(), 0);
+    }
+    // Pooling and its gradient stay local with batch and channels split; the rest gathers the
+    // dims the ops work along (and slices back), so no all_to_all or reduce_scatter appears.
+    EXPECT_EQ(r.count(Op::kAllToAll), 0);
+    EXPECT_EQ(r.count(Op::kReduceScatter), 0);
+  }
+}
+
+TEST(Partition, AttentionSplitsOverBatchAndHeads) {
+  const Tensor q = weight({kB, kH, 4, 2});
+  const Tensor k = weight({kB, kH, 5, 2});
+  const Tensor v = weight({kB, kH, 5, 3});
+  const Tensor out = nn::scaled_dot_product_attention(q, k, v);
+  sum(out).backward();
+  const Case c = trace({out, q.grad(), k.grad(), v.grad()});
+  for (const MeshCase& m : meshes()) {
+    SCOPED_TRACE(m.name());
+    const Checked r = check(c, by_size(c.program, m.mesh(), kB, kH), m.devices());
+    // Attention and its gradient are local per (batch, head); nothing is gathered.
+    EXPECT_EQ(r.count(Op::kAllGather), 0);
+    EXPECT_EQ(r.total(), r.count(Op::kAllReduce));
   }
 }
 
@@ -689,6 +744,17 @@ TEST(Partition, MegatronMlpSplitsWeightsByColumnThenRow) {
     // "model" (the backward of the row-parallel layer is local).
     EXPECT_EQ(r.count(Op::kAllReduce), (m.model > 1 ? 1 : 0) + (m.data > 1 ? 6 : 0));
     EXPECT_EQ(r.total(), r.count(Op::kAllReduce));
+  }
+}
+
+TEST(Partition, RejectsCollectivesInTheGlobalProgram) {
+  const Tensor x = input({kB, kH});
+  const Case c = trace({all_reduce(ReduceType::kSum, x)});
+  try {
+    (void)partition(c.program, std::vector<ShardingSpec>(c.program.size()), 2);
+    ADD_FAILURE() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("all_reduce"), std::string::npos) << e.what();
   }
 }
 
