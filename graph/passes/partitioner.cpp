@@ -553,14 +553,8 @@ class Partitioner {
         const Layout have = unsplit(want, {static_cast<int>(ints[0])});
         return local_then_finish(id, have, [&](std::size_t) { return have; });
       }
-      case Op::kIndexSelect: {
-        // x whole along dim; the index split as the result's dim.
-        const int dim = static_cast<int>(ints[0]);
-        const Layout x = unsplit(want, {dim});
-        Layout index = replicated(1, devices_);
-        copy_dim(index, 0, want, dim);
-        return local_then_finish(id, want, [&](std::size_t i) { return i == 0 ? x : index; });
-      }
+      case Op::kIndexSelect:
+        return lower_index_select(id);
       case Op::kGather:
       case Op::kScatterAdd: {
         // Every operand has the result's rank; dims where the index is shorter than x stay
@@ -677,6 +671,70 @@ class Partitioner {
     index = emit(Op::kAdd, DType::kF64, shape, shifted);
     const int32_t cast[] = {index};
     return emit(Op::kCast, instr.dtype, shape, cast);
+  }
+
+  // index_select (embedding lookups): the index split as the result's dim, x whole along dim;
+  // or, when x is split along dim (a vocabulary-parallel table) and that moves fewer bytes,
+  // each device looks up the rows it holds (zeros for the others) and an all_reduce sums them.
+  int32_t lower_index_select(int32_t id) {
+    const Program::Instr& instr = global_[id];
+    const Layout& want = layouts_[id];
+    const int dim = static_cast<int>(global_.ints(id)[0]);
+    const int32_t x = global_.operands(id)[0];
+    const int32_t index = global_.operands(id)[1];
+    const Shape& xs = global_[x].shape;
+    Layout index_need = replicated(1, devices_);
+    copy_dim(index_need, 0, want, dim);
+    const Layout x_whole = unsplit(want, {dim});
+    const Layout& x_now = layouts_[x];
+    if (x_now.sharded(dim)) {
+      const int64_t k = x_now.tiles[dim];
+      std::vector<int64_t> k_coords;
+      for (const auto& c : x_now.coords) k_coords.push_back(c[dim]);
+      const int extra[] = {instr.shape.rank()};
+      const auto groups = groups_over(with_extra(want, k_coords, k), extra);
+      Layout x_split = x_whole;
+      x_split.tiles[dim] = k;
+      for (std::size_t p = 0; p < k_coords.size(); ++p) x_split.coords[p][dim] = k_coords[p];
+      const int64_t out_bytes = bytes_of(local_shape(instr.shape, want), instr.dtype);
+      if (groups &&
+          reshard_cost(x, x_split) + 2 * out_bytes * (k - 1) / k + kCollectiveLatencyBytes <
+              reshard_cost(x, x_whole)) {
+        const int32_t table = operand_as(x, x_split);
+        const int32_t rows = operand_as(index, index_need);
+        const DType index_dtype = global_[index].dtype;
+        const Shape rows_shape = out_[rows].shape;
+        const int64_t length = xs[dim] / k;
+        std::vector<int64_t> offsets;
+        for (int64_t c : k_coords) offsets.push_back(c * length);
+        int32_t offset = per_device(offsets);
+        if (index_dtype != DType::kI64) {
+          const int32_t operand[] = {offset};
+          offset = emit(Op::kCast, index_dtype, Shape{1}, operand);
+        }
+        const int32_t shift[] = {rows, offset};
+        const int32_t local_rows = emit(Op::kSub, index_dtype, rows_shape, shift);
+        const int32_t low[] = {local_rows, scalar(index_dtype, 0)};
+        const int32_t high[] = {local_rows, scalar(index_dtype, static_cast<double>(length))};
+        const int32_t in_range[] = {emit(Op::kGe, DType::kBool, rows_shape, low),
+                                    emit(Op::kLt, DType::kBool, rows_shape, high)};
+        const int32_t mask = emit(Op::kLogicalAnd, DType::kBool, rows_shape, in_range);
+        const int32_t safe_operands[] = {mask, local_rows, scalar(index_dtype, 0)};
+        const int32_t safe = emit(Op::kWhere, index_dtype, rows_shape, safe_operands);
+        const Shape shape = local_shape(instr.shape, want);
+        const int32_t lookup[] = {table, safe};
+        const int32_t picked = local_op(id, lookup, shape);
+        Shape mask_shape = shape;
+        for (int d = 0; d < mask_shape.rank(); ++d) mask_shape[d] = d == dim ? shape[d] : 1;
+        const int32_t mask_operand[] = {mask};
+        const int32_t mask_b = emit(Op::kReshape, DType::kBool, mask_shape, mask_operand);
+        const int32_t kept[] = {mask_b, picked, scalar(instr.dtype, 0)};
+        const int32_t masked = emit(Op::kWhere, instr.dtype, shape, kept);
+        return combine(masked, ReduceType::kSum, 1.0, *groups, -1);
+      }
+    }
+    const int32_t locals[] = {operand_as(x, x_whole), operand_as(index, index_need)};
+    return local_op(id, locals, local_shape(instr.shape, want));
   }
 
   // sum / mean / max / min with ints [keepdim, dims...]: reduced dims keep the operand's split

@@ -635,6 +635,26 @@ TEST(Partition, EmbeddingLookupConvOverBatchAndCrossEntropy) {
   }
 }
 
+TEST(Partition, VocabularyParallelEmbeddingMasksAndAllReduces) {
+  constexpr int64_t kVocabulary = 48;  // split over "model"
+  const Tensor ids = input({kB}, DType::kI64, kVocabulary);
+  const Tensor table = input({kVocabulary, 16});
+  const Tensor many_ids = input({kB, 16}, DType::kI64, kVocabulary);
+  const Tensor narrow_table = input({kVocabulary, 2});
+  const Case c = trace({nn::embedding(ids, table), nn::embedding(many_ids, narrow_table)});
+  for (const MeshCase& m : meshes()) {
+    SCOPED_TRACE(m.name());
+    const Checked r = check(c, by_size(c.program, m.mesh(), kB, kVocabulary), m.devices());
+    // A few lookups in a wide table: each device looks up the rows it holds (zeros for the
+    // others) and one all_reduce over "model" sums them. Many lookups in a narrow table: the
+    // table is cheaper to gather than the lookups are to sum. (The many ids, flattened to
+    // [128], which the rule leaves whole, are gathered over "data" too.)
+    EXPECT_EQ(r.count(Op::kAllReduce), m.model > 1 ? 1 : 0);
+    EXPECT_EQ(r.count(Op::kAllGather), (m.model > 1 ? 1 : 0) + (m.data > 1 ? 1 : 0));
+    EXPECT_EQ(r.total(), r.count(Op::kAllReduce) + r.count(Op::kAllGather));
+  }
+}
+
 TEST(Partition, IotaAndRandomOpsGiveTheUnpartitionedValues) {
   const Tensor a = arange(0, kH, 1, DType::kI64);
   const Tensor b = arange(1.5, 1.5 + 0.25 * kH, 0.25);
