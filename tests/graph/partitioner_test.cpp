@@ -308,17 +308,23 @@ Case trace(const std::vector<Tensor>& outputs) {
 struct MeshCase {
   int64_t data;
   int64_t model;
+  bool reversed = false;  // device ids placed on the mesh last first
   [[nodiscard]] Mesh mesh() const {
     std::vector<int64_t> ids(static_cast<std::size_t>(data * model));
-    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = static_cast<int64_t>(reversed ? ids.size() - 1 - i : i);
+    }
     return Mesh(ids, {data, model}, {"data", "model"});
   }
   [[nodiscard]] int64_t devices() const { return data * model; }
-  [[nodiscard]] std::string name() const { return fmt::format("mesh {}x{}", data, model); }
+  [[nodiscard]] std::string name() const {
+    return fmt::format("mesh {}x{}{}", data, model, reversed ? " reversed" : "");
+  }
 };
 
 const std::vector<MeshCase>& meshes() {
-  static const std::vector<MeshCase> all{{1, 1}, {2, 1}, {1, 2}, {4, 1}, {1, 4}, {2, 2}};
+  static const std::vector<MeshCase> all{{1, 1}, {2, 1}, {1, 2},       {4, 1},
+                                         {1, 4}, {2, 2}, {2, 2, true}, {1, 4, true}};
   return all;
 }
 
@@ -577,6 +583,21 @@ TEST(Partition, MovingASplitBetweenDimsIsOneAllToAll) {
     const int64_t shard_bytes = kB * kH / n * 4;
     EXPECT_EQ(r.partitioned.collective_bytes, shard_bytes * (n - 1) / n);
   }
+}
+
+TEST(Partition, ReshardsBetweenDeviceOrders) {
+  const Tensor x = input({kB, kH});
+  const Case c = trace({neg(x), exp(x)});
+  ShardingSpec forward = split(2, 0, 4);
+  ShardingSpec swapped = split(2, 0, 4);
+  swapped.devices = {1, 0, 3, 2};
+  ShardingSpec other_dim = split(2, 1, 4);
+  other_dim.devices = {3, 2, 1, 0};
+  // The same tiles on other devices: gathered and sliced again (never an all_to_all, whose
+  // blocks would land on the wrong devices).
+  const Checked r = check(c, {forward, swapped, other_dim}, 4);
+  EXPECT_EQ(r.count(Op::kAllGather), 2);
+  EXPECT_EQ(r.total(), 2);
 }
 
 TEST(Partition, ReplicatedToSplitSlicesAtThePartitionIndex) {
