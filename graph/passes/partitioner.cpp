@@ -213,18 +213,21 @@ class Partitioner {
     layouts_.reserve(global_.size());
     for (std::size_t id = 0; id < global_.size(); ++id) {
       const ShardingSpec& sharding = shardings_[id];
-      const std::string what = describe(static_cast<int32_t>(id));
-      check_sharding(global_[id].shape, sharding, what);
+      try {
+        check_sharding(global_[id].shape, sharding, "partition");
+      } catch (const std::exception& e) {
+        fail(static_cast<int32_t>(id), e.what());
+      }
       if (!sharding.is_replicated() && static_cast<int64_t>(sharding.devices.size()) != devices_) {
-        throw std::invalid_argument(
-            fmt::format("partition: sharding {} of {} places {} devices; the mesh has {}",
-                        to_string(sharding), what, sharding.devices.size(), devices_));
+        throw std::invalid_argument(fmt::format(
+            "partition: sharding {} of {} places {} devices; the mesh has {}", to_string(sharding),
+            describe(static_cast<int32_t>(id)), sharding.devices.size(), devices_));
       }
       for (int64_t d : sharding.devices) {
         if (d < 0 || d >= devices_) {
           throw std::invalid_argument(
               fmt::format("partition: sharding {} of {} names device {}; the mesh has {}",
-                          to_string(sharding), what, d, devices_));
+                          to_string(sharding), describe(static_cast<int32_t>(id)), d, devices_));
         }
       }
       layouts_.push_back(layout_of(sharding, global_[id].shape.rank(), devices_));
@@ -783,10 +786,11 @@ class Partitioner {
     return combine(partial, type, scale, *groups, -1);
   }
 
-  // matmul: a [..., M, K] @ b [..., K, N] (either transposed). Three ways, the cheapest in bytes
-  // moved (and collectives met) wins: operands laid out by the result (K whole), or K split as a's
-  // (or b's) current split, with the partial products summed by all_reduce (reduce_scatter when the
-  // result is split along a dim on the devices K was split on).
+  // matmul: a [..., M, K] @ b [..., K, N] (either transposed). When both operands are already
+  // split alike along K, the partial products are summed. Otherwise three ways, the cheapest in
+  // bytes moved (and collectives met) wins: operands laid out by the result (K whole), or K
+  // split as a's (or b's) current split, with the partial products summed by all_reduce
+  // (reduce_scatter when the result is split along a dim on the devices K was split on).
   int32_t lower_matmul(int32_t id) {
     const Program::Instr& instr = global_[id];
     const Layout& want = layouts_[id];
@@ -810,6 +814,7 @@ class Partitioner {
       std::optional<std::vector<std::vector<int64_t>>> groups;  // partial sums' groups
       int scatter_dim = -1;
       int64_t cost = 0;
+      bool in_place = false;  // neither operand needs resharding
     };
     auto operand_layout = [&](const Layout& result, const Shape& shape, int free_dim, int out_free,
                               int k_dim, const std::vector<int64_t>* k_coords, int64_t k_tiles) {
@@ -860,12 +865,22 @@ class Partitioner {
       plan.b = operand_layout(plan.result, bs, b_n, r - 1, b_k, &k_coords, k_tiles);
       const int64_t partial = bytes_of(local_shape(out, plan.result), instr.dtype);
       const int64_t g = k_tiles;
-      plan.cost = reshard_cost(a, plan.a) + reshard_cost(b, plan.b) + kCollectiveLatencyBytes +
+      const int64_t operands_cost = reshard_cost(a, plan.a) + reshard_cost(b, plan.b);
+      plan.in_place = operands_cost == 0;
+      plan.cost = operands_cost + kCollectiveLatencyBytes +
                   (scatter_dim >= 0 ? partial * (g - 1) / g : 2 * partial * (g - 1) / g);
       plans.push_back(std::move(plan));
     }
-    const Plan& best = *std::min_element(
-        plans.begin(), plans.end(), [](const Plan& x, const Plan& y) { return x.cost < y.cost; });
+    // Operands already split alike along K: the partial products are summed as they are (as
+    // XLA's dot handler does), even where gathering small operands would move fewer bytes, for
+    // that would have every device compute the whole product.
+    const auto in_place = std::find_if(plans.begin() + 1, plans.end(),
+                                       [](const Plan& plan) { return plan.in_place; });
+    const Plan& best =
+        plans[0].cost > 0 && in_place != plans.end()
+            ? *in_place
+            : *std::min_element(plans.begin(), plans.end(),
+                                [](const Plan& x, const Plan& y) { return x.cost < y.cost; });
     const int32_t locals[] = {operand_as(a, best.a), operand_as(b, best.b)};
     int32_t result = local_op(id, locals, local_shape(out, best.result));
     if (best.groups) {

@@ -507,6 +507,21 @@ TEST(Partition, MatmulWithASplitResultReduceScatters) {
   }
 }
 
+TEST(Partition, MatmulOfOperandsSplitAlikeAlongKSumsEvenWhenGatheringMovesLess) {
+  for (int64_t n : {2, 4}) {
+    SCOPED_TRACE(n);
+    // A weight gradient of data parallelism: x^T [64, batch] @ g [batch, 64], the batch split.
+    // Gathering both (small) operands would move fewer bytes than summing the [64, 64] partial
+    // products, but every device would then compute the whole product.
+    const Tensor xt = input({64, kB});
+    const Tensor g = input({kB, 64});
+    const Case c = trace({matmul(xt, g)});
+    const Checked r = check(c, {split(2, 1, n), split(2, 0, n), {}}, n);
+    EXPECT_EQ(r.count(Op::kAllReduce), 1);
+    EXPECT_EQ(r.total(), 1);
+  }
+}
+
 TEST(Partition, MatmulWithMismatchedOperandsReshardsTheCheaperOne) {
   for (int64_t n : {2, 4}) {
     SCOPED_TRACE(n);
