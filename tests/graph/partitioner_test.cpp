@@ -748,6 +748,25 @@ TEST(Partition, AttentionSplitsOverBatchAndHeads) {
   }
 }
 
+TEST(Partition, ConvOverOutputChannelsBernoulliAndBarriers) {
+  const Tensor images = input({kB, 3, 5, 5});
+  const Tensor kernel = input({kH, 3, 3, 3});  // output channels split over "model"
+  const Tensor p = sigmoid(input({kB, kH}));
+  Tensor a = exp(input({kB, kH}));
+  Tensor b = neg(input({kB, kD}));
+  optimization_barrier_({a, b});
+  set_rng_state(11);
+  const Case c = trace({conv2d(images, kernel), bernoulli(p), a * 2.0, b});
+  for (const MeshCase& m : meshes()) {
+    SCOPED_TRACE(m.name());
+    const Checked r = check(c, by_size(c.program, m.mesh(), kB, kH), m.devices());
+    // Convolution and barriers are local; bernoulli draws whole, so its probabilities are
+    // gathered first (over each split axis).
+    EXPECT_EQ(r.count(Op::kAllGather), (m.data > 1 ? 1 : 0) + (m.model > 1 ? 1 : 0));
+    EXPECT_EQ(r.total(), r.count(Op::kAllGather));
+  }
+}
+
 // A two-layer MLP's training step (forward, backward, SGD): returns the loss and new weights.
 Case mlp_step(bool gelu_activation) {
   const Tensor x = input({kB, kD});
