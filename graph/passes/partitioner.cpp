@@ -28,29 +28,46 @@ constexpr int64_t kCollectiveLatencyBytes = 1024;
 
 // A value's layout over the devices: tiles per dimension and, per device, the tile it holds.
 // Devices with equal coordinates hold the same data (replicas).
+// Coordinates are one flat array, device-major: each instruction's layout is two allocations.
 struct Layout {
   std::vector<int64_t> tiles;
-  std::vector<std::vector<int64_t>> coords;  // [device][dim]
+  std::vector<int64_t> coords;  // [device * rank + dim]
+  int64_t devices = 0;
 
   [[nodiscard]] int rank() const noexcept { return static_cast<int>(tiles.size()); }
   [[nodiscard]] bool sharded(int dim) const noexcept { return tiles[dim] > 1; }
+  [[nodiscard]] int64_t at(int64_t device, int dim) const noexcept {
+    return coords[static_cast<std::size_t>(device * rank() + dim)];
+  }
+  [[nodiscard]] int64_t& at(int64_t device, int dim) noexcept {
+    return coords[static_cast<std::size_t>(device * rank() + dim)];
+  }
+  /// Device `device`'s coordinates.
+  [[nodiscard]] std::span<const int64_t> of(int64_t device) const noexcept {
+    return {coords.data() + device * rank(), static_cast<std::size_t>(rank())};
+  }
   friend bool operator==(const Layout&, const Layout&) = default;
 };
 
 Layout replicated(int rank, int64_t devices) {
   return Layout{std::vector<int64_t>(static_cast<std::size_t>(rank), 1),
-                std::vector<std::vector<int64_t>>(static_cast<std::size_t>(devices),
-                                                  std::vector<int64_t>(rank, 0))};
+                std::vector<int64_t>(static_cast<std::size_t>(rank * devices), 0), devices};
 }
 
 Layout layout_of(const ShardingSpec& sharding, int rank, int64_t devices) {
   Layout layout = replicated(rank, devices);
   if (sharding.is_replicated()) return layout;
   for (int d = 0; d < rank; ++d) layout.tiles[d] = sharding.tiles(d);
-  for (int64_t p = 0; p < devices; ++p) {
-    const std::vector<int64_t> tile = sharding.tile_of(p);
-    for (int d = 0; d < rank && d < static_cast<int>(tile.size()); ++d) {
-      layout.coords[p][d] = tile[d];
+  // The tile assignment lists the devices row-major over tile_dims (the replicate dim last).
+  const std::vector<int64_t>& tile_dims = sharding.tile_dims;
+  for (std::size_t i = 0; i < sharding.devices.size(); ++i) {
+    const int64_t device = sharding.devices[i];
+    if (device < 0 || device >= devices) continue;  // the caller rejects these
+    auto linear = static_cast<int64_t>(i);
+    for (std::size_t d = tile_dims.size(); d-- > 0;) {
+      if (static_cast<int>(d) < rank)
+        layout.at(device, static_cast<int>(d)) = linear % tile_dims[d];
+      linear /= tile_dims[d];
     }
   }
   return layout;
@@ -61,7 +78,7 @@ Layout unsplit(Layout layout, std::initializer_list<int> dims) {
   for (int d : dims) {
     if (d < 0 || d >= layout.rank()) continue;
     layout.tiles[d] = 1;
-    for (auto& c : layout.coords) c[d] = 0;
+    for (int64_t p = 0; p < layout.devices; ++p) layout.at(p, d) = 0;
   }
   return layout;
 }
@@ -78,14 +95,14 @@ Layout keep_only(const Layout& layout, const std::vector<bool>& keep) {
 // aligned at the end), each device holds what its tile of `layout` reads: a dimension that
 // broadcasts (or that the operand lacks) is whole.
 Layout project(const Layout& layout, const Shape& out, const Shape& in) {
-  const int64_t devices = static_cast<int64_t>(layout.coords.size());
+  const int64_t devices = layout.devices;
   Layout result = replicated(in.rank(), devices);
   const int shift = out.rank() - in.rank();
   for (int i = 0; i < in.rank(); ++i) {
     const int j = i + shift;
     if (j < 0 || in[i] != out[j] || !layout.sharded(j)) continue;
     result.tiles[i] = layout.tiles[j];
-    for (int64_t p = 0; p < devices; ++p) result.coords[p][i] = layout.coords[p][j];
+    for (int64_t p = 0; p < devices; ++p) result.at(p, i) = layout.at(p, j);
   }
   return result;
 }
@@ -109,8 +126,9 @@ std::optional<std::vector<std::vector<int64_t>>> groups_over(const Layout& layou
   int64_t combos = 1;
   for (int d : dims) combos *= layout.tiles[d];
   std::map<std::vector<int64_t>, std::vector<std::vector<int64_t>>> buckets;
-  for (std::size_t p = 0; p < layout.coords.size(); ++p) {
-    std::vector<int64_t> key = layout.coords[p];
+  for (int64_t p = 0; p < layout.devices; ++p) {
+    const auto coords = layout.of(p);
+    std::vector<int64_t> key(coords.begin(), coords.end());
     int64_t combo = 0;
     for (int d : dims) {
       combo = combo * layout.tiles[d] + key[d];
@@ -118,7 +136,7 @@ std::optional<std::vector<std::vector<int64_t>>> groups_over(const Layout& layou
     }
     auto& bucket = buckets[key];
     bucket.resize(static_cast<std::size_t>(combos));
-    bucket[combo].push_back(static_cast<int64_t>(p));
+    bucket[combo].push_back(p);
   }
   std::vector<std::vector<int64_t>> groups;
   for (const auto& [key, bucket] : buckets) {
@@ -138,9 +156,13 @@ std::optional<std::vector<std::vector<int64_t>>> groups_over(const Layout& layou
 // A layout with one more dimension holding `extra` (per device, `extra_tiles` values): how a
 // partial result is laid out, the extra dimension being the partial sums' index.
 Layout with_extra(const Layout& layout, const std::vector<int64_t>& extra, int64_t extra_tiles) {
-  Layout out = layout;
-  out.tiles.push_back(extra_tiles);
-  for (std::size_t p = 0; p < out.coords.size(); ++p) out.coords[p].push_back(extra[p]);
+  Layout out = replicated(layout.rank() + 1, layout.devices);
+  for (int d = 0; d < layout.rank(); ++d) out.tiles[d] = layout.tiles[d];
+  out.tiles.back() = extra_tiles;
+  for (int64_t p = 0; p < layout.devices; ++p) {
+    for (int d = 0; d < layout.rank(); ++d) out.at(p, d) = layout.at(p, d);
+    out.at(p, layout.rank()) = extra[static_cast<std::size_t>(p)];
+  }
   return out;
 }
 
@@ -363,12 +385,12 @@ class Partitioner {
         for (int d = 0; d < rank && fits; ++d) {
           if (d != a && d != b && cur.tiles[d] != to.tiles[d]) fits = false;
         }
-        for (std::size_t p = 0; p < cur.coords.size() && fits; ++p) {
+        for (int64_t p = 0; p < cur.devices && fits; ++p) {
           for (int d = 0; d < rank && fits; ++d) {
             if (d == a || d == b) continue;
-            if (cur.coords[p][d] != to.coords[p][d]) fits = false;
+            if (cur.at(p, d) != to.at(p, d)) fits = false;
           }
-          if (to.coords[p][b] != cur.coords[p][a]) fits = false;
+          if (to.at(p, b) != cur.at(p, a)) fits = false;
         }
         if (!fits) continue;
         const int dims[] = {a};
@@ -393,8 +415,8 @@ class Partitioner {
     for (int d = 0; d < rank; ++d) {
       if (!cur.sharded(d)) continue;
       bool same = cur.tiles[d] == to.tiles[d];
-      for (std::size_t p = 0; p < cur.coords.size() && same; ++p) {
-        same = cur.coords[p][d] == to.coords[p][d];
+      for (int64_t p = 0; p < cur.devices && same; ++p) {
+        same = cur.at(p, d) == to.at(p, d);
       }
       if (same) continue;
       const int dims[] = {d};
@@ -418,11 +440,11 @@ class Partitioner {
       const int64_t length = v.shape[d] / to.tiles[d];
       if (emit_ops) {
         std::vector<int64_t> offsets;
-        for (const auto& c : to.coords) offsets.push_back(c[d] * length);
+        for (int64_t p = 0; p < to.devices; ++p) offsets.push_back(to.at(p, d) * length);
         v.id = dynamic_slice(v.id, d, length, offsets);
       }
       cur.tiles[d] = to.tiles[d];
-      for (std::size_t p = 0; p < cur.coords.size(); ++p) cur.coords[p][d] = to.coords[p][d];
+      for (int64_t p = 0; p < cur.devices; ++p) cur.at(p, d) = to.at(p, d);
     }
     return cost;
   }
@@ -635,8 +657,8 @@ class Partitioner {
 
   static void copy_dim(Layout& to, int to_dim, const Layout& from, int from_dim) {
     to.tiles[to_dim] = from.tiles[from_dim];
-    for (std::size_t p = 0; p < to.coords.size(); ++p) {
-      to.coords[p][to_dim] = from.coords[p][from_dim];
+    for (int64_t p = 0; p < to.devices; ++p) {
+      to.at(p, to_dim) = from.at(p, from_dim);
     }
   }
 
@@ -660,7 +682,7 @@ class Partitioner {
     const Shape shape{length};
     const int32_t range = emit(Op::kIota, DType::kI64, shape, {}, {}, iota);
     std::vector<int64_t> offsets;
-    for (const auto& c : want.coords) offsets.push_back(c[0] * length);
+    for (int64_t p = 0; p < want.devices; ++p) offsets.push_back(want.at(p, 0) * length);
     const int32_t sum[] = {range, per_device(offsets)};
     int32_t index = emit(Op::kAdd, DType::kI64, shape, sum);
     const double start = global_.reals(id)[0];
@@ -693,12 +715,12 @@ class Partitioner {
     if (x_now.sharded(dim)) {
       const int64_t k = x_now.tiles[dim];
       std::vector<int64_t> k_coords;
-      for (const auto& c : x_now.coords) k_coords.push_back(c[dim]);
+      for (int64_t p = 0; p < x_now.devices; ++p) k_coords.push_back(x_now.at(p, dim));
       const int extra[] = {instr.shape.rank()};
       const auto groups = groups_over(with_extra(want, k_coords, k), extra);
       Layout x_split = x_whole;
       x_split.tiles[dim] = k;
-      for (std::size_t p = 0; p < k_coords.size(); ++p) x_split.coords[p][dim] = k_coords[p];
+      for (int64_t p = 0; p < x_split.devices; ++p) x_split.at(p, dim) = k_coords[p];
       const int64_t out_bytes = bytes_of(local_shape(instr.shape, want), instr.dtype);
       if (groups &&
           reshard_cost(x, x_split) + 2 * out_bytes * (k - 1) / k + kCollectiveLatencyBytes <
@@ -826,8 +848,8 @@ class Partitioner {
       copy_dim(layout, free_dim, result, out_free);
       if (k_coords) {
         layout.tiles[k_dim] = k_tiles;
-        for (std::size_t p = 0; p < layout.coords.size(); ++p) {
-          layout.coords[p][k_dim] = (*k_coords)[p];
+        for (int64_t p = 0; p < layout.devices; ++p) {
+          layout.at(p, k_dim) = (*k_coords)[p];
         }
       }
       return layout;
@@ -845,13 +867,13 @@ class Partitioner {
       if (!split.sharded(k_dim)) continue;
       const int64_t k_tiles = split.tiles[k_dim];
       std::vector<int64_t> k_coords;
-      for (const auto& c : split.coords) k_coords.push_back(c[k_dim]);
+      for (int64_t p = 0; p < split.devices; ++p) k_coords.push_back(split.at(p, k_dim));
       int scatter_dim = -1;
       for (int d = 0; d < r && scatter_dim < 0; ++d) {
         if (want.tiles[d] != k_tiles) continue;
         bool same = true;
-        for (std::size_t p = 0; p < k_coords.size() && same; ++p) {
-          same = want.coords[p][d] == k_coords[p];
+        for (int64_t p = 0; p < want.devices && same; ++p) {
+          same = want.at(p, d) == k_coords[p];
         }
         if (same) scatter_dim = d;
       }
