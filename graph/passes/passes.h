@@ -54,6 +54,7 @@ struct PartitionedProgram {
   int64_t collective_bytes = 0;
 };
 
+/// Not one of run_passes' passes: an SPMD step calls it once, after sharding propagation.
 /// Turns `global` (single-device semantics) into the program each of `num_devices` devices runs
 /// on its shards, given one sharding per instruction (same ids; each naming devices
 /// 0..num_devices-1, or replicated). Each instruction becomes its local computation on shards,
