@@ -544,6 +544,9 @@ class Partitioner {
         return lower_reduction(id);
       case Op::kLogSumExp:
       case Op::kArgMax: {
+        if (instr.op == Op::kLogSumExp) {
+          if (const int32_t split = lower_split_normalizer(id); split >= 0) return split;
+        }
         // [keepdim, dims...]: the reduced dims whole, the kept ones as the result's.
         const Shape& in = operand_shape(0);
         Layout need = replicated(in.rank(), devices_);
@@ -561,6 +564,9 @@ class Partitioner {
       case Op::kLogSoftmax:
       case Op::kCumsum:
       case Op::kTopK: {
+        if (instr.op == Op::kSoftmax || instr.op == Op::kLogSoftmax) {
+          if (const int32_t split = lower_split_normalizer(id); split >= 0) return split;
+        }
         const Layout have = unsplit(want, {static_cast<int>(ints[0])});
         return local_then_finish(id, have, [&](std::size_t) { return have; });
       }
@@ -760,6 +766,88 @@ class Partitioner {
     }
     const int32_t locals[] = {operand_as(x, x_whole), operand_as(index, index_need)};
     return local_op(id, locals, local_shape(instr.shape, want));
+  }
+
+  // softmax, log_softmax and logsumexp along dims the operand is split on (a vocabulary-parallel
+  // cross entropy): each device's maximum, combined by all_reduce(max); its sum of exponentials
+  // shifted by that maximum (by 0 where it is not finite, so a row of -inf gives -inf as
+  // unpartitioned), combined by all_reduce(sum); logsumexp = log(sum) + shift, log_softmax =
+  // x - logsumexp, softmax = exp(x - logsumexp). -1 when the operand is not split along them
+  // (or its devices do not form groups over them): the caller gathers the dims instead.
+  int32_t lower_split_normalizer(int32_t id) {
+    const Program::Instr& instr = global_[id];
+    if (!is_floating(instr.dtype)) return -1;
+    const Layout& want = layouts_[id];
+    const int32_t operand = global_.operands(id)[0];
+    const Shape& in = global_[operand].shape;
+    const auto ints = global_.ints(id);
+    const bool logsumexp = instr.op == Op::kLogSumExp;
+    const bool keepdim = !logsumexp || ints[0] != 0;
+    std::vector<int64_t> dims;
+    if (logsumexp) {
+      dims.assign(ints.begin() + 1, ints.end());
+    } else {
+      dims.push_back(ints[0]);
+    }
+    const Layout& current = layouts_[operand];
+    Layout need = replicated(in.rank(), devices_);
+    std::vector<int> split;
+    for (int j = 0, i = 0; i < in.rank(); ++i) {
+      if (std::find(dims.begin(), dims.end(), i) == dims.end()) {
+        copy_dim(need, i, want, j++);
+        continue;
+      }
+      if (keepdim) ++j;
+      if (current.sharded(i)) {
+        copy_dim(need, i, current, i);
+        split.push_back(i);
+      }
+    }
+    if (split.empty()) return -1;
+    const auto groups = groups_over(need, split);
+    if (!groups) return -1;
+    const DType dtype = instr.dtype;
+    const int32_t x = operand_as(operand, need);
+    const Shape shape = out_[x].shape;
+    Shape reduced = shape;
+    std::vector<int64_t> reduce_ints{1};
+    for (int64_t d : dims) {
+      reduced[static_cast<int>(d)] = 1;
+      reduce_ints.push_back(d);
+    }
+    std::sort(reduce_ints.begin() + 1, reduce_ints.end());
+    const int32_t x_operand[] = {x};
+    const int32_t local_max = emit(Op::kReduceMax, dtype, reduced, x_operand, reduce_ints);
+    const int32_t max = combine(local_max, ReduceType::kMax, 1.0, *groups, -1);
+    const int32_t zero = scalar(dtype, 0);
+    const int32_t max_twice[] = {max, max};
+    const int32_t difference = emit(Op::kSub, dtype, reduced, max_twice);
+    const int32_t compare[] = {difference, zero};
+    const int32_t finite = emit(Op::kEq, DType::kBool, reduced, compare);
+    const int32_t pick[] = {finite, max, zero};
+    const int32_t shift = emit(Op::kWhere, dtype, reduced, pick);
+    const int32_t centre[] = {x, shift};
+    const int32_t centred = emit(Op::kSub, dtype, shape, centre);
+    const int32_t centred_operand[] = {centred};
+    const int32_t exps = emit(Op::kExp, dtype, shape, centred_operand);
+    const int32_t exps_operand[] = {exps};
+    const int32_t local_sum = emit(Op::kSum, dtype, reduced, exps_operand, reduce_ints);
+    const int32_t sum_operand[] = {combine(local_sum, ReduceType::kSum, 1.0, *groups, -1)};
+    const int32_t log_sum = emit(Op::kLog, dtype, reduced, sum_operand);
+    const int32_t add[] = {log_sum, shift};
+    const int32_t lse = emit(Op::kAdd, dtype, reduced, add);
+    if (logsumexp) {
+      if (keepdim) return lse;
+      const int32_t lse_operand[] = {lse};
+      return emit(Op::kReshape, dtype, local_shape(instr.shape, want), lse_operand);
+    }
+    const int32_t subtract[] = {x, lse};
+    int32_t result = emit(Op::kSub, dtype, shape, subtract);
+    if (instr.op == Op::kSoftmax) {
+      const int32_t result_operand[] = {result};
+      result = emit(Op::kExp, dtype, shape, result_operand);
+    }
+    return finish(id, result, need);
   }
 
   // sum / mean / max / min with ints [keepdim, dims...]: reduced dims keep the operand's split
