@@ -12,6 +12,7 @@
 #pragma once
 
 #include <source_location>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -57,6 +58,10 @@ namespace detail {
 /// [group_size, groups...], or [world_size, pairs...] for collective_permute). Empty for a key
 /// no collective traced in this process.
 [[nodiscard]] std::vector<int64_t> collective_group_ints(int64_t key);
+/// Registers groups (or permute pairs) in that encoding, unchecked, and returns the key a
+/// collective node carries as its last int: what compiler passes that insert collectives (the
+/// SPMD partitioner) use, for device positions instead of replica ordinals.
+[[nodiscard]] int64_t intern_collective_group_ints(std::span<const int64_t> encoded);
 }  // namespace detail
 
 }  // namespace axle

@@ -268,5 +268,9 @@ namespace detail {
 
 std::vector<int64_t> collective_group_ints(int64_t key) { return group_table().find(key); }
 
+int64_t intern_collective_group_ints(std::span<const int64_t> encoded) {
+  return group_table().intern(IntAttrs(encoded));
+}
+
 }  // namespace detail
 }  // namespace axle

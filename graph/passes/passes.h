@@ -53,6 +53,36 @@ struct ShardingPropagation {
 /// The shardings the program's leaves carry (mark_sharding on device data), by input position.
 [[nodiscard]] std::vector<ShardingSpec> input_shardings(const Program& program);
 
+/// The SPMD partitioner's result: one program every device of the mesh runs on its own shards.
+struct PartitionedProgram {
+  /// The per-device program (the same for every device): its shapes are local shard shapes and
+  /// it meets the other devices in collectives whose groups are device positions 0..N-1.
+  Program program;
+  /// The leaf input position of the device's partition index (an s64 kParameter the runtime
+  /// feeds with the device's position 0..N-1), or -1 when the program does not read it.
+  int32_t partition_input = -1;
+  /// The sharding of each of program.outputs (the global program's outputs, laid out so).
+  std::vector<ShardingSpec> output_shardings;
+  /// The sharding of each leaf input, by input position: a device is fed
+  /// shard_shape(global, sharding) elements, its tile of the global value.
+  std::vector<ShardingSpec> input_shardings;
+  /// Bytes the collectives bring to each device per execution (an estimate: ring all_reduce
+  /// moves 2 (g - 1) / g of the buffer, all_gather (g - 1) shards, reduce_scatter and all_to_all
+  /// (g - 1) / g of their operand).
+  int64_t collective_bytes = 0;
+};
+
+/// Not one of run_passes' passes: an SPMD step calls it once, after sharding propagation.
+/// Turns `global` (single-device semantics) into the program each of `num_devices` devices runs
+/// on its shards, given one sharding per instruction (same ids; each naming devices
+/// 0..num_devices-1, or replicated). Each instruction becomes its local computation on shards,
+/// with collectives where an operand's layout differs from what the op needs (the rules are in
+/// graph/README.md). Throws std::invalid_argument naming the instruction for shardings that do
+/// not fit and for ops it cannot partition.
+[[nodiscard]] PartitionedProgram partition(const Program& global,
+                                           std::span<const ShardingSpec> shardings,
+                                           int64_t num_devices);
+
 /// The passes, by the names AXLE_DISABLE_PASSES uses. Fusion is the lowering's (actors/).
 enum class Pass : uint8_t { kCanonicalize, kCse, kConstantFolding, kDce, kFusion, kCount };
 

@@ -135,6 +135,19 @@ CpuTensor device_leaf(const Node& node, const LeafValue& leaf_value) {
 
 }  // namespace
 
+CpuTensor evaluate_node(const Node& node, std::span<const CpuTensor* const> operands) {
+  const OpCall call{node, operands};
+  if (node.op() == Op::kDeviceData || node.op() == Op::kParameter || node.op() == Op::kConstant) {
+    detail::fail(call, "is a leaf: its value is the caller's to give");
+  }
+  CpuTensor value = evaluate_op(call);
+  if (value.dtype != node.dtype() || !(value.shape == node.shape())) {
+    detail::fail(call, fmt::format("the reference computed {}{} instead", dtype_name(value.dtype),
+                                   value.shape.to_string()));
+  }
+  return value;
+}
+
 std::vector<CpuTensor> evaluate(const StepGraph& graph, const LeafValue& leaf_value) {
   return evaluate(graph, leaf_value, ValueVisitor{});
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "graph/device_data.h"
@@ -35,5 +36,10 @@ using ValueVisitor = std::function<bool(std::size_t id, const CpuTensor& value)>
 /// it, else the outputs.
 std::vector<CpuTensor> evaluate(const StepGraph& graph, const LeafValue& leaf_value,
                                 const ValueVisitor& visit);
+
+/// One op node's value from its operands' values (in operand order), as evaluate() computes it,
+/// for walks over programs of other shapes (the SPMD tests run per-device programs on several
+/// devices in lockstep). Leaves are the caller's to give; collectives run as a group of one.
+[[nodiscard]] CpuTensor evaluate_node(const Node& node, std::span<const CpuTensor* const> operands);
 
 }  // namespace axle::reference

@@ -1,0 +1,1071 @@
+// graph/passes: the SPMD partitioner, as XLA's (GSPMD): one sweep over the global program that
+// gives each instruction its local computation on shards. Every value is tracked by its layout:
+// tiles per dimension and each device's tile coordinates (a ShardingSpec spelled out per
+// device). An op states the layouts it needs of its operands, derived from the layout its result
+// must have; operands are resharded to them (slices need no communication, all_to_all moves a
+// sharded dimension, all_gather undoes one), and a result computed in another layout, or as
+// partial sums over devices, is brought to the instruction's sharding with all_reduce,
+// reduce_scatter or a reshard. The rules, one per op family, are listed in graph/README.md.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <stdexcept>
+
+#include "engine/reduce_type.h"
+#include "graph/collectives.h"
+#include "graph/passes/passes.h"
+
+namespace axle {
+namespace {
+
+// What choosing between ways to partition an op charges each collective on top of the bytes it
+// moves (its latency, in bytes' worth): of two ways that move as much, the one with fewer
+// collectives wins.
+constexpr int64_t kCollectiveLatencyBytes = 1024;
+
+// A value's layout over the devices: tiles per dimension and, per device, the tile it holds.
+// Devices with equal coordinates hold the same data (replicas).
+// Coordinates are one flat array, device-major: each instruction's layout is two allocations.
+struct Layout {
+  std::vector<int64_t> tiles;
+  std::vector<int64_t> coords;  // [device * rank + dim]
+  int64_t devices = 0;
+
+  [[nodiscard]] int rank() const noexcept { return static_cast<int>(tiles.size()); }
+  [[nodiscard]] bool sharded(int dim) const noexcept { return tiles[dim] > 1; }
+  [[nodiscard]] int64_t at(int64_t device, int dim) const noexcept {
+    return coords[static_cast<std::size_t>(device * rank() + dim)];
+  }
+  [[nodiscard]] int64_t& at(int64_t device, int dim) noexcept {
+    return coords[static_cast<std::size_t>(device * rank() + dim)];
+  }
+  /// Device `device`'s coordinates.
+  [[nodiscard]] std::span<const int64_t> of(int64_t device) const noexcept {
+    return {coords.data() + device * rank(), static_cast<std::size_t>(rank())};
+  }
+  friend bool operator==(const Layout&, const Layout&) = default;
+};
+
+Layout replicated(int rank, int64_t devices) {
+  return Layout{std::vector<int64_t>(static_cast<std::size_t>(rank), 1),
+                std::vector<int64_t>(static_cast<std::size_t>(rank * devices), 0), devices};
+}
+
+Layout layout_of(const ShardingSpec& sharding, int rank, int64_t devices) {
+  Layout layout = replicated(rank, devices);
+  if (sharding.is_replicated()) return layout;
+  for (int d = 0; d < rank; ++d) layout.tiles[d] = sharding.tiles(d);
+  // The tile assignment lists the devices row-major over tile_dims (the replicate dim last).
+  const std::vector<int64_t>& tile_dims = sharding.tile_dims;
+  for (std::size_t i = 0; i < sharding.devices.size(); ++i) {
+    const int64_t device = sharding.devices[i];
+    if (device < 0 || device >= devices) continue;  // the caller rejects these
+    auto linear = static_cast<int64_t>(i);
+    for (std::size_t d = tile_dims.size(); d-- > 0;) {
+      if (static_cast<int>(d) < rank)
+        layout.at(device, static_cast<int>(d)) = linear % tile_dims[d];
+      linear /= tile_dims[d];
+    }
+  }
+  return layout;
+}
+
+// `layout` with `dims` no longer split.
+Layout unsplit(Layout layout, std::initializer_list<int> dims) {
+  for (int d : dims) {
+    if (d < 0 || d >= layout.rank()) continue;
+    layout.tiles[d] = 1;
+    for (int64_t p = 0; p < layout.devices; ++p) layout.at(p, d) = 0;
+  }
+  return layout;
+}
+
+Layout keep_only(const Layout& layout, const std::vector<bool>& keep) {
+  Layout out = layout;
+  for (int d = 0; d < out.rank(); ++d) {
+    if (!keep[d]) out = unsplit(std::move(out), {d});
+  }
+  return out;
+}
+
+// The layout an operand of shape `in` needs so that, broadcast NumPy-style to `out` (dims
+// aligned at the end), each device holds what its tile of `layout` reads: a dimension that
+// broadcasts (or that the operand lacks) is whole.
+Layout project(const Layout& layout, const Shape& out, const Shape& in) {
+  const int64_t devices = layout.devices;
+  Layout result = replicated(in.rank(), devices);
+  const int shift = out.rank() - in.rank();
+  for (int i = 0; i < in.rank(); ++i) {
+    const int j = i + shift;
+    if (j < 0 || in[i] != out[j] || !layout.sharded(j)) continue;
+    result.tiles[i] = layout.tiles[j];
+    for (int64_t p = 0; p < devices; ++p) result.at(p, i) = layout.at(p, j);
+  }
+  return result;
+}
+
+Shape local_shape(const Shape& global, const Layout& layout) {
+  Shape shape = global;
+  for (int d = 0; d < global.rank(); ++d) shape[d] = global[d] / layout.tiles[d];
+  return shape;
+}
+
+int64_t bytes_of(const Shape& shape, DType dtype) {
+  return shape.numel() * static_cast<int64_t>(dtype_size(dtype));
+}
+
+// Groups of devices that differ only in their coordinates along `dims`: each holds one device
+// per combination of those coordinates, ordered row-major by them; the devices of a group agree
+// on every other coordinate. nullopt when the devices do not split so (some combination has more
+// replicas than another).
+std::optional<std::vector<std::vector<int64_t>>> groups_over(const Layout& layout,
+                                                             std::span<const int> dims) {
+  int64_t combos = 1;
+  for (int d : dims) combos *= layout.tiles[d];
+  std::map<std::vector<int64_t>, std::vector<std::vector<int64_t>>> buckets;
+  for (int64_t p = 0; p < layout.devices; ++p) {
+    const auto coords = layout.of(p);
+    std::vector<int64_t> key(coords.begin(), coords.end());
+    int64_t combo = 0;
+    for (int d : dims) {
+      combo = combo * layout.tiles[d] + key[d];
+      key[d] = -1;
+    }
+    auto& bucket = buckets[key];
+    bucket.resize(static_cast<std::size_t>(combos));
+    bucket[combo].push_back(p);
+  }
+  std::vector<std::vector<int64_t>> groups;
+  for (const auto& [key, bucket] : buckets) {
+    const std::size_t count = bucket[0].size();
+    for (const auto& members : bucket) {
+      if (members.size() != count || count == 0) return std::nullopt;
+    }
+    for (std::size_t j = 0; j < count; ++j) {
+      std::vector<int64_t> group;
+      for (const auto& members : bucket) group.push_back(members[j]);
+      groups.push_back(std::move(group));
+    }
+  }
+  return groups;
+}
+
+// A layout with one more dimension holding `extra` (per device, `extra_tiles` values): how a
+// partial result is laid out, the extra dimension being the partial sums' index.
+Layout with_extra(const Layout& layout, const std::vector<int64_t>& extra, int64_t extra_tiles) {
+  Layout out = replicated(layout.rank() + 1, layout.devices);
+  for (int d = 0; d < layout.rank(); ++d) out.tiles[d] = layout.tiles[d];
+  out.tiles.back() = extra_tiles;
+  for (int64_t p = 0; p < layout.devices; ++p) {
+    for (int d = 0; d < layout.rank(); ++d) out.at(p, d) = layout.at(p, d);
+    out.at(p, layout.rank()) = extra[static_cast<std::size_t>(p)];
+  }
+  return out;
+}
+
+// Ops whose operands are laid out as their result (broadcast dims whole). The sharding
+// annotation (kCustomSharding) is an identity whose result has the annotated sharding; the
+// per-device program keeps it, and the lowering drops it.
+bool is_elementwise(Op op) {
+  switch (op) {
+    case Op::kCustomSharding:
+    case Op::kAdd:
+    case Op::kSub:
+    case Op::kMul:
+    case Op::kDiv:
+    case Op::kPow:
+    case Op::kMaximum:
+    case Op::kMinimum:
+    case Op::kEq:
+    case Op::kNe:
+    case Op::kLt:
+    case Op::kLe:
+    case Op::kGt:
+    case Op::kGe:
+    case Op::kLogicalAnd:
+    case Op::kLogicalOr:
+    case Op::kWhere:
+    case Op::kNeg:
+    case Op::kExp:
+    case Op::kLog:
+    case Op::kSqrt:
+    case Op::kRsqrt:
+    case Op::kTanh:
+    case Op::kSigmoid:
+    case Op::kRelu:
+    case Op::kGelu:
+    case Op::kAbs:
+    case Op::kLogicalNot:
+    case Op::kCast:
+    case Op::kSin:
+    case Op::kCos:
+    case Op::kErf:
+    case Op::kExpand:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A local value of the per-device program and the global value it is a layout of.
+struct Value {
+  int32_t id = -1;
+  Layout layout;
+  Shape shape;  // global
+  DType dtype = DType::kF32;
+};
+
+class Partitioner {
+ public:
+  Partitioner(const Program& global, std::span<const ShardingSpec> shardings, int64_t devices)
+      : global_(global), shardings_(shardings), devices_(devices) {}
+
+  PartitionedProgram run() {
+    if (devices_ < 1) {
+      throw std::invalid_argument(
+          fmt::format("partition: the mesh must have at least one device, not {}", devices_));
+    }
+    if (shardings_.size() != global_.size()) {
+      throw std::invalid_argument(
+          fmt::format("partition: got {} shardings for a program of {} instructions",
+                      shardings_.size(), global_.size()));
+    }
+    layouts_.reserve(global_.size());
+    for (std::size_t id = 0; id < global_.size(); ++id) {
+      const ShardingSpec& sharding = shardings_[id];
+      try {
+        check_sharding(global_[id].shape, sharding, "partition");
+      } catch (const std::exception& e) {
+        fail(static_cast<int32_t>(id), e.what());
+      }
+      if (!sharding.is_replicated() && static_cast<int64_t>(sharding.devices.size()) != devices_) {
+        throw std::invalid_argument(fmt::format(
+            "partition: sharding {} of {} places {} devices; the mesh has {}", to_string(sharding),
+            describe(static_cast<int32_t>(id)), sharding.devices.size(), devices_));
+      }
+      for (int64_t d : sharding.devices) {
+        if (d < 0 || d >= devices_) {
+          throw std::invalid_argument(
+              fmt::format("partition: sharding {} of {} names device {}; the mesh has {}",
+                          to_string(sharding), describe(static_cast<int32_t>(id)), d, devices_));
+        }
+      }
+      layouts_.push_back(layout_of(sharding, global_[id].shape.rank(), devices_));
+    }
+    out_.reserve(global_.size() * 2);
+    out_.num_inputs = global_.num_inputs;
+    local_.assign(global_.size(), -1);
+    for (std::size_t id = 0; id < global_.size(); ++id) {
+      local_[id] = lower(static_cast<int32_t>(id));
+      if (!(out_[static_cast<std::size_t>(local_[id])].shape ==
+            local_shape(global_[id].shape, layouts_[id]))) {
+        throw std::logic_error(fmt::format("partition: {} came out as {} locally",
+                                           describe(static_cast<int32_t>(id)),
+                                           out_[local_[id]].shape.to_string()));
+      }
+    }
+    PartitionedProgram result;
+    for (int32_t output : global_.outputs) {
+      out_.outputs.push_back(local_[output]);
+      result.output_shardings.push_back(shardings_[output]);
+    }
+    result.input_shardings.assign(static_cast<std::size_t>(out_.num_inputs),
+                                  ShardingSpec::replicated());
+    for (std::size_t id = 0; id < global_.size(); ++id) {
+      if (global_.is_leaf(id) && global_[id].input >= 0) {
+        result.input_shardings[global_[id].input] = shardings_[id];
+      }
+    }
+    result.partition_input = partition_ >= 0 ? out_[partition_].input : -1;
+    result.collective_bytes = bytes_;
+    result.program = std::move(out_);
+    return result;
+  }
+
+ private:
+  std::string describe(int32_t id) const {
+    return fmt::format("instruction %{} ({} {}{})", id, op_name(global_[id].op),
+                       dtype_name(global_[id].dtype), global_[id].shape.to_string());
+  }
+  [[noreturn]] void fail(int32_t id, std::string_view why) const {
+    throw std::invalid_argument(fmt::format("partition: {}: {}", describe(id), why));
+  }
+
+  Value value_of(int32_t id) const {
+    return Value{local_[id], layouts_[id], global_[id].shape, global_[id].dtype};
+  }
+
+  // ---- emitting ------------------------------------------------------------------------------
+
+  int32_t emit(Op op, DType dtype, const Shape& shape, std::span<const int32_t> operands,
+               std::span<const int64_t> ints = {}, std::span<const double> reals = {}) {
+    return out_.append(op, dtype, shape, operands, ints, reals);
+  }
+
+  int32_t scalar(DType dtype, double value) {
+    return emit(Op::kFill, dtype, Shape{}, {}, {}, std::span<const double>(&value, 1));
+  }
+
+  int64_t group_key(const std::vector<std::vector<int64_t>>& groups) {
+    std::vector<int64_t> encoded{static_cast<int64_t>(groups.front().size())};
+    for (const auto& group : groups) encoded.insert(encoded.end(), group.begin(), group.end());
+    return detail::intern_collective_group_ints(encoded);
+  }
+
+  // The device's partition index, a leaf the runtime feeds, as an s64 [1] (made on first use).
+  int32_t partition_index() {
+    if (partition_ < 0) {
+      partition_ = out_.append(Op::kParameter, DType::kI64, Shape{}, {}, {}, {}, out_.num_inputs);
+      ++out_.num_inputs;
+      const int32_t operand[] = {partition_};
+      partition_vector_ = emit(Op::kReshape, DType::kI64, Shape{1}, operand);
+    }
+    return partition_vector_;
+  }
+
+  // An s64 [1] holding values[device] on each device.
+  int32_t per_device(const std::vector<int64_t>& values) {
+    if (std::all_of(values.begin(), values.end(), [&](int64_t v) { return v == values[0]; })) {
+      const double value = static_cast<double>(values[0]);
+      return emit(Op::kFill, DType::kI64, Shape{1}, {}, {}, std::span<const double>(&value, 1));
+    }
+    if (auto it = tables_.find(values); it != tables_.end()) return it->second;
+    std::vector<int32_t> entries;
+    for (int64_t v : values) {
+      const double value = static_cast<double>(v);
+      entries.push_back(
+          emit(Op::kFill, DType::kI64, Shape{1}, {}, {}, std::span<const double>(&value, 1)));
+    }
+    const int64_t zero[] = {0};
+    const int32_t table =
+        emit(Op::kConcat, DType::kI64, Shape{static_cast<int64_t>(values.size())}, entries, zero);
+    const int32_t operands[] = {table, partition_index()};
+    const int32_t picked = emit(Op::kIndexSelect, DType::kI64, Shape{1}, operands, zero);
+    tables_.emplace(values, picked);
+    return picked;
+  }
+
+  // The device's block of `dim` (of `length` elements from offsets[device]).
+  int32_t dynamic_slice(int32_t x, int dim, int64_t length, const std::vector<int64_t>& offsets) {
+    const double iota[] = {0, 1};
+    const int32_t range = emit(Op::kIota, DType::kI64, Shape{length}, {}, {}, iota);
+    const int32_t sum[] = {range, per_device(offsets)};
+    const int32_t index = emit(Op::kAdd, DType::kI64, Shape{length}, sum);
+    Shape shape = out_[x].shape;
+    shape[dim] = length;
+    const int32_t operands[] = {x, index};
+    const int64_t ints[] = {dim};
+    return emit(Op::kIndexSelect, out_[x].dtype, shape, operands, ints);
+  }
+
+  // ---- resharding ----------------------------------------------------------------------------
+
+  // Brings `v` to layout `to`; with `emit_ops` false only returns what it would cost (bytes the
+  // collectives bring to a device). The steps: a sharded dimension that moves to another
+  // unsharded one with the same tiles on the same devices is one all_to_all; otherwise each
+  // sharded dimension `to` splits differently is gathered (all_gather among the devices that
+  // differ only along it), then each dimension `to` splits and the value does not is sliced
+  // locally at the device's offset.
+  int64_t reshard(Value& v, const Layout& to, bool emit_ops) {
+    int64_t cost = 0;
+    if (v.layout == to) return cost;
+    const int rank = to.rank();
+    const int64_t elem = static_cast<int64_t>(dtype_size(v.dtype));
+    Layout& cur = v.layout;
+    // all_to_all: dim a split -> dim b split, same devices.
+    for (int a = 0; a < rank; ++a) {
+      for (int b = 0; b < rank; ++b) {
+        if (a == b || !cur.sharded(a) || cur.sharded(b) || to.sharded(a) ||
+            to.tiles[b] != cur.tiles[a] || v.shape[b] % to.tiles[b] != 0) {
+          continue;
+        }
+        bool fits = true;
+        for (int d = 0; d < rank && fits; ++d) {
+          if (d != a && d != b && cur.tiles[d] != to.tiles[d]) fits = false;
+        }
+        for (int64_t p = 0; p < cur.devices && fits; ++p) {
+          for (int d = 0; d < rank && fits; ++d) {
+            if (d == a || d == b) continue;
+            if (cur.at(p, d) != to.at(p, d)) fits = false;
+          }
+          if (to.at(p, b) != cur.at(p, a)) fits = false;
+        }
+        if (!fits) continue;
+        const int dims[] = {a};
+        const auto groups = groups_over(cur, dims);
+        if (!groups) continue;
+        const int64_t g = cur.tiles[a];
+        const int64_t bytes = local_shape(v.shape, cur).numel() * elem;
+        cost += bytes * (g - 1) / g + kCollectiveLatencyBytes;
+        if (emit_ops) {
+          Shape shape = out_[v.id].shape;
+          shape[b] /= g;
+          shape[a] *= g;
+          const int64_t ints[] = {b, a, group_key(*groups)};
+          const int32_t operand[] = {v.id};
+          v.id = emit(Op::kAllToAll, v.dtype, shape, operand, ints);
+          bytes_ += bytes * (g - 1) / g;
+        }
+        v.layout = to;
+        return cost;
+      }
+    }
+    for (int d = 0; d < rank; ++d) {
+      if (!cur.sharded(d)) continue;
+      bool same = cur.tiles[d] == to.tiles[d];
+      for (int64_t p = 0; p < cur.devices && same; ++p) {
+        same = cur.at(p, d) == to.at(p, d);
+      }
+      if (same) continue;
+      const int dims[] = {d};
+      const auto groups = groups_over(cur, dims);
+      if (!groups) throw std::logic_error("partition: a layout does not split into groups");
+      const int64_t g = cur.tiles[d];
+      const int64_t bytes = local_shape(v.shape, cur).numel() * elem * (g - 1);
+      cost += bytes + kCollectiveLatencyBytes;
+      if (emit_ops) {
+        Shape shape = out_[v.id].shape;
+        shape[d] *= g;
+        const int64_t ints[] = {d, group_key(*groups)};
+        const int32_t operand[] = {v.id};
+        v.id = emit(Op::kAllGather, v.dtype, shape, operand, ints);
+        bytes_ += bytes;
+      }
+      cur = unsplit(std::move(cur), {d});
+    }
+    for (int d = 0; d < rank; ++d) {
+      if (!to.sharded(d) || cur.sharded(d)) continue;
+      const int64_t length = v.shape[d] / to.tiles[d];
+      if (emit_ops) {
+        std::vector<int64_t> offsets;
+        for (int64_t p = 0; p < to.devices; ++p) offsets.push_back(to.at(p, d) * length);
+        v.id = dynamic_slice(v.id, d, length, offsets);
+      }
+      cur.tiles[d] = to.tiles[d];
+      for (int64_t p = 0; p < cur.devices; ++p) cur.at(p, d) = to.at(p, d);
+    }
+    return cost;
+  }
+
+  int64_t reshard_cost(int32_t global_id, const Layout& to) {
+    Value v = value_of(global_id);
+    return reshard(v, to, false);
+  }
+
+  // Global operand `operand` as a local value laid out as `need`.
+  int32_t operand_as(int32_t operand, const Layout& need) {
+    Value v = value_of(operand);
+    reshard(v, need, true);
+    return v.id;
+  }
+
+  // The instruction's result, computed locally (local value `id`) in layout `have`, brought to
+  // the instruction's layout.
+  int32_t finish(int32_t id, int32_t local, const Layout& have) {
+    Value v{local, have, global_[id].shape, global_[id].dtype};
+    reshard(v, layouts_[id], true);
+    return v.id;
+  }
+
+  // Sums (or max / min) of partial results across the devices of `groups`, each a local value of
+  // `layout`'s shape. scatter_dim >= 0: reduce_scatter along it instead (member j keeps block j).
+  int32_t combine(int32_t local, ReduceType type, double scale,
+                  const std::vector<std::vector<int64_t>>& groups, int scatter_dim) {
+    const int64_t g = static_cast<int64_t>(groups.front().size());
+    const Program::Instr& instr = out_[local];
+    const int64_t bytes = bytes_of(instr.shape, instr.dtype);
+    const int32_t operand[] = {local};
+    if (g == 1) {
+      if (scale == 1.0) return local;
+      const int32_t operands[] = {local, scalar(instr.dtype, scale)};
+      return emit(Op::kMul, instr.dtype, instr.shape, operands);
+    }
+    const double reals[] = {scale};
+    if (scatter_dim >= 0) {
+      bytes_ += bytes * (g - 1) / g;
+      Shape shape = instr.shape;
+      shape[scatter_dim] /= g;
+      const int64_t ints[] = {static_cast<int64_t>(type), scatter_dim, group_key(groups)};
+      return emit(Op::kReduceScatter, instr.dtype, shape, operand, ints, reals);
+    }
+    bytes_ += 2 * bytes * (g - 1) / g;
+    const int64_t ints[] = {static_cast<int64_t>(type), group_key(groups)};
+    return emit(Op::kAllReduce, instr.dtype, instr.shape, operand, ints, reals);
+  }
+
+  // ---- ops -----------------------------------------------------------------------------------
+
+  // The op of instruction `id` on local operands, with the local shape `shape`.
+  int32_t local_op(int32_t id, std::span<const int32_t> operands, const Shape& shape) {
+    return out_.append(global_[id].op, global_[id].dtype, shape, operands, global_.ints(id),
+                       global_.reals(id), global_[id].input);
+  }
+
+  // Each operand laid out by `need(i)`, the op computed locally in layout `have`, then brought
+  // to the instruction's layout.
+  template <class Need>
+  int32_t local_then_finish(int32_t id, const Layout& have, Need&& need) {
+    const auto operands = global_.operands(id);
+    std::vector<int32_t> locals;
+    for (std::size_t i = 0; i < operands.size(); ++i) {
+      locals.push_back(operand_as(operands[i], need(i)));
+    }
+    const int32_t result = local_op(id, locals, local_shape(global_[id].shape, have));
+    return finish(id, result, have);
+  }
+
+  int32_t lower(int32_t id) {
+    const Program::Instr& instr = global_[id];
+    const Layout& want = layouts_[id];
+    const Shape& shape = instr.shape;
+    const auto operands = global_.operands(id);
+    const auto ints = global_.ints(id);
+    auto operand_shape = [&](std::size_t i) -> const Shape& { return global_[operands[i]].shape; };
+    const int rank = shape.rank();
+
+    if (is_elementwise(instr.op)) {
+      return local_then_finish(
+          id, want, [&](std::size_t i) { return project(want, shape, operand_shape(i)); });
+    }
+    switch (instr.op) {
+      case Op::kDeviceData:
+      case Op::kParameter:
+      case Op::kConstant:
+      case Op::kFill:
+        return local_op(id, {}, local_shape(shape, want));
+      case Op::kIota:
+        return lower_iota(id);
+      case Op::kSum:
+      case Op::kMean:
+      case Op::kReduceMax:
+      case Op::kReduceMin:
+        return lower_reduction(id);
+      case Op::kLogSumExp:
+      case Op::kArgMax: {
+        if (instr.op == Op::kLogSumExp) {
+          if (const int32_t split = lower_split_normalizer(id); split >= 0) return split;
+        }
+        // [keepdim, dims...]: the reduced dims whole, the kept ones as the result's.
+        const Shape& in = operand_shape(0);
+        Layout need = replicated(in.rank(), devices_);
+        const std::vector<int> kept = kept_dims(in.rank(), ints);
+        for (int j = 0, i = 0; i < in.rank(); ++i) {
+          if (std::find(kept.begin(), kept.end(), i) == kept.end()) {
+            if (ints[0]) ++j;
+            continue;
+          }
+          copy_dim(need, i, want, j++);
+        }
+        return local_then_finish(id, want, [&](std::size_t) { return need; });
+      }
+      case Op::kSoftmax:
+      case Op::kLogSoftmax:
+      case Op::kCumsum:
+      case Op::kTopK: {
+        if (instr.op == Op::kSoftmax || instr.op == Op::kLogSoftmax) {
+          if (const int32_t split = lower_split_normalizer(id); split >= 0) return split;
+        }
+        const Layout have = unsplit(want, {static_cast<int>(ints[0])});
+        return local_then_finish(id, have, [&](std::size_t) { return have; });
+      }
+      case Op::kMatmul:
+        return lower_matmul(id);
+      case Op::kReshape:
+        return lower_reshape(id);
+      case Op::kPermute: {
+        Layout need = replicated(rank, devices_);
+        for (int i = 0; i < rank; ++i) copy_dim(need, static_cast<int>(ints[i]), want, i);
+        return local_then_finish(id, want, [&](std::size_t) { return need; });
+      }
+      case Op::kSlice:
+      case Op::kConcat: {
+        const Layout have = unsplit(want, {static_cast<int>(ints[0])});
+        return local_then_finish(id, have, [&](std::size_t) { return have; });
+      }
+      case Op::kIndexSelect:
+        return lower_index_select(id);
+      case Op::kGather:
+      case Op::kScatterAdd: {
+        // Every operand has the result's rank; dims where the index is shorter than x stay
+        // whole, and x stays whole along dim (the index may be split there for a gather).
+        const int dim = static_cast<int>(ints[0]);
+        const Shape& x = operand_shape(0);
+        const Shape& index = operand_shape(1);
+        std::vector<bool> keep(static_cast<std::size_t>(rank), true);
+        for (int d = 0; d < rank; ++d) keep[d] = x[d] == index[d];
+        if (instr.op == Op::kScatterAdd) keep[dim] = false;
+        const Layout have = keep_only(want, keep);
+        const Layout x_need = unsplit(have, {dim});
+        return local_then_finish(id, have, [&](std::size_t i) { return i == 0 ? x_need : have; });
+      }
+      case Op::kOneHot: {
+        const Layout have = unsplit(want, {rank - 1});
+        Layout index = replicated(rank - 1, devices_);
+        for (int d = 0; d + 1 < rank; ++d) copy_dim(index, d, have, d);
+        return local_then_finish(id, have, [&](std::size_t) { return index; });
+      }
+      case Op::kConv2d: {
+        // Batch split (x's dim 0); output channels split (the weight's dim 0) without groups.
+        std::vector<bool> keep{true, ints.size() > 6 && ints[6] == 1, false, false};
+        const Layout have = keep_only(want, keep);
+        Layout x = replicated(4, devices_);
+        copy_dim(x, 0, have, 0);
+        Layout w = replicated(4, devices_);
+        copy_dim(w, 0, have, 1);
+        return local_then_finish(id, have, [&](std::size_t i) { return i == 0 ? x : w; });
+      }
+      case Op::kMaxPool2d:
+      case Op::kAvgPool2d:
+      case Op::kMaxPool2dBackward:
+      case Op::kAvgPool2dBackward: {
+        const Layout have = unsplit(want, {2, 3});
+        return local_then_finish(id, have, [&](std::size_t) { return have; });
+      }
+      case Op::kScaledDotProductAttention:
+      case Op::kScaledDotProductAttentionBackward: {
+        // Batch dims split; each operand's batch dims (they broadcast) as the result's.
+        const Layout have = unsplit(want, {rank - 2, rank - 1});
+        return local_then_finish(
+            id, have, [&](std::size_t i) { return project(have, shape, operand_shape(i)); });
+      }
+      case Op::kRandUniform:
+      case Op::kRandNormal:
+      case Op::kRandInt:
+      case Op::kBernoulli: {
+        // Drawn whole on every device, then sliced: the same numbers as unpartitioned.
+        const Layout whole = replicated(rank, devices_);
+        return local_then_finish(id, whole, [&](std::size_t i) {
+          return replicated(operand_shape(i).rank(), devices_);
+        });
+      }
+      case Op::kOptimizationBarrier: {
+        const std::size_t passed = static_cast<std::size_t>(ints[0]);
+        std::vector<int32_t> locals;
+        for (std::size_t i = 0; i < operands.size(); ++i) {
+          locals.push_back(i == passed ? operand_as(operands[i], want) : local_[operands[i]]);
+        }
+        return local_op(id, locals, local_shape(shape, want));
+      }
+      case Op::kAllReduce:
+      case Op::kAllGather:
+      case Op::kReduceScatter:
+      case Op::kAllToAll:
+      case Op::kCollectivePermute:
+        fail(id,
+             "collectives among replicas do not go in an SPMD program (the partitioner "
+             "inserts those the shardings need)");
+      default:
+        fail(id, "the partitioner has no rule for this op");
+    }
+  }
+
+  static void copy_dim(Layout& to, int to_dim, const Layout& from, int from_dim) {
+    to.tiles[to_dim] = from.tiles[from_dim];
+    for (int64_t p = 0; p < to.devices; ++p) {
+      to.at(p, to_dim) = from.at(p, from_dim);
+    }
+  }
+
+  // The dims a reduction with ints [keepdim, dims...] keeps.
+  static std::vector<int> kept_dims(int rank, std::span<const int64_t> ints) {
+    std::vector<int> kept;
+    for (int d = 0; d < rank; ++d) {
+      if (std::find(ints.begin() + 1, ints.end(), d) == ints.end()) kept.push_back(d);
+    }
+    return kept;
+  }
+
+  int32_t lower_iota(int32_t id) {
+    const Layout& want = layouts_[id];
+    const Program::Instr& instr = global_[id];
+    if (!want.sharded(0)) return local_op(id, {}, local_shape(instr.shape, want));
+    // The global index of each local element (iota from 0 plus the shard's start), then
+    // start + index * step in double, as the op computes it, rounded to the dtype once.
+    const int64_t length = instr.shape[0] / want.tiles[0];
+    const double iota[] = {0, 1};
+    const Shape shape{length};
+    const int32_t range = emit(Op::kIota, DType::kI64, shape, {}, {}, iota);
+    std::vector<int64_t> offsets;
+    for (int64_t p = 0; p < want.devices; ++p) offsets.push_back(want.at(p, 0) * length);
+    const int32_t sum[] = {range, per_device(offsets)};
+    int32_t index = emit(Op::kAdd, DType::kI64, shape, sum);
+    const double start = global_.reals(id)[0];
+    const double step = global_.reals(id)[1];
+    if (instr.dtype == DType::kI64 && start == 0 && step == 1) return index;
+    const int32_t as_double[] = {index};
+    index = emit(Op::kCast, DType::kF64, shape, as_double);
+    const int32_t scaled[] = {index, scalar(DType::kF64, step)};
+    index = emit(Op::kMul, DType::kF64, shape, scaled);
+    const int32_t shifted[] = {index, scalar(DType::kF64, start)};
+    index = emit(Op::kAdd, DType::kF64, shape, shifted);
+    const int32_t cast[] = {index};
+    return emit(Op::kCast, instr.dtype, shape, cast);
+  }
+
+  // index_select (embedding lookups): the index split as the result's dim, x whole along dim;
+  // or, when x is split along dim (a vocabulary-parallel table) and that moves fewer bytes,
+  // each device looks up the rows it holds (zeros for the others) and an all_reduce sums them.
+  int32_t lower_index_select(int32_t id) {
+    const Program::Instr& instr = global_[id];
+    const Layout& want = layouts_[id];
+    const int dim = static_cast<int>(global_.ints(id)[0]);
+    const int32_t x = global_.operands(id)[0];
+    const int32_t index = global_.operands(id)[1];
+    const Shape& xs = global_[x].shape;
+    Layout index_need = replicated(1, devices_);
+    copy_dim(index_need, 0, want, dim);
+    const Layout x_whole = unsplit(want, {dim});
+    const Layout& x_now = layouts_[x];
+    if (x_now.sharded(dim)) {
+      const int64_t k = x_now.tiles[dim];
+      std::vector<int64_t> k_coords;
+      for (int64_t p = 0; p < x_now.devices; ++p) k_coords.push_back(x_now.at(p, dim));
+      const int extra[] = {instr.shape.rank()};
+      const auto groups = groups_over(with_extra(want, k_coords, k), extra);
+      Layout x_split = x_whole;
+      x_split.tiles[dim] = k;
+      for (int64_t p = 0; p < x_split.devices; ++p) x_split.at(p, dim) = k_coords[p];
+      const int64_t out_bytes = bytes_of(local_shape(instr.shape, want), instr.dtype);
+      if (groups &&
+          reshard_cost(x, x_split) + 2 * out_bytes * (k - 1) / k + kCollectiveLatencyBytes <
+              reshard_cost(x, x_whole)) {
+        const int32_t table = operand_as(x, x_split);
+        const int32_t rows = operand_as(index, index_need);
+        const DType index_dtype = global_[index].dtype;
+        const Shape rows_shape = out_[rows].shape;
+        const int64_t length = xs[dim] / k;
+        std::vector<int64_t> offsets;
+        for (int64_t c : k_coords) offsets.push_back(c * length);
+        int32_t offset = per_device(offsets);
+        if (index_dtype != DType::kI64) {
+          const int32_t operand[] = {offset};
+          offset = emit(Op::kCast, index_dtype, Shape{1}, operand);
+        }
+        const int32_t shift[] = {rows, offset};
+        const int32_t local_rows = emit(Op::kSub, index_dtype, rows_shape, shift);
+        const int32_t low[] = {local_rows, scalar(index_dtype, 0)};
+        const int32_t high[] = {local_rows, scalar(index_dtype, static_cast<double>(length))};
+        const int32_t in_range[] = {emit(Op::kGe, DType::kBool, rows_shape, low),
+                                    emit(Op::kLt, DType::kBool, rows_shape, high)};
+        const int32_t mask = emit(Op::kLogicalAnd, DType::kBool, rows_shape, in_range);
+        const int32_t safe_operands[] = {mask, local_rows, scalar(index_dtype, 0)};
+        const int32_t safe = emit(Op::kWhere, index_dtype, rows_shape, safe_operands);
+        const Shape shape = local_shape(instr.shape, want);
+        const int32_t lookup[] = {table, safe};
+        const int32_t picked = local_op(id, lookup, shape);
+        Shape mask_shape = shape;
+        for (int d = 0; d < mask_shape.rank(); ++d) mask_shape[d] = d == dim ? shape[d] : 1;
+        const int32_t mask_operand[] = {mask};
+        const int32_t mask_b = emit(Op::kReshape, DType::kBool, mask_shape, mask_operand);
+        const int32_t kept[] = {mask_b, picked, scalar(instr.dtype, 0)};
+        const int32_t masked = emit(Op::kWhere, instr.dtype, shape, kept);
+        return combine(masked, ReduceType::kSum, 1.0, *groups, -1);
+      }
+    }
+    const int32_t locals[] = {operand_as(x, x_whole), operand_as(index, index_need)};
+    return local_op(id, locals, local_shape(instr.shape, want));
+  }
+
+  // softmax, log_softmax and logsumexp along dims the operand is split on (a vocabulary-parallel
+  // cross entropy): each device's maximum, combined by all_reduce(max); its sum of exponentials
+  // shifted by that maximum (by 0 where it is not finite, so a row of -inf gives -inf as
+  // unpartitioned), combined by all_reduce(sum); logsumexp = log(sum) + shift, log_softmax =
+  // x - logsumexp, softmax = exp(x - logsumexp). -1 when the operand is not split along them
+  // (or its devices do not form groups over them): the caller gathers the dims instead.
+  int32_t lower_split_normalizer(int32_t id) {
+    const Program::Instr& instr = global_[id];
+    if (!is_floating(instr.dtype)) return -1;
+    const Layout& want = layouts_[id];
+    const int32_t operand = global_.operands(id)[0];
+    const Shape& in = global_[operand].shape;
+    const auto ints = global_.ints(id);
+    const bool logsumexp = instr.op == Op::kLogSumExp;
+    const bool keepdim = !logsumexp || ints[0] != 0;
+    std::vector<int64_t> dims;
+    if (logsumexp) {
+      dims.assign(ints.begin() + 1, ints.end());
+    } else {
+      dims.push_back(ints[0]);
+    }
+    const Layout& current = layouts_[operand];
+    Layout need = replicated(in.rank(), devices_);
+    std::vector<int> split;
+    for (int j = 0, i = 0; i < in.rank(); ++i) {
+      if (std::find(dims.begin(), dims.end(), i) == dims.end()) {
+        copy_dim(need, i, want, j++);
+        continue;
+      }
+      if (keepdim) ++j;
+      if (current.sharded(i)) {
+        copy_dim(need, i, current, i);
+        split.push_back(i);
+      }
+    }
+    if (split.empty()) return -1;
+    const auto groups = groups_over(need, split);
+    if (!groups) return -1;
+    const DType dtype = instr.dtype;
+    const int32_t x = operand_as(operand, need);
+    const Shape shape = out_[x].shape;
+    Shape reduced = shape;
+    std::vector<int64_t> reduce_ints{1};
+    for (int64_t d : dims) {
+      reduced[static_cast<int>(d)] = 1;
+      reduce_ints.push_back(d);
+    }
+    std::sort(reduce_ints.begin() + 1, reduce_ints.end());
+    const int32_t x_operand[] = {x};
+    const int32_t local_max = emit(Op::kReduceMax, dtype, reduced, x_operand, reduce_ints);
+    const int32_t max = combine(local_max, ReduceType::kMax, 1.0, *groups, -1);
+    const int32_t zero = scalar(dtype, 0);
+    const int32_t max_twice[] = {max, max};
+    const int32_t difference = emit(Op::kSub, dtype, reduced, max_twice);
+    const int32_t compare[] = {difference, zero};
+    const int32_t finite = emit(Op::kEq, DType::kBool, reduced, compare);
+    const int32_t pick[] = {finite, max, zero};
+    const int32_t shift = emit(Op::kWhere, dtype, reduced, pick);
+    const int32_t centre[] = {x, shift};
+    const int32_t centred = emit(Op::kSub, dtype, shape, centre);
+    const int32_t centred_operand[] = {centred};
+    const int32_t exps = emit(Op::kExp, dtype, shape, centred_operand);
+    const int32_t exps_operand[] = {exps};
+    const int32_t local_sum = emit(Op::kSum, dtype, reduced, exps_operand, reduce_ints);
+    const int32_t sum_operand[] = {combine(local_sum, ReduceType::kSum, 1.0, *groups, -1)};
+    const int32_t log_sum = emit(Op::kLog, dtype, reduced, sum_operand);
+    const int32_t add[] = {log_sum, shift};
+    const int32_t lse = emit(Op::kAdd, dtype, reduced, add);
+    if (logsumexp) {
+      if (keepdim) return lse;
+      const int32_t lse_operand[] = {lse};
+      return emit(Op::kReshape, dtype, local_shape(instr.shape, want), lse_operand);
+    }
+    const int32_t subtract[] = {x, lse};
+    int32_t result = emit(Op::kSub, dtype, shape, subtract);
+    if (instr.op == Op::kSoftmax) {
+      const int32_t result_operand[] = {result};
+      result = emit(Op::kExp, dtype, shape, result_operand);
+    }
+    return finish(id, result, need);
+  }
+
+  // sum / mean / max / min with ints [keepdim, dims...]: reduced dims keep the operand's split
+  // (when the devices form groups over it), reduced locally, then combined across each group.
+  int32_t lower_reduction(int32_t id) {
+    const Program::Instr& instr = global_[id];
+    const Layout& want = layouts_[id];
+    const int32_t operand = global_.operands(id)[0];
+    const Shape& in = global_[operand].shape;
+    const auto ints = global_.ints(id);
+    const bool keepdim = ints[0] != 0;
+    const Layout& current = layouts_[operand];
+    Layout need = replicated(in.rank(), devices_);
+    std::vector<int> reduced_split;
+    for (int j = 0, i = 0; i < in.rank(); ++i) {
+      const bool reduced = std::find(ints.begin() + 1, ints.end(), i) != ints.end();
+      if (!reduced) {
+        copy_dim(need, i, want, j++);
+        continue;
+      }
+      if (keepdim) ++j;
+      if (current.sharded(i)) {
+        copy_dim(need, i, current, i);
+        reduced_split.push_back(i);
+      }
+    }
+    std::optional<std::vector<std::vector<int64_t>>> groups;
+    if (!reduced_split.empty()) {
+      groups = groups_over(need, reduced_split);
+      if (!groups) {
+        for (int d : reduced_split) need = unsplit(std::move(need), {d});
+        reduced_split.clear();
+      }
+    }
+    const int32_t local_operand = operand_as(operand, need);
+    const int32_t operands[] = {local_operand};
+    const int32_t partial = local_op(id, operands, local_shape(instr.shape, want));
+    if (reduced_split.empty()) return partial;
+    int64_t parts = 1;
+    for (int d : reduced_split) parts *= need.tiles[d];
+    ReduceType type = ReduceType::kSum;
+    double scale = 1.0;
+    if (instr.op == Op::kMean) scale = 1.0 / static_cast<double>(parts);
+    if (instr.op == Op::kReduceMax) type = ReduceType::kMax;
+    if (instr.op == Op::kReduceMin) type = ReduceType::kMin;
+    return combine(partial, type, scale, *groups, -1);
+  }
+
+  // matmul: a [..., M, K] @ b [..., K, N] (either transposed). When both operands are already
+  // split alike along K, the partial products are summed. Otherwise three ways, the cheapest in
+  // bytes moved (and collectives met) wins: operands laid out by the result (K whole), or K
+  // split as a's (or b's) current split, with the partial products summed by all_reduce
+  // (reduce_scatter when the result is split along a dim on the devices K was split on).
+  int32_t lower_matmul(int32_t id) {
+    const Program::Instr& instr = global_[id];
+    const Layout& want = layouts_[id];
+    const Shape& out = instr.shape;
+    const int r = out.rank();
+    const auto ints = global_.ints(id);
+    const int32_t a = global_.operands(id)[0];
+    const int32_t b = global_.operands(id)[1];
+    const Shape& as = global_[a].shape;
+    const Shape& bs = global_[b].shape;
+    const int ra = as.rank();
+    const int rb = bs.rank();
+    const int a_m = ints[0] ? ra - 1 : ra - 2;
+    const int a_k = ints[0] ? ra - 2 : ra - 1;
+    const int b_k = ints[1] ? rb - 1 : rb - 2;
+    const int b_n = ints[1] ? rb - 2 : rb - 1;
+
+    struct Plan {
+      Layout result;  // the local product's layout (without the partial index)
+      Layout a, b;
+      std::optional<std::vector<std::vector<int64_t>>> groups;  // partial sums' groups
+      int scatter_dim = -1;
+      int64_t cost = 0;
+      bool in_place = false;  // neither operand needs resharding
+    };
+    auto operand_layout = [&](const Layout& result, const Shape& shape, int free_dim, int out_free,
+                              int k_dim, const std::vector<int64_t>* k_coords, int64_t k_tiles) {
+      Layout batch = unsplit(result, {r - 2, r - 1});
+      // Batch dims broadcast as elementwise operands do; the last two are set below.
+      Shape probe = shape;
+      for (int d = shape.rank() - 2; d < shape.rank(); ++d) probe[d] = 1;
+      Layout layout = project(batch, out, probe);
+      copy_dim(layout, free_dim, result, out_free);
+      if (k_coords) {
+        layout.tiles[k_dim] = k_tiles;
+        for (int64_t p = 0; p < layout.devices; ++p) {
+          layout.at(p, k_dim) = (*k_coords)[p];
+        }
+      }
+      return layout;
+    };
+    std::vector<Plan> plans;
+    {
+      Plan plan{want, operand_layout(want, as, a_m, r - 2, a_k, nullptr, 1),
+                operand_layout(want, bs, b_n, r - 1, b_k, nullptr, 1)};
+      plan.cost = reshard_cost(a, plan.a) + reshard_cost(b, plan.b);
+      plans.push_back(std::move(plan));
+    }
+    for (int side = 0; side < 2; ++side) {
+      const Layout& split = layouts_[side == 0 ? a : b];
+      const int k_dim = side == 0 ? a_k : b_k;
+      if (!split.sharded(k_dim)) continue;
+      const int64_t k_tiles = split.tiles[k_dim];
+      std::vector<int64_t> k_coords;
+      for (int64_t p = 0; p < split.devices; ++p) k_coords.push_back(split.at(p, k_dim));
+      int scatter_dim = -1;
+      for (int d = 0; d < r && scatter_dim < 0; ++d) {
+        if (want.tiles[d] != k_tiles) continue;
+        bool same = true;
+        for (int64_t p = 0; p < want.devices && same; ++p) {
+          same = want.at(p, d) == k_coords[p];
+        }
+        if (same) scatter_dim = d;
+      }
+      Plan plan;
+      plan.result = scatter_dim >= 0 ? unsplit(want, {scatter_dim}) : want;
+      plan.scatter_dim = scatter_dim;
+      const int extra[] = {r};
+      plan.groups = groups_over(with_extra(plan.result, k_coords, k_tiles), extra);
+      if (!plan.groups) continue;
+      plan.a = operand_layout(plan.result, as, a_m, r - 2, a_k, &k_coords, k_tiles);
+      plan.b = operand_layout(plan.result, bs, b_n, r - 1, b_k, &k_coords, k_tiles);
+      const int64_t partial = bytes_of(local_shape(out, plan.result), instr.dtype);
+      const int64_t g = k_tiles;
+      const int64_t operands_cost = reshard_cost(a, plan.a) + reshard_cost(b, plan.b);
+      plan.in_place = operands_cost == 0;
+      plan.cost = operands_cost + kCollectiveLatencyBytes +
+                  (scatter_dim >= 0 ? partial * (g - 1) / g : 2 * partial * (g - 1) / g);
+      plans.push_back(std::move(plan));
+    }
+    // Operands already split alike along K: the partial products are summed as they are (as
+    // XLA's dot handler does), even where gathering small operands would move fewer bytes, for
+    // that would have every device compute the whole product.
+    const auto in_place = std::find_if(plans.begin() + 1, plans.end(),
+                                       [](const Plan& plan) { return plan.in_place; });
+    const Plan& best =
+        plans[0].cost > 0 && in_place != plans.end()
+            ? *in_place
+            : *std::min_element(plans.begin(), plans.end(),
+                                [](const Plan& x, const Plan& y) { return x.cost < y.cost; });
+    const int32_t locals[] = {operand_as(a, best.a), operand_as(b, best.b)};
+    int32_t result = local_op(id, locals, local_shape(out, best.result));
+    if (best.groups) {
+      result = combine(result, ReduceType::kSum, 1.0, *best.groups, best.scatter_dim);
+      if (best.scatter_dim >= 0) return result;
+    }
+    return finish(id, result, best.result);
+  }
+
+  // reshape: the dims fall into groups of equal element counts (in and out); a split carries
+  // over on a group's major dim (its first of size > 1), which keeps each device's elements
+  // one contiguous block. Any other split of the result is sliced after a local reshape.
+  int32_t lower_reshape(int32_t id) {
+    const Layout& want = layouts_[id];
+    const Shape& out = global_[id].shape;
+    const int32_t operand = global_.operands(id)[0];
+    const Shape& in = global_[operand].shape;
+    Layout need = replicated(in.rank(), devices_);
+    std::vector<bool> keep(static_cast<std::size_t>(out.rank()), false);
+    if (in.numel() > 0) {
+      int i = 0;
+      int j = 0;
+      while (i < in.rank() || j < out.rank()) {
+        const int i0 = i;
+        const int j0 = j;
+        int64_t pin = 1;
+        int64_t pout = 1;
+        if (i < in.rank()) pin *= in[i++];
+        if (j < out.rank()) pout *= out[j++];
+        while (pin != pout) {
+          if (pin < pout && i < in.rank()) {
+            pin *= in[i++];
+          } else if (j < out.rank()) {
+            pout *= out[j++];
+          } else {
+            break;
+          }
+        }
+        int major_in = -1;
+        int major_out = -1;
+        for (int d = i0; d < i && major_in < 0; ++d) {
+          if (in[d] > 1) major_in = d;
+        }
+        for (int d = j0; d < j && major_out < 0; ++d) {
+          if (out[d] > 1) major_out = d;
+        }
+        if (major_in >= 0 && major_out >= 0 && want.sharded(major_out) &&
+            in[major_in] % want.tiles[major_out] == 0) {
+          keep[major_out] = true;
+          copy_dim(need, major_in, want, major_out);
+        }
+      }
+    }
+    const Layout have = keep_only(want, keep);
+    return local_then_finish(id, have, [&](std::size_t) { return need; });
+  }
+
+  const Program& global_;
+  std::span<const ShardingSpec> shardings_;
+  int64_t devices_;
+  std::vector<Layout> layouts_;
+  std::vector<int32_t> local_;
+  Program out_;
+  int32_t partition_ = -1;
+  int32_t partition_vector_ = -1;
+  std::map<std::vector<int64_t>, int32_t> tables_;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace
+
+PartitionedProgram partition(const Program& global, std::span<const ShardingSpec> shardings,
+                             int64_t num_devices) {
+  return Partitioner(global, shardings, num_devices).run();
+}
+
+}  // namespace axle
