@@ -30,6 +30,12 @@ struct DistributedDataParallel::Reducer {
   bool find_unused_parameters = false;
   std::source_location where;
 
+  // False inside no_sync(): gradients accumulate locally. `accumulated` marks the parameters
+  // that got a gradient in such a backward, so the next synchronised one averages it even if
+  // that backward gives the parameter none.
+  bool require_backward_grad_sync = true;
+  std::vector<bool> accumulated;
+
   bool in_backward = false;
   std::vector<bool> ready;
   std::vector<std::size_t> missing;  // per bucket: gradients not in yet
@@ -45,6 +51,10 @@ struct DistributedDataParallel::Reducer {
   }
 
   void on_grad(const std::shared_ptr<Reducer>& self, std::size_t index) {
+    if (!require_backward_grad_sync) {
+      accumulated[index] = true;
+      return;
+    }
     if (!in_backward) start_backward(self);
     if (ready[index]) return;
     ready[index] = true;
@@ -58,7 +68,9 @@ struct DistributedDataParallel::Reducer {
     std::vector<Tensor> grads;
     grads.reserve(bucket.size());
     for (std::size_t i : bucket) {
-      grads.push_back(ready[i] ? params[i].grad() : zeros_like(params[i], where));
+      const bool has_grad = ready[i] || (accumulated[i] && params[i].grad().defined());
+      grads.push_back(has_grad ? params[i].grad() : zeros_like(params[i], where));
+      accumulated[i] = false;
     }
     if (members > 1) grads = all_reduce(ReduceType::kSum, grads, 1.0 / members, groups, where);
     for (std::size_t k = 0; k < bucket.size(); ++k) {
@@ -72,7 +84,7 @@ struct DistributedDataParallel::Reducer {
     in_backward = false;
     std::vector<std::string> unused;
     for (std::size_t i = 0; i < params.size(); ++i) {
-      if (!ready[i]) unused.push_back(names[i]);
+      if (!ready[i] && !accumulated[i]) unused.push_back(names[i]);
     }
     if (!unused.empty() && !find_unused_parameters) {
       throw std::runtime_error(fmt::format(
@@ -120,6 +132,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   for (const auto& [name, buffer] : named_buffers()) state.push_back(buffer);
   if (reducer->members > 1) broadcast_from_master(state, options_.groups, where);
 
+  reducer->accumulated.assign(reducer->params.size(), false);
   const auto cap = static_cast<std::size_t>(options_.bucket_cap_mb * 1024 * 1024);
   reducer->buckets = gradient_buckets(reducer->params, cap);
   reducer->bucket_of.resize(reducer->params.size());
@@ -155,6 +168,26 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
     broadcast_from_master(buffers, options_.groups, reducer.where);
   }
   return module_->forward(input);
+}
+
+DistributedDataParallel::NoSync::NoSync(std::shared_ptr<void> reducer, bool was_syncing) noexcept
+    : reducer_(std::move(reducer)), was_syncing_(was_syncing) {}
+
+DistributedDataParallel::NoSync::NoSync(NoSync&& other) noexcept
+    : reducer_(std::move(other.reducer_)), was_syncing_(other.was_syncing_) {}
+
+DistributedDataParallel::NoSync::~NoSync() {
+  if (reducer_) static_cast<Reducer*>(reducer_.get())->require_backward_grad_sync = was_syncing_;
+}
+
+DistributedDataParallel::NoSync DistributedDataParallel::no_sync() {
+  const bool was_syncing = reducer_->require_backward_grad_sync;
+  reducer_->require_backward_grad_sync = false;
+  return NoSync(reducer_, was_syncing);
+}
+
+bool DistributedDataParallel::require_backward_grad_sync() const noexcept {
+  return reducer_->require_backward_grad_sync;
 }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_layout() const {

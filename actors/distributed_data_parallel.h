@@ -39,8 +39,35 @@ struct DistributedDataParallelOptions {
 /// unless find_unused_parameters. Its state_dict names are the module's with "module." before
 /// them, as torch's. Every replica must construct its DDP, and run forward and backward, in the
 /// same order.
+///
+/// Gradient accumulation, as torch's `with ddp.no_sync():` — while a NoSync guard from no_sync()
+/// lives, backward() accumulates every replica's gradients locally (no all_reduce); the first
+/// backward() after it averages the accumulated gradients:
+///
+///     for (int k = 0; k + 1 < micro_batches; ++k) {
+///       auto guard = ddp.no_sync();
+///       loss_of(ddp(x[k])).backward();
+///     }
+///     loss_of(ddp(x.back())).backward();  // averages the sum of all micro-batches' gradients
+///     optimizer.step();
 class DistributedDataParallel : public nn::Module {
  public:
+  /// Turns gradient averaging off for as long as it lives (see no_sync()).
+  class [[nodiscard]] NoSync {
+   public:
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    NoSync(NoSync&& other) noexcept;
+    NoSync& operator=(NoSync&&) = delete;
+    ~NoSync();
+
+   private:
+    friend class DistributedDataParallel;
+    NoSync(std::shared_ptr<void> reducer, bool was_syncing) noexcept;
+    std::shared_ptr<void> reducer_;
+    bool was_syncing_ = true;
+  };
+
   explicit DistributedDataParallel(std::shared_ptr<nn::Module> module,
                                    DistributedDataParallelOptions options = {},
                                    std::source_location where = std::source_location::current());
@@ -52,6 +79,13 @@ class DistributedDataParallel : public nn::Module {
   /// The wrapped module.
   [[nodiscard]] const std::shared_ptr<nn::Module>& module() const noexcept { return module_; }
   [[nodiscard]] const DistributedDataParallelOptions& options() const noexcept { return options_; }
+
+  /// torch's DistributedDataParallel.no_sync(): a guard inside whose lifetime backward() adds each
+  /// replica's gradients to its own .grad without averaging them; the first backward() outside
+  /// every guard averages the gradients accumulated since the last averaging. Guards nest.
+  [[nodiscard]] NoSync no_sync();
+  /// Whether backward() averages gradients now (false inside a no_sync() guard).
+  [[nodiscard]] bool require_backward_grad_sync() const noexcept;
 
   /// The gradient buckets in the order backward reduces them, each as its parameters' names
   /// ("module.fc2.bias", ...) in the order they sit in the bucket.

@@ -5,9 +5,12 @@
 #include "actors/fully_sharded_data_parallel.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -72,15 +75,62 @@ int64_t unwrapped_numel(const nn::Module& m) {
   return total;
 }
 
+// Every name each parameter tensor has in `m`'s tree outside FSDP units (tied ones: several).
+using ParameterNames = std::unordered_map<const TensorImpl*, std::vector<std::string>>;
+void collect_parameter_names(const nn::Module& m, const std::string& prefix,
+                             ParameterNames& names) {
+  if (dynamic_cast<const FullyShardedDataParallel*>(&m) != nullptr) return;
+  for (const auto& [name, t] : m.own_parameters()) {
+    if (t.defined()) names[t.impl()].push_back(prefix + name);
+  }
+  for (const auto& [name, child] : m.named_children()) {
+    collect_parameter_names(*child, child_prefix(prefix, name), names);
+  }
+}
+
+// A unit about to be made at `path` must hold every name of each parameter it shards: a
+// parameter shared with a module outside the unit (tied weights across units) is not supported.
+void check_unit_holds_its_tied_parameters(const nn::Module& unit, const std::string& inside_prefix,
+                                          const ParameterNames& all, std::source_location where) {
+  ParameterNames inside;
+  collect_parameter_names(unit, inside_prefix, inside);
+  std::vector<std::string> shared;
+  for (const auto& [impl, names] : inside) {
+    const auto it = all.find(impl);
+    if (it == all.end()) continue;
+    for (const std::string& name : it->second) {
+      if (!name.starts_with(inside_prefix)) {
+        shared.push_back(fmt::format("{} (also {})", names.front(), name));
+      }
+    }
+  }
+  if (shared.empty()) return;
+  std::ranges::sort(shared);
+  const std::string path =
+      inside_prefix.empty() ? "" : inside_prefix.substr(0, inside_prefix.size() - 1);
+  ops::fail(kOp,
+            fmt::format("auto_wrap_policy makes `{}` a unit, but {} {} shared with a module "
+                        "outside it: {}. Parameters tied across FSDP units are not supported; "
+                        "let the policy put the modules sharing them in one unit (e.g. leave them "
+                        "in the root unit), or untie them",
+                        path, shared.size() == 1 ? "a parameter" : "parameters",
+                        shared.size() == 1 ? "is" : "are", fmt::join(shared, ", ")),
+            where);
+}
+
 // torch's _recursive_wrap: units are made bottom-up, each child wrapped after its own children.
-void recursive_wrap(nn::Module& m, const FsdpOptions& inner, std::source_location where) {
+// `all` holds every parameter's names in the root's tree before any wrapping.
+void recursive_wrap(nn::Module& m, const std::string& prefix, const ParameterNames& all,
+                    const FsdpOptions& inner, std::source_location where) {
   const auto children = m.named_children();  // a copy: wrapping replaces entries
   for (const auto& [name, child] : children) {
     if (dynamic_cast<const FullyShardedDataParallel*>(child.get()) != nullptr) continue;
+    const std::string inside_prefix = child_prefix(prefix, name);
     if (inner.auto_wrap_policy(*child, true, unwrapped_numel(*child))) {
-      recursive_wrap(*child, inner, where);
+      recursive_wrap(*child, inside_prefix, all, inner, where);
     }
     if (inner.auto_wrap_policy(*child, false, unwrapped_numel(*child))) {
+      check_unit_holds_its_tied_parameters(*child, inside_prefix, all, where);
       FsdpOptions unit = inner;
       unit.auto_wrap_policy = nullptr;  // its children are wrapped already
       m.replace_module(name, std::make_shared<FullyShardedDataParallel>(child, unit, where), where);
@@ -128,7 +178,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
               where);
   }
   if (options_.auto_wrap_policy) {
-    recursive_wrap(*module_, options_, where);
+    ParameterNames all;
+    collect_parameter_names(*module_, "", all);
+    recursive_wrap(*module_, "", all, options_, where);
   }
   register_module(std::string(kWrapped), module_);
   if (options_.buffer_dtype) {

@@ -212,6 +212,62 @@ TEST_P(Ddp, BackwardAveragesTheGradientsAndOptimizerStepDoesNotAgain) {
   });
 }
 
+// k micro-batches under no_sync() and one outside it give every replica the average over
+// replicas of the sum of its micro-batches' gradients — one big batch's averaged gradient of the
+// summed loss — with one all_reduce per bucket, traced by the last backward alone.
+TEST_P(Ddp, NoSyncAccumulatesLocallyAndTheNextBackwardAveragesTheSum) {
+  constexpr int kMicro = 3;
+  set_rng_state(9);
+  ThreeLayers reference;
+  std::vector<std::vector<float>> want;  // per parameter: the mean over replicas of the sum
+  for (int r = 0; r < n(); ++r) {
+    for (int k = 0; k < kMicro; ++k) {
+      reference.zero_grad();
+      sum(reference(input_of(r * kMicro + k))).backward();
+      const nn::StateDict params = reference.named_parameters();
+      want.resize(params.size());
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        const std::vector<float> g = params[p].second.grad().to_vector<float>();
+        want[p].resize(g.size(), 0.0f);
+        for (std::size_t i = 0; i < g.size(); ++i) want[p][i] += g[i] / static_cast<float>(n());
+      }
+    }
+  }
+  const auto grads_of = [](const nn::Module& module) {
+    std::vector<Tensor> grads;
+    for (const Tensor& p : module.parameters()) grads.push_back(p.grad());
+    return grads;
+  };
+  on_replicas<int>([&](int r) {
+    set_rng_state(9);
+    DistributedDataParallel ddp(std::make_shared<ThreeLayers>(), {.bucket_cap_mb = 1e-4});
+    EXPECT_TRUE(ddp.require_backward_grad_sync());
+    for (int k = 0; k + 1 < kMicro; ++k) {
+      const auto guard = ddp.no_sync();
+      EXPECT_FALSE(ddp.require_backward_grad_sync());
+      { const auto nested = ddp.no_sync(); }
+      EXPECT_FALSE(ddp.require_backward_grad_sync()) << "a nested guard turned syncing back on";
+      sum(ddp(input_of(r * kMicro + k))).backward();
+      EXPECT_EQ(count_all_reduces(grads_of(ddp)), 0) << "micro-batch " << k;
+    }
+    EXPECT_TRUE(ddp.require_backward_grad_sync());
+    sum(ddp(input_of(r * kMicro + kMicro - 1))).backward();
+    EXPECT_EQ(count_all_reduces(grads_of(ddp)),
+              n() == 1 ? 0 : static_cast<int>(ddp.bucket_layout().size()));
+    const nn::StateDict params = ddp.named_parameters();
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const std::vector<float> g = params[p].second.grad().to_vector<float>();
+      EXPECT_EQ(g.size(), want[p].size());
+      if (g.size() != want[p].size()) continue;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        EXPECT_NEAR(g[i], want[p][i], 1e-5) << params[p].first << " at " << i << " replica " << r;
+      }
+    }
+    mark_step();
+    return 0;
+  });
+}
+
 TEST_P(Ddp, AParameterWithoutGradientIsAnErrorNamingIt) {
   on_replicas<int>([&](int r) {
     DistributedDataParallel ddp(std::make_shared<ThreeLayers>(/*use_last=*/false));

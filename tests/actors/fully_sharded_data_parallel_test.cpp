@@ -370,6 +370,33 @@ TEST_F(Fsdp, AReplicaFailingMidStepFailsAllWithoutAHang) {
   }
 }
 
+// Two Linears whose weights are one tensor, each made a unit of its own: the tie would be sharded
+// twice, so construction fails naming both of its names and the caller's line.
+TEST_F(Fsdp, ParametersTiedAcrossUnitsFailNamingThem) {
+  class Tied : public nn::Module {
+   public:
+    Tied() {
+      auto a = register_module("a", std::make_shared<nn::Linear>(4, 4));
+      auto b = register_module("b", std::make_shared<nn::Linear>(4, 4));
+      b->replace_parameter("weight", a->weight());
+    }
+    Tensor forward(const Tensor& x) override { return x; }
+  };
+  const auto is_linear = [](const nn::Module& m) {
+    return dynamic_cast<const nn::Linear*>(&m) != nullptr;
+  };
+  const std::string text = testing::error_message<ShapeError>([&] {
+    FullyShardedDataParallel fsdp(std::make_shared<Tied>(),
+                                  {.auto_wrap_policy = module_type_auto_wrap_policy(is_linear)});
+  });
+  EXPECT_NE(text.find("a.weight (also b.weight)"), std::string::npos) << text;
+  EXPECT_NE(text.find("FullyShardedDataParallel"), std::string::npos) << text;
+  EXPECT_NE(text.find("fully_sharded_data_parallel_test.cpp"), std::string::npos) << text;
+  EXPECT_EQ(text.find("bias"), std::string::npos) << text;
+  // Tied inside one unit (the root) is fine.
+  EXPECT_NO_THROW(FullyShardedDataParallel root(std::make_shared<Tied>()));
+}
+
 TEST_F(Fsdp, BadOptionsFailNamingTheWrapper) {
   const Device device = xla_device();
   auto model = std::make_shared<Gpt>(small_gpt(), device);

@@ -2,7 +2,7 @@
 // (tests/mpi/CMakeLists.txt: 2 processes of 2 devices each): replicas initialised apart end
 // construction with the master's parameters, and a small GPT trained through DDP for 20 steps on
 // every replica of the job, each a slice of the global batch, gives the losses of one device on
-// the whole batch.
+// the whole batch, also when each slice is split into micro-batches accumulated under no_sync().
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -93,6 +93,75 @@ TEST_F(DdpScaleOut, GptLossesMatchOneDeviceOnTheGlobalBatch) {
     set_rng_state(static_cast<uint64_t>(11 + ordinal));  // the master's initialisation wins
     DistributedDataParallel ddp(std::make_shared<samples::Gpt>(kConfig), {.bucket_cap_mb = 0.01});
     const std::vector<float> mine = train(ddp, ordinal * rows, rows);
+    const auto all = mesh_reduce(
+        "losses", mine, [](const std::vector<std::vector<float>>& every) { return every; });
+    for (int step = 0; step < kSteps; ++step) {
+      double mean = 0;
+      for (const auto& losses : all) mean += losses[static_cast<std::size_t>(step)];
+      mean /= static_cast<double>(all.size());
+      EXPECT_NEAR(mean, want[step], 1e-5 * std::abs(want[step])) << "step " << step;
+    }
+  });
+}
+
+// Each replica's slice as two micro-batches, the first under no_sync(): the losses of one device
+// on the whole batch still.
+TEST_F(DdpScaleOut, GptNoSyncMicroBatchesMatchOneDeviceOnTheGlobalBatch) {
+  constexpr int kSteps = 8;
+  constexpr int64_t kGlobalBatch = 8;
+  constexpr int64_t kMicro = 2;
+  const auto batch = [&](int step, int64_t first, int64_t rows, bool targets) {
+    std::vector<int64_t> v;
+    for (int64_t b = first; b < first + rows; ++b) {
+      for (int64_t t = 0; t < kConfig.block_size; ++t) {
+        v.push_back((step * 3 + b * 7 + (t + (targets ? 1 : 0)) * 5 + b * t) % kConfig.vocab_size);
+      }
+    }
+    return tensor(v, {rows, kConfig.block_size});
+  };
+  const auto loss_of = [&](nn::Module& model, int step, int64_t first, int64_t rows) {
+    const Tensor logits = model(batch(step, first, rows, false));
+    return nn::cross_entropy(reshape(logits, {rows * kConfig.block_size, -1}),
+                             reshape(batch(step, first, rows, true), {-1}));
+  };
+  set_rng_state(13);
+  samples::Gpt single(kConfig);
+  std::vector<float> want;
+  {
+    optim::AdamW adamw(single.parameters(), {.lr = 1e-2});
+    for (int step = 0; step < kSteps; ++step) {
+      adamw.zero_grad();
+      const Tensor loss = loss_of(single, step, 0, kGlobalBatch);
+      loss.backward();
+      adamw.step();
+      mark_step();
+      want.push_back(loss.item<float>());
+    }
+  }
+
+  spawn([&](int ordinal) {
+    const int world = world_size();
+    ASSERT_EQ(kGlobalBatch % (world * kMicro), 0);
+    const int64_t rows = kGlobalBatch / world / kMicro;
+    set_rng_state(static_cast<uint64_t>(13 + ordinal));
+    DistributedDataParallel ddp(std::make_shared<samples::Gpt>(kConfig), {.bucket_cap_mb = 0.01});
+    optim::AdamW adamw(ddp.parameters(), {.lr = 1e-2});
+    std::vector<float> mine;
+    for (int step = 0; step < kSteps; ++step) {
+      adamw.zero_grad();
+      const int64_t first = ordinal * rows * kMicro;
+      Tensor first_loss;
+      {
+        const auto guard = ddp.no_sync();
+        first_loss = loss_of(ddp, step, first, rows);
+        (first_loss * (1.0 / kMicro)).backward();
+      }
+      const Tensor last_loss = loss_of(ddp, step, first + rows, rows);
+      (last_loss * (1.0 / kMicro)).backward();
+      adamw.step();
+      mark_step();
+      mine.push_back((first_loss.item<float>() + last_loss.item<float>()) / kMicro);
+    }
     const auto all = mesh_reduce(
         "losses", mine, [](const std::vector<std::vector<float>>& every) { return every; });
     for (int step = 0; step < kSteps; ++step) {
