@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/metrics.h"
+#include "graph/sharding.h"
 
 namespace axle {
 namespace {
@@ -41,7 +42,13 @@ GraphRecord record_of(const StepGraph& graph) {
   for (const Node* node : graph.nodes) {
     std::string text = fmt::format("{} {}", op_name(node->op()), type_of(*node));
     if (node->op() == Op::kConstant) text += fmt::format(" {}", node->value());
-    if (!node->ints().empty()) text += fmt::format(" ints=[{}]", fmt::join(node->ints(), ","));
+    if ((node->op() == Op::kCustomSharding || node->op() == Op::kDeviceData) &&
+        node->ints().size() == 1) {
+      // The one int is a key to the sharding: shown as XLA's text, as the IR dumps show it.
+      text += fmt::format(" sharding={}", to_string(interned_sharding(node->ints()[0])));
+    } else if (!node->ints().empty()) {
+      text += fmt::format(" ints=[{}]", fmt::join(node->ints(), ","));
+    }
     if (!node->reals().empty()) text += fmt::format(" reals=[{}]", fmt::join(node->reals(), ","));
     record.nodes.push_back(std::move(text));
     record.places.push_back(node->where().known() ? fmt::format(" (at {}:{})", node->where().file(),

@@ -18,12 +18,12 @@
 #include <utility>
 #include <vector>
 
-#include "samples/flag_checks.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "io/data_loader.h"
 #include "io/fake_data.h"
 #include "io/parallel_loader.h"
+#include "samples/flag_checks.h"
 #include "samples/resnet_model.h"
 #include "samples/trainer_log.h"
 
@@ -176,8 +176,11 @@ void train_replica(const Flags& flags, Summary& summary) {
   wait_device_ops();
   const double timed = seconds_since(timed_from);
   const double final_loss = loss.defined() ? loss.item() : 0;
-  rendezvous("trained");  // the count leaves out the evaluation's graph, whichever replica is first
+  // Counted once every replica's training graphs are compiled, and before any replica compiles
+  // its evaluation graph (a replica past the first rendezvous could otherwise be first).
+  rendezvous("trained");
   const int64_t compiles = counter_value("UncachedCompile").value_or(0);
+  rendezvous("counted");
   const MemoryInfo memory = get_memory_info(device);
   std::pair<double, double> eval{0, 0};
   if (flags.eval && images.defined()) {

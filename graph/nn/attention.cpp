@@ -62,13 +62,6 @@ double scale_of(const Tensor& q, std::optional<double> scale) {
   return scale ? *scale : 1 / std::sqrt(static_cast<double>(q.size(-1)));
 }
 
-// The batch dims of a [..., rows, cols] tensor.
-Shape batch_of(const Tensor& t) {
-  Shape batch;
-  for (int d = 0; d + 2 < t.dim(); ++d) batch.push_back(t.size(d));
-  return batch;
-}
-
 // The batch dims of q, k and v broadcast together, or a ShapeError naming all three.
 Shape batch_shape(const Tensor& q, const Tensor& k, const Tensor& v, const Loc& where) {
   const int rank = std::max({q.dim(), k.dim(), v.dim()}) - 2;

@@ -117,6 +117,21 @@ TEST_F(DebugAnalysis, ARecompilationNamesAnExtraOpAndWhereItWasTraced) {
       << text;
 }
 
+TEST_F(DebugAnalysis, ARecompilationShowsAShardingAnnotationInXlaText) {
+  level(1);
+  const spmd::Mesh mesh({0, 1}, {2, 1}, {"data", "model"});
+  const std::string text = printed([&] {
+    for (bool annotate : {false, true}) {
+      Tensor x = tensor(std::vector<float>(32, 1.0f), {4, 8});
+      Tensor y = relu(x);
+      if (annotate) spmd::mark_sharding(y, mesh, {"data", std::nullopt});
+      mark_step();  // one line for both graphs
+    }
+  });
+  EXPECT_NE(text.find("custom_sharding f32[4,8] sharding={devices=[2,1]0,1}"), std::string::npos)
+      << text;
+}
+
 TEST_F(DebugAnalysis, LevelTwoAnalysesEveryExecutionAndLevelZeroNothing) {
   level(2);
   const std::string two = printed([] {
