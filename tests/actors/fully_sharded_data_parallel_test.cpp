@@ -243,7 +243,9 @@ TEST_F(Fsdp, BufferDtypeCastsFloatingBuffersOnceAndNamesFollowTorchXla) {
     if (name.ends_with("running_mean") || name.ends_with("running_var")) {
       EXPECT_EQ(t.dtype(), DType::kBF16) << name;
     }
-    if (name.ends_with("num_batches_tracked")) EXPECT_EQ(t.dtype(), DType::kI64);
+    if (name.ends_with("num_batches_tracked")) {
+      EXPECT_EQ(t.dtype(), DType::kI64);
+    }
   }
   EXPECT_EQ(names, (std::vector<std::string>{"flat_param_0", "_fsdp_wrapped_module.1.running_mean",
                                              "_fsdp_wrapped_module.1.running_var",

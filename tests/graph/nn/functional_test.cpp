@@ -334,7 +334,9 @@ TEST_F(Functional, AQueryThatKeepsNoKeyGivesNanAsTheMathPath) {
     const bool dropped_row = (i / 2) % 3 == 1;  // [batch, L = 3, Ev = 2]: query 1
     EXPECT_EQ(std::isnan(fused[i]), dropped_row) << i;
     EXPECT_EQ(std::isnan(math[i]), dropped_row) << i;
-    if (!dropped_row) EXPECT_NEAR(fused[i], math[i], 1e-12) << i;
+    if (!dropped_row) {
+      EXPECT_NEAR(fused[i], math[i], 1e-12) << i;
+    }
   }
 }
 
