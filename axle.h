@@ -7,6 +7,7 @@
 #include "actors/finite_check.h"
 #include "actors/fully_sharded_data_parallel.h"
 #include "actors/replicas.h"
+#include "actors/spmd_runtime.h"
 #include "actors/step_breakdown.h"
 #include "engine/metrics.h"
 #include "graph/autocast.h"

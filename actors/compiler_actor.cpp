@@ -58,7 +58,9 @@ void CompilerActor::handle(CompileRequest& request, Promise<IntrusivePtr<Executa
     reply.set_value(std::move(done));
     return;
   }
-  const std::shared_ptr<const PersistentCache> persistent = persistent_ ? persistent_() : nullptr;
+  // SPMD programs stay in memory: an entry on disk does not keep how shards are fed and bound.
+  const std::shared_ptr<const PersistentCache> persistent =
+      persistent_ && request.spmd_devices == 0 ? persistent_() : nullptr;
   if (persistent) {
     const ProgramInterface expected = interface_of(*request.graph);
     if (IntrusivePtr<Executable> loaded = persistent->load(hash, &expected)) {
@@ -78,7 +80,7 @@ void CompilerActor::handle(CompileRequest& request, Promise<IntrusivePtr<Executa
   const auto compile_start = std::chrono::steady_clock::now();
   IntrusivePtr<Executable> program;
   try {
-    program = compile_graph(*request.graph, passes_);
+    program = compile_graph(*request.graph, passes_, request.spmd_devices);
   } catch (const std::exception& e) {
     save_failed_program(fmt::format("compilation failed: {}", e.what()),
                         step_graph_text(*request.graph));

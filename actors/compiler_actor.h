@@ -28,6 +28,8 @@ struct CompileRequest {
   std::shared_ptr<const StepGraph> graph;
   SyncReason reason = SyncReason::kMarkStep;  ///< for PT_XLA_DEBUG_LEVEL's analysis
   std::source_location where;                 ///< the line that synced the graph
+  /// > 0: an SPMD step over this many mesh devices (compile_graph's spmd_devices).
+  int64_t spmd_devices = 0;
 };
 
 /// The persistent cache in force when asked (initialize_cache may open one at any time), or null.

@@ -1,11 +1,14 @@
 // actors: the device runtime.
 #include "actors/device_runtime.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <memory>
 
 #include "actors/lazy_system.h"
 #include "actors/replica_host.h"
+#include "actors/spmd_runtime.h"
 #include "graph/tensor.h"
 #include "graph/tensor_runtime.h"
 
@@ -24,8 +27,7 @@ class DeviceRuntime final : public TensorRuntime {
   }
 
   Future<std::vector<std::byte>> read(IntrusivePtr<DeviceData> data) override {
-    const ActorRef<DeviceActor>& device = LazySystem::get().device_actor(data->device());
-    return device.ask(ReadToHost{DataHold(std::move(data))});
+    return read_device_data(LazySystem::get(), std::move(data));
   }
 
   std::vector<std::byte> read_blocking(IntrusivePtr<DeviceData> data) override {
@@ -46,14 +48,35 @@ class DeviceRuntime final : public TensorRuntime {
 
   IntrusivePtr<DeviceData> upload(std::vector<std::byte> bytes, DType dtype, const Shape& shape,
                                   Device device) override {
-    const ActorRef<DeviceActor>& actor = LazySystem::get().device_actor(device);
+    LazySystem& system = LazySystem::get();
+    if (system.spmd()) {
+      check_device(device);
+      return upload_to_mesh(
+          system, std::make_shared<const std::vector<std::byte>>(std::move(bytes)), dtype, shape);
+    }
+    const ActorRef<DeviceActor>& actor = system.device_actor(device);
     auto data = make_intrusive<DeviceData>(device, dtype, shape);
     actor.tell(
         TransferToDevice{std::make_shared<const std::vector<std::byte>>(std::move(bytes)), data});
     return data;
   }
 
-  void check_device(Device device) override { (void)LazySystem::get().device_actor(device); }
+  void check_device(Device device) override {
+    LazySystem& system = LazySystem::get();
+    if (system.spmd() && device.ordinal != 0) {
+      throw std::out_of_range(fmt::format(
+          "device {} does not exist under SPMD: use_spmd() makes one virtual device, xla:0, over "
+          "the process's {} devices",
+          device.to_string(), system.device_count()));
+    }
+    (void)system.device_actor(device);
+  }
+
+  IntrusivePtr<DeviceData> reshard(IntrusivePtr<DeviceData> data, int64_t sharding) override {
+    LazySystem& system = LazySystem::get();
+    if (!system.spmd()) return data;
+    return lay_out_on_mesh(system, std::move(data), sharding);
+  }
 };
 
 TensorRuntime* device_runtime() {

@@ -9,6 +9,7 @@
 
 #include "actors/device_actor.h"
 #include "actors/lazy_system.h"
+#include "actors/spmd_runtime.h"
 #include "engine/element.h"
 #include "graph/reference/evaluator.h"
 
@@ -28,7 +29,7 @@ std::optional<std::string_view> non_finite(DType dtype, const std::vector<std::b
 }
 
 std::vector<std::byte> read_to_host(const IntrusivePtr<DeviceData>& data) {
-  return LazySystem::get().device_actor(data->device()).ask(ReadToHost{DataHold(data)}).get();
+  return read_device_data(LazySystem::get(), data).get();
 }
 
 std::string described(const Node& node) {

@@ -138,6 +138,7 @@ LazySystem::LazySystem(LazySystemOptions options, const config::LazySettings& se
   sync_wait_ = settings.sync_wait;
   param_aliasing_ = settings.param_aliasing;
   check_finite_ = settings.check_finite;
+  if (settings.use_spmd) enable_spmd();
   const config::AnalysisSettings analysis = config::read_analysis_settings();
   debug_level_ = analysis.debug_level;
   step_reports_ = std::make_unique<StepReports>(
@@ -162,6 +163,18 @@ LazySystem::~LazySystem() {
       AXLE_LOG(ERROR, "AXLE_TRACE_FILE: {}", e.what());
     }
   }
+}
+
+void LazySystem::enable_spmd() {
+  if (spmd_.load(std::memory_order_acquire)) return;
+  if (transport_) {
+    throw std::logic_error(
+        "use_spmd: SPMD over the devices of several processes is not supported yet; run one "
+        "process with CPU_NUM_DEVICES devices");
+  }
+  // The mesh's devices meet in their collectives as the replicas of one group.
+  rendezvous_actor_.tell(OpenGroup{kSpmdGroup, device_count(), 0, device_count()});
+  spmd_.store(true, std::memory_order_release);
 }
 
 const ActorRef<DeviceActor>& LazySystem::device_actor(Device device) const {

@@ -103,6 +103,11 @@ class LazySystem final {
   /// AXLE_CHECK_FINITE: every step waits and has its floating results checked
   /// (actors/finite_check.h).
   [[nodiscard]] bool check_finite() const noexcept { return check_finite_; }
+  /// SPMD (XLA_USE_SPMD, use_spmd()): the user sees one virtual device, Device{0}, over every
+  /// device of the process, and each step runs as one partitioned program on all of them
+  /// (actors/spmd_runtime.h). Once on, it stays on for the system's life.
+  [[nodiscard]] bool spmd() const noexcept { return spmd_.load(std::memory_order_acquire); }
+  void enable_spmd();
   /// PT_XLA_DEBUG_LEVEL: 0 quiet, 1 compilation analysis, 2 execution analysis too.
   [[nodiscard]] int debug_level() const noexcept { return debug_level_; }
   /// XLA_SAVE_TENSORS_FILE, appended to by every sync.
@@ -134,6 +139,7 @@ class LazySystem final {
   bool sync_wait_ = false;
   bool param_aliasing_ = true;
   bool check_finite_ = false;
+  std::atomic<bool> spmd_{false};
   int debug_level_ = 0;
   SavedGraphs saved_graphs_;
   std::unique_ptr<StepReports> step_reports_;

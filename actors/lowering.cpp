@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "actors/fusion.h"
@@ -96,9 +97,39 @@ bool has_sharding_annotations(const Program& program) {
 
 }  // namespace
 
-IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes) {
-  return lower(run_passes(Program::from(graph), passes), graph.hash, passes.enabled(Pass::kFusion),
-               graph.donated);
+IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes,
+                                       int64_t spmd_devices) {
+  if (spmd_devices <= 0) {
+    return lower(run_passes(Program::from(graph), passes), graph.hash,
+                 passes.enabled(Pass::kFusion), graph.donated);
+  }
+  const Program global = run_passes(Program::from(graph), passes);
+  const std::vector<ShardingSpec> shardings = propagate_shardings(global, input_shardings(global));
+  PartitionedProgram partitioned = partition(global, shardings, spmd_devices);
+  // The device's position is an input the step graph does not have: never donated.
+  std::vector<uint8_t> donated;
+  if (!graph.donated.empty()) {
+    donated.assign(static_cast<std::size_t>(partitioned.program.num_inputs), 0);
+    std::copy(graph.donated.begin(), graph.donated.end(), donated.begin());
+  }
+  IntrusivePtr<Executable> executable = lower(run_passes(std::move(partitioned.program), passes),
+                                              graph.hash, passes.enabled(Pass::kFusion), donated);
+  auto key = [](const ShardingSpec& sharding) {
+    return sharding.is_replicated() ? int64_t{-1} : intern_sharding(sharding);
+  };
+  Executable::Spmd& spmd = executable->spmd;
+  spmd.devices = spmd_devices;
+  spmd.partition_input = partitioned.partition_input;
+  spmd.collective_bytes = partitioned.collective_bytes;
+  for (const ShardingSpec& sharding : partitioned.input_shardings) {
+    spmd.input_shardings.push_back(key(sharding));
+  }
+  for (std::size_t i = 0; i < partitioned.output_shardings.size(); ++i) {
+    const ShardingSpec& sharding = partitioned.output_shardings[i];
+    spmd.output_shardings.push_back(key(sharding));
+    spmd.output_shard_shapes.push_back(shard_shape(global[global.outputs[i]].shape, sharding));
+  }
+  return executable;
 }
 
 IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool fuse,

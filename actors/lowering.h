@@ -9,8 +9,13 @@
 
 namespace axle {
 
-/// The program computing `graph`'s outputs from its inputs, after the enabled passes.
-IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes);
+/// The program computing `graph`'s outputs from its inputs, after the enabled passes. With
+/// `spmd_devices` > 0, the SPMD compile: the passes run on the global program, sharding
+/// propagation gives every instruction a sharding, the partitioner makes the one program each of
+/// the mesh's `spmd_devices` devices runs on its shards, and the passes run again on that
+/// (Executable::spmd says how to feed and bind it).
+IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes,
+                                       int64_t spmd_devices = 0);
 
 /// `program` as kernel calls over buffer slots, chains of elementwise ops fused into one kernel
 /// each when `fuse` (counted as FusedKernels). `donated` marks the inputs the program may

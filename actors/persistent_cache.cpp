@@ -64,6 +64,7 @@ struct StoredExecutable : RefCounted {
   MemoryPlan plan;
   std::vector<uint8_t> donated_inputs;
   uint64_t graph_hash;
+  Executable::Spmd spmd;  // never stored: SPMD programs stay in memory (compiler_actor.cpp)
 };
 static_assert(sizeof(BufferDesc) == sizeof(StoredBufferDesc), "store the new BufferDesc member");
 static_assert(sizeof(KernelCall) == sizeof(StoredKernelCall), "store the new KernelCall member");

@@ -26,6 +26,8 @@ struct ReplicaIdentity {
 
 /// The group of a job's processes outside spawn, where each process is one replica.
 inline constexpr uint64_t kProcessGroup = ~uint64_t{0};
+/// The group an SPMD program's devices meet in (their positions 0..N-1 are its ordinals).
+inline constexpr uint64_t kSpmdGroup = ~uint64_t{0} - 1;
 
 /// In a job of several processes (launched by mpirun), this process as one replica of
 /// kProcessGroup: what a thread outside spawn is. Null when the process is the whole job.

@@ -10,6 +10,7 @@
 #include "actors/debug_analysis.h"
 #include "actors/finite_check.h"
 #include "actors/lazy_system.h"
+#include "actors/spmd_runtime.h"
 #include "engine/hash.h"
 #include "engine/log.h"
 #include "engine/this_thread.h"
@@ -19,7 +20,8 @@ namespace {
 
 Future<IntrusivePtr<Executable>> find_or_compile(LazySystem& system, StepGraph& graph,
                                                  SyncReason reason,
-                                                 const std::source_location& where) {
+                                                 const std::source_location& where,
+                                                 int64_t spmd_devices = 0) {
   if (system.debug_level() >= 2) {
     fmt::print(stderr, "{}", execution_analysis(graph, reason, where));
   }
@@ -35,8 +37,8 @@ Future<IntrusivePtr<Executable>> find_or_compile(LazySystem& system, StepGraph& 
     promise.set_value(std::move(hit));
     return future;
   }
-  return system.compiler().ask(
-      CompileRequest{std::make_shared<const StepGraph>(std::move(graph)), reason, where});
+  return system.compiler().ask(CompileRequest{std::make_shared<const StepGraph>(std::move(graph)),
+                                              reason, where, spmd_devices});
 }
 
 // Buffer donation (XLA_ENABLE_PARAM_ALIASING): after a step that syncs every pending tensor of
@@ -323,6 +325,120 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
   if (kept) check_step_finite(*kept, outputs, where);
 }
 
+// Under SPMD the device's graph is the global program: compiled once into the program every
+// device of the mesh runs (a miss waits for the compile, which decides how the results are laid
+// out), then sent to each device with its shards of the inputs and its position.
+void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wait, bool may_donate,
+                            SyncReason reason, const std::source_location& where,
+                            std::vector<IntrusivePtr<DeviceData>>* step_outputs) {
+  if (replica_) {
+    throw std::logic_error(
+        "use_spmd(): an SPMD program runs on every device from one thread; spawn no replicas "
+        "under SPMD");
+  }
+  const int devices = system.device_count();
+  const auto sync_start =
+      system.observers().empty() ? std::chrono::steady_clock::time_point{} : observer_now();
+  StepGraph& graph = step_graph_;
+  build_step_graph(sync.roots, graph, scratch_, 2 * trace_->nodes_since_step());
+  if (may_donate) mark_donations(graph, system.observers());
+  graph.hash = hash_combine(graph.hash, 0x73706d6400000000ULL + static_cast<uint64_t>(devices));
+  std::vector<ExecuteInput> inputs;
+  inputs.reserve(graph.inputs.size() + 1);
+  for (int32_t id : graph.inputs) {
+    const Node& leaf = *graph.nodes[id];
+    if (leaf.op() == Op::kDeviceData) {
+      inputs.push_back({leaf.data(), leaf.dtype(), 0});
+    } else {
+      inputs.push_back({{}, leaf.dtype(), leaf.value()});
+    }
+  }
+  std::optional<StepGraph> kept;
+  if (system.check_finite()) kept = graph;
+  Future<IntrusivePtr<Executable>> compiled =
+      find_or_compile(system, graph, reason, where, devices);
+  graph.clear();
+  const IntrusivePtr<Executable> program = compiled.get();
+  const Executable::Spmd& layout = program->spmd;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].data) continue;
+    const int64_t wanted = i < layout.input_shardings.size() ? layout.input_shardings[i] : -1;
+    const DeviceData& data = *inputs[i].data;
+    if (!data.sharded() || data.sharding() != wanted) {
+      inputs[i].data = lay_out_on_mesh(system, inputs[i].data, wanted);
+    }
+  }
+  if (layout.partition_input >= 0) {
+    inputs.insert(inputs.begin() + layout.partition_input, ExecuteInput{{}, DType::kI64, 0});
+  }
+  const std::size_t results = sync.roots.size();
+  std::vector<std::vector<IntrusivePtr<DeviceData>>> shards(results);
+  for (auto& result : shards) result.reserve(static_cast<std::size_t>(devices));
+  std::vector<IntrusivePtr<ExecuteRequest>> requests;
+  requests.reserve(static_cast<std::size_t>(devices));
+  for (int d = 0; d < devices; ++d) {
+    auto request = make_intrusive<ExecuteRequest>();
+    request->account = account();
+    request->where = where;
+    request->replica_group = kSpmdGroup;
+    request->replica = d;
+    request->first_local_replica = 0;
+    request->local_replicas = devices;
+    request->collective_timeout = collective_timeout();
+    auto [promise, future] = make_promise<IntrusivePtr<Executable>>();
+    promise.set_value(program);
+    request->program = std::move(future);
+    request->inputs.reserve(inputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const ExecuteInput& input = inputs[i];
+      if (static_cast<int32_t>(i) == layout.partition_input) {
+        request->inputs.push_back({{}, DType::kI64, static_cast<double>(d)});
+      } else if (input.data) {
+        request->inputs.push_back({input.data->shards()[d], input.dtype, 0});
+      } else {
+        request->inputs.push_back(input);
+      }
+    }
+    request->outputs.reserve(results);
+    for (std::size_t j = 0; j < results; ++j) {
+      auto shard = make_intrusive<DeviceData>(Device{d}, sync.roots[j]->dtype(),
+                                              layout.output_shard_shapes.at(j));
+      shards[j].push_back(shard);
+      request->outputs.push_back(std::move(shard));
+    }
+    requests.push_back(std::move(request));
+  }
+  std::vector<IntrusivePtr<DeviceData>> outputs;
+  outputs.reserve(results);
+  for (std::size_t j = 0; j < results; ++j) {
+    outputs.push_back(DeviceData::from_shards(Device{0}, sync.roots[j]->dtype(),
+                                              sync.roots[j]->shape(), layout.output_shardings.at(j),
+                                              std::move(shards[j])));
+  }
+  // The results keep the layout they came in: their leaves carry it into the next step.
+  for (std::size_t i = 0; i < sync.tensors.size(); ++i) {
+    TensorImpl& tensor = *sync.tensors[i];
+    tensor.set_data(outputs[sync.root_of[i]]);
+    const int64_t sharding = layout.output_shardings[sync.root_of[i]];
+    if (!same_sharding(tensor.sharding(), sharding)) tensor.set_sharding(sharding);
+  }
+  if (step_outputs) step_outputs->insert(step_outputs->end(), outputs.begin(), outputs.end());
+  if (!system.observers().empty()) {
+    const Span built{sync_start, observer_now()};
+    for (int d = 0; d < devices; ++d) {
+      system.observers().tell(
+          [&](ActorObserver& o) { o.graph_sent(reason, Device{d}, built, *requests[d]); });
+    }
+  }
+  for (int d = 0; d < devices; ++d) {
+    system.device_actor(Device{d}).tell(Execute{std::move(requests[d])});
+  }
+  if (wait || kept) {
+    for (auto& out : outputs) out->wait();
+  }
+  if (kept) check_step_finite(*kept, outputs, where);
+}
+
 void ReplicaHost::sync(std::span<const Tensor> tensors, SyncReason reason,
                        const std::source_location& where, bool wait,
                        std::vector<IntrusivePtr<DeviceData>>* step_outputs) {
@@ -336,6 +452,10 @@ void ReplicaHost::sync(std::span<const Tensor> tensors, SyncReason reason,
   const bool may_donate = reason_is_step(reason) && system.param_aliasing() &&
                           !system.check_finite() && !Node::ir_shared_across_threads();
   for (const DeviceSync& sync : pending_by_device(tensors)) {
+    if (system.spmd()) {
+      sync_spmd(system, sync, wait, may_donate, reason, where, step_outputs);
+      continue;
+    }
     sync_device(system, sync, wait || system.check_finite(), may_donate, reason, where,
                 step_outputs);
   }

@@ -96,6 +96,9 @@ class ReplicaHost {
   void sync_device(LazySystem& system, const DeviceSync& sync, bool wait, bool may_donate,
                    SyncReason reason, const std::source_location& where,
                    std::vector<IntrusivePtr<DeviceData>>* step_outputs);
+  void sync_spmd(LazySystem& system, const DeviceSync& sync, bool wait, bool may_donate,
+                 SyncReason reason, const std::source_location& where,
+                 std::vector<IntrusivePtr<DeviceData>>* step_outputs);
   [[nodiscard]] bool has_collectives(const StepGraph& graph);
   void check_replicas_agree(const StepGraph& graph);
   void run_closures(std::vector<IntrusivePtr<DeviceData>> outputs);

@@ -290,6 +290,19 @@ struct Executable : RefCounted {
   /// reader and write over it (empty: no input is donated).
   std::vector<uint8_t> donated_inputs;
   uint64_t graph_hash = 0;
+  /// An SPMD program: every device of a mesh runs it on its own shards (actors/spmd_runtime.h).
+  /// Backends never read this; the runtime feeds and binds the shards by it.
+  struct Spmd {
+    int64_t devices = 0;           ///< the mesh's devices; 0: not an SPMD program
+    int32_t partition_input = -1;  ///< the input fed each device's position, or -1
+    /// Per input and per output of the global program: its sharding as a key of the graph
+    /// layer's intern_sharding, or -1 for replicated.
+    std::vector<int64_t> input_shardings;
+    std::vector<int64_t> output_shardings;
+    std::vector<Shape> output_shard_shapes;  ///< each output's shard, the same on every device
+    int64_t collective_bytes = 0;            ///< the partitioner's estimate per device
+  };
+  Spmd spmd;
 
   [[nodiscard]] bool donated(std::size_t input) const noexcept {
     return input < donated_inputs.size() && donated_inputs[input] != 0;

@@ -302,6 +302,7 @@ LazySettings read_lazy_settings() {
   s.sync_wait = get_bool("XLA_SYNC_WAIT", defaults.sync_wait);
   s.param_aliasing = get_bool("XLA_ENABLE_PARAM_ALIASING", defaults.param_aliasing);
   s.check_finite = get_bool("AXLE_CHECK_FINITE", defaults.check_finite);
+  s.use_spmd = get_bool("XLA_USE_SPMD", defaults.use_spmd);
   s.save_tensors_file = get_string("XLA_SAVE_TENSORS_FILE", defaults.save_tensors_file);
   s.save_tensors_format = parse_save_tensors_format();
   s.trace_file = get_string("AXLE_TRACE_FILE", defaults.trace_file);

@@ -167,6 +167,9 @@ struct LazySettings {
   /// results; a NaN or infinity makes it throw NonFiniteError naming the first op that produced
   /// one and the line that traced it.
   bool check_finite = false;
+  /// XLA_USE_SPMD, default 0: one virtual device over every device of the process; each step is
+  /// one program partitioned over them by its sharding annotations (use_spmd()).
+  bool use_spmd = false;
   /// XLA_SAVE_TENSORS_FILE, default none: every executed graph is appended to this file.
   std::string save_tensors_file;
   /// XLA_SAVE_TENSORS_FMT, default text: how: text, dot (Graphviz) or hlo (the lowered program

@@ -14,6 +14,32 @@ DeviceData::DeviceData(Device device, DType dtype, Shape shape)
   AXLE_COUNTER_INC("DeviceDataCount", 1);
 }
 
+IntrusivePtr<DeviceData> DeviceData::from_shards(Device device, DType dtype, Shape shape,
+                                                 int64_t sharding,
+                                                 std::vector<IntrusivePtr<DeviceData>> shards) {
+  if (shards.empty()) throw std::invalid_argument("sharded device data needs at least one shard");
+  auto whole = make_intrusive<DeviceData>(device, dtype, shape);
+  whole->sharding_ = sharding;
+  whole->shards_ = std::move(shards);
+  whole->shards_pending_.store(static_cast<int>(whole->shards_.size()), std::memory_order_relaxed);
+  // Each shard tells the whole when it is done: the first failure fails it (later ones are
+  // ignored), the last success makes it ready. The callbacks hold the whole until they run.
+  for (const IntrusivePtr<DeviceData>& shard : whole->shards_) {
+    shard->when_done([whole, shard = shard.get()] {
+      if (shard->failed()) {
+        if (whole->shards_pending_.exchange(-1, std::memory_order_acq_rel) > 0) {
+          whole->fail(shard->error());
+        }
+        return;
+      }
+      if (whole->shards_pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        whole->complete(kReady);
+      }
+    });
+  }
+  return whole;
+}
+
 void DeviceData::fulfil(IntrusivePtr<DeviceMemory> memory) {
   memory_ = std::move(memory);
   complete(kReady);

@@ -19,11 +19,19 @@
 
 namespace axle {
 
-/// A buffer on a device (storage dtype and shape) that is pending, ready or failed.
+/// A buffer on a device (storage dtype and shape) that is pending, ready or failed. Under SPMD
+/// (actors/spmd_runtime.h) it may instead be a global value held in pieces, one per device of
+/// the mesh: it is then ready once every piece is, and fails with the first piece that fails.
 class DeviceData final : public RefCounted {
  public:
   /// Counted as `DeviceDataCount`.
   DeviceData(Device device, DType dtype, Shape shape);
+  /// A global value of `shape` on the SPMD virtual device `device`, held as `shards`: shards[d]
+  /// is mesh device d's tile of it under the sharding `sharding` (a key of intern_sharding,
+  /// graph/sharding.h; -1: replicated, each shard the whole value).
+  [[nodiscard]] static IntrusivePtr<DeviceData> from_shards(
+      Device device, DType dtype, Shape shape, int64_t sharding,
+      std::vector<IntrusivePtr<DeviceData>> shards);
 
   [[nodiscard]] Device device() const noexcept { return device_; }
   [[nodiscard]] DType dtype() const noexcept { return dtype_; }
@@ -31,6 +39,15 @@ class DeviceData final : public RefCounted {
   [[nodiscard]] std::size_t bytes() const noexcept {
     return static_cast<std::size_t>(shape_.numel()) * dtype_size(dtype_);
   }
+
+  /// True for a global value held in shards (then memory() is null: the shards hold it).
+  [[nodiscard]] bool sharded() const noexcept { return !shards_.empty(); }
+  /// One per mesh device, in device position order; empty unless sharded().
+  [[nodiscard]] const std::vector<IntrusivePtr<DeviceData>>& shards() const noexcept {
+    return shards_;
+  }
+  /// How the shards divide the value: a key of intern_sharding, or -1 for replicated.
+  [[nodiscard]] int64_t sharding() const noexcept { return sharding_; }
 
   [[nodiscard]] bool pending() const noexcept {
     return state_.load(std::memory_order_acquire) == kPending;
@@ -73,6 +90,9 @@ class DeviceData final : public RefCounted {
   Device device_;
   DType dtype_;
   Shape shape_;
+  int64_t sharding_ = -1;
+  std::vector<IntrusivePtr<DeviceData>> shards_;
+  std::atomic<int> shards_pending_{0};
   std::atomic<int> state_{kPending};
   std::atomic<int32_t> tensor_refs_{0};
   IntrusivePtr<DeviceMemory> memory_;

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <numeric>
 #include <shared_mutex>
@@ -174,6 +175,75 @@ Shape shard_shape(const Shape& global, const ShardingSpec& sharding) {
   Shape shard = global;
   for (int d = 0; d < global.rank(); ++d) shard[d] = global[d] / sharding.tile_dims[d];
   return shard;
+}
+
+namespace {
+
+// Copies between a value and one device's tile of it: `to_shard` picks the direction. Runs of
+// the tile's last dimension are contiguous on both sides.
+void copy_tile(std::byte* value, std::byte* shard, std::size_t element_size, const Shape& shape,
+               const ShardingSpec& sharding, int64_t device, bool to_shard) {
+  const Shape local = shard_shape(shape, sharding);
+  const int rank = shape.rank();
+  if (rank == 0 || local.numel() == 0) {
+    if (rank == 0) {
+      to_shard ? std::memcpy(shard, value, element_size) : std::memcpy(value, shard, element_size);
+    }
+    return;
+  }
+  const std::vector<int64_t> tile = sharding.tile_of(device);
+  std::vector<int64_t> origin(static_cast<std::size_t>(rank), 0);
+  for (int d = 0; d < rank && d < static_cast<int>(tile.size()); ++d)
+    origin[d] = tile[d] * local[d];
+  std::vector<int64_t> strides(static_cast<std::size_t>(rank), 1);
+  for (int d = rank - 1; d > 0; --d) strides[d - 1] = strides[d] * shape[d];
+  const std::size_t run = static_cast<std::size_t>(local[rank - 1]) * element_size;
+  std::vector<int64_t> at(static_cast<std::size_t>(rank), 0);  // within the tile, last dim 0
+  const int64_t runs = local.numel() / local[rank - 1];
+  for (int64_t r = 0; r < runs; ++r) {
+    int64_t offset = 0;
+    for (int d = 0; d < rank; ++d) offset += (origin[d] + at[d]) * strides[d];
+    std::byte* in_value = value + static_cast<std::size_t>(offset) * element_size;
+    std::byte* in_shard = shard + static_cast<std::size_t>(r) * run;
+    to_shard ? std::memcpy(in_shard, in_value, run) : std::memcpy(in_value, in_shard, run);
+    for (int d = rank - 2; d >= 0; --d) {
+      if (++at[d] < local[d]) break;
+      at[d] = 0;
+    }
+  }
+}
+
+void check_bytes(std::size_t have, std::size_t want, std::string_view what, const Shape& shape) {
+  if (have != want) {
+    throw std::invalid_argument(
+        fmt::format("{}: {} bytes given for {} ({} needed)", what, have, shape.to_string(), want));
+  }
+}
+
+}  // namespace
+
+std::vector<std::byte> shard_bytes(std::span<const std::byte> value, std::size_t element_size,
+                                   const Shape& shape, const ShardingSpec& sharding,
+                                   int64_t device) {
+  check_bytes(value.size(), static_cast<std::size_t>(shape.numel()) * element_size, "shard_bytes",
+              shape);
+  std::vector<std::byte> shard(static_cast<std::size_t>(shard_shape(shape, sharding).numel()) *
+                               element_size);
+  copy_tile(const_cast<std::byte*>(value.data()), shard.data(), element_size, shape, sharding,
+            device, /*to_shard=*/true);
+  return shard;
+}
+
+void place_shard(std::span<std::byte> value, std::span<const std::byte> shard,
+                 std::size_t element_size, const Shape& shape, const ShardingSpec& sharding,
+                 int64_t device) {
+  check_bytes(value.size(), static_cast<std::size_t>(shape.numel()) * element_size, "place_shard",
+              shape);
+  const Shape local = shard_shape(shape, sharding);
+  check_bytes(shard.size(), static_cast<std::size_t>(local.numel()) * element_size,
+              "place_shard (the shard)", local);
+  copy_tile(value.data(), const_cast<std::byte*>(shard.data()), element_size, shape, sharding,
+            device, /*to_shard=*/false);
 }
 
 // Layout: [rank of tile_dims, tile_dims..., last_tile_dim_replicate, devices...]; replicated is

@@ -9,6 +9,7 @@
 // and the sharding otherwise).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -59,6 +60,16 @@ struct ShardingSpec {
 /// tile assignment names tile_dims' product of distinct devices); throws ShapeError naming what
 /// is wrong and `what` (e.g. the op and the user's line).
 void check_sharding(const Shape& shape, const ShardingSpec& sharding, std::string_view what);
+
+/// Device `device`'s tile of a value of `shape` held as row-major bytes (`element_size` each)
+/// under `sharding`: shard_shape(shape, sharding) elements, row-major.
+[[nodiscard]] std::vector<std::byte> shard_bytes(std::span<const std::byte> value,
+                                                 std::size_t element_size, const Shape& shape,
+                                                 const ShardingSpec& sharding, int64_t device);
+/// Writes `shard`, device `device`'s tile, into its place in `value` (shard_bytes reversed).
+void place_shard(std::span<std::byte> value, std::span<const std::byte> shard,
+                 std::size_t element_size, const Shape& shape, const ShardingSpec& sharding,
+                 int64_t device);
 
 /// A sharding as the ints of an IR node (for the annotation op and program dumps), and back.
 [[nodiscard]] std::vector<int64_t> encode_sharding(const ShardingSpec& sharding);

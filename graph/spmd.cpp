@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "graph/ops/op_util.h"
+#include "graph/tensor_runtime.h"
 
 namespace axle::spmd {
 namespace {
@@ -87,8 +88,16 @@ const Tensor& mark_sharding(const Tensor& tensor, const Mesh& mesh,
   }
   const int64_t key = intern_sharding(sharding);
   TensorImpl& impl = *tensor.impl();
+  if (!impl.pending_ir()) {
+    // Device data: under SPMD its shards move now (as torch_xla's); its leaf carries the key.
+    if (TensorRuntime* runtime = tensor_runtime()) {
+      IntrusivePtr<DeviceData> laid_out = runtime->reshard(impl.data(), key);
+      if (laid_out != impl.data()) impl.set_data(std::move(laid_out));
+    }
+    impl.set_sharding(key);
+    return tensor;
+  }
   impl.set_sharding(key);
-  if (!impl.pending_ir()) return tensor;  // device data: its leaf carries the sharding
   // A computed value: annotate it, in place. A new annotation replaces the one it has.
   NodePtr value = impl.ir();
   if (value->op() == Op::kCustomSharding) {
@@ -111,6 +120,13 @@ void clear_sharding(const Tensor& tensor) {
   if (!tensor.defined()) return;
   TensorImpl& impl = *tensor.impl();
   impl.set_sharding(-1);
+  if (!impl.pending_ir() && impl.data()) {
+    if (TensorRuntime* runtime = tensor_runtime()) {
+      IntrusivePtr<DeviceData> replicated = runtime->reshard(impl.data(), -1);
+      if (replicated != impl.data()) impl.set_data(std::move(replicated));
+    }
+    return;
+  }
   if (impl.pending_ir() && impl.ir()->op() == Op::kCustomSharding) {
     const NodePtr value = impl.ir()->operands()[0];
     if (value->op() == Op::kDeviceData) {

@@ -3,8 +3,9 @@
 // tensor is a `custom_sharding` op in the graph (identity on its operand); on device data (a
 // parameter) it is recorded with the tensor, whose device-data leaf then carries it from step to
 // step. The compiler's propagation pass (graph/passes/sharding_propagation.cpp) gives every
-// instruction a sharding from these; executing the partitioned program comes with the SPMD
-// runtime (not yet: programs still run on one device, where annotations change nothing).
+// instruction a sharding from these, and under use_spmd() the SPMD runtime
+// (actors/spmd_runtime.h) runs the partitioned program on every device of the mesh; elsewhere
+// annotations change nothing.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,7 @@ class HybridMesh : public Mesh {
 /// Annotates `tensor` with the sharding `partition_spec` gives it on `mesh`
 /// (Mesh.get_op_sharding) and returns it. A tensor computed in the pending graph gets a
 /// `custom_sharding` op, in place (every handle sees it); device data keeps the sharding with
-/// the tensor. Throws ShapeError naming the op, the tensor, the spec and the caller's line for a
+/// the tensor, and under use_spmd() its shards move to their devices now. Throws ShapeError naming the op, the tensor, the spec and the caller's line for a
 /// spec of the wrong length, an unknown or repeated mesh axis, or a dimension the tiles do not
 /// divide evenly.
 const Tensor& mark_sharding(const Tensor& tensor, const Mesh& mesh,

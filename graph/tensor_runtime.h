@@ -69,6 +69,16 @@ class TensorRuntime {
 
   /// Throws std::out_of_range naming the devices there are when `device` is not one of them.
   virtual void check_device(Device device) = 0;
+
+  /// SPMD (mark_sharding and clear_sharding on device data): the data laid out over the mesh by
+  /// `sharding` (a key of intern_sharding; -1 replicated), as new data, or `data` itself when the
+  /// runtime does not lay out data over devices (one device, the reference runtime) or it is
+  /// laid out so already.
+  [[nodiscard]] virtual IntrusivePtr<DeviceData> reshard(IntrusivePtr<DeviceData> data,
+                                                         int64_t sharding) {
+    (void)sharding;
+    return data;
+  }
 };
 
 namespace tensor_runtime_internal {

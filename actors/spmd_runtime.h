@@ -1,0 +1,52 @@
+// actors: the SPMD runtime, as torch_xla's under use_spmd(). The user sees one virtual device,
+// Device{0}; behind it every device of the process is a position 0..N-1 of the mesh. A tensor's
+// data there is a global value held in shards, one per device (graph/device_data.h): data made
+// from host values is replicated (each device holds all of it), mark_sharding lays it out by its
+// sharding, and a step's results come back laid out as the compiler's propagation decided. A step
+// is traced once as the global program, compiled once into the program every device runs on its
+// shards (actors/lowering.h), and sent to every device with its shards and its position
+// (ReplicaHost); the devices meet in its collectives as the replicas of one group. Reading a
+// value assembles it from one shard per tile.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/dtype.h"
+#include "engine/future.h"
+#include "engine/intrusive_ptr.h"
+#include "engine/shape.h"
+#include "graph/device_data.h"
+
+namespace axle {
+
+/// Turns SPMD on for the rest of the process's system, as torch_xla.runtime.use_spmd(): one
+/// virtual device over every device of the process (XLA_USE_SPMD=1 does the same at start).
+/// Call it before creating tensors. Throws std::logic_error in a job of several processes (SPMD
+/// spans one process's devices so far).
+void use_spmd();
+/// Whether SPMD is on (torch_xla.runtime.is_spmd()).
+[[nodiscard]] bool is_spmd();
+
+class LazySystem;
+
+/// New data on the virtual device holding `bytes` on every device of the mesh (replicated);
+/// the copies may still be under way.
+[[nodiscard]] IntrusivePtr<DeviceData> upload_to_mesh(
+    LazySystem& system, std::shared_ptr<const std::vector<std::byte>> bytes, DType dtype,
+    const Shape& shape);
+/// `data`'s value on the host: a plain buffer's bytes, or a sharded value assembled from one
+/// shard of each tile. Never blocks.
+[[nodiscard]] Future<std::vector<std::byte>> read_device_data(LazySystem& system,
+                                                              IntrusivePtr<DeviceData> data);
+/// Whether two sharding keys (intern_sharding, -1 replicated) lay data out alike.
+[[nodiscard]] bool same_sharding(int64_t a, int64_t b);
+/// `data` laid out over the mesh by `sharding` (a key of intern_sharding, -1 replicated): `data`
+/// itself when it is laid out so already, else new data made from its value (waits for it).
+[[nodiscard]] IntrusivePtr<DeviceData> lay_out_on_mesh(LazySystem& system,
+                                                       IntrusivePtr<DeviceData> data,
+                                                       int64_t sharding);
+
+}  // namespace axle

@@ -1,0 +1,250 @@
+// The SPMD runtime on four CPU devices (actors/spmd_runtime.h): data on the virtual device is
+// replicated on every device, mark_sharding lays it out in shards, a step runs the partitioned
+// program on every device with its shards, and values read back whole. An MLP trained under SPMD
+// on the meshes 4x1 (data), 1x4 (Megatron: column- then row-parallel) and 2x2 gives the losses
+// and weights of the same MLP on one device, compiling as often.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "actors/lazy_system.h"
+#include "axle.h"
+
+namespace axle::testing {
+namespace {
+
+using spmd::get_sharding_spec;
+using spmd::mark_sharding;
+constexpr auto None = std::nullopt;
+constexpr int kDevices = 4;
+
+int64_t count(const char* name) { return counter_value(name).value_or(0); }
+
+std::vector<float> random_values(std::mt19937& rng, int64_t n, float scale = 1) {
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> values(static_cast<std::size_t>(n));
+  for (float& v : values) v = u(rng);
+  return values;
+}
+
+class SpmdRuntime : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LazySystem::restart({.cpu_devices = kDevices});
+    use_spmd();
+  }
+  void TearDown() override { LazySystem::restart(); }
+};
+
+TEST_F(SpmdRuntime, DataIsReplicatedOnEveryDeviceAndReadsBackWhole) {
+  ASSERT_TRUE(is_spmd());
+  std::mt19937 rng(1);
+  const std::vector<float> values = random_values(rng, 24);
+  const Tensor t = tensor(values, {4, 6});
+  const IntrusivePtr<DeviceData>& data = t.impl()->data();
+  ASSERT_TRUE(data->sharded());
+  ASSERT_EQ(data->shards().size(), static_cast<std::size_t>(kDevices));
+  for (int d = 0; d < kDevices; ++d) {
+    EXPECT_EQ(data->shards()[d]->device(), Device{d});
+    EXPECT_EQ(data->shards()[d]->shape(), (Shape{4, 6}));
+  }
+  EXPECT_EQ(t.to_vector<float>(), values);
+  EXPECT_EQ(get_sharding_spec(t), "");
+}
+
+TEST_F(SpmdRuntime, MarkShardingOnDataMovesItsShardsAndReadsAssembleThem) {
+  std::mt19937 rng(2);
+  const std::vector<float> values = random_values(rng, 8 * 6);
+  const Mesh mesh({0, 1, 2, 3}, {2, 2}, {"data", "model"});
+  for (const PartitionSpec& spec :
+       {PartitionSpec{"data", "model"}, PartitionSpec{"model", None}, PartitionSpec{None, "data"},
+        PartitionSpec{PartitionDim{"data", "model"}, None}}) {
+    const Tensor t = tensor(values, {8, 6});
+    mark_sharding(t, mesh, spec);
+    const ShardingSpec sharding = mesh.sharding(spec, 2);
+    const IntrusivePtr<DeviceData>& data = t.impl()->data();
+    ASSERT_TRUE(data->sharded());
+    EXPECT_EQ(get_sharding_spec(t), to_string(sharding));
+    for (int d = 0; d < kDevices; ++d) {
+      EXPECT_EQ(data->shards()[d]->shape(), shard_shape(Shape{8, 6}, sharding));
+    }
+    EXPECT_EQ(t.to_vector<float>(), values) << to_string(spec);
+    // A step reads the shards in place and its result is laid out alike.
+    const Tensor doubled = t * 2.0;
+    mark_step();
+    std::vector<float> want = values;
+    for (float& v : want) v *= 2;
+    EXPECT_EQ(doubled.to_vector<float>(), want) << to_string(spec);
+    EXPECT_EQ(get_sharding_spec(doubled), to_string(sharding)) << to_string(spec);
+  }
+}
+
+TEST_F(SpmdRuntime, ShardsHoldTheirTiles) {
+  // Device d's shard of a [4, 2] value split by rows over a 4x1 mesh is row d.
+  const std::vector<float> values{0, 1, 10, 11, 20, 21, 30, 31};
+  const Tensor t = tensor(values, {4, 2});
+  mark_sharding(t, Mesh({0, 1, 2, 3}, {4}, {"x"}), {"x", None});
+  for (int d = 0; d < kDevices; ++d) {
+    const IntrusivePtr<DeviceData>& shard = t.impl()->data()->shards()[d];
+    const std::vector<std::byte> bytes = read_device_data(LazySystem::get(), shard).get();
+    ASSERT_EQ(bytes.size(), 2 * sizeof(float));
+    float row[2];
+    std::memcpy(row, bytes.data(), sizeof row);
+    EXPECT_EQ(row[0], 10.0f * d);
+    EXPECT_EQ(row[1], 10.0f * d + 1);
+  }
+}
+
+// A two-layer MLP written as plain ops, so both runs start from the same weights.
+struct Mlp {
+  Tensor w1, b1, w2, b2;
+  Mlp(const std::vector<std::vector<float>>& init, int64_t in, int64_t hidden, int64_t out)
+      : w1(tensor(init[0], {hidden, in})),
+        b1(tensor(init[1], {hidden})),
+        w2(tensor(init[2], {out, hidden})),
+        b2(tensor(init[3], {out})) {
+    for (Tensor* p : {&w1, &b1, &w2, &b2}) p->requires_grad_();
+  }
+  [[nodiscard]] std::vector<Tensor> parameters() const { return {w1, b1, w2, b2}; }
+  Tensor forward(const Tensor& x) const {
+    const Tensor h = relu(matmul(x, transpose(w1, 0, 1)) + b1);
+    return matmul(h, transpose(w2, 0, 1)) + b2;
+  }
+};
+
+struct TrainingRun {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> weights;
+  int64_t compiles = 0;
+  Shape w1_shard;  // device 0's piece of the first layer's weight after training
+};
+
+enum class Layout { kOneDevice, kData, kModel, kDataAndModel };
+
+TrainingRun train(Layout layout, int steps) {
+  constexpr int64_t kIn = 12, kHidden = 16, kOut = 8, kBatch = 8;
+  std::mt19937 rng(7);
+  std::vector<std::vector<float>> init{
+      random_values(rng, kHidden * kIn, 0.3f), random_values(rng, kHidden, 0.1f),
+      random_values(rng, kOut * kHidden, 0.3f), random_values(rng, kOut, 0.1f)};
+  Mlp mlp(init, kIn, kHidden, kOut);
+  std::optional<Mesh> mesh;
+  if (layout == Layout::kData)
+    mesh.emplace(std::vector<int64_t>{0, 1, 2, 3}, std::vector<int64_t>{4, 1},
+                 std::vector<std::string>{"data", "model"});
+  if (layout == Layout::kModel)
+    mesh.emplace(std::vector<int64_t>{0, 1, 2, 3}, std::vector<int64_t>{1, 4},
+                 std::vector<std::string>{"data", "model"});
+  if (layout == Layout::kDataAndModel)
+    mesh.emplace(std::vector<int64_t>{0, 1, 2, 3}, std::vector<int64_t>{2, 2},
+                 std::vector<std::string>{"data", "model"});
+  if (mesh && layout != Layout::kData) {
+    // Megatron: the first layer's rows (its outputs) over "model", the second's columns.
+    mark_sharding(mlp.w1, *mesh, {"model", None});
+    mark_sharding(mlp.b1, *mesh, {"model"});
+    mark_sharding(mlp.w2, *mesh, {None, "model"});
+  }
+  optim::SGD sgd(mlp.parameters(), {.lr = 0.1, .momentum = 0.9});
+  const int64_t compiles_before = count("UncachedCompile");
+  TrainingRun run;
+  // Two batches, alternating: a new upload every step, and a loss that falls.
+  std::mt19937 data_rng(11);
+  std::vector<std::vector<float>> inputs;
+  std::vector<std::vector<int64_t>> targets;
+  for (int b = 0; b < 2; ++b) {
+    inputs.push_back(random_values(data_rng, kBatch * kIn));
+    targets.emplace_back(kBatch);
+    for (auto& l : targets.back()) l = static_cast<int64_t>(data_rng() % kOut);
+  }
+  std::vector<Tensor> losses;
+  for (int step = 0; step < steps; ++step) {
+    const Tensor x = tensor(inputs[step % 2], {kBatch, kIn});
+    const Tensor y = tensor(targets[step % 2], {kBatch});
+    if (mesh && layout != Layout::kModel) {
+      mark_sharding(x, *mesh, {"data", None});
+      mark_sharding(y, *mesh, {"data"});
+    }
+    sgd.zero_grad();
+    const Tensor loss = nn::cross_entropy(mlp.forward(x), y);
+    loss.backward();
+    sgd.step();
+    mark_step();
+    losses.push_back(loss);
+  }
+  for (const Tensor& loss : losses) run.losses.push_back(loss.item());
+  for (const Tensor& p : mlp.parameters()) run.weights.push_back(p.to_vector<float>());
+  run.compiles = count("UncachedCompile") - compiles_before;
+  const DeviceData& w1 = *mlp.w1.impl()->data();
+  run.w1_shard = w1.sharded() ? w1.shards()[0]->shape() : w1.shape();
+  return run;
+}
+
+void expect_same_training(const TrainingRun& spmd, const TrainingRun& one, const char* what) {
+  ASSERT_EQ(spmd.losses.size(), one.losses.size());
+  for (std::size_t s = 0; s < one.losses.size(); ++s) {
+    EXPECT_NEAR(spmd.losses[s], one.losses[s], 1e-5 * std::abs(one.losses[s]))
+        << what << " step " << s;
+  }
+  for (std::size_t p = 0; p < one.weights.size(); ++p) {
+    ASSERT_EQ(spmd.weights[p].size(), one.weights[p].size());
+    for (std::size_t i = 0; i < one.weights[p].size(); ++i) {
+      ASSERT_NEAR(spmd.weights[p][i], one.weights[p][i], 1e-5) << what << " parameter " << p;
+    }
+  }
+  EXPECT_EQ(spmd.compiles, one.compiles) << what;
+  EXPECT_LT(one.losses.back(), 0.9 * one.losses.front()) << "the MLP does not learn";
+}
+
+TEST(SpmdTraining, MeshesTrainAsOneDevice) {
+  LazySystem::restart({.cpu_devices = kDevices});
+  const TrainingRun one = train(Layout::kOneDevice, 8);
+  // The weights stay in their shards from step to step: rows of w1 per device.
+  for (auto [layout, what, rows] : {std::tuple{Layout::kData, "mesh 4x1 (data)", 16},
+                                    std::tuple{Layout::kModel, "mesh 1x4 (model)", 4},
+                                    std::tuple{Layout::kDataAndModel, "mesh 2x2", 8}}) {
+    LazySystem::restart({.cpu_devices = kDevices});
+    use_spmd();
+    const TrainingRun spmd = train(layout, 8);
+    expect_same_training(spmd, one, what);
+    EXPECT_EQ(spmd.w1_shard, (Shape{rows, 12})) << what;
+  }
+  LazySystem::restart();
+}
+
+TEST_F(SpmdRuntime, ModelShardsHoldAQuarterOfTheWeights) {
+  const Mesh mesh({0, 1, 2, 3}, {1, 4}, {"data", "model"});
+  std::mt19937 rng(3);
+  Tensor w = tensor(random_values(rng, 16 * 8), {16, 8});
+  mark_sharding(w, mesh, {"model", None});
+  w = w * 0.5;  // the step's result keeps the layout
+  mark_step();
+  for (const IntrusivePtr<DeviceData>& shard : w.impl()->data()->shards()) {
+    EXPECT_EQ(shard->bytes(), 16 * 8 * sizeof(float) / kDevices);
+  }
+}
+
+TEST_F(SpmdRuntime, OtherDevicesDoNotExistUnderSpmd) {
+  try {
+    (void)tensor(std::vector<float>{1, 2}, {2}, Device{1});
+    FAIL() << "expected std::out_of_range";
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("virtual device"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(SpmdRuntime, AMeshOverSomeDevicesIsAnError) {
+  const Tensor t = tensor(std::vector<float>{1, 2, 3, 4}, {4});
+  try {
+    mark_sharding(t, Mesh({0, 1}, {2}, {"x"}), {"x"});
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("all 4 devices"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace axle::testing
