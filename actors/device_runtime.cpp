@@ -72,6 +72,15 @@ class DeviceRuntime final : public TensorRuntime {
     (void)system.device_actor(device);
   }
 
+  IntrusivePtr<DeviceData> upload_sharded(std::vector<std::byte> bytes, DType dtype,
+                                          const Shape& shape, Device device,
+                                          int64_t sharding) override {
+    LazySystem& system = LazySystem::get();
+    if (!system.spmd()) return upload(std::move(bytes), dtype, shape, device);
+    check_device(device);
+    return upload_tiles_to_mesh(system, bytes, dtype, shape, sharding);
+  }
+
   IntrusivePtr<DeviceData> reshard(IntrusivePtr<DeviceData> data, int64_t sharding) override {
     LazySystem& system = LazySystem::get();
     if (!system.spmd()) return data;

@@ -212,8 +212,8 @@ void LoaderActor::dispatch() {
     }
     ++slot.in_transfer;
     ActorRef<TransferWorker>& worker = workers_[next_worker_++ % workers_.size()];
-    worker.tell(
-        TransferBatch{epoch_, index, devices_[index], it->first, std::move(it->second), self()});
+    worker.tell(TransferBatch{epoch_, index, devices_[index], it->first, std::move(it->second),
+                              self(), limits_.place_field});
     it = host_queue_.erase(it);
   }
 }
@@ -306,7 +306,9 @@ void TransferWorker::handle(TransferBatch& m) {
   try {
     fields.reserve(m.batch.size());
     for (const CpuTensor& field : m.batch) {
-      fields.push_back(tensor_from_bytes(field.bytes, field.dtype, field.shape, m.device));
+      fields.push_back(m.place_field
+                           ? (*m.place_field)(field, m.device)
+                           : tensor_from_bytes(field.bytes, field.dtype, field.shape, m.device));
     }
   } catch (...) {
     fields.clear();

@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -62,9 +64,13 @@ class LoaderError : public std::runtime_error {
 };
 
 /// How far a LoaderActor reads and transfers ahead.
+/// How a batch field reaches its device (null: tensor_from_bytes).
+using PlaceField = std::function<Tensor(const CpuTensor& field, Device device)>;
+
 struct LoaderLimits {
   int loader_prefetch_size = 8;  ///< host batches read and not yet sent to a device
   int device_prefetch_size = 4;  ///< batches per device transferred or in transfer, not yet taken
+  std::shared_ptr<const PlaceField> place_field;  ///< e.g. laid out over the SPMD mesh
 };
 
 class BatchReader;
@@ -208,6 +214,7 @@ struct TransferBatch {
   int64_t index;
   HostBatch batch;
   ActorRef<LoaderActor> loader;
+  std::shared_ptr<const PlaceField> place_field;  // null: tensor_from_bytes
 };
 
 class TransferWorker : public Actor<TransferWorker, TransferBatch> {

@@ -119,26 +119,37 @@ IntrusivePtr<DeviceData> lay_out_on_mesh(LazySystem& system, IntrusivePtr<Device
   }
   auto value = std::make_shared<const std::vector<std::byte>>(read_device_data(system, data).get());
   if (sharding < 0) return upload_to_mesh(system, std::move(value), data->dtype(), data->shape());
+  return upload_tiles_to_mesh(system, *value, data->dtype(), data->shape(), sharding);
+}
+
+IntrusivePtr<DeviceData> upload_tiles_to_mesh(LazySystem& system,
+                                              const std::vector<std::byte>& value, DType dtype,
+                                              const Shape& shape, int64_t sharding) {
+  sharding = normalized(sharding);
+  if (sharding < 0) {
+    return upload_to_mesh(system, std::make_shared<const std::vector<std::byte>>(value), dtype,
+                          shape);
+  }
   const ShardingSpec spec = interned_sharding(sharding);
-  check_sharding(data->shape(), spec, "mark_sharding");
+  check_sharding(shape, spec, "mark_sharding");
   if (static_cast<int64_t>(spec.devices.size()) != system.device_count()) {
     throw std::invalid_argument(fmt::format(
         "sharding {} places {} devices, but SPMD runs every program on all {} devices of the "
         "process: make the mesh over all of them",
         to_string(spec), spec.devices.size(), system.device_count()));
   }
-  const Shape local = shard_shape(data->shape(), spec);
+  const Shape local = shard_shape(shape, spec);
   std::vector<IntrusivePtr<DeviceData>> shards;
+  shards.reserve(static_cast<std::size_t>(system.device_count()));
   for (int d = 0; d < system.device_count(); ++d) {
-    auto shard = make_intrusive<DeviceData>(Device{d}, data->dtype(), local);
+    auto shard = make_intrusive<DeviceData>(Device{d}, dtype, local);
     system.device_actor(Device{d}).tell(
-        TransferToDevice{std::make_shared<const std::vector<std::byte>>(shard_bytes(
-                             *value, dtype_size(data->dtype()), data->shape(), spec, d)),
+        TransferToDevice{std::make_shared<const std::vector<std::byte>>(
+                             shard_bytes(value, dtype_size(dtype), shape, spec, d)),
                          shard});
     shards.push_back(std::move(shard));
   }
-  return DeviceData::from_shards(Device{0}, data->dtype(), data->shape(), sharding,
-                                 std::move(shards));
+  return DeviceData::from_shards(Device{0}, dtype, shape, sharding, std::move(shards));
 }
 
 }  // namespace axle

@@ -37,6 +37,13 @@ class LazySystem;
 [[nodiscard]] IntrusivePtr<DeviceData> upload_to_mesh(
     LazySystem& system, std::shared_ptr<const std::vector<std::byte>> bytes, DType dtype,
     const Shape& shape);
+/// New data on the virtual device holding `value` laid out by `sharding` (a key of
+/// intern_sharding, -1 replicated): each device receives its tile. Throws for a sharding that
+/// does not fit the shape or does not place every device of the process.
+[[nodiscard]] IntrusivePtr<DeviceData> upload_tiles_to_mesh(LazySystem& system,
+                                                            const std::vector<std::byte>& value,
+                                                            DType dtype, const Shape& shape,
+                                                            int64_t sharding);
 /// `data`'s value on the host: a plain buffer's bytes, or a sharded value assembled from one
 /// shard of each tile. Never blocks.
 [[nodiscard]] Future<std::vector<std::byte>> read_device_data(LazySystem& system,

@@ -116,6 +116,24 @@ const Tensor& mark_sharding(const Tensor& tensor, const Mesh& mesh,
   return tensor;
 }
 
+Tensor tensor_from_host_sharded(const CpuTensor& host, const Mesh& mesh,
+                                const PartitionSpec& partition_spec, Device device,
+                                std::source_location where) {
+  ShardingSpec sharding;
+  try {
+    sharding = mesh.sharding(partition_spec, host.shape.rank());
+    check_sharding(host.shape, sharding, "tensor_from_host_sharded");
+  } catch (const std::exception& e) {
+    ops::fail("tensor_from_host_sharded",
+              fmt::format("cannot shard {} by partition spec {} on a mesh of shape ({}): {}",
+                          ops::describe(host.dtype, host.shape), to_string(partition_spec),
+                          fmt::join(mesh.shape(), ", "), e.what()),
+              where);
+  }
+  return tensor_from_bytes_sharded(host.bytes, host.dtype, host.shape, device,
+                                   intern_sharding(sharding), where);
+}
+
 void clear_sharding(const Tensor& tensor) {
   if (!tensor.defined()) return;
   TensorImpl& impl = *tensor.impl();

@@ -37,12 +37,19 @@ class HybridMesh : public Mesh {
 /// Annotates `tensor` with the sharding `partition_spec` gives it on `mesh`
 /// (Mesh.get_op_sharding) and returns it. A tensor computed in the pending graph gets a
 /// `custom_sharding` op, in place (every handle sees it); device data keeps the sharding with
-/// the tensor, and under use_spmd() its shards move to their devices now. Throws ShapeError naming the op, the tensor, the spec and the caller's line for a
-/// spec of the wrong length, an unknown or repeated mesh axis, or a dimension the tiles do not
-/// divide evenly.
+/// the tensor, and under use_spmd() its shards move to their devices now. Throws ShapeError naming
+/// the op, the tensor, the spec and the caller's line for a spec of the wrong length, an unknown or
+/// repeated mesh axis, or a dimension the tiles do not divide evenly.
 const Tensor& mark_sharding(const Tensor& tensor, const Mesh& mesh,
                             const PartitionSpec& partition_spec,
                             std::source_location where = std::source_location::current());
+
+/// A tensor on `device` holding `host`'s values, laid out over `mesh` by `partition_spec` from
+/// the start: under use_spmd() each device receives only its shard (what the parallel loader's
+/// input_sharding does with each batch). Errors as mark_sharding's.
+Tensor tensor_from_host_sharded(const CpuTensor& host, const Mesh& mesh,
+                                const PartitionSpec& partition_spec, Device device = {},
+                                std::source_location where = std::source_location::current());
 
 /// Removes `tensor`'s sharding annotation (torch_xla's clear_sharding): its value is replicated
 /// again as far as annotations go.

@@ -232,6 +232,12 @@ class Tensor {
 Tensor tensor_from_bytes(std::span<const std::byte> bytes, DType dtype, const Shape& shape,
                          Device device = {},
                          std::source_location where = std::source_location::current());
+/// tensor_from_bytes with the SPMD sharding `sharding` (a key of intern_sharding, checked to
+/// fit): under use_spmd() each device receives only its tile (graph/spmd.h's
+/// tensor_from_host_sharded is the user's form).
+Tensor tensor_from_bytes_sharded(std::span<const std::byte> bytes, DType dtype, const Shape& shape,
+                                 Device device, int64_t sharding,
+                                 std::source_location where = std::source_location::current());
 
 template <class T>
 Tensor tensor(std::span<const T> values, const Shape& shape, Device device = {},

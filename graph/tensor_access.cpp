@@ -8,6 +8,7 @@
 
 #include "engine/element.h"
 #include "graph/ops/op_util.h"
+#include "graph/sharding.h"
 #include "graph/tensor.h"
 #include "graph/tensor_runtime.h"
 
@@ -80,8 +81,10 @@ void check_single(const Tensor& t, const std::source_location& where) {
 
 }  // namespace
 
-Tensor tensor_from_bytes(std::span<const std::byte> bytes, DType dtype, const Shape& shape,
-                         Device device, std::source_location where) {
+namespace {
+
+Tensor upload_host_bytes(std::span<const std::byte> bytes, DType dtype, const Shape& shape,
+                         Device device, int64_t sharding, const std::source_location& where) {
   const std::size_t expected = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
   if (bytes.size() != expected) {
     ops::fail(
@@ -95,8 +98,32 @@ Tensor tensor_from_bytes(std::span<const std::byte> bytes, DType dtype, const Sh
   const DType storage = ops::storage_dtype(dtype);
   CpuTensor host =
       convert(CpuTensor{dtype, shape, std::vector<std::byte>(bytes.begin(), bytes.end())}, storage);
-  IntrusivePtr<DeviceData> data = runtime.upload(std::move(host.bytes), storage, shape, device);
-  return Tensor(make_intrusive<TensorImpl>(dtype, std::move(data)));
+  IntrusivePtr<DeviceData> data =
+      sharding < 0
+          ? runtime.upload(std::move(host.bytes), storage, shape, device)
+          : runtime.upload_sharded(std::move(host.bytes), storage, shape, device, sharding);
+  Tensor made(make_intrusive<TensorImpl>(dtype, std::move(data)));
+  if (sharding >= 0) made.impl()->set_sharding(sharding);
+  return made;
+}
+
+}  // namespace
+
+Tensor tensor_from_bytes(std::span<const std::byte> bytes, DType dtype, const Shape& shape,
+                         Device device, std::source_location where) {
+  return upload_host_bytes(bytes, dtype, shape, device, -1, where);
+}
+
+Tensor tensor_from_bytes_sharded(std::span<const std::byte> bytes, DType dtype, const Shape& shape,
+                                 Device device, int64_t sharding, std::source_location where) {
+  if (sharding >= 0) {
+    try {
+      check_sharding(shape, interned_sharding(sharding), "tensor");
+    } catch (const std::exception& e) {
+      ops::fail("tensor", e.what(), where);
+    }
+  }
+  return upload_host_bytes(bytes, dtype, shape, device, sharding, where);
 }
 
 double Tensor::item(std::source_location where) const {

@@ -70,6 +70,15 @@ class TensorRuntime {
   /// Throws std::out_of_range naming the devices there are when `device` is not one of them.
   virtual void check_device(Device device) = 0;
 
+  /// upload(), laid out over the SPMD mesh by `sharding` (a key of intern_sharding): each device
+  /// receives only its tile. Runtimes without a mesh upload the whole value.
+  [[nodiscard]] virtual IntrusivePtr<DeviceData> upload_sharded(std::vector<std::byte> bytes,
+                                                                DType dtype, const Shape& shape,
+                                                                Device device, int64_t sharding) {
+    (void)sharding;
+    return upload(std::move(bytes), dtype, shape, device);
+  }
+
   /// SPMD (mark_sharding and clear_sharding on device data): the data laid out over the mesh by
   /// `sharding` (a key of intern_sharding; -1 replicated), as new data, or `data` itself when the
   /// runtime does not lay out data over devices (one device, the reference runtime) or it is

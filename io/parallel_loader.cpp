@@ -12,6 +12,7 @@
 #include "actors/api.h"
 #include "actors/device_feed.h"
 #include "actors/replica_host.h"
+#include "graph/spmd.h"
 
 namespace axle {
 namespace {
@@ -72,10 +73,31 @@ ParallelLoader::ParallelLoader(DataLoader& loader, std::vector<Device> devices,
   check_at_least("loader_prefetch_size", options.loader_prefetch_size, 1);
   check_at_least("device_prefetch_size", options.device_prefetch_size, 1);
   check_at_least("host_to_device_transfer_threads", options.host_to_device_transfer_threads, 1);
+  std::shared_ptr<const PlaceField> place_field;
+  if (options.input_sharding) {
+    place_field = std::make_shared<const PlaceField>(
+        [sharding = *options.input_sharding, batchdim = options.batchdim](const CpuTensor& field,
+                                                                          Device device) {
+          const int rank = field.shape.rank();
+          PartitionSpec spec = sharding.partition_spec;
+          if (static_cast<int>(spec.size()) != rank) {
+            const std::size_t from = static_cast<std::size_t>(batchdim);
+            if (batchdim >= rank || from >= sharding.partition_spec.size()) {
+              throw std::invalid_argument(fmt::format(
+                  "ParallelLoader input_sharding {}: a batch field of shape {} has no batchdim {}",
+                  to_string(sharding.partition_spec), field.shape.to_string(), batchdim));
+            }
+            spec.assign(static_cast<std::size_t>(rank), PartitionDim(std::nullopt));
+            spec[from] = sharding.partition_spec[from];
+          }
+          return spmd::tensor_from_host_sharded(field, sharding.mesh, spec, device);
+        });
+  }
   feed_ = std::make_shared<DeviceFeed>(
       std::make_unique<DataLoaderSource>(loader), std::move(devices),
       LoaderLimits{.loader_prefetch_size = options.loader_prefetch_size,
-                   .device_prefetch_size = options.device_prefetch_size},
+                   .device_prefetch_size = options.device_prefetch_size,
+                   .place_field = std::move(place_field)},
       options.host_to_device_transfer_threads);
 }
 

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "graph/device.h"
+#include "graph/sharding.h"
 #include "graph/tensor.h"
 #include "io/data_loader.h"
 
@@ -21,11 +23,22 @@ class DeviceFeed;
 /// A batch on a device: the DataLoader batch's fields, as device tensors in the same order.
 using DeviceBatch = std::vector<Tensor>;
 
+/// SPMD: how the parallel loader lays each batch out over the mesh as it places it, as
+/// torch_xla's input_sharding=xs.ShardingSpec(mesh, partition_spec). A field whose rank is the
+/// spec's length takes the spec; any other field (labels beside images) is split along
+/// `batchdim` by the spec's entry for that dimension, its other dimensions replicated.
+struct InputSharding {
+  Mesh mesh;
+  PartitionSpec partition_spec;
+};
+
 /// How a ParallelLoader prefetches and steps. The defaults are PyTorch/XLA's.
 struct ParallelLoaderOptions {
-  /// The dimension of each field that holds the batch. PyTorch/XLA uses it only to shard inputs
-  /// across devices in SPMD; axle has no SPMD yet, so it is checked (not negative) and kept.
+  /// The dimension of each field that holds the batch (input_sharding splits fields along it).
   int batchdim = 0;
+  /// Under use_spmd(): each device receives only its shard of every batch (null: whole batches,
+  /// replicated on every device).
+  std::optional<InputSharding> input_sharding;
   /// Iterating marks a step (mark_step) after every this many batches, and at the epoch's end.
   int batches_per_execution = 1;
   /// Host batches read ahead of the transfers.

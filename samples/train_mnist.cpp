@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <string>
 
 #include "axle.h"
@@ -51,9 +52,30 @@ struct Flags {
   int num_devices = 0;  // replicas, one per device (0: as many as axle starts with)
   std::string trace;    // a Chrome trace of the first trace_steps steps
   int64_t trace_steps = 20;
-  bool ddp = false;   // DistributedDataParallel averages the gradients during backward
-  bool fsdp = false;  // FullyShardedDataParallel: each replica keeps 1/N of the model
+  bool ddp = false;          // DistributedDataParallel averages the gradients during backward
+  bool fsdp = false;         // FullyShardedDataParallel: each replica keeps 1/N of the model
+  bool spmd = false;         // one program over a data x model mesh of every device (use_spmd)
+  std::string mesh = "4,1";  // --spmd's mesh shape: data, model
 };
+
+// "D,M" as the mesh shape {D, M}.
+std::vector<int64_t> mesh_shape(const std::string& text) {
+  const auto comma = text.find(',');
+  std::size_t used = 0;
+  try {
+    if (comma != std::string::npos) {
+      const int64_t data = std::stoll(text.substr(0, comma), &used);
+      if (used == comma) {
+        const std::string rest = text.substr(comma + 1);
+        const int64_t model = std::stoll(rest, &used);
+        if (used == rest.size() && data > 0 && model > 0) return {data, model};
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  throw std::invalid_argument(
+      fmt::format("--mesh must be two positive sizes, data then model (e.g. 2,2), not '{}'", text));
+}
 
 std::shared_ptr<const Dataset> dataset(const Flags& flags, Split split) {
   if (flags.fake_data) {
@@ -276,7 +298,117 @@ void train_replica(const Flags& flags, Summary& summary) {
   }
 }
 
+// With --spmd: one program over a mesh of every device, axes "data" and "model", as torch_xla's
+// SPMD samples. The batch is split over "data" as the loader places it; the first hidden layer
+// is column-parallel and the next row-parallel over "model" (Megatron), so one all_reduce joins
+// them; the compiler adds the collectives the rest needs (the gradients' reduction over "data").
+int train_spmd(const Flags& flags) {
+  const auto start = Clock::now();
+  const std::vector<int64_t> shape = mesh_shape(flags.mesh);
+  const int64_t devices = shape[0] * shape[1];
+  if (devices != device_count()) {
+    throw std::invalid_argument(fmt::format("--mesh {} holds {} devices, but there are {}",
+                                            flags.mesh, devices, device_count()));
+  }
+  if (flags.batch_size % shape[0] != 0) {
+    throw std::invalid_argument(
+        fmt::format("--batch_size {} does not split evenly over the mesh's {} data shards",
+                    flags.batch_size, shape[0]));
+  }
+  std::vector<int64_t> ids(static_cast<std::size_t>(devices));
+  std::iota(ids.begin(), ids.end(), 0);
+  const spmd::Mesh mesh(ids, shape, {"data", "model"});
+  const Device device = xla_device();
+  set_rng_state(flags.seed, device);
+  std::shared_ptr<nn::Module> model = make_mnist_model(flags.model, device);
+  if (!flags.init.empty()) load_weights(*model, flags.init, device);
+  constexpr auto None = std::nullopt;
+  for (const auto& [name, parameter] : model->named_parameters()) {
+    if (name == "fc1.weight") spmd::mark_sharding(parameter, mesh, {"model", None});
+    if (name == "fc1.bias") spmd::mark_sharding(parameter, mesh, {"model"});
+    if (name == "fc2.weight") spmd::mark_sharding(parameter, mesh, {None, "model"});
+  }
+  optim::SGD optimizer(model->parameters(), {.lr = flags.lr, .momentum = flags.momentum});
+  DataLoader train_loader(dataset(flags, Split::kTrain),
+                          DataLoaderOptions{.batch_size = flags.batch_size,
+                                            .shuffle = flags.shuffle != 0,
+                                            .seed = flags.seed,
+                                            .drop_last = true,
+                                            .num_workers = flags.num_workers});
+  const ParallelLoaderOptions sharded{.input_sharding =
+                                          InputSharding{mesh, {"data", None, None, None}}};
+  auto tracker = std::make_shared<RateTracker>();
+  int64_t step = 0, samples = 0;
+  bool done = false;
+  for (int epoch = 1; epoch <= flags.num_epochs && !done; ++epoch) {
+    train_loader.set_epoch(epoch - 1);
+    for (const DeviceBatch& batch : MpDeviceLoader(train_loader, device, sharded)) {
+      optimizer.zero_grad();
+      const Tensor loss = nn::nll_loss((*model)(batch[0]), batch[1]);
+      loss.backward();
+      optimizer.step();  // the program holds the gradients' reduction over "data"
+      ++step;
+      const int64_t batch_samples = batch[1].size(0);
+      samples += batch_samples;
+      if (flags.log_steps > 0 && step % flags.log_steps == 0) {
+        add_step_closure(
+            [tracker, loss, step, epoch, batch_samples, flags_log = flags.log_steps] {
+              tracker->add(batch_samples * flags_log);
+              fmt::print(
+                  "| Training Device=xla:0/spmd Epoch={} Step={} Loss={:.5f} Rate={:.2f} "
+                  "GlobalRate={:.2f} Time={}\n",
+                  epoch, step, loss.item(), tracker->rate(), tracker->global_rate(), now_text());
+              std::fflush(stdout);
+            },
+            /*run_async=*/true);
+      }
+      if (flags.max_steps > 0 && step >= flags.max_steps) {
+        mark_step();
+        done = true;
+        break;
+      }
+    }
+  }
+  wait_device_ops();
+  const double train_seconds = seconds_since(start);
+  // Test: the batch split over "data" too.
+  model->eval();
+  int64_t correct = 0, seen = 0;
+  {
+    NoGradGuard no_grad;
+    DataLoader test_loader(
+        dataset(flags, Split::kTest),
+        DataLoaderOptions{
+            .batch_size = flags.batch_size, .drop_last = true, .num_workers = flags.num_workers});
+    Tensor hits = zeros(Shape{}, DType::kI64, device);
+    for (const DeviceBatch& batch : MpDeviceLoader(test_loader, device, sharded)) {
+      const Tensor predicted = argmax((*model)(batch[0]), 1);
+      hits = hits + sum(cast(eq(predicted, batch[1]), DType::kI64));
+      seen += batch[1].size(0);
+    }
+    correct = static_cast<int64_t>(hits.item());
+  }
+  // What each device holds of the parameters, against the whole model.
+  int64_t whole_bytes = 0, device_bytes = 0;
+  for (const Tensor& p : model->parameters()) {
+    const DeviceData& data = *p.impl()->data();
+    whole_bytes += static_cast<int64_t>(data.bytes());
+    device_bytes += static_cast<int64_t>(data.sharded() ? data.shards()[0]->bytes() : data.bytes());
+  }
+  if (!flags.save.empty()) save_weights(*model, flags.save);
+  if (flags.metrics_debug) fmt::print("{}", metrics_report());
+  fmt::print(
+      "{{\"final_test_accuracy\":{:.4f},\"train_samples_per_s\":{:.1f},\"compiles\":{},"
+      "\"devices\":{},\"spmd\":true,\"mesh\":\"{}\",\"parameter_bytes\":{},"
+      "\"parameter_bytes_per_device\":{}}}\n",
+      seen == 0 ? 0.0 : static_cast<double>(correct) / seen,
+      static_cast<double>(samples) / train_seconds, counter_value("UncachedCompile").value_or(0),
+      devices, flags.mesh, whole_bytes, device_bytes);
+  return 0;
+}
+
 int train(const Flags& flags) {
+  if (flags.spmd) return train_spmd(flags);
   const auto start = Clock::now();
   Summary summary;
   if (!flags.trace.empty()) start_trace(flags.trace);
@@ -313,10 +445,19 @@ int main(int argc, char** argv) {
   CLI::Option* ddp_flag = app.add_flag(
       "--ddp", flags.ddp,
       "train through DistributedDataParallel (gradients averaged in buckets during backward)");
-  app.add_flag("--fsdp", flags.fsdp,
-               "train through FullyShardedDataParallel (parameters, gradients and momentum "
-               "sharded 1/N across the replicas)")
-      ->excludes(ddp_flag);
+  CLI::Option* fsdp_flag =
+      app.add_flag("--fsdp", flags.fsdp,
+                   "train through FullyShardedDataParallel (parameters, gradients and momentum "
+                   "sharded 1/N across the replicas)")
+          ->excludes(ddp_flag);
+  app.add_flag("--spmd", flags.spmd,
+               "one program over a mesh of every device (use_spmd): the batch split over "
+               "\"data\", the hidden layers over \"model\"")
+      ->excludes(ddp_flag)
+      ->excludes(fsdp_flag);
+  app.add_option("--mesh", flags.mesh,
+                 "--spmd's mesh shape, data,model (e.g. 4,1 data-parallel, 1,4 model-parallel); "
+                 "sets the device count");
   app.add_flag("--fake_data", flags.fake_data, "synthetic data instead of Fashion-MNIST");
   app.add_option("--seed", flags.seed);
   app.add_option("--log_steps", flags.log_steps, "print the loss every this many steps")
@@ -340,9 +481,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     // The devices are made on first use, from CPU_NUM_DEVICES: --num_devices sets it first.
+    if (flags.spmd) {
+      const std::vector<int64_t> mesh = axle::samples::mesh_shape(flags.mesh);
+      flags.num_devices = static_cast<int>(mesh[0] * mesh[1]);
+    }
     if (flags.num_devices > 0) {
       axle::config::set("CPU_NUM_DEVICES", std::to_string(flags.num_devices));
     }
+    if (flags.spmd) axle::use_spmd();
     flags.num_devices = axle::device_count();
     if (!flags.fake_data && !std::filesystem::exists(flags.data_dir)) {
       std::fprintf(stderr, "train_mnist: no dataset in %s; training on --fake_data\n",

@@ -269,6 +269,46 @@ TEST(TrainMnist, DdpInTwoProcessesOfTwoDevicesTrainsAsOptimizerStepInOneProcessO
 
 namespace {
 
+// The losses logged as "Step=N Loss=X", by step.
+std::vector<double> logged_losses(const std::string& output) {
+  std::vector<double> losses;
+  for (std::size_t at = output.find(" Step="); at != std::string::npos;
+       at = output.find(" Step=", at + 1)) {
+    const std::size_t loss = output.find("Loss=", at);
+    if (loss == std::string::npos) break;
+    losses.push_back(std::stod(output.substr(loss + 5)));
+  }
+  return losses;
+}
+
+// --spmd: one program over a mesh of four devices — data-parallel (4,1), model-parallel (1,4:
+// fc1 column- and fc2 row-parallel) and both (2,2) — logs the one-device run's losses at every
+// one of 20 steps, and keeps a quarter (1,4) or a half (2,2) of the split
+// weights per device on the model axis.
+TEST(TrainMnist, SpmdMeshesLogTheOneDeviceLosses) {
+  const std::string common = " --fake_data --batch_size 64 --max_steps 20 --log_steps 1 --seed 5";
+  const TrainerRun one = train("--model mlp --num_devices 1" + common);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const std::vector<double> want = logged_losses(one.output);
+  ASSERT_EQ(want.size(), 20u) << one.output;
+  for (const std::string mesh : {"4,1", "1,4", "2,2"}) {
+    const TrainerRun run = train("--model mlp --spmd --mesh " + mesh + common);
+    ASSERT_EQ(run.status, 0) << run.output;
+    ASSERT_TRUE(run.summary.is_object()) << run.output;
+    const std::vector<double> got = logged_losses(run.output);
+    ASSERT_EQ(got.size(), want.size()) << run.output;
+    for (std::size_t s = 0; s < want.size(); ++s) {
+      // Printed to 5 decimals: within one unit of the last digit, and 1e-5 relative.
+      EXPECT_NEAR(got[s], want[s], 1e-5 * want[s] + 1e-5) << "mesh " << mesh << " step " << s + 1;
+    }
+    const double whole = run.summary["parameter_bytes"].get<double>();
+    const double per_device = run.summary["parameter_bytes_per_device"].get<double>();
+    const double model_axis = mesh == "1,4" ? 4 : mesh == "2,2" ? 2 : 1;
+    // fc1 and fc2 are 98% of the MLP's weights.
+    EXPECT_LE(per_device, whole * (0.02 + 0.98 / model_axis) * 1.01) << run.output;
+  }
+}
+
 TEST(TrainMnist, FlagsOutOfRangeAreNamedInASentence) {
   for (const auto& [flags, want] : std::vector<std::pair<std::string, std::string>>{
            {"--batch_size 0", "--batch_size: must be positive; got 0"},
