@@ -172,8 +172,9 @@ void LazySystem::enable_spmd() {
         "use_spmd: SPMD over the devices of several processes is not supported yet; run one "
         "process with CPU_NUM_DEVICES devices");
   }
-  // The mesh's devices meet in their collectives as the replicas of one group.
-  rendezvous_actor_.tell(OpenGroup{kSpmdGroup, device_count(), 0, device_count()});
+  // The mesh's devices meet in their collectives as the replicas of one group, open before any
+  // device can come to one.
+  rendezvous_actor_.ask(OpenGroup{kSpmdGroup, device_count(), 0, device_count()}).get();
   spmd_.store(true, std::memory_order_release);
 }
 

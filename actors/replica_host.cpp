@@ -339,8 +339,19 @@ void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wai
   const int devices = system.device_count();
   const auto sync_start =
       system.observers().empty() ? std::chrono::steady_clock::time_point{} : observer_now();
+  // A tensor keeps its layout from step to step (as torch_xla's sharding spec on a tensor): its
+  // new value is annotated with it, so that propagation does not lay out, say, an optimizer
+  // state updated in place otherwise than the last step did (which would compile again).
+  std::vector<NodePtr> roots = sync.roots;
+  for (std::size_t i = 0; i < sync.tensors.size(); ++i) {
+    const int64_t sharding = sync.tensors[i]->sharding();
+    NodePtr& root = roots[sync.root_of[i]];
+    if (sharding < 0 || root->op() == Op::kCustomSharding) continue;
+    root = make_intrusive<Node>(Op::kCustomSharding, root->dtype(), root->shape(), Operands{root},
+                                IntAttrs{sharding}, RealAttrs{}, root->where());
+  }
   StepGraph& graph = step_graph_;
-  build_step_graph(sync.roots, graph, scratch_, 2 * trace_->nodes_since_step());
+  build_step_graph(roots, graph, scratch_, 2 * trace_->nodes_since_step());
   if (may_donate) mark_donations(graph, system.observers());
   graph.hash = hash_combine(graph.hash, 0x73706d6400000000ULL + static_cast<uint64_t>(devices));
   std::vector<ExecuteInput> inputs;

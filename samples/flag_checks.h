@@ -4,8 +4,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace axle::samples {
 
@@ -40,6 +43,25 @@ inline CLI::Validator non_negative() {
         return {};
       },
       "NONNEGATIVE", "non_negative");
+}
+
+/// --mesh "D,M" as the SPMD mesh shape {D, M} (axes "data" and "model"); throws
+/// std::invalid_argument naming the flag otherwise.
+inline std::vector<int64_t> mesh_shape(const std::string& text) {
+  const auto comma = text.find(',');
+  if (comma != std::string::npos) {
+    const std::string data = text.substr(0, comma), model = text.substr(comma + 1);
+    double d = 0, m = 0;
+    if (detail::parse_number(data, d) && detail::parse_number(model, m) && d >= 1 && m >= 1 &&
+        d == static_cast<double>(static_cast<int64_t>(d)) &&
+        m == static_cast<double>(static_cast<int64_t>(m))) {
+      return {static_cast<int64_t>(d), static_cast<int64_t>(m)};
+    }
+  }
+  throw std::invalid_argument(
+      "--mesh must be two positive whole sizes, data then model (e.g. "
+      "2,2), not '" +
+      text + "'");
 }
 
 }  // namespace axle::samples

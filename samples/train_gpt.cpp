@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <memory>
 #include <numbers>
+#include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,7 +53,9 @@ struct Flags {
   int shuffle = 0;  // 0: the deterministic rule, the batches a reference run of it sees
   std::string init;
   std::string save;
-  int num_devices = 0;  // replicas, one per device (0: as many as axle starts with)
+  int num_devices = 0;       // replicas, one per device (0: as many as axle starts with)
+  bool spmd = false;         // one program over a data x model mesh of every device
+  std::string mesh = "2,2";  // --spmd's mesh shape: data, model
   int64_t log_steps = 10;
   std::string logdir;  // a JSON line per logged step and evaluation, in logdir/train_gpt.jsonl
   int64_t sample = 0;
@@ -194,7 +198,26 @@ void save_weights(const nn::Module& model, const std::string& path) {
   save_safetensors(path, host);
 }
 
+// --spmd: Megatron-style tensor parallelism over "model" — in each block, c_attn (the heads'
+// q, k and v) and c_fc column-parallel, the c_proj after each row-parallel — so every block's
+// attention and MLP end in one all_reduce. Embeddings, LayerNorms and the c_proj biases stay
+// replicated; the batch is split over "data" by the loader.
+void shard_megatron(const nn::Module& gpt, const spmd::Mesh& mesh) {
+  constexpr auto None = std::nullopt;
+  for (const auto& [name, p] : gpt.named_parameters()) {
+    if (name.ends_with("attn.c_attn.weight") || name.ends_with("mlp.c_fc.weight")) {
+      spmd::mark_sharding(p, mesh, {"model", None});
+    } else if (name.ends_with("attn.c_attn.bias") || name.ends_with("mlp.c_fc.bias")) {
+      spmd::mark_sharding(p, mesh, {"model"});
+    } else if (name.ends_with("c_proj.weight")) {
+      spmd::mark_sharding(p, mesh, {None, "model"});
+    }
+  }
+}
+
 struct Summary {
+  int64_t parameter_bytes = 0;             // the whole model's
+  int64_t parameter_bytes_per_device = 0;  // what device 0 holds of it (--spmd)
   double first_loss = 0;
   double final_train_loss = 0;
   double final_val_loss = 0;
@@ -222,6 +245,14 @@ void train_replica(const Flags& flags,
                                       .checkpoint_activations = flags.checkpoint_activations},
                             device);
   if (!flags.init.empty()) load_weights(*gpt, flags.init, device);
+  std::optional<spmd::Mesh> mesh;
+  if (flags.spmd) {
+    const std::vector<int64_t> shape = mesh_shape(flags.mesh);
+    std::vector<int64_t> ids(static_cast<std::size_t>(shape[0] * shape[1]));
+    std::iota(ids.begin(), ids.end(), 0);
+    mesh.emplace(ids, shape, std::vector<std::string>{"data", "model"});
+    shard_megatron(*gpt, *mesh);
+  }
   // With --fsdp each replica keeps 1/N of every parameter, sharded along dim 0 so that matrices
   // stay matrices (the weight-decay groups below go by dims); each block is a unit of its own.
   std::shared_ptr<FullyShardedDataParallel> fsdp;
@@ -281,7 +312,9 @@ void train_replica(const Flags& flags,
                         .num_workers = 0,
                         .sampler = std::make_shared<ReplicaBatches>(
                             flags.max_steps, flags.batch_size, world, ordinal)});
-  MpDeviceLoader device_loader(train_loader, device);
+  ParallelLoaderOptions loader_options;
+  if (mesh) loader_options.input_sharding = InputSharding{*mesh, {"data", std::nullopt}};
+  MpDeviceLoader device_loader(train_loader, device, loader_options);
   int64_t step = 0;
   for (const DeviceBatch& batch : device_loader) {
     ++step;
@@ -380,6 +413,12 @@ void train_replica(const Flags& flags,
   std::vector<uint64_t> peaks = mesh_reduce("peak_device_bytes", memory.peak_bytes,
                                             [](const std::vector<uint64_t>& all) { return all; });
   if (master) {
+    for (const Tensor& p : gpt->parameters()) {
+      const DeviceData& data = *p.impl()->data();
+      summary.parameter_bytes += static_cast<int64_t>(data.bytes());
+      summary.parameter_bytes_per_device +=
+          static_cast<int64_t>(data.sharded() ? data.shards()[0]->bytes() : data.bytes());
+    }
     summary.first_loss = progress->first_loss;
     summary.final_train_loss = final_loss;
     summary.final_val_loss = val_loss;
@@ -398,26 +437,32 @@ int train(const Flags& flags) {
              corpus.files, corpus.bytes.size(), flags.data_dir, data.train.size(), data.val.size());
   const auto train_split = std::make_shared<const std::vector<uint8_t>>(data.train);
   Summary summary;
-  spawn([&](int) { train_replica(flags, train_split, data.val, summary); }, flags.num_devices);
+  if (flags.spmd) {
+    train_replica(flags, train_split, data.val, summary);  // one program over every device
+  } else {
+    spawn([&](int) { train_replica(flags, train_split, data.val, summary); }, flags.num_devices);
+  }
   if (process_index() != 0) return 0;
   if (flags.sample > 0) {
     fmt::print("| Sample ({} bytes, temperature {}, top_k {}):\n{}\n", flags.sample,
                flags.temperature, flags.top_k, summary.sample);
   }
   const int64_t tokens_per_step =
-      flags.batch_size * flags.block_size * flags.num_devices * process_count();
+      flags.batch_size * flags.block_size * (flags.spmd ? 1 : flags.num_devices * process_count());
   fmt::print(
       "{{\"final_train_loss\":{:.5f},\"final_val_loss\":{:.5f},\"val_bits_per_byte\":{:.5f},"
       "\"tokens_per_s\":{:.1f},\"step_ms\":{:.2f},\"compiles\":{},\"peak_device_bytes\":{},"
       "\"first_logged_loss\":{:.5f},\"steps\":{},\"corpus_files\":{},\"corpus_bytes\":{},"
       "\"devices\":{},\"world_size\":{},\"amp\":\"{}\",\"ddp\":{},"
-      "\"peak_device_bytes_by_ordinal\":[{}]}}\n",
+      "\"peak_device_bytes_by_ordinal\":[{}],\"spmd\":{},\"mesh\":\"{}\","
+      "\"parameter_bytes\":{},\"parameter_bytes_per_device\":{}}}\n",
       summary.final_train_loss, summary.final_val_loss, summary.final_val_loss / std::numbers::ln2,
       summary.step_ms > 0 ? 1000.0 * static_cast<double>(tokens_per_step) / summary.step_ms : 0.0,
       summary.step_ms, summary.compiles, summary.peak_device_bytes, summary.first_loss,
       flags.max_steps, corpus.files, corpus.bytes.size(), flags.num_devices,
-      flags.num_devices * process_count(), flags.amp, flags.ddp,
-      fmt::join(summary.peak_bytes_by_ordinal, ","));
+      flags.spmd ? 1 : flags.num_devices * process_count(), flags.amp, flags.ddp,
+      fmt::join(summary.peak_bytes_by_ordinal, ","), flags.spmd, flags.spmd ? flags.mesh : "",
+      summary.parameter_bytes, summary.parameter_bytes_per_device);
   return 0;
 }
 
@@ -470,10 +515,19 @@ int main(int argc, char** argv) {
       "--fsdp", flags.fsdp,
       "FullyShardedDataParallel: parameters, gradients and AdamW state sharded 1/N, each "
       "block gathered around its forward and again for its backward");
-  app.add_flag("--ddp", flags.ddp,
-               "train through DistributedDataParallel: gradients averaged in buckets during "
-               "backward instead of after it")
-      ->excludes(fsdp_flag);
+  CLI::Option* ddp_flag =
+      app.add_flag("--ddp", flags.ddp,
+                   "train through DistributedDataParallel: gradients averaged in buckets during "
+                   "backward instead of after it")
+          ->excludes(fsdp_flag);
+  app.add_flag("--spmd", flags.spmd,
+               "one program over a mesh of every device (use_spmd): the batch split over "
+               "\"data\", attention heads and MLP width over \"model\" (Megatron); "
+               "--batch_size is the whole batch")
+      ->excludes(fsdp_flag)
+      ->excludes(ddp_flag);
+  app.add_option("--mesh", flags.mesh,
+                 "--spmd's mesh shape, data,model (e.g. 2,2); sets the device count");
   app.add_flag("--checkpoint_activations", flags.checkpoint_activations,
                "recompute each block's activations in the backward pass instead of keeping them");
   app.add_option("--amp", flags.amp,
@@ -482,10 +536,20 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "bf16"}));
   CLI11_PARSE(app, argc, argv);
   try {
+    if (flags.spmd) {
+      const std::vector<int64_t> mesh = axle::samples::mesh_shape(flags.mesh);
+      flags.num_devices = static_cast<int>(mesh[0] * mesh[1]);
+      if (flags.batch_size % mesh[0] != 0) {
+        throw std::invalid_argument(
+            fmt::format("--batch_size {} does not split evenly over the mesh's {} data shards",
+                        flags.batch_size, mesh[0]));
+      }
+    }
     if (flags.num_devices > 0) {
       axle::config::set("CPU_NUM_DEVICES", std::to_string(flags.num_devices));
     }
     flags.num_devices = axle::device_count();
+    if (flags.spmd) axle::use_spmd();
     return axle::samples::train(flags);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_gpt: %s\n", e.what());

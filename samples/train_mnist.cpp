@@ -58,25 +58,6 @@ struct Flags {
   std::string mesh = "4,1";  // --spmd's mesh shape: data, model
 };
 
-// "D,M" as the mesh shape {D, M}.
-std::vector<int64_t> mesh_shape(const std::string& text) {
-  const auto comma = text.find(',');
-  std::size_t used = 0;
-  try {
-    if (comma != std::string::npos) {
-      const int64_t data = std::stoll(text.substr(0, comma), &used);
-      if (used == comma) {
-        const std::string rest = text.substr(comma + 1);
-        const int64_t model = std::stoll(rest, &used);
-        if (used == rest.size() && data > 0 && model > 0) return {data, model};
-      }
-    }
-  } catch (const std::exception&) {
-  }
-  throw std::invalid_argument(
-      fmt::format("--mesh must be two positive sizes, data then model (e.g. 2,2), not '{}'", text));
-}
-
 std::shared_ptr<const Dataset> dataset(const Flags& flags, Split split) {
   if (flags.fake_data) {
     return std::make_shared<FakeData>(FakeDataOptions{

@@ -234,7 +234,9 @@ class CpuProgramRun final : public ProgramRun {
       const std::size_t bytes = program_.slots[call.output].bytes();
       // A buffer another member of a collective still reads (or shares as its result) is never
       // written over: it is taken in place or pooled only while this run holds it alone.
-      if (planned_ && plan.in_place[c] >= 0 && slots_[plan.in_place[c]]->use_count() == 1) {
+      // (A collective's result may be a larger buffer than its slot: only an exact fit is taken.)
+      if (planned_ && plan.in_place[c] >= 0 && slots_[plan.in_place[c]]->use_count() == 1 &&
+          slots_[plan.in_place[c]]->bytes() == bytes) {
         out = std::move(slots_[plan.in_place[c]]);  // the kernel writes over its dying operand
       } else if (auto it = is_output_[call.output] ? pool_.find(bytes) : pool_.lower_bound(bytes);
                  planned_ && it != pool_.end() && it->first <= 2 * bytes) {
@@ -269,6 +271,14 @@ class CpuProgramRun final : public ProgramRun {
     if (!stopped_ || !result || result->bytes() < program_.slots[call.output].bytes()) {
       throw std::logic_error(fmt::format("{}: no collective result of the output's size to finish",
                                          describe_call(program_, call)));
+    }
+    const std::size_t bytes = program_.slots[call.output].bytes();
+    if (result->bytes() != bytes && is_output_[call.output]) {
+      // A result shared among the members is larger than this member's share: the caller gets
+      // a buffer of the output's own size.
+      IntrusivePtr<DeviceMemory> exact = backend_.allocate(device_, bytes);
+      std::memcpy(exact->data(), result->data(), bytes);
+      result = std::move(exact);
     }
     slots_[call.output] = std::move(result);
   }

@@ -46,8 +46,9 @@ void Adam::step() {
       m = zeros_like(p);
       v = zeros_like(p);
     }
-    m = m * options_.beta1 + g * (1 - options_.beta1);
-    v = v * options_.beta2 + g * g * (1 - options_.beta2);
+    // In place, as torch's: the state tensors live on, with their SPMD layout.
+    m.copy_(m * options_.beta1 + g * (1 - options_.beta1));
+    v.copy_(v * options_.beta2 + g * g * (1 - options_.beta2));
     const Tensor denominator = sqrt(v) * hyperparameter(inverse_sqrt_correction2, p) + options_.eps;
     p.copy_(value - m / denominator * hyperparameter(step_size, p));
   }

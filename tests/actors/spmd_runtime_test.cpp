@@ -13,6 +13,9 @@
 
 #include "actors/lazy_system.h"
 #include "axle.h"
+#include "io/data_loader.h"
+#include "io/fake_data.h"
+#include "io/parallel_loader.h"
 
 namespace axle::testing {
 namespace {
@@ -225,6 +228,35 @@ TEST_F(SpmdRuntime, ModelShardsHoldAQuarterOfTheWeights) {
   for (const IntrusivePtr<DeviceData>& shard : w.impl()->data()->shards()) {
     EXPECT_EQ(shard->bytes(), 16 * 8 * sizeof(float) / kDevices);
   }
+}
+
+TEST_F(SpmdRuntime, TheLoadersInputShardingPlacesEachDevicesShardOfTheBatch) {
+  auto data = std::make_shared<FakeData>(FakeDataOptions{.size = 16, .sample_shape = {1, 4, 4}});
+  DataLoader host(data, {.batch_size = 8});
+  std::vector<Batch> want;
+  for (const Batch& batch : host) want.push_back(batch);
+  DataLoader loader(data, {.batch_size = 8});
+  const Mesh mesh({0, 1, 2, 3}, {2, 2}, {"data", "model"});
+  std::size_t seen = 0;
+  for (const DeviceBatch& batch :
+       MpDeviceLoader(loader, Device{0},
+                      {.input_sharding = InputSharding{mesh, {"data", None, None, None}}})) {
+    ASSERT_LT(seen, want.size());
+    // Images by the spec, labels (rank 1) along the batch dim by its "data" entry.
+    const std::vector<Shape> shard_shapes{{4, 1, 4, 4}, {4}};
+    for (std::size_t field = 0; field < 2; ++field) {
+      const DeviceData& on_mesh = *batch[field].impl()->data();
+      ASSERT_TRUE(on_mesh.sharded());
+      EXPECT_GE(on_mesh.sharding(), 0);
+      for (const IntrusivePtr<DeviceData>& shard : on_mesh.shards()) {
+        EXPECT_EQ(shard->shape(), shard_shapes[field]);
+      }
+      EXPECT_EQ(batch[field].to_cpu().bytes, want[seen][field].bytes) << "field " << field;
+    }
+    EXPECT_EQ(get_sharding_spec(batch[1]), "{devices=[2,2]0,1,2,3 last_tile_dim_replicate}");
+    ++seen;
+  }
+  EXPECT_EQ(seen, want.size());
 }
 
 TEST_F(SpmdRuntime, OtherDevicesDoNotExistUnderSpmd) {
