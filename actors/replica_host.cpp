@@ -13,6 +13,7 @@
 #include "actors/spmd_runtime.h"
 #include "engine/hash.h"
 #include "engine/log.h"
+#include "engine/metrics.h"
 #include "engine/this_thread.h"
 
 namespace axle {
@@ -371,6 +372,8 @@ void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wai
   graph.clear();
   const IntrusivePtr<Executable> program = compiled.get();
   const Executable::Spmd& layout = program->spmd;
+  // What the partitioner estimates each device's collectives move in this step.
+  AXLE_COUNTER_INC("SpmdCollectiveBytes", layout.collective_bytes);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].data) continue;
     const int64_t wanted = i < layout.input_shardings.size() ? layout.input_shardings[i] : -1;
