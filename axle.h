@@ -20,6 +20,7 @@
 #include "graph/nn/module.h"
 #include "graph/ops.h"
 #include "graph/spmd.h"
+#include "graph/spmd_fsdp.h"
 #include "graph/optim/lr_scheduler.h"
 #include "graph/optim/optimizer.h"
 #include "graph/tensor.h"

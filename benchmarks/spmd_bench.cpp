@@ -33,11 +33,10 @@ void run(const Options& o, std::optional<std::vector<int64_t>> mesh_shape) {
   if (mesh_shape) use_spmd();
   const Device device{0};
   set_rng_state(1, device);
-  samples::Gpt gpt(samples::GptConfig{.block_size = o.block_size,
-                                      .n_layer = o.n_layer,
-                                      .n_head = 4,
-                                      .n_embd = o.n_embd},
-                   device);
+  samples::Gpt gpt(
+      samples::GptConfig{
+          .block_size = o.block_size, .n_layer = o.n_layer, .n_head = 4, .n_embd = o.n_embd},
+      device);
   std::optional<spmd::Mesh> mesh;
   constexpr auto None = std::nullopt;
   if (mesh_shape) {
@@ -76,9 +75,9 @@ void run(const Options& o, std::optional<std::vector<int64_t>> mesh_shape) {
     adam.step();
     mark_step(/*wait=*/true);
     if (step >= 2) {
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                             start)
-                       .count());
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
     }
   }
   const double collective =
@@ -93,10 +92,8 @@ void run(const Options& o, std::optional<std::vector<int64_t>> mesh_shape) {
   const std::string name =
       mesh_shape ? std::to_string((*mesh_shape)[0]) + "x" + std::to_string((*mesh_shape)[1])
                  : "1 device";
-  const std::map<std::string, Param> labels{{"mesh", name},
-                                            {"batch", o.batch},
-                                            {"n_layer", o.n_layer},
-                                            {"n_embd", o.n_embd}};
+  const std::map<std::string, Param> labels{
+      {"mesh", name}, {"batch", o.batch}, {"n_layer", o.n_layer}, {"n_embd", o.n_embd}};
   emit("spmd", "step_ms", quantile(ms, 0.5), "ms", labels);
   emit("spmd", "collective_bytes_per_step", collective, "bytes", labels);
   emit("spmd", "parameter_bytes_per_device_ratio",
