@@ -7,15 +7,20 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <tuple>
 #include <vector>
+
+#include <unistd.h>
 
 #include "actors/lazy_system.h"
 #include "axle.h"
 #include "io/data_loader.h"
 #include "io/fake_data.h"
+#include "io/formats/error.h"
 #include "io/parallel_loader.h"
+#include "io/spmd_checkpoint.h"
 
 namespace axle::testing {
 namespace {
@@ -340,6 +345,48 @@ TEST_F(SpmdRuntime, TheLoadersInputShardingPlacesEachDevicesShardOfTheBatch) {
     ++seen;
   }
   EXPECT_EQ(seen, want.size());
+}
+
+// A checkpoint saved from one mesh loads onto another: each tensor gets its value laid out as it
+// is, whatever layout saved it; and a damaged save is an error naming the file and key.
+TEST_F(SpmdRuntime, ACheckpointSavedOnOneMeshLoadsOntoAnother) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("axle_spmd_checkpoint_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::mt19937 rng(9);
+  const std::vector<float> w_values = random_values(rng, 8 * 6), b_values = random_values(rng, 8);
+  {
+    const Mesh two_by_two({0, 1, 2, 3}, {2, 2}, {"data", "model"});
+    const Tensor w = tensor(w_values, {8, 6});
+    const Tensor b = tensor(b_values, {8});
+    mark_sharding(w, two_by_two, {"model", "data"});
+    mark_sharding(b, two_by_two, {"model"});
+    save_spmd_checkpoint({{"w", w}, {"b", b}}, dir);
+  }
+  for (int d = 0; d < kDevices; ++d) {
+    EXPECT_TRUE(
+        std::filesystem::exists(dir / ("shard-" + std::to_string(d) + "-of-4.safetensors")));
+  }
+  // Onto other layouts: w by columns over a line of four, b replicated.
+  const Mesh line({0, 1, 2, 3}, {4}, {"x"});
+  const Tensor w = zeros({8, 6});
+  const Tensor b = zeros({8});
+  mark_sharding(w, line, {"x", None});
+  load_spmd_checkpoint({{"w", w}, {"b", b}}, dir);
+  EXPECT_EQ(w.to_vector<float>(), w_values);
+  EXPECT_EQ(b.to_vector<float>(), b_values);
+  EXPECT_EQ(w.impl()->data()->shards()[0]->shape(), (Shape{2, 6}));
+  EXPECT_EQ(b.impl()->data()->sharding(), -1);
+  // A key the checkpoint lacks, and a missing file.
+  EXPECT_THROW(load_spmd_checkpoint({{"other", zeros({8})}}, dir), FileError);
+  std::filesystem::remove(dir / "shard-3-of-4.safetensors");
+  try {
+    load_spmd_checkpoint({{"w", w}}, dir);
+    FAIL() << "expected FileError";
+  } catch (const FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard-3-of-4"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(SpmdRuntime, OtherDevicesDoNotExistUnderSpmd) {
