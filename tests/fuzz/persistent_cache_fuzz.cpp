@@ -8,14 +8,33 @@
 #include <string_view>
 
 #include "actors/persistent_cache.h"
+#include "actors/persistent_cache.pb.h"
+#include "engine/hash.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/persistent_cache_input.h"
+
+namespace {
+
+// The bytes of the entry file an input stands for.
+std::string cache_entry_bytes(uint8_t mode, std::string_view rest) {
+  if (!(mode & axle::fuzz::kWrapProgram)) return std::string(rest);
+  // What PersistentCache::encode_entry writes, around these program bytes.
+  axle::proto::CacheEntry entry;
+  entry.set_magic("axle compiled program");
+  entry.set_axle_version(AXLE_VERSION_STRING);
+  entry.set_graph_hash(axle::fuzz::kSeedHash);
+  entry.set_program(std::string(rest));
+  entry.set_program_checksum(axle::hash_string(entry.program()));
+  return entry.SerializeAsString();
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const uint8_t mode = data[0];
   const std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
-  const std::string bytes = axle::fuzz::cache_entry_bytes(mode, rest);
+  const std::string bytes = cache_entry_bytes(mode, rest);
   const axle::ProgramInterface expected = axle::fuzz::seed_interface();
   std::string why;
   const axle::IntrusivePtr<axle::Executable> program = axle::PersistentCache::decode_entry(

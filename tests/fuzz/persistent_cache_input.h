@@ -1,15 +1,12 @@
 // tests/fuzz: what the persistent cache's fuzz target and its seed generator share. An input is
 // a mode byte and then either a whole entry file or, to reach past the entry's checksum, the
-// bytes of a Program that the target wraps in a correct entry.
+// bytes of a Program that the target wraps in a correct entry. No protobuf here: the normal
+// build's seed test includes it too.
 #pragma once
 
 #include <cstdint>
-#include <string>
-#include <string_view>
 
 #include "actors/persistent_cache.h"
-#include "actors/persistent_cache.pb.h"
-#include "engine/hash.h"
 
 namespace axle::fuzz {
 
@@ -26,19 +23,6 @@ inline ProgramInterface seed_interface() {
   interface.inputs = {{DType::kF32, Shape{2, 3}}, {DType::kF32, Shape{2, 3}}};
   interface.outputs = {{DType::kF32, Shape{2, 3}}};
   return interface;
-}
-
-/// The bytes of the entry file an input stands for.
-inline std::string cache_entry_bytes(uint8_t mode, std::string_view rest) {
-  if (!(mode & kWrapProgram)) return std::string(rest);
-  // What PersistentCache::encode_entry writes, around these program bytes.
-  proto::CacheEntry entry;
-  entry.set_magic("axle compiled program");
-  entry.set_axle_version(AXLE_VERSION_STRING);
-  entry.set_graph_hash(kSeedHash);
-  entry.set_program(std::string(rest));
-  entry.set_program_checksum(hash_string(entry.program()));
-  return entry.SerializeAsString();
 }
 
 }  // namespace axle::fuzz

@@ -15,6 +15,7 @@
 #include "io/formats/idx.h"
 #include "io/formats/safetensors.h"
 #include "io/formats/shard_metadata.h"
+#include "tests/fuzz/persistent_cache_input.h"
 #include "tests/fuzz/sharded_checkpoint_input.h"
 
 namespace axle {
@@ -107,11 +108,13 @@ TEST(FuzzSeedsTest, PersistentCacheSeedsLoad) {
     SCOPED_TRACE(file.string());
     const std::string bytes = read_bytes(file);
     ASSERT_FALSE(bytes.empty());
-    if (bytes[0] & 1) continue;  // a bare program, wrapped by the fuzz target
+    if (bytes[0] & fuzz::kWrapProgram) continue;  // a bare program, wrapped by the fuzz target
     ++entries;
     std::string why;
-    // The hash tests/fuzz/persistent_cache_input.h stores them for.
-    EXPECT_TRUE(PersistentCache::decode_entry(bytes.substr(1), 0x00c0ffee5eed0001ULL, nullptr, why))
+    const ProgramInterface expected = fuzz::seed_interface();
+    EXPECT_TRUE(
+        PersistentCache::decode_entry(bytes.substr(1), fuzz::kSeedHash,
+                                      (bytes[0] & fuzz::kWithInterface) ? &expected : nullptr, why))
         << why;
   }
   EXPECT_GT(entries, 0u);
