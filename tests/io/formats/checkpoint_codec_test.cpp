@@ -198,7 +198,7 @@ TEST(CheckpointCodec, ADTypeDamagedIntoNonUtf8BytesIsRefusedQuietly) {
   const std::string what =
       error_message<FileError>([&] { (void)read_checkpoint(dir / "model.axle"); });
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
-  EXPECT_TRUE(contains(what, "key \"w\": unknown dtype")) << what;
+  EXPECT_TRUE(contains(what, "key \"w\": unknown dtype \"\\xff32\"")) << what;
 }
 
 // A key is any bytes, as the writer takes it: one that is not UTF-8 reads back (a proto3 string
