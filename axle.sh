@@ -13,6 +13,9 @@ PACKAGES=(
   zlib1g-dev nlohmann-json3-dev libcli11-dev
   openmpi-bin libopenmpi-dev iproute2
   dataset-fashion-mnist fortunes
+  # The fuzz targets (./axle.sh fuzz): clang with libFuzzer's runtime. Debian 12's default
+  # clang (14) has no std::source_location, which axle's headers use.
+  clang-16 libclang-rt-16-dev
 )
 
 JOBS=${AXLE_JOBS:-$(nproc)}
@@ -28,6 +31,11 @@ usage: ./axle.sh COMMAND [ARGS]
   demo [FLAGS]            deps + build when needed, then train the MNIST MLP for one epoch
                           (FLAGS go to build/bin/train_mnist, e.g. --model cnn)
   bench [NAME...]         run the benchmarks (all, or e.g. 'actor'), JSON lines on stdout
+  fuzz [SECONDS] [TARGET...]
+                          build the parsers' libFuzzer targets with clang, ASan and UBSan into
+                          build-fuzz/ and run each (or the named ones: idx, safetensors,
+                          checkpoint, sharded_checkpoint, persistent_cache) for SECONDS
+                          (default 60); \`test\` runs each for a few seconds
 USAGE
 }
 
@@ -93,6 +101,44 @@ cmd_build() {
   cmake --build "$dir" -j "$JOBS"
 }
 
+FUZZ_DIR="$ROOT/build-fuzz"
+FUZZ_CXX=clang++-16
+
+# Configures (once) and builds the fuzz targets: only the parsers' sources, instrumented.
+build_fuzz() {
+  ensure_deps
+  if [ ! -f "$FUZZ_DIR/CMakeCache.txt" ]; then
+    cmake -S "$ROOT" -B "$FUZZ_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_COMPILER="$FUZZ_CXX" -DAXLE_FUZZ=ON
+  fi
+  cmake --build "$FUZZ_DIR" -j "$JOBS"
+}
+
+cmd_fuzz() {
+  local seconds=60
+  if [ $# -gt 0 ] && [[ "$1" =~ ^[0-9]+$ ]]; then seconds=$1; shift; fi
+  build_fuzz
+  local names=("$@")
+  if [ ${#names[@]} -eq 0 ]; then
+    for exe in "$FUZZ_DIR"/bin/*_fuzz; do names+=("$(basename "${exe%_fuzz}")"); done
+  fi
+  local failed=()
+  for n in "${names[@]}"; do
+    if [ ! -x "$FUZZ_DIR/bin/${n}_fuzz" ]; then
+      echo "axle: no fuzz target '$n' (have: $(cd "$FUZZ_DIR/bin" && ls *_fuzz | sed 's/_fuzz//' | tr '\n' ' '))" >&2
+      exit 2
+    fi
+    echo "axle: fuzzing $n for ${seconds}s" >&2
+    cmake -DFUZZER="$FUZZ_DIR/bin/${n}_fuzz" -DNAME="$n" -DSECONDS="$seconds" \
+      -DSEEDS="$ROOT/tests/fuzz/$n" -DWORK="$FUZZ_DIR" -P "$ROOT/tests/fuzz/run_fuzzer.cmake" ||
+      failed+=("$n")
+  done
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "axle: fuzz targets failed: ${failed[*]} (inputs in $FUZZ_DIR/crashes/)" >&2
+    exit 1
+  fi
+}
+
 cmd_test() {
   parse_sanitize "$@"
   local ctest_args=("${REST[@]}")
@@ -102,7 +148,19 @@ cmd_test() {
   if [ "$SANITIZE" = thread ]; then
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/tsan.supp ${TSAN_OPTIONS:-}"
   fi
+  # The fuzz targets, a few seconds each (label fuzz), before the suite so that the suite's
+  # summary closes the output. A sanitizer run is about the main build: it skips them.
+  local fuzz_status=0
+  if [ -z "$SANITIZE" ]; then
+    build_fuzz
+    ctest --test-dir "$FUZZ_DIR" --output-on-failure -j "$JOBS" --timeout 600 "${ctest_args[@]}" ||
+      fuzz_status=$?
+  fi
   ctest --test-dir "$dir" --output-on-failure -j "$JOBS" --timeout 600 "${ctest_args[@]}"
+  if [ "$fuzz_status" -ne 0 ]; then
+    echo "axle: the fuzz tests failed (above; inputs in $FUZZ_DIR/crashes/)" >&2
+    exit "$fuzz_status"
+  fi
 }
 
 cmd_demo() {
@@ -133,6 +191,7 @@ case "${1:-help}" in
   test) shift; cmd_test "$@" ;;
   demo) shift; cmd_demo "$@" ;;
   bench) shift; cmd_bench "$@" ;;
+  fuzz) shift; cmd_fuzz "$@" ;;
   help|-h|--help) usage ;;
   *) echo "axle: unknown command '$1'" >&2; usage >&2; exit 2 ;;
 esac

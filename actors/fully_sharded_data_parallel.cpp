@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -651,76 +650,6 @@ nn::StateDict FullyShardedDataParallel::sharded_checkpoint() const {
   state.emplace_back("shard_metadata",
                      tensor(chars, Shape({static_cast<int64_t>(chars.size())}), device));
   return state;
-}
-
-std::string ShardMetadata::to_text() const {
-  std::string out =
-      fmt::format("axle_fsdp_shard_metadata 1\nworld_size {}\nrank {}\n", world_size, rank);
-  for (const FlatParameterInfo& flat : flat_params) {
-    out += fmt::format("flat {} {} {} {} {} {}\n", flat.name, static_cast<int>(flat.dtype),
-                       flat.padded_numel, flat.dim_0 ? 1 : 0, flat.shard_shape.size(),
-                       fmt::join(flat.shard_shape, " "));
-    for (const ShardedParameterInfo& p : flat.params) {
-      out += fmt::format("param {} {} {} {} {} {}\n", p.offset, p.numel, p.shape.size(),
-                         fmt::join(p.shape, " "), p.names.size(), fmt::join(p.names, " "));
-    }
-  }
-  return out;
-}
-
-ShardMetadata ShardMetadata::from_text(const std::string& text) {
-  std::istringstream in(text);
-  auto bad = [](const std::string& what) {
-    throw std::invalid_argument("shard metadata: " + what);
-  };
-  std::string word;
-  int version = 0;
-  if (!(in >> word >> version) || word != "axle_fsdp_shard_metadata" || version != 1) {
-    bad("not axle's FSDP shard metadata (version 1)");
-  }
-  ShardMetadata meta;
-  if (!(in >> word >> meta.world_size) || word != "world_size" || meta.world_size < 1) {
-    bad("world_size is missing");
-  }
-  if (!(in >> word >> meta.rank) || word != "rank" || meta.rank < 0 ||
-      meta.rank >= meta.world_size) {
-    bad("rank is missing or out of range");
-  }
-  auto read_dims = [&](std::vector<int64_t>& dims) {
-    std::size_t n = 0;
-    if (!(in >> n) || n > 16) bad("a shape is damaged");
-    dims.resize(n);
-    for (auto& d : dims) {
-      if (!(in >> d) || d < 0) bad("a shape is damaged");
-    }
-  };
-  while (in >> word) {
-    if (word == "flat") {
-      FlatParameterInfo flat;
-      int dtype = 0, dim_0 = 0;
-      if (!(in >> flat.name >> dtype >> flat.padded_numel >> dim_0) || dtype < 0 ||
-          dtype >= kNumDTypes) {
-        bad("a flat parameter's line is damaged");
-      }
-      flat.dtype = static_cast<DType>(dtype);
-      flat.dim_0 = dim_0 != 0;
-      read_dims(flat.shard_shape);
-      meta.flat_params.push_back(std::move(flat));
-    } else if (word == "param") {
-      if (meta.flat_params.empty()) bad("a parameter comes before any flat parameter");
-      ShardedParameterInfo p;
-      if (!(in >> p.offset >> p.numel)) bad("a parameter's line is damaged");
-      read_dims(p.shape);
-      std::size_t names = 0;
-      if (!(in >> names) || names == 0) bad("a parameter has no name");
-      p.names.resize(names);
-      for (auto& n : p.names) in >> n;
-      meta.flat_params.back().params.push_back(std::move(p));
-    } else {
-      bad("unexpected \"" + word + "\"");
-    }
-  }
-  return meta;
 }
 
 }  // namespace axle

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "graph/nn/module.h"
+// ShardMetadata: the file format of sharded checkpoints, below actors.
+#include "io/formats/shard_metadata.h"
 
 namespace axle {
 
@@ -63,36 +65,6 @@ struct FsdpOptions {
   std::optional<DType> buffer_dtype;
   /// Nested units; none when empty.
   AutoWrapPolicy auto_wrap_policy;
-};
-
-/// Where one original parameter lives in a flat shard.
-struct ShardedParameterInfo {
-  std::vector<std::string> names;  ///< its names in the unwrapped model (tied ones: each)
-  std::vector<int64_t> shape;
-  int64_t offset = 0;  ///< first element in the unsharded flat parameter
-  int64_t numel = 0;
-};
-
-/// One flat parameter: its shard's state_dict name and what it holds.
-struct FlatParameterInfo {
-  std::string name;  ///< "…flat_param_0" in the wrapper's state_dict
-  DType dtype = DType::kF32;
-  int64_t padded_numel = 0;          ///< shard numel × world size
-  std::vector<int64_t> shard_shape;  ///< the shard's own shape
-  bool dim_0 = false;                ///< sharded along dim 0 of its only parameter, not flattened
-  std::vector<ShardedParameterInfo> params;
-};
-
-/// What consolidate_sharded_checkpoints needs to put the shards together, as torch_xla's
-/// get_shard_metadata(): one per replica, saved with its state_dict().
-struct ShardMetadata {
-  int world_size = 1;
-  int rank = 0;
-  std::vector<FlatParameterInfo> flat_params;  ///< every unit's, nested ones too
-  /// A line-based text form, stored in a checkpoint as the I32 tensor "shard_metadata".
-  [[nodiscard]] std::string to_text() const;
-  /// Parses to_text()'s form; throws std::invalid_argument naming what is wrong.
-  [[nodiscard]] static ShardMetadata from_text(const std::string& text);
 };
 
 /// A module trained fully sharded, as torch_xla's XlaFullyShardedDataParallel. Wrap a module

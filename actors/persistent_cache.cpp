@@ -158,7 +158,7 @@ std::string decode(const proto::Program& in, Executable& out) {
   return program_error(out);
 }
 
-std::string encode_entry(uint64_t hash, const Executable& program) {
+std::string encode_entry_bytes(uint64_t hash, const Executable& program) {
   proto::Program encoded;
   encode(program, encoded);
   proto::CacheEntry entry;
@@ -175,7 +175,7 @@ std::string encode_entry(uint64_t hash, const Executable& program) {
 }
 
 // Fills `out` from a file's bytes; returns what is wrong with them, or empty.
-std::string decode_entry(std::string_view bytes, uint64_t hash, Executable& out) {
+std::string decode_entry_bytes(std::string_view bytes, uint64_t hash, Executable& out) {
   proto::CacheEntry entry;
   if (!entry.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return "it does not parse (truncated or damaged)";
@@ -331,17 +331,27 @@ IntrusivePtr<Executable> PersistentCache::load(uint64_t hash,
     case ReadOutcome::kRead:
       break;
   }
+  IntrusivePtr<Executable> program = decode_entry(bytes, hash, expected, why);
+  if (!program) report_once(file, why);
+  return program;
+}
+
+std::string PersistentCache::encode_entry(uint64_t hash, const Executable& program) {
+  return encode_entry_bytes(hash, program);
+}
+
+IntrusivePtr<Executable> PersistentCache::decode_entry(std::string_view bytes, uint64_t hash,
+                                                       const ProgramInterface* expected,
+                                                       std::string& why) {
   auto program = make_intrusive<Executable>();
+  why.clear();
   try {
-    why = decode_entry(bytes, hash, *program);
+    why = decode_entry_bytes(bytes, hash, *program);
     if (why.empty() && expected) why = interface_error(*program, *expected);
   } catch (const std::exception& e) {  // e.g. out of memory for a program that claims huge sizes
     why = e.what();
   }
-  if (!why.empty()) {
-    report_once(file, why);
-    return {};
-  }
+  if (!why.empty()) return {};
   return program;
 }
 
@@ -353,7 +363,7 @@ void PersistentCache::store(uint64_t hash, const Executable& program) const {
   std::string why;
   try {
     AtomicFileWriter out(file);
-    out.write(encode_entry(hash, program));
+    out.write(encode_entry_bytes(hash, program));
     out.commit();
   } catch (const FileError& e) {
     why = e.reason();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -46,6 +47,15 @@ class PersistentCache {
   /// or not at all, so concurrent writers and readers never see half of one. A failed write is a
   /// warning, never an exception.
   void store(uint64_t hash, const Executable& program) const;
+
+  /// The bytes of the entry for `hash` holding `program`: what store() writes to its file.
+  [[nodiscard]] static std::string encode_entry(uint64_t hash, const Executable& program);
+  /// Checks and decodes the bytes of an entry file for `hash`, as load() does once it has read
+  /// the file: the program, or null with `why` saying what is wrong. Never throws for damaged
+  /// bytes.
+  [[nodiscard]] static IntrusivePtr<Executable> decode_entry(std::string_view bytes, uint64_t hash,
+                                                             const ProgramInterface* expected,
+                                                             std::string& why);
 
   /// The file holding the entry for `hash`.
   [[nodiscard]] std::filesystem::path entry_path(uint64_t hash) const;

@@ -186,6 +186,10 @@ std::string plan_error(const Executable& program, const std::vector<bool>& calle
       gone[s] = true;
     }
     if (plan.release_begin[c + 1] < plan.release_begin[c]) return "memory plan lists overlap";
+    // The last bound is checked against the list above; one in the middle may point past it.
+    if (plan.release_begin[c + 1] > plan.release_slots.size()) {
+      return "memory plan release lists do not cover its slots";
+    }
     for (uint32_t r = plan.release_begin[c]; r < plan.release_begin[c + 1]; ++r) {
       const int32_t s = plan.release_slots[r];
       if (s < 0 || static_cast<std::size_t>(s) >= program.slots.size() || caller_owned[s]) {

@@ -36,7 +36,8 @@ std::optional<DType> dtype_named(std::string_view name) {
   return std::nullopt;
 }
 
-std::string key_text(std::string_view name) { return fmt::format("key \"{}\"", name); }
+// Quoted and escaped: a name is any bytes, and a damaged one must still print as text.
+std::string key_text(std::string_view name) { return fmt::format("key {:?}", name); }
 
 void write_message(AtomicFileWriter& out, const google::protobuf::MessageLite& message) {
   const std::string bytes = message.SerializeAsString();
@@ -111,7 +112,7 @@ std::optional<CheckpointEntry> CheckpointReader::next() {
   if (!meta.ParseFromString(framed(what))) fail(fmt::format("damaged: {} does not parse", what));
   const std::string key = key_text(meta.name());
   const std::optional<DType> dtype = dtype_named(meta.dtype());
-  if (!dtype) fail(fmt::format("{}: unknown dtype \"{}\"", key, meta.dtype()));
+  if (!dtype) fail(fmt::format("{}: unknown dtype {:?}", key, meta.dtype().substr(0, 40)));
   if (meta.dims_size() > Shape::kMaxRank) fail(fmt::format("{}: rank {}", key, meta.dims_size()));
   uint64_t expected = dtype_size(*dtype);
   for (int64_t d : meta.dims()) {

@@ -197,18 +197,20 @@ IdxArray read_idx_array(const fs::path& path) {
                                       "ends after {} of their 4-byte sizes",
                                       rank, got_dims / 4));
   }
-  uint64_t element_count = 1;
-  for (int d = 0; d < rank; ++d) {
-    const uint32_t size = big_endian_u32(dims.data() + 4 * d);
-    array.shape.push_back(size);
-    // Dimensions below 2^32 each, at most 8 of them: the product can overflow, so check it.
-    if (__builtin_mul_overflow(element_count, uint64_t{size}, &element_count)) {
+  for (int d = 0; d < rank; ++d) array.shape.push_back(big_endian_u32(dims.data() + 4 * d));
+  // Dimensions below 2^32 each, at most 8 of them: the product can overflow, so check it. In
+  // int64 and at every step, as Shape::numel() multiplies: a later 0 does not make an earlier
+  // overflow fit.
+  int64_t element_count = 1;
+  for (int64_t size : array.shape.dims()) {
+    if (__builtin_mul_overflow(element_count, size, &element_count)) {
       throw FileError(path, fmt::format("shape {} is too large", array.shape.to_string()));
     }
   }
   const std::size_t element_size = idx_type_size(array.type);
   uint64_t expected = 0;
-  if (__builtin_mul_overflow(element_count, uint64_t{element_size}, &expected) ||
+  if (__builtin_mul_overflow(static_cast<uint64_t>(element_count), uint64_t{element_size},
+                             &expected) ||
       expected > std::numeric_limits<std::size_t>::max() / 2) {
     throw FileError(path, fmt::format("shape {} is too large", array.shape.to_string()));
   }

@@ -229,6 +229,45 @@ TEST_F(PersistentCompileCache, ProgramWithNothingInItRoundTrips) {
   EXPECT_EQ(cache->entry_path(0).filename(), "0000000000000000.axleprog");
 }
 
+// decode_entry is load() on bytes in memory: what store() writes decodes to the same program.
+TEST(PersistentCacheEntry, EncodedBytesDecodeToTheSameProgram) {
+  auto program = make_intrusive<Executable>();
+  program->slots = {{DType::kF32, Shape{2}}, {DType::kF32, Shape{2}}, {DType::kF32, Shape{2}}};
+  program->input_slots = {0, 1};
+  program->calls = {{Kernel::kAdd, {0, 1}, 2, {}, {}}};
+  program->output_slots = {2};
+  program->graph_hash = 42;
+  std::string why = "stale";
+  IntrusivePtr<Executable> loaded =
+      PersistentCache::decode_entry(PersistentCache::encode_entry(42, *program), 42, nullptr, why);
+  ASSERT_TRUE(loaded) << why;
+  EXPECT_EQ(why, "");
+  expect_same_program(*loaded, *program);
+  EXPECT_FALSE(
+      PersistentCache::decode_entry(PersistentCache::encode_entry(42, *program), 43, nullptr, why));
+  EXPECT_NE(why.find("not 000000000000002b"), std::string::npos) << why;
+}
+
+// Found by fuzzing: a memory plan whose release list of one call ends past the list of slots
+// (the list's last bound still matching it) was read out of bounds by the program check.
+TEST(PersistentCacheEntry, APlanReleasingPastItsListIsRefused) {
+  auto program = make_intrusive<Executable>();
+  program->slots = {{DType::kF32, Shape{2}},
+                    {DType::kF32, Shape{2}},
+                    {DType::kF32, Shape{2}},
+                    {DType::kF32, Shape{2}}};
+  program->input_slots = {0, 1};
+  program->calls = {{Kernel::kAdd, {0, 1}, 2, {}, {}}, {Kernel::kMul, {2, 2}, 3, {}, {}}};
+  program->output_slots = {3};
+  program->plan.release_begin = {0, 8, 0};
+  program->plan.in_place = {-1, 2};
+  program->graph_hash = 7;
+  std::string why;
+  EXPECT_FALSE(
+      PersistentCache::decode_entry(PersistentCache::encode_entry(7, *program), 7, nullptr, why));
+  EXPECT_NE(why.find("release lists do not cover its slots"), std::string::npos) << why;
+}
+
 // Runs the second process with `args`; returns its "name value..." lines.
 std::map<std::string, std::vector<double>> run_worker(const std::string& command_prefix,
                                                       const std::string& args,

@@ -144,6 +144,14 @@ TEST(ProgramError, RejectsPlansThatFreeWhatTheyDoNotOwnOrReadFreedSlots) {
   program->plan.in_place = {-1, -1};
   program->plan.release_begin = {0, 0, 5};
   expect_error(*program, "do not cover");
+  // A bound in the middle past the end of the list (found by fuzzing the persistent cache):
+  // the list is empty and the last bound is 0, but the first call's list would end at 8.
+  program->plan.release_begin = {0, 8, 0};
+  expect_error(*program, "do not cover");
+  program->plan.release_begin = {0, 3, 1};
+  program->plan.release_slots = {2};
+  expect_error(*program, "do not cover");
+  program->plan.release_slots = {};
   program->calls[1].kernel = Kernel::kMatmul;  // reads across elements: never in place
   program->plan.release_begin = {0, 0, 0};
   program->plan.in_place = {-1, 2};

@@ -186,6 +186,34 @@ TEST(CheckpointCodec, AnUnknownDTypeNamesTheKey) {
   EXPECT_TRUE(contains(what, "key \"w\": unknown dtype \"q32\"")) << what;
 }
 
+// Found by fuzzing: names were proto3 strings, so a dtype damaged into bytes that are not UTF-8
+// made the protobuf library log to stderr before the reader refused the file.
+TEST(CheckpointCodec, ADTypeDamagedIntoNonUtf8BytesIsRefusedQuietly) {
+  TempDir dir;
+  write_checkpoint(dir / "model.axle", {{"w", host<float>(DType::kF32, {1}, {1})}});
+  std::vector<uint8_t> bytes = read_file(dir / "model.axle");
+  bytes[find(bytes, {'f', '3', '2'})] = 0xff;
+  write_file(dir / "model.axle", bytes);
+  ::testing::internal::CaptureStderr();
+  const std::string what =
+      error_message<FileError>([&] { (void)read_checkpoint(dir / "model.axle"); });
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_TRUE(contains(what, "key \"w\": unknown dtype \"\\xff32\"")) << what;
+}
+
+// A key is any bytes, as the writer takes it: one that is not UTF-8 reads back (a proto3 string
+// wrote it with a logged error and made the file unreadable).
+TEST(CheckpointCodec, AKeyThatIsNotUtf8RoundTrips) {
+  TempDir dir;
+  const std::vector<CheckpointEntry> entries = {
+      {std::string("w\xff\xfe"), host<float>(DType::kF32, {1}, {1})}};
+  ::testing::internal::CaptureStderr();
+  write_checkpoint(dir / "model.axle", entries);
+  const std::vector<CheckpointEntry> got = read_checkpoint(dir / "model.axle");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  expect_same(got, entries);
+}
+
 TEST(CheckpointCodec, DimsThatDoNotMatchTheByteSizeNameTheKey) {
   TempDir dir;
   write_checkpoint(dir / "model.axle", {{"w", host<float>(DType::kF32, {2}, {1, 2})}});

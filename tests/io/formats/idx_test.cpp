@@ -167,5 +167,17 @@ TEST(Idx, ShapeBeyondAddressableMemoryIsReported) {
   EXPECT_TRUE(contains(message, "huge: shape [4294967295,4294967295] is too large")) << message;
 }
 
+// Found by fuzzing: dimensions whose product passes 2^63 before a 0 dimension brings it back to 0
+// made a shape whose numel() overflows int64 (it multiplies in order), read as an empty array.
+TEST(Idx, ShapeWhoseProductOverflowsBeforeAZeroIsReported) {
+  TempDir dir;
+  write_file(dir / "zero", idx_bytes(0x0D, {2, 0x800000c0, 0xc0080e00, 0}, {}));
+  const std::string message = error_message<FileError>([&] { (void)read_idx(dir / "zero"); });
+  EXPECT_TRUE(contains(message, "zero: shape [2,2147483840,3221753344,0] is too large")) << message;
+  // A 0 first keeps every product at 0: that file is an empty array.
+  write_file(dir / "empty", idx_bytes(0x0D, {0, 0x800000c0, 0xc0080e00}, {}));
+  EXPECT_EQ(read_idx_array(dir / "empty").shape, (Shape{0, 0x800000c0, 0xc0080e00}));
+}
+
 }  // namespace
 }  // namespace axle
