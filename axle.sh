@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # axle's driver: deps, build, test, demo, bench. `./axle.sh help` lists the commands.
 set -euo pipefail
+CALLER_DIR=$(pwd)  # a relative install prefix is the caller's
 cd "$(dirname "$0")"
 ROOT=$(pwd)
 
@@ -36,6 +37,9 @@ usage: ./axle.sh COMMAND [ARGS]
                           build-fuzz/ and run each (or the named ones: idx, safetensors,
                           checkpoint, sharded_checkpoint, persistent_cache) for SECONDS
                           (default 60); \`test\` runs each for a few seconds
+  install [PREFIX]        deps + build when needed, then install axle's headers (PREFIX/include/axle),
+                          libraries, CMake package (find_package(axle)) and pkg-config file (axle.pc)
+                          into PREFIX (default /usr/local; through sudo when not writable)
 USAGE
 }
 
@@ -185,6 +189,29 @@ cmd_bench() {
   done
 }
 
+cmd_install() {
+  if [ $# -gt 1 ]; then
+    echo "axle: install takes one PREFIX at most, not: $*" >&2
+    exit 2
+  fi
+  local prefix=${1:-/usr/local}
+  case "$prefix" in
+    /*) ;;
+    *) prefix="$CALLER_DIR/$prefix" ;;
+  esac
+  cmd_build
+  # The nearest existing folder on the way to PREFIX says whether root must install.
+  local probe=$prefix
+  while [ ! -e "$probe" ]; do probe=$(dirname "$probe"); done
+  if [ -w "$probe" ]; then
+    cmake --install "$ROOT/build" --prefix "$prefix"
+  else
+    as_root cmake --install "$ROOT/build" --prefix "$prefix"
+  fi
+  echo "axle: installed into $prefix (find_package(axle) with CMAKE_PREFIX_PATH=$prefix," \
+    "or PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config axle)" >&2
+}
+
 case "${1:-help}" in
   deps) shift; cmd_deps "$@" ;;
   build) shift; cmd_build "$@" ;;
@@ -192,6 +219,7 @@ case "${1:-help}" in
   demo) shift; cmd_demo "$@" ;;
   bench) shift; cmd_bench "$@" ;;
   fuzz) shift; cmd_fuzz "$@" ;;
+  install) shift; cmd_install "$@" ;;
   help|-h|--help) usage ;;
   *) echo "axle: unknown command '$1'" >&2; usage >&2; exit 2 ;;
 esac
