@@ -187,12 +187,38 @@ std::string post_compilation_analysis(const Executable& program) {
     program_bytes += sizeof(KernelCall) + call.inputs.size() * sizeof(int32_t) +
                      call.ints.size() * sizeof(int64_t) + call.reals.size() * sizeof(double);
   }
-  return block("Post Compilation Analysis",
-               {fmt::format("Graph input size: {}", gigabytes(inputs)),
-                fmt::format("Graph output size: {}", gigabytes(outputs)),
-                fmt::format("Aliased Input size: {}", gigabytes(aliased)),
-                fmt::format("Intermediate tensor size: {}", gigabytes(intermediates)),
-                fmt::format("Compiled program size: {}", gigabytes(program_bytes))});
+  std::vector<std::string> lines{
+      fmt::format("Graph input size: {}", gigabytes(inputs)),
+      fmt::format("Graph output size: {}", gigabytes(outputs)),
+      fmt::format("Aliased Input size: {}", gigabytes(aliased)),
+      fmt::format("Intermediate tensor size: {}", gigabytes(intermediates)),
+      fmt::format("Compiled program size: {}", gigabytes(program_bytes))};
+  if (program.spmd.devices > 0) {
+    // Where the partitioner met the other devices: each collective it inserted, in program order.
+    std::vector<const KernelCall*> collectives;
+    for (const KernelCall& call : program.calls) {
+      if (is_collective(call.kernel)) collectives.push_back(&call);
+    }
+    lines.push_back(
+        fmt::format("SPMD: one program for each of {} devices (sizes above are one device's), {} "
+                    "collective{} inserted, moving about {} per device per execution",
+                    program.spmd.devices, collectives.size(), collectives.size() == 1 ? "" : "s",
+                    gigabytes(static_cast<uint64_t>(program.spmd.collective_bytes))));
+    constexpr std::size_t kShown = 24;
+    for (std::size_t i = 0; i < collectives.size() && i < kShown; ++i) {
+      lines.push_back(fmt::format("  {}", describe_call(program, *collectives[i])));
+    }
+    if (collectives.size() > kShown) {
+      lines.push_back(fmt::format("  ... and {} more", collectives.size() - kShown));
+    }
+    for (std::size_t i = 0; i < program.spmd.output_shardings.size(); ++i) {
+      const int64_t key = program.spmd.output_shardings[i];
+      lines.push_back(
+          fmt::format("  output {} sharding {}", i,
+                      key < 0 ? std::string("{replicated}") : to_string(interned_sharding(key))));
+    }
+  }
+  return block("Post Compilation Analysis", lines);
 }
 
 MetricsAnalysis::MetricsAnalysis() : last_(now(0)) {}

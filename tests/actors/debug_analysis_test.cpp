@@ -72,6 +72,32 @@ TEST_F(DebugAnalysis, ACompilationTellsItsCauseGraphAndSourceLine) {
   EXPECT_EQ(printed([] { step(16); }), "");
 }
 
+// Under SPMD the analysis names the devices, each collective the partitioner inserted and how
+// each output is laid out.
+TEST_F(DebugAnalysis, AnSpmdCompilationListsTheCollectivesItInserted) {
+  config::set("PT_XLA_DEBUG_LEVEL", "1");
+  LazySystem::restart({.cpu_devices = 4});
+  use_spmd();
+  const std::string text = printed([] {
+    const Mesh mesh({0, 1, 2, 3}, {1, 4}, {"data", "model"});
+    const Tensor x = tensor(std::vector<float>(8 * 16, 1.0f), {8, 16});
+    const Tensor w = tensor(std::vector<float>(16 * 4, 0.5f), {16, 4});
+    spmd::mark_sharding(x, mesh, {std::nullopt, "model"});
+    spmd::mark_sharding(w, mesh, {"model", std::nullopt});
+    const Tensor y = matmul(x, w);  // contracted over "model": one all_reduce
+    mark_step();
+    EXPECT_EQ(y.to_vector<float>(), std::vector<float>(8 * 4, 8.0f));
+  });
+  EXPECT_NE(text.find("Post Compilation Analysis: SPMD: one program for each of 4 devices"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("1 collective inserted"), std::string::npos) << text;
+  EXPECT_NE(text.find("Post Compilation Analysis:   all_reduce(f32[8,4]) -> f32[8,4]"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("output 0 sharding {replicated}"), std::string::npos) << text;
+}
+
 TEST_F(DebugAnalysis, AValueReadBeforeMarkStepIsNamedWithItsLine) {
   level(1);
   const std::string text = printed([] {
