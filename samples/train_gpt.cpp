@@ -26,6 +26,7 @@
 #include "io/formats/safetensors.h"
 #include "io/parallel_loader.h"
 #include "io/sharded_checkpoint.h"
+#include "io/summary_writer.h"
 #include "samples/char_corpus.h"
 #include "samples/char_dataset.h"
 #include "samples/flag_checks.h"
@@ -57,7 +58,7 @@ struct Flags {
   bool spmd = false;         // one program over a data x model mesh of every device
   std::string mesh = "2,2";  // --spmd's mesh shape: data, model
   int64_t log_steps = 10;
-  std::string logdir;  // a JSON line per logged step and evaluation, in logdir/train_gpt.jsonl
+  std::string logdir;  // TensorBoard events, and a JSON line per logged step and evaluation
   int64_t sample = 0;
   double temperature = 0.8;
   int64_t top_k = 200;
@@ -294,6 +295,9 @@ void train_replica(const Flags& flags,
     RateTracker tokens;
   };
   auto progress = std::make_shared<Progress>();
+  // TensorBoard summaries (tensorboard --logdir DIR), from the master replica.
+  std::shared_ptr<SummaryWriter> summaries;
+  if (master && !flags.logdir.empty()) summaries = std::make_shared<SummaryWriter>(flags.logdir);
   // Step time: from the end of the second step (the first two compile: Adam's state appears in
   // the second) to the end of the last, without the evaluations.
   const int64_t warm = flags.max_steps > 2 ? 2 : 0;
@@ -341,7 +345,7 @@ void train_replica(const Flags& flags,
     // Added before the step is marked, so it runs once this step's device work is done.
     if (flags.log_steps > 0 && (step % flags.log_steps == 0 || step == 1)) {
       add_step_closure(
-          [progress, loss, step, device_name, tokens_per_step, &flags, master,
+          [progress, loss, step, device_name, tokens_per_step, &flags, master, summaries,
            lr = optimizer.param_groups().front().lr] {
             const double value = loss.item();
             Progress& p = *progress;
@@ -357,6 +361,11 @@ void train_replica(const Flags& flags,
             if (master) {
               log_json(flags, fmt::format(R"({{"step":{},"train_loss":{:.6f},"lr":{:.8f}}})", step,
                                           value, lr));
+            }
+            if (summaries) {
+              summaries->add_scalar("train/loss", value, step);
+              summaries->add_scalar("train/lr", lr, step);
+              summaries->add_scalar("train/tokens_per_s", p.tokens.rate(), step);
             }
           },
           /*run_async=*/true);
@@ -378,6 +387,7 @@ void train_replica(const Flags& flags,
             "| Eval Device={} Step={} ValLoss={:.5f} BitsPerByte={:.4f} Compiles={} Time={}\n",
             device_name, step, val_loss, val_loss / std::numbers::ln2, compiles, now_text());
         std::fflush(stdout);
+        if (summaries) summaries->add_scalar("val/loss", val_loss, step);
         log_json(flags, fmt::format(R"({{"step":{},"val_loss":{:.6f},"compiles":{}}})", step,
                                     val_loss, compiles));
       }
@@ -504,7 +514,9 @@ int main(int argc, char** argv) {
       ->check(axle::samples::positive());
   app.add_option("--log_steps", flags.log_steps, "print the loss every this many steps")
       ->check(axle::samples::non_negative());
-  app.add_option("--logdir", flags.logdir, "append JSON lines of losses to DIR/train_gpt.jsonl");
+  app.add_option("--logdir", flags.logdir,
+                 "write TensorBoard summaries (loss, lr, tokens/s, validation loss) to DIR, and "
+                 "JSON lines of them to DIR/train_gpt.jsonl");
   app.add_option("--sample", flags.sample, "generate this many bytes after training")
       ->check(axle::samples::non_negative());
   app.add_option("--temperature", flags.temperature)->check(axle::samples::positive());

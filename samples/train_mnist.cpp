@@ -26,6 +26,7 @@
 #include "io/parallel_loader.h"
 #include "io/shard.h"
 #include "io/sharded_checkpoint.h"
+#include "io/summary_writer.h"
 #include "samples/flag_checks.h"
 #include "samples/mnist_models.h"
 #include "samples/trainer_log.h"
@@ -56,6 +57,7 @@ struct Flags {
   bool fsdp = false;         // FullyShardedDataParallel: each replica keeps 1/N of the model
   bool spmd = false;         // one program over a data x model mesh of every device (use_spmd)
   std::string mesh = "4,1";  // --spmd's mesh shape: data, model
+  std::string logdir;        // TensorBoard summaries
 };
 
 std::shared_ptr<const Dataset> dataset(const Flags& flags, Split split) {
@@ -181,6 +183,11 @@ void train_replica(const Flags& flags, Summary& summary) {
                         .num_workers = flags.num_workers});
   const std::string device_name = fmt::format("{}/{}", device.to_string(), ordinal);
   auto tracker = std::make_shared<RateTracker>();
+  // TensorBoard summaries (tensorboard --logdir DIR), from the master replica.
+  std::shared_ptr<SummaryWriter> summaries;
+  if (!flags.logdir.empty() && is_master_ordinal(/*local=*/false)) {
+    summaries = std::make_shared<SummaryWriter>(flags.logdir);
+  }
   int64_t step = 0, samples = 0;
   double accuracy = 0;
   bool done = false;
@@ -210,11 +217,17 @@ void train_replica(const Flags& flags, Summary& summary) {
       const int64_t batch_samples = labels.size(0);
       if (flags.log_steps > 0 && step % flags.log_steps == 0) {
         add_step_closure(
-            [tracker, loss, step, epoch, batch_samples, device_name, flags_log = flags.log_steps] {
+            [tracker, loss, step, epoch, batch_samples, device_name, summaries,
+             flags_log = flags.log_steps, lr = flags.lr] {
               tracker->add(batch_samples * flags_log);
               // Every replica reads its loss (the same step graph everywhere); the replicas of
               // the first process print it (in a job of several processes, only those).
               const double value = loss.item();
+              if (summaries) {
+                summaries->add_scalar("train/loss", value, step);
+                summaries->add_scalar("train/lr", lr, step);
+                summaries->add_scalar("train/samples_per_s", tracker->rate(), step);
+              }
               if (process_index() != 0) return;
               fmt::print(
                   "| Training Device={} Epoch={} Step={} Loss={:.5f} Rate={:.2f} "
@@ -245,6 +258,7 @@ void train_replica(const Flags& flags, Summary& summary) {
       fmt::print("| Test Device={} Epoch={} Accuracy={:.2f}% Time={}\n", device_name, epoch,
                  100 * accuracy, now_text());
     }
+    if (summaries) summaries->add_scalar("test/accuracy", accuracy, step);
   }
   wait_device_ops();
   const int64_t all_samples = mesh_reduce("samples", samples, [](const std::vector<int64_t>& all) {
@@ -319,6 +333,8 @@ int train_spmd(const Flags& flags) {
   const ParallelLoaderOptions sharded{.input_sharding =
                                           InputSharding{mesh, {"data", None, None, None}}};
   auto tracker = std::make_shared<RateTracker>();
+  std::shared_ptr<SummaryWriter> summaries;
+  if (!flags.logdir.empty()) summaries = std::make_shared<SummaryWriter>(flags.logdir);
   int64_t step = 0, samples = 0;
   bool done = false;
   for (int epoch = 1; epoch <= flags.num_epochs && !done; ++epoch) {
@@ -333,8 +349,12 @@ int train_spmd(const Flags& flags) {
       samples += batch_samples;
       if (flags.log_steps > 0 && step % flags.log_steps == 0) {
         add_step_closure(
-            [tracker, loss, step, epoch, batch_samples, flags_log = flags.log_steps] {
+            [tracker, loss, step, epoch, batch_samples, summaries, flags_log = flags.log_steps] {
               tracker->add(batch_samples * flags_log);
+              if (summaries) {
+                summaries->add_scalar("train/loss", loss.item(), step);
+                summaries->add_scalar("train/samples_per_s", tracker->rate(), step);
+              }
               fmt::print(
                   "| Training Device=xla:0/spmd Epoch={} Step={} Loss={:.5f} Rate={:.2f} "
                   "GlobalRate={:.2f} Time={}\n",
@@ -368,6 +388,9 @@ int train_spmd(const Flags& flags) {
       seen += batch[1].size(0);
     }
     correct = static_cast<int64_t>(hits.item());
+  }
+  if (summaries && seen > 0) {
+    summaries->add_scalar("test/accuracy", static_cast<double>(correct) / seen, step);
   }
   // What each device holds of the parameters, against the whole model.
   int64_t whole_bytes = 0, device_bytes = 0;
@@ -447,6 +470,8 @@ int main(int argc, char** argv) {
                  "start from these weights (.safetensors, or an axle checkpoint)");
   app.add_option("--save", flags.save,
                  "write the trained weights here (.safetensors, or else an axle checkpoint)");
+  app.add_option("--logdir", flags.logdir,
+                 "write TensorBoard summaries (loss, lr, samples/s, test accuracy) to DIR");
   app.add_flag("--metrics_debug", flags.metrics_debug, "print the metrics report at the end");
   app.add_option("--data_dir", flags.data_dir, "where the Fashion-MNIST files are");
   app.add_option("--num_workers", flags.num_workers, "data loader worker threads per replica")
