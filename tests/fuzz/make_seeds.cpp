@@ -15,6 +15,7 @@
 #include "actors/persistent_cache.h"
 #include "actors/persistent_cache.pb.h"
 #include "io/formats/checkpoint_codec.h"
+#include "io/formats/event_file.h"
 #include "io/formats/safetensors.h"
 #include "io/formats/shard_metadata.h"
 #include "tests/fuzz/persistent_cache_input.h"
@@ -204,13 +205,22 @@ void persistent_cache_seeds(const fs::path& dir) {
   }
 }
 
+// A scalar run and a histogram, as SummaryWriter writes them.
+void event_file_seeds(const fs::path& dir) {
+  EventFileWriter writer(dir / "scalars.tfevents");
+  for (int step = 1; step <= 3; ++step) writer.add_scalar("train/loss", 2.0 / step, step, 1e9);
+  const double values[] = {0, 1, 2, 3, 4, 5};
+  writer.add_histogram("weights", values, 3, 1e9, 3);
+  writer.flush();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   require(argc == 2, "usage: fuzz_make_seeds DIR (tests/fuzz)");
   const fs::path root = argv[1];
-  for (const char* name :
-       {"idx", "safetensors", "checkpoint", "sharded_checkpoint", "persistent_cache"}) {
+  for (const char* name : {"idx", "safetensors", "checkpoint", "sharded_checkpoint",
+                           "persistent_cache", "event_file"}) {
     fs::create_directories(root / name);
   }
   const fs::path scratch =
@@ -221,6 +231,7 @@ int main(int argc, char** argv) {
   checkpoint_seeds(root / "checkpoint");
   sharded_checkpoint_seeds(root / "sharded_checkpoint", scratch);
   persistent_cache_seeds(root / "persistent_cache");
+  event_file_seeds(root / "event_file");
   fs::remove_all(scratch);
   return 0;
 }

@@ -12,6 +12,7 @@
 
 #include "actors/persistent_cache.h"
 #include "io/formats/checkpoint_codec.h"
+#include "io/formats/event_file.h"
 #include "io/formats/idx.h"
 #include "io/formats/safetensors.h"
 #include "io/formats/shard_metadata.h"
@@ -45,6 +46,17 @@ TEST(FuzzSeedsTest, IdxSeedsRead) {
     const IdxArray array = read_idx_array(file);
     EXPECT_EQ(array.bytes.size(),
               static_cast<std::size_t>(array.shape.numel()) * idx_type_size(array.type));
+  }
+}
+
+TEST(FuzzSeedsTest, EventFileSeedsRead) {
+  const auto files = seeds("event_file");
+  ASSERT_GE(files.size(), 1u);
+  for (const auto& file : files) {
+    SCOPED_TRACE(file.string());
+    const EventFile events = read_event_file(file);
+    EXPECT_EQ(events.file_version, "brain.Event:2");
+    EXPECT_FALSE(events.values.empty());
   }
 }
 
