@@ -1,0 +1,131 @@
+// soak_bench: a long run looking for leaks and slowdowns — the sample MLP (784-512-512-10, SGD
+// with momentum) trained for --steps steps on FakeData through an MpDeviceLoader, every step's
+// loss read by an asynchronous step closure and a checkpoint saved every --checkpoint_every
+// steps. Every --report_every steps it prints one JSON line: resident memory (RSS), live tensors,
+// device bytes in use, and the mean step time of the last interval; at the end, rss_growth (RSS
+// at the end over RSS after the first interval, minus 1) and the last interval's step time over
+// the second's. Targets (issue "install and trust"): RSS grows at most 2% after the first
+// interval, live tensors and device bytes stay flat, the last interval within 10% of the second.
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "axle.h"
+#include "benchmarks/report.h"
+#include "io/checkpoint.h"
+#include "io/data_loader.h"
+#include "io/fake_data.h"
+#include "io/parallel_loader.h"
+
+namespace axle::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Resident set size in bytes, from /proc/self/statm.
+double rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+
+class Mlp : public nn::Module {
+ public:
+  Mlp()
+      : fc1_(register_module("fc1", std::make_shared<nn::Linear>(784, 512))),
+        fc2_(register_module("fc2", std::make_shared<nn::Linear>(512, 512))),
+        fc3_(register_module("fc3", std::make_shared<nn::Linear>(512, 10))) {}
+  Tensor forward(const Tensor& images) override {
+    Tensor x = flatten(images, 1);
+    x = relu(fc1_->forward(x));
+    x = relu(fc2_->forward(x));
+    return log_softmax(fc3_->forward(x), 1);
+  }
+
+ private:
+  std::shared_ptr<nn::Linear> fc1_, fc2_, fc3_;
+};
+
+}  // namespace
+}  // namespace axle::bench
+
+int main(int argc, char** argv) {
+  using namespace axle;
+  using namespace axle::bench;
+  int64_t steps = 20000, report_every = 1000, checkpoint_every = 1000, batch = 64;
+  CLI::App app{"soak_bench: the MLP for many steps, watching memory, tensors and step time"};
+  app.add_option("--steps", steps);
+  app.add_option("--report_every", report_every);
+  app.add_option("--checkpoint_every", checkpoint_every);
+  app.add_option("--batch", batch);
+  CLI11_PARSE(app, argc, argv);
+  if (report_every < 1 || steps < 2 * report_every) {
+    std::fprintf(stderr, "soak_bench: --steps must cover at least two --report_every intervals\n");
+    return 2;
+  }
+  const std::filesystem::path checkpoint = std::filesystem::temp_directory_path() /
+                                           ("axle_soak_" + std::to_string(::getpid()) + ".ckpt");
+  Mlp model;
+  optim::SGD sgd(model.parameters(), {.lr = 0.01, .momentum = 0.9});
+  DataLoader loader(std::make_shared<FakeData>(FakeDataOptions{.size = 60000, .seed = 1}),
+                    {.batch_size = batch, .shuffle = true, .drop_last = true});
+  auto losses = std::make_shared<std::atomic<int64_t>>(0);
+  int64_t step = 0;
+  auto interval_start = Clock::now();
+  double rss_first = 0, second_ms = 0, last_ms = 0;
+  for (int64_t epoch = 0; step < steps; ++epoch) {
+    loader.set_epoch(epoch);
+    for (const DeviceBatch& b : MpDeviceLoader(loader, Device{})) {
+      sgd.zero_grad();
+      const Tensor loss = nn::nll_loss(model(b[0]), b[1]);
+      loss.backward();
+      sgd.step();
+      add_step_closure(
+          [loss, losses] {
+            if (loss.item() > 0) losses->fetch_add(1);
+          },
+          /*run_async=*/true);
+      ++step;
+      if (checkpoint_every > 0 && step % checkpoint_every == 0) {
+        mark_step();
+        save(model.state_dict(), checkpoint);
+      }
+      if (step % report_every == 0) {
+        mark_step();
+        wait_device_ops();
+        const double ms =
+            std::chrono::duration<double, std::milli>(Clock::now() - interval_start).count() /
+            static_cast<double>(report_every);
+        const double rss = rss_bytes();
+        if (step == report_every) rss_first = rss;
+        if (step == 2 * report_every) second_ms = ms;
+        last_ms = ms;
+        const std::map<std::string, Param> at{{"step", step}, {"batch", batch}};
+        emit("soak", "rss_bytes", rss, "bytes", at);
+        emit("soak", "live_tensors", static_cast<double>(live_tensor_count()), "tensors", at);
+        emit("soak", "device_bytes", static_cast<double>(get_memory_info().bytes_in_use), "bytes",
+             at);
+        emit("soak", "step_ms", ms, "ms", at);
+        interval_start = Clock::now();
+      }
+      if (step >= steps) break;
+    }
+  }
+  mark_step();
+  wait_device_ops();
+  std::filesystem::remove(checkpoint);
+  const std::map<std::string, Param> all{{"steps", steps}, {"batch", batch}};
+  emit("soak", "rss_growth", rss_bytes() / rss_first - 1, "ratio", all);
+  emit("soak", "last_over_second_step_time", last_ms / second_ms, "ratio", all);
+  emit("soak", "losses_read", static_cast<double>(losses->load()), "steps", all);
+  return 0;
+}
