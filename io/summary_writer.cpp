@@ -10,6 +10,8 @@
 #include <ctime>
 #include <stdexcept>
 
+#include "actors/replica_host.h"
+#include "actors/step_breakdown.h"
 #include "io/formats/error.h"
 #include "io/formats/event_file.h"
 
@@ -76,6 +78,29 @@ void SummaryWriter::add_histogram(const std::string& tag, const Tensor& values, 
   std::lock_guard lock(mutex_);
   if (!writer_) throw std::logic_error("SummaryWriter: add_histogram after close()");
   writer_->add_histogram(tag, host, global_step, wall_seconds(), bins);
+  writer_->flush();
+}
+
+void SummaryWriter::add_step_breakdown(int64_t global_step) {
+  static constexpr const char* kParts[StepBreakdown::kParts] = {
+      "tracing",   "input_wait",  "value_wait", "compiler_wait",
+      "executing", "collectives", "closures"};
+  const StepBreakdown::Totals totals = ReplicaHost::current().account()->totals();
+  std::vector<int64_t> now(totals.ns.begin(), totals.ns.end());
+  now.push_back(totals.steps);
+  std::lock_guard lock(mutex_);
+  if (!writer_) throw std::logic_error("SummaryWriter: add_step_breakdown after close()");
+  std::vector<int64_t> before = breakdown_ns_;
+  before.resize(now.size(), 0);
+  breakdown_ns_ = now;
+  const int64_t steps = now.back() - before.back();
+  if (steps <= 0) return;
+  const double wall = wall_seconds();
+  for (int part = 0; part < StepBreakdown::kParts; ++part) {
+    writer_->add_scalar(fmt::format("step_breakdown/{}_ms", kParts[part]),
+                        static_cast<double>(now[part] - before[part]) / 1e6 / steps, global_step,
+                        wall);
+  }
   writer_->flush();
 }
 

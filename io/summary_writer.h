@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "graph/tensor.h"
 
@@ -31,6 +32,11 @@ class SummaryWriter {
   /// A histogram of `values` (every element, read now) over `bins` equal buckets.
   void add_histogram(const std::string& tag, const Tensor& values, int64_t global_step = 0,
                      int bins = 30);
+  /// The calling replica's step breakdown (actors/step_breakdown.h) since the writer's last call
+  /// from it: the mean milliseconds per step of each part, as "step_breakdown/<part>_ms"
+  /// scalars (tracing, input_wait, value_wait, compiler_wait, executing, collectives,
+  /// closures). Call it from the training loop's thread; nothing is written before a step.
+  void add_step_breakdown(int64_t global_step);
   /// Makes everything added so far reach the file.
   void flush();
   /// flush(); later adds throw std::logic_error.
@@ -44,6 +50,7 @@ class SummaryWriter {
   std::filesystem::path log_dir_;
   std::mutex mutex_;
   std::unique_ptr<EventFileWriter> writer_;
+  std::vector<int64_t> breakdown_ns_;  // totals at the last add_step_breakdown, then the steps
 };
 
 }  // namespace axle

@@ -344,6 +344,7 @@ void train_replica(const Flags& flags,
     optimizer.step();
     // Added before the step is marked, so it runs once this step's device work is done.
     if (flags.log_steps > 0 && (step % flags.log_steps == 0 || step == 1)) {
+      if (summaries) summaries->add_step_breakdown(step);
       add_step_closure(
           [progress, loss, step, device_name, tokens_per_step, &flags, master, summaries,
            lr = optimizer.param_groups().front().lr] {

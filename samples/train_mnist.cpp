@@ -216,6 +216,7 @@ void train_replica(const Flags& flags, Summary& summary) {
       samples += labels.size(0);
       const int64_t batch_samples = labels.size(0);
       if (flags.log_steps > 0 && step % flags.log_steps == 0) {
+        if (summaries) summaries->add_step_breakdown(step);
         add_step_closure(
             [tracker, loss, step, epoch, batch_samples, device_name, summaries,
              flags_log = flags.log_steps, lr = flags.lr] {

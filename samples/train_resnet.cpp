@@ -23,6 +23,7 @@
 #include "io/data_loader.h"
 #include "io/fake_data.h"
 #include "io/parallel_loader.h"
+#include "io/summary_writer.h"
 #include "samples/flag_checks.h"
 #include "samples/resnet_model.h"
 #include "samples/trainer_log.h"
@@ -43,6 +44,7 @@ struct Flags {
   bool fake_data = false;  // accepted; fake data is the only data
   uint64_t seed = 42;
   bool eval = true;
+  std::string logdir;  // TensorBoard summaries
 };
 
 constexpr int64_t kClasses = 1000;
@@ -129,6 +131,11 @@ void train_replica(const Flags& flags, Summary& summary) {
 
   const std::string device_name = fmt::format("{}/{}", device.to_string(), ordinal);
   auto progress = std::make_shared<Progress>();
+  // TensorBoard summaries (tensorboard --logdir DIR), from the master replica.
+  std::shared_ptr<SummaryWriter> summaries;
+  if (!flags.logdir.empty() && is_master_ordinal(/*local=*/false)) {
+    summaries = std::make_shared<SummaryWriter>(flags.logdir);
+  }
   // Step time: from the end of the second step (the first two compile: the momentum buffers
   // appear in the second) to the end of the last.
   const int64_t warm = flags.max_steps > 2 ? 2 : 0;
@@ -149,13 +156,18 @@ void train_replica(const Flags& flags, Summary& summary) {
       const int64_t batch_images = flags.batch_size * (step - logged_step);
       logged_step = step;
       add_step_closure(
-          [progress, loss, step, batch_images, device_name] {
+          [progress, loss, step, batch_images, device_name, summaries, lr = flags.lr] {
             // The closure starts when its step's device work is done: time the rates from here,
             // before the read, which queues behind the steps the device runs next.
             Progress& p = *progress;
             p.images.add(batch_images);
             const double value = loss.item();
             if (p.first_loss < 0) p.first_loss = value;
+            if (summaries) {
+              summaries->add_scalar("train/loss", value, step);
+              summaries->add_scalar("train/lr", lr, step);
+              summaries->add_scalar("train/images_per_s", p.images.rate(), step);
+            }
             if (process_index() != 0) return;
             fmt::print(
                 "| Training Device={} Step={} Loss={:.5f} Rate={:.2f} GlobalRate={:.2f} images/s "
@@ -164,6 +176,7 @@ void train_replica(const Flags& flags, Summary& summary) {
             std::fflush(stdout);
           },
           /*run_async=*/true);
+      if (summaries) summaries->add_step_breakdown(step);
     }
     if (step == warm) {
       mark_step();
@@ -188,6 +201,10 @@ void train_replica(const Flags& flags, Summary& summary) {
     if (is_master_ordinal(/*local=*/false)) {
       fmt::print("| Test Device={} Loss={:.5f} Accuracy={:.2f}% Time={}\n", device_name, eval.first,
                  100 * eval.second, now_text());
+      if (summaries) {
+        summaries->add_scalar("test/loss", eval.first, step);
+        summaries->add_scalar("test/accuracy", eval.second, step);
+      }
     }
   }
   if (is_master_ordinal(/*local=*/false)) {
@@ -247,6 +264,9 @@ int main(int argc, char** argv) {
   app.add_option("--lr", flags.lr, "SGD's learning rate (momentum 0.9, weight decay 1e-4)");
   app.add_option("--momentum", flags.momentum);
   app.add_option("--weight_decay", flags.weight_decay);
+  app.add_option("--logdir", flags.logdir,
+                 "write TensorBoard summaries (loss, lr, images/s, the step breakdown, test loss "
+                 "and accuracy) to DIR");
   app.add_option("--log_steps", flags.log_steps,
                  "print the loss at step 1 and every this many steps (0: never)");
   app.add_flag("--fake_data", flags.fake_data,

@@ -311,7 +311,8 @@ TEST(TrainMnist, SpmdMeshesLogTheOneDeviceLosses) {
 }
 
 // --logdir writes a TensorBoard event file: every record's CRCs check, the losses are the
-// printed ones at the logged steps, and the test accuracy is the summary's.
+// printed ones at the logged steps, the step breakdown is there, and the test accuracy is the
+// summary's.
 TEST(TrainMnist, LogdirWritesTensorBoardSummaries) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("axle_train_mnist_tb_" + std::to_string(::getpid()));
@@ -329,6 +330,7 @@ TEST(TrainMnist, LogdirWritesTensorBoardSummaries) {
   std::vector<int64_t> steps;
   double accuracy = -1;
   int rates = 0;
+  double executing_ms = 0;
   for (const axle::EventValue& v : events.values) {
     if (v.tag == "train/loss") {
       losses.push_back(v.value);
@@ -336,7 +338,9 @@ TEST(TrainMnist, LogdirWritesTensorBoardSummaries) {
     }
     if (v.tag == "train/samples_per_s" && v.value > 0) ++rates;
     if (v.tag == "test/accuracy") accuracy = v.value;
+    if (v.tag == "step_breakdown/executing_ms") executing_ms += v.value;
   }
+  EXPECT_GT(executing_ms, 0) << "the step breakdown's device time";
   EXPECT_EQ(steps, (std::vector<int64_t>{5, 10, 15, 20}));
   ASSERT_EQ(losses.size(), printed.size()) << run.output;
   for (std::size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(losses[i], printed[i], 1e-5);
