@@ -82,9 +82,11 @@ int main(int argc, char** argv) {
   int64_t step = 0;
   auto interval_start = Clock::now();
   double rss_first = 0, second_ms = 0, last_ms = 0;
+  // One loader for the run, as the samples keep theirs: its threads live as long.
+  MpDeviceLoader device_loader(loader, Device{});
   for (int64_t epoch = 0; step < steps; ++epoch) {
     loader.set_epoch(epoch);
-    for (const DeviceBatch& b : MpDeviceLoader(loader, Device{})) {
+    for (const DeviceBatch& b : device_loader) {
       sgd.zero_grad();
       const Tensor loss = nn::nll_loss(model(b[0]), b[1]);
       loss.backward();
