@@ -114,8 +114,9 @@ int main(int argc, char** argv) {
         const std::map<std::string, Param> at{{"step", step}, {"batch", batch}};
         emit("soak", "rss_bytes", rss, "bytes", at);
         emit("soak", "live_tensors", static_cast<double>(live_tensor_count()), "tensors", at);
-        emit("soak", "device_bytes", static_cast<double>(get_memory_info().bytes_in_use), "bytes",
-             at);
+        const MemoryInfo memory = get_memory_info();
+        emit("soak", "device_bytes", static_cast<double>(memory.bytes_in_use), "bytes", at);
+        emit("soak", "device_peak_bytes", static_cast<double>(memory.peak_bytes), "bytes", at);
         emit("soak", "step_ms", ms, "ms", at);
         interval_start = Clock::now();
       }
