@@ -62,11 +62,14 @@ int main(int argc, char** argv) {
   using namespace axle;
   using namespace axle::bench;
   int64_t steps = 20000, report_every = 1000, checkpoint_every = 1000, batch = 64;
+  int64_t closure_every = 1;
   CLI::App app{"soak_bench: the MLP for many steps, watching memory, tensors and step time"};
   app.add_option("--steps", steps);
   app.add_option("--report_every", report_every);
   app.add_option("--checkpoint_every", checkpoint_every);
   app.add_option("--batch", batch);
+  app.add_option("--closure_every", closure_every,
+                 "steps between asynchronous closures reading the loss (0: none)");
   CLI11_PARSE(app, argc, argv);
   if (report_every < 1 || steps < 2 * report_every) {
     std::fprintf(stderr, "soak_bench: --steps must cover at least two --report_every intervals\n");
