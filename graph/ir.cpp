@@ -33,6 +33,45 @@ void Node::operator delete(void* block, std::size_t bytes) noexcept { free_block
 static_assert(sizeof(Node) == 256, "walks and the block cache are tuned to a 256-byte node");
 static_assert(sizeof(Node) <= kMaxCachedBlockBytes, "nodes come from the block cache");
 
+bool is_elementwise(Op op) noexcept {
+  switch (op) {
+    case Op::kAdd:
+    case Op::kSub:
+    case Op::kMul:
+    case Op::kDiv:
+    case Op::kPow:
+    case Op::kMaximum:
+    case Op::kMinimum:
+    case Op::kEq:
+    case Op::kNe:
+    case Op::kLt:
+    case Op::kLe:
+    case Op::kGt:
+    case Op::kGe:
+    case Op::kLogicalAnd:
+    case Op::kLogicalOr:
+    case Op::kWhere:
+    case Op::kNeg:
+    case Op::kExp:
+    case Op::kLog:
+    case Op::kSqrt:
+    case Op::kRsqrt:
+    case Op::kTanh:
+    case Op::kSigmoid:
+    case Op::kRelu:
+    case Op::kGelu:
+    case Op::kAbs:
+    case Op::kLogicalNot:
+    case Op::kCast:
+    case Op::kSin:
+    case Op::kCos:
+    case Op::kErf:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string_view op_name(Op op) noexcept {
   static constexpr std::array<std::string_view, static_cast<std::size_t>(Op::kCount)> kNames = {
       "device_data", "parameter", "constant", "reshape",

@@ -101,4 +101,10 @@ enum class Op : uint16_t {
 /// The op's name in IR dumps and per-op counters (`xla::add`).
 [[nodiscard]] std::string_view op_name(Op op) noexcept;
 
+/// Whether each element of the op's output is computed from the elements of its operands at the
+/// same position (operands broadcast NumPy-style): arithmetic, comparisons, logical ops, where,
+/// unary math and cast. The passes that lay values out (sharding propagation, the partitioner)
+/// treat these alike.
+[[nodiscard]] bool is_elementwise(Op op) noexcept;
+
 }  // namespace axle

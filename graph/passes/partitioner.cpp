@@ -169,45 +169,8 @@ Layout with_extra(const Layout& layout, const std::vector<int64_t>& extra, int64
 // Ops whose operands are laid out as their result (broadcast dims whole). The sharding
 // annotation (kCustomSharding) is an identity whose result has the annotated sharding; the
 // per-device program keeps it, and the lowering drops it.
-bool is_elementwise(Op op) {
-  switch (op) {
-    case Op::kCustomSharding:
-    case Op::kAdd:
-    case Op::kSub:
-    case Op::kMul:
-    case Op::kDiv:
-    case Op::kPow:
-    case Op::kMaximum:
-    case Op::kMinimum:
-    case Op::kEq:
-    case Op::kNe:
-    case Op::kLt:
-    case Op::kLe:
-    case Op::kGt:
-    case Op::kGe:
-    case Op::kLogicalAnd:
-    case Op::kLogicalOr:
-    case Op::kWhere:
-    case Op::kNeg:
-    case Op::kExp:
-    case Op::kLog:
-    case Op::kSqrt:
-    case Op::kRsqrt:
-    case Op::kTanh:
-    case Op::kSigmoid:
-    case Op::kRelu:
-    case Op::kGelu:
-    case Op::kAbs:
-    case Op::kLogicalNot:
-    case Op::kCast:
-    case Op::kSin:
-    case Op::kCos:
-    case Op::kErf:
-    case Op::kExpand:
-      return true;
-    default:
-      return false;
-  }
+bool laid_out_as_result(Op op) {
+  return is_elementwise(op) || op == Op::kCustomSharding || op == Op::kExpand;
 }
 
 // A local value of the per-device program and the global value it is a layout of.
@@ -526,7 +489,7 @@ class Partitioner {
     auto operand_shape = [&](std::size_t i) -> const Shape& { return global_[operands[i]].shape; };
     const int rank = shape.rank();
 
-    if (is_elementwise(instr.op)) {
+    if (laid_out_as_result(instr.op)) {
       return local_then_finish(
           id, want, [&](std::size_t i) { return project(want, shape, operand_shape(i)); });
     }

@@ -222,39 +222,10 @@ double reshard_bytes(const Shape& shape, DType dtype, const ShardingSpec& from,
   return bytes * static_cast<double>(dtype_size(dtype));
 }
 
-bool is_elementwise(Op op) {
+// Ops whose operands' dims align with the output's trailing dims: the elementwise ones, expand,
+// and the random ops (their scalars and bernoulli's probabilities).
+bool maps_trailing_dims(Op op) {
   switch (op) {
-    case Op::kAdd:
-    case Op::kSub:
-    case Op::kMul:
-    case Op::kDiv:
-    case Op::kPow:  // NOLINT
-    case Op::kMaximum:
-    case Op::kMinimum:
-    case Op::kEq:
-    case Op::kNe:
-    case Op::kLt:
-    case Op::kLe:
-    case Op::kGt:
-    case Op::kGe:
-    case Op::kLogicalAnd:
-    case Op::kLogicalOr:
-    case Op::kWhere:
-    case Op::kNeg:
-    case Op::kExp:
-    case Op::kLog:
-    case Op::kSqrt:
-    case Op::kRsqrt:
-    case Op::kTanh:
-    case Op::kSigmoid:
-    case Op::kRelu:
-    case Op::kGelu:
-    case Op::kAbs:
-    case Op::kLogicalNot:
-    case Op::kCast:
-    case Op::kSin:
-    case Op::kCos:
-    case Op::kErf:
     case Op::kExpand:
     case Op::kRandUniform:
     case Op::kRandNormal:
@@ -262,7 +233,7 @@ bool is_elementwise(Op op) {
     case Op::kBernoulli:
       return true;
     default:
-      return false;
+      return is_elementwise(op);
   }
 }
 
@@ -315,7 +286,7 @@ bool operand_map(const Program& p, std::size_t i, std::size_t j, DimMap& map) {
       map[e] = e != skip && e < out.rank() && in[e] == out[e] ? e : -1;
     }
   };
-  if (is_elementwise(instr.op)) {
+  if (maps_trailing_dims(instr.op)) {
     align_trailing(in, out, 0, in.rank(), map);
     return true;
   }
