@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -136,6 +137,9 @@ LazySystem::LazySystem(LazySystemOptions options, const config::LazySettings& se
       runtime_, SpawnOptions{.name = "step-closures", .dedicated_thread = true}, observers_);
   eager_ = settings.eager_debug_mode;
   sync_wait_ = settings.sync_wait;
+  max_steps_in_flight_ = static_cast<std::size_t>(settings.max_steps_in_flight);
+  static std::atomic<uint64_t> systems{0};
+  serial_ = ++systems;
   param_aliasing_ = settings.param_aliasing;
   check_finite_ = settings.check_finite;
   if (settings.use_spmd) enable_spmd();

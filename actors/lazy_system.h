@@ -97,6 +97,10 @@ class LazySystem final {
   [[nodiscard]] uint64_t max_graph_nodes() const noexcept { return max_graph_nodes_; }
   /// XLA_SYNC_WAIT: mark_step waits for the device.
   [[nodiscard]] bool sync_wait() const noexcept { return sync_wait_; }
+  /// AXLE_MAX_STEPS_IN_FLIGHT: graphs a host thread may have sent and not seen done (0: no bound).
+  [[nodiscard]] std::size_t max_steps_in_flight() const noexcept { return max_steps_in_flight_; }
+  /// Tells this system from those before it in the process (restart()).
+  [[nodiscard]] uint64_t serial() const noexcept { return serial_; }
   /// XLA_ENABLE_PARAM_ALIASING (default on): a mark_step may update inputs nothing else reads in
   /// place (buffer donation).
   [[nodiscard]] bool param_aliasing() const noexcept { return param_aliasing_; }
@@ -137,6 +141,8 @@ class LazySystem final {
   std::atomic<bool> eager_{false};
   uint64_t max_graph_nodes_;
   bool sync_wait_ = false;
+  std::size_t max_steps_in_flight_ = 0;
+  uint64_t serial_ = 0;
   bool param_aliasing_ = true;
   bool check_finite_ = false;
   std::atomic<bool> spmd_{false};

@@ -150,6 +150,25 @@ CollectiveError divergence_error(const GraphSignature& reference, const GraphSig
       differing.size() == 1 ? "s" : "", differing.front(), where));
 }
 
+// What tells that a step's device work is done: of each device's results (which its device
+// completes together), the smallest. A closure waiting for its step holds only these, not the
+// step's gradients and activations: closures that fall behind would otherwise keep every
+// pending step's results alive.
+std::vector<IntrusivePtr<DeviceData>> completion_markers(
+    std::vector<IntrusivePtr<DeviceData>> outputs) {
+  std::vector<IntrusivePtr<DeviceData>> markers;
+  for (IntrusivePtr<DeviceData>& out : outputs) {
+    auto same_device = std::ranges::find_if(
+        markers, [&](const IntrusivePtr<DeviceData>& m) { return m->device() == out->device(); });
+    if (same_device == markers.end()) {
+      markers.push_back(std::move(out));
+    } else if (out->bytes() < (*same_device)->bytes()) {
+      *same_device = std::move(out);
+    }
+  }
+  return markers;
+}
+
 }  // namespace
 
 // --- the host itself ---
@@ -319,6 +338,7 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
     system.observers().tell(
         [&](ActorObserver& o) { o.graph_sent(reason, device, built, *request); });
   }
+  admit_to_devices(system, request->outputs);
   system.device_actor(device).tell(Execute{std::move(request)});
   if (wait) {
     for (auto& out : outputs) out->wait();
@@ -444,6 +464,7 @@ void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wai
           [&](ActorObserver& o) { o.graph_sent(reason, Device{d}, built, *requests[d]); });
     }
   }
+  admit_to_devices(system, outputs);
   for (int d = 0; d < devices; ++d) {
     system.device_actor(Device{d}).tell(Execute{std::move(requests[d])});
   }
@@ -478,6 +499,38 @@ void ReplicaHost::sync(std::span<const Tensor> tensors, SyncReason reason,
   trace_->creation_log().clear();
 }
 
+// Without a bound, a host that traces faster than its devices run queues step after step, each
+// holding its inputs and results (a whole epoch of batches on a fast loader). torch_xla lets one
+// step run while the next is traced; two in flight also keep a device busy while its host wakes.
+void ReplicaHost::admit_to_devices(LazySystem& system,
+                                   std::span<const IntrusivePtr<DeviceData>> outputs) {
+  const std::size_t limit = system.max_steps_in_flight();
+  if (limit == 0 || outputs.empty()) return;
+  InFlight& in_flight = in_flight_;
+  if (in_flight.system != system.serial() || in_flight.ring.size() != limit) {
+    in_flight.ring.assign(limit, nullptr);
+    in_flight.next = 0;
+    in_flight.system = system.serial();
+  }
+  IntrusivePtr<DeviceData>& oldest = in_flight.ring[in_flight.next];
+  if (oldest && oldest->pending()) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      (void)oldest->wait();
+    } catch (...) {
+      // A failed graph is done too; whatever reads its results gets the error.
+    }
+    const std::chrono::duration<double, std::nano> waited =
+        std::chrono::steady_clock::now() - start;
+    account()->add_host_wait(StepBreakdown::kDeviceWait, waited.count());
+    AXLE_COUNTER_INC("StepsInFlightWait", 1);
+  }
+  const auto smallest = std::ranges::min_element(
+      outputs, {}, [](const IntrusivePtr<DeviceData>& out) { return out->bytes(); });
+  oldest = *smallest;
+  in_flight.next = (in_flight.next + 1) % limit;
+}
+
 // --- steps and closures ---
 
 void ReplicaHost::step(bool wait, SyncReason reason, const std::source_location& where) {
@@ -507,6 +560,7 @@ void ReplicaHost::add_step_closure(std::function<void()> closure, bool run_async
 // Hands the step's closures on: asynchronous ones to the runner, which waits for `outputs`;
 // the others run here once `outputs` are done.
 void ReplicaHost::run_closures(std::vector<IntrusivePtr<DeviceData>> outputs) {
+  outputs = completion_markers(std::move(outputs));
   std::vector<StepClosure> now = std::move(closures_.now);
   closures_.now.clear();
   if (!closures_.async.empty()) {

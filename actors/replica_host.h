@@ -103,6 +103,9 @@ class ReplicaHost {
   void check_replicas_agree(const StepGraph& graph);
   void run_closures(std::vector<IntrusivePtr<DeviceData>> outputs);
   void rethrow_closure_failure();
+  // Before a graph with `outputs` goes to the devices: waits while AXLE_MAX_STEPS_IN_FLIGHT
+  // graphs sent before it are not done, then counts it in.
+  void admit_to_devices(LazySystem& system, std::span<const IntrusivePtr<DeviceData>> outputs);
 
   IntrusivePtr<TraceContext> trace_;
   std::optional<ReplicaIdentity> replica_;
@@ -112,6 +115,15 @@ class ReplicaHost {
   StepGraph step_graph_;
   StepGraphScratch scratch_;
   Closures closures_;
+  // The graphs in flight, oldest at `next`, each held by its smallest result (a device completes
+  // a graph's results together); of the system numbered `system` (a restarted system's devices
+  // may never complete the old ones).
+  struct InFlight {
+    std::vector<IntrusivePtr<DeviceData>> ring;
+    std::size_t next = 0;
+    uint64_t system = 0;
+  };
+  InFlight in_flight_;
   std::chrono::steady_clock::time_point last_step_ = std::chrono::steady_clock::now();
   std::shared_ptr<StepBreakdown> account_;
   // Which graphs hold collectives (by hash: a training loop syncs the same few graphs every

@@ -27,8 +27,8 @@ Registry& registry() {
 }
 
 std::string report(Registry& r, Window& window) {
-  static constexpr const char* kNames[] = {"tracing", "input",    "values",  "compiler",
-                                           "execute", "collect.", "closures"};
+  static constexpr const char* kNames[StepBreakdown::kParts] = {
+      "tracing", "input", "values", "compiler", "execute", "collect.", "closures", "device"};
   std::string text = fmt::format("{:<12}{:>7}", "ms/step", "steps");
   for (const char* name : kNames) text += fmt::format("{:>10}", name);
   text += '\n';

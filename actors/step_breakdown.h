@@ -1,8 +1,8 @@
 // actors: where a replica's step time goes — tracing on the host, waiting for input, waiting
 // for values read from the device, waiting for the compiler, the device executing, collectives,
-// step closures. Each replica's host has its own account; its device and its closure runner add
-// to it through the requests they get. step_report() prints the averages per step since the
-// previous report.
+// step closures, and waiting for the devices to catch up. Each replica's host has its own account;
+// its device and its closure runner add to it through the requests they get. step_report() prints
+// the averages per step since the previous report.
 #pragma once
 
 #include <algorithm>
@@ -26,6 +26,7 @@ class StepBreakdown {
     kExecuting,     ///< the device running kernels
     kCollectives,   ///< the device waiting for its group at collectives
     kClosures,      ///< step closures running
+    kDeviceWait,    ///< the host waiting for its devices: AXLE_MAX_STEPS_IN_FLIGHT steps queued
     kParts
   };
 
@@ -34,8 +35,8 @@ class StepBreakdown {
   void add(Part part, double ns) noexcept {
     ns_[part].fetch_add(static_cast<int64_t>(ns), std::memory_order_relaxed);
   }
-  /// A wait of the owner thread itself (kInputWait, kValueWait): also taken out of the host time
-  /// of the step it falls in.
+  /// A wait of the owner thread itself (kInputWait, kValueWait, kDeviceWait): also taken out of the
+  /// host time of the step it falls in.
   void add_host_wait(Part part, double ns) noexcept {
     add(part, ns);
     host_waits_ns_ += ns;

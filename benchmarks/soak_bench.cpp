@@ -94,11 +94,13 @@ int main(int argc, char** argv) {
       const Tensor loss = nn::nll_loss(model(b[0]), b[1]);
       loss.backward();
       sgd.step();
-      add_step_closure(
-          [loss, losses] {
-            if (loss.item() > 0) losses->fetch_add(1);
-          },
-          /*run_async=*/true);
+      if (closure_every > 0 && step % closure_every == 0) {
+        add_step_closure(
+            [loss, losses] {
+              if (loss.item() > 0) losses->fetch_add(1);
+            },
+            /*run_async=*/true);
+      }
       ++step;
       if (checkpoint_every > 0 && step % checkpoint_every == 0) {
         mark_step();

@@ -300,6 +300,12 @@ LazySettings read_lazy_settings() {
   s.max_graph_nodes = get_int("AXLE_MAX_GRAPH_NODES", defaults.max_graph_nodes);
   s.eager_debug_mode = get_bool("XLA_USE_EAGER_DEBUG_MODE", defaults.eager_debug_mode);
   s.sync_wait = get_bool("XLA_SYNC_WAIT", defaults.sync_wait);
+  s.max_steps_in_flight = get_int("AXLE_MAX_STEPS_IN_FLIGHT", defaults.max_steps_in_flight);
+  if (s.max_steps_in_flight < 0) {
+    throw ConfigError(fmt::format(
+        "AXLE_MAX_STEPS_IN_FLIGHT='{}' must be 0 (no bound) or a number of steps of at least 1",
+        get_string("AXLE_MAX_STEPS_IN_FLIGHT", "")));
+  }
   s.param_aliasing = get_bool("XLA_ENABLE_PARAM_ALIASING", defaults.param_aliasing);
   s.check_finite = get_bool("AXLE_CHECK_FINITE", defaults.check_finite);
   s.use_spmd = get_bool("XLA_USE_SPMD", defaults.use_spmd);

@@ -160,6 +160,10 @@ struct LazySettings {
   bool eager_debug_mode = false;
   /// XLA_SYNC_WAIT, default 0: mark_step waits for the device.
   bool sync_wait = false;
+  /// AXLE_MAX_STEPS_IN_FLIGHT, default 2: graphs a host thread may have sent to its devices and
+  /// not yet seen done; the next one waits for the oldest (0: no bound). It bounds how far
+  /// tracing runs ahead of the devices, and with it the memory the queued steps hold.
+  int64_t max_steps_in_flight = 2;
   /// XLA_ENABLE_PARAM_ALIASING, default 1: mark_step may overwrite input buffers no tensor holds
   /// (buffer donation).
   bool param_aliasing = true;

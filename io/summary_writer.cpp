@@ -84,7 +84,7 @@ void SummaryWriter::add_histogram(const std::string& tag, const Tensor& values, 
 void SummaryWriter::add_step_breakdown(int64_t global_step) {
   static constexpr const char* kParts[StepBreakdown::kParts] = {
       "tracing",   "input_wait",  "value_wait", "compiler_wait",
-      "executing", "collectives", "closures"};
+      "executing", "collectives", "closures",   "device_wait"};
   const StepBreakdown::Totals totals = ReplicaHost::current().account()->totals();
   std::vector<int64_t> now(totals.ns.begin(), totals.ns.end());
   now.push_back(totals.steps);

@@ -5,11 +5,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "actors/lazy_system.h"
+#include "actors/replica_host.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "tests/actors/testing_system.h"
@@ -47,7 +49,8 @@ TEST_F(StepClosures, AsynchronousOnesRunAfterTheDeviceWithoutHoldingUpTheHost) {
   std::mutex mutex;
   std::vector<double> seen;
   backend.hold();
-  for (int step = 0; step < 3; ++step) {
+  // Two steps: AXLE_MAX_STEPS_IN_FLIGHT (2) would make a third wait for the held device.
+  for (int step = 0; step < 2; ++step) {
     x = x + 1.0;
     const Tensor total = sum(x);
     add_step_closure(
@@ -67,7 +70,84 @@ TEST_F(StepClosures, AsynchronousOnesRunAfterTheDeviceWithoutHoldingUpTheHost) {
   backend.release();
   wait_device_ops();
   std::lock_guard lock(mutex);
-  EXPECT_EQ(seen, (std::vector<double>{9, 12, 15}));
+  EXPECT_EQ(seen, (std::vector<double>{9, 12}));
+}
+
+// A closure that falls behind its steps holds only what tells it that its step is done: the
+// steps' other results (here 1 MiB each, dropped by the loop) go as soon as nothing else reads
+// them.
+TEST_F(StepClosures, AClosureFallingBehindHoldsNoneOfItsStepsResults) {
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  Tensor x = tensor(std::vector<float>{0}, {1});
+  mark_step();
+  wait_device_ops();
+  const uint64_t before = get_memory_info(device(0)).bytes_in_use;
+  constexpr int kSteps = 10;
+  constexpr int64_t kResultBytes = 256 * 1024 * 4;
+  std::atomic<int> ran{0};
+  for (int step = 0; step < kSteps; ++step) {
+    x = x + 1.0;
+    Tensor big = full({256, 1024}, static_cast<double>(step)) + x;  // a result of the step
+    add_step_closure(
+        [gate, &ran] {
+          gate.wait();
+          ++ran;
+        },
+        /*run_async=*/true);
+    mark_step();
+  }
+  EXPECT_EQ(x.item(), static_cast<double>(kSteps));  // the device is done with every step
+  EXPECT_EQ(ran, 0);                                 // while the closures still wait
+  EXPECT_LT(get_memory_info(device(0)).bytes_in_use, before + 2 * kResultBytes);
+  go.set_value();
+  wait_device_ops();
+  EXPECT_EQ(ran, kSteps);
+}
+
+// AXLE_MAX_STEPS_IN_FLIGHT: a host runs at most that many steps ahead of its device; the next
+// mark_step waits for the oldest, and the wait is the step breakdown's "device" part.
+TEST_F(StepClosures, MarkStepWaitsWhileTooManyStepsAreInFlight) {
+  config::set("AXLE_MAX_STEPS_IN_FLIGHT", "2");
+  TestingBackend& backend = restart_on_testing_backend();
+  config::unset("AXLE_MAX_STEPS_IN_FLIGHT");
+  backend.hold();
+  std::atomic<int> returned{0};
+  double device_wait_ns = 0, last = 0;
+  std::thread host([&] {
+    Tensor x = tensor(std::vector<float>{0}, {1});
+    for (int step = 0; step < 4; ++step) {
+      x = x + 1.0;
+      mark_step();
+      ++returned;
+    }
+    last = x.item();
+    device_wait_ns = static_cast<double>(
+        ReplicaHost::current().account()->totals().ns[StepBreakdown::kDeviceWait]);
+  });
+  ASSERT_TRUE(backend.wait_until_held(1));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (returned < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  // Time for the third mark_step to return, were it not waiting for the held first step.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(returned, 2);
+  backend.release();
+  host.join();
+  EXPECT_EQ(returned, 4);
+  EXPECT_EQ(last, 4.0);
+  EXPECT_GT(device_wait_ns, 0.0);
+}
+
+TEST_F(StepClosures, AMaxStepsInFlightBelowZeroIsAConfigError) {
+  config::set("AXLE_MAX_STEPS_IN_FLIGHT", "-1");
+  try {
+    LazySystem::restart();
+    ADD_FAILURE() << "AXLE_MAX_STEPS_IN_FLIGHT=-1 was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("AXLE_MAX_STEPS_IN_FLIGHT='-1'"), std::string::npos)
+        << e.what();
+  }
+  config::unset("AXLE_MAX_STEPS_IN_FLIGHT");
 }
 
 TEST_F(StepClosures, AsynchronousOnesSeeTheAddingReplicasDeviceAsTheDefault) {
