@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "actors/api.h"
+#include "actors/replicas.h"
 #include "engine/dtype.h"
 #include "graph/autograd.h"
 #include "graph/device.h"
@@ -110,27 +111,42 @@ void broadcast_from_master(const std::vector<Tensor>& tensors, const ReplicaGrou
                            std::source_location where) {
   if (replica_world_size() == 1 || tensors.empty()) return;
   const NoGradGuard no_grad;
-  // Per dtype, the tensors as one flat row; gathering the rows and keeping the master's is
-  // exact (an all-reduce of zeros would turn a NaN elsewhere into the master's value's ruin).
-  std::map<DType, std::vector<std::size_t>> buckets;
-  for (std::size_t i = 0; i < tensors.size(); ++i) buckets[tensors[i].dtype()].push_back(i);
-  for (const auto& [dtype, members] : buckets) {
-    std::vector<Tensor> flat;
-    flat.reserve(members.size());
-    for (std::size_t i : members) {
-      flat.push_back(reshape(tensors[i], {1, tensors[i].numel()}, where));
+  // The group's first member contributes its values, the others -0.0 (x + -0.0 is x, bit for
+  // bit, -0.0 and NaN included), chosen by `where`, so that a NaN elsewhere cannot reach the
+  // sum. Whether this replica is the first is data, not a constant: every replica traces one
+  // graph. An all-reduce needs one copy of the values in flight; gathering every replica's
+  // would need one per replica.
+  const int me = global_ordinal();
+  bool first = me == 0;
+  if (!groups.empty()) {
+    const auto group = std::ranges::find_if(
+        groups, [me](const std::vector<int>& g) { return std::ranges::find(g, me) != g.end(); });
+    first = group != groups.end() && !group->empty() && group->front() == me;
+  }
+  const Tensor is_first = gt(tensor(std::vector<float>{first ? 1.0f : 0.0f}, Shape{}), 0.5, where);
+  std::vector<Tensor> summed;    // arithmetic dtypes: reduced
+  std::vector<Tensor> gathered;  // bool: gathered, the first's row kept
+  for (const Tensor& t : tensors) (t.dtype() == DType::kBool ? gathered : summed).push_back(t);
+  const auto cap = static_cast<std::size_t>(kDefaultBucketCapMb * 1024 * 1024);
+  for (const std::vector<std::size_t>& bucket : gradient_buckets(summed, cap)) {
+    std::vector<Tensor> contributions;
+    contributions.reserve(bucket.size());
+    for (std::size_t i : bucket) {
+      const Tensor& t = summed[i];
+      const double nothing = is_floating(t.dtype()) ? -0.0 : 0.0;
+      contributions.push_back(
+          axle::where(is_first, t, full({}, nothing, t.dtype(), t.device(), where), where));
     }
-    const Tensor rows =
-        all_gather(members.size() == 1 ? flat[0] : cat(flat, 1, where), 0, groups, where);
-    int64_t offset = 0;
-    for (std::size_t i : members) {
-      const Tensor& tensor = tensors[i];
-      const auto dims = tensor.shape().dims();
-      const Tensor master =
-          slice(slice(rows, 0, 0, 1, 1, where), 1, offset, offset + tensor.numel(), 1, where);
-      tensor.copy_(reshape(master, std::vector<int64_t>(dims.begin(), dims.end()), where), where);
-      offset += tensor.numel();
-    }
+    const std::vector<Tensor> masters =
+        all_reduce(ReduceType::kSum, contributions, 1.0, groups, where);
+    for (std::size_t k = 0; k < bucket.size(); ++k) summed[bucket[k]].copy_(masters[k], where);
+  }
+  for (const Tensor& t : gathered) {
+    const Tensor rows = all_gather(reshape(t, {1, t.numel()}, where), 0, groups, where);
+    const auto dims = t.shape().dims();
+    t.copy_(reshape(slice(rows, 0, 0, 1, 1, where), std::vector<int64_t>(dims.begin(), dims.end()),
+                    where),
+            where);
   }
 }
 

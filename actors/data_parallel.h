@@ -35,7 +35,8 @@ void broadcast_master_param(const nn::Module& module,
 
 /// Gives each tensor of `tensors` (in place) the value it has on the first replica of the
 /// caller's group (ordinal 0 with no groups), bit for bit, as torch.distributed's broadcast from
-/// the group's rank 0. Traced, one all_gather per dtype.
+/// the group's rank 0. Traced: all_reduces (in buckets of kDefaultBucketCapMb) of the first
+/// member's values and every other member's -0.0.
 void broadcast_from_master(const std::vector<Tensor>& tensors, const ReplicaGroups& groups = {},
                            std::source_location where = std::source_location::current());
 

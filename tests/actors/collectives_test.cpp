@@ -6,6 +6,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <limits>
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -565,6 +568,57 @@ TEST_P(Collectives, BroadcastMasterParamGivesEveryReplicaTheMastersWeights) {
   std::vector<float> want = master.named_parameters()[0].second.to_vector<float>();
   for (float b : master.named_parameters()[1].second.to_vector<float>()) want.push_back(b);
   for (int r = 0; r < n(); ++r) EXPECT_EQ(weights[r], want) << "replica " << r;
+}
+
+// Bit for bit: the master's -0.0, NaN and infinities arrive as they are, and another replica's
+// NaN reaches no one. Integer and bool tensors come too; with groups, each group's first member
+// is its master.
+TEST_P(Collectives, BroadcastFromMasterIsExactForEveryValueAndDtype) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Seen {
+    std::vector<uint32_t> bits;
+    std::vector<int32_t> ints;
+    std::vector<uint8_t> flags;
+  };
+  const auto bits_of = [](const std::vector<float>& v) {
+    std::vector<uint32_t> out;
+    for (float f : v) out.push_back(std::bit_cast<uint32_t>(f));
+    return out;
+  };
+  const auto mine = [&](int r) {
+    return r == 0 ? std::vector<float>{-0.0f, nan, inf, -inf, 1.5f, 0.0f}
+                  : std::vector<float>{nan, 2.0f, -1.0f, nan, -0.0f, static_cast<float>(r)};
+  };
+  const auto seen = on_replicas<Seen>([&](int r) {
+    const Tensor f = tensor(mine(r), {6});
+    const Tensor i = tensor(std::vector<int32_t>{r + 1, -r, 7}, {3});
+    const Tensor b =
+        gt(tensor(std::vector<float>{r == 0 ? 1.0f : 0.0f, r != 0 ? 1.0f : 0.0f}, {2}), 0.5);
+    broadcast_from_master({f, i, b});
+    mark_step();
+    std::vector<uint8_t> flags;
+    for (float v : cast(b, DType::kF32).to_vector<float>()) flags.push_back(v != 0);
+    return Seen{bits_of(f.to_vector<float>()), i.to_vector<int32_t>(), flags};
+  });
+  for (int r = 0; r < n(); ++r) {
+    EXPECT_EQ(seen[r].bits, bits_of(mine(0))) << "replica " << r;
+    EXPECT_EQ(seen[r].ints, (std::vector<int32_t>{1, 0, 7})) << "replica " << r;
+    EXPECT_EQ(seen[r].flags, (std::vector<uint8_t>{1, 0})) << "replica " << r;
+  }
+  if (n() < 4 || n() % 2 != 0) return;
+  // Two groups, {0, 2, ...} and {1, 3, ...}: replica 1 is the second group's master.
+  ReplicaGroups groups(2);
+  for (int r = 0; r < n(); ++r) groups[static_cast<std::size_t>(r % 2)].push_back(r);
+  const auto grouped = on_replicas<std::vector<uint32_t>>([&](int r) {
+    const Tensor f = tensor(mine(r), {6});
+    broadcast_from_master({f}, groups);
+    mark_step();
+    return bits_of(f.to_vector<float>());
+  });
+  for (int r = 0; r < n(); ++r) {
+    EXPECT_EQ(grouped[r], bits_of(mine(r % 2))) << "replica " << r;
+  }
 }
 
 }  // namespace

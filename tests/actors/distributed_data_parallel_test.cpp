@@ -137,6 +137,7 @@ TEST_P(Ddp, BucketsFollowReverseParameterOrderWithinTheCapOneAllReduceEach) {
     on_replicas<int>([&](int r) {
       DistributedDataParallel ddp(std::make_shared<ThreeLayers>(),
                                   {.bucket_cap_mb = cap_bytes / (1024.0 * 1024.0)});
+      mark_step();  // the construction's broadcast, an all_reduce of its own
       std::vector<std::string> reversed;
       std::vector<int64_t> bytes_of;
       const nn::StateDict params = ddp.named_parameters();
@@ -191,6 +192,7 @@ TEST_P(Ddp, BackwardAveragesTheGradientsAndOptimizerStepDoesNotAgain) {
   on_replicas<int>([&](int r) {
     set_rng_state(7);
     DistributedDataParallel ddp(std::make_shared<ThreeLayers>(), {.bucket_cap_mb = 1e-4});
+    mark_step();  // the construction's broadcast, an all_reduce of its own
     optim::SGD sgd(ddp.parameters(), {.lr = 0.5});
     sum(ddp(input_of(r))).backward();
     const nn::StateDict params = ddp.named_parameters();
@@ -241,6 +243,7 @@ TEST_P(Ddp, NoSyncAccumulatesLocallyAndTheNextBackwardAveragesTheSum) {
   on_replicas<int>([&](int r) {
     set_rng_state(9);
     DistributedDataParallel ddp(std::make_shared<ThreeLayers>(), {.bucket_cap_mb = 1e-4});
+    mark_step();  // the construction's broadcast, an all_reduce of its own
     EXPECT_TRUE(ddp.require_backward_grad_sync());
     for (int k = 0; k + 1 < kMicro; ++k) {
       const auto guard = ddp.no_sync();
@@ -293,6 +296,7 @@ TEST_P(Ddp, FindUnusedParametersAveragesTheirGradientsAsZeros) {
   on_replicas<int>([&](int r) {
     DistributedDataParallel ddp(std::make_shared<ThreeLayers>(/*use_last=*/false),
                                 {.bucket_cap_mb = 1e-4, .find_unused_parameters = true});
+    mark_step();  // the construction's broadcast, an all_reduce of its own
     sum(ddp(input_of(r))).backward();
     std::vector<Tensor> grads;
     for (const auto& [name, p] : ddp.named_parameters()) {
