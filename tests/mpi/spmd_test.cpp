@@ -3,10 +3,11 @@
 // virtual device over every device of the job, mesh device ids are global ordinals, and each
 // process holds and runs only its own devices' shards: an MLP trained over meshes 2x2, 4x1 and
 // 1x4 and over HybridMeshes (the processes on either axis) gives the losses and weights of one
-// device, compiling as often; reads of values whose tiles are on other processes assemble them
-// (a collective); the loader's input_sharding places each process's shards; a distributed
-// checkpoint is written by each process for its own devices and loads onto another mesh; and
-// processes that trace over different meshes, or hold different device counts, fail clearly.
+// device, compiling as often; the runtime queries answer as torch_xla's under SPMD; reads of values
+// whose tiles are on other processes assemble them (a collective); the loader's input_sharding
+// places each process's shards; a distributed checkpoint is written by each process for its own
+// devices and loads onto another mesh; and processes that trace over different meshes, or hold
+// different device counts, fail clearly.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -185,6 +186,19 @@ TEST_F(SpmdProcesses, MeshesOverTheJobTrainAsOneDevice) {
     EXPECT_EQ(spmd.w1_first, process_index() * local) << c.what;
     EXPECT_EQ(spmd.w1_shard, (Shape{c.w1_rows, 12})) << c.what;
   }
+}
+
+// As torch_xla's runtime under SPMD: the program is one device's (world size 1, ordinal 0 in
+// every process), over every device of the job, of which each process addresses its own.
+TEST_F(SpmdProcesses, RuntimeQueriesSeeOneProgramOverTheJobsDevices) {
+  spmd_on();
+  EXPECT_TRUE(is_spmd());
+  EXPECT_EQ(world_size(), 1);
+  EXPECT_EQ(global_ordinal(), 0);
+  EXPECT_EQ(global_device_count(), 4);
+  EXPECT_EQ(addressable_device_count() * process_count(), 4);
+  EXPECT_EQ(LazySystem::get().spmd_device_count(), 4);
+  EXPECT_EQ(LazySystem::get().first_spmd_device(), process_index() * addressable_device_count());
 }
 
 TEST_F(SpmdProcesses, ReadsAssembleTilesFromEveryProcess) {
