@@ -6,9 +6,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -35,12 +35,11 @@ namespace axle {
 /// of its own, with its own trace context (its tensors, pending graph, step closures and random
 /// state) and device `i` as its default (`Device{}`, `device()`, `xla_device()`). `ordinal` is
 /// the replica's global ordinal: in a job of several processes (mpirun), process `p` running `n`
-/// replicas holds ordinals p·n .. p·n + n - 1, and every process must spawn as many. Before
-/// returning, a replica waits for its device's work and its asynchronous step closures. When a
-/// replica throws, the others' waits on replicas (rendezvous, mesh_reduce) fail with
-/// ReplicaCancelled, and spawn throws a ReplicaError naming the first replica that failed, once
-/// every replica has returned. Any other `nprocs`, or a call from inside a replica, throws
-/// std::invalid_argument.
+/// replicas holds ordinals p·n .. p·n + n - 1, and every process must spawn as many. Before returning, a
+/// replica waits for its device's work and its asynchronous step closures. When a replica
+/// throws, the others' waits on replicas (rendezvous, mesh_reduce) fail with ReplicaCancelled,
+/// and spawn throws a ReplicaError naming the first replica that failed, once every replica has
+/// returned. Any other `nprocs`, or a call from inside a replica, throws std::invalid_argument.
 void spawn(std::function<void(int)> fn, std::optional<int> nprocs = std::nullopt);
 
 /// A replica of spawn threw: the message names the replica and what it threw.
@@ -116,9 +115,9 @@ struct is_vector<std::vector<E>> : std::true_type {};
 
 /// A value whose bytes are the whole of it (std::pair of such values too).
 template <class T>
-inline constexpr bool kPlainValue = std::is_trivially_copyable_v<T> ||
-                                    (std::is_trivially_copy_constructible_v<T> &&
-                                     std::is_trivially_destructible_v<T>);
+inline constexpr bool kPlainValue =
+    std::is_trivially_copyable_v<T> ||
+    (std::is_trivially_copy_constructible_v<T> && std::is_trivially_destructible_v<T>);
 
 /// How mesh_reduce's values of type T cross processes: plain values (kPlainValue), and
 /// std::string and std::vector of plain values; null for any other type, which then meets only
