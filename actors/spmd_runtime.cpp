@@ -5,6 +5,7 @@
 
 #include <mutex>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "actors/lazy_system.h"
@@ -43,14 +44,16 @@ bool tiles_span_processes(const ShardingSpec& sharding, int64_t devices, int64_t
 }
 
 // The tiles one process brings to a collective read: (device, shard bytes) for each tile whose
-// lowest holder is its device.
+// lowest holder is its device; or, when it could not read them (a failed step), why.
 struct Tiles {
   std::vector<std::pair<int64_t, std::vector<std::byte>>> pieces;
+  std::string error;
 };
 
 constexpr ValueCodec kTilesCodec{
     [](const void* value, WireWriter& out, int) {
       const auto& tiles = *static_cast<const Tiles*>(value);
+      out.put_string(tiles.error);
       out.put<uint64_t>(tiles.pieces.size());
       for (const auto& [device, bytes] : tiles.pieces) {
         out.put(device);
@@ -59,6 +62,7 @@ constexpr ValueCodec kTilesCodec{
     },
     [](WireReader& in, const ProcessMessage&) -> std::shared_ptr<const void> {
       auto tiles = std::make_shared<Tiles>();
+      tiles->error = in.get_string("a read's error");
       const auto count = in.get<uint64_t>("a read's tile count");
       for (uint64_t i = 0; i < count; ++i) {
         const auto device = in.get<int64_t>("a tile's device");
@@ -83,13 +87,30 @@ std::vector<std::byte> read_across_processes(LazySystem& system, const DeviceDat
     reads.emplace_back(d, system.device_actor(Device{static_cast<int>(d - first)})
                               .ask(ReadToHost{DataHold(data.shards()[d - first])}));
   }
+  // A tile this process cannot read still comes to the exchange, as its error: the others fail
+  // at once instead of waiting for it.
   auto mine = std::make_shared<Tiles>();
-  for (auto& [d, bytes] : reads) mine->pieces.emplace_back(d, bytes.get());
+  std::exception_ptr failed;
+  try {
+    for (auto& [d, bytes] : reads) mine->pieces.emplace_back(d, bytes.get());
+  } catch (const std::exception& e) {
+    failed = std::current_exception();
+    mine->pieces.clear();
+    mine->error = e.what();
+  }
   const std::string tag = fmt::format("read a sharded value {}{} {}", dtype_name(data.dtype()),
                                       data.shape().to_string(), to_string(sharding));
   const Gathered all =
       exchange_with_replicas(system.rendezvous_actor(), *process_replica(), "read", tag,
                              std::move(mine), typeid(Tiles), {}, &kTilesCodec);
+  if (failed) std::rethrow_exception(failed);
+  for (std::size_t p = 0; p < all->size(); ++p) {
+    const auto& theirs = *static_cast<const Tiles*>((*all)[p].get());
+    if (!theirs.error.empty()) {
+      throw std::runtime_error(
+          fmt::format("{}: process {} could not read its tiles: {}", tag, p, theirs.error));
+    }
+  }
   std::vector<std::byte> value(data.bytes());
   const std::size_t element_size = dtype_size(data.dtype());
   for (const auto& theirs : *all) {

@@ -344,6 +344,30 @@ TEST_F(SpmdProcesses, ProcessesOverDifferentMeshesFailClearly) {
   }
 }
 
+// A step that fails in one process only (its devices are out of memory): reading its result,
+// the other process fails at once with an error naming it, instead of waiting for its tiles.
+TEST_F(SpmdProcesses, AReadWhoseTilesFailedElsewhereFailsAtOnce) {
+  if (process_count() == 1) GTEST_SKIP() << "needs a job of several processes";
+  // Room for a tile of the input (32x32 floats, 4 KiB) but not for the result's beside it.
+  if (process_index() == 1) config::set("AXLE_DEVICE_MEMORY_LIMIT", "6000");
+  spmd_on();
+  config::unset("AXLE_DEVICE_MEMORY_LIMIT");
+  const Mesh mesh(ids(4), {2, 2}, {"data", "model"});
+  const Tensor t = spmd::tensor_from_host_sharded(
+      CpuTensor(std::vector<float>(64 * 64, 1.0f), Shape{64, 64}), mesh, {"data", "model"});
+  const Tensor u = t * 2.0;
+  mark_step();
+  try {
+    (void)u.to_vector<float>();
+    FAIL() << "expected the read to fail";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    if (process_index() == 0) {
+      EXPECT_NE(what.find("process 1 could not read its tiles"), std::string::npos) << what;
+    }
+  }
+}
+
 TEST_F(SpmdProcesses, ProcessesWithDifferentDeviceCountsFailClearly) {
   if (process_count() == 1) GTEST_SKIP() << "needs a job of several processes";
   LazySystem::restart({.cpu_devices = 1 + process_index()});
