@@ -66,8 +66,8 @@ class DeviceRuntime final : public TensorRuntime {
     if (system.spmd() && device.ordinal != 0) {
       throw std::out_of_range(fmt::format(
           "device {} does not exist under SPMD: use_spmd() makes one virtual device, xla:0, over "
-          "the process's {} devices",
-          device.to_string(), system.device_count()));
+          "the job's {} devices",
+          device.to_string(), system.spmd_device_count()));
     }
     (void)system.device_actor(device);
   }

@@ -171,14 +171,42 @@ LazySystem::~LazySystem() {
 
 void LazySystem::enable_spmd() {
   if (spmd_.load(std::memory_order_acquire)) return;
+  const int local = device_count();
+  int world = local;
+  int first = 0;
   if (transport_) {
-    throw std::logic_error(
-        "use_spmd: SPMD over the devices of several processes is not supported yet; run one "
-        "process with CPU_NUM_DEVICES devices");
+    // One mesh over the job's devices, global ordinals process-major (as spawn's replicas): every
+    // process must hold as many, or the positions would not agree.
+    const ProcessPlacement process = ProcessTransport::placement();
+    static constexpr ValueCodec kCountCodec{
+        [](const void* value, WireWriter& out, int) {
+          out.put(*static_cast<const int64_t*>(value));
+        },
+        [](WireReader& in, const ProcessMessage&) -> std::shared_ptr<const void> {
+          return std::make_shared<const int64_t>(in.get<int64_t>("a process's device count"));
+        }};
+    const Gathered counts = exchange_with_replicas(
+        rendezvous_actor_, *process_replica(), "use_spmd", "compare the processes' device counts",
+        std::make_shared<const int64_t>(local), typeid(int64_t), {}, &kCountCodec);
+    std::string differing;
+    for (std::size_t p = 0; p < counts->size(); ++p) {
+      const int64_t theirs = *static_cast<const int64_t*>((*counts)[p].get());
+      if (theirs != local) differing += fmt::format(" process {} has {};", p, theirs);
+    }
+    if (!differing.empty()) {
+      throw std::logic_error(fmt::format(
+          "use_spmd: every process of the job must hold as many devices for one mesh over them "
+          "all, but process {} has {} and{} set the same CPU_NUM_DEVICES for every process",
+          process.index, local, differing));
+    }
+    world = local * process.count;
+    first = local * process.index;
   }
   // The mesh's devices meet in their collectives as the replicas of one group, open before any
-  // device can come to one.
-  rendezvous_actor_.ask(OpenGroup{kSpmdGroup, device_count(), 0, device_count()}).get();
+  // device can come to one; in a job of several processes the group spans them all.
+  rendezvous_actor_.ask(OpenGroup{kSpmdGroup, world, first, local}).get();
+  spmd_devices_ = world;
+  first_spmd_device_ = first;
   spmd_.store(true, std::memory_order_release);
 }
 

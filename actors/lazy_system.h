@@ -111,7 +111,15 @@ class LazySystem final {
   /// device of the process, and each step runs as one partitioned program on all of them
   /// (actors/spmd_runtime.h). Once on, it stays on for the system's life.
   [[nodiscard]] bool spmd() const noexcept { return spmd_.load(std::memory_order_acquire); }
+  /// Turns SPMD on. In a job of several processes (mpirun) every process calls it at the same
+  /// point of the program: the virtual device spans every device of the job, and the processes
+  /// check that they hold as many devices each (std::logic_error naming them otherwise).
   void enable_spmd();
+  /// Under SPMD, the mesh's devices: every device of the job (processes × local devices).
+  [[nodiscard]] int spmd_device_count() const noexcept { return spmd_devices_; }
+  /// Under SPMD, the mesh position (global ordinal) of this process's device 0: process-major,
+  /// process p's devices are p * L .. p * L + L - 1.
+  [[nodiscard]] int first_spmd_device() const noexcept { return first_spmd_device_; }
   /// PT_XLA_DEBUG_LEVEL: 0 quiet, 1 compilation analysis, 2 execution analysis too.
   [[nodiscard]] int debug_level() const noexcept { return debug_level_; }
   /// XLA_SAVE_TENSORS_FILE, appended to by every sync.
@@ -146,6 +154,8 @@ class LazySystem final {
   bool param_aliasing_ = true;
   bool check_finite_ = false;
   std::atomic<bool> spmd_{false};
+  int spmd_devices_ = 0;
+  int first_spmd_device_ = 0;
   int debug_level_ = 0;
   SavedGraphs saved_graphs_;
   std::unique_ptr<StepReports> step_reports_;

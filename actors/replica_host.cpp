@@ -15,6 +15,7 @@
 #include "engine/log.h"
 #include "engine/metrics.h"
 #include "engine/this_thread.h"
+#include "graph/sharding.h"
 
 namespace axle {
 namespace {
@@ -127,7 +128,7 @@ std::string place_of(const Node& node) {
 
 // The error naming who traced a different graph from replica 0, and where it diverged.
 CollectiveError divergence_error(const GraphSignature& reference, const GraphSignature& other,
-                                 const std::vector<int>& differing) {
+                                 const std::vector<int>& differing, bool spmd) {
   std::size_t at = 0;
   while (at < reference.nodes.size() && at < other.nodes.size() &&
          reference.nodes[at] == other.nodes[at]) {
@@ -138,9 +139,18 @@ CollectiveError divergence_error(const GraphSignature& reference, const GraphSig
   };
   const std::string where =
       at < reference.nodes.size() || at < other.nodes.size()
-          ? fmt::format("diverges at node {}: replica 0 traced {} where replica {} traced {}", at,
-                        node_at(reference), differing.front(), node_at(other))
+          ? fmt::format("diverges at node {}: {} 0 traced {} where {} {} traced {}", at,
+                        spmd ? "process" : "replica", node_at(reference),
+                        spmd ? "process" : "replica", differing.front(), node_at(other))
           : std::string("has the same ops but donates other inputs");
+  if (spmd) {
+    return CollectiveError(fmt::format(
+        "use_spmd: the processes of the job traced different SPMD programs: process{} {{{}}} "
+        "differ{} from process 0. Process {} {}. Every process must run the same program over "
+        "the same mesh (Mesh device ids are the job's global ordinals) and the same shardings",
+        differing.size() == 1 ? "" : "es", fmt::join(differing, ", "),
+        differing.size() == 1 ? "s" : "", differing.front(), where));
+  }
   return CollectiveError(fmt::format(
       "replicas traced different graphs for a step with collectives: replica{} {{{}}} differ{} "
       "from replica 0. Replica {} {}. Every replica must trace the same ops in the same order "
@@ -253,8 +263,19 @@ void ReplicaHost::check_replicas_agree(const StepGraph& graph) {
   mine->hash = graph.hash;
   mine->nodes.reserve(graph.nodes.size());
   mine->places.reserve(graph.nodes.size());
+  // Under SPMD the processes of the job compare their global programs. A sharding is named by a
+  // key of the process's own (intern_sharding), so they compare its text instead, and the hash
+  // of what they compare.
+  const bool spmd = LazySystem::get().spmd();
+  if (spmd) mine->hash = LazySystem::get().spmd_device_count();
   for (const Node* node : graph.nodes) {
-    mine->nodes.push_back(describe_node(*node));
+    std::string text = describe_node(*node);
+    if (spmd && (node->op() == Op::kCustomSharding || node->op() == Op::kDeviceData) &&
+        !node->ints().empty() && node->ints()[0] >= 0) {
+      text += " sharding " + to_string(interned_sharding(node->ints()[0]));
+    }
+    if (spmd) mine->hash = hash_combine(mine->hash, std::hash<std::string>{}(text));
+    mine->nodes.push_back(std::move(text));
     mine->places.push_back(place_of(*node));
   }
   const Gathered all =
@@ -272,8 +293,9 @@ void ReplicaHost::check_replicas_agree(const StepGraph& graph) {
     agreed_.insert(graph.hash);
     return;
   }
-  throw divergence_error(
-      reference, *static_cast<const GraphSignature*>((*all)[differing.front()].get()), differing);
+  throw divergence_error(reference,
+                         *static_cast<const GraphSignature*>((*all)[differing.front()].get()),
+                         differing, spmd);
 }
 
 void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool wait,
@@ -352,12 +374,17 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
 void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wait, bool may_donate,
                             SyncReason reason, const std::source_location& where,
                             std::vector<IntrusivePtr<DeviceData>>* step_outputs) {
-  if (replica_) {
+  if (replica_ && replica_->group != kProcessGroup) {
     throw std::logic_error(
         "use_spmd(): an SPMD program runs on every device from one thread; spawn no replicas "
         "under SPMD");
   }
-  const int devices = system.device_count();
+  // The mesh is every device of the job; this process runs its own `local` devices' part, from
+  // global ordinal `first` on (a job of several processes: each traces and compiles the same
+  // program, and their devices meet in its collectives across processes).
+  const int devices = system.spmd_device_count();
+  const int local = system.device_count();
+  const int first = system.first_spmd_device();
   const auto sync_start =
       system.observers().empty() ? std::chrono::steady_clock::time_point{} : observer_now();
   // A tensor keeps its layout from step to step (as torch_xla's sharding spec on a tensor): its
@@ -387,6 +414,16 @@ void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wai
   }
   std::optional<StepGraph> kept;
   if (system.check_finite()) kept = graph;
+  if (replica_) {
+    // Processes that traced different programs (or the same over other meshes) would meet in
+    // collectives that do not match: they compare first, as spawn's replicas do.
+    try {
+      check_replicas_agree(graph);
+    } catch (...) {
+      graph.clear();
+      throw;
+    }
+  }
   Future<IntrusivePtr<Executable>> compiled =
       find_or_compile(system, graph, reason, where, devices);
   graph.clear();
@@ -407,17 +444,18 @@ void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wai
   }
   const std::size_t results = sync.roots.size();
   std::vector<std::vector<IntrusivePtr<DeviceData>>> shards(results);
-  for (auto& result : shards) result.reserve(static_cast<std::size_t>(devices));
+  for (auto& result : shards) result.reserve(static_cast<std::size_t>(local));
   std::vector<IntrusivePtr<ExecuteRequest>> requests;
-  requests.reserve(static_cast<std::size_t>(devices));
-  for (int d = 0; d < devices; ++d) {
+  requests.reserve(static_cast<std::size_t>(local));
+  for (int k = 0; k < local; ++k) {
+    const int d = first + k;  // the device's mesh position
     auto request = make_intrusive<ExecuteRequest>();
     request->account = account();
     request->where = where;
     request->replica_group = kSpmdGroup;
     request->replica = d;
-    request->first_local_replica = 0;
-    request->local_replicas = devices;
+    request->first_local_replica = first;
+    request->local_replicas = local;
     request->collective_timeout = collective_timeout();
     auto [promise, future] = make_promise<IntrusivePtr<Executable>>();
     promise.set_value(program);
@@ -428,14 +466,14 @@ void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wai
       if (static_cast<int32_t>(i) == layout.partition_input) {
         request->inputs.push_back({{}, DType::kI64, static_cast<double>(d)});
       } else if (input.data) {
-        request->inputs.push_back({input.data->shards()[d], input.dtype, 0});
+        request->inputs.push_back({input.data->shards()[k], input.dtype, 0});
       } else {
         request->inputs.push_back(input);
       }
     }
     request->outputs.reserve(results);
     for (std::size_t j = 0; j < results; ++j) {
-      auto shard = make_intrusive<DeviceData>(Device{d}, sync.roots[j]->dtype(),
+      auto shard = make_intrusive<DeviceData>(Device{k}, sync.roots[j]->dtype(),
                                               layout.output_shard_shapes.at(j));
       shards[j].push_back(shard);
       request->outputs.push_back(std::move(shard));
@@ -447,7 +485,7 @@ void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wai
   for (std::size_t j = 0; j < results; ++j) {
     outputs.push_back(DeviceData::from_shards(Device{0}, sync.roots[j]->dtype(),
                                               sync.roots[j]->shape(), layout.output_shardings.at(j),
-                                              std::move(shards[j])));
+                                              std::move(shards[j]), first));
   }
   // The results keep the layout they came in: their leaves carry it into the next step.
   for (std::size_t i = 0; i < sync.tensors.size(); ++i) {
@@ -459,14 +497,14 @@ void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wai
   if (step_outputs) step_outputs->insert(step_outputs->end(), outputs.begin(), outputs.end());
   if (!system.observers().empty()) {
     const Span built{sync_start, observer_now()};
-    for (int d = 0; d < devices; ++d) {
+    for (int i = 0; i < local; ++i) {
       system.observers().tell(
-          [&](ActorObserver& o) { o.graph_sent(reason, Device{d}, built, *requests[d]); });
+          [&](ActorObserver& o) { o.graph_sent(reason, Device{i}, built, *requests[i]); });
     }
   }
   admit_to_devices(system, outputs);
-  for (int d = 0; d < devices; ++d) {
-    system.device_actor(Device{d}).tell(Execute{std::move(requests[d])});
+  for (int i = 0; i < local; ++i) {
+    system.device_actor(Device{i}).tell(Execute{std::move(requests[i])});
   }
   if (wait || kept) {
     for (auto& out : outputs) out->wait();

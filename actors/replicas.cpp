@@ -96,7 +96,8 @@ void run_replica(const std::function<void(int)>& fn, const ReplicaIdentity slot,
 
 void spawn(std::function<void(int)> fn, std::optional<int> nprocs) {
   if (!fn) throw std::invalid_argument("spawn: the function is empty");
-  if (const ReplicaIdentity* replica = current_replica(); replica && replica->group != kProcessGroup) {
+  if (const ReplicaIdentity* replica = current_replica();
+      replica && replica->group != kProcessGroup) {
     throw std::invalid_argument(
         fmt::format("spawn: called from replica {} of {}; a replica "
                     "cannot spawn replicas",
@@ -166,11 +167,11 @@ void spawn(std::function<void(int)> fn, std::optional<int> nprocs) {
 
 int world_size() {
   const ReplicaIdentity* replica = current_replica();
-  return replica ? replica->world_size : 1;
+  return replica && !LazySystem::get().spmd() ? replica->world_size : 1;
 }
 int global_ordinal() {
   const ReplicaIdentity* replica = current_replica();
-  return replica ? replica->ordinal : 0;
+  return replica && !LazySystem::get().spmd() ? replica->ordinal : 0;
 }
 int local_ordinal() {
   const ReplicaIdentity* replica = current_replica();

@@ -58,10 +58,11 @@ class ReplicaError : public std::runtime_error {
 };
 
 /// Replicas taking part in the job: spawn's replica count times the job's processes; outside
-/// spawn, the job's processes (each process is one replica).
+/// spawn, the job's processes (each process is one replica). Under use_spmd() 1, as torch_xla's
+/// (the program is written for one device, however many processes run it).
 [[nodiscard]] int world_size();
 /// This replica's ordinal among all replicas of the job, in process order (outside spawn, the
-/// process's index).
+/// process's index). Under use_spmd() 0 in every process (process_index() tells them apart).
 [[nodiscard]] int global_ordinal();
 /// This replica's ordinal among the replicas of its host, as torch_xla's: with one process per
 /// host, its device (0 outside spawn).

@@ -16,10 +16,12 @@ DeviceData::DeviceData(Device device, DType dtype, Shape shape)
 
 IntrusivePtr<DeviceData> DeviceData::from_shards(Device device, DType dtype, Shape shape,
                                                  int64_t sharding,
-                                                 std::vector<IntrusivePtr<DeviceData>> shards) {
+                                                 std::vector<IntrusivePtr<DeviceData>> shards,
+                                                 int first_shard) {
   if (shards.empty()) throw std::invalid_argument("sharded device data needs at least one shard");
   auto whole = make_intrusive<DeviceData>(device, dtype, shape);
   whole->sharding_ = sharding;
+  whole->first_shard_ = first_shard;
   whole->shards_ = std::move(shards);
   whole->shards_pending_.store(static_cast<int>(whole->shards_.size()), std::memory_order_relaxed);
   // Each shard tells the whole when it is done: the first failure fails it (later ones are

@@ -27,11 +27,13 @@ class DeviceData final : public RefCounted {
   /// Counted as `DeviceDataCount`.
   DeviceData(Device device, DType dtype, Shape shape);
   /// A global value of `shape` on the SPMD virtual device `device`, held as `shards`: shards[d]
-  /// is mesh device d's tile of it under the sharding `sharding` (a key of intern_sharding,
-  /// graph/sharding.h; -1: replicated, each shard the whole value).
+  /// is mesh device `first_shard + d`'s tile of it under the sharding `sharding` (a key of
+  /// intern_sharding, graph/sharding.h; -1: replicated, each shard the whole value). In a job of
+  /// several processes a process holds only its own devices' shards: `first_shard` is the global
+  /// ordinal of its first device (0 when the process is the whole job).
   [[nodiscard]] static IntrusivePtr<DeviceData> from_shards(
       Device device, DType dtype, Shape shape, int64_t sharding,
-      std::vector<IntrusivePtr<DeviceData>> shards);
+      std::vector<IntrusivePtr<DeviceData>> shards, int first_shard = 0);
 
   [[nodiscard]] Device device() const noexcept { return device_; }
   [[nodiscard]] DType dtype() const noexcept { return dtype_; }
@@ -42,10 +44,13 @@ class DeviceData final : public RefCounted {
 
   /// True for a global value held in shards (then memory() is null: the shards hold it).
   [[nodiscard]] bool sharded() const noexcept { return !shards_.empty(); }
-  /// One per mesh device, in device position order; empty unless sharded().
+  /// One per mesh device this process holds, in device position order from first_shard();
+  /// empty unless sharded().
   [[nodiscard]] const std::vector<IntrusivePtr<DeviceData>>& shards() const noexcept {
     return shards_;
   }
+  /// The mesh position (global device ordinal) of shards()[0].
+  [[nodiscard]] int first_shard() const noexcept { return first_shard_; }
   /// How the shards divide the value: a key of intern_sharding, or -1 for replicated.
   [[nodiscard]] int64_t sharding() const noexcept { return sharding_; }
 
@@ -91,6 +96,7 @@ class DeviceData final : public RefCounted {
   DType dtype_;
   Shape shape_;
   int64_t sharding_ = -1;
+  int first_shard_ = 0;
   std::vector<IntrusivePtr<DeviceData>> shards_;
   std::atomic<int> shards_pending_{0};
   std::atomic<int> state_{kPending};

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/lazy_system.h"
+#include "actors/replicas.h"
 #include "graph/autograd.h"
 #include "graph/sharding.h"
 #include "graph/tensor_runtime.h"
@@ -68,10 +70,20 @@ void save_spmd_checkpoint(const nn::StateDict& state, const std::filesystem::pat
   }
   if (!pending.empty())
     runtime.sync(pending, SyncReason::kValueAccess, std::source_location::current());
+  // The mesh's devices, and the ones this process holds (under SPMD in a job of several
+  // processes, each writes the files of its own devices).
+  LazySystem& system = LazySystem::get();
   std::size_t devices = 1;
   for (const auto& [name, t] : state) {
     devices =
         std::max(devices, t.impl()->data()->sharded() ? t.impl()->data()->shards().size() : 1);
+  }
+  std::size_t first = 0;
+  std::size_t local = devices;
+  if (system.spmd()) {
+    devices = static_cast<std::size_t>(system.spmd_device_count());
+    first = static_cast<std::size_t>(system.first_spmd_device());
+    local = static_cast<std::size_t>(system.device_count());
   }
   std::vector<CpuTensorMap> tiles(devices);
   std::vector<SafetensorsMetadata> layouts(devices);
@@ -80,19 +92,23 @@ void save_spmd_checkpoint(const nn::StateDict& state, const std::filesystem::pat
     const ShardingSpec sharding = data->sharded() && data->sharding() >= 0
                                       ? interned_sharding(data->sharding())
                                       : ShardingSpec::replicated();
+    // Each tile goes to the file of the first device holding it.
     std::set<std::vector<int64_t>> written;
-    const std::size_t holders = data->sharded() ? data->shards().size() : 1;
+    const std::size_t holders = data->sharded() ? devices : 1;
     for (std::size_t d = 0; d < holders; ++d) {
       if (!written.insert(sharding.tile_of(static_cast<int64_t>(d))).second) continue;
-      const IntrusivePtr<DeviceData> shard = data->sharded() ? data->shards()[d] : data;
+      if (d < first || d >= first + local) continue;  // another process's
+      const IntrusivePtr<DeviceData> shard = data->sharded() ? data->shards()[d - first] : data;
       tiles[d].emplace(name, CpuTensor(shard->dtype(), shard->shape(), runtime.read(shard).get()));
       layouts[d].emplace(name, describe(data->shape(), sharding));
     }
   }
-  for (std::size_t d = 0; d < devices; ++d) {
+  for (std::size_t d = first; d < first + local && d < devices; ++d) {
     save_safetensors(dir / fmt::format("shard-{}-of-{}.safetensors", d, devices), tiles[d],
                      layouts[d]);
   }
+  // Loading needs every process's files: the save ends when all are written.
+  if (system.spmd() && process_count() > 1) (void)rendezvous("save_spmd_checkpoint");
 }
 
 void load_spmd_checkpoint(const nn::StateDict& state, const std::filesystem::path& dir) {

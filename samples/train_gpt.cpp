@@ -193,10 +193,12 @@ void save_weights(const nn::Module& model, const std::string& path) {
     save(model.state_dict(), path);  // written by the master replica
     return;
   }
-  if (!is_master_ordinal(/*local=*/false)) return;
+  // Under SPMD in a job of several processes, reading a value whose tiles are on other processes
+  // is a collective: every process reads, the master writes.
+  if (!is_spmd() && !is_master_ordinal(/*local=*/false)) return;
   CpuTensorMap host;
   for (const auto& [name, t] : model.state_dict()) host.emplace(name, t.to_cpu());
-  save_safetensors(path, host);
+  if (is_master_ordinal(/*local=*/false) && process_index() == 0) save_safetensors(path, host);
 }
 
 // --spmd: Megatron-style tensor parallelism over "model" — in each block, c_attn (the heads'
@@ -286,7 +288,8 @@ void train_replica(const Flags& flags,
 
   const std::string device_name = fmt::format("{}/{}", device.to_string(), ordinal);
   const int64_t tokens_per_step = flags.batch_size * flags.block_size * world;
-  const bool master = is_master_ordinal(/*local=*/false);
+  // (Under SPMD every process is ordinal 0 of a world of 1: the first process reports.)
+  const bool master = is_master_ordinal(/*local=*/false) && process_index() == 0;
   // Tokens per second since the last report, smoothed, and since the start (PyTorch/XLA's
   // RateTracker), and the first loss logged; used from the closure thread only.
   struct Progress {
@@ -470,7 +473,8 @@ int train(const Flags& flags) {
       summary.final_train_loss, summary.final_val_loss, summary.final_val_loss / std::numbers::ln2,
       summary.step_ms > 0 ? 1000.0 * static_cast<double>(tokens_per_step) / summary.step_ms : 0.0,
       summary.step_ms, summary.compiles, summary.peak_device_bytes, summary.first_loss,
-      flags.max_steps, corpus.files, corpus.bytes.size(), flags.num_devices,
+      flags.max_steps, corpus.files, corpus.bytes.size(),
+      flags.spmd ? global_device_count() : flags.num_devices,
       flags.spmd ? 1 : flags.num_devices * process_count(), flags.amp, flags.ddp,
       fmt::join(summary.peak_bytes_by_ordinal, ","), flags.spmd, flags.spmd ? flags.mesh : "",
       summary.parameter_bytes, summary.parameter_bytes_per_device);
@@ -550,8 +554,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (flags.spmd) {
+      // The mesh spans the job: under mpirun each process holds its share of the devices.
       const std::vector<int64_t> mesh = axle::samples::mesh_shape(flags.mesh);
-      flags.num_devices = static_cast<int>(mesh[0] * mesh[1]);
+      const int processes = axle::process_count();
+      if ((mesh[0] * mesh[1]) % processes != 0) {
+        throw std::invalid_argument(
+            fmt::format("--mesh {} does not split over {} processes", flags.mesh, processes));
+      }
+      flags.num_devices = static_cast<int>(mesh[0] * mesh[1] / processes);
       if (flags.batch_size % mesh[0] != 0) {
         throw std::invalid_argument(
             fmt::format("--batch_size {} does not split evenly over the mesh's {} data shards",

@@ -302,10 +302,14 @@ int train_spmd(const Flags& flags) {
   const auto start = Clock::now();
   const std::vector<int64_t> shape = mesh_shape(flags.mesh);
   const int64_t devices = shape[0] * shape[1];
-  if (devices != device_count()) {
-    throw std::invalid_argument(fmt::format("--mesh {} holds {} devices, but there are {}",
-                                            flags.mesh, devices, device_count()));
+  // Under mpirun the mesh spans every process's devices (global ordinals, process-major).
+  if (devices != global_device_count()) {
+    throw std::invalid_argument(fmt::format(
+        "--mesh {} holds {} devices, but the job has {} ({} process{} of {})", flags.mesh, devices,
+        global_device_count(), process_count(), process_count() == 1 ? "" : "es", device_count()));
   }
+  // Every process runs the program; the first reports.
+  const bool reports = process_index() == 0;
   if (flags.batch_size % shape[0] != 0) {
     throw std::invalid_argument(
         fmt::format("--batch_size {} does not split evenly over the mesh's {} data shards",
@@ -335,7 +339,9 @@ int train_spmd(const Flags& flags) {
                                           InputSharding{mesh, {"data", None, None, None}}};
   auto tracker = std::make_shared<RateTracker>();
   std::shared_ptr<SummaryWriter> summaries;
-  if (!flags.logdir.empty()) summaries = std::make_shared<SummaryWriter>(flags.logdir);
+  if (!flags.logdir.empty() && reports) {
+    summaries = std::make_shared<SummaryWriter>(flags.logdir);
+  }
   int64_t step = 0, samples = 0;
   bool done = false;
   for (int epoch = 1; epoch <= flags.num_epochs && !done; ++epoch) {
@@ -349,8 +355,12 @@ int train_spmd(const Flags& flags) {
       const int64_t batch_samples = batch[1].size(0);
       samples += batch_samples;
       if (flags.log_steps > 0 && step % flags.log_steps == 0) {
+        // Every process keeps the loss (an output of the step: the processes' programs must be
+        // the same); the first prints it.
         add_step_closure(
-            [tracker, loss, step, epoch, batch_samples, summaries, flags_log = flags.log_steps] {
+            [reports, tracker, loss, step, epoch, batch_samples, summaries,
+             flags_log = flags.log_steps] {
+              if (!reports) return;
               tracker->add(batch_samples * flags_log);
               if (summaries) {
                 summaries->add_scalar("train/loss", loss.item(), step);
@@ -400,15 +410,24 @@ int train_spmd(const Flags& flags) {
     whole_bytes += static_cast<int64_t>(data.bytes());
     device_bytes += static_cast<int64_t>(data.sharded() ? data.shards()[0]->bytes() : data.bytes());
   }
-  if (!flags.save.empty()) save_weights(*model, flags.save);
+  if (!flags.save.empty() && std::filesystem::path(flags.save).extension() == ".safetensors") {
+    // Reading a value whose tiles are on other processes is a collective: every process reads,
+    // the first writes.
+    CpuTensorMap host;
+    for (const auto& [name, t] : model->state_dict()) host.emplace(name, t.to_cpu());
+    if (reports) save_safetensors(flags.save, host);
+  } else if (!flags.save.empty()) {
+    save(model->state_dict(), flags.save);
+  }
+  if (!reports) return 0;
   if (flags.metrics_debug) fmt::print("{}", metrics_report());
   fmt::print(
       "{{\"final_test_accuracy\":{:.4f},\"train_samples_per_s\":{:.1f},\"compiles\":{},"
-      "\"devices\":{},\"spmd\":true,\"mesh\":\"{}\",\"parameter_bytes\":{},"
-      "\"parameter_bytes_per_device\":{}}}\n",
+      "\"devices\":{},\"spmd\":true,\"mesh\":\"{}\",\"processes\":{},"
+      "\"parameter_bytes\":{},\"parameter_bytes_per_device\":{}}}\n",
       seen == 0 ? 0.0 : static_cast<double>(correct) / seen,
       static_cast<double>(samples) / train_seconds, counter_value("UncachedCompile").value_or(0),
-      devices, flags.mesh, whole_bytes, device_bytes);
+      devices, flags.mesh, process_count(), whole_bytes, device_bytes);
   return 0;
 }
 
@@ -489,8 +508,14 @@ int main(int argc, char** argv) {
   try {
     // The devices are made on first use, from CPU_NUM_DEVICES: --num_devices sets it first.
     if (flags.spmd) {
+      // The mesh spans the job: under mpirun each process holds its share of the devices.
       const std::vector<int64_t> mesh = axle::samples::mesh_shape(flags.mesh);
-      flags.num_devices = static_cast<int>(mesh[0] * mesh[1]);
+      const int processes = axle::process_count();
+      if ((mesh[0] * mesh[1]) % processes != 0) {
+        throw std::invalid_argument(
+            fmt::format("--mesh {} does not split over {} processes", flags.mesh, processes));
+      }
+      flags.num_devices = static_cast<int>(mesh[0] * mesh[1] / processes);
     }
     if (flags.num_devices > 0) {
       axle::config::set("CPU_NUM_DEVICES", std::to_string(flags.num_devices));

@@ -1,7 +1,8 @@
 // A job whose process dies or whose replica throws ends, never hangs: under mpirun (2 processes of
 // 2 devices), a killed process makes the other fail within the collective timeout with an error
 // naming the replicas it lost, their process and the collective it waited in, and mpirun exits
-// non-zero; a replica that throws cancels every replica of the job, naming it.
+// non-zero; a replica that throws cancels every replica of the job, naming it; and an SPMD
+// process that throws ends the job as well.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -19,9 +20,10 @@ struct Job {
 };
 
 Job run(const std::string& how) {
-  const std::string command =
-      std::string(AXLE_MPIEXEC) + " --allow-run-as-root --oversubscribe --bind-to none -np 2 -x CPU_NUM_DEVICES=2 -x AXLE_COLLECTIVE_TIMEOUT=3 " + AXLE_WORKER + " " + how +
-      " 2>&1";
+  const std::string command = std::string(AXLE_MPIEXEC) +
+                              " --allow-run-as-root --oversubscribe --bind-to none -np 2 -x "
+                              "CPU_NUM_DEVICES=2 -x AXLE_COLLECTIVE_TIMEOUT=3 " +
+                              AXLE_WORKER + " " + how + " 2>&1";
   Job job;
   const auto start = std::chrono::steady_clock::now();
   FILE* pipe = ::popen(command.c_str(), "r");
@@ -55,6 +57,21 @@ TEST(ProcessLoss, AReplicaThatThrowsCancelsEveryProcess) {
       << job.output;
   EXPECT_NE(job.output.find("process 0 failed"), std::string::npos) << job.output;
   EXPECT_NE(job.output.find("replica 3 failed: replica gave up"), std::string::npos) << job.output;
+}
+
+// Under use_spmd() over the job's devices: a process that throws between steps ends the job; the
+// other, waiting in the partitioned program's all-reduce across the processes, names it and the
+// process it waited for (as mpirun stops it, or at its own timeout on a loaded machine).
+TEST(ProcessLoss, AnSpmdProcessThatThrowsEndsTheJob) {
+  const Job job = run("spmd-throw");
+  EXPECT_NE(job.status, 0) << job.output;
+  EXPECT_LT(job.seconds, 60) << job.output;
+  EXPECT_NE(job.output.find("process 1 failed: process gave up at step 3"), std::string::npos)
+      << job.output;
+  const std::size_t waited =
+      job.output.find("all_reduce 'f32[] -> f32[]' among replicas {0, 1, 2, 3}");
+  ASSERT_NE(waited, std::string::npos) << job.output;
+  EXPECT_NE(job.output.find("process {1}", waited), std::string::npos) << job.output;
 }
 
 }  // namespace

@@ -7,11 +7,40 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "axle.h"
 
+// Under use_spmd() ("spmd-throw"): every process steps a value laid out over a mesh of the job's
+// devices, its sum a collective across the processes; at step 3 the last process throws.
+int spmd_steps() {
+  using axle::spmd::mark_sharding;
+  axle::use_spmd();
+  std::vector<int64_t> ids(static_cast<std::size_t>(axle::global_device_count()));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+  const axle::Mesh mesh(ids, {static_cast<int64_t>(ids.size())}, {"x"});
+  try {
+    axle::Tensor x = axle::ones({static_cast<int64_t>(ids.size()) * 2});
+    mark_sharding(x, mesh, {"x"});
+    for (int step = 0; step < 50; ++step) {
+      if (step == 3 && axle::process_index() == axle::process_count() - 1) {
+        throw std::runtime_error("process gave up at step 3");
+      }
+      const axle::Tensor total = axle::sum(x);
+      axle::mark_step();
+      if (total.item() != static_cast<double>(ids.size() * 2))
+        throw std::logic_error("a wrong sum");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "process %d failed: %s\n", axle::process_index(), e.what());
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string how = argc > 1 ? argv[1] : "kill";
+  if (how == "spmd-throw") return spmd_steps();
   try {
     axle::spawn([&](int ordinal) {
       for (int step = 0; step < 50; ++step) {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
@@ -20,8 +21,8 @@ namespace {
 
 using axle::testing::TrainerRun;
 
-TrainerRun train(const std::string& flags) {
-  return axle::testing::run_trainer(std::string(AXLE_TRAIN_GPT) + " " + flags);
+TrainerRun train(const std::string& flags, const std::string& launcher = "") {
+  return axle::testing::run_trainer(launcher + std::string(AXLE_TRAIN_GPT) + " " + flags);
 }
 
 // ./axle.sh deps installs the corpus (Debian's fortunes).
@@ -216,6 +217,50 @@ TEST(TrainGpt, SpmdOnATwoByTwoMeshTrainsAsOneDevice) {
   EXPECT_LE(mesh.summary["parameter_bytes_per_device"].get<double>(),
             0.55 * mesh.summary["parameter_bytes"].get<double>())
       << mesh.output;
+  std::filesystem::remove_all(dir);
+}
+
+// --spmd --mesh 2,2 under mpirun: two processes of two devices run the one program over the
+// job's four devices and log the losses, and save the weights, of one process of four bit for
+// bit; the first process alone prints.
+TEST(TrainGpt, SpmdOverTwoProcessesTrainsBitForBitAsOneProcess) {
+  require_corpus();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("axle_train_gpt_spmd_mpi_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string common =
+      "--n_layer 2 --n_embd 64 --block_size 64 --batch_size 8 --seed 1 --max_steps 10 "
+      "--log_steps 1 --eval_interval 5 --spmd --mesh 2,2 --save ";
+  const TrainerRun one = train(common + (dir / "one.safetensors").string());
+  const TrainerRun two =
+      train(common + (dir / "two.safetensors").string(),
+            std::string(AXLE_MPIEXEC) +
+                " --allow-run-as-root --oversubscribe --bind-to none -np 2 -x CPU_NUM_DEVICES=2 ");
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(two.status, 0) << two.output;
+  ASSERT_TRUE(two.summary.is_object()) << two.output;
+  EXPECT_EQ(two.summary["devices"].get<int>(), 4) << two.output;
+  for (const char* key : {"final_train_loss", "final_val_loss", "compiles"}) {
+    EXPECT_EQ(two.summary[key], one.summary[key]) << key << "\n" << two.output;
+  }
+  // The printed losses, step by step, once.
+  auto losses = [](const std::string& text) {
+    std::vector<std::string> found;
+    for (std::size_t at = text.find(" Loss="); at != std::string::npos;
+         at = text.find(" Loss=", at + 1)) {
+      found.push_back(text.substr(at, 14));
+    }
+    return found;
+  };
+  ASSERT_EQ(losses(one.output).size(), 10u) << one.output;
+  EXPECT_EQ(losses(two.output), losses(one.output)) << two.output;
+  auto bytes = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string a = bytes(dir / "one.safetensors");
+  EXPECT_FALSE(a.empty());
+  EXPECT_TRUE(a == bytes(dir / "two.safetensors")) << "the weights differ";
   std::filesystem::remove_all(dir);
 }
 

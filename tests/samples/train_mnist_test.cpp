@@ -310,6 +310,44 @@ TEST(TrainMnist, SpmdMeshesLogTheOneDeviceLosses) {
   }
 }
 
+// --spmd under mpirun: two processes of two devices run one program over a mesh of the job's
+// four devices and log the losses, and save the weights, of one process of four bit for bit
+// (the collectives sum in the order of global ordinals either way); on 1,4 the model axis, and
+// its all-reduces, span the processes. The first process alone reports.
+TEST(TrainMnist, SpmdOverTwoProcessesTrainsBitForBitAsOneProcess) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("axle_train_mnist_spmd_mpi_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string common =
+      " --fake_data --batch_size 64 --max_steps 20 --log_steps 1 --seed 5 --save ";
+  auto bytes = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (const std::string mesh : {"2,2", "1,4"}) {
+    const TrainerRun one =
+        train("--model mlp --spmd --mesh " + mesh + common + (dir / "one.safetensors").string());
+    const TrainerRun two = train(
+        "--model mlp --spmd --mesh " + mesh + common + (dir / "two.safetensors").string(),
+        std::string(AXLE_MPIEXEC) +
+            " --allow-run-as-root --oversubscribe --bind-to none -np 2 -x CPU_NUM_DEVICES=2 ");
+    ASSERT_EQ(one.status, 0) << one.output;
+    ASSERT_EQ(two.status, 0) << two.output;
+    ASSERT_TRUE(two.summary.is_object()) << two.output;
+    EXPECT_EQ(two.summary["processes"].get<int>(), 2) << two.output;
+    EXPECT_EQ(two.summary["devices"].get<int>(), 4) << two.output;
+    EXPECT_EQ(two.summary["compiles"], one.summary["compiles"]) << two.output;
+    EXPECT_EQ(two.summary["final_test_accuracy"], one.summary["final_test_accuracy"]);
+    const std::vector<double> want = logged_losses(one.output);
+    ASSERT_EQ(want.size(), 20u) << one.output;
+    EXPECT_EQ(logged_losses(two.output), want) << "mesh " << mesh << "\n" << two.output;
+    const std::string a = bytes(dir / "one.safetensors");
+    EXPECT_FALSE(a.empty());
+    EXPECT_TRUE(a == bytes(dir / "two.safetensors")) << "mesh " << mesh << ": the weights differ";
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // --logdir writes a TensorBoard event file: every record's CRCs check, the losses are the
 // printed ones at the logged steps, the step breakdown is there, and the test accuracy is the
 // summary's.
