@@ -54,10 +54,12 @@ class StepScope {
   std::source_location where_;
 };
 
-/// Waits until everything issued to `devices` (all devices when empty) has finished, and every
-/// asynchronous step closure this thread added so far has run (another replica's closures wait for
-/// its own steps, which may need this one at a collective it has yet to reach). Rethrows the first
-/// failure of this thread's asynchronous closures (StepClosureError).
+/// Waits until everything issued to `devices` has finished, and every asynchronous step closure
+/// this thread added so far has run. Empty `devices` means every device of the process, and
+/// inside spawn the calling replica's own device, as a torch_xla process's local devices are
+/// its one device: another replica's device may hold that replica's next step, waiting at a
+/// collective for this one (so may its closures: they are not waited for either). Rethrows the
+/// first failure of this thread's asynchronous closures (StepClosureError).
 void wait_device_ops(const std::vector<Device>& devices = {});
 
 /// Runs `closure` after this thread's next mark_step, once that step's device work is done (so

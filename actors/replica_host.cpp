@@ -626,7 +626,13 @@ void ReplicaHost::rethrow_closure_failure() {
 void ReplicaHost::wait_device_ops(const std::vector<Device>& devices) {
   LazySystem& system = LazySystem::get();
   std::vector<Future<void>> drained;
-  if (devices.empty()) {
+  if (devices.empty() && replica_) {
+    // A replica of spawn waits for its own device, as a torch_xla process for its one local
+    // device. Another replica's device may already hold that replica's next step, parked at a
+    // collective for this one: a drain queued behind it would wait for a step this replica
+    // issues only once the wait returns.
+    drained.push_back(system.device_actor(Device{replica_->device}).ask(Drain{}));
+  } else if (devices.empty()) {
     for (int i = 0; i < system.device_count(); ++i) {
       drained.push_back(system.device_actor(Device{i}).ask(Drain{}));
     }

@@ -73,8 +73,9 @@ class ReplicaHost {
   /// add_step_closure: runs `closure` after the next step's device work.
   void add_step_closure(std::function<void()> closure, bool run_async,
                         const std::source_location& where);
-  /// Waits for `devices`' work (all when empty) and every asynchronous closure added so far;
-  /// rethrows the first failure of this host's asynchronous closures.
+  /// Waits for `devices`' work (when empty: the replica's device inside spawn, else all) and
+  /// every asynchronous closure added so far; rethrows the first failure of this host's
+  /// asynchronous closures.
   void wait_device_ops(const std::vector<Device>& devices);
 
   /// compile(fn) traces whole graphs even in eager mode: eager execution waits while suspended.

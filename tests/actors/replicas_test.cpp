@@ -199,6 +199,39 @@ TEST_P(Replicas, OutsideSpawnCollectivesMeetTheCallerAlone) {
   EXPECT_THROW(rendezvous("alone", {}, {1}), std::invalid_argument);
 }
 
+// wait_device_ops() inside spawn waits for the calling replica's own device. The others' devices
+// already hold their next step, waiting at an all-reduce for this replica's: a wait for those
+// would wait for a step this replica issues only after it (until the collective timed out).
+TEST_P(MultiReplicas, WaitDeviceOpsWaitsForItsOwnDeviceNotForAnotherReplicasNextCollective) {
+  std::atomic<int> ahead{0};  // replicas whose third step is on their device
+  std::vector<double> values(static_cast<std::size_t>(n()));
+  spawn([&](int replica) {
+    Tensor x = tensor(std::vector<float>{static_cast<float>(replica + 1)}, {1});
+    for (int step = 0; step < 4; ++step) {
+      x = all_reduce(ReduceType::kSum, x * 0.5 + 3.0);
+      mark_step();
+      // Steps 0 and 1 compiled (the replicas compared their graphs then); 2 and 3 run cached, so
+      // nothing but their devices' all-reduces holds the others back.
+      if (step == 1) (void)rendezvous("step 1");
+      if (step == 2 && replica != 0) ++ahead;
+      if (step == 1 && replica == 0) {
+        const auto give_up = std::chrono::steady_clock::now() + 30s;
+        while (ahead.load() < n() - 1 && std::chrono::steady_clock::now() < give_up) {
+          std::this_thread::yield();
+        }
+        wait_device_ops();
+        EXPECT_EQ(ahead.load(), n() - 1);
+      }
+    }
+    values[static_cast<std::size_t>(replica)] = x.item();
+  });
+  // The same on every replica: x = n (x / 2 + 3) from each replica's ordinal + 1.
+  double x = 0;
+  for (int r = 0; r < n(); ++r) x += 0.5 * (r + 1) + 3.0;
+  for (int step = 1; step < 4; ++step) x = n() * (0.5 * x + 3.0);
+  EXPECT_EQ(values, std::vector<double>(static_cast<std::size_t>(n()), x));
+}
+
 TEST_P(MultiReplicas, AFailingReplicaCancelsTheOthersWaitingInARendezvous) {
   const int failing = n() - 1;
   std::vector<std::string> cancelled(n());

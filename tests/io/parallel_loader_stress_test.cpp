@@ -1,6 +1,7 @@
 // Stress tests of io/parallel_loader.h: replicas leaving epochs at random points, failing
-// samples, slow reads, several transfer threads landing batches out of order, and loaders
-// destroyed mid-epoch with iterators and reads still under way. Run under ThreadSanitizer as well
+// samples, slow reads, several transfer threads landing batches out of order, loaders destroyed
+// mid-epoch with iterators and reads still under way, and training loops that all-reduce, log
+// from step closures and wait for their devices. Run under ThreadSanitizer as well
 // (build-thread/).
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "actors/lazy_system.h"
 #include "actors/loader_actor.h"
 #include "axle.h"
+#include "engine/config.h"
 #include "io/parallel_loader.h"
 #include "io/splitmix.h"
 #include "loader_test_util.h"
@@ -78,6 +80,95 @@ TEST_P(ParallelLoaderStress, RandomEarlyExitsLoseNoBatchAndNeverHang) {
       }
     }
   }
+}
+
+// The loop of the samples (train_gpt, train_mnist), many times over: every step all-reduces, a
+// step closure reads the step's result (run_async, as the trainers log their losses) and each
+// replica waits for its own device at random steps and at its epoch's last, as they do before an
+// evaluation. Every closure of a replica has run once wait_device_ops returns, with the values a
+// plain double loop gives; the loop ends at the loader's end, on every replica. (A replica's wait
+// used to drain every replica's closures, including another's of a later step, whose all-reduce
+// needed this replica: the others then stopped for good in the loader, their next batches queued
+// on their devices behind that step.) A collective that still waited for a replica would fail
+// the test after AXLE_COLLECTIVE_TIMEOUT instead of hanging it.
+TEST_P(ParallelLoaderStress, TrainingLoopsWithStepClosuresAndDeviceWaitsNeverHang) {
+  config::set("AXLE_COLLECTIVE_TIMEOUT", "60");
+  LazySystem::restart(LazySystemOptions{.cpu_devices = n()});
+  constexpr int kSteps = 12;
+  // Each replica's own MpDeviceLoader reads sample k at step k (as the samples' loaders, one per
+  // replica); one ParallelLoader of every device hands replica r sample k * n + r.
+  const auto own = std::make_shared<RecordingDataset>(kSteps);
+  const auto shared = std::make_shared<RecordingDataset>(kSteps * n());
+  for (int round = 0; round < 16; ++round) {
+    const bool one_loader = round % 2 == 1;
+    const ParallelLoaderOptions options = options_for(round);
+    // The mean over replicas of the running value, in double: r = 0.5 r + mean_i(sample_i (i + 2)).
+    std::vector<double> expected(kSteps);
+    double running = 0;
+    for (int k = 0; k < kSteps; ++k) {
+      double mean = 0;
+      for (int i = 0; i < n(); ++i) {
+        const int64_t sample = one_loader ? int64_t{k} * n() + i : k;
+        mean += static_cast<double>(sample) * (i + 2) / n();
+      }
+      running = 0.5 * running + mean;
+      expected[static_cast<std::size_t>(k)] = running;
+    }
+    DataLoader parallel_source(shared, {.batch_size = 1});
+    std::optional<ParallelLoader> parallel;
+    if (one_loader) parallel.emplace(parallel_source, devices(), options);
+    // What each replica's closures saw, in the order they ran (written on the closure runner).
+    std::vector<std::vector<double>> logged(static_cast<std::size_t>(n()));
+    std::vector<int> steps(static_cast<std::size_t>(n()), 0);
+    spawn([&](int ordinal) {
+      const auto r = static_cast<std::size_t>(ordinal);
+      detail::SplitMix64 stream(7, static_cast<uint64_t>(round * 10 + ordinal));
+      // The same on every replica: a closure holding the carried value would keep the step from
+      // donating it, and the replicas' graphs must agree.
+      const int log_every = 1 + round / 2 % 2;
+      DataLoader own_source(own, {.batch_size = 1});
+      Tensor value = zeros({1});
+      int step = 0;
+      const auto train = [&](const auto& loader) {
+        for (const DeviceBatch& batch : loader) {
+          const Tensor sample = cast(batch[0], DType::kF32);
+          value = all_reduce(ReduceType::kSum, value * 0.5 + sample * (ordinal + 2), 1.0 / n());
+          ++step;
+          if (step % log_every == 0 || step == kSteps) {
+            // As the trainers' loss: an output of the step, not the state carried to the next.
+            const Tensor report = value * 3.0;
+            add_step_closure([&logged, r, report] { logged[r].push_back(report.item() / 3); },
+                             /*run_async=*/true);
+          }
+          mark_step();
+          if (stream.next_below(4) == 0 || step == kSteps) {
+            wait_device_ops({xla_device()});
+            const std::size_t due = static_cast<std::size_t>(step / log_every) +
+                                    (step == kSteps && step % log_every != 0 ? 1 : 0);
+            ASSERT_EQ(logged[r].size(), due) << "round " << round << " step " << step;
+          }
+        }
+      };
+      if (one_loader) {
+        train(parallel->per_device_loader(xla_device()));
+      } else {
+        train(MpDeviceLoader(own_source, xla_device(), options));
+      }
+      steps[r] = step;
+      // Which steps logged, in order, and what they saw.
+      std::size_t i = 0;
+      for (int k = 1; k <= kSteps; ++k) {
+        if (k % log_every != 0 && k != kSteps) continue;
+        ASSERT_LT(i, logged[r].size());
+        EXPECT_NEAR(logged[r][i], expected[static_cast<std::size_t>(k - 1)],
+                    1e-5 * (1 + expected[static_cast<std::size_t>(k - 1)]))
+            << "round " << round << " replica " << ordinal << " step " << k;
+        ++i;
+      }
+    });
+    EXPECT_EQ(steps, std::vector<int>(static_cast<std::size_t>(n()), kSteps)) << "round " << round;
+  }
+  config::unset("AXLE_COLLECTIVE_TIMEOUT");
 }
 
 // A failing sample ends every replica's epoch with the error, whichever replica's batch it is and

@@ -107,8 +107,9 @@ TEST(TrainGpt, TwoDevicesTrainDataParallel) {
 
 // --fsdp on 4 replicas: the losses of the data-parallel run (averaged gradients, clipped by the
 // global norm), on less device memory (a quarter of the parameters, gradients and AdamW state, one
-// block gathered at a time); its consolidated safetensors load back. Every step logs its loss from
-// a step closure (each replica waits for its own closures only: a wait for all of them once hung).
+// block gathered at a time); its consolidated safetensors load back. Every replica logs every
+// step's loss from a step closure, and every one of those lines is there (each replica's wait
+// for its device waits for its own closures only: a wait for every replica's once hung the run).
 TEST(TrainGpt, FsdpTrainsAsDataParallelOnLessMemory) {
   require_corpus();
   const std::string dir = ::testing::TempDir() + "train_gpt_fsdp_" + std::to_string(::getpid());
@@ -121,6 +122,19 @@ TEST(TrainGpt, FsdpTrainsAsDataParallelOnLessMemory) {
   ASSERT_EQ(plain.status, 0) << plain.output;
   ASSERT_EQ(fsdp.status, 0) << fsdp.output;
   ASSERT_TRUE(plain.summary.is_object() && fsdp.summary.is_object()) << fsdp.output;
+  // Every replica's every step, as printed (5 places).
+  const std::regex line(R"(\| Training Device=(\S+) Step=(\d+) Loss=(\S+))");
+  auto losses = [&](const std::string& output) {
+    std::vector<std::string> out;
+    for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
+         it != std::sregex_iterator(); ++it) {
+      out.push_back((*it)[1].str() + " " + (*it)[2].str() + " " + (*it)[3].str());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(losses(plain.output).size(), 40u) << plain.output;
+  EXPECT_EQ(losses(fsdp.output), losses(plain.output)) << plain.output << fsdp.output;
   EXPECT_EQ(fsdp.summary["final_train_loss"], plain.summary["final_train_loss"]) << fsdp.output;
   EXPECT_EQ(fsdp.summary["final_val_loss"], plain.summary["final_val_loss"]) << fsdp.output;
   EXPECT_LT(fsdp.summary["final_train_loss"].get<double>(), 5.3) << fsdp.output;  // it trained
