@@ -24,6 +24,7 @@
 #include "io/data_loader.h"
 #include "io/fake_data.h"
 #include "io/parallel_loader.h"
+#include "samples/mnist_models.h"
 
 namespace axle::bench {
 namespace {
@@ -37,23 +38,6 @@ double rss_bytes() {
   statm >> pages >> resident;
   return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
 }
-
-class Mlp : public nn::Module {
- public:
-  Mlp()
-      : fc1_(register_module("fc1", std::make_shared<nn::Linear>(784, 512))),
-        fc2_(register_module("fc2", std::make_shared<nn::Linear>(512, 512))),
-        fc3_(register_module("fc3", std::make_shared<nn::Linear>(512, 10))) {}
-  Tensor forward(const Tensor& images) override {
-    Tensor x = flatten(images, 1);
-    x = relu(fc1_->forward(x));
-    x = relu(fc2_->forward(x));
-    return log_softmax(fc3_->forward(x), 1);
-  }
-
- private:
-  std::shared_ptr<nn::Linear> fc1_, fc2_, fc3_;
-};
 
 }  // namespace
 }  // namespace axle::bench
@@ -77,7 +61,7 @@ int main(int argc, char** argv) {
   }
   const std::filesystem::path checkpoint = std::filesystem::temp_directory_path() /
                                            ("axle_soak_" + std::to_string(::getpid()) + ".ckpt");
-  Mlp model;
+  samples::MnistMlp model;
   optim::SGD sgd(model.parameters(), {.lr = 0.01, .momentum = 0.9});
   DataLoader loader(std::make_shared<FakeData>(FakeDataOptions{.size = 60000, .seed = 1}),
                     {.batch_size = batch, .shuffle = true, .drop_last = true});

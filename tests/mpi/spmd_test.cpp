@@ -64,6 +64,15 @@ class SpmdProcesses : public ::testing::Test {
   }
 };
 
+// What only a job of several processes can show (the one-process run filters these out).
+class SpmdSeveralProcesses : public SpmdProcesses {
+ protected:
+  void SetUp() override {
+    SpmdProcesses::SetUp();
+    ASSERT_GT(process_count(), 1) << "run under mpirun with several processes";
+  }
+};
+
 std::vector<int64_t> ids(int n) {
   std::vector<int64_t> v(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = i;
@@ -325,8 +334,7 @@ TEST_F(SpmdProcesses, EachProcessWritesItsDevicesCheckpointShards) {
   if (process_index() == 0) std::filesystem::remove_all(dir);
 }
 
-TEST_F(SpmdProcesses, ProcessesOverDifferentMeshesFailClearly) {
-  if (process_count() == 1) GTEST_SKIP() << "needs a job of several processes";
+TEST_F(SpmdSeveralProcesses, ProcessesOverDifferentMeshesFailClearly) {
   spmd_on();
   // Process 0 shards the rows, the others the columns: the programs differ.
   const Tensor t = tensor(std::vector<float>(16, 1.0f), {4, 4});
@@ -346,8 +354,7 @@ TEST_F(SpmdProcesses, ProcessesOverDifferentMeshesFailClearly) {
 
 // A step that fails in one process only (its devices are out of memory): reading its result,
 // the other process fails at once with an error naming it, instead of waiting for its tiles.
-TEST_F(SpmdProcesses, AReadWhoseTilesFailedElsewhereFailsAtOnce) {
-  if (process_count() == 1) GTEST_SKIP() << "needs a job of several processes";
+TEST_F(SpmdSeveralProcesses, AReadWhoseTilesFailedElsewhereFailsAtOnce) {
   // Room for a tile of the input (32x32 floats, 4 KiB) but not for the result's beside it.
   if (process_index() == 1) config::set("AXLE_DEVICE_MEMORY_LIMIT", "6000");
   spmd_on();
@@ -368,8 +375,7 @@ TEST_F(SpmdProcesses, AReadWhoseTilesFailedElsewhereFailsAtOnce) {
   }
 }
 
-TEST_F(SpmdProcesses, ProcessesWithDifferentDeviceCountsFailClearly) {
-  if (process_count() == 1) GTEST_SKIP() << "needs a job of several processes";
+TEST_F(SpmdSeveralProcesses, ProcessesWithDifferentDeviceCountsFailClearly) {
   LazySystem::restart({.cpu_devices = 1 + process_index()});
   try {
     use_spmd();
