@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/memory_plan.h"
 #include "actors/program_dump.h"
 #include "engine/element.h"
 #include "engine/exception_text.h"
@@ -335,11 +336,18 @@ constexpr ValueCodec kContributionCodec{
       return c;
     }};
 
-constexpr std::size_t kSharedAllReduceBytes = std::size_t{256} << 10;
 // From this size an all-reduce among processes goes by stretches (see all_reduce_by_stretches):
 // below it, the second meeting costs more than the bytes it saves.
 constexpr std::size_t kStretchedAllReduceBytes = std::size_t{256} << 10;
 constexpr std::size_t kStretchedBetweenTwoBytes = std::size_t{8} << 20;
+
+// A buffer for the result of the collective `run` stopped at: one the run released, as its
+// memory plan counts on, or a new one.
+IntrusivePtr<DeviceMemory> collective_result(Backend& backend, int device, ProgramRun& run,
+                                             std::size_t bytes) {
+  if (IntrusivePtr<DeviceMemory> pooled = run.collective_result_buffer()) return pooled;
+  return backend.allocate(device, bytes);
+}
 
 std::string collective_tag(const Executable& program, const KernelCall& call) {
   const BufferDesc& in = program.slots[call.inputs.at(0)];
@@ -410,7 +418,8 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   ++request.collectives_reached;
   const IntrusivePtr<DeviceMemory>& operand = request.run->collective_operand();
   if (members.size() == 1) {
-    IntrusivePtr<DeviceMemory> result = backend_.allocate(ordinal_, result_desc.bytes());
+    IntrusivePtr<DeviceMemory> result =
+        collective_result(backend_, ordinal_, *request.run, result_desc.bytes());
     DeviceMemory* operands[] = {operand.get()};
     backend_.collective(ordinal_, call, operand_desc, result_desc, operands, 0, *result);
     request.run->finish_collective(std::move(result));
@@ -436,10 +445,11 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   // A large all-reduce is split: its members share one result and each reduces a stretch of it,
   // then they meet again before reading it. Below kSharedAllReduceBytes, that second meeting
   // costs more than each member reducing the whole. Members in other processes share nothing.
+  // Each member holds the result through a share of its own, counted on its device.
   const bool shares_result = all_local && call.kernel == Kernel::kAllReduce &&
                              result_desc.bytes() >= kSharedAllReduceBytes;
   if (shares_result && position == 0) {
-    contribution->shared_result = backend_.allocate(ordinal_, result_desc.bytes());
+    contribution->shared_result = backend_.allocate_shared(ordinal_, result_desc.bytes());
   }
   request.at_collective = true;
   request.waits_since = std::chrono::steady_clock::now();
@@ -471,9 +481,11 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
         IntrusivePtr<DeviceMemory> result;
         try {
           result = shares_result
-                       ? static_cast<const CollectiveContribution*>(all.value()->front().get())
-                             ->shared_result
-                       : backend_.allocate(ordinal_, program.slots[call.output].bytes());
+                       ? backend_.share(ordinal_, static_cast<const CollectiveContribution*>(
+                                                      all.value()->front().get())
+                                                      ->shared_result)
+                       : collective_result(backend_, ordinal_, *request.run,
+                                           program.slots[call.output].bytes());
           const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
           const BufferDesc& result_desc = program.slots[call.output];
           if (call.kernel == Kernel::kAllReduce && !shares_result) {
@@ -488,6 +500,10 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
         } catch (...) {
           return resume_after_collective(request, std::current_exception(), nullptr, in_line);
         }
+        // Done with the other members' operands (each goes once every member is done with it),
+        // before the run goes on from here.
+        operands.clear();
+        all = Result<Gathered>(Gathered{});
         if (!shares_result)
           return resume_after_collective(request, nullptr, std::move(result), in_line);
         // Every member has written its stretch of the shared result once all have met again.
@@ -549,7 +565,7 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
         const std::size_t length = static_cast<std::size_t>(last - first) * element;
         IntrusivePtr<DeviceMemory> result;
         try {
-          result = backend_.allocate(ordinal_, result_desc.bytes());
+          result = collective_result(backend_, ordinal_, *request.run, result_desc.bytes());
           // This process's stretch: the members' parts of it, in group order.
           std::vector<IntrusivePtr<DeviceMemory>> parts;
           std::vector<DeviceMemory*> operands;
@@ -569,6 +585,7 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
         } catch (...) {
           return resume_after_collective(request, std::current_exception(), nullptr, first_in_line);
         }
+        all = Result<Gathered>(Gathered{});  // done with the members' parts
         // The folded stretches, to every process.
         auto folded = std::make_shared<CollectiveContribution>();
         folded->operand = make_intrusive<MemoryView>(result, offset, length);
@@ -671,7 +688,11 @@ void DeviceActor::finish(ExecuteRequest& request, std::exception_ptr error) {
       request.outputs[i]->fulfil(std::move(results[i]));
     }
   }
-  request.run.reset();  // its buffers go back now, not when the queue lets go of the request
+  // Its buffers go back now, not when the last holder of the request lets go of it (a
+  // collective's continuation may go on to run the next request first).
+  request.run.reset();
+  request.outputs.clear();
+  request.inputs.clear();
 }
 
 void DeviceActor::run(TransferToDevice& transfer) {

@@ -21,6 +21,15 @@ void plan_memory(Executable& program) {
     for (int32_t s : program.calls[c].inputs) last_use[s] = static_cast<int32_t>(c);
   }
   auto owned = [&](int32_t s) { return role[s] == 0; };  // the program's to release
+  // Results the members of an all-reduce may share: new buffers, never taken over, and gone
+  // when released (the memory stays the other members' until the last lets go).
+  std::vector<bool> shared(slots, false);
+  for (const KernelCall& call : program.calls) {
+    if (call.kernel == Kernel::kAllReduce &&
+        program.slots[call.output].bytes() >= kSharedAllReduceBytes) {
+      shared[call.output] = true;
+    }
+  }
 
   MemoryPlan& plan = program.plan;
   plan = MemoryPlan{};
@@ -43,7 +52,8 @@ void plan_memory(Executable& program) {
       for (int32_t s : call.inputs) {
         const BufferDesc& in = program.slots[s];
         // (An output is handed to the caller in a buffer of exactly its size.)
-        if (owned(s) && last_use[s] == static_cast<int32_t>(c) && in.dtype == out.dtype &&
+        if (owned(s) && !shared[s] && last_use[s] == static_cast<int32_t>(c) &&
+            in.dtype == out.dtype &&
             in.shape == out.shape &&
             (!(role[call.output] & kOutput) || buffer_bytes[s] == out.bytes())) {
           plan.in_place[c] = s;
@@ -58,7 +68,9 @@ void plan_memory(Executable& program) {
           role[call.output] & kOutput ? pooled.find(out.bytes()) : pooled.lower_bound(out.bytes());
       // At most twice the size (the CPU backend's rule, backends/cpu/cpu_backend.cpp): a small
       // slot taking a large buffer would leave the next large slot to allocate another.
-      if (it != pooled.end() && it->first > 2 * out.bytes()) it = pooled.end();
+      if (it != pooled.end() && (it->first > 2 * out.bytes() || shared[call.output])) {
+        it = pooled.end();
+      }
       if (it != pooled.end()) {
         buffer_bytes[call.output] = it->first;
         if (--it->second == 0) pooled.erase(it);
@@ -78,7 +90,10 @@ void plan_memory(Executable& program) {
         return;
       }
       plan.release_slots.push_back(s);
-      ++pooled[buffer_bytes[s]];
+      if (shared[s])
+        held -= buffer_bytes[s];
+      else
+        ++pooled[buffer_bytes[s]];
     };
     for (int32_t s : call.inputs) {
       if (last_use[s] == static_cast<int32_t>(c)) release(s);

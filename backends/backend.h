@@ -35,8 +35,13 @@ class ProgramRun {
   virtual void when_resumable(UniqueFunction resume);
   /// The operand of the collective call advance() stopped at.
   [[nodiscard]] virtual const IntrusivePtr<DeviceMemory>& collective_operand() const = 0;
+  /// A buffer for the result of the collective call advance() stopped at: one the run released
+  /// earlier, as its memory plan counts on, or null when it has none to give (the caller
+  /// allocates).
+  [[nodiscard]] virtual IntrusivePtr<DeviceMemory> collective_result_buffer() { return {}; }
   /// The result of the collective call advance() stopped at. It may be shared with other members
-  /// (an all-reduce's), so the program never writes over it.
+  /// (an all-reduce's), so the program writes over it only once it holds it alone
+  /// (DeviceMemory::exclusive()).
   virtual void finish_collective(IntrusivePtr<DeviceMemory> result) = 0;
   /// After advance() returned null: one buffer per output slot.
   virtual std::vector<IntrusivePtr<DeviceMemory>> take_outputs() = 0;
@@ -66,6 +71,19 @@ class Backend {
   [[nodiscard]] virtual int device_count() const noexcept = 0;
 
   virtual IntrusivePtr<DeviceMemory> allocate(int device, std::size_t bytes) = 0;
+  /// Memory the members of a collective on several of this backend's devices use as one (the
+  /// result of an all-reduce among devices that read each other's memory), made on `device` and
+  /// counted on none: each member holds it through share(). This default is allocate().
+  virtual IntrusivePtr<DeviceMemory> allocate_shared(int device, std::size_t bytes) {
+    return allocate(device, bytes);
+  }
+  /// `device`'s handle on memory from allocate_shared(), counted on `device` while it lives, as
+  /// a buffer of its own would be on devices that share nothing: every member's memory use is
+  /// then what its program's plan says. This default hands the memory itself.
+  virtual IntrusivePtr<DeviceMemory> share(int device, IntrusivePtr<DeviceMemory> shared) {
+    (void)device;
+    return shared;
+  }
   virtual void copy_to_device(int device, const void* host, DeviceMemory& dst,
                               std::size_t bytes) = 0;
   virtual void copy_to_host(int device, DeviceMemory& src, void* host, std::size_t bytes) = 0;

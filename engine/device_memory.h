@@ -15,6 +15,9 @@ class DeviceMemory : public RefCounted {
   /// Address the owning backend's kernels read and write (host memory for the CPU backend).
   [[nodiscard]] virtual void* data() noexcept = 0;
   [[nodiscard]] virtual std::size_t bytes() const noexcept = 0;
+  /// True when nothing else holds this memory, so its holder may write over it. (A handle on
+  /// memory several devices share is exclusive only while no other handle is left.)
+  [[nodiscard]] virtual bool exclusive() const noexcept { return use_count() == 1; }
 };
 
 }  // namespace axle

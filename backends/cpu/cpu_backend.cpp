@@ -89,14 +89,19 @@ struct DeviceAccount {
 
 class CpuMemory final : public DeviceMemory {
  public:
-  CpuMemory(std::size_t bytes, std::shared_ptr<DeviceAccount> account)
-      : bytes_(bytes), block_(DeviceAccount::block_size(bytes)), account_(std::move(account)) {
+  // `counted`: its bytes count on the account's device (memory several devices share counts on
+  // each through its CpuShare instead).
+  CpuMemory(std::size_t bytes, std::shared_ptr<DeviceAccount> account, bool counted = true)
+      : bytes_(bytes),
+        block_(DeviceAccount::block_size(bytes)),
+        counted_(counted),
+        account_(std::move(account)) {
     data_ = account_->allocate_block(block_);
-    account_->add(bytes_);
+    if (counted_) account_->add(bytes_);
   }
   ~CpuMemory() override {
     account_->free_block(data_, block_);
-    account_->remove(bytes_);
+    if (counted_) account_->remove(bytes_);
   }
   void* data() noexcept override { return data_; }
   std::size_t bytes() const noexcept override { return bytes_; }
@@ -105,6 +110,26 @@ class CpuMemory final : public DeviceMemory {
   void* data_;
   std::size_t bytes_;
   std::size_t block_;
+  bool counted_;
+  std::shared_ptr<DeviceAccount> account_;
+};
+
+// One device's hold on memory the members of an all-reduce share, counted on that device.
+class CpuShare final : public DeviceMemory {
+ public:
+  CpuShare(IntrusivePtr<DeviceMemory> shared, std::shared_ptr<DeviceAccount> account)
+      : shared_(std::move(shared)), account_(std::move(account)) {
+    account_->add(shared_->bytes());
+  }
+  ~CpuShare() override { account_->remove(shared_->bytes()); }
+  void* data() noexcept override { return shared_->data(); }
+  std::size_t bytes() const noexcept override { return shared_->bytes(); }
+  bool exclusive() const noexcept override {
+    return use_count() == 1 && shared_->use_count() == 1;
+  }
+
+ private:
+  IntrusivePtr<DeviceMemory> shared_;
   std::shared_ptr<DeviceAccount> account_;
 };
 
@@ -126,6 +151,12 @@ class CpuBackend final : public Backend {
 
   IntrusivePtr<DeviceMemory> allocate(int device, std::size_t bytes) override {
     return IntrusivePtr<DeviceMemory>(new CpuMemory(bytes, account(device)));
+  }
+  IntrusivePtr<DeviceMemory> allocate_shared(int device, std::size_t bytes) override {
+    return IntrusivePtr<DeviceMemory>(new CpuMemory(bytes, account(device), /*counted=*/false));
+  }
+  IntrusivePtr<DeviceMemory> share(int device, IntrusivePtr<DeviceMemory> shared) override {
+    return IntrusivePtr<DeviceMemory>(new CpuShare(std::move(shared), account(device)));
   }
 
   void copy_to_device(int device, const void* host, DeviceMemory& dst, std::size_t bytes) override {
@@ -197,7 +228,7 @@ class CpuProgramRun final : public ProgramRun {
             "input {} holds {} bytes; the program expects {}{} ({} bytes)", i, inputs[i]->bytes(),
             dtype_name(desc.dtype), desc.shape.to_string(), desc.bytes()));
       }
-      if (program.donated(i) && inputs[i]->use_count() != 1) {
+      if (program.donated(i) && !inputs[i]->exclusive()) {
         IntrusivePtr<DeviceMemory> copy = backend.allocate(device, desc.bytes());
         std::memcpy(copy->data(), inputs[i]->data(), desc.bytes());
         inputs[i] = std::move(copy);
@@ -235,13 +266,11 @@ class CpuProgramRun final : public ProgramRun {
       // A buffer another member of a collective still reads (or shares as its result) is never
       // written over: it is taken in place or pooled only while this run holds it alone.
       // (A collective's result may be a larger buffer than its slot: only an exact fit is taken.)
-      if (planned_ && plan.in_place[c] >= 0 && slots_[plan.in_place[c]]->use_count() == 1 &&
+      if (planned_ && plan.in_place[c] >= 0 && slots_[plan.in_place[c]]->exclusive() &&
           slots_[plan.in_place[c]]->bytes() == bytes) {
         out = std::move(slots_[plan.in_place[c]]);  // the kernel writes over its dying operand
-      } else if (auto it = is_output_[call.output] ? pool_.find(bytes) : pool_.lower_bound(bytes);
-                 planned_ && it != pool_.end() && it->first <= 2 * bytes) {
-        out = std::move(it->second);
-        pool_.erase(it);
+      } else if (IntrusivePtr<DeviceMemory> pooled = take_pooled(call.output)) {
+        out = std::move(pooled);
       } else {
         out = backend_.allocate(device_, bytes);
       }
@@ -264,6 +293,10 @@ class CpuProgramRun final : public ProgramRun {
 
   const IntrusivePtr<DeviceMemory>& collective_operand() const override {
     return slots_.at(program_.calls.at(next_).inputs.at(0));
+  }
+
+  IntrusivePtr<DeviceMemory> collective_result_buffer() override {
+    return take_pooled(program_.calls.at(next_).output);
   }
 
   void finish_collective(IntrusivePtr<DeviceMemory> result) override {
@@ -291,13 +324,30 @@ class CpuProgramRun final : public ProgramRun {
   }
 
  private:
+  // A released buffer for `slot`, by the plan's rule (actors/memory_plan.cpp), or null: an
+  // output takes one of its exact size, anything else the smallest one large enough if it is at
+  // most twice as large (a small slot taking a large buffer would leave the next large slot to
+  // allocate another).
+  IntrusivePtr<DeviceMemory> take_pooled(int32_t slot) {
+    if (!planned_) return {};
+    const std::size_t bytes = program_.slots[slot].bytes();
+    auto it = is_output_[slot] ? pool_.find(bytes) : pool_.lower_bound(bytes);
+    if (it == pool_.end() || it->first > 2 * bytes) return {};
+    IntrusivePtr<DeviceMemory> buffer = std::move(it->second);
+    pool_.erase(it);
+    return buffer;
+  }
+
   void release_after(std::size_t c) {
     if (!planned_) return;
     const MemoryPlan& plan = program_.plan;
     for (uint32_t r = plan.release_begin[c]; r < plan.release_begin[c + 1]; ++r) {
       IntrusivePtr<DeviceMemory> released = std::move(slots_.at(plan.release_slots[r]));
-      // Pooled only when nothing else holds it (a slot written in place shares it).
-      if (released && released->use_count() == 1) {
+      // Pooled only when nothing else holds it (a slot written in place shares it). A share of
+      // an all-reduce's result goes at once, as the plan counts it (the memory is the other
+      // members' until the last lets go).
+      if (released && released->use_count() == 1 &&
+          dynamic_cast<const CpuShare*>(released.get()) == nullptr) {
         const std::size_t size = released->bytes();
         pool_.emplace(size, std::move(released));
       }

@@ -57,6 +57,9 @@ class TestingBackend::HeldRun final : public ProgramRun {
   const IntrusivePtr<DeviceMemory>& collective_operand() const override {
     return inner_->collective_operand();
   }
+  IntrusivePtr<DeviceMemory> collective_result_buffer() override {
+    return inner_->collective_result_buffer();
+  }
   void finish_collective(IntrusivePtr<DeviceMemory> result) override {
     inner_->finish_collective(std::move(result));
   }
@@ -160,6 +163,22 @@ IntrusivePtr<DeviceMemory> TestingBackend::allocate(int device, std::size_t byte
     }
   }
   return inner_->allocate(device, bytes);
+}
+
+IntrusivePtr<DeviceMemory> TestingBackend::allocate_shared(int device, std::size_t bytes) {
+  count(device, &Calls::allocate);
+  {
+    std::lock_guard lock(mutex_);
+    if (allocation_failures_ > 0) {
+      --allocation_failures_;
+      throw std::bad_alloc();
+    }
+  }
+  return inner_->allocate_shared(device, bytes);
+}
+
+IntrusivePtr<DeviceMemory> TestingBackend::share(int device, IntrusivePtr<DeviceMemory> shared) {
+  return inner_->share(device, std::move(shared));
 }
 
 void TestingBackend::copy_to_device(int device, const void* host, DeviceMemory& dst,

@@ -63,6 +63,8 @@ class TestingBackend final : public Backend {
   [[nodiscard]] std::string_view hardware() const noexcept override;
   [[nodiscard]] int device_count() const noexcept override;
   IntrusivePtr<DeviceMemory> allocate(int device, std::size_t bytes) override;
+  IntrusivePtr<DeviceMemory> allocate_shared(int device, std::size_t bytes) override;
+  IntrusivePtr<DeviceMemory> share(int device, IntrusivePtr<DeviceMemory> shared) override;
   void copy_to_device(int device, const void* host, DeviceMemory& dst, std::size_t bytes) override;
   void copy_to_host(int device, DeviceMemory& src, void* host, std::size_t bytes) override;
   std::unique_ptr<ProgramRun> start(int device, const Executable& program,

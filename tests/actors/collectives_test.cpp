@@ -162,6 +162,45 @@ TEST_P(Collectives, LargeAllReducesMatchTheReferenceInEveryElement) {
   }
 }
 
+// A shared all-reduce result counts on every member's device, as a buffer of its own would on
+// devices that share nothing (not on the first member's alone, for as long as any member holds
+// it), and goes from a member's count when that member lets go of it.
+TEST_P(Collectives, ASharedAllReduceResultCountsOnEveryMembersDevice) {
+  constexpr int64_t kSize = int64_t{1} << 18;  // 1 MiB of floats: the members share the result
+  constexpr auto kBytes = static_cast<int64_t>(kSize * sizeof(float));
+  struct Counts {
+    int64_t before = 0, reduced = 0, released = 0;
+    float first = 0;
+  };
+  const auto counts = on_replicas<Counts>([&](int r) {
+    Counts c;
+    const Tensor x = tensor(input_of(r, kSize), {kSize});
+    mark_step();
+    wait_device_ops();
+    c.before = static_cast<int64_t>(get_memory_info().bytes_in_use);
+    Tensor reduced = all_reduce(ReduceType::kSum, x);
+    Tensor doubled = reduced * 2.0;
+    // The step's smallest result, which a host keeps to tell when the step is done.
+    const Tensor done = sum(x);
+    mark_step();
+    wait_device_ops();
+    c.reduced = static_cast<int64_t>(get_memory_info().bytes_in_use) - 4;  // done
+    reduced = Tensor();
+    c.released = static_cast<int64_t>(get_memory_info().bytes_in_use) - 4;
+    c.first = doubled.to_vector<float>()[0];
+    (void)rendezvous("counted");  // every member counted while the others still held theirs
+    return c;
+  });
+  float sum = 0;
+  for (int r = 0; r < n(); ++r) sum += input_of(r, 1)[0];
+  for (int r = 0; r < n(); ++r) {
+    const Counts& c = counts[static_cast<std::size_t>(r)];
+    EXPECT_EQ(c.reduced - c.before, 2 * kBytes) << "replica " << r;
+    EXPECT_EQ(c.released - c.before, kBytes) << "replica " << r;
+    EXPECT_EQ(c.first, 2 * sum) << "replica " << r;
+  }
+}
+
 TEST_P(Collectives, AllReduceOfPredicatesAndsAndOrs) {
   // Replica r's element i is true unless i == r (and), or only when i == r (or).
   const int64_t size = n() + 1;
