@@ -80,6 +80,32 @@ TEST(MemoryPlan, SmallSlotsLeaveLargeReleasedBuffersToLargeOnes) {
   EXPECT_LT(program->plan.peak_bytes, 2 * 4000u + 64);
 }
 
+// An all-reduce's result its members may share (from kSharedAllReduceBytes) is a new buffer that
+// nothing writes over: the op after it takes a buffer of its own. A smaller one is the
+// program's like any other.
+TEST(MemoryPlan, ASharedAllReduceResultIsNeverWrittenOver) {
+  auto in_place_calls = [](const Executable& program) {
+    int n = 0;
+    for (std::size_t c = 0; c < program.calls.size(); ++c) {
+      n += program.plan.in_place[c] >= 0 && program.calls[c].kernel == Kernel::kMul;
+    }
+    return n;
+  };
+  const auto shared = static_cast<int64_t>(kSharedAllReduceBytes / sizeof(float));
+  const Tensor large = input({shared});
+  const IntrusivePtr<Executable> program =
+      compiled({all_reduce(ReduceType::kSum, exp(large)) * 2.0}, /*fuse=*/false);
+  EXPECT_EQ(in_place_calls(*program), 0);
+  // The input, exp's result (released into the pool at the all-reduce), the all-reduce's new
+  // result and the product (which takes exp's released buffer); plus the scalar 2.
+  EXPECT_EQ(program->plan.peak_bytes, 3 * kSharedAllReduceBytes + 4);
+
+  const Tensor small = input({16});
+  const IntrusivePtr<Executable> small_program =
+      compiled({all_reduce(ReduceType::kSum, exp(small)) * 2.0}, /*fuse=*/false);
+  EXPECT_EQ(in_place_calls(*small_program), 1);
+}
+
 TEST(MemoryPlan, InputsAndOutputsAreNeverReleasedOrWrittenOver) {
   const Tensor x = input({256});
   const Tensor kept = exp(x);
