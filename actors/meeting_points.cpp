@@ -16,6 +16,10 @@
 namespace axle {
 namespace {
 
+// From this size a value's block is sent from where it lies (MeetingPoints::send): below it, a
+// message of its own costs more than copying the block.
+constexpr std::size_t kBlockInPlaceBytes = std::size_t{64} << 10;
+
 std::string members_text(const std::vector<int>& members) {
   return fmt::format("{{{}}}", fmt::join(members, ", "));
 }
@@ -250,10 +254,7 @@ void MeetingPoints::share(const Group& group, uint64_t group_id, Channel channel
         point.codec->encode(point.values[i].get(), out, process);
       }
     }
-    // Into a pooled buffer, so a large operand is copied once and faults in no fresh pages.
-    std::shared_ptr<MessageBytes> message = MessageBytes::make(out.size());
-    out.copy_to(message->data());
-    transport_->send(process, std::move(message));
+    send(process, out, local, point);
   }
   if (point.error || point.count == static_cast<int>(members.size())) return;
   std::vector<int> missing;
@@ -265,6 +266,31 @@ void MeetingPoints::share(const Group& group, uint64_t group_id, Channel channel
       "waiting in {} '{}' among replicas {} for replica{} {} of process{} {}", point.op, point.tag,
       members_text(members), missing.size() == 1 ? "" : "s", members_text(missing),
       processes.size() == 1 ? "" : "es", members_text(processes)));
+}
+
+void MeetingPoints::send(int process, const WireWriter& out, const std::vector<std::size_t>& local,
+                         const Point& point) {
+  // A large value is sent from where it lies, not copied into the message: the point's values
+  // keep it alive until the send completes, and a device never writes over memory another holds.
+  std::vector<MessageBlock> blocks;
+  std::size_t offset = 0;
+  out.for_each_piece([&](const std::byte* data, std::size_t size, bool by_reference) {
+    if (by_reference && size >= kBlockInPlaceBytes) blocks.push_back({offset, {data, size}});
+    offset += size;
+  });
+  if (blocks.empty()) {
+    // Into a pooled buffer, so an operand is copied once and faults in no fresh pages.
+    std::shared_ptr<MessageBytes> message = MessageBytes::make(out.size());
+    out.copy_to(message->data());
+    return transport_->send(process, std::move(message));
+  }
+  std::vector<std::byte> rest;
+  out.for_each_piece([&](const std::byte* data, std::size_t size, bool by_reference) {
+    if (!(by_reference && size >= kBlockInPlaceBytes)) rest.insert(rest.end(), data, data + size);
+  });
+  auto keep = std::make_shared<std::vector<std::shared_ptr<const void>>>();
+  for (std::size_t i : local) keep->push_back(point.values[i]);
+  transport_->send(process, out.size(), rest, std::move(blocks), std::move(keep));
 }
 
 void MeetingPoints::receive(FromProcess& m) {

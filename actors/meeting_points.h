@@ -214,6 +214,9 @@ class MeetingPoints {
   // Once the last member of this process has arrived: their values to the other processes.
   void share(const Group& group, uint64_t group_id, Channel channel,
              const std::vector<int>& members, uint64_t index, Point& point, Answers& answers);
+  // One process's message of a share.
+  void send(int process, const WireWriter& out, const std::vector<std::size_t>& local,
+            const Point& point);
   void receive_share(uint64_t group_id, int from, WireReader& in, const ProcessMessage& message,
                      Answers& answers);
   void apply_cancel(Group& group, int ordinal, const std::string& what, Answers& answers);

@@ -1,8 +1,12 @@
-// actors: the transport between the job's processes, on MPI. One thread calls into MPI: it starts
-// MPI, posts the sends other threads hand it (MPI_Isend), matches whatever arrives (MPI_Improbe,
-// MPI_Imrecv), tests both for completion and hands arrived messages to the receiver in the order
-// they were matched. Idle, it spins briefly and then sleeps in short steps, so a message is
-// picked up within about 100 µs even when nothing here expects one.
+// actors: the transport between the job's processes, on MPI. Its thread starts MPI, matches
+// whatever arrives (MPI_Improbe, MPI_Imrecv), tests sends and receives for completion and hands
+// arrived messages to the receiver in the order they were matched. Idle, it spins briefly and
+// then sleeps in short steps, so a message is picked up within about 100 µs even when nothing
+// here expects one. With MPI_THREAD_MULTIPLE a sender posts its own MPI_Isend (under the
+// transport's lock, so that sends to a process keep their order) when no other thread is in MPI:
+// on a machine with fewer cores than runnable threads each hand-off between threads waits for
+// the scheduler. Otherwise the transport's thread alone calls into MPI. Large blocks of a message
+// can be sent from where they lie (send with blocks), as messages of their own after a head.
 #include "actors/process_transport.h"
 
 #include <fmt/format.h>
@@ -33,6 +37,10 @@ namespace axle {
 namespace {
 
 constexpr int kTag = 7;  // every message of the transport; they say themselves what they are
+// A message whose large blocks come apart (ProcessTransport::send with blocks): its head, on
+// `comm` with the whole messages (so it keeps its place among them), holds the message's size,
+// where its blocks go and its other bytes; the blocks follow on `block_comm`, in order.
+constexpr int kHeadTag = 8;
 
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -161,17 +169,23 @@ MessageBytes::~MessageBytes() {
 struct ProcessTransport::State {
   struct Outgoing {
     int to;
-    ProcessMessage message;
+    ProcessMessage message;  // whole, or a head (blocks not empty)
+    std::vector<MessageBlock> blocks;
+    std::shared_ptr<const void> keep;  // the blocks' bytes
   };
   struct Sending {
     MPI_Request request;
     ProcessMessage message;
+    std::shared_ptr<const void> keep;
   };
   struct Receiving {
     MPI_Request request;
-    std::shared_ptr<MessageBytes> buffer;
+    std::shared_ptr<MessageBytes> buffer;  // the message, or its head
     int from;
     bool done = false;
+    bool head = false;                     // buffer is a head: the blocks come after it
+    std::shared_ptr<MessageBytes> whole;   // a head's message, once its blocks are on the way
+    std::vector<MPI_Request> blocks;
   };
 
   std::mutex mutex;
@@ -182,21 +196,33 @@ struct ProcessTransport::State {
   bool delivering = false;         // under mutex: a message is in the receiver's hands
   std::condition_variable delivered;
   std::deque<std::pair<int, ProcessMessage>> held;  // arrived while no receiver was set
-  std::atomic<bool> has_work{false};
+  std::atomic<bool> has_work{false};  // outgoing or posted has sends
+  // MPI_THREAD_MULTIPLE: senders post their own sends.
+  bool direct = false;
+  std::vector<Sending> posted;  // under mutex: posted by senders, for this thread to test
 
   ProcessPlacement placement;
   MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm block_comm = MPI_COMM_NULL;
   // How long a process at its end waits for the others to end too (the collective timeout).
   std::chrono::nanoseconds exit_wait{0};
   std::thread thread;
 
-  // The transport thread's own.
-  std::deque<Sending> sending;
-  std::deque<Receiving> receiving;
+  // Held by whichever thread calls into MPI (a sender takes it with try_lock): one at a time,
+  // so that MPI's own locks are never contended. With fewer cores than runnable threads, a thread
+  // preempted inside MPI holding them stalls the others.
+  std::mutex mpi_mutex;
+  std::deque<Sending> sending;      // the transport thread's own
+  std::deque<Receiving> receiving;  // the transport thread's own
+  bool finished = false;            // under mpi_mutex: MPI is going away
 
   void start(std::promise<ProcessPlacement>& started);
   void run();
   bool post_sends();
+  // Posts `out`'s sends (MPI_Isend) onto `to_test`; false when MPI refused them.
+  bool post(Outgoing& out, std::vector<Sending>& to_test);
+  // A head has come: its blocks are received into the whole message.
+  void receive_blocks(Receiving& r);
   bool test_sends();
   bool match_arrivals();
   bool deliver_arrivals();
@@ -215,10 +241,14 @@ void ProcessTransport::State::start(std::promise<ProcessPlacement>& started) {
       check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                 "MPI_Init_thread");
     }
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    direct = provided == MPI_THREAD_MULTIPLE;
     // Errors come back as codes, to be reported with what was being done.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    check_mpi(MPI_Comm_dup(comm, &block_comm), "MPI_Comm_dup");
     ProcessPlacement p;
     MPI_Comm_rank(comm, &p.index);
     MPI_Comm_size(comm, &p.count);
@@ -253,24 +283,42 @@ void ProcessTransport::State::start(std::promise<ProcessPlacement>& started) {
 
 bool ProcessTransport::State::post_sends() {
   std::vector<Outgoing> batch;
+  std::vector<Sending> posted_here;
   {
     std::lock_guard lock(mutex);
     batch.swap(outgoing);
+    posted_here.swap(posted);
     has_work.store(false, std::memory_order_relaxed);
   }
-  for (Outgoing& each : batch) {
-    Sending s{MPI_REQUEST_NULL, std::move(each.message)};
-    const int code = MPI_Isend(const_cast<std::byte*>(s.message->data()),
-                               static_cast<int>(s.message->size()), MPI_BYTE,
-                               each.to, kTag, comm, &s.request);
+  for (Outgoing& each : batch) post(each, posted_here);
+  for (Sending& s : posted_here) sending.push_back(std::move(s));
+  return !batch.empty() || !posted_here.empty();
+}
+
+bool ProcessTransport::State::post(Outgoing& out, std::vector<Sending>& to_test) {
+  const auto isend = [&](const void* data, std::size_t size, int tag, MPI_Comm on,
+                         MPI_Request* request) {
+    const int code = MPI_Isend(const_cast<void*>(data), static_cast<int>(size), MPI_BYTE, out.to,
+                               tag, on, request);
     if (code != MPI_SUCCESS) {
       AXLE_LOG(ERROR, "process {}: sending {} bytes to process {} failed: {}", placement.index,
-               s.message->size(), each.to, mpi_error_text(code));
-      continue;
+               size, out.to, mpi_error_text(code));
     }
-    sending.push_back(std::move(s));
+    return code == MPI_SUCCESS;
+  };
+  Sending s{MPI_REQUEST_NULL, std::move(out.message), nullptr};
+  if (!isend(s.message->data(), s.message->size(), out.blocks.empty() ? kTag : kHeadTag, comm,
+             &s.request)) {
+    return false;
   }
-  return !batch.empty();
+  to_test.push_back(std::move(s));
+  for (const MessageBlock& block : out.blocks) {
+    Sending b{MPI_REQUEST_NULL, nullptr, out.keep};
+    // A block lost here leaves its receiver waiting for it: the collective's deadline ends that.
+    if (!isend(block.bytes.data(), block.bytes.size(), kTag, block_comm, &b.request)) return false;
+    to_test.push_back(std::move(b));
+  }
+  return true;
 }
 
 bool ProcessTransport::State::test_sends() {
@@ -294,13 +342,14 @@ bool ProcessTransport::State::match_arrivals() {
     int found = 0;
     MPI_Message message;
     MPI_Status status;
-    MPI_Improbe(MPI_ANY_SOURCE, kTag, comm, &found, &message, &status);
+    MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &found, &message, &status);
     if (!found) return progressed;
     int count = 0;
     MPI_Get_count(&status, MPI_BYTE, &count);
     Receiving r{MPI_REQUEST_NULL,
                 MessageBytes::make(static_cast<std::size_t>(count)),
                 status.MPI_SOURCE};
+    r.head = status.MPI_TAG == kHeadTag;
     MPI_Imrecv(r.buffer->data(), count, MPI_BYTE, &message, &r.request);
     receiving.push_back(std::move(r));
     progressed = true;
@@ -309,20 +358,91 @@ bool ProcessTransport::State::match_arrivals() {
 
 bool ProcessTransport::State::deliver_arrivals() {
   bool progressed = false;
+  bool head_waits = false;  // blocks are received in their heads' order, as they were sent
   for (Receiving& r : receiving) {
     if (r.done) continue;
+    if (r.whole) {
+      int done = 0;
+      MPI_Testall(static_cast<int>(r.blocks.size()), r.blocks.data(), &done, MPI_STATUSES_IGNORE);
+      r.done = done != 0;
+      continue;
+    }
+    if (head_waits && r.head) continue;
     int done = 0;
     MPI_Test(&r.request, &done, MPI_STATUS_IGNORE);
-    r.done = done != 0;
+    if (!done) {
+      head_waits |= r.head;
+      continue;
+    }
+    if (!r.head) {
+      r.done = true;
+      continue;
+    }
+    try {
+      receive_blocks(r);
+    } catch (const std::exception& e) {
+      AXLE_LOG(ERROR, "process {}: a message from process {} could not be read: {}",
+               placement.index, r.from, e.what());
+      r.whole = std::move(r.buffer);  // delivered as it came, for its reader to refuse
+      r.blocks.clear();
+      r.done = true;
+    }
   }
   // In the order they were matched, which is each sender's order.
   while (!receiving.empty() && receiving.front().done) {
     Receiving r = std::move(receiving.front());
     receiving.pop_front();
-    deliver(r.from, std::move(r.buffer));
+    deliver(r.from, r.whole ? std::move(r.whole) : std::move(r.buffer));
     progressed = true;
   }
   return progressed;
+}
+
+// A head: the message's size, its block count, each block's offset and size, then the other bytes.
+void ProcessTransport::State::receive_blocks(Receiving& r) {
+  const std::byte* at = r.buffer->data();
+  std::size_t left = r.buffer->size();
+  const auto take = [&](std::size_t size) {
+    if (size > left) throw std::runtime_error("its head is cut short");
+    const std::byte* p = at;
+    at += size;
+    left -= size;
+    return p;
+  };
+  const auto number = [&] {
+    uint64_t value;
+    std::memcpy(&value, take(sizeof value), sizeof value);
+    return static_cast<std::size_t>(value);
+  };
+  const std::size_t size = number();
+  const std::size_t count = number();
+  if (count > left / 16) throw std::runtime_error("its head is cut short");
+  std::vector<std::pair<std::size_t, std::size_t>> blocks(count);
+  std::size_t block_bytes = 0;
+  for (auto& [offset, bytes] : blocks) {
+    offset = number();
+    bytes = number();
+    block_bytes += bytes;
+  }
+  std::shared_ptr<MessageBytes> whole = MessageBytes::make(size);
+  if (block_bytes + left != size) throw std::runtime_error("its blocks do not fit its size");
+  std::size_t written = 0;  // of the whole message
+  for (auto [offset, bytes] : blocks) {
+    if (offset < written || offset + bytes > size) {
+      throw std::runtime_error("its blocks do not fit its size");
+    }
+    const std::size_t before = offset - written;
+    std::memcpy(whole->data() + written, take(before), before);
+    written = offset + bytes;
+  }
+  std::memcpy(whole->data() + written, take(size - written), size - written);
+  r.blocks.assign(count, MPI_REQUEST_NULL);
+  for (std::size_t i = 0; i < count; ++i) {
+    MPI_Irecv(whole->data() + blocks[i].first, static_cast<int>(blocks[i].second), MPI_BYTE,
+              r.from, kTag, block_comm, &r.blocks[i]);
+  }
+  r.whole = std::move(whole);
+  r.buffer.reset();
 }
 
 void ProcessTransport::State::deliver(int from, ProcessMessage message) {
@@ -349,10 +469,13 @@ void ProcessTransport::State::run() {
   auto idle_since = Clock::now();
   while (true) {
     bool progressed = false;
-    if (has_work.load(std::memory_order_relaxed)) progressed |= post_sends();
-    if (!sending.empty()) progressed |= test_sends();
-    progressed |= match_arrivals();
-    if (!receiving.empty()) progressed |= deliver_arrivals();
+    {
+      const std::lock_guard calling(mpi_mutex);
+      if (has_work.load(std::memory_order_relaxed)) progressed |= post_sends();
+      if (!sending.empty()) progressed |= test_sends();
+      progressed |= match_arrivals();
+      if (!receiving.empty()) progressed |= deliver_arrivals();
+    }
     if (progressed) {
       idle_since = Clock::now();
       continue;
@@ -376,6 +499,8 @@ void ProcessTransport::State::run() {
 
 void ProcessTransport::State::finish() {
   // What was sent is delivered before MPI goes, for as long as the others take part.
+  std::unique_lock calling(mpi_mutex);
+  post_sends();  // those posted by their senders, to be tested here
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while ((!sending.empty() || !receiving.empty()) && std::chrono::steady_clock::now() < deadline) {
     test_sends();
@@ -383,6 +508,7 @@ void ProcessTransport::State::finish() {
     deliver_arrivals();
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  finished = true;  // no other thread calls into MPI from here on
   // MPI_Finalize waits for every process. One that died never comes, so the others meet first
   // in a barrier they can stop waiting for.
   MPI_Request barrier = MPI_REQUEST_NULL;
@@ -404,6 +530,7 @@ void ProcessTransport::State::finish() {
     MPI_Abort(comm, 1);
     return;
   }
+  MPI_Comm_free(&block_comm);
   MPI_Comm_free(&comm);
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -459,23 +586,69 @@ ProcessPlacement ProcessTransport::placement() {
   return transport ? transport->state_->placement : ProcessPlacement{};
 }
 
-void ProcessTransport::send(int to, ProcessMessage message) {
+void ProcessTransport::check_send(int to, std::size_t size) const {
   if (to == state_->placement.index || to < 0 || to >= state_->placement.count) {
     throw std::invalid_argument(fmt::format("process {}: cannot send to process {} of {}",
                                             state_->placement.index, to, state_->placement.count));
   }
-  if (message->size() > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+  if (size > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
     throw std::length_error(fmt::format(
         "process {}: a message of {} bytes to process {} is over MPI's 2 GiB count limit",
-        state_->placement.index, message->size(), to));
+        state_->placement.index, size, to));
   }
+}
+
+namespace {
+
+void enqueue(ProcessTransport::State& s, ProcessTransport::State::Outgoing out) {
   {
-    std::lock_guard lock(state_->mutex);
-    if (state_->stopping) return;  // the process is exiting
-    state_->outgoing.push_back({to, std::move(message)});
-    state_->has_work.store(true, std::memory_order_relaxed);
+    std::lock_guard lock(s.mutex);
+    if (s.stopping) return;  // the process is exiting
+    s.has_work.store(true, std::memory_order_relaxed);
+    if (s.direct && s.outgoing.empty()) {
+      // Posted here, one hand-off less, unless another thread is in MPI; under the lock, so
+      // sends to a process keep their order. Completion is tested on the transport's thread,
+      // which need not wake for it.
+      std::unique_lock calling(s.mpi_mutex, std::try_to_lock);
+      if (calling && !s.finished) {
+        (void)s.post(out, s.posted);
+        return;
+      }
+    }
+    s.outgoing.push_back(std::move(out));
   }
-  state_->wake.notify_one();
+  s.wake.notify_one();
+}
+
+}  // namespace
+
+void ProcessTransport::send(int to, ProcessMessage message) {
+  check_send(to, message->size());
+  enqueue(*state_, State::Outgoing{to, std::move(message), {}, nullptr});
+}
+
+void ProcessTransport::send(int to, std::size_t size, std::span<const std::byte> rest,
+                            std::vector<MessageBlock> blocks, std::shared_ptr<const void> keep) {
+  check_send(to, size);
+  if (blocks.empty()) {
+    auto whole = MessageBytes::make(rest.size());
+    std::memcpy(whole->data(), rest.data(), rest.size());
+    return enqueue(*state_, State::Outgoing{to, std::move(whole), {}, nullptr});
+  }
+  const auto put = [](std::byte*& at, uint64_t value) {
+    std::memcpy(at, &value, sizeof value);
+    at += sizeof value;
+  };
+  auto head = MessageBytes::make(16 * (1 + blocks.size()) + rest.size());
+  std::byte* at = head->data();
+  put(at, size);
+  put(at, blocks.size());
+  for (const MessageBlock& block : blocks) {
+    put(at, block.offset);
+    put(at, block.bytes.size());
+  }
+  std::memcpy(at, rest.data(), rest.size());
+  enqueue(*state_, State::Outgoing{to, std::move(head), std::move(blocks), std::move(keep)});
 }
 
 void ProcessTransport::set_receiver(Receiver receiver) {

@@ -1,5 +1,6 @@
 // actors: the job's processes and the transport between them — MPI (Open MPI's mpirun launches
-// the processes), driven by one thread of the transport's own, the only one that calls into MPI.
+// the processes), driven by a thread of the transport's own. Where MPI allows calls from any
+// thread (MPI_THREAD_MULTIPLE), a sender posts its own sends: a hand-off between threads less.
 // A process not launched by mpirun is the whole job: get() is null and MPI is never initialised.
 // Messages are byte buffers, self-describing (the RendezvousActor reads who and what they are
 // for); the transport only moves them, in order from each sender.
@@ -55,6 +56,13 @@ class MessageBytes {
 /// One message between processes.
 using ProcessMessage = std::shared_ptr<const MessageBytes>;
 
+/// A large block of a message sent from where it lies instead of copied into the message: its
+/// offset in the message and its bytes.
+struct MessageBlock {
+  std::size_t offset;
+  std::span<const std::byte> bytes;
+};
+
 class ProcessTransport {
  public:
   /// Receives every message another process sent to this one, on the transport's thread.
@@ -71,6 +79,13 @@ class ProcessTransport {
   /// Sends `message` to process `to` (not this one), without waiting. Sends to one process
   /// arrive in the order they were made.
   void send(int to, ProcessMessage message);
+  /// Sends a message of `size` bytes: `blocks` (in ascending offsets) where they lie, and
+  /// `rest`, the message's other bytes in order, around them. `keep` holds the blocks' bytes
+  /// alive, and their owner leaves them unchanged, until the send completes. The receiver gets
+  /// the whole message in one buffer, as from send(), in order with the sender's other messages.
+  void send(int to, std::size_t size, std::span<const std::byte> rest,
+            std::vector<MessageBlock> blocks, std::shared_ptr<const void> keep);
+
   /// Where messages go from now on; messages that arrived while none was set go to it first.
   /// An empty receiver holds them again.
   void set_receiver(Receiver receiver);
@@ -87,6 +102,7 @@ class ProcessTransport {
 
  private:
   explicit ProcessTransport(std::unique_ptr<State> state);
+  void check_send(int to, std::size_t size) const;
   ~ProcessTransport();
   std::unique_ptr<State> state_;
 };

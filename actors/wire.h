@@ -50,6 +50,20 @@ class WireWriter {
       out += piece.size;
     }
   }
+  /// Each run of the message's bytes, in order: `f(data, size, by_reference)`; a block put by
+  /// reference comes whole, as one run.
+  template <class F>
+  void for_each_piece(F&& f) const {
+    const std::byte* next_inline = inline_.data();
+    for (const Piece& piece : pieces_) {
+      if (piece.data) {
+        f(piece.data, piece.size, true);
+      } else {
+        f(next_inline, piece.size, false);
+        next_inline += piece.size;
+      }
+    }
+  }
   [[nodiscard]] std::vector<std::byte> take() && {
     std::vector<std::byte> bytes(size_);
     copy_to(bytes.data());
