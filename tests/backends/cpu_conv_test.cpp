@@ -238,6 +238,71 @@ TEST(Conv2d, KernelsWiderThanTheirOutputMatchLoops) {
                             {.pad_h = 1, .pad_w = 1, .groups = 2}, rng);
 }
 
+/// t [a, b, ...] as [b, a, ...].
+HostTensor swap_first_dims(const HostTensor& t) {
+  HostTensor out{t.dtype, t.shape, std::vector<double>(t.values.size())};
+  std::swap(out.shape[0], out.shape[1]);
+  const int64_t a = t.shape[0], b = t.shape[1], plane = t.shape.numel() / (a * b);
+  for (int64_t i = 0; i < a; ++i) {
+    for (int64_t j = 0; j < b; ++j) {
+      for (int64_t k = 0; k < plane; ++k) {
+        out.values[static_cast<std::size_t>((j * a + i) * plane + k)] =
+            t.values[static_cast<std::size_t>((i * b + j) * plane + k)];
+      }
+    }
+  }
+  return out;
+}
+
+/// kConv2d with `layout` (x, w and the output stored with dims 0 and 1 swapped for bits 1, 2 and
+/// 4) against the loops on the values as they are meant.
+void expect_swapped_conv_matches_loops(DType dtype, const Shape& x_shape, const Shape& w_shape,
+                                       const ConvParams& p, int64_t layout, std::mt19937& rng) {
+  const HostTensor x = random_tensor(dtype, x_shape, rng);
+  const HostTensor w = random_tensor(dtype, w_shape, rng);
+  const Reference ref = reference_conv(x, w, p);
+  std::vector<int64_t> ints = p.ints();
+  ints.push_back(layout);
+  Shape out_shape = ref.shape;
+  if (layout & 4) std::swap(out_shape[0], out_shape[1]);
+  HostTensor out = run_kernel(Kernel::kConv2d,
+                              {layout & 1 ? swap_first_dims(x) : x,
+                               layout & 2 ? swap_first_dims(w) : w},
+                              dtype, out_shape, ints);
+  if (layout & 4) out = swap_first_dims(out);
+  expect_close(out, ref, dtype,
+               "layout " + std::to_string(layout) + ", x " + x_shape.to_string() + ", w " +
+                   w_shape.to_string());
+}
+
+TEST(Conv2d, SwappedLayoutsMatchLoops) {
+  // The weight gradient's transposes folded into the call: its forms (receptive fields as rows,
+  // plane-sized kernels as shifted planes, direct sums for small outputs) read and write the
+  // swapped buffers in place; other forms lay them out first.
+  std::mt19937 rng(38);
+  for (int64_t layout = 0; layout < 8; ++layout) {
+    expect_swapped_conv_matches_loops(DType::kF32, {6, 5, 9, 9}, {4, 5, 9, 9},
+                                      {.pad_h = 1, .pad_w = 1}, layout, rng);
+    expect_swapped_conv_matches_loops(DType::kF32, {4, 6, 12, 12}, {3, 6, 8, 10},
+                                      {.pad_h = 1, .pad_w = 0}, layout, rng);
+    expect_swapped_conv_matches_loops(DType::kF32, {1, 8, 12, 12}, {5, 8, 12, 12},
+                                      {.pad_h = 1, .pad_w = 1}, layout, rng);
+    expect_swapped_conv_matches_loops(DType::kF32, {2, 3, 7, 8}, {4, 3, 3, 3},
+                                      {.stride_h = 2, .pad_h = 1, .pad_w = 1}, layout, rng);
+    expect_swapped_conv_matches_loops(DType::kF64, {3, 4, 7, 7}, {2, 4, 7, 7},
+                                      {.pad_h = 1, .pad_w = 1}, layout, rng);
+  }
+}
+
+TEST(Conv2d, RejectsSwappedLayoutWithGroupsOrUnknownBits) {
+  const std::string msg = rejection(Kernel::kConv2d, {{4, 1, 5, 5}, {4, 2, 3, 3}}, {1, 4, 3, 3},
+                                    {1, 1, 0, 0, 1, 1, 2, 1});
+  EXPECT_TRUE(contains(msg, "groups = 1")) << msg;
+  EXPECT_FALSE(rejection(Kernel::kConv2d, {{1, 4, 5, 5}, {4, 4, 3, 3}}, {1, 4, 3, 3},
+                         {1, 1, 0, 0, 1, 1, 1, 8})
+                   .empty());
+}
+
 TEST(Conv2d, MatchesLoopsInF64) {
   std::mt19937 rng(30);
   const ConvParams p{.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1, .groups = 2};
