@@ -63,6 +63,34 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
       if (layout != 0) call.ints.push_back(layout);
       continue;
     }
+    if (call.kernel == Kernel::kAdd && call.inputs.size() == 2 &&
+        (program[id].dtype == DType::kF32 || program[id].dtype == DType::kF64)) {
+      // conv2d(x, w) + b with b one value per output channel ([1, O, 1, 1] or [O, 1, 1]): the
+      // convolution adds it to each plane as it writes it.
+      for (std::size_t k = 0; k < 2; ++k) {
+        const int32_t conv = call.inputs[k], bias = call.inputs[1 - k];
+        if (program[conv].op != Op::kConv2d || !foldable(conv) ||
+            !(program[conv].shape == program[id].shape) || calls[conv].inputs.size() != 2 ||
+            program[bias].dtype != program[id].dtype) {
+          continue;
+        }
+        const Shape& b = program[bias].shape;
+        const int64_t channels = program[id].shape[1];
+        bool per_channel = b.rank() >= 1 && b.rank() <= 4 && b.numel() == channels;
+        for (int d = 0; d < b.rank() && per_channel; ++d) {
+          // Dim d of b lines up with dim d + 4 - rank of the output: only dim 1 may be > 1.
+          per_channel = b[d] == 1 || d + 4 - b.rank() == 1;
+        }
+        if (!per_channel) continue;
+        KernelCall folded = calls[conv];
+        folded.inputs.push_back(bias);
+        folded.output = static_cast<int32_t>(id);
+        call = std::move(folded);
+        absorbed[conv] = 1;
+        break;
+      }
+      continue;
+    }
     if (swaps_first_dims(program, id)) {
       // The result of a convolution transposed: the convolution writes it so (layout bit 4).
       const int32_t conv = program.operands(id)[0];

@@ -36,6 +36,7 @@ struct ConvGeometry {
   int64_t oh, ow;      // output
   int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
   int64_t layout = 0;  // which of x (1), w (2), out (4) are stored with dims 0 and 1 swapped
+  bool bias = false;   // a third input, b [o] added to each output plane (a folded add)
 };
 
 /// Where plane (i, j) of x [n, c, ...], w [o, c, ...] and out [n, o, ...] starts: i * first +
@@ -68,7 +69,7 @@ ConvGeometry plan_conv(const KernelArgs& args) {
   auto reject = [&](std::string_view why) {
     throw std::invalid_argument(fmt::format("{}: {}", describe(args, attributes), why));
   };
-  if (args.inputs.size() != 2) reject("conv2d takes [x, w]");
+  if (args.inputs.size() != 2 && args.inputs.size() != 3) reject("conv2d takes [x, w(, b)]");
   if ((ints.size() != 7 && ints.size() != 8) || (ints.size() == 8 && (ints[7] < 0 || ints[7] > 7))) {
     reject("ints must be [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups(, "
            "layout in [0, 7])]");
@@ -81,13 +82,19 @@ ConvGeometry plan_conv(const KernelArgs& args) {
     if (swapped && shape.rank() == 4) std::swap(shape[0], shape[1]);
     return BufferDesc{d.dtype, shape};
   };
+  ConvGeometry g{};
   const BufferDesc x = logical(*args.inputs[0].desc, layout & 1);
   const BufferDesc w = logical(*args.inputs[1].desc, layout & 2);
   const BufferDesc out = logical(*args.output.desc, layout & 4);
   if (x.dtype != out.dtype || w.dtype != out.dtype) reject("x and w must have the output's dtype");
   if (!is_floating(out.dtype)) reject("conv2d supports f32, f64 and bf16");
+  if (args.inputs.size() == 3) {
+    const BufferDesc& b = *args.inputs[2].desc;
+    if (b.dtype != out.dtype || out.dtype == DType::kBF16) reject("a bias must be f32 or f64, the output's dtype");
+    if (w.shape.rank() == 4 && b.shape.numel() != w.shape[0]) reject("a bias needs one value per output channel");
+    g.bias = true;
+  }
   if (x.shape.rank() != 4 || w.shape.rank() != 4) reject("x and w must have rank 4");
-  ConvGeometry g{};
   g.layout = layout;
   g.n = x.shape[0], g.c = x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
   g.o = w.shape[0], g.kh = w.shape[2], g.kw = w.shape[3];
@@ -165,6 +172,16 @@ void shifted_plane(const T* src, int64_t h, int64_t w, int64_t di, int64_t dj, T
   };
   for (int64_t x = 0; x < x0; ++x) zero_column(x);
   for (int64_t x = x1; x < w; ++x) zero_column(x);
+}
+
+/// planes[o * stride, + plane) += bias[o] for o < channels.
+template <class T>
+void add_bias(T* planes, const T* bias, int64_t channels, int64_t plane, int64_t stride) {
+  for (int64_t o = 0; o < channels; ++o) {
+    T* __restrict__ p = planes + o * stride;
+    const T b = bias[o];
+    for (int64_t i = 0; i < plane; ++i) p[i] += b;
+  }
 }
 
 /// im2col (below) for unit strides and an output as wide as the input (a "same" convolution):
@@ -294,7 +311,8 @@ void for_each_image(ComputePool& pool, int64_t images, F&& image) {
 /// ow], a block of output rows at a time, images spread over the pool's threads (each image's GEMM
 /// split over them instead when there are fewer images than threads).
 template <class T>
-void conv2d_by_columns(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
+void conv2d_by_columns(const T* x, const T* w, const T* bias, T* out, const ConvGeometry& g,
+                       ComputePool& pool) {
   const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
   const int64_t patch = in_group * g.kh * g.kw, out_plane = g.oh * g.ow;
   // A 1x1 kernel with unit stride and no padding reads each plane as it is: the input already
@@ -336,6 +354,8 @@ void conv2d_by_columns(const T* x, const T* w, T* out, const ConvGeometry& g, Co
                 false, false, gemm_pool);
       }
     }
+    // The bias while the image's planes are in cache: the sum, then + b, as the add would.
+    if (bias) add_bias(out + n * g.o * out_plane, bias, g.o, out_plane, out_plane);
   };
   for_each_image(pool, g.n, image);
 }
@@ -661,25 +681,38 @@ std::vector<T> gathered_planes(const T* src, int64_t a, int64_t b, int64_t plane
   return dst;
 }
 
+/// The convolution into `out` as `g` lays it out; with `bias`, plus bias[o] on each plane o (in
+/// by_columns while each image is in cache; after the sums in the other forms).
 template <class T>
-void conv2d_typed(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
+void conv2d_typed(const T* x, const T* w, const T* bias, T* out, const ConvGeometry& g,
+                  ComputePool& pool) {
   if (g.n == 0 || g.o == 0) return;
   const ConvStrides s = strides_of(g);
   const int64_t out_plane = g.oh * g.ow;
+  auto add_all_bias = [&] {
+    if (!bias) return;
+    for (int64_t n = 0; n < g.n; ++n) add_bias(out + n * s.out_n, bias, g.o, out_plane, s.out_o);
+  };
   if (g.c == 0) {
     // No input channels: an empty sum.
     for (int64_t n = 0; n < g.n; ++n) {
       for (int64_t o = 0; o < g.o; ++o) std::fill_n(out + n * s.out_n + o * s.out_o, out_plane, T(0));
     }
-    return;
+    return add_all_bias();
   }
   // im2col copies runs of ow taps, im2row runs of kw: take the longer runs.
 #if defined(__AVX2__)
   if constexpr (std::is_same_v<T, float>) {
-    if (takes_small_output(g)) return conv2d_small_output(x, w, out, g, s, pool);
+    if (takes_small_output(g)) {
+      conv2d_small_output(x, w, out, g, s, pool);
+      return add_all_bias();
+    }
   }
 #endif
-  if (g.kw > g.ow) return conv2d_by_rows(x, w, out, g, s, pool);
+  if (g.kw > g.ow) {
+    conv2d_by_rows(x, w, out, g, s, pool);
+    return add_all_bias();
+  }
   if (g.layout != 0) {
     // The other forms read NCHW: the swapped operands are laid out so first.
     ConvGeometry plain = g;
@@ -689,7 +722,7 @@ void conv2d_typed(const T* x, const T* w, T* out, const ConvGeometry& g, Compute
     const std::vector<T> ws = g.layout & 2 ? gathered_planes(w, g.o, g.c, g.kh * g.kw, s.w_o, s.w_c)
                                            : std::vector<T>{};
     std::vector<T> outs(g.layout & 4 ? static_cast<std::size_t>(g.n * g.o * out_plane) : 0);
-    conv2d_typed(g.layout & 1 ? xs.data() : x, g.layout & 2 ? ws.data() : w,
+    conv2d_typed(g.layout & 1 ? xs.data() : x, g.layout & 2 ? ws.data() : w, bias,
                  g.layout & 4 ? outs.data() : out, plain, pool);
     if (g.layout & 4) {
       // [n, o] planes to [o, n].
@@ -705,8 +738,11 @@ void conv2d_typed(const T* x, const T* w, T* out, const ConvGeometry& g, Compute
   const bool unit_steps =
       g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1;
   // With more output than input channels the tap planes outnumber im2col's rows: im2col wins.
-  if (unit_steps && g.o < g.c && g.kh * g.kw > 1) return conv2d_by_taps(x, w, out, g, pool);
-  conv2d_by_columns(x, w, out, g, pool);
+  if (unit_steps && g.o < g.c && g.kh * g.kw > 1) {
+    conv2d_by_taps(x, w, out, g, pool);
+    return add_all_bias();
+  }
+  conv2d_by_columns(x, w, bias, out, g, pool);
 }
 
 void conv2d(const KernelArgs& args) {
@@ -714,15 +750,22 @@ void conv2d(const KernelArgs& args) {
   ComputePool& pool = args.pool;
   const ConstView& x = args.inputs[0];
   const ConstView& w = args.inputs[1];
+  auto bias = [&](auto tag) {
+    using T = decltype(tag);
+    return g.bias ? args.inputs[2].as<T>() : static_cast<const T*>(nullptr);
+  };
   switch (args.output.desc->dtype) {
     case DType::kF32:
-      return conv2d_typed(x.as<float>(), w.as<float>(), args.output.as<float>(), g, pool);
+      return conv2d_typed(x.as<float>(), w.as<float>(), bias(float{}), args.output.as<float>(), g,
+                          pool);
     case DType::kF64:
-      return conv2d_typed(x.as<double>(), w.as<double>(), args.output.as<double>(), g, pool);
+      return conv2d_typed(x.as<double>(), w.as<double>(), bias(double{}),
+                          args.output.as<double>(), g, pool);
     case DType::kBF16: {
       // bf16 storage, f32 accumulation: widen once, convolve in f32, round once at the end.
       std::vector<float> out(static_cast<std::size_t>(args.output.desc->shape.numel()));
-      conv2d_typed(widened(x).data(), widened(w).data(), out.data(), g, pool);
+      conv2d_typed(widened(x).data(), widened(w).data(), static_cast<const float*>(nullptr),
+                   out.data(), g, pool);
       return narrow_block(out.data(), args.output.as<Bf16>(), static_cast<int64_t>(out.size()));
     }
     default:

@@ -113,5 +113,37 @@ TEST(CallFolding, GroupedConvolutionsAndOtherPermutesStayCalls) {
   EXPECT_EQ(e->calls.size(), 3u);
 }
 
+// conv2d(x, w) + b, b reshaped to [1, O, 1, 1] (nn::Conv2d's bias), either operand order.
+TEST(CallFolding, PerChannelAddFoldsIntoTheConvolution) {
+  for (const bool bias_first : {false, true}) {
+    Program p;
+    const int32_t x = input(p, {2, 3, 6, 6});
+    const int32_t w = input(p, {5, 3, 3, 3});
+    const int32_t b = input(p, {1, 5, 1, 1});
+    const int32_t conv = op(p, Op::kConv2d, {2, 5, 6, 6}, {x, w}, kConvSame);
+    const int32_t sum = op(p, Op::kAdd, {2, 5, 6, 6}, bias_first ? std::vector{b, conv}
+                                                                 : std::vector{conv, b});
+    p.outputs = {sum};
+    const auto e = lower(p, 1, true);
+    EXPECT_EQ(calls_of(*e),
+              (std::vector<std::string>{"conv2d(%0,%1,%2) -> %4 [1,1,1,1,1,1,1]"}));
+  }
+}
+
+TEST(CallFolding, OtherAddsStayCalls) {
+  Program p;
+  const int32_t x = input(p, {2, 3, 6, 6});
+  const int32_t w = input(p, {5, 3, 3, 3});
+  const int32_t whole = input(p, {2, 5, 6, 6});  // not one value per channel
+  const int32_t rows = input(p, {1, 1, 6, 1});
+  const int32_t conv = op(p, Op::kConv2d, {2, 5, 6, 6}, {x, w}, kConvSame);
+  const int32_t a = op(p, Op::kAdd, {2, 5, 6, 6}, {conv, whole});
+  const int32_t conv2 = op(p, Op::kConv2d, {2, 5, 6, 6}, {x, w}, kConvSame);
+  const int32_t c = op(p, Op::kAdd, {2, 5, 6, 6}, {conv2, rows});
+  p.outputs = {a, c};
+  const auto e = lower(p, 1, true);
+  EXPECT_EQ(e->calls.size(), 4u);
+}
+
 }  // namespace
 }  // namespace axle
