@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "actors/call_folding.h"
 #include "actors/fusion.h"
 #include "actors/kernel_map.h"
 #include "actors/memory_plan.h"
@@ -164,16 +165,12 @@ IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool
   executable->calls.reserve(program.size() - leaves);
   const std::vector<int32_t> root_of =
       fuse ? plan_fusion(program) : std::vector<int32_t>(program.size(), -1);
+  // Each node's own call first, so that folding (with fusion) can rewrite a reader's call to
+  // compute its producer too.
+  std::vector<KernelCall> calls(program.size());
   for (std::size_t id = 0; id < program.size(); ++id) {
-    if (program.is_leaf(id)) continue;
-    if (root_of[id] >= 0) {
-      // A member of a fused kernel runs inside its root's call; the root's call runs here.
-      if (root_of[id] == static_cast<int32_t>(id)) {
-        executable->calls.push_back(fused_call(program, root_of, static_cast<int32_t>(id)));
-      }
-      continue;
-    }
-    KernelCall call;
+    if (program.is_leaf(id) || root_of[id] >= 0) continue;
+    KernelCall& call = calls[id];
     call.kernel = kernel_for(program[id].op);
     const std::span<const int32_t> operands = program.operands(id);
     call.inputs.assign(operands.begin(), operands.end());
@@ -181,7 +178,19 @@ IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool
     call.ints.assign(program.ints(id).begin(), program.ints(id).end());
     if (is_collective(call.kernel)) expand_groups(call);
     call.reals.assign(program.reals(id).begin(), program.reals(id).end());
-    executable->calls.push_back(std::move(call));
+  }
+  std::vector<uint8_t> absorbed(program.size(), 0);
+  if (fuse) fold_calls(program, root_of, calls, absorbed);
+  for (std::size_t id = 0; id < program.size(); ++id) {
+    if (program.is_leaf(id) || absorbed[id]) continue;
+    if (root_of[id] >= 0) {
+      // A member of a fused kernel runs inside its root's call; the root's call runs here.
+      if (root_of[id] == static_cast<int32_t>(id)) {
+        executable->calls.push_back(fused_call(program, root_of, static_cast<int32_t>(id)));
+      }
+      continue;
+    }
+    executable->calls.push_back(std::move(calls[id]));
   }
   plan_memory(*executable);
   return executable;

@@ -18,7 +18,8 @@ IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& pa
                                        int64_t spmd_devices = 0);
 
 /// `program` as kernel calls over buffer slots, chains of elementwise ops fused into one kernel
-/// each when `fuse` (counted as FusedKernels). `donated` marks the inputs the program may
+/// each when `fuse` (counted as FusedKernels), and then some producers folded into their one
+/// reader's call (actors/call_folding.h). `donated` marks the inputs the program may
 /// overwrite (StepGraph::donated; empty for none).
 IntrusivePtr<Executable> lower(const Program& program, uint64_t graph_hash, bool fuse,
                                std::span<const uint8_t> donated = {});

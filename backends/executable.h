@@ -65,10 +65,15 @@ namespace axle {
 ///   kMatmul      [a, b]; ints = [transpose_a, transpose_b]. a is [..., M, K] (or [..., K, M]
 ///                when transposed), b is [..., K, N] (or [..., N, K]); batch dims broadcast;
 ///                both operands have rank >= 2.
-///   kConv2d      [x (N, C, H, W), w (O, C / groups, KH, KW)];
-///                ints = [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups]
+///   kConv2d      [x (N, C, H, W), w (O, C / groups, KH, KW) (, b (O values): f32 or f64, added
+///                to each output plane, as conv2d(x, w) + b computes it)];
+///                ints = [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups
+///                (, layout)]. layout (groups 1 only) has bit 1 set when x's buffer holds it with
+///                dims 0 and 1 swapped ([C, N, H, W]), bit 2 for w, bit 4 for the output: the
+///                compiler folds the transposes of a weight gradient (actors/call_folding.h)
 ///   kMaxPool2d   [x (N, C, H, W)]; ints = [kh, kw, stride_h, stride_w, pad_h, pad_w,
-///                dilation_h, dilation_w, ceil_mode]; padding counts as -infinity
+///                dilation_h, dilation_w, ceil_mode (, relu_first)]; padding counts as
+///                -infinity; with relu_first 1, pools relu(x) (a folded relu)
 ///   kAvgPool2d   [x]; ints = [kh, kw, stride_h, stride_w, pad_h, pad_w, ceil_mode,
 ///                count_include_pad]
 /// Data movement.

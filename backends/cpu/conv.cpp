@@ -35,7 +35,29 @@ struct ConvGeometry {
   int64_t o, kh, kw;   // weight (its channel dim is c / groups)
   int64_t oh, ow;      // output
   int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
+  int64_t layout = 0;  // which of x (1), w (2), out (4) are stored with dims 0 and 1 swapped
+  bool bias = false;   // a third input, b [o] added to each output plane (a folded add)
 };
+
+/// Where plane (i, j) of x [n, c, ...], w [o, c, ...] and out [n, o, ...] starts: i * first +
+/// j * second elements in. Without a swapped layout, the planes of NCHW.
+struct ConvStrides {
+  int64_t x_n, x_c, w_o, w_c, out_n, out_o;
+};
+
+ConvStrides strides_of(const ConvGeometry& g) {
+  const int64_t plane = g.h * g.w, kernel_plane = g.kh * g.kw, out_plane = g.oh * g.ow;
+  const int64_t cg = g.c / g.groups;
+  auto pair = [](bool swapped, int64_t second_size, int64_t first_size, int64_t plane_size) {
+    // [first, second, plane] as stored, or [second, first, plane] when swapped.
+    return swapped ? std::pair{plane_size, first_size * plane_size}
+                   : std::pair{second_size * plane_size, plane_size};
+  };
+  const auto [x_n, x_c] = pair(g.layout & 1, g.c, g.n, plane);
+  const auto [w_o, w_c] = pair(g.layout & 2, cg, g.o, kernel_plane);
+  const auto [out_n, out_o] = pair(g.layout & 4, g.o, g.n, out_plane);
+  return {x_n, x_c, w_o, w_c, out_n, out_o};
+}
 
 ConvGeometry plan_conv(const KernelArgs& args) {
   const auto& ints = args.call.ints;
@@ -47,17 +69,33 @@ ConvGeometry plan_conv(const KernelArgs& args) {
   auto reject = [&](std::string_view why) {
     throw std::invalid_argument(fmt::format("{}: {}", describe(args, attributes), why));
   };
-  if (args.inputs.size() != 2) reject("conv2d takes [x, w]");
-  if (ints.size() != 7) {
-    reject("ints must be [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups]");
+  if (args.inputs.size() != 2 && args.inputs.size() != 3) reject("conv2d takes [x, w(, b)]");
+  if ((ints.size() != 7 && ints.size() != 8) || (ints.size() == 8 && (ints[7] < 0 || ints[7] > 7))) {
+    reject("ints must be [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups(, "
+           "layout in [0, 7])]");
   }
-  const BufferDesc& x = *args.inputs[0].desc;
-  const BufferDesc& w = *args.inputs[1].desc;
-  const BufferDesc& out = *args.output.desc;
+  const int64_t layout = ints.size() == 8 ? ints[7] : 0;
+  if (layout != 0 && ints[6] != 1) reject("a swapped layout needs groups = 1");
+  // The logical shapes: a buffer stored with dims 0 and 1 swapped holds the value transposed.
+  auto logical = [](const BufferDesc& d, bool swapped) {
+    Shape shape = d.shape;
+    if (swapped && shape.rank() == 4) std::swap(shape[0], shape[1]);
+    return BufferDesc{d.dtype, shape};
+  };
+  ConvGeometry g{};
+  const BufferDesc x = logical(*args.inputs[0].desc, layout & 1);
+  const BufferDesc w = logical(*args.inputs[1].desc, layout & 2);
+  const BufferDesc out = logical(*args.output.desc, layout & 4);
   if (x.dtype != out.dtype || w.dtype != out.dtype) reject("x and w must have the output's dtype");
   if (!is_floating(out.dtype)) reject("conv2d supports f32, f64 and bf16");
+  if (args.inputs.size() == 3) {
+    const BufferDesc& b = *args.inputs[2].desc;
+    if (b.dtype != out.dtype || out.dtype == DType::kBF16) reject("a bias must be f32 or f64, the output's dtype");
+    if (w.shape.rank() == 4 && b.shape.numel() != w.shape[0]) reject("a bias needs one value per output channel");
+    g.bias = true;
+  }
   if (x.shape.rank() != 4 || w.shape.rank() != 4) reject("x and w must have rank 4");
-  ConvGeometry g{};
+  g.layout = layout;
   g.n = x.shape[0], g.c = x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
   g.o = w.shape[0], g.kh = w.shape[2], g.kw = w.shape[3];
   g.stride_h = ints[0], g.stride_w = ints[1], g.pad_h = ints[2], g.pad_w = ints[3];
@@ -136,6 +174,21 @@ void shifted_plane(const T* src, int64_t h, int64_t w, int64_t di, int64_t dj, T
   for (int64_t x = x1; x < w; ++x) zero_column(x);
 }
 
+/// planes[o * stride, + plane) += bias[o] for o < channels.
+template <class T>
+void add_bias(T* planes, const T* bias, int64_t channels, int64_t plane, int64_t stride) {
+  constexpr int64_t kBlock = 32 / sizeof(T);  // fixed-count blocks: GCC vectorises them at -O2
+  for (int64_t o = 0; o < channels; ++o) {
+    T* __restrict__ p = planes + o * stride;
+    const T b = bias[o];
+    int64_t i = 0;
+    for (; i + kBlock <= plane; i += kBlock) {
+      for (int64_t l = 0; l < kBlock; ++l) p[i + l] += b;
+    }
+    for (; i < plane; ++i) p[i] += b;
+  }
+}
+
 /// im2col (below) for unit strides and an output as wide as the input (a "same" convolution):
 /// each column-matrix row is then the input plane shifted (shifted_plane), from output row y0.
 template <class T>
@@ -194,12 +247,12 @@ void im2col(const T* x, int64_t channels, const ConvGeometry& g, int64_t y0, int
 /// taps in the padding are zero. It copies runs of kw taps where im2col copies runs of ow
 /// positions: the layout for kernels wider than their output, such as a weight gradient's.
 template <class T>
-void im2row(const T* x, int64_t channel0, const ConvGeometry& g, int64_t first, int64_t last,
-            int64_t unit0, int64_t unit1, T* rows, int64_t ld) {
-  const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow, kw = g.kw;
+void im2row(const T* x, int64_t channel0, const ConvGeometry& g, const ConvStrides& s,
+            int64_t first, int64_t last, int64_t unit0, int64_t unit1, T* rows, int64_t ld) {
+  const int64_t out_plane = g.oh * g.ow, kw = g.kw;
   for (int64_t r = first; r < last; ++r, rows += ld) {
     const int64_t n = r / out_plane, pos = r % out_plane;
-    const T* image = x + (n * g.c + channel0) * plane;
+    const T* image = x + n * s.x_n + channel0 * s.x_c;
     const int64_t start_h = pos / g.ow * g.stride_h - g.pad_h;
     const int64_t start_w = pos % g.ow * g.stride_w - g.pad_w;
     const auto [i_lo, i_hi] = taps_inside(start_h, g.h, g.kh, g.dilation_h);
@@ -212,7 +265,7 @@ void im2row(const T* x, int64_t channel0, const ConvGeometry& g, int64_t first, 
         for (int64_t j = 0; j < kw; ++j) dst[j] = T(0);
       } else {
         const T* __restrict__ src =
-            image + c * plane + (start_h + i * g.dilation_h) * g.w + start_w + j_lo * g.dilation_w;
+            image + c * s.x_c + (start_h + i * g.dilation_h) * g.w + start_w + j_lo * g.dilation_w;
         for (int64_t j = 0; j < j_lo; ++j) dst[j] = T(0);
         T* __restrict__ d = dst + j_lo;
         if (contiguous) {
@@ -233,14 +286,14 @@ void im2row(const T* x, int64_t channel0, const ConvGeometry& g, int64_t first, 
 /// q - pad_w), so it is laid out whole channels [channel0 + c0, channel0 + c1) at a time, each
 /// one shifted_plane.
 template <class T>
-void im2row_shifted(const T* x, int64_t channel0, const ConvGeometry& g, int64_t first,
-                    int64_t last, int64_t c0, int64_t c1, T* rows, int64_t ld) {
+void im2row_shifted(const T* x, int64_t channel0, const ConvGeometry& g, const ConvStrides& s,
+                    int64_t first, int64_t last, int64_t c0, int64_t c1, T* rows, int64_t ld) {
   const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
   for (int64_t r = first; r < last; ++r, rows += ld) {
     const int64_t n = r / out_plane, pos = r % out_plane;
-    const T* image = x + (n * g.c + channel0) * plane;
+    const T* image = x + n * s.x_n + channel0 * s.x_c;
     for (int64_t c = c0; c < c1; ++c) {
-      shifted_plane(image + c * plane, g.h, g.w, pos / g.ow - g.pad_h, pos % g.ow - g.pad_w,
+      shifted_plane(image + c * s.x_c, g.h, g.w, pos / g.ow - g.pad_h, pos % g.ow - g.pad_w,
                     rows + (c - c0) * plane, g.h);
     }
   }
@@ -263,7 +316,8 @@ void for_each_image(ComputePool& pool, int64_t images, F&& image) {
 /// ow], a block of output rows at a time, images spread over the pool's threads (each image's GEMM
 /// split over them instead when there are fewer images than threads).
 template <class T>
-void conv2d_by_columns(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
+void conv2d_by_columns(const T* x, const T* w, const T* bias, T* out, const ConvGeometry& g,
+                       ComputePool& pool) {
   const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
   const int64_t patch = in_group * g.kh * g.kw, out_plane = g.oh * g.ow;
   // A 1x1 kernel with unit stride and no padding reads each plane as it is: the input already
@@ -305,6 +359,8 @@ void conv2d_by_columns(const T* x, const T* w, T* out, const ConvGeometry& g, Co
                 false, false, gemm_pool);
       }
     }
+    // The bias while the image's planes are in cache: the sum, then + b, as the add would.
+    if (bias) add_bias(out + n * g.o * out_plane, bias, g.o, out_plane, out_plane);
   };
   for_each_image(pool, g.n, image);
 }
@@ -316,9 +372,11 @@ void conv2d_by_columns(const T* x, const T* w, T* out, const ConvGeometry& g, Co
 /// thread takes a block of rows and sums its product over blocks of the patch (whole kernel rows,
 /// about kBlockFloats at a time), so each block is laid out just before the GEMM reads it from
 /// cache. With too few rows to go round, the output's columns (channels) are split instead, each
-/// part laying out the blocks it needs itself.
+/// part laying out the blocks it needs itself. The planes of x, w and out may lie as `s` says
+/// (groups = 1 then): the weight gradient's swapped operands read in place.
 template <class T>
-void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
+void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, const ConvStrides& s,
+                    ComputePool& pool) {
   const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
   const int64_t patch = in_group * g.kh * g.kw, out_plane = g.oh * g.ow;
   const int64_t total = g.n * out_plane, units = in_group * g.kh;
@@ -335,9 +393,15 @@ void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
   const bool shifted = g.kh == g.h && g.kw == g.w && g.stride_h == 1 && g.stride_w == 1 &&
                        g.dilation_h == 1 && g.dilation_w == 1;
   const int64_t unit_step = shifted ? g.kh : 1;
+  // A block's columns of w must be one strided matrix: with w's channels apart (swapped), a
+  // block is one channel's kernel rows.
+  const bool channels_apart = s.w_c != g.kh * g.kw;
   const int64_t block_units =
-      std::clamp<int64_t>(kBlockFloats / (part_rows * g.kw * unit_step), 1, units / unit_step) *
-      unit_step;
+      channels_apart
+          ? g.kh
+          : std::clamp<int64_t>(kBlockFloats / (part_rows * g.kw * unit_step), 1,
+                                units / unit_step) *
+                unit_step;
   const std::size_t block_bytes =
       sizeof(T) * static_cast<std::size_t>(part_rows * block_units * g.kw);
   // Scratch is taken for every thread before the parts run (a part may not grow another
@@ -357,14 +421,13 @@ void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
       for (int64_t u0 = 0; u0 < units; u0 += block_units) {
         const int64_t u1 = std::min(units, u0 + block_units), k = (u1 - u0) * g.kw;
         if (shifted) {
-          im2row_shifted(x, grp * in_group, g, r0, r1, u0 / g.kh, u1 / g.kh, block, k);
+          im2row_shifted(x, grp * in_group, g, s, r0, r1, u0 / g.kh, u1 / g.kh, block, k);
         } else {
-          im2row(x, grp * in_group, g, r0, r1, u0, u1, block, k);
+          im2row(x, grp * in_group, g, s, r0, r1, u0, u1, block, k);
         }
-        MatrixProduct q{r1 - r0,  o1 - o0,
-                        k,        block,
-                        k,        wg + o0 * patch + u0 * g.kw,
-                        patch,    products + r0 * out_group + o0,
+        // Kernel row u0 is row u0 % kh of channel u0 / kh.
+        const T* b = wg + o0 * s.w_o + u0 / g.kh * s.w_c + u0 % g.kh * g.kw;
+        MatrixProduct q{r1 - r0, o1 - o0, k, block, k, b, s.w_o, products + r0 * out_group + o0,
                         out_group};
         q.accumulate = u0 > 0;
         gemm<T>(q, false, true, nullptr);
@@ -384,11 +447,11 @@ void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
           1);
     }
     for (int64_t n = 0; n < g.n; ++n) {
-      T* dst = out + (n * g.o + grp * out_group) * out_plane;
+      T* dst = out + n * s.out_n + grp * out_group * s.out_o;
       const T* src = products + n * out_plane * out_group;
       for (int64_t o = 0; o < out_group; ++o) {
         for (int64_t pos = 0; pos < out_plane; ++pos)
-          dst[o * out_plane + pos] = src[pos * out_group + o];
+          dst[o * s.out_o + pos] = src[pos * out_group + o];
       }
     }
   }
@@ -487,15 +550,15 @@ inline __m256i first_lanes(int64_t count) {
 /// masked to +0 in both operands, so an input outside the window never enters a sum, not even
 /// as inf * 0), the channels' sums added in double.
 template <int OH, int OW>
-void small_output_sums(const float* padded, int64_t padded_plane, const float* w, int64_t channels,
-                       const ConvGeometry& g, int64_t wp, float* out) {
+void small_output_sums(const float* padded, int64_t padded_plane, const float* w, int64_t w_c,
+                       int64_t channels, const ConvGeometry& g, int64_t wp, float* out) {
   const int64_t full = g.kw / 8, rest = g.kw % 8;
   const int64_t blocks = (g.kw + 7) / 8;
   const __m256 tail_mask = _mm256_castsi256_ps(first_lanes(rest == 0 ? 8 : rest));
   const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
   double sums[OH][OW] = {};
   for (int64_t c = 0; c < channels; ++c) {
-    const float* kernel = w + c * g.kh * g.kw;
+    const float* kernel = w + c * w_c;
     const float* plane = padded + c * padded_plane;
     // Named sums (an array of them GCC keeps in memory): a<y><x> for output (y, x).
     __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00,
@@ -548,9 +611,10 @@ void small_output_sums(const float* padded, int64_t padded_plane, const float* w
 /// planes copied once into zero-padded planes of width wp = w + 2 * pad_w, each kernel plane
 /// into rows of the same width, so that every output position is one contiguous dot product
 /// over kh * wp elements at its own offset. The (image, output channel) pairs are spread over
-/// the threads, each summed whole by one, so every thread count gives the same bits.
+/// the threads, each summed whole by one, so every thread count gives the same bits. The planes
+/// lie as `s` says.
 void conv2d_small_output(const float* x, const float* w, float* out, const ConvGeometry& g,
-                         ComputePool& pool) {
+                         const ConvStrides& s, ComputePool& pool) {
   const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups, taps = g.oh * g.ow;
   // A row's last block may read up to 7 floats past the plane's end (masked off): slack.
   const int64_t wp = g.w + 2 * g.pad_w, hp = g.h + 2 * g.pad_h, padded_plane = hp * wp + 8;
@@ -571,7 +635,7 @@ void conv2d_small_output(const float* x, const float* w, float* out, const ConvG
         image = n;
         for (int64_t c = 0; c < g.c; ++c) {
           float* dst = padded + c * padded_plane;
-          const float* src = x + (n * g.c + c) * g.h * g.w;
+          const float* src = x + n * s.x_n + c * s.x_c;
           zero_run(dst, g.pad_h * wp);
           for (int64_t y = 0; y < g.h; ++y) {
             float* row = dst + (g.pad_h + y) * wp;
@@ -583,12 +647,12 @@ void conv2d_small_output(const float* x, const float* w, float* out, const ConvG
         }
       }
       const float* planes = padded + grp * in_group * padded_plane;
-      const float* kernel = w + o * in_group * g.kh * g.kw;
-      float* dst = out + pair * taps;
+      const float* kernel = w + o * s.w_o;
+      float* dst = out + n * s.out_n + o * s.out_o;
       switch (g.oh * 4 + g.ow) {
-#define AXLE_SMALL_OUTPUT_CASE(oh, ow)                                             \
-  case oh * 4 + ow:                                                                \
-    small_output_sums<oh, ow>(planes, padded_plane, kernel, in_group, g, wp, dst); \
+#define AXLE_SMALL_OUTPUT_CASE(oh, ow)                                                   \
+  case oh * 4 + ow:                                                                      \
+    small_output_sums<oh, ow>(planes, padded_plane, kernel, s.w_c, in_group, g, wp, dst); \
     break;
         AXLE_SMALL_OUTPUT_CASE(1, 1)
         AXLE_SMALL_OUTPUT_CASE(1, 2)
@@ -608,25 +672,82 @@ void conv2d_small_output(const float* x, const float* w, float* out, const ConvG
 }
 #endif
 
+/// Copies the [a, b, plane] value whose plane (i, j) starts at i * first + j * second into NCHW
+/// order.
 template <class T>
-void conv2d_typed(const T* x, const T* w, T* out, const ConvGeometry& g, ComputePool& pool) {
+std::vector<T> gathered_planes(const T* src, int64_t a, int64_t b, int64_t plane, int64_t first,
+                               int64_t second) {
+  std::vector<T> dst(static_cast<std::size_t>(a * b * plane));
+  for (int64_t i = 0; i < a; ++i) {
+    for (int64_t j = 0; j < b; ++j) {
+      std::copy_n(src + i * first + j * second, plane, dst.data() + (i * b + j) * plane);
+    }
+  }
+  return dst;
+}
+
+/// The convolution into `out` as `g` lays it out; with `bias`, plus bias[o] on each plane o (in
+/// by_columns while each image is in cache; after the sums in the other forms).
+template <class T>
+void conv2d_typed(const T* x, const T* w, const T* bias, T* out, const ConvGeometry& g,
+                  ComputePool& pool) {
   if (g.n == 0 || g.o == 0) return;
+  const ConvStrides s = strides_of(g);
+  const int64_t out_plane = g.oh * g.ow;
+  auto add_all_bias = [&] {
+    if (!bias) return;
+    for (int64_t n = 0; n < g.n; ++n) add_bias(out + n * s.out_n, bias, g.o, out_plane, s.out_o);
+  };
   if (g.c == 0) {
-    std::fill_n(out, g.n * g.o * g.oh * g.ow, T(0));  // no input channels: an empty sum
-    return;
+    // No input channels: an empty sum.
+    for (int64_t n = 0; n < g.n; ++n) {
+      for (int64_t o = 0; o < g.o; ++o) std::fill_n(out + n * s.out_n + o * s.out_o, out_plane, T(0));
+    }
+    return add_all_bias();
   }
   // im2col copies runs of ow taps, im2row runs of kw: take the longer runs.
 #if defined(__AVX2__)
   if constexpr (std::is_same_v<T, float>) {
-    if (takes_small_output(g)) return conv2d_small_output(x, w, out, g, pool);
+    if (takes_small_output(g)) {
+      conv2d_small_output(x, w, out, g, s, pool);
+      return add_all_bias();
+    }
   }
 #endif
-  if (g.kw > g.ow) return conv2d_by_rows(x, w, out, g, pool);
+  if (g.kw > g.ow) {
+    conv2d_by_rows(x, w, out, g, s, pool);
+    return add_all_bias();
+  }
+  if (g.layout != 0) {
+    // The other forms read NCHW: the swapped operands are laid out so first.
+    ConvGeometry plain = g;
+    plain.layout = 0;
+    const std::vector<T> xs = g.layout & 1 ? gathered_planes(x, g.n, g.c, g.h * g.w, s.x_n, s.x_c)
+                                           : std::vector<T>{};
+    const std::vector<T> ws = g.layout & 2 ? gathered_planes(w, g.o, g.c, g.kh * g.kw, s.w_o, s.w_c)
+                                           : std::vector<T>{};
+    std::vector<T> outs(g.layout & 4 ? static_cast<std::size_t>(g.n * g.o * out_plane) : 0);
+    conv2d_typed(g.layout & 1 ? xs.data() : x, g.layout & 2 ? ws.data() : w, bias,
+                 g.layout & 4 ? outs.data() : out, plain, pool);
+    if (g.layout & 4) {
+      // [n, o] planes to [o, n].
+      for (int64_t n = 0; n < g.n; ++n) {
+        for (int64_t o = 0; o < g.o; ++o) {
+          std::copy_n(outs.data() + (n * g.o + o) * out_plane, out_plane,
+                      out + n * s.out_n + o * s.out_o);
+        }
+      }
+    }
+    return;
+  }
   const bool unit_steps =
       g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1;
   // With more output than input channels the tap planes outnumber im2col's rows: im2col wins.
-  if (unit_steps && g.o < g.c && g.kh * g.kw > 1) return conv2d_by_taps(x, w, out, g, pool);
-  conv2d_by_columns(x, w, out, g, pool);
+  if (unit_steps && g.o < g.c && g.kh * g.kw > 1) {
+    conv2d_by_taps(x, w, out, g, pool);
+    return add_all_bias();
+  }
+  conv2d_by_columns(x, w, bias, out, g, pool);
 }
 
 void conv2d(const KernelArgs& args) {
@@ -634,15 +755,22 @@ void conv2d(const KernelArgs& args) {
   ComputePool& pool = args.pool;
   const ConstView& x = args.inputs[0];
   const ConstView& w = args.inputs[1];
+  auto bias = [&](auto tag) {
+    using T = decltype(tag);
+    return g.bias ? args.inputs[2].as<T>() : static_cast<const T*>(nullptr);
+  };
   switch (args.output.desc->dtype) {
     case DType::kF32:
-      return conv2d_typed(x.as<float>(), w.as<float>(), args.output.as<float>(), g, pool);
+      return conv2d_typed(x.as<float>(), w.as<float>(), bias(float{}), args.output.as<float>(), g,
+                          pool);
     case DType::kF64:
-      return conv2d_typed(x.as<double>(), w.as<double>(), args.output.as<double>(), g, pool);
+      return conv2d_typed(x.as<double>(), w.as<double>(), bias(double{}),
+                          args.output.as<double>(), g, pool);
     case DType::kBF16: {
       // bf16 storage, f32 accumulation: widen once, convolve in f32, round once at the end.
       std::vector<float> out(static_cast<std::size_t>(args.output.desc->shape.numel()));
-      conv2d_typed(widened(x).data(), widened(w).data(), out.data(), g, pool);
+      conv2d_typed(widened(x).data(), widened(w).data(), static_cast<const float*>(nullptr),
+                   out.data(), g, pool);
       return narrow_block(out.data(), args.output.as<Bf16>(), static_cast<int64_t>(out.size()));
     }
     default:

@@ -32,6 +32,7 @@ struct PoolGeometry {
   int64_t planes, h, w, oh, ow;
   int64_t kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h = 1, dilation_w = 1;
   bool ceil_mode = false, count_include_pad = false;
+  bool relu_first = false;  // max pooling of relu(x): the compiler folds a relu into its pool
 };
 
 /// torch's pooling_output_shape: with ceil_mode a last, partial window is kept only if it
@@ -54,8 +55,11 @@ enum class PoolPass { kForward, kMaxBackward, kAvgBackward };
 PoolGeometry plan_pool(const KernelArgs& args, bool is_max, PoolPass pass = PoolPass::kForward) {
   const auto& ints = args.call.ints;
   const std::size_t arity = is_max ? 9 : 8;
+  // The forward max pool may carry a tenth int: relu first (see max_pool_relu_first).
+  const bool relu_flag = is_max && pass == PoolPass::kForward && ints.size() == arity + 1 &&
+                         (ints[arity] == 0 || ints[arity] == 1);
   std::string attributes = raw_ints(ints);
-  if (ints.size() == arity) {
+  if (ints.size() == arity || relu_flag) {
     attributes = fmt::format("kernel=({},{}), stride=({},{}), pad=({},{}), ", ints[0], ints[1],
                              ints[2], ints[3], ints[4], ints[5]);
     attributes += is_max ? fmt::format("dilation=({},{}), ceil_mode={}", ints[6], ints[7], ints[8])
@@ -67,9 +71,9 @@ PoolGeometry plan_pool(const KernelArgs& args, bool is_max, PoolPass pass = Pool
   if (args.inputs.size() != (pass == PoolPass::kMaxBackward ? 2u : 1u)) {
     reject(pass == PoolPass::kMaxBackward ? "takes [x, grad_out]" : "pooling takes one input");
   }
-  if (ints.size() != arity) {
+  if (ints.size() != arity && !relu_flag) {
     reject(is_max ? "ints must be [kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h, "
-                    "dilation_w, ceil_mode]"
+                    "dilation_w, ceil_mode(, relu_first)]"
                   : "ints must be [kh, kw, stride_h, stride_w, pad_h, pad_w, ceil_mode, "
                     "count_include_pad]");
   }
@@ -93,6 +97,7 @@ PoolGeometry plan_pool(const KernelArgs& args, bool is_max, PoolPass pass = Pool
   g.pad_h = ints[4], g.pad_w = ints[5];
   if (is_max) {
     g.dilation_h = ints[6], g.dilation_w = ints[7], g.ceil_mode = ints[8] != 0;
+    g.relu_first = relu_flag && ints[9] != 0;
   } else {
     g.ceil_mode = ints[6] != 0, g.count_include_pad = ints[7] != 0;
   }
@@ -185,12 +190,20 @@ inline void split_even_odd(const float* p, int64_t windows, __m256& even, __m256
       _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), 0xD8));
 }
 
-// pick_2x2 on eight windows; `at` holds the picked taps as 0.f .. 3.f.
+// relu as the kRelu kernel computes it, v < 0 ? +0 : v (NaN and -0 kept), on eight lanes.
+inline __m256 relu8(__m256 v) {
+  return _mm256_andnot_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ), v);
+}
+
+// pick_2x2 on eight windows (of relu'd taps with kRelu); `at` holds the picked taps as 0.f ..
+// 3.f.
+template <bool kRelu = false>
 inline void pick_2x2(const float* top, const float* bottom, int64_t windows, __m256& best,
                      __m256& at) {
   __m256 a, b, c, d;
   split_even_odd(top, windows, a, b);
   split_even_odd(bottom, windows, c, d);
+  if constexpr (kRelu) a = relu8(a), b = relu8(b), c = relu8(c), d = relu8(d);
   best = a, at = _mm256_setzero_ps();
   float tap = 1;
   for (const __m256 v : {b, c, d}) {
@@ -227,9 +240,18 @@ inline void store_interleaved(float* p, int64_t windows, __m256 a, __m256 b) {
 }
 #endif
 
-template <class T>
+// relu as the kRelu kernel computes it (x < 0 ? 0 : x), in the compute type.
+template <class A>
+inline A relu_tap(A v) {
+  return v < A(0) ? A(0) : v;
+}
+
+// kRelu: pools relu(x), each tap relu'd as it is read (the same values and picks as pooling a
+// relu'd copy).
+template <bool kRelu, class T>
 void max_pool_2x2(const T* x, T* out, const PoolGeometry& g) {
   using A = compute_t<T>;
+  auto tap = [](T v) { return kRelu ? relu_tap(load(v)) : load(v); };
   for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
     for (int64_t oh = 0; oh < g.oh; ++oh, out += g.ow) {
       const T* top = x + 2 * oh * g.w;
@@ -240,7 +262,7 @@ void max_pool_2x2(const T* x, T* out, const PoolGeometry& g) {
         for (; i < g.ow; i += 8) {
           const int64_t windows = g.ow - i;
           __m256 best, at;
-          pick_2x2(top + 2 * i, bottom + 2 * i, windows, best, at);
+          pick_2x2<kRelu>(top + 2 * i, bottom + 2 * i, windows, best, at);
           if (windows >= 8) {
             _mm256_storeu_ps(out + i, best);
           } else {
@@ -252,8 +274,8 @@ void max_pool_2x2(const T* x, T* out, const PoolGeometry& g) {
       for (; i < g.ow; ++i) {
         A best;
         int at;
-        pick_2x2<A>(load(top[2 * i]), load(top[2 * i + 1]), load(bottom[2 * i]),
-                    load(bottom[2 * i + 1]), best, at);
+        pick_2x2<A>(tap(top[2 * i]), tap(top[2 * i + 1]), tap(bottom[2 * i]),
+                    tap(bottom[2 * i + 1]), best, at);
         out[i] = store<T>(best);
       }
     }
@@ -322,8 +344,16 @@ void max_pool_inside(const T* x, T* out, const PoolGeometry& g) {
 
 template <class T>
 void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
-  if (windows_inside(g) && g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2) {
-    return max_pool_2x2(x, out, g);
+  const bool two_by_two =
+      windows_inside(g) && g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2;
+  if (two_by_two) return g.relu_first ? max_pool_2x2<true>(x, out, g) : max_pool_2x2<false>(x, out, g);
+  if (g.relu_first) {
+    // Other windows pool a relu'd copy of the planes.
+    std::vector<T> relu(static_cast<std::size_t>(g.planes * g.h * g.w));
+    for (std::size_t i = 0; i < relu.size(); ++i) relu[i] = store<T>(relu_tap(load(x[i])));
+    PoolGeometry plain = g;
+    plain.relu_first = false;
+    return max_pool_typed(relu.data(), out, plain);
   }
   if (windows_inside(g)) {
     return g.kh == 2 && g.kw == 2 ? max_pool_inside<2, 2>(x, out, g)

@@ -238,6 +238,120 @@ TEST(Conv2d, KernelsWiderThanTheirOutputMatchLoops) {
                             {.pad_h = 1, .pad_w = 1, .groups = 2}, rng);
 }
 
+/// t [a, b, ...] as [b, a, ...].
+HostTensor swap_first_dims(const HostTensor& t) {
+  HostTensor out{t.dtype, t.shape, std::vector<double>(t.values.size())};
+  std::swap(out.shape[0], out.shape[1]);
+  const int64_t a = t.shape[0], b = t.shape[1], plane = t.shape.numel() / (a * b);
+  for (int64_t i = 0; i < a; ++i) {
+    for (int64_t j = 0; j < b; ++j) {
+      for (int64_t k = 0; k < plane; ++k) {
+        out.values[static_cast<std::size_t>((j * a + i) * plane + k)] =
+            t.values[static_cast<std::size_t>((i * b + j) * plane + k)];
+      }
+    }
+  }
+  return out;
+}
+
+/// kConv2d with `layout` (x, w and the output stored with dims 0 and 1 swapped for bits 1, 2 and
+/// 4) against the loops on the values as they are meant.
+void expect_swapped_conv_matches_loops(DType dtype, const Shape& x_shape, const Shape& w_shape,
+                                       const ConvParams& p, int64_t layout, std::mt19937& rng) {
+  const HostTensor x = random_tensor(dtype, x_shape, rng);
+  const HostTensor w = random_tensor(dtype, w_shape, rng);
+  const Reference ref = reference_conv(x, w, p);
+  std::vector<int64_t> ints = p.ints();
+  ints.push_back(layout);
+  Shape out_shape = ref.shape;
+  if (layout & 4) std::swap(out_shape[0], out_shape[1]);
+  HostTensor out = run_kernel(Kernel::kConv2d,
+                              {layout & 1 ? swap_first_dims(x) : x,
+                               layout & 2 ? swap_first_dims(w) : w},
+                              dtype, out_shape, ints);
+  if (layout & 4) out = swap_first_dims(out);
+  expect_close(out, ref, dtype,
+               "layout " + std::to_string(layout) + ", x " + x_shape.to_string() + ", w " +
+                   w_shape.to_string());
+}
+
+TEST(Conv2d, SwappedLayoutsMatchLoops) {
+  // The weight gradient's transposes folded into the call: its forms (receptive fields as rows,
+  // plane-sized kernels as shifted planes, direct sums for small outputs) read and write the
+  // swapped buffers in place; other forms lay them out first.
+  std::mt19937 rng(38);
+  for (int64_t layout = 0; layout < 8; ++layout) {
+    expect_swapped_conv_matches_loops(DType::kF32, {6, 5, 9, 9}, {4, 5, 9, 9},
+                                      {.pad_h = 1, .pad_w = 1}, layout, rng);
+    expect_swapped_conv_matches_loops(DType::kF32, {4, 6, 12, 12}, {3, 6, 8, 10},
+                                      {.pad_h = 1, .pad_w = 0}, layout, rng);
+    expect_swapped_conv_matches_loops(DType::kF32, {1, 8, 12, 12}, {5, 8, 12, 12},
+                                      {.pad_h = 1, .pad_w = 1}, layout, rng);
+    expect_swapped_conv_matches_loops(DType::kF32, {2, 3, 7, 8}, {4, 3, 3, 3},
+                                      {.stride_h = 2, .pad_h = 1, .pad_w = 1}, layout, rng);
+    expect_swapped_conv_matches_loops(DType::kF64, {3, 4, 7, 7}, {2, 4, 7, 7},
+                                      {.pad_h = 1, .pad_w = 1}, layout, rng);
+  }
+}
+
+TEST(Conv2d, RejectsSwappedLayoutWithGroupsOrUnknownBits) {
+  const std::string msg = rejection(Kernel::kConv2d, {{4, 1, 5, 5}, {4, 2, 3, 3}}, {1, 4, 3, 3},
+                                    {1, 1, 0, 0, 1, 1, 2, 1});
+  EXPECT_TRUE(contains(msg, "groups = 1")) << msg;
+  EXPECT_FALSE(rejection(Kernel::kConv2d, {{1, 4, 5, 5}, {4, 4, 3, 3}}, {1, 4, 3, 3},
+                         {1, 1, 0, 0, 1, 1, 1, 8})
+                   .empty());
+}
+
+/// kConv2d with a bias b (a folded add) gives kConv2d then kAdd of b as [1, O, 1, 1], bit for bit.
+void expect_bias_is_conv_then_add(DType dtype, const Shape& x_shape, const Shape& w_shape,
+                                  const ConvParams& p, int64_t layout, std::mt19937& rng) {
+  const HostTensor x = random_tensor(dtype, x_shape, rng);
+  const HostTensor w = random_tensor(dtype, w_shape, rng);
+  const HostTensor b = random_tensor(dtype, {w_shape[0]}, rng);
+  const Shape out_shape = reference_conv(x, w, p).shape;
+  std::vector<int64_t> ints = p.ints();
+  if (layout != 0) ints.push_back(layout);
+  Shape stored = out_shape;
+  if (layout & 4) std::swap(stored[0], stored[1]);
+  const HostTensor x_in = layout & 1 ? swap_first_dims(x) : x;
+  const HostTensor w_in = layout & 2 ? swap_first_dims(w) : w;
+  const HostTensor conv = run_kernel(Kernel::kConv2d, {x_in, w_in}, dtype, stored, ints);
+  const HostTensor b_planes{dtype, layout & 4 ? Shape{w_shape[0], 1, 1, 1} : Shape{1, w_shape[0], 1, 1},
+                            b.values};
+  const HostTensor want = run_kernel(Kernel::kAdd, {conv, b_planes}, dtype, stored);
+  const HostTensor got = run_kernel(Kernel::kConv2d, {x_in, w_in, b}, dtype, stored, ints);
+  EXPECT_EQ(got.values, want.values) << "x " << x_shape.to_string() << ", w "
+                                     << w_shape.to_string() << ", layout " << layout;
+}
+
+TEST(Conv2d, BiasIsTheConvolutionThenTheAdd) {
+  // Every form: im2col (the bias added per image), shifted tap sums, receptive fields as rows,
+  // small outputs, swapped layouts, f64.
+  std::mt19937 rng(40);
+  expect_bias_is_conv_then_add(DType::kF32, {3, 2, 10, 10}, {5, 2, 3, 3}, {.pad_h = 1, .pad_w = 1},
+                               0, rng);
+  expect_bias_is_conv_then_add(DType::kF32, {2, 6, 7, 9}, {4, 6, 3, 3}, {.stride_h = 2}, 0, rng);
+  expect_bias_is_conv_then_add(DType::kF32, {2, 8, 6, 6}, {3, 8, 3, 3}, {.pad_h = 1, .pad_w = 1},
+                               0, rng);
+  expect_bias_is_conv_then_add(DType::kF32, {4, 5, 9, 9}, {3, 5, 9, 9}, {.pad_h = 1, .pad_w = 1},
+                               7, rng);
+  expect_bias_is_conv_then_add(DType::kF32, {1, 6, 12, 12}, {3, 6, 12, 12},
+                               {.pad_h = 1, .pad_w = 1}, 0, rng);
+  expect_bias_is_conv_then_add(DType::kF32, {2, 3, 7, 8}, {4, 3, 3, 3}, {.pad_h = 1}, 5, rng);
+  expect_bias_is_conv_then_add(DType::kF64, {2, 3, 8, 8}, {4, 3, 3, 3}, {.pad_h = 1, .pad_w = 1},
+                               0, rng);
+}
+
+TEST(Conv2d, RejectsBiasOfOtherSizeOrBf16) {
+  EXPECT_TRUE(contains(rejection(Kernel::kConv2d, {{1, 2, 5, 5}, {4, 2, 3, 3}, {3}}, {1, 4, 3, 3},
+                                 {1, 1, 0, 0, 1, 1, 1}),
+                       "one value per output channel"));
+  EXPECT_FALSE(rejection(Kernel::kConv2d, {{1, 2, 5, 5}, {4, 2, 3, 3}, {4}}, {1, 4, 3, 3},
+                         {1, 1, 0, 0, 1, 1, 1}, DType::kBF16)
+                   .empty());
+}
+
 TEST(Conv2d, MatchesLoopsInF64) {
   std::mt19937 rng(30);
   const ConvParams p{.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1, .groups = 2};

@@ -168,6 +168,49 @@ TEST(MaxPool2d, PropagatesNaN) {
   EXPECT_TRUE(std::isnan(out.values[0]));
 }
 
+/// kMaxPool2d with relu_first on x gives what kRelu then kMaxPool2d give, bit for bit: the same
+/// values, zeros of the same sign, NaN where that gives NaN. x holds zeros of both signs,
+/// negatives and NaNs.
+void expect_relu_first_is_relu_then_pool(DType dtype, const Shape& shape, const PoolParams& p,
+                                         std::mt19937& rng) {
+  HostTensor x = random_tensor(dtype, shape, rng, -1.0, 1.0);
+  std::uniform_int_distribution<int> pick(0, 9);
+  for (double& v : x.values) {
+    const int k = pick(rng);
+    if (k == 0) v = -0.0;
+    if (k == 1) v = 0.0;
+    if (k == 2 && dtype != DType::kBF16) v = std::numeric_limits<double>::quiet_NaN();
+  }
+  const Shape out_shape = pool_output_shape(shape, p);
+  const HostTensor relu = run_kernel(Kernel::kRelu, {x}, dtype, shape);
+  const HostTensor want = run_kernel(Kernel::kMaxPool2d, {relu}, dtype, out_shape, max_pool_ints(p));
+  std::vector<int64_t> ints = max_pool_ints(p);
+  ints.push_back(1);
+  const HostTensor got = run_kernel(Kernel::kMaxPool2d, {x}, dtype, out_shape, ints);
+  for (std::size_t i = 0; i < want.values.size(); ++i) {
+    const double g = got.values[i], w = want.values[i];
+    if (std::isnan(w)) {
+      EXPECT_TRUE(std::isnan(g)) << "output " << i << " of " << shape.to_string();
+    } else {
+      EXPECT_EQ(g, w) << "output " << i << " of " << shape.to_string();
+      EXPECT_EQ(std::signbit(g), std::signbit(w)) << "output " << i << " of " << shape.to_string();
+    }
+  }
+}
+
+// A relu folded into its max pool (actors/call_folding.h): the 2x2 kernel's AVX2 lanes and
+// scalar tails, f64 and bf16, and other windows (which pool a relu'd copy).
+TEST(MaxPool2d, ReluFirstIsReluThenPool) {
+  std::mt19937 rng(48);
+  for (int64_t w = 2; w <= 19; ++w) {
+    expect_relu_first_is_relu_then_pool(DType::kF32, {2, 3, 6, w}, {}, rng);
+  }
+  expect_relu_first_is_relu_then_pool(DType::kF64, {2, 3, 8, 14}, {}, rng);
+  expect_relu_first_is_relu_then_pool(DType::kBF16, {2, 3, 8, 14}, {}, rng);
+  const PoolParams p{.kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};
+  expect_relu_first_is_relu_then_pool(DType::kF32, {2, 3, 9, 11}, p, rng);
+}
+
 TEST(MaxPool2d, MatchesLoopsInF64AndBf16) {
   std::mt19937 rng(45);
   const PoolParams p{

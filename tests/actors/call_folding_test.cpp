@@ -1,0 +1,149 @@
+// actors/call_folding.h through lower(): which producers fold into their reader's call (a relu
+// under a max pool, the transposes around a convolution's weight gradient), which stay calls of
+// their own, and that without fusion nothing folds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "actors/lowering.h"
+
+namespace axle {
+namespace {
+
+const std::vector<int64_t> kPool2x2 = {2, 2, 2, 2, 0, 0, 1, 1, 0};
+const std::vector<int64_t> kConvSame = {1, 1, 1, 1, 1, 1, 1};
+const std::vector<int64_t> kSwap = {1, 0, 2, 3};
+
+int32_t input(Program& p, const Shape& shape) {
+  return p.append(Op::kDeviceData, DType::kF32, shape, {}, {}, {}, p.num_inputs++);
+}
+
+int32_t op(Program& p, Op o, const Shape& shape, std::vector<int32_t> operands,
+           const std::vector<int64_t>& ints = {}) {
+  return p.append(o, DType::kF32, shape, operands, ints);
+}
+
+// The calls as "kernel(inputs) -> output [ints]" lines.
+std::vector<std::string> calls_of(const Executable& e) {
+  std::vector<std::string> lines;
+  for (const KernelCall& call : e.calls) {
+    std::string line = std::string(kernel_name(call.kernel)) + "(";
+    for (std::size_t i = 0; i < call.inputs.size(); ++i) {
+      line += (i ? ",%" : "%") + std::to_string(call.inputs[i]);
+    }
+    line += ") -> %" + std::to_string(call.output) + " [";
+    for (std::size_t i = 0; i < call.ints.size(); ++i) {
+      line += (i ? "," : "") + std::to_string(call.ints[i]);
+    }
+    lines.push_back(line + "]");
+  }
+  return lines;
+}
+
+// relu(x) read only by a max pool.
+Program relu_then_pool(bool relu_is_output) {
+  Program p;
+  const int32_t x = input(p, {2, 3, 8, 8});
+  const int32_t relu = op(p, Op::kRelu, {2, 3, 8, 8}, {x});
+  const int32_t pool = op(p, Op::kMaxPool2d, {2, 3, 4, 4}, {relu}, kPool2x2);
+  p.outputs = {pool};
+  if (relu_is_output) p.outputs.push_back(relu);
+  return p;
+}
+
+TEST(CallFolding, ReluUnderMaxPoolFoldsIntoThePool) {
+  const auto e = lower(relu_then_pool(false), 1, true);
+  EXPECT_EQ(calls_of(*e), (std::vector<std::string>{"max_pool2d(%0) -> %2 [2,2,2,2,0,0,1,1,0,1]"}));
+}
+
+TEST(CallFolding, ReluReadElsewhereStaysACall) {
+  const auto e = lower(relu_then_pool(true), 1, true);
+  EXPECT_EQ(calls_of(*e), (std::vector<std::string>{"relu(%0) -> %1 []",
+                                                    "max_pool2d(%1) -> %2 [2,2,2,2,0,0,1,1,0]"}));
+}
+
+TEST(CallFolding, NothingFoldsWithoutFusion) {
+  const auto e = lower(relu_then_pool(false), 1, false);
+  EXPECT_EQ(e->calls.size(), 2u);
+}
+
+// conv_grad.cpp's weight gradient: conv2d(x^T, g^T)^T, the transposes swapping dims 0 and 1.
+TEST(CallFolding, WeightGradientTransposesFoldIntoTheConvolution) {
+  Program p;
+  const int32_t x = input(p, {4, 3, 6, 6});
+  const int32_t g = input(p, {4, 5, 6, 6});
+  const int32_t xt = op(p, Op::kPermute, {3, 4, 6, 6}, {x}, kSwap);
+  const int32_t gt = op(p, Op::kPermute, {5, 4, 6, 6}, {g}, kSwap);
+  const int32_t conv = op(p, Op::kConv2d, {3, 5, 3, 3}, {xt, gt}, kConvSame);
+  const int32_t w_grad = op(p, Op::kPermute, {5, 3, 3, 3}, {conv}, kSwap);
+  p.outputs = {w_grad};
+  const auto e = lower(p, 1, true);
+  EXPECT_EQ(calls_of(*e),
+            (std::vector<std::string>{"conv2d(%0,%1) -> %5 [1,1,1,1,1,1,1,7]"}));
+}
+
+TEST(CallFolding, TransposesReadElsewhereStayCalls) {
+  Program p;
+  const int32_t x = input(p, {4, 3, 6, 6});
+  const int32_t g = input(p, {4, 5, 6, 6});
+  const int32_t xt = op(p, Op::kPermute, {3, 4, 6, 6}, {x}, kSwap);
+  const int32_t gt = op(p, Op::kPermute, {5, 4, 6, 6}, {g}, kSwap);
+  const int32_t conv = op(p, Op::kConv2d, {3, 5, 3, 3}, {xt, gt}, kConvSame);
+  const int32_t w_grad = op(p, Op::kPermute, {5, 3, 3, 3}, {conv}, kSwap);
+  p.outputs = {w_grad, xt, conv};
+  const auto e = lower(p, 1, true);
+  EXPECT_EQ(calls_of(*e), (std::vector<std::string>{
+                              "permute(%0) -> %2 [1,0,2,3]",
+                              "conv2d(%2,%1) -> %4 [1,1,1,1,1,1,1,2]",
+                              "permute(%4) -> %5 [1,0,2,3]",
+                          }));
+}
+
+TEST(CallFolding, GroupedConvolutionsAndOtherPermutesStayCalls) {
+  Program p;
+  const int32_t x = input(p, {4, 4, 6, 6});
+  const int32_t w = input(p, {4, 2, 3, 3});
+  const int32_t xt = op(p, Op::kPermute, {4, 4, 6, 6}, {x}, kSwap);
+  const int32_t grouped = op(p, Op::kConv2d, {4, 4, 6, 6}, {xt, w}, {1, 1, 1, 1, 1, 1, 2});
+  const int32_t other = op(p, Op::kPermute, {4, 4, 6, 6}, {grouped}, {0, 1, 3, 2});
+  p.outputs = {other};
+  const auto e = lower(p, 1, true);
+  EXPECT_EQ(e->calls.size(), 3u);
+}
+
+// conv2d(x, w) + b, b reshaped to [1, O, 1, 1] (nn::Conv2d's bias), either operand order.
+TEST(CallFolding, PerChannelAddFoldsIntoTheConvolution) {
+  for (const bool bias_first : {false, true}) {
+    Program p;
+    const int32_t x = input(p, {2, 3, 6, 6});
+    const int32_t w = input(p, {5, 3, 3, 3});
+    const int32_t b = input(p, {1, 5, 1, 1});
+    const int32_t conv = op(p, Op::kConv2d, {2, 5, 6, 6}, {x, w}, kConvSame);
+    const int32_t sum = op(p, Op::kAdd, {2, 5, 6, 6}, bias_first ? std::vector{b, conv}
+                                                                 : std::vector{conv, b});
+    p.outputs = {sum};
+    const auto e = lower(p, 1, true);
+    EXPECT_EQ(calls_of(*e),
+              (std::vector<std::string>{"conv2d(%0,%1,%2) -> %4 [1,1,1,1,1,1,1]"}));
+  }
+}
+
+TEST(CallFolding, OtherAddsStayCalls) {
+  Program p;
+  const int32_t x = input(p, {2, 3, 6, 6});
+  const int32_t w = input(p, {5, 3, 3, 3});
+  const int32_t whole = input(p, {2, 5, 6, 6});  // not one value per channel
+  const int32_t rows = input(p, {1, 1, 6, 1});
+  const int32_t conv = op(p, Op::kConv2d, {2, 5, 6, 6}, {x, w}, kConvSame);
+  const int32_t a = op(p, Op::kAdd, {2, 5, 6, 6}, {conv, whole});
+  const int32_t conv2 = op(p, Op::kConv2d, {2, 5, 6, 6}, {x, w}, kConvSame);
+  const int32_t c = op(p, Op::kAdd, {2, 5, 6, 6}, {conv2, rows});
+  p.outputs = {a, c};
+  const auto e = lower(p, 1, true);
+  EXPECT_EQ(e->calls.size(), 4u);
+}
+
+}  // namespace
+}  // namespace axle
