@@ -153,27 +153,22 @@ std::string_view TestingBackend::hardware() const noexcept { return inner_->hard
 
 int TestingBackend::device_count() const noexcept { return inner_->device_count(); }
 
-IntrusivePtr<DeviceMemory> TestingBackend::allocate(int device, std::size_t bytes) {
+void TestingBackend::count_allocation(int device) {
   count(device, &Calls::allocate);
-  {
-    std::lock_guard lock(mutex_);
-    if (allocation_failures_ > 0) {
-      --allocation_failures_;
-      throw std::bad_alloc();
-    }
+  std::lock_guard lock(mutex_);
+  if (allocation_failures_ > 0) {
+    --allocation_failures_;
+    throw std::bad_alloc();
   }
+}
+
+IntrusivePtr<DeviceMemory> TestingBackend::allocate(int device, std::size_t bytes) {
+  count_allocation(device);
   return inner_->allocate(device, bytes);
 }
 
 IntrusivePtr<DeviceMemory> TestingBackend::allocate_shared(int device, std::size_t bytes) {
-  count(device, &Calls::allocate);
-  {
-    std::lock_guard lock(mutex_);
-    if (allocation_failures_ > 0) {
-      --allocation_failures_;
-      throw std::bad_alloc();
-    }
-  }
+  count_allocation(device);
   return inner_->allocate_shared(device, bytes);
 }
 

@@ -83,6 +83,8 @@ class TestingBackend final : public Backend {
   };
   // Counts a call of `kind` for `device` (and the calling thread).
   void count(int device, int64_t Calls::*kind) const;
+  // Counts an allocation on `device`, and fails it (std::bad_alloc) while failures are due.
+  void count_allocation(int device);
   // Takes one of the pending kernel failures the program meets, if any: the call it fails at.
   [[nodiscard]] int failing_call(const Executable& program);
 

@@ -70,14 +70,24 @@ TEST(CallFolding, NothingFoldsWithoutFusion) {
 }
 
 // conv_grad.cpp's weight gradient: conv2d(x^T, g^T)^T, the transposes swapping dims 0 and 1.
-TEST(CallFolding, WeightGradientTransposesFoldIntoTheConvolution) {
+struct WeightGradient {
   Program p;
+  int32_t xt = 0, conv = 0, w_grad = 0;
+};
+WeightGradient weight_gradient() {
+  WeightGradient w;
+  Program& p = w.p;
   const int32_t x = input(p, {4, 3, 6, 6});
   const int32_t g = input(p, {4, 5, 6, 6});
-  const int32_t xt = op(p, Op::kPermute, {3, 4, 6, 6}, {x}, kSwap);
+  w.xt = op(p, Op::kPermute, {3, 4, 6, 6}, {x}, kSwap);
   const int32_t gt = op(p, Op::kPermute, {5, 4, 6, 6}, {g}, kSwap);
-  const int32_t conv = op(p, Op::kConv2d, {3, 5, 3, 3}, {xt, gt}, kConvSame);
-  const int32_t w_grad = op(p, Op::kPermute, {5, 3, 3, 3}, {conv}, kSwap);
+  w.conv = op(p, Op::kConv2d, {3, 5, 3, 3}, {w.xt, gt}, kConvSame);
+  w.w_grad = op(p, Op::kPermute, {5, 3, 3, 3}, {w.conv}, kSwap);
+  return w;
+}
+
+TEST(CallFolding, WeightGradientTransposesFoldIntoTheConvolution) {
+  auto [p, xt, conv, w_grad] = weight_gradient();
   p.outputs = {w_grad};
   const auto e = lower(p, 1, true);
   EXPECT_EQ(calls_of(*e),
@@ -85,13 +95,7 @@ TEST(CallFolding, WeightGradientTransposesFoldIntoTheConvolution) {
 }
 
 TEST(CallFolding, TransposesReadElsewhereStayCalls) {
-  Program p;
-  const int32_t x = input(p, {4, 3, 6, 6});
-  const int32_t g = input(p, {4, 5, 6, 6});
-  const int32_t xt = op(p, Op::kPermute, {3, 4, 6, 6}, {x}, kSwap);
-  const int32_t gt = op(p, Op::kPermute, {5, 4, 6, 6}, {g}, kSwap);
-  const int32_t conv = op(p, Op::kConv2d, {3, 5, 3, 3}, {xt, gt}, kConvSame);
-  const int32_t w_grad = op(p, Op::kPermute, {5, 3, 3, 3}, {conv}, kSwap);
+  auto [p, xt, conv, w_grad] = weight_gradient();
   p.outputs = {w_grad, xt, conv};
   const auto e = lower(p, 1, true);
   EXPECT_EQ(calls_of(*e), (std::vector<std::string>{
