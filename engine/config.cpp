@@ -15,6 +15,8 @@
 #include <shared_mutex>
 #include <sstream>
 
+#include "engine/cores.h"
+
 namespace axle::config {
 namespace {
 
@@ -217,7 +219,14 @@ void unset(std::string_view name) {
 // ---- The readers, one per group of config.h; defaults come from the structs themselves ----
 
 RuntimeSettings read_runtime_settings() {
-  const RuntimeSettings defaults;
+  RuntimeSettings defaults;
+  // More of a job's processes on this host (mpirun sets OMPI_COMM_WORLD_LOCAL_SIZE) than cores:
+  // a thread spinning for work keeps the core from another process's thread that would bring it,
+  // so threads park at once (as Open MPI yields when oversubscribed). 4 processes on 2 cores:
+  // a 4 KiB all_reduce among them 300 -> 100 us (benchmarks/README.md).
+  if (get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1) > usable_cores()) {
+    defaults.spin = std::chrono::microseconds(0);
+  }
   RuntimeSettings s;
   s.threads = get_int("AXLE_THREADS", defaults.threads);
   s.spin = std::chrono::microseconds(get_int("AXLE_SPIN_US", defaults.spin.count()));

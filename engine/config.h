@@ -60,7 +60,8 @@ struct RuntimeSettings {
   /// AXLE_THREADS, default 0: pool worker threads; 0 or less means one per usable core.
   int64_t threads = 0;
   /// AXLE_SPIN_US, default 50: how long an idle worker spins before parking, and a device waits
-  /// at a collective for the other members before it parks.
+  /// at a collective for the other members before it parks. The default is 0 when mpirun put
+  /// more of the job's processes on this host than it has cores.
   std::chrono::microseconds spin{50};
   /// AXLE_SHUTDOWN_TIMEOUT_MS, default 10000: the longest shutdown() waits for in-flight messages.
   std::chrono::milliseconds shutdown_timeout{10000};

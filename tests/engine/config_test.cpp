@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/cores.h"
+
 namespace axle {
 namespace {
 
@@ -222,6 +224,23 @@ TEST_F(Settings, CodeOverridesTheEnvironment) {
   config::unset("XLA_COMPILATION_CACHE_SIZE");
   EXPECT_EQ(config::read_lazy_settings().compilation_cache_size, 5);
   unsetenv("XLA_COMPILATION_CACHE_SIZE");
+}
+
+// mpirun's OMPI_COMM_WORLD_LOCAL_SIZE: with more processes on the host than cores, threads do
+// not spin (the default only; AXLE_SPIN_US still decides when set).
+TEST_F(Settings, ThreadsDoNotSpinWhenMoreProcessesShareTheHostThanItHasCores) {
+  using namespace std::chrono_literals;
+  const std::string crowded = std::to_string(usable_cores() + 1);
+  const std::string fitting = std::to_string(usable_cores());
+  config::set("OMPI_COMM_WORLD_LOCAL_SIZE", fitting);
+  EXPECT_EQ(config::read_runtime_settings().spin, 50us);
+  config::set("OMPI_COMM_WORLD_LOCAL_SIZE", crowded);
+  EXPECT_EQ(config::read_runtime_settings().spin, 0us);
+  config::set("AXLE_SPIN_US", "20");
+  EXPECT_EQ(config::read_runtime_settings().spin, 20us);
+  config::unset("OMPI_COMM_WORLD_LOCAL_SIZE");
+  config::unset("AXLE_SPIN_US");
+  EXPECT_EQ(config::read_runtime_settings().spin, 50us);
 }
 
 TEST_F(Settings, ValuesOfEveryKindAreParsed) {
