@@ -388,10 +388,13 @@ int train_spmd(const Flags& flags) {
   int64_t correct = 0, seen = 0;
   {
     NoGradGuard no_grad;
-    DataLoader test_loader(
-        dataset(flags, Split::kTest),
-        DataLoaderOptions{
-            .batch_size = flags.batch_size, .drop_last = true, .num_workers = flags.num_workers});
+    // Every test sample, as the one-device run sees them (the same accuracy and compiles), unless
+    // the last, short batch does not split evenly over "data": then it is left out.
+    const std::shared_ptr<const Dataset> test_set = dataset(flags, Split::kTest);
+    const bool uneven_tail = test_set->size() % flags.batch_size % shape[0] != 0;
+    DataLoader test_loader(test_set, DataLoaderOptions{.batch_size = flags.batch_size,
+                                                       .drop_last = uneven_tail,
+                                                       .num_workers = flags.num_workers});
     Tensor hits = zeros(Shape{}, DType::kI64, device);
     for (const DeviceBatch& batch : MpDeviceLoader(test_loader, device, sharded)) {
       const Tensor predicted = argmax((*model)(batch[0]), 1);

@@ -284,7 +284,7 @@ std::vector<double> logged_losses(const std::string& output) {
 
 // --spmd: one program over a mesh of four devices — data-parallel (4,1), model-parallel (1,4:
 // fc1 column- and fc2 row-parallel) and both (2,2) — logs the one-device run's losses at every
-// one of 20 steps, and keeps a quarter (1,4) or a half (2,2) of the split
+// one of 20 steps, compiles as often, and keeps a quarter (1,4) or a half (2,2) of the split
 // weights per device on the model axis.
 TEST(TrainMnist, SpmdMeshesLogTheOneDeviceLosses) {
   const std::string common = " --fake_data --batch_size 64 --max_steps 20 --log_steps 1 --seed 5";
@@ -302,6 +302,12 @@ TEST(TrainMnist, SpmdMeshesLogTheOneDeviceLosses) {
       // Printed to 5 decimals: within one unit of the last digit, and 1e-5 relative.
       EXPECT_NEAR(got[s], want[s], 1e-5 * want[s] + 1e-5) << "mesh " << mesh << " step " << s + 1;
     }
+    // One program for every device: compiled as often as the one-device run's, and the test
+    // set seen whole alike.
+    EXPECT_EQ(run.summary["compiles"].get<int>(), one.summary["compiles"].get<int>())
+        << "mesh " << mesh << "\n"
+        << run.output;
+    EXPECT_EQ(run.summary["final_test_accuracy"], one.summary["final_test_accuracy"]) << mesh;
     const double whole = run.summary["parameter_bytes"].get<double>();
     const double per_device = run.summary["parameter_bytes_per_device"].get<double>();
     const double model_axis = mesh == "1,4" ? 4 : mesh == "2,2" ? 2 : 1;
