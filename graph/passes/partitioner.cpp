@@ -6,6 +6,8 @@
 // sharded dimension, all_gather undoes one), and a result computed in another layout, or as
 // partial sums over devices, is brought to the instruction's sharding with all_reduce,
 // reduce_scatter or a reshard. The rules, one per op family, are listed in graph/README.md.
+// Longer than most files: every op family's rule builds on the one layout and resharding
+// machinery above it, and they are read together.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -550,8 +552,10 @@ class Partitioner {
       }
       case Op::kIndexSelect:
         return lower_index_select(id);
-      case Op::kGather:
-      case Op::kScatterAdd: {
+      case Op::kScatterAdd:
+        if (const int32_t partial = lower_split_scatter_add(id); partial >= 0) return partial;
+        [[fallthrough]];
+      case Op::kGather: {
         // Every operand has the result's rank; dims where the index is shorter than x stay
         // whole, and x stays whole along dim (the index may be split there for a gather).
         const int dim = static_cast<int>(ints[0]);
@@ -570,16 +574,8 @@ class Partitioner {
         for (int d = 0; d + 1 < rank; ++d) copy_dim(index, d, have, d);
         return local_then_finish(id, have, [&](std::size_t) { return index; });
       }
-      case Op::kConv2d: {
-        // Batch split (x's dim 0); output channels split (the weight's dim 0) without groups.
-        std::vector<bool> keep{true, ints.size() > 6 && ints[6] == 1, false, false};
-        const Layout have = keep_only(want, keep);
-        Layout x = replicated(4, devices_);
-        copy_dim(x, 0, have, 0);
-        Layout w = replicated(4, devices_);
-        copy_dim(w, 0, have, 1);
-        return local_then_finish(id, have, [&](std::size_t i) { return i == 0 ? x : w; });
-      }
+      case Op::kConv2d:
+        return lower_conv2d(id);
       case Op::kMaxPool2d:
       case Op::kAvgPool2d:
       case Op::kMaxPool2dBackward:
@@ -962,6 +958,169 @@ class Partitioner {
       if (best.scatter_dim >= 0) return result;
     }
     return finish(id, result, best.result);
+  }
+
+  // A split of a dim that sums partial results (a contracting dim: matmul's K, a convolution's
+  // input channels, the scattered rows of scatter_add): its tiles' coordinates on each device.
+  struct Contraction {
+    int64_t tiles = 1;
+    std::vector<int64_t> coords;
+    // The result's dim the sums can be reduce-scattered along (split on the same devices as the
+    // contraction in `want`), or -1.
+    int scatter_dim = -1;
+  };
+  Contraction contraction(const Layout& split, int dim, const Layout& want) const {
+    Contraction c;
+    c.tiles = split.tiles[dim];
+    for (int64_t p = 0; p < split.devices; ++p) c.coords.push_back(split.at(p, dim));
+    for (int d = 0; d < want.rank() && c.scatter_dim < 0; ++d) {
+      if (want.tiles[d] != c.tiles) continue;
+      bool same = true;
+      for (int64_t p = 0; p < want.devices && same; ++p) same = want.at(p, d) == c.coords[p];
+      if (same) c.scatter_dim = d;
+    }
+    return c;
+  }
+  static void split_as(Layout& layout, int dim, const Contraction& c) {
+    layout.tiles[dim] = c.tiles;
+    for (int64_t p = 0; p < layout.devices; ++p) layout.at(p, dim) = c.coords[p];
+  }
+  // What summing partial results of `bytes` (one device's) over groups of `g` costs.
+  static int64_t sum_cost(int64_t bytes, int64_t g, bool scatter) {
+    return kCollectiveLatencyBytes + (scatter ? bytes * (g - 1) / g : 2 * bytes * (g - 1) / g);
+  }
+  // The layout the result of a partial sum has after combine(): `result`, or with the reduce-
+  // scattered dim split as the contraction was.
+  static Layout combined_layout(Layout result, const Contraction& c) {
+    if (c.scatter_dim >= 0) split_as(result, c.scatter_dim, c);
+    return result;
+  }
+
+  // conv2d: the batch (x's dim 0) split, the output channels (the weight's dim 0) without groups;
+  // or the input channels (dim 1 of both) split alike, as in a weight gradient (x^T and the
+  // output's gradient, whose dim 1 is the batch): partial sums combined by all_reduce, or
+  // reduce_scatter when the result is split on those devices. The cheaper way in bytes wins;
+  // operands already split alike along the input channels are summed as they are (as matmul).
+  int32_t lower_conv2d(int32_t id) {
+    const Program::Instr& instr = global_[id];
+    const Layout& want = layouts_[id];
+    const auto ints = global_.ints(id);
+    const auto operands = global_.operands(id);
+    const bool ungrouped = ints.size() > 6 && ints[6] == 1;
+    const Layout have = keep_only(want, {true, ungrouped, false, false});
+    auto needs = [&](const Layout& result, const Contraction* c) {
+      std::vector<Layout> need(operands.size(), replicated(4, devices_));
+      copy_dim(need[0], 0, result, 0);
+      copy_dim(need[1], 0, result, 1);
+      if (c) {
+        split_as(need[0], 1, *c);
+        split_as(need[1], 1, *c);
+      }
+      if (need.size() > 2) copy_dim(need[2], 0, result, 1);  // a bias, per output channel
+      return need;
+    };
+    auto cost_of = [&](const std::vector<Layout>& need) {
+      int64_t cost = 0;
+      for (std::size_t i = 0; i < need.size(); ++i) cost += reshard_cost(operands[i], need[i]);
+      return cost;
+    };
+    std::vector<Layout> best = needs(have, nullptr);
+    int64_t best_cost = cost_of(best);
+    std::optional<Contraction> best_split;
+    std::optional<std::vector<std::vector<int64_t>>> best_groups;
+    Layout best_result = have;
+    bool in_place = false;
+    // A bias would be added once per partial sum: only a bare convolution sums partials.
+    for (std::size_t side = 0; side < 2 && ungrouped && operands.size() == 2; ++side) {
+      const Layout& split = layouts_[operands[side]];
+      if (!split.sharded(1)) continue;
+      Contraction c = contraction(split, 1, want);
+      const Layout result = c.scatter_dim >= 0 ? unsplit(have, {c.scatter_dim}) : have;
+      const int extra[] = {4};
+      auto groups = groups_over(with_extra(result, c.coords, c.tiles), extra);
+      if (!groups) continue;
+      std::vector<Layout> need = needs(result, &c);
+      const int64_t operands_cost = cost_of(need);
+      const int64_t partial = bytes_of(local_shape(instr.shape, result), instr.dtype);
+      const int64_t cost = operands_cost + sum_cost(partial, c.tiles, c.scatter_dim >= 0);
+      if ((operands_cost == 0 && !in_place && best_cost > 0) || (cost < best_cost && !in_place)) {
+        in_place = operands_cost == 0;
+        best = std::move(need);
+        best_cost = cost;
+        best_split = std::move(c);
+        best_groups = std::move(groups);
+        best_result = result;
+      }
+    }
+    std::vector<int32_t> locals;
+    for (std::size_t i = 0; i < operands.size(); ++i) {
+      locals.push_back(operand_as(operands[i], best[i]));
+    }
+    int32_t result = local_op(id, locals, local_shape(instr.shape, best_result));
+    if (!best_split) return finish(id, result, best_result);
+    result = combine(result, ReduceType::kSum, 1.0, *best_groups, best_split->scatter_dim);
+    return finish(id, result, combined_layout(best_result, *best_split));
+  }
+
+  // Whether global instruction `id` is zero everywhere (a zero fill or constant, broadcast).
+  bool is_zero(int32_t id) const {
+    for (int depth = 0; depth < 8; ++depth) {
+      const Op op = global_[id].op;
+      if (op == Op::kFill || op == Op::kConstant) return global_.reals(id)[0] == 0;
+      if (op != Op::kExpand && op != Op::kReshape) return false;
+      id = global_.operands(id)[0];
+    }
+    return false;
+  }
+
+  // scatter_add(x, dim, index, src) with the index (or src) split along `dim`, as an embedding's
+  // gradient is (its rows are the batch's tokens): each device scatters its rows into zeros, the
+  // partial results are summed by all_reduce (or reduce_scatter), and x is added once. -1 when
+  // gathering the index and src along `dim` moves fewer bytes (or they are not split there).
+  int32_t lower_split_scatter_add(int32_t id) {
+    const Program::Instr& instr = global_[id];
+    const Layout& want = layouts_[id];
+    const int dim = static_cast<int>(global_.ints(id)[0]);
+    const auto operands = global_.operands(id);
+    const Shape& x = global_[operands[0]].shape;
+    const Shape& index = global_[operands[1]].shape;
+    const int rank = instr.shape.rank();
+    std::vector<bool> keep(static_cast<std::size_t>(rank), true);
+    for (int d = 0; d < rank; ++d) keep[d] = d != dim && x[d] == index[d];
+    const Layout have = keep_only(want, keep);
+    const Layout* split = nullptr;
+    for (std::size_t i = 1; i < 3 && !split; ++i) {
+      if (layouts_[operands[i]].sharded(dim)) split = &layouts_[operands[i]];
+    }
+    if (!split) return -1;
+    const Contraction c = contraction(*split, dim, want);
+    const Layout result = c.scatter_dim >= 0 ? unsplit(have, {c.scatter_dim}) : have;
+    const int extra[] = {rank};
+    const auto groups = groups_over(with_extra(result, c.coords, c.tiles), extra);
+    if (!groups) return -1;
+    Layout rows = result;
+    split_as(rows, dim, c);
+    const int64_t partial = bytes_of(local_shape(instr.shape, result), instr.dtype);
+    const Layout after = combined_layout(result, c);
+    const bool zero_base = is_zero(operands[0]);
+    const int64_t cost = reshard_cost(operands[1], rows) + reshard_cost(operands[2], rows) +
+                         sum_cost(partial, c.tiles, c.scatter_dim >= 0) +
+                         (zero_base ? 0 : reshard_cost(operands[0], after));
+    const int64_t gather_cost = reshard_cost(operands[0], have) + reshard_cost(operands[1], have) +
+                                reshard_cost(operands[2], have);
+    if (cost >= gather_cost) return -1;
+    const Shape shape = local_shape(instr.shape, result);
+    const double zero = 0;
+    const int32_t zeros =
+        emit(Op::kFill, instr.dtype, shape, {}, {}, std::span<const double>(&zero, 1));
+    const int32_t locals[] = {zeros, operand_as(operands[1], rows), operand_as(operands[2], rows)};
+    int32_t sum =
+        combine(local_op(id, locals, shape), ReduceType::kSum, 1.0, *groups, c.scatter_dim);
+    if (!zero_base) {
+      const int32_t add[] = {operand_as(operands[0], after), sum};
+      sum = emit(Op::kAdd, instr.dtype, local_shape(instr.shape, after), add);
+    }
+    return finish(id, sum, after);
   }
 
   // reshape: the dims fall into groups of equal element counts (in and out); a split carries
