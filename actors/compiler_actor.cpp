@@ -33,12 +33,14 @@ ProgramInterface interface_of(const StepGraph& graph) {
 }
 
 // XLA_FLAGS=--xla_dump_to=DIR: each compiled program before (the step graph) and after the
-// compiler's passes and lowering.
-void dump(const std::string& dir, const StepGraph& graph, const Executable& program) {
+// compiler's passes and lowering; an SPMD one also after sharding propagation and partitioning.
+void dump(const std::string& dir, const StepGraph& graph, const Executable& program,
+          const std::string& spmd) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   const std::string stem = fmt::format("{}/axle_{:016x}", dir, graph.hash);
   std::ofstream(stem + ".before.txt") << step_graph_text(graph);
+  if (!spmd.empty()) std::ofstream(stem + ".spmd.txt") << spmd;
   std::ofstream after(stem + ".after.txt");
   after << program_text(program);
   if (!after) AXLE_LOG(WARNING, "--xla_dump_to={}: could not write {}.after.txt", dir, stem);
@@ -79,14 +81,17 @@ void CompilerActor::handle(CompileRequest& request, Promise<IntrusivePtr<Executa
   }
   const auto compile_start = std::chrono::steady_clock::now();
   IntrusivePtr<Executable> program;
+  const std::string dump_dir = xla_dump_dir();
+  std::string spmd_dump;
   try {
-    program = compile_graph(*request.graph, passes_, request.spmd_devices);
+    program = compile_graph(*request.graph, passes_, request.spmd_devices,
+                            dump_dir.empty() ? nullptr : &spmd_dump);
   } catch (const std::exception& e) {
     save_failed_program(fmt::format("compilation failed: {}", e.what()),
                         step_graph_text(*request.graph));
     throw;
   }
-  if (const std::string dir = xla_dump_dir(); !dir.empty()) dump(dir, *request.graph, *program);
+  if (!dump_dir.empty()) dump(dump_dir, *request.graph, *program, spmd_dump);
   const Span compiled{compile_start, observer_now()};
   observers_.tell(
       [&](ActorObserver& o) { o.program_compiled(*request.graph, *program, compiled); });

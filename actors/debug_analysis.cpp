@@ -211,11 +211,17 @@ std::string post_compilation_analysis(const Executable& program) {
     if (collectives.size() > kShown) {
       lines.push_back(fmt::format("  ... and {} more", collectives.size() - kShown));
     }
-    for (std::size_t i = 0; i < program.spmd.output_shardings.size(); ++i) {
-      const int64_t key = program.spmd.output_shardings[i];
+    auto text = [](int64_t key) {
+      return key < 0 ? std::string("{replicated}") : to_string(interned_sharding(key));
+    };
+    for (std::size_t i = 0; i < program.spmd.input_shardings.size(); ++i) {
+      if (static_cast<int32_t>(i) == program.spmd.partition_input) continue;
       lines.push_back(
-          fmt::format("  output {} sharding {}", i,
-                      key < 0 ? std::string("{replicated}") : to_string(interned_sharding(key))));
+          fmt::format("  input {} sharding {}", i, text(program.spmd.input_shardings[i])));
+    }
+    for (std::size_t i = 0; i < program.spmd.output_shardings.size(); ++i) {
+      lines.push_back(
+          fmt::format("  output {} sharding {}", i, text(program.spmd.output_shardings[i])));
     }
   }
   return block("Post Compilation Analysis", lines);

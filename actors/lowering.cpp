@@ -99,7 +99,7 @@ bool has_sharding_annotations(const Program& program) {
 }  // namespace
 
 IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& passes,
-                                       int64_t spmd_devices) {
+                                       int64_t spmd_devices, std::string* spmd_dump) {
   if (spmd_devices <= 0) {
     return lower(run_passes(Program::from(graph), passes), graph.hash,
                  passes.enabled(Pass::kFusion), graph.donated);
@@ -107,6 +107,7 @@ IntrusivePtr<Executable> compile_graph(const StepGraph& graph, const PassSet& pa
   const Program global = run_passes(Program::from(graph), passes);
   const std::vector<ShardingSpec> shardings = propagate_shardings(global, input_shardings(global));
   PartitionedProgram partitioned = partition(global, shardings, spmd_devices);
+  if (spmd_dump) *spmd_dump = spmd_text(global, shardings, partitioned, spmd_devices);
   // The device's position is an input the step graph does not have: never donated.
   std::vector<uint8_t> donated;
   if (!graph.donated.empty()) {

@@ -223,8 +223,10 @@ class Partitioner {
     out_.reserve(global_.size() * 2);
     out_.num_inputs = global_.num_inputs;
     local_.assign(global_.size(), -1);
+    origins_.reserve(global_.size() * 2);
     for (std::size_t id = 0; id < global_.size(); ++id) {
       local_[id] = lower(static_cast<int32_t>(id));
+      origins_.resize(out_.size(), static_cast<int32_t>(id));
       if (!(out_[static_cast<std::size_t>(local_[id])].shape ==
             local_shape(global_[id].shape, layouts_[id]))) {
         throw std::logic_error(fmt::format("partition: {} came out as {} locally",
@@ -246,6 +248,8 @@ class Partitioner {
     }
     result.partition_input = partition_ >= 0 ? out_[partition_].input : -1;
     result.collective_bytes = bytes_;
+    origins_.resize(out_.size(), -1);
+    result.origins = std::move(origins_);
     result.program = std::move(out_);
     return result;
   }
@@ -1181,6 +1185,7 @@ class Partitioner {
   int32_t partition_vector_ = -1;
   std::map<std::vector<int64_t>, int32_t> tables_;
   int64_t bytes_ = 0;
+  std::vector<int32_t> origins_;  // by local instruction: the global one it was made for
 };
 
 }  // namespace
@@ -1188,6 +1193,34 @@ class Partitioner {
 PartitionedProgram partition(const Program& global, std::span<const ShardingSpec> shardings,
                              int64_t num_devices) {
   return Partitioner(global, shardings, num_devices).run();
+}
+
+std::string spmd_text(const Program& global, std::span<const ShardingSpec> shardings,
+                      const PartitionedProgram& partitioned, int64_t num_devices) {
+  const Program& local = partitioned.program;
+  int collectives = 0;
+  for (std::size_t id = 0; id < local.size(); ++id) {
+    collectives += local[id].op >= Op::kAllReduce && local[id].op <= Op::kCollectivePermute;
+  }
+  std::string text = "after sharding propagation:\n";
+  text += global.to_text([&](std::size_t id) {
+    return id < shardings.size() ? "sharding=" + to_string(shardings[id]) : std::string();
+  });
+  text += fmt::format(
+      "\nafter SPMD partitioning, the program of each of {} devices ({} collective{} inserted, "
+      "about {} bytes per device per execution):\n",
+      num_devices, collectives, collectives == 1 ? "" : "s", partitioned.collective_bytes);
+  text += local.to_text([&](std::size_t id) {
+    const Op op = local[id].op;
+    if (op < Op::kAllReduce || op > Op::kCollectivePermute || id >= partitioned.origins.size() ||
+        partitioned.origins[id] < 0) {
+      return std::string();
+    }
+    const int32_t g = partitioned.origins[id];
+    return fmt::format("inserted for %{} ({} {}{})", g, op_name(global[g].op),
+                       dtype_name(global[g].dtype), global[g].shape.to_string());
+  });
+  return text;
 }
 
 }  // namespace axle

@@ -70,6 +70,9 @@ struct PartitionedProgram {
   /// moves 2 (g - 1) / g of the buffer, all_gather (g - 1) shards, reduce_scatter and all_to_all
   /// (g - 1) / g of their operand).
   int64_t collective_bytes = 0;
+  /// The global instruction each instruction of `program` was made for (by id), so dumps can
+  /// say where a collective was inserted.
+  std::vector<int32_t> origins;
 };
 
 /// Not one of run_passes' passes: an SPMD step calls it once, after sharding propagation.
@@ -82,6 +85,13 @@ struct PartitionedProgram {
 [[nodiscard]] PartitionedProgram partition(const Program& global,
                                            std::span<const ShardingSpec> shardings,
                                            int64_t num_devices);
+
+/// An SPMD compile as text, for XLA_FLAGS=--xla_dump_to (as XLA's dumps after sharding
+/// propagation and after SPMD partitioning): the global program with every instruction's
+/// sharding, then the per-device program with each collective marked with the global
+/// instruction it was inserted for.
+[[nodiscard]] std::string spmd_text(const Program& global, std::span<const ShardingSpec> shardings,
+                                    const PartitionedProgram& partitioned, int64_t num_devices);
 
 /// The passes, by the names AXLE_DISABLE_PASSES uses. Fusion is the lowering's (actors/).
 enum class Pass : uint8_t { kCanonicalize, kCse, kConstantFolding, kDce, kFusion, kCount };

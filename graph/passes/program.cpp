@@ -82,7 +82,9 @@ void Program::pop_back() noexcept {
   instrs_.pop_back();
 }
 
-std::string Program::to_text() const {
+std::string Program::to_text() const { return to_text(nullptr); }
+
+std::string Program::to_text(const std::function<std::string(std::size_t)>& note) const {
   std::string out;
   for (std::size_t id = 0; id < size(); ++id) {
     const Instr& instr = instrs_[id];
@@ -103,6 +105,9 @@ std::string Program::to_text() const {
       if (!reals(id).empty()) fmt::format_to(std::back_inserter(out), " reals={}", reals(id));
     }
     if (instr.input >= 0) fmt::format_to(std::back_inserter(out), " input={}", instr.input);
+    if (note) {
+      if (std::string text = note(id); !text.empty()) out += "  # " + text;
+    }
     out += '\n';
   }
   out += "outputs";

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -76,6 +77,8 @@ class Program {
   void reserve(std::size_t instrs);
   /// One line per instruction ("%3 = add f32[2,3] %1, %2"), then the outputs; for tests and dumps.
   [[nodiscard]] std::string to_text() const;
+  /// to_text with `note(id)` after each instruction that has one (e.g. its sharding).
+  [[nodiscard]] std::string to_text(const std::function<std::string(std::size_t)>& note) const;
 
  private:
   std::vector<Instr> instrs_;

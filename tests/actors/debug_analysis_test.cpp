@@ -73,7 +73,7 @@ TEST_F(DebugAnalysis, ACompilationTellsItsCauseGraphAndSourceLine) {
 }
 
 // Under SPMD the analysis names the devices, each collective the partitioner inserted and how
-// each output is laid out.
+// each input and output is laid out.
 TEST_F(DebugAnalysis, AnSpmdCompilationListsTheCollectivesItInserted) {
   config::set("PT_XLA_DEBUG_LEVEL", "1");
   LazySystem::restart({.cpu_devices = 4});
@@ -95,6 +95,7 @@ TEST_F(DebugAnalysis, AnSpmdCompilationListsTheCollectivesItInserted) {
   EXPECT_NE(text.find("Post Compilation Analysis:   all_reduce(f32[8,4]) -> f32[8,4]"),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find("input 0 sharding {devices=[1,4]0,1,2,3}"), std::string::npos) << text;
   EXPECT_NE(text.find("output 0 sharding {replicated}"), std::string::npos) << text;
 }
 

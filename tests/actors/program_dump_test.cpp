@@ -82,6 +82,41 @@ TEST_F(ProgramDump, XlaDumpToWritesEachProgramBeforeAndAfterTheCompiler) {
   EXPECT_NE(after.find("= fused("), std::string::npos) << after;
 }
 
+// An SPMD compile also writes every instruction's sharding after propagation and the per-device
+// program with each collective the partitioner inserted, named with what it was inserted for.
+TEST_F(ProgramDump, XlaDumpToWritesAnSpmdProgramsShardingsAndCollectives) {
+  config::set("XLA_FLAGS", "--xla_dump_to=" + (dir_ / "dump").string());
+  LazySystem::restart({.cpu_devices = 4});
+  use_spmd();
+  const spmd::Mesh mesh({0, 1, 2, 3}, {1, 4}, {"data", "model"});
+  const Tensor x = tensor(std::vector<float>(8 * 16, 1.0f), {8, 16});
+  const Tensor w = tensor(std::vector<float>(16 * 4, 0.5f), {16, 4});
+  spmd::mark_sharding(x, mesh, {std::nullopt, "model"});
+  spmd::mark_sharding(w, mesh, {"model", std::nullopt});
+  const Tensor y = exp(x) * 0.0 + 1.0;
+  const Tensor z = matmul(y, w);  // contracted over "model": one all_reduce
+  mark_step();
+  EXPECT_EQ(z.to_vector<float>(), std::vector<float>(8 * 4, 8.0f));
+  std::vector<std::filesystem::path> spmd;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_ / "dump")) {
+    if (entry.path().string().ends_with(".spmd.txt")) spmd.push_back(entry.path());
+  }
+  ASSERT_EQ(spmd.size(), 1u);
+  const std::string text = read_all(spmd[0]);
+  EXPECT_NE(text.find("after sharding propagation:"), std::string::npos) << text;
+  // The exp's sharding came from x's annotation; the product is replicated.
+  EXPECT_NE(text.find("= exp f32[8,16] %0  # sharding={devices=[1,4]0,1,2,3}"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("= matmul f32[8,4]"), std::string::npos) << text;
+  EXPECT_NE(text.find("after SPMD partitioning, the program of each of 4 devices (1 collective "
+                      "inserted"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("= all_reduce f32[8,4]"), std::string::npos) << text;
+  EXPECT_NE(text.find("# inserted for %"), std::string::npos) << text;
+  EXPECT_NE(text.find("(matmul f32[8,4])"), std::string::npos) << text;
+}
+
 TEST_F(ProgramDump, AFailedExecutionSavesItsProgram) {
   config::set("XLA_SAVE_HLO_FILE", (dir_ / "failed.txt").string());
   LazySystem::restart();
