@@ -815,7 +815,8 @@ class Partitioner {
   }
 
   // sum / mean / max / min with ints [keepdim, dims...]: reduced dims keep the operand's split
-  // (when the devices form groups over it), reduced locally, then combined across each group.
+  // (when the devices form groups over it), reduced locally, then combined across each group
+  // (all_reduce, or reduce_scatter into the result's split).
   int32_t lower_reduction(int32_t id) {
     const Program::Instr& instr = global_[id];
     const Layout& want = layouts_[id];
@@ -824,12 +825,32 @@ class Partitioner {
     const auto ints = global_.ints(id);
     const bool keepdim = ints[0] != 0;
     const Layout& current = layouts_[operand];
+    auto is_reduced = [&](int i) {
+      return std::find(ints.begin() + 1, ints.end(), i) != ints.end();
+    };
+    std::vector<int> source;  // result dim -> operand dim
+    std::vector<int> split_reduced;
+    for (int i = 0; i < in.rank(); ++i) {
+      if (!is_reduced(i) || keepdim) source.push_back(i);
+      if (is_reduced(i) && current.sharded(i)) split_reduced.push_back(i);
+    }
+    // A sum over one split dim whose result is wanted split on the very same devices (along a dim
+    // the operand holds whole), as a data-parallel bias gradient kept sharded (FSDP): summed and
+    // split at once by reduce_scatter instead of all_reduce and a slice.
+    Layout result = want;
+    int scatter_dim = -1;
+    if ((instr.op == Op::kSum || instr.op == Op::kMean) && split_reduced.size() == 1) {
+      const Contraction c = contraction(current, split_reduced[0], want);
+      if (c.scatter_dim >= 0 && !current.sharded(source[c.scatter_dim])) {
+        scatter_dim = c.scatter_dim;
+        result = unsplit(want, {scatter_dim});
+      }
+    }
     Layout need = replicated(in.rank(), devices_);
     std::vector<int> reduced_split;
     for (int j = 0, i = 0; i < in.rank(); ++i) {
-      const bool reduced = std::find(ints.begin() + 1, ints.end(), i) != ints.end();
-      if (!reduced) {
-        copy_dim(need, i, want, j++);
+      if (!is_reduced(i)) {
+        copy_dim(need, i, result, j++);
         continue;
       }
       if (keepdim) ++j;
@@ -848,8 +869,8 @@ class Partitioner {
     }
     const int32_t local_operand = operand_as(operand, need);
     const int32_t operands[] = {local_operand};
-    const int32_t partial = local_op(id, operands, local_shape(instr.shape, want));
-    if (reduced_split.empty()) return partial;
+    const int32_t partial = local_op(id, operands, local_shape(instr.shape, result));
+    if (reduced_split.empty()) return finish(id, partial, result);
     int64_t parts = 1;
     for (int d : reduced_split) parts *= need.tiles[d];
     ReduceType type = ReduceType::kSum;
@@ -857,7 +878,8 @@ class Partitioner {
     if (instr.op == Op::kMean) scale = 1.0 / static_cast<double>(parts);
     if (instr.op == Op::kReduceMax) type = ReduceType::kMax;
     if (instr.op == Op::kReduceMin) type = ReduceType::kMin;
-    return combine(partial, type, scale, *groups, -1);
+    const int32_t combined = combine(partial, type, scale, *groups, scatter_dim);
+    return scatter_dim >= 0 ? combined : finish(id, combined, result);
   }
 
   // matmul: a [..., M, K] @ b [..., K, N] (either transposed). When both operands are already

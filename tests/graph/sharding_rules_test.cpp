@@ -160,6 +160,34 @@ TEST(ShardingRules, ReductionsKeepTheirKeptDimsAndCombineOverReducedOnes) {
   }
 }
 
+TEST(ShardingRules, ASumIntoASplitResultReduceScatters) {
+  for (const MeshCase& m : meshes()) {
+    SCOPED_TRACE(m.name());
+    // FSDP's bias: kept split over "data" with its optimizer step; its gradient sums the batch,
+    // split over "data" too. Summed and split at once: no all_reduce.
+    const Tensor x = weight({kB, kH});
+    const Tensor bias = weight({kH});
+    mark_sharding(x, m.mesh(), {"data", None});
+    mark_sharding(bias, m.mesh(), {"data"});
+    sum(exp(x + bias)).backward();
+    Tensor stepped;
+    {
+      const NoGradGuard no_grad;
+      stepped = bias - bias.grad() * 0.1;
+    }
+    Tensor averaged = mean(x * 3.0, {0});
+    mark_sharding(averaged, m.mesh(), {"data"});
+    const Propagated p = propagate({stepped, averaged});
+    EXPECT_OUTPUT(p, 0, m, {"data"});
+    const Checked r = check(p.c, p.shardings, m.devices());
+    // The forward gathers the bias (as FSDP gathers a parameter before use); the gradient and
+    // the mean are reduce-scattered.
+    EXPECT_EQ(r.count(Op::kReduceScatter), 2 * more_than_one(m.data));
+    EXPECT_EQ(r.count(Op::kAllGather), more_than_one(m.data));
+    EXPECT_EQ(r.total(), 3 * more_than_one(m.data));
+  }
+}
+
 TEST(ShardingRules, ReshapeTransposeAndPermuteWhereDimsMapAndTheirGradients) {
   for (const MeshCase& m : meshes()) {
     SCOPED_TRACE(m.name());
