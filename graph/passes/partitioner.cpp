@@ -597,13 +597,8 @@ class Partitioner {
       case Op::kRandUniform:
       case Op::kRandNormal:
       case Op::kRandInt:
-      case Op::kBernoulli: {
-        // Drawn whole on every device, then sliced: the same numbers as unpartitioned.
-        const Layout whole = replicated(rank, devices_);
-        return local_then_finish(id, whole, [&](std::size_t i) {
-          return replicated(operand_shape(i).rank(), devices_);
-        });
-      }
+      case Op::kBernoulli:
+        return lower_random(id);
       case Op::kOptimizationBarrier: {
         const std::size_t passed = static_cast<std::size_t>(ints[0]);
         std::vector<int32_t> locals;
@@ -1086,6 +1081,43 @@ class Partitioner {
     if (!best_split) return finish(id, result, best_result);
     result = combine(result, ReduceType::kSum, 1.0, *best_groups, best_split->scatter_dim);
     return finish(id, result, combined_layout(best_result, *best_split));
+  }
+
+  // rand, randn, randint, bernoulli [seed, offset, p...]: element i of the result draws Philox
+  // counter offset + i (row-major, backends/cpu/random.cpp), so a device whose tile is a run of
+  // whole slices of the leading dim (the first of size > 1) draws just those counters, from
+  // offset + the index of its first element: the unpartitioned values, computed once. The op's
+  // other splits are sliced from that; with the leading dim whole every device draws it all.
+  int32_t lower_random(int32_t id) {
+    const Program::Instr& instr = global_[id];
+    const Layout& want = layouts_[id];
+    const Shape& shape = instr.shape;
+    const auto operands = global_.operands(id);
+    int lead = -1;
+    for (int d = 0; d < shape.rank() && lead < 0; ++d) {
+      if (shape[d] > 1) lead = d;
+    }
+    Layout have = replicated(shape.rank(), devices_);
+    if (lead >= 0 && want.sharded(lead) && operands.size() >= 2 &&
+        global_[operands[1]].dtype == DType::kI64 && global_[operands[1]].shape.rank() == 0) {
+      copy_dim(have, lead, want, lead);
+    }
+    std::vector<int32_t> locals;
+    for (std::size_t i = 0; i < operands.size(); ++i) {
+      const Shape& operand = global_[operands[i]].shape;
+      locals.push_back(operand_as(operands[i], i >= 2 ? project(have, shape, operand)
+                                                      : replicated(operand.rank(), devices_)));
+    }
+    if (lead >= 0 && have.sharded(lead)) {
+      const int64_t rows = shape[lead] / have.tiles[lead];
+      const int64_t inner = shape.numel() / shape[lead];
+      std::vector<int64_t> first;
+      for (int64_t p = 0; p < devices_; ++p) first.push_back(have.at(p, lead) * rows * inner);
+      const int32_t start[] = {per_device(first)};
+      const int32_t start_scalar[] = {locals[1], emit(Op::kReshape, DType::kI64, Shape{}, start)};
+      locals[1] = emit(Op::kAdd, DType::kI64, Shape{}, start_scalar);
+    }
+    return finish(id, local_op(id, locals, local_shape(shape, have)), have);
   }
 
   // Whether global instruction `id` is zero everywhere (a zero fill or constant, broadcast).

@@ -275,6 +275,38 @@ TEST(ShardingRules, ScatterAddOverSplitRowsSumsPartialsAndAddsTheBaseOnce) {
   }
 }
 
+// The random ops' values are the unpartitioned program's, and a device draws only its rows.
+TEST(ShardingRules, RandomOpsDrawOnlyEachDevicesRows) {
+  for (const MeshCase& m : meshes()) {
+    SCOPED_TRACE(m.name());
+    set_rng_state(3);
+    Tensor uniform = rand({kB, kH});
+    Tensor normal = randn({kB, 2, kD});
+    Tensor ints = randint(0, 100, {kB, kH});
+    Tensor coins = bernoulli(sigmoid(input({kB, kH})));
+    mark_sharding(uniform, m.mesh(), {"data", "model"});
+    mark_sharding(normal, m.mesh(), {"data", None, None});
+    mark_sharding(ints, m.mesh(), {"data", None});
+    mark_sharding(coins, m.mesh(), {"data", None});
+    const Propagated p = propagate({uniform, normal, ints, coins});
+    const Checked r = check(p.c, p.shardings, m.devices());
+    EXPECT_EQ(r.total(), 0);
+    // Each draw makes one device's rows: kB / data of them.
+    int draws = 0;
+    const Program& local = r.partitioned.program;
+    for (std::size_t id = 0; id < local.size(); ++id) {
+      const Op op = local[id].op;
+      if (op != Op::kRandUniform && op != Op::kRandNormal && op != Op::kRandInt &&
+          op != Op::kBernoulli) {
+        continue;
+      }
+      EXPECT_EQ(local[id].shape[0], kB / m.data) << op_name(op);
+      ++draws;
+    }
+    EXPECT_EQ(draws, 4);
+  }
+}
+
 TEST(ShardingRules, ConvolutionOverTheBatchAndItsGradients) {
   for (const MeshCase& m : meshes()) {
     SCOPED_TRACE(m.name());
