@@ -514,6 +514,9 @@ class Partitioner {
         return lower_reduction(id);
       case Op::kLogSumExp:
       case Op::kArgMax: {
+        if (instr.op == Op::kArgMax) {
+          if (const int32_t split = lower_split_scan(id); split >= 0) return split;
+        }
         if (instr.op == Op::kLogSumExp) {
           if (const int32_t split = lower_split_normalizer(id); split >= 0) return split;
         }
@@ -536,6 +539,8 @@ class Partitioner {
       case Op::kTopK: {
         if (instr.op == Op::kSoftmax || instr.op == Op::kLogSoftmax) {
           if (const int32_t split = lower_split_normalizer(id); split >= 0) return split;
+        } else if (const int32_t split = lower_split_scan(id); split >= 0) {
+          return split;
         }
         const Layout have = unsplit(want, {static_cast<int>(ints[0])});
         return local_then_finish(id, have, [&](std::size_t) { return have; });
@@ -560,6 +565,9 @@ class Partitioner {
         if (const int32_t partial = lower_split_scatter_add(id); partial >= 0) return partial;
         [[fallthrough]];
       case Op::kGather: {
+        if (instr.op == Op::kGather) {
+          if (const int32_t masked = lower_split_gather(id); masked >= 0) return masked;
+        }
         // Every operand has the result's rank; dims where the index is shorter than x stay
         // whole, and x stays whole along dim (the index may be split there for a gather).
         const int dim = static_cast<int>(ints[0]);
@@ -807,6 +815,120 @@ class Partitioner {
       result = emit(Op::kExp, dtype, shape, result_operand);
     }
     return finish(id, result, need);
+  }
+
+  // `local` (a value split along `dim` over `groups`) gathered whole along it, in tile order.
+  int32_t gather_along(int32_t local, int dim, const std::vector<std::vector<int64_t>>& groups) {
+    const Program::Instr& instr = out_[local];
+    const auto g = static_cast<int64_t>(groups.front().size());
+    bytes_ += bytes_of(instr.shape, instr.dtype) * (g - 1);
+    Shape shape = instr.shape;
+    shape[dim] *= g;
+    const int64_t ints[] = {dim, group_key(groups)};
+    const int32_t operand[] = {local};
+    return emit(Op::kAllGather, instr.dtype, shape, operand, ints);
+  }
+
+  // argmax, cumsum and topk along a dim the operand is split on, without gathering the operand:
+  //   argmax: each device's first maximum and its global position; both gathered (one entry per
+  //     device, in tile order), the first maximum of those picks the position: the first
+  //     maximum overall (a NaN counting as the maximum, as unpartitioned).
+  //   cumsum: the local scan plus the sum of the shards before this one (after it, reversed),
+  //     from each shard's total, gathered.
+  //   topk: each device's top k (k within its shard) with their global positions, gathered; the
+  //     top k of those (equal values keep their order: the lower position first, as
+  //     unpartitioned) pick the positions.
+  // -1 when the operand is not split along the dim, its devices do not form groups there, or
+  // gathering the operand moves fewer bytes.
+  int32_t lower_split_scan(int32_t id) {
+    const Program::Instr& instr = global_[id];
+    const Layout& want = layouts_[id];
+    const auto ints = global_.ints(id);
+    const int32_t operand = global_.operands(id)[0];
+    const Shape& in = global_[operand].shape;
+    const DType dtype = global_[operand].dtype;
+    const Layout& current = layouts_[operand];
+    const bool argmax = instr.op == Op::kArgMax;
+    if ((argmax && ints.size() != 2) || (!argmax && ints.size() < 2)) return -1;
+    const int d = static_cast<int>(argmax ? ints[1] : ints[0]);
+    if (d < 0 || d >= in.rank() || !current.sharded(d) || dtype == DType::kBool) return -1;
+    const bool keepdim = argmax && ints[0] != 0;
+    Layout need = replicated(in.rank(), devices_);
+    if (argmax) {
+      for (int j = 0, i = 0; i < in.rank(); ++i) {
+        if (i != d) {
+          copy_dim(need, i, want, j++);
+        } else if (keepdim) {
+          ++j;
+        }
+      }
+    } else {
+      need = unsplit(want, {d});
+    }
+    const Layout whole = need;  // the operand as the gathering way needs it
+    copy_dim(need, d, current, d);
+    const int dims[] = {d};
+    const auto groups = groups_over(need, dims);
+    if (!groups) return -1;
+    const int64_t g = need.tiles[d];
+    const int64_t length = in[d] / g;
+    const int64_t k = instr.op == Op::kTopK ? ints[1] : 1;
+    if (k > length) return -1;
+    Shape picked = local_shape(in, need);  // k (or 1) entries along d
+    picked[d] = k;
+    const int64_t entries = picked.numel() * (g - 1);
+    const int64_t cost =
+        reshard_cost(operand, need) + 2 * kCollectiveLatencyBytes +
+        entries * static_cast<int64_t>(dtype_size(dtype) + (instr.op == Op::kCumsum ? 0 : 8));
+    if (cost >= reshard_cost(operand, whole)) return -1;
+    std::vector<int64_t> starts;
+    std::vector<int64_t> coords;
+    for (int64_t p = 0; p < devices_; ++p) {
+      coords.push_back(need.at(p, d));
+      starts.push_back(need.at(p, d) * length);
+    }
+    const int32_t x[] = {operand_as(operand, need)};
+    const Shape local = out_[x[0]].shape;
+    const int64_t along[] = {d};
+    const int64_t first_along[] = {1, d};  // argmax's [keepdim, dim]
+    if (instr.op == Op::kCumsum) {
+      const int32_t scanned = local_op(id, x, local);
+      const int64_t sum_ints[] = {1, d};
+      const int32_t totals = gather_along(emit(Op::kSum, dtype, picked, x, sum_ints), d, *groups);
+      const double iota[] = {0, 1};
+      const int32_t before[] = {emit(Op::kIota, DType::kI64, Shape{g}, {}, {}, iota),
+                                per_device(coords)};
+      const bool reverse = ints[1] != 0;
+      const int32_t chosen[] = {emit(reverse ? Op::kGt : Op::kLt, DType::kBool, Shape{g}, before)};
+      Shape mask_shape = local;
+      for (int i = 0; i < mask_shape.rank(); ++i) mask_shape[i] = i == d ? g : 1;
+      const int32_t masked[] = {emit(Op::kReshape, DType::kBool, mask_shape, chosen), totals,
+                                scalar(dtype, 0)};
+      const int32_t kept[] = {emit(Op::kWhere, dtype, out_[totals].shape, masked)};
+      const int32_t add[] = {scanned, emit(Op::kSum, dtype, picked, kept, sum_ints)};
+      return finish(id, emit(Op::kAdd, dtype, local, add), need);
+    }
+    const int32_t positions =
+        argmax ? emit(Op::kArgMax, DType::kI64, picked, x, first_along) : local_op(id, x, picked);
+    const int32_t at[] = {x[0], positions};
+    const int32_t values = gather_along(emit(Op::kGather, dtype, picked, at, along), d, *groups);
+    const int32_t shift[] = {positions, per_device(starts)};
+    const int32_t global_positions =
+        gather_along(emit(Op::kAdd, DType::kI64, picked, shift), d, *groups);
+    Shape best_shape = out_[values].shape;
+    best_shape[d] = k;
+    const int32_t candidates[] = {values};
+    const int32_t best = argmax
+                             ? emit(Op::kArgMax, DType::kI64, best_shape, candidates, first_along)
+                             : emit(Op::kTopK, DType::kI64, best_shape, candidates, ints);
+    const int32_t pick[] = {global_positions, best};
+    int32_t result = emit(Op::kGather, DType::kI64, best_shape, pick, along);
+    if (argmax && !keepdim) {
+      const int32_t operand_of[] = {result};
+      result = emit(Op::kReshape, DType::kI64, local_shape(instr.shape, want), operand_of);
+      return finish(id, result, want);
+    }
+    return finish(id, result, argmax ? want : whole);
   }
 
   // sum / mean / max / min with ints [keepdim, dims...]: reduced dims keep the operand's split
@@ -1118,6 +1240,65 @@ class Partitioner {
       locals[1] = emit(Op::kAdd, DType::kI64, Shape{}, start_scalar);
     }
     return finish(id, local_op(id, locals, local_shape(shape, have)), have);
+  }
+
+  // gather(x, dim, index) with x split along dim (topk's values, picked from a split operand):
+  // each device picks the positions its shard holds (zeros for the others) and an all_reduce
+  // sums the picks, as a vocabulary-parallel lookup; -1 when gathering x moves fewer bytes (or x
+  // is not split there, or the index is).
+  int32_t lower_split_gather(int32_t id) {
+    const Program::Instr& instr = global_[id];
+    const Layout& want = layouts_[id];
+    const int dim = static_cast<int>(global_.ints(id)[0]);
+    const auto operands = global_.operands(id);
+    const Shape& xs = global_[operands[0]].shape;
+    const Shape& is = global_[operands[1]].shape;
+    const Layout& x_now = layouts_[operands[0]];
+    const int rank = instr.shape.rank();
+    if (!x_now.sharded(dim) || instr.dtype == DType::kBool) return -1;
+    std::vector<bool> keep(static_cast<std::size_t>(rank), true);
+    for (int d = 0; d < rank; ++d) keep[d] = d != dim && xs[d] == is[d];
+    const Layout have = keep_only(want, keep);
+    const Layout x_whole = unsplit(have, {dim});
+    Layout x_split = x_whole;
+    copy_dim(x_split, dim, x_now, dim);
+    const int64_t k = x_now.tiles[dim];
+    std::vector<int64_t> k_coords;
+    for (int64_t p = 0; p < devices_; ++p) k_coords.push_back(x_now.at(p, dim));
+    const int extra[] = {rank};
+    const auto groups = groups_over(with_extra(have, k_coords, k), extra);
+    if (!groups || !groups_over(x_split, std::span<const int>(&dim, 1))) return -1;
+    const int64_t out_bytes = bytes_of(local_shape(instr.shape, have), instr.dtype);
+    if (reshard_cost(operands[0], x_split) + sum_cost(out_bytes, k, false) >=
+        reshard_cost(operands[0], x_whole)) {
+      return -1;
+    }
+    const int32_t table = operand_as(operands[0], x_split);
+    const int32_t positions = operand_as(operands[1], have);
+    const Shape shape = out_[positions].shape;
+    const DType index_dtype = global_[operands[1]].dtype;
+    const int64_t length = xs[dim] / k;
+    std::vector<int64_t> starts;
+    for (int64_t c : k_coords) starts.push_back(c * length);
+    int32_t start = per_device(starts);
+    if (index_dtype != DType::kI64) {
+      const int32_t operand[] = {start};
+      start = emit(Op::kCast, index_dtype, Shape{1}, operand);
+    }
+    const int32_t shift[] = {positions, start};
+    const int32_t local = emit(Op::kSub, index_dtype, shape, shift);
+    const int32_t low[] = {local, scalar(index_dtype, 0)};
+    const int32_t high[] = {local, scalar(index_dtype, static_cast<double>(length))};
+    const int32_t in_range[] = {emit(Op::kGe, DType::kBool, shape, low),
+                                emit(Op::kLt, DType::kBool, shape, high)};
+    const int32_t mask = emit(Op::kLogicalAnd, DType::kBool, shape, in_range);
+    const int32_t safe_operands[] = {mask, local, scalar(index_dtype, 0)};
+    const int32_t safe = emit(Op::kWhere, index_dtype, shape, safe_operands);
+    const int32_t pick[] = {table, safe};
+    const int32_t picked = local_op(id, pick, shape);
+    const int32_t kept[] = {mask, picked, scalar(instr.dtype, 0)};
+    const int32_t masked = emit(Op::kWhere, instr.dtype, shape, kept);
+    return finish(id, combine(masked, ReduceType::kSum, 1.0, *groups, -1), have);
   }
 
   // Whether global instruction `id` is zero everywhere (a zero fill or constant, broadcast).

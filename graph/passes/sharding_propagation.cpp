@@ -17,8 +17,9 @@
 //     larger one) is unmapped, so a bias added to a batch-sharded activation stays replicated.
 //   - reductions (sum, mean, max, min, logsumexp, argmax): kept dimensions map, reduced ones
 //     drop (their tiles become replication: the result needs an all_reduce).
-//   - softmax, log_softmax, cumsum, topk, slice, cat: every dimension maps except the one they
-//     work along; layer_norm is made of these and elementwise ops.
+//   - softmax, log_softmax, topk, slice, cat: every dimension maps except the one they work
+//     along; layer_norm is made of these and elementwise ops. cumsum: every dimension maps (a
+//     scan split along its dim adds each shard's prefix, see the partitioner).
 //   - matmul: batch dims map (NumPy-aligned), a's free dim to the output's rows, b's free dim to
 //     its columns; the contracting dim is unmapped, so a contracting-sharded matmul gives an
 //     output sharded like its free dims (replicated over the contracting tiles). Its backward
@@ -309,9 +310,11 @@ bool operand_map(const Program& p, std::size_t i, std::size_t j, DimMap& map) {
       }
       return true;
     }
+    case Op::kCumsum:  // a scan keeps its operand's split (the partitioner adds the prefixes)
+      identity_except(-1);
+      return true;
     case Op::kSoftmax:
     case Op::kLogSoftmax:
-    case Op::kCumsum:
     case Op::kTopK:  // NOLINT
     case Op::kSlice:
     case Op::kConcat:

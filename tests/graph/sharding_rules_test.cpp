@@ -275,6 +275,36 @@ TEST(ShardingRules, ScatterAddOverSplitRowsSumsPartialsAndAddsTheBaseOnce) {
   }
 }
 
+TEST(ShardingRules, ArgmaxCumsumAndTopkAlongASplitDimMoveOnlyWhatTheyPick) {
+  constexpr int64_t kWide = 1024;  // over "model"; wide enough that gathering it costs most
+  for (const MeshCase& m : meshes()) {
+    SCOPED_TRACE(m.name());
+    const Tensor x = weight({kB, kWide});
+    const Tensor w = input({kB, kWide});
+    mark_sharding(x, m.mesh(), {"data", "model"});
+    mark_sharding(w, m.mesh(), {"data", "model"});
+    const Tensor scanned = cumsum(x, 1);
+    sum(scanned * w).backward();  // the gradient is a reversed scan
+    const TopK top = topk(x, 3, 1);
+    const Propagated p = propagate({argmax(x, 1), scanned, x.grad(), top.values, top.indices});
+    EXPECT_OUTPUT(p, 0, m, {"data"});
+    EXPECT_OUTPUT(p, 1, m, {"data", "model"});
+    EXPECT_OUTPUT(p, 2, m, {"data", "model"});
+    EXPECT_OUTPUT(p, 3, m, {"data", None});
+    EXPECT_OUTPUT(p, 4, m, {"data", None});
+    const Checked r = check(p.c, p.shardings, m.devices());
+    // Over "model": argmax gathers each device's first maximum and its position, each scan its
+    // shards' totals, topk each device's top 3 and their positions; the values picked at the
+    // top positions are summed from the devices holding them.
+    EXPECT_EQ(r.count(Op::kAllGather), 6 * more_than_one(m.model));
+    EXPECT_EQ(r.count(Op::kAllReduce), more_than_one(m.model));
+    EXPECT_EQ(r.total(), 7 * more_than_one(m.model));
+    // Far less than gathering x even once.
+    const int64_t x_gathered = kB / m.data * kWide / m.model * 4 * (m.model - 1);
+    EXPECT_LT(r.partitioned.collective_bytes, std::max<int64_t>(x_gathered / 2, 1));
+  }
+}
+
 // The random ops' values are the unpartitioned program's, and a device draws only its rows.
 TEST(ShardingRules, RandomOpsDrawOnlyEachDevicesRows) {
   for (const MeshCase& m : meshes()) {
