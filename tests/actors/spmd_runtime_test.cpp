@@ -223,6 +223,74 @@ TEST(SpmdTraining, MeshesTrainAsOneDevice) {
   LazySystem::restart();
 }
 
+// What the partitioner emits for the ops that sum partial results or pick from shards (an
+// embedding's and a convolution's gradients, FSDP's bias gradient, argmax / cumsum / topk along a
+// split dim, random draws of each device's rows), run on the devices: with `mesh`, annotated
+// over it under SPMD; without, on one device. Every value as floats.
+std::vector<std::vector<float>> partial_and_picking_ops(const Mesh* mesh) {
+  std::mt19937 rng(17);
+  auto mark = [&](const Tensor& t, const PartitionSpec& spec) {
+    if (mesh) mark_sharding(t, *mesh, spec);
+  };
+  const Tensor wide = tensor(random_values(rng, 8 * 1024), {8, 1024});
+  mark(wide, {"data", "model"});
+  std::vector<int64_t> id_values(16);
+  for (int64_t& id : id_values) id = static_cast<int64_t>(rng() % 10);
+  const Tensor ids = tensor(id_values, {16});
+  const Tensor table = tensor(random_values(rng, 10 * 8), {10, 8}).requires_grad_();
+  mark(ids, {"data"});
+  mark(table, {None, "model"});
+  const Tensor rows = nn::embedding(ids, table);
+  const Tensor images = tensor(random_values(rng, 8 * 3 * 5 * 5), {8, 3, 5, 5});
+  const Tensor kernel = tensor(random_values(rng, 4 * 3 * 3 * 3), {4, 3, 3, 3}).requires_grad_();
+  mark(images, {"data", None, None, None});
+  const Tensor maps = conv2d(images, kernel);
+  const Tensor x = tensor(random_values(rng, 8 * 12), {8, 12});
+  const Tensor bias = tensor(random_values(rng, 12), {12}).requires_grad_();
+  mark(x, {"data", None});
+  mark(bias, {"data"});
+  (sum(rows * rows) + sum(maps * maps) + sum(exp(x + bias))).backward();
+  Tensor stepped;
+  {
+    const NoGradGuard no_grad;
+    stepped = bias - bias.grad() * 0.1;
+  }
+  const TopK top = topk(wide, 3, 1);
+  set_rng_state(5);
+  Tensor noise = rand({8, 12});
+  mark(noise, {"data", "model"});
+  const std::vector<Tensor> outputs{table.grad(),
+                                    kernel.grad(),
+                                    stepped,
+                                    cast(argmax(wide, 1), DType::kF32),
+                                    cumsum(wide, 1),
+                                    top.values,
+                                    cast(top.indices, DType::kF32),
+                                    noise};
+  mark_step();
+  std::vector<std::vector<float>> values;
+  for (const Tensor& t : outputs) values.push_back(t.to_vector<float>());
+  return values;
+}
+
+TEST(SpmdTraining, PartialSumsAndPicksFromShardsRunOnTheDevicesAsOnOne) {
+  LazySystem::restart({.cpu_devices = kDevices});
+  const std::vector<std::vector<float>> one = partial_and_picking_ops(nullptr);
+  LazySystem::restart({.cpu_devices = kDevices});
+  use_spmd();
+  const Mesh mesh({0, 1, 2, 3}, {2, 2}, {"data", "model"});
+  const std::vector<std::vector<float>> spmd = partial_and_picking_ops(&mesh);
+  ASSERT_EQ(spmd.size(), one.size());
+  for (std::size_t k = 0; k < one.size(); ++k) {
+    ASSERT_EQ(spmd[k].size(), one[k].size()) << "output " << k;
+    for (std::size_t i = 0; i < one[k].size(); ++i) {
+      ASSERT_NEAR(spmd[k][i], one[k][i], 1e-5 * (1 + std::abs(one[k][i])))
+          << "output " << k << " element " << i;
+    }
+  }
+  LazySystem::restart();
+}
+
 // Two Linear layers with given weights, as nn modules (SpmdFullyShardedDataParallel wraps one).
 class TwoLayers : public nn::Module {
  public:
