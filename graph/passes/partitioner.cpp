@@ -424,10 +424,18 @@ class Partitioner {
     return reshard(v, to, false);
   }
 
-  // Global operand `operand` as a local value laid out as `need`.
+  // Global operand `operand` as a local value laid out as `need`. Each layout of a value is made
+  // once (q, k and v sliced from one gathered projection share the gather), so the collectives
+  // and their bytes are counted as the program runs them.
   int32_t operand_as(int32_t operand, const Layout& need) {
+    if (need == layouts_[operand]) return local_[operand];
+    std::vector<int64_t> key{operand};
+    key.insert(key.end(), need.tiles.begin(), need.tiles.end());
+    key.insert(key.end(), need.coords.begin(), need.coords.end());
+    if (auto it = resharded_.find(key); it != resharded_.end()) return it->second;
     Value v = value_of(operand);
     reshard(v, need, true);
+    resharded_.emplace(std::move(key), v.id);
     return v.id;
   }
 
@@ -873,7 +881,7 @@ class Partitioner {
     const int64_t g = need.tiles[d];
     const int64_t length = in[d] / g;
     const int64_t k = instr.op == Op::kTopK ? ints[1] : 1;
-    if (k > length) return -1;
+    if (k < 1 || k > length) return -1;
     Shape picked = local_shape(in, need);  // k (or 1) entries along d
     picked[d] = k;
     const int64_t entries = picked.numel() * (g - 1);
@@ -1419,6 +1427,7 @@ class Partitioner {
   int32_t partition_ = -1;
   int32_t partition_vector_ = -1;
   std::map<std::vector<int64_t>, int32_t> tables_;
+  std::map<std::vector<int64_t>, int32_t> resharded_;  // [operand, tiles..., coords...] -> local
   int64_t bytes_ = 0;
   std::vector<int32_t> origins_;  // by local instruction: the global one it was made for
 };
