@@ -16,6 +16,7 @@
 
 #include "actors/lazy_system.h"
 #include "axle.h"
+#include "engine/config.h"
 #include "io/data_loader.h"
 #include "io/fake_data.h"
 #include "io/formats/error.h"
@@ -455,6 +456,23 @@ TEST_F(SpmdRuntime, ACheckpointSavedOnOneMeshLoadsOntoAnother) {
     EXPECT_NE(std::string(e.what()).find("shard-3-of-4"), std::string::npos) << e.what();
   }
   std::filesystem::remove_all(dir);
+}
+
+// XLA_USE_SPMD=1 turns SPMD on at start-up, as use_spmd() does: data is placed on every device
+// and mark_sharding splits it.
+TEST(SpmdConfig, XlaUseSpmdTurnsItOnAtStartUp) {
+  config::set("XLA_USE_SPMD", "1");
+  LazySystem::restart({.cpu_devices = kDevices});
+  EXPECT_TRUE(is_spmd());
+  const Tensor t = tensor(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, {8});
+  mark_sharding(t, Mesh({0, 1, 2, 3}, {4}, {"x"}), {"x"});
+  ASSERT_TRUE(t.impl()->data()->sharded());
+  EXPECT_EQ(t.impl()->data()->shards().size(), static_cast<std::size_t>(kDevices));
+  EXPECT_EQ(get_sharding_spec(t), "{devices=[4]0,1,2,3}");
+  config::unset("XLA_USE_SPMD");
+  LazySystem::restart({.cpu_devices = kDevices});
+  EXPECT_FALSE(is_spmd());
+  LazySystem::restart();
 }
 
 TEST_F(SpmdRuntime, OtherDevicesDoNotExistUnderSpmd) {
