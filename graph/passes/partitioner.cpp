@@ -1160,14 +1160,17 @@ class Partitioner {
     const bool ungrouped = ints.size() > 6 && ints[6] == 1;
     const Layout have = keep_only(want, {true, ungrouped, false, false});
     auto needs = [&](const Layout& result, const Contraction* c) {
-      std::vector<Layout> need(operands.size(), replicated(4, devices_));
+      std::vector<Layout> need;
+      for (int32_t operand : operands) {
+        need.push_back(replicated(global_[operand].shape.rank(), devices_));
+      }
       copy_dim(need[0], 0, result, 0);
       copy_dim(need[1], 0, result, 1);
       if (c) {
         split_as(need[0], 1, *c);
         split_as(need[1], 1, *c);
       }
-      if (need.size() > 2) copy_dim(need[2], 0, result, 1);  // a bias, per output channel
+      if (need.size() > 2 && need[2].rank() == 1) copy_dim(need[2], 0, result, 1);  // a bias
       return need;
     };
     auto cost_of = [&](const std::vector<Layout>& need) {
