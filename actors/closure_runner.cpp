@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace axle {
@@ -15,6 +16,34 @@ void ClosureFailures::add(std::exception_ptr error) {
 std::exception_ptr ClosureFailures::take() {
   std::lock_guard lock(mutex_);
   return std::exchange(first_, nullptr);
+}
+
+ClosureBacklog::Entry ClosureBacklog::admit(std::size_t count, std::size_t limit, bool* waited) {
+  std::unique_lock lock(mutex_);
+  const auto fits = [&] { return limit == 0 || pending_ == 0 || pending_ + count <= limit; };
+  if (waited) *waited = !fits();
+  ran_.wait(lock, fits);
+  pending_ += count;
+  peak_ = std::max(peak_, pending_);
+  return Entry(shared_from_this(), count);
+}
+
+void ClosureBacklog::ran(std::size_t count) noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    pending_ -= std::min(pending_, count);
+  }
+  ran_.notify_all();
+}
+
+std::size_t ClosureBacklog::pending() const {
+  std::lock_guard lock(mutex_);
+  return pending_;
+}
+
+std::size_t ClosureBacklog::peak() const {
+  std::lock_guard lock(mutex_);
+  return peak_;
 }
 
 void run_step_closure(const StepClosure& closure, const Observers& observers) {
@@ -95,7 +124,11 @@ bool ClosureRunner::pump(Queue& queue) {
         head.batch.failures->add(std::current_exception());
       }
     }
+    // Counted out once the batch (and what its closures captured) is gone, so a host let in by
+    // it finds that memory free.
+    ClosureBacklog::Entry backlog = std::move(head.batch.backlog);
     queue.work.pop_front();
+    backlog.release();
   }
   return false;
 }

@@ -6,6 +6,8 @@
 // that waited for their later steps would wait forever).
 #pragma once
 
+#include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <source_location>
+#include <utility>
 #include <vector>
 
 #include "actors/observer.h"
@@ -42,12 +45,65 @@ class ClosureFailures {
   std::exception_ptr first_;
 };
 
+/// One replica thread's asynchronous closures handed to the runner and not yet run. Its host
+/// waits here before it hands on more than XLA_MAX_ASYNC_QUEUE (as torch_xla's bounded closure
+/// queue): every pending closure holds what it captured (a step's loss holds the step's backward
+/// graph), and a runner that falls behind would otherwise let that grow without bound.
+class ClosureBacklog : public std::enable_shared_from_this<ClosureBacklog> {
+ public:
+  /// Closures counted in the backlog until it goes: run, failed or dropped with their runner.
+  class Entry {
+   public:
+    Entry() = default;
+    Entry(std::shared_ptr<ClosureBacklog> backlog, std::size_t count) noexcept
+        : backlog_(std::move(backlog)), count_(count) {}
+    Entry(Entry&& other) noexcept
+        : backlog_(std::move(other.backlog_)), count_(std::exchange(other.count_, 0)) {}
+    Entry& operator=(Entry&& other) noexcept {
+      if (this != &other) {
+        release();
+        backlog_ = std::move(other.backlog_);
+        count_ = std::exchange(other.count_, 0);
+      }
+      return *this;
+    }
+    ~Entry() { release(); }
+    /// Counts the closures out now.
+    void release() noexcept {
+      if (backlog_) backlog_->ran(count_);
+      backlog_.reset();
+      count_ = 0;
+    }
+
+   private:
+    std::shared_ptr<ClosureBacklog> backlog_;
+    std::size_t count_ = 0;
+  };
+
+  /// Waits until `count` more closures fit under `limit` (0: no limit; a batch larger than the
+  /// limit waits for an empty backlog), then counts them in until the entry goes. `waited` tells
+  /// whether it had to wait.
+  [[nodiscard]] Entry admit(std::size_t count, std::size_t limit, bool* waited = nullptr);
+  [[nodiscard]] std::size_t pending() const;
+  /// The most closures ever pending at once.
+  [[nodiscard]] std::size_t peak() const;
+
+ private:
+  void ran(std::size_t count) noexcept;
+
+  mutable std::mutex mutex_;
+  std::condition_variable ran_;
+  std::size_t pending_ = 0;
+  std::size_t peak_ = 0;
+};
+
 /// Runs `closures` once every one of `outputs` (the step's results on all devices) is ready or
 /// failed, after the closures sent before by the same replica (the one `failures` belongs to).
 struct RunAfterStep {
   std::vector<IntrusivePtr<DeviceData>> outputs;
   std::vector<StepClosure> closures;
   std::shared_ptr<ClosureFailures> failures;
+  ClosureBacklog::Entry backlog;  ///< counts the closures out once they have run
 };
 /// Replies once every closure the replica owning `failures` sent before it has run.
 struct DrainClosures {

@@ -602,9 +602,22 @@ void ReplicaHost::run_closures(std::vector<IntrusivePtr<DeviceData>> outputs) {
   std::vector<StepClosure> now = std::move(closures_.now);
   closures_.now.clear();
   if (!closures_.async.empty()) {
-    LazySystem::get().closure_runner().tell(RunAfterStep{now.empty() ? std::move(outputs) : outputs,
-                                                         std::move(closures_.async),
-                                                         closures_.failures});
+    LazySystem& system = LazySystem::get();
+    // As torch_xla's bounded closure queue: a runner behind by XLA_MAX_ASYNC_QUEUE closures
+    // holds the host here, or the steps their closures captured would pile up.
+    const auto start = std::chrono::steady_clock::now();
+    bool waited = false;
+    ClosureBacklog::Entry counted =
+        closures_.backlog->admit(closures_.async.size(), system.max_async_closures(), &waited);
+    if (waited) {
+      const std::chrono::duration<double, std::nano> wait =
+          std::chrono::steady_clock::now() - start;
+      account()->add_host_wait(StepBreakdown::kClosures, wait.count());
+      AXLE_COUNTER_INC("AsyncClosureQueueWait", 1);
+    }
+    system.closure_runner().tell(RunAfterStep{now.empty() ? std::move(outputs) : outputs,
+                                              std::move(closures_.async), closures_.failures,
+                                              std::move(counted)});
     closures_.async.clear();
   }
   if (now.empty()) return;

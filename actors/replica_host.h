@@ -92,6 +92,7 @@ class ReplicaHost {
     std::vector<StepClosure> now;
     std::vector<StepClosure> async;
     std::shared_ptr<ClosureFailures> failures = std::make_shared<ClosureFailures>();
+    std::shared_ptr<ClosureBacklog> backlog = std::make_shared<ClosureBacklog>();
   };
 
   void sync_device(LazySystem& system, const DeviceSync& sync, bool wait, bool may_donate,

@@ -315,6 +315,12 @@ LazySettings read_lazy_settings() {
         "AXLE_MAX_STEPS_IN_FLIGHT='{}' must be 0 (no bound) or a number of steps of at least 1",
         get_string("AXLE_MAX_STEPS_IN_FLIGHT", "")));
   }
+  s.max_async_closures = get_int("XLA_MAX_ASYNC_QUEUE", defaults.max_async_closures);
+  if (s.max_async_closures < 0) {
+    throw ConfigError(fmt::format(
+        "XLA_MAX_ASYNC_QUEUE='{}' must be 0 (no bound) or a number of closures of at least 1",
+        get_string("XLA_MAX_ASYNC_QUEUE", "")));
+  }
   s.param_aliasing = get_bool("XLA_ENABLE_PARAM_ALIASING", defaults.param_aliasing);
   s.check_finite = get_bool("AXLE_CHECK_FINITE", defaults.check_finite);
   s.use_spmd = get_bool("XLA_USE_SPMD", defaults.use_spmd);

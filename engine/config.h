@@ -165,6 +165,10 @@ struct LazySettings {
   /// not yet seen done; the next one waits for the oldest (0: no bound). It bounds how far
   /// tracing runs ahead of the devices, and with it the memory the queued steps hold.
   int64_t max_steps_in_flight = 2;
+  /// XLA_MAX_ASYNC_QUEUE, default 100 (torch_xla's): asynchronous step closures a host thread
+  /// may have handed on and not yet seen run; the next mark_step with such closures waits for
+  /// the runner first (0: no bound). Every pending closure holds what it captured.
+  int64_t max_async_closures = 100;
   /// XLA_ENABLE_PARAM_ALIASING, default 1: mark_step may overwrite input buffers no tensor holds
   /// (buffer donation).
   bool param_aliasing = true;

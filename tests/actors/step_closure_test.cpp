@@ -14,6 +14,7 @@
 #include "actors/replica_host.h"
 #include "axle.h"
 #include "engine/config.h"
+#include "engine/metrics.h"
 #include "tests/actors/testing_system.h"
 
 namespace axle {
@@ -148,6 +149,57 @@ TEST_F(StepClosures, AMaxStepsInFlightBelowZeroIsAConfigError) {
         << e.what();
   }
   config::unset("AXLE_MAX_STEPS_IN_FLIGHT");
+}
+
+// XLA_MAX_ASYNC_QUEUE (torch_xla's bound on its asynchronous closure queue): a host whose
+// asynchronous closures have fallen that many behind waits at its next mark_step with closures
+// until the runner catches up, so the steps they hold cannot pile up.
+TEST_F(StepClosures, MarkStepWaitsWhileTooManyAsynchronousClosuresArePending) {
+  config::set("XLA_MAX_ASYNC_QUEUE", "3");
+  LazySystem::restart();
+  config::unset("XLA_MAX_ASYNC_QUEUE");
+  const int64_t waits_before = counter("AsyncClosureQueueWait").value();
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  std::atomic<int> returned{0}, ran{0};
+  std::thread host([&] {
+    Tensor x = tensor(std::vector<float>{0}, {1});
+    for (int step = 0; step < 5; ++step) {
+      x = x + 1.0;
+      add_step_closure(
+          [gate, &ran] {
+            gate.wait();
+            ++ran;
+          },
+          /*run_async=*/true);
+      mark_step();
+      ++returned;
+    }
+    wait_device_ops();
+  });
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (returned < 3 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  // Time for the fourth mark_step to return, were it not waiting for the runner.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(returned, 3);
+  EXPECT_EQ(ran, 0);
+  go.set_value();
+  host.join();
+  EXPECT_EQ(returned, 5);
+  EXPECT_EQ(ran, 5);
+  EXPECT_GE(counter("AsyncClosureQueueWait").value(), waits_before + 1);
+}
+
+TEST_F(StepClosures, AMaxAsyncQueueBelowZeroIsAConfigError) {
+  config::set("XLA_MAX_ASYNC_QUEUE", "-1");
+  try {
+    LazySystem::restart();
+    ADD_FAILURE() << "XLA_MAX_ASYNC_QUEUE=-1 was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("XLA_MAX_ASYNC_QUEUE='-1'"), std::string::npos)
+        << e.what();
+  }
+  config::unset("XLA_MAX_ASYNC_QUEUE");
 }
 
 TEST_F(StepClosures, AsynchronousOnesSeeTheAddingReplicasDeviceAsTheDefault) {

@@ -204,6 +204,7 @@ TEST_F(Settings, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(s.lazy.max_graph_nodes, 1'000'000);
   EXPECT_FALSE(s.lazy.eager_debug_mode);
   EXPECT_FALSE(s.lazy.sync_wait);
+  EXPECT_EQ(s.lazy.max_async_closures, 100);
   EXPECT_TRUE(s.lazy.param_aliasing);
   EXPECT_EQ(s.lazy.save_tensors_file, "");
   EXPECT_EQ(s.lazy.save_tensors_format, config::SaveTensorsFormat::kText);
@@ -283,6 +284,8 @@ TEST_F(Settings, ABadValueIsAConfigErrorNamingTheVariableAndTheValue) {
   expect_named_error("AXLE_DISABLE_PASSES", "fusoin");
   expect_named_error("PJRT_DEVICE", "TPU");
   expect_named_error("CPU_NUM_DEVICES", "0");
+  expect_named_error("CPU_NUM_DEVICES", "abc");
+  expect_named_error("XLA_MAX_ASYNC_QUEUE", "-1");
   expect_named_error("AXLE_CPU_INTRA_OP_THREADS", "0");
   expect_named_error("AXLE_CPU_INTRA_OP_THREADS", "257");
   expect_named_error("XLA_SAVE_TENSORS_FMT", "png");
