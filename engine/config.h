@@ -126,7 +126,7 @@ struct DeviceSettings {
   /// cores shared among the CPU devices (at least one each).
   int cpu_intra_op_threads = 0;
   /// AXLE_CPU_BLOCK_CACHE_MB, default 1024: per CPU device, how many MiB of freed memory in
-  /// blocks of 1 MiB and more are kept for reuse (a negative value counts as 0).
+  /// blocks of 64 KiB and more are kept for reuse (a negative value counts as 0).
   int64_t cpu_block_cache_mb = 1024;
   /// AXLE_DEVICE_MEMORY_LIMIT, default 0 (no limit): bytes each CPU device may hold. A step
   /// whose memory plan, with what the device already holds, would exceed it fails before it

@@ -1,7 +1,7 @@
-// backends/cpu: the CPU backend. Device memory is 64-byte-aligned host memory (large blocks are
-// kept for reuse when freed, up to AXLE_CPU_BLOCK_CACHE_MB per device); a program runs its kernel
-// calls in order on the calling (device actor's) thread, stopping at collectives; large kernels
-// share the work with the device's other compute threads (AXLE_CPU_INTRA_OP_THREADS).
+// backends/cpu: the CPU backend. Device memory is 64-byte-aligned host memory (blocks of 64 KiB
+// and more are kept for reuse when freed, up to AXLE_CPU_BLOCK_CACHE_MB per device); a program
+// runs its kernel calls in order on the calling (device actor's) thread, stopping at collectives;
+// large kernels share the work with the device's other compute threads (AXLE_CPU_INTRA_OP_THREADS).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,9 +24,14 @@ namespace {
 
 // Blocks this large are kept when freed, for the next buffer of their size: a fresh block of
 // megabytes costs a page fault per 4 KiB on first touch, and a training step frees and asks for
-// the same sizes every step.
-constexpr std::size_t kCachedBlockMin = std::size_t{1} << 20;
-constexpr std::size_t kCachedBlockGrain = std::size_t{64} << 10;
+// the same sizes every step. Down to 64 KiB (an MLP's activations, a batch of images): given back
+// to malloc, such blocks come and go on different threads every step, and glibc, which moves its
+// mmap threshold up past them, keeps them in per-thread heaps that fragment over a long run.
+constexpr std::size_t kCachedBlockMin = std::size_t{64} << 10;
+constexpr std::size_t kCachedBlockGrain = std::size_t{4} << 10;
+// From 1 MiB, sizes round up to 64 KiB: fewer distinct sizes to keep.
+constexpr std::size_t kLargeBlockMin = std::size_t{1} << 20;
+constexpr std::size_t kLargeBlockGrain = std::size_t{64} << 10;
 
 struct DeviceAccount {
   explicit DeviceAccount(std::size_t cache_limit) : cache_limit(cache_limit) {}
@@ -47,6 +52,8 @@ struct DeviceAccount {
 
   // The size a block of `bytes` is allocated with (cached blocks are matched by it).
   static std::size_t block_size(std::size_t bytes) {
+    if (bytes >= kLargeBlockMin)
+      return (bytes + kLargeBlockGrain - 1) / kLargeBlockGrain * kLargeBlockGrain;
     if (bytes >= kCachedBlockMin)
       return (bytes + kCachedBlockGrain - 1) / kCachedBlockGrain * kCachedBlockGrain;
     return std::max<std::size_t>(64, (bytes + 63) / 64 * 64);

@@ -1,6 +1,8 @@
-// CPU device memory: accounting, large blocks kept for reuse when freed, and donated inputs.
+// CPU device memory: accounting, blocks of 64 KiB and more kept for reuse when freed, and donated
+// inputs.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -26,6 +28,25 @@ TEST(CpuMemory, LargeBlocksAreReusedAndNotCountedWhileCached) {
   IntrusivePtr<DeviceMemory> c = backend->allocate(0, kBytes);
   EXPECT_NE(c->data(), b->data());  // a block is handed out once
   EXPECT_EQ(backend->memory_info(0).peak_bytes, 2 * kBytes);
+}
+
+// A training step's activations (here f32[64, 512], 128 KiB) are freed and asked for again every
+// step: kept too, they never go back to malloc, whose heaps a long run would otherwise fragment.
+TEST(CpuMemory, ActivationSizedBlocksAreReusedToo) {
+  std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  constexpr std::size_t kBytes = 64 * 512 * sizeof(float);
+  void* first = nullptr;
+  {
+    IntrusivePtr<DeviceMemory> a = backend->allocate(0, kBytes);
+    first = a->data();
+  }
+  // A block given back to malloc would be what this asks for next.
+  void* meanwhile = std::malloc(kBytes + 64);
+  IntrusivePtr<DeviceMemory> b = backend->allocate(0, kBytes);
+  EXPECT_EQ(b->data(), first);
+  EXPECT_EQ(b->bytes(), kBytes);
+  EXPECT_EQ(backend->memory_info(0).bytes_in_use, kBytes);
+  std::free(meanwhile);
 }
 
 // y = x + x over f32[4], written in place over x, which the caller donates.
