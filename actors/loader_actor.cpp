@@ -305,10 +305,10 @@ void TransferWorker::handle(TransferBatch& m) {
   const Trace span("loader transfer", "loader");
   try {
     fields.reserve(m.batch.size());
-    for (const CpuTensor& field : m.batch) {
-      fields.push_back(m.place_field
-                           ? (*m.place_field)(field, m.device)
-                           : tensor_from_bytes(field.bytes, field.dtype, field.shape, m.device));
+    for (CpuTensor& field : m.batch) {
+      // The batch is this message's own: its bytes move to the device without another copy.
+      fields.push_back(m.place_field ? (*m.place_field)(field, m.device)
+                                     : tensor_from_host(std::move(field), m.device));
     }
   } catch (...) {
     fields.clear();

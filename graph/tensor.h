@@ -232,6 +232,10 @@ class Tensor {
 Tensor tensor_from_bytes(std::span<const std::byte> bytes, DType dtype, const Shape& shape,
                          Device device = {},
                          std::source_location where = std::source_location::current());
+/// Creates a tensor on `device` from `host`, taking over its bytes: a batch the loader assembled
+/// goes to the device without another copy.
+Tensor tensor_from_host(CpuTensor host, Device device = {},
+                        std::source_location where = std::source_location::current());
 /// tensor_from_bytes with the SPMD sharding `sharding` (a key of intern_sharding, checked to
 /// fit): under use_spmd() each device receives only its tile (graph/spmd.h's
 /// tensor_from_host_sharded is the user's form).

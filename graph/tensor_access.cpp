@@ -83,21 +83,26 @@ void check_single(const Tensor& t, const std::source_location& where) {
 
 namespace {
 
-Tensor upload_host_bytes(std::span<const std::byte> bytes, DType dtype, const Shape& shape,
-                         Device device, int64_t sharding, const std::source_location& where) {
+void check_host_bytes(std::size_t bytes, DType dtype, const Shape& shape,
+                      const std::source_location& where) {
   const std::size_t expected = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
-  if (bytes.size() != expected) {
-    ops::fail(
-        "tensor",
-        fmt::format("{} values given for a tensor of shape {} ({} needed)",
-                    bytes.size() / dtype_size(dtype), ops::describe(dtype, shape), shape.numel()),
-        where);
+  if (bytes != expected) {
+    ops::fail("tensor",
+              fmt::format("{} values given for a tensor of shape {} ({} needed)",
+                          bytes / dtype_size(dtype), ops::describe(dtype, shape), shape.numel()),
+              where);
   }
+}
+
+// `given` has been checked to hold its shape.
+Tensor upload_host(CpuTensor given, Device device, int64_t sharding,
+                   const std::source_location& where) {
   TensorRuntime& runtime = require_tensor_runtime("creating a tensor from host data");
   runtime.check_device(device);
+  const DType dtype = given.dtype;
+  const Shape shape = given.shape;
   const DType storage = ops::storage_dtype(dtype);
-  CpuTensor host =
-      convert(CpuTensor{dtype, shape, std::vector<std::byte>(bytes.begin(), bytes.end())}, storage);
+  CpuTensor host = convert(std::move(given), storage);
   IntrusivePtr<DeviceData> data =
       sharding < 0
           ? runtime.upload(std::move(host.bytes), storage, shape, device)
@@ -107,11 +112,23 @@ Tensor upload_host_bytes(std::span<const std::byte> bytes, DType dtype, const Sh
   return made;
 }
 
+Tensor upload_host_bytes(std::span<const std::byte> bytes, DType dtype, const Shape& shape,
+                         Device device, int64_t sharding, const std::source_location& where) {
+  check_host_bytes(bytes.size(), dtype, shape, where);
+  return upload_host(CpuTensor{dtype, shape, std::vector<std::byte>(bytes.begin(), bytes.end())},
+                     device, sharding, where);
+}
+
 }  // namespace
 
 Tensor tensor_from_bytes(std::span<const std::byte> bytes, DType dtype, const Shape& shape,
                          Device device, std::source_location where) {
   return upload_host_bytes(bytes, dtype, shape, device, -1, where);
+}
+
+Tensor tensor_from_host(CpuTensor host, Device device, std::source_location where) {
+  check_host_bytes(host.bytes.size(), host.dtype, host.shape, where);
+  return upload_host(std::move(host), device, -1, where);
 }
 
 Tensor tensor_from_bytes_sharded(std::span<const std::byte> bytes, DType dtype, const Shape& shape,

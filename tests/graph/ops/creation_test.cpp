@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/graph/ops/ops_test_util.h"
@@ -57,6 +58,22 @@ TEST_F(OpsValue, ScalarTensorIsZeroDimWithItsValue) {
   EXPECT_TRUE(matches(scalar_tensor(3.75), DType::kF32, Ref{{}, {3.75}}, kExact));
   EXPECT_TRUE(matches(scalar_tensor(0.1, DType::kF64), DType::kF64, Ref{{}, {0.1}}, kExact));
   EXPECT_DOUBLE_EQ(scalar_tensor(-7, DType::kI64).item(), -7.0);
+}
+
+// tensor_from_host takes a host tensor's bytes as they are (the loader's batches): the values
+// arrive, in the logical dtype, and bytes that do not fill the shape are refused at the caller.
+TEST_F(OpsValue, TensorFromHostHoldsTheHostTensorsValues) {
+  const Tensor x = tensor_from_host(CpuTensor(std::vector<float>{1, -2, 3.5, 4, 5, 6}, {2, 3}));
+  EXPECT_TRUE(matches(x, DType::kF32, Ref{{2, 3}, {1, -2, 3.5, 4, 5, 6}}, kExact));
+  const Tensor h = tensor_from_host(CpuTensor(std::vector<double>{0.1, 0.2}, {2}));
+  EXPECT_TRUE(matches(h, DType::kF64, Ref{{2}, {0.1, 0.2}}, kExact));
+  CpuTensor short_of_one{DType::kF32, Shape{2, 3}, std::vector<std::byte>(5 * sizeof(float))};
+  try {
+    (void)tensor_from_host(std::move(short_of_one));
+    ADD_FAILURE() << "5 values for a [2, 3] tensor were accepted";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("5 values given"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
