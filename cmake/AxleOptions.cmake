@@ -28,6 +28,12 @@ target_compile_options(axle_options INTERFACE -Wall -Wextra -Wpedantic -Wno-unus
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND AXLE_ARCH)
   target_compile_options(axle_options INTERFACE -march=${AXLE_ARCH})
 endif()
+# Eigen's GEMM packs a block of its right-hand operand (up to a few hundred KiB for the layers of
+# the samples) into a buffer it takes from malloc when larger than this limit, once per product:
+# on the stack instead (every thread of axle's has the default 8 MiB), training steps do not
+# churn the allocator with such blocks. Set for all of axle's code, so every translation unit
+# instantiates Eigen alike.
+target_compile_definitions(axle_options INTERFACE EIGEN_STACK_ALLOCATION_LIMIT=524288)
 # Code compiled with axle's flags links as code that uses axle does (the sanitizer runtime).
 target_link_libraries(axle_options INTERFACE axle::usage)
 
