@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "io/formats/event_file.h"
 #include "trainer_run.h"
 
 namespace {
@@ -201,6 +203,47 @@ std::vector<double> logged_train_losses(const std::filesystem::path& dir) {
     }
   }
   return losses;
+}
+
+// --logdir writes a TensorBoard event file beside the JSON lines, every record's CRCs checking:
+// the loss, learning rate and tokens/s at each logged step (the loss as the JSON lines have it),
+// the step breakdown, and the validation loss at each evaluation.
+TEST(TrainGpt, LogdirWritesTensorBoardSummaries) {
+  require_corpus();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("axle_train_gpt_tb_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const TrainerRun run =
+      train(std::string(kSmall) + "--max_steps 10 --log_steps 5 --eval_interval 5 --logdir " +
+            dir.string());
+  ASSERT_EQ(run.status, 0) << run.output;
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().starts_with("events.out.tfevents.")) {
+      files.push_back(entry.path());
+    }
+  }
+  ASSERT_EQ(files.size(), 1u);
+  const axle::EventFile events = axle::read_event_file(files[0]);  // throws on a bad CRC
+  std::map<std::string, std::vector<int64_t>> steps;
+  std::vector<double> losses;
+  double tokens_per_s = 0;
+  for (const axle::EventValue& v : events.values) {
+    steps[v.tag].push_back(v.step);
+    if (v.tag == "train/loss") losses.push_back(v.value);
+    if (v.tag == "train/tokens_per_s") tokens_per_s = v.value;
+  }
+  for (const char* tag : {"train/loss", "train/lr", "train/tokens_per_s"}) {
+    EXPECT_EQ(steps[tag], (std::vector<int64_t>{1, 5, 10}))
+        << tag;  // the first step, then each 5th
+  }
+  EXPECT_EQ(steps["val/loss"], (std::vector<int64_t>{5, 10}));
+  EXPECT_GT(tokens_per_s, 0);
+  EXPECT_FALSE(steps["step_breakdown/executing_ms"].empty());
+  const std::vector<double> logged = logged_train_losses(dir);
+  ASSERT_EQ(logged.size(), losses.size()) << run.output;
+  for (std::size_t i = 0; i < logged.size(); ++i) EXPECT_NEAR(losses[i], logged[i], 1e-5);
+  std::filesystem::remove_all(dir);
 }
 
 // --spmd --mesh 2,2 (batch over "data", heads and MLP width over "model", Megatron-style) logs

@@ -4,9 +4,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <map>
 #include <string>
+#include <vector>
 
+#include "io/formats/event_file.h"
 #include "trainer_run.h"
+
+#include <unistd.h>
 
 namespace {
 
@@ -67,6 +73,46 @@ TEST(TrainResnet, ResNet50LearnsItsFakeBatch) {
       "--model resnet50 --image_size 32 --batch_size 8 --max_steps 12 --lr 0.01 "
       "--log_steps 4 --seed 1");
   expect_learns(run, "resnet50", 1);
+}
+
+// --logdir writes a TensorBoard event file whose every record's CRCs check: the loss, learning
+// rate and images/s at each logged step, the step breakdown, and the test loss and accuracy the
+// run printed.
+TEST(TrainResnet, LogdirWritesTensorBoardSummaries) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("axle_train_resnet_tb_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const TrainerRun run = train(
+      "--model resnet18 --image_size 32 --batch_size 4 --max_steps 10 --lr 0.01 "
+      "--log_steps 5 --seed 1 --logdir " +
+      dir.string());
+  ASSERT_EQ(run.status, 0) << run.output;
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) files.push_back(entry.path());
+  ASSERT_EQ(files.size(), 1u);
+  const axle::EventFile events = axle::read_event_file(files[0]);  // throws on a bad CRC
+  std::map<std::string, std::vector<int64_t>> steps;
+  std::map<std::string, double> last;
+  for (const axle::EventValue& v : events.values) {
+    steps[v.tag].push_back(v.step);
+    last[v.tag] = v.value;
+  }
+  for (const char* tag : {"train/loss", "train/lr", "train/images_per_s"}) {
+    EXPECT_EQ(steps[tag], (std::vector<int64_t>{1, 5, 10}))
+        << tag;  // the first step, then each 5th
+  }
+  EXPECT_NEAR(last["train/loss"], run.summary["final_loss"].get<double>(), 1e-4) << run.output;
+  EXPECT_NEAR(last["train/lr"], 0.01, 1e-7);  // a float32 in the event
+  EXPECT_GT(last["train/images_per_s"], 0);
+  EXPECT_FALSE(steps["step_breakdown/executing_ms"].empty());
+  ASSERT_EQ(steps["test/loss"].size(), 1u);
+  ASSERT_EQ(steps["test/accuracy"].size(), 1u);
+  const std::string printed = run.output.substr(run.output.find("| Test Device="));
+  const double loss = std::stod(printed.substr(printed.find("Loss=") + 5));
+  EXPECT_NEAR(last["test/loss"], loss, 1e-4) << printed;
+  EXPECT_GE(last["test/accuracy"], 0.0);
+  EXPECT_LE(last["test/accuracy"], 1.0);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(TrainResnet, OtherModelsAreRefused) {
