@@ -317,6 +317,31 @@ class Partitioner {
     return picked;
   }
 
+  // Global indices into a dim split in blocks of `length` (the device's block starts at
+  // starts[device]) as indices into the device's block: `mask` says which fall in it, `safe` is
+  // each such index, or 0 for the others (to be masked out after the lookup).
+  struct BlockIndices {
+    int32_t mask;
+    int32_t safe;
+  };
+  BlockIndices block_indices(int32_t indices, DType index_dtype, const Shape& shape,
+                             int64_t length, const std::vector<int64_t>& starts) {
+    int32_t start = per_device(starts);
+    if (index_dtype != DType::kI64) {
+      const int32_t operand[] = {start};
+      start = emit(Op::kCast, index_dtype, Shape{1}, operand);
+    }
+    const int32_t shift[] = {indices, start};
+    const int32_t local = emit(Op::kSub, index_dtype, shape, shift);
+    const int32_t low[] = {local, scalar(index_dtype, 0)};
+    const int32_t high[] = {local, scalar(index_dtype, static_cast<double>(length))};
+    const int32_t in_range[] = {emit(Op::kGe, DType::kBool, shape, low),
+                                emit(Op::kLt, DType::kBool, shape, high)};
+    const int32_t mask = emit(Op::kLogicalAnd, DType::kBool, shape, in_range);
+    const int32_t safe_operands[] = {mask, local, scalar(index_dtype, 0)};
+    return {mask, emit(Op::kWhere, index_dtype, shape, safe_operands)};
+  }
+
   // The device's block of `dim` (of `length` elements from offsets[device]).
   int32_t dynamic_slice(int32_t x, int dim, int64_t length, const std::vector<int64_t>& offsets) {
     const double iota[] = {0, 1};
@@ -713,20 +738,7 @@ class Partitioner {
         const int64_t length = xs[dim] / k;
         std::vector<int64_t> offsets;
         for (int64_t c : k_coords) offsets.push_back(c * length);
-        int32_t offset = per_device(offsets);
-        if (index_dtype != DType::kI64) {
-          const int32_t operand[] = {offset};
-          offset = emit(Op::kCast, index_dtype, Shape{1}, operand);
-        }
-        const int32_t shift[] = {rows, offset};
-        const int32_t local_rows = emit(Op::kSub, index_dtype, rows_shape, shift);
-        const int32_t low[] = {local_rows, scalar(index_dtype, 0)};
-        const int32_t high[] = {local_rows, scalar(index_dtype, static_cast<double>(length))};
-        const int32_t in_range[] = {emit(Op::kGe, DType::kBool, rows_shape, low),
-                                    emit(Op::kLt, DType::kBool, rows_shape, high)};
-        const int32_t mask = emit(Op::kLogicalAnd, DType::kBool, rows_shape, in_range);
-        const int32_t safe_operands[] = {mask, local_rows, scalar(index_dtype, 0)};
-        const int32_t safe = emit(Op::kWhere, index_dtype, rows_shape, safe_operands);
+        const auto [mask, safe] = block_indices(rows, index_dtype, rows_shape, length, offsets);
         const Shape shape = local_shape(instr.shape, want);
         const int32_t lookup[] = {table, safe};
         const int32_t picked = local_op(id, lookup, shape);
@@ -1291,20 +1303,7 @@ class Partitioner {
     const int64_t length = xs[dim] / k;
     std::vector<int64_t> starts;
     for (int64_t c : k_coords) starts.push_back(c * length);
-    int32_t start = per_device(starts);
-    if (index_dtype != DType::kI64) {
-      const int32_t operand[] = {start};
-      start = emit(Op::kCast, index_dtype, Shape{1}, operand);
-    }
-    const int32_t shift[] = {positions, start};
-    const int32_t local = emit(Op::kSub, index_dtype, shape, shift);
-    const int32_t low[] = {local, scalar(index_dtype, 0)};
-    const int32_t high[] = {local, scalar(index_dtype, static_cast<double>(length))};
-    const int32_t in_range[] = {emit(Op::kGe, DType::kBool, shape, low),
-                                emit(Op::kLt, DType::kBool, shape, high)};
-    const int32_t mask = emit(Op::kLogicalAnd, DType::kBool, shape, in_range);
-    const int32_t safe_operands[] = {mask, local, scalar(index_dtype, 0)};
-    const int32_t safe = emit(Op::kWhere, index_dtype, shape, safe_operands);
+    const auto [mask, safe] = block_indices(positions, index_dtype, shape, length, starts);
     const int32_t pick[] = {table, safe};
     const int32_t picked = local_op(id, pick, shape);
     const int32_t kept[] = {mask, picked, scalar(instr.dtype, 0)};
