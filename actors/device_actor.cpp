@@ -389,14 +389,18 @@ Arrive DeviceActor::arrival(const ExecuteRequest& request, const KernelCall& cal
 }
 
 template <class Then>
-void DeviceActor::when_met(Future<Gathered> met, Then then) {
+void DeviceActor::when_met(Future<Gathered> met, bool among_processes, Then then) {
   // The other members are usually about to come: waiting for them here, giving the core away
-  // meanwhile, costs less than parking the device and waking it again.
+  // meanwhile, costs less than parking the device and waking it again. Waiting for other
+  // processes, the device receives their messages itself.
   if (!met.ready() && meeting_spin_.count() > 0) {
+    ProcessTransport* transport = among_processes ? points_->transport() : nullptr;
+    if (transport) transport->begin_polling();
     const auto start = std::chrono::steady_clock::now();
     while (!met.ready() && std::chrono::steady_clock::now() - start < meeting_spin_) {
-      std::this_thread::yield();
+      if (!transport || !transport->progress()) std::this_thread::yield();
     }
+    if (transport) transport->end_polling(!met.ready());
   }
   if (met.ready()) return then(met.state()->take(), true);
   met.then_on(self().target(), [then = std::move(then)](Result<Gathered> all) mutable {
@@ -456,6 +460,7 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   when_met(
       points_->arrive(
           arrival(request, call, members, collective_tag(program, call), std::move(contribution))),
+      !all_local,
       [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members,
        position = static_cast<int>(position),
        shares_result](Result<Gathered> all, bool in_line) mutable {
@@ -513,6 +518,7 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
         request.waits_since = std::chrono::steady_clock::now();
         when_met(points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
                                          std::move(written))),
+                 false,
                  [this, held = std::move(held), &call, tag, result = std::move(result),
                   first_in_line = in_line](Result<Gathered> done, bool in_line) mutable {
                    ExecuteRequest& request = *held;
@@ -546,7 +552,7 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
   request.waits_since = std::chrono::steady_clock::now();
   const std::string tag = collective_tag(program, call);
   when_met(
-      points_->arrive(arrival(request, call, members, tag, std::move(contribution))),
+      points_->arrive(arrival(request, call, members, tag, std::move(contribution))), true,
       [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members, owners, me, tag](
           Result<Gathered> all, bool first_in_line) mutable {
         ExecuteRequest& request = *held;
@@ -595,6 +601,7 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
         request.waits_since = std::chrono::steady_clock::now();
         when_met(points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
                                          std::move(folded))),
+                 true,
                  [this, held = std::move(held), &call, members, owners, me, tag, n, element,
                   result = std::move(result),
                   first_in_line](Result<Gathered> done, bool in_line) mutable {

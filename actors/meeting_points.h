@@ -143,6 +143,8 @@ class MeetingPoints {
   void receive(FromProcess& m);
   /// Fails every point waited on past its deadline at `now`.
   void expire(std::chrono::steady_clock::time_point now);
+  /// The transport to the job's other processes, or null.
+  [[nodiscard]] ProcessTransport* transport() const noexcept { return transport_; }
   /// True while some group is open (its deadlines need the clock).
   [[nodiscard]] bool any_open() const;
 

@@ -17,10 +17,10 @@
 #include <cstring>
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <future>
@@ -41,6 +41,9 @@ constexpr int kTag = 7;  // every message of the transport; they say themselves 
 // `comm` with the whole messages (so it keeps its place among them), holds the message's size,
 // where its blocks go and its other bytes; the blocks follow on `block_comm`, in order.
 constexpr int kHeadTag = 8;
+// While threads poll for themselves (a device at a meeting), how long the transport's thread
+// rests between looks, and how long after a poller last got its message it keeps resting.
+constexpr std::chrono::microseconds kRestWhilePolled{1000};
 
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -183,8 +186,8 @@ struct ProcessTransport::State {
     std::shared_ptr<MessageBytes> buffer;  // the message, or its head
     int from;
     bool done = false;
-    bool head = false;                     // buffer is a head: the blocks come after it
-    std::shared_ptr<MessageBytes> whole;   // a head's message, once its blocks are on the way
+    bool head = false;                    // buffer is a head: the blocks come after it
+    std::shared_ptr<MessageBytes> whole;  // a head's message, once its blocks are on the way
     std::vector<MPI_Request> blocks;
   };
 
@@ -196,7 +199,12 @@ struct ProcessTransport::State {
   bool delivering = false;         // under mutex: a message is in the receiver's hands
   std::condition_variable delivered;
   std::deque<std::pair<int, ProcessMessage>> held;  // arrived while no receiver was set
-  std::atomic<bool> has_work{false};  // outgoing or posted has sends
+  std::atomic<bool> has_work{false};                // outgoing or posted has sends
+  std::atomic<int> pollers{0};  // threads polling for themselves (begin_polling)
+  // When a poller last got what it waited for (steady_clock ticks): while threads keep
+  // polling for themselves, this one need not spin between their waits.
+  std::atomic<int64_t> polled_at{0};
+  std::atomic<int> waiters{0};  // threads waiting without polling (begin_waiting)
   // MPI_THREAD_MULTIPLE: senders post their own sends.
   bool direct = false;
   std::vector<Sending> posted;  // under mutex: posted by senders, for this thread to test
@@ -218,6 +226,10 @@ struct ProcessTransport::State {
 
   void start(std::promise<ProcessPlacement>& started);
   void run();
+  // One round of polling; the caller holds mpi_mutex.
+  bool poll();
+  // Whether threads poll for themselves now (and none waits without polling): this thread rests.
+  [[nodiscard]] bool rests_while_polled() const;
   bool post_sends();
   // Posts `out`'s sends (MPI_Isend) onto `to_test`; false when MPI refused them.
   bool post(Outgoing& out, std::vector<Sending>& to_test);
@@ -279,6 +291,15 @@ void ProcessTransport::State::start(std::promise<ProcessPlacement>& started) {
     return;
   }
   run();
+}
+
+bool ProcessTransport::State::poll() {
+  bool progressed = false;
+  if (has_work.load(std::memory_order_relaxed)) progressed |= post_sends();
+  if (!sending.empty()) progressed |= test_sends();
+  progressed |= match_arrivals();
+  if (!receiving.empty()) progressed |= deliver_arrivals();
+  return progressed;
 }
 
 bool ProcessTransport::State::post_sends() {
@@ -346,8 +367,7 @@ bool ProcessTransport::State::match_arrivals() {
     if (!found) return progressed;
     int count = 0;
     MPI_Get_count(&status, MPI_BYTE, &count);
-    Receiving r{MPI_REQUEST_NULL,
-                MessageBytes::make(static_cast<std::size_t>(count)),
+    Receiving r{MPI_REQUEST_NULL, MessageBytes::make(static_cast<std::size_t>(count)),
                 status.MPI_SOURCE};
     r.head = status.MPI_TAG == kHeadTag;
     MPI_Imrecv(r.buffer->data(), count, MPI_BYTE, &message, &r.request);
@@ -438,8 +458,8 @@ void ProcessTransport::State::receive_blocks(Receiving& r) {
   std::memcpy(whole->data() + written, take(size - written), size - written);
   r.blocks.assign(count, MPI_REQUEST_NULL);
   for (std::size_t i = 0; i < count; ++i) {
-    MPI_Irecv(whole->data() + blocks[i].first, static_cast<int>(blocks[i].second), MPI_BYTE,
-              r.from, kTag, block_comm, &r.blocks[i]);
+    MPI_Irecv(whole->data() + blocks[i].first, static_cast<int>(blocks[i].second), MPI_BYTE, r.from,
+              kTag, block_comm, &r.blocks[i]);
   }
   r.whole = std::move(whole);
   r.buffer.reset();
@@ -464,6 +484,14 @@ void ProcessTransport::State::deliver(int from, ProcessMessage message) {
   delivered.notify_all();
 }
 
+bool ProcessTransport::State::rests_while_polled() const {
+  if (waiters.load(std::memory_order_relaxed) > 0) return false;
+  if (pollers.load(std::memory_order_relaxed) > 0) return true;
+  const auto polled = std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(polled_at.load(std::memory_order_relaxed)));
+  return std::chrono::steady_clock::now() - polled < kRestWhilePolled;
+}
+
 void ProcessTransport::State::run() {
   using Clock = std::chrono::steady_clock;
   auto idle_since = Clock::now();
@@ -471,20 +499,27 @@ void ProcessTransport::State::run() {
     bool progressed = false;
     {
       const std::lock_guard calling(mpi_mutex);
-      if (has_work.load(std::memory_order_relaxed)) progressed |= post_sends();
-      if (!sending.empty()) progressed |= test_sends();
-      progressed |= match_arrivals();
-      if (!receiving.empty()) progressed |= deliver_arrivals();
+      progressed = poll();
     }
     if (progressed) {
       idle_since = Clock::now();
-      continue;
+      // Threads polling for themselves are left the lock between looks.
+      if (!rests_while_polled()) continue;
     }
     const auto idle = Clock::now() - idle_since;
     std::unique_lock lock(mutex);
     if (stopping && outgoing.empty()) {
       lock.unlock();
       return finish();
+    }
+    if (rests_while_polled()) {
+      // Waiting threads poll for themselves (and post what is queued): this one only looks in
+      // now and then, and leaves them the cores. Woken (a poller stopped waiting in line, or a
+      // thread waits without polling), it watches again.
+      if (wake.wait_for(lock, kRestWhilePolled) == std::cv_status::no_timeout) {
+        idle_since = Clock::now();
+      }
+      continue;
     }
     if (!outgoing.empty()) continue;
     if (idle < std::chrono::microseconds(300)) {
@@ -551,6 +586,11 @@ std::exception_ptr g_start_error;
 ProcessTransport* ProcessTransport::get() {
   std::call_once(g_started, [] {
     if (!config::read_process_settings().launched_by_mpi) return;
+    // A small collective's message is its operand and a head of about 180 bytes: 4 KiB operands
+    // fit Open MPI's shared-memory eager sends (one hop, no rendezvous handshake) only from an
+    // 8 KiB limit. Set before MPI starts, on the thread that reads settings; a limit the user set
+    // stays.
+    ::setenv("OMPI_MCA_btl_vader_eager_limit", "8192", /*overwrite=*/0);
     auto state = std::make_unique<State>();
     state->exit_wait = config::read_collective_settings().timeout;
     std::promise<ProcessPlacement> started;
@@ -649,6 +689,45 @@ void ProcessTransport::send(int to, std::size_t size, std::span<const std::byte>
   }
   std::memcpy(at, rest.data(), rest.size());
   enqueue(*state_, State::Outgoing{to, std::move(head), std::move(blocks), std::move(keep)});
+}
+
+bool ProcessTransport::progress() {
+  State& s = *state_;
+  std::unique_lock calling(s.mpi_mutex, std::try_to_lock);
+  if (!calling || s.finished) return false;
+  return s.poll();
+}
+
+void ProcessTransport::begin_polling() noexcept {
+  state_->pollers.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ProcessTransport::begin_waiting() noexcept {
+  State& s = *state_;
+  s.waiters.fetch_add(1, std::memory_order_relaxed);
+  {
+    // Under the lock: the transport's thread is either past its check or waiting to be woken.
+    std::lock_guard lock(s.mutex);
+  }
+  s.wake.notify_one();
+}
+
+void ProcessTransport::end_waiting() noexcept {
+  state_->waiters.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void ProcessTransport::end_polling(bool wake) noexcept {
+  State& s = *state_;
+  if (!wake) {
+    s.polled_at.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                      std::memory_order_relaxed);
+  } else {
+    s.polled_at.store(0, std::memory_order_relaxed);
+  }
+  if (s.pollers.fetch_sub(1, std::memory_order_relaxed) == 1 && wake) {
+    { std::lock_guard lock(s.mutex); }  // as in begin_waiting
+    s.wake.notify_one();
+  }
 }
 
 void ProcessTransport::set_receiver(Receiver receiver) {

@@ -46,7 +46,7 @@ class MessageBytes {
   MessageBytes& operator=(const MessageBytes&) = delete;
 
  private:
-  std::vector<std::byte> owned_;    // or
+  std::vector<std::byte> owned_;      // or
   std::unique_ptr<std::byte[]> raw_;  // with room for
   std::size_t capacity_ = 0;
   std::byte* data_ = nullptr;
@@ -85,6 +85,23 @@ class ProcessTransport {
   /// the whole message in one buffer, as from send(), in order with the sender's other messages.
   void send(int to, std::size_t size, std::span<const std::byte> rest,
             std::vector<MessageBlock> blocks, std::shared_ptr<const void> keep);
+
+  /// One round of the transport's work on the calling thread (posting sends, completing them,
+  /// receiving and delivering arrivals), unless another thread is at it; true when something
+  /// moved. A thread about to wait for a message (a device at a meeting among processes) polls
+  /// for it so, between begin_polling() and end_polling(): the message is delivered on the thread
+  /// that waits for it, without a hand-off, and the transport's own thread rests meanwhile, so
+  /// that the two do not compete for a core.
+  bool progress();
+  void begin_polling() noexcept;
+  /// `wake`: the caller gives up waiting in line (it parks), so the transport's thread takes over
+  /// at once; otherwise it looks in again within a millisecond.
+  void end_polling(bool wake) noexcept;
+  /// A thread that waits for other processes without polling (a replica at a rendezvous), between
+  /// begin_waiting() and end_waiting(): the transport's thread keeps watching meanwhile, even
+  /// while devices poll for themselves.
+  void begin_waiting() noexcept;
+  void end_waiting() noexcept;
 
   /// Where messages go from now on; messages that arrived while none was set go to it first.
   /// An empty receiver holds them again.

@@ -62,6 +62,15 @@ Gathered exchange_with_replicas(const ActorRef<RendezvousActor>& rendezvous,
                 collective_timeout(),
                 Channel::kHost,
                 codec};
+  // Waiting without polling: the transport's thread watches for the other processes' values.
+  ProcessTransport* transport = ProcessTransport::get();
+  if (transport) transport->begin_waiting();
+  struct EndWaiting {
+    ProcessTransport* transport;
+    ~EndWaiting() {
+      if (transport) transport->end_waiting();
+    }
+  } end_waiting{transport};
   // The reply's error is rethrown as an exception of this thread's own (with its own copy of the
   // message: std::runtime_error copies share it), and the reply outlives the copying: the actor
   // may release the original last, and libstdc++'s uninstrumented reference counts would make
