@@ -340,6 +340,11 @@ constexpr ValueCodec kContributionCodec{
 // below it, the second meeting costs more than the bytes it saves.
 constexpr std::size_t kStretchedAllReduceBytes = std::size_t{256} << 10;
 constexpr std::size_t kStretchedBetweenTwoBytes = std::size_t{8} << 20;
+// Below this size (of the result: what comes from the others) a device waiting for other
+// processes receives their messages itself: a hand-off less matters most for small collectives,
+// while large ones measured no faster so (a 1 MiB all-reduce between two processes,
+// benchmarks/README.md).
+constexpr std::size_t kPolledMeetingBytes = std::size_t{256} << 10;
 
 // A buffer for the result of the collective `run` stopped at: one the run released, as its
 // memory plan counts on, or a new one.
@@ -460,7 +465,7 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   when_met(
       points_->arrive(
           arrival(request, call, members, collective_tag(program, call), std::move(contribution))),
-      !all_local,
+      !all_local && result_desc.bytes() < kPolledMeetingBytes,
       [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members,
        position = static_cast<int>(position),
        shares_result](Result<Gathered> all, bool in_line) mutable {
@@ -552,7 +557,7 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
   request.waits_since = std::chrono::steady_clock::now();
   const std::string tag = collective_tag(program, call);
   when_met(
-      points_->arrive(arrival(request, call, members, tag, std::move(contribution))), true,
+      points_->arrive(arrival(request, call, members, tag, std::move(contribution))), false,
       [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members, owners, me, tag](
           Result<Gathered> all, bool first_in_line) mutable {
         ExecuteRequest& request = *held;
@@ -601,7 +606,7 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
         request.waits_since = std::chrono::steady_clock::now();
         when_met(points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
                                          std::move(folded))),
-                 true,
+                 false,
                  [this, held = std::move(held), &call, members, owners, me, tag, n, element,
                   result = std::move(result),
                   first_in_line](Result<Gathered> done, bool in_line) mutable {
