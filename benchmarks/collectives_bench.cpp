@@ -8,7 +8,8 @@
 // With --mpi, under mpirun: the job's replicas (processes × CPU_NUM_DEVICES) all-reduce across
 // processes, and raw MPI_Allreduce runs on buffers of the same size in the same run:
 //   allreduce_gbps        — as above, with "processes" and "world_size"
-//   mpi_allreduce_gbps    — bytes / time of one MPI_Allreduce (sum of floats) among the processes
+//   mpi_allreduce_gbps    — bytes / time of one MPI_Allreduce (sum of floats) among the processes,
+//                           reducing kChain buffers in turn as axle's replicas do
 //   allreduce_over_mpi    — MPI's time / axle's, the median over rounds that run axle and MPI
 //                           in turn (target: ≥ 0.9 from 1 MiB up)
 //   allreduce_us, mpi_allreduce_us — the times themselves (small messages: latency)
@@ -113,8 +114,13 @@ AgainstMpi allreduce_against_mpi(std::size_t bytes, int rounds) {
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   const int count = static_cast<int>(elements);
-  std::vector<float> in(static_cast<std::size_t>(count), 1.0f);
-  std::vector<float> out(static_cast<std::size_t>(count));
+  // As axle's replicas, MPI reduces kChain buffers of its own in turn, into kChain results: the
+  // same memory traffic (one buffer pair reused would stay in the caches from 1 MiB down).
+  std::vector<std::vector<float>> ins, outs;
+  for (int k = 0; k < kChain; ++k) {
+    ins.emplace_back(static_cast<std::size_t>(count), 1.0f + static_cast<float>(k));
+    outs.emplace_back(static_cast<std::size_t>(count));
+  }
   std::vector<double> axle_seconds, mpi_seconds, ratios;
   spawn(
       [&](int replica) {
@@ -132,7 +138,11 @@ AgainstMpi allreduce_against_mpi(std::size_t bytes, int rounds) {
         wait_device_ops();
         // One replica per process calls MPI, the others wait at the next rendezvous.
         const bool calls_mpi = global_ordinal() % devices == 0;
-        if (calls_mpi) MPI_Allreduce(in.data(), out.data(), count, MPI_FLOAT, MPI_SUM, comm);
+        if (calls_mpi) {
+          for (int k = 0; k < kChain; ++k) {
+            MPI_Allreduce(ins[k].data(), outs[k].data(), count, MPI_FLOAT, MPI_SUM, comm);
+          }
+        }
         for (int r = 0; r < rounds; ++r) {
           rendezvous("axle round");
           const auto start = Clock::now();
@@ -144,7 +154,8 @@ AgainstMpi allreduce_against_mpi(std::size_t bytes, int rounds) {
           MPI_Barrier(comm);
           const auto mpi_start = Clock::now();
           for (int s = 0; s < mpi_steps; ++s) {
-            MPI_Allreduce(in.data(), out.data(), count, MPI_FLOAT, MPI_SUM, comm);
+            MPI_Allreduce(ins[s % kChain].data(), outs[s % kChain].data(), count, MPI_FLOAT,
+                          MPI_SUM, comm);
           }
           const double mpi_s = seconds_since(mpi_start) / mpi_steps;
           axle_seconds.push_back(axle_s);
