@@ -230,6 +230,10 @@ struct ProcessTransport::State {
   bool poll();
   // Whether threads poll for themselves now (and none waits without polling): this thread rests.
   [[nodiscard]] bool rests_while_polled() const;
+  // Wakes this thread from its rest after a change to what rests_while_polled() reads. Taking
+  // `mutex` first (the thread checks under it) means the thread is either past its check or
+  // already waiting, so the wake is never lost.
+  void wake_thread();
   bool post_sends();
   // Posts `out`'s sends (MPI_Isend) onto `to_test`; false when MPI refused them.
   bool post(Outgoing& out, std::vector<Sending>& to_test);
@@ -484,6 +488,11 @@ void ProcessTransport::State::deliver(int from, ProcessMessage message) {
   delivered.notify_all();
 }
 
+void ProcessTransport::State::wake_thread() {
+  { const std::lock_guard lock(mutex); }
+  wake.notify_one();
+}
+
 bool ProcessTransport::State::rests_while_polled() const {
   if (waiters.load(std::memory_order_relaxed) > 0) return false;
   if (pollers.load(std::memory_order_relaxed) > 0) return true;
@@ -703,13 +712,8 @@ void ProcessTransport::begin_polling() noexcept {
 }
 
 void ProcessTransport::begin_waiting() noexcept {
-  State& s = *state_;
-  s.waiters.fetch_add(1, std::memory_order_relaxed);
-  {
-    // Under the lock: the transport's thread is either past its check or waiting to be woken.
-    std::lock_guard lock(s.mutex);
-  }
-  s.wake.notify_one();
+  state_->waiters.fetch_add(1, std::memory_order_relaxed);
+  state_->wake_thread();
 }
 
 void ProcessTransport::end_waiting() noexcept {
@@ -718,16 +722,10 @@ void ProcessTransport::end_waiting() noexcept {
 
 void ProcessTransport::end_polling(bool wake) noexcept {
   State& s = *state_;
-  if (!wake) {
-    s.polled_at.store(std::chrono::steady_clock::now().time_since_epoch().count(),
-                      std::memory_order_relaxed);
-  } else {
-    s.polled_at.store(0, std::memory_order_relaxed);
-  }
-  if (s.pollers.fetch_sub(1, std::memory_order_relaxed) == 1 && wake) {
-    { std::lock_guard lock(s.mutex); }  // as in begin_waiting
-    s.wake.notify_one();
-  }
+  // A poller that parks leaves no recent poll behind, so the thread does not go back to resting.
+  s.polled_at.store(wake ? 0 : std::chrono::steady_clock::now().time_since_epoch().count(),
+                    std::memory_order_relaxed);
+  if (s.pollers.fetch_sub(1, std::memory_order_relaxed) == 1 && wake) s.wake_thread();
 }
 
 void ProcessTransport::set_receiver(Receiver receiver) {
