@@ -481,6 +481,10 @@ void ProcessTransport::State::deliver(int from, ProcessMessage message) {
     delivering = true;
   }
   to(from, std::move(message));
+  // Its copy of the receiver goes first: what the receiver holds (a stopping system's meeting
+  // points, which hand their state to the next system's as they go) must be gone by the time
+  // set_receiver({}) returns.
+  to = nullptr;
   {
     std::lock_guard lock(mutex);
     delivering = false;
