@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -394,21 +395,41 @@ Arrive DeviceActor::arrival(const ExecuteRequest& request, const KernelCall& cal
 }
 
 template <class Then>
-void DeviceActor::when_met(Future<Gathered> met, bool among_processes, Then then) {
+void DeviceActor::when_met(Future<Gathered> met, Awaits awaits, Then then) {
   // The other members are usually about to come: waiting for them here, giving the core away
-  // meanwhile, costs less than parking the device and waking it again. Waiting for other
-  // processes, the device receives their messages itself.
+  // meanwhile, costs less than parking the device and waking it again. Waiting for small
+  // messages of other processes, the device receives them itself; for others, the transport's
+  // thread keeps watching while the device waits (it rests while nothing here expects any).
+  ProcessTransport* transport = awaits == Awaits::kLocal ? nullptr : points_->transport();
   if (!met.ready() && meeting_spin_.count() > 0) {
-    ProcessTransport* transport = among_processes ? points_->transport() : nullptr;
-    if (transport) transport->begin_polling();
+    const bool polls = transport && awaits == Awaits::kProcessesPolled;
+    if (polls) {
+      transport->begin_polling();
+    } else if (transport) {
+      transport->begin_waiting();
+    }
     const auto start = std::chrono::steady_clock::now();
     while (!met.ready() && std::chrono::steady_clock::now() - start < meeting_spin_) {
-      if (!transport || !transport->progress()) std::this_thread::yield();
+      if (!polls || !transport->progress()) std::this_thread::yield();
     }
-    if (transport) transport->end_polling(!met.ready());
+    if (polls) {
+      transport->end_polling(!met.ready());
+    } else if (transport) {
+      transport->end_waiting();
+    }
   }
   if (met.ready()) return then(met.state()->take(), true);
-  met.then_on(self().target(), [then = std::move(then)](Result<Gathered> all) mutable {
+  // Parked until the members come: the transport's thread receives for this device meanwhile,
+  // until the continuation runs (or is dropped with a stopping system).
+  std::shared_ptr<ProcessTransport> watching;
+  if (transport) {
+    transport->begin_waiting();
+    watching =
+        std::shared_ptr<ProcessTransport>(transport, [](ProcessTransport* t) { t->end_waiting(); });
+  }
+  met.then_on(self().target(), [then = std::move(then),
+                                watching = std::move(watching)](Result<Gathered> all) mutable {
+    watching.reset();
     then(std::move(all), false);
   });
 }
@@ -465,7 +486,9 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   when_met(
       points_->arrive(
           arrival(request, call, members, collective_tag(program, call), std::move(contribution))),
-      !all_local && result_desc.bytes() < kPolledMeetingBytes,
+      all_local                                   ? Awaits::kLocal
+      : result_desc.bytes() < kPolledMeetingBytes ? Awaits::kProcessesPolled
+                                                  : Awaits::kProcesses,
       [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members,
        position = static_cast<int>(position),
        shares_result](Result<Gathered> all, bool in_line) mutable {
@@ -523,7 +546,7 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
         request.waits_since = std::chrono::steady_clock::now();
         when_met(points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
                                          std::move(written))),
-                 false,
+                 Awaits::kLocal,
                  [this, held = std::move(held), &call, tag, result = std::move(result),
                   first_in_line = in_line](Result<Gathered> done, bool in_line) mutable {
                    ExecuteRequest& request = *held;
@@ -557,7 +580,8 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
   request.waits_since = std::chrono::steady_clock::now();
   const std::string tag = collective_tag(program, call);
   when_met(
-      points_->arrive(arrival(request, call, members, tag, std::move(contribution))), false,
+      points_->arrive(arrival(request, call, members, tag, std::move(contribution))),
+      Awaits::kProcesses,
       [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members, owners, me, tag](
           Result<Gathered> all, bool first_in_line) mutable {
         ExecuteRequest& request = *held;
@@ -606,7 +630,7 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
         request.waits_since = std::chrono::steady_clock::now();
         when_met(points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
                                          std::move(folded))),
-                 false,
+                 Awaits::kProcesses,
                  [this, held = std::move(held), &call, members, owners, me, tag, n, element,
                   result = std::move(result),
                   first_in_line](Result<Gathered> done, bool in_line) mutable {

@@ -147,11 +147,13 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
   // An all-reduce among the processes `owners` (see device_actor.cpp).
   void all_reduce_by_stretches(ExecuteRequest& request, const KernelCall& call,
                                const std::vector<int>& members, std::vector<int> owners);
+  // Who a meeting waits for: members of this process only, or members in other processes too,
+  // whose messages the transport's thread receives, or (kPolled) the waiting device itself.
+  enum class Awaits { kLocal, kProcesses, kProcessesPolled };
   // Runs `then(Result<Gathered>, in_line)` once every member has come to the meeting `met`:
   // in line (in_line true) when they come while the device waits, else as a message.
-  // `among_processes`: members in other processes come, so the waiting device polls for them.
   template <class Then>
-  void when_met(Future<Gathered> met, bool among_processes, Then then);
+  void when_met(Future<Gathered> met, Awaits awaits, Then then);
   // The run goes on with `result` as the collective's, or fails with `failed`; in line, the
   // caller's loop goes on with it, else the queue is pumped.
   void resume_after_collective(ExecuteRequest& request, std::exception_ptr failed,

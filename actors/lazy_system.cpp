@@ -51,8 +51,10 @@ std::unique_ptr<Backend> backend_from_settings(const LazySystemOptions& options)
   if (options.backend) return options.backend();
   const config::DeviceSettings settings = config::read_device_settings();
   const int devices = options.cpu_devices > 0 ? options.cpu_devices : settings.cpu_num_devices;
-  return make_cpu_backend(devices, {.intra_op_threads = settings.cpu_intra_op_threads,
-                                    .block_cache_mb = settings.cpu_block_cache_mb});
+  return make_cpu_backend(devices,
+                          {.intra_op_threads = settings.cpu_intra_op_threads,
+                           .host_processes = config::read_process_settings().host_processes,
+                           .block_cache_mb = settings.cpu_block_cache_mb});
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
 // actors: the transport between the job's processes, on MPI. Its thread starts MPI, matches
 // whatever arrives (MPI_Improbe, MPI_Imrecv), tests sends and receives for completion and hands
-// arrived messages to the receiver in the order they were matched. Idle, it spins briefly and
-// then sleeps in short steps, so a message is picked up within about 100 µs even when nothing
-// here expects one. With MPI_THREAD_MULTIPLE a sender posts its own MPI_Isend (under the
-// transport's lock, so that sends to a process keep their order) when no other thread is in MPI:
-// on a machine with fewer cores than runnable threads each hand-off between threads waits for
-// the scheduler. Otherwise the transport's thread alone calls into MPI. Large blocks of a message
-// can be sent from where they lie (send with blocks), as messages of their own after a head.
+// arrived messages to the receiver in the order they were matched. Idle while a thread here waits
+// for another process (or sends and receives are on the way), it spins briefly and then sleeps
+// in short steps, so a message is picked up within about 100 µs; while nothing is expected, it
+// looks in once a millisecond, woken by a send or a waiter. With MPI_THREAD_MULTIPLE a sender posts
+// its own MPI_Isend (under the transport's lock, so that sends to a process keep their order) when
+// no other thread is in MPI: on a machine with fewer cores than runnable threads each hand-off
+// between threads waits for the scheduler. Otherwise the transport's thread alone calls into MPI.
+// Large blocks of a message can be sent from where they lie (send with blocks), as messages of
+// their own after a head.
 #include "actors/process_transport.h"
 
 #include <fmt/format.h>
@@ -44,6 +46,15 @@ constexpr int kHeadTag = 8;
 // While threads poll for themselves (a device at a meeting), how long the transport's thread
 // rests between looks, and how long after a poller last got its message it keeps resting.
 constexpr std::chrono::microseconds kRestWhilePolled{1000};
+// While nothing here expects a message (no thread waits for another process, nothing is on the
+// way), how long it rests between looks: watching at its busy pace meanwhile took a fifth of a
+// training step's compute on a core it shares (benchmarks/README.md). What comes meanwhile waits
+// in MPI until a thread here waits for it, which wakes this one (begin_waiting, a send).
+constexpr std::chrono::microseconds kRestWhileIdle{1000};
+// How long after it last moved something the thread keeps watching at its busy pace before it
+// rests: collectives come in runs (a step's gradients), and a thread woken for each of them
+// would come later than one still watching.
+constexpr std::chrono::microseconds kWatchAfterWork{2000};
 
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -205,6 +216,8 @@ struct ProcessTransport::State {
   // polling for themselves, this one need not spin between their waits.
   std::atomic<int64_t> polled_at{0};
   std::atomic<int> waiters{0};  // threads waiting without polling (begin_waiting)
+  bool resting = false;         // under mutex: the thread rests while nothing is expected
+  std::atomic<uint64_t> looks{0};  // rounds of polling by this thread
   // MPI_THREAD_MULTIPLE: senders post their own sends.
   bool direct = false;
   std::vector<Sending> posted;  // under mutex: posted by senders, for this thread to test
@@ -510,10 +523,13 @@ void ProcessTransport::State::run() {
   auto idle_since = Clock::now();
   while (true) {
     bool progressed = false;
+    bool in_flight = false;  // sends to complete or messages coming in
     {
       const std::lock_guard calling(mpi_mutex);
       progressed = poll();
+      in_flight = !sending.empty() || !receiving.empty();
     }
+    looks.fetch_add(1, std::memory_order_relaxed);
     if (progressed) {
       idle_since = Clock::now();
       // Threads polling for themselves are left the lock between looks.
@@ -535,6 +551,15 @@ void ProcessTransport::State::run() {
       continue;
     }
     if (!outgoing.empty()) continue;
+    if (!in_flight && posted.empty() && waiters.load(std::memory_order_relaxed) == 0 &&
+        idle >= kWatchAfterWork) {
+      // Nothing here expects a message: look in now and then, woken by a send or a waiter.
+      resting = true;
+      const bool woken = wake.wait_for(lock, kRestWhileIdle) == std::cv_status::no_timeout;
+      resting = false;
+      if (woken) idle_since = Clock::now();
+      continue;
+    }
     if (idle < std::chrono::microseconds(300)) {
       lock.unlock();
       std::this_thread::yield();
@@ -665,10 +690,13 @@ void enqueue(ProcessTransport::State& s, ProcessTransport::State::Outgoing out) 
       std::unique_lock calling(s.mpi_mutex, std::try_to_lock);
       if (calling && !s.finished) {
         (void)s.post(out, s.posted);
-        return;
+        if (!s.resting) return;
+      } else {
+        s.outgoing.push_back(std::move(out));
       }
+    } else {
+      s.outgoing.push_back(std::move(out));
     }
-    s.outgoing.push_back(std::move(out));
   }
   s.wake.notify_one();
 }
@@ -709,6 +737,10 @@ bool ProcessTransport::progress() {
   std::unique_lock calling(s.mpi_mutex, std::try_to_lock);
   if (!calling || s.finished) return false;
   return s.poll();
+}
+
+uint64_t ProcessTransport::looks() const noexcept {
+  return state_->looks.load(std::memory_order_relaxed);
 }
 
 void ProcessTransport::begin_polling() noexcept {

@@ -121,6 +121,9 @@ struct CpuBackendOptions {
   /// Per device, the threads a large kernel is split over (the device actor's thread included);
   /// 0 shares the usable cores among the devices (at least one each).
   int intra_op_threads = 0;
+  /// The job's processes on this host: with intra_op_threads 0, the cores they all see are
+  /// shared among them before the devices (process_share_of_cores).
+  int host_processes = 1;
   /// Per device, how many MiB of freed memory in blocks of 64 KiB and more are kept for reuse (a
   /// negative value counts as 0).
   int64_t block_cache_mb = 1024;

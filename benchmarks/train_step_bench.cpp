@@ -24,23 +24,35 @@
 //   with --amp none,bf16: each figure once per precision, "amp" naming it (bf16: the forward
 //                          pass and loss in a bf16 autocast region), and amp_speedup — the
 //                          step time in f32 / in bf16 — when both run
+//   with --mpi, under mpirun (--model mlp,cnn): data-parallel training across the job's processes
+//                          (each with CPU_NUM_DEVICES replicas, each stepping a full batch)
+//                          against one device of the first process training alone while the
+//                          others idle, in rounds taken in turn: samples_per_s with "devices" 1,
+//                          and with "devices" = the job's world size and "processes";
+//                          dp_efficiency — the job's samples/s over one device's (the target on
+//                          this 2-core machine: ≥ 0.9 with two replicas). Only process 0 prints.
 // JSON lines on stdout (see benchmarks/README.md).
 #include <CLI/CLI.hpp>
 #include <Eigen/Dense>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <mpi.h>
+
 #include "actors/lazy_system.h"
-#include "samples/flag_checks.h"
 #include "axle.h"
 #include "backends/cpu/compute_pool.h"
 #include "benchmarks/report.h"
 #include "engine/config.h"
+#include "engine/cores.h"
+#include "samples/flag_checks.h"
 #include "samples/gpt_model.h"
 #include "samples/mnist_models.h"
 #include "samples/resnet_model.h"
@@ -61,9 +73,12 @@ class TrainingStep {
  public:
   /// With `ddp_bucket_cap_mb`, the model trains through DistributedDataParallel with buckets of
   /// that size, and optimizer_step only steps.
+  /// `alone`: the step never all-reduces, even where the calling thread is a replica of a job
+  /// (outside spawn under mpirun, each process is one).
   TrainingStep(const std::string& model_name, int64_t batch, bool amp = false,
-               std::optional<double> ddp_bucket_cap_mb = std::nullopt)
+               std::optional<double> ddp_bucket_cap_mb = std::nullopt, bool alone = false)
       : amp_(amp),
+        alone_(alone),
         model_((set_rng_state(1), samples::make_mnist_model(model_name))),
         optimizer_(model_->parameters(), {.lr = 0.01, .momentum = 0.9}),
         images_(rand({batch, 1, 28, 28})),
@@ -81,11 +96,17 @@ class TrainingStep {
       loss = nn::nll_loss((*model_)(images_), labels_);
     }
     loss.backward();
-    optimizer_step(optimizer_, /*barrier=*/true);
+    if (alone_) {
+      optimizer_.step();
+      mark_step();
+    } else {
+      optimizer_step(optimizer_, /*barrier=*/true);
+    }
   }
 
  private:
   bool amp_;
+  bool alone_;
   std::shared_ptr<nn::Module> model_;
   optim::SGD optimizer_;
   Tensor images_;
@@ -180,9 +201,10 @@ double median_step_ms(Step& step, int steps, int rounds) {
   return quantile(ms, 0.5);
 }
 
-double step_ms(const std::string& model_name, int64_t batch, int steps, int rounds, bool amp) {
+double step_ms(const std::string& model_name, int64_t batch, int steps, int rounds, bool amp,
+               bool alone = false) {
   LazySystem::restart(system_options());
-  TrainingStep step(model_name, batch, amp);
+  TrainingStep step(model_name, batch, amp, std::nullopt, alone);
   return median_step_ms(step, steps, rounds);
 }
 
@@ -201,26 +223,109 @@ double resnet_step_ms(int steps, int rounds) {
 // Samples per second of data-parallel training on `devices` replicas (spawn), each stepping
 // `batch` samples with gradients averaged by optimizer_step: the median of `rounds` rounds.
 // With `ddp_bucket_cap_mb`, through DistributedDataParallel.
-double parallel_samples_per_s(const std::string& model_name, int64_t batch, int devices, int steps,
-                              int rounds, std::optional<double> ddp_bucket_cap_mb = std::nullopt) {
+// Under mpirun, `devices` 0: every device of every process of the job (process 0 returns the
+// rates; the others, nothing).
+std::vector<double> parallel_rates(const std::string& model_name, int64_t batch, int devices,
+                                   int steps, int rounds,
+                                   std::optional<double> ddp_bucket_cap_mb = std::nullopt) {
   LazySystem::restart(system_options(devices));
   std::vector<double> rates;
-  spawn([&](int replica) {
-    TrainingStep step(model_name, batch, false, ddp_bucket_cap_mb);
-    for (int i = 0; i < 3; ++i) step();
-    wait_device_ops();
-    for (int r = 0; r < rounds; ++r) {
-      rendezvous("round");
-      const auto start = Clock::now();
-      for (int i = 0; i < steps; ++i) step();
-      wait_device_ops();
-      rendezvous("round done");  // the slowest replica ends the round
-      if (replica == 0) {
-        rates.push_back(static_cast<double>(batch * steps * devices) / seconds_since(start));
-      }
-    }
-  });
+  spawn(
+      [&](int) {
+        TrainingStep step(model_name, batch, false, ddp_bucket_cap_mb);
+        for (int i = 0; i < 3; ++i) step();
+        wait_device_ops();
+        for (int r = 0; r < rounds; ++r) {
+          rendezvous("round");
+          const auto start = Clock::now();
+          for (int i = 0; i < steps; ++i) step();
+          wait_device_ops();
+          rendezvous("round done");  // the slowest replica ends the round
+          if (global_ordinal() == 0) {
+            rates.push_back(static_cast<double>(batch * steps * world_size()) /
+                            seconds_since(start));
+          }
+        }
+      },
+      LazySystem::get().device_count());
+  return rates;
+}
+
+double parallel_samples_per_s(const std::string& model_name, int64_t batch, int devices, int steps,
+                              int rounds, std::optional<double> ddp_bucket_cap_mb = std::nullopt) {
+  std::vector<double> rates =
+      parallel_rates(model_name, batch, devices, steps, rounds, ddp_bucket_cap_mb);
   return quantile(rates, 0.5);
+}
+
+// Process 0 lets the others go on from here; they wait without spinning, leaving the cores to
+// process 0 meanwhile (MPI's own barrier polls).
+void release_from_process_0(MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int go = 1;
+  if (rank == 0) {
+    for (int to = 1; to < size; ++to) MPI_Send(&go, 1, MPI_INT, to, 0, comm);
+    return;
+  }
+  MPI_Request request;
+  MPI_Irecv(&go, 1, MPI_INT, 0, 0, comm, &request);
+  int done = 0;
+  while (MPI_Test(&request, &done, MPI_STATUS_IGNORE), !done) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// The --mpi run: for each model, one device of process 0 alone and then the job's data-parallel
+// training, in turn, `turns` times; the medians of every round of each.
+int run_mpi(const std::vector<std::string>& models, int steps, int rounds, int turns) {
+  if (process_count() < 2) {
+    std::fprintf(stderr, "train_step_bench --mpi: run it under mpirun with at least 2 processes\n");
+    return 2;
+  }
+  int initialized = 0;
+  MPI_Initialized(&initialized);  // axle started MPI for the job
+  if (!initialized) return 2;
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  for (const auto& [model, batch] : {std::pair<std::string, int64_t>{"mlp", 128}, {"cnn", 64}}) {
+    if (std::ranges::find(models, model) == models.end()) continue;
+    std::vector<double> alone, job;
+    int world = 0;
+    for (int turn = 0; turn < turns; ++turn) {
+      if (process_index() == 0) {
+        // As one device of a process started alone: every core of this host is its own.
+        axle::config::set("AXLE_CPU_INTRA_OP_THREADS", std::to_string(axle::usable_cores()));
+        axle::config::set("CPU_NUM_DEVICES", "1");
+        const double ms = step_ms(model, batch, steps, rounds, false, /*alone=*/true);
+        axle::config::unset("AXLE_CPU_INTRA_OP_THREADS");
+        axle::config::unset("CPU_NUM_DEVICES");
+        alone.push_back(static_cast<double>(batch) / ms * 1e3);
+      }
+      release_from_process_0(comm);
+      const std::vector<double> rates = parallel_rates(model, batch, 0, steps, rounds);
+      job.insert(job.end(), rates.begin(), rates.end());
+      world = process_count() * LazySystem::get().device_count();
+    }
+    if (process_index() != 0) continue;
+    const double one = quantile(alone, 0.5), all = quantile(job, 0.5);
+    emit("train_step", "samples_per_s", one, "samples/s",
+         {{"model", model}, {"batch", batch}, {"devices", int64_t{1}}});
+    emit("train_step", "samples_per_s", all, "samples/s",
+         {{"model", model},
+          {"batch", batch},
+          {"devices", int64_t{world}},
+          {"processes", int64_t{process_count()}}});
+    emit("train_step", "dp_efficiency", all / one, "ratio",
+         {{"model", model},
+          {"batch", batch},
+          {"devices", int64_t{world}},
+          {"processes", int64_t{process_count()}}});
+  }
+  MPI_Comm_free(&comm);
+  axle::LazySystem::restart();
+  return 0;
 }
 
 using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -313,14 +418,20 @@ int main(int argc, char** argv) {
   app.add_option("--observers", observers,
                  "standard (metrics, timeline, step breakdown) or none: what watches the actors")
       ->check(CLI::IsMember({"standard", "none"}));
+  bool mpi = false;
+  app.add_flag("--mpi", mpi,
+               "under mpirun: data-parallel training across the job's processes against one "
+               "device alone (dp_efficiency)");
   CLI11_PARSE(app, argc, argv);
   g_observers = observers == "standard";
   const int steps = quick ? 5 : 20, rounds = quick ? 3 : 7;
+  if (mpi) return run_mpi(models, steps, rounds, quick ? 1 : 2);
   // What one device of the benchmark's system computes on: the backend's share, from the same
   // settings the lazy system gives it.
   const axle::config::DeviceSettings devices = axle::config::read_device_settings();
   const int threads =
-      axle::cpu::intra_op_threads(devices.cpu_num_devices, devices.cpu_intra_op_threads);
+      axle::cpu::intra_op_threads(devices.cpu_num_devices, devices.cpu_intra_op_threads,
+                                  axle::config::read_process_settings().host_processes);
   emit("train_step", "intra_op_threads", threads, "threads");
   struct Case {
     const char* model;

@@ -358,8 +358,10 @@ CollectiveSettings read_collective_settings() {
 }
 
 ProcessSettings read_process_settings() {
-  return {.launched_by_mpi =
-              get("OMPI_COMM_WORLD_SIZE").has_value() || get("PMIX_RANK").has_value()};
+  return {
+      .launched_by_mpi = get("OMPI_COMM_WORLD_SIZE").has_value() || get("PMIX_RANK").has_value(),
+      .host_processes = static_cast<int>(
+          std::clamp<int64_t>(get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1), 1, 1 << 20))};
 }
 
 Settings read_settings() {

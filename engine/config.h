@@ -224,6 +224,9 @@ struct ProcessSettings {
   /// is one of a job's processes and joins the others through MPI. Unset: the process is the
   /// whole job and never initialises MPI.
   bool launched_by_mpi = false;
+  /// OMPI_COMM_WORLD_LOCAL_SIZE, set by mpirun: how many of the job's processes run on this host
+  /// (1 outside mpirun). They share its cores (process_share_of_cores).
+  int host_processes = 1;
 };
 
 /// Every setting.

@@ -2,6 +2,7 @@
 #include "engine/cores.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
@@ -16,6 +17,13 @@ int usable_cores() noexcept {
     if (count > 0) return count;
   }
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+int process_share_of_cores(int host_processes) noexcept {
+  const int cores = usable_cores();
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (host_processes <= 1 || online <= 0 || cores < online) return cores;
+  return std::max(1, cores / host_processes);
 }
 
 }  // namespace axle

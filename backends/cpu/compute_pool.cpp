@@ -78,13 +78,13 @@ void* ComputePool::scratch(int thread, std::size_t bytes) {
   return s.data;
 }
 
-int intra_op_threads(int devices, int requested) {
+int intra_op_threads(int devices, int requested, int host_processes) {
   if (requested < 0) {
     throw std::invalid_argument(
         fmt::format("intra-op threads must be 0 (the default) or more, not {}", requested));
   }
   if (requested > 0) return requested;
-  return std::max(1, usable_cores() / std::max(devices, 1));
+  return std::max(1, process_share_of_cores(host_processes) / std::max(devices, 1));
 }
 
 void ComputePool::run_parts(int64_t parts, PartFn fn, void* context) {

@@ -82,9 +82,11 @@ class ComputePool {
 };
 
 /// Compute threads per device for `devices` CPU devices: `requested` when above 0 (the
-/// AXLE_CPU_INTRA_OP_THREADS setting), else the process's usable cores (usable_cores) shared out
-/// among the devices (at least one each). Throws std::invalid_argument for a negative request.
-[[nodiscard]] int intra_op_threads(int devices, int requested);
+/// AXLE_CPU_INTRA_OP_THREADS setting), else the process's cores shared out among the devices (at
+/// least one each): its usable cores, or its share of them when `host_processes` processes of
+/// the job see the same cores (process_share_of_cores). Throws std::invalid_argument for a
+/// negative request.
+[[nodiscard]] int intra_op_threads(int devices, int requested, int host_processes = 1);
 
 /// Splits [0, n) into at most `max_parts` contiguous ranges of at least `grain` elements (the
 /// last may be shorter only when n is), each boundary a multiple of `align`. The ranges depend

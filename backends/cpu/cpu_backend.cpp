@@ -149,7 +149,8 @@ class CpuBackend final : public Backend {
     for (int i = 0; i < devices; ++i) {
       accounts_.push_back(std::make_shared<DeviceAccount>(cache_limit));
     }
-    const int threads = cpu::intra_op_threads(devices, options.intra_op_threads);
+    const int threads =
+        cpu::intra_op_threads(devices, options.intra_op_threads, options.host_processes);
     for (int i = 0; i < devices; ++i) pools_.push_back(std::make_unique<cpu::ComputePool>(threads));
   }
 

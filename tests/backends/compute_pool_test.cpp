@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -134,6 +135,38 @@ TEST(IntraOpThreads, SharesTheUsableCoresAmongDevicesByDefault) {
   ASSERT_EQ(sched_setaffinity(0, sizeof first, &first), 0);
   EXPECT_EQ(usable_cores(), 1);
   EXPECT_EQ(intra_op_threads(1, 0), 1);
+  ASSERT_EQ(sched_setaffinity(0, sizeof all, &all), 0);
+}
+
+TEST(IntraOpThreads, ProcessesOfAJobOnOneHostShareTheCoresTheyAllSee) {
+  const int cores = affinity_count();
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores == online) {
+    // Not bound (mpirun --bind-to none): every process sees every core, so each takes its share.
+    EXPECT_EQ(process_share_of_cores(2), std::max(1, cores / 2));
+    EXPECT_EQ(intra_op_threads(1, 0, 2), std::max(1, cores / 2));
+    EXPECT_EQ(intra_op_threads(1, 0, cores * 4), 1);
+    EXPECT_EQ(intra_op_threads(2, 0, 2), std::max(1, cores / 4));
+  }
+  EXPECT_EQ(process_share_of_cores(1), cores);
+  EXPECT_EQ(intra_op_threads(1, 0, 1), cores);
+  EXPECT_EQ(intra_op_threads(1, 3, 2), 3);  // a request is taken as it is
+  // Bound to a subset of the CPUs (as mpirun --bind-to core binds): the process keeps its cores
+  // whole. Two of three or more, so that a share would differ.
+  cpu_set_t all, two;
+  CPU_ZERO(&all);
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  if (cores != online || cores < 3) return;
+  CPU_ZERO(&two);
+  for (int cpu = 0, taken = 0; cpu < CPU_SETSIZE && taken < 2; ++cpu) {
+    if (CPU_ISSET(cpu, &all)) {
+      CPU_SET(cpu, &two);
+      ++taken;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof two, &two), 0);
+  EXPECT_EQ(process_share_of_cores(2), 2);
+  EXPECT_EQ(intra_op_threads(1, 0, 2), 2);
   ASSERT_EQ(sched_setaffinity(0, sizeof all, &all), 0);
 }
 

@@ -1,7 +1,8 @@
 // The transport between the job's processes (under mpirun by CTest: 3 processes, each sending to
 // the next): messages whose large blocks are sent from where they lie arrive whole, in order with
 // the sender's other messages, whether the sender posts them itself or hands them to the
-// transport's thread, and a thread that polls for itself is given them on its own thread.
+// transport's thread, and a thread that polls for itself is given them on its own thread; the
+// transport's thread rests while nothing here expects a message.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -152,6 +153,32 @@ TEST_F(TransportTest, AThreadPollingForItselfIsGivenMessagesOnItsOwnThread) {
   const auto here = std::ranges::count(received_->delivered_on.begin() + kMessages,
                                        received_->delivered_on.end(), std::this_thread::get_id());
   EXPECT_GT(here, 0) << "no message was delivered on the polling thread";
+}
+
+TEST_F(TransportTest, ItsThreadRestsWhileNothingHereWaitsAndWatchesForAWaiter) {
+  // Whatever the earlier tests sent has gone by then.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto looks_over = [&](std::chrono::milliseconds span) {
+    const uint64_t before = transport_->looks();
+    std::this_thread::sleep_for(span);
+    return transport_->looks() - before;
+  };
+  // Resting, it looks in about once a millisecond (watching, every 50 µs or more often).
+  const uint64_t resting = looks_over(std::chrono::milliseconds(200));
+  EXPECT_LE(resting, 400u) << "the transport's thread did not rest while nothing was expected";
+  // A thread that waits for another process without polling wakes it to watch again.
+  transport_->begin_waiting();
+  const uint64_t watching = looks_over(std::chrono::milliseconds(200));
+  transport_->end_waiting();
+  // Under ThreadSanitizer every look costs about a millisecond itself.
+#if defined(__SANITIZE_THREAD__)
+  constexpr double kFaster = 1.2;
+#else
+  constexpr double kFaster = 2;
+#endif
+  EXPECT_GT(static_cast<double>(watching), kFaster * static_cast<double>(resting))
+      << "the transport's thread did not watch for a waiter (" << watching << " looks against "
+      << resting << " resting)";
 }
 
 }  // namespace
