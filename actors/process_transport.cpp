@@ -743,6 +743,11 @@ uint64_t ProcessTransport::looks() const noexcept {
   return state_->looks.load(std::memory_order_relaxed);
 }
 
+bool ProcessTransport::resting() const {
+  const std::lock_guard lock(state_->mutex);
+  return state_->resting;
+}
+
 void ProcessTransport::begin_polling() noexcept {
   state_->pollers.fetch_add(1, std::memory_order_relaxed);
 }

@@ -106,6 +106,8 @@ class ProcessTransport {
   /// a thread here waits for another process or messages are on the way, and about one a
   /// millisecond while nothing is expected.
   [[nodiscard]] uint64_t looks() const noexcept;
+  /// Whether the transport's thread rests now: nothing here expects a message.
+  [[nodiscard]] bool resting() const;
 
   /// Where messages go from now on; messages that arrived while none was set go to it first.
   /// An empty receiver holds them again.
