@@ -20,7 +20,8 @@ struct Job {
 };
 
 Job run(const std::string& how) {
-  const std::string command = std::string(AXLE_MPIEXEC) +
+  // A job that hangs fails the test with what it printed, well before CTest's own timeout.
+  const std::string command = "timeout -k 10 120 " + std::string(AXLE_MPIEXEC) +
                               " --allow-run-as-root --oversubscribe --bind-to none -np 2 -x "
                               "CPU_NUM_DEVICES=2 -x AXLE_COLLECTIVE_TIMEOUT=3 " +
                               AXLE_WORKER + " " + how + " 2>&1";
