@@ -683,20 +683,17 @@ void enqueue(ProcessTransport::State& s, ProcessTransport::State::Outgoing out) 
     std::lock_guard lock(s.mutex);
     if (s.stopping) return;  // the process is exiting
     s.has_work.store(true, std::memory_order_relaxed);
+    bool posted = false;
     if (s.direct && s.outgoing.empty()) {
       // Posted here, one hand-off less, unless another thread is in MPI; under the lock, so
       // sends to a process keep their order. Completion is tested on the transport's thread,
-      // which need not wake for it.
+      // which need not wake for it unless it rests.
       std::unique_lock calling(s.mpi_mutex, std::try_to_lock);
-      if (calling && !s.finished) {
-        (void)s.post(out, s.posted);
-        if (!s.resting) return;
-      } else {
-        s.outgoing.push_back(std::move(out));
-      }
-    } else {
-      s.outgoing.push_back(std::move(out));
+      posted = calling && !s.finished;
+      if (posted) (void)s.post(out, s.posted);
     }
+    if (!posted) s.outgoing.push_back(std::move(out));
+    if (posted && !s.resting) return;
   }
   s.wake.notify_one();
 }
