@@ -347,6 +347,17 @@ constexpr std::size_t kStretchedBetweenTwoBytes = std::size_t{8} << 20;
 // benchmarks/README.md).
 constexpr std::size_t kPolledMeetingBytes = std::size_t{256} << 10;
 
+// Whether every other process holding `members` shares memory with this one (`here`): their
+// messages, of any size, then come as short notes, and a device polls for them as cheaply as for
+// a small collective's.
+bool shares_memory_with_all(const ProcessTransport* transport, const std::vector<int>& members,
+                            int per_process, int here) {
+  if (!transport) return false;
+  return std::ranges::all_of(member_processes(members, per_process), [&](int process) {
+    return process == here || transport->shares_memory_with(process);
+  });
+}
+
 // A buffer for the result of the collective `run` stopped at: one the run released, as its
 // memory plan counts on, or a new one.
 IntrusivePtr<DeviceMemory> collective_result(Backend& backend, int device, ProgramRun& run,
@@ -486,9 +497,12 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   when_met(
       points_->arrive(
           arrival(request, call, members, collective_tag(program, call), std::move(contribution))),
-      all_local                                   ? Awaits::kLocal
-      : result_desc.bytes() < kPolledMeetingBytes ? Awaits::kProcessesPolled
-                                                  : Awaits::kProcesses,
+      all_local ? Awaits::kLocal
+      : result_desc.bytes() < kPolledMeetingBytes ||
+              shares_memory_with_all(points_->transport(), members, request.local_replicas,
+                                     request.first_local_replica / request.local_replicas)
+          ? Awaits::kProcessesPolled
+          : Awaits::kProcesses,
       [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members,
        position = static_cast<int>(position),
        shares_result](Result<Gathered> all, bool in_line) mutable {

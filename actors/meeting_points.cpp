@@ -19,6 +19,8 @@ namespace {
 // From this size a value's block is sent from where it lies (MeetingPoints::send): below it, a
 // message of its own costs more than copying the block.
 constexpr std::size_t kBlockInPlaceBytes = std::size_t{64} << 10;
+// From this size a message to a process sharing memory with this one goes through that memory.
+constexpr std::size_t kSharedMessageBytes = std::size_t{16} << 10;
 
 std::string members_text(const std::vector<int>& members) {
   return fmt::format("{{{}}}", fmt::join(members, ", "));
@@ -272,10 +274,16 @@ void MeetingPoints::send(int process, const WireWriter& out, const std::vector<s
                          const Point& point) {
   // A large value is sent from where it lies, not copied into the message: the point's values
   // keep it alive until the send completes, and a device never writes over memory another holds.
+  // To a process sharing memory with this one, every value put by reference goes so: the
+  // transport copies the message, whole, once, where that process reads it.
+  const std::size_t in_place =
+      out.size() >= kSharedMessageBytes && transport_->shares_memory_with(process)
+          ? 0
+          : kBlockInPlaceBytes;
   std::vector<MessageBlock> blocks;
   std::size_t offset = 0;
   out.for_each_piece([&](const std::byte* data, std::size_t size, bool by_reference) {
-    if (by_reference && size >= kBlockInPlaceBytes) blocks.push_back({offset, {data, size}});
+    if (by_reference && size >= in_place) blocks.push_back({offset, {data, size}});
     offset += size;
   });
   if (blocks.empty()) {
@@ -286,7 +294,7 @@ void MeetingPoints::send(int process, const WireWriter& out, const std::vector<s
   }
   std::vector<std::byte> rest;
   out.for_each_piece([&](const std::byte* data, std::size_t size, bool by_reference) {
-    if (!(by_reference && size >= kBlockInPlaceBytes)) rest.insert(rest.end(), data, data + size);
+    if (!(by_reference && size >= in_place)) rest.insert(rest.end(), data, data + size);
   });
   auto keep = std::make_shared<std::vector<std::shared_ptr<const void>>>();
   for (std::size_t i : local) keep->push_back(point.values[i]);

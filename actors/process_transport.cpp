@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 #include <mpi.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -27,8 +28,12 @@
 #include <deque>
 #include <future>
 #include <limits>
+#include <map>
 #include <mutex>
+#include <numeric>
+#include <optional>
 #include <set>
+#include <shared_mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -43,6 +48,12 @@ constexpr int kTag = 7;  // every message of the transport; they say themselves 
 // `comm` with the whole messages (so it keeps its place among them), holds the message's size,
 // where its blocks go and its other bytes; the blocks follow on `block_comm`, in order.
 constexpr int kHeadTag = 8;
+// A message another process of this host wrote into the memory it shares with this one: the note
+// says where (the offset of its header in the sender's part, and its size).
+constexpr int kSharedTag = 9;
+// The header before each message in shared memory: its first four bytes, the receiver sets to 1
+// once done with the message. A whole cache line, so the message starts aligned.
+constexpr std::size_t kSharedHeader = 64;
 // While threads poll for themselves (a device at a meeting), how long the transport's thread
 // rests between looks, and how long after a poller last got its message it keeps resting.
 constexpr std::chrono::microseconds kRestWhilePolled{1000};
@@ -170,7 +181,27 @@ std::shared_ptr<const MessageBytes> MessageBytes::of(std::vector<std::byte> byte
   return message;
 }
 
+// Borrowed messages mark their memory released under a shared lock, which the transport takes
+// whole before the shared memory goes at exit: a message dropped later marks nothing.
+std::shared_mutex g_shared_memory_lock;
+bool g_shared_memory_open = false;  // under g_shared_memory_lock
+
+std::shared_ptr<MessageBytes> MessageBytes::borrowed(std::byte* data, std::size_t size,
+                                                     uint32_t* released) {
+  auto message = std::make_shared<MessageBytes>();
+  message->data_ = data;
+  message->size_ = size;
+  message->released_ = released;
+  return message;
+}
+
 MessageBytes::~MessageBytes() {
+  if (released_) {
+    const std::shared_lock lock(g_shared_memory_lock);
+    if (g_shared_memory_open)
+      std::atomic_ref<uint32_t>(*released_).store(1, std::memory_order_release);
+    return;
+  }
   if (!raw_ || capacity_ < kPooledBytes) return;
   BufferPool& pool = buffer_pool();
   std::lock_guard lock(pool.mutex);
@@ -186,6 +217,7 @@ struct ProcessTransport::State {
     ProcessMessage message;  // whole, or a head (blocks not empty)
     std::vector<MessageBlock> blocks;
     std::shared_ptr<const void> keep;  // the blocks' bytes
+    bool shared = false;               // message is a note of a message in shared memory
   };
   struct Sending {
     MPI_Request request;
@@ -198,6 +230,7 @@ struct ProcessTransport::State {
     int from;
     bool done = false;
     bool head = false;                    // buffer is a head: the blocks come after it
+    bool shared = false;                  // buffer is a note of a message in shared memory
     std::shared_ptr<MessageBytes> whole;  // a head's message, once its blocks are on the way
     std::vector<MPI_Request> blocks;
   };
@@ -222,6 +255,28 @@ struct ProcessTransport::State {
   bool direct = false;
   std::vector<Sending> posted;  // under mutex: posted by senders, for this thread to test
 
+  // The memory the processes of this host share (an MPI shared window), each writing messages
+  // to the others into its own part. Large messages go through it: the sender copies one there
+  // once and sends a note of where it lies; the receiver reads it in place, and marks its header
+  // once done with it, so that the sender may reuse the space. Without it (one process on the
+  // host, AXLE_SHARED_MEMORY_MB=0, a window MPI could not make) every message goes by MPI's sends.
+  struct SharedMemory {
+    MPI_Win window = MPI_WIN_NULL;
+    std::byte* base = nullptr;  // this process's part
+    std::size_t first = 0;      // the part's first offset aligned to kSharedHeader
+    std::size_t bytes = 0;      // the part's size
+    std::vector<std::pair<std::byte*, std::size_t>> peers;  // by rank: each one's part, or null
+    std::mutex mutex;
+    std::map<std::size_t, std::size_t> live;  // under mutex: offset -> bytes, not yet released
+    std::atomic<uint64_t> messages{0};        // sent through it
+    // Forgets the messages their receivers have released; the caller holds mutex.
+    void reclaim();
+    // Room for a message of `size` bytes and its header at the lowest offset free (what was
+    // written last is the likeliest in the caches), or none.
+    std::optional<std::size_t> reserve(std::size_t size);
+  };
+  SharedMemory shared;
+
   ProcessPlacement placement;
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm block_comm = MPI_COMM_NULL;
@@ -238,6 +293,11 @@ struct ProcessTransport::State {
   bool finished = false;            // under mpi_mutex: MPI is going away
 
   void start(std::promise<ProcessPlacement>& started);
+  // Makes the window of memory this host's processes share, of `wanted` bytes here (fewer when
+  // /dev/shm has less room); leaves `shared` empty when any of them could not.
+  void open_shared_memory(MPI_Comm host_comm, std::size_t wanted);
+  // The message a note from process `from` points to, in place.
+  [[nodiscard]] std::shared_ptr<MessageBytes> read_shared(int from, const MessageBytes& note) const;
   void run();
   // One round of polling; the caller holds mpi_mutex.
   bool poll();
@@ -286,6 +346,11 @@ void ProcessTransport::State::start(std::promise<ProcessPlacement>& started) {
               "MPI_Comm_split_type");
     MPI_Comm_rank(host_comm, &p.local_index);
     MPI_Comm_size(host_comm, &p.local_count);
+    placement.index = p.index;
+    placement.count = p.count;
+    if (p.local_count > 1) {
+      open_shared_memory(host_comm, config::read_process_settings().shared_memory_bytes);
+    }
     // A host is known by its lowest rank; hosts are numbered in the order of those.
     int leader = p.index;
     check_mpi(MPI_Allreduce(&p.index, &leader, 1, MPI_INT, MPI_MIN, host_comm), "MPI_Allreduce");
@@ -308,6 +373,115 @@ void ProcessTransport::State::start(std::promise<ProcessPlacement>& started) {
     return;
   }
   run();
+}
+
+void ProcessTransport::State::open_shared_memory(MPI_Comm host_comm, std::size_t wanted) {
+  int local_count = 1;
+  MPI_Comm_size(host_comm, &local_count);
+  // A window beyond what /dev/shm holds would fault (SIGBUS) once written past its room: each
+  // process takes at most half its share of what is free.
+  if (struct statvfs fs{}; ::statvfs("/dev/shm", &fs) == 0) {
+    const auto free_bytes = static_cast<std::size_t>(fs.f_bavail) * fs.f_frsize;
+    wanted = std::min(wanted, free_bytes / (2 * static_cast<std::size_t>(local_count)));
+  }
+  MPI_Info info = MPI_INFO_NULL;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "alloc_shared_noncontig", "true");  // each part on pages of its own
+  void* base = nullptr;
+  const int code = MPI_Win_allocate_shared(static_cast<MPI_Aint>(wanted), 1, info, host_comm, &base,
+                                           &shared.window);
+  MPI_Info_free(&info);
+  int made = code == MPI_SUCCESS ? 1 : 0;
+  int all_made = 0;
+  MPI_Allreduce(&made, &all_made, 1, MPI_INT, MPI_MIN, host_comm);
+  if (!all_made) {
+    if (made) MPI_Win_free(&shared.window);
+    shared.window = MPI_WIN_NULL;
+    AXLE_LOG(WARNING,
+             "process {}: the processes of this host could not share memory ({}); their "
+             "messages go through MPI's sends",
+             placement.index, made ? "another process failed" : mpi_error_text(code));
+    return;
+  }
+  shared.base = static_cast<std::byte*>(base);
+  shared.bytes = wanted;
+  shared.first =
+      (kSharedHeader - reinterpret_cast<uintptr_t>(base) % kSharedHeader) % kSharedHeader;
+  // The host's processes by their rank in the job.
+  MPI_Group host_group = MPI_GROUP_NULL;
+  MPI_Group job_group = MPI_GROUP_NULL;
+  MPI_Comm_group(host_comm, &host_group);
+  MPI_Comm_group(comm, &job_group);
+  std::vector<int> host_ranks(static_cast<std::size_t>(local_count));
+  std::vector<int> job_ranks(host_ranks.size());
+  std::iota(host_ranks.begin(), host_ranks.end(), 0);
+  MPI_Group_translate_ranks(host_group, local_count, host_ranks.data(), job_group,
+                            job_ranks.data());
+  MPI_Group_free(&host_group);
+  MPI_Group_free(&job_group);
+  shared.peers.assign(static_cast<std::size_t>(placement.count), {nullptr, 0});
+  for (int i = 0; i < local_count; ++i) {
+    const int rank = job_ranks[static_cast<std::size_t>(i)];
+    if (rank == placement.index || rank == MPI_UNDEFINED) continue;
+    MPI_Aint size = 0;
+    int unit = 0;
+    void* part = nullptr;
+    if (MPI_Win_shared_query(shared.window, i, &size, &unit, &part) != MPI_SUCCESS) continue;
+    if (part && size > 0) {
+      shared.peers[static_cast<std::size_t>(rank)] = {static_cast<std::byte*>(part),
+                                                      static_cast<std::size_t>(size)};
+    }
+  }
+  const std::unique_lock lock(g_shared_memory_lock);
+  g_shared_memory_open = true;
+}
+
+void ProcessTransport::State::SharedMemory::reclaim() {
+  std::erase_if(live, [&](const auto& entry) {
+    return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(base + entry.first))
+               .load(std::memory_order_acquire) == 1;
+  });
+}
+
+std::optional<std::size_t> ProcessTransport::State::SharedMemory::reserve(std::size_t size) {
+  const std::size_t need =
+      (kSharedHeader + size + kSharedHeader - 1) / kSharedHeader * kSharedHeader;
+  const std::lock_guard lock(mutex);
+  reclaim();
+  std::size_t at = first;
+  for (const auto& [offset, bytes] : live) {
+    if (offset - at >= need) break;
+    at = offset + bytes;
+  }
+  if (at + need > this->bytes) return std::nullopt;
+  live.emplace(at, need);
+  std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(base + at))
+      .store(0, std::memory_order_relaxed);
+  messages.fetch_add(1, std::memory_order_relaxed);
+  return at;
+}
+
+std::shared_ptr<MessageBytes> ProcessTransport::State::read_shared(int from,
+                                                                   const MessageBytes& note) const {
+  if (note.size() != 2 * sizeof(uint64_t)) {
+    throw std::runtime_error(fmt::format("its note of shared memory has {} bytes", note.size()));
+  }
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  std::memcpy(&offset, note.data(), sizeof offset);
+  std::memcpy(&size, note.data() + sizeof offset, sizeof size);
+  const auto [part, part_bytes] = from >= 0 && static_cast<std::size_t>(from) < shared.peers.size()
+                                      ? shared.peers[static_cast<std::size_t>(from)]
+                                      : std::pair<std::byte*, std::size_t>{nullptr, 0};
+  if (!part || offset > part_bytes || kSharedHeader + size > part_bytes - offset ||
+      reinterpret_cast<uintptr_t>(part + offset) % alignof(uint32_t) != 0) {
+    throw std::runtime_error(
+        fmt::format("its note points at {} bytes from byte {}, outside the {} bytes it shares",
+                    size, offset, part ? part_bytes : 0));
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return MessageBytes::borrowed(part + offset + kSharedHeader, size,
+                                reinterpret_cast<uint32_t*>(part + offset));
 }
 
 bool ProcessTransport::State::poll() {
@@ -345,8 +519,8 @@ bool ProcessTransport::State::post(Outgoing& out, std::vector<Sending>& to_test)
     return code == MPI_SUCCESS;
   };
   Sending s{MPI_REQUEST_NULL, std::move(out.message), nullptr};
-  if (!isend(s.message->data(), s.message->size(), out.blocks.empty() ? kTag : kHeadTag, comm,
-             &s.request)) {
+  const int tag = out.shared ? kSharedTag : out.blocks.empty() ? kTag : kHeadTag;
+  if (!isend(s.message->data(), s.message->size(), tag, comm, &s.request)) {
     return false;
   }
   to_test.push_back(std::move(s));
@@ -387,6 +561,7 @@ bool ProcessTransport::State::match_arrivals() {
     Receiving r{MPI_REQUEST_NULL, MessageBytes::make(static_cast<std::size_t>(count)),
                 status.MPI_SOURCE};
     r.head = status.MPI_TAG == kHeadTag;
+    r.shared = status.MPI_TAG == kSharedTag;
     MPI_Imrecv(r.buffer->data(), count, MPI_BYTE, &message, &r.request);
     receiving.push_back(std::move(r));
     progressed = true;
@@ -410,6 +585,15 @@ bool ProcessTransport::State::deliver_arrivals() {
     if (!done) {
       head_waits |= r.head;
       continue;
+    }
+    if (r.shared) {
+      try {
+        r.buffer = read_shared(r.from, *r.buffer);
+      } catch (const std::exception& e) {
+        // Delivered as it came, for its reader to refuse.
+        AXLE_LOG(ERROR, "process {}: a message from process {} could not be read: {}",
+                 placement.index, r.from, e.what());
+      }
     }
     if (!r.head) {
       r.done = true;
@@ -603,6 +787,13 @@ void ProcessTransport::State::finish() {
     MPI_Abort(comm, 1);
     return;
   }
+  if (shared.window != MPI_WIN_NULL) {
+    {
+      const std::unique_lock lock(g_shared_memory_lock);
+      g_shared_memory_open = false;
+    }
+    MPI_Win_free(&shared.window);
+  }
   MPI_Comm_free(&block_comm);
   MPI_Comm_free(&comm);
   int finalized = 0;
@@ -708,6 +899,42 @@ void ProcessTransport::send(int to, ProcessMessage message) {
 void ProcessTransport::send(int to, std::size_t size, std::span<const std::byte> rest,
                             std::vector<MessageBlock> blocks, std::shared_ptr<const void> keep) {
   check_send(to, size);
+  std::size_t block_bytes = 0;
+  for (const MessageBlock& block : blocks) {
+    if (block.offset < block_bytes) throw std::invalid_argument("message blocks overlap");
+    block_bytes = block.offset + block.bytes.size();
+  }
+  if (block_bytes > size ||
+      rest.size() + std::accumulate(
+                        blocks.begin(), blocks.end(), std::size_t{0},
+                        [](std::size_t n, const MessageBlock& b) { return n + b.bytes.size(); }) !=
+          size) {
+    throw std::invalid_argument(
+        fmt::format("process {}: a message of {} bytes to process {} has blocks and other bytes of "
+                    "another size",
+                    state_->placement.index, size, to));
+  }
+  if (shares_memory_with(to)) {
+    State::SharedMemory& shared = state_->shared;
+    if (const std::optional<std::size_t> offset = shared.reserve(size)) {
+      // The message, whole, where `to` reads it; the note goes in order with the other messages.
+      std::byte* out = shared.base + *offset + kSharedHeader;
+      std::size_t written = 0;
+      for (const MessageBlock& block : blocks) {
+        const std::size_t before = block.offset - written;
+        std::memcpy(out + written, rest.data(), before);
+        rest = rest.subspan(before);
+        std::memcpy(out + block.offset, block.bytes.data(), block.bytes.size());
+        written = block.offset + block.bytes.size();
+      }
+      std::memcpy(out + written, rest.data(), rest.size());
+      std::atomic_thread_fence(std::memory_order_release);
+      auto note = MessageBytes::make(2 * sizeof(uint64_t));
+      const uint64_t where[2] = {*offset, size};
+      std::memcpy(note->data(), where, sizeof where);
+      return enqueue(*state_, State::Outgoing{to, std::move(note), {}, nullptr, true});
+    }
+  }
   if (blocks.empty()) {
     auto whole = MessageBytes::make(rest.size());
     std::memcpy(whole->data(), rest.data(), rest.size());
@@ -734,6 +961,27 @@ bool ProcessTransport::progress() {
   std::unique_lock calling(s.mpi_mutex, std::try_to_lock);
   if (!calling || s.finished) return false;
   return s.poll();
+}
+
+bool ProcessTransport::shares_memory_with(int to) const noexcept {
+  const auto& peers = state_->shared.peers;
+  return to >= 0 && static_cast<std::size_t>(to) < peers.size() &&
+         peers[static_cast<std::size_t>(to)].first != nullptr && state_->shared.bytes > 0;
+}
+
+std::size_t ProcessTransport::shared_memory_bytes() const noexcept { return state_->shared.bytes; }
+
+std::size_t ProcessTransport::shared_memory_in_use() const {
+  State::SharedMemory& shared = state_->shared;
+  const std::lock_guard lock(shared.mutex);
+  shared.reclaim();
+  std::size_t in_use = 0;
+  for (const auto& [offset, bytes] : shared.live) in_use += bytes;
+  return in_use;
+}
+
+uint64_t ProcessTransport::messages_through_shared_memory() const noexcept {
+  return state_->shared.messages.load(std::memory_order_relaxed);
 }
 
 uint64_t ProcessTransport::looks() const noexcept {

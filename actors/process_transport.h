@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -34,6 +35,11 @@ class MessageBytes {
   [[nodiscard]] static std::shared_ptr<MessageBytes> make(std::size_t size);
   /// `bytes`, as they are.
   [[nodiscard]] static std::shared_ptr<const MessageBytes> of(std::vector<std::byte> bytes);
+  /// `size` bytes at `data`, in memory another process of this host shares with this one, read
+  /// in place: when the last holder lets go, `*released` becomes 1 (atomically), and the sender
+  /// may write there again.
+  [[nodiscard]] static std::shared_ptr<MessageBytes> borrowed(std::byte* data, std::size_t size,
+                                                              uint32_t* released);
 
   [[nodiscard]] std::byte* data() noexcept { return data_; }
   [[nodiscard]] const std::byte* data() const noexcept { return data_; }
@@ -51,6 +57,7 @@ class MessageBytes {
   std::size_t capacity_ = 0;
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
+  uint32_t* released_ = nullptr;  // borrowed
 };
 
 /// One message between processes.
@@ -102,6 +109,15 @@ class ProcessTransport {
   /// while devices poll for themselves.
   void begin_waiting() noexcept;
   void end_waiting() noexcept;
+  /// Whether messages to process `to` go through memory the two share (AXLE_SHARED_MEMORY_MB):
+  /// a large one is then written once where `to` reads it, and `to` hears of it by a short note,
+  /// so a thread waiting for it receives it by polling as cheaply as a small one.
+  [[nodiscard]] bool shares_memory_with(int to) const noexcept;
+  /// This process's part of the shared memory (0 without), the bytes of it messages to others
+  /// still hold (not yet released by their receivers), and how many messages went through it.
+  [[nodiscard]] std::size_t shared_memory_bytes() const noexcept;
+  [[nodiscard]] std::size_t shared_memory_in_use() const;
+  [[nodiscard]] uint64_t messages_through_shared_memory() const noexcept;
   /// Rounds of polling the transport's own thread has made: it makes them at a busy pace while
   /// a thread here waits for another process or messages are on the way, and about one a
   /// millisecond while nothing is expected.

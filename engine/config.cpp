@@ -358,10 +358,20 @@ CollectiveSettings read_collective_settings() {
 }
 
 ProcessSettings read_process_settings() {
-  return {
-      .launched_by_mpi = get("OMPI_COMM_WORLD_SIZE").has_value() || get("PMIX_RANK").has_value(),
-      .host_processes = static_cast<int>(
-          std::clamp<int64_t>(get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1), 1, 1 << 20))};
+  const ProcessSettings defaults;
+  ProcessSettings s;
+  s.launched_by_mpi = get("OMPI_COMM_WORLD_SIZE").has_value() || get("PMIX_RANK").has_value();
+  s.host_processes =
+      static_cast<int>(std::clamp<int64_t>(get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1), 1, 1 << 20));
+  const int64_t shared_mb =
+      get_int("AXLE_SHARED_MEMORY_MB", static_cast<int64_t>(defaults.shared_memory_bytes >> 20));
+  if (shared_mb < 0 || shared_mb > (int64_t{1} << 30)) {
+    throw ConfigError(fmt::format(
+        "AXLE_SHARED_MEMORY_MB='{}' must be a number of MiB (0: messages go through MPI's sends)",
+        get_string("AXLE_SHARED_MEMORY_MB", "")));
+  }
+  s.shared_memory_bytes = static_cast<std::size_t>(shared_mb) << 20;
+  return s;
 }
 
 Settings read_settings() {

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -227,6 +228,10 @@ struct ProcessSettings {
   /// OMPI_COMM_WORLD_LOCAL_SIZE, set by mpirun: how many of the job's processes run on this host
   /// (1 outside mpirun). They share its cores (process_share_of_cores).
   int host_processes = 1;
+  /// AXLE_SHARED_MEMORY_MB: the shared memory each process of a job offers the others on its
+  /// host for its messages to them (an MPI shared window); large messages between them are
+  /// written there once and read in place. 0: every message goes through MPI's sends.
+  std::size_t shared_memory_bytes = std::size_t{128} << 20;
 };
 
 /// Every setting.

@@ -1,8 +1,11 @@
 // The transport between the job's processes (under mpirun by CTest: 3 processes, each sending to
-// the next): messages whose large blocks are sent from where they lie arrive whole, in order with
-// the sender's other messages, whether the sender posts them itself or hands them to the
-// transport's thread, and a thread that polls for itself is given them on its own thread; the
-// transport's thread rests while nothing here expects a message.
+// the next; run with the host's shared memory, with little of it, and without): messages whose
+// large blocks are sent from where they lie arrive whole, in order with the sender's other
+// messages, whether the sender posts them itself or hands them to the transport's thread, whether
+// they go through MPI's sends or shared memory, and a thread that polls for itself is given them
+// on its own thread; messages in shared memory stay whole while their receiver holds them, and
+// their space is reused once it lets go; the transport's thread rests while nothing here expects
+// a message.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,11 +19,16 @@
 #include <vector>
 
 #include "actors/process_transport.h"
+#include "engine/config.h"
 
 namespace axle {
 namespace {
 
 constexpr int kMessages = 24;  // each test's
+// The messages of LargeMessagesToAProcessOfThisHost... its receiver holds, and the first of them
+// (after those of the tests before it).
+constexpr int kHeld = 12;
+constexpr std::size_t kFirstHeld = 6 * kMessages;
 
 // Message `k` from process `from`: its bytes tell both, byte by byte.
 std::vector<std::byte> content(int from, int k) {
@@ -39,6 +47,10 @@ struct Received {
   std::condition_variable arrived;
   std::vector<std::pair<int, std::vector<std::byte>>> messages;
   std::vector<std::thread::id> delivered_on;  // by message
+  // Messages [hold_first, hold_last) in arrival order are kept themselves too, in `held`.
+  std::size_t hold_first = 0;
+  std::size_t hold_last = 0;
+  std::vector<ProcessMessage> held;
 };
 
 // Messages `first` on; odd ones go in blocks: two large ones where they lie, the bytes around
@@ -82,11 +94,17 @@ class TransportTest : public ::testing::Test {
     // One receiver for every test: a process may send the next test's messages before the
     // one it sends to has finished this test.
     static const bool receiving = [&] {
+      received_->hold_first = kFirstHeld;
+      received_->hold_last = kFirstHeld + kHeld;
       transport_->set_receiver([received = received_](int from, ProcessMessage message) {
         std::lock_guard lock(received->mutex);
         received->messages.emplace_back(
             from, std::vector<std::byte>(message->bytes().begin(), message->bytes().end()));
         received->delivered_on.push_back(std::this_thread::get_id());
+        const std::size_t index = received->messages.size() - 1;
+        if (index >= received->hold_first && index < received->hold_last) {
+          received->held.push_back(std::move(message));
+        }
         received->arrived.notify_all();
       });
       return true;
@@ -100,6 +118,12 @@ class TransportTest : public ::testing::Test {
   [[nodiscard]] bool arrived(std::size_t count) {
     std::lock_guard lock(received_->mutex);
     return received_->messages.size() >= count;
+  }
+  // Waits up to a minute for `count` messages in all.
+  [[nodiscard]] bool wait_for(std::size_t count) {
+    std::unique_lock lock(received_->mutex);
+    return received_->arrived.wait_for(lock, std::chrono::seconds(60),
+                                       [&] { return received_->messages.size() >= count; });
   }
 
   ProcessTransport* transport_ = nullptr;
@@ -155,6 +179,83 @@ TEST_F(TransportTest, AThreadPollingForItselfIsGivenMessagesOnItsOwnThread) {
   const auto here = std::ranges::count(received_->delivered_on.begin() + kMessages,
                                        received_->delivered_on.end(), std::this_thread::get_id());
   EXPECT_GT(here, 0) << "no message was delivered on the polling thread";
+}
+
+TEST_F(TransportTest, LargeMessagesToAProcessOfThisHostGoThroughSharedMemoryUntilItIsFull) {
+  // Every process runs on this host: they share memory unless AXLE_SHARED_MEMORY_MB=0.
+  const std::size_t setting = config::read_process_settings().shared_memory_bytes;
+  ASSERT_EQ(transport_->shares_memory_with(next()), setting > 0);
+  EXPECT_FALSE(transport_->shares_memory_with(placement_.index));
+  const std::size_t part = transport_->shared_memory_bytes();
+  EXPECT_LE(part, setting);
+  const std::size_t first = kFirstHeld;  // after the earlier tests' messages
+  // kHeld messages of about 300 KiB, all held by their receiver at once: as many as fit go
+  // through shared memory (each with a header of 64 bytes, rounded up to 64), the others through
+  // MPI's sends, all arriving whole and in order.
+  const uint64_t through_before = transport_->messages_through_shared_memory();
+  std::size_t fit = 0;
+  std::size_t room = part >= 64 ? part - 64 : 0;  // the part may start unaligned
+  for (int k = 0; k < kHeld; ++k) {
+    const std::size_t bytes = content(placement_.index, 2 * k + 1).size();
+    const std::size_t entry = (64 + bytes + 63) / 64 * 64;
+    if (setting > 0 && entry <= room) {
+      room -= entry;
+      ++fit;
+    } else {
+      break;
+    }
+  }
+  for (int k = 0; k < kHeld; ++k) {
+    const std::vector<std::byte> bytes = content(placement_.index, 2 * k + 1);
+    const std::size_t size = bytes.size();
+    auto kept = std::make_shared<const std::vector<std::byte>>(bytes);
+    std::vector<MessageBlock> blocks{{64, {kept->data() + 64, size - 128}}};
+    std::vector<std::byte> rest(bytes.begin(), bytes.begin() + 64);
+    rest.insert(rest.end(), bytes.end() - 64, bytes.end());
+    transport_->send(next(), size, rest, std::move(blocks), kept);
+  }
+  ASSERT_TRUE(wait_for(first + kHeld));
+  EXPECT_EQ(transport_->messages_through_shared_memory() - through_before, fit);
+  if (setting >= (std::size_t{8} << 20)) EXPECT_EQ(fit, static_cast<std::size_t>(kHeld));
+  {
+    std::lock_guard lock(received_->mutex);
+    ASSERT_EQ(received_->held.size(), static_cast<std::size_t>(kHeld));
+    for (int k = 0; k < kHeld; ++k) {
+      // Read again from the message itself, after every other one was written.
+      const ProcessMessage& message = received_->held[static_cast<std::size_t>(k)];
+      const std::vector<std::byte> bytes(message->bytes().begin(), message->bytes().end());
+      EXPECT_TRUE(bytes == content(previous(), 2 * k + 1)) << "held message " << k;
+    }
+  }
+  // This process's messages stay in its part while the next one holds them: it lets go only
+  // once told so (after this check), then the part empties.
+  EXPECT_GE(transport_->shared_memory_in_use(), fit * (std::size_t{300} << 10));
+  transport_->send(next(), MessageBytes::of(std::vector<std::byte>(8, std::byte{7})));
+  ASSERT_TRUE(wait_for(first + kHeld + 1));
+  {
+    std::lock_guard lock(received_->mutex);
+    received_->held.clear();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (transport_->shared_memory_in_use() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(transport_->shared_memory_in_use(), 0u) << "the next process's releases never came";
+  // With the part free again, the next messages go through it (and reuse its first bytes).
+  if (fit > 0) {
+    const uint64_t before = transport_->messages_through_shared_memory();
+    send_all(*transport_, placement_.index, next(), 0);
+    ASSERT_TRUE(wait_for(first + kHeld + 1 + kMessages));
+    // The odd ones, in blocks; the receiver lets each go at once, but with little shared memory
+    // some may still find it full.
+    const uint64_t through = transport_->messages_through_shared_memory() - before;
+    EXPECT_GT(through, 0u);
+    if (setting >= (std::size_t{8} << 20)) EXPECT_EQ(through, static_cast<uint64_t>(kMessages / 2));
+    Received part_of;
+    part_of.messages.assign(received_->messages.begin() + first + kHeld + 1,
+                            received_->messages.begin() + first + kHeld + 1 + kMessages);
+    expect_all(part_of, previous(), 0);
+  }
 }
 
 TEST_F(TransportTest, ItsThreadRestsWhileNothingHereWaitsAndWatchesForAWaiter) {
