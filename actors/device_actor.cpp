@@ -494,9 +494,11 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   }
   request.at_collective = true;
   request.waits_since = std::chrono::steady_clock::now();
+  std::string tag = collective_tag(program, call);  // formatted once: the meeting's and the reply's
+  Future<Gathered> met =
+      points_->arrive(arrival(request, call, members, tag, std::move(contribution)));
   when_met(
-      points_->arrive(
-          arrival(request, call, members, collective_tag(program, call), std::move(contribution))),
+      std::move(met),
       all_local ? Awaits::kLocal
       : result_desc.bytes() < kPolledMeetingBytes ||
               shares_memory_with_all(points_->transport(), members, request.local_replicas,
@@ -504,8 +506,8 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
           ? Awaits::kProcessesPolled
           : Awaits::kProcesses,
       [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members,
-       position = static_cast<int>(position),
-       shares_result](Result<Gathered> all, bool in_line) mutable {
+       position = static_cast<int>(position), shares_result,
+       tag = std::move(tag)](Result<Gathered> all, bool in_line) mutable {
         ExecuteRequest& request = *held;
         const Span waited{request.waits_since, std::chrono::steady_clock::now()};
         request.collective_ns += waited.ns();
@@ -513,7 +515,6 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
           o.collective_waited(request, kernel_name(call.kernel), waited);
         });
         const Executable& program = *request.ready_program;
-        const std::string tag = collective_tag(program, call);
         if (!all.ok()) return resume_after_collective(request, all.error(), nullptr, in_line);
         if (std::exception_ptr failed = failure_among(all.value(), call, tag)) {
           return resume_after_collective(request, failed, nullptr, in_line);
