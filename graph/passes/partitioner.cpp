@@ -357,8 +357,39 @@ class Partitioner {
 
   // ---- resharding ----------------------------------------------------------------------------
 
+  // For layouts of the same tiles: a (source, target) pair for every device, the target holding
+  // in `to` the tile the source holds in `from` (a device that keeps its tile is its own
+  // source), each device a source once; none when some tile of `to` is held by no device.
+  static std::optional<std::vector<std::pair<int64_t, int64_t>>> sources_of(const Layout& from,
+                                                                            const Layout& to) {
+    std::vector<std::pair<int64_t, int64_t>> pairs;
+    std::vector<bool> used(static_cast<std::size_t>(from.devices), false);
+    const auto holds = [&](int64_t source, int64_t target) {
+      return std::ranges::equal(from.of(source), to.of(target));
+    };
+    for (int64_t target = 0; target < to.devices; ++target) {
+      int64_t source = -1;
+      if (holds(target, target) && !used[static_cast<std::size_t>(target)]) {
+        source = target;
+      } else {
+        for (int64_t d = 0; d < from.devices && source < 0; ++d) {
+          // A device that keeps its own tile is left to itself.
+          if (!used[static_cast<std::size_t>(d)] && holds(d, target) && !holds(d, d)) source = d;
+        }
+        for (int64_t d = 0; d < from.devices && source < 0; ++d) {
+          if (!used[static_cast<std::size_t>(d)] && holds(d, target)) source = d;
+        }
+      }
+      if (source < 0) return std::nullopt;
+      used[static_cast<std::size_t>(source)] = true;
+      pairs.emplace_back(source, target);
+    }
+    return pairs;
+  }
+
   // Brings `v` to layout `to`; with `emit_ops` false only returns what it would cost (bytes the
-  // collectives bring to a device). The steps: a sharded dimension that moves to another
+  // collectives bring to a device). The steps: the same tiles on other devices are one
+  // collective_permute; a sharded dimension that moves to another
   // unsharded one with the same tiles on the same devices is one all_to_all; otherwise each
   // sharded dimension `to` splits differently is gathered (all_gather among the devices that
   // differ only along it), then each dimension `to` splits and the value does not is sliced
@@ -369,6 +400,27 @@ class Partitioner {
     const int rank = to.rank();
     const int64_t elem = static_cast<int64_t>(dtype_size(v.dtype));
     Layout& cur = v.layout;
+    // collective_permute: the same tiles, held by other devices. Each device receives its tile
+    // from one that holds it: a tile's bytes, where gathering would bring (tiles - 1) of them.
+    if (cur.tiles == to.tiles) {
+      if (const auto pairs = sources_of(cur, to)) {
+        const int64_t bytes = local_shape(v.shape, cur).numel() * elem;
+        cost += bytes + kCollectiveLatencyBytes;
+        if (emit_ops) {
+          std::vector<int64_t> encoded{cur.devices};
+          for (const auto& [source, target] : *pairs) {
+            encoded.push_back(source);
+            encoded.push_back(target);
+          }
+          const int64_t ints[] = {detail::intern_collective_group_ints(encoded)};
+          const int32_t operand[] = {v.id};
+          v.id = emit(Op::kCollectivePermute, v.dtype, out_[v.id].shape, operand, ints);
+          bytes_ += bytes;
+        }
+        v.layout = to;
+        return cost;
+      }
+    }
     // all_to_all: dim a split -> dim b split, same devices.
     for (int a = 0; a < rank; ++a) {
       for (int b = 0; b < rank; ++b) {

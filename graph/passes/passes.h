@@ -68,7 +68,7 @@ struct PartitionedProgram {
   std::vector<ShardingSpec> input_shardings;
   /// Bytes the collectives bring to each device per execution (an estimate: ring all_reduce
   /// moves 2 (g - 1) / g of the buffer, all_gather (g - 1) shards, reduce_scatter and all_to_all
-  /// (g - 1) / g of their operand).
+  /// (g - 1) / g of their operand, collective_permute one shard).
   int64_t collective_bytes = 0;
   /// The global instruction each instruction of `program` was made for (by id), so dumps can
   /// say where a collective was inserted.

@@ -292,6 +292,34 @@ TEST(SpmdTraining, PartialSumsAndPicksFromShardsRunOnTheDevicesAsOnOne) {
   LazySystem::restart();
 }
 
+// A value laid out over the devices in one order and then in another: the devices trade tiles
+// (the partitioner's collective_permute) and the results read back as on one device.
+TEST(SpmdTraining, TilesMovingBetweenDeviceOrdersArriveWhole) {
+  std::mt19937 rng(23);
+  const std::vector<float> values = random_values(rng, 8 * 6);
+  const auto run = [&](bool spmd) {
+    LazySystem::restart({.cpu_devices = kDevices});
+    if (spmd) use_spmd();
+    const Mesh forward({0, 1, 2, 3}, {4, 1}, {"data", "model"});
+    const Mesh reversed({3, 2, 1, 0}, {4, 1}, {"data", "model"});
+    const Tensor x = tensor(values, {8, 6});
+    if (spmd) mark_sharding(x, forward, {"data", None});
+    Tensor y = exp(x) * 2.0;
+    if (spmd) mark_sharding(y, reversed, {"data", None});
+    const Tensor z = y + x;
+    mark_step();
+    std::vector<float> out = z.to_vector<float>();
+    LazySystem::restart();
+    return out;
+  };
+  const std::vector<float> one = run(false);
+  const std::vector<float> spmd = run(true);
+  ASSERT_EQ(spmd.size(), one.size());
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    EXPECT_NEAR(spmd[i], one[i], 1e-6 * (1 + std::abs(one[i]))) << "element " << i;
+  }
+}
+
 // Two Linear layers with given weights, as nn modules (SpmdFullyShardedDataParallel wraps one).
 class TwoLayers : public nn::Module {
  public:

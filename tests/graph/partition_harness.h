@@ -170,9 +170,16 @@ inline std::vector<std::vector<CpuTensor>> run_lockstep(const Program& program, 
         }
         break;
       }
-      case Op::kCollectivePermute:
-        ADD_FAILURE() << "the partitioner emitted a collective_permute";
-        return {};
+      case Op::kCollectivePermute: {
+        // [devices, source, target, ...]: each target takes its source's value; a device no
+        // pair names gets zeros.
+        const std::vector<int64_t> pairs = detail::collective_group_ints(ints.back());
+        for (int64_t p = 0; p < devices; ++p) values[p][id] = ref::zeros(instr.dtype, instr.shape);
+        for (std::size_t i = 1; i + 1 < pairs.size(); i += 2) {
+          values[pairs[i + 1]][id] = values[pairs[i]][operand_ids[0]];
+        }
+        break;
+      }
       default:
         for (int64_t p = 0; p < devices; ++p) {
           std::vector<const CpuTensor*> operand_values;

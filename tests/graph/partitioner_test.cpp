@@ -197,10 +197,12 @@ TEST(Partition, ReshardsBetweenDeviceOrders) {
   swapped.devices = {1, 0, 3, 2};
   ShardingSpec other_dim = split(2, 1, 4);
   other_dim.devices = {3, 2, 1, 0};
-  // The same tiles on other devices: gathered and sliced again (never an all_to_all, whose
-  // blocks would land on the wrong devices).
+  // The same tiles on other devices: each device receives its tile (one collective_permute).
+  // The tiles of another dim: gathered and sliced again (never an all_to_all, whose blocks would
+  // land on the wrong devices).
   const Checked r = check(c, {forward, swapped, other_dim}, 4);
-  EXPECT_EQ(r.count(Op::kAllGather), 2);
+  EXPECT_EQ(r.count(Op::kCollectivePermute), 1);
+  EXPECT_EQ(r.count(Op::kAllGather), 1);
   EXPECT_EQ(r.total(), 2);
 }
 
