@@ -24,6 +24,11 @@
 //   with --amp none,bf16: each figure once per precision, "amp" naming it (bf16: the forward
 //                          pass and loss in a bf16 autocast region), and amp_speedup — the
 //                          step time in f32 / in bf16 — when both run
+//   with --pytorch PYTHON: PyTorch eager's step of the same model, batch and recipe
+//                          (benchmarks/pytorch_step.py, run by PYTHON, e.g. /usr/bin/python3 with
+//                          Debian's python3-torch) right after axle's f32 step of it, on as many
+//                          threads as the process may use: pytorch_step_ms, and over_pytorch —
+//                          PyTorch's step time / axle's (axle's speed-up), for mlp, cnn and gpt
 //   with --mpi, under mpirun (--model mlp,cnn): data-parallel training across the job's processes
 //                          (each with CPU_NUM_DEVICES replicas, each stepping a full batch)
 //                          against one device of the first process training alone while the
@@ -32,10 +37,13 @@
 //                          dp_efficiency — the job's samples/s over one device's (the target on
 //                          this 2-core machine: ≥ 0.9 with two replicas). Only process 0 prints.
 // JSON lines on stdout (see benchmarks/README.md).
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <Eigen/Dense>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -178,6 +186,31 @@ class ResNetTrainingStep {
 };
 
 bool g_observers = true;
+
+// PyTorch eager's median ms per step of `model` (benchmarks/pytorch_step.py under `python`), or
+// nothing when the script fails or prints no figure (PyTorch not installed): said on stderr.
+std::optional<double> pytorch_step_ms(const std::string& python, const std::string& model,
+                                      int steps, int rounds, std::string& version) {
+  const std::string command = fmt::format("'{}' '{}' --model {} --steps {} --rounds {}", python,
+                                          AXLE_PYTORCH_STEP_SCRIPT, model, steps, rounds);
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) {
+    std::fprintf(stderr, "train_step_bench: could not run %s\n", command.c_str());
+    return std::nullopt;
+  }
+  std::string out;
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), buffer.size(), pipe)) out += buffer.data();
+  const int status = ::pclose(pipe);
+  const auto json = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  if (status != 0 || json.is_discarded() || !json.contains("value")) {
+    std::fprintf(stderr, "train_step_bench: %s gave no step time (exit status %d)\n",
+                 command.c_str(), status);
+    return std::nullopt;
+  }
+  version = json.value("torch", "");
+  return json["value"].get<double>();
+}
 
 LazySystemOptions system_options(int devices = 0) {
   LazySystemOptions options{.cpu_devices = devices};
@@ -422,6 +455,10 @@ int main(int argc, char** argv) {
   app.add_flag("--mpi", mpi,
                "under mpirun: data-parallel training across the job's processes against one "
                "device alone (dp_efficiency)");
+  std::string python;
+  app.add_option("--pytorch", python,
+                 "run PyTorch eager's step of each model with this Python (e.g. /usr/bin/python3 "
+                 "with Debian's python3-torch) right after axle's: pytorch_step_ms, over_pytorch");
   CLI11_PARSE(app, argc, argv);
   g_observers = observers == "standard";
   const int steps = quick ? 5 : 20, rounds = quick ? 3 : 7;
@@ -453,6 +490,18 @@ int main(int argc, char** argv) {
            {{"model", std::string(model)}, {"batch", batch}});
     }
   };
+  // PyTorch's step of the same model, right after axle's f32 one.
+  const auto against_pytorch = [&](const char* model, int64_t batch, double axle_ms, int steps,
+                                   int rounds) {
+    if (python.empty()) return;
+    std::string version;
+    const std::optional<double> ms = pytorch_step_ms(python, model, steps, rounds, version);
+    if (!ms) return;
+    emit("train_step", "pytorch_step_ms", *ms, "ms",
+         {{"model", std::string(model)}, {"batch", batch}, {"torch", version}});
+    emit("train_step", "over_pytorch", *ms / axle_ms, "ratio",
+         {{"model", std::string(model)}, {"batch", batch}});
+  };
   if (chosen("gpt")) {
     std::map<std::string, double> by_amp;
     for (const std::string& amp : amps) {
@@ -462,6 +511,7 @@ int main(int argc, char** argv) {
       emit("train_step", "step_ms", ms, "ms", labels("gpt", GptTrainingStep::kBatch, amp));
       emit("train_step", "tokens_per_s", static_cast<double>(tokens) / ms * 1e3, "tokens/s",
            labels("gpt", GptTrainingStep::kBatch, amp));
+      if (amp == "none") against_pytorch("gpt", GptTrainingStep::kBatch, ms, 3, quick ? 2 : 3);
     }
     emit_amp_speedup("gpt", GptTrainingStep::kBatch, by_amp);
   }
@@ -485,6 +535,7 @@ int main(int argc, char** argv) {
       emit("train_step", "step_ms", fused, "ms", labels(c.model, c.batch, amp));
       emit("train_step", "samples_per_s", static_cast<double>(c.batch) / fused * 1e3, "samples/s",
            labels(c.model, c.batch, amp));
+      if (!bf16) against_pytorch(c.model, c.batch, fused, steps, quick ? 3 : 5);
       axle::config::set("AXLE_DISABLE_PASSES", "fusion");
       const double unfused = step_ms(c.model, c.batch, steps, rounds, bf16);
       axle::config::unset("AXLE_DISABLE_PASSES");
