@@ -182,9 +182,16 @@ std::shared_ptr<const MessageBytes> MessageBytes::of(std::vector<std::byte> byte
 }
 
 // Borrowed messages mark their memory released under a shared lock, which the transport takes
-// whole before the shared memory goes at exit: a message dropped later marks nothing.
-std::shared_mutex g_shared_memory_lock;
-bool g_shared_memory_open = false;  // under g_shared_memory_lock
+// whole before the shared memory goes at exit: a message dropped later marks nothing. Never
+// destroyed, as messages may go during the process's exit.
+struct SharedMemoryGate {
+  std::shared_mutex lock;
+  bool open = false;  // under lock
+};
+SharedMemoryGate& shared_memory_gate() {
+  static auto* gate = new SharedMemoryGate;
+  return *gate;
+}
 
 std::shared_ptr<MessageBytes> MessageBytes::borrowed(std::byte* data, std::size_t size,
                                                      uint32_t* released) {
@@ -197,9 +204,9 @@ std::shared_ptr<MessageBytes> MessageBytes::borrowed(std::byte* data, std::size_
 
 MessageBytes::~MessageBytes() {
   if (released_) {
-    const std::shared_lock lock(g_shared_memory_lock);
-    if (g_shared_memory_open)
-      std::atomic_ref<uint32_t>(*released_).store(1, std::memory_order_release);
+    SharedMemoryGate& gate = shared_memory_gate();
+    const std::shared_lock lock(gate.lock);
+    if (gate.open) std::atomic_ref<uint32_t>(*released_).store(1, std::memory_order_release);
     return;
   }
   if (!raw_ || capacity_ < kPooledBytes) return;
@@ -432,8 +439,8 @@ void ProcessTransport::State::open_shared_memory(MPI_Comm host_comm, std::size_t
                                                       static_cast<std::size_t>(size)};
     }
   }
-  const std::unique_lock lock(g_shared_memory_lock);
-  g_shared_memory_open = true;
+  const std::unique_lock lock(shared_memory_gate().lock);
+  shared_memory_gate().open = true;
 }
 
 void ProcessTransport::State::SharedMemory::reclaim() {
@@ -789,8 +796,8 @@ void ProcessTransport::State::finish() {
   }
   if (shared.window != MPI_WIN_NULL) {
     {
-      const std::unique_lock lock(g_shared_memory_lock);
-      g_shared_memory_open = false;
+      const std::unique_lock lock(shared_memory_gate().lock);
+      shared_memory_gate().open = false;
     }
     MPI_Win_free(&shared.window);
   }

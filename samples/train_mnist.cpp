@@ -355,15 +355,17 @@ int train_spmd(const Flags& flags) {
       const int64_t batch_samples = batch[1].size(0);
       samples += batch_samples;
       if (flags.log_steps > 0 && step % flags.log_steps == 0) {
+        if (summaries) summaries->add_step_breakdown(step);
         // Every process keeps the loss (an output of the step: the processes' programs must be
         // the same); the first prints it.
         add_step_closure(
             [reports, tracker, loss, step, epoch, batch_samples, summaries,
-             flags_log = flags.log_steps] {
+             flags_log = flags.log_steps, lr = flags.lr] {
               if (!reports) return;
               tracker->add(batch_samples * flags_log);
               if (summaries) {
                 summaries->add_scalar("train/loss", loss.item(), step);
+                summaries->add_scalar("train/lr", lr, step);
                 summaries->add_scalar("train/samples_per_s", tracker->rate(), step);
               }
               fmt::print(

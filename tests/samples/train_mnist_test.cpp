@@ -358,39 +358,49 @@ TEST(TrainMnist, SpmdOverTwoProcessesTrainsBitForBitAsOneProcess) {
 // printed ones at the logged steps, the step breakdown is there, and the test accuracy is the
 // summary's.
 TEST(TrainMnist, LogdirWritesTensorBoardSummaries) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("axle_train_mnist_tb_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  const TrainerRun run =
-      train("--fake_data --batch_size 64 --max_steps 20 --log_steps 5 --logdir " + dir.string());
-  ASSERT_EQ(run.status, 0) << run.output;
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) files.push_back(entry.path());
-  ASSERT_EQ(files.size(), 1u);
-  const axle::EventFile events = axle::read_event_file(files[0]);
-  EXPECT_EQ(events.file_version, "brain.Event:2");
-  const std::vector<double> printed = logged_losses(run.output);
-  std::vector<double> losses;
-  std::vector<int64_t> steps;
-  double accuracy = -1;
-  int rates = 0;
-  double executing_ms = 0;
-  for (const axle::EventValue& v : events.values) {
-    if (v.tag == "train/loss") {
-      losses.push_back(v.value);
-      steps.push_back(v.step);
+  // On one device, and over an SPMD mesh (its own training loop).
+  for (const std::string extra : {"", " --model mlp --spmd --mesh 2,2"}) {
+    SCOPED_TRACE(extra);
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("axle_train_mnist_tb_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    const TrainerRun run =
+        train("--fake_data --batch_size 64 --max_steps 20 --log_steps 5 --lr 0.02" + extra +
+              " --logdir " + dir.string());
+    ASSERT_EQ(run.status, 0) << run.output;
+    std::vector<std::filesystem::path> files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+      files.push_back(entry.path());
+    ASSERT_EQ(files.size(), 1u);
+    const axle::EventFile events = axle::read_event_file(files[0]);
+    EXPECT_EQ(events.file_version, "brain.Event:2");
+    const std::vector<double> printed = logged_losses(run.output);
+    std::vector<double> losses;
+    std::vector<int64_t> steps;
+    std::vector<double> lrs;
+    double accuracy = -1;
+    int rates = 0;
+    double executing_ms = 0;
+    for (const axle::EventValue& v : events.values) {
+      if (v.tag == "train/loss") {
+        losses.push_back(v.value);
+        steps.push_back(v.step);
+      }
+      if (v.tag == "train/lr") lrs.push_back(v.value);
+      if (v.tag == "train/samples_per_s" && v.value > 0) ++rates;
+      if (v.tag == "test/accuracy") accuracy = v.value;
+      if (v.tag == "step_breakdown/executing_ms") executing_ms += v.value;
     }
-    if (v.tag == "train/samples_per_s" && v.value > 0) ++rates;
-    if (v.tag == "test/accuracy") accuracy = v.value;
-    if (v.tag == "step_breakdown/executing_ms") executing_ms += v.value;
+    EXPECT_GT(executing_ms, 0) << "the step breakdown's device time";
+    EXPECT_EQ(steps, (std::vector<int64_t>{5, 10, 15, 20}));
+    ASSERT_EQ(lrs.size(), 4u);
+    for (double lr : lrs) EXPECT_NEAR(lr, 0.02, 1e-8);  // stored as a float
+    ASSERT_EQ(losses.size(), printed.size()) << run.output;
+    for (std::size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(losses[i], printed[i], 1e-5);
+    EXPECT_EQ(rates, 4);
+    EXPECT_NEAR(accuracy, run.summary["final_test_accuracy"].get<double>(), 1e-4) << run.output;
+    std::filesystem::remove_all(dir);
   }
-  EXPECT_GT(executing_ms, 0) << "the step breakdown's device time";
-  EXPECT_EQ(steps, (std::vector<int64_t>{5, 10, 15, 20}));
-  ASSERT_EQ(losses.size(), printed.size()) << run.output;
-  for (std::size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(losses[i], printed[i], 1e-5);
-  EXPECT_EQ(rates, 4);
-  EXPECT_NEAR(accuracy, run.summary["final_test_accuracy"].get<double>(), 1e-4) << run.output;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(TrainMnist, FlagsOutOfRangeAreNamedInASentence) {
