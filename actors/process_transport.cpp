@@ -906,16 +906,15 @@ void ProcessTransport::send(int to, ProcessMessage message) {
 void ProcessTransport::send(int to, std::size_t size, std::span<const std::byte> rest,
                             std::vector<MessageBlock> blocks, std::shared_ptr<const void> keep) {
   check_send(to, size);
-  std::size_t block_bytes = 0;
+  // Blocks in ascending order, not overlapping, and with the other bytes exactly `size`.
+  std::size_t end = 0;    // of the last block
+  std::size_t bytes = 0;  // of the blocks
   for (const MessageBlock& block : blocks) {
-    if (block.offset < block_bytes) throw std::invalid_argument("message blocks overlap");
-    block_bytes = block.offset + block.bytes.size();
+    if (block.offset < end) throw std::invalid_argument("message blocks overlap");
+    end = block.offset + block.bytes.size();
+    bytes += block.bytes.size();
   }
-  if (block_bytes > size ||
-      rest.size() + std::accumulate(
-                        blocks.begin(), blocks.end(), std::size_t{0},
-                        [](std::size_t n, const MessageBlock& b) { return n + b.bytes.size(); }) !=
-          size) {
+  if (end > size || rest.size() + bytes != size) {
     throw std::invalid_argument(
         fmt::format("process {}: a message of {} bytes to process {} has blocks and other bytes of "
                     "another size",
