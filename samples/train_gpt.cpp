@@ -220,7 +220,7 @@ void shard_megatron(const nn::Module& gpt, const spmd::Mesh& mesh) {
 
 struct Summary {
   int64_t parameter_bytes = 0;             // the whole model's
-  int64_t parameter_bytes_per_device = 0;  // what device 0 holds of it (--spmd)
+  int64_t parameter_bytes_per_device = 0;  // what the master device holds (--spmd, --fsdp)
   double first_loss = 0;
   double final_train_loss = 0;
   double final_val_loss = 0;
@@ -228,6 +228,8 @@ struct Summary {
   int64_t compiles = 0;
   uint64_t peak_device_bytes = 0;
   std::vector<uint64_t> peak_bytes_by_ordinal;
+  // Parameters, their gradients and the optimizer's state on the replica holding the most.
+  uint64_t replica_state_bytes = 0;
   std::string sample;
 };
 
@@ -248,6 +250,10 @@ void train_replica(const Flags& flags,
                                       .checkpoint_activations = flags.checkpoint_activations},
                             device);
   if (!flags.init.empty()) load_weights(*gpt, flags.init, device);
+  int64_t parameter_bytes = 0;  // the whole model's (FSDP takes the parameters out of it)
+  for (const Tensor& p : gpt->parameters()) {
+    parameter_bytes += p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
+  }
   std::optional<spmd::Mesh> mesh;
   if (flags.spmd) {
     const std::vector<int64_t> shape = mesh_shape(flags.mesh);
@@ -424,14 +430,25 @@ void train_replica(const Flags& flags,
   if (flags.sample > 0) text = generate(model, flags, device);
   const MemoryInfo memory = get_memory_info(device);
   wait_device_ops();
+  // What this replica's device holds of the model's state (under SPMD, its shard of each).
+  auto held_bytes = [](const Tensor& t) -> uint64_t {
+    if (!t.defined()) return 0;
+    const DeviceData* data = t.impl()->data().get();
+    if (data != nullptr && data->sharded()) return data->shards()[0]->bytes();
+    return static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype());
+  };
+  uint64_t state_bytes = 0;
+  for (const Tensor& p : params) state_bytes += held_bytes(p) + held_bytes(p.grad());
+  for (const auto& [name, t] : optimizer.state_dict()) state_bytes += held_bytes(t);
+  const uint64_t most_state_bytes =
+      mesh_reduce("replica_state_bytes", state_bytes,
+                  [](const std::vector<uint64_t>& all) { return std::ranges::max(all); });
   std::vector<uint64_t> peaks = mesh_reduce("peak_device_bytes", memory.peak_bytes,
                                             [](const std::vector<uint64_t>& all) { return all; });
   if (master) {
-    for (const Tensor& p : gpt->parameters()) {
-      const DeviceData& data = *p.impl()->data();
-      summary.parameter_bytes += static_cast<int64_t>(data.bytes());
-      summary.parameter_bytes_per_device +=
-          static_cast<int64_t>(data.sharded() ? data.shards()[0]->bytes() : data.bytes());
+    summary.parameter_bytes = parameter_bytes;
+    for (const Tensor& p : params) {
+      summary.parameter_bytes_per_device += static_cast<int64_t>(held_bytes(p));
     }
     summary.first_loss = progress->first_loss;
     summary.final_train_loss = final_loss;
@@ -440,6 +457,7 @@ void train_replica(const Flags& flags,
     summary.compiles = compiles;
     summary.peak_device_bytes = memory.peak_bytes;
     summary.peak_bytes_by_ordinal = std::move(peaks);
+    summary.replica_state_bytes = most_state_bytes;
     summary.sample = std::move(text);
   }
 }
@@ -469,7 +487,7 @@ int train(const Flags& flags) {
       "\"first_logged_loss\":{:.5f},\"steps\":{},\"corpus_files\":{},\"corpus_bytes\":{},"
       "\"devices\":{},\"world_size\":{},\"amp\":\"{}\",\"ddp\":{},"
       "\"peak_device_bytes_by_ordinal\":[{}],\"spmd\":{},\"mesh\":\"{}\","
-      "\"parameter_bytes\":{},\"parameter_bytes_per_device\":{}}}\n",
+      "\"parameter_bytes\":{},\"parameter_bytes_per_device\":{},\"replica_state_bytes\":{}}}\n",
       summary.final_train_loss, summary.final_val_loss, summary.final_val_loss / std::numbers::ln2,
       summary.step_ms > 0 ? 1000.0 * static_cast<double>(tokens_per_step) / summary.step_ms : 0.0,
       summary.step_ms, summary.compiles, summary.peak_device_bytes, summary.first_loss,
@@ -477,7 +495,7 @@ int train(const Flags& flags) {
       flags.spmd ? global_device_count() : flags.num_devices,
       flags.spmd ? 1 : flags.num_devices * process_count(), flags.amp, flags.ddp,
       fmt::join(summary.peak_bytes_by_ordinal, ","), flags.spmd, flags.spmd ? flags.mesh : "",
-      summary.parameter_bytes, summary.parameter_bytes_per_device);
+      summary.parameter_bytes, summary.parameter_bytes_per_device, summary.replica_state_bytes);
   return 0;
 }
 

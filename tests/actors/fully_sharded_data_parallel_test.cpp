@@ -196,6 +196,103 @@ TEST_F(Fsdp, FourReplicasNestedAndReshardedMatchOneDeviceAndHoldAQuarterOfTheSta
   }
 }
 
+// A small MLP: 160 parameters, then 1,056 and 1,056 in a Sequential of their own, then 132.
+std::shared_ptr<nn::Module> small_mlp(Device device) {
+  auto layer = [&](int64_t in, int64_t out) {
+    return std::make_shared<nn::Linear>(in, out, true, device);
+  };
+  using Modules = std::vector<std::shared_ptr<nn::Module>>;
+  return std::make_shared<nn::Sequential>(
+      Modules{layer(4, 32), std::make_shared<nn::Sequential>(Modules{layer(32, 32), layer(32, 32)}),
+              layer(32, 4)});
+}
+
+// Rows [first, first + rows) of the MLP's inputs and targets.
+std::pair<Tensor, Tensor> mlp_rows(int64_t first, int64_t rows, Device device) {
+  std::vector<float> x, y;
+  for (int64_t r = first; r < first + rows; ++r) {
+    for (int64_t i = 0; i < 4; ++i) {
+      x.push_back(static_cast<float>(std::sin(0.7 * static_cast<double>(r * 4 + i))));
+      y.push_back(static_cast<float>(std::cos(0.3 * static_cast<double>(r + i))));
+    }
+  }
+  return {tensor(x, Shape({rows, 4}), device), tensor(y, Shape({rows, 4}), device)};
+}
+
+// size_based_auto_wrap_policy, as torch's: bottom-up, a submodule becomes a unit when its
+// parameters not already in a nested unit number at least min_num_params. The units' paths are
+// where their flat shards are named; 4 replicas train as one device on the whole batch.
+TEST_F(Fsdp, SizeBasedPolicyWrapsSubmodulesWithEnoughUnwrappedParameters) {
+  auto shards_of = [](int64_t min_num_params) {
+    std::vector<std::string> names;
+    spawn([&](int r) {
+      const FullyShardedDataParallel fsdp(
+          small_mlp(xla_device()),
+          {.auto_wrap_policy = size_based_auto_wrap_policy(min_num_params)});
+      if (r != 0) return;
+      for (const auto& [name, t] : fsdp.named_parameters()) names.push_back(name);
+    });
+    return names;
+  };
+  // Each inner Linear (1,056); their Sequential then holds none unwrapped.
+  EXPECT_EQ(shards_of(1000), (std::vector<std::string>{
+                                 "flat_param_0",
+                                 "_fsdp_wrapped_module.1.0.flat_param_0",
+                                 "_fsdp_wrapped_module.1.1.flat_param_0",
+                             }));
+  // The inner Sequential (2,112), not its Linears.
+  EXPECT_EQ(shards_of(2000), (std::vector<std::string>{
+                                 "flat_param_0",
+                                 "_fsdp_wrapped_module.1.flat_param_0",
+                             }));
+  // Nothing but the root.
+  EXPECT_EQ(shards_of(3000), (std::vector<std::string>{"flat_param_0"}));
+
+  constexpr int kMlpSteps = 10;
+  std::vector<double> want;
+  {
+    const Device device = xla_device();
+    set_rng_state(kSeed, device);
+    const std::shared_ptr<nn::Module> model = small_mlp(device);
+    optim::SGD optimizer(model->parameters(), {.lr = 0.1});
+    const auto [x, y] = mlp_rows(0, kReplicas * 2, device);
+    for (int step = 0; step < kMlpSteps; ++step) {
+      optimizer.zero_grad();
+      const Tensor loss = nn::mse_loss((*model)(x), y);
+      loss.backward();
+      optimizer.step();
+      mark_step();
+      want.push_back(loss.item<float>());
+    }
+  }
+  std::vector<std::vector<double>> got(kReplicas);
+  spawn([&](int r) {
+    const Device device = xla_device();
+    set_rng_state(kSeed, device);
+    FullyShardedDataParallel fsdp(small_mlp(device),
+                                  {.auto_wrap_policy = size_based_auto_wrap_policy(1000)});
+    optim::SGD optimizer(fsdp.parameters(), {.lr = 0.1});
+    const auto [x, y] = mlp_rows(r * 2, 2, device);
+    for (int step = 0; step < kMlpSteps; ++step) {
+      optimizer.zero_grad();
+      const Tensor loss = nn::mse_loss(fsdp(x), y);
+      loss.backward();
+      optimizer.step();
+      const Tensor global = all_reduce(ReduceType::kSum, loss.detach(), 1.0 / kReplicas);
+      mark_step();
+      got[static_cast<std::size_t>(r)].push_back(global.item<float>());
+    }
+  });
+  for (int step = 0; step < kMlpSteps; ++step) {
+    for (const auto& losses : got) {
+      EXPECT_NEAR(losses[static_cast<std::size_t>(step)], want[static_cast<std::size_t>(step)],
+                  1e-5 * want[static_cast<std::size_t>(step)])
+          << "step " << step;
+    }
+  }
+  EXPECT_LT(want.back(), 0.9 * want.front());  // it trained
+}
+
 TEST_F(Fsdp, OneUnitWithoutReshardingMatchesOneDevice) {
   const Training one = train_one_device();
   expect_same_losses(one, train_fsdp({.reshard_after_forward = false}));

@@ -1,14 +1,15 @@
 // A job whose process dies or whose replica throws ends, never hangs: under mpirun (2 processes of
 // 2 devices), a killed process makes the other fail within the collective timeout with an error
 // naming the replicas it lost, their process and the collective it waited in, and mpirun exits
-// non-zero; a replica that throws cancels every replica of the job, naming it; and an SPMD
-// process that throws ends the job as well.
+// non-zero; a replica that throws, also mid-step under FSDP, cancels every replica of the job,
+// naming it; and an SPMD process that throws ends the job as well.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <regex>
 #include <string>
 
 namespace {
@@ -58,6 +59,23 @@ TEST(ProcessLoss, AReplicaThatThrowsCancelsEveryProcess) {
       << job.output;
   EXPECT_NE(job.output.find("process 0 failed"), std::string::npos) << job.output;
   EXPECT_NE(job.output.find("replica 3 failed: replica gave up"), std::string::npos) << job.output;
+}
+
+// Under FullyShardedDataParallel: a replica that throws mid-step cancels every replica of the
+// job, in both processes, naming it.
+TEST(ProcessLoss, AnFsdpReplicaThatThrowsMidStepCancelsEveryProcess) {
+  const Job job = run("fsdp-throw");
+  EXPECT_NE(job.status, 0) << job.output;
+  EXPECT_LT(job.seconds, 60) << job.output;
+  EXPECT_NE(job.output.find("process 1 failed: replica 3 of 4 (xla:1) failed: replica gave up"),
+            std::string::npos)
+      << job.output;
+  EXPECT_NE(job.output.find("process 0 failed"), std::string::npos) << job.output;
+  // The others were cancelled in one of the step's gathers or reduce-scatters.
+  EXPECT_TRUE(std::regex_search(
+      job.output, std::regex("process 0 failed: .*(all_gather|reduce_scatter) '[^']*' "
+                             "cancelled: replica 3 failed: replica gave up")))
+      << job.output;
 }
 
 // Under use_spmd() over the job's devices: a process that throws between steps ends the job; the

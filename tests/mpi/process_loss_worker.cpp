@@ -4,6 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -38,9 +39,47 @@ int spmd_steps() {
   return 0;
 }
 
+// Under FullyShardedDataParallel ("fsdp-throw"): every replica trains a small MLP whose layers
+// size_based_auto_wrap_policy makes units of their own; at step 3 the last replica of the job
+// throws after its backward pass, while the others wait for their step's gathers and
+// reduce-scatters.
+int fsdp_steps() {
+  try {
+    axle::spawn([&](int ordinal) {
+      const axle::Device device = axle::xla_device();
+      axle::set_rng_state(5, device);
+      auto layer = [&](int64_t in, int64_t out) {
+        return std::make_shared<axle::nn::Linear>(in, out, true, device);
+      };
+      auto model =
+          std::make_shared<axle::nn::Sequential>(std::vector<std::shared_ptr<axle::nn::Module>>{
+              layer(4, 32), layer(32, 32), layer(32, 4)});
+      axle::FullyShardedDataParallel fsdp(
+          model, {.auto_wrap_policy = axle::size_based_auto_wrap_policy(1000)});
+      axle::optim::SGD optimizer(fsdp.parameters(), {.lr = 0.01});
+      for (int step = 0; step < 50; ++step) {
+        optimizer.zero_grad();
+        const axle::Tensor loss = axle::sum(fsdp(axle::ones({2, 4})));
+        loss.backward();
+        if (step == 3 && ordinal == axle::world_size() - 1) {
+          throw std::runtime_error("replica gave up at step 3");
+        }
+        optimizer.step();
+        axle::mark_step();
+        (void)loss.item();
+      }
+    });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "process %d failed: %s\n", axle::process_index(), e.what());
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string how = argc > 1 ? argv[1] : "kill";
   if (how == "spmd-throw") return spmd_steps();
+  if (how == "fsdp-throw") return fsdp_steps();
   try {
     axle::spawn([&](int ordinal) {
       for (int step = 0; step < 50; ++step) {
