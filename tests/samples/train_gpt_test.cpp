@@ -118,7 +118,7 @@ TEST(TrainGpt, FsdpTrainsAsDataParallelOnLessMemory) {
   std::filesystem::create_directories(dir);
   const std::string flags =
       "--n_layer 4 --n_embd 128 --block_size 16 --batch_size 2 --seed 1 --num_devices 4 "
-      "--max_steps 10 --eval_iters 4 --log_steps 1 ";
+      "--max_steps 20 --eval_iters 4 --log_steps 1 ";
   const TrainerRun plain = train(flags);
   const TrainerRun ddp = train(flags + "--ddp");
   const TrainerRun fsdp = train(flags + "--fsdp --save " + dir + "/fsdp.safetensors");
@@ -137,7 +137,7 @@ TEST(TrainGpt, FsdpTrainsAsDataParallelOnLessMemory) {
     std::sort(out.begin(), out.end());
     return out;
   };
-  EXPECT_EQ(losses(plain.output).size(), 40u) << plain.output;
+  EXPECT_EQ(losses(plain.output).size(), 80u) << plain.output;
   EXPECT_EQ(losses(fsdp.output), losses(plain.output)) << plain.output << fsdp.output;
   EXPECT_EQ(fsdp.summary["final_train_loss"], plain.summary["final_train_loss"]) << fsdp.output;
   EXPECT_EQ(fsdp.summary["final_val_loss"], plain.summary["final_val_loss"]) << fsdp.output;
@@ -349,7 +349,7 @@ TEST(TrainGpt, DdpAndFsdpOverTwoProcessesTrainAsOneProcessOfFour) {
                                     ("axle_train_gpt_sharded_mpi_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string common =
-      "--n_layer 2 --n_embd 64 --block_size 16 --batch_size 2 --seed 1 --max_steps 8 "
+      "--n_layer 2 --n_embd 64 --block_size 16 --batch_size 2 --seed 1 --max_steps 20 "
       "--eval_iters 4 --log_steps 1 ";
   const std::string mpirun =
       std::string(AXLE_MPIEXEC) +
@@ -383,7 +383,7 @@ TEST(TrainGpt, DdpAndFsdpOverTwoProcessesTrainAsOneProcessOfFour) {
     ASSERT_EQ(two.status, 0) << two.output;
     ASSERT_TRUE(one.summary.is_object() && two.summary.is_object()) << two.output;
     EXPECT_EQ(two.summary["world_size"].get<int>(), 4) << two.output;
-    ASSERT_EQ(first_process_losses(one.output).size(), 16u) << one.output;
+    ASSERT_EQ(first_process_losses(one.output).size(), 40u) << one.output;
     EXPECT_EQ(first_process_losses(two.output), first_process_losses(one.output)) << two.output;
     for (const char* key : {"final_train_loss", "final_val_loss", "replica_state_bytes"}) {
       EXPECT_EQ(two.summary[key], one.summary[key]) << key << "\n" << two.output;
