@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <stdexcept>
 #include <source_location>
 #include <string>
 #include <utility>
@@ -41,17 +42,35 @@ inline void sync(bool wait = false, std::source_location where = std::source_loc
   mark_step(wait, where);
 }
 
-/// Marks a step when it goes out of scope, like `with torch_xla.step():`.
+/// A step closure threw: the message names the line that added it and what it threw.
+class StepClosureError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Marks a step when it goes out of scope, like `with torch_xla.step():`. What that mark_step
+/// throws (a failed step closure, say) leaves the scope; while another exception leaves it, the
+/// step is marked and that exception goes on alone (two at once would end the program).
 class StepScope {
  public:
   explicit StepScope(std::source_location where = std::source_location::current())
       : where_(where) {}
-  ~StepScope() { mark_step(false, where_); }
+  ~StepScope() noexcept(false) {
+    if (std::uncaught_exceptions() > unwinding_) {
+      try {
+        mark_step(false, where_);
+      } catch (...) {  // the exception already leaving the scope says what went wrong first
+      }
+      return;
+    }
+    mark_step(false, where_);
+  }
   StepScope(const StepScope&) = delete;
   StepScope& operator=(const StepScope&) = delete;
 
  private:
   std::source_location where_;
+  int unwinding_ = std::uncaught_exceptions();  // exceptions already in flight at the start
 };
 
 /// Waits until everything issued to `devices` has finished, and every asynchronous step closure

@@ -143,10 +143,4 @@ class ClosureRunner : public Actor<ClosureRunner, RunAfterStep, DrainClosures, S
 /// where it was added.
 void run_step_closure(const StepClosure& closure, const Observers& observers);
 
-/// A step closure threw: the message names the line that added it and what it threw.
-class StepClosureError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 }  // namespace axle

@@ -2,6 +2,7 @@
 #include "graph/nn/module.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <unordered_set>
@@ -178,24 +179,37 @@ void Module::load_state_dict(const StateDict& state, bool strict, std::source_lo
     throw StateDictError(
         fmt::format("load_state_dict: {} (at {}:{})", what, where.file_name(), where.line()));
   };
+  // As torch's strict load: every key the module has that `state` lacks, and every key of
+  // `state` the module does not have, named together (a misspelt key is one of each).
+  if (strict) {
+    std::vector<std::string> missing, unexpected;
+    for (const auto& [name, tensor] : own) {
+      if (!find(state, name)) missing.push_back(fmt::format("\"{}\"", name));
+    }
+    for (const auto& [name, value] : state) {
+      if (!find(own, name)) unexpected.push_back(fmt::format("\"{}\"", name));
+    }
+    std::vector<std::string> errors;
+    if (!missing.empty()) {
+      errors.push_back(fmt::format("missing key{} {}", missing.size() > 1 ? "s" : "",
+                                   fmt::join(missing, ", ")));
+    }
+    if (!unexpected.empty()) {
+      errors.push_back(fmt::format("unexpected key{} {}", unexpected.size() > 1 ? "s" : "",
+                                   fmt::join(unexpected, ", ")));
+    }
+    if (!errors.empty()) fail(fmt::format("{}", fmt::join(errors, "; ")));
+  }
   std::vector<std::pair<const Tensor*, const Tensor*>> loads;  // (destination, value)
   for (const auto& [name, tensor] : own) {
     const Tensor* value = find(state, name);
-    if (!value) {
-      if (strict) fail(fmt::format("key \"{}\" is missing", name));
-      continue;
-    }
+    if (!value) continue;  // not strict
     if (!value->defined()) fail(fmt::format("key \"{}\" holds an undefined tensor", name));
     if (!(value->shape() == tensor.shape()) || value->dtype() != tensor.dtype()) {
       fail(fmt::format("key \"{}\" is {}, the module's is {}", name, ops::describe(*value),
                        ops::describe(tensor)));
     }
     loads.emplace_back(&tensor, value);
-  }
-  if (strict) {
-    for (const auto& [name, value] : state) {
-      if (!find(own, name)) fail(fmt::format("unexpected key \"{}\"", name));
-    }
   }
   NoGradGuard no_grad;  // loading is not part of any computation to differentiate
   for (const auto& [destination, value] : loads) {

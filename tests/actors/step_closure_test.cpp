@@ -291,5 +291,37 @@ TEST_F(StepClosures, AnAsynchronousFailureIsRethrownByTheNextMarkStepOrWait) {
   EXPECT_TRUE(later_ran);              // one failure does not stop the closures after it
 }
 
+// A StepScope's end marks the step: a closure failing there leaves the scope as a
+// StepClosureError the caller catches; while another exception leaves the scope, the step is
+// still marked and that exception is the one the caller sees (two would end the program).
+TEST_F(StepClosures, AStepScopeLetsAFailureOfItsStepOutAndNeverASecondOne) {
+  Tensor x = tensor(std::vector<float>{1}, Shape{1});
+  Tensor y;
+  bool caught = false;
+  try {
+    const StepScope step;
+    y = x * 2.0;
+    add_step_closure([] { throw std::runtime_error("closure gave up"); });
+  } catch (const StepClosureError& e) {
+    caught = true;
+    EXPECT_NE(std::string(e.what()).find("closure gave up"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(caught);
+  EXPECT_FALSE(y.impl()->pending_ir());
+  EXPECT_FLOAT_EQ(y.item<float>(), 2.0f);
+
+  Tensor z;
+  try {
+    const StepScope step;
+    z = x * 3.0;
+    add_step_closure([] { throw std::runtime_error("closure gave up too"); });
+    throw std::logic_error("the loop's own error");
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(), "the loop's own error");
+  }
+  EXPECT_FALSE(z.impl()->pending_ir());  // the step was marked all the same
+  EXPECT_FLOAT_EQ(z.item<float>(), 3.0f);
+}
+
 }  // namespace
 }  // namespace axle

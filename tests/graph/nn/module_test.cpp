@@ -313,6 +313,21 @@ TEST_F(Module, LoadStateDictRejectsAnUnexpectedKeyAndLoadsNothing) {
   expect_rejected(*model, bad, "2.scale", "unexpected");
 }
 
+// A misspelt key is one missing and one unexpected: both are named, as torch names them.
+TEST_F(Module, LoadStateDictNamesEveryMissingAndUnexpectedKeyAtOnce) {
+  auto model = mlp();
+  StateDict bad;
+  for (const auto& [name, tensor] : mlp()->state_dict()) {
+    if (name == "0.weight") {
+      bad.emplace_back("0.wieght", tensor);
+    } else if (name != "2.bias") {
+      bad.emplace_back(name, tensor);
+    }
+  }
+  expect_rejected(*model, bad, "0.weight",
+                  "missing keys \"0.weight\", \"2.bias\"; unexpected key \"0.wieght\"");
+}
+
 TEST_F(Module, LoadStateDictRejectsAnotherShapeAndLoadsNothing) {
   auto model = mlp();
   expect_rejected(*model, other_state("2.bias", zeros({2})), "2.bias", "f32[2]");
