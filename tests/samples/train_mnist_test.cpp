@@ -371,7 +371,7 @@ TEST(TrainMnist, LogdirWritesTensorBoardSummaries) {
     std::vector<std::filesystem::path> files;
     for (const auto& entry : std::filesystem::directory_iterator(dir))
       files.push_back(entry.path());
-    ASSERT_EQ(files.size(), 1u);
+    ASSERT_EQ(files.size(), 1u) << run.output;
     const axle::EventFile events = axle::read_event_file(files[0]);
     EXPECT_EQ(events.file_version, "brain.Event:2");
     const std::vector<double> printed = logged_losses(run.output);
@@ -391,13 +391,15 @@ TEST(TrainMnist, LogdirWritesTensorBoardSummaries) {
       if (v.tag == "test/accuracy") accuracy = v.value;
       if (v.tag == "step_breakdown/executing_ms") executing_ms += v.value;
     }
-    EXPECT_GT(executing_ms, 0) << "the step breakdown's device time";
-    EXPECT_EQ(steps, (std::vector<int64_t>{5, 10, 15, 20}));
-    ASSERT_EQ(lrs.size(), 4u);
+    EXPECT_GT(executing_ms, 0) << "the step breakdown's device time\n" << run.output;
+    EXPECT_EQ(steps, (std::vector<int64_t>{5, 10, 15, 20})) << run.output;
+    ASSERT_EQ(lrs.size(), 4u) << run.output;
     for (double lr : lrs) EXPECT_NEAR(lr, 0.02, 1e-8);  // stored as a float
     ASSERT_EQ(losses.size(), printed.size()) << run.output;
-    for (std::size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(losses[i], printed[i], 1e-5);
-    EXPECT_EQ(rates, 4);
+    for (std::size_t i = 0; i < losses.size(); ++i) {
+      EXPECT_NEAR(losses[i], printed[i], 1e-5) << run.output;
+    }
+    EXPECT_EQ(rates, 4) << run.output;
     EXPECT_NEAR(accuracy, run.summary["final_test_accuracy"].get<double>(), 1e-4) << run.output;
     std::filesystem::remove_all(dir);
   }
