@@ -144,8 +144,18 @@ Tensor variance(std::string_view op, const Tensor& x, const std::vector<int64_t>
   // torch.var is one op, on no autocast list: it keeps a bf16 input's dtype, whatever the sum
   // inside it would do in a region.
   const ops::AutocastSuspended off;
+  // The corrected two-pass sum: the deviations from the computed mean, squared and summed, less
+  // (their sum)^2 / n. A mean off by e adds n·e² to the squares, which the second term takes
+  // back: with a spread of a few f32 steps around a large mean, e is as large as the spread,
+  // while torch's f32 var stays within 1e-7 of the exact one (it accumulates in double).
   const Tensor deviation = sub(x, mean(x, reduced, /*keepdim=*/true, where), where);
-  return div(sum(mul(deviation, deviation, where), reduced, keepdim, where), divisor, where);
+  const Tensor squares = sum(mul(deviation, deviation, where), reduced, keepdim, where);
+  const Tensor drift = sum(deviation, reduced, keepdim, where);
+  // Never below 0: equal values leave two roundings of the same n·e², an ulp apart either way.
+  const Tensor spread = clamp(
+      sub(squares, div(mul(drift, drift, where), static_cast<double>(count), where), where), 0.0,
+      std::nullopt, where);
+  return div(spread, divisor, where);
 }
 
 }  // namespace
