@@ -21,6 +21,7 @@
 
 namespace {
 
+using axle::testing::file_bytes;
 using axle::testing::TrainerRun;
 
 TrainerRun train(const std::string& flags, const std::string& launcher = "") {
@@ -330,13 +331,9 @@ TEST(TrainGpt, SpmdOverTwoProcessesTrainsBitForBitAsOneProcess) {
   };
   ASSERT_EQ(losses(one.output).size(), 10u) << one.output;
   EXPECT_EQ(losses(two.output), losses(one.output)) << two.output;
-  auto bytes = [](const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  const std::string a = bytes(dir / "one.safetensors");
+  const std::string a = file_bytes(dir / "one.safetensors");
   EXPECT_FALSE(a.empty());
-  EXPECT_TRUE(a == bytes(dir / "two.safetensors")) << "the weights differ";
+  EXPECT_TRUE(a == file_bytes(dir / "two.safetensors")) << "the weights differ";
   std::filesystem::remove_all(dir);
 }
 
@@ -368,10 +365,6 @@ TEST(TrainGpt, DdpAndFsdpOverTwoProcessesTrainAsOneProcessOfFour) {
     std::sort(out.begin(), out.end());
     return out;
   };
-  auto bytes = [](const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
   for (const std::string how : {"--ddp", "--fsdp"}) {
     SCOPED_TRACE(how);
     const TrainerRun one = train(common + how + " --num_devices 4 --save " +
@@ -388,9 +381,10 @@ TEST(TrainGpt, DdpAndFsdpOverTwoProcessesTrainAsOneProcessOfFour) {
     for (const char* key : {"final_train_loss", "final_val_loss", "replica_state_bytes"}) {
       EXPECT_EQ(two.summary[key], one.summary[key]) << key << "\n" << two.output;
     }
-    const std::string weights = bytes(dir / ("one" + how + ".safetensors"));
+    const std::string weights = file_bytes(dir / ("one" + how + ".safetensors"));
     EXPECT_FALSE(weights.empty());
-    EXPECT_TRUE(weights == bytes(dir / ("two" + how + ".safetensors"))) << "the weights differ";
+    EXPECT_TRUE(weights == file_bytes(dir / ("two" + how + ".safetensors")))
+        << "the weights differ";
   }
   std::filesystem::remove_all(dir);
 }

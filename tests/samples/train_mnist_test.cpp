@@ -22,6 +22,7 @@
 
 namespace {
 
+using axle::testing::file_bytes;
 using axle::testing::TrainerRun;
 
 TrainerRun train(const std::string& flags, const std::string& launcher = "") {
@@ -139,14 +140,11 @@ TEST(TrainMnist, TheSameSeedTrainsTheSameWeightsBitForBit) {
                                        files.back());
       ASSERT_EQ(trained.status, 0) << trained.output;
     }
-    auto bytes = [](const std::string& path) {
-      std::ifstream in(path, std::ios::binary);
-      return std::string(std::istreambuf_iterator<char>(in), {});
-    };
-    const std::string first = bytes(files[0]);
+    const std::string first = file_bytes(files[0]);
     ASSERT_FALSE(first.empty());
     for (std::size_t run = 1; run < files.size(); ++run) {
-      EXPECT_TRUE(bytes(files[run]) == first) << model << ": run " << run << " differs from run 0";
+      EXPECT_TRUE(file_bytes(files[run]) == first)
+          << model << ": run " << run << " differs from run 0";
     }
   }
   std::filesystem::remove_all(dir);
@@ -175,14 +173,10 @@ TEST(TrainMnist, FsdpTrainsTheDataParallelWeightsBitForBit) {
   EXPECT_TRUE(fsdp.summary["replicas_identical"].get<bool>()) << fsdp.output;
   EXPECT_EQ(fsdp.summary["final_test_accuracy"], plain.summary["final_test_accuracy"])
       << fsdp.output;
-  auto bytes = [](const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  const std::string trained = bytes(dir / "plain.safetensors");
+  const std::string trained = file_bytes(dir / "plain.safetensors");
   EXPECT_FALSE(trained.empty());
-  EXPECT_TRUE(trained == bytes(dir / "fsdp.safetensors")) << "the weights differ";
-  EXPECT_FALSE(trained == bytes(dir / "still.safetensors")) << "nothing trained";
+  EXPECT_TRUE(trained == file_bytes(dir / "fsdp.safetensors")) << "the weights differ";
+  EXPECT_FALSE(trained == file_bytes(dir / "still.safetensors")) << "nothing trained";
   EXPECT_FALSE(std::filesystem::exists(dir / "fsdp.safetensors.shards"));
   std::filesystem::remove_all(dir);
 }
@@ -223,13 +217,9 @@ TEST(TrainMnist, TwoProcessesOfTwoDevicesTrainBitForBitAsOneProcessOfFour) {
   };
   EXPECT_EQ(count(two.output, "\"final_test_accuracy\""), 1u) << two.output;  // the master only
   EXPECT_EQ(count(two.output, "| Test Device="), 1u) << two.output;
-  auto bytes = [](const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  const std::string a = bytes(dir / "one.safetensors");
+  const std::string a = file_bytes(dir / "one.safetensors");
   EXPECT_FALSE(a.empty());
-  EXPECT_TRUE(a == bytes(dir / "two.safetensors")) << "the weights differ";
+  EXPECT_TRUE(a == file_bytes(dir / "two.safetensors")) << "the weights differ";
   std::filesystem::remove_all(dir);
 }
 
@@ -258,13 +248,9 @@ TEST(TrainMnist, DdpInTwoProcessesOfTwoDevicesTrainsAsOptimizerStepInOneProcessO
   EXPECT_FALSE(plain.summary["ddp"].get<bool>()) << plain.output;
   EXPECT_EQ(ddp.summary["world_size"].get<int>(), 4) << ddp.output;
   EXPECT_TRUE(ddp.summary["replicas_identical"].get<bool>()) << ddp.output;
-  auto bytes = [](const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  const std::string a = bytes(dir / "plain.safetensors");
+  const std::string a = file_bytes(dir / "plain.safetensors");
   EXPECT_FALSE(a.empty());
-  EXPECT_TRUE(a == bytes(dir / "ddp.safetensors")) << "the weights differ";
+  EXPECT_TRUE(a == file_bytes(dir / "ddp.safetensors")) << "the weights differ";
   std::filesystem::remove_all(dir);
 }
 
@@ -326,10 +312,6 @@ TEST(TrainMnist, SpmdOverTwoProcessesTrainsBitForBitAsOneProcess) {
   std::filesystem::create_directories(dir);
   const std::string common =
       " --fake_data --batch_size 64 --max_steps 20 --log_steps 1 --seed 5 --save ";
-  auto bytes = [](const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
   for (const std::string mesh : {"2,2", "1,4"}) {
     const TrainerRun one =
         train("--model mlp --spmd --mesh " + mesh + common + (dir / "one.safetensors").string());
@@ -347,9 +329,10 @@ TEST(TrainMnist, SpmdOverTwoProcessesTrainsBitForBitAsOneProcess) {
     const std::vector<double> want = logged_losses(one.output);
     ASSERT_EQ(want.size(), 20u) << one.output;
     EXPECT_EQ(logged_losses(two.output), want) << "mesh " << mesh << "\n" << two.output;
-    const std::string a = bytes(dir / "one.safetensors");
+    const std::string a = file_bytes(dir / "one.safetensors");
     EXPECT_FALSE(a.empty());
-    EXPECT_TRUE(a == bytes(dir / "two.safetensors")) << "mesh " << mesh << ": the weights differ";
+    EXPECT_TRUE(a == file_bytes(dir / "two.safetensors"))
+        << "mesh " << mesh << ": the weights differ";
   }
   std::filesystem::remove_all(dir);
 }

@@ -6,6 +6,9 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 namespace axle::testing {
@@ -30,6 +33,12 @@ inline TrainerRun run_trainer(const std::string& command) {
   run.status = ::pclose(pipe);
   run.summary = nlohmann::json::parse(last, nullptr, false);
   return run;
+}
+
+/// The bytes of the file at `path` (empty when it cannot be read), to compare saved weights.
+inline std::string file_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 }  // namespace axle::testing
