@@ -106,8 +106,8 @@ struct IrDumpSettings {
 };
 
 /// The compiler passes AXLE_DISABLE_PASSES may name, as graph/passes names them (pass_name).
-inline constexpr std::array<std::string_view, 5> kPassNames = {"canonicalize", "cse",
-                                                               "constant_folding", "dce", "fusion"};
+inline constexpr std::array<std::string_view, 6> kPassNames = {
+    "canonicalize", "cse", "constant_folding", "dce", "all_reduce_combiner", "fusion"};
 
 /// The compiler's passes (graph/passes): read whenever a pass set is made from the settings
 /// (PassSet::from_config: by each compiler the lazy system starts, and by each hlo dump).

@@ -23,12 +23,18 @@ namespace axle {
 
 using ReplicaGroups = std::vector<std::vector<int>>;
 
+/// A tensor of this size or more is all-reduced on its own: flattening it into a shared buffer
+/// (reshape, concatenation, slice and reshape back, each a copy) costs more than one more meeting
+/// of the replicas. Each element's fold is the same either way, and so are its bits.
+inline constexpr int64_t kAllReduceOwnBufferBytes = int64_t{256} << 10;
+
 /// Each element combined across the replicas of the caller's group, then times `scale`.
 Tensor all_reduce(ReduceType reduce_type, const Tensor& input, double scale = 1.0,
                   const ReplicaGroups& groups = {},
                   std::source_location where = std::source_location::current());
 /// all_reduce of many tensors at once: those of one dtype travel as one flat buffer (one
-/// collective per dtype, not one per tensor). Returns the results in order.
+/// collective per dtype, not one per tensor), but for those of kAllReduceOwnBufferBytes or more.
+/// Returns the results in order. (The compiler combines a step's independent all_reduces so too.)
 std::vector<Tensor> all_reduce(ReduceType reduce_type, const std::vector<Tensor>& inputs,
                                double scale = 1.0, const ReplicaGroups& groups = {},
                                std::source_location where = std::source_location::current());

@@ -132,10 +132,6 @@ Tensor all_reduce(ReduceType reduce_type, const Tensor& input, double scale,
 
 std::vector<Tensor> all_reduce(ReduceType reduce_type, const std::vector<Tensor>& inputs,
                                double scale, const ReplicaGroups& groups, Loc where) {
-  // A tensor of this size or more is reduced on its own: flattening it into a shared buffer
-  // (reshape, concatenation, slice and reshape back, each a copy) costs more than one more meeting
-  // of the members. Each element's fold is the same either way, and so are its bits.
-  constexpr int64_t kOwnBufferBytes = int64_t{256} << 10;
   std::vector<Tensor> results(inputs.size());
   // Positions of the smaller inputs by dtype, in order: each dtype travels as one flat buffer.
   std::map<DType, std::vector<std::size_t>> buckets;
@@ -143,7 +139,7 @@ std::vector<Tensor> all_reduce(ReduceType reduce_type, const std::vector<Tensor>
     ops::require_defined("all_reduce", inputs[i], "an input", where);
     check_reduce_dtype("all_reduce", reduce_type, inputs[i], where);
     if (inputs[i].numel() * static_cast<int64_t>(dtype_size(inputs[i].dtype())) >=
-        kOwnBufferBytes) {
+        kAllReduceOwnBufferBytes) {
       results[i] = all_reduce(reduce_type, inputs[i], scale, groups, where);
     } else {
       buckets[inputs[i].dtype()].push_back(i);

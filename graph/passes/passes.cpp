@@ -11,7 +11,7 @@ namespace axle {
 namespace {
 
 constexpr std::array<std::string_view, static_cast<std::size_t>(Pass::kCount)> kPassNames = {
-    "canonicalize", "cse", "constant_folding", "dce", "fusion"};
+    "canonicalize", "cse", "constant_folding", "dce", "all_reduce_combiner", "fusion"};
 // AXLE_DISABLE_PASSES accepts config::kPassNames; they must be these.
 static_assert(std::ranges::equal(kPassNames, config::kPassNames));
 
@@ -35,6 +35,7 @@ Program run_passes(Program program, const PassSet& passes) {
   if (passes.enabled(Pass::kCse)) program = eliminate_common_subexpressions(program);
   if (passes.enabled(Pass::kConstantFolding)) program = fold_constants(program);
   if (passes.enabled(Pass::kDce)) program = eliminate_dead_code(program);
+  if (passes.enabled(Pass::kAllReduceCombiner)) program = combine_all_reduces(program);
   return program;
 }
 

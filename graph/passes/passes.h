@@ -34,6 +34,12 @@ namespace axle {
 [[nodiscard]] Program fold_constants(const Program& program);
 /// Instructions no output depends on are removed (leaves stay: the step still binds them).
 [[nodiscard]] Program eliminate_dead_code(const Program& program);
+/// All_reduces of one step that agree on reduce type, groups, dtype and scale, none reading
+/// another's result, become one all_reduce of their operands flattened and concatenated (each
+/// under kAllReduceOwnBufferBytes, together up to 4 MiB): the replicas meet once instead of once
+/// each. Each element is folded as before, so every result keeps its bits. What read an earlier
+/// member moves after the combined all_reduce, which stands where the last member stood.
+[[nodiscard]] Program combine_all_reduces(const Program& program);
 
 /// One sharding per instruction of `program` (same ids), decided from the annotations
 /// (custom_sharding, fixed) and `input_shardings` (by leaf input position, Instr::input; leaves
@@ -94,7 +100,15 @@ struct PartitionedProgram {
                                     const PartitionedProgram& partitioned, int64_t num_devices);
 
 /// The passes, by the names AXLE_DISABLE_PASSES uses. Fusion is the lowering's (actors/).
-enum class Pass : uint8_t { kCanonicalize, kCse, kConstantFolding, kDce, kFusion, kCount };
+enum class Pass : uint8_t {
+  kCanonicalize,
+  kCse,
+  kConstantFolding,
+  kDce,
+  kAllReduceCombiner,
+  kFusion,
+  kCount
+};
 
 [[nodiscard]] std::string_view pass_name(Pass pass) noexcept;
 

@@ -241,6 +241,62 @@ TEST_P(EvenDevices, AllReduceWithinGroupsCombinesOnlyTheGroupsValues) {
   }
 }
 
+// The compiler combines a step's independent small all_reduces of one kind (graph/passes): each
+// result matches the reference, and its bits are those of the all_reduces left apart.
+TEST_P(EvenDevices, CombinedAllReducesGiveEachResultItsOwnBits) {
+  auto run = [&] {
+    return on_replicas<std::vector<std::vector<float>>>([&](int r) {
+      const Tensor a = tensor(input_of(r, 6), {2, 3});
+      const Tensor b = tensor(input_of(r + 1, 5), {5});
+      const Tensor c = tensor(input_of(r + 2, 1), {});
+      std::vector<Tensor> results = {
+          all_reduce(ReduceType::kSum, a, 0.25),
+          all_reduce(ReduceType::kSum, b, 0.25),
+          all_reduce(ReduceType::kSum, c, 0.25),  // these three combine
+          all_reduce(ReduceType::kMax, a),
+          all_reduce(ReduceType::kMax, b),  // these two
+          all_reduce(ReduceType::kSum, a, 1.0, pairs(n())),
+          all_reduce(ReduceType::kSum, b, 1.0, pairs(n())),                      // and these two
+          all_reduce(ReduceType::kSum, all_reduce(ReduceType::kSum, b) * 0.5)};  // a chain
+      mark_step();  // one graph of them all
+      std::vector<std::vector<float>> out;
+      for (Tensor& t : results) out.push_back(t.to_vector<float>());
+      return out;
+    });
+  };
+  const auto combined = run();
+  config::set("AXLE_DISABLE_PASSES", "all_reduce_combiner");
+  LazySystem::restart(LazySystemOptions{.cpu_devices = n()});
+  const auto apart = run();
+  config::unset("AXLE_DISABLE_PASSES");
+  auto reference = [&](int offset, int64_t size, ReduceType type, double scale,
+                       const std::vector<int>& group) {
+    std::vector<float> want = input_of(group[0] + offset, size);
+    for (std::size_t m = 1; m < group.size(); ++m) {
+      const std::vector<float> more = input_of(group[m] + offset, size);
+      for (int64_t i = 0; i < size; ++i) want[i] = fold(type, want[i], more[i]);
+    }
+    for (float& v : want) v *= static_cast<float>(scale);
+    return want;
+  };
+  for (int r = 0; r < n(); ++r) {
+    const std::vector<int> all = group_of(r, {}, n());
+    const std::vector<int> pair = group_of(r, pairs(n()), n());
+    std::vector<float> chain = reference(1, 5, ReduceType::kSum, 0.5, all);
+    for (float& v : chain) v *= static_cast<float>(n());  // every replica brings the same values
+    const std::vector<std::vector<float>> want = {
+        reference(0, 6, ReduceType::kSum, 0.25, all), reference(1, 5, ReduceType::kSum, 0.25, all),
+        reference(2, 1, ReduceType::kSum, 0.25, all), reference(0, 6, ReduceType::kMax, 1.0, all),
+        reference(1, 5, ReduceType::kMax, 1.0, all),  reference(0, 6, ReduceType::kSum, 1.0, pair),
+        reference(1, 5, ReduceType::kSum, 1.0, pair), chain};
+    for (std::size_t t = 0; t < want.size(); ++t) {
+      EXPECT_EQ(combined[r][t], want[t]) << "replica " << r << " result " << t;
+      EXPECT_EQ(std::memcmp(combined[r][t].data(), apart[r][t].data(), 4 * want[t].size()), 0)
+          << "replica " << r << " result " << t;
+    }
+  }
+}
+
 TEST_P(Collectives, AllReduceOfManyTensorsReducesEachDtypeAsOneBuffer) {
   const auto before = counter_value("xla::all_reduce").value_or(0);
   const auto results = on_replicas<std::vector<std::vector<float>>>([&](int r) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/config.h"
+#include "graph/collectives.h"
 #include "graph/ops.h"
 #include "graph/spmd.h"
 #include "graph/step_graph.h"
@@ -279,6 +280,86 @@ TEST(ShardingAnnotation, SurvivesEveryPassAndEqualOnesMerge) {
             "outputs %5, %6\n");
 }
 
+TEST(AllReduceCombiner, CombinesIndependentAllReducesOfOneKindWhereTheLastStood) {
+  const Tensor a = input({2, 3});
+  const Tensor b = input({4});
+  const Tensor c = input({});
+  const Tensor first = all_reduce(ReduceType::kSum, a, 0.5);
+  const Tensor read_early = exp(first);  // reads the first member before the last is traced
+  const Tensor second = all_reduce(ReduceType::kSum, b, 0.5);
+  const Tensor third = all_reduce(ReduceType::kSum, c, 0.5);
+  const Program after = combine_all_reduces(program_of({read_early, second, third}));
+  const std::string text = after.to_text();
+  // One all_reduce of the three operands flattened (the 1-d one as it is), its parts sliced out
+  // and reshaped back; exp reads the first part after the reduction, wherever it was traced.
+  const int64_t key = program_of({first}).ints(1)[1];
+  EXPECT_EQ(text,
+            "%0 = device_data f32[2,3] input=0\n"
+            "%1 = device_data f32[4] input=1\n"
+            "%2 = device_data f32[] input=2\n"
+            "%3 = reshape f32[6] %0\n"
+            "%4 = reshape f32[1] %2\n"
+            "%5 = cat f32[11] %3, %1, %4 ints=[0]\n"
+            "%6 = all_reduce f32[11] %5 ints=[0, " +
+                std::to_string(key) +
+                "] reals=[0.5]\n"
+                "%7 = slice f32[6] %6 ints=[0, 0, 1]\n"
+                "%8 = reshape f32[2,3] %7\n"
+                "%9 = slice f32[4] %6 ints=[0, 6, 1]\n"
+                "%10 = slice f32[1] %6 ints=[0, 10, 1]\n"
+                "%11 = reshape f32[] %10\n"
+                "%12 = exp f32[2,3] %8\n"
+                "outputs %12, %9, %11\n");
+}
+
+TEST(AllReduceCombiner, KeepsApartWhatReadsAnotherOrDiffersInKind) {
+  const Tensor a = input({4});
+  const Tensor d = input({4}, DType::kF64);
+  const Tensor sum_a = all_reduce(ReduceType::kSum, a);
+  const Tensor of_sum = all_reduce(ReduceType::kSum, sum_a + 1.0);  // reads the first
+  const Tensor max_a = all_reduce(ReduceType::kMax, a);             // another reduce type
+  const Tensor scaled = all_reduce(ReduceType::kSum, a, 0.25);      // another scale
+  const Tensor sum_d = all_reduce(ReduceType::kSum, d);             // another dtype
+  // (Groups must agree too: actors/collectives tests check that with replicas.)
+  const Tensor big = all_reduce(ReduceType::kSum, input({kAllReduceOwnBufferBytes / 4}));
+  const Tensor big_too = all_reduce(ReduceType::kSum, input({kAllReduceOwnBufferBytes / 4}));
+  const Program before = program_of({of_sum, max_a, scaled, sum_d, big, big_too});
+  EXPECT_EQ(combine_all_reduces(before).to_text(), before.to_text());
+  // The same all_reduce kinds side by side do combine: a pair of each gives a cat each.
+  const Program pairs = combine_all_reduces(program_of(
+      {sum_a, all_reduce(ReduceType::kSum, input({2})), max_a, all_reduce(ReduceType::kMax, a)}));
+  int cats = 0;
+  int reductions = 0;
+  for (std::size_t id = 0; id < pairs.size(); ++id) {
+    cats += pairs[id].op == Op::kConcat;
+    reductions += pairs[id].op == Op::kAllReduce;
+  }
+  EXPECT_EQ(cats, 2) << pairs.to_text();
+  EXPECT_EQ(reductions, 2) << pairs.to_text();
+}
+
+TEST(AllReduceCombiner, CombinesEachLevelOfAChainOnItsOwn) {
+  // Two chains of three all_reduces: each level's pair becomes one, three in all, in order.
+  Tensor x = input({3});
+  Tensor y = input({5});
+  for (int level = 0; level < 3; ++level) {
+    x = all_reduce(ReduceType::kSum, x) * 2.0;
+    y = all_reduce(ReduceType::kSum, y) * 3.0;
+  }
+  const Program after = run_passes(program_of({x, y}), PassSet{});
+  std::vector<int64_t> reduced;
+  for (std::size_t id = 0; id < after.size(); ++id) {
+    if (after[id].op == Op::kAllReduce) reduced.push_back(after[id].shape.numel());
+  }
+  EXPECT_EQ(reduced, (std::vector<int64_t>{8, 8, 8})) << after.to_text();
+  PassSet without;
+  without.disable(Pass::kAllReduceCombiner);
+  int alone = 0;
+  const Program kept = run_passes(program_of({x, y}), without);
+  for (std::size_t id = 0; id < kept.size(); ++id) alone += kept[id].op == Op::kAllReduce;
+  EXPECT_EQ(alone, 6);
+}
+
 TEST(Passes, RunInOrderAndEachCanBeDisabled) {
   const Tensor a = input({4});
   const Program before = program_of({exp(a) + exp(a) * 1.0, sum(a, {0})});
@@ -291,7 +372,8 @@ TEST(Passes, RunInOrderAndEachCanBeDisabled) {
             "%5 = sum f32[] %0 ints=[0, 0]\n"
             "outputs %4, %5\n");
   PassSet only_cse;
-  for (Pass pass : {Pass::kCanonicalize, Pass::kConstantFolding, Pass::kDce, Pass::kFusion}) {
+  for (Pass pass : {Pass::kCanonicalize, Pass::kConstantFolding, Pass::kDce,
+                    Pass::kAllReduceCombiner, Pass::kFusion}) {
     only_cse.disable(pass);
   }
   EXPECT_EQ(run_passes(before, only_cse).to_text(),
