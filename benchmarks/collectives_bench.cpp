@@ -1,7 +1,10 @@
 // collectives_bench: in-graph all_reduce among spawn's replicas (one per in-process device).
 //   allreduce_gbps        — algorithm bandwidth: bytes of one replica's tensor / time of one
 //                           all_reduce (sum), with "bytes" and "devices"; each replica runs
-//                           steps of kChain all_reduces of tensors of its own, back to back
+//                           steps of --per_step (default 4) independent all_reduces of tensors
+//                           of its own, back to back (the compiler combines those of a step:
+//                           one meeting a step; AXLE_DISABLE_PASSES=all_reduce_combiner leaves
+//                           them apart)
 //   memcpy_gbps           — bytes / time of one memcpy of that many bytes on this host, measured
 //                           in the same run
 //   allreduce_over_memcpy — their ratio (target: ≥ 0.5 for 64 MiB across 4 devices)
@@ -9,10 +12,11 @@
 // processes, and raw MPI_Allreduce runs on buffers of the same size in the same run:
 //   allreduce_gbps        — as above, with "processes" and "world_size"
 //   mpi_allreduce_gbps    — bytes / time of one MPI_Allreduce (sum of floats) among the processes,
-//                           reducing kChain buffers in turn as axle's replicas do
+//                           reducing --per_step buffers in turn as axle's replicas do
 //   allreduce_over_mpi    — MPI's time / axle's, the median over rounds that run axle and MPI
 //                           in turn (target: ≥ 0.9 from 1 MiB up)
-//   allreduce_us, mpi_allreduce_us — the times themselves (small messages: latency)
+//   allreduce_us, mpi_allreduce_us — the times themselves (small messages: latency; with
+//                           --per_step 1, a step's whole cost falls on its one all_reduce)
 // Only process 0 prints.
 // JSON lines on stdout (see benchmarks/README.md).
 #include <CLI/CLI.hpp>
@@ -36,7 +40,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kChain = 4;  // all_reduces per step, so a step's fixed cost spreads over several
+// All_reduces per step, so a step's fixed cost spreads over several (--per_step).
+int g_per_step = 4;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -70,17 +75,18 @@ double allreduce_seconds(std::size_t bytes, int devices, int rounds) {
   LazySystem::restart(LazySystemOptions{.cpu_devices = devices});
   const int world = devices;
   const int64_t elements = static_cast<int64_t>(bytes / sizeof(float));
-  const int steps = std::max(2, static_cast<int>((64 << 20) / bytes / kChain));
+  const int per_step = g_per_step;
+  const int steps = std::max(2, static_cast<int>((64 << 20) / bytes / per_step));
   std::vector<double> seconds;
   spawn([&](int replica) {
-    // kChain tensors of this replica's own, reduced anew every step (so each member brings
+    // per_step tensors of this replica's own, reduced anew every step (so each member brings
     // distinct memory, as gradients are).
     std::vector<Tensor> xs;
-    for (int k = 0; k < kChain; ++k) xs.push_back(rand({elements}));
+    for (int k = 0; k < per_step; ++k) xs.push_back(rand({elements}));
     mark_step();
-    std::vector<Tensor> ys(kChain);
+    std::vector<Tensor> ys(static_cast<std::size_t>(per_step));
     auto step = [&] {
-      for (int k = 0; k < kChain; ++k) ys[k] = all_reduce(ReduceType::kSum, xs[k], 1.0 / world);
+      for (int k = 0; k < per_step; ++k) ys[k] = all_reduce(ReduceType::kSum, xs[k], 1.0 / world);
       mark_step();
     };
     step();  // compiles
@@ -90,7 +96,7 @@ double allreduce_seconds(std::size_t bytes, int devices, int rounds) {
       const auto start = Clock::now();
       for (int s = 0; s < steps; ++s) step();
       wait_device_ops();
-      if (replica == 0) seconds.push_back(seconds_since(start) / (steps * kChain));
+      if (replica == 0) seconds.push_back(seconds_since(start) / (steps * per_step));
     }
   });
   return seconds.empty() ? 0 : quantile(seconds, 0.5);
@@ -109,29 +115,32 @@ AgainstMpi allreduce_against_mpi(std::size_t bytes, int rounds) {
   const int devices = LazySystem::get().device_count();
   const int world = world_size() * devices;
   const int64_t elements = static_cast<int64_t>(bytes / sizeof(float));
-  const int steps = std::max(2, static_cast<int>((64 << 20) / bytes / kChain));
-  const int mpi_steps = steps * kChain;
+  const int per_step = g_per_step;
+  const int steps = std::max(2, static_cast<int>((64 << 20) / bytes / per_step));
+  const int mpi_steps = steps * per_step;
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   const int count = static_cast<int>(elements);
-  // As axle's replicas, MPI reduces kChain buffers of its own in turn, into kChain results: the
-  // same memory traffic (one buffer pair reused would stay in the caches from 1 MiB down).
+  // As axle's replicas, MPI reduces per_step buffers of its own in turn, into per_step results:
+  // the same memory traffic (one buffer pair reused would stay in the caches from 1 MiB down).
   std::vector<std::vector<float>> ins, outs;
-  for (int k = 0; k < kChain; ++k) {
+  for (int k = 0; k < per_step; ++k) {
     ins.emplace_back(static_cast<std::size_t>(count), 1.0f + static_cast<float>(k));
     outs.emplace_back(static_cast<std::size_t>(count));
   }
   std::vector<double> axle_seconds, mpi_seconds, ratios;
   spawn(
       [&](int replica) {
-        // kChain tensors of this replica's own, reduced anew every step (so each member brings
+        // per_step tensors of this replica's own, reduced anew every step (so each member brings
         // distinct memory, as gradients are).
         std::vector<Tensor> xs;
-        for (int k = 0; k < kChain; ++k) xs.push_back(rand({elements}));
+        for (int k = 0; k < per_step; ++k) xs.push_back(rand({elements}));
         mark_step();
-        std::vector<Tensor> ys(kChain);
+        std::vector<Tensor> ys(static_cast<std::size_t>(per_step));
         auto step = [&] {
-          for (int k = 0; k < kChain; ++k) ys[k] = all_reduce(ReduceType::kSum, xs[k], 1.0 / world);
+          for (int k = 0; k < per_step; ++k) {
+            ys[k] = all_reduce(ReduceType::kSum, xs[k], 1.0 / world);
+          }
           mark_step();
         };
         step();  // compiles
@@ -139,7 +148,7 @@ AgainstMpi allreduce_against_mpi(std::size_t bytes, int rounds) {
         // One replica per process calls MPI, the others wait at the next rendezvous.
         const bool calls_mpi = global_ordinal() % devices == 0;
         if (calls_mpi) {
-          for (int k = 0; k < kChain; ++k) {
+          for (int k = 0; k < per_step; ++k) {
             MPI_Allreduce(ins[k].data(), outs[k].data(), count, MPI_FLOAT, MPI_SUM, comm);
           }
         }
@@ -148,13 +157,13 @@ AgainstMpi allreduce_against_mpi(std::size_t bytes, int rounds) {
           const auto start = Clock::now();
           for (int s = 0; s < steps; ++s) step();
           wait_device_ops();
-          const double axle_s = seconds_since(start) / (steps * kChain);
+          const double axle_s = seconds_since(start) / (steps * per_step);
           rendezvous("mpi round");
           if (!calls_mpi) continue;
           MPI_Barrier(comm);
           const auto mpi_start = Clock::now();
           for (int s = 0; s < mpi_steps; ++s) {
-            MPI_Allreduce(ins[s % kChain].data(), outs[s % kChain].data(), count, MPI_FLOAT,
+            MPI_Allreduce(ins[s % per_step].data(), outs[s % per_step].data(), count, MPI_FLOAT,
                           MPI_SUM, comm);
           }
           const double mpi_s = seconds_since(mpi_start) / mpi_steps;
@@ -185,6 +194,7 @@ int run_mpi(const std::vector<std::size_t>& sizes, int rounds) {
     const std::map<std::string, Param> params = {
         {"bytes", static_cast<int64_t>(bytes)},
         {"size", size_name(bytes)},
+        {"per_step", int64_t{g_per_step}},
         {"processes", int64_t{process_count()}},
         {"world_size", int64_t{process_count() * devices}}};
     emit("collectives_mpi", "allreduce_gbps", static_cast<double>(bytes) / m.axle_s / 1e9, "GB/s",
@@ -211,6 +221,8 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "a short run");
   app.add_option("--bytes", sizes, "tensor sizes in bytes")->delimiter(',');
   app.add_option("--devices", device_counts, "device counts to run")->delimiter(',');
+  app.add_option("--per_step", g_per_step, "independent all_reduces traced per step")
+      ->check(CLI::Range(1, 64));
   bool mpi = false;
   app.add_flag("--mpi", mpi,
                "under mpirun: all_reduce across the job's processes against raw MPI_Allreduce");
@@ -227,6 +239,7 @@ int main(int argc, char** argv) {
       const double gbps = static_cast<double>(bytes) / seconds / 1e9;
       const std::map<std::string, Param> params = {{"bytes", static_cast<int64_t>(bytes)},
                                                    {"devices", int64_t{devices}},
+                                                   {"per_step", int64_t{g_per_step}},
                                                    {"size", size_name(bytes)}};
       emit("collectives", "allreduce_gbps", gbps, "GB/s", params);
       emit("collectives", "allreduce_over_memcpy", gbps / copy_gbps, "ratio", params);

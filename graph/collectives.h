@@ -34,7 +34,8 @@ Tensor all_reduce(ReduceType reduce_type, const Tensor& input, double scale = 1.
                   std::source_location where = std::source_location::current());
 /// all_reduce of many tensors at once: those of one dtype travel as one flat buffer (one
 /// collective per dtype, not one per tensor), but for those of kAllReduceOwnBufferBytes or more.
-/// Returns the results in order. (The compiler combines a step's independent all_reduces so too.)
+/// Returns the results in order. (The compiler combines a step's independent small all_reduces
+/// so too: graph/passes/passes.h.)
 std::vector<Tensor> all_reduce(ReduceType reduce_type, const std::vector<Tensor>& inputs,
                                double scale = 1.0, const ReplicaGroups& groups = {},
                                std::source_location where = std::source_location::current());

@@ -7,7 +7,6 @@
 #include <tuple>
 #include <vector>
 
-#include "graph/collectives.h"
 #include "graph/passes/passes.h"
 
 namespace axle {
@@ -41,7 +40,7 @@ std::vector<std::vector<int32_t>> plan_combined(const Program& program) {
       continue;
     }
     depth[id] = d + 1;
-    if (bytes_of(instr) >= kAllReduceOwnBufferBytes) continue;
+    if (bytes_of(instr) >= kCombinedAllReduceBytes) continue;
     const std::span<const int64_t> ints = program.ints(id);
     by_kind[Kind{d, ints[0], ints[1], instr.dtype, std::bit_cast<uint64_t>(program.reals(id)[0])}]
         .push_back(static_cast<int32_t>(id));

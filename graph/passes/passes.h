@@ -36,10 +36,14 @@ namespace axle {
 [[nodiscard]] Program eliminate_dead_code(const Program& program);
 /// All_reduces of one step that agree on reduce type, groups, dtype and scale, none reading
 /// another's result, become one all_reduce of their operands flattened and concatenated (each
-/// under kAllReduceOwnBufferBytes, together up to 4 MiB): the replicas meet once instead of once
+/// under kCombinedAllReduceBytes, together up to 4 MiB): the replicas meet once instead of once
 /// each. Each element is folded as before, so every result keeps its bits. What read an earlier
 /// member moves after the combined all_reduce, which stands where the last member stood.
 [[nodiscard]] Program combine_all_reduces(const Program& program);
+/// The all-reduce combiner leaves operands of this size or more apart: past it, the copies that
+/// combining costs (flatten, concatenate, slice, reshape back) outweigh a meeting saved between
+/// devices of one process (benchmarks/README.md, collectives_bench).
+inline constexpr int64_t kCombinedAllReduceBytes = int64_t{32} << 10;
 
 /// One sharding per instruction of `program` (same ids), decided from the annotations
 /// (custom_sharding, fixed) and `input_shardings` (by leaf input position, Instr::input; leaves

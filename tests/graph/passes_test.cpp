@@ -321,8 +321,8 @@ TEST(AllReduceCombiner, KeepsApartWhatReadsAnotherOrDiffersInKind) {
   const Tensor scaled = all_reduce(ReduceType::kSum, a, 0.25);      // another scale
   const Tensor sum_d = all_reduce(ReduceType::kSum, d);             // another dtype
   // (Groups must agree too: actors/collectives tests check that with replicas.)
-  const Tensor big = all_reduce(ReduceType::kSum, input({kAllReduceOwnBufferBytes / 4}));
-  const Tensor big_too = all_reduce(ReduceType::kSum, input({kAllReduceOwnBufferBytes / 4}));
+  const Tensor big = all_reduce(ReduceType::kSum, input({kCombinedAllReduceBytes / 4}));
+  const Tensor big_too = all_reduce(ReduceType::kSum, input({kCombinedAllReduceBytes / 4}));
   const Program before = program_of({of_sum, max_a, scaled, sum_d, big, big_too});
   EXPECT_EQ(combine_all_reduces(before).to_text(), before.to_text());
   // The same all_reduce kinds side by side do combine: a pair of each gives a cat each.
