@@ -100,7 +100,12 @@ void append_combined(const Program& program, std::span<const int32_t> members, P
 
 }  // namespace
 
-Program combine_all_reduces(const Program& program) {
+Program combine_all_reduces(Program program) {
+  std::size_t all_reduces = 0;
+  for (std::size_t id = 0; id < program.size() && all_reduces < 2; ++id) {
+    all_reduces += program[id].op == Op::kAllReduce;
+  }
+  if (all_reduces < 2) return program;  // most steps: nothing to combine, nothing to copy
   const std::vector<std::vector<int32_t>> combined = plan_combined(program);
   if (combined.empty()) return program;
   const std::size_t n = program.size();

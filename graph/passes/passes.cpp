@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <utility>
 
 #include "engine/config.h"
 
@@ -35,7 +36,7 @@ Program run_passes(Program program, const PassSet& passes) {
   if (passes.enabled(Pass::kCse)) program = eliminate_common_subexpressions(program);
   if (passes.enabled(Pass::kConstantFolding)) program = fold_constants(program);
   if (passes.enabled(Pass::kDce)) program = eliminate_dead_code(program);
-  if (passes.enabled(Pass::kAllReduceCombiner)) program = combine_all_reduces(program);
+  if (passes.enabled(Pass::kAllReduceCombiner)) program = combine_all_reduces(std::move(program));
   return program;
 }
 

@@ -39,7 +39,7 @@ namespace axle {
 /// under kCombinedAllReduceBytes, together up to 4 MiB): the replicas meet once instead of once
 /// each. Each element is folded as before, so every result keeps its bits. What read an earlier
 /// member moves after the combined all_reduce, which stands where the last member stood.
-[[nodiscard]] Program combine_all_reduces(const Program& program);
+[[nodiscard]] Program combine_all_reduces(Program program);
 /// The all-reduce combiner leaves operands of this size or more apart: past it, the copies that
 /// combining costs (flatten, concatenate, slice, reshape back) outweigh a meeting saved between
 /// devices of one process (benchmarks/README.md, collectives_bench).

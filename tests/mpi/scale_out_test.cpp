@@ -282,6 +282,59 @@ TEST_F(ScaleOut, GroupsInsideAndAcrossProcessesReduceAmongTheirMembers) {
   }
 }
 
+// A step's small all_reduces of one kind are combined by the compiler into one meeting across
+// the processes: each result still has the bits of its own fold in global ordinal order.
+TEST_F(ScaleOut, CombinedAllReducesKeepEachResultsBitsAcrossProcesses) {
+  ReplicaGroups across(static_cast<std::size_t>(local_));  // {0,2}, {1,3}: spanning processes
+  for (int r = 0; r < world_; ++r) across[static_cast<std::size_t>(r % local_)].push_back(r);
+  const std::vector<int64_t> sizes = {37, 1000, 5};
+  const auto got = on_replicas<std::vector<std::vector<float>>>([&](int r) {
+    std::vector<Tensor> results;
+    for (std::size_t t = 0; t < sizes.size(); ++t) {
+      const Tensor x = tensor(input_of(r + static_cast<int>(t), sizes[t]), {sizes[t]});
+      results.push_back(all_reduce(ReduceType::kSum, x, 0.25));         // combined
+      results.push_back(all_reduce(ReduceType::kMax, x));               // apart from the sums
+      results.push_back(all_reduce(ReduceType::kSum, x, 1.0, across));  // and within groups
+    }
+    mark_step();  // one graph of them all
+    std::vector<std::vector<float>> out;
+    for (Tensor& t : results) out.push_back(t.to_vector<float>());
+    return out;
+  });
+  for (int i = 0; i < local_; ++i) {
+    const int me = first_local() + i;
+    const std::vector<int>& group = across[static_cast<std::size_t>(me % local_)];
+    for (std::size_t t = 0; t < sizes.size(); ++t) {
+      const int64_t size = sizes[t];
+      const int shift = static_cast<int>(t);
+      std::vector<float> sum = input_of(shift, size);
+      std::vector<float> max = sum;
+      for (int r = 1; r < world_; ++r) {
+        const std::vector<float> in = input_of(r + shift, size);
+        for (int64_t k = 0; k < size; ++k) {
+          sum[k] += in[k];
+          max[k] = std::max(max[k], in[k]);
+        }
+      }
+      for (float& v : sum) v *= 0.25f;
+      std::vector<float> in_group = input_of(group[0] + shift, size);
+      for (std::size_t m = 1; m < group.size(); ++m) {
+        const std::vector<float> in = input_of(group[m] + shift, size);
+        for (int64_t k = 0; k < size; ++k) in_group[k] += in[k];
+      }
+      const std::vector<float>* want[] = {&sum, &max, &in_group};
+      for (std::size_t j = 0; j < 3; ++j) {
+        const std::vector<float>& result = got[static_cast<std::size_t>(i)][3 * t + j];
+        ASSERT_EQ(result.size(), want[j]->size());
+        for (int64_t k = 0; k < size; ++k) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(result[k]), std::bit_cast<uint32_t>((*want[j])[k]))
+              << "replica " << me << " tensor " << t << " result " << j << " at " << k;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(ScaleOut, GatherScatterAllToAllAndPermuteMoveEveryReplicasBlocks) {
   const int64_t rows = world_;
   const auto results = on_replicas<std::vector<std::vector<float>>>([&](int r) {
