@@ -155,11 +155,20 @@ Tensor ge(const Tensor& a, const Tensor& b, Loc where) {
 Tensor eq(const Tensor& a, double b, Loc where) {
   return binary_scalar(Op::kEq, a, b, Kind::kComparison, false, where);
 }
+Tensor ne(const Tensor& a, double b, Loc where) {
+  return binary_scalar(Op::kNe, a, b, Kind::kComparison, false, where);
+}
 Tensor lt(const Tensor& a, double b, Loc where) {
   return binary_scalar(Op::kLt, a, b, Kind::kComparison, false, where);
 }
+Tensor le(const Tensor& a, double b, Loc where) {
+  return binary_scalar(Op::kLe, a, b, Kind::kComparison, false, where);
+}
 Tensor gt(const Tensor& a, double b, Loc where) {
   return binary_scalar(Op::kGt, a, b, Kind::kComparison, false, where);
+}
+Tensor ge(const Tensor& a, double b, Loc where) {
+  return binary_scalar(Op::kGe, a, b, Kind::kComparison, false, where);
 }
 Tensor logical_and(const Tensor& a, const Tensor& b, Loc where) {
   return binary(Op::kLogicalAnd, a, b, Kind::kLogical, where);
@@ -178,6 +187,12 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b, Loc loc)
   ops::require_defined("where", a, "the first value", loc);
   ops::require_defined("where", b, "the second value", loc);
   const Device device = ops::common_device("where", {&condition, &a, &b}, loc);
+  if (condition.dtype() != DType::kBool) {
+    ops::fail("where",
+              fmt::format("the condition must be a pred (bool) tensor, not {}",
+                          ops::describe(condition)),
+              loc);
+  }
   Shape shape = ops::broadcast_shapes("where", a.shape(), b.shape(), loc, &a, &b);
   shape = ops::broadcast_shapes("where", condition.shape(), shape, loc, &condition);
   const DType dtype = promote_types(a.dtype(), b.dtype());

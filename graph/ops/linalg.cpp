@@ -43,7 +43,14 @@ Tensor matmul_impl(std::string_view op, const Tensor& a, const Tensor& b, bool t
                           describe(b)),
               where);
   }
-  const DType dtype = promote_types(a.dtype(), b.dtype());
+  if (a.dtype() != b.dtype()) {
+    // As torch: a matrix product never promotes (autocast casts both operands first).
+    ops::fail(op,
+              fmt::format("cannot multiply {} and {}: the operands must have the same dtype",
+                          describe(a), describe(b)),
+              where);
+  }
+  const DType dtype = a.dtype();
   if (dtype == DType::kBool) {
     ops::fail(op,
               fmt::format("cannot multiply {} and {}: pred is not a number type", describe(a),
@@ -237,7 +244,15 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                           describe(weight), describe(x)),
               where);
   }
-  const DType dtype = promote_types(x.dtype(), weight.dtype());
+  if (x.dtype() != weight.dtype() || (bias.defined() && bias.dtype() != x.dtype())) {
+    // As torch: a convolution never promotes (autocast casts its operands first).
+    ops::fail(kOp,
+              fmt::format("the input {}, weight {}{}{} must have the same dtype", describe(x),
+                          describe(weight), bias.defined() ? " and bias " : "",
+                          bias.defined() ? describe(bias) : std::string()),
+              where);
+  }
+  const DType dtype = x.dtype();
   if (!is_floating(dtype)) {
     ops::fail(
         kOp,

@@ -103,8 +103,10 @@ Tensor softmax_like(Op op, const Tensor& x, int64_t dim, const Loc& where) {
   const std::string_view name = op_name(op);
   ops::require_defined(name, x, "the operand", where);
   const int64_t d = ops::normalize_dim(name, x, dim, x.dim(), where);
-  // torch rejects integer inputs here; axle computes them in f32 as it does for exp and log.
-  const DType dtype = result_dtype(x.dtype(), ResultType::kFloatType);
+  if (!is_floating(x.dtype())) {
+    ops::fail(name, fmt::format("needs a floating-point tensor, not {}", ops::describe(x)), where);
+  }
+  const DType dtype = x.dtype();
   NodePtr value = ops::value_as(x, dtype, where);
   Tensor result;
   if (x.dim() > 0) {
@@ -169,7 +171,11 @@ Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) 
 }
 
 Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
-  // torch.mean rejects integer inputs; axle gives f32, as true division of the sum would.
+  if (x.defined() && !is_floating(x.dtype())) {
+    // As torch: the mean of integers has no dtype to infer (cast first).
+    ops::fail("mean", fmt::format("needs a floating-point tensor, not {}", ops::describe(x)),
+              where);
+  }
   return reduce(Op::kMean, "mean", x, dims, keepdim, ResultType::kFloatType, where);
 }
 

@@ -225,7 +225,7 @@ TEST(Reductions, PromoteAsTorch) {
   EXPECT_EQ(type_of(sum(t({2, 3}, DType::kI32))), "s64[]");
   EXPECT_EQ(type_of(sum(t({2, 3}, DType::kBool), {0})), "s64[3]");
   EXPECT_EQ(type_of(sum(t({2}, DType::kBF16))), "bf16[]");
-  EXPECT_EQ(type_of(mean(t({2}, DType::kI64))), "f32[]");
+  EXPECT_SHAPE_ERROR(mean(t({2}, DType::kI64)), "mean", "floating-point", "s64[2]");
   EXPECT_EQ(type_of(mean(t({2}, DType::kF64))), "f64[]");
   EXPECT_EQ(type_of(amax(t({2}, DType::kI32))), "s32[]");
   EXPECT_EQ(type_of(amin(t({2}, DType::kBool))), "pred[]");
@@ -266,7 +266,8 @@ TEST(Reductions, ArgmaxGivesS64) {
 TEST(Reductions, SoftmaxKeepsTheShape) {
   EXPECT_EQ(type_of(softmax(t({2, 3}), 1)), "f32[2,3]");
   EXPECT_EQ(type_of(log_softmax(t({2, 3}, DType::kF64), -2)), "f64[2,3]");
-  EXPECT_EQ(type_of(softmax(t({4}, DType::kI64), 0)), "f32[4]");
+  EXPECT_SHAPE_ERROR(softmax(t({4}, DType::kI64), 0), "softmax", "floating-point", "s64[4]");
+  EXPECT_SHAPE_ERROR(log_softmax(t({4}, DType::kI32), 0), "log_softmax", "s32[4]");
   EXPECT_EQ(type_of(log_softmax(t({}), 0)), "f32[]");
   EXPECT_EQ(ints_of(softmax(t({2, 3}), -1)), (std::vector<int64_t>{1}));
 }
@@ -300,10 +301,13 @@ TEST(Matmul, FollowsTorchForEveryRank) {
   EXPECT_EQ(type_of(matmul(t({2, 0}), t({0, 4}))), "f32[2,4]");
 }
 
-TEST(Matmul, PromotesDtypes) {
-  EXPECT_EQ(type_of(matmul(t({2, 3}, DType::kI32), t({3, 4}, DType::kI64))), "s64[2,4]");
-  EXPECT_EQ(type_of(matmul(t({2, 3}, DType::kI32), t({3, 4}))), "f32[2,4]");
+TEST(Matmul, NeverPromotesAsTorch) {
+  EXPECT_EQ(type_of(matmul(t({2, 3}, DType::kI64), t({3, 4}, DType::kI64))), "s64[2,4]");
   EXPECT_EQ(type_of(matmul(t({2, 3}, DType::kBF16), t({3}, DType::kBF16))), "bf16[2]");
+  EXPECT_SHAPE_ERROR(matmul(t({2, 3}, DType::kI32), t({3, 4}, DType::kI64)), "matmul",
+                     "s32[2,3]", "s64[3,4]", "same dtype");
+  EXPECT_SHAPE_ERROR(matmul(t({2, 3}), t({3, 4}, DType::kF64)), "matmul", "f32[2,3]", "f64[3,4]");
+  EXPECT_SHAPE_ERROR(linear(t({2, 3}), t({4, 3}, DType::kBF16)), "linear", "bf16[4,3]");
 }
 
 TEST(Matmul, DotOfVectorsIsAReshapedRankTwoMatmul) {
@@ -356,7 +360,13 @@ TEST(Conv2d, ComputesTheOutputSizeAsTorch) {
   EXPECT_EQ(type_of(conv2d(x, w, {}, {.dilation = {2, 2}})), "f32[1,8,28,28]");
   EXPECT_EQ(type_of(conv2d(x, w, {}, {.stride = {2, 1}, .padding = {0, 2}})), "f32[1,8,15,34]");
   EXPECT_EQ(type_of(conv2d(t({2, 4, 10, 10}), t({6, 2, 3, 3}), {}, {.groups = 2})), "f32[2,6,8,8]");
-  EXPECT_EQ(type_of(conv2d(t({1, 3, 5, 5}, DType::kBF16), t({2, 3, 5, 5}))), "f32[1,2,1,1]");
+  EXPECT_EQ(type_of(conv2d(t({1, 3, 5, 5}, DType::kBF16), t({2, 3, 5, 5}, DType::kBF16))),
+            "bf16[1,2,1,1]");
+  // As torch, never promoted: the input, weight and bias must agree.
+  EXPECT_SHAPE_ERROR(conv2d(t({1, 3, 5, 5}, DType::kBF16), t({2, 3, 5, 5})), "conv2d",
+                     "bf16[1,3,5,5]", "f32[2,3,5,5]", "same dtype");
+  EXPECT_SHAPE_ERROR(conv2d(t({1, 3, 5, 5}), t({2, 3, 5, 5}), t({2}, DType::kF64)), "conv2d",
+                     "bias f64[2]");
   EXPECT_EQ(type_of(conv2d(t({0, 3, 5, 5}), t({2, 3, 3, 3}))), "f32[0,2,3,3]");
 }
 

@@ -275,6 +275,12 @@ TEST_F(OpsValue, ComparisonsWithAScalar) {
                       map(x, [](double v) { return v < 0.5 ? 1.0 : 0.0; }), kExact));
   EXPECT_TRUE(matches(gt(t, -1.0), DType::kBool,
                       map(x, [](double v) { return v > -1.0 ? 1.0 : 0.0; }), kExact));
+  EXPECT_TRUE(matches(ne(t, 1.0), DType::kBool,
+                      map(x, [](double v) { return v != 1.0 ? 1.0 : 0.0; }), kExact));
+  EXPECT_TRUE(matches(le(t, 0.5), DType::kBool,
+                      map(x, [](double v) { return v <= 0.5 ? 1.0 : 0.0; }), kExact));
+  EXPECT_TRUE(matches(ge(t, -1.0), DType::kBool,
+                      map(x, [](double v) { return v >= -1.0 ? 1.0 : 0.0; }), kExact));
 }
 
 TEST_F(OpsValue, LogicalAndOrBroadcastBoolTensors) {
@@ -312,17 +318,26 @@ TEST_F(OpsValue, WhereSelectsWithBroadcasting) {
                       want, kExact));
 }
 
-TEST_F(OpsValue, WherePromotesItsValuesAndReadsAnyConditionAsNonZero) {
+TEST_F(OpsValue, WherePromotesItsValuesAndTakesAPredCondition) {
   std::mt19937 rng(36);
-  const Ref c{{3}, {0, 2.5, -1}};
+  const Ref c{{3}, {0, 1, 1}};
   const Ref a = random_ints(rng, {2, 3}, -9, 9);
   const Ref b = random_ref(rng, {3}, -2, 2, DType::kF64);
   Ref want{{2, 3}, {}};
   for_each_index(want.dims, [&](const Dims& i) {
     want.values.push_back(c.values[i[1]] != 0 ? at(a, i) : b.values[i[1]]);
   });
-  EXPECT_TRUE(matches(where(on_device(c), on_device(a, DType::kI32), on_device(b, DType::kF64)),
+  EXPECT_TRUE(matches(where(on_device(c, DType::kBool), on_device(a, DType::kI32),
+                            on_device(b, DType::kF64)),
                       DType::kF64, want, kExact));
+  // As torch: a condition of numbers is refused, not read as non-zero.
+  try {
+    (void)where(on_device(Ref{{3}, {0, 2.5, -1}}), on_device(a, DType::kI32), on_device(b));
+    ADD_FAILURE() << "where took an f32 condition";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("condition must be a pred"), std::string::npos)
+        << e.what();
+  }
 }
 
 // ---- Unary math ------------------------------------------------------------------------------
