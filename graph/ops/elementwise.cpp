@@ -14,10 +14,27 @@ using ops::describe;
 
 enum class Kind { kArithmetic, kTrueDivision, kComparison, kLogical };
 
+// As torch: ops with no meaning on preds refuse them (subtracting or negating a mask is a
+// mistake torch points to logical_not for).
+void refuse_pred(std::string_view name, const Tensor& x, const Loc& where) {
+  if (x.dtype() != DType::kBool) return;
+  const bool inverts = name == "sub" || name == "neg";
+  ops::fail(name,
+            fmt::format("does not take the pred (bool) tensor {}{}", ops::describe(x),
+                        inverts ? "; to invert a mask, use logical_not" : ""),
+            where);
+}
+
 Tensor binary(Op op, const Tensor& a, const Tensor& b, Kind kind, const Loc& where) {
   const std::string_view name = op_name(op);
   ops::require_defined(name, a, "the first operand", where);
   ops::require_defined(name, b, "the second operand", where);
+  if (op == Op::kSub) {
+    refuse_pred(name, a, where);
+    refuse_pred(name, b, where);
+  } else if (op == Op::kPow && b.dtype() == DType::kBool) {
+    refuse_pred(name, a, where);  // a pred to a pred's power (a pred exponent of numbers is fine)
+  }
   const Device device = ops::common_device(name, {&a, &b}, where);
   const Shape shape = ops::broadcast_shapes(name, a.shape(), b.shape(), where, &a, &b);
   DType compute = promote_types(a.dtype(), b.dtype());
@@ -45,6 +62,7 @@ Tensor binary_scalar(Op op, const Tensor& a, double b, Kind kind, bool scalar_fi
                      const Loc& where) {
   const std::string_view name = op_name(op);
   ops::require_defined(name, a, "the tensor operand", where);
+  if (op == Op::kSub) refuse_pred(name, a, where);
   DType compute = scalar_compute_type(a, b);
   if (kind == Kind::kTrueDivision && !is_floating(compute)) compute = DType::kF32;
   const DType result = kind == Kind::kComparison ? DType::kBool : compute;
@@ -63,6 +81,10 @@ Tensor binary_scalar(Op op, const Tensor& a, double b, Kind kind, bool scalar_fi
 Tensor unary(Op op, const Tensor& x, bool float_only, const Loc& where, IntAttrs ints = {}) {
   const std::string_view name = op_name(op);
   ops::require_defined(name, x, "the operand", where);
+  if (op == Op::kNeg || op == Op::kAbs || op == Op::kRelu) refuse_pred(name, x, where);
+  if (op == Op::kGelu && !is_floating(x.dtype())) {
+    ops::fail(name, fmt::format("needs a floating-point tensor, not {}", ops::describe(x)), where);
+  }
   DType dtype = x.dtype();
   // Transcendental functions of integers compute in float, as torch does.
   if (float_only && !is_floating(dtype)) dtype = DType::kF32;
@@ -227,8 +249,11 @@ Tensor cos(const Tensor& x, Loc where) { return unary(Op::kCos, x, true, where);
 Tensor erf(const Tensor& x, Loc where) { return unary(Op::kErf, x, true, where); }
 Tensor silu(const Tensor& x, Loc where) {
   ops::require_defined("silu", x, "the operand", where);
-  const Tensor features = is_floating(x.dtype()) ? x : cast(x, DType::kF32, where);
-  return mul(features, sigmoid(features, where), where);
+  if (!is_floating(x.dtype())) {
+    ops::fail("silu", fmt::format("needs a floating-point tensor, not {}", ops::describe(x)),
+              where);
+  }
+  return mul(x, sigmoid(x, where), where);
 }
 Tensor gelu(const Tensor& x, const char* approximate, Loc where) {
   const std::string_view mode = approximate ? approximate : "none";

@@ -197,6 +197,9 @@ Tensor logsumexp(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc w
 
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim, Loc where) {
   ops::require_defined("argmax", x, "the operand", where);
+  if (x.dtype() == DType::kBool) {
+    ops::fail("argmax", fmt::format("does not take the pred (bool) tensor {}", describe(x)), where);
+  }
   const Shape& in = x.shape();
   if (dim) {
     const int64_t d = ops::normalize_dim("argmax", x, *dim, in.rank(), where);

@@ -205,6 +205,27 @@ TEST(ElementwiseOps, RejectBadOperands) {
   EXPECT_SHAPE_ERROR(add(a, zeros({2, 3}, DType::kF32, Device{1})), "add", "xla:0", "xla:1");
 }
 
+TEST(ElementwiseOps, RefuseWhatTorchRefuses) {
+  const Tensor mask = t({3}, DType::kBool);
+  const Tensor ints = t({3}, DType::kI64);
+  EXPECT_SHAPE_ERROR(sub(mask, t({3})), "sub", "pred[3]", "logical_not");
+  EXPECT_SHAPE_ERROR(t({3}) - mask, "sub", "pred[3]");
+  EXPECT_SHAPE_ERROR(mask - 1.0, "sub", "pred[3]");
+  EXPECT_SHAPE_ERROR(1.0 - mask, "sub", "pred[3]");
+  EXPECT_SHAPE_ERROR(neg(mask), "neg", "pred[3]", "logical_not");
+  EXPECT_SHAPE_ERROR(abs(mask), "abs", "pred[3]");
+  EXPECT_SHAPE_ERROR(relu(mask), "relu", "pred[3]");
+  EXPECT_SHAPE_ERROR(pow(mask, mask), "pow", "pred[3]");
+  EXPECT_SHAPE_ERROR(gelu(ints), "gelu", "floating-point", "s64[3]");
+  EXPECT_SHAPE_ERROR(silu(ints), "silu", "floating-point", "s64[3]");
+  EXPECT_SHAPE_ERROR(argmax(mask), "argmax", "pred[3]");
+  EXPECT_SHAPE_ERROR(where(t({3}), ints, ints), "where", "condition", "f32[3]");
+  // What torch takes stays: a pred exponent of numbers, a mask added or multiplied.
+  EXPECT_EQ(type_of(pow(ints, mask)), "s64[3]");
+  EXPECT_EQ(type_of(add(mask, mask)), "pred[3]");
+  EXPECT_EQ(type_of(mul(mask, ints)), "s64[3]");
+}
+
 // --- reductions -------------------------------------------------------------------------------
 
 TEST(Reductions, ReduceTheGivenDimsOrAll) {
