@@ -8,6 +8,7 @@
 #include <optional>
 #include <source_location>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "graph/tensor.h"
@@ -34,9 +35,32 @@ Tensor ones(const Shape& shape, DType dtype = DType::kF32, Device device = {},
 /// 0-d tensor holding `value` (a parameter, so its value may change without recompiling).
 Tensor scalar_tensor(double value, DType dtype = DType::kF32, Device device = {},
                      Loc where = Loc::current());
-/// [start, end) in steps of `step`, as torch.arange.
+/// [start, end) in steps of `step`, as torch.arange, in `dtype`.
 Tensor arange(double start, double end, double step = 1, DType dtype = DType::kF32,
               Device device = {}, Loc where = Loc::current());
+/// As torch.arange, whose dtype follows its arguments: s64 when they are all integers,
+/// f32 when any is floating point.
+template <class Start, class End>
+requires std::is_arithmetic_v<Start> && std::is_arithmetic_v<End> Tensor
+arange(Start start, End end, Loc where = Loc::current()) {
+  const bool integral = std::is_integral_v<Start> && std::is_integral_v<End>;
+  return arange(static_cast<double>(start), static_cast<double>(end), 1,
+                integral ? DType::kI64 : DType::kF32, Device{}, where);
+}
+template <class Start, class End, class Step>
+requires std::is_arithmetic_v<Start> && std::is_arithmetic_v<End> && std::is_arithmetic_v<Step>
+    Tensor arange(Start start, End end, Step step, Loc where = Loc::current()) {
+  const bool integral =
+      std::is_integral_v<Start> && std::is_integral_v<End> && std::is_integral_v<Step>;
+  return arange(static_cast<double>(start), static_cast<double>(end), static_cast<double>(step),
+                integral ? DType::kI64 : DType::kF32, Device{}, where);
+}
+/// [0, end), as torch.arange(end): s64 for an integer `end`, f32 for a floating-point one.
+template <class End>
+requires std::is_arithmetic_v<End> Tensor arange(End end, Loc where = Loc::current()) {
+  return arange(0.0, static_cast<double>(end), 1,
+                std::is_integral_v<End> ? DType::kI64 : DType::kF32, Device{}, where);
+}
 Tensor zeros_like(const Tensor& t, Loc where = Loc::current());
 Tensor ones_like(const Tensor& t, Loc where = Loc::current());
 

@@ -58,10 +58,22 @@ TEST(CreationOps, GiveTheRequestedShapeAndDtype) {
 }
 
 TEST(CreationOps, ArangeCountsLikeTorch) {
-  EXPECT_EQ(type_of(arange(0, 5)), "f32[5]");
   EXPECT_EQ(type_of(arange(0, 1, 0.3)), "f32[4]");
   EXPECT_EQ(type_of(arange(5, 0, -1, DType::kI64)), "s64[5]");
-  EXPECT_EQ(type_of(arange(2, 2)), "f32[0]");
+  EXPECT_EQ(type_of(arange(0.0, 5.0, 1.0, DType::kBF16)), "bf16[5]");
+}
+
+TEST(CreationOps, ArangeTakesItsDtypeFromItsArgumentsAsTorch) {
+  // Integers give s64, any floating-point argument f32, as torch.arange.
+  EXPECT_EQ(type_of(arange(5)), "s64[5]");
+  EXPECT_EQ(type_of(arange(int64_t{3})), "s64[3]");
+  EXPECT_EQ(type_of(arange(2.5)), "f32[3]");
+  EXPECT_EQ(type_of(arange(0, 5)), "s64[5]");
+  EXPECT_EQ(type_of(arange(2, 2)), "s64[0]");
+  EXPECT_EQ(type_of(arange(1, 4.0)), "f32[3]");
+  EXPECT_EQ(type_of(arange(0.0, 5.0)), "f32[5]");
+  EXPECT_EQ(type_of(arange(1, 10, 3)), "s64[3]");
+  EXPECT_EQ(type_of(arange(1, 10, 2.5)), "f32[4]");
 }
 
 TEST(CreationOps, RejectBadArguments) {

@@ -8,10 +8,11 @@ set -euo pipefail
 mpiexec=$1 devices=$2
 shift 2
 
-id=$$
+# Unique per run, and short enough for interface names (at most 15 characters).
+id=$(printf '%x%04x' $$ $RANDOM)
 ns=(axle_h0_$id axle_h1_$id)
 veth=(axv0_$id axv1_$id)
-net=10.231.$((id % 250)).
+net=10.231.$(($$ % 250)).
 addr=(${net}1 ${net}2)
 work=$(mktemp -d)
 
@@ -44,7 +45,8 @@ AGENT
 chmod +x "$work/agent"
 printf '%s slots=1\n%s slots=1\n' "${addr[0]}" "${addr[1]}" > "$work/hosts"
 
-exec ip netns exec "${ns[0]}" "$mpiexec" --allow-run-as-root --oversubscribe --bind-to none \
+# Not exec: the namespaces go when this shell exits (the trap), whatever the job's end.
+ip netns exec "${ns[0]}" "$mpiexec" --allow-run-as-root --oversubscribe --bind-to none \
   -np 2 --hostfile "$work/hosts" \
   --mca plm_rsh_agent "$work/agent" \
   --mca btl tcp,self --mca btl_tcp_if_include "${net}0/24" --mca oob_tcp_if_include "${net}0/24" \
