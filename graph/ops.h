@@ -38,28 +38,30 @@ Tensor scalar_tensor(double value, DType dtype = DType::kF32, Device device = {}
 /// [start, end) in steps of `step`, as torch.arange, in `dtype`.
 Tensor arange(double start, double end, double step = 1, DType dtype = DType::kF32,
               Device device = {}, Loc where = Loc::current());
+namespace detail {
+/// torch.arange's dtype: s64 when every argument is an integer, else f32.
+template <class... Args>
+inline constexpr DType kArangeDType = (std::is_integral_v<Args> && ...) ? DType::kI64 : DType::kF32;
+}  // namespace detail
 /// As torch.arange, whose dtype follows its arguments: s64 when they are all integers,
 /// f32 when any is floating point.
 template <class Start, class End>
-requires std::is_arithmetic_v<Start> && std::is_arithmetic_v<End> Tensor
-arange(Start start, End end, Loc where = Loc::current()) {
-  const bool integral = std::is_integral_v<Start> && std::is_integral_v<End>;
+  requires std::is_arithmetic_v<Start> && std::is_arithmetic_v<End>
+Tensor arange(Start start, End end, Loc where = Loc::current()) {
   return arange(static_cast<double>(start), static_cast<double>(end), 1,
-                integral ? DType::kI64 : DType::kF32, Device{}, where);
+                detail::kArangeDType<Start, End>, Device{}, where);
 }
 template <class Start, class End, class Step>
-requires std::is_arithmetic_v<Start> && std::is_arithmetic_v<End> && std::is_arithmetic_v<Step>
-    Tensor arange(Start start, End end, Step step, Loc where = Loc::current()) {
-  const bool integral =
-      std::is_integral_v<Start> && std::is_integral_v<End> && std::is_integral_v<Step>;
+  requires std::is_arithmetic_v<Start> && std::is_arithmetic_v<End> && std::is_arithmetic_v<Step>
+Tensor arange(Start start, End end, Step step, Loc where = Loc::current()) {
   return arange(static_cast<double>(start), static_cast<double>(end), static_cast<double>(step),
-                integral ? DType::kI64 : DType::kF32, Device{}, where);
+                detail::kArangeDType<Start, End, Step>, Device{}, where);
 }
 /// [0, end), as torch.arange(end): s64 for an integer `end`, f32 for a floating-point one.
 template <class End>
-requires std::is_arithmetic_v<End> Tensor arange(End end, Loc where = Loc::current()) {
-  return arange(0.0, static_cast<double>(end), 1,
-                std::is_integral_v<End> ? DType::kI64 : DType::kF32, Device{}, where);
+  requires std::is_arithmetic_v<End>
+Tensor arange(End end, Loc where = Loc::current()) {
+  return arange(0.0, static_cast<double>(end), 1, detail::kArangeDType<End>, Device{}, where);
 }
 Tensor zeros_like(const Tensor& t, Loc where = Loc::current());
 Tensor ones_like(const Tensor& t, Loc where = Loc::current());

@@ -82,9 +82,6 @@ Tensor unary(Op op, const Tensor& x, bool float_only, const Loc& where, IntAttrs
   const std::string_view name = op_name(op);
   ops::require_defined(name, x, "the operand", where);
   if (op == Op::kNeg || op == Op::kAbs || op == Op::kRelu) refuse_pred(name, x, where);
-  if (op == Op::kGelu && !is_floating(x.dtype())) {
-    ops::fail(name, fmt::format("needs a floating-point tensor, not {}", ops::describe(x)), where);
-  }
   DType dtype = x.dtype();
   // Transcendental functions of integers compute in float, as torch does.
   if (float_only && !is_floating(dtype)) dtype = DType::kF32;
@@ -249,10 +246,7 @@ Tensor cos(const Tensor& x, Loc where) { return unary(Op::kCos, x, true, where);
 Tensor erf(const Tensor& x, Loc where) { return unary(Op::kErf, x, true, where); }
 Tensor silu(const Tensor& x, Loc where) {
   ops::require_defined("silu", x, "the operand", where);
-  if (!is_floating(x.dtype())) {
-    ops::fail("silu", fmt::format("needs a floating-point tensor, not {}", ops::describe(x)),
-              where);
-  }
+  ops::require_floating("silu", x, where);
   return mul(x, sigmoid(x, where), where);
 }
 Tensor gelu(const Tensor& x, const char* approximate, Loc where) {
@@ -261,6 +255,8 @@ Tensor gelu(const Tensor& x, const char* approximate, Loc where) {
     ops::fail("gelu", fmt::format("approximate must be \"none\" or \"tanh\", not \"{}\"", mode),
               where);
   }
+  ops::require_defined("gelu", x, "the operand", where);
+  ops::require_floating("gelu", x, where);
   return unary(Op::kGelu, x, true, where, IntAttrs{mode == "tanh" ? 1 : 0});
 }
 

@@ -55,6 +55,12 @@ void require_defined(std::string_view op, const Tensor& t, const char* name, con
   if (!t.defined()) fail(op, fmt::format("{} is an undefined tensor", name), where);
 }
 
+void require_floating(std::string_view op, const Tensor& t, const Loc& where) {
+  if (!is_floating(t.dtype())) {
+    fail(op, fmt::format("needs a floating-point tensor, not {}", describe(t)), where);
+  }
+}
+
 Device common_device(std::string_view op, std::initializer_list<const Tensor*> tensors,
                      const Loc& where) {
   const Tensor* first = nullptr;

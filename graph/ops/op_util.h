@@ -23,6 +23,8 @@ std::string describe(DType dtype, const Shape& shape);
 
 /// Throws unless `t` is defined.
 void require_defined(std::string_view op, const Tensor& t, const char* name, const Loc& where);
+/// Throws unless `t` (defined) is floating-point: ops torch refuses integers and preds for.
+void require_floating(std::string_view op, const Tensor& t, const Loc& where);
 /// Throws unless every tensor is on the same device; returns it.
 Device common_device(std::string_view op, std::initializer_list<const Tensor*> tensors,
                      const Loc& where);

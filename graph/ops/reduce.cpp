@@ -103,9 +103,7 @@ Tensor softmax_like(Op op, const Tensor& x, int64_t dim, const Loc& where) {
   const std::string_view name = op_name(op);
   ops::require_defined(name, x, "the operand", where);
   const int64_t d = ops::normalize_dim(name, x, dim, x.dim(), where);
-  if (!is_floating(x.dtype())) {
-    ops::fail(name, fmt::format("needs a floating-point tensor, not {}", ops::describe(x)), where);
-  }
+  ops::require_floating(name, x, where);
   const DType dtype = x.dtype();
   NodePtr value = ops::value_as(x, dtype, where);
   Tensor result;
@@ -132,9 +130,7 @@ Tensor softmax_like(Op op, const Tensor& x, int64_t dim, const Loc& where) {
 Tensor variance(std::string_view op, const Tensor& x, const std::vector<int64_t>& dims,
                 double correction, bool keepdim, const Loc& where) {
   ops::require_defined(op, x, "the operand", where);
-  if (!is_floating(x.dtype())) {
-    ops::fail(op, fmt::format("needs a floating-point tensor, not {}", describe(x)), where);
-  }
+  ops::require_floating(op, x, where);
   const std::vector<int64_t> reduced = reduced_dims(op, x, dims, where);
   int64_t count = 1;
   for (int64_t d : reduced) count *= x.shape()[static_cast<int>(d)];
@@ -171,11 +167,8 @@ Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) 
 }
 
 Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
-  if (x.defined() && !is_floating(x.dtype())) {
-    // As torch: the mean of integers has no dtype to infer (cast first).
-    ops::fail("mean", fmt::format("needs a floating-point tensor, not {}", ops::describe(x)),
-              where);
-  }
+  // As torch: the mean of integers has no dtype to infer (cast first).
+  if (x.defined()) ops::require_floating("mean", x, where);
   return reduce(Op::kMean, "mean", x, dims, keepdim, ResultType::kFloatType, where);
 }
 

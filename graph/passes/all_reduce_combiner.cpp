@@ -2,6 +2,7 @@
 // become one, so the replicas meet once for them all (XLA's all-reduce combiner does the same).
 #include <bit>
 #include <map>
+#include <numeric>
 #include <queue>
 #include <stdexcept>
 #include <tuple>
@@ -115,7 +116,7 @@ Program combine_all_reduces(Program program) {
   // last member was, and what read its earlier members moved after it. No cycle can arise: a unit
   // that reads a combined all_reduce's result has more all_reduces before it than its members.
   std::vector<int32_t> unit(n);
-  for (std::size_t id = 0; id < n; ++id) unit[id] = static_cast<int32_t>(id);
+  std::iota(unit.begin(), unit.end(), 0);
   std::vector<int32_t> combined_at(n, -1);  // by unit: which entry of `combined`
   for (std::size_t c = 0; c < combined.size(); ++c) {
     const int32_t last = combined[c].back();
@@ -146,11 +147,12 @@ Program combine_all_reduces(Program program) {
       ready.push(static_cast<int32_t>(id));
     }
   }
-  std::size_t members = 0;
-  for (const std::vector<int32_t>& c : combined) members += c.size();
+  // Each member adds up to a flattening reshape, a slice and a reshape back; each combined one a
+  // concatenation and its reduction.
+  std::size_t member_count = 0;
+  for (const std::vector<int32_t>& c : combined) member_count += c.size();
   Program out;
-  out.reserve(n + 3 * members +
-              2 * combined.size());  // reshapes and slices, concats and reductions
+  out.reserve(n + 3 * member_count + 2 * combined.size());
   std::vector<int32_t> renamed(n, -1);
   std::size_t emitted = 0;
   while (!ready.empty()) {
