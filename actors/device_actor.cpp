@@ -346,6 +346,8 @@ constexpr std::size_t kStretchedBetweenTwoBytes = std::size_t{8} << 20;
 // while large ones measured no faster so (a 1 MiB all-reduce between two processes,
 // benchmarks/README.md).
 constexpr std::size_t kPolledMeetingBytes = std::size_t{256} << 10;
+// How long a device run on its host's thread waits at a meeting before it parks.
+constexpr std::chrono::microseconds kMeetingWaitOnHost{1000};
 
 // Whether every other process holding `members` shares memory with this one (`here`): their
 // messages, of any size, then come as short notes, and a device polls for them as cheaply as for
@@ -412,7 +414,14 @@ void DeviceActor::when_met(Future<Gathered> met, Awaits awaits, Then then) {
   // messages of other processes, the device receives them itself; for others, the transport's
   // thread keeps watching while the device waits (it rests while nothing here expects any).
   ProcessTransport* transport = awaits == Awaits::kLocal ? nullptr : points_->transport();
-  if (!met.ready() && meeting_spin_.count() > 0) {
+  // On its host's thread (a short step, ReplicaHost::sync_device), parking would hand the rest
+  // of the step to the device's worker and leave the host to wait for it: between two processes
+  // of a 4 KiB all_reduce, 20-40% of meetings outlasted the usual wait, and each took the next
+  // steps off the host's thread too (benchmarks/README.md).
+  const std::chrono::microseconds spin = on_senders_thread() && meeting_spin_.count() > 0
+                                             ? std::max(meeting_spin_, kMeetingWaitOnHost)
+                                             : meeting_spin_;
+  if (!met.ready() && spin.count() > 0) {
     const bool polls = transport && awaits == Awaits::kProcessesPolled;
     if (polls) {
       transport->begin_polling();
@@ -420,7 +429,7 @@ void DeviceActor::when_met(Future<Gathered> met, Awaits awaits, Then then) {
       transport->begin_waiting();
     }
     const auto start = std::chrono::steady_clock::now();
-    while (!met.ready() && std::chrono::steady_clock::now() - start < meeting_spin_) {
+    while (!met.ready() && std::chrono::steady_clock::now() - start < spin) {
       if (!polls || !transport->progress()) std::this_thread::yield();
     }
     if (polls) {
@@ -734,6 +743,12 @@ void DeviceActor::finish(ExecuteRequest& request, std::exception_ptr error) {
     if (!observers_.empty()) {
       const Span run{request.started, observer_now()};
       observers_.tell([&](ActorObserver& o) { o.executed(ordinal_, request, run); });
+    }
+    if (request.times) {
+      const auto ran = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now() - request.started);
+      request.times->offer(request.graph_hash,
+                           ran.count() - static_cast<int64_t>(request.collective_ns));
     }
     for (std::size_t i = 0; i < request.outputs.size(); ++i) {
       request.outputs[i]->fulfil(std::move(results[i]));

@@ -7,10 +7,12 @@
 // comes from here: executions, transfers both ways, memory queries.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <source_location>
 #include <vector>
 
@@ -31,6 +33,31 @@ struct ExecuteInput {
   IntrusivePtr<DeviceData> data;  // null for a scalar
   DType dtype = DType::kF32;
   double value = 0;
+};
+
+/// How long a host's steps of one graph kept their device working: the fastest run seen. The
+/// device offers each run's time, the host reads it (ReplicaHost::runs_on_host).
+class StepTimes {
+ public:
+  /// Keeps `ns` when the run was of the graph watched and the fastest yet.
+  void offer(uint64_t graph, int64_t ns) {
+    const std::lock_guard lock(mutex_);
+    if (graph == graph_ && (fastest_ns_ < 0 || ns < fastest_ns_)) fastest_ns_ = ns;
+  }
+  /// Watches `graph` from now on (forgetting another's time): its fastest run, or -1.
+  int64_t fastest(uint64_t graph) {
+    const std::lock_guard lock(mutex_);
+    if (graph != graph_) {
+      graph_ = graph;
+      fastest_ns_ = -1;
+    }
+    return fastest_ns_;
+  }
+
+ private:
+  std::mutex mutex_;
+  uint64_t graph_ = 0;
+  int64_t fastest_ns_ = -1;
 };
 
 /// Everything one execution needs; shared by handle, so messages stay small.
@@ -65,6 +92,10 @@ struct ExecuteRequest final : RefCounted {
   std::chrono::steady_clock::time_point started;
   std::chrono::steady_clock::time_point waits_since;  // for its program, or at a collective
   double collective_ns = 0;
+  /// Where the device tells how long it worked on this step (its run less its waits at
+  /// collectives), for the host to run short steps itself; and of which graph.
+  std::shared_ptr<StepTimes> times;
+  uint64_t graph_hash = 0;
   uint64_t trace_flow = 0;  // the arrow from the host's mark_step, when a trace records
 };
 

@@ -140,6 +140,7 @@ LazySystem::LazySystem(LazySystemOptions options, const config::LazySettings& se
   eager_ = settings.eager_debug_mode;
   sync_wait_ = settings.sync_wait;
   max_steps_in_flight_ = static_cast<std::size_t>(settings.max_steps_in_flight);
+  run_on_host_below_ns_ = settings.run_on_host_below_us * 1000;
   max_async_closures_ = static_cast<std::size_t>(settings.max_async_closures);
   static std::atomic<uint64_t> systems{0};
   serial_ = ++systems;

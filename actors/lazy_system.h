@@ -99,6 +99,8 @@ class LazySystem final {
   [[nodiscard]] bool sync_wait() const noexcept { return sync_wait_; }
   /// AXLE_MAX_STEPS_IN_FLIGHT: graphs a host thread may have sent and not seen done (0: no bound).
   [[nodiscard]] std::size_t max_steps_in_flight() const noexcept { return max_steps_in_flight_; }
+  /// AXLE_RUN_ON_HOST_BELOW_US in nanoseconds: steps this short run on their host's thread.
+  [[nodiscard]] int64_t run_on_host_below_ns() const noexcept { return run_on_host_below_ns_; }
   /// XLA_MAX_ASYNC_QUEUE: asynchronous closures a host thread may have pending (0: no bound).
   [[nodiscard]] std::size_t max_async_closures() const noexcept { return max_async_closures_; }
   /// Tells this system from those before it in the process (restart()).
@@ -152,6 +154,7 @@ class LazySystem final {
   uint64_t max_graph_nodes_;
   bool sync_wait_ = false;
   std::size_t max_steps_in_flight_ = 0;
+  int64_t run_on_host_below_ns_ = 0;
   std::size_t max_async_closures_ = 0;
   uint64_t serial_ = 0;
   bool param_aliasing_ = true;

@@ -298,9 +298,43 @@ void ReplicaHost::check_replicas_agree(const StepGraph& graph) {
                          differing, spmd);
 }
 
+// A step whose device work takes less than a hand-off between threads costs (the host waking the
+// device's worker, then waiting to be woken in turn: 5-10 us on a 2-core VM) runs on the host's
+// thread instead, below AXLE_RUN_ON_HOST_BELOW_US (benchmarks/README.md, "Short steps on the
+// host's thread"). The device's work is what it did less its waits at collectives (those the
+// host would wait for anyway), in the fastest of the graph's runs: a run slowed by a busy core
+// says nothing of the work.
+bool ReplicaHost::runs_on_host(const LazySystem& system, Device device, uint64_t graph_hash,
+                               ExecuteRequest& request) {
+  if (request.outputs.empty() || system.run_on_host_below_ns() <= 0) return false;
+  ShortSteps& steps = short_steps_;
+  if (steps.system != system.serial() || steps.device != device.ordinal) {
+    steps = ShortSteps{system.serial(), device.ordinal, std::make_shared<StepTimes>(), {}};
+  }
+  request.times = steps.times;
+  request.graph_hash = graph_hash;
+  const int64_t fastest = steps.times->fastest(graph_hash);
+  const bool here = fastest >= 0 && fastest < system.run_on_host_below_ns();
+  // Its previous step may still run on the device's worker: the host waits for it (a short
+  // wait, by this measure) to find the device idle.
+  if (here && steps.last_done && steps.last_done->pending()) {
+    try {
+      (void)steps.last_done->wait();
+    } catch (...) {
+      // A failed step is done too; its results carry the error.
+    }
+  }
+  // The smallest result, as the steps in flight are held by (admit_to_devices): no buffer
+  // lives longer for it.
+  steps.last_done = *std::ranges::min_element(
+      request.outputs, {}, [](const IntrusivePtr<DeviceData>& out) { return out->bytes(); });
+  return here;
+}
+
 void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool wait,
                               bool may_donate, SyncReason reason, const std::source_location& where,
-                              std::vector<IntrusivePtr<DeviceData>>* step_outputs) {
+                              std::vector<IntrusivePtr<DeviceData>>* step_outputs,
+                              bool only_device) {
   const Device device = sync.device;
   const std::vector<NodePtr>& roots = sync.roots;
   // Each traced op made one node and usually one scalar leaf.
@@ -346,6 +380,8 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
   std::optional<StepGraph> kept;
   if (system.check_finite()) kept = graph;
   request->program = find_or_compile(system, graph, reason, where);
+  const bool here =
+      only_device && request->program.ready() && runs_on_host(system, device, graph.hash, *request);
   graph.clear();  // drops its references to the roots
   for (std::size_t i = 0; i < sync.tensors.size(); ++i) {
     sync.tensors[i]->set_data(request->outputs[sync.root_of[i]]);
@@ -361,7 +397,11 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
         [&](ActorObserver& o) { o.graph_sent(reason, device, built, *request); });
   }
   admit_to_devices(system, request->outputs);
-  system.device_actor(device).tell(Execute{std::move(request)});
+  if (!here) {
+    system.device_actor(device).tell(Execute{std::move(request)});
+  } else if (system.device_actor(device).tell_here(Execute{std::move(request)})) {
+    AXLE_COUNTER_INC("StepsRunOnHost", 1);
+  }
   if (wait) {
     for (auto& out : outputs) out->wait();
   }
@@ -524,13 +564,14 @@ void ReplicaHost::sync(std::span<const Tensor> tensors, SyncReason reason,
   // AXLE_CHECK_FINITE reads the step's inputs after it ran: none may be overwritten.
   const bool may_donate = reason_is_step(reason) && system.param_aliasing() &&
                           !system.check_finite() && !Node::ir_shared_across_threads();
-  for (const DeviceSync& sync : pending_by_device(tensors)) {
+  const std::vector<DeviceSync> syncs = pending_by_device(tensors);
+  for (const DeviceSync& sync : syncs) {
     if (system.spmd()) {
       sync_spmd(system, sync, wait, may_donate, reason, where, step_outputs);
       continue;
     }
     sync_device(system, sync, wait || system.check_finite(), may_donate, reason, where,
-                step_outputs);
+                step_outputs, syncs.size() == 1);
   }
   // The synced tensors now read device data: what the log holds of their graphs is garbage
   // (and anything still pending is held by its tensors).

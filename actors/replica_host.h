@@ -32,6 +32,8 @@
 namespace axle {
 
 class LazySystem;
+struct ExecuteRequest;
+class StepTimes;
 
 class ReplicaHost {
  public:
@@ -97,7 +99,7 @@ class ReplicaHost {
 
   void sync_device(LazySystem& system, const DeviceSync& sync, bool wait, bool may_donate,
                    SyncReason reason, const std::source_location& where,
-                   std::vector<IntrusivePtr<DeviceData>>* step_outputs);
+                   std::vector<IntrusivePtr<DeviceData>>* step_outputs, bool only_device);
   void sync_spmd(LazySystem& system, const DeviceSync& sync, bool wait, bool may_donate,
                  SyncReason reason, const std::source_location& where,
                  std::vector<IntrusivePtr<DeviceData>>* step_outputs);
@@ -105,6 +107,10 @@ class ReplicaHost {
   void check_replicas_agree(const StepGraph& graph);
   void run_closures(std::vector<IntrusivePtr<DeviceData>> outputs);
   void rethrow_closure_failure();
+  // Whether the step about to go to `device` (`request`, of a graph with `graph_hash`) runs on
+  // this thread; waits for the previous one when it does.
+  bool runs_on_host(const LazySystem& system, Device device, uint64_t graph_hash,
+                    ExecuteRequest& request);
   // Before a graph with `outputs` goes to the devices: waits while AXLE_MAX_STEPS_IN_FLIGHT
   // graphs sent before it are not done, then counts it in.
   void admit_to_devices(LazySystem& system, std::span<const IntrusivePtr<DeviceData>> outputs);
@@ -126,6 +132,15 @@ class ReplicaHost {
     uint64_t system = 0;
   };
   InFlight in_flight_;
+  // Short steps run on this thread (runs_on_host): how long the device worked on this
+  // thread's steps, and what tells that the last one is done (its smallest result).
+  struct ShortSteps {
+    uint64_t system = 0;
+    int device = -1;
+    std::shared_ptr<StepTimes> times;
+    IntrusivePtr<DeviceData> last_done;
+  };
+  ShortSteps short_steps_;
   std::chrono::steady_clock::time_point last_step_ = std::chrono::steady_clock::now();
   std::shared_ptr<StepBreakdown> account_;
   // Which graphs hold collectives (by hash: a training loop syncs the same few graphs every

@@ -17,7 +17,8 @@
 //
 // Order: messages from one sender (a thread, or an actor) are handled in the order it sent them;
 // messages from different senders are not ordered with respect to each other, even when one send
-// happened before the other.
+// happened before the other. An actor that a thread runs on itself (tell_here) sends, meanwhile,
+// as that thread: in order with the thread's messages, not with its own sent from its worker.
 //
 // A handler may also reply later: `void handle(Get&, axle::Promise<int>&& reply)` keeps or moves
 // the promise and fulfils it when ready (dropping it unfulfilled fails the ask).
@@ -103,6 +104,11 @@ class ActorCell : public ContinuationTarget {
   /// Runs a bounded batch of messages on the home worker, then goes idle or reschedules
   /// itself (behind other ready actors, so none starves). Releases the run queue's reference.
   void run();
+
+  /// From a thread that runs no actor: when the actor is idle, or its worker is about to let
+  /// go of it, takes it over and runs a batch of its mail here, as its worker would (true).
+  /// The caller pushed its message first. Otherwise (false) it is left to notify_mail.
+  bool run_here();
 
   /// True when the actor neither runs nor has mail (for shutdown's quiescence check).
   [[nodiscard]] bool idle() const {
@@ -190,6 +196,16 @@ class ActorRef {
     return Future<reply_t<A, std::decay_t<M>>>(std::move(state));
   }
 
+  /// As tell, but when the actor is idle and the caller is not an actor, it handles the message
+  /// (and whatever else it has) on the calling thread before this returns: true when it did.
+  /// For a short piece of work whose sender would only wait for it, this spares the hand-off
+  /// (waking the actor's worker, then being woken by it).
+  template <class M>
+  requires Accepts<A, std::decay_t<M>>
+  bool tell_here(M&& message) const {
+    return typed().send(std::forward<M>(message), nullptr, true);
+  }
+
   [[nodiscard]] const std::string& name() const noexcept { return cell_->name(); }
   [[nodiscard]] explicit operator bool() const noexcept { return static_cast<bool>(cell_); }
   /// The actor as a continuation target, for Future::then_on.
@@ -219,6 +235,9 @@ class ActorBase {
 
  protected:
   [[nodiscard]] detail::ActorCell& cell() const noexcept { return *cell_; }
+  /// True while the handler runs on the thread of a sender (ActorRef::tell_here), not on the
+  /// actor's worker: waiting there holds up the sender, not the actor's own thread.
+  [[nodiscard]] static bool on_senders_thread() noexcept;
 
  private:
   template <class A>
@@ -291,17 +310,20 @@ class TypedCell final : public ActorCell {
   /// Runs the actor's on_start hook (its first message).
   void start() { actor_->on_start(); }
 
+  /// Pushes `message`; with `here`, runs the actor on this thread when run_here can (true).
   template <class M>
-  void send(M&& message, IntrusivePtr<FutureStateBase> reply) {
+  bool send(M&& message, IntrusivePtr<FutureStateBase> reply, bool here = false) {
     if (core().stopped()) {
       if (reply) {
         reply->set_error(std::make_exception_ptr(
             RuntimeStopped("actor " + name() + " cannot take messages: the runtime has stopped")));
       }
-      return;
+      return false;
     }
     mailbox_->push(Envelope{std::forward<M>(message), std::move(reply)});
+    if (here && run_here()) return true;
     notify_mail();
+    return false;
   }
 
   void post_continuation(UniqueFunction fn) override { send(Continuation{std::move(fn)}, nullptr); }

@@ -315,6 +315,12 @@ LazySettings read_lazy_settings() {
         "AXLE_MAX_STEPS_IN_FLIGHT='{}' must be 0 (no bound) or a number of steps of at least 1",
         get_string("AXLE_MAX_STEPS_IN_FLIGHT", "")));
   }
+  s.run_on_host_below_us = get_int("AXLE_RUN_ON_HOST_BELOW_US", defaults.run_on_host_below_us);
+  if (s.run_on_host_below_us < 0) {
+    throw ConfigError(
+        fmt::format("AXLE_RUN_ON_HOST_BELOW_US='{}' must be 0 (never) or a number of microseconds",
+                    get_string("AXLE_RUN_ON_HOST_BELOW_US", "")));
+  }
   s.max_async_closures = get_int("XLA_MAX_ASYNC_QUEUE", defaults.max_async_closures);
   if (s.max_async_closures < 0) {
     throw ConfigError(fmt::format(

@@ -21,14 +21,15 @@ enum class MailboxKind {
 
 /// Multi-producer, single-consumer queue of messages. Messages pushed by one thread are popped
 /// in the order that thread pushed them; the runtime keeps each actor on one thread so this
-/// per-thread order is also per-sender order.
+/// per-thread order is also per-sender order (but for an actor a sender runs on its own thread,
+/// ActorRef::tell_here). One thread pops at a time, not always the same one.
 template <class T>
 class Mailbox {
  public:
   virtual ~Mailbox() = default;
   /// Appends a message; callable from any thread.
   virtual void push(T&& message) = 0;
-  /// Moves up to `max` messages into `out`; only the owning actor's thread calls this.
+  /// Moves up to `max` messages into `out`; only the thread running the actor calls this.
   virtual std::size_t pop_bulk(T* out, std::size_t max) = 0;
   /// True when no message is queued; exact when no push runs concurrently.
   [[nodiscard]] virtual bool empty() const = 0;

@@ -18,6 +18,11 @@ namespace detail {
 namespace {
 
 thread_local ContinuationTarget* tls_running_actor = nullptr;
+thread_local bool tls_on_senders_thread = false;
+// How many times run_here looks again (yielding the core between looks) for an actor whose
+// worker is finishing: after the step a host waited for, the device's worker still has to let go
+// of its actor, and should the host have taken that worker's core, it needs the core back.
+constexpr int kRunHereLooks = 64;
 
 }  // namespace
 
@@ -66,6 +71,26 @@ std::vector<ActorFailure> RuntimeCore::failures() const {
   return failures_;
 }
 
+bool ActorCell::run_here() {
+  if (tls_running_actor) return false;  // an actor's worker runs its own actor only
+  // Pairs with the fence in run(), as notify_mail's: either the worker letting go sees the
+  // message and keeps the actor, or this thread sees it let go.
+  store_load_fence();
+  for (int look = 0; look < kRunHereLooks; ++look) {
+    if (mailbox_empty()) return false;  // the worker kept the actor and took the message
+    if (!scheduled_.load(std::memory_order_relaxed)) {
+      if (scheduled_.exchange(true, std::memory_order_acq_rel)) return false;  // another took it
+      add_ref();  // what run() releases, as the run queue's reference
+      tls_on_senders_thread = true;
+      run();
+      tls_on_senders_thread = false;
+      return true;
+    }
+    std::this_thread::yield();
+  }
+  return false;
+}
+
 void ActorCell::run() {
   tls_running_actor = this;
   bool more;
@@ -90,6 +115,8 @@ void ActorCell::run() {
 }
 
 }  // namespace detail
+
+bool ActorBase::on_senders_thread() noexcept { return detail::tls_on_senders_thread; }
 
 Runtime::Runtime(RuntimeOptions options)
     : options_(options), core_(make_intrusive<detail::RuntimeCore>()) {

@@ -201,6 +201,36 @@ TEST_P(Collectives, ASharedAllReduceResultCountsOnEveryMembersDevice) {
   }
 }
 
+// Short steps with a collective run on the replicas' own threads (AXLE_RUN_ON_HOST_BELOW_US),
+// which meet there as their devices would, step after step.
+TEST_P(Collectives, ShortCollectiveStepsRunOnTheReplicasThreads) {
+  config::set("AXLE_RUN_ON_HOST_BELOW_US", "1000000");
+  LazySystem::restart(LazySystemOptions{.cpu_devices = n()});
+  config::unset("AXLE_RUN_ON_HOST_BELOW_US");
+  constexpr int kSteps = 12;
+  constexpr int64_t kSize = 5;
+  const int64_t before = counter_value("StepsRunOnHost").value_or(0);
+  const auto sums = on_replicas<std::vector<float>>([&](int r) {
+    Tensor x = tensor(input_of(r, kSize), {kSize});
+    for (int step = 0; step < kSteps; ++step) {
+      x = all_reduce(ReduceType::kSum, x, 1.0 / n()) + 1.0;
+      mark_step();
+    }
+    return x.to_vector<float>();
+  });
+  // Each step averages the replicas' values and adds one.
+  std::vector<double> expected(kSize, 0);
+  for (int r = 0; r < n(); ++r) {
+    for (int64_t i = 0; i < kSize; ++i) expected[i] += input_of(r, kSize)[i] / n();
+  }
+  for (int r = 0; r < n(); ++r) {
+    for (int64_t i = 0; i < kSize; ++i) {
+      EXPECT_NEAR(sums[r][i], expected[i] + kSteps, 1e-4) << "replica " << r << " element " << i;
+    }
+  }
+  EXPECT_GE(counter_value("StepsRunOnHost").value_or(0) - before, n());
+}
+
 TEST_P(Collectives, AllReduceOfPredicatesAndsAndOrs) {
   // Replica r's element i is true unless i == r (and), or only when i == r (or).
   const int64_t size = n() + 1;

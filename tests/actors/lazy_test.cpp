@@ -229,5 +229,58 @@ TEST_F(Lazy, MetricsRecordTheStep) {
   EXPECT_GE(count("CreateTensor"), 2);
 }
 
+// AXLE_RUN_ON_HOST_BELOW_US: once a graph's steps are known to be short, they run on the thread
+// that traces them (here given a bound no step reaches, so that slow builds keep to it too).
+int64_t steps_run_on_host(const char* below_us) {
+  config::set("AXLE_RUN_ON_HOST_BELOW_US", below_us);
+  restart_on_testing_backend();
+  config::unset("AXLE_RUN_ON_HOST_BELOW_US");
+  const int64_t before = count("StepsRunOnHost");
+  Tensor x = from({1, 2, 3}, {3});
+  for (int step = 0; step < 30; ++step) {
+    x = x + 1.0;
+    mark_step();
+  }
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{31, 32, 33}));
+  return count("StepsRunOnHost") - before;
+}
+
+// A step still goes to the device's thread while that thread has yet to let go of the device
+// (on a loaded machine, often): most steps run on the tracing thread, not all.
+TEST_F(Lazy, ShortStepsRunOnTheTracingThread) {
+  EXPECT_GE(steps_run_on_host("1000000"), 10);
+  EXPECT_EQ(steps_run_on_host("0"), 0);
+}
+
+TEST_F(Lazy, AnErrorInAStepRunOnTheTracingThreadReachesItsReader) {
+  config::set("AXLE_RUN_ON_HOST_BELOW_US", "1000000");
+  restart_on_testing_backend();
+  config::unset("AXLE_RUN_ON_HOST_BELOW_US");
+  const Tensor x = from({1, 2, 3}, {3});
+  const auto pick = [&](int64_t i) {
+    Tensor picked = index_select(x, 0, tensor(std::vector<int64_t>{0, i}, Shape{2})) * 2.0;
+    mark_step();
+    return picked;
+  };
+  for (int step = 0; step < 5; ++step) {
+    EXPECT_EQ(pick(2).to_vector<float>(), (std::vector<float>{2, 6}));
+  }
+  // The same graph, now with an index out of range, until a step of it ran on this thread.
+  bool on_host = false;
+  for (int attempt = 0; attempt < 20 && !on_host; ++attempt) {
+    const int64_t before = count("StepsRunOnHost");
+    Tensor bad = pick(7);
+    on_host = count("StepsRunOnHost") > before;
+    try {
+      (void)bad.to_vector<float>();
+      ADD_FAILURE() << "an index out of range was read";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("index_select"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(on_host);
+  EXPECT_EQ(pick(1).to_vector<float>(), (std::vector<float>{2, 4}));
+}
+
 }  // namespace
 }  // namespace axle

@@ -1,8 +1,10 @@
 // Stress: 1,000,000 messages across 8 actors and 4 threads arrive exactly once and in per-sender
-// order, including messages the actors forward to each other. Runs under ThreadSanitizer too.
+// order, including messages the actors forward to each other; also with the actors run on the
+// sending threads as well as on their workers (tell_here). Runs under ThreadSanitizer too.
 #include <gtest/gtest.h>
 
 #include <thread>
+#include <utility>
 
 #include "engine/runtime.h"
 #include "engine/spawn.h"
@@ -27,7 +29,7 @@ struct Report {
   using Reply = std::vector<int>;  // how many times each id finished here
 };
 struct Misordered {
-  using Reply = int;
+  using Reply = std::pair<int, int>;  // hops out of order from threads, and from actors
 };
 
 class Node;
@@ -39,7 +41,7 @@ class Node : public Actor<Node, Hop, Report, Misordered> {
       : index_(index), ring_(ring), last_seen_(kSenders, -1), next_seq_(kActors, 0) {}
 
   void handle(Hop& m) {
-    if (m.seq <= last_seen_[m.sender]) ++misordered_;
+    if (m.seq <= last_seen_[m.sender]) ++(m.sender < kThreads ? misordered_[0] : misordered_[1]);
     last_seen_[m.sender] = m.seq;
     if (m.forwarded || m.id % 2 == 0) {
       if (finished_.empty()) finished_.assign(kTotal, 0);
@@ -51,7 +53,7 @@ class Node : public Actor<Node, Hop, Report, Misordered> {
     (*ring_)[to].tell(Hop{m.id, kThreads + index_, next_seq_[to]++, true});
   }
   std::vector<int> handle(Report&) { return std::move(finished_); }
-  int handle(Misordered&) { return misordered_; }
+  std::pair<int, int> handle(Misordered&) { return {misordered_[0], misordered_[1]}; }
 
  private:
   int index_;
@@ -59,10 +61,12 @@ class Node : public Actor<Node, Hop, Report, Misordered> {
   std::vector<int64_t> last_seen_;
   std::vector<int64_t> next_seq_;
   std::vector<int> finished_;
-  int misordered_ = 0;
+  int misordered_[2] = {0, 0};
 };
 
-TEST(ActorStress, MillionMessagesArriveExactlyOnceInPerSenderOrder) {
+// With `here`, the sending threads hand every other message over with tell_here: idle actors
+// then run on the senders' threads, taking turns with their workers.
+void send_a_million(bool here) {
   Runtime rt(RuntimeOptions{.threads = kThreads});
   Ring ring;
   for (int i = 0; i < kActors; ++i) ring.push_back(spawn<Node>(rt, SpawnOptions{}, i, &ring));
@@ -74,7 +78,12 @@ TEST(ActorStress, MillionMessagesArriveExactlyOnceInPerSenderOrder) {
       for (int k = 0; k < kPerThread; ++k) {
         int id = t * kPerThread + k;
         int to = id % kActors;
-        ring[to].tell(Hop{id, t, seq[to]++, false});
+        Hop hop{id, t, seq[to]++, false};
+        if (here && k % 2 == 1) {
+          ring[to].tell_here(std::move(hop));
+        } else {
+          ring[to].tell(std::move(hop));
+        }
       }
     });
   }
@@ -101,7 +110,21 @@ TEST(ActorStress, MillionMessagesArriveExactlyOnceInPerSenderOrder) {
   }
   EXPECT_EQ(missing, 0);
   EXPECT_EQ(duplicated, 0);
-  for (auto& node : ring) EXPECT_EQ(node.ask(Misordered{}).get(), 0) << node.name();
+  for (auto& node : ring) {
+    const auto [from_threads, from_actors] = node.ask(Misordered{}).get();
+    EXPECT_EQ(from_threads, 0) << node.name();
+    // An actor run on a sender's thread sends from that thread: ordered with that thread's
+    // messages, not with its own sent from its worker.
+    if (!here) {
+      EXPECT_EQ(from_actors, 0) << node.name();
+    }
+  }
+}
+
+TEST(ActorStress, MillionMessagesArriveExactlyOnceInPerSenderOrder) { send_a_million(false); }
+
+TEST(ActorStress, MessagesHandledOnTheSendersThreadsArriveExactlyOnceInPerSenderOrder) {
+  send_a_million(true);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "engine/log.h"
@@ -217,6 +219,89 @@ TEST(Actor, DedicatedActorHasAThreadOfItsOwn) {
   EXPECT_NE(own, pool_thread);
   EXPECT_NE(own, std::this_thread::get_id());
   EXPECT_EQ(dedicated.name(), "device#3");
+}
+
+struct Note {};
+struct Hold {
+  const std::atomic<bool>* release;
+  std::atomic<bool>* entered;
+};
+struct Notes {
+  struct Seen {
+    std::thread::id thread;
+    bool on_senders_thread;
+  };
+  using Reply = std::vector<Seen>;
+};
+struct Relay {
+  using Reply = bool;
+  ActorRef<class Noter> to;
+};
+// Notes where each message ran; Hold keeps its worker until released.
+class Noter : public Actor<Noter, Note, Hold, Notes, Relay> {
+ public:
+  void handle(Note&) { seen_.push_back({std::this_thread::get_id(), on_senders_thread()}); }
+  void handle(Hold& m) {
+    m.entered->store(true);
+    while (!m.release->load()) std::this_thread::yield();
+    seen_.push_back({std::this_thread::get_id(), on_senders_thread()});
+  }
+  std::vector<Notes::Seen> handle(Notes&) { return seen_; }
+  bool handle(Relay& m) { return m.to.tell_here(Note{}); }
+
+ private:
+  std::vector<Notes::Seen> seen_;
+};
+
+TEST(Actor, TellHereRunsAnIdleActorOnTheSendersThread) {
+  Runtime rt(RuntimeOptions{.threads = 1});
+  auto noter = spawn<Noter>(rt, SpawnOptions{.name = "device", .dedicated_thread = true});
+  ASSERT_TRUE(noter.ask(Notes{}).get().empty());  // started
+  // Its worker lets go of it just after replying: until then a Note goes to the worker.
+  std::vector<bool> here;
+  for (int attempt = 0; attempt < 1000 && (here.empty() || !here.back()); ++attempt) {
+    here.push_back(noter.tell_here(Note{}));
+    if (!here.back()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  noter.tell(Note{});
+  const std::vector<Notes::Seen> seen = noter.ask(Notes{}).get();
+  ASSERT_EQ(seen.size(), here.size() + 1);
+  ASSERT_TRUE(here.back());
+  for (std::size_t i = 0; i < here.size(); ++i) {
+    EXPECT_EQ(seen[i].thread == std::this_thread::get_id(), here[i]) << "note " << i;
+    EXPECT_EQ(seen[i].on_senders_thread, here[i]) << "note " << i;
+  }
+  EXPECT_NE(seen.back().thread, std::this_thread::get_id());
+  EXPECT_FALSE(seen.back().on_senders_thread);
+}
+
+TEST(Actor, TellHereLeavesABusyActorToItsWorkerInOrder) {
+  Runtime rt(RuntimeOptions{.threads = 1});
+  auto noter = spawn<Noter>(rt, SpawnOptions{.name = "device", .dedicated_thread = true});
+  std::atomic<bool> release{false}, entered{false};
+  noter.tell(Hold{&release, &entered});
+  while (!entered.load()) std::this_thread::yield();
+  EXPECT_FALSE(noter.tell_here(Note{}));  // the worker holds the actor
+  release.store(true);
+  const std::vector<Notes::Seen> seen = noter.ask(Notes{}).get();
+  ASSERT_EQ(seen.size(), 2U);
+  EXPECT_EQ(seen[1].thread, seen[0].thread);  // the Note after the Hold, on the worker
+  EXPECT_NE(seen[1].thread, std::this_thread::get_id());
+  EXPECT_FALSE(seen[1].on_senders_thread);
+}
+
+TEST(Actor, TellHereFromAnActorIsATell) {
+  Runtime rt(RuntimeOptions{.threads = 2});
+  auto relay = spawn<Noter>(rt);
+  auto noter = spawn<Noter>(rt, SpawnOptions{.name = "device", .dedicated_thread = true});
+  EXPECT_FALSE(relay.ask(Relay{noter}).get());
+  // The relay's Note and this thread's Notes come from two senders: either may come first.
+  std::vector<Notes::Seen> seen;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (seen.empty() && std::chrono::steady_clock::now() < deadline)
+    seen = noter.ask(Notes{}).get();
+  ASSERT_EQ(seen.size(), 1U);
+  EXPECT_FALSE(seen[0].on_senders_thread);
 }
 
 struct Spin {};
