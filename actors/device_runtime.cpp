@@ -46,6 +46,9 @@ class DeviceRuntime final : public TensorRuntime {
     return read(std::move(data)).get();
   }
 
+  // Uploads up to this size are copied on the uploading thread when the device is idle.
+  static constexpr std::size_t kUploadOnHostBytes = std::size_t{64} << 10;
+
   IntrusivePtr<DeviceData> upload(std::vector<std::byte> bytes, DType dtype, const Shape& shape,
                                   Device device) override {
     LazySystem& system = LazySystem::get();
@@ -56,8 +59,16 @@ class DeviceRuntime final : public TensorRuntime {
     }
     const ActorRef<DeviceActor>& actor = system.device_actor(device);
     auto data = make_intrusive<DeviceData>(device, dtype, shape);
-    actor.tell(
-        TransferToDevice{std::make_shared<const std::vector<std::byte>>(std::move(bytes)), data});
+    const bool small = bytes.size() <= kUploadOnHostBytes;
+    TransferToDevice transfer{std::make_shared<const std::vector<std::byte>>(std::move(bytes)),
+                              data};
+    // A small copy costs less than handing it to the device's thread, and leaves the device
+    // idle for a short step to run on this thread too (ReplicaHost::runs_on_host).
+    if (small && system.run_on_host_below_ns() > 0) {
+      actor.tell_here(std::move(transfer));
+    } else {
+      actor.tell(std::move(transfer));
+    }
     return data;
   }
 

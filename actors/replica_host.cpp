@@ -399,7 +399,8 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
   admit_to_devices(system, request->outputs);
   if (!here) {
     system.device_actor(device).tell(Execute{std::move(request)});
-  } else if (system.device_actor(device).tell_here(Execute{std::move(request)})) {
+  } else if (system.device_actor(device).tell_here(Execute{std::move(request)},
+                                                   /*await_worker=*/true)) {
     AXLE_COUNTER_INC("StepsRunOnHost", 1);
   }
   if (wait) {

@@ -80,6 +80,9 @@ class RuntimeCore : public RefCounted {
   std::function<void(const ActorFailure&)> handler_;
 };
 
+/// Whether a send runs the actor on the sender's thread (ActorRef::tell_here).
+enum class Here { kNo, kIfIdle, kAwaitingWorker };
+
 /// The runtime's view of one actor: its scheduling state, its home worker, its name.
 class ActorCell : public ContinuationTarget {
  public:
@@ -105,10 +108,10 @@ class ActorCell : public ContinuationTarget {
   /// itself (behind other ready actors, so none starves). Releases the run queue's reference.
   void run();
 
-  /// From a thread that runs no actor: when the actor is idle, or its worker is about to let
-  /// go of it, takes it over and runs a batch of its mail here, as its worker would (true).
+  /// From a thread that runs no actor: when the actor is idle (or, awaiting its worker, is let
+  /// go of soon), takes it over and runs a batch of its mail here, as its worker would (true).
   /// The caller pushed its message first. Otherwise (false) it is left to notify_mail.
-  bool run_here();
+  bool run_here(bool await_worker);
 
   /// True when the actor neither runs nor has mail (for shutdown's quiescence check).
   [[nodiscard]] bool idle() const {
@@ -199,11 +202,14 @@ class ActorRef {
   /// As tell, but when the actor is idle and the caller is not an actor, it handles the message
   /// (and whatever else it has) on the calling thread before this returns: true when it did.
   /// For a short piece of work whose sender would only wait for it, this spares the hand-off
-  /// (waking the actor's worker, then being woken by it).
+  /// (waking the actor's worker, then being woken by it). With `await_worker`, a worker that
+  /// holds the actor is given a moment to let go of it (the sender has just seen its last work
+  /// done); without, a busy actor is left to its worker at once.
   template <class M>
   requires Accepts<A, std::decay_t<M>>
-  bool tell_here(M&& message) const {
-    return typed().send(std::forward<M>(message), nullptr, true);
+  bool tell_here(M&& message, bool await_worker = false) const {
+    return typed().send(std::forward<M>(message), nullptr,
+                        await_worker ? detail::Here::kAwaitingWorker : detail::Here::kIfIdle);
   }
 
   [[nodiscard]] const std::string& name() const noexcept { return cell_->name(); }
@@ -312,7 +318,7 @@ class TypedCell final : public ActorCell {
 
   /// Pushes `message`; with `here`, runs the actor on this thread when run_here can (true).
   template <class M>
-  bool send(M&& message, IntrusivePtr<FutureStateBase> reply, bool here = false) {
+  bool send(M&& message, IntrusivePtr<FutureStateBase> reply, Here here = Here::kNo) {
     if (core().stopped()) {
       if (reply) {
         reply->set_error(std::make_exception_ptr(
@@ -321,7 +327,7 @@ class TypedCell final : public ActorCell {
       return false;
     }
     mailbox_->push(Envelope{std::forward<M>(message), std::move(reply)});
-    if (here && run_here()) return true;
+    if (here != Here::kNo && run_here(here == Here::kAwaitingWorker)) return true;
     notify_mail();
     return false;
   }

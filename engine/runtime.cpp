@@ -19,9 +19,9 @@ namespace {
 
 thread_local ContinuationTarget* tls_running_actor = nullptr;
 thread_local bool tls_on_senders_thread = false;
-// How many times run_here looks again (yielding the core between looks) for an actor whose
-// worker is finishing: after the step a host waited for, the device's worker still has to let go
-// of its actor, and should the host have taken that worker's core, it needs the core back.
+// How many times run_here, awaiting the worker, looks again (yielding the core between looks):
+// after the step a host waited for, the device's worker still has to let go of its actor, and
+// should the host have taken that worker's core, it needs the core back.
 constexpr int kRunHereLooks = 64;
 
 }  // namespace
@@ -71,14 +71,15 @@ std::vector<ActorFailure> RuntimeCore::failures() const {
   return failures_;
 }
 
-bool ActorCell::run_here() {
+bool ActorCell::run_here(bool await_worker) {
   if (tls_running_actor) return false;  // an actor's worker runs its own actor only
   // Pairs with the fence in run(), as notify_mail's: either the worker letting go sees the
   // message and keeps the actor, or this thread sees it let go.
   store_load_fence();
-  for (int look = 0; look < kRunHereLooks; ++look) {
+  for (int look = 0; look < (await_worker ? kRunHereLooks : 1); ++look) {
     if (mailbox_empty()) return false;  // the worker kept the actor and took the message
     if (!scheduled_.load(std::memory_order_relaxed)) {
+      // Acquire: pairs with run()'s release of the actor.
       if (scheduled_.exchange(true, std::memory_order_acq_rel)) return false;  // another took it
       add_ref();  // what run() releases, as the run queue's reference
       tls_on_senders_thread = true;
@@ -103,7 +104,9 @@ void ActorCell::run() {
     home_.schedule(this);  // keeps the run queue's reference
     return;
   }
-  scheduled_.store(false, std::memory_order_relaxed);
+  // Release: a thread that takes the actor over next (run_here) reads its mailbox's consumer
+  // state as this run left it.
+  scheduled_.store(false, std::memory_order_release);
   // Pairs with the fence in notify_mail: a sender that saw `scheduled` still true left its
   // message for us to find here.
   detail::store_load_fence();

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/future.h"
+
 namespace axle {
 
 // A run that may wait at its first advance (the hold) and may fail where the program meets a
@@ -126,6 +128,7 @@ TestingBackend::Calls TestingBackend::calls(int device) const {
   std::lock_guard lock(mutex_);
   Calls calls = devices_.at(static_cast<std::size_t>(device)).calls;
   calls.threads = static_cast<int64_t>(devices_[static_cast<std::size_t>(device)].threads.size());
+  calls.actors = static_cast<int64_t>(devices_[static_cast<std::size_t>(device)].actors.size());
   return calls;
 }
 
@@ -135,6 +138,7 @@ void TestingBackend::count(int device, int64_t Calls::*kind) const {
   Device& d = devices_[static_cast<std::size_t>(device)];
   ++(d.calls.*kind);
   d.threads.insert(std::this_thread::get_id());
+  d.actors.insert(detail::running_actor());
 }
 
 int TestingBackend::failing_call(const Executable& program) {

@@ -30,6 +30,9 @@ class TestingBackend final : public Backend {
     int64_t memory_info = 0;
     /// Distinct threads the calls came from.
     int64_t threads = 0;
+    /// Distinct actors whose handlers made the calls (a call from outside every actor counts
+    /// as one more).
+    int64_t actors = 0;
   };
 
   explicit TestingBackend(std::unique_ptr<Backend> inner);
@@ -80,8 +83,9 @@ class TestingBackend final : public Backend {
   struct Device {
     Calls calls;
     std::set<std::thread::id> threads;
+    std::set<const void*> actors;
   };
-  // Counts a call of `kind` for `device` (and the calling thread).
+  // Counts a call of `kind` for `device` (and the calling thread and actor).
   void count(int device, int64_t Calls::*kind) const;
   // Counts an allocation on `device`, and fails it (std::bad_alloc) while failures are due.
   void count_allocation(int device);

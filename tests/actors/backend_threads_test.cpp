@@ -1,8 +1,9 @@
 // Every call into the backend for one device comes from that device's actor (actors/
 // device_actor.h): over a workload of uploads, steps of several graphs, blocking and async reads,
 // memory queries, step closures and an all_reduce among spawn's replicas, each device's calls
-// come from exactly one thread, and a read is a copy_to_host call of the device the tensor lives
-// on. Runs on 1 and on 3 devices.
+// come from one actor's handlers, on the device's own thread unless short steps and uploads run
+// on the host's (AXLE_RUN_ON_HOST_BELOW_US), and a read is a copy_to_host call of the device the
+// tensor lives on. Runs on 1 and on 3 devices.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -100,12 +101,12 @@ class BackendThreads : public ::testing::TestWithParam<int> {
 INSTANTIATE_TEST_SUITE_P(Devices, BackendThreads, ::testing::Values(1, 3),
                          [](const auto& info) { return std::to_string(info.param) + "devices"; });
 
-TEST_P(BackendThreads, EachDevicesCallsComeFromOneThread) {
+TEST_P(BackendThreads, EachDevicesCallsComeFromItsActor) {
   run_single_replica_workload();
   run_replicated_workload();
   for (int d = 0; d < n(); ++d) {
     const TestingBackend::Calls calls = backend_->calls(d);
-    EXPECT_EQ(calls.threads, 1) << "device " << d;
+    EXPECT_EQ(calls.actors, 1) << "device " << d;
     // The workload reached every kind of call on every device.
     EXPECT_GT(calls.allocate, 0) << "device " << d;
     EXPECT_GT(calls.copy_to_device, 0) << "device " << d;
@@ -115,6 +116,18 @@ TEST_P(BackendThreads, EachDevicesCallsComeFromOneThread) {
     if (n() > 1) {
       EXPECT_GT(calls.collective, 0) << "device " << d;
     }
+  }
+}
+
+TEST_P(BackendThreads, WithoutShortStepsOnTheHostEachDevicesCallsComeFromOneThread) {
+  config::set("AXLE_RUN_ON_HOST_BELOW_US", "0");
+  backend_ = &restart_on_testing_backend(GetParam());
+  config::unset("AXLE_RUN_ON_HOST_BELOW_US");
+  run_single_replica_workload();
+  run_replicated_workload();
+  for (int d = 0; d < n(); ++d) {
+    EXPECT_EQ(backend_->calls(d).threads, 1) << "device " << d;
+    EXPECT_EQ(backend_->calls(d).actors, 1) << "device " << d;
   }
 }
 

@@ -216,7 +216,9 @@ TEST_F(TransportTest, LargeMessagesToAProcessOfThisHostGoThroughSharedMemoryUnti
   }
   ASSERT_TRUE(wait_for(first + kHeld));
   EXPECT_EQ(transport_->messages_through_shared_memory() - through_before, fit);
-  if (setting >= (std::size_t{8} << 20)) EXPECT_EQ(fit, static_cast<std::size_t>(kHeld));
+  if (setting >= (std::size_t{8} << 20)) {
+    EXPECT_EQ(fit, static_cast<std::size_t>(kHeld));
+  }
   {
     std::lock_guard lock(received_->mutex);
     ASSERT_EQ(received_->held.size(), static_cast<std::size_t>(kHeld));
@@ -250,7 +252,9 @@ TEST_F(TransportTest, LargeMessagesToAProcessOfThisHostGoThroughSharedMemoryUnti
     // some may still find it full.
     const uint64_t through = transport_->messages_through_shared_memory() - before;
     EXPECT_GT(through, 0u);
-    if (setting >= (std::size_t{8} << 20)) EXPECT_EQ(through, static_cast<uint64_t>(kMessages / 2));
+    if (setting >= (std::size_t{8} << 20)) {
+      EXPECT_EQ(through, static_cast<uint64_t>(kMessages / 2));
+    }
     Received part_of;
     part_of.messages.assign(received_->messages.begin() + first + kHeld + 1,
                             received_->messages.begin() + first + kHeld + 1 + kMessages);

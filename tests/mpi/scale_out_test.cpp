@@ -252,6 +252,41 @@ TEST_F(ScaleOut, AllReduceGivesTheBitsOfAFoldInGlobalOrdinalOrder) {
   }
 }
 
+// Short steps run on the replicas' own threads (AXLE_RUN_ON_HOST_BELOW_US, here a bound no step
+// reaches), which meet the other processes there: every step keeps the fold's bits.
+TEST_F(ScaleOut, ShortStepsRunOnTheReplicasThreadsAcrossProcesses) {
+  config::set("AXLE_RUN_ON_HOST_BELOW_US", "1000000");
+  LazySystem::restart();
+  config::unset("AXLE_RUN_ON_HOST_BELOW_US");
+  constexpr int kSteps = 20;
+  constexpr int64_t kSize = 300;
+  const int64_t before = counter_value("StepsRunOnHost").value_or(0);
+  const auto results = on_replicas<std::vector<std::vector<float>>>([&](int r) {
+    std::vector<std::vector<float>> each;
+    for (int step = 0; step < kSteps; ++step) {
+      Tensor y = all_reduce(ReduceType::kSum, tensor(input_of(r + step, kSize), {kSize}));
+      mark_step();
+      each.push_back(y.to_vector<float>());
+    }
+    return each;
+  });
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<float> expected = input_of(step, kSize);
+    for (int r = 1; r < world_; ++r) {
+      const std::vector<float> in = input_of(r + step, kSize);
+      for (int64_t i = 0; i < kSize; ++i) expected[i] += in[i];
+    }
+    for (int i = 0; i < local_; ++i) {
+      const std::vector<float>& got = results[static_cast<std::size_t>(i)][step];
+      for (int64_t k = 0; k < kSize; ++k) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[k]), std::bit_cast<uint32_t>(expected[k]))
+            << "step " << step << " on replica " << first_local() + i << " at " << k;
+      }
+    }
+  }
+  EXPECT_GE(counter_value("StepsRunOnHost").value_or(0) - before, local_);
+}
+
 TEST_F(ScaleOut, GroupsInsideAndAcrossProcessesReduceAmongTheirMembers) {
   // Small, and large enough to go by stretches across processes.
   for (int64_t kSize : {int64_t{11}, int64_t{100'003}}) {
