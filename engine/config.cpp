@@ -303,7 +303,11 @@ PersistentCacheSettings read_persistent_cache_settings() {
 }
 
 LazySettings read_lazy_settings() {
-  const LazySettings defaults;
+  LazySettings defaults;
+  // More of a job's processes on this host than cores (as for AXLE_SPIN_US): a host running its
+  // step could only park at the step's first meeting, and hand the rest to the device's thread.
+  // 4 processes on 2 cores: a 4 KiB all_reduce 28-40 -> 35-38 us (benchmarks/README.md).
+  if (get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1) > usable_cores()) defaults.run_on_host_below_us = 0;
   LazySettings s;
   s.compilation_cache_size = get_int("XLA_COMPILATION_CACHE_SIZE", defaults.compilation_cache_size);
   s.max_graph_nodes = get_int("AXLE_MAX_GRAPH_NODES", defaults.max_graph_nodes);
