@@ -298,6 +298,27 @@ void ReplicaHost::check_replicas_agree(const StepGraph& graph) {
                          differing, spmd);
 }
 
+namespace {
+
+// The result of a step a host holds to tell when the step is done (a device completes a step's
+// results together): its smallest, so that no large buffer lives longer for it. Null for none.
+IntrusivePtr<DeviceData> smallest_result(std::span<const IntrusivePtr<DeviceData>> outputs) {
+  if (outputs.empty()) return nullptr;
+  return *std::ranges::min_element(
+      outputs, {}, [](const IntrusivePtr<DeviceData>& out) { return out->bytes(); });
+}
+
+// Waits until `done`'s step is done; a failed step is done too (its results carry the error).
+void wait_for_step(DeviceData& done) {
+  try {
+    (void)done.wait();
+  } catch (...) {
+    // Whatever reads the failed step's results gets the error.
+  }
+}
+
+}  // namespace
+
 // A step whose device work takes less than a hand-off between threads costs (the host waking the
 // device's worker, then waiting to be woken in turn: 5-10 us on a 2-core VM) runs on the host's
 // thread instead, below AXLE_RUN_ON_HOST_BELOW_US (benchmarks/README.md, "Short steps on the
@@ -305,8 +326,8 @@ void ReplicaHost::check_replicas_agree(const StepGraph& graph) {
 // host would wait for anyway), in the fastest of the graph's runs: a run slowed by a busy core
 // says nothing of the work.
 bool ReplicaHost::runs_on_host(const LazySystem& system, Device device, uint64_t graph_hash,
-                               ExecuteRequest& request) {
-  if (request.outputs.empty() || system.run_on_host_below_ns() <= 0) return false;
+                               ExecuteRequest& request, const IntrusivePtr<DeviceData>& done) {
+  if (!done || system.run_on_host_below_ns() <= 0) return false;
   ShortSteps& steps = short_steps_;
   if (steps.system != system.serial() || steps.device != device.ordinal) {
     steps = ShortSteps{system.serial(), device.ordinal, std::make_shared<StepTimes>(), {}};
@@ -317,17 +338,8 @@ bool ReplicaHost::runs_on_host(const LazySystem& system, Device device, uint64_t
   const bool here = fastest >= 0 && fastest < system.run_on_host_below_ns();
   // Its previous step may still run on the device's worker: the host waits for it (a short
   // wait, by this measure) to find the device idle.
-  if (here && steps.last_done && steps.last_done->pending()) {
-    try {
-      (void)steps.last_done->wait();
-    } catch (...) {
-      // A failed step is done too; its results carry the error.
-    }
-  }
-  // The smallest result, as the steps in flight are held by (admit_to_devices): no buffer
-  // lives longer for it.
-  steps.last_done = *std::ranges::min_element(
-      request.outputs, {}, [](const IntrusivePtr<DeviceData>& out) { return out->bytes(); });
+  if (here && steps.last_done && steps.last_done->pending()) wait_for_step(*steps.last_done);
+  steps.last_done = done;
   return here;
 }
 
@@ -380,8 +392,9 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
   std::optional<StepGraph> kept;
   if (system.check_finite()) kept = graph;
   request->program = find_or_compile(system, graph, reason, where);
-  const bool here =
-      only_device && request->program.ready() && runs_on_host(system, device, graph.hash, *request);
+  const IntrusivePtr<DeviceData> done = smallest_result(request->outputs);
+  const bool here = only_device && request->program.ready() &&
+                    runs_on_host(system, device, graph.hash, *request, done);
   graph.clear();  // drops its references to the roots
   for (std::size_t i = 0; i < sync.tensors.size(); ++i) {
     sync.tensors[i]->set_data(request->outputs[sync.root_of[i]]);
@@ -396,7 +409,7 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
     system.observers().tell(
         [&](ActorObserver& o) { o.graph_sent(reason, device, built, *request); });
   }
-  admit_to_devices(system, request->outputs);
+  admit_to_devices(system, done);
   if (!here) {
     system.device_actor(device).tell(Execute{std::move(request)});
   } else if (system.device_actor(device).tell_here(Execute{std::move(request)},
@@ -543,7 +556,7 @@ void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wai
           [&](ActorObserver& o) { o.graph_sent(reason, Device{i}, built, *requests[i]); });
     }
   }
-  admit_to_devices(system, outputs);
+  admit_to_devices(system, smallest_result(outputs));
   for (int i = 0; i < local; ++i) {
     system.device_actor(Device{i}).tell(Execute{std::move(requests[i])});
   }
@@ -582,10 +595,9 @@ void ReplicaHost::sync(std::span<const Tensor> tensors, SyncReason reason,
 // Without a bound, a host that traces faster than its devices run queues step after step, each
 // holding its inputs and results (a whole epoch of batches on a fast loader). torch_xla lets one
 // step run while the next is traced; two in flight also keep a device busy while its host wakes.
-void ReplicaHost::admit_to_devices(LazySystem& system,
-                                   std::span<const IntrusivePtr<DeviceData>> outputs) {
+void ReplicaHost::admit_to_devices(LazySystem& system, const IntrusivePtr<DeviceData>& done) {
   const std::size_t limit = system.max_steps_in_flight();
-  if (limit == 0 || outputs.empty()) return;
+  if (limit == 0 || !done) return;
   InFlight& in_flight = in_flight_;
   if (in_flight.system != system.serial() || in_flight.ring.size() != limit) {
     in_flight.ring.assign(limit, nullptr);
@@ -595,19 +607,13 @@ void ReplicaHost::admit_to_devices(LazySystem& system,
   IntrusivePtr<DeviceData>& oldest = in_flight.ring[in_flight.next];
   if (oldest && oldest->pending()) {
     const auto start = std::chrono::steady_clock::now();
-    try {
-      (void)oldest->wait();
-    } catch (...) {
-      // A failed graph is done too; whatever reads its results gets the error.
-    }
+    wait_for_step(*oldest);
     const std::chrono::duration<double, std::nano> waited =
         std::chrono::steady_clock::now() - start;
     account()->add_host_wait(StepBreakdown::kDeviceWait, waited.count());
     AXLE_COUNTER_INC("StepsInFlightWait", 1);
   }
-  const auto smallest = std::ranges::min_element(
-      outputs, {}, [](const IntrusivePtr<DeviceData>& out) { return out->bytes(); });
-  oldest = *smallest;
+  oldest = done;
   in_flight.next = (in_flight.next + 1) % limit;
 }
 

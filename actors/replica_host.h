@@ -107,13 +107,15 @@ class ReplicaHost {
   void check_replicas_agree(const StepGraph& graph);
   void run_closures(std::vector<IntrusivePtr<DeviceData>> outputs);
   void rethrow_closure_failure();
-  // Whether the step about to go to `device` (`request`, of a graph with `graph_hash`) runs on
-  // this thread; waits for the previous one when it does.
+  // Whether the step about to go to `device` (`request`, of a graph with `graph_hash`, done when
+  // `done`, its smallest result, is) runs on this thread; waits for the previous one when it
+  // does.
   bool runs_on_host(const LazySystem& system, Device device, uint64_t graph_hash,
-                    ExecuteRequest& request);
-  // Before a graph with `outputs` goes to the devices: waits while AXLE_MAX_STEPS_IN_FLIGHT
-  // graphs sent before it are not done, then counts it in.
-  void admit_to_devices(LazySystem& system, std::span<const IntrusivePtr<DeviceData>> outputs);
+                    ExecuteRequest& request, const IntrusivePtr<DeviceData>& done);
+  // Before a graph goes to the devices (done when `done`, its smallest result, is; null: it has
+  // no results): waits while AXLE_MAX_STEPS_IN_FLIGHT graphs sent before it are not done, then
+  // counts it in.
+  void admit_to_devices(LazySystem& system, const IntrusivePtr<DeviceData>& done);
 
   IntrusivePtr<TraceContext> trace_;
   std::optional<ReplicaIdentity> replica_;

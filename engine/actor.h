@@ -111,7 +111,7 @@ class ActorCell : public ContinuationTarget {
   /// From a thread that runs no actor: when the actor is idle (or, awaiting its worker, is let
   /// go of soon), takes it over and runs a batch of its mail here, as its worker would (true).
   /// The caller pushed its message first. Otherwise (false) it is left to notify_mail.
-  bool run_here(bool await_worker);
+  bool run_here(Here here);
 
   /// True when the actor neither runs nor has mail (for shutdown's quiescence check).
   [[nodiscard]] bool idle() const {
@@ -327,7 +327,7 @@ class TypedCell final : public ActorCell {
       return false;
     }
     mailbox_->push(Envelope{std::forward<M>(message), std::move(reply)});
-    if (here != Here::kNo && run_here(here == Here::kAwaitingWorker)) return true;
+    if (here != Here::kNo && run_here(here)) return true;
     notify_mail();
     return false;
   }

@@ -218,15 +218,22 @@ void unset(std::string_view name) {
 
 // ---- The readers, one per group of config.h; defaults come from the structs themselves ----
 
+namespace {
+
+// More of a job's processes on this host (mpirun sets OMPI_COMM_WORLD_LOCAL_SIZE) than cores.
+bool processes_outnumber_cores() {
+  return get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1) > usable_cores();
+}
+
+}  // namespace
+
 RuntimeSettings read_runtime_settings() {
   RuntimeSettings defaults;
-  // More of a job's processes on this host (mpirun sets OMPI_COMM_WORLD_LOCAL_SIZE) than cores:
-  // a thread spinning for work keeps the core from another process's thread that would bring it,
-  // so threads park at once (as Open MPI yields when oversubscribed). 4 processes on 2 cores:
-  // a 4 KiB all_reduce among them 300 -> 100 us (benchmarks/README.md).
-  if (get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1) > usable_cores()) {
-    defaults.spin = std::chrono::microseconds(0);
-  }
+  // Processes outnumbering cores: a thread spinning for work keeps the core from another
+  // process's thread that would bring it, so threads park at once (as Open MPI yields when
+  // oversubscribed). 4 processes on 2 cores: a 4 KiB all_reduce among them 300 -> 100 us
+  // (benchmarks/README.md).
+  if (processes_outnumber_cores()) defaults.spin = std::chrono::microseconds(0);
   RuntimeSettings s;
   s.threads = get_int("AXLE_THREADS", defaults.threads);
   s.spin = std::chrono::microseconds(get_int("AXLE_SPIN_US", defaults.spin.count()));
@@ -304,10 +311,10 @@ PersistentCacheSettings read_persistent_cache_settings() {
 
 LazySettings read_lazy_settings() {
   LazySettings defaults;
-  // More of a job's processes on this host than cores (as for AXLE_SPIN_US): a host running its
-  // step could only park at the step's first meeting, and hand the rest to the device's thread.
-  // 4 processes on 2 cores: a 4 KiB all_reduce 28-40 -> 35-38 us (benchmarks/README.md).
-  if (get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1) > usable_cores()) defaults.run_on_host_below_us = 0;
+  // Processes outnumbering cores (as for AXLE_SPIN_US): a host running its step could only park
+  // at the step's first meeting, and hand the rest to the device's thread. 4 processes on 2
+  // cores: a 4 KiB all_reduce 28-40 -> 35-38 us (benchmarks/README.md).
+  if (processes_outnumber_cores()) defaults.run_on_host_below_us = 0;
   LazySettings s;
   s.compilation_cache_size = get_int("XLA_COMPILATION_CACHE_SIZE", defaults.compilation_cache_size);
   s.max_graph_nodes = get_int("AXLE_MAX_GRAPH_NODES", defaults.max_graph_nodes);

@@ -71,12 +71,13 @@ std::vector<ActorFailure> RuntimeCore::failures() const {
   return failures_;
 }
 
-bool ActorCell::run_here(bool await_worker) {
+bool ActorCell::run_here(Here here) {
   if (tls_running_actor) return false;  // an actor's worker runs its own actor only
   // Pairs with the fence in run(), as notify_mail's: either the worker letting go sees the
   // message and keeps the actor, or this thread sees it let go.
   store_load_fence();
-  for (int look = 0; look < (await_worker ? kRunHereLooks : 1); ++look) {
+  const int looks = here == Here::kAwaitingWorker ? kRunHereLooks : 1;
+  for (int look = 0; look < looks; ++look) {
     if (mailbox_empty()) return false;  // the worker kept the actor and took the message
     if (!scheduled_.load(std::memory_order_relaxed)) {
       // Acquire: pairs with run()'s release of the actor.
