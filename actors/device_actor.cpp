@@ -368,7 +368,7 @@ IntrusivePtr<DeviceMemory> collective_result(Backend& backend, int device, Progr
   return backend.allocate(device, bytes);
 }
 
-std::string collective_tag(const Executable& program, const KernelCall& call) {
+std::string format_collective_tag(const Executable& program, const KernelCall& call) {
   const BufferDesc& in = program.slots[call.inputs.at(0)];
   const BufferDesc& out = program.slots[call.output];
   return fmt::format("{}{} -> {}{}", dtype_name(in.dtype), in.shape.to_string(),
@@ -454,6 +454,23 @@ void DeviceActor::when_met(Future<Gathered> met, Awaits awaits, Then then) {
   });
 }
 
+const std::string& DeviceActor::collective_tag(const ExecuteRequest& request,
+                                               const KernelCall& call) {
+  const Executable& program = *request.ready_program;
+  if (tagged_program_.get() != &program) {
+    tagged_program_ = request.ready_program;
+    collective_tags_.assign(program.calls.size(), std::string());
+  }
+  const KernelCall* first = program.calls.data();
+  if (std::less<>()(&call, first) || !std::less<>()(&call, first + program.calls.size())) {
+    untagged_call_ = format_collective_tag(program, call);  // a call from elsewhere
+    return untagged_call_;
+  }
+  std::string& tag = collective_tags_[static_cast<std::size_t>(&call - first)];
+  if (tag.empty()) tag = format_collective_tag(program, call);
+  return tag;
+}
+
 void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   const Executable& program = *request.ready_program;
   const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
@@ -462,7 +479,7 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   const auto position = std::ranges::find(members, request.replica) - members.begin();
   if (position == static_cast<std::ptrdiff_t>(members.size())) {
     throw CollectiveError(fmt::format("{} ({}): replica {} is in none of its groups",
-                                      kernel_name(call.kernel), collective_tag(program, call),
+                                      kernel_name(call.kernel), collective_tag(request, call),
                                       request.replica));
   }
   ++request.collectives_reached;
@@ -503,7 +520,7 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   }
   request.at_collective = true;
   request.waits_since = std::chrono::steady_clock::now();
-  std::string tag = collective_tag(program, call);  // formatted once: the meeting's and the reply's
+  std::string tag = collective_tag(request, call);  // the meeting's and the reply's
   Future<Gathered> met =
       points_->arrive(arrival(request, call, members, tag, std::move(contribution)));
   when_met(
@@ -602,7 +619,7 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
   contribution->element_bytes = dtype_size(operand_desc.dtype);
   request.at_collective = true;
   request.waits_since = std::chrono::steady_clock::now();
-  const std::string tag = collective_tag(program, call);
+  const std::string tag = collective_tag(request, call);
   when_met(
       points_->arrive(arrival(request, call, members, tag, std::move(contribution))),
       Awaits::kProcesses,
@@ -722,7 +739,7 @@ void DeviceActor::come_failed_to_collectives(const ExecuteRequest& request,
       if (members.size() <= 1 || std::ranges::find(members, request.replica) == members.end()) {
         continue;
       }
-      std::string tag = collective_tag(program, call);
+      std::string tag = format_collective_tag(program, call);
       if (met) tag += kReducedMeeting;  // the meeting after a shared all-reduce
       (void)points_->arrive(arrival(request, call, std::move(members), std::move(tag), failed));
     } catch (const std::exception& e) {

@@ -201,6 +201,10 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
   std::exception_ptr over_memory_limit(const ExecuteRequest& request) const;
   void run(TransferToDevice& transfer);
   void copy_to_host(DataHold data, Promise<std::vector<std::byte>> reply);
+  // How meetings and errors name `call` of the request's program ("f32[1024] -> f32[1024]"),
+  // formatted once per collective of the last program that reached one: a step's program is
+  // usually the last step's.
+  const std::string& collective_tag(const ExecuteRequest& request, const KernelCall& call);
 
   Backend& backend_;
   int ordinal_;
@@ -210,6 +214,9 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
   const Observers& observers_;
   std::deque<Work> queue_;
   const DeviceData* waiting_on_ = nullptr;
+  IntrusivePtr<Executable> tagged_program_;   // held, so that its address names it alone
+  std::vector<std::string> collective_tags_;  // its calls' tags, by index; empty until formatted
+  std::string untagged_call_;                 // the tag of a call from outside the program
 };
 
 }  // namespace axle

@@ -154,15 +154,13 @@ void MeetingPoints::arrive_locked(Arrive& m, Promise<Gathered>&& reply, Answers&
   MemberSet& set = set_it->second;
   if (new_set) set.reached.assign(size, 0);
   const uint64_t index = set.reached[pos]++;
-  auto [point_it, new_point] = set.points.try_emplace(index);
+  auto [point_it, new_point] = point_at(set, index, size);
   Point& point = point_it->second;
   if (new_point) {
     point.op = m.op;
     point.tag = m.tag;
     point.first_ordinal = m.ordinal;
     point.type = m.type->name();
-    point.values.resize(size);
-    point.arrived.assign(size, false);
   }
   if (!point.timed) {
     point.timed = true;
@@ -191,7 +189,7 @@ void MeetingPoints::arrive_locked(Arrive& m, Promise<Gathered>&& reply, Answers&
   const int local_members =
       static_cast<int>(std::ranges::count_if(m.members, [&](int r) { return is_local(group, r); }));
   if (point.local_count == local_members && local_members < static_cast<int>(size)) {
-    share(group, m.group, m.channel, m.members, index, point, answers);
+    share(group, m.group, m.channel, m.members, index, set, point, answers);
   }
   if (!point.error) {
     if (point.count == static_cast<int>(size)) {
@@ -206,16 +204,44 @@ void MeetingPoints::arrive_locked(Arrive& m, Promise<Gathered>&& reply, Answers&
 
 void MeetingPoints::close_if_done(MemberSet& set, std::map<uint64_t, Point>::iterator point_it) {
   Point& point = point_it->second;
-  if (point.count == static_cast<int>(point.arrived.size())) {
-    set.points.erase(point_it);
+  if (point.count != static_cast<int>(point.arrived.size())) return;
+  // What the point holds goes now (the members' values above all); its memory stays.
+  std::ranges::fill(point.values, nullptr);
+  point.deferred.clear();
+  point.waiting.clear();
+  point.error.reset();
+  set.spare = set.points.extract(point_it);
+}
+
+std::pair<std::map<uint64_t, MeetingPoints::Point>::iterator, bool> MeetingPoints::point_at(
+    MemberSet& set, uint64_t index, std::size_t size) {
+  if (auto it = set.points.find(index); it != set.points.end()) return {it, false};
+  std::map<uint64_t, Point>::iterator it;
+  if (set.spare) {
+    set.spare.key() = index;
+    it = set.points.insert(std::move(set.spare)).position;
+    Point& point = it->second;
+    // As made anew, but for the strings' and vectors' memory.
+    point.first_ordinal = 0;
+    point.count = 0;
+    point.local_count = 0;
+    point.codec = nullptr;
+    point.timed = false;
+    point.note = 0;
+    point.timeout = std::chrono::nanoseconds(0);
+  } else {
+    it = set.points.try_emplace(index).first;
   }
+  it->second.values.assign(size, nullptr);
+  it->second.arrived.assign(size, false);
+  return {it, true};
 }
 
 // A share: kind, group, channel, index, members, op, tag, type, the sender's world size and
 // local count, an error (empty when none), then each local member's ordinal and value.
 void MeetingPoints::share(const Group& group, uint64_t group_id, Channel channel,
-                          const std::vector<int>& members, uint64_t index, Point& point,
-                          Answers& answers) {
+                          const std::vector<int>& members, uint64_t index, MemberSet& set,
+                          Point& point, Answers& answers) {
   std::string error;
   if (point.error) {
     error = point.error->what;
@@ -259,15 +285,23 @@ void MeetingPoints::share(const Group& group, uint64_t group_id, Channel channel
     send(process, out, local, point);
   }
   if (point.error || point.count == static_cast<int>(members.size())) return;
-  std::vector<int> missing;
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    if (!point.arrived[i]) missing.push_back(members[i]);
+  WaitingNote& note = set.note;
+  if (note.text.empty() || note.arrived != point.arrived || note.op != point.op ||
+      note.tag != point.tag) {
+    std::vector<int> missing;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (!point.arrived[i]) missing.push_back(members[i]);
+    }
+    note.op = point.op;
+    note.tag = point.tag;
+    note.arrived = point.arrived;
+    note.text = fmt::format("waiting in {} '{}' among replicas {} for replica{} {} of process{} {}",
+                            point.op, point.tag, members_text(members),
+                            missing.size() == 1 ? "" : "s", members_text(missing),
+                            processes.size() == 1 ? "" : "es", members_text(processes));
   }
   point.note = noted_ = ++notes_;
-  ProcessTransport::note_waiting(fmt::format(
-      "waiting in {} '{}' among replicas {} for replica{} {} of process{} {}", point.op, point.tag,
-      members_text(members), missing.size() == 1 ? "" : "s", members_text(missing),
-      processes.size() == 1 ? "" : "es", members_text(processes)));
+  ProcessTransport::note_waiting(note.text);
 }
 
 void MeetingPoints::send(int process, const WireWriter& out, const std::vector<std::size_t>& local,
@@ -342,23 +376,21 @@ void MeetingPoints::receive_share(uint64_t group_id, int from, WireReader& in,
   const auto index = in.get<uint64_t>("the point's index");
   std::vector<int> members(in.get<uint64_t>("the member count"));
   for (int& r : members) r = in.get<int32_t>("a member");
-  const std::string op = in.get_string("the operation");
-  const std::string tag = in.get_string("the tag");
-  const std::string type = in.get_string("the value type");
+  const std::string_view op = in.get_string_view("the operation");
+  const std::string_view tag = in.get_string_view("the tag");
+  const std::string_view type = in.get_string_view("the value type");
   const auto world_size = in.get<int32_t>("the world size");
   const auto local_count = in.get<int32_t>("the replicas per process");
   const std::string error = in.get_string("the error");
   auto [set_it, new_set] = group.sets.try_emplace(std::pair(channel, members));
   MemberSet& set = set_it->second;
   if (new_set) set.reached.assign(members.size(), 0);
-  auto [point_it, new_point] = set.points.try_emplace(index);
+  auto [point_it, new_point] = point_at(set, index, members.size());
   Point& point = point_it->second;
   if (new_point) {
     point.op = op;
     point.tag = tag;
     point.type = type;
-    point.values.resize(members.size());
-    point.arrived.assign(members.size(), false);
     point.first_ordinal = -1;
   }
   if (!point.codec && point.local_count == 0) {
@@ -393,7 +425,7 @@ void MeetingPoints::receive_share(uint64_t group_id, int from, WireReader& in,
       if (!point.codec) {
         failure = Failure{Failure::Kind::kCollective,
                           fmt::format("{} '{}': values of type {} cannot come from other processes",
-                                      op, tag, detail::type_name_of(type))};
+                                      op, tag, detail::type_name_of(std::string(type)))};
       } else {
         point.values[pos] = point.codec->decode(in, message);
       }
@@ -523,16 +555,17 @@ void MeetingPoints::expire_point(const Group& group, const std::vector<int>& mem
 
 std::optional<MeetingPoints::Failure> MeetingPoints::mismatch_at(
     const Point& point, const std::vector<int>& members, int ordinal, std::string_view op,
-    const std::string& tag, const std::string& type, uint64_t index) {
-  const std::string first = point.first_ordinal >= 0
-                                ? fmt::format("replica {}", point.first_ordinal)
-                                : std::string("another process's replicas");
+    std::string_view tag, std::string_view type, uint64_t index) {
+  const auto first = [&] {
+    return point.first_ordinal >= 0 ? fmt::format("replica {}", point.first_ordinal)
+                                    : std::string("another process's replicas");
+  };
   if (tag != point.tag) {
     return Failure{
         Failure::Kind::kCollective,
         fmt::format("collective tags differ among replicas {}: {} reached {} '{}' where replica {} "
                     "reached {} '{}' (collective #{} among these replicas)",
-                    members_text(members), first, point.op, point.tag, ordinal, op, tag,
+                    members_text(members), first(), point.op, point.tag, ordinal, op, tag,
                     index + 1)};
   }
   if (type != point.type) {
@@ -540,8 +573,8 @@ std::optional<MeetingPoints::Failure> MeetingPoints::mismatch_at(
         Failure::Kind::kCollective,
         fmt::format("{} '{}' among replicas {}: {} brought a value of type {} where replica {} "
                     "brought one of type {}",
-                    point.op, tag, members_text(members), first, detail::type_name_of(point.type),
-                    ordinal, detail::type_name_of(type))};
+                    point.op, tag, members_text(members), first(), detail::type_name_of(point.type),
+                    ordinal, detail::type_name_of(std::string(type)))};
   }
   return std::nullopt;
 }

@@ -187,10 +187,22 @@ class MeetingPoints {
     std::chrono::steady_clock::time_point deadline;
     std::chrono::nanoseconds timeout{0};
   };
+  // The note of a point waiting for other processes (ProcessTransport::note_waiting), and what
+  // it says: a member set's next point usually waits for the same replicas, in the same words.
+  struct WaitingNote {
+    std::string op;
+    std::string tag;
+    std::vector<bool> arrived;
+    std::string text;
+  };
   // The points of one member set, and how many each member has reached.
   struct MemberSet {
     std::vector<uint64_t> reached;  // by member position
     std::map<uint64_t, Point> points;
+    WaitingNote note;  // the last one made
+    // The last point done with, its strings and vectors kept for the next one, so that a step's
+    // meeting allocates nothing once the set has met before.
+    std::map<uint64_t, Point>::node_type spare;
   };
   struct Group {
     int world_size = 0;
@@ -208,14 +220,15 @@ class MeetingPoints {
   [[nodiscard]] static std::optional<Failure> mismatch_at(const Point& point,
                                                           const std::vector<int>& members,
                                                           int ordinal, std::string_view op,
-                                                          const std::string& tag,
-                                                          const std::string& type, uint64_t index);
+                                                          std::string_view tag,
+                                                          std::string_view type, uint64_t index);
   [[nodiscard]] static bool is_local(const Group& group, int ordinal) {
     return ordinal >= group.first_local && ordinal < group.first_local + group.local_count;
   }
   // Once the last member of this process has arrived: their values to the other processes.
   void share(const Group& group, uint64_t group_id, Channel channel,
-             const std::vector<int>& members, uint64_t index, Point& point, Answers& answers);
+             const std::vector<int>& members, uint64_t index, MemberSet& set, Point& point,
+             Answers& answers);
   // One process's message of a share.
   void send(int process, const WireWriter& out, const std::vector<std::size_t>& local,
             const Point& point);
@@ -223,6 +236,10 @@ class MeetingPoints {
                      Answers& answers);
   void apply_cancel(Group& group, int ordinal, const std::string& what, Answers& answers);
   static void close_if_done(MemberSet& set, std::map<uint64_t, Point>::iterator point_it);
+  // The set's point `index`, made (with `size` members, reusing the spare) when new; true then.
+  static std::pair<std::map<uint64_t, Point>::iterator, bool> point_at(MemberSet& set,
+                                                                       uint64_t index,
+                                                                       std::size_t size);
   void complete(Point& point, Answers& answers);
   static void fail(Point& point, Failure failure, Answers& answers);
   static void fail_if_deserted(const Group& group, const std::vector<int>& members,

@@ -132,6 +132,11 @@ void ProcessTransport::note_waiting(std::string_view what) noexcept {
   g_note_current.store(next, std::memory_order_release);
 }
 
+std::string ProcessTransport::waiting_note() {
+  const int current = g_note_current.load(std::memory_order_acquire);
+  return {g_notes[current], g_note_sizes[current]};
+}
+
 // Large received buffers, kept for the next messages of their size.
 constexpr std::size_t kPooledBytes = std::size_t{64} << 10;
 // Enough for every message of an all-reduce by stretches among a few processes to be in flight at

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -133,6 +134,8 @@ class ProcessTransport {
   /// (SIGTERM: another process of the job died or failed); empty when it waits for nothing.
   /// Kept in a fixed buffer, so the signal handler can print it safely.
   static void note_waiting(std::string_view what) noexcept;
+  /// The last note_waiting's text: what that line would say now.
+  [[nodiscard]] static std::string waiting_note();
 
   ProcessTransport(const ProcessTransport&) = delete;
   ProcessTransport& operator=(const ProcessTransport&) = delete;

@@ -17,6 +17,13 @@ namespace axle {
 
 class WireWriter {
  public:
+  // Room for a typical message's head (a share at a meeting: about 200 bytes, in pieces around
+  // its blocks), so that writing one does not grow its vectors put by put.
+  WireWriter() {
+    inline_.reserve(256);
+    pieces_.reserve(8);
+  }
+
   template <class T>
   requires std::is_trivially_copyable_v<T>
   void put(const T& value) { append(reinterpret_cast<const std::byte*>(&value), sizeof(T)); }
@@ -104,6 +111,10 @@ class WireReader {
     return value;
   }
   [[nodiscard]] std::string get_string(std::string_view what) {
+    return std::string(get_string_view(what));
+  }
+  /// A string put by put_string, in place: valid as long as the message's bytes are.
+  [[nodiscard]] std::string_view get_string_view(std::string_view what) {
     const auto size = get<uint64_t>(what);
     const std::span<const std::byte> text = take(size, what);
     return {reinterpret_cast<const char*>(text.data()), text.size()};
