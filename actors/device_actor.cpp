@@ -417,10 +417,11 @@ void DeviceActor::when_met(Future<Gathered> met, Awaits awaits, Then then) {
   // On its host's thread (a short step, ReplicaHost::sync_device), parking would hand the rest
   // of the step to the device's worker and leave the host to wait for it: between two processes
   // of a 4 KiB all_reduce, 20-40% of meetings outlasted the usual wait, and each took the next
-  // steps off the host's thread too (benchmarks/README.md).
-  const std::chrono::microseconds spin = on_senders_thread() && meeting_spin_.count() > 0
-                                             ? std::max(meeting_spin_, kMeetingWaitOnHost)
-                                             : meeting_spin_;
+  // steps off the host's thread too. So the host waits longer, and also where devices do not
+  // spin (more processes than cores: yielding, it lets the others' hosts come; 4 processes on 2
+  // cores, 30-37 -> 12-13 us; benchmarks/README.md).
+  const std::chrono::microseconds spin =
+      on_senders_thread() ? std::max(meeting_spin_, kMeetingWaitOnHost) : meeting_spin_;
   if (!met.ready() && spin.count() > 0) {
     const bool polls = transport && awaits == Awaits::kProcessesPolled;
     if (polls) {

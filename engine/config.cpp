@@ -311,10 +311,9 @@ PersistentCacheSettings read_persistent_cache_settings() {
 
 LazySettings read_lazy_settings() {
   LazySettings defaults;
-  // Processes outnumbering cores (as for AXLE_SPIN_US): a host running its step could only park
-  // at the step's first meeting, and hand the rest to the device's thread. 4 processes on 2
-  // cores: a 4 KiB all_reduce 28-40 -> 35-38 us (benchmarks/README.md).
-  if (processes_outnumber_cores()) defaults.run_on_host_below_us = 0;
+  // Also with more processes than cores, where threads do not spin (AXLE_SPIN_US): a host running
+  // its step waits at the step's meetings yielding its core, as Open MPI's ranks do there. 4
+  // processes on 2 cores: a 4 KiB all_reduce 30-37 -> 12-13 us (benchmarks/README.md).
   LazySettings s;
   s.compilation_cache_size = get_int("XLA_COMPILATION_CACHE_SIZE", defaults.compilation_cache_size);
   s.max_graph_nodes = get_int("AXLE_MAX_GRAPH_NODES", defaults.max_graph_nodes);

@@ -166,11 +166,11 @@ struct LazySettings {
   /// not yet seen done; the next one waits for the oldest (0: no bound). It bounds how far
   /// tracing runs ahead of the devices, and with it the memory the queued steps hold.
   int64_t max_steps_in_flight = 2;
-  /// AXLE_RUN_ON_HOST_BELOW_US, default 20 (0 when more of the job's processes share the host
-  /// than it has cores): a step whose device work took less than this (its
+  /// AXLE_RUN_ON_HOST_BELOW_US, default 20: a step whose device work took less than this (its
   /// fastest run, less its waits at collectives) runs on the thread that traced it, in
-  /// mark_step, sparing the hand-off to the device's thread and back; small uploads to an idle
-  /// device are copied on the uploading thread (0: neither).
+  /// mark_step, sparing the hand-off to the device's thread and back (at a meeting it waits
+  /// there up to 1 ms, yielding, whatever AXLE_SPIN_US); small uploads to an idle device are
+  /// copied on the uploading thread (0: neither).
   int64_t run_on_host_below_us = 20;
   /// XLA_MAX_ASYNC_QUEUE, default 100 (torch_xla's): asynchronous step closures a host thread
   /// may have handed on and not yet seen run; the next mark_step with such closures waits for

@@ -132,6 +132,13 @@ TestingBackend::Calls TestingBackend::calls(int device) const {
   return calls;
 }
 
+int64_t TestingBackend::collective_calls_from(int device, std::thread::id thread) const {
+  std::lock_guard lock(mutex_);
+  const auto& by_thread = devices_.at(static_cast<std::size_t>(device)).collectives_by_thread;
+  const auto it = by_thread.find(thread);
+  return it == by_thread.end() ? 0 : it->second;
+}
+
 void TestingBackend::count(int device, int64_t Calls::*kind) const {
   std::lock_guard lock(mutex_);
   if (device < 0 || device >= static_cast<int>(devices_.size())) return;  // inner_ will throw
@@ -231,6 +238,13 @@ void TestingBackend::collective(int device, const KernelCall& call, const Buffer
                                 const BufferDesc& result, std::span<DeviceMemory* const> operands,
                                 int position, DeviceMemory& output) {
   count(device, &Calls::collective);
+  {
+    std::lock_guard lock(mutex_);
+    if (device >= 0 && device < static_cast<int>(devices_.size())) {
+      ++devices_[static_cast<std::size_t>(device)]
+            .collectives_by_thread[std::this_thread::get_id()];
+    }
+  }
   inner_->collective(device, call, operand, result, operands, position, output);
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -60,6 +61,8 @@ class TestingBackend final : public Backend {
 
   /// The calls made so far for `device`.
   [[nodiscard]] Calls calls(int device) const;
+  /// The collective calls made so far for `device` from `thread`.
+  [[nodiscard]] int64_t collective_calls_from(int device, std::thread::id thread) const;
 
   // --- Backend ---
 
@@ -84,6 +87,7 @@ class TestingBackend final : public Backend {
     Calls calls;
     std::set<std::thread::id> threads;
     std::set<const void*> actors;
+    std::map<std::thread::id, int64_t> collectives_by_thread;
   };
   // Counts a call of `kind` for `device` (and the calling thread and actor).
   void count(int device, int64_t Calls::*kind) const;

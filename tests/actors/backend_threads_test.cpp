@@ -9,6 +9,7 @@
 #include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/lazy_system.h"
@@ -129,6 +130,44 @@ TEST_P(BackendThreads, WithoutShortStepsOnTheHostEachDevicesCallsComeFromOneThre
     EXPECT_EQ(backend_->calls(d).threads, 1) << "device " << d;
     EXPECT_EQ(backend_->calls(d).actors, 1) << "device " << d;
   }
+}
+
+// A short step run on its replica's thread waits at its meeting there, also where threads do not
+// spin (AXLE_SPIN_US=0, the default with more of a job's processes on a host than cores):
+// parking at once would hand the rest of the step to the device's thread. Replica 0 comes to
+// each step's meeting first (the others trace theirs 300 us later), waits there, and reduces its
+// collective on its own thread.
+TEST_P(BackendThreads, ShortStepsWaitAtTheirMeetingsOnTheReplicasThreadsWithoutSpinning) {
+  config::set("AXLE_SPIN_US", "0");
+  config::set("AXLE_RUN_ON_HOST_BELOW_US", "1000000");
+  backend_ = &restart_on_testing_backend(GetParam());
+  config::unset("AXLE_SPIN_US");
+  config::unset("AXLE_RUN_ON_HOST_BELOW_US");
+  constexpr int kSteps = 32;
+  std::vector<std::thread::id> replica_threads(static_cast<std::size_t>(n()));
+  std::vector<float> firsts(static_cast<std::size_t>(n()));
+  spawn([&](int r) {
+    replica_threads[r] = std::this_thread::get_id();
+    Tensor x = tensor(std::vector<float>{1.0f * static_cast<float>(r + 1), 2.0f}, {2});
+    for (int step = 0; step < kSteps; ++step) {
+      x = all_reduce(ReduceType::kSum, x, 1.0 / n()) + 1.0;
+      if (r > 0) std::this_thread::sleep_for(300us);
+      mark_step();
+    }
+    firsts[r] = x.to_vector<float>().at(0);
+  });
+  // Each member reduces every stretch of a small all-reduce (one call each); alone, it copies.
+  const int64_t calls_per_step = n() == 1 ? 1 : n();
+  for (int d = 0; d < n(); ++d) {
+    // The mean of 1..n, then one more each step.
+    EXPECT_FLOAT_EQ(firsts[d], static_cast<float>(n() + 1) / 2.0f + kSteps) << "replica " << d;
+    EXPECT_EQ(backend_->calls(d).collective, kSteps * calls_per_step) << "device " << d;
+  }
+  if (n() == 1) return;  // one device meets no one
+  // The first step runs on the device's thread, which times it; the others, on the replica's,
+  // unless the machine is loaded (on a machine running two stress tests beside it, a quarter or
+  // more of them; parking at once, none without load and up to 2 of 16 with).
+  EXPECT_GE(backend_->collective_calls_from(0, replica_threads[0]), kSteps / 4 * calls_per_step);
 }
 
 TEST_P(BackendThreads, AReadIsACopyToHostOfTheTensorsOwnDevice) {

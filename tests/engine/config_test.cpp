@@ -244,12 +244,13 @@ TEST_F(Settings, ThreadsDoNotSpinWhenMoreProcessesShareTheHostThanItHasCores) {
   EXPECT_EQ(config::read_runtime_settings().spin, 50us);
 }
 
-// Nor do short steps run on their hosts' threads then (the default only, as above).
-TEST_F(Settings, StepsStayOnTheDevicesThreadsWhenMoreProcessesShareTheHostThanItHasCores) {
+// Short steps run on their hosts' threads either way (there they wait at meetings yielding their
+// core, as Open MPI's ranks do).
+TEST_F(Settings, ShortStepsRunOnTheHostsThreadsWhetherOrNotMoreProcessesShareTheHostThanCores) {
   config::set("OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(usable_cores()));
   EXPECT_EQ(config::read_lazy_settings().run_on_host_below_us, 20);
   config::set("OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(usable_cores() + 1));
-  EXPECT_EQ(config::read_lazy_settings().run_on_host_below_us, 0);
+  EXPECT_EQ(config::read_lazy_settings().run_on_host_below_us, 20);
   config::set("AXLE_RUN_ON_HOST_BELOW_US", "5");
   EXPECT_EQ(config::read_lazy_settings().run_on_host_below_us, 5);
   config::set("AXLE_RUN_ON_HOST_BELOW_US", "-1");
