@@ -28,6 +28,20 @@ struct Operand {
 // --- creation -------------------------------------------------------------------------------
 Tensor full(const Shape& shape, double value, DType dtype = DType::kF32, Device device = {},
             Loc where = Loc::current());
+namespace detail {
+/// torch.full's dtype: s64 for an integer value, pred for a bool, f32 for a floating-point one.
+template <class Value>
+inline constexpr DType kFullDType = std::is_same_v<Value, bool> ? DType::kBool
+                                    : std::is_integral_v<Value> ? DType::kI64
+                                                                : DType::kF32;
+}  // namespace detail
+/// As torch.full without a dtype, whose dtype follows the value: `full(shape, 3)` is s64,
+/// `full(shape, true)` pred, `full(shape, 2.5)` f32.
+template <class Value>
+requires std::is_arithmetic_v<Value> &&(!std::is_same_v<Value, double>)Tensor
+    full(const Shape& shape, Value value, Loc where = Loc::current()) {
+  return full(shape, static_cast<double>(value), detail::kFullDType<Value>, Device{}, where);
+}
 Tensor zeros(const Shape& shape, DType dtype = DType::kF32, Device device = {},
              Loc where = Loc::current());
 Tensor ones(const Shape& shape, DType dtype = DType::kF32, Device device = {},

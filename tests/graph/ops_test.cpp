@@ -57,6 +57,18 @@ TEST(CreationOps, GiveTheRequestedShapeAndDtype) {
   EXPECT_EQ(type_of(scalar_tensor(2.5, DType::kF64)), "f64[]");
 }
 
+TEST(CreationOps, FullTakesItsDtypeFromItsValueAsTorch) {
+  // torch.full(size, 3) is int64, torch.full(size, True) bool, torch.full(size, 2.5) float32.
+  EXPECT_EQ(type_of(full({2, 3}, 3)), "s64[2,3]");
+  EXPECT_EQ(type_of(full({2}, int64_t{-4})), "s64[2]");
+  EXPECT_EQ(type_of(full({2}, true)), "pred[2]");
+  EXPECT_EQ(type_of(full({2}, 2.5f)), "f32[2]");
+  EXPECT_EQ(type_of(full({2}, 2.5)), "f32[2]");
+  // A dtype given wins.
+  EXPECT_EQ(type_of(full({2}, 3, DType::kF32)), "f32[2]");
+  EXPECT_EQ(type_of(full({2}, 3, DType::kBF16, Device{})), "bf16[2]");
+}
+
 TEST(CreationOps, ArangeCountsLikeTorch) {
   EXPECT_EQ(type_of(arange(0, 1, 0.3)), "f32[4]");
   EXPECT_EQ(type_of(arange(5, 0, -1, DType::kI64)), "s64[5]");

@@ -27,6 +27,14 @@ TEST_F(OpsValue, FullFillsEveryElementInEachDtype) {
       matches(full({2, 2}, 3, DType::kBool), DType::kBool, constant_ref({2, 2}, 1), kExact));
 }
 
+TEST_F(OpsValue, FullOfAnIntegerOrABoolHoldsItInS64OrPred) {
+  EXPECT_TRUE(matches(full({2, 3}, -7), DType::kI64, constant_ref({2, 3}, -7), kExact));
+  EXPECT_TRUE(matches(full({4}, int64_t{1} << 40), DType::kI64,
+                      constant_ref({4}, static_cast<double>(int64_t{1} << 40)), kExact));
+  EXPECT_TRUE(matches(full({3}, true), DType::kBool, constant_ref({3}, 1), kExact));
+  EXPECT_TRUE(matches(full({3}, false), DType::kBool, constant_ref({3}, 0), kExact));
+}
+
 TEST_F(OpsValue, ZerosOnesAndTheirLikesHoldZeroAndOne) {
   const Tensor z = zeros({2, 3}, DType::kF64);
   EXPECT_TRUE(matches(z, DType::kF64, constant_ref({2, 3}, 0), kExact));
