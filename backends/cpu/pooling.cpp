@@ -89,7 +89,13 @@ PoolGeometry plan_pool(const KernelArgs& args, bool is_max, PoolPass pass = Pool
   if (pass == PoolPass::kMaxBackward && !(x.shape == args.output.desc->shape)) {
     reject("the output must have x's shape");
   }
-  if (!is_floating(out.dtype)) reject("pooling supports f32, f64 and bf16");
+  // torch's avg_pool2d also takes int64 (summing in int64 and dividing toward zero); nothing
+  // else of pooling takes integers.
+  const bool s64_average = !is_max && pass == PoolPass::kForward && out.dtype == DType::kI64;
+  if (!is_floating(out.dtype) && !s64_average) {
+    reject(is_max || pass != PoolPass::kForward ? "pooling supports f32, f64 and bf16"
+                                                : "avg_pool2d supports f32, f64, bf16 and s64");
+  }
   if (x.shape.rank() != 4) reject("x must be [N, C, H, W]");
   PoolGeometry g{};
   g.planes = x.shape[0] * x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
@@ -458,6 +464,9 @@ void pool2d(const KernelArgs& args) {
       return run(double{});
     case DType::kBF16:
       return run(Bf16{});
+    case DType::kI64:
+      if constexpr (!kIsMax) return run(int64_t{});
+      return;  // rejected by plan_pool
     default:
       return;  // rejected by plan_pool
   }

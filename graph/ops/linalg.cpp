@@ -131,8 +131,12 @@ Tensor pool(Op op, const Tensor& x, const Pool2dOptions& o, const Loc& where) {
   const bool is_max = op == Op::kMaxPool2d;
   ops::require_defined(name, x, "the input", where);
   require_image(name, x, "[N, C, H, W]", where);
-  if (!is_floating(x.dtype())) {
-    ops::fail(name, fmt::format("the input must be floating-point, not {}", describe(x)), where);
+  // torch's avg_pool2d also averages int64 (dividing toward zero); max_pool2d takes no integers.
+  if (!is_floating(x.dtype()) && (is_max || x.dtype() != DType::kI64)) {
+    ops::fail(name,
+              fmt::format("the input must be floating-point{}, not {}", is_max ? "" : " or s64",
+                          describe(x)),
+              where);
   }
   const auto kernel = pair(name, "kernel_size", o.kernel_size, where);
   const auto stride = o.stride.empty() ? kernel : pair(name, "stride", o.stride, where);

@@ -36,7 +36,10 @@ int64_t output_size(int64_t size, int64_t kernel, int64_t pad, int64_t stride, i
 // The geometry of a pooling op whose forward input is `x` and forward output `pooled`.
 // Max: ints = [kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, ceil_mode];
 // avg: ints = [kh, kw, stride_h, stride_w, pad_h, pad_w, ceil_mode, count_include_pad].
-Pool plan(const OpCall& call, bool is_max, const Shape& x, const Shape& pooled) {
+// `takes_s64`: avg_pool2d, which also averages s64 as torch (summing in s64, dividing toward
+// zero).
+Pool plan(const OpCall& call, bool is_max, const Shape& x, const Shape& pooled,
+          bool takes_s64 = false) {
   expect_ints(call, is_max ? 9 : 8,
               is_max ? "[kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, "
                        "ceil_mode]"
@@ -44,7 +47,10 @@ Pool plan(const OpCall& call, bool is_max, const Shape& x, const Shape& pooled) 
   for (const CpuTensor* operand : call.operands) {
     expect_dtype(call, "an operand", operand->dtype, call.dtype());
   }
-  if (!is_floating(call.dtype())) fail(call, "pooling takes f32, f64 and bf16");
+  if (!is_floating(call.dtype()) && !(takes_s64 && call.dtype() == DType::kI64)) {
+    fail(call,
+         takes_s64 ? "avg_pool2d takes f32, f64, bf16 and s64" : "pooling takes f32, f64 and bf16");
+  }
   if (x.rank() != 4) fail(call, "the input must be [N, C, H, W]");
   const auto ints = call.ints();
   Pool p{};
@@ -156,7 +162,7 @@ CpuTensor max_pool_backward(const OpCall& call) {
 CpuTensor avg_pool(const OpCall& call) {
   expect_operands(call, 1);
   const CpuTensor& x = call.operand(0);
-  const Pool p = plan(call, false, x.shape, call.shape());
+  const Pool p = plan(call, false, x.shape, call.shape(), /*takes_s64=*/true);
   CpuTensor out = result_of(call);
   int64_t at = 0;
   for (int64_t plane = 0; plane < p.planes; ++plane) {
@@ -165,11 +171,19 @@ CpuTensor avg_pool(const OpCall& call) {
       const AvgSpan rows = avg_span(y, p.stride_h, p.pad_h, p.kh, p.h, p.count_include_pad);
       for (int64_t z = 0; z < p.ow; ++z) {
         const AvgSpan cols = avg_span(z, p.stride_w, p.pad_w, p.kw, p.w, p.count_include_pad);
+        const bool empty = rows.lo >= rows.hi || cols.lo >= cols.hi;
+        if (x.dtype == DType::kI64) {
+          int64_t total = 0;
+          for (int64_t i = rows.lo; i < rows.hi; ++i) {
+            for (int64_t j = cols.lo; j < cols.hi; ++j) total += int_at(x, base + i * p.w + j);
+          }
+          store_int(out, at++, empty ? 0 : total / (rows.counted * cols.counted));
+          continue;
+        }
         double total = 0;
         for (int64_t i = rows.lo; i < rows.hi; ++i) {
           for (int64_t j = cols.lo; j < cols.hi; ++j) total += real_at(x, base + i * p.w + j);
         }
-        const bool empty = rows.lo >= rows.hi || cols.lo >= cols.hi;
         store_real(out, at++,
                    empty ? 0.0 : total / static_cast<double>(rows.counted * cols.counted));
       }

@@ -492,6 +492,16 @@ TEST(Pooling, RejectsBadOptions) {
                      "s32[1,3,8,8]");
 }
 
+// As torch: avg_pool2d averages int64 but refuses int32; max_pool2d refuses both.
+TEST(Pooling, AvgPool2dTakesS64AloneOfTheIntegers) {
+  EXPECT_EQ(type_of(avg_pool2d(t({1, 2, 4, 4}, DType::kI64), {.kernel_size = {2}})),
+            "s64[1,2,2,2]");
+  EXPECT_SHAPE_ERROR(avg_pool2d(t({1, 2, 4, 4}, DType::kI32), {.kernel_size = {2}}), "avg_pool2d",
+                     "s32[1,2,4,4]", "floating-point or s64");
+  EXPECT_SHAPE_ERROR(max_pool2d(t({1, 2, 4, 4}, DType::kI64), {.kernel_size = {2}}), "max_pool2d",
+                     "s64[1,2,4,4]");
+}
+
 // --- shape ------------------------------------------------------------------------------------
 
 TEST(Reshape, InfersOneDimAndKeepsTheElementCount) {

@@ -232,6 +232,27 @@ TEST_F(OpsValue, AvgPool2dCountsPaddingByDefault) {
       pool_matches(96, {2, 3, 7, 6}, {.kernel_size = {3}, .stride = {2}, .padding = {1}}, true));
 }
 
+// torch's avg_pool2d of an int64 tensor sums in int64 and divides toward zero; the expected
+// values are what torch 1.13 gives.
+TEST_F(OpsValue, AvgPool2dOfS64DividesTowardZeroAsTorch) {
+  const auto pool = [&](const Ref& x, const Pool2dOptions& o) {
+    return avg_pool2d(on_device(x, DType::kI64), o);
+  };
+  EXPECT_TRUE(matches(pool(Ref{{1, 1, 2, 2}, {1, 2, 3, 4}}, {.kernel_size = {2}}), DType::kI64,
+                      Ref{{1, 1, 1, 1}, {2}}, kExact));  // 10 / 4
+  EXPECT_TRUE(matches(pool(Ref{{1, 1, 2, 2}, {-1, -2, -3, -4}}, {.kernel_size = {2}}), DType::kI64,
+                      Ref{{1, 1, 1, 1}, {-2}}, kExact));  // -10 / 4
+  EXPECT_TRUE(
+      matches(pool(Ref{{1, 1, 2, 3}, {1, 2, 3, 4, 5, 7}}, {.kernel_size = {2}, .stride = {1}}),
+              DType::kI64, Ref{{1, 1, 1, 2}, {3, 4}}, kExact));
+  EXPECT_TRUE(
+      matches(pool(Ref{{1, 1, 2, 2}, {-1, -2, -3, -5}}, {.kernel_size = {2}, .padding = {1}}),
+              DType::kI64, Ref{{1, 1, 2, 2}, {0, 0, 0, -1}}, kExact));
+  EXPECT_TRUE(matches(pool(Ref{{1, 1, 2, 2}, {1, 2, 3, 5}},
+                           {.kernel_size = {2}, .padding = {1}, .count_include_pad = false}),
+                      DType::kI64, Ref{{1, 1, 2, 2}, {1, 2, 3, 5}}, kExact));
+}
+
 TEST_F(OpsValue, AvgPool2dExcludesPaddingWhenAsked) {
   EXPECT_TRUE(pool_matches(
       97, {2, 3, 7, 6},
