@@ -220,15 +220,17 @@ std::pair<std::map<uint64_t, MeetingPoints::Point>::iterator, bool> MeetingPoint
   if (set.spare) {
     set.spare.key() = index;
     it = set.points.insert(std::move(set.spare)).position;
-    Point& point = it->second;
-    // As made anew, but for the strings' and vectors' memory.
-    point.first_ordinal = 0;
-    point.count = 0;
-    point.local_count = 0;
-    point.codec = nullptr;
-    point.timed = false;
-    point.note = 0;
-    point.timeout = std::chrono::nanoseconds(0);
+    // As made anew, with the spare's strings' and vectors' memory (close_if_done emptied them).
+    Point& spare = it->second;
+    Point fresh;
+    fresh.op = std::move(spare.op);
+    fresh.tag = std::move(spare.tag);
+    fresh.type = std::move(spare.type);
+    fresh.values = std::move(spare.values);
+    fresh.arrived = std::move(spare.arrived);
+    fresh.deferred = std::move(spare.deferred);
+    fresh.waiting = std::move(spare.waiting);
+    spare = std::move(fresh);
   } else {
     it = set.points.try_emplace(index).first;
   }

@@ -34,12 +34,16 @@ template <class Value>
 inline constexpr DType kFullDType = std::is_same_v<Value, bool> ? DType::kBool
                                     : std::is_integral_v<Value> ? DType::kI64
                                                                 : DType::kF32;
+/// Values the inferring full() takes: a double goes to the full() whose dtype defaults to f32.
+template <class Value>
+inline constexpr bool kInfersFullDType =
+    std::is_arithmetic_v<Value> && !std::is_same_v<Value, double>;
 }  // namespace detail
 /// As torch.full without a dtype, whose dtype follows the value: `full(shape, 3)` is s64,
 /// `full(shape, true)` pred, `full(shape, 2.5)` f32.
 template <class Value>
-requires std::is_arithmetic_v<Value> &&(!std::is_same_v<Value, double>)Tensor
-    full(const Shape& shape, Value value, Loc where = Loc::current()) {
+  requires detail::kInfersFullDType<Value>
+Tensor full(const Shape& shape, Value value, Loc where = Loc::current()) {
   return full(shape, static_cast<double>(value), detail::kFullDType<Value>, Device{}, where);
 }
 Tensor zeros(const Shape& shape, DType dtype = DType::kF32, Device device = {},
