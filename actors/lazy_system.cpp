@@ -54,7 +54,8 @@ std::unique_ptr<Backend> backend_from_settings(const LazySystemOptions& options)
   return make_cpu_backend(devices,
                           {.intra_op_threads = settings.cpu_intra_op_threads,
                            .host_processes = config::read_process_settings().host_processes,
-                           .block_cache_mb = settings.cpu_block_cache_mb});
+                           .block_cache_mb = settings.cpu_block_cache_mb,
+                           .cpu_isa = settings.cpu_isa});
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -127,6 +128,9 @@ struct CpuBackendOptions {
   /// Per device, how many MiB of freed memory in blocks of 64 KiB and more are kept for reuse (a
   /// negative value counts as 0).
   int64_t block_cache_mb = 1024;
+  /// The instruction set of the CPU kernels (cpu/isa.h): "auto" (or empty) for the widest the
+  /// processor has, or a narrower one by name. Process-wide: it applies to every CPU device.
+  std::string cpu_isa = "auto";
 };
 
 /// The CPU backend with `devices` virtual devices.

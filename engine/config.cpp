@@ -294,6 +294,7 @@ DeviceSettings read_device_settings() {
     s.cpu_intra_op_threads = static_cast<int>(*threads);
   }
   s.cpu_block_cache_mb = get_int("AXLE_CPU_BLOCK_CACHE_MB", defaults.cpu_block_cache_mb);
+  s.cpu_isa = get_string("AXLE_CPU_ISA", defaults.cpu_isa);
   s.device_memory_limit = get_int("AXLE_DEVICE_MEMORY_LIMIT", defaults.device_memory_limit);
   if (s.device_memory_limit < 0) {
     throw ConfigError(

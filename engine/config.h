@@ -129,6 +129,10 @@ struct DeviceSettings {
   /// AXLE_CPU_BLOCK_CACHE_MB, default 1024: per CPU device, how many MiB of freed memory in
   /// blocks of 64 KiB and more are kept for reuse (a negative value counts as 0).
   int64_t cpu_block_cache_mb = 1024;
+  /// AXLE_CPU_ISA, default auto: the instruction set the CPU kernels use; auto is the widest the
+  /// processor has (avx512_bf16, avx512, avx2), a narrower one can be forced for comparison or
+  /// testing (the backend refuses one the processor lacks).
+  std::string cpu_isa = "auto";
   /// AXLE_DEVICE_MEMORY_LIMIT, default 0 (no limit): bytes each CPU device may hold. A step
   /// whose memory plan, with what the device already holds, would exceed it fails before it
   /// runs (DeviceMemoryError).

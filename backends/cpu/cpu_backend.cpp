@@ -16,6 +16,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/compute_pool.h"
+#include "backends/cpu/isa.h"
 #include "backends/cpu/kernel.h"
 #include "engine/metrics.h"
 
@@ -392,6 +393,7 @@ std::unique_ptr<ProgramRun> CpuBackend::start(int device, const Executable& prog
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(int devices, CpuBackendOptions options) {
+  cpu::set_cpu_isa(options.cpu_isa, "AXLE_CPU_ISA");
   return std::make_unique<CpuBackend>(devices, options);
 }
 

@@ -1,5 +1,14 @@
-// backends/cpu: matrix products on Eigen's GEMM for kernels that build their operands themselves
-// (convolution), without Eigen in the header.
+// backends/cpu: matrix products for the kernels that multiply (matmul, convolution), without
+// Eigen or intrinsics in the header. f32 and bf16 products run on packed register-tiled kernels
+// of the instruction set isa.h chose (gemm_avx2.cpp, gemm_avx512.cpp); f64 ones on Eigen.
+//
+// Every output element is summed alike whatever the thread count or the instruction set: k is
+// cut into blocks of 256, each block one chain of fused multiply-adds in order from 0, and the
+// blocks' sums are added in order (to the output's value when accumulating), so a long sum's
+// rounding error grows with k / 256 + 256 rather than with k, and f32 results are bit-identical
+// across threads and instruction sets. bf16 products (operands rounded to bf16, products summed
+// in f32) are bit-identical across threads for one instruction set; vdpbf16ps adds a pair of
+// products per step, so the avx512_bf16 path and the f32 paths may differ in the last bits.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +16,38 @@
 #include "backends/cpu/compute_pool.h"
 
 namespace axle::cpu {
+
+/// One operand of a product as it lies in memory: row-major with a row stride of `ld` elements,
+/// f32 or bf16. A transposed operand is stored as the transpose of the matrix the product reads
+/// (op(a) [m, k] stored [k, m]; op(b) [k, n] stored [n, k]).
+struct GemmOperand {
+  const void* data = nullptr;
+  int64_t ld = 0;
+  bool transposed = false;
+  bool bf16 = false;
+};
+
+/// What a product's multiplications are computed in. kBf16 rounds each operand to bf16 (to
+/// nearest even, as a cast does; bf16 operands already are) and sums the products in f32.
+enum class GemmPrecision : uint8_t { kF32, kBf16 };
+
+/// out[m, n] = op(a) · op(b), or out += op(a) · op(b) with `accumulate` (f32 outputs only).
+/// The output is row-major with row stride ldc, f32 or bf16 (rounded once, at the end), and
+/// aliases neither operand.
+struct Gemm {
+  int64_t m = 0, n = 0, k = 0;
+  GemmOperand a, b;
+  void* out = nullptr;
+  int64_t ldc = 0;
+  bool out_bf16 = false;
+  bool accumulate = false;
+  GemmPrecision precision = GemmPrecision::kF32;
+};
+
+/// Computes `product` with the kernels of cpu_isa(). With a pool, a large product is split into
+/// blocks of output rows or columns over its threads; without, it runs on the calling thread.
+/// Throws std::invalid_argument for an accumulating bf16 output.
+void gemm(const Gemm& product, ComputePool* pool);
 
 /// out[m, n] = op(a) * op(b) on row-major matrices with row strides (elements) lda, ldb, ldc;
 /// op(a) is [m, k] (a is stored [k, m] when transposed), op(b) is [k, n] (stored [n, k] when
@@ -23,9 +64,9 @@ struct MatrixProduct {
   bool accumulate = false;
 };
 
-/// Computes `product` of T (float or double); with a pool, a large one is split into blocks of
-/// output rows or columns over its threads (each element summed by one thread, in an order fixed
-/// by the thread count). Without, on the calling thread.
+/// Computes `product` of T (float, double, int32_t or int64_t): float through gemm(Gemm), the
+/// others on Eigen's GEMM; with a pool, a large one is split into blocks of output rows or
+/// columns over its threads.
 template <class T>
 void gemm(const MatrixProduct& product, bool transpose_a, bool transpose_b, ComputePool* pool);
 

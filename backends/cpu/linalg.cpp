@@ -1,10 +1,8 @@
-// backends/cpu: linear-algebra kernels (kMatmul). Every product goes through Eigen's blocked
-// GEMM on mapped row-major buffers, so the kernel costs what Eigen costs plus a shape check; a
-// large product is split into blocks of output rows or columns over the device's threads. bf16
-// products accumulate in f32 over tiles widened as they are multiplied (run_plan_bf16).
+// backends/cpu: linear-algebra kernels (kMatmul): the shape checks and NumPy batch broadcasting,
+// then one gemm (gemm.h) per product of the batch: f32 and bf16 on the instruction set's packed
+// kernels (bf16 summed in f32, rounded once), f64 and integers on Eigen.
 #include <fmt/format.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -26,7 +24,7 @@ struct MatmulPlan {
   bool transpose_a = false, transpose_b = false;
   std::vector<int64_t> a_offsets, b_offsets;
   // Set when b is shared by every product and the a matrices sit back to back untransposed:
-  // then the whole batch is one [batch * m, k] x [k, n] product, which Eigen blocks better than
+  // then the whole batch is one [batch * m, k] x [k, n] product, which blocks better than
   // many small ones (the common "linear layer over [B, S, K]" case).
   bool fold_batch_into_rows = false;
 };
@@ -130,252 +128,56 @@ MatmulPlan plan_matmul(const KernelArgs& args) {
   return plan;
 }
 
-// Products smaller than this many multiply-adds stay on one thread: a part costs a wake-up of a
-// few microseconds and repacks the operand every part shares.
+// Products smaller than this many multiply-adds are not worth a part of their own.
 constexpr int64_t kParallelMultiplyAdds = int64_t{1} << 20;
 
-template <class T>
-using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
-
-// c = product, or c += product.
-template <class C, class Product>
-void assign(C& c, const Product& product, bool accumulate) {
-  if (accumulate) {
-    c.noalias() += product;
-  } else {
-    c.noalias() = product;
+/// Runs product(j, pool) for each of the plan's products: whole products spread over the pool's
+/// threads when there are enough of them, else one after another, each split over the threads.
+template <class Product>
+void for_each_product(const MatmulPlan& p, ComputePool& pool, Product&& product) {
+  const auto batch = static_cast<int64_t>(p.a_offsets.size());
+  if (pool.threads() > 1 && batch >= pool.threads() &&
+      batch * p.m * p.n * p.k >= kParallelMultiplyAdds) {
+    return parallel_for(pool, batch, 1, [&](int64_t j0, int64_t j1, int) {
+      for (int64_t j = j0; j < j1; ++j) product(static_cast<std::size_t>(j), nullptr);
+    });
   }
-}
-
-/// out[m, n] = op(a) * op(b). The four transpose cases are separate instantiations so Eigen sees
-/// each operand's storage order at compile time and picks its packing without a copy.
-template <class T>
-void multiply(const MatrixProduct& q, bool transpose_a, bool transpose_b) {
-  Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>> c(static_cast<T*>(q.out), q.m, q.n,
-                                                      Eigen::OuterStride<>(q.ldc));
-  if (q.k == 0) {
-    if (!q.accumulate) c.setZero();  // an empty sum
-    return;
-  }
-  const T* a = static_cast<const T*>(q.a);
-  const T* b = static_cast<const T*>(q.b);
-  const Eigen::OuterStride<> sa(q.lda), sb(q.ldb);
-  if (!transpose_a) {
-    ConstStridedMap<T> lhs(a, q.m, q.k, sa);
-    if (!transpose_b) {
-      assign(c, lhs * ConstStridedMap<T>(b, q.k, q.n, sb), q.accumulate);
-    } else {
-      assign(c, lhs * ConstStridedMap<T>(b, q.n, q.k, sb).transpose(), q.accumulate);
-    }
-  } else {
-    auto lhs = ConstStridedMap<T>(a, q.k, q.m, sa).transpose();
-    if (!transpose_b) {
-      assign(c, lhs * ConstStridedMap<T>(b, q.k, q.n, sb), q.accumulate);
-    } else {
-      assign(c, lhs * ConstStridedMap<T>(b, q.n, q.k, sb).transpose(), q.accumulate);
-    }
-  }
-}
-
-/// Rows [r0, r1) of product q (op(a) rows, out rows).
-template <class T>
-MatrixProduct rows_of(const MatrixProduct& q, bool transpose_a, int64_t r0, int64_t r1) {
-  MatrixProduct part = q;
-  part.m = r1 - r0;
-  part.a = static_cast<const T*>(q.a) + (transpose_a ? r0 : r0 * q.lda);
-  part.out = static_cast<T*>(q.out) + r0 * q.ldc;
-  return part;
-}
-
-/// Columns [c0, c1) of product q (op(b) columns, out columns).
-template <class T>
-MatrixProduct columns_of(const MatrixProduct& q, bool transpose_b, int64_t c0, int64_t c1) {
-  MatrixProduct part = q;
-  part.n = c1 - c0;
-  part.b = static_cast<const T*>(q.b) + (transpose_b ? c0 * q.ldb : c0);
-  part.out = static_cast<T*>(q.out) + c0;
-  return part;
-}
-
-/// One product on the pool's threads: the output split into blocks of whole rows or whole
-/// columns, each an Eigen product on one thread, so every output element is summed by one
-/// thread in an order fixed by the thread count. The larger side is split, since each part
-/// packs all of the operand along the other side.
-template <class T>
-void multiply_parallel(const MatrixProduct& q, bool transpose_a, bool transpose_b,
-                       ComputePool& pool) {
-  if (pool.threads() == 1 || q.m * q.n * q.k < kParallelMultiplyAdds) {
-    return multiply<T>(q, transpose_a, transpose_b);
-  }
-  // Eigen's register blocks are SIMD packets of output columns by 4 rows (it computes the
-  // row-major product as its transposed column-major one); whole ones keep parts on its fast path.
-  constexpr int64_t kColumnAlign = 8, kRowAlign = 4;
-  if (q.m > q.n) {
-    parallel_for(
-        pool, q.m, kRowAlign,
-        [&](int64_t r0, int64_t r1, int) {
-          multiply<T>(rows_of<T>(q, transpose_a, r0, r1), transpose_a, transpose_b);
-        },
-        kRowAlign, 1);
-  } else {
-    parallel_for(
-        pool, q.n, kColumnAlign,
-        [&](int64_t c0, int64_t c1, int) {
-          multiply<T>(columns_of<T>(q, transpose_b, c0, c1), transpose_a, transpose_b);
-        },
-        kColumnAlign, 1);
-  }
+  for (std::size_t j = 0; j < p.a_offsets.size(); ++j) product(j, &pool);
 }
 
 template <class T>
 void run_plan(const T* a, const T* b, T* out, const MatmulPlan& p, ComputePool& pool) {
-  const int64_t out_matrix = p.m * p.n;
   const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
-  auto product = [&](std::size_t j) {
-    return MatrixProduct{p.m, p.n,
-                         p.k, a + p.a_offsets[j],
-                         lda, b + p.b_offsets[j],
-                         ldb, out + static_cast<int64_t>(j) * out_matrix,
-                         p.n};
-  };
-  const auto batch = static_cast<int64_t>(p.a_offsets.size());
-  if (batch >= pool.threads() && batch * p.m * p.n * p.k >= kParallelMultiplyAdds) {
-    // Enough products to go round: each runs whole on one thread.
-    return parallel_for(pool, batch, 1, [&](int64_t j0, int64_t j1, int) {
-      for (int64_t j = j0; j < j1; ++j) {
-        multiply<T>(product(static_cast<std::size_t>(j)), p.transpose_a, p.transpose_b);
-      }
-    });
-  }
-  for (std::size_t j = 0; j < p.a_offsets.size(); ++j) {
-    multiply_parallel<T>(product(j), p.transpose_a, p.transpose_b, pool);
-  }
+  for_each_product(p, pool, [&](std::size_t j, ComputePool* part_pool) {
+    const MatrixProduct q{p.m, p.n,
+                          p.k, a + p.a_offsets[j],
+                          lda, b + p.b_offsets[j],
+                          ldb, out + static_cast<int64_t>(j) * p.m * p.n,
+                          p.n};
+    gemm<T>(q, p.transpose_a, p.transpose_b, part_pool);
+  });
 }
 
-// ---- bf16 products ------------------------------------------------------------------------
-//
-// bf16 storage, f32 accumulation, and no widened copy of a whole operand. The output is cut into
-// tiles of kBf16Rows x kBf16Columns; a run of tiles of one column walks the contraction
-// kBf16Depth at a time: that slice of op(b)'s columns is widened once into f32 scratch, then each
-// tile's slice of op(a)'s rows, and their Eigen product is added into the tile's f32 accumulator;
-// each tile is rounded to bf16 once at the end. What a tile sums, and in which order, depends on
-// the shape only, never on how tiles are shared among threads, so every thread count gives the
-// same bits.
-constexpr int64_t kBf16Rows = 64, kBf16Columns = 256, kBf16Depth = 256;
-
-// Per-thread scratch, kept between calls: a fresh allocation per call would cost page faults
-// on every step.
-struct Bf16Scratch {
-  ScratchArray<float> data;
-  std::size_t size = 0;
-  float* get(std::size_t n) {
-    if (n > size) {
-      data = scratch_array<float>(n);
-      size = n;
-    }
-    return data.get();
-  }
-};
-
-// Widens rows [r0, r0 + rows) x columns [c0, c0 + cols) of the row-major bf16 matrix x (row
-// stride ld) into dense row-major f32 dst.
-void widen_tile(const Bf16* x, int64_t ld, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
-                float* dst) {
-  for (int64_t r = 0; r < rows; ++r) widen_block(x + (r0 + r) * ld + c0, dst + r * cols, cols);
-}
-
-struct Bf16Product {
-  int64_t m, n, k;
-  const Bf16* a;
-  int64_t lda;
-  const Bf16* b;
-  int64_t ldb;
-  Bf16* out;
-  int64_t ldc;
-};
-
-// Output rows [r0, r1) x columns [c0, c0 + cols) of q: whole row tiles of one column tile.
-void bf16_tiles(const Bf16Product& q, bool transpose_a, bool transpose_b, int64_t r0, int64_t r1,
-                int64_t c0, int64_t cols) {
-  thread_local Bf16Scratch a_scratch, b_scratch, c_scratch;
-  const int64_t rows = r1 - r0;
-  float* acc = c_scratch.get(static_cast<std::size_t>(rows * cols));
-  if (q.k == 0) std::fill(acc, acc + rows * cols, 0.0f);  // an empty sum
-  float* a = a_scratch.get(static_cast<std::size_t>(kBf16Rows * kBf16Depth));
-  float* b = b_scratch.get(static_cast<std::size_t>(kBf16Depth * cols));
-  for (int64_t k0 = 0; k0 < q.k; k0 += kBf16Depth) {
-    const int64_t depth = std::min(kBf16Depth, q.k - k0);
-    if (!transpose_b) {
-      widen_tile(q.b, q.ldb, k0, depth, c0, cols, b);
-    } else {
-      widen_tile(q.b, q.ldb, c0, cols, k0, depth, b);
-    }
-    for (int64_t t0 = r0; t0 < r1; t0 += kBf16Rows) {
-      const int64_t tile_rows = std::min(kBf16Rows, r1 - t0);
-      Eigen::Map<RowMatrix<float>> c(acc + (t0 - r0) * cols, tile_rows, cols);
-      if (!transpose_a) {
-        widen_tile(q.a, q.lda, t0, tile_rows, k0, depth, a);
-      } else {
-        widen_tile(q.a, q.lda, k0, depth, t0, tile_rows, a);
-      }
-      auto add_product = [&](const auto& lhs) {
-        auto assign = [&](const auto& rhs) {
-          if (k0 == 0) {
-            c.noalias() = lhs * rhs;
-          } else {
-            c.noalias() += lhs * rhs;
-          }
-        };
-        if (!transpose_b) {
-          assign(ConstMatrixMap<float>(b, depth, cols));
-        } else {
-          assign(ConstMatrixMap<float>(b, cols, depth).transpose());
-        }
-      };
-      if (!transpose_a) {
-        add_product(ConstMatrixMap<float>(a, tile_rows, depth));
-      } else {
-        add_product(ConstMatrixMap<float>(a, depth, tile_rows).transpose());
-      }
-    }
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    narrow_block(acc + r * cols, q.out + (r0 + r) * q.ldc + c0, cols);
-  }
-}
-
+// bf16 storage: operands taken as bf16 by the product kernels, products summed in f32, each
+// output rounded once.
 void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
   const Bf16* a = args.inputs[0].as<Bf16>();
   const Bf16* b = args.inputs[1].as<Bf16>();
   Bf16* out = args.output.as<Bf16>();
   const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
-  const int64_t row_tiles = (p.m + kBf16Rows - 1) / kBf16Rows;
-  const int64_t column_tiles = (p.n + kBf16Columns - 1) / kBf16Columns;
-  const auto batch = static_cast<int64_t>(p.a_offsets.size());
-  // Tile t is row tile t % row_tiles of column tile (t / row_tiles) % column_tiles of product
-  // t / (row_tiles * column_tiles): a part's consecutive tiles share their columns of op(b).
-  auto run_tiles = [&](int64_t t0, int64_t t1, int) {
-    while (t0 < t1) {
-      const int64_t column = t0 / row_tiles;  // over the whole batch
-      const int64_t last = std::min(t1, (column + 1) * row_tiles);
-      const auto j = static_cast<std::size_t>(column / column_tiles);
-      const int64_t c0 = column % column_tiles * kBf16Columns;
-      const Bf16Product q{p.m, p.n,
-                          p.k, a + p.a_offsets[j],
-                          lda, b + p.b_offsets[j],
-                          ldb, out + static_cast<int64_t>(j) * p.m * p.n,
-                          p.n};
-      bf16_tiles(q, p.transpose_a, p.transpose_b, t0 % row_tiles * kBf16Rows,
-                 std::min(p.m, (last - 1) % row_tiles * kBf16Rows + kBf16Rows), c0,
-                 std::min(kBf16Columns, p.n - c0));
-      t0 = last;
-    }
-  };
-  const int64_t tiles = batch * column_tiles * row_tiles;
-  if (args.pool.threads() == 1 || batch * p.m * p.n * p.k < kParallelMultiplyAdds) {
-    return run_tiles(0, tiles, 0);
-  }
-  parallel_for(args.pool, tiles, 1, run_tiles);
+  for_each_product(p, args.pool, [&](std::size_t j, ComputePool* part_pool) {
+    Gemm g;
+    g.m = p.m;
+    g.n = p.n;
+    g.k = p.k;
+    g.a = {a + p.a_offsets[j], lda, p.transpose_a, true};
+    g.b = {b + p.b_offsets[j], ldb, p.transpose_b, true};
+    g.out = out + static_cast<int64_t>(j) * p.m * p.n;
+    g.ldc = p.n;
+    g.out_bf16 = true;
+    g.precision = GemmPrecision::kBf16;
+    gemm(g, part_pool);
+  });
 }
 
 void matmul(const KernelArgs& args) {
@@ -403,15 +205,6 @@ void matmul(const KernelArgs& args) {
 }
 
 }  // namespace
-
-template <class T>
-void gemm(const MatrixProduct& product, bool transpose_a, bool transpose_b, ComputePool* pool) {
-  if (product.m == 0 || product.n == 0) return;
-  if (pool) return multiply_parallel<T>(product, transpose_a, transpose_b, *pool);
-  multiply<T>(product, transpose_a, transpose_b);
-}
-template void gemm<float>(const MatrixProduct&, bool, bool, ComputePool*);
-template void gemm<double>(const MatrixProduct&, bool, bool, ComputePool*);
 
 void register_linalg_kernels(KernelTable& table) { set_kernel(table, Kernel::kMatmul, matmul); }
 

@@ -9,8 +9,12 @@
 // error, 4e-8 to 4e-7; and, on real images, a max-pool window whose tie (flat background) breaks
 // differently in f32 than in f64, which moved conv2.weight by 5e-6 over 20 steps of
 // Fashion-MNIST. PyTorch's f32 weights were measured 1.2e-4 from an f64 run after 20 such steps.
-// The random images here are continuous, so no pooling window ties and the distances measure
-// arithmetic alone.
+// The random images here are continuous, so no pooling window ties; but a ReLU input or a pooling
+// window's two largest values can still lie within f32's rounding of each other, and where the
+// two runs take different branches the distance jumps and then grows (a flip in conv2 at step 11
+// ended at 1.7e-5). Over the batch seeds 11-18, three such runs ended at 2e-5 to 1.4e-3 with
+// Eigen's GEMM and with axle's own kernels alike; seed 12 flips with neither, so the distances
+// measure arithmetic alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -102,7 +106,7 @@ class F32TrainingDrift : public NnTest {
   std::vector<Tensor> params32_, params64_;
   const optim::SgdOptions sgd_options_{.lr = kLr, .momentum = kMomentum};
   std::unique_ptr<optim::SGD> sgd32_, sgd64_;
-  std::mt19937 rng_{11};
+  std::mt19937 rng_{12};
 };
 
 TEST_F(F32TrainingDrift, FirstGradientsAreWithinAFewRoundingsOfF64) {

@@ -7,8 +7,10 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <stdexcept>
@@ -17,6 +19,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/compute_pool.h"
+#include "backends/cpu/isa.h"
 #include "backends/cpu/kernel.h"
 #include "engine/element.h"
 
@@ -26,6 +29,31 @@ inline void PrintTo(Kernel kernel, std::ostream* os) { *os << kernel_name(kernel
 }  // namespace axle
 
 namespace axle::testing {
+
+/// The instruction set the kernel tests run on: AXLE_CPU_ISA as the backend reads it ("auto" when
+/// unset), so CTest runs the kernel tests once per path (tests/backends/CMakeLists.txt).
+inline std::string requested_cpu_isa() {
+  const char* name = std::getenv("AXLE_CPU_ISA");
+  return name ? name : "auto";
+}
+
+/// Sets the requested instruction set before the first test; a path this processor lacks skips
+/// the run (it cannot be tested here), an unknown name fails it.
+class CpuIsaEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const std::string name = requested_cpu_isa();
+    const std::optional<cpu::CpuIsa> isa = cpu::parse_cpu_isa(name);
+    if (name != "auto" && !isa) FAIL() << "AXLE_CPU_ISA=" << name << " names no instruction set";
+    if (isa && *isa > cpu::detected_cpu_isa()) {
+      GTEST_SKIP() << "this processor lacks " << name << " (it has "
+                   << cpu::cpu_isa_name(cpu::detected_cpu_isa()) << ")";
+    }
+    cpu::set_cpu_isa(name, "AXLE_CPU_ISA");
+  }
+};
+inline ::testing::Environment* const kCpuIsaEnvironment =
+    ::testing::AddGlobalTestEnvironment(new CpuIsaEnvironment);
 
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -79,7 +107,8 @@ inline std::vector<double> decode(DType dtype, const std::byte* p, std::size_t n
 inline HostTensor run_kernel(Kernel kernel, const std::vector<HostTensor>& inputs, DType out_dtype,
                              const Shape& out_shape, std::vector<int64_t> ints = {},
                              std::vector<double> reals = {}) {
-  static std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  static std::unique_ptr<Backend> backend =
+      make_cpu_backend(1, {.cpu_isa = requested_cpu_isa()});
   Executable program;
   std::vector<IntrusivePtr<DeviceMemory>> buffers;
   KernelCall call{kernel, {}, 0, std::move(ints), std::move(reals)};

@@ -1,0 +1,220 @@
+// backends/cpu: matrix products (gemm.h): the instruction set's kernel chosen per call, a large
+// product split over the device's threads, and Eigen's GEMM for f64 and integer products and
+// for builds without x86 kernels.
+#include "backends/cpu/gemm.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "backends/cpu/element.h"
+#include "backends/cpu/gemm_kernels.h"
+#include "backends/cpu/isa.h"
+
+namespace axle::cpu {
+namespace {
+
+// Products smaller than this many multiply-adds stay on one thread: a part costs a wake-up of a
+// few microseconds and packs the operand that every part shares.
+constexpr int64_t kParallelMultiplyAdds = int64_t{1} << 20;
+
+GemmBlockKernel kernel_for(CpuIsa isa, GemmPrecision precision) {
+  switch (isa) {
+#if defined(AXLE_HAVE_AVX512_KERNELS)
+    case CpuIsa::kAvx512Bf16:
+      return avx512_gemm_kernel(precision, true);
+    case CpuIsa::kAvx512:
+      return avx512_gemm_kernel(precision, false);
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    case CpuIsa::kAvx2:
+      return avx2_gemm_kernel(precision);
+#endif
+    default:
+      return {};
+  }
+}
+
+// ---- Eigen ---------------------------------------------------------------------------------
+
+template <class T>
+using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
+
+template <class C, class Product>
+void assign(C& c, const Product& product, bool accumulate) {
+  if (accumulate) {
+    c.noalias() += product;
+  } else {
+    c.noalias() = product;
+  }
+}
+
+/// out[m, n] = op(a) * op(b) on Eigen. The four transpose cases are separate instantiations so
+/// Eigen sees each operand's storage order at compile time and picks its packing without a copy.
+template <class T>
+void eigen_multiply(const MatrixProduct& q, bool transpose_a, bool transpose_b) {
+  Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>> c(static_cast<T*>(q.out), q.m, q.n,
+                                                      Eigen::OuterStride<>(q.ldc));
+  if (q.k == 0) {
+    if (!q.accumulate) c.setZero();  // an empty sum
+    return;
+  }
+  const T* a = static_cast<const T*>(q.a);
+  const T* b = static_cast<const T*>(q.b);
+  const Eigen::OuterStride<> sa(q.lda), sb(q.ldb);
+  if (!transpose_a) {
+    ConstStridedMap<T> lhs(a, q.m, q.k, sa);
+    if (!transpose_b) {
+      assign(c, lhs * ConstStridedMap<T>(b, q.k, q.n, sb), q.accumulate);
+    } else {
+      assign(c, lhs * ConstStridedMap<T>(b, q.n, q.k, sb).transpose(), q.accumulate);
+    }
+  } else {
+    auto lhs = ConstStridedMap<T>(a, q.k, q.m, sa).transpose();
+    if (!transpose_b) {
+      assign(c, lhs * ConstStridedMap<T>(b, q.k, q.n, sb), q.accumulate);
+    } else {
+      assign(c, lhs * ConstStridedMap<T>(b, q.n, q.k, sb).transpose(), q.accumulate);
+    }
+  }
+}
+
+/// One Eigen product on the pool's threads: the output split into blocks of whole rows or whole
+/// columns, each an Eigen product on one thread. The larger side is split, since each part packs
+/// all of the operand along the other side.
+template <class T>
+void eigen_multiply_parallel(const MatrixProduct& q, bool transpose_a, bool transpose_b,
+                             ComputePool& pool) {
+  if (pool.threads() == 1 || q.m * q.n * q.k < kParallelMultiplyAdds) {
+    return eigen_multiply<T>(q, transpose_a, transpose_b);
+  }
+  // Eigen's register blocks are SIMD packets of output columns by 4 rows (it computes the
+  // row-major product as its transposed column-major one); whole ones keep parts on its fast path.
+  constexpr int64_t kColumnAlign = 8, kRowAlign = 4;
+  if (q.m > q.n) {
+    parallel_for(
+        pool, q.m, kRowAlign,
+        [&](int64_t r0, int64_t r1, int) {
+          MatrixProduct part = q;
+          part.m = r1 - r0;
+          part.a = static_cast<const T*>(q.a) + (transpose_a ? r0 : r0 * q.lda);
+          part.out = static_cast<T*>(q.out) + r0 * q.ldc;
+          eigen_multiply<T>(part, transpose_a, transpose_b);
+        },
+        kRowAlign, 1);
+  } else {
+    parallel_for(
+        pool, q.n, kColumnAlign,
+        [&](int64_t c0, int64_t c1, int) {
+          MatrixProduct part = q;
+          part.n = c1 - c0;
+          part.b = static_cast<const T*>(q.b) + (transpose_b ? c0 * q.ldb : c0);
+          part.out = static_cast<T*>(q.out) + c0;
+          eigen_multiply<T>(part, transpose_a, transpose_b);
+        },
+        kColumnAlign, 1);
+  }
+}
+
+/// A product without an instruction set's kernels: op(a) and op(b) made f32 (rounded to bf16
+/// first for a bf16 product), multiplied on Eigen, the output rounded if bf16.
+void generic_gemm(const Gemm& g, ComputePool* pool) {
+  auto dense = [&](const GemmOperand& x, int64_t rows, int64_t cols) {
+    // op(x) [rows, cols], row-major.
+    std::vector<float> out(static_cast<std::size_t>(rows * cols));
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t at = x.transposed ? j * x.ld + i : i * x.ld + j;
+        float v = x.bf16 ? widen(static_cast<const Bf16*>(x.data)[at])
+                         : static_cast<const float*>(x.data)[at];
+        if (g.precision == GemmPrecision::kBf16) v = widen(narrow(v));
+        out[static_cast<std::size_t>(i * cols + j)] = v;
+      }
+    }
+    return out;
+  };
+  const std::vector<float> a = dense(g.a, g.m, g.k), b = dense(g.b, g.k, g.n);
+  std::vector<float> product;
+  float* out = static_cast<float*>(g.out);
+  int64_t ldc = g.ldc;
+  if (g.out_bf16) {
+    product.resize(static_cast<std::size_t>(g.m * g.n));
+    out = product.data();
+    ldc = g.n;
+  }
+  const MatrixProduct q{g.m, g.n, g.k, a.data(), g.k, b.data(), g.n, out, ldc, g.accumulate};
+  if (pool) {
+    eigen_multiply_parallel<float>(q, false, false, *pool);
+  } else {
+    eigen_multiply<float>(q, false, false);
+  }
+  if (g.out_bf16) {
+    for (int64_t i = 0; i < g.m; ++i) {
+      narrow_block(out + i * g.n, static_cast<Bf16*>(g.out) + i * g.ldc, g.n);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(const Gemm& g, ComputePool* pool) {
+  if (g.accumulate && g.out_bf16) {
+    throw std::invalid_argument("gemm: a bf16 output cannot be accumulated into");
+  }
+  if (g.m <= 0 || g.n <= 0) return;
+  if (g.k <= 0) {
+    if (g.accumulate) return;
+    const std::size_t row_bytes = static_cast<std::size_t>(g.n) * (g.out_bf16 ? 2 : 4);
+    for (int64_t i = 0; i < g.m; ++i) {
+      std::memset(static_cast<char*>(g.out) + i * g.ldc * (g.out_bf16 ? 2 : 4), 0, row_bytes);
+    }
+    return;
+  }
+  const GemmBlockKernel kernel = kernel_for(cpu_isa(), g.precision);
+  if (!kernel.run) return generic_gemm(g, pool);
+  if (!pool || pool->threads() == 1 || g.m * g.n * g.k < kParallelMultiplyAdds) {
+    return kernel.run(g, 0, g.m, 0, g.n);
+  }
+  // Each part packs its share of one operand and all of the other's: the longer side is split.
+  // The bits do not depend on the split.
+  constexpr int64_t kPartsPerThread = 2;
+  if (g.m >= g.n) {
+    parallel_for(
+        *pool, g.m, kernel.row_align,
+        [&](int64_t r0, int64_t r1, int) { kernel.run(g, r0, r1, 0, g.n); }, kernel.row_align,
+        kPartsPerThread);
+  } else {
+    parallel_for(
+        *pool, g.n, kernel.column_align,
+        [&](int64_t c0, int64_t c1, int) { kernel.run(g, 0, g.m, c0, c1); }, kernel.column_align,
+        kPartsPerThread);
+  }
+}
+
+template <class T>
+void gemm(const MatrixProduct& product, bool transpose_a, bool transpose_b, ComputePool* pool) {
+  if (product.m == 0 || product.n == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    Gemm g;
+    g.m = product.m;
+    g.n = product.n;
+    g.k = product.k;
+    g.a = {product.a, product.lda, transpose_a, false};
+    g.b = {product.b, product.ldb, transpose_b, false};
+    g.out = product.out;
+    g.ldc = product.ldc;
+    g.accumulate = product.accumulate;
+    gemm(g, pool);
+  } else {
+    if (pool) return eigen_multiply_parallel<T>(product, transpose_a, transpose_b, *pool);
+    eigen_multiply<T>(product, transpose_a, transpose_b);
+  }
+}
+template void gemm<float>(const MatrixProduct&, bool, bool, ComputePool*);
+template void gemm<double>(const MatrixProduct&, bool, bool, ComputePool*);
+template void gemm<int32_t>(const MatrixProduct&, bool, bool, ComputePool*);
+template void gemm<int64_t>(const MatrixProduct&, bool, bool, ComputePool*);
+
+}  // namespace axle::cpu

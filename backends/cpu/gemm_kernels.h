@@ -1,0 +1,155 @@
+// backends/cpu: what gemm.cpp asks of one instruction set's product kernels, and the blocked
+// loops they share (BLIS's five loops). Included only by gemm.cpp and by the files compiled for
+// one instruction set (gemm_avx2.cpp, gemm_avx512.cpp); those instantiate run_block with their
+// own Traits inside a namespace of their own, so no inline function compiled for a wider
+// instruction set can be picked by the linker for code that runs on a narrower one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+
+#include "backends/cpu/gemm.h"
+
+namespace axle::cpu {
+
+/// One instruction set's kernel for one precision: computes rows [r0, r1) x columns [c0, c1)
+/// of a product, over all of k, on the calling thread. Blocks split on multiples of the
+/// alignments keep whole register tiles (any split gives the same bits).
+struct GemmBlockKernel {
+  int64_t row_align = 1, column_align = 1;
+  void (*run)(const Gemm& product, int64_t r0, int64_t r1, int64_t c0, int64_t c1) = nullptr;
+};
+
+/// The AVX2 kernels (6 x 16 register tiles; bf16 operands widened while packed).
+GemmBlockKernel avx2_gemm_kernel(GemmPrecision precision);
+/// The AVX-512 kernels (14 x 32 register tiles); with `bf16_dot`, bf16 products on vdpbf16ps.
+/// Only in builds for x86-64 with AXLE_HAVE_AVX512_KERNELS.
+GemmBlockKernel avx512_gemm_kernel(GemmPrecision precision, bool bf16_dot);
+
+// Everything below has internal linkage in each file that includes this header (see above).
+namespace gemm_detail {
+namespace {
+
+/// The products along k that one chain of FMAs sums (from 0) before the chain is added to the
+/// output: a long sum then grows its rounding error with k / kSumDepth + kSumDepth, not with k.
+/// Every f32 kernel uses it as its depth block, so their results agree to the bit.
+inline constexpr int64_t kSumDepth = 256;
+
+/// Where a register tile adds its sum and writes the result: out = in + sum, or out = sum when
+/// `in` is null. `out` is f32 or bf16; only the first `cols` columns are written.
+struct TileIo {
+  const float* in;
+  int64_t ld_in;
+  void* out;
+  int64_t ld_out;
+  bool out_bf16;
+  int cols;
+};
+
+/// 64-byte-aligned memory kept per thread between calls and grown as needed, so products on a
+/// warm thread allocate nothing.
+class PackBuffer {
+ public:
+  PackBuffer() = default;
+  PackBuffer(const PackBuffer&) = delete;
+  PackBuffer& operator=(const PackBuffer&) = delete;
+  ~PackBuffer() { ::operator delete(data_, std::align_val_t{64}); }
+  void* get(std::size_t bytes) {
+    if (bytes > bytes_) {
+      ::operator delete(data_, std::align_val_t{64});
+      data_ = nullptr;
+      bytes_ = 0;
+      data_ = ::operator new(bytes, std::align_val_t{64});
+      bytes_ = bytes;
+    }
+    return data_;
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+inline int64_t min_of(int64_t a, int64_t b) noexcept { return a < b ? a : b; }
+
+/// rows [r0, r1) x columns [c0, c1) of `g` on the calling thread: for each block of kColumnBlock
+/// columns and kDepth of k, op(b)'s block is packed into panels of kColumns columns; for each
+/// block of kRowBlock rows, op(a)'s into panels of kRows rows; then every register tile of the
+/// block runs over the packed depth. A tile sums its depth block from 0 and adds the sum to the
+/// output (except on the first block, unless accumulating), so each element's bits depend on
+/// kDepth only, never on the split into blocks of rows and columns. A bf16 output with
+/// more than one depth block is summed in an f32 stage of about 512 rows at a time.
+///
+/// Traits: Packed (the packed element), kRows, kColumns, kDepth, kRowBlock, kColumnBlock,
+/// kDepthStep (k per packed element), pack_a, pack_b and tile (see gemm_avx512.cpp).
+template <class Traits>
+void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  using Packed = typename Traits::Packed;
+  constexpr int64_t kRows = Traits::kRows, kColumns = Traits::kColumns;
+  constexpr int64_t kDepth = Traits::kDepth, kStep = Traits::kDepthStep;
+  constexpr int64_t kRowBlock = Traits::kRowBlock, kColumnBlock = Traits::kColumnBlock;
+  constexpr int64_t kStageRows = 512 / kRowBlock * kRowBlock;
+  static_assert(kRowBlock % kRows == 0 && kDepth % kStep == 0 && kStageRows > 0);
+  thread_local PackBuffer a_buffer, b_buffer, stage_buffer;
+
+  const int64_t max_steps = (min_of(kDepth, g.k) + kStep - 1) / kStep;
+  const int64_t block_columns = min_of(kColumnBlock, c1 - c0);
+  auto* a_pack = static_cast<Packed*>(a_buffer.get(
+      sizeof(Packed) * static_cast<std::size_t>(kRowBlock * max_steps)));
+  auto* b_pack = static_cast<Packed*>(b_buffer.get(
+      sizeof(Packed) *
+      static_cast<std::size_t>((block_columns + kColumns - 1) / kColumns * kColumns * max_steps)));
+  const bool staged = g.out_bf16 && g.k > kDepth;
+  const int64_t chunk_rows = staged ? kStageRows : r1 - r0;
+  float* stage = staged ? static_cast<float*>(stage_buffer.get(
+                              sizeof(float) * static_cast<std::size_t>(kStageRows * block_columns)))
+                        : nullptr;
+  float* out_f32 = g.out_bf16 ? nullptr : static_cast<float*>(g.out);
+  auto* out_bf16 = static_cast<uint16_t*>(g.out);
+
+  for (int64_t jc = c0; jc < c1; jc += kColumnBlock) {
+    const int64_t nc = min_of(kColumnBlock, c1 - jc);
+    for (int64_t io = r0; io < r1; io += chunk_rows) {
+      const int64_t io_end = min_of(r1, io + chunk_rows);
+      for (int64_t pc = 0; pc < g.k; pc += kDepth) {
+        const int64_t kc = min_of(kDepth, g.k - pc), steps = (kc + kStep - 1) / kStep;
+        const bool first = pc == 0, last = pc + kc >= g.k;
+        Traits::pack_b(g, jc, nc, pc, kc, b_pack);
+        for (int64_t ic = io; ic < io_end; ic += kRowBlock) {
+          const int64_t mc = min_of(kRowBlock, io_end - ic);
+          Traits::pack_a(g, ic, mc, pc, kc, a_pack);
+          for (int64_t jr = 0; jr < nc; jr += kColumns) {
+            const Packed* b_panel = b_pack + jr * steps;
+            const int cols = static_cast<int>(min_of(kColumns, nc - jr));
+            for (int64_t ir = 0; ir < mc; ir += kRows) {
+              const int64_t row = ic + ir, column = jc + jr;
+              TileIo tile;
+              tile.cols = cols;
+              if (staged) {
+                float* at = stage + (row - io) * nc + jr;
+                tile.in = first ? nullptr : at;
+                tile.ld_in = nc;
+                tile.out = last ? static_cast<void*>(out_bf16 + row * g.ldc + column) : at;
+                tile.ld_out = last ? g.ldc : nc;
+                tile.out_bf16 = last;
+              } else if (g.out_bf16) {
+                tile = {nullptr, 0, out_bf16 + row * g.ldc + column, g.ldc, true, cols};
+              } else {
+                float* at = out_f32 + row * g.ldc + column;
+                tile = {first && !g.accumulate ? nullptr : at, g.ldc, at, g.ldc, false, cols};
+              }
+              Traits::tile(static_cast<int>(min_of(kRows, mc - ir)), steps,
+                           a_pack + ir * steps, b_panel, tile);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gemm_detail
+}  // namespace axle::cpu
