@@ -13,6 +13,15 @@ Each step: zero_grad, forward, loss, backward, (clip,) optimizer step. Three ste
 the cores (PyTorch's threads on all of them and OpenBLAS on one, or the reverse), as one JSON line
 per model on stdout: {"bench": "train_step_pytorch", "metric": "step_ms", ...}. Needs Debian's
 python3-torch (and libopenblas0-pthread: the reference BLAS makes it ten times slower).
+  resnet18 -- torchvision's ResNet-18 (written out here: Debian has no torchvision), batch 8 of
+          224 x 224, 1000 classes, cross entropy, SGD lr 0.1, momentum 0.9, weight decay 1e-4
+
+PyTorch as fast as it goes here: --amp bf16 runs forward and loss under
+torch.autocast("cpu", dtype=torch.bfloat16) (oneDNN's bf16 kernels). f32 products go to OpenBLAS,
+which this environment holds to its AVX2 kernels (OPENBLAS_CORETYPE=Haswell); on a processor with
+AVX-512 the script first checks OpenBLAS's SkylakeX kernels against an f64 product in a child
+process and, when they agree with it as well as the environment's kernels do, runs itself again
+with OPENBLAS_CORETYPE=SkylakeX (for its own process alone). The JSON line names the kernels used.
 """
 import argparse
 import ctypes
@@ -20,11 +29,63 @@ import json
 import math
 import os
 import statistics
+import subprocess
+import sys
 import time
 
+# Which OpenBLAS kernels to load must be settled before torch (and OpenBLAS with it) is imported.
+_CORETYPE_CHECK = """
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+torch.manual_seed(0)
+a = torch.randn(1024, 1024)
+b = torch.randn(1024, 1024)
+exact = a.double() @ b.double()
+print(float(((a @ b).double() - exact).abs().max() / exact.abs().max()))
+"""
+
+
+def _product_error(coretype):
+    """Max error of a 1024^2 f32 product against f64 with OPENBLAS_CORETYPE=coretype (None: the
+    environment's), or None when the child fails."""
+    env = dict(os.environ)
+    if coretype is not None:
+        env["OPENBLAS_CORETYPE"] = coretype
+    try:
+        out = subprocess.run([sys.executable, "-c", _CORETYPE_CHECK], env=env, check=True,
+                             capture_output=True, text=True, timeout=300).stdout
+        return float(out.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def _choose_openblas_kernels():
+    """Re-runs this script with OpenBLAS's AVX-512 kernels when the processor has AVX-512 and they
+    are as accurate as the environment's (see the module's comment)."""
+    if os.environ.get("AXLE_PYTORCH_CORETYPE_CHOSEN"):
+        return
+    os.environ["AXLE_PYTORCH_CORETYPE_CHOSEN"] = "1"
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            avx512 = " avx512f " in cpuinfo.read()
+    except OSError:
+        avx512 = False
+    if not avx512 or os.environ.get("OPENBLAS_CORETYPE") == "SkylakeX":
+        return
+    wide, usual = _product_error("SkylakeX"), _product_error(None)
+    if wide is None or usual is None or wide > 2 * usual + 1e-6:
+        print(f"pytorch_step: OpenBLAS's SkylakeX kernels not used (error {wide} against {usual})",
+              file=sys.stderr)
+        return
+    os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+    os.execv(sys.executable, [sys.executable] + sys.argv)
+
+
+if __name__ == "__main__":
+    _choose_openblas_kernels()
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 class Mlp(nn.Module):
@@ -104,20 +165,85 @@ class Gpt(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-def mnist_step(model, batch):
+class BasicBlock(nn.Module):
+    """torchvision's BasicBlock: two 3x3 convolutions with batch norm, a projected shortcut where
+    the shape changes."""
+
+    def __init__(self, inplanes, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or inplanes != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride, bias=False),
+                                            nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + identity)
+
+
+class ResNet18(nn.Module):
+    """torchvision.models.resnet18 (num_classes 1000), as samples/resnet.h builds it."""
+
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        layers, inplanes = [], 64
+        for planes, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            layers.append(nn.Sequential(BasicBlock(inplanes, planes, stride),
+                                        BasicBlock(planes, planes, 1)))
+            inplanes = planes
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
+        x = self.layers(x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def autocast(amp):
+    """The autocast region of --amp: bf16 on the CPU, or none."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp == "bf16")
+
+
+def mnist_step(model, batch, amp):
     images = torch.rand(batch, 1, 28, 28)
     labels = torch.randint(0, 10, (batch,))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
         optimizer.zero_grad()
-        F.nll_loss(model(images), labels).backward()
+        with autocast(amp):
+            loss = F.nll_loss(model(images), labels)
+        loss.backward()
         optimizer.step()
 
     return step
 
 
-def gpt_step():
+def resnet_step(amp):
+    model = ResNet18()
+    images = torch.rand(8, 3, 224, 224)
+    labels = torch.randint(0, 1000, (8,))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+
+    def step():
+        optimizer.zero_grad()
+        with autocast(amp):
+            loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def gpt_step(amp):
     model = Gpt()
     batch, block = 32, 128
     tokens = torch.randint(0, 256, (batch, block))
@@ -129,8 +255,10 @@ def gpt_step():
 
     def step():
         optimizer.zero_grad()
-        logits = model(tokens).reshape(batch * block, 256)
-        F.cross_entropy(logits, targets).backward()
+        with autocast(amp):
+            logits = model(tokens).reshape(batch * block, 256)
+            loss = F.cross_entropy(logits, targets)
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
 
@@ -161,7 +289,10 @@ def median_step_ms(step, steps, rounds):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="mlp,cnn", help="comma-separated: mlp, cnn, gpt")
+    parser.add_argument("--model", default="mlp,cnn",
+                        help="comma-separated: mlp, cnn, gpt, resnet18")
+    parser.add_argument("--amp", default="none", choices=["none", "bf16"],
+                        help="bf16: forward and loss under torch.autocast('cpu', torch.bfloat16)")
     parser.add_argument("--steps", type=int, default=20, help="steps per round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="0: every core")
@@ -177,19 +308,23 @@ def main():
             set_blas_threads(blas_threads)
             torch.manual_seed(1)
             if name == "mlp":
-                batch, step = 128, mnist_step(Mlp(), 128)
+                batch, step = 128, mnist_step(Mlp(), 128, args.amp)
             elif name == "cnn":
-                batch, step = 64, mnist_step(Cnn(), 64)
+                batch, step = 64, mnist_step(Cnn(), 64, args.amp)
             elif name == "gpt":
-                batch, step = 32, gpt_step()
+                batch, step = 32, gpt_step(args.amp)
+            elif name == "resnet18":
+                batch, step = 8, resnet_step(args.amp)
             else:
-                parser.error(f"--model: {name} is none of mlp, cnn, gpt")
+                parser.error(f"--model: {name} is none of mlp, cnn, gpt, resnet18")
             ms = median_step_ms(step, args.steps, args.rounds)
             if best is None or ms < best[0]:
                 best = (ms, threads, blas_threads)
         print(json.dumps({"bench": "train_step_pytorch", "metric": "step_ms", "value": best[0],
-                          "unit": "ms", "model": name, "batch": batch, "threads": best[1],
-                          "blas_threads": best[2], "torch": torch.__version__}), flush=True)
+                          "unit": "ms", "model": name, "batch": batch, "amp": args.amp,
+                          "threads": best[1], "blas_threads": best[2],
+                          "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
+                          "torch": torch.__version__}), flush=True)
 
 
 if __name__ == "__main__":

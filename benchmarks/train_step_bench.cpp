@@ -26,9 +26,12 @@
 //                          step time in f32 / in bf16 — when both run
 //   with --pytorch PYTHON: PyTorch eager's step of the same model, batch and recipe
 //                          (benchmarks/pytorch_step.py, run by PYTHON, e.g. /usr/bin/python3 with
-//                          Debian's python3-torch) right after axle's f32 step of it, on as many
-//                          threads as the process may use: pytorch_step_ms, and over_pytorch —
-//                          PyTorch's step time / axle's (axle's speed-up), for mlp, cnn and gpt
+//                          Debian's python3-torch) right after axle's step of it in the same
+//                          precision (bf16: under torch.autocast), PyTorch as fast as it goes on
+//                          as many threads as the process may use (its faster thread split,
+//                          OpenBLAS's AVX-512 kernels where they check out): pytorch_step_ms, and
+//                          over_pytorch — PyTorch's step time / axle's (axle's speed-up), for
+//                          mlp, cnn, gpt and resnet18 (f32)
 //   with --mpi, under mpirun (--model mlp,cnn): data-parallel training across the job's processes
 //                          (each with CPU_NUM_DEVICES replicas, each stepping a full batch)
 //                          against one device of the first process training alone while the
@@ -189,10 +192,15 @@ bool g_observers = true;
 
 // PyTorch eager's median ms per step of `model` (benchmarks/pytorch_step.py under `python`), or
 // nothing when the script fails or prints no figure (PyTorch not installed): said on stderr.
-std::optional<double> pytorch_step_ms(const std::string& python, const std::string& model,
-                                      int steps, int rounds, std::string& version) {
-  const std::string command = fmt::format("'{}' '{}' --model {} --steps {} --rounds {}", python,
-                                          AXLE_PYTORCH_STEP_SCRIPT, model, steps, rounds);
+struct PytorchStep {
+  double ms = 0;
+  std::string version, openblas_coretype;
+};
+std::optional<PytorchStep> pytorch_step_ms(const std::string& python, const std::string& model,
+                                           int steps, int rounds, const std::string& amp) {
+  const std::string command =
+      fmt::format("'{}' '{}' --model {} --steps {} --rounds {} --amp {}", python,
+                  AXLE_PYTORCH_STEP_SCRIPT, model, steps, rounds, amp);
   FILE* pipe = ::popen(command.c_str(), "r");
   if (!pipe) {
     std::fprintf(stderr, "train_step_bench: could not run %s\n", command.c_str());
@@ -208,8 +216,8 @@ std::optional<double> pytorch_step_ms(const std::string& python, const std::stri
                  command.c_str(), status);
     return std::nullopt;
   }
-  version = json.value("torch", "");
-  return json["value"].get<double>();
+  return PytorchStep{json["value"].get<double>(), json.value("torch", ""),
+                     json.value("openblas_coretype", "")};
 }
 
 LazySystemOptions system_options(int devices = 0) {
@@ -490,17 +498,20 @@ int main(int argc, char** argv) {
            {{"model", std::string(model)}, {"batch", batch}});
     }
   };
-  // PyTorch's step of the same model, right after axle's f32 one.
+  // PyTorch's step of the same model in the same precision, right after axle's.
   const auto against_pytorch = [&](const char* model, int64_t batch, double axle_ms, int steps,
-                                   int rounds) {
+                                   int rounds, const std::string& amp) {
     if (python.empty()) return;
-    std::string version;
-    const std::optional<double> ms = pytorch_step_ms(python, model, steps, rounds, version);
-    if (!ms) return;
-    emit("train_step", "pytorch_step_ms", *ms, "ms",
-         {{"model", std::string(model)}, {"batch", batch}, {"torch", version}});
-    emit("train_step", "over_pytorch", *ms / axle_ms, "ratio",
-         {{"model", std::string(model)}, {"batch", batch}});
+    const std::optional<PytorchStep> theirs = pytorch_step_ms(python, model, steps, rounds, amp);
+    if (!theirs) return;
+    emit("train_step", "pytorch_step_ms", theirs->ms, "ms",
+         {{"model", std::string(model)},
+          {"batch", batch},
+          {"amp", amp},
+          {"torch", theirs->version},
+          {"openblas_coretype", theirs->openblas_coretype}});
+    emit("train_step", "over_pytorch", theirs->ms / axle_ms, "ratio",
+         {{"model", std::string(model)}, {"batch", batch}, {"amp", amp}});
   };
   if (chosen("gpt")) {
     std::map<std::string, double> by_amp;
@@ -511,7 +522,7 @@ int main(int argc, char** argv) {
       emit("train_step", "step_ms", ms, "ms", labels("gpt", GptTrainingStep::kBatch, amp));
       emit("train_step", "tokens_per_s", static_cast<double>(tokens) / ms * 1e3, "tokens/s",
            labels("gpt", GptTrainingStep::kBatch, amp));
-      if (amp == "none") against_pytorch("gpt", GptTrainingStep::kBatch, ms, 3, quick ? 2 : 3);
+      against_pytorch("gpt", GptTrainingStep::kBatch, ms, 3, quick ? 2 : 3, amp);
     }
     emit_amp_speedup("gpt", GptTrainingStep::kBatch, by_amp);
   }
@@ -524,6 +535,7 @@ int main(int argc, char** argv) {
     emit("train_step", "step_ms", ms, "ms", labels);
     emit("train_step", "images_per_s", static_cast<double>(ResNetTrainingStep::kBatch) / ms * 1e3,
          "images/s", labels);
+    against_pytorch("resnet18", ResNetTrainingStep::kBatch, ms, 2, quick ? 2 : 3, "none");
   }
   for (const Case c : {Case{"mlp", 128}, Case{"cnn", 64}}) {
     if (!chosen(c.model)) continue;
@@ -535,7 +547,7 @@ int main(int argc, char** argv) {
       emit("train_step", "step_ms", fused, "ms", labels(c.model, c.batch, amp));
       emit("train_step", "samples_per_s", static_cast<double>(c.batch) / fused * 1e3, "samples/s",
            labels(c.model, c.batch, amp));
-      if (!bf16) against_pytorch(c.model, c.batch, fused, steps, quick ? 3 : 5);
+      against_pytorch(c.model, c.batch, fused, steps, quick ? 3 : 5, amp);
       axle::config::set("AXLE_DISABLE_PASSES", "fusion");
       const double unfused = step_ms(c.model, c.batch, steps, rounds, bf16);
       axle::config::unset("AXLE_DISABLE_PASSES");
