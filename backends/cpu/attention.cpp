@@ -3,18 +3,15 @@
 // (a product), their softmax kept online (running maximum and sum per query, the output rescaled
 // when the maximum grows), and the value product added in; it keeps each query's
 // logsumexp. The backward recomputes each block's probabilities from q, k and that logsumexp and
-// forms dq, dk and dv with four products per block pair. The block products are register-tiled
-// loops of their own (block_product), not a general GEMM. No more than one block of scores exists
-// per thread. bf16 operands are widened block by block and computed in f32.
+// forms dq, dk and dv with four products per block pair. The block products read their operands
+// in place (gemm.h's direct_gemm), not through a packing GEMM. No more than one block of scores
+// exists per thread. bf16 operands are widened block by block and computed in f32.
 //
 // Work splits over batch entries × query blocks (forward) and batch entries (backward), each
 // part computed by one thread in a fixed order, so results do not depend on the thread count.
 #include <fmt/format.h>
 
 #include <Eigen/Core>
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -26,7 +23,9 @@
 
 #include "backends/cpu/compute_pool.h"
 #include "backends/cpu/element.h"
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/vector_math.h"
 
 namespace axle::cpu {
 namespace {
@@ -181,10 +180,9 @@ void store_rows(const A* src, int64_t rows, int64_t cols, A factor, int64_t widt
 }
 
 // ---- block products ----------------------------------------------------------------------------
-// The blocks are small (64 x 64 scores against a head width of 32 or so), too small for a
-// general GEMM: Eigen's packs both operands and clears its output on every call, which cost more
-// than the products themselves. The products here read their operands where they are, keep a
-// tile of the output in registers, and add into it directly.
+// The blocks are small (64 x 64 scores against a head width of 32 or so): the products read their
+// operands where they are (gemm.h's direct_gemm, on the instruction set's registers), keep a tile
+// of the output in registers, and add into it directly.
 
 /// c[i, 0:n] (+)= sum over p < depth of a(i, p) * b[p, 0:n] for i < m, with a(i, p) at
 /// a[i * a_row + p * a_col] (so a transposed operand is a stride swap) and b, c row-major with
@@ -193,57 +191,17 @@ void store_rows(const A* src, int64_t rows, int64_t cols, A factor, int64_t widt
 template <class A>
 void block_product(int64_t m, int64_t n, int64_t depth, const A* a, int64_t a_row, int64_t a_col,
                    const A* b, int64_t ldb, A* c, int64_t ldc, bool accumulate) {
-  int64_t j0 = 0;
-#if defined(__AVX2__) && defined(__FMA__)
   if constexpr (std::is_same_v<A, float>) {
-    // Tiles of 4 rows x 16 columns (8 registers), then 4 x 8, then single rows. The loops over
-    // a tile's rows and vectors unroll completely, so its accumulators live in registers.
-    auto tile = [&]<int kRows, int kVectors>(int64_t i0, int64_t col) {
-      __m256 acc[kRows][kVectors];
-#pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r) {
-#pragma GCC unroll 2
-        for (int v = 0; v < kVectors; ++v) {
-          acc[r][v] =
-              accumulate ? _mm256_loadu_ps(c + (i0 + r) * ldc + col + 8 * v) : _mm256_setzero_ps();
+    direct_gemm({m, n, depth, a, a_row, a_col, b, ldb, c, ldc, accumulate});
+  } else {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        A sum = accumulate ? c[i * ldc + j] : A(0);
+        for (int64_t p = 0; p < depth; ++p) {
+          sum = std::fma(a[i * a_row + p * a_col], b[p * ldb + j], sum);
         }
+        c[i * ldc + j] = sum;
       }
-      const float* a_at = a + i0 * a_row;
-      const float* b_at = b + col;
-      for (int64_t p = 0; p < depth; ++p, a_at += a_col, b_at += ldb) {
-        __m256 brow[kVectors];
-#pragma GCC unroll 2
-        for (int v = 0; v < kVectors; ++v) brow[v] = _mm256_loadu_ps(b_at + 8 * v);
-#pragma GCC unroll 4
-        for (int r = 0; r < kRows; ++r) {
-          const __m256 x = _mm256_broadcast_ss(a_at + r * a_row);
-#pragma GCC unroll 2
-          for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm256_fmadd_ps(x, brow[v], acc[r][v]);
-        }
-      }
-#pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r) {
-#pragma GCC unroll 2
-        for (int v = 0; v < kVectors; ++v) {
-          _mm256_storeu_ps(c + (i0 + r) * ldc + col + 8 * v, acc[r][v]);
-        }
-      }
-    };
-    auto columns = [&]<int kVectors>(int64_t col) {
-      int64_t i0 = 0;
-      for (; i0 + 4 <= m; i0 += 4) tile.template operator()<4, kVectors>(i0, col);
-      for (; i0 < m; ++i0) tile.template operator()<1, kVectors>(i0, col);
-    };
-    for (; j0 + 16 <= n; j0 += 16) columns.template operator()<2>(j0);
-    for (; j0 + 8 <= n; j0 += 8) columns.template operator()<1>(j0);
-  }
-#endif
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = j0; j < n; ++j) {
-      A sum = accumulate ? c[i * ldc + j] : A(0);
-      for (int64_t p = 0; p < depth; ++p)
-        sum = std::fma(a[i * a_row + p * a_col], b[p * ldb + j], sum);
-      c[i * ldc + j] = sum;
     }
   }
 }
@@ -258,6 +216,21 @@ void transpose_into(const A* src, int64_t rows, int64_t cols, int64_t ld, A* dst
 
 template <class A>
 using ArrayMap = Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>>;
+
+/// Row r of `rows` rows of n values (row stride ld): x = exp(x - shifts[r]), its sum into sums[r]
+/// when sums is not null (vector_math.h for float).
+template <class A>
+void exp_rows(A* x, int64_t rows, int64_t n, int64_t ld, const A* shifts, A* sums) {
+  if constexpr (std::is_same_v<A, float>) {
+    exp_shifted_rows(x, rows, n, ld, shifts, sums);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      ArrayMap<A> row(x + r * ld, n);
+      row = (row - shifts[r]).exp();
+      if (sums) sums[r] = row.sum();
+    }
+  }
+}
 
 // Scores (already scaled) of queries [i0, i0 + nq) against keys [j0, j0 + nk) in s (row
 // stride kKeyBlock) masked: -inf where dropped, an added mask added.
@@ -336,18 +309,19 @@ void attention_forward(const KernelArgs& args, const Problem& p) {
       transpose_into(ks, nk, E, E, k_t);
       block_product<A>(nq, nk, E, qs, E, 1, k_t, nk, s, kKeyBlock, false);
       mask_scores<T, A>(p, at.mask, i0, nq, j0, nk, s);
+      A new_top[kQueryBlock], sum[kQueryBlock];
       for (int64_t i = 0; i < nq; ++i) {
-        ArrayMap<A> row(s + i * kKeyBlock, nk);
-        const A block_top = row.maxCoeff();
-        const A new_top = std::max(top[i], block_top);
-        if (new_top == kMinusInf) {  // every key so far dropped: nothing to add yet
-          row.setZero();
+        new_top[i] = std::max(top[i], ArrayMap<A>(s + i * kKeyBlock, nk).maxCoeff());
+      }
+      exp_rows(s, nq, nk, kKeyBlock, new_top, sum);
+      for (int64_t i = 0; i < nq; ++i) {
+        if (new_top[i] == kMinusInf) {  // every key so far dropped: nothing to add yet
+          ArrayMap<A>(s + i * kKeyBlock, nk).setZero();
           continue;
         }
-        const A rescale = std::exp(top[i] - new_top);  // 0 when top was -inf
-        row = (row - new_top).exp();
-        total[i] = total[i] * rescale + row.sum();
-        top[i] = new_top;
+        const A rescale = std::exp(top[i] - new_top[i]);  // 0 when top was -inf
+        total[i] = total[i] * rescale + sum[i];
+        top[i] = new_top[i];
         if (rescale != A(1)) ArrayMap<A>(acc + i * Ev, Ev) *= rescale;
       }
       block_product<A>(nq, Ev, nk, s, kKeyBlock, 1, vs, Ev, acc, Ev, true);
@@ -442,10 +416,7 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
         // P = exp(scores - logsumexp): 0 where dropped, NaN in a row that keeps no key.
         block_product<A>(nq, nk, E, qi, E, 1, k_t, nk, prob, kKeyBlock, false);
         mask_scores<T, A>(p, at.mask, i0, nq, j0, nk, prob);
-        for (int64_t i = 0; i < nq; ++i) {
-          ArrayMap<A> row(prob + i * kKeyBlock, nk);
-          row = (row - lse[i0 + i]).exp();
-        }
+        exp_rows<A>(prob, nq, nk, kKeyBlock, lse + i0, nullptr);
         // dv += P^T dO.
         block_product<A>(nk, Ev, nq, prob, 1, kKeyBlock, gi, Ev, dv, Ev, true);
         // dS = P * (dO v^T - D).

@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -190,6 +191,32 @@ void gemm(const Gemm& g, ComputePool* pool) {
         *pool, g.n, kernel.column_align,
         [&](int64_t c0, int64_t c1, int) { kernel.run(g, 0, g.m, c0, c1); }, kernel.column_align,
         kPartsPerThread);
+  }
+}
+
+void direct_gemm(const DirectProduct& q) {
+  if (q.m <= 0 || q.n <= 0) return;
+  switch (cpu_isa()) {
+#if defined(AXLE_HAVE_AVX512_KERNELS)
+    case CpuIsa::kAvx512Bf16:
+    case CpuIsa::kAvx512:
+      return avx512_direct_gemm(q);
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    case CpuIsa::kAvx2:
+      return avx2_direct_gemm(q);
+#endif
+    default:
+      break;
+  }
+  for (int64_t i = 0; i < q.m; ++i) {
+    for (int64_t j = 0; j < q.n; ++j) {
+      float sum = q.accumulate ? q.c[i * q.ldc + j] : 0.0f;
+      for (int64_t p = 0; p < q.depth; ++p) {
+        sum = std::fma(q.a[i * q.a_row + p * q.a_col], q.b[p * q.ldb + j], sum);
+      }
+      q.c[i * q.ldc + j] = sum;
+    }
   }
 }
 

@@ -49,6 +49,26 @@ struct Gemm {
 /// Throws std::invalid_argument for an accumulating bf16 output.
 void gemm(const Gemm& product, ComputePool* pool);
 
+/// A small f32 product read where its operands lie, without packing them: for blocks (attention's
+/// 64 x 64 score blocks) too small for packing to pay. c[i, 0:n] (+)= sum over p < depth of
+/// a(i, p) * b[p, 0:n] for i < m, with a(i, p) at a[i * a_row + p * a_col] (a transposed operand
+/// is a stride swap) and b, c row-major with row strides ldb, ldc. Every element is one chain of
+/// fused multiply-adds over p in order, from c's value with `accumulate` and from 0 without, on
+/// every instruction set alike (so the bits do not depend on it).
+struct DirectProduct {
+  int64_t m = 0, n = 0, depth = 0;
+  const float* a = nullptr;
+  int64_t a_row = 0, a_col = 0;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  bool accumulate = false;
+};
+
+/// Computes `product` on the calling thread with the kernels of cpu_isa().
+void direct_gemm(const DirectProduct& product);
+
 /// out[m, n] = op(a) * op(b) on row-major matrices with row strides (elements) lda, ldb, ldc;
 /// op(a) is [m, k] (a is stored [k, m] when transposed), op(b) is [k, n] (stored [n, k] when
 /// transposed). out aliases neither operand. With `accumulate`, out[m, n] += op(a) * op(b)

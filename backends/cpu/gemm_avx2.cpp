@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 #include "backends/cpu/gemm_kernels.h"
@@ -173,8 +174,67 @@ struct Traits {
   }
 };
 
+/// A tile of kRows x 8 * kVectors of a direct product (gemm.h's DirectProduct), columns from col.
+template <int kRows, int kVectors>
+void direct_tile(const DirectProduct& q, int64_t i0, int64_t col) noexcept {
+  __m256 acc[kRows][kVectors];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kVectors; ++v) {
+      acc[r][v] = q.accumulate ? _mm256_loadu_ps(q.c + (i0 + r) * q.ldc + col + 8 * v)
+                               : _mm256_setzero_ps();
+    }
+  }
+  const float* a_at = q.a + i0 * q.a_row;
+  const float* b_at = q.b + col;
+  for (int64_t p = 0; p < q.depth; ++p, a_at += q.a_col, b_at += q.ldb) {
+    __m256 brow[kVectors];
+#pragma GCC unroll 2
+    for (int v = 0; v < kVectors; ++v) brow[v] = _mm256_loadu_ps(b_at + 8 * v);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a_at + r * q.a_row);
+#pragma GCC unroll 2
+      for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm256_fmadd_ps(x, brow[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kVectors; ++v) {
+      _mm256_storeu_ps(q.c + (i0 + r) * q.ldc + col + 8 * v, acc[r][v]);
+    }
+  }
+}
+
+template <int kVectors>
+void direct_columns(const DirectProduct& q, int64_t col) noexcept {
+  int64_t i0 = 0;
+  for (; i0 + 4 <= q.m; i0 += 4) direct_tile<4, kVectors>(q, i0, col);
+  for (; i0 < q.m; ++i0) direct_tile<1, kVectors>(q, i0, col);
+}
+
 }  // namespace
 }  // namespace avx2_gemm
+
+void avx2_direct_gemm(const DirectProduct& q) {
+  using namespace avx2_gemm;
+  // Tiles of 4 rows x 16 columns (8 registers), then 4 x 8, then single rows; the last columns
+  // as scalar chains (the same fused multiply-adds in the same order).
+  int64_t j0 = 0;
+  for (; j0 + 16 <= q.n; j0 += 16) direct_columns<2>(q, j0);
+  for (; j0 + 8 <= q.n; j0 += 8) direct_columns<1>(q, j0);
+  for (int64_t i = 0; i < q.m; ++i) {
+    for (int64_t j = j0; j < q.n; ++j) {
+      float sum = q.accumulate ? q.c[i * q.ldc + j] : 0.0f;
+      for (int64_t p = 0; p < q.depth; ++p) {
+        sum = std::fma(q.a[i * q.a_row + p * q.a_col], q.b[p * q.ldb + j], sum);
+      }
+      q.c[i * q.ldc + j] = sum;
+    }
+  }
+}
 
 GemmBlockKernel avx2_gemm_kernel(GemmPrecision precision) {
   using namespace avx2_gemm;

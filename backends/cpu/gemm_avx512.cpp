@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "backends/cpu/gemm_kernels.h"
 
@@ -410,8 +411,74 @@ struct PairTraits {
   }
 };
 
+// ---- direct products -----------------------------------------------------------------------------
+
+/// A tile of R rows x kVectors * 16 columns of a direct product (gemm.h), columns from col; the
+/// last vector takes the columns `last` masks (the others are whole).
+template <int R, int kVectors>
+void direct_tile(const DirectProduct& q, int64_t i0, int64_t col, __mmask16 last) noexcept {
+  auto mask = [&](int v) { return v == kVectors - 1 ? last : __mmask16{0xffff}; };
+  __m512 acc[R][kVectors];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) {
+      acc[r][v] = q.accumulate
+                      ? _mm512_maskz_loadu_ps(mask(v), q.c + (i0 + r) * q.ldc + col + 16 * v)
+                      : _mm512_setzero_ps();
+    }
+  }
+  const float* a_at = q.a + i0 * q.a_row;
+  const float* b_at = q.b + col;
+  for (int64_t p = 0; p < q.depth; ++p, a_at += q.a_col, b_at += q.ldb) {
+    __m512 brow[kVectors];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) brow[v] = _mm512_maskz_loadu_ps(mask(v), b_at + 16 * v);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(a_at[r * q.a_row]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_fmadd_ps(x, brow[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) {
+      _mm512_mask_storeu_ps(q.c + (i0 + r) * q.ldc + col + 16 * v, mask(v), acc[r][v]);
+    }
+  }
+}
+
+/// Every row of columns [col, col + 16 * kVectors) (the last vector masked by `last`), in
+/// tiles of kRows rows and one of the rows left over.
+template <int kRows, int kVectors>
+void direct_columns(const DirectProduct& q, int64_t col, __mmask16 last) noexcept {
+  int64_t i0 = 0;
+  for (; i0 + kRows <= q.m; i0 += kRows) direct_tile<kRows, kVectors>(q, i0, col, last);
+  const int64_t rest = q.m - i0;
+  if (rest == 0) return;
+  [&]<int... kR>(std::integer_sequence<int, kR...>) {
+    ((rest == kR + 1 ? direct_tile<kR + 1, kVectors>(q, i0, col, last) : void()), ...);
+  }(std::make_integer_sequence<int, kRows - 1>{});
+}
+
 }  // namespace
 }  // namespace avx512_gemm
+
+void avx512_direct_gemm(const DirectProduct& q) {
+  using namespace avx512_gemm;
+  // 64 columns at a time in tiles of 6 rows (24 accumulators; per step 4 loads of b and 6
+  // broadcasts of a for 24 FMAs), then 32 at a time in tiles of 12, then the rest masked.
+  int64_t j0 = 0;
+  for (; j0 + 64 <= q.n; j0 += 64) direct_columns<6, 4>(q, j0, 0xffff);
+  for (; j0 + 32 <= q.n; j0 += 32) direct_columns<12, 2>(q, j0, 0xffff);
+  if (j0 + 16 < q.n) {
+    direct_columns<12, 2>(q, j0, first_lanes(q.n - j0 - 16));
+  } else if (j0 < q.n) {
+    direct_columns<12, 1>(q, j0, first_lanes(q.n - j0));
+  }
+}
 
 GemmBlockKernel avx512_gemm_kernel(GemmPrecision precision, bool bf16_dot) {
   using namespace avx512_gemm;

@@ -29,6 +29,10 @@ GemmBlockKernel avx2_gemm_kernel(GemmPrecision precision);
 GemmBlockKernel avx512_gemm_kernel(GemmPrecision precision, bool bf16_dot);
 
 // Everything below has internal linkage in each file that includes this header (see above).
+/// direct_gemm (gemm.h) on AVX2 and on AVX-512.
+void avx2_direct_gemm(const DirectProduct& product);
+void avx512_direct_gemm(const DirectProduct& product);
+
 namespace gemm_detail {
 namespace {
 

@@ -1,0 +1,76 @@
+// backends/cpu: vector_math.h's dispatch and its scalar path (builds without x86 kernels).
+#include "backends/cpu/vector_math.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "backends/cpu/isa.h"
+#include "backends/cpu/vector_math_lane.h"
+
+namespace axle::cpu {
+namespace {
+
+// One lane as a float: the operations exp_lanes needs.
+struct ScalarOps {
+  static float set(float v) { return v; }
+  static float add(float a, float b) { return a + b; }
+  static float sub(float a, float b) { return a - b; }
+  static float mul(float a, float b) { return a * b; }
+  static float fma(float a, float b, float c) { return std::fma(a, b, c); }
+  static float min(float a, float b) { return b < a ? b : a; }
+  static float max(float a, float b) { return b > a ? b : a; }
+  static float floor(float a) { return std::floor(a); }
+  static float pow2(float e) {  // e integral in [-126, 127]
+    return std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(e) + 127) << 23);
+  }
+  static float fix_exp_edges(float x, float y) {
+    if (x != x) return x;
+    if (x > vector_math_detail::kExpHigh) return std::numeric_limits<float>::infinity();
+    if (x < vector_math_detail::kExpLow) return 0.0f;
+    return y;
+  }
+};
+
+float exp_shifted_sum_scalar(float* x, int64_t n, float shift) {
+  float lanes[16] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = vector_math_detail::exp_lanes<ScalarOps>(x[i] - shift);
+    lanes[i % 16] += x[i];
+  }
+  for (int width = 8; width >= 1; width /= 2) {
+    for (int j = 0; j < width; ++j) lanes[j] += lanes[j + width];
+  }
+  return lanes[0];
+}
+
+}  // namespace
+
+void exp_shifted_rows(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,
+                      float* sums) {
+  switch (cpu_isa()) {
+#if defined(AXLE_HAVE_AVX512_KERNELS)
+    case CpuIsa::kAvx512Bf16:
+    case CpuIsa::kAvx512:
+      return vector_math_detail::exp_shifted_rows_avx512(x, rows, n, ld, shifts, sums);
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    case CpuIsa::kAvx2:
+      return vector_math_detail::exp_shifted_rows_avx2(x, rows, n, ld, shifts, sums);
+#endif
+    default:
+      for (int64_t r = 0; r < rows; ++r) {
+        const float sum = exp_shifted_sum_scalar(x + r * ld, n, shifts[r]);
+        if (sums) sums[r] = sum;
+      }
+  }
+}
+
+float exp_shifted_sum(float* x, int64_t n, float shift) {
+  float sum = 0;
+  exp_shifted_rows(x, 1, n, n, &shift, &sum);
+  return sum;
+}
+
+}  // namespace axle::cpu

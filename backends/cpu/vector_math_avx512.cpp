@@ -1,0 +1,83 @@
+// backends/cpu: vector_math.h on AVX-512, compiled apart with AVX-512 flags (backends/CMakeLists)
+// and called only where cpuid reports them. Nothing here is inline outside this file's namespace.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "backends/cpu/vector_math.h"
+#include "backends/cpu/vector_math_lane.h"
+
+namespace axle::cpu::vector_math_detail {
+namespace {
+
+// Sixteen lanes: the operations exp_lanes needs.
+struct Avx512Ops {
+  static __m512 set(float v) { return _mm512_set1_ps(v); }
+  static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  static __m512 sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+  static __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+  static __m512 fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+  static __m512 min(__m512 a, __m512 b) { return _mm512_min_ps(a, b); }
+  static __m512 max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+  static __m512 floor(__m512 a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF); }
+  static __m512 pow2(__m512 e) {
+    const __m512i bits = _mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_cvtps_epi32(e), _mm512_set1_epi32(127)), 23);
+    return _mm512_castsi512_ps(bits);
+  }
+  static __m512 fix_exp_edges(__m512 x, __m512 y) {
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, set(kExpHigh), _CMP_GT_OQ),
+                           set(__builtin_huge_valf()));
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, set(kExpLow), _CMP_LT_OQ),
+                           _mm512_setzero_ps());
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+  }
+};
+
+__mmask16 first_lanes(int64_t n) { return n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1); }
+
+}  // namespace
+
+namespace {
+
+// Lanes j and j + 8, then j and j + 4, ...: as the scalar path adds them.
+float add_lanes(__m512 sum) {
+  const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(sum), _mm512_extractf32x8_ps(sum, 1));
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_shuffle_ps(two, two, 1)));
+}
+
+// kRows rows at once, so that their independent chains fill the pipes.
+template <int kRows>
+void exp_rows(float* x, int64_t n, int64_t ld, const float* shifts, float* sums) {
+  __m512 shift[kRows], sum[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    shift[r] = _mm512_set1_ps(shifts[r]);
+    sum[r] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = first_lanes(n - i);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      float* at = x + r * ld + i;
+      const __m512 e = exp_lanes<Avx512Ops>(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, at), shift[r]));
+      _mm512_mask_storeu_ps(at, mask, e);
+      sum[r] = _mm512_mask_add_ps(sum[r], mask, sum[r], e);
+    }
+  }
+  if (sums) {
+    for (int r = 0; r < kRows; ++r) sums[r] = add_lanes(sum[r]);
+  }
+}
+
+}  // namespace
+
+void exp_shifted_rows_avx512(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,
+                             float* sums) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) exp_rows<4>(x + r * ld, n, ld, shifts + r, sums ? sums + r : nullptr);
+  for (; r < rows; ++r) exp_rows<1>(x + r * ld, n, ld, shifts + r, sums ? sums + r : nullptr);
+}
+
+}  // namespace axle::cpu::vector_math_detail

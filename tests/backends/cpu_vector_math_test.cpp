@@ -1,0 +1,145 @@
+// Tests backends/cpu/vector_math.h on every instruction-set path this processor has: exp against
+// the exactly rounded value (std::exp in double), its edges, the sums' order, and the same bits
+// from every path.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa.h"
+#include "backends/cpu/vector_math.h"
+
+namespace axle::testing {
+namespace {
+
+using cpu::CpuIsa;
+
+std::vector<CpuIsa> every_path() {
+  std::vector<CpuIsa> paths{CpuIsa::kGeneric};
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16}) {
+    if (isa <= cpu::detected_cpu_isa()) paths.push_back(isa);
+  }
+  return paths;
+}
+
+class IsaScope {
+ public:
+  explicit IsaScope(CpuIsa isa) : before_(cpu::cpu_isa()) { cpu::set_cpu_isa(isa); }
+  ~IsaScope() { cpu::set_cpu_isa(before_); }
+  IsaScope(const IsaScope&) = delete;
+  IsaScope& operator=(const IsaScope&) = delete;
+
+ private:
+  CpuIsa before_;
+};
+
+// Units in the last place between a float and the exact value (both finite, positive).
+double ulps(float got, double exact) {
+  const float rounded = static_cast<float>(exact);
+  const float next = std::nextafter(rounded, std::numeric_limits<float>::infinity());
+  return std::abs(static_cast<double>(got) - exact) / (static_cast<double>(next) - rounded);
+}
+
+class VectorMathPath : public ::testing::TestWithParam<CpuIsa> {};
+
+TEST_P(VectorMathPath, ExpIsWithinTwoUlpsOverTheNormalRange) {
+  const IsaScope scope(GetParam());
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-87.0f, 88.7f);
+  std::vector<float> x(100000);
+  for (float& v : x) v = u(rng);
+  for (int i = 0; i < 2000; ++i) x[static_cast<std::size_t>(i)] = -1.0f + 0.001f * i;  // near 0
+  const std::vector<float> in = x;
+  cpu::exp_shifted_sum(x.data(), static_cast<int64_t>(x.size()), 0.0f);
+  double worst = 0;
+  float worst_at = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double err = ulps(x[i], std::exp(static_cast<double>(in[i])));
+    if (err > worst) {
+      worst = err;
+      worst_at = in[i];
+    }
+  }
+  EXPECT_LE(worst, 2.0) << "at x = " << worst_at;
+}
+
+TEST_P(VectorMathPath, ExpEdges) {
+  const IsaScope scope(GetParam());
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::vector<float> x{-kInf, kInf, std::numeric_limits<float>::quiet_NaN(), 89.0f, -105.0f,
+                       0.0f,  -0.0f, 88.72f, -100.0f};
+  cpu::exp_shifted_sum(x.data(), static_cast<int64_t>(x.size()), 0.0f);
+  EXPECT_EQ(x[0], 0.0f);
+  EXPECT_EQ(x[1], kInf);
+  EXPECT_TRUE(std::isnan(x[2]));
+  EXPECT_EQ(x[3], kInf);
+  EXPECT_EQ(x[4], 0.0f);
+  EXPECT_EQ(x[5], 1.0f);
+  EXPECT_EQ(x[6], 1.0f);
+  EXPECT_TRUE(std::isfinite(x[7]) && x[7] > 3e38f) << x[7];
+  // exp(-100) is subnormal in f32 (3.7e-44): within a few of its units (1.4e-45).
+  EXPECT_NEAR(x[8], std::exp(-100.0), 3 * 1.4e-45);
+}
+
+TEST_P(VectorMathPath, RowsShiftAndSumInSixteenLanes) {
+  const IsaScope scope(GetParam());
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (const int64_t n : {1, 7, 16, 17, 64, 100}) {
+    const int64_t rows = 5, ld = n + 3;
+    std::vector<float> x(static_cast<std::size_t>(rows * ld)), shifts(rows), sums(rows);
+    for (float& v : x) v = normal(rng);
+    for (float& v : shifts) v = normal(rng);
+    std::vector<float> want = x;
+    std::vector<float> want_sums(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      // Each value through the one-row form, then the lanes added pairwise as documented.
+      float lanes[16] = {};
+      for (int64_t i = 0; i < n; ++i) {
+        float& v = want[static_cast<std::size_t>(r * ld + i)];
+        cpu::exp_shifted_sum(&v, 1, shifts[static_cast<std::size_t>(r)]);
+        lanes[i % 16] += v;
+      }
+      for (int width = 8; width >= 1; width /= 2) {
+        for (int j = 0; j < width; ++j) lanes[j] += lanes[j + width];
+      }
+      want_sums[static_cast<std::size_t>(r)] = lanes[0];
+    }
+    cpu::exp_shifted_rows(x.data(), rows, n, ld, shifts.data(), sums.data());
+    EXPECT_EQ(x, want) << "n=" << n;  // also: the values between rows are left alone
+    EXPECT_EQ(sums, want_sums) << "n=" << n;
+  }
+}
+
+TEST_P(VectorMathPath, GivesTheGenericPathsBits) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-110.0f, 95.0f);
+  std::vector<float> x(3001);
+  for (float& v : x) v = u(rng);
+  std::vector<float> generic = x, here = x;
+  float generic_sum = 0, here_sum = 0;
+  {
+    const IsaScope scope(CpuIsa::kGeneric);
+    generic_sum = cpu::exp_shifted_sum(generic.data(), static_cast<int64_t>(x.size()), 1.5f);
+  }
+  const IsaScope scope(GetParam());
+  here_sum = cpu::exp_shifted_sum(here.data(), static_cast<int64_t>(x.size()), 1.5f);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(here[i]), std::bit_cast<uint32_t>(generic[i]))
+        << "exp(" << x[i] << " - 1.5)";
+  }
+  EXPECT_EQ(std::bit_cast<uint32_t>(here_sum), std::bit_cast<uint32_t>(generic_sum));
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, VectorMathPath, ::testing::ValuesIn(every_path()),
+                         [](const ::testing::TestParamInfo<CpuIsa>& info) {
+                           return std::string(cpu::cpu_isa_name(info.param));
+                         });
+
+}  // namespace
+}  // namespace axle::testing
