@@ -274,10 +274,15 @@ class CpuProgramRun final : public ProgramRun {
         release_after(c);
         continue;
       }
+      const std::size_t bytes = program_.slots[call.output].bytes();
+      if (shares_operand(call, bytes)) {
+        slots_[call.output] = slots_[call.inputs[0]];
+        release_after(c);
+        continue;
+      }
       views_.clear();
       for (int32_t in : call.inputs) views_.push_back({slots_[in]->data(), &program_.slots[in]});
       IntrusivePtr<DeviceMemory>& out = slots_[call.output];
-      const std::size_t bytes = program_.slots[call.output].bytes();
       // A buffer another member of a collective still reads (or shares as its result) is never
       // written over: it is taken in place or pooled only while this run holds it alone.
       // (A collective's result may be a larger buffer than its slot: only an exact fit is taken.)
@@ -343,6 +348,19 @@ class CpuProgramRun final : public ProgramRun {
   // output takes one of its exact size, anything else the smallest one large enough if it is at
   // most twice as large (a small slot taking a large buffer would leave the next large slot to
   // allocate another).
+  // Whether `call` is a reshape (a copy of one operand's bytes) whose result can be that operand's
+  // buffer itself, held by both slots: nothing writes over a buffer two slots hold (writing in
+  // place and pooling need it held alone), so the copy would only cost time and memory. Not
+  // for an all-reduce's shared result, nor for a program output the buffer does not fit exactly.
+  bool shares_operand(const KernelCall& call, std::size_t bytes) const {
+    if (call.kernel != Kernel::kCopy || call.inputs.size() != 1) return false;
+    const IntrusivePtr<DeviceMemory>& in = slots_[call.inputs[0]];
+    return in && program_.slots[call.inputs[0]].bytes() == bytes &&
+           program_.slots[call.inputs[0]].dtype == program_.slots[call.output].dtype &&
+           (!is_output_[call.output] || in->bytes() == bytes) &&
+           dynamic_cast<const CpuShare*>(in.get()) == nullptr;
+  }
+
   IntrusivePtr<DeviceMemory> take_pooled(int32_t slot) {
     if (!planned_) return {};
     const std::size_t bytes = program_.slots[slot].bytes();

@@ -132,6 +132,36 @@ TEST(CpuMemory, ADonatedInputHeldElsewhereIsCopiedFirst) {
   EXPECT_EQ(counter_value("DonatedInputCopies").value_or(0), 1);
 }
 
+// r = reshape(x) to f32[2, 2], then y = x + x planned in place over x (donated).
+IntrusivePtr<Executable> reshape_then_add_over_donated_input() {
+  auto made = make_intrusive<Executable>();
+  Executable& program = *made;
+  program.slots = {{DType::kF32, Shape{4}}, {DType::kF32, Shape{2, 2}}, {DType::kF32, Shape{4}}};
+  program.input_slots = {0};
+  program.output_slots = {1, 2};
+  program.calls = {{Kernel::kCopy, {0}, 1, {}, {}}, {Kernel::kAdd, {0, 0}, 2, {}, {}}};
+  program.donated_inputs = {1};
+  program.plan.release_begin = {0, 0, 0};
+  program.plan.in_place = {-1, 0};
+  return made;
+}
+
+TEST(CpuMemory, AReshapeSharesItsOperandsBufferWhichIsThenNotWrittenOver) {
+  std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  const IntrusivePtr<Executable> program = reshape_then_add_over_donated_input();
+  ASSERT_EQ(program_error(*program), "");
+  IntrusivePtr<DeviceMemory> x = floats(*backend, {1, 2, 3, 4});
+  const void* address = x->data();
+  std::vector<IntrusivePtr<DeviceMemory>> inputs;
+  inputs.push_back(std::move(x));
+  const std::vector<IntrusivePtr<DeviceMemory>> out =
+      backend->execute(0, *program, std::move(inputs));
+  EXPECT_EQ(out[0]->data(), address);  // no copy
+  EXPECT_NE(out[1]->data(), address);  // the reshape still holds x: y went elsewhere
+  EXPECT_EQ(values_of(*backend, *out[0]), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(values_of(*backend, *out[1]), (std::vector<float>{2, 4, 6, 8}));
+}
+
 TEST(CpuMemory, DonationFlagsMustMatchTheInputs) {
   const IntrusivePtr<Executable> program = add_in_place_over_donated_input();
   program->donated_inputs = {1, 0};
