@@ -3,9 +3,11 @@
 // runs its kernel calls in order on the calling (device actor's) thread, stopping at collectives;
 // large kernels share the work with the device's other compute threads (AXLE_CPU_INTRA_OP_THREADS).
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -35,12 +37,35 @@ constexpr std::size_t kCachedBlockGrain = std::size_t{4} << 10;
 // From 1 MiB, sizes round up to 64 KiB: fewer distinct sizes to keep.
 constexpr std::size_t kLargeBlockMin = std::size_t{1} << 20;
 constexpr std::size_t kLargeBlockGrain = std::size_t{64} << 10;
+// From 2 MiB, blocks are mapped whole on 2 MiB boundaries and offered transparent huge pages: a
+// first touch then faults once per 2 MiB instead of once per 4 KiB. Measured on a virtual machine
+// whose faults cost about 15 us each, an 8 MiB product output written into fresh 4 KiB pages
+// took 29-36 ms against 3 ms, and 3.5 ms with huge pages.
+constexpr std::size_t kHugeBlockMin = std::size_t{2} << 20;
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+// A block of `size` (>= kHugeBlockMin) on a huge-page boundary; nullptr when mapping fails.
+void* map_huge_block(std::size_t size) noexcept {
+  // Mapped a huge page larger, then trimmed to the boundary inside it.
+  const std::size_t span = size + kHugePage;
+  void* raw = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePage - 1) & ~(kHugePage - 1);
+  if (aligned > start) ::munmap(raw, aligned - start);
+  const uintptr_t end = aligned + size;
+  if (start + span > end) ::munmap(reinterpret_cast<void*>(end), start + span - end);
+#if defined(MADV_HUGEPAGE)
+  ::madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);  // a hint: may be refused
+#endif
+  return reinterpret_cast<void*>(aligned);
+}
 
 struct DeviceAccount {
   explicit DeviceAccount(std::size_t cache_limit) : cache_limit(cache_limit) {}
   ~DeviceAccount() {
     for (auto& [bytes, blocks] : cached) {
-      for (void* block : blocks) std::free(block);
+      for (void* block : blocks) release_block(block, bytes);
     }
   }
 
@@ -73,9 +98,17 @@ struct DeviceAccount {
         return block;
       }
     }
-    void* block = std::aligned_alloc(64, size);
+    void* block = size >= kHugeBlockMin ? map_huge_block(size) : std::aligned_alloc(64, size);
     if (!block) throw std::bad_alloc();
     return block;
+  }
+  // Gives a block back to the system (sizes from block_size, so a block's origin is its size's).
+  static void release_block(void* block, std::size_t size) noexcept {
+    if (size >= kHugeBlockMin) {
+      ::munmap(block, size);
+    } else {
+      std::free(block);
+    }
   }
   void free_block(void* block, std::size_t size) noexcept {
     if (size >= kCachedBlockMin) {
@@ -90,7 +123,7 @@ struct DeviceAccount {
         }
       }
     }
-    std::free(block);
+    release_block(block, size);
   }
 
   const std::size_t cache_limit;
