@@ -17,9 +17,13 @@ bool approximated(Op op) {
          op == Op::kCos || op == Op::kErf;
 }
 
+// f32 and f64 chains, and bf16 ones: the fused kernel rounds each bf16 step as its own kernel
+// would (backends/cpu/fused.cpp); their reductions stay kernels of their own.
 bool fusible(const Program& p, std::size_t id) {
   const Program::Instr& instr = p[id];
-  if (instr.dtype != DType::kF32 && instr.dtype != DType::kF64) return false;
+  if (instr.dtype != DType::kF32 && instr.dtype != DType::kF64 && instr.dtype != DType::kBF16) {
+    return false;
+  }
   if (p.is_leaf(id)) return false;
   if (instr.op != Op::kExpand && fused_step_arity(kernel_for(instr.op)) == 0) return false;
   return std::ranges::all_of(p.operands(id),

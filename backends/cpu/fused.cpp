@@ -4,8 +4,10 @@
 // into its accumulators, so that result is never stored at all. Each step computes exactly what
 // the unfused kernel computes (the same scalar code or the same Eigen expressions, over blocks
 // that start on the same vector boundaries), and the reduction adds the same terms in the same
-// order as the reduction kernel (reducer.h), so fusing never changes a result's bits. The step
-// list is read and checked in fused_steps.cpp.
+// order as the reduction kernel (reducer.h), so fusing never changes a result's bits. bf16 chains
+// compute in f32 as the unfused bf16 kernels do, each step's block rounded to bf16 as those
+// kernels round their outputs (a chain with a reduction stays unfused in bf16). The step list is
+// read and checked in fused_steps.cpp.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <Eigen/Core>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "backends/cpu/compute_pool.h"
+#include "backends/cpu/element.h"
 #include "backends/cpu/float_math.h"
 #include "backends/cpu/fused_steps.h"
 #include "backends/cpu/kernel.h"
@@ -175,14 +178,29 @@ struct FreeDeleter {
   void operator()(void* p) const noexcept { std::free(p); }
 };
 
+// Rounds each of `len` f32 values to bf16 precision in place, as narrow() and widen() do.
+void round_to_bf16(float* x, int64_t len) {
+  constexpr int64_t kGroup = 16;
+  int64_t i = 0;
+  for (; i + kGroup <= len; i += kGroup) {
+    float group[kGroup];
+    for (int64_t j = 0; j < kGroup; ++j) group[j] = widen(narrow(x[i + j]));
+    for (int64_t j = 0; j < kGroup; ++j) x[i + j] = group[j];
+  }
+  for (; i < len; ++i) x[i] = widen(narrow(x[i]));
+}
+
+// T is the storage type (float, double or Bf16); the chain computes in C = compute_t<T>.
 template <class T>
 class FusedRun {
  public:
-  static constexpr int64_t kBlock = 4096 / sizeof(T);  // a multiple of every vector width
+  using C = compute_t<T>;
+  static constexpr bool kNarrow = !std::is_same_v<T, C>;  // bf16: stored rounded
+  static constexpr int64_t kBlock = 4096 / sizeof(C);  // a multiple of every vector width
   // Scratch blocks sit a cache line more than a block apart: at exactly 4 KiB apart, a step
   // reading one block and writing another would hit the same 4 KiB offsets, which the CPU
   // mistakes for a store it must forward (4K aliasing) on every access.
-  static constexpr int64_t kStride = kBlock + 64 / sizeof(T);
+  static constexpr int64_t kStride = kBlock + 64 / sizeof(C);
 
   FusedRun(const KernelArgs& args, FusedSteps fused)
       : args_(args),
@@ -227,6 +245,7 @@ class FusedRun {
       }
       if (desc.shape == shape_) {
         kinds_[e] = Kind::kSame;
+        if (kNarrow) slot_of_[e] = blocks++;  // widened a block at a time
       } else if (desc.shape.numel() == 1) {
         kinds_[e] = spread[e] ? Kind::kSplat : Kind::kScalar;
         if (spread[e]) slot_of_[e] = blocks++;
@@ -236,7 +255,16 @@ class FusedRun {
         slot_of_[e] = blocks++;
       }
     }
-    if (fused_.reduction) fold_ = make_fold<T>(*fused_.reduction, args.output.desc->shape);
+    if (kNarrow) {
+      if (fused_.reduction) fused_malformed("a bf16 chain cannot end in a reduction");
+      output_slot_ = blocks++;  // the chain's result, rounded into the output
+      scalars_.resize(external);
+      for (std::size_t e = 0; e < external; ++e) {
+        if (kinds_[e] == Kind::kScalar) scalars_[e] = load(args.inputs[e].as<T>()[0]);
+      }
+    } else if (fused_.reduction) {
+      fold_ = make_fold<C>(*fused_.reduction, args.output.desc->shape);
+    }
     // Without a reduction, blocks are independent and large chains spread them over the pool's
     // threads, each with scratch blocks of its own.
     const int64_t n = shape_.numel();
@@ -244,13 +272,14 @@ class FusedRun {
     if (!fold_ && pool.threads() > 1 && n >= kParallelElements) pool_ = &pool;
     blocks_per_thread_ = std::max<std::size_t>(1, blocks);
     const std::size_t threads = pool_ ? static_cast<std::size_t>(pool.threads()) : 1;
-    scratch_.reset(static_cast<T*>(
-        std::aligned_alloc(64, threads * blocks_per_thread_ * kStride * sizeof(T))));
+    scratch_.reset(static_cast<C*>(
+        std::aligned_alloc(64, threads * blocks_per_thread_ * kStride * sizeof(C))));
     if (!scratch_) throw std::bad_alloc();
     for (std::size_t t = 0; t < threads; ++t) {
       for (std::size_t e = 0; e < external; ++e) {
         if (kinds_[e] == Kind::kSplat) {
-          std::fill_n(block(slot_of_[e], static_cast<int>(t)), kBlock, args.inputs[e].as<T>()[0]);
+          std::fill_n(block(slot_of_[e], static_cast<int>(t)), kBlock,
+                      load(args.inputs[e].as<T>()[0]));
         }
       }
     }
@@ -267,7 +296,9 @@ class FusedRun {
           [&](int64_t first, int64_t last, int thread) { run_blocks(first, last, thread); });
     }
     run_blocks(0, blocks, 0);
-    if (fold_) fold_->store(args_.output.as<T>());
+    if constexpr (!kNarrow) {
+      if (fold_) fold_->store(args_.output.as<T>());
+    }
   }
 
  private:
@@ -318,9 +349,9 @@ class FusedRun {
     T* out = args_.output.as<T>();
     // Operands of one block; a chain has few, so they stay on the stack.
     constexpr std::size_t kOnStack = 16;
-    const T* on_stack[kOnStack];
-    std::vector<const T*> on_heap(args_.inputs.size() > kOnStack ? args_.inputs.size() : 0);
-    const T** operand = on_heap.empty() ? on_stack : on_heap.data();
+    const C* on_stack[kOnStack];
+    std::vector<const C*> on_heap(args_.inputs.size() > kOnStack ? args_.inputs.size() : 0);
+    const C** operand = on_heap.empty() ? on_stack : on_heap.data();
     for (int64_t b = first; b < last; ++b) {
       const int64_t start = b * kBlock;
       const int64_t len = std::min(kBlock, n - start);
@@ -328,31 +359,48 @@ class FusedRun {
         operand[e] = read(e, start, len, thread);
       }
       for (const FusedStep& step : fused_.steps) {
-        T* dst = step.destination < 0 ? out + start : block(step.destination, thread);
+        C* dst = step.destination >= 0   ? block(step.destination, thread)
+                 : kNarrow               ? block(output_slot_, thread)
+                                         : reinterpret_cast<C*>(out) + start;
         apply(step, resolve(step.a, operand, thread), resolve(step.b, operand, thread), dst, len);
+        if constexpr (kNarrow) round_to_bf16(dst, len);
       }
-      if (fold_) fold_->feed(resolve(fused_.reduction->a, operand, thread).data, len);
+      if constexpr (kNarrow) {
+        narrow_block(block(output_slot_, thread), out + start, len);
+      } else if (fold_) {
+        fold_->feed(resolve(fused_.reduction->a, operand, thread).data, len);
+      }
     }
   }
 
-  T* block(std::size_t i, int thread) {
+  C* block(std::size_t i, int thread) {
     return scratch_.get() + (static_cast<std::size_t>(thread) * blocks_per_thread_ + i) * kStride;
   }
 
-  Operand<T> resolve(int32_t ref, const T* const* operand, int thread) {
+  Operand<C> resolve(int32_t ref, const C* const* operand, int thread) {
     if (ref < 0) return {block(static_cast<std::size_t>(-ref - 1), thread), false};
     return {operand[static_cast<std::size_t>(ref)],
             kinds_[static_cast<std::size_t>(ref)] == Kind::kScalar};
   }
 
   // Operand e's values for elements [start, start + len), contiguous (its one value if scalar).
-  const T* read(std::size_t e, int64_t start, int64_t len, int thread) {
+  const C* read(std::size_t e, int64_t start, int64_t len, int thread) {
     const T* data = args_.inputs[e].as<T>();
     switch (kinds_[e]) {
       case Kind::kSame:
-        return data + start;
+        if constexpr (kNarrow) {
+          C* buffer = block(slot_of_[e], thread);
+          widen_block(data + start, buffer, len);
+          return buffer;
+        } else {
+          return data + start;
+        }
       case Kind::kScalar:
-        return data;
+        if constexpr (kNarrow) {
+          return &scalars_[e];
+        } else {
+          return data;
+        }
       case Kind::kSplat:
         return block(slot_of_[e], thread);
       case Kind::kGather:
@@ -368,17 +416,21 @@ class FusedRun {
       rest /= v.extent[d];
       offset += index[d] * v.stride[d];
     }
-    T* buffer = block(slot_of_[e], thread);
+    C* buffer = block(slot_of_[e], thread);
     const int64_t inner = v.extent[last], step = v.stride[last];
     for (int64_t i = 0; i < len;) {
       // The rest of the innermost run, repeated, copied or strided.
       const int64_t run = std::min(inner - index[last], len - i);
       if (step == 0) {
-        std::fill_n(buffer + i, run, data[offset]);
+        std::fill_n(buffer + i, run, load(data[offset]));
       } else if (step == 1) {
-        std::copy_n(data + offset, run, buffer + i);
+        if constexpr (kNarrow) {
+          widen_block(data + offset, buffer + i, run);
+        } else {
+          std::copy_n(data + offset, run, buffer + i);
+        }
       } else {
-        for (int64_t k = 0; k < run; ++k) buffer[i + k] = data[offset + k * step];
+        for (int64_t k = 0; k < run; ++k) buffer[i + k] = load(data[offset + k * step]);
       }
       i += run;
       if (i == len) break;
@@ -394,9 +446,9 @@ class FusedRun {
     return buffer;
   }
 
-  static void apply(const FusedStep& step, Operand<T> a, Operand<T> b, T* dst, int64_t len) {
-    const Eigen::Map<const Array<T>> x(a.data, len);  // unary steps: never a scalar
-    Eigen::Map<Array<T>> o(dst, len);
+  static void apply(const FusedStep& step, Operand<C> a, Operand<C> b, C* dst, int64_t len) {
+    const Eigen::Map<const Array<C>> x(a.data, len);  // unary steps: never a scalar
+    Eigen::Map<Array<C>> o(dst, len);
     switch (step.kernel) {
       case Kernel::kAdd:
         binary_expression(a, b, dst, len, [](auto& r, const auto& p, const auto& q) { r = p + q; });
@@ -415,10 +467,10 @@ class FusedRun {
         return;
       case Kernel::kMaximum:
         // NaN propagates, as in the unfused kernel.
-        binary_elementwise(a, b, dst, len, [](T p, T q) { return (p > q || p != p) ? p : q; });
+        binary_elementwise(a, b, dst, len, [](C p, C q) { return (p > q || p != p) ? p : q; });
         return;
       case Kernel::kMinimum:
-        binary_elementwise(a, b, dst, len, [](T p, T q) { return (p < q || p != p) ? p : q; });
+        binary_elementwise(a, b, dst, len, [](C p, C q) { return (p < q || p != p) ? p : q; });
         return;
       case Kernel::kNeg:
         o = -x;
@@ -427,7 +479,7 @@ class FusedRun {
         o = x.abs();
         return;
       case Kernel::kRelu:
-        binary_elementwise(a, a, dst, len, [](T p, T) { return p < T(0) ? T(0) : p; });
+        binary_elementwise(a, a, dst, len, [](C p, C) { return p < C(0) ? C(0) : p; });
         return;
       case Kernel::kExp:
         o = transcendental<Kernel::kExp>(x);
@@ -473,10 +525,12 @@ class FusedRun {
   const Shape& shape_;  // the chain's
   std::vector<Kind> kinds_;
   std::vector<GatherView> views_;
-  std::vector<std::size_t> slot_of_;  // scratch block of each spread or gathered operand
-  std::unique_ptr<T[], FreeDeleter> scratch_;
+  std::vector<std::size_t> slot_of_;  // scratch block of each spread, gathered or widened operand
+  std::vector<C> scalars_;            // bf16: one-element operands, widened
+  std::size_t output_slot_ = 0;       // bf16: the block the chain's result is rounded from
+  std::unique_ptr<C[], FreeDeleter> scratch_;
   std::size_t blocks_per_thread_ = 1;
-  std::unique_ptr<Fold<T>> fold_;
+  std::unique_ptr<Fold<C>> fold_;
   ComputePool* pool_ = nullptr;  // set when the blocks are spread over threads
 };
 
@@ -489,9 +543,12 @@ void fused_kernel(const KernelArgs& args) {
     case DType::kF64:
       FusedRun<double>(args, std::move(steps)).run();
       return;
+    case DType::kBF16:
+      FusedRun<Bf16>(args, std::move(steps)).run();
+      return;
     default:
-      fused_malformed(
-          fmt::format("{} output (f32 and f64 fuse)", dtype_name(args.output.desc->dtype)));
+      fused_malformed(fmt::format("{} output (f32, f64 and bf16 fuse)",
+                                  dtype_name(args.output.desc->dtype)));
   }
 }
 

@@ -1,5 +1,5 @@
 // backends/cpu kFused: a fused chain gives the same bits as its steps run as separate kernels
-// (with broadcasting, across block boundaries, in f32 and f64), and malformed step lists are
+// (with broadcasting, across block boundaries, in f32, f64 and bf16), and malformed step lists are
 // rejected with a message.
 #include <gtest/gtest.h>
 
@@ -62,7 +62,7 @@ TEST_P(FusedKernel, MatchesTheUnfusedKernelsBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, FusedKernel,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF64),
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF64, DType::kBF16),
                                             // empty, one vector, across blocks, and ragged tails
                                             ::testing::Values<int64_t>(0, 1, 8, 341, 1500, 4097)),
                          [](const auto& info) {
@@ -86,7 +86,7 @@ TEST(FusedKernelSteps, MayWriteTheBufferTheyRead) {
 
 TEST(FusedKernelSteps, OneElementOperandsOnEitherSideGiveTheUnfusedBits) {
   // A one-element operand of a binary step is read as a scalar, unless both are one element.
-  for (DType dtype : {DType::kF32, DType::kF64}) {
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
     const std::vector<HostTensor> externals = operands(dtype, 5, 333, 5);
     const std::vector<Step> steps = {
         {Kernel::kSub, 3, 0},       // scalar - x
@@ -149,7 +149,7 @@ TEST(FusedKernelSteps, MalformedListsAreRejected) {
                "operand 0 is f64"));
   EXPECT_TRUE(contains(
       message({0, exp_k, -1, 0, 0, 0}, {HostTensor{DType::kI32, {4}, {1, 2, 3, 4}}}, DType::kI32),
-      "f32 and f64 fuse"));
+      "f32, f64 and bf16 fuse"));
   EXPECT_EQ(message({0, exp_k, -1, 0, 0, 0}), "");
 }
 
