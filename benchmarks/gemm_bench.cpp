@@ -102,10 +102,10 @@ cpu::Gemm make_gemm(const Shape3& s, Buffers& x, GemmPrecision precision) {
   g.m = s.m;
   g.n = s.n;
   g.k = s.k;
-  g.a = {bf16 ? static_cast<const void*>(x.a16.data()) : x.a.data(),
-         s.transpose_a ? s.m : s.k, s.transpose_a, bf16};
-  g.b = {bf16 ? static_cast<const void*>(x.b16.data()) : x.b.data(),
-         s.transpose_b ? s.k : s.n, s.transpose_b, bf16};
+  g.a = {bf16 ? static_cast<const void*>(x.a16.data()) : x.a.data(), s.transpose_a ? s.m : s.k,
+         s.transpose_a, bf16};
+  g.b = {bf16 ? static_cast<const void*>(x.b16.data()) : x.b.data(), s.transpose_b ? s.k : s.n,
+         s.transpose_b, bf16};
   g.out = bf16 ? static_cast<void*>(x.out16.data()) : x.out.data();
   g.ldc = s.n;
   g.out_bf16 = bf16;
@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (thread_counts.empty()) thread_counts = cores > 1 ? std::vector<int>{1, cores} : std::vector<int>{1};
+  if (thread_counts.empty())
+    thread_counts = cores > 1 ? std::vector<int>{1, cores} : std::vector<int>{1};
   std::vector<cpu::CpuIsa> paths;
   if (isas.empty()) {
     for (cpu::CpuIsa isa : {cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512, cpu::CpuIsa::kAvx512Bf16}) {

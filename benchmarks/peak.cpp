@@ -20,43 +20,48 @@ using Clock = std::chrono::steady_clock;
 #define AXLE_TWELVE(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
 // `iterations` rounds of 24 instructions; returns the flops done.
+// clang-format off
+#define AXLE_CLOBBERS "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
+                      "xmm9", "xmm10", "xmm11", "xmm14", "xmm15"
+#define AXLE_FMA256(r) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #r "\n\t"
+#define AXLE_FMA512(r) "vfmadd231ps %%zmm14, %%zmm15, %%zmm" #r "\n\t"
+#define AXLE_DPBF16(r) "vdpbf16ps %%zmm14, %%zmm15, %%zmm" #r "\n\t"
 double run_loop(PeakInstruction instruction, int64_t iterations) {
 #if defined(__x86_64__)
   switch (instruction) {
     case PeakInstruction::kFma256:
       for (int64_t i = 0; i < iterations; ++i) {
-#define AXLE_FMA256(r) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #r "\n\t"
-        __asm__ volatile("vxorps %%ymm14, %%ymm14, %%ymm14\n\t" "vxorps %%ymm15, %%ymm15, %%ymm15\n\t"
+        __asm__ volatile("vxorps %%ymm14, %%ymm14, %%ymm14\n\t"
+                         "vxorps %%ymm15, %%ymm15, %%ymm15\n\t"
                          AXLE_TWELVE(AXLE_FMA256) AXLE_TWELVE(AXLE_FMA256)
-                         ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
-                         "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", "xmm15");
-#undef AXLE_FMA256
+                         ::: AXLE_CLOBBERS);
       }
       return static_cast<double>(iterations) * 24 * 16;
     case PeakInstruction::kFma512:
       for (int64_t i = 0; i < iterations; ++i) {
-#define AXLE_FMA512(r) "vfmadd231ps %%zmm14, %%zmm15, %%zmm" #r "\n\t"
-        __asm__ volatile("vpxord %%zmm14, %%zmm14, %%zmm14\n\t" "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
+        __asm__ volatile("vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
+                         "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
                          AXLE_TWELVE(AXLE_FMA512) AXLE_TWELVE(AXLE_FMA512)
-                         ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
-                         "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", "xmm15");
-#undef AXLE_FMA512
+                         ::: AXLE_CLOBBERS);
       }
       return static_cast<double>(iterations) * 24 * 32;
     case PeakInstruction::kDpbf16:
       for (int64_t i = 0; i < iterations; ++i) {
-#define AXLE_DPBF16(r) "vdpbf16ps %%zmm14, %%zmm15, %%zmm" #r "\n\t"
-        __asm__ volatile("vpxord %%zmm14, %%zmm14, %%zmm14\n\t" "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
+        __asm__ volatile("vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
+                         "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
                          AXLE_TWELVE(AXLE_DPBF16) AXLE_TWELVE(AXLE_DPBF16)
-                         ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
-                         "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", "xmm15");
-#undef AXLE_DPBF16
+                         ::: AXLE_CLOBBERS);
       }
       return static_cast<double>(iterations) * 24 * 64;
   }
 #endif
   return 0;
 }
+#undef AXLE_DPBF16
+#undef AXLE_FMA512
+#undef AXLE_FMA256
+#undef AXLE_CLOBBERS
+// clang-format on
 
 #undef AXLE_TWELVE
 
@@ -112,7 +117,8 @@ double measure_peak_gflops(PeakInstruction instruction, int threads, double seco
     std::vector<double> rates(static_cast<std::size_t>(threads));
     std::vector<std::thread> workers;
     for (int t = 1; t < threads; ++t) {
-      workers.emplace_back([&, t] { rates[static_cast<std::size_t>(t)] = timed_loop(instruction, seconds, go); });
+      workers.emplace_back(
+          [&, t] { rates[static_cast<std::size_t>(t)] = timed_loop(instruction, seconds, go); });
     }
     go.store(true, std::memory_order_release);
     rates[0] = timed_loop(instruction, seconds, go);

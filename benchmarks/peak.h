@@ -10,9 +10,9 @@ namespace axle::bench {
 
 /// The multiply-add instructions whose rate bounds the product kernels.
 enum class PeakInstruction {
-  kFma256,   ///< vfmadd231ps on 8 floats (AVX2): 16 flops
-  kFma512,   ///< vfmadd231ps on 16 floats (AVX-512): 32 flops
-  kDpbf16,   ///< vdpbf16ps on 32 bf16 pairs (AVX512_BF16): 64 flops
+  kFma256,  ///< vfmadd231ps on 8 floats (AVX2): 16 flops
+  kFma512,  ///< vfmadd231ps on 16 floats (AVX-512): 32 flops
+  kDpbf16,  ///< vdpbf16ps on 32 bf16 pairs (AVX512_BF16): 64 flops
 };
 
 [[nodiscard]] std::string_view peak_instruction_name(PeakInstruction instruction) noexcept;

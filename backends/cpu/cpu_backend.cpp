@@ -171,9 +171,7 @@ class CpuShare final : public DeviceMemory {
   ~CpuShare() override { account_->remove(shared_->bytes()); }
   void* data() noexcept override { return shared_->data(); }
   std::size_t bytes() const noexcept override { return shared_->bytes(); }
-  bool exclusive() const noexcept override {
-    return use_count() == 1 && shared_->use_count() == 1;
-  }
+  bool exclusive() const noexcept override { return use_count() == 1 && shared_->use_count() == 1; }
 
  private:
   IntrusivePtr<DeviceMemory> shared_;

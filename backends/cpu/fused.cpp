@@ -196,7 +196,7 @@ class FusedRun {
  public:
   using C = compute_t<T>;
   static constexpr bool kNarrow = !std::is_same_v<T, C>;  // bf16: stored rounded
-  static constexpr int64_t kBlock = 4096 / sizeof(C);  // a multiple of every vector width
+  static constexpr int64_t kBlock = 4096 / sizeof(C);     // a multiple of every vector width
   // Scratch blocks sit a cache line more than a block apart: at exactly 4 KiB apart, a step
   // reading one block and writing another would hit the same 4 KiB offsets, which the CPU
   // mistakes for a store it must forward (4K aliasing) on every access.
@@ -359,9 +359,9 @@ class FusedRun {
         operand[e] = read(e, start, len, thread);
       }
       for (const FusedStep& step : fused_.steps) {
-        C* dst = step.destination >= 0   ? block(step.destination, thread)
-                 : kNarrow               ? block(output_slot_, thread)
-                                         : reinterpret_cast<C*>(out) + start;
+        C* dst = step.destination >= 0 ? block(step.destination, thread)
+                 : kNarrow             ? block(output_slot_, thread)
+                                       : reinterpret_cast<C*>(out) + start;
         apply(step, resolve(step.a, operand, thread), resolve(step.b, operand, thread), dst, len);
         if constexpr (kNarrow) round_to_bf16(dst, len);
       }
@@ -547,8 +547,8 @@ void fused_kernel(const KernelArgs& args) {
       FusedRun<Bf16>(args, std::move(steps)).run();
       return;
     default:
-      fused_malformed(fmt::format("{} output (f32, f64 and bf16 fuse)",
-                                  dtype_name(args.output.desc->dtype)));
+      fused_malformed(
+          fmt::format("{} output (f32, f64 and bf16 fuse)", dtype_name(args.output.desc->dtype)));
   }
 }
 

@@ -131,8 +131,8 @@ void tile(int64_t steps, const float* a, const float* b, const TileIo& io) noexc
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const float* in = io.in + r * io.ld_in;
-      acc[r][0] = _mm256_add_ps(n0 >= 8 ? _mm256_loadu_ps(in) : _mm256_maskload_ps(in, m0),
-                                acc[r][0]);
+      acc[r][0] =
+          _mm256_add_ps(n0 >= 8 ? _mm256_loadu_ps(in) : _mm256_maskload_ps(in, m0), acc[r][0]);
       acc[r][1] = _mm256_add_ps(n1 >= 8 ? _mm256_loadu_ps(in + 8) : _mm256_maskload_ps(in + 8, m1),
                                 acc[r][1]);
     }
@@ -153,8 +153,7 @@ struct Traits {
   static constexpr int64_t kColumnBlock = 1024;
   static void pack_a(const Gemm& g, int64_t i0, int64_t rows, int64_t p0, int64_t depth,
                      float* dst) noexcept {
-    pack<kRows>({g.a.data, g.a.ld, !g.a.transposed, g.a.bf16, kQuantize}, i0, rows, p0, depth,
-                dst);
+    pack<kRows>({g.a.data, g.a.ld, !g.a.transposed, g.a.bf16, kQuantize}, i0, rows, p0, depth, dst);
   }
   static void pack_b(const Gemm& g, int64_t j0, int64_t cols, int64_t p0, int64_t depth,
                      float* dst) noexcept {
@@ -164,12 +163,18 @@ struct Traits {
   static void tile(int rows, int64_t steps, const float* a, const float* b,
                    const TileIo& io) noexcept {
     switch (rows) {
-      case 6: return avx2_gemm::tile<6>(steps, a, b, io);
-      case 5: return avx2_gemm::tile<5>(steps, a, b, io);
-      case 4: return avx2_gemm::tile<4>(steps, a, b, io);
-      case 3: return avx2_gemm::tile<3>(steps, a, b, io);
-      case 2: return avx2_gemm::tile<2>(steps, a, b, io);
-      default: return avx2_gemm::tile<1>(steps, a, b, io);
+      case 6:
+        return avx2_gemm::tile<6>(steps, a, b, io);
+      case 5:
+        return avx2_gemm::tile<5>(steps, a, b, io);
+      case 4:
+        return avx2_gemm::tile<4>(steps, a, b, io);
+      case 3:
+        return avx2_gemm::tile<3>(steps, a, b, io);
+      case 2:
+        return avx2_gemm::tile<2>(steps, a, b, io);
+      default:
+        return avx2_gemm::tile<1>(steps, a, b, io);
     }
   }
 };
@@ -238,7 +243,8 @@ void avx2_direct_gemm(const DirectProduct& q) {
 
 GemmBlockKernel avx2_gemm_kernel(GemmPrecision precision) {
   using namespace avx2_gemm;
-  if (precision == GemmPrecision::kF32) return {kRows, kColumns, gemm_detail::run_block<Traits<false>>};
+  if (precision == GemmPrecision::kF32)
+    return {kRows, kColumns, gemm_detail::run_block<Traits<false>>};
   return {kRows, kColumns, gemm_detail::run_block<Traits<true>>};
 }
 

@@ -198,9 +198,10 @@ ALWAYS_INLINE __m512i load_pairs(const kSource* at, int64_t n) noexcept {
   if constexpr (std::is_same_v<kSource, uint16_t>) {
     return _mm512_maskz_loadu_epi16(first_halves(n), at);
   } else {
-    const __m256i lo = _mm512_cvtepi32_epi16(round_to_bf16(_mm512_maskz_loadu_ps(first_lanes(n), at)));
-    const __m256i hi = _mm512_cvtepi32_epi16(
-        round_to_bf16(_mm512_maskz_loadu_ps(first_lanes(n - 16), at + 16)));
+    const __m256i lo =
+        _mm512_cvtepi32_epi16(round_to_bf16(_mm512_maskz_loadu_ps(first_lanes(n), at)));
+    const __m256i hi =
+        _mm512_cvtepi32_epi16(round_to_bf16(_mm512_maskz_loadu_ps(first_lanes(n - 16), at + 16)));
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
   }
 }
@@ -282,12 +283,14 @@ void pack_pairs(const Lines& src, int64_t line0, int64_t lines, int64_t p0, int6
   pack_pairs<kWidth, float>(src, line0, lines, p0, depth, dst);
 }
 
-// ---- register tiles ------------------------------------------------------------------------------
+// ---- register tiles
+// ------------------------------------------------------------------------------
 
 constexpr int64_t kRows = 14, kColumns = 32;
 
 /// Stores a tile row's two accumulators (the first `cols` columns) as f32 or bf16.
-ALWAYS_INLINE void store_row(const TileIo& io, int r, __m512 lo, __m512 hi, __mmask16 m0, __mmask16 m1) noexcept {
+ALWAYS_INLINE void store_row(const TileIo& io, int r, __m512 lo, __m512 hi, __mmask16 m0,
+                             __mmask16 m1) noexcept {
   if (io.out_bf16) {
     auto* out = static_cast<uint16_t*>(io.out) + r * io.ld_out;
     _mm512_mask_cvtepi32_storeu_epi16(out, m0, round_to_bf16(lo));
@@ -343,22 +346,37 @@ void tile(int64_t steps, const Packed* a, const Packed* b, const TileIo& io) noe
 }
 
 template <bool kPairs, class Packed>
-void tile_rows(int rows, int64_t steps, const Packed* a, const Packed* b, const TileIo& io) noexcept {
+void tile_rows(int rows, int64_t steps, const Packed* a, const Packed* b,
+               const TileIo& io) noexcept {
   switch (rows) {
-    case 14: return tile<14, kPairs>(steps, a, b, io);
-    case 13: return tile<13, kPairs>(steps, a, b, io);
-    case 12: return tile<12, kPairs>(steps, a, b, io);
-    case 11: return tile<11, kPairs>(steps, a, b, io);
-    case 10: return tile<10, kPairs>(steps, a, b, io);
-    case 9: return tile<9, kPairs>(steps, a, b, io);
-    case 8: return tile<8, kPairs>(steps, a, b, io);
-    case 7: return tile<7, kPairs>(steps, a, b, io);
-    case 6: return tile<6, kPairs>(steps, a, b, io);
-    case 5: return tile<5, kPairs>(steps, a, b, io);
-    case 4: return tile<4, kPairs>(steps, a, b, io);
-    case 3: return tile<3, kPairs>(steps, a, b, io);
-    case 2: return tile<2, kPairs>(steps, a, b, io);
-    default: return tile<1, kPairs>(steps, a, b, io);
+    case 14:
+      return tile<14, kPairs>(steps, a, b, io);
+    case 13:
+      return tile<13, kPairs>(steps, a, b, io);
+    case 12:
+      return tile<12, kPairs>(steps, a, b, io);
+    case 11:
+      return tile<11, kPairs>(steps, a, b, io);
+    case 10:
+      return tile<10, kPairs>(steps, a, b, io);
+    case 9:
+      return tile<9, kPairs>(steps, a, b, io);
+    case 8:
+      return tile<8, kPairs>(steps, a, b, io);
+    case 7:
+      return tile<7, kPairs>(steps, a, b, io);
+    case 6:
+      return tile<6, kPairs>(steps, a, b, io);
+    case 5:
+      return tile<5, kPairs>(steps, a, b, io);
+    case 4:
+      return tile<4, kPairs>(steps, a, b, io);
+    case 3:
+      return tile<3, kPairs>(steps, a, b, io);
+    case 2:
+      return tile<2, kPairs>(steps, a, b, io);
+    default:
+      return tile<1, kPairs>(steps, a, b, io);
   }
 }
 
@@ -411,7 +429,8 @@ struct PairTraits {
   }
 };
 
-// ---- direct products -----------------------------------------------------------------------------
+// ---- direct products
+// -----------------------------------------------------------------------------
 
 /// A tile of R rows x kVectors * 16 columns of a direct product (gemm.h), columns from col; the
 /// last vector takes the columns `last` masks (the others are whole).
@@ -460,7 +479,8 @@ void direct_columns(const DirectProduct& q, int64_t col, __mmask16 last) noexcep
   if (rest == 0) return;
   [&]<int... kR>(std::integer_sequence<int, kR...>) {
     ((rest == kR + 1 ? direct_tile<kR + 1, kVectors>(q, i0, col, last) : void()), ...);
-  }(std::make_integer_sequence<int, kRows - 1>{});
+  }
+  (std::make_integer_sequence<int, kRows - 1>{});
 }
 
 }  // namespace

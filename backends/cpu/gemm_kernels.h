@@ -59,13 +59,13 @@ class PackBuffer {
   PackBuffer() = default;
   PackBuffer(const PackBuffer&) = delete;
   PackBuffer& operator=(const PackBuffer&) = delete;
-  ~PackBuffer() { ::operator delete(data_, std::align_val_t{64}); }
+  ~PackBuffer() { ::operator delete (data_, std::align_val_t{64}); }
   void* get(std::size_t bytes) {
     if (bytes > bytes_) {
-      ::operator delete(data_, std::align_val_t{64});
+      ::operator delete (data_, std::align_val_t{64});
       data_ = nullptr;
       bytes_ = 0;
-      data_ = ::operator new(bytes, std::align_val_t{64});
+      data_ = ::operator new (bytes, std::align_val_t{64});
       bytes_ = bytes;
     }
     return data_;
@@ -100,11 +100,11 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
 
   const int64_t max_steps = (min_of(kDepth, g.k) + kStep - 1) / kStep;
   const int64_t block_columns = min_of(kColumnBlock, c1 - c0);
-  auto* a_pack = static_cast<Packed*>(a_buffer.get(
-      sizeof(Packed) * static_cast<std::size_t>(kRowBlock * max_steps)));
-  auto* b_pack = static_cast<Packed*>(b_buffer.get(
-      sizeof(Packed) *
-      static_cast<std::size_t>((block_columns + kColumns - 1) / kColumns * kColumns * max_steps)));
+  auto* a_pack = static_cast<Packed*>(
+      a_buffer.get(sizeof(Packed) * static_cast<std::size_t>(kRowBlock * max_steps)));
+  auto* b_pack = static_cast<Packed*>(
+      b_buffer.get(sizeof(Packed) * static_cast<std::size_t>((block_columns + kColumns - 1) /
+                                                             kColumns * kColumns * max_steps)));
   const bool staged = g.out_bf16 && g.k > kDepth;
   const int64_t chunk_rows = staged ? kStageRows : r1 - r0;
   float* stage = staged ? static_cast<float*>(stage_buffer.get(
@@ -144,8 +144,8 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
                 float* at = out_f32 + row * g.ldc + column;
                 tile = {first && !g.accumulate ? nullptr : at, g.ldc, at, g.ldc, false, cols};
               }
-              Traits::tile(static_cast<int>(min_of(kRows, mc - ir)), steps,
-                           a_pack + ir * steps, b_panel, tile);
+              Traits::tile(static_cast<int>(min_of(kRows, mc - ir)), steps, a_pack + ir * steps,
+                           b_panel, tile);
             }
           }
         }

@@ -65,9 +65,10 @@ CpuIsa cpu_isa() noexcept { return current().load(std::memory_order_relaxed); }
 
 void set_cpu_isa(CpuIsa isa) {
   if (isa > detected_cpu_isa()) {
-    throw std::invalid_argument(fmt::format("the CPU kernels cannot use {}: this processor (or "
-                                            "build) supports at most {}",
-                                            cpu_isa_name(isa), cpu_isa_name(detected_cpu_isa())));
+    throw std::invalid_argument(
+        fmt::format("the CPU kernels cannot use {}: this processor (or "
+                    "build) supports at most {}",
+                    cpu_isa_name(isa), cpu_isa_name(detected_cpu_isa())));
   }
   current().store(isa, std::memory_order_relaxed);
 }
@@ -76,9 +77,9 @@ void set_cpu_isa(std::string_view name, std::string_view setting) {
   if (name.empty() || name == "auto") return set_cpu_isa(detected_cpu_isa());
   const std::optional<CpuIsa> isa = parse_cpu_isa(name);
   if (!isa) {
-    throw std::invalid_argument(fmt::format(
-        "{}={}: not an instruction set; use auto, generic, avx2, avx512 or avx512_bf16", setting,
-        name));
+    throw std::invalid_argument(
+        fmt::format("{}={}: not an instruction set; use auto, generic, avx2, avx512 or avx512_bf16",
+                    setting, name));
   }
   try {
     set_cpu_isa(*isa);

@@ -21,12 +21,13 @@ struct Avx2Ops {
   static __m256 max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
   static __m256 floor(__m256 a) { return _mm256_floor_ps(a); }
   static __m256 pow2(__m256 e) {
-    const __m256i bits = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(e), _mm256_set1_epi32(127)), 23);
+    const __m256i bits =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(e), _mm256_set1_epi32(127)), 23);
     return _mm256_castsi256_ps(bits);
   }
   static __m256 fix_exp_edges(__m256 x, __m256 y) {
-    y = _mm256_blendv_ps(y, set(__builtin_huge_valf()), _mm256_cmp_ps(x, set(kExpHigh), _CMP_GT_OQ));
+    y = _mm256_blendv_ps(y, set(__builtin_huge_valf()),
+                         _mm256_cmp_ps(x, set(kExpHigh), _CMP_GT_OQ));
     y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, set(kExpLow), _CMP_LT_OQ));
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   }
@@ -34,7 +35,8 @@ struct Avx2Ops {
 
 __m256i lane_mask(int64_t n) {
   const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n < 0 ? 0 : (n > 8 ? 8 : n))), index);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n < 0 ? 0 : (n > 8 ? 8 : n))),
+                            index);
 }
 
 // exp of up to 8 values at x (the rest of the lanes 0), stored back; returns them.

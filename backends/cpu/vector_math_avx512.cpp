@@ -21,20 +21,21 @@ struct Avx512Ops {
   static __m512 max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
   static __m512 floor(__m512 a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF); }
   static __m512 pow2(__m512 e) {
-    const __m512i bits = _mm512_slli_epi32(
-        _mm512_add_epi32(_mm512_cvtps_epi32(e), _mm512_set1_epi32(127)), 23);
+    const __m512i bits =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(e), _mm512_set1_epi32(127)), 23);
     return _mm512_castsi512_ps(bits);
   }
   static __m512 fix_exp_edges(__m512 x, __m512 y) {
     y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, set(kExpHigh), _CMP_GT_OQ),
                            set(__builtin_huge_valf()));
-    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, set(kExpLow), _CMP_LT_OQ),
-                           _mm512_setzero_ps());
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, set(kExpLow), _CMP_LT_OQ), _mm512_setzero_ps());
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
   }
 };
 
-__mmask16 first_lanes(int64_t n) { return n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1); }
+__mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+}
 
 }  // namespace
 
@@ -61,7 +62,8 @@ void exp_rows(float* x, int64_t n, int64_t ld, const float* shifts, float* sums)
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       float* at = x + r * ld + i;
-      const __m512 e = exp_lanes<Avx512Ops>(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, at), shift[r]));
+      const __m512 e =
+          exp_lanes<Avx512Ops>(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, at), shift[r]));
       _mm512_mask_storeu_ps(at, mask, e);
       sum[r] = _mm512_mask_add_ps(sum[r], mask, sum[r], e);
     }
@@ -76,7 +78,8 @@ void exp_rows(float* x, int64_t n, int64_t ld, const float* shifts, float* sums)
 void exp_shifted_rows_avx512(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,
                              float* sums) {
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) exp_rows<4>(x + r * ld, n, ld, shifts + r, sums ? sums + r : nullptr);
+  for (; r + 4 <= rows; r += 4)
+    exp_rows<4>(x + r * ld, n, ld, shifts + r, sums ? sums + r : nullptr);
   for (; r < rows; ++r) exp_rows<1>(x + r * ld, n, ld, shifts + r, sums ? sums + r : nullptr);
 }
 

@@ -94,6 +94,21 @@ TEST(Fusion, GeluGradientIsOneKernel) {
             1);
 }
 
+TEST(Fusion, Bf16ChainsFuseWithTheUnfusedBitsAndTheirReductionsStayApart) {
+  EXPECT_EQ(
+      fused_kernels([] {
+        const Tensor x = cast(tensor(values(3000, 2.0f), {3000}), DType::kBF16);
+        return std::vector<Tensor>{gelu(tanh(exp(x * 0.5 + 0.25) - 1.5) * 3.0) / (abs(x) + 1.0)};
+      }),
+      1);
+  // The sum is its own kernel; the chain before it still fuses.
+  EXPECT_EQ(fused_kernels([] {
+              const Tensor x = cast(tensor(values(3000, 2.0f), {3000}), DType::kBF16);
+              return std::vector<Tensor>{sum(exp(x * 0.5) + 1.0)};
+            }),
+            1);
+}
+
 TEST(Fusion, ValuesReadTwiceOrReturnedAreStored) {
   // t is read by two ops and u is an output: each is its own kernel's result, and the ops
   // around them fuse into what is left.

@@ -62,7 +62,8 @@ TEST_P(FusedKernel, MatchesTheUnfusedKernelsBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, FusedKernel,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF64, DType::kBF16),
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF64,
+                                                              DType::kBF16),
                                             // empty, one vector, across blocks, and ragged tails
                                             ::testing::Values<int64_t>(0, 1, 8, 341, 1500, 4097)),
                          [](const auto& info) {

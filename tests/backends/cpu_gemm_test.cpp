@@ -125,7 +125,7 @@ Problem make_problem(std::mt19937& rng, int64_t m, int64_t n, int64_t k, bool ta
   fill(p.a, p.a16, (ta ? k : m) * p.lda, a_bf16);
   fill(p.b, p.b16, (tb ? n : k) * p.ldb, b_bf16);
   std::vector<Bf16> unused;
-  fill(p.out, unused, m * p.ldc, false);  // accumulated into, or overwritten
+  fill(p.out, unused, m * p.ldc, false);       // accumulated into, or overwritten
   p.out16.assign(p.out.size(), Bf16{0x7fc0});  // NaN: an entry left unwritten shows
   return p;
 }
@@ -193,8 +193,8 @@ void expect_product(Problem& p, int threads) {
                            (static_cast<double>(p.k) / 2 + 8) * 0x1p-24 * scale + 1e-30;
       if (!(std::abs(got - exact) <= bound)) {
         ADD_FAILURE() << p.describe() << " on avx512_bf16, threads=" << threads << ": (" << i
-                      << ", " << j << ") is " << got << ", exactly " << exact << " (bound "
-                      << bound << ")";
+                      << ", " << j << ") is " << got << ", exactly " << exact << " (bound " << bound
+                      << ")";
         ++failures;
       }
     }
@@ -222,8 +222,8 @@ TEST_P(GemmPath, F32MatchesThePromisedSumsAcrossCacheBlocks) {
   for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
            {230, 531, 530}, {29, 1100, 257}, {700, 33, 1025}, {1, 1, 3000}, {15, 47, 511}}) {
     for (const bool ta : {false, true}) {
-      Problem p = make_problem(rng, m, n, k, ta, !ta, false, false, false, false,
-                               GemmPrecision::kF32);
+      Problem p =
+          make_problem(rng, m, n, k, ta, !ta, false, false, false, false, GemmPrecision::kF32);
       expect_product(p, 2);
     }
   }
@@ -300,7 +300,8 @@ TEST_P(GemmPath, DirectProductsAreOneChainPerElementFromTheOutput) {
     const int64_t a_row = transposed ? 1 : depth + 2, a_col = transposed ? m + 3 : 1;
     const int64_t ldb = n + 5, ldc = n + 1;
     std::vector<float> a(static_cast<std::size_t>((transposed ? depth * a_col : m * a_row) + 4));
-    std::vector<float> b(static_cast<std::size_t>(depth * ldb)), c(static_cast<std::size_t>(m * ldc));
+    std::vector<float> b(static_cast<std::size_t>(depth * ldb)),
+        c(static_cast<std::size_t>(m * ldc));
     for (float& v : a) v = normal(rng);
     for (float& v : b) v = normal(rng);
     for (float& v : c) v = normal(rng);
@@ -315,8 +316,8 @@ TEST_P(GemmPath, DirectProductsAreOneChainPerElementFromTheOutput) {
         want[static_cast<std::size_t>(i * ldc + j)] = sum;
       }
     }
-    cpu::direct_gemm({m, n, depth, a.data(), a_row, a_col, b.data(), ldb, c.data(), ldc,
-                      accumulate});
+    cpu::direct_gemm(
+        {m, n, depth, a.data(), a_row, a_col, b.data(), ldb, c.data(), ldc, accumulate});
     ASSERT_EQ(c, want) << "m=" << m << " n=" << n << " depth=" << depth
                        << " transposed=" << transposed << " accumulate=" << accumulate;
   }
@@ -360,8 +361,7 @@ TEST(CpuIsa, NamesRoundTripAndAPathAboveTheProcessorsIsRefused) {
   }
   EXPECT_FALSE(cpu::parse_cpu_isa("sse2").has_value());
   const CpuIsa before = cpu::cpu_isa();
-  const std::string unknown =
-      invalid_message([] { cpu::set_cpu_isa("neon", "AXLE_CPU_ISA"); });
+  const std::string unknown = invalid_message([] { cpu::set_cpu_isa("neon", "AXLE_CPU_ISA"); });
   EXPECT_NE(unknown.find("AXLE_CPU_ISA=neon"), std::string::npos) << unknown;
   if (cpu::detected_cpu_isa() < CpuIsa::kAvx512Bf16) {
     const std::string above = invalid_message([] { cpu::set_cpu_isa(CpuIsa::kAvx512Bf16); });

@@ -71,8 +71,9 @@ TEST_P(VectorMathPath, ExpIsWithinTwoUlpsOverTheNormalRange) {
 TEST_P(VectorMathPath, ExpEdges) {
   const IsaScope scope(GetParam());
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  std::vector<float> x{-kInf, kInf, std::numeric_limits<float>::quiet_NaN(), 89.0f, -105.0f,
-                       0.0f,  -0.0f, 88.72f, -100.0f};
+  std::vector<float> x{-kInf, kInf,    std::numeric_limits<float>::quiet_NaN(),
+                       89.0f, -105.0f, 0.0f,
+                       -0.0f, 88.72f,  -100.0f};
   cpu::exp_shifted_sum(x.data(), static_cast<int64_t>(x.size()), 0.0f);
   EXPECT_EQ(x[0], 0.0f);
   EXPECT_EQ(x[1], kInf);

@@ -107,8 +107,7 @@ inline std::vector<double> decode(DType dtype, const std::byte* p, std::size_t n
 inline HostTensor run_kernel(Kernel kernel, const std::vector<HostTensor>& inputs, DType out_dtype,
                              const Shape& out_shape, std::vector<int64_t> ints = {},
                              std::vector<double> reals = {}) {
-  static std::unique_ptr<Backend> backend =
-      make_cpu_backend(1, {.cpu_isa = requested_cpu_isa()});
+  static std::unique_ptr<Backend> backend = make_cpu_backend(1, {.cpu_isa = requested_cpu_isa()});
   Executable program;
   std::vector<IntrusivePtr<DeviceMemory>> buffers;
   KernelCall call{kernel, {}, 0, std::move(ints), std::move(reals)};
