@@ -37,7 +37,14 @@ struct ConvGeometry {
   int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
   int64_t layout = 0;  // which of x (1), w (2), out (4) are stored with dims 0 and 1 swapped
   bool bias = false;   // a third input, b [o] added to each output plane (a folded add)
+  // bf16 data widened to f32: the products multiply in bf16 (exact for such values) on the
+  // instruction set's bf16 kernels.
+  bool bf16_products = false;
 };
+
+GemmPrecision precision_of(const ConvGeometry& g) {
+  return g.bf16_products ? GemmPrecision::kBf16 : GemmPrecision::kF32;
+}
 
 /// Where plane (i, j) of x [n, c, ...], w [o, c, ...] and out [n, o, ...] starts: i * first +
 /// j * second elements in. Without a swapped layout, the planes of NCHW.
@@ -70,9 +77,11 @@ ConvGeometry plan_conv(const KernelArgs& args) {
     throw std::invalid_argument(fmt::format("{}: {}", describe(args, attributes), why));
   };
   if (args.inputs.size() != 2 && args.inputs.size() != 3) reject("conv2d takes [x, w(, b)]");
-  if ((ints.size() != 7 && ints.size() != 8) || (ints.size() == 8 && (ints[7] < 0 || ints[7] > 7))) {
-    reject("ints must be [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups(, "
-           "layout in [0, 7])]");
+  if ((ints.size() != 7 && ints.size() != 8) ||
+      (ints.size() == 8 && (ints[7] < 0 || ints[7] > 7))) {
+    reject(
+        "ints must be [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups(, "
+        "layout in [0, 7])]");
   }
   const int64_t layout = ints.size() == 8 ? ints[7] : 0;
   if (layout != 0 && ints[6] != 1) reject("a swapped layout needs groups = 1");
@@ -90,8 +99,10 @@ ConvGeometry plan_conv(const KernelArgs& args) {
   if (!is_floating(out.dtype)) reject("conv2d supports f32, f64 and bf16");
   if (args.inputs.size() == 3) {
     const BufferDesc& b = *args.inputs[2].desc;
-    if (b.dtype != out.dtype || out.dtype == DType::kBF16) reject("a bias must be f32 or f64, the output's dtype");
-    if (w.shape.rank() == 4 && b.shape.numel() != w.shape[0]) reject("a bias needs one value per output channel");
+    if (b.dtype != out.dtype || out.dtype == DType::kBF16)
+      reject("a bias must be f32 or f64, the output's dtype");
+    if (w.shape.rank() == 4 && b.shape.numel() != w.shape[0])
+      reject("a bias needs one value per output channel");
     g.bias = true;
   }
   if (x.shape.rank() != 4 || w.shape.rank() != 4) reject("x and w must have rank 4");
@@ -355,7 +366,8 @@ void conv2d_by_columns(const T* x, const T* w, const T* bias, T* out, const Conv
           b = col;
         }
         gemm<T>({out_group, columns, patch, w + grp * out_group * patch, patch, b,
-                 pointwise ? out_plane : columns, out_group_planes + y0 * g.ow, out_plane},
+                 pointwise ? out_plane : columns, out_group_planes + y0 * g.ow, out_plane, false,
+                 precision_of(g)},
                 false, false, gemm_pool);
       }
     }
@@ -397,11 +409,10 @@ void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, const
   // block is one channel's kernel rows.
   const bool channels_apart = s.w_c != g.kh * g.kw;
   const int64_t block_units =
-      channels_apart
-          ? g.kh
-          : std::clamp<int64_t>(kBlockFloats / (part_rows * g.kw * unit_step), 1,
-                                units / unit_step) *
-                unit_step;
+      channels_apart ? g.kh
+                     : std::clamp<int64_t>(kBlockFloats / (part_rows * g.kw * unit_step), 1,
+                                           units / unit_step) *
+                           unit_step;
   const std::size_t block_bytes =
       sizeof(T) * static_cast<std::size_t>(part_rows * block_units * g.kw);
   // Scratch is taken for every thread before the parts run (a part may not grow another
@@ -427,9 +438,10 @@ void conv2d_by_rows(const T* x, const T* w, T* out, const ConvGeometry& g, const
         }
         // Kernel row u0 is row u0 % kh of channel u0 / kh.
         const T* b = wg + o0 * s.w_o + u0 / g.kh * s.w_c + u0 % g.kh * g.kw;
-        MatrixProduct q{r1 - r0, o1 - o0, k, block, k, b, s.w_o, products + r0 * out_group + o0,
+        MatrixProduct q{r1 - r0,  o1 - o0, k, block, k, b, s.w_o, products + r0 * out_group + o0,
                         out_group};
         q.accumulate = u0 > 0;
+        q.precision = precision_of(g);
         gemm<T>(q, false, true, nullptr);
       }
     };
@@ -484,7 +496,8 @@ void conv2d_by_taps(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
     T* tap_planes = static_cast<T*>(pool.scratch(thread, sizeof(T) * rows * plane));
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       gemm<T>({rows, plane, in_group, tap_weights.data() + grp * rows * in_group, in_group,
-               x + (n * g.c + grp * in_group) * plane, plane, tap_planes, plane},
+               x + (n * g.c + grp * in_group) * plane, plane, tap_planes, plane, false,
+               precision_of(g)},
               false, false, gemm_pool);
       for (int64_t o = 0; o < out_group; ++o) {
         T* dst = out + (n * g.o + grp * out_group + o) * out_plane;
@@ -650,8 +663,8 @@ void conv2d_small_output(const float* x, const float* w, float* out, const ConvG
       const float* kernel = w + o * s.w_o;
       float* dst = out + n * s.out_n + o * s.out_o;
       switch (g.oh * 4 + g.ow) {
-#define AXLE_SMALL_OUTPUT_CASE(oh, ow)                                                   \
-  case oh * 4 + ow:                                                                      \
+#define AXLE_SMALL_OUTPUT_CASE(oh, ow)                                                    \
+  case oh * 4 + ow:                                                                       \
     small_output_sums<oh, ow>(planes, padded_plane, kernel, s.w_c, in_group, g, wp, dst); \
     break;
         AXLE_SMALL_OUTPUT_CASE(1, 1)
@@ -701,7 +714,8 @@ void conv2d_typed(const T* x, const T* w, const T* bias, T* out, const ConvGeome
   if (g.c == 0) {
     // No input channels: an empty sum.
     for (int64_t n = 0; n < g.n; ++n) {
-      for (int64_t o = 0; o < g.o; ++o) std::fill_n(out + n * s.out_n + o * s.out_o, out_plane, T(0));
+      for (int64_t o = 0; o < g.o; ++o)
+        std::fill_n(out + n * s.out_n + o * s.out_o, out_plane, T(0));
     }
     return add_all_bias();
   }
@@ -722,10 +736,10 @@ void conv2d_typed(const T* x, const T* w, const T* bias, T* out, const ConvGeome
     // The other forms read NCHW: the swapped operands are laid out so first.
     ConvGeometry plain = g;
     plain.layout = 0;
-    const std::vector<T> xs = g.layout & 1 ? gathered_planes(x, g.n, g.c, g.h * g.w, s.x_n, s.x_c)
-                                           : std::vector<T>{};
-    const std::vector<T> ws = g.layout & 2 ? gathered_planes(w, g.o, g.c, g.kh * g.kw, s.w_o, s.w_c)
-                                           : std::vector<T>{};
+    const std::vector<T> xs =
+        g.layout & 1 ? gathered_planes(x, g.n, g.c, g.h * g.w, s.x_n, s.x_c) : std::vector<T>{};
+    const std::vector<T> ws =
+        g.layout & 2 ? gathered_planes(w, g.o, g.c, g.kh * g.kw, s.w_o, s.w_c) : std::vector<T>{};
     std::vector<T> outs(g.layout & 4 ? static_cast<std::size_t>(g.n * g.o * out_plane) : 0);
     conv2d_typed(g.layout & 1 ? xs.data() : x, g.layout & 2 ? ws.data() : w, bias,
                  g.layout & 4 ? outs.data() : out, plain, pool);
@@ -764,14 +778,18 @@ void conv2d(const KernelArgs& args) {
       return conv2d_typed(x.as<float>(), w.as<float>(), bias(float{}), args.output.as<float>(), g,
                           pool);
     case DType::kF64:
-      return conv2d_typed(x.as<double>(), w.as<double>(), bias(double{}),
-                          args.output.as<double>(), g, pool);
+      return conv2d_typed(x.as<double>(), w.as<double>(), bias(double{}), args.output.as<double>(),
+                          g, pool);
     case DType::kBF16: {
-      // bf16 storage, f32 accumulation: widen once, convolve in f32, round once at the end.
-      std::vector<float> out(static_cast<std::size_t>(args.output.desc->shape.numel()));
-      conv2d_typed(widened(x).data(), widened(w).data(), static_cast<const float*>(nullptr),
-                   out.data(), g, pool);
-      return narrow_block(out.data(), args.output.as<Bf16>(), static_cast<int64_t>(out.size()));
+      // bf16 storage, f32 accumulation: widen once, convolve with bf16 products, round once at
+      // the end.
+      ConvGeometry bf16 = g;
+      bf16.bf16_products = true;
+      const int64_t n = args.output.desc->shape.numel();
+      float* out = thread_floats(2, static_cast<std::size_t>(n));
+      conv2d_typed(widened(x, 0), widened(w, 1), static_cast<const float*>(nullptr), out, bf16,
+                   pool);
+      return narrow_block(out, args.output.as<Bf16>(), n);
     }
     default:
       return;  // rejected by plan_conv

@@ -10,6 +10,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -152,11 +153,30 @@ ScratchArray<T> scratch_array(std::size_t n) {
   return ScratchArray<T>(static_cast<T*>(p));
 }
 
-/// A whole bf16 buffer widened to f32, for kernels that compute bf16 in f32 after widening each
-/// operand once (round the result back with narrow_block).
-inline std::vector<float> widened(const ConstView& v) {
-  std::vector<float> out(static_cast<std::size_t>(v.desc->shape.numel()));
-  widen_block(v.as<Bf16>(), out.data(), static_cast<int64_t>(out.size()));
+/// At least `floats` floats of the calling thread's buffer `slot` (0 to 3), kept between calls and
+/// grown as needed: for kernels that compute bf16 whole in f32. A fresh allocation per call would
+/// cost a page fault per 4 KiB of it every time.
+inline float* thread_floats(int slot, std::size_t floats) {
+  struct Buffer {
+    ScratchArray<float> data;
+    std::size_t size = 0;
+  };
+  thread_local std::array<Buffer, 4> buffers;
+  Buffer& b = buffers.at(static_cast<std::size_t>(slot));
+  if (floats > b.size) {
+    b.data = scratch_array<float>(floats);
+    b.size = floats;
+  }
+  return b.data.get();
+}
+
+/// A whole bf16 buffer widened to f32 into the calling thread's buffer `slot` (thread_floats),
+/// for kernels that compute bf16 in f32 after widening each operand once (round the result back
+/// with narrow_block).
+inline const float* widened(const ConstView& v, int slot) {
+  const int64_t n = v.desc->shape.numel();
+  float* out = thread_floats(slot, static_cast<std::size_t>(n));
+  widen_block(v.as<Bf16>(), out, n);
   return out;
 }
 

@@ -233,6 +233,7 @@ void gemm(const MatrixProduct& product, bool transpose_a, bool transpose_b, Comp
     g.out = product.out;
     g.ldc = product.ldc;
     g.accumulate = product.accumulate;
+    g.precision = product.precision;
     gemm(g, pool);
   } else {
     if (pool) return eigen_multiply_parallel<T>(product, transpose_a, transpose_b, *pool);

@@ -82,6 +82,9 @@ struct MatrixProduct {
   void* out;
   int64_t ldc;
   bool accumulate = false;
+  /// f32 products only: kBf16 multiplies the operands rounded to bf16 (bf16 data widened to
+  /// f32 loses nothing to it) on the instruction set's bf16 kernels.
+  GemmPrecision precision = GemmPrecision::kF32;
 };
 
 /// Computes `product` of T (float, double, int32_t or int64_t): float through gemm(Gemm), the

@@ -352,7 +352,8 @@ template <class T>
 void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
   const bool two_by_two =
       windows_inside(g) && g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2;
-  if (two_by_two) return g.relu_first ? max_pool_2x2<true>(x, out, g) : max_pool_2x2<false>(x, out, g);
+  if (two_by_two)
+    return g.relu_first ? max_pool_2x2<true>(x, out, g) : max_pool_2x2<false>(x, out, g);
   if (g.relu_first) {
     // Other windows pool a relu'd copy of the planes.
     std::vector<T> relu(static_cast<std::size_t>(g.planes * g.h * g.w));
@@ -446,10 +447,9 @@ void for_plane_runs(ComputePool& pool, const PoolGeometry& g, const X* x, int64_
 template <bool kIsMax>
 void pool2d(const KernelArgs& args) {
   const PoolGeometry g = plan_pool(args, kIsMax);
-  auto run = [&](auto tag) {
-    using T = decltype(tag);
-    for_plane_runs(args.pool, g, args.inputs[0].as<T>(), g.h * g.w, args.output.as<T>(),
-                   g.oh * g.ow, [](const T* x, T* out, const PoolGeometry& part, int) {
+  auto run = [&]<class T>(const T* x, T* out) {
+    for_plane_runs(args.pool, g, x, g.h * g.w, out, g.oh * g.ow,
+                   [](const T* x, T* out, const PoolGeometry& part, int) {
                      if constexpr (kIsMax) {
                        max_pool_typed(x, out, part);
                      } else {
@@ -457,15 +457,25 @@ void pool2d(const KernelArgs& args) {
                      }
                    });
   };
+  auto run_as = [&](auto tag) {
+    using T = decltype(tag);
+    run(args.inputs[0].as<T>(), args.output.as<T>());
+  };
   switch (args.output.desc->dtype) {
     case DType::kF32:
-      return run(float{});
+      return run_as(float{});
     case DType::kF64:
-      return run(double{});
-    case DType::kBF16:
-      return run(Bf16{});
+      return run_as(double{});
+    case DType::kBF16: {
+      // bf16 computes in f32 (a pick, or a sum rounded once): on the f32 kernels over the
+      // widened input, the same bits as bf16 loops, at the f32 kernels' speed.
+      const int64_t n = args.output.desc->shape.numel();
+      float* out = thread_floats(1, static_cast<std::size_t>(n));
+      run(widened(args.inputs[0], 0), out);
+      return narrow_block(out, args.output.as<Bf16>(), n);
+    }
     case DType::kI64:
-      if constexpr (!kIsMax) return run(int64_t{});
+      if constexpr (!kIsMax) return run_as(int64_t{});
       return;  // rejected by plan_pool
     default:
       return;  // rejected by plan_pool
@@ -577,8 +587,8 @@ void pool2d_backward(const KernelArgs& args) {
   const PoolGeometry g =
       plan_pool(args, kIsMax, kIsMax ? PoolPass::kMaxBackward : PoolPass::kAvgBackward);
   ComputePool& pool = args.pool;
-  auto run = [&](auto tag) {
-    using T = decltype(tag);
+  // Max: x, grad_out; average: grad_out.
+  auto run = [&]<class T>(const T* first, const T* second, T* result) {
     using A = compute_t<T>;
     const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
     // Per thread, one plane of gradient sums in the compute type.
@@ -586,27 +596,36 @@ void pool2d_backward(const KernelArgs& args) {
       return static_cast<A*>(pool.scratch(thread, sizeof(A) * plane));
     };
     if constexpr (kIsMax) {
-      const T* x = args.inputs[0].as<T>();
-      const T* grad_out = args.inputs[1].as<T>();
-      for_plane_runs(pool, g, grad_out, out_plane, args.output.as<T>(), plane,
+      const T* x = first;
+      for_plane_runs(pool, g, second, out_plane, result, plane,
                      [&](const T* grad_out_part, T* grad_x, const PoolGeometry& part, int thread) {
-                       const T* x_part = x + (grad_x - args.output.as<T>());
+                       const T* x_part = x + (grad_x - result);
                        max_pool_backward_typed(x_part, grad_out_part, grad_x, part, sums(thread));
                      });
     } else {
-      for_plane_runs(pool, g, args.inputs[0].as<T>(), out_plane, args.output.as<T>(), plane,
+      for_plane_runs(pool, g, first, out_plane, result, plane,
                      [&](const T* grad_out, T* grad_x, const PoolGeometry& part, int thread) {
                        avg_pool_backward_typed(grad_out, grad_x, part, sums(thread));
                      });
     }
   };
+  auto run_as = [&](auto tag) {
+    using T = decltype(tag);
+    run(args.inputs[0].as<T>(), kIsMax ? args.inputs[1].as<T>() : nullptr, args.output.as<T>());
+  };
   switch (args.output.desc->dtype) {
     case DType::kF32:
-      return run(float{});
+      return run_as(float{});
     case DType::kF64:
-      return run(double{});
-    case DType::kBF16:
-      return run(Bf16{});
+      return run_as(double{});
+    case DType::kBF16: {
+      // As the forward: on the f32 kernels over widened operands (sums in f32 either way, each
+      // rounded once).
+      const int64_t n = args.output.desc->shape.numel();
+      float* result = thread_floats(2, static_cast<std::size_t>(n));
+      run(widened(args.inputs[0], 0), kIsMax ? widened(args.inputs[1], 1) : nullptr, result);
+      return narrow_block(result, args.output.as<Bf16>(), n);
+    }
     default:
       return;  // rejected by plan_pool
   }
