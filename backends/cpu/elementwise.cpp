@@ -477,6 +477,22 @@ void map_float(const T* x, T* out, int64_t n, F f) {
   }
 }
 
+// f(x) through vector_math.h's map_f32 for float and bf16 (widened a chunk at a time).
+template <class T>
+void map_vector_function(VectorFunction f, const T* x, T* out, int64_t n) {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    alignas(64) float buffer[kMapChunk];
+    for (int64_t i = 0; i < n; i += kMapChunk) {
+      const int64_t m = std::min(kMapChunk, n - i);
+      widen_block(x + i, buffer, m);
+      map_f32(f, buffer, buffer, m);
+      narrow_block(buffer, out + i, m);
+    }
+  } else {
+    map_f32(f, x, out, n);
+  }
+}
+
 // kExp kLog kSqrt kRsqrt kTanh kSigmoid kGelu kSin kCos kErf: floating dtypes only.
 template <Kernel K>
 void float_unary_kernel(const KernelArgs& args) {
@@ -504,6 +520,11 @@ void float_unary_kernel(const KernelArgs& args) {
       parallel_for(
           args.pool, out.shape.numel(), kParallelElements / 4,
           [&](int64_t begin, int64_t end, int) {
+            if constexpr (std::is_same_v<compute_t<T>, float>) {
+              if (const auto f = vector_function(K, tanh_form)) {
+                return map_vector_function(*f, x + begin, o + begin, end - begin);
+              }
+            }
             if constexpr (K == Kernel::kGelu) {
               if (tanh_form) {
                 map_float(x + begin, o + begin, end - begin,

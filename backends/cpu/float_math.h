@@ -7,11 +7,23 @@
 
 #include <cmath>
 #include <numbers>
+#include <optional>
 #include <type_traits>
 
+#include "backends/cpu/vector_math.h"
 #include "backends/executable.h"
 
 namespace axle::cpu {
+
+/// The unary kernels whose f32 math runs on vector_math.h's kernels rather than Eigen's (the
+/// instruction set's widest vectors, the same bits at every position and on every path): exp,
+/// erf and gelu's erf form. f64 stays on Eigen.
+[[nodiscard]] constexpr std::optional<VectorFunction> vector_function(Kernel k, bool tanh_form) {
+  if (k == Kernel::kExp) return VectorFunction::kExp;
+  if (k == Kernel::kErf) return VectorFunction::kErf;
+  if (k == Kernel::kGelu && !tanh_form) return VectorFunction::kGelu;
+  return std::nullopt;
+}
 
 /// exp, log, sqrt, rsqrt, tanh, sigmoid, sin or cos of `v`. Expressions hold arrays by reference
 /// (Eigen Maps by value), so callers evaluate them before `v` goes.

@@ -447,6 +447,12 @@ class FusedRun {
   }
 
   static void apply(const FusedStep& step, Operand<C> a, Operand<C> b, C* dst, int64_t len) {
+    if constexpr (std::is_same_v<C, float>) {
+      // As the unfused kernel computes them (elementwise.cpp).
+      if (const auto f = vector_function(step.kernel, step.tanh_form)) {
+        return map_f32(*f, a.data, dst, len);
+      }
+    }
     const Eigen::Map<const Array<C>> x(a.data, len);  // unary steps: never a scalar
     Eigen::Map<Array<C>> o(dst, len);
     switch (step.kernel) {

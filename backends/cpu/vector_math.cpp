@@ -22,6 +22,8 @@ struct ScalarOps {
   static float min(float a, float b) { return b < a ? b : a; }
   static float max(float a, float b) { return b > a ? b : a; }
   static float floor(float a) { return std::floor(a); }
+  static float div(float a, float b) { return a / b; }
+  static float keep_nan(float x, float y) { return x != x ? x : y; }
   static float pow2(float e) {  // e integral in [-126, 127]
     return std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(e) + 127) << 23);
   }
@@ -63,6 +65,24 @@ void exp_shifted_rows(float* x, int64_t rows, int64_t n, int64_t ld, const float
       for (int64_t r = 0; r < rows; ++r) {
         const float sum = exp_shifted_sum_scalar(x + r * ld, n, shifts[r]);
         if (sums) sums[r] = sum;
+      }
+  }
+}
+
+void map_f32(VectorFunction f, const float* x, float* out, int64_t n) {
+  switch (cpu_isa()) {
+#if defined(AXLE_HAVE_AVX512_KERNELS)
+    case CpuIsa::kAvx512Bf16:
+    case CpuIsa::kAvx512:
+      return vector_math_detail::map_f32_avx512(f, x, out, n);
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    case CpuIsa::kAvx2:
+      return vector_math_detail::map_f32_avx2(f, x, out, n);
+#endif
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        out[i] = vector_math_detail::function_lanes<ScalarOps>(f, x[i]);
       }
   }
 }

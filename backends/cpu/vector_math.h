@@ -18,8 +18,20 @@ float exp_shifted_sum(float* x, int64_t n, float shift);
 void exp_shifted_rows(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,
                       float* sums);
 
+/// Elementwise functions of f32 arrays on vector_math's kernels.
+enum class VectorFunction : uint8_t {
+  kExp,   ///< as exp_shifted_sum's exp
+  kErf,   ///< Eigen's rational approximation (within a few ulps of erff; exactly +-1 past 4)
+  kGelu,  ///< 0.5 x (1 + erf(x / sqrt 2)), as Eigen evaluates that expression
+};
+
+/// out[i] = f(x[i]) for i < n; out may be x.
+void map_f32(VectorFunction f, const float* x, float* out, int64_t n);
+
 namespace vector_math_detail {
 /// The paths (vector_math.cpp dispatches).
+void map_f32_avx2(VectorFunction f, const float* x, float* out, int64_t n);
+void map_f32_avx512(VectorFunction f, const float* x, float* out, int64_t n);
 void exp_shifted_rows_avx2(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,
                            float* sums);
 void exp_shifted_rows_avx512(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,

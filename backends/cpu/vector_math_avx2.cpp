@@ -20,6 +20,10 @@ struct Avx2Ops {
   static __m256 min(__m256 a, __m256 b) { return _mm256_min_ps(a, b); }
   static __m256 max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
   static __m256 floor(__m256 a) { return _mm256_floor_ps(a); }
+  static __m256 div(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
+  static __m256 keep_nan(__m256 x, __m256 y) {
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  }
   static __m256 pow2(__m256 e) {
     const __m256i bits =
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(e), _mm256_set1_epi32(127)), 23);
@@ -48,6 +52,25 @@ __m256 exp_eight(float* x, int64_t n, __m256 shift) {
 }
 
 }  // namespace
+
+void map_f32_avx2(VectorFunction f, const float* x, float* out, int64_t n) {
+  auto map = [&](auto function) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, function(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+      const __m256i mask = lane_mask(n - i);
+      _mm256_maskstore_ps(out + i, mask, function(_mm256_maskload_ps(x + i, mask)));
+    }
+  };
+  switch (f) {
+    case VectorFunction::kExp:
+      return map([](__m256 v) { return exp_lanes<Avx2Ops>(v); });
+    case VectorFunction::kErf:
+      return map([](__m256 v) { return erf_lanes<Avx2Ops>(v); });
+    case VectorFunction::kGelu:
+      return map([](__m256 v) { return gelu_lanes<Avx2Ops>(v); });
+  }
+}
 
 void exp_shifted_rows_avx2(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,
                            float* sums) {

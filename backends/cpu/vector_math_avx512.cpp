@@ -20,6 +20,10 @@ struct Avx512Ops {
   static __m512 min(__m512 a, __m512 b) { return _mm512_min_ps(a, b); }
   static __m512 max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
   static __m512 floor(__m512 a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF); }
+  static __m512 div(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
+  static __m512 keep_nan(__m512 x, __m512 y) {
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+  }
   static __m512 pow2(__m512 e) {
     const __m512i bits =
         _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(e), _mm512_set1_epi32(127)), 23);
@@ -74,6 +78,26 @@ void exp_rows(float* x, int64_t n, int64_t ld, const float* shifts, float* sums)
 }
 
 }  // namespace
+
+void map_f32_avx512(VectorFunction f, const float* x, float* out, int64_t n) {
+  // One loop per function, so the switch stays out of it.
+  auto map = [&](auto function) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, function(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+      const __mmask16 mask = first_lanes(n - i);
+      _mm512_mask_storeu_ps(out + i, mask, function(_mm512_maskz_loadu_ps(mask, x + i)));
+    }
+  };
+  switch (f) {
+    case VectorFunction::kExp:
+      return map([](__m512 v) { return exp_lanes<Avx512Ops>(v); });
+    case VectorFunction::kErf:
+      return map([](__m512 v) { return erf_lanes<Avx512Ops>(v); });
+    case VectorFunction::kGelu:
+      return map([](__m512 v) { return gelu_lanes<Avx512Ops>(v); });
+  }
+}
 
 void exp_shifted_rows_avx512(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,
                              float* sums) {

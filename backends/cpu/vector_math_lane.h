@@ -4,6 +4,8 @@
 // everything here is a template instantiated with each file's own types.
 #pragma once
 
+#include "backends/cpu/vector_math.h"
+
 namespace axle::cpu::vector_math_detail {
 
 // Cephes's expf constants, as Eigen's pexp_float.
@@ -41,6 +43,60 @@ V exp_lanes(V x) {
   const V half = Ops::floor(Ops::mul(m, Ops::set(0.5f)));
   y = Ops::mul(Ops::mul(y, Ops::pow2(half)), Ops::pow2(Ops::sub(m, half)));
   return Ops::fix_exp_edges(x, y);
+}
+
+// Eigen's generic_fast_erf_float: erf(x) = x p(x^2) / q(x^2) with x clamped to [-4, 4].
+inline constexpr float kErfAlpha1 = -1.60960333262415e-02f;
+inline constexpr float kErfAlpha3 = -2.95459980854025e-03f;
+inline constexpr float kErfAlpha5 = -7.34990630326855e-04f;
+inline constexpr float kErfAlpha7 = -5.69250639462346e-05f;
+inline constexpr float kErfAlpha9 = -2.10102402082508e-06f;
+inline constexpr float kErfAlpha11 = 2.77068142495902e-08f;
+inline constexpr float kErfAlpha13 = -2.72614225801306e-10f;
+inline constexpr float kErfBeta0 = -1.42647390514189e-02f;
+inline constexpr float kErfBeta2 = -7.37332916720468e-03f;
+inline constexpr float kErfBeta4 = -1.68282697438203e-03f;
+inline constexpr float kErfBeta6 = -2.13374055278905e-04f;
+inline constexpr float kErfBeta8 = -1.45660718464996e-05f;
+inline constexpr float kInvSqrt2 = 0.70710678118654752440f;
+
+/// erf(x) per lane (NaN for NaN).
+template <class Ops, class V>
+V erf_lanes(V a) {
+  const V x = Ops::max(Ops::min(a, Ops::set(4.0f)), Ops::set(-4.0f));
+  const V x2 = Ops::mul(x, x);
+  V p = Ops::fma(x2, Ops::set(kErfAlpha13), Ops::set(kErfAlpha11));
+  p = Ops::fma(x2, p, Ops::set(kErfAlpha9));
+  p = Ops::fma(x2, p, Ops::set(kErfAlpha7));
+  p = Ops::fma(x2, p, Ops::set(kErfAlpha5));
+  p = Ops::fma(x2, p, Ops::set(kErfAlpha3));
+  p = Ops::fma(x2, p, Ops::set(kErfAlpha1));
+  p = Ops::mul(x, p);
+  V q = Ops::fma(x2, Ops::set(kErfBeta8), Ops::set(kErfBeta6));
+  q = Ops::fma(x2, q, Ops::set(kErfBeta4));
+  q = Ops::fma(x2, q, Ops::set(kErfBeta2));
+  q = Ops::fma(x2, q, Ops::set(kErfBeta0));
+  return Ops::keep_nan(a, Ops::div(p, q));
+}
+
+/// 0.5 x (1 + erf(x / sqrt 2)) per lane, in the order Eigen evaluates it.
+template <class Ops, class V>
+V gelu_lanes(V x) {
+  const V e = erf_lanes<Ops>(Ops::mul(x, Ops::set(kInvSqrt2)));
+  return Ops::mul(Ops::mul(Ops::set(0.5f), x), Ops::add(Ops::set(1.0f), e));
+}
+
+template <class Ops, class V>
+V function_lanes(VectorFunction f, V x) {
+  switch (f) {
+    case VectorFunction::kExp:
+      return exp_lanes<Ops>(x);
+    case VectorFunction::kErf:
+      return erf_lanes<Ops>(x);
+    case VectorFunction::kGelu:
+      return gelu_lanes<Ops>(x);
+  }
+  return x;
 }
 
 }  // namespace axle::cpu::vector_math_detail

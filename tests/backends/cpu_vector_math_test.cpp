@@ -3,6 +3,7 @@
 // from every path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -135,6 +136,58 @@ TEST_P(VectorMathPath, GivesTheGenericPathsBits) {
         << "exp(" << x[i] << " - 1.5)";
   }
   EXPECT_EQ(std::bit_cast<uint32_t>(here_sum), std::bit_cast<uint32_t>(generic_sum));
+}
+
+TEST_P(VectorMathPath, ErfAndGeluAreWithinAFewUlps) {
+  const IsaScope scope(GetParam());
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> u(-6.0f, 6.0f);
+  std::vector<float> x(50001);
+  for (float& v : x) v = u(rng);
+  x[0] = 0.0f;
+  std::vector<float> erf(x.size()), gelu(x.size());
+  cpu::map_f32(cpu::VectorFunction::kErf, x.data(), erf.data(), static_cast<int64_t>(x.size()));
+  cpu::map_f32(cpu::VectorFunction::kGelu, x.data(), gelu.data(), static_cast<int64_t>(x.size()));
+  double worst_erf = 0, worst_gelu = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double e = std::erf(static_cast<double>(x[i]));
+    const double g = 0.5 * x[i] * (1.0 + std::erf(x[i] / std::sqrt(2.0)));
+    // In units of f32's spacing at the exact value (an absolute floor of 2^-126 near 0).
+    auto spacing = [](double v) { return std::max(std::abs(v) * 0x1p-23, 0x1p-126); };
+    worst_erf = std::max(worst_erf, std::abs(erf[i] - e) / spacing(e));
+    // gelu of a negative x is x times 1 + erf, a difference of nearly equal terms: its error is
+    // measured against the size of x (for x below -5.6, erf is -1 and gelu exactly 0).
+    worst_gelu = std::max(
+        worst_gelu, std::abs(gelu[i] - g) / spacing(std::max(std::abs(g), std::abs(double{x[i]}))));
+  }
+  EXPECT_LE(worst_erf, 4.0);
+  EXPECT_LE(worst_gelu, 4.0);
+  std::vector<float> edges{std::numeric_limits<float>::quiet_NaN(), 100.0f, -100.0f};
+  cpu::map_f32(cpu::VectorFunction::kErf, edges.data(), edges.data(), 3);
+  EXPECT_TRUE(std::isnan(edges[0]));
+  EXPECT_EQ(edges[1], 1.0f);
+  EXPECT_EQ(edges[2], -1.0f);
+}
+
+TEST_P(VectorMathPath, MappedFunctionsGiveTheGenericPathsBits) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-20.0f, 20.0f);
+  std::vector<float> x(1037);
+  for (float& v : x) v = u(rng);
+  for (const auto f :
+       {cpu::VectorFunction::kExp, cpu::VectorFunction::kErf, cpu::VectorFunction::kGelu}) {
+    std::vector<float> generic(x.size()), here(x.size());
+    {
+      const IsaScope scope(CpuIsa::kGeneric);
+      cpu::map_f32(f, x.data(), generic.data(), static_cast<int64_t>(x.size()));
+    }
+    const IsaScope scope(GetParam());
+    cpu::map_f32(f, x.data(), here.data(), static_cast<int64_t>(x.size()));
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(here[i]), std::bit_cast<uint32_t>(generic[i]))
+          << "function " << static_cast<int>(f) << " of " << x[i];
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, VectorMathPath, ::testing::ValuesIn(every_path()),
