@@ -1,6 +1,6 @@
 // attention_bench: the CPU backend's kScaledDotProductAttention kernel and its backward called
 // directly on the GPT sample's heads (train_gpt's default: batch 32, 4 heads, 128 positions,
-// head width 32, causal), f32.
+// head width 32, causal), f32 (or bf16 operands with f32 results, --dtype bf16).
 //   attention_ms     — median time of one call (`pass`: forward or backward)
 //   attention_cpu_ms — median processor time of one call (all threads): with one thread, the
 //                      figure another process's load on the machine moves least
@@ -10,8 +10,10 @@
 
 #include <time.h>
 
+#include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,10 +52,12 @@ void time_calls(const char* pass, const cpu::KernelFn& kernel, const cpu::Kernel
   emit("attention", "attention_cpu_ms", quantile(cpu_times, 0.5), "ms", params);
 }
 
-void run(cpu::ComputePool& pool, bool quick) {
+void run(cpu::ComputePool& pool, bool quick, bool bf16) {
   const int64_t batch = 32, heads = 4, L = 128, E = 32;
   const Shape qkv{batch, heads, L, E};
-  const BufferDesc in{DType::kF32, qkv}, fwd{DType::kF32, Shape{batch, heads, L, E + 1}},
+  // bf16 operands give f32 results, as under bf16 autocast.
+  const BufferDesc in{bf16 ? DType::kBF16 : DType::kF32, qkv},
+      fwd{DType::kF32, Shape{batch, heads, L, E + 1}},
       grads{DType::kF32, Shape{batch, heads, 3 * L, E}};
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
@@ -62,8 +66,18 @@ void run(cpu::ComputePool& pool, bool quick) {
     for (float& x : v) x = normal(rng);
     return v;
   };
-  const std::vector<float> q = random(qkv.numel()), k = random(qkv.numel()),
-                           v = random(qkv.numel()), g = random(qkv.numel());
+  std::vector<float> q = random(qkv.numel()), k = random(qkv.numel()), v = random(qkv.numel()),
+                     g = random(qkv.numel());
+  if (bf16) {
+    // bf16 values packed into the front of each f32 array (the kernel reads 2-byte elements).
+    for (std::vector<float>* x : {&q, &k, &v, &g}) {
+      std::vector<uint16_t> halves(x->size());
+      for (std::size_t i = 0; i < x->size(); ++i) {
+        halves[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>((*x)[i]) >> 16);
+      }
+      std::memcpy(x->data(), halves.data(), halves.size() * sizeof(uint16_t));
+    }
+  }
   std::vector<float> out(static_cast<std::size_t>(fwd.shape.numel()));
   std::vector<float> back(static_cast<std::size_t>(grads.shape.numel()));
   const double scale = 1 / std::sqrt(static_cast<double>(E));
@@ -74,8 +88,10 @@ void run(cpu::ComputePool& pool, bool quick) {
   const std::vector<cpu::ConstView> backward_in{
       {q.data(), &in}, {k.data(), &in}, {v.data(), &in}, {out.data(), &fwd}, {g.data(), &in}};
   const auto& table = cpu::kernel_table();
-  const std::map<std::string, Param> shape{
-      {"qkv", qkv.to_string()}, {"causal", int64_t{1}}, {"threads", int64_t{pool.threads()}}};
+  const std::map<std::string, Param> shape{{"qkv", qkv.to_string()},
+                                           {"causal", int64_t{1}},
+                                           {"threads", int64_t{pool.threads()}},
+                                           {"dtype", std::string(bf16 ? "bf16" : "f32")}};
   time_calls("forward", table[static_cast<std::size_t>(Kernel::kScaledDotProductAttention)],
              cpu::KernelArgs{forward_call, forward_in, {out.data(), &fwd}, pool}, shape, 0.5,
              quick);
@@ -93,8 +109,11 @@ int main(int argc, char** argv) {
   int threads = 2;
   app.add_flag("--quick", quick, "five calls per pass");
   app.add_option("--threads", threads, "compute threads")->check(CLI::Range(1, 64));
+  std::vector<std::string> dtypes{"f32"};
+  app.add_option("--dtype", dtypes, "operand dtypes: f32, bf16 (f32 results) or both")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   CLI11_PARSE(app, argc, argv);
   axle::cpu::ComputePool pool(threads);
-  axle::bench::run(pool, quick);
+  for (const std::string& dtype : dtypes) axle::bench::run(pool, quick, dtype == "bf16");
   return 0;
 }

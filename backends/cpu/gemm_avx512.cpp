@@ -283,8 +283,7 @@ void pack_pairs(const Lines& src, int64_t line0, int64_t lines, int64_t p0, int6
   pack_pairs<kWidth, float>(src, line0, lines, p0, depth, dst);
 }
 
-// ---- register tiles
-// ------------------------------------------------------------------------------
+// ---- register tiles --------------------------------------------------------------------------
 
 constexpr int64_t kRows = 14, kColumns = 32;
 
@@ -429,8 +428,7 @@ struct PairTraits {
   }
 };
 
-// ---- direct products
-// -----------------------------------------------------------------------------
+// ---- direct products -------------------------------------------------------------------------
 
 /// A tile of R rows x kVectors * 16 columns of a direct product (gemm.h), columns from col; the
 /// last vector takes the columns `last` masks (the others are whole).

@@ -25,6 +25,7 @@
 #include "backends/cpu/element.h"
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/reducer.h"
+#include "backends/cpu/vector_math.h"
 
 namespace axle::cpu {
 namespace {
@@ -207,12 +208,18 @@ C finite_shift(C max) noexcept {
   return std::isinf(max) ? C(0) : max;
 }
 
-// buffer = exp(x - shift) for w elements; shift is a scalar or an array of w.
+// buffer = exp(x - shift) for w elements; shift is a scalar or an array of w. exp in f32 is
+// vector_math's, as the exp kernel's.
 template <class T, class Shift>
 void exp_shifted(const T* x, compute_t<T>* buffer, int64_t w, const Shift& shift) {
   widen_block(x, buffer, w);
   Eigen::Map<Array<compute_t<T>>> b(buffer, w);
-  b = (b - shift).exp();
+  if constexpr (std::is_same_v<compute_t<T>, float>) {
+    b = b - shift;
+    map_f32(VectorFunction::kExp, buffer, buffer, w);
+  } else {
+    b = (b - shift).exp();
+  }
 }
 
 template <class T>
@@ -258,7 +265,11 @@ void row_softmax(const T* x, T* out, int64_t n, compute_t<T>* shifted, compute_t
   widen_block(x, shifted, n);
   Eigen::Map<Array<C>> s(shifted, n), e(exps, n);
   s -= reduce_row<Extreme<C, true>>(shifted, n);
-  e = s.exp();
+  if constexpr (std::is_same_v<C, float>) {
+    map_f32(VectorFunction::kExp, shifted, exps, n);
+  } else {
+    e = s.exp();
+  }
   const auto total = reduce_row<Total<T>>(exps, n);
   if constexpr (kLog) {
     s -= static_cast<C>(std::log(total));
@@ -289,6 +300,10 @@ void column_softmax(const T* x, T* out, const Geometry& g) {
       widen_block(x + row, buffer.get(), w);
       if constexpr (kLog) {
         b = b - maxes - norms;
+      } else if constexpr (std::is_same_v<C, float>) {
+        b = b - maxes;
+        map_f32(VectorFunction::kExp, buffer.get(), buffer.get(), w);
+        b = b / norms;
       } else {
         b = (b - maxes).exp() / norms;
       }
