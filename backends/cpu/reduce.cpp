@@ -467,11 +467,18 @@ void softmax_kernel(const KernelArgs& args) {
         column_softmax<T, kLog>(x, out, g);
         return;
       }
+      // Rows spread over the device's threads, each row computed by one thread alike.
+      using C = compute_t<T>;
       const auto n = static_cast<std::size_t>(g.n);
-      const auto shifted = scratch_array<compute_t<T>>(n), exps = scratch_array<compute_t<T>>(n);
-      for (int64_t o = 0; o < g.outer; ++o) {
-        row_softmax<T, kLog>(x + o * g.n, out + o * g.n, g.n, shifted.get(), exps.get());
-      }
+      const int64_t rows_per_part = std::max<int64_t>(1, (int64_t{1} << 14) / g.n);
+      parallel_for(args.pool, g.outer, rows_per_part, [&](int64_t o0, int64_t o1, int thread) {
+        const std::size_t row = (n + 15) / 16 * 16;  // whole cache lines: exps stays aligned
+        C* shifted = static_cast<C*>(args.pool.scratch(thread, 2 * row * sizeof(C)));
+        C* exps = shifted + row;
+        for (int64_t o = o0; o < o1; ++o) {
+          row_softmax<T, kLog>(x + o * g.n, out + o * g.n, g.n, shifted, exps);
+        }
+      });
     }
   });
 }
