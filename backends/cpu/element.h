@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backends/cpu/kernel.h"
+#include "engine/this_thread.h"
 
 namespace axle::cpu {
 
@@ -153,16 +154,26 @@ ScratchArray<T> scratch_array(std::size_t n) {
   return ScratchArray<T>(static_cast<T*>(p));
 }
 
-/// At least `floats` floats of the calling thread's buffer `slot` (0 to 3), kept between calls and
-/// grown as needed: for kernels that compute bf16 whole in f32. A fresh allocation per call would
-/// cost a page fault per 4 KiB of it every time.
-inline float* thread_floats(int slot, std::size_t floats) {
+/// The calling thread's buffers for thread_floats, kept until it exits (engine/this_thread.h).
+struct ThreadFloats {
   struct Buffer {
     ScratchArray<float> data;
     std::size_t size = 0;
   };
-  thread_local std::array<Buffer, 4> buffers;
-  Buffer& b = buffers.at(static_cast<std::size_t>(slot));
+  std::array<Buffer, 4> buffers;
+};
+/// At least `floats` floats of the calling thread's buffer `slot` (0 to 3), kept between calls and
+/// grown as needed: for kernels that compute bf16 whole in f32. A fresh allocation per call would
+/// cost a page fault per 4 KiB of it every time.
+inline float* thread_floats(int slot, std::size_t floats) {
+  ThreadFloats* mine = ThisThread<ThreadFloats>::get();
+  if (!mine) {
+    auto made = std::make_shared<ThreadFloats>();
+    mine = made.get();
+    keep_until_thread_exit(std::move(made));
+    ThisThread<ThreadFloats>::bind(mine);
+  }
+  ThreadFloats::Buffer& b = mine->buffers.at(static_cast<std::size_t>(slot));
   if (floats > b.size) {
     b.data = scratch_array<float>(floats);
     b.size = floats;
