@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/compute_pool.h"
 #include "backends/cpu/element.h"
 #include "backends/cpu/kernel.h"
 
@@ -225,12 +226,31 @@ void strided_copy(std::byte* dst, const std::byte* src, const StridedSource& vie
                  });
 }
 
+// Copies of fewer bytes than this run on the calling thread: below it, waking the pool's other
+// threads costs about what they would save.
+constexpr int64_t kParallelCopyBytes = int64_t{256} << 10;
+
 void run_strided_copy(const KernelArgs& args, const StridedSource& view, int64_t base) {
-  if (args.output.desc->shape.numel() == 0) return;
+  const int64_t numel = args.output.desc->shape.numel();
+  if (numel == 0) return;
   const std::size_t size = dtype_size(args.output.desc->dtype);
   const auto* src = static_cast<const std::byte*>(args.inputs[0].data) + base * size;
   auto* dst = static_cast<std::byte*>(args.output.data);
-  with_element_size(size, [&](auto n) { strided_copy<decltype(n)::value>(dst, src, view); });
+  const StridedSource s = simplify(view);
+  if (s.rank == 0 || numel * static_cast<int64_t>(size) < kParallelCopyBytes) {
+    with_element_size(size, [&](auto n) { strided_copy<decltype(n)::value>(dst, src, s); });
+    return;
+  }
+  // Split along the outermost dim: each part is the same kind of copy over a shorter box.
+  const int64_t outer_dst_stride = numel / s.size[0];
+  with_element_size(size, [&](auto n) {
+    constexpr std::size_t kN = decltype(n)::value;
+    parallel_for(args.pool, s.size[0], 1, [&](int64_t first, int64_t last, int) {
+      StridedSource part = s;
+      part.size[0] = last - first;
+      strided_copy<kN>(dst + first * outer_dst_stride * kN, src + first * s.stride[0] * kN, part);
+    });
+  });
 }
 
 void copy_kernel(const KernelArgs& args) {
@@ -384,14 +404,22 @@ void concat_kernel(const KernelArgs& args) {
   const int64_t outer = span_numel(out.shape, 0, dim);
   const std::size_t inner_bytes =
       static_cast<std::size_t>(span_numel(out.shape, dim + 1, rank)) * dtype_size(out.dtype);
-  auto* dst = static_cast<std::byte*>(args.output.data);
-  for (int64_t o = 0; o < outer; ++o) {
-    for (const ConstView& input : args.inputs) {
-      const std::size_t block = static_cast<std::size_t>(input.desc->shape[dim]) * inner_bytes;
-      if (block == 0) continue;
-      std::memcpy(dst, static_cast<const std::byte*>(input.data) + o * block, block);
-      dst += block;
+  const std::size_t outer_bytes = static_cast<std::size_t>(out.shape[dim]) * inner_bytes;
+  auto copy_outer = [&](int64_t first, int64_t last, int) {
+    auto* dst = static_cast<std::byte*>(args.output.data) + first * outer_bytes;
+    for (int64_t o = first; o < last; ++o) {
+      for (const ConstView& input : args.inputs) {
+        const std::size_t block = static_cast<std::size_t>(input.desc->shape[dim]) * inner_bytes;
+        if (block == 0) continue;
+        std::memcpy(dst, static_cast<const std::byte*>(input.data) + o * block, block);
+        dst += block;
+      }
     }
+  };
+  if (outer > 1 && static_cast<int64_t>(out.bytes()) >= kParallelCopyBytes) {
+    parallel_for(args.pool, outer, 1, copy_outer);
+  } else {
+    copy_outer(0, outer, 0);
   }
 }
 

@@ -128,6 +128,18 @@ void narrow_block(const compute_t<T>* src, T* out, int64_t w) {
   for (; i < w; ++i) out[i] = store<T>(src[i]);
 }
 
+/// dst[0, n) = value. std::fill_n with a value other than zero compiles to one scalar store per
+/// element at -O2; loops of a fixed count, as here, are vectorised.
+template <class T>
+inline void fill_values(T* dst, int64_t n, T value) noexcept {
+  constexpr int64_t kChunk = 256 / static_cast<int64_t>(sizeof(T));
+  int64_t i = 0;
+  for (; i + kChunk <= n; i += kChunk) {
+    for (int64_t j = 0; j < kChunk; ++j) dst[i + j] = value;
+  }
+  for (; i < n; ++i) dst[i] = value;
+}
+
 // ---- Scratch ---------------------------------------------------------------------------------
 
 /// Kernel scratch starts on a 64-byte boundary. Eigen's vectorised loops run scalar up to the

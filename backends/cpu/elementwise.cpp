@@ -551,7 +551,7 @@ void fill_kernel(const KernelArgs& args) {
   const BufferDesc& out = *args.output.desc;
   visit_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    std::fill_n(args.output.as<T>(), out.shape.numel(), store<T>(args.call.reals[0]));
+    fill_values(args.output.as<T>(), out.shape.numel(), store<T>(args.call.reals[0]));
   });
 }
 

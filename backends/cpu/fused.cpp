@@ -278,7 +278,7 @@ class FusedRun {
     for (std::size_t t = 0; t < threads; ++t) {
       for (std::size_t e = 0; e < external; ++e) {
         if (kinds_[e] == Kind::kSplat) {
-          std::fill_n(block(slot_of_[e], static_cast<int>(t)), kBlock,
+          fill_values(block(slot_of_[e], static_cast<int>(t)), kBlock,
                       load(args.inputs[e].as<T>()[0]));
         }
       }
@@ -422,7 +422,7 @@ class FusedRun {
       // The rest of the innermost run, repeated, copied or strided.
       const int64_t run = std::min(inner - index[last], len - i);
       if (step == 0) {
-        std::fill_n(buffer + i, run, load(data[offset]));
+        fill_values(buffer + i, run, load(data[offset]));
       } else if (step == 1) {
         if constexpr (kNarrow) {
           widen_block(data + offset, buffer + i, run);

@@ -266,6 +266,57 @@ TEST(Concat, RejectsMismatchedOtherDims) {
       std::runtime_error);
 }
 
+// Copies of 256 KiB and more are split over the compute pool's threads along their outermost
+// dim: each element must still come from where the loops say, whatever the split.
+TEST(DataMovement, LargeCopiesSplitOverThreadsMatchLoops) {
+  std::mt19937 rng(21);
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+    for (int threads : {2, 3}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " on " + std::to_string(threads) + " threads");
+      // A GPT's head split and merge, a transpose, a slice of q from qkv.
+      HostTensor heads = random_tensor(dtype, {9, 64, 4, 32}, rng);
+      HostTensor permuted = call_kernel_directly(Kernel::kPermute, {heads}, dtype, {9, 4, 64, 32},
+                                                 {0, 2, 1, 3}, threads);
+      EXPECT_EQ(permuted.values,
+                run_kernel(Kernel::kPermute, {heads}, dtype, {9, 4, 64, 32}, {0, 2, 1, 3}).values);
+      for (int64_t i = 0; i < permuted.shape.numel(); i += 97) {
+        Index o = unravel(i, permuted.shape);
+        ASSERT_EQ(permuted.values[i], heads.values[ravel({o[0], o[2], o[1], o[3]}, heads.shape)]);
+      }
+      HostTensor matrix = random_tensor(dtype, {301, 257}, rng);
+      HostTensor transposed =
+          call_kernel_directly(Kernel::kPermute, {matrix}, dtype, {257, 301}, {1, 0}, threads);
+      for (int64_t i = 0; i < transposed.shape.numel(); ++i) {
+        Index o = unravel(i, transposed.shape);
+        ASSERT_EQ(transposed.values[i], matrix.values[ravel({o[1], o[0]}, matrix.shape)]);
+      }
+      HostTensor qkv = random_tensor(dtype, {7, 128, 384}, rng);
+      HostTensor k = call_kernel_directly(Kernel::kSlice, {qkv}, dtype, {7, 128, 128},
+                                          {2, 128, 1}, threads);
+      for (int64_t i = 0; i < k.shape.numel(); ++i) {
+        Index o = unravel(i, k.shape);
+        ASSERT_EQ(k.values[i], qkv.values[ravel({o[0], o[1], o[2] + 128}, qkv.shape)]);
+      }
+      HostTensor row = random_tensor(dtype, {1, 1000}, rng);
+      HostTensor rows =
+          call_kernel_directly(Kernel::kExpand, {row}, dtype, {300, 1000}, {}, threads);
+      for (int64_t i = 0; i < rows.shape.numel(); ++i) {
+        ASSERT_EQ(rows.values[i], row.values[i % 1000]);
+      }
+      HostTensor a = random_tensor(dtype, {33, 128, 128}, rng);
+      HostTensor b = random_tensor(dtype, {33, 128, 256}, rng);
+      HostTensor joined = call_kernel_directly(Kernel::kConcat, {a, b}, dtype, {33, 128, 384},
+                                               {2}, threads);
+      for (int64_t i = 0; i < joined.shape.numel(); ++i) {
+        Index o = unravel(i, joined.shape);
+        ASSERT_EQ(joined.values[i], o[2] < 128
+                                        ? a.values[ravel({o[0], o[1], o[2]}, a.shape)]
+                                        : b.values[ravel({o[0], o[1], o[2] - 128}, b.shape)]);
+      }
+    }
+  }
+}
+
 TEST(IndexSelect, MatchesLoopsOnRandomShapes) {
   std::mt19937 rng(12);
   for (int trial = 0; trial < 300; ++trial) {

@@ -166,10 +166,11 @@ inline double tolerance(DType dtype) {
 
 /// Calls the kernel straight from the CPU kernel table, with the output buffer pre-filled with
 /// 0xFF bytes (NaN for floats), so a kernel that skips writing an entry cannot pass by luck and
-/// the exception type it throws reaches the test unwrapped.
+/// the exception type it throws reaches the test unwrapped. `threads`: the compute pool's size
+/// (1: the calling thread alone).
 inline HostTensor call_kernel_directly(Kernel kernel, const std::vector<HostTensor>& inputs,
                                        DType out_dtype, const Shape& out_shape,
-                                       std::vector<int64_t> ints) {
+                                       std::vector<int64_t> ints, int threads = 1) {
   std::vector<BufferDesc> descs;
   std::vector<std::vector<std::byte>> bytes;
   for (const HostTensor& in : inputs) {
@@ -181,7 +182,7 @@ inline HostTensor call_kernel_directly(Kernel kernel, const std::vector<HostTens
   std::vector<cpu::ConstView> views;
   for (std::size_t i = 0; i < inputs.size(); ++i) views.push_back({bytes[i].data(), &descs[i]});
   const KernelCall call{kernel, {}, 0, std::move(ints), {}};
-  cpu::ComputePool pool(1);  // the calling thread alone
+  cpu::ComputePool pool(threads);
   cpu::kernel_table()[static_cast<std::size_t>(kernel)](
       cpu::KernelArgs{call, views, {out.data(), &out_desc}, pool});
   return {out_dtype, out_shape, decode(out_dtype, out.data(), out_shape.numel())};
