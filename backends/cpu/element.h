@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/vector_math.h"
 #include "engine/this_thread.h"
 
 namespace axle::cpu {
@@ -106,6 +107,9 @@ bool is_nan(V v) noexcept {
 /// operands cannot alias.
 template <class T>
 void widen_block(const T* x, compute_t<T>* dst, int64_t w) {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    return widen_bf16(&x->bits, dst, w);  // on the widest vectors
+  }
   constexpr int64_t kGroup = 16;
   int64_t i = 0;
   for (; i + kGroup <= w; i += kGroup) {
@@ -118,6 +122,9 @@ void widen_block(const T* x, compute_t<T>* dst, int64_t w) {
 /// store() over w contiguous elements, in groups as widen_block.
 template <class T>
 void narrow_block(const compute_t<T>* src, T* out, int64_t w) {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    return narrow_bf16(src, &out->bits, w);
+  }
   constexpr int64_t kGroup = 16;
   int64_t i = 0;
   for (; i + kGroup <= w; i += kGroup) {

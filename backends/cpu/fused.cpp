@@ -178,18 +178,6 @@ struct FreeDeleter {
   void operator()(void* p) const noexcept { std::free(p); }
 };
 
-// Rounds each of `len` f32 values to bf16 precision in place, as narrow() and widen() do.
-void round_to_bf16(float* x, int64_t len) {
-  constexpr int64_t kGroup = 16;
-  int64_t i = 0;
-  for (; i + kGroup <= len; i += kGroup) {
-    float group[kGroup];
-    for (int64_t j = 0; j < kGroup; ++j) group[j] = widen(narrow(x[i + j]));
-    for (int64_t j = 0; j < kGroup; ++j) x[i + j] = group[j];
-  }
-  for (; i < len; ++i) x[i] = widen(narrow(x[i]));
-}
-
 // T is the storage type (float, double or Bf16); the chain computes in C = compute_t<T>.
 template <class T>
 class FusedRun {
@@ -278,7 +266,7 @@ class FusedRun {
     for (std::size_t t = 0; t < threads; ++t) {
       for (std::size_t e = 0; e < external; ++e) {
         if (kinds_[e] == Kind::kSplat) {
-          fill_values(block(slot_of_[e], static_cast<int>(t)), kBlock,
+          std::fill_n(block(slot_of_[e], static_cast<int>(t)), kBlock,
                       load(args.inputs[e].as<T>()[0]));
         }
       }

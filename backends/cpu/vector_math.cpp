@@ -87,6 +87,61 @@ void map_f32(VectorFunction f, const float* x, float* out, int64_t n) {
   }
 }
 
+// The bf16 conversions: the instruction set's path, else the scalar lane.
+void widen_bf16(const uint16_t* x, float* out, int64_t n) {
+  switch (cpu_isa()) {
+#if defined(AXLE_HAVE_AVX512_KERNELS)
+    case CpuIsa::kAvx512Bf16:
+    case CpuIsa::kAvx512:
+      return vector_math_detail::widen_bf16_avx512(x, out, n);
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    case CpuIsa::kAvx2:
+      return vector_math_detail::widen_bf16_avx2(x, out, n);
+#endif
+    default:
+      for (int64_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(uint32_t{x[i]} << 16);
+  }
+}
+
+void narrow_bf16(const float* x, uint16_t* out, int64_t n) {
+  switch (cpu_isa()) {
+#if defined(AXLE_HAVE_AVX512_KERNELS)
+    case CpuIsa::kAvx512Bf16:
+    case CpuIsa::kAvx512:
+      return vector_math_detail::narrow_bf16_avx512(x, out, n);
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    case CpuIsa::kAvx2:
+      return vector_math_detail::narrow_bf16_avx2(x, out, n);
+#endif
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        out[i] = static_cast<uint16_t>(
+            vector_math_detail::narrow_bits(std::bit_cast<uint32_t>(x[i])));
+      }
+  }
+}
+
+void round_to_bf16(float* x, int64_t n) {
+  switch (cpu_isa()) {
+#if defined(AXLE_HAVE_AVX512_KERNELS)
+    case CpuIsa::kAvx512Bf16:
+    case CpuIsa::kAvx512:
+      return vector_math_detail::round_to_bf16_avx512(x, n);
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    case CpuIsa::kAvx2:
+      return vector_math_detail::round_to_bf16_avx2(x, n);
+#endif
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::bit_cast<float>(vector_math_detail::narrow_bits(std::bit_cast<uint32_t>(x[i]))
+                                    << 16);
+      }
+  }
+}
+
 float exp_shifted_sum(float* x, int64_t n, float shift) {
   float sum = 0;
   exp_shifted_rows(x, 1, n, n, &shift, &sum);

@@ -28,7 +28,19 @@ enum class VectorFunction : uint8_t {
 /// out[i] = f(x[i]) for i < n; out may be x.
 void map_f32(VectorFunction f, const float* x, float* out, int64_t n);
 
+/// bf16 conversions of whole arrays (bf16 as its 16 bits), bit for bit as element.h's widen and
+/// narrow: round to nearest even; a NaN keeps its sign and top payload bits, quieted.
+void widen_bf16(const uint16_t* x, float* out, int64_t n);
+void narrow_bf16(const float* x, uint16_t* out, int64_t n);
+/// x[i] = widen(narrow(x[i])) for i < n: f32 values rounded to bf16 precision in place.
+void round_to_bf16(float* x, int64_t n);
+
 namespace vector_math_detail {
+/// The scalar lane of narrow_bf16 (the paths' tails use it too).
+inline uint32_t narrow_bits(uint32_t u) noexcept {
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return nan ? ((u >> 16) | 0x40u) : ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 /// The paths (vector_math.cpp dispatches).
 void map_f32_avx2(VectorFunction f, const float* x, float* out, int64_t n);
 void map_f32_avx512(VectorFunction f, const float* x, float* out, int64_t n);
@@ -36,6 +48,12 @@ void exp_shifted_rows_avx2(float* x, int64_t rows, int64_t n, int64_t ld, const 
                            float* sums);
 void exp_shifted_rows_avx512(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,
                              float* sums);
+void widen_bf16_avx2(const uint16_t* x, float* out, int64_t n);
+void widen_bf16_avx512(const uint16_t* x, float* out, int64_t n);
+void narrow_bf16_avx2(const float* x, uint16_t* out, int64_t n);
+void narrow_bf16_avx512(const float* x, uint16_t* out, int64_t n);
+void round_to_bf16_avx2(float* x, int64_t n);
+void round_to_bf16_avx512(float* x, int64_t n);
 }  // namespace vector_math_detail
 
 }  // namespace axle::cpu

@@ -3,6 +3,7 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
+#include <bit>
 #include <cstdint>
 
 #include "backends/cpu/vector_math.h"
@@ -88,6 +89,53 @@ void exp_shifted_rows_avx2(float* x, int64_t rows, int64_t n, int64_t ld, const 
     const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
     sums[row] = _mm_cvtss_f32(_mm_add_ss(two, _mm_shuffle_ps(two, two, 1)));
   }
+}
+
+namespace {
+
+// narrow_bits on eight lanes (u: the floats' bits).
+__m256i narrow_lanes(__m256i u) {
+  const __m256i high = _mm256_srli_epi32(u, 16);
+  const __m256i nearest_even = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
+                       _mm256_and_si256(high, _mm256_set1_epi32(1))),
+      16);
+  // |u| > inf's bits, compared signed: both sides are below 2^31.
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  return _mm256_blendv_epi8(nearest_even, _mm256_or_si256(high, _mm256_set1_epi32(0x40)), nan);
+}
+
+}  // namespace
+
+void widen_bf16_avx2(const uint16_t* x, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i wide =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+  }
+  for (; i < n; ++i) out[i] = std::bit_cast<float>(uint32_t{x[i]} << 16);
+}
+
+void narrow_bf16_avx2(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i bits = narrow_lanes(_mm256_castps_si256(_mm256_loadu_ps(x + i)));
+    // Values fit 16 bits, so the unsigned saturation keeps them; the pack works per 128-bit half.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
+  }
+  for (; i < n; ++i) out[i] = static_cast<uint16_t>(narrow_bits(std::bit_cast<uint32_t>(x[i])));
+}
+
+void round_to_bf16_avx2(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i bits = narrow_lanes(_mm256_castps_si256(_mm256_loadu_ps(x + i)));
+    _mm256_storeu_ps(x + i, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)));
+  }
+  for (; i < n; ++i) x[i] = std::bit_cast<float>(narrow_bits(std::bit_cast<uint32_t>(x[i])) << 16);
 }
 
 }  // namespace axle::cpu::vector_math_detail

@@ -2,6 +2,7 @@
 // and called only where cpuid reports them. Nothing here is inline outside this file's namespace.
 #include <immintrin.h>
 
+#include <bit>
 #include <cstdint>
 
 #include "backends/cpu/vector_math.h"
@@ -105,6 +106,50 @@ void exp_shifted_rows_avx512(float* x, int64_t rows, int64_t n, int64_t ld, cons
   for (; r + 4 <= rows; r += 4)
     exp_rows<4>(x + r * ld, n, ld, shifts + r, sums ? sums + r : nullptr);
   for (; r < rows; ++r) exp_rows<1>(x + r * ld, n, ld, shifts + r, sums ? sums + r : nullptr);
+}
+
+namespace {
+
+// narrow_bits on sixteen lanes (u: the floats' bits).
+__m512i narrow_lanes(__m512i u) {
+  const __m512i high = _mm512_srli_epi32(u, 16);
+  const __m512i nearest_even = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                       _mm512_and_si512(high, _mm512_set1_epi32(1))),
+      16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_mov_epi32(nearest_even, nan, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
+}
+
+}  // namespace
+
+void widen_bf16_avx512(const uint16_t* x, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i wide = _mm512_cvtepu16_epi32(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
+    _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+  }
+  for (; i < n; ++i) out[i] = std::bit_cast<float>(uint32_t{x[i]} << 16);
+}
+
+void narrow_bf16_avx512(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i bits = narrow_lanes(_mm512_castps_si512(_mm512_loadu_ps(x + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi32_epi16(bits));
+  }
+  for (; i < n; ++i) out[i] = static_cast<uint16_t>(narrow_bits(std::bit_cast<uint32_t>(x[i])));
+}
+
+void round_to_bf16_avx512(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i bits = narrow_lanes(_mm512_castps_si512(_mm512_loadu_ps(x + i)));
+    _mm512_storeu_ps(x + i, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)));
+  }
+  for (; i < n; ++i) x[i] = std::bit_cast<float>(narrow_bits(std::bit_cast<uint32_t>(x[i])) << 16);
 }
 
 }  // namespace axle::cpu::vector_math_detail

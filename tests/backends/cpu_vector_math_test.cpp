@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/element.h"
 #include "backends/cpu/isa.h"
 #include "backends/cpu/vector_math.h"
 
@@ -188,6 +189,45 @@ TEST_P(VectorMathPath, MappedFunctionsGiveTheGenericPathsBits) {
           << "function " << static_cast<int>(f) << " of " << x[i];
     }
   }
+}
+
+// The bf16 conversions against element.h's scalar widen and narrow, on random bit patterns and on
+// the cases that need care: ties (to even), NaNs with payloads, infinities, subnormals, the
+// largest finite values (which round up to infinity); lengths with a tail.
+TEST_P(VectorMathPath, Bf16ConversionsGiveTheScalarConversionsBits) {
+  std::mt19937 rng(8);
+  std::vector<uint32_t> bits = {
+      0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f817fffu, 0x3f818001u,  // 1, ties, around them
+      0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,  // infinities, NaNs
+      0x7fbfffffu, 0x00000001u, 0x807fffffu, 0x00008000u, 0x00018000u,  // NaN, subnormals
+      0x7f7fffffu, 0xff7f8000u, 0x7f7f7fffu, 0x00000000u, 0x80000000u};  // largest, zeros
+  while (bits.size() < 1061) bits.push_back(static_cast<uint32_t>(rng()));
+  const auto n = static_cast<int64_t>(bits.size());
+  std::vector<float> x(bits.size());
+  std::transform(bits.begin(), bits.end(), x.begin(), [](uint32_t b) { return std::bit_cast<float>(b); });
+
+  const IsaScope scope(GetParam());
+  std::vector<uint16_t> narrowed(bits.size());
+  cpu::narrow_bf16(x.data(), narrowed.data(), n);
+  std::vector<float> widened(bits.size()), rounded = x;
+  cpu::widen_bf16(narrowed.data(), widened.data(), n);
+  cpu::round_to_bf16(rounded.data(), n);
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    const cpu::Bf16 want = cpu::narrow(x[i]);
+    ASSERT_EQ(narrowed[i], want.bits) << "narrowing bits " << std::hex << bits[i];
+    ASSERT_EQ(std::bit_cast<uint32_t>(widened[i]), std::bit_cast<uint32_t>(cpu::widen(want)))
+        << "widening bits " << std::hex << want.bits;
+    ASSERT_EQ(std::bit_cast<uint32_t>(rounded[i]), std::bit_cast<uint32_t>(cpu::widen(want)))
+        << "rounding bits " << std::hex << bits[i];
+  }
+  // Ties go to the even neighbour; just past a tie, away from it.
+  EXPECT_EQ(narrowed[1], 0x3f80u);
+  EXPECT_EQ(narrowed[2], 0x3f82u);
+  EXPECT_EQ(narrowed[3], 0x3f81u);
+  EXPECT_EQ(narrowed[4], 0x3f82u);
+  EXPECT_EQ(narrowed[15], 0x7f80u);  // FLT_MAX rounds to infinity
+  EXPECT_EQ(narrowed[8], 0xffc0u);   // a NaN stays a NaN of its sign
+  EXPECT_EQ(narrowed[9], 0x7fc0u);   // a signalling NaN is quieted
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, VectorMathPath, ::testing::ValuesIn(every_path()),
