@@ -12,6 +12,9 @@
 #include <fmt/format.h>
 
 #include <Eigen/Core>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -157,16 +160,34 @@ const A* as_compute(const T* src, int64_t rows, int64_t cols, A* scratch) {
     (void)rows, (void)cols, (void)scratch;
     return src;
   } else {
-    for (int64_t i = 0; i < rows * cols; ++i) scratch[i] = static_cast<A>(load(src[i]));
+    widen_block(src, scratch, rows * cols);
     return scratch;
   }
+}
+
+// dst[i] = src[i] * factor for i < n, stored as U. Fixed-count chunks with unaliased operands:
+// the form GCC vectorises at -O2.
+template <class U, class A>
+void scale_into(const A* __restrict__ src, int64_t n, A factor, U* __restrict__ dst) {
+  constexpr int64_t kChunk = 16;
+  int64_t i = 0;
+  for (; i + kChunk <= n; i += kChunk) {
+    for (int64_t j = 0; j < kChunk; ++j) dst[i + j] = store<U>(src[i + j] * factor);
+  }
+  for (; i < n; ++i) dst[i] = store<U>(src[i] * factor);
 }
 
 // rows x cols elements of T at `src` widened and multiplied by `scale` into `dst`: the softmax
 // scale is folded into q once, instead of into every score.
 template <class T, class A>
 const A* scaled_copy(const T* src, int64_t rows, int64_t cols, A scale, A* dst) {
-  for (int64_t i = 0; i < rows * cols; ++i) dst[i] = static_cast<A>(load(src[i])) * scale;
+  const int64_t n = rows * cols;
+  if constexpr (std::is_same_v<T, A>) {
+    scale_into(src, n, scale, dst);
+  } else {
+    widen_block(src, dst, n);
+    for (int64_t i = 0; i < n; ++i) dst[i] *= scale;
+  }
   return dst;
 }
 
@@ -174,7 +195,7 @@ const A* scaled_copy(const T* src, int64_t rows, int64_t cols, A scale, A* dst) 
 template <class U, class A>
 void store_rows(const A* src, int64_t rows, int64_t cols, A factor, int64_t width, U* dst) {
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) dst[r * width + c] = store<U>(src[r * cols + c] * factor);
+    scale_into(src + r * cols, cols, factor, dst + r * width);
     for (int64_t c = cols; c < width; ++c) dst[r * width + c] = store<U>(A(0));
   }
 }
@@ -206,10 +227,45 @@ void block_product(int64_t m, int64_t n, int64_t depth, const A* a, int64_t a_ro
   }
 }
 
+#if defined(__AVX2__)
+// An 8 x 8 block of floats (row stride ld) transposed into dst (row stride ldd).
+void transpose_eight(const float* src, int64_t ld, float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+#endif
+
 /// rows x cols of row-major `src` (row stride ld) transposed into `dst` [cols, rows].
 template <class A>
 void transpose_into(const A* src, int64_t rows, int64_t cols, int64_t ld, A* dst) {
-  for (int64_t r = 0; r < rows; ++r) {
+  int64_t r0 = 0, c0 = 0;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<A, float>) {  // whole 8 x 8 blocks on vectors, the edges below
+    for (r0 = 0; r0 + 8 <= rows; r0 += 8) {
+      for (c0 = 0; c0 + 8 <= cols; c0 += 8) {
+        transpose_eight(src + r0 * ld + c0, ld, dst + c0 * rows + r0, rows);
+      }
+      for (int64_t r = r0; r < r0 + 8; ++r) {
+        for (int64_t c = c0; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
+      }
+    }
+  }
+#endif
+  for (int64_t r = r0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
   }
 }

@@ -25,7 +25,7 @@ inline constexpr float kExpP5 = 5.0000001201e-1f;
 /// m ln 2 with m = floor(x log2 e + 1/2), the polynomial, then y 2^m as two exact scalings (m
 /// down to -150 reaches the subnormals).
 template <class Ops, class V>
-V exp_lanes(V x) {
+[[gnu::always_inline]] inline V exp_lanes(V x) {
   const V clamped = Ops::min(Ops::max(x, Ops::set(kExpLow)), Ops::set(kExpHigh));
   const V m = Ops::floor(Ops::fma(clamped, Ops::set(kLog2e), Ops::set(0.5f)));
   V r = Ops::fma(m, Ops::set(kLn2High), clamped);
@@ -62,7 +62,7 @@ inline constexpr float kInvSqrt2 = 0.70710678118654752440f;
 
 /// erf(x) per lane (NaN for NaN).
 template <class Ops, class V>
-V erf_lanes(V a) {
+[[gnu::always_inline]] inline V erf_lanes(V a) {
   const V x = Ops::max(Ops::min(a, Ops::set(4.0f)), Ops::set(-4.0f));
   const V x2 = Ops::mul(x, x);
   V p = Ops::fma(x2, Ops::set(kErfAlpha13), Ops::set(kErfAlpha11));
@@ -81,7 +81,7 @@ V erf_lanes(V a) {
 
 /// 0.5 x (1 + erf(x / sqrt 2)) per lane, in the order Eigen evaluates it.
 template <class Ops, class V>
-V gelu_lanes(V x) {
+[[gnu::always_inline]] inline V gelu_lanes(V x) {
   const V e = erf_lanes<Ops>(Ops::mul(x, Ops::set(kInvSqrt2)));
   return Ops::mul(Ops::mul(Ops::set(0.5f), x), Ops::add(Ops::set(1.0f), e));
 }
