@@ -299,7 +299,8 @@ C arithmetic(C a, C b) {
     if constexpr (K == Kernel::kSub) return a - b;
     if constexpr (K == Kernel::kMul) return a * b;
     if constexpr (K == Kernel::kDiv) return a / b;
-    if constexpr (K == Kernel::kPow) return std::pow(a, b);
+    // A square is one rounding, as torch computes pow(x, 2).
+    if constexpr (K == Kernel::kPow) return b == C(2) ? a * a : std::pow(a, b);
     if constexpr (K == Kernel::kMaximum) return (a > b || is_nan(a)) ? a : b;
     if constexpr (K == Kernel::kMinimum) return (a < b || is_nan(a)) ? a : b;
   }
@@ -317,6 +318,13 @@ void arithmetic_kernel(const KernelArgs& args) {
     if constexpr (!kArithmeticDefined<K, T>) {
       unsupported(K, dtype);
     } else {
+      if constexpr (K == Kernel::kPow && kIsFloat<T>) {
+        // pow(x, 2) (a norm's squares): a product on vectors instead of a call per element.
+        if (args.inputs[1].desc->shape.numel() == 1 && load(args.inputs[1].as<T>()[0]) == C(2)) {
+          return run_binary<T, T, T>(args, args.inputs[0].as<T>(), args.inputs[1].as<T>(),
+                                     [](C a, C) { return a * a; });
+        }
+      }
       run_binary<T, T, T>(args, args.inputs[0].as<T>(), args.inputs[1].as<T>(),
                           [](C a, C b) { return arithmetic<K, C>(a, b); });
     }

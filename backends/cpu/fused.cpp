@@ -457,7 +457,15 @@ class FusedRun {
         binary_expression(a, b, dst, len, [](auto& r, const auto& p, const auto& q) { r = p / q; });
         return;
       case Kernel::kPow:
-        for (int64_t i = 0; i < len; ++i) dst[i] = std::pow(a.at(i), b.at(i));
+        // As the unfused kernel: a square is one product.
+        if (b.scalar && !a.scalar && b.data[0] == C(2)) {
+          o = x * x;
+          return;
+        }
+        for (int64_t i = 0; i < len; ++i) {
+          const C p = a.at(i), q = b.at(i);
+          dst[i] = q == C(2) ? p * p : std::pow(p, q);
+        }
         return;
       case Kernel::kMaximum:
         // NaN propagates, as in the unfused kernel.

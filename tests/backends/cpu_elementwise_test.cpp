@@ -316,6 +316,33 @@ TEST(CpuElementwise, IntegerPowWithNegativeExponentFollowsTorch) {
             (std::vector<double>{0, 1, -1, 1, 1, 81}));
 }
 
+// torch computes pow(x, 2) as x * x (one rounding); so does the kernel, whether the exponent is a
+// scalar 2 (a norm's squares, on vectors) or a 2 among other exponents.
+TEST(CpuElementwise, PowOfTwoIsTheProductOfXWithItself) {
+  const std::vector<double> x = {3.0000002, -1.1, 1e-23, 1.8e19, -0.0, kInf, std::nan(""),
+                                 1.2345678, -7.654321, 2.5e-38, 6.1e18, 0.3333333};
+  for (DType dtype : kFloats) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const HostTensor base = vec(dtype, x);
+    const HostTensor squares =
+        run_binary(Kernel::kPow, base, HostTensor{dtype, {}, {2.0}}, dtype, Shape{12});
+    const HostTensor mixed = run_binary(
+        Kernel::kPow, base, vec(dtype, {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 0.5}), dtype, Shape{12});
+    const HostTensor products = run_binary(Kernel::kMul, base, base, dtype, Shape{12});
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(x[i])) {
+        EXPECT_TRUE(std::isnan(squares.values[i]) && std::isnan(mixed.values[i]));
+        continue;
+      }
+      EXPECT_EQ(squares.values[i], products.values[i]) << "pow(" << x[i] << ", 2)";
+      if (i < 10) EXPECT_EQ(mixed.values[i], products.values[i]) << "pow(" << x[i] << ", 2)";
+    }
+    // The other exponents keep pow: a cube and a square root.
+    EXPECT_NEAR(mixed.values[10], std::pow(base.values[10], 3.0), 1e-2 * mixed.values[10]);
+    EXPECT_NEAR(mixed.values[11], std::sqrt(base.values[11]), 1e-2);
+  }
+}
+
 TEST(CpuElementwise, MaximumAndMinimumPropagateNaN) {
   for (DType dtype : kFloats) {
     const HostTensor a = vec(dtype, {kNaN, 1, 2});
