@@ -136,10 +136,30 @@ bool windows_inside(const PoolGeometry& g) {
          (g.oh - 1) * g.stride_h + g.kh <= g.h && (g.ow - 1) * g.stride_w + g.kw <= g.w;
 }
 
+// relu as the kRelu kernel computes it (x < 0 ? 0 : x), in the compute type.
+template <class A>
+inline A relu_tap(A v) {
+  return v < A(0) ? A(0) : v;
+}
+
+// v > best ? v : best, as one max instruction where there is one: GCC turns the plain form into
+// a branch, and which tap is larger is a coin toss on real data. A NaN v gives best.
+template <class A>
+inline A larger_tap(A best, A v) {
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<A, float>) {
+    return _mm_cvtss_f32(_mm_max_ss(_mm_set_ss(v), _mm_set_ss(best)));
+  } else if constexpr (std::is_same_v<A, double>) {
+    return _mm_cvtsd_f64(_mm_max_sd(_mm_set_sd(v), _mm_set_sd(best)));
+  }
+#endif
+  return v > best ? v : best;
+}
+
 // The tap of the window at `win` (row length w) that max pooling picks — the first maximum, or
 // the last NaN, as the general loops pick — and its value. kKh / kKw fix the window size at
-// compile time when non-zero.
-template <int kKh, int kKw, class T>
+// compile time when non-zero. kRelu: each tap relu'd as it is read.
+template <int kKh, int kKw, bool kRelu = false, class T>
 std::pair<int64_t, compute_t<T>> window_max(const T* win, int64_t w, int64_t kh, int64_t kw) {
   using A = compute_t<T>;
   const int64_t rows = kKh ? kKh : kh, cols = kKw ? kKw : kw;
@@ -147,7 +167,7 @@ std::pair<int64_t, compute_t<T>> window_max(const T* win, int64_t w, int64_t kh,
   int64_t at = 0;
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) {
-      const A v = load(win[i * w + j]);
+      const A v = kRelu ? relu_tap(load(win[i * w + j])) : load(win[i * w + j]);
       const bool take = v > best || v != v;
       best = take ? v : best;
       at = take ? i * w + j : at;
@@ -246,12 +266,6 @@ inline void store_interleaved(float* p, int64_t windows, __m256 a, __m256 b) {
 }
 #endif
 
-// relu as the kRelu kernel computes it (x < 0 ? 0 : x), in the compute type.
-template <class A>
-inline A relu_tap(A v) {
-  return v < A(0) ? A(0) : v;
-}
-
 // kRelu: pools relu(x), each tap relu'd as it is read (the same values and picks as pooling a
 // relu'd copy).
 template <bool kRelu, class T>
@@ -336,17 +350,23 @@ void max_pool_2x2_backward(const T* x, const T* grad_out, T* grad_x, const PoolG
   }
 }
 
-template <int kKh, int kKw, class T>
+template <int kKh, int kKw, bool kRelu, class T>
 void max_pool_inside(const T* x, T* out, const PoolGeometry& g) {
   for (int64_t p = 0; p < g.planes; ++p, x += g.h * g.w) {
     for (int64_t oh = 0; oh < g.oh; ++oh) {
       const T* top = x + oh * g.stride_h * g.w;
       for (int64_t ow = 0; ow < g.ow; ++ow, ++out) {
-        *out = store<T>(window_max<kKh, kKw>(top + ow * g.stride_w, g.w, g.kh, g.kw).second);
+        *out = store<T>(
+            window_max<kKh, kKw, kRelu>(top + ow * g.stride_w, g.w, g.kh, g.kw).second);
       }
     }
   }
 }
+
+// Any window, padded or dilated; kRelu: each tap relu'd as it is read (the same values and picks
+// as pooling a relu'd copy, without writing one).
+template <bool kRelu, class T>
+void max_pool_general(const T* x, T* out, const PoolGeometry& g);
 
 template <class T>
 void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
@@ -354,18 +374,19 @@ void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
       windows_inside(g) && g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2;
   if (two_by_two)
     return g.relu_first ? max_pool_2x2<true>(x, out, g) : max_pool_2x2<false>(x, out, g);
-  if (g.relu_first) {
-    // Other windows pool a relu'd copy of the planes.
-    std::vector<T> relu(static_cast<std::size_t>(g.planes * g.h * g.w));
-    for (std::size_t i = 0; i < relu.size(); ++i) relu[i] = store<T>(relu_tap(load(x[i])));
-    PoolGeometry plain = g;
-    plain.relu_first = false;
-    return max_pool_typed(relu.data(), out, plain);
-  }
   if (windows_inside(g)) {
-    return g.kh == 2 && g.kw == 2 ? max_pool_inside<2, 2>(x, out, g)
-                                  : max_pool_inside<0, 0>(x, out, g);
+    if (g.kh == 2 && g.kw == 2) {
+      return g.relu_first ? max_pool_inside<2, 2, true>(x, out, g)
+                          : max_pool_inside<2, 2, false>(x, out, g);
+    }
+    return g.relu_first ? max_pool_inside<0, 0, true>(x, out, g)
+                        : max_pool_inside<0, 0, false>(x, out, g);
   }
+  return g.relu_first ? max_pool_general<true>(x, out, g) : max_pool_general<false>(x, out, g);
+}
+
+template <bool kRelu, class T>
+void max_pool_general(const T* x, T* out, const PoolGeometry& g) {
   // bf16 values are compared in f32.
   using A = compute_t<T>;
   std::vector<std::pair<int64_t, int64_t>> cols(g.ow);  // in-bounds taps of each column window
@@ -379,14 +400,22 @@ void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
       for (int64_t ow = 0; ow < g.ow; ++ow, ++out) {
         const int64_t start_w = ow * g.stride_w - g.pad_w;
         A best = -std::numeric_limits<A>::infinity();  // what the padding holds
+        A nan = 0;
+        bool any_nan = false;
         for (int64_t i = kh_lo; i < kh_hi; ++i) {
           const T* row = x + (start_h + i * g.dilation_h) * g.w;
           for (int64_t j = cols[ow].first; j < cols[ow].second; ++j) {
-            const A v = load(row[start_w + j * g.dilation_w]);
-            if (v > best || std::isnan(v)) best = v;  // NaN wins, as in torch
+            const A tap = load(row[start_w + j * g.dilation_w]);
+            const A v = kRelu ? larger_tap(tap, A(0)) : tap;  // relu_tap's values, -0 and NaN too
+            // NaNs, rare, are kept apart: the last one wins, as in torch.
+            best = larger_tap(best, v);
+            if (v != v) [[unlikely]] {
+              nan = v;
+              any_nan = true;
+            }
           }
         }
-        *out = store<T>(best);
+        *out = store<T>(any_nan ? nan : best);
       }
     }
   }
@@ -546,15 +575,18 @@ void max_pool_backward_typed(const T* x, const T* grad_out, T* grad_x, const Poo
         A best = -std::numeric_limits<A>::infinity();
         int64_t at =
             (start_h + kh_lo * g.dilation_h) * g.w + start_w + cols[ow].first * g.dilation_w;
+        int64_t nan_at = -1;
         for (int64_t i = kh_lo; i < kh_hi; ++i) {
           const int64_t row = (start_h + i * g.dilation_h) * g.w;
           for (int64_t j = cols[ow].first; j < cols[ow].second; ++j) {
             const int64_t k = row + start_w + j * g.dilation_w;
             const A v = load(x[k]);
-            if (v > best || std::isnan(v)) best = v, at = k;
+            at = v > best ? k : at;  // selects, not a branch, as in the forward
+            best = larger_tap(best, v);
+            if (v != v) [[unlikely]] nan_at = k;
           }
         }
-        plane[at] += load(*grad_out);
+        plane[nan_at >= 0 ? nan_at : at] += load(*grad_out);
       }
     }
     narrow_block(plane, grad_x, g.h * g.w);

@@ -199,7 +199,8 @@ void expect_relu_first_is_relu_then_pool(DType dtype, const Shape& shape, const 
 }
 
 // A relu folded into its max pool (actors/call_folding.h): the 2x2 kernel's AVX2 lanes and
-// scalar tails, f64 and bf16, and other windows (which pool a relu'd copy).
+// scalar tails, f64 and bf16, and other windows (inside the input or padded, each tap relu'd as
+// it is read).
 TEST(MaxPool2d, ReluFirstIsReluThenPool) {
   std::mt19937 rng(48);
   for (int64_t w = 2; w <= 19; ++w) {
@@ -209,6 +210,11 @@ TEST(MaxPool2d, ReluFirstIsReluThenPool) {
   expect_relu_first_is_relu_then_pool(DType::kBF16, {2, 3, 8, 14}, {}, rng);
   const PoolParams p{.kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};
   expect_relu_first_is_relu_then_pool(DType::kF32, {2, 3, 9, 11}, p, rng);
+  expect_relu_first_is_relu_then_pool(DType::kBF16, {2, 3, 9, 11}, p, rng);
+  const PoolParams inside{.kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2};
+  expect_relu_first_is_relu_then_pool(DType::kF32, {2, 3, 9, 11}, inside, rng);
+  const PoolParams overlapping{.kh = 2, .kw = 2, .stride_h = 1, .stride_w = 1};
+  expect_relu_first_is_relu_then_pool(DType::kF64, {2, 3, 7, 10}, overlapping, rng);
 }
 
 TEST(MaxPool2d, MatchesLoopsInF64AndBf16) {
