@@ -465,16 +465,24 @@ void index_select_kernel(const KernelArgs& args) {
     with_element_size(elem, [&](auto width) {
       constexpr std::size_t N = decltype(width)::value;
       const std::size_t run = static_cast<std::size_t>(inner) * N;
-      for (int64_t o = 0; o < outer; ++o) {
-        const std::byte* base = src + o * size * inner * N;
-        for (int64_t j = 0; j < n; ++j, dst += run) {
-          const std::byte* from = base + idx[j] * inner * N;
-          if (inner == 1) {
-            copy_element<N>(dst, from);
-          } else {
-            std::memcpy(dst, from, run);
+      auto select_outer = [&](int64_t first, int64_t last, int) {
+        std::byte* to = dst + first * n * static_cast<int64_t>(run);
+        for (int64_t o = first; o < last; ++o) {
+          const std::byte* base = src + o * size * inner * N;
+          for (int64_t j = 0; j < n; ++j, to += run) {
+            const std::byte* from = base + idx[j] * inner * N;
+            if (inner == 1) {
+              copy_element<N>(to, from);
+            } else {
+              std::memcpy(to, from, run);
+            }
           }
         }
+      };
+      if (outer > 1 && static_cast<int64_t>(out.bytes()) >= kParallelCopyBytes) {
+        parallel_for(args.pool, outer, 1, select_outer);
+      } else {
+        select_outer(0, outer, 0);
       }
     });
   });

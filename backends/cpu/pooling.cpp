@@ -356,8 +356,7 @@ void max_pool_inside(const T* x, T* out, const PoolGeometry& g) {
     for (int64_t oh = 0; oh < g.oh; ++oh) {
       const T* top = x + oh * g.stride_h * g.w;
       for (int64_t ow = 0; ow < g.ow; ++ow, ++out) {
-        *out = store<T>(
-            window_max<kKh, kKw, kRelu>(top + ow * g.stride_w, g.w, g.kh, g.kw).second);
+        *out = store<T>(window_max<kKh, kKw, kRelu>(top + ow * g.stride_w, g.w, g.kh, g.kw).second);
       }
     }
   }
@@ -583,7 +582,9 @@ void max_pool_backward_typed(const T* x, const T* grad_out, T* grad_x, const Poo
             const A v = load(x[k]);
             at = v > best ? k : at;  // selects, not a branch, as in the forward
             best = larger_tap(best, v);
-            if (v != v) [[unlikely]] nan_at = k;
+            if (v != v) [[unlikely]] {
+              nan_at = k;
+            }
           }
         }
         plane[nan_at >= 0 ? nan_at : at] += load(*grad_out);

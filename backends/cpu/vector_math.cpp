@@ -117,8 +117,8 @@ void narrow_bf16(const float* x, uint16_t* out, int64_t n) {
 #endif
     default:
       for (int64_t i = 0; i < n; ++i) {
-        out[i] = static_cast<uint16_t>(
-            vector_math_detail::narrow_bits(std::bit_cast<uint32_t>(x[i])));
+        out[i] =
+            static_cast<uint16_t>(vector_math_detail::narrow_bits(std::bit_cast<uint32_t>(x[i])));
       }
   }
 }

@@ -96,10 +96,10 @@ namespace {
 // narrow_bits on eight lanes (u: the floats' bits).
 __m256i narrow_lanes(__m256i u) {
   const __m256i high = _mm256_srli_epi32(u, 16);
-  const __m256i nearest_even = _mm256_srli_epi32(
-      _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
-                       _mm256_and_si256(high, _mm256_set1_epi32(1))),
-      16);
+  const __m256i nearest_even =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
+                                         _mm256_and_si256(high, _mm256_set1_epi32(1))),
+                        16);
   // |u| > inf's bits, compared signed: both sides are below 2^31.
   const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
                                          _mm256_set1_epi32(0x7f800000));

@@ -113,10 +113,10 @@ namespace {
 // narrow_bits on sixteen lanes (u: the floats' bits).
 __m512i narrow_lanes(__m512i u) {
   const __m512i high = _mm512_srli_epi32(u, 16);
-  const __m512i nearest_even = _mm512_srli_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
-                       _mm512_and_si512(high, _mm512_set1_epi32(1))),
-      16);
+  const __m512i nearest_even =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                         _mm512_and_si512(high, _mm512_set1_epi32(1))),
+                        16);
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                                 _mm512_set1_epi32(0x7f800000));
   return _mm512_mask_mov_epi32(nearest_even, nan, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
@@ -127,8 +127,8 @@ __m512i narrow_lanes(__m512i u) {
 void widen_bf16_avx512(const uint16_t* x, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i wide = _mm512_cvtepu16_epi32(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
+    const __m512i wide =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
     _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
   }
   for (; i < n; ++i) out[i] = std::bit_cast<float>(uint32_t{x[i]} << 16);

@@ -266,8 +266,9 @@ TEST(Concat, RejectsMismatchedOtherDims) {
       std::runtime_error);
 }
 
-// Copies of 256 KiB and more are split over the compute pool's threads along their outermost
-// dim: each element must still come from where the loops say, whatever the split.
+// Copies of 256 KiB and more (permute, slice, expand, concat, index_select) are split over the
+// compute pool's threads along their outermost dim: each element must still come from where the
+// loops say, whatever the split.
 TEST(DataMovement, LargeCopiesSplitOverThreadsMatchLoops) {
   std::mt19937 rng(21);
   for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
@@ -291,8 +292,8 @@ TEST(DataMovement, LargeCopiesSplitOverThreadsMatchLoops) {
         ASSERT_EQ(transposed.values[i], matrix.values[ravel({o[1], o[0]}, matrix.shape)]);
       }
       HostTensor qkv = random_tensor(dtype, {7, 128, 384}, rng);
-      HostTensor k = call_kernel_directly(Kernel::kSlice, {qkv}, dtype, {7, 128, 128},
-                                          {2, 128, 1}, threads);
+      HostTensor k =
+          call_kernel_directly(Kernel::kSlice, {qkv}, dtype, {7, 128, 128}, {2, 128, 1}, threads);
       for (int64_t i = 0; i < k.shape.numel(); ++i) {
         Index o = unravel(i, k.shape);
         ASSERT_EQ(k.values[i], qkv.values[ravel({o[0], o[1], o[2] + 128}, qkv.shape)]);
@@ -303,10 +304,31 @@ TEST(DataMovement, LargeCopiesSplitOverThreadsMatchLoops) {
       for (int64_t i = 0; i < rows.shape.numel(); ++i) {
         ASSERT_EQ(rows.values[i], row.values[i % 1000]);
       }
+      // A convolution weight flipped along its last dim (inner runs of one element), and rows
+      // picked along a middle dim.
+      HostTensor weight = random_tensor(dtype, {64, 128, 3, 3}, rng);
+      HostTensor flipped = call_kernel_directly(Kernel::kIndexSelect,
+                                                {weight, index_tensor(DType::kI64, {3}, {2, 1, 0})},
+                                                dtype, {64, 128, 3, 3}, {3}, threads);
+      for (int64_t i = 0; i < flipped.shape.numel(); ++i) {
+        Index o = unravel(i, flipped.shape);
+        ASSERT_EQ(flipped.values[i],
+                  weight.values[ravel({o[0], o[1], o[2], 2 - o[3]}, weight.shape)]);
+      }
+      HostTensor picked = call_kernel_directly(
+          Kernel::kIndexSelect, {weight, index_tensor(DType::kI32, {5}, {7, 0, 127, 7, 64})}, dtype,
+          {64, 5, 3, 3}, {1}, threads);
+      const std::vector<int64_t> picks = {7, 0, 127, 7, 64};
+      for (int64_t i = 0; i < picked.shape.numel(); ++i) {
+        Index o = unravel(i, picked.shape);
+        ASSERT_EQ(picked.values[i],
+                  weight.values[ravel({o[0], picks[static_cast<std::size_t>(o[1])], o[2], o[3]},
+                                      weight.shape)]);
+      }
       HostTensor a = random_tensor(dtype, {33, 128, 128}, rng);
       HostTensor b = random_tensor(dtype, {33, 128, 256}, rng);
-      HostTensor joined = call_kernel_directly(Kernel::kConcat, {a, b}, dtype, {33, 128, 384},
-                                               {2}, threads);
+      HostTensor joined =
+          call_kernel_directly(Kernel::kConcat, {a, b}, dtype, {33, 128, 384}, {2}, threads);
       for (int64_t i = 0; i < joined.shape.numel(); ++i) {
         Index o = unravel(i, joined.shape);
         ASSERT_EQ(joined.values[i], o[2] < 128

@@ -319,8 +319,8 @@ TEST(CpuElementwise, IntegerPowWithNegativeExponentFollowsTorch) {
 // torch computes pow(x, 2) as x * x (one rounding); so does the kernel, whether the exponent is a
 // scalar 2 (a norm's squares, on vectors) or a 2 among other exponents.
 TEST(CpuElementwise, PowOfTwoIsTheProductOfXWithItself) {
-  const std::vector<double> x = {3.0000002, -1.1, 1e-23, 1.8e19, -0.0, kInf, std::nan(""),
-                                 1.2345678, -7.654321, 2.5e-38, 6.1e18, 0.3333333};
+  const std::vector<double> x = {3.0000002,    -1.1,      1e-23,     1.8e19,  -0.0,   kInf,
+                                 std::nan(""), 1.2345678, -7.654321, 2.5e-38, 6.1e18, 0.3333333};
   for (DType dtype : kFloats) {
     SCOPED_TRACE(dtype_name(dtype));
     const HostTensor base = vec(dtype, x);
@@ -335,7 +335,9 @@ TEST(CpuElementwise, PowOfTwoIsTheProductOfXWithItself) {
         continue;
       }
       EXPECT_EQ(squares.values[i], products.values[i]) << "pow(" << x[i] << ", 2)";
-      if (i < 10) EXPECT_EQ(mixed.values[i], products.values[i]) << "pow(" << x[i] << ", 2)";
+      if (i < 10) {
+        EXPECT_EQ(mixed.values[i], products.values[i]) << "pow(" << x[i] << ", 2)";
+      }
     }
     // The other exponents keep pow: a cube and a square root.
     EXPECT_NEAR(mixed.values[10], std::pow(base.values[10], 3.0), 1e-2 * mixed.values[10]);

@@ -109,11 +109,13 @@ TEST(FusedKernelSteps, SquaresGiveTheUnfusedBits) {
   for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
     std::vector<HostTensor> externals = operands(dtype, 5, 333, 5);
     externals[3] = HostTensor{dtype, {}, {2.0}};
-    const std::vector<Step> steps = {{Kernel::kAbs, 0}, {Kernel::kPow, -1, 3}, {Kernel::kPow, 0, 3}};
+    const std::vector<Step> steps = {
+        {Kernel::kAbs, 0}, {Kernel::kPow, -1, 3}, {Kernel::kPow, 0, 3}};
     expect_same_bits(fused(steps, externals, dtype, {5, 333}),
                      unfused(steps, externals, dtype, {5, 333}));
     const HostTensor squares = fused(steps, externals, dtype, {5, 333});
-    const HostTensor products = run_kernel(Kernel::kMul, {externals[0], externals[0]}, dtype, {5, 333});
+    const HostTensor products =
+        run_kernel(Kernel::kMul, {externals[0], externals[0]}, dtype, {5, 333});
     expect_same_bits(squares, products);
   }
 }

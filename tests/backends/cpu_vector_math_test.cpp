@@ -197,14 +197,15 @@ TEST_P(VectorMathPath, MappedFunctionsGiveTheGenericPathsBits) {
 TEST_P(VectorMathPath, Bf16ConversionsGiveTheScalarConversionsBits) {
   std::mt19937 rng(8);
   std::vector<uint32_t> bits = {
-      0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f817fffu, 0x3f818001u,  // 1, ties, around them
-      0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,  // infinities, NaNs
-      0x7fbfffffu, 0x00000001u, 0x807fffffu, 0x00008000u, 0x00018000u,  // NaN, subnormals
+      0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f817fffu, 0x3f818001u,   // 1, ties, around them
+      0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,   // infinities, NaNs
+      0x7fbfffffu, 0x00000001u, 0x807fffffu, 0x00008000u, 0x00018000u,   // NaN, subnormals
       0x7f7fffffu, 0xff7f8000u, 0x7f7f7fffu, 0x00000000u, 0x80000000u};  // largest, zeros
   while (bits.size() < 1061) bits.push_back(static_cast<uint32_t>(rng()));
   const auto n = static_cast<int64_t>(bits.size());
   std::vector<float> x(bits.size());
-  std::transform(bits.begin(), bits.end(), x.begin(), [](uint32_t b) { return std::bit_cast<float>(b); });
+  std::transform(bits.begin(), bits.end(), x.begin(),
+                 [](uint32_t b) { return std::bit_cast<float>(b); });
 
   const IsaScope scope(GetParam());
   std::vector<uint16_t> narrowed(bits.size());
