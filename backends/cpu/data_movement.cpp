@@ -410,8 +410,20 @@ void concat_kernel(const KernelArgs& args) {
     for (int64_t o = first; o < last; ++o) {
       for (const ConstView& input : args.inputs) {
         const std::size_t block = static_cast<std::size_t>(input.desc->shape[dim]) * inner_bytes;
-        if (block == 0) continue;
-        std::memcpy(dst, static_cast<const std::byte*>(input.data) + o * block, block);
+        const std::byte* from = static_cast<const std::byte*>(input.data) + o * block;
+        // Blocks of one element (a stride-2 gradient's interleaving) as one move, not a call.
+        switch (block) {
+          case 0:
+            continue;
+          case 4:
+            copy_element<4>(dst, from);
+            break;
+          case 8:
+            copy_element<8>(dst, from);
+            break;
+          default:
+            std::memcpy(dst, from, block);
+        }
         dst += block;
       }
     }

@@ -325,6 +325,14 @@ TEST(DataMovement, LargeCopiesSplitOverThreadsMatchLoops) {
                   weight.values[ravel({o[0], picks[static_cast<std::size_t>(o[1])], o[2], o[3]},
                                       weight.shape)]);
       }
+      // A stride-2 gradient's interleaving: blocks of one element from each input in turn.
+      HostTensor even = random_tensor(dtype, {300, 50, 1}, rng);
+      HostTensor odd = random_tensor(dtype, {300, 50, 1}, rng);
+      HostTensor interleaved =
+          call_kernel_directly(Kernel::kConcat, {even, odd}, dtype, {300, 50, 2}, {2}, threads);
+      for (int64_t i = 0; i < interleaved.shape.numel(); ++i) {
+        ASSERT_EQ(interleaved.values[i], (i % 2 == 0 ? even : odd).values[i / 2]);
+      }
       HostTensor a = random_tensor(dtype, {33, 128, 128}, rng);
       HostTensor b = random_tensor(dtype, {33, 128, 256}, rng);
       HostTensor joined =
