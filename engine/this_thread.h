@@ -32,4 +32,18 @@ class ThisThread {
 /// never dropped.
 void keep_until_thread_exit(std::shared_ptr<void> object);
 
+/// The calling thread's own T (say, a kernel's scratch), value-initialised on first use, bound
+/// through ThisThread<T> and kept until the thread exits.
+template <class T>
+T& this_thread_object() {
+  T* object = ThisThread<T>::get();
+  if (!object) [[unlikely]] {
+    auto made = std::make_shared<T>();
+    object = made.get();
+    keep_until_thread_exit(std::move(made));
+    ThisThread<T>::bind(object);
+  }
+  return *object;
+}
+
 }  // namespace axle

@@ -181,18 +181,13 @@ struct ThreadFloats {
   };
   std::array<Buffer, 4> buffers;
 };
+
 /// At least `floats` floats of the calling thread's buffer `slot` (0 to 3), kept between calls and
 /// grown as needed: for kernels that compute bf16 whole in f32. A fresh allocation per call would
 /// cost a page fault per 4 KiB of it every time.
 inline float* thread_floats(int slot, std::size_t floats) {
-  ThreadFloats* mine = ThisThread<ThreadFloats>::get();
-  if (!mine) {
-    auto made = std::make_shared<ThreadFloats>();
-    mine = made.get();
-    keep_until_thread_exit(std::move(made));
-    ThisThread<ThreadFloats>::bind(mine);
-  }
-  ThreadFloats::Buffer& b = mine->buffers.at(static_cast<std::size_t>(slot));
+  ThreadFloats::Buffer& b =
+      this_thread_object<ThreadFloats>().buffers.at(static_cast<std::size_t>(slot));
   if (floats > b.size) {
     b.data = scratch_array<float>(floats);
     b.size = floats;

@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <memory>
 #include <new>
 
 #include "backends/cpu/gemm.h"
@@ -84,16 +83,6 @@ inline int64_t min_of(int64_t a, int64_t b) noexcept { return a < b ? a : b; }
 struct PackBuffers {
   PackBuffer a, b, stage;
 };
-inline PackBuffers& this_thread_pack_buffers() {
-  PackBuffers* buffers = ThisThread<PackBuffers>::get();
-  if (!buffers) {
-    auto made = std::make_shared<PackBuffers>();
-    buffers = made.get();
-    keep_until_thread_exit(std::move(made));
-    ThisThread<PackBuffers>::bind(buffers);
-  }
-  return *buffers;
-}
 
 /// rows [r0, r1) x columns [c0, c1) of `g` on the calling thread: for each block of kColumnBlock
 /// columns and kDepth of k, op(b)'s block is packed into panels of kColumns columns; for each
@@ -113,7 +102,7 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   constexpr int64_t kRowBlock = Traits::kRowBlock, kColumnBlock = Traits::kColumnBlock;
   constexpr int64_t kStageRows = 512 / kRowBlock * kRowBlock;
   static_assert(kRowBlock % kRows == 0 && kDepth % kStep == 0 && kStageRows > 0);
-  PackBuffers& buffers = this_thread_pack_buffers();
+  PackBuffers& buffers = this_thread_object<PackBuffers>();
   PackBuffer &a_buffer = buffers.a, &b_buffer = buffers.b, &stage_buffer = buffers.stage;
 
   const int64_t max_steps = (min_of(kDepth, g.k) + kStep - 1) / kStep;
