@@ -4,13 +4,14 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <stdexcept>
 #include <source_location>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "actors/device_runtime.h"
+#include "actors/step_closure_error.h"
 #include "backends/backend.h"
 #include "engine/trace.h"
 #include "graph/device.h"
@@ -41,12 +42,6 @@ void mark_step(bool wait = false, std::source_location where = std::source_locat
 inline void sync(bool wait = false, std::source_location where = std::source_location::current()) {
   mark_step(wait, where);
 }
-
-/// A step closure threw: the message names the line that added it and what it threw.
-class StepClosureError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 /// Marks a step when it goes out of scope, like `with torch_xla.step():`. What that mark_step
 /// throws (a failed step closure, say) leaves the scope; while another exception leaves it, the

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "actors/api.h"  // StepClosureError
-
 namespace axle {
 
 void ClosureFailures::add(std::exception_ptr error) {

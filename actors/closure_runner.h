@@ -20,6 +20,7 @@
 
 #include "actors/observer.h"
 #include "actors/step_breakdown.h"
+#include "actors/step_closure_error.h"
 #include "engine/actor.h"
 #include "graph/device_data.h"
 

@@ -84,7 +84,7 @@ class RuntimeCore : public RefCounted {
 enum class Here { kNo, kIfIdle, kAwaitingWorker };
 
 /// The runtime's view of one actor: its scheduling state, its home worker, its name.
-class ActorCell : public ContinuationTarget {
+class ActorCell : public ContinuationTarget, public Runnable {
  public:
   ActorCell(std::string name, Worker& home, IntrusivePtr<RuntimeCore> core, int max_batch)
       : name_(std::move(name)), home_(home), core_(std::move(core)), max_batch_(max_batch) {}
@@ -106,7 +106,7 @@ class ActorCell : public ContinuationTarget {
 
   /// Runs a bounded batch of messages on the home worker, then goes idle or reschedules
   /// itself (behind other ready actors, so none starves). Releases the run queue's reference.
-  void run();
+  void run() final;
 
   /// From a thread that runs no actor: when the actor is idle (or, awaiting its worker, is let
   /// go of soon), takes it over and runs a batch of its mail here, as its worker would (true).

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/log.h"
+#include "engine/log_level.h"
 
 namespace axle {
 

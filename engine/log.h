@@ -22,10 +22,9 @@
 #include <string>
 #include <string_view>
 
-namespace axle {
+#include "engine/log_level.h"
 
-/// Severity of a log line; lines below the configured minimum are dropped.
-enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+namespace axle {
 
 /// Receives each whole line (no trailing newline); called from any thread, concurrently.
 using LogSink = std::function<void(LogLevel level, std::string_view line)>;

@@ -12,7 +12,7 @@
 #include <asio/steady_timer.hpp>
 #include <thread>
 
-#include "engine/actor.h"
+#include "engine/fence.h"
 #include "engine/log.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -48,7 +48,7 @@ struct Worker::Impl {
   std::chrono::microseconds spin;
   const std::atomic<bool>& timers_enabled;
   asio::io_context io;
-  moodycamel::ConcurrentQueue<detail::ActorCell*> ready;
+  moodycamel::ConcurrentQueue<detail::Runnable*> ready;
   moodycamel::ConsumerToken ready_consumer;
   std::thread thread;
   alignas(64) std::atomic<bool> parked{false};
@@ -59,7 +59,7 @@ struct Worker::Impl {
 void Worker::Impl::loop() {
   set_thread_name(name);
   auto work = asio::make_work_guard(io);
-  detail::ActorCell* batch[kRunBulk];
+  detail::Runnable* batch[kRunBulk];
   int rounds = 0;
   int spins = 0;
   auto spin_start = std::chrono::steady_clock::now();
@@ -111,8 +111,8 @@ Worker::~Worker() {
   join();
 }
 
-void Worker::schedule(detail::ActorCell* cell) {
-  impl_->ready.enqueue(cell);
+void Worker::schedule(detail::Runnable* actor) {
+  impl_->ready.enqueue(actor);
   detail::store_load_fence();
   if (impl_->parked.load(std::memory_order_relaxed)) asio::post(impl_->io, [] {});
 }

@@ -15,8 +15,16 @@
 namespace axle {
 
 namespace detail {
-class ActorCell;
-}
+/// What a worker's run queue holds: an actor with mail (engine/actor.h's ActorCell). The worker
+/// calls run() on its thread; run() hands back the queue's reference, or queues itself again.
+class Runnable {
+ public:
+  virtual void run() = 0;
+
+ protected:
+  ~Runnable() = default;
+};
+}  // namespace detail
 
 /// Cancels a timer started by an actor; copies share the timer. Cancelling twice is harmless.
 class TimerHandle {
@@ -43,8 +51,8 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  /// Queues `cell` to run; the caller hands over one reference to it.
-  void schedule(detail::ActorCell* cell);
+  /// Queues `actor` to run; the caller hands over one reference to it.
+  void schedule(detail::Runnable* actor);
 
   /// Calls `fire` on this worker's thread after `delay`, then every `period` if it is non-zero,
   /// until the handle is cancelled or the runtime starts shutting down.

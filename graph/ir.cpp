@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <vector>
@@ -13,7 +14,6 @@
 #include "engine/block_cache.h"
 #include "engine/hash.h"
 #include "engine/release_queue.h"
-#include "graph/trace_context.h"
 
 namespace axle {
 namespace {
@@ -98,11 +98,11 @@ Node::Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs i
   }
   const std::size_t n = operands.size();
   if (n > UINT32_MAX) throw std::length_error(fmt::format("op {}: too many operands", op_name(op)));
-  TraceContext& context = TraceContext::current();
-  creator_ = context.id();
+  NodeRecord& record = NodeRecord::current();
+  creator_ = record.id();
   CreationLog* log = nullptr;
   if (n > 0) {
-    log = &context.creation_log();
+    log = &record.creation_log();
     log->reserve_one();
   }
   NodePtr* heap = n > kInlineOperands ? new NodePtr[n] : nullptr;
@@ -161,8 +161,8 @@ const IntrusivePtr<DeviceData>& Node::data() const noexcept {
 }
 
 uint32_t Node::this_thread_creator_id() noexcept {
-  const TraceContext* context = TraceContext::current_if_any();
-  return context ? context->id() : 0;
+  const NodeRecord* record = NodeRecord::current_if_any();
+  return record ? record->id() : 0;
 }
 
 namespace {
@@ -196,6 +196,27 @@ void prefetch_for_write(const void* p) noexcept { __builtin_prefetch(p, 1); }
 }  // namespace
 
 CreationLog::CreationLog() : id_(next_log_id()), compact_at_(kMinCompaction) {}
+
+namespace {
+// Record numbers start at 1: 0 is "no record" (a graph walk on a thread that made no node).
+std::atomic<uint32_t> g_next_record_id{1};
+}  // namespace
+
+NodeRecord::NodeRecord() : id_(g_next_record_id.fetch_add(1, std::memory_order_relaxed)) {}
+
+NodeRecord& NodeRecord::make_current() {
+  // The binding holds a reference of its own, which the thread drops as it exits (first
+  // unbinding, so nothing on the way out finds a record being destroyed).
+  auto* record = new NodeRecord();
+  record->add_ref();
+  ThisThread<NodeRecord>::bind(record);
+  keep_until_thread_exit(std::shared_ptr<void>(record, [](void* p) {
+    auto* dying = static_cast<NodeRecord*>(p);
+    if (ThisThread<NodeRecord>::get() == dying) ThisThread<NodeRecord>::bind(nullptr);
+    dying->release();
+  }));
+  return *record;
+}
 
 CreationLog::~CreationLog() { clear(); }
 

@@ -12,6 +12,7 @@
 #include "engine/intrusive_ptr.h"
 #include "engine/shape.h"
 #include "engine/small_vector.h"
+#include "engine/this_thread.h"
 #include "graph/device_data.h"
 #include "graph/op.h"
 
@@ -173,6 +174,36 @@ class CreationLog {
   std::vector<const Node*> nodes_;
   uint32_t id_;
   std::size_t compact_at_;
+};
+
+/// Where the calling thread's new nodes are recorded: the thread's number, which each node keeps
+/// as its creator, and its creation log. One per thread, made on first use and kept until the
+/// thread exits; the thread's TraceContext (graph/trace_context.h) holds it, so the trace state
+/// above the IR finds the same log.
+class NodeRecord final : public RefCounted {
+ public:
+  /// The calling thread's record, made on first use.
+  [[nodiscard]] static NodeRecord& current() {
+    if (NodeRecord* record = ThisThread<NodeRecord>::get()) [[likely]]
+      return *record;
+    return make_current();
+  }
+  /// The calling thread's record, or null when it has made no node yet.
+  [[nodiscard]] static NodeRecord* current_if_any() noexcept {
+    return ThisThread<NodeRecord>::get();
+  }
+
+  /// A number no other thread's record has had (from 1; 0 means none).
+  [[nodiscard]] uint32_t id() const noexcept { return id_; }
+  /// The op nodes the thread created since its last sync, in creation order.
+  [[nodiscard]] CreationLog& creation_log() noexcept { return log_; }
+
+ private:
+  NodeRecord();
+  static NodeRecord& make_current();
+
+  const uint32_t id_;
+  CreationLog log_;
 };
 
 }  // namespace axle

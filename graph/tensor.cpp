@@ -7,12 +7,70 @@
 
 #include "engine/element.h"
 #include "engine/metrics.h"
-#include "graph/trace_context.h"
 
 namespace axle {
 namespace {
 std::atomic<int64_t> g_live_tensors{0};
 }  // namespace
+
+PendingTensors& PendingTensors::make_current() {
+  // The binding holds a reference of its own, which the thread drops as it exits (first
+  // unbinding, so nothing on the way out finds a list being destroyed).
+  auto* list = new PendingTensors();
+  list->add_ref();
+  ThisThread<PendingTensors>::bind(list);
+  keep_until_thread_exit(std::shared_ptr<void>(list, [](void* p) {
+    auto* dying = static_cast<PendingTensors*>(p);
+    if (ThisThread<PendingTensors>::get() == dying) ThisThread<PendingTensors>::bind(nullptr);
+    dying->release();
+  }));
+  return *list;
+}
+
+void PendingTensors::track(TensorImpl* impl) {
+  std::lock_guard lock(mutex_);
+  impl->prev_ = tail_;
+  impl->next_ = nullptr;
+  if (tail_)
+    tail_->next_ = impl;
+  else
+    head_ = impl;
+  tail_ = impl;
+  ++count_;
+}
+
+void PendingTensors::untrack(TensorImpl* impl) {
+  std::lock_guard lock(mutex_);
+  if (impl->prev_)
+    impl->prev_->next_ = impl->next_;
+  else
+    head_ = impl->next_;
+  if (impl->next_)
+    impl->next_->prev_ = impl->prev_;
+  else
+    tail_ = impl->prev_;
+  impl->prev_ = impl->next_ = nullptr;
+  --count_;
+}
+
+std::vector<Tensor> PendingTensors::tensors(const Device* device) {
+  std::vector<Tensor> out;
+  std::lock_guard lock(mutex_);
+  out.reserve(count_);
+  // Oldest first, so graphs list their outputs in creation order.
+  for (TensorImpl* t = head_; t; t = t->next_) {
+    if (device && !(t->device() == *device)) continue;
+    // A tensor whose last handle is going away on another thread is skipped: its destructor is
+    // waiting on this lock to leave the list.
+    if (t->try_add_ref()) out.emplace_back(IntrusivePtr<TensorImpl>::adopt(t));
+  }
+  return out;
+}
+
+std::size_t PendingTensors::count() {
+  std::lock_guard lock(mutex_);
+  return count_;
+}
 
 int64_t TensorImpl::live_count() noexcept { return g_live_tensors.load(std::memory_order_relaxed); }
 
@@ -31,7 +89,7 @@ TensorImpl::TensorImpl(DType logical_dtype, IntrusivePtr<DeviceData> data)
 }
 
 TensorImpl::~TensorImpl() {
-  if (context_) context_->untrack(this);
+  if (pending_) pending_->untrack(this);
   if (data_) data_->drop_tensor_ref();
   AXLE_COUNTER_INC("DestroyTensor", 1);
   g_live_tensors.fetch_sub(1, std::memory_order_relaxed);
@@ -48,16 +106,16 @@ void TensorImpl::set_ir(NodePtr ir) {
   if (data_) data_->drop_tensor_ref();
   data_ = {};
   leaf_ = {};
-  if (!context_) {
-    context_ = IntrusivePtr<TraceContext>(&TraceContext::current());
-    context_->track(this);
+  if (!pending_) {
+    pending_ = IntrusivePtr<PendingTensors>(&PendingTensors::current());
+    pending_->track(this);
   }
 }
 
 void TensorImpl::set_data(IntrusivePtr<DeviceData> data) {
-  if (context_) {
-    context_->untrack(this);
-    context_ = {};
+  if (pending_) {
+    pending_->untrack(this);
+    pending_ = {};
   }
   ir_ = {};
   leaf_ = {};

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <source_location>
 #include <span>
 #include <string>
@@ -15,13 +16,14 @@
 #include "engine/future.h"
 #include "engine/intrusive_ptr.h"
 #include "engine/shape.h"
+#include "engine/this_thread.h"
 #include "graph/device.h"
 #include "graph/device_data.h"
 #include "graph/ir.h"
 
 namespace axle {
 
-class TraceContext;
+class PendingTensors;
 
 /// A tensor's autograd state (graph/autograd/function.h).
 struct AutogradMeta;
@@ -95,7 +97,7 @@ class TensorImpl final : public RefCounted {
   AutogradMeta& autograd_or_create();
 
  private:
-  friend class TraceContext;
+  friend class PendingTensors;
   DType dtype_;
   Shape shape_;
   Device device_;
@@ -103,8 +105,8 @@ class TensorImpl final : public RefCounted {
   IntrusivePtr<DeviceData> data_;
   NodePtr leaf_;
   int64_t sharding_ = -1;
-  // Membership in the trace context's list of tensors with pending IR.
-  IntrusivePtr<TraceContext> context_;
+  // Membership in its thread's list of tensors with pending IR.
+  IntrusivePtr<PendingTensors> pending_;
   TensorImpl* prev_ = nullptr;
   TensorImpl* next_ = nullptr;
   std::unique_ptr<AutogradMeta, AutogradMetaDeleter> autograd_;
@@ -258,6 +260,35 @@ Tensor tensor(const std::vector<T>& values, const Shape& shape, Device device = 
 class ShapeError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
+};
+
+/// The tensors a thread gave pending IR to (what mark_step executes), oldest first. One per
+/// thread, made on first use and kept until the thread exits; the thread's TraceContext
+/// (graph/trace_context.h) holds it. Tensors may die on other threads, so the list is locked.
+class PendingTensors final : public RefCounted {
+ public:
+  /// The calling thread's list, made on first use.
+  [[nodiscard]] static PendingTensors& current() {
+    if (PendingTensors* list = ThisThread<PendingTensors>::get()) [[likely]]
+      return *list;
+    return make_current();
+  }
+
+  /// The tensors on `device` (all devices when null), as handles, oldest first.
+  [[nodiscard]] std::vector<Tensor> tensors(const Device* device = nullptr);
+  [[nodiscard]] std::size_t count();
+
+ private:
+  friend class TensorImpl;
+  PendingTensors() = default;
+  static PendingTensors& make_current();
+  void track(TensorImpl* impl);
+  void untrack(TensorImpl* impl);
+
+  std::mutex mutex_;
+  TensorImpl* head_ = nullptr;  // oldest
+  TensorImpl* tail_ = nullptr;  // newest
+  std::size_t count_ = 0;
 };
 
 }  // namespace axle

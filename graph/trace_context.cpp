@@ -1,4 +1,4 @@
-// graph: trace contexts and the tensor bookkeeping they do.
+// graph: trace contexts: the per-replica trace state above the nodes and tensors it records.
 #include "graph/trace_context.h"
 
 #include <memory>
@@ -6,15 +6,13 @@
 namespace axle {
 namespace {
 
-// Ids start at 1: 0 is "no context" (a graph walk on a thread that has none).
-std::atomic<uint32_t> g_next_id{1};
-
 // PyTorch/XLA's default seed is 101 on every device.
 constexpr uint64_t kDefaultSeed = 101;
 
 }  // namespace
 
-TraceContext::TraceContext() : id_(g_next_id.fetch_add(1, std::memory_order_relaxed)) {}
+TraceContext::TraceContext()
+    : record_(&NodeRecord::current()), pending_(&PendingTensors::current()) {}
 
 TraceContext::~TraceContext() = default;
 
@@ -30,51 +28,6 @@ TraceContext& TraceContext::make_current() {
     dying->release();
   }));
   return *context;
-}
-
-void TraceContext::track(TensorImpl* impl) {
-  std::lock_guard lock(mutex_);
-  impl->prev_ = tail_;
-  impl->next_ = nullptr;
-  if (tail_)
-    tail_->next_ = impl;
-  else
-    head_ = impl;
-  tail_ = impl;
-  ++pending_;
-}
-
-void TraceContext::untrack(TensorImpl* impl) {
-  std::lock_guard lock(mutex_);
-  if (impl->prev_)
-    impl->prev_->next_ = impl->next_;
-  else
-    head_ = impl->next_;
-  if (impl->next_)
-    impl->next_->prev_ = impl->prev_;
-  else
-    tail_ = impl->prev_;
-  impl->prev_ = impl->next_ = nullptr;
-  --pending_;
-}
-
-std::vector<Tensor> TraceContext::pending_tensors(const Device* device) {
-  std::vector<Tensor> out;
-  std::lock_guard lock(mutex_);
-  out.reserve(pending_);
-  // Oldest first, so graphs list their outputs in creation order.
-  for (TensorImpl* t = head_; t; t = t->next_) {
-    if (device && !(t->device() == *device)) continue;
-    // A tensor whose last handle is going away on another thread is skipped: its destructor is
-    // waiting on this lock to leave the list.
-    if (t->try_add_ref()) out.emplace_back(IntrusivePtr<TensorImpl>::adopt(t));
-  }
-  return out;
-}
-
-std::size_t TraceContext::pending_count() {
-  std::lock_guard lock(mutex_);
-  return pending_;
 }
 
 RngState TraceContext::draw_random(Device device, uint64_t count) {

@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -43,15 +42,17 @@ class TraceContext final : public RefCounted {
   TraceContext();
   ~TraceContext() override;
 
-  /// A number no other context has had; nodes record their creator's.
-  [[nodiscard]] uint32_t id() const noexcept { return id_; }
+  /// A number no other context has had; nodes record their creator's (the thread's NodeRecord).
+  [[nodiscard]] uint32_t id() const noexcept { return record_->id(); }
 
   /// Tensors with pending IR on `device` (all devices when null), as handles, oldest first.
-  [[nodiscard]] std::vector<Tensor> pending_tensors(const Device* device = nullptr);
-  [[nodiscard]] std::size_t pending_count();
+  [[nodiscard]] std::vector<Tensor> pending_tensors(const Device* device = nullptr) {
+    return pending_->tensors(device);
+  }
+  [[nodiscard]] std::size_t pending_count() { return pending_->count(); }
 
   /// The op nodes created since the last sync, in creation order.
-  [[nodiscard]] CreationLog& creation_log() noexcept { return log_; }
+  [[nodiscard]] CreationLog& creation_log() noexcept { return record_->creation_log(); }
   /// A new number for a graph walk over this context's nodes (see Node::VisitMark); never 0.
   [[nodiscard]] uint32_t next_walk() noexcept {
     if (++walks_ == 0) ++walks_;
@@ -91,18 +92,12 @@ class TraceContext final : public RefCounted {
   void set_world_size(int world_size) noexcept { world_size_ = world_size; }
 
  private:
-  friend class TensorImpl;
   static TraceContext& make_current();
-  void track(TensorImpl* impl);
-  void untrack(TensorImpl* impl);
 
-  const uint32_t id_;
-  CreationLog log_;
+  // The thread's lower parts of its trace state: the nodes it made, the tensors it left pending.
+  const IntrusivePtr<NodeRecord> record_;
+  const IntrusivePtr<PendingTensors> pending_;
   uint32_t walks_ = 0;
-  std::mutex mutex_;            // tensors may die on other threads
-  TensorImpl* head_ = nullptr;  // oldest
-  TensorImpl* tail_ = nullptr;  // newest
-  std::size_t pending_ = 0;
   uint64_t nodes_since_step_ = 0;
   std::unordered_map<int, RngState> rng_;
   bool grad_enabled_ = true;

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "backends/cpu/element.h"
-#include "backends/cpu/gemm_kernels.h"
 #include "backends/cpu/isa.h"
 
 namespace axle::cpu {

@@ -93,4 +93,24 @@ struct MatrixProduct {
 template <class T>
 void gemm(const MatrixProduct& product, bool transpose_a, bool transpose_b, ComputePool* pool);
 
+/// What gemm.cpp asks of one instruction set's product kernels (gemm_avx2.cpp, gemm_avx512.cpp,
+/// which share the loops of gemm_kernels.h).
+/// One instruction set's kernel for one precision: computes rows [r0, r1) x columns [c0, c1)
+/// of a product, over all of k, on the calling thread. Blocks split on multiples of the
+/// alignments keep whole register tiles (any split gives the same bits).
+struct GemmBlockKernel {
+  int64_t row_align = 1, column_align = 1;
+  void (*run)(const Gemm& product, int64_t r0, int64_t r1, int64_t c0, int64_t c1) = nullptr;
+};
+
+/// The AVX2 kernels (6 x 16 register tiles; bf16 operands widened while packed).
+GemmBlockKernel avx2_gemm_kernel(GemmPrecision precision);
+/// The AVX-512 kernels (14 x 32 register tiles); with `bf16_dot`, bf16 products on vdpbf16ps.
+/// Only in builds for x86-64 with AXLE_HAVE_AVX512_KERNELS.
+GemmBlockKernel avx512_gemm_kernel(GemmPrecision precision, bool bf16_dot);
+
+/// direct_gemm (gemm.h) on AVX2 and on AVX-512.
+void avx2_direct_gemm(const DirectProduct& product);
+void avx512_direct_gemm(const DirectProduct& product);
+
 }  // namespace axle::cpu

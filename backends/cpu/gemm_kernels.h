@@ -1,8 +1,8 @@
-// backends/cpu: what gemm.cpp asks of one instruction set's product kernels, and the blocked
-// loops they share (BLIS's five loops). Included only by gemm.cpp and by the files compiled for
-// one instruction set (gemm_avx2.cpp, gemm_avx512.cpp); those instantiate run_block with their
-// own Traits inside a namespace of their own, so no inline function compiled for a wider
-// instruction set can be picked by the linker for code that runs on a narrower one.
+// backends/cpu: the blocked loops (BLIS's five loops) that one instruction set's product kernels
+// share. Included only by the files compiled for one instruction set (gemm_avx2.cpp,
+// gemm_avx512.cpp); those instantiate run_block with their own Traits inside a namespace of their
+// own, so no inline function compiled for a wider instruction set can be picked by the linker for
+// code that runs on a narrower one. What gemm.cpp asks of them is declared in gemm.h.
 #pragma once
 
 #include <cstddef>
@@ -15,24 +15,7 @@
 
 namespace axle::cpu {
 
-/// One instruction set's kernel for one precision: computes rows [r0, r1) x columns [c0, c1)
-/// of a product, over all of k, on the calling thread. Blocks split on multiples of the
-/// alignments keep whole register tiles (any split gives the same bits).
-struct GemmBlockKernel {
-  int64_t row_align = 1, column_align = 1;
-  void (*run)(const Gemm& product, int64_t r0, int64_t r1, int64_t c0, int64_t c1) = nullptr;
-};
-
-/// The AVX2 kernels (6 x 16 register tiles; bf16 operands widened while packed).
-GemmBlockKernel avx2_gemm_kernel(GemmPrecision precision);
-/// The AVX-512 kernels (14 x 32 register tiles); with `bf16_dot`, bf16 products on vdpbf16ps.
-/// Only in builds for x86-64 with AXLE_HAVE_AVX512_KERNELS.
-GemmBlockKernel avx512_gemm_kernel(GemmPrecision precision, bool bf16_dot);
-
 // Everything below has internal linkage in each file that includes this header (see above).
-/// direct_gemm (gemm.h) on AVX2 and on AVX-512.
-void avx2_direct_gemm(const DirectProduct& product);
-void avx512_direct_gemm(const DirectProduct& product);
 
 namespace gemm_detail {
 namespace {

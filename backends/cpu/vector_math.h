@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "backends/cpu/vector_function.h"
+
 namespace axle::cpu {
 
 /// x[i] = exp(x[i] - shift) for i < n; returns the sum of the new values. exp is Cephes's
@@ -17,13 +19,6 @@ float exp_shifted_sum(float* x, int64_t n, float shift);
 /// sum into sums[r] (when sums is not null): the rows interleave on the vector units.
 void exp_shifted_rows(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,
                       float* sums);
-
-/// Elementwise functions of f32 arrays on vector_math's kernels.
-enum class VectorFunction : uint8_t {
-  kExp,   ///< as exp_shifted_sum's exp
-  kErf,   ///< Eigen's rational approximation (within a few ulps of erff; exactly +-1 past 4)
-  kGelu,  ///< 0.5 x (1 + erf(x / sqrt 2)), as Eigen evaluates that expression
-};
 
 /// out[i] = f(x[i]) for i < n; out may be x.
 void map_f32(VectorFunction f, const float* x, float* out, int64_t n);

@@ -4,6 +4,7 @@
 // inconsistent shards fail naming the files.
 #include "io/sharded_checkpoint.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
