@@ -70,7 +70,8 @@ namespace axle {
 ///                ints = [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups
 ///                (, layout)]. layout (groups 1 only) has bit 1 set when x's buffer holds it with
 ///                dims 0 and 1 swapped ([C, N, H, W]), bit 2 for w, bit 4 for the output: the
-///                compiler folds the transposes of a weight gradient (actors/call_folding.h)
+///                compiler folds the transposes of a weight gradient
+///                (actors/compiler/call_folding.h)
 ///   kMaxPool2d   [x (N, C, H, W)]; ints = [kh, kw, stride_h, stride_w, pad_h, pad_w,
 ///                dilation_h, dilation_w, ceil_mode (, relu_first)]; padding counts as
 ///                -infinity; with relu_first 1, pools relu(x) (a folded relu)
@@ -262,8 +263,8 @@ struct KernelCall {
 /// elementwise kernels and kFused calls without a reduction.
 [[nodiscard]] bool writes_in_place_safely(const KernelCall& call) noexcept;
 
-/// When a program's buffers are released and reused (made by actors/memory_plan.cpp). Without a
-/// plan (no release lists), a backend keeps every buffer until the program ends.
+/// When a program's buffers are released and reused (made by actors/compiler/memory_plan.cpp).
+/// Without a plan (no release lists), a backend keeps every buffer until the program ends.
 struct MemoryPlan {
   /// Slots whose buffers go back to the backend's pool after call i runs:
   /// release_slots[release_begin[i] .. release_begin[i + 1]).
@@ -284,7 +285,7 @@ struct MemoryPlan {
 /// kernel calls in execution order.
 ///
 /// The persistent compile cache stores every field of Executable, KernelCall and BufferDesc
-/// (actors/persistent_cache.cpp): a field added here is added there too.
+/// (actors/compiler/persistent_cache.cpp): a field added here is added there too.
 struct Executable : RefCounted {
   std::vector<BufferDesc> slots;
   std::vector<int32_t> input_slots;   ///< bound to the caller's input buffers, in order
@@ -295,8 +296,9 @@ struct Executable : RefCounted {
   /// reader and write over it (empty: no input is donated).
   std::vector<uint8_t> donated_inputs;
   uint64_t graph_hash = 0;
-  /// An SPMD program: every device of a mesh runs it on its own shards (actors/spmd_runtime.h).
-  /// Backends never read this; the runtime feeds and binds the shards by it.
+  /// An SPMD program: every device of a mesh runs it on its own shards
+  /// (actors/host/spmd_runtime.h). Backends never read this; the runtime feeds and binds the shards
+  /// by it.
   struct Spmd {
     int64_t devices = 0;           ///< the mesh's devices; 0: not an SPMD program
     int32_t partition_input = -1;  ///< the input fed each device's position, or -1

@@ -31,7 +31,7 @@
 
 #include <mpi.h>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "benchmarks/report.h"
 

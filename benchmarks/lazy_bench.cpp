@@ -20,8 +20,8 @@
 #include <chrono>
 #include <filesystem>
 
-#include "actors/lazy_system.h"
-#include "actors/lowering.h"
+#include "actors/compiler/lowering.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "benchmarks/report.h"
 #include "engine/config.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "benchmarks/report.h"
 #include "samples/gpt_model.h"

@@ -57,7 +57,7 @@
 
 #include <mpi.h>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "backends/cpu/compute_pool.h"
 #include "benchmarks/report.h"

@@ -6,7 +6,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # axle::axle: everything axle.h and io/ need. Each library is exported too, as axle::<folder>
-# (axle::engine, axle::graph, axle::actors, ...), the names the build tree uses.
+# (axle::engine, axle::graph, axle::actors_host, ...), the names the build tree uses.
 add_library(axle_axle INTERFACE)
 add_library(axle::axle ALIAS axle_axle)
 target_link_libraries(axle_axle INTERFACE axle::actors axle::io)
@@ -16,9 +16,12 @@ if(NOT AXLE_INSTALL)
 endif()
 
 # In link order: each library before the ones it needs (a static link reads them in turn).
-set(axle_installed_libraries axle_io axle_actors axle_graph_reference axle_passes
-  axle_io_formats axle_backends axle_graph axle_engine)
-foreach(target IN LISTS axle_installed_libraries ITEMS axle_usage axle_axle)
+set(axle_installed_libraries axle_io axle_actors_parallel axle_actors_host axle_actors_runtime
+  axle_actors_compiler axle_graph_reference axle_passes axle_graph_formats axle_backends axle_graph
+  axle_engine)
+# Targets without a library file of their own: axle::actors is its four parts.
+set(axle_interface_targets axle_actors axle_usage axle_axle)
+foreach(target IN LISTS axle_installed_libraries axle_interface_targets)
   string(REGEX REPLACE "^axle_" "" export_name ${target})
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
 endforeach()
@@ -26,7 +29,7 @@ endforeach()
 # axle's own headers include each other from the source root ("graph/tensor.h"), a program
 # includes <axle/axle.h>: both roots are on the installed targets' include path.
 set(axle_include_root ${CMAKE_INSTALL_INCLUDEDIR}/axle)
-install(TARGETS ${axle_installed_libraries} axle_usage axle_axle
+install(TARGETS ${axle_installed_libraries} ${axle_interface_targets}
   EXPORT axleTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

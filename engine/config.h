@@ -154,7 +154,7 @@ struct PersistentCacheSettings {
 /// The formats XLA_SAVE_TENSORS_FMT accepts.
 enum class SaveTensorsFormat { kText, kDot, kHlo };
 
-/// The lazy system (actors/lazy_system.h): read at LazySystem::restart.
+/// The lazy system (actors/host/lazy_system.h): read at LazySystem::restart.
 struct LazySettings {
   /// XLA_COMPILATION_CACHE_SIZE, default 2048: compiled programs kept in memory (the least
   /// recently used go first).
@@ -212,7 +212,8 @@ struct AnalysisSettings {
   std::string metrics_file;
 };
 
-/// Dumps of compiled programs (actors/program_dump.h): read by every compilation and failure.
+/// Dumps of compiled programs (actors/compiler/program_dump.h): read by every compilation and
+/// failure.
 struct ProgramDumpSettings {
   /// XLA_FLAGS, default none: of its flags, --xla_dump_to=DIR names the directory each compiled
   /// program is written to, before and after the compiler (empty: none).

@@ -1,7 +1,7 @@
 // graph: in-graph collectives among spawn's replicas, as torch_xla's xm.all_reduce, all_gather,
 // reduce_scatter, all_to_all and collective_permute. Each traces one op like any other; the
-// replicas' devices meet when they execute it (actors/device_actor.h). Every replica must trace
-// the same collectives in the same order; before the first execution of a graph with
+// replicas' devices meet when they execute it (actors/runtime/device_actor.h). Every replica must
+// trace the same collectives in the same order; before the first execution of a graph with
 // collectives the replicas compare graphs, and a replica that traced something else fails them
 // all with an error naming it and where its graph diverged.
 //

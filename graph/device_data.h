@@ -20,7 +20,7 @@
 namespace axle {
 
 /// A buffer on a device (storage dtype and shape) that is pending, ready or failed. Under SPMD
-/// (actors/spmd_runtime.h) it may instead be a global value held in pieces, one per device of
+/// (actors/host/spmd_runtime.h) it may instead be a global value held in pieces, one per device of
 /// the mesh: it is then ready once every piece is, and fails with the first piece that fails.
 class DeviceData final : public RefCounted {
  public:

@@ -4,7 +4,7 @@
 // parameter) it is recorded with the tensor, whose device-data leaf then carries it from step to
 // step. The compiler's propagation pass (graph/passes/sharding_propagation.cpp) gives every
 // instruction a sharding from these, and under use_spmd() the SPMD runtime
-// (actors/spmd_runtime.h) runs the partitioned program on every device of the mesh; elsewhere
+// (actors/host/spmd_runtime.h) runs the partitioned program on every device of the mesh; elsewhere
 // annotations change nothing.
 #pragma once
 

@@ -1,5 +1,5 @@
 // io: checkpoints of device tensors, written and read through the checkpoint codec
-// (io/formats/checkpoint_codec.h) one tensor at a time.
+// (graph/formats/checkpoint_codec.h) one tensor at a time.
 #include "io/checkpoint.h"
 
 #include <fmt/format.h>
@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <optional>
 
-#include "actors/api.h"
-#include "actors/replicas.h"
+#include "actors/host/api.h"
+#include "actors/host/replicas.h"
 #include "engine/metrics.h"
-#include "io/formats/checkpoint_codec.h"
-#include "io/formats/error.h"
+#include "graph/formats/checkpoint_codec.h"
+#include "graph/formats/error.h"
 
 namespace axle {
 namespace {

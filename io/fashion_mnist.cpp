@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "io/formats/error.h"
-#include "io/formats/idx.h"
+#include "graph/formats/error.h"
+#include "graph/formats/idx.h"
 
 namespace axle {
 namespace {

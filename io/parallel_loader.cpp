@@ -9,9 +9,9 @@
 #include <stdexcept>
 #include <utility>
 
-#include "actors/api.h"
-#include "actors/device_feed.h"
-#include "actors/replica_host.h"
+#include "actors/host/api.h"
+#include "actors/host/replica_host.h"
+#include "actors/runtime/device_feed.h"
 #include "graph/spmd.h"
 
 namespace axle {

@@ -7,7 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "actors/replicas.h"
+#include "actors/host/replicas.h"
 #include "io/splitmix.h"
 
 namespace axle {

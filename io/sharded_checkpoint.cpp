@@ -1,5 +1,5 @@
 // io: consolidating FSDP's sharded checkpoints: the files are put together on the host by
-// io/formats/shard_metadata.h, then moved onto the device.
+// graph/formats/shard_metadata.h, then moved onto the device.
 #include "io/sharded_checkpoint.h"
 
 #include <fnmatch.h>
@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <vector>
 
+#include "graph/formats/safetensors.h"
+#include "graph/formats/shard_metadata.h"
 #include "graph/tensor.h"
 #include "io/checkpoint.h"
-#include "io/formats/safetensors.h"
-#include "io/formats/shard_metadata.h"
 
 namespace axle {
 namespace {

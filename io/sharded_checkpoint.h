@@ -1,6 +1,6 @@
 // io: FSDP's sharded checkpoints put back together, as torch_xla's
 // consolidate_sharded_model_checkpoints: each replica saves its FullyShardedDataParallel's
-// sharded_checkpoint() (actors/fully_sharded_data_parallel.h) with save(..., master_only =
+// sharded_checkpoint() (actors/parallel/fully_sharded_data_parallel.h) with save(..., master_only =
 // false); consolidation reads every replica's file on the host and gives the unwrapped model's
 // full state_dict.
 #pragma once

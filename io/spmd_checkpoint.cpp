@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
-#include "actors/replicas.h"
+#include "actors/host/lazy_system.h"
+#include "actors/host/replicas.h"
 #include "graph/autograd.h"
+#include "graph/formats/error.h"
+#include "graph/formats/safetensors.h"
 #include "graph/sharding.h"
 #include "graph/tensor_runtime.h"
-#include "io/formats/error.h"
-#include "io/formats/safetensors.h"
 
 namespace axle {
 namespace {

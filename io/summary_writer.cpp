@@ -10,10 +10,10 @@
 #include <ctime>
 #include <stdexcept>
 
-#include "actors/replica_host.h"
-#include "actors/step_breakdown.h"
-#include "io/formats/error.h"
-#include "io/formats/event_file.h"
+#include "actors/host/replica_host.h"
+#include "actors/runtime/step_breakdown.h"
+#include "graph/formats/error.h"
+#include "graph/formats/event_file.h"
 
 namespace axle {
 namespace {

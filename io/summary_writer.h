@@ -1,5 +1,5 @@
 // io: SummaryWriter, as torch.utils.tensorboard's — scalars and histograms written to a
-// TensorBoard event file (io/formats/event_file.h) in a log directory, for `tensorboard
+// TensorBoard event file (graph/formats/event_file.h) in a log directory, for `tensorboard
 // --logdir`.
 #pragma once
 
@@ -32,8 +32,8 @@ class SummaryWriter {
   /// A histogram of `values` (every element, read now) over `bins` equal buckets.
   void add_histogram(const std::string& tag, const Tensor& values, int64_t global_step = 0,
                      int bins = 30);
-  /// The calling replica's step breakdown (actors/step_breakdown.h) since the writer's last call
-  /// from it: the mean milliseconds per step of each part, as "step_breakdown/<part>_ms"
+  /// The calling replica's step breakdown (actors/runtime/step_breakdown.h) since the writer's last
+  /// call from it: the mean milliseconds per step of each part, as "step_breakdown/<part>_ms"
   /// scalars (tracing, input_wait, value_wait, compiler_wait, executing, collectives,
   /// closures). Call it from the training loop's thread; nothing is written before a step.
   void add_step_breakdown(int64_t global_step);

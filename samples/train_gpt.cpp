@@ -21,9 +21,9 @@
 
 #include "axle.h"
 #include "engine/config.h"
+#include "graph/formats/safetensors.h"
 #include "io/checkpoint.h"
 #include "io/data_loader.h"
-#include "io/formats/safetensors.h"
 #include "io/parallel_loader.h"
 #include "io/sharded_checkpoint.h"
 #include "io/summary_writer.h"

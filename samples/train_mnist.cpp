@@ -18,11 +18,11 @@
 
 #include "axle.h"
 #include "engine/config.h"
+#include "graph/formats/safetensors.h"
 #include "io/checkpoint.h"
 #include "io/data_loader.h"
 #include "io/fake_data.h"
 #include "io/fashion_mnist.h"
-#include "io/formats/safetensors.h"
 #include "io/parallel_loader.h"
 #include "io/shard.h"
 #include "io/sharded_checkpoint.h"

@@ -375,7 +375,7 @@ class CpuProgramRun final : public ProgramRun {
   }
 
  private:
-  // A released buffer for `slot`, by the plan's rule (actors/memory_plan.cpp), or null: an
+  // A released buffer for `slot`, by the plan's rule (actors/compiler/memory_plan.cpp), or null: an
   // output takes one of its exact size, anything else the smallest one large enough if it is at
   // most twice as large (a small slot taking a large buffer would leave the next large slot to
   // allocate another).
@@ -427,7 +427,7 @@ class CpuProgramRun final : public ProgramRun {
   // Released buffers by size, for later slots (freed when the run ends): an output takes one of
   // its exact size, anything else the smallest one large enough if it is at most twice as large
   // (a small slot taking a large buffer would leave the next large slot to allocate another;
-  // actors/memory_plan.cpp plans by the same rule).
+  // actors/compiler/memory_plan.cpp plans by the same rule).
   std::multimap<std::size_t, IntrusivePtr<DeviceMemory>> pool_;
   std::vector<cpu::ConstView> views_;
   std::size_t next_ = 0;

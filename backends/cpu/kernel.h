@@ -32,7 +32,7 @@ struct View {
 
 /// Everything one kernel call needs. The output buffer is uninitialised and aliases no input,
 /// except where the memory plan writes in place: then it is an input of the output's shape and
-/// dtype, for kernels that read each element before writing it (see actors/memory_plan.h).
+/// dtype, for kernels that read each element before writing it (see actors/compiler/memory_plan.h).
 struct KernelArgs {
   const KernelCall& call;
   std::span<const ConstView> inputs;

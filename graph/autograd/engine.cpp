@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/this_thread.h"
 #include "graph/autograd.h"
 #include "graph/autograd/function.h"
 #include "graph/autograd/grad_util.h"
@@ -38,20 +39,23 @@ Tensor fit_to_input(Tensor grad, const Tensor& input) {
   return grad;
 }
 
-// The callbacks queued by the backward() running on this thread (autograd::queue_callback).
-thread_local std::vector<std::function<void()>>* t_backward_callbacks = nullptr;
+// The callbacks queued by the backward() running on this thread (autograd::queue_callback); the
+// thread is bound to them through ThisThread<BackwardCallbacks> while it runs.
+struct BackwardCallbacks {
+  std::vector<std::function<void()>> queued;
+};
 
 // Makes `callbacks` the queue of the backward() this scope runs, restoring the outer one's.
 class CallbackQueueScope {
  public:
-  explicit CallbackQueueScope(std::vector<std::function<void()>>& callbacks)
-      : previous_(std::exchange(t_backward_callbacks, &callbacks)) {}
-  ~CallbackQueueScope() { t_backward_callbacks = previous_; }
+  explicit CallbackQueueScope(BackwardCallbacks& callbacks)
+      : previous_(ThisThread<BackwardCallbacks>::bind(&callbacks)) {}
+  ~CallbackQueueScope() { ThisThread<BackwardCallbacks>::bind(previous_); }
   CallbackQueueScope(const CallbackQueueScope&) = delete;
   CallbackQueueScope& operator=(const CallbackQueueScope&) = delete;
 
  private:
-  std::vector<std::function<void()>>* previous_;
+  BackwardCallbacks* previous_;
 };
 
 struct PendingFn {
@@ -232,13 +236,14 @@ GradList gradients_at(const Tensor& output, const Tensor& grad_output,
 }
 
 void queue_callback(std::function<void()> callback, std::source_location where) {
-  if (t_backward_callbacks == nullptr) {
+  BackwardCallbacks* callbacks = ThisThread<BackwardCallbacks>::get();
+  if (callbacks == nullptr) {
     throw std::logic_error(fmt::format(
         "queue_callback at {}:{}: no backward() is running on this thread; queue callbacks from "
         "a hook that backward() runs",
         where.file_name(), where.line()));
   }
-  t_backward_callbacks->push_back(std::move(callback));
+  callbacks->queued.push_back(std::move(callback));
 }
 
 }  // namespace autograd
@@ -276,7 +281,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, std::source_loc
     }
     if (grad.dtype() != dtype()) grad = cast(grad, dtype(), where);
   }
-  std::vector<std::function<void()>> callbacks;
+  BackwardCallbacks callbacks;
   const CallbackQueueScope queue(callbacks);
   Backward pass(retain_graph, where);
   GradFn* root = impl()->autograd()->grad_fn.get();
@@ -287,8 +292,8 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, std::source_loc
     pass.flush_leaves();
   }
   // By index: a callback may queue another.
-  for (std::size_t i = 0; i < callbacks.size(); ++i) {
-    const std::function<void()> callback = std::move(callbacks[i]);
+  for (std::size_t i = 0; i < callbacks.queued.size(); ++i) {
+    const std::function<void()> callback = std::move(callbacks.queued[i]);
     callback();
   }
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/release_queue.h"
+#include "engine/this_thread.h"
 #include "graph/ops/op_util.h"
 
 namespace axle {
@@ -21,14 +22,16 @@ bool tensor_requires_grad(const Tensor& t) noexcept {
 }
 
 // The sequence number of the next GradFn this thread records.
-thread_local uint64_t next_sequence_nr = 0;
+struct GradFnSequence {
+  uint64_t next = 0;
+};
 
 }  // namespace
 
 GradFn::GradFn(const autograd::Derivative& derivative) noexcept
-    : derivative_(&derivative), sequence_nr_(next_sequence_nr++) {}
+    : derivative_(&derivative), sequence_nr_(this_thread_object<GradFnSequence>().next++) {}
 
-uint64_t GradFn::peek_sequence_nr() noexcept { return next_sequence_nr; }
+uint64_t GradFn::peek_sequence_nr() noexcept { return this_thread_object<GradFnSequence>().next; }
 
 void AutogradMetaDeleter::operator()(AutogradMeta* meta) const noexcept { delete meta; }
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "tests/actors/testing_system.h"

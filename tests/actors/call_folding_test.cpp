@@ -1,13 +1,13 @@
-// actors/call_folding.h through lower(): which producers fold into their reader's call (a relu
-// under a max pool, the transposes around a convolution's weight gradient), which stay calls of
-// their own, and that without fusion nothing folds.
+// actors/compiler/call_folding.h through lower(): which producers fold into their reader's call (a
+// relu under a max pool, the transposes around a convolution's weight gradient), which stay calls
+// of their own, and that without fusion nothing folds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "actors/lowering.h"
+#include "actors/compiler/lowering.h"
 
 namespace axle {
 namespace {
@@ -90,8 +90,7 @@ TEST(CallFolding, WeightGradientTransposesFoldIntoTheConvolution) {
   auto [p, xt, conv, w_grad] = weight_gradient();
   p.outputs = {w_grad};
   const auto e = lower(p, 1, true);
-  EXPECT_EQ(calls_of(*e),
-            (std::vector<std::string>{"conv2d(%0,%1) -> %5 [1,1,1,1,1,1,1,7]"}));
+  EXPECT_EQ(calls_of(*e), (std::vector<std::string>{"conv2d(%0,%1) -> %5 [1,1,1,1,1,1,1,7]"}));
 }
 
 TEST(CallFolding, TransposesReadElsewhereStayCalls) {
@@ -125,12 +124,11 @@ TEST(CallFolding, PerChannelAddFoldsIntoTheConvolution) {
     const int32_t w = input(p, {5, 3, 3, 3});
     const int32_t b = input(p, {1, 5, 1, 1});
     const int32_t conv = op(p, Op::kConv2d, {2, 5, 6, 6}, {x, w}, kConvSame);
-    const int32_t sum = op(p, Op::kAdd, {2, 5, 6, 6}, bias_first ? std::vector{b, conv}
-                                                                 : std::vector{conv, b});
+    const int32_t sum =
+        op(p, Op::kAdd, {2, 5, 6, 6}, bias_first ? std::vector{b, conv} : std::vector{conv, b});
     p.outputs = {sum};
     const auto e = lower(p, 1, true);
-    EXPECT_EQ(calls_of(*e),
-              (std::vector<std::string>{"conv2d(%0,%1,%2) -> %4 [1,1,1,1,1,1,1]"}));
+    EXPECT_EQ(calls_of(*e), (std::vector<std::string>{"conv2d(%0,%1,%2) -> %4 [1,1,1,1,1,1,1]"}));
   }
 }
 

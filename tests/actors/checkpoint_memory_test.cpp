@@ -6,8 +6,8 @@
 
 #include <algorithm>
 
-#include "actors/fusion.h"
-#include "actors/lowering.h"
+#include "actors/compiler/fusion.h"
+#include "actors/compiler/lowering.h"
 #include "axle.h"
 #include "graph/step_graph.h"
 

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "tests/actors/collective_fold.h"

@@ -4,7 +4,7 @@
 #include <bit>
 #include <cmath>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 

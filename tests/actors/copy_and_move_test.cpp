@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 
 namespace axle {

@@ -1,12 +1,12 @@
-// PT_XLA_DEBUG_LEVEL (actors/debug_analysis.h): each compilation's analysis names its cause (a
-// user mark_step, a value read before mark_step with the reading line, compile), the graph's
-// inputs and outputs, and why it recompiled (a changed input shape, an extra op and where it was
-// traced); level 2 adds an analysis per execution; level 0 prints nothing.
+// PT_XLA_DEBUG_LEVEL (actors/compiler/debug_analysis.h): each compilation's analysis names its
+// cause (a user mark_step, a value read before mark_step with the reading line, compile), the
+// graph's inputs and outputs, and why it recompiled (a changed input shape, an extra op and where
+// it was traced); level 2 adds an analysis per execution; level 0 prints nothing.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 

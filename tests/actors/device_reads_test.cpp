@@ -1,8 +1,8 @@
-// Reads through the device actor (actors/device_runtime.cpp, ReadToHost and QueryMemory in
-// actors/device_actor.h): a read of a pending result waits for that result only, a ready value
-// is read and memory is queried while another execution is held, a failed step's error reaches
-// its readers, and step closures read values. Every wait has a deadline, so a regression fails
-// instead of hanging.
+// Reads through the device actor (actors/host/device_runtime.cpp, ReadToHost and QueryMemory in
+// actors/runtime/device_actor.h): a read of a pending result waits for that result only, a ready
+// value is read and memory is queried while another execution is held, a failed step's error
+// reaches its readers, and step closures read values. Every wait has a deadline, so a regression
+// fails instead of hanging.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "tests/actors/testing_system.h"
 

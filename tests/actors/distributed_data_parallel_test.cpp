@@ -1,4 +1,4 @@
-// DistributedDataParallel (actors/distributed_data_parallel.h) among spawn's replicas: the
+// DistributedDataParallel (actors/parallel/distributed_data_parallel.h) among spawn's replicas: the
 // master's parameters and buffers at construction, torch's state_dict names, buckets in reverse
 // parameter order within the cap and one all_reduce each, gradients averaged exactly once,
 // unused parameters (an error naming them, or zeros with find_unused_parameters), a failing
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "graph/dump.h"
@@ -289,7 +289,7 @@ TEST_P(Ddp, AParameterWithoutGradientIsAnErrorNamingIt) {
   });
 }
 
-// Replicas must trace the same graph (actors/replica_host.cpp compares them), so a parameter
+// Replicas must trace the same graph (actors/host/replica_host.cpp compares them), so a parameter
 // left out is left out on every replica: its gradient is the average of zeros, and the others'
 // are averaged as always.
 TEST_P(Ddp, FindUnusedParametersAveragesTheirGradientsAsZeros) {

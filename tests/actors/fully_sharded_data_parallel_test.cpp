@@ -1,4 +1,4 @@
-// FullyShardedDataParallel (actors/fully_sharded_data_parallel.h) on a small GPT
+// FullyShardedDataParallel (actors/parallel/fully_sharded_data_parallel.h) on a small GPT
 // (samples/gpt_model.h): shards hold 1/N and gather back to the original parameters; the step
 // graph gathers each unit once in forward and nested resharded units again in backward, with one
 // reduce-scatter per flat parameter, and its memory plan peaks lower than unsharded; 4 replicas
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
-#include "actors/lowering.h"
+#include "actors/compiler/lowering.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "graph/step_graph.h"

@@ -1,12 +1,12 @@
-// actors/fusion.h on small hand-built programs: which instructions join which fused kernel (with
-// trailing reductions), and the kFused call that runs them.
+// actors/compiler/fusion.h on small hand-built programs: which instructions join which fused kernel
+// (with trailing reductions), and the kFused call that runs them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "actors/fusion.h"
+#include "actors/compiler/fusion.h"
 
 namespace axle {
 namespace {

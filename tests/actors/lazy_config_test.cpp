@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "graph/ops/op_util.h"

@@ -1,7 +1,7 @@
-// Tests actors/loader_actor.h through DeviceFeed, on a BatchSource of its own (no io/): what the
-// LoaderActor asks of its source — one begin and one end per epoch, never the uneven rest, no
-// read once every device has left — and that replicas' batches come back in order.
-#include "actors/loader_actor.h"
+// Tests actors/runtime/loader_actor.h through DeviceFeed, on a BatchSource of its own (no io/):
+// what the LoaderActor asks of its source — one begin and one end per epoch, never the uneven rest,
+// no read once every device has left — and that replicas' batches come back in order.
+#include "actors/runtime/loader_actor.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/device_feed.h"
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
+#include "actors/runtime/device_feed.h"
 #include "axle.h"
 
 namespace axle {

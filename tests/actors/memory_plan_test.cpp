@@ -1,14 +1,14 @@
 // Memory planning: buffers are released after their last reader and reused, elementwise ops
 // write over operands that die with them, and the planned peak (ProgramPeakBytes) is what the
 // backend then holds.
-#include "actors/memory_plan.h"
-#include "actors/lazy_system.h"
+#include "actors/compiler/memory_plan.h"
+#include "actors/host/lazy_system.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "actors/lowering.h"
+#include "actors/compiler/lowering.h"
 #include "axle.h"
 #include "graph/step_graph.h"
 

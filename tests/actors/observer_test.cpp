@@ -1,7 +1,7 @@
-// actors/observer.h: the actors tell the system's observers what they did — executions,
+// actors/runtime/observer.h: the actors tell the system's observers what they did — executions,
 // transfers, compiles, steps, syncs, closures — and record nothing themselves; with no observer
 // attached they still work, and the metrics stay empty.
-#include "actors/observer.h"
+#include "actors/runtime/observer.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <mutex>
 #include <vector>
 
-#include "actors/device_actor.h"
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
+#include "actors/runtime/device_actor.h"
 #include "axle.h"
 #include "backends/executable.h"
 

@@ -1,8 +1,8 @@
-// The persistent compile cache (actors/persistent_cache.h, initialize_cache): entries round-trip,
-// a second process compiles nothing, damaged entries are reported once and rewritten, readonly
-// caches never write, and concurrent writers leave one whole file.
-#include "actors/persistent_cache.h"
-#include "actors/lazy_system.h"
+// The persistent compile cache (actors/compiler/persistent_cache.h, initialize_cache): entries
+// round-trip, a second process compiles nothing, damaged entries are reported once and rewritten,
+// readonly caches never write, and concurrent writers leave one whole file.
+#include "actors/compiler/persistent_cache.h"
+#include "actors/host/lazy_system.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -21,7 +21,7 @@
 #include <sstream>
 #include <thread>
 
-#include "actors/lowering.h"
+#include "actors/compiler/lowering.h"
 #include "axle.h"
 #include "engine/log.h"
 #include "graph/step_graph.h"

@@ -1,6 +1,6 @@
-// Program dumps (actors/program_dump.h): XLA_SAVE_TENSORS_FMT=hlo saves the lowered program (fused
-// kernels, buffers, sizes); XLA_FLAGS=--xla_dump_to=DIR writes each compiled program before and
-// after the compiler; XLA_SAVE_HLO_FILE saves the program of an execution that failed.
+// Program dumps (actors/compiler/program_dump.h): XLA_SAVE_TENSORS_FMT=hlo saves the lowered
+// program (fused kernels, buffers, sizes); XLA_FLAGS=--xla_dump_to=DIR writes each compiled program
+// before and after the compiler; XLA_SAVE_HLO_FILE saves the program of an execution that failed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 

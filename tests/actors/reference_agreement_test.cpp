@@ -26,7 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "engine/element.h"
@@ -433,7 +433,7 @@ TEST(ElementwiseAgreement, CreationOps) {
 struct ReduceCase {
   const char* name;
   std::function<Tensor(const Tensor&, std::vector<int64_t>, bool)> apply;
-  bool takes_empty;  // max and min of nothing are errors
+  bool takes_empty;            // max and min of nothing are errors
   bool floating_only = false;  // as torch: mean refuses integers and preds
 };
 

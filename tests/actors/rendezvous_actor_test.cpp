@@ -1,7 +1,7 @@
-// The RendezvousActor (actors/rendezvous_actor.h) on its own: points complete when their last
-// member arrives, and a failed point, a deadline, a departed member or a cancelled group answer
-// every waiting and late replica with an error.
-#include "actors/rendezvous_actor.h"
+// The RendezvousActor (actors/runtime/rendezvous_actor.h) on its own: points complete when their
+// last member arrives, and a failed point, a deadline, a departed member or a cancelled group
+// answer every waiting and late replica with an error.
+#include "actors/runtime/rendezvous_actor.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// Replication under load (actors/replicas.h): many rounds of rendezvous and mesh_reduce against a
-// host reference, spawn after spawn, and failures at random points that must never hang.
+// Replication under load (actors/host/replicas.h): many rounds of rendezvous and mesh_reduce
+// against a host reference, spawn after spawn, and failures at random points that must never hang.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 

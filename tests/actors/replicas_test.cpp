@@ -1,4 +1,4 @@
-// Replication (actors/replicas.h): spawn runs one replica per device, each on its own thread,
+// Replication (actors/host/replicas.h): spawn runs one replica per device, each on its own thread,
 // device and trace context; the runtime queries describe the caller; rendezvous and mesh_reduce
 // meet through the RendezvousActor, and fail — never hang — on a failed replica, mismatched
 // tags, a missing replica or a timeout.
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "graph/trace_context.h"

@@ -1,4 +1,4 @@
-// The SPMD runtime on four CPU devices (actors/spmd_runtime.h): data on the virtual device is
+// The SPMD runtime on four CPU devices (actors/host/spmd_runtime.h): data on the virtual device is
 // replicated on every device, mark_sharding lays it out in shards, a step runs the partitioned
 // program on every device with its shards, and values read back whole. An MLP trained under SPMD
 // on the meshes 4x1 (data), 1x4 (Megatron: column- then row-parallel) and 2x2 gives the losses
@@ -14,12 +14,12 @@
 
 #include <unistd.h>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
+#include "graph/formats/error.h"
 #include "io/data_loader.h"
 #include "io/fake_data.h"
-#include "io/formats/error.h"
 #include "io/parallel_loader.h"
 #include "io/spmd_checkpoint.h"
 

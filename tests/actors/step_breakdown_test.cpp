@@ -1,6 +1,6 @@
-// The step breakdown (actors/step_breakdown.h): each replica's steps are charged with the time its
-// host traced and waited for values, its device executed and waited at collectives, and its
-// closures ran; step_report() averages them per step since the previous report, and
+// The step breakdown (actors/runtime/step_breakdown.h): each replica's steps are charged with the
+// time its host traced and waited for values, its device executed and waited at collectives, and
+// its closures ran; step_report() averages them per step since the previous report, and
 // XLA_METRICS_FILE gets the metrics report and the breakdown at every step.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "actors/lazy_system.h"
-#include "actors/replica_host.h"
+#include "actors/host/lazy_system.h"
+#include "actors/host/replica_host.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "engine/metrics.h"

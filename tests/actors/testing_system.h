@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "backends/testing/testing_backend.h"
 
 namespace axle {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 

@@ -1,6 +1,6 @@
-// Messages between processes as bytes (actors/wire.h): what a writer puts, a reader takes back in
-// order, blocks aligned for use in place; a message cut short or garbled is an error naming what
-// was being read, never a read past its end.
+// Messages between processes as bytes (actors/runtime/wire.h): what a writer puts, a reader takes
+// back in order, blocks aligned for use in place; a message cut short or garbled is an error naming
+// what was being read, never a read past its end.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/wire.h"
+#include "actors/runtime/wire.h"
 
 namespace axle {
 namespace {

@@ -198,7 +198,7 @@ void expect_relu_first_is_relu_then_pool(DType dtype, const Shape& shape, const 
   }
 }
 
-// A relu folded into its max pool (actors/call_folding.h): the 2x2 kernel's AVX2 lanes and
+// A relu folded into its max pool (actors/compiler/call_folding.h): the 2x2 kernel's AVX2 lanes and
 // scalar tails, f64 and bf16, and other windows (inside the input or padded, each tap relu'd as
 // it is read).
 TEST(MaxPool2d, ReluFirstIsReluThenPool) {

@@ -1,11 +1,11 @@
-// tests/fuzz: checkpoint files (io/formats/checkpoint_codec.h) through CheckpointReader, as load()
-// reads them. A damaged file must throw FileError and nothing else.
+// tests/fuzz: checkpoint files (graph/formats/checkpoint_codec.h) through CheckpointReader, as
+// load() reads them. A damaged file must throw FileError and nothing else.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 
-#include "io/formats/checkpoint_codec.h"
-#include "io/formats/error.h"
+#include "graph/formats/checkpoint_codec.h"
+#include "graph/formats/error.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {

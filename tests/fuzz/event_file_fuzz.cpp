@@ -1,12 +1,12 @@
-// tests/fuzz: TensorBoard event files (io/formats/event_file.h) through parse_event_records, in
+// tests/fuzz: TensorBoard event files (graph/formats/event_file.h) through parse_event_records, in
 // memory. A damaged file must throw FileError and nothing else; what parses must be whole.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
-#include "io/formats/error.h"
-#include "io/formats/event_file.h"
+#include "graph/formats/error.h"
+#include "graph/formats/event_file.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {

@@ -1,10 +1,10 @@
-// tests/fuzz: IDX files (io/formats/idx.h), gzip-compressed or plain, through read_idx_array and
+// tests/fuzz: IDX files (graph/formats/idx.h), gzip-compressed or plain, through read_idx_array and
 // the conversion to a tensor. A damaged file must throw FileError and nothing else.
 #include <cstddef>
 #include <cstdint>
 
-#include "io/formats/error.h"
-#include "io/formats/idx.h"
+#include "graph/formats/error.h"
+#include "graph/formats/idx.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {

@@ -1,4 +1,4 @@
-// tests/fuzz: persistent compile cache entries (actors/persistent_cache.h) through
+// tests/fuzz: persistent compile cache entries (actors/compiler/persistent_cache.h) through
 // PersistentCache::decode_entry, which load() calls on a file's bytes. A damaged entry must be
 // refused with a reason, never crash or throw. The first byte of an input picks how the rest is
 // used (tests/fuzz/persistent_cache_input.h).
@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "actors/persistent_cache.h"
-#include "actors/persistent_cache.pb.h"
+#include "actors/compiler/persistent_cache.h"
+#include "actors/compiler/persistent_cache.pb.h"
 #include "engine/hash.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/persistent_cache_input.h"

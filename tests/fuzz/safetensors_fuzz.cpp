@@ -1,10 +1,10 @@
-// tests/fuzz: safetensors files (io/formats/safetensors.h) through load_safetensors and
+// tests/fuzz: safetensors files (graph/formats/safetensors.h) through load_safetensors and
 // load_safetensors_metadata. A damaged file must throw FileError and nothing else.
 #include <cstddef>
 #include <cstdint>
 
-#include "io/formats/error.h"
-#include "io/formats/safetensors.h"
+#include "graph/formats/error.h"
+#include "graph/formats/safetensors.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "actors/persistent_cache.h"
-#include "io/formats/checkpoint_codec.h"
-#include "io/formats/event_file.h"
-#include "io/formats/idx.h"
-#include "io/formats/safetensors.h"
-#include "io/formats/shard_metadata.h"
+#include "actors/compiler/persistent_cache.h"
+#include "graph/formats/checkpoint_codec.h"
+#include "graph/formats/event_file.h"
+#include "graph/formats/idx.h"
+#include "graph/formats/safetensors.h"
+#include "graph/formats/shard_metadata.h"
 #include "tests/fuzz/persistent_cache_input.h"
 #include "tests/fuzz/sharded_checkpoint_input.h"
 

@@ -1,4 +1,4 @@
-// tests/fuzz: FSDP's sharded checkpoint files (io/formats/shard_metadata.h) through
+// tests/fuzz: FSDP's sharded checkpoint files (graph/formats/shard_metadata.h) through
 // read_shard_file and consolidate_shards, as consolidate_sharded_checkpoints uses them. An input
 // is up to kMaxFiles replicas' files separated by kSeparator, or (starting with kTextMode) their
 // shard metadata texts alone. A damaged checkpoint file must throw
@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "io/formats/error.h"
-#include "io/formats/shard_metadata.h"
+#include "graph/formats/error.h"
+#include "graph/formats/shard_metadata.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/sharded_checkpoint_input.h"
 

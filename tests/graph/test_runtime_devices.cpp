@@ -1,6 +1,6 @@
 // Test support: graph-level tests on this process's devices (axle::actors).
-#include "actors/api.h"
-#include "actors/lazy_system.h"
+#include "actors/host/api.h"
+#include "actors/host/lazy_system.h"
 #include "engine/metrics.h"
 #include "tests/graph/test_runtime.h"
 

@@ -2,7 +2,7 @@
 // error naming the file and the key for every kind of damage, and a model and its optimizer
 // restored from files continuing their training exactly.
 #include "io/checkpoint.h"
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "axle.h"
-#include "io/formats/error.h"
+#include "graph/formats/error.h"
 #include "tests/io/io_test_util.h"
 
 namespace axle {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "io/formats/error.h"
+#include "graph/formats/error.h"
 #include "io_test_util.h"
 
 namespace axle {

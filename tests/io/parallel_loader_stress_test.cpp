@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "actors/lazy_system.h"
-#include "actors/loader_actor.h"
+#include "actors/host/lazy_system.h"
+#include "actors/runtime/loader_actor.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "io/parallel_loader.h"

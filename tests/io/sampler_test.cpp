@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "actors/lazy_system.h"
-#include "actors/replicas.h"
+#include "actors/host/lazy_system.h"
+#include "actors/host/replicas.h"
 #include "io/data_loader.h"
 #include "io/sampler.h"
 #include "tests/io/loader_test_util.h"

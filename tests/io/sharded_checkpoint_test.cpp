@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
+#include "graph/formats/safetensors.h"
 #include "io/checkpoint.h"
-#include "io/formats/safetensors.h"
 #include "samples/gpt_model.h"
 #include "tests/error_text.h"
 #include "tests/io/io_test_util.h"

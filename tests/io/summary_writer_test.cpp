@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "axle.h"
-#include "io/formats/error.h"
-#include "io/formats/event_file.h"
+#include "graph/formats/error.h"
+#include "graph/formats/event_file.h"
 
 namespace axle {
 namespace {

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "samples/gpt_model.h"

@@ -1,7 +1,7 @@
-// FullyShardedDataParallel (actors/fully_sharded_data_parallel.h) in a job of several processes,
-// run under mpirun by CTest (2 processes of 2 devices): a small GPT trained on every replica of
-// the job, blocks nested and resharded, gives the losses one device gives on the whole global
-// batch; each replica's shards, saved by global ordinal, consolidate in any process into the
+// FullyShardedDataParallel (actors/parallel/fully_sharded_data_parallel.h) in a job of several
+// processes, run under mpirun by CTest (2 processes of 2 devices): a small GPT trained on every
+// replica of the job, blocks nested and resharded, gives the losses one device gives on the whole
+// global batch; each replica's shards, saved by global ordinal, consolidate in any process into the
 // model without FSDP.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "io/checkpoint.h"

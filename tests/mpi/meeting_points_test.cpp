@@ -11,8 +11,8 @@
 #include <typeinfo>
 #include <vector>
 
-#include "actors/meeting_points.h"
-#include "actors/process_transport.h"
+#include "actors/runtime/meeting_points.h"
+#include "actors/runtime/process_transport.h"
 
 namespace axle {
 namespace {

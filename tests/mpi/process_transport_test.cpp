@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/process_transport.h"
+#include "actors/runtime/process_transport.h"
 #include "engine/config.h"
 
 namespace axle {
@@ -36,8 +36,8 @@ std::vector<std::byte> content(int from, int k) {
                                       : (std::size_t{300} << 10) + 16 * static_cast<std::size_t>(k);
   std::vector<std::byte> bytes(size);
   for (std::size_t i = 0; i < size; ++i) {
-    bytes[i] = static_cast<std::byte>((i * 131 + static_cast<std::size_t>(k) * 7 +
-                                       static_cast<std::size_t>(from) * 29) % 251);
+    bytes[i] = static_cast<std::byte>(
+        (i * 131 + static_cast<std::size_t>(k) * 7 + static_cast<std::size_t>(from) * 29) % 251);
   }
   return bytes;
 }
@@ -134,9 +134,8 @@ class TransportTest : public ::testing::Test {
 TEST_F(TransportTest, MessagesInBlocksArriveWholeAndInOrderWithTheOthers) {
   send_all(*transport_, placement_.index, next(), 0);
   std::unique_lock lock(received_->mutex);
-  ASSERT_TRUE(received_->arrived.wait_for(lock, std::chrono::seconds(60), [&] {
-    return received_->messages.size() >= kMessages;
-  }));
+  ASSERT_TRUE(received_->arrived.wait_for(lock, std::chrono::seconds(60),
+                                          [&] { return received_->messages.size() >= kMessages; }));
   expect_all(*received_, previous(), 0);
 }
 

@@ -21,13 +21,13 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
-#include "tests/actors/collective_fold.h"
 #include "io/checkpoint.h"
 #include "io/data_loader.h"
 #include "io/sampler.h"
+#include "tests/actors/collective_fold.h"
 
 namespace axle {
 namespace {
@@ -50,7 +50,9 @@ class ScaleOut : public ::testing::Test {
   template <class T, class F>
   std::vector<T> on_replicas(F fn) {
     std::vector<T> results(static_cast<std::size_t>(local_));
-    spawn([&](int ordinal) { results[static_cast<std::size_t>(xla_device().ordinal)] = fn(ordinal); });
+    spawn([&](int ordinal) {
+      results[static_cast<std::size_t>(xla_device().ordinal)] = fn(ordinal);
+    });
     return results;
   }
   [[nodiscard]] int first_local() const { return process_index() * local_; }
@@ -107,8 +109,13 @@ TEST_F(ScaleOut, RuntimeQueriesPlaceEveryReplicaOfTheJob) {
     Device device;
   };
   const auto seen = on_replicas<Seen>([](int ordinal) {
-    return Seen{ordinal,          world_size(),       global_ordinal(), local_ordinal(),
-                is_master_ordinal(false), is_master_ordinal(), xla_device()};
+    return Seen{ordinal,
+                world_size(),
+                global_ordinal(),
+                local_ordinal(),
+                is_master_ordinal(false),
+                is_master_ordinal(),
+                xla_device()};
   });
   for (int i = 0; i < local_; ++i) {
     const Seen& s = seen[static_cast<std::size_t>(i)];
@@ -175,7 +182,8 @@ TEST_F(ScaleOut, RendezvousAndMeshReduceGatherEveryReplicaInGlobalOrder) {
                          return sum;
                        });
   });
-  for (const auto& p : pairs) EXPECT_EQ(p, (std::pair<int64_t, int64_t>(world_ * (world_ - 1) / 2, world_)));
+  for (const auto& p : pairs)
+    EXPECT_EQ(p, (std::pair<int64_t, int64_t>(world_ * (world_ - 1) / 2, world_)));
   const auto vectors = on_replicas<std::vector<float>>([](int ordinal) {
     return mesh_reduce("vectors", std::vector<float>{1.0f * ordinal, 2.0f},
                        [](const std::vector<std::vector<float>>& v) { return v.back(); });
@@ -290,30 +298,30 @@ TEST_F(ScaleOut, ShortStepsRunOnTheReplicasThreadsAcrossProcesses) {
 TEST_F(ScaleOut, GroupsInsideAndAcrossProcessesReduceAmongTheirMembers) {
   // Small, and large enough to go by stretches across processes.
   for (int64_t kSize : {int64_t{11}, int64_t{100'003}}) {
-  ReplicaGroups inside;  // each process's replicas: {0,1}, {2,3} for 2 processes of 2
-  ReplicaGroups across(static_cast<std::size_t>(local_));  // {0,2}, {1,3}: spanning processes
-  for (int p = 0; p < process_count(); ++p) {
-    inside.emplace_back();
-    for (int i = 0; i < local_; ++i) inside.back().push_back(p * local_ + i);
-  }
-  for (int r = 0; r < world_; ++r) across[static_cast<std::size_t>(r % local_)].push_back(r);
-  for (const ReplicaGroups& groups : {inside, across}) {
-    const auto got = on_replicas<std::vector<float>>([&](int r) {
-      return all_reduce(ReduceType::kSum, tensor(input_of(r, kSize), {kSize}), 1.0, groups)
-          .to_vector<float>();
-    });
-    for (int i = 0; i < local_; ++i) {
-      const int me = first_local() + i;
-      const auto group = *std::ranges::find_if(
-          groups, [&](const std::vector<int>& g) { return std::ranges::count(g, me) > 0; });
-      std::vector<float> expected = input_of(group[0], kSize);
-      for (std::size_t m = 1; m < group.size(); ++m) {
-        const std::vector<float> in = input_of(group[m], kSize);
-        for (int64_t k = 0; k < kSize; ++k) expected[k] += in[k];
-      }
-      EXPECT_EQ(got[static_cast<std::size_t>(i)], expected) << "replica " << me;
+    ReplicaGroups inside;  // each process's replicas: {0,1}, {2,3} for 2 processes of 2
+    ReplicaGroups across(static_cast<std::size_t>(local_));  // {0,2}, {1,3}: spanning processes
+    for (int p = 0; p < process_count(); ++p) {
+      inside.emplace_back();
+      for (int i = 0; i < local_; ++i) inside.back().push_back(p * local_ + i);
     }
-  }
+    for (int r = 0; r < world_; ++r) across[static_cast<std::size_t>(r % local_)].push_back(r);
+    for (const ReplicaGroups& groups : {inside, across}) {
+      const auto got = on_replicas<std::vector<float>>([&](int r) {
+        return all_reduce(ReduceType::kSum, tensor(input_of(r, kSize), {kSize}), 1.0, groups)
+            .to_vector<float>();
+      });
+      for (int i = 0; i < local_; ++i) {
+        const int me = first_local() + i;
+        const auto group = *std::ranges::find_if(
+            groups, [&](const std::vector<int>& g) { return std::ranges::count(g, me) > 0; });
+        std::vector<float> expected = input_of(group[0], kSize);
+        for (std::size_t m = 1; m < group.size(); ++m) {
+          const std::vector<float> in = input_of(group[m], kSize);
+          for (int64_t k = 0; k < kSize; ++k) expected[k] += in[k];
+        }
+        EXPECT_EQ(got[static_cast<std::size_t>(i)], expected) << "replica " << me;
+      }
+    }
   }
 }
 
@@ -424,7 +432,8 @@ TEST_F(ScaleOut, DistributedSamplersSplitTheDataByGlobalOrdinal) {
   constexpr int64_t kSamples = 101;
   auto dataset = std::make_shared<CountingDataset>(kSamples);
   const auto seen = on_replicas<std::vector<int64_t>>([&](int) {
-    auto sampler = std::make_shared<DistributedSampler>(kSamples, DistributedSamplerOptions{.seed = 9});
+    auto sampler =
+        std::make_shared<DistributedSampler>(kSamples, DistributedSamplerOptions{.seed = 9});
     sampler->set_epoch(2);
     DataLoader loader(dataset, {.batch_size = 8, .sampler = sampler});
     std::vector<int64_t> mine;
@@ -512,9 +521,9 @@ TEST_F(ScaleOut, BroadcastMasterParamGivesEveryProcessTheMastersParameters) {
     return all;
   });
   // The master's parameters, as process 0's first replica holds them.
-  const std::vector<float> master = mesh_reduce(
-      "master", process_index() == 0 ? params[0] : std::vector<float>{},
-      [](const std::vector<std::vector<float>>& all) { return all.front(); });
+  const std::vector<float> master =
+      mesh_reduce("master", process_index() == 0 ? params[0] : std::vector<float>{},
+                  [](const std::vector<std::vector<float>>& all) { return all.front(); });
   ASSERT_FALSE(master.empty());
   for (const auto& p : params) EXPECT_EQ(p, master);
 }
@@ -528,9 +537,8 @@ TEST_F(ScaleOut, OutsideSpawnEachProcessIsOneReplica) {
     for (int k = 0; k < 5; ++k) expected[k] += in[k];
   }
   EXPECT_EQ(got, expected);
-  const double sum = mesh_reduce("processes", 1.0, [](const std::vector<double>& v) {
-    return static_cast<double>(v.size());
-  });
+  const double sum = mesh_reduce(
+      "processes", 1.0, [](const std::vector<double>& v) { return static_cast<double>(v.size()); });
   EXPECT_EQ(sum, process_count());
 }
 

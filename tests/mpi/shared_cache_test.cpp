@@ -1,8 +1,8 @@
 // The processes of a job share one persistent compile cache directory (under mpirun by CTest: 4
 // processes of 1 device, oversubscribed). Each process compiles for itself what it does not find
-// there yet, so several write the same entries at once: afterwards the directory holds one valid entry per program and no
-// temporary file, and a restarted system in every process finds every program there instead of
-// compiling it, with the same results.
+// there yet, so several write the same entries at once: afterwards the directory holds one valid
+// entry per program and no temporary file, and a restarted system in every process finds every
+// program there instead of compiling it, with the same results.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
-#include "actors/persistent_cache.h"
+#include "actors/compiler/persistent_cache.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 
 namespace axle {

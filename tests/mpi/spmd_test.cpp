@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/lazy_system.h"
+#include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
 #include "io/data_loader.h"

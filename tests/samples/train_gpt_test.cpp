@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "io/formats/event_file.h"
+#include "graph/formats/event_file.h"
 #include "trainer_run.h"
 
 namespace {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "io/formats/event_file.h"
+#include "graph/formats/event_file.h"
 #include "trainer_run.h"
 
 #include <unistd.h>

@@ -1,0 +1,658 @@
+// actors: FullyShardedDataParallel — sharding a module's parameters at wrapping, gathering them
+// around its forward, its backward (run again on a new gather when resharded) reduce-scattering
+// the averaged gradients, nested units by auto-wrap policy, the global gradient norm over shards,
+// and the shard metadata.
+#include "actors/parallel/fully_sharded_data_parallel.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "actors/host/replicas.h"
+#include "engine/this_thread.h"
+#include "graph/autocast.h"
+#include "graph/autograd.h"
+#include "graph/autograd/function.h"
+#include "graph/collectives.h"
+#include "graph/device.h"
+#include "graph/ops.h"
+#include "graph/ops/op_util.h"
+#include "graph/trace_context.h"
+
+namespace axle {
+
+struct FullyShardedDataParallel::Slot {
+  std::vector<std::pair<nn::Module*, std::string>> homes;  // (module, own name); tied: several
+  std::vector<std::string> names;                          // dotted, inside the wrapped module
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+
+struct FullyShardedDataParallel::Flat {
+  DType dtype = DType::kF32;
+  int64_t padded_numel = 0;
+  bool dim_0 = false;
+  std::vector<Slot> slots;
+};
+
+namespace {
+
+constexpr std::string_view kOp = "FullyShardedDataParallel";
+constexpr std::string_view kWrapped = "_fsdp_wrapped_module";
+
+// Nesting depth of FSDP units running on this thread: a unit that starts at depth 0 is the
+// root, whose parameters the backward pass needs first, so it never reshards after forward.
+struct FsdpNesting {
+  int depth = 0;
+};
+
+std::string child_prefix(const std::string& prefix, const std::string& name) {
+  return name.empty() ? prefix : prefix + name + ".";
+}
+
+Tensor gather_shard(const Tensor& shard, int world, std::source_location where) {
+  return world == 1 ? shard : all_gather(shard, 0, {}, where);
+}
+
+// Parameters of `m`'s tree not inside an FSDP unit, each tensor once.
+int64_t unwrapped_numel(const nn::Module& m) {
+  std::unordered_map<const TensorImpl*, int64_t> seen;
+  auto walk = [&](auto& self, const nn::Module& at) -> void {
+    if (dynamic_cast<const FullyShardedDataParallel*>(&at) != nullptr) return;
+    for (const auto& [name, t] : at.own_parameters()) {
+      if (t.defined()) seen.emplace(t.impl(), t.numel());
+    }
+    for (const auto& [name, child] : at.named_children()) self(self, *child);
+  };
+  walk(walk, m);
+  int64_t total = 0;
+  for (const auto& [impl, n] : seen) total += n;
+  return total;
+}
+
+// Every name each parameter tensor has in `m`'s tree outside FSDP units (tied ones: several).
+using ParameterNames = std::unordered_map<const TensorImpl*, std::vector<std::string>>;
+void collect_parameter_names(const nn::Module& m, const std::string& prefix,
+                             ParameterNames& names) {
+  if (dynamic_cast<const FullyShardedDataParallel*>(&m) != nullptr) return;
+  for (const auto& [name, t] : m.own_parameters()) {
+    if (t.defined()) names[t.impl()].push_back(prefix + name);
+  }
+  for (const auto& [name, child] : m.named_children()) {
+    collect_parameter_names(*child, child_prefix(prefix, name), names);
+  }
+}
+
+// A unit about to be made at `path` must hold every name of each parameter it shards: a
+// parameter shared with a module outside the unit (tied weights across units) is not supported.
+void check_unit_holds_its_tied_parameters(const nn::Module& unit, const std::string& inside_prefix,
+                                          const ParameterNames& all, std::source_location where) {
+  ParameterNames inside;
+  collect_parameter_names(unit, inside_prefix, inside);
+  std::vector<std::string> shared;
+  for (const auto& [impl, names] : inside) {
+    const auto it = all.find(impl);
+    if (it == all.end()) continue;
+    for (const std::string& name : it->second) {
+      if (!name.starts_with(inside_prefix)) {
+        shared.push_back(fmt::format("{} (also {})", names.front(), name));
+      }
+    }
+  }
+  if (shared.empty()) return;
+  std::ranges::sort(shared);
+  const std::string path =
+      inside_prefix.empty() ? "" : inside_prefix.substr(0, inside_prefix.size() - 1);
+  ops::fail(kOp,
+            fmt::format("auto_wrap_policy makes `{}` a unit, but {} {} shared with a module "
+                        "outside it: {}. Parameters tied across FSDP units are not supported; "
+                        "let the policy put the modules sharing them in one unit (e.g. leave them "
+                        "in the root unit), or untie them",
+                        path, shared.size() == 1 ? "a parameter" : "parameters",
+                        shared.size() == 1 ? "is" : "are", fmt::join(shared, ", ")),
+            where);
+}
+
+// torch's _recursive_wrap: units are made bottom-up, each child wrapped after its own children.
+// `all` holds every parameter's names in the root's tree before any wrapping.
+void recursive_wrap(nn::Module& m, const std::string& prefix, const ParameterNames& all,
+                    const FsdpOptions& inner, std::source_location where) {
+  const auto children = m.named_children();  // a copy: wrapping replaces entries
+  for (const auto& [name, child] : children) {
+    if (dynamic_cast<const FullyShardedDataParallel*>(child.get()) != nullptr) continue;
+    const std::string inside_prefix = child_prefix(prefix, name);
+    if (inner.auto_wrap_policy(*child, true, unwrapped_numel(*child))) {
+      recursive_wrap(*child, inside_prefix, all, inner, where);
+    }
+    if (inner.auto_wrap_policy(*child, false, unwrapped_numel(*child))) {
+      check_unit_holds_its_tied_parameters(*child, inside_prefix, all, where);
+      FsdpOptions unit = inner;
+      unit.auto_wrap_policy = nullptr;  // its children are wrapped already
+      m.replace_module(name, std::make_shared<FullyShardedDataParallel>(child, unit, where), where);
+    }
+  }
+}
+
+std::vector<int64_t> dims_of(const Tensor& t) {
+  const auto d = t.shape().dims();
+  return {d.begin(), d.end()};
+}
+
+}  // namespace
+
+AutoWrapPolicy size_based_auto_wrap_policy(int64_t min_num_params) {
+  return [min_num_params](const nn::Module&, bool recurse, int64_t unwrapped_params) {
+    return recurse || unwrapped_params >= min_num_params;
+  };
+}
+
+AutoWrapPolicy module_type_auto_wrap_policy(std::function<bool(const nn::Module&)> is_layer) {
+  return [is_layer = std::move(is_layer)](const nn::Module& m, bool recurse, int64_t) {
+    return recurse || is_layer(m);
+  };
+}
+
+FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> module,
+                                                   FsdpOptions options, std::source_location where)
+    : module_(std::move(module)),
+      options_(std::move(options)),
+      world_size_(replica_world_size()),
+      rank_(global_ordinal()),
+      where_(where) {
+  if (!module_) ops::fail(kOp, "the module is null", where);
+  if (dynamic_cast<const FullyShardedDataParallel*>(module_.get()) != nullptr) {
+    ops::fail(kOp, "the module is already wrapped in FullyShardedDataParallel", where);
+  }
+  if (options_.shard_param_on_dim_0 && options_.flatten_parameters) {
+    ops::fail(kOp, "shard_param_on_dim_0 needs flatten_parameters = false", where);
+  }
+  if (options_.compute_dtype && !is_floating(*options_.compute_dtype)) {
+    ops::fail(kOp,
+              fmt::format("compute_dtype {} is not a floating dtype",
+                          dtype_name(*options_.compute_dtype)),
+              where);
+  }
+  if (options_.auto_wrap_policy) {
+    ParameterNames all;
+    collect_parameter_names(*module_, "", all);
+    recursive_wrap(*module_, "", all, options_, where);
+  }
+  register_module(std::string(kWrapped), module_);
+  if (options_.buffer_dtype) {
+    const NoGradGuard no_grad;
+    auto cast_buffers = [&](auto& self, nn::Module& at) -> void {
+      for (const auto& [name, t] : at.own_buffers()) {
+        if (t.defined() && is_floating(t.dtype()) && t.dtype() != *options_.buffer_dtype) {
+          at.replace_buffer(name, cast(t, *options_.buffer_dtype, where), where);
+        }
+      }
+      for (const auto& [name, child] : at.named_children()) self(self, *child);
+    };
+    cast_buffers(cast_buffers, *module_);
+  }
+
+  // Every parameter slot of the wrapped tree outside nested units, tied ones as one.
+  std::vector<Slot> slots;
+  std::vector<Tensor> values;
+  std::unordered_map<const TensorImpl*, std::size_t> index;
+  auto walk = [&](auto& self, nn::Module& at, const std::string& prefix) -> void {
+    if (dynamic_cast<const FullyShardedDataParallel*>(&at) != nullptr) return;
+    for (const auto& [name, t] : at.own_parameters()) {
+      if (!t.defined()) continue;
+      auto [it, added] = index.emplace(t.impl(), slots.size());
+      if (added) {
+        slots.push_back(Slot{.shape = dims_of(t), .numel = t.numel()});
+        values.push_back(t);
+      }
+      slots[it->second].homes.emplace_back(&at, name);
+      slots[it->second].names.push_back(prefix + name);
+    }
+    for (const auto& [name, child] : at.named_children()) {
+      self(self, *child, child_prefix(prefix, name));
+    }
+  };
+  walk(walk, *module_, "");
+
+  // Flat parameters: one per dtype in order of first appearance, or one per parameter.
+  std::vector<std::vector<std::size_t>> groups;
+  if (options_.flatten_parameters) {
+    std::vector<DType> order;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const auto at = std::ranges::find(order, values[i].dtype());
+      if (at == order.end()) {
+        order.push_back(values[i].dtype());
+        groups.push_back({i});
+      } else {
+        groups[static_cast<std::size_t>(at - order.begin())].push_back(i);
+      }
+    }
+  } else {
+    for (std::size_t i = 0; i < slots.size(); ++i) groups.push_back({i});
+  }
+
+  const NoGradGuard no_grad;
+  const auto world = static_cast<int64_t>(world_size_);
+  for (const auto& members : groups) {
+    auto flat = std::make_shared<Flat>();
+    const Tensor& first = values[members.front()];
+    flat->dtype = first.dtype();
+    flat->dim_0 = options_.shard_param_on_dim_0 && first.dim() >= 1;
+    Tensor padded;
+    int64_t shard_rows = 0;
+    if (flat->dim_0) {
+      const int64_t rows = first.size(0);
+      const int64_t padded_rows = (rows + world - 1) / world * world;
+      std::vector<int64_t> pad_shape = dims_of(first);
+      pad_shape[0] = padded_rows - rows;
+      padded = padded_rows == rows
+                   ? first
+                   : cat({first, zeros(Shape(pad_shape), first.dtype(), first.device(), where)}, 0,
+                         where);
+      shard_rows = padded_rows / world;
+      flat->padded_numel = padded.numel();
+      Slot slot = slots[members.front()];
+      flat->slots.push_back(std::move(slot));
+    } else {
+      std::vector<Tensor> parts;
+      int64_t total = 0;
+      for (std::size_t i : members) {
+        Slot slot = slots[i];
+        slot.offset = total;
+        total += slot.numel;
+        parts.push_back(reshape(values[i], {slot.numel}, where));
+        flat->slots.push_back(std::move(slot));
+      }
+      flat->padded_numel = (total + world - 1) / world * world;
+      if (flat->padded_numel > total) {
+        parts.push_back(
+            zeros(Shape({flat->padded_numel - total}), first.dtype(), first.device(), where));
+      }
+      padded = parts.size() == 1 ? parts[0] : cat(parts, 0, where);
+      shard_rows = flat->padded_numel / world;
+    }
+    // Block r of the padded value, picked by index_select with the rank as device data: a
+    // slice at the rank would make each replica's graph another (its bounds are attributes),
+    // and graphs with collectives must agree; the rank's value does not enter the graph's hash.
+    Tensor shard;
+    if (world == 1) {
+      shard = padded.detach();
+    } else {
+      std::vector<int64_t> blocks = dims_of(padded);
+      blocks[0] = shard_rows;
+      blocks.insert(blocks.begin(), world);
+      const Tensor rank = tensor(std::vector<int64_t>{rank_}, Shape({1}), padded.device());
+      const Tensor picked = index_select(reshape(padded, blocks, where), 0, rank, where);
+      blocks.erase(blocks.begin());
+      shard = reshape(picked, blocks, where).detach();
+    }
+    register_parameter(fmt::format("flat_param_{}", flats_.size()), shard);
+    flats_.push_back(std::move(flat));
+  }
+  uninstall();
+}
+
+std::vector<Tensor> FullyShardedDataParallel::shards() const {
+  std::vector<Tensor> out;
+  for (std::size_t f = 0; f < flats_.size(); ++f) out.push_back(own_parameters()[f].second);
+  return out;
+}
+
+std::vector<Tensor> FullyShardedDataParallel::gather(const std::vector<Tensor>& shards) const {
+  std::vector<Tensor> full;
+  for (std::size_t f = 0; f < flats_.size(); ++f) {
+    const Flat& flat = *flats_[f];
+    Tensor shard = shards[f];
+    if (options_.compute_dtype && *options_.compute_dtype != shard.dtype()) {
+      shard = cast(shard, *options_.compute_dtype, where_);
+    }
+    const Tensor gathered = gather_shard(shard, world_size_, where_);
+    for (const Slot& slot : flat.slots) {
+      if (flat.dim_0) {
+        full.push_back(slot.shape[0] == gathered.size(0)
+                           ? gathered
+                           : slice(gathered, 0, 0, slot.shape[0], 1, where_));
+      } else {
+        full.push_back(reshape(slice(gathered, 0, slot.offset, slot.offset + slot.numel, 1, where_),
+                               slot.shape, where_));
+      }
+    }
+  }
+  return full;
+}
+
+std::vector<Tensor> FullyShardedDataParallel::reduce_gradients(std::span<const Tensor> param_grads,
+                                                               std::span<const Tensor> full) const {
+  std::vector<Tensor> out;
+  std::size_t i = 0;
+  const auto world = static_cast<int64_t>(world_size_);
+  for (const auto& flat : flats_) {
+    std::vector<Tensor> parts;
+    for (const Slot& slot : flat->slots) {
+      Tensor g = param_grads[i].defined() ? param_grads[i] : zeros_like(full[i], where_);
+      if (g.dtype() != full[i].dtype()) g = cast(g, full[i].dtype(), where_);
+      parts.push_back(flat->dim_0 ? g : reshape(g, {slot.numel}, where_));
+      ++i;
+    }
+    // Zeros for the padding: the whole padded flat value (rows of it, sharded on dim 0).
+    const Tensor& last = parts.back();
+    int64_t have = 0;
+    for (const Tensor& part : parts) have += part.numel();
+    if (flat->padded_numel > have) {
+      std::vector<int64_t> pad{flat->padded_numel - have};
+      if (flat->dim_0) {
+        pad = dims_of(last);
+        int64_t row = 1;
+        for (std::size_t d = 1; d < pad.size(); ++d) row *= pad[d];
+        pad[0] = row == 0 ? 0 : (flat->padded_numel - have) / row;
+      }
+      parts.push_back(zeros(Shape(pad), last.dtype(), last.device(), where_));
+    }
+    const Tensor whole = parts.size() == 1 ? parts[0] : cat(parts, 0, where_);
+    // Summed over the replicas and divided by their number: the gradient of the mean of every
+    // replica's loss, as one device computes it on the whole batch.
+    out.push_back(world == 1
+                      ? whole
+                      : reduce_scatter(ReduceType::kSum, whole, 1.0 / static_cast<double>(world), 0,
+                                       world, {}, where_));
+  }
+  return out;
+}
+
+void FullyShardedDataParallel::install(const std::vector<Tensor>& full) const {
+  std::size_t i = 0;
+  for (const auto& flat : flats_) {
+    for (const Slot& slot : flat->slots) {
+      for (const auto& [module, name] : slot.homes)
+        module->replace_parameter(name, full[i], where_);
+      ++i;
+    }
+  }
+}
+
+void FullyShardedDataParallel::uninstall() const {
+  for (const auto& flat : flats_) {
+    for (const Slot& slot : flat->slots) {
+      for (const auto& [module, name] : slot.homes) module->replace_parameter(name, {}, where_);
+    }
+  }
+}
+
+struct FullyShardedDataParallel::Pass {
+  Tensor output;
+  Tensor input;              // the module's input: a leaf of the unit's own when recording
+  std::vector<Tensor> full;  // the gathered parameters, leaves of the unit's own when recording
+};
+
+// The module runs on leaves of the unit's own, so the GradFns it records end at them: the unit's
+// backward collects the full parameters' gradients there and reduce-scatters them per flat
+// parameter in one go (a gradient through each slice of a gathered flat value would be a
+// zero-padded copy of the whole flat value per parameter).
+FullyShardedDataParallel::Pass FullyShardedDataParallel::run(const Tensor& input,
+                                                             const std::vector<Tensor>& shards,
+                                                             bool input_needs_grad) {
+  struct Depth {
+    Depth() { ++this_thread_object<FsdpNesting>().depth; }
+    ~Depth() { --this_thread_object<FsdpNesting>().depth; }
+  } depth;
+  Pass pass;
+  {
+    const NoGradGuard no_grad;
+    pass.full = gather(shards);
+  }
+  pass.input = input;
+  if (GradMode::is_enabled()) {
+    for (Tensor& t : pass.full) {
+      t = t.detach();
+      t.requires_grad_();
+    }
+    pass.input = input.detach();
+    if (input_needs_grad) pass.input.requires_grad_();
+  }
+  install(pass.full);
+  struct Uninstall {
+    const FullyShardedDataParallel& self;
+    ~Uninstall() { self.uninstall(); }
+  } uninstall_after{*this};
+  pass.output = module_->forward(pass.input);
+  return pass;
+}
+
+// What a unit's backward needs beyond its edges: [the input's] [one per shard] [others the module
+// read: nested units' shards, tensors it captured].
+struct UnitContext {
+  FullyShardedDataParallel* unit = nullptr;
+  bool recompute = false;
+  bool input_needs_grad = false;
+  std::size_t num_shards = 0;
+  // Resharded: the inputs the forward pass runs again on, and its random state.
+  Tensor input;
+  std::vector<Tensor> shards;
+  std::unordered_map<int, RngState> rng;
+  bool autocast = false;  // the autocast state the first run had (backward runs outside it)
+  DType autocast_dtype = DType::kBF16;
+  // Kept: the first run, with its recorded graph.
+  Tensor output;
+  Tensor own_input;
+  std::vector<Tensor> full;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::source_location where;
+};
+
+struct FsdpUnitBackward {
+  static void apply(const GradFn& fn, const Tensor& grad, autograd::GradList& grads) {
+    const auto& ctx = *static_cast<const UnitContext*>(fn.context().get());
+    FullyShardedDataParallel& unit = *ctx.unit;
+    Tensor output = ctx.output;
+    Tensor own_input = ctx.own_input;
+    std::vector<Tensor> full = ctx.full;
+    Tensor grad_output = grad;
+    if (ctx.recompute) {
+      // The input, the shards and the incoming gradient through one barrier: the gather and the
+      // forward pass run again when the backward pass gets here, on values no pass identifies
+      // with the first run's, so CSE cannot merge them and the first gather is freed after the
+      // forward pass.
+      std::vector<Tensor> barrier{ctx.input.detach()};
+      for (const Tensor& s : ctx.shards) barrier.push_back(s.detach());
+      barrier.push_back(grad.detach());
+      optimization_barrier_(barrier, ctx.where);
+      grad_output = barrier.back();
+      TraceContext& trace = TraceContext::current();
+      std::unordered_map<int, RngState> now = trace.rng_states();
+      trace.set_rng_states(ctx.rng);
+      struct RestoreRng {
+        TraceContext& trace;
+        std::unordered_map<int, RngState>& now;
+        ~RestoreRng() { trace.set_rng_states(std::move(now)); }
+      } restore{trace, now};
+      const autocast region(Device{}, ctx.autocast_dtype, ctx.autocast);
+      AutoGradMode grad_mode(true);
+      FullyShardedDataParallel::Pass pass =
+          unit.run(barrier[0], std::vector<Tensor>(barrier.begin() + 1, barrier.end() - 1),
+                   ctx.input_needs_grad);
+      output = pass.output;
+      own_input = pass.input;
+      full = std::move(pass.full);
+      if (!output.defined() || output.dtype() != ctx.dtype || !(output.shape() == ctx.shape) ||
+          !output.requires_grad()) {
+        ops::fail(kOp,
+                  fmt::format("the wrapped module's forward in the backward pass gave {} where "
+                              "its first run gave {}: it must compute the same thing both times",
+                              output.defined() ? ops::describe(output) : "an undefined tensor",
+                              ops::describe(ctx.dtype, ctx.shape)),
+                  ctx.where);
+      }
+    }
+    std::vector<GradEdge> targets;
+    if (ctx.input_needs_grad) targets.push_back(autograd::gradient_edge(own_input));
+    for (const Tensor& t : full) targets.push_back(autograd::gradient_edge(t));
+    const std::span<const GradEdge> edges = fn.edges();
+    const std::size_t own_edges = (ctx.input_needs_grad ? 1 : 0) + ctx.num_shards;
+    targets.insert(targets.end(), edges.begin() + static_cast<std::ptrdiff_t>(own_edges),
+                   edges.end());
+    const autograd::GradList got = autograd::gradients_at(output, grad_output, targets, ctx.where);
+    std::size_t at = 0;
+    if (ctx.input_needs_grad) grads[0] = got[at++];
+    const std::vector<Tensor> shard_grads = unit.reduce_gradients(
+        std::span<const Tensor>(got.begin() + static_cast<std::ptrdiff_t>(at), full.size()), full);
+    at += full.size();
+    std::size_t edge = ctx.input_needs_grad ? 1 : 0;
+    for (const Tensor& g : shard_grads) grads[edge++] = g;
+    for (; at < got.size(); ++at) grads[edge++] = got[at];
+  }
+};
+
+namespace {
+const autograd::Derivative kFsdpUnitBackward{"FsdpUnitBackward", FsdpUnitBackward::apply};
+}  // namespace
+
+Tensor FullyShardedDataParallel::forward(const Tensor& input) {
+  ops::require_defined(kOp, input, "the input", where_);
+  const std::vector<Tensor> own = shards();
+  if (!GradMode::is_enabled()) return run(input, own, false).output;
+  const bool root = this_thread_object<FsdpNesting>().depth == 0;
+  auto ctx = std::make_shared<UnitContext>();
+  ctx->unit = this;
+  ctx->recompute = !root && options_.reshard_after_forward;
+  ctx->input_needs_grad = input.requires_grad();
+  ctx->num_shards = own.size();
+  ctx->where = where_;
+  if (ctx->recompute) {
+    ctx->rng = TraceContext::current().rng_states();
+    ctx->autocast = is_autocast_enabled();
+    ctx->autocast_dtype = get_autocast_dtype();
+  }
+  const uint64_t first_recorded = GradFn::peek_sequence_nr();
+  Pass pass = run(input, own, ctx->input_needs_grad);
+  if (!pass.output.defined())
+    ops::fail(kOp, "the wrapped module returned an undefined tensor", where_);
+  if (!pass.output.requires_grad()) return pass.output;
+
+  auto grad_fn = make_intrusive<GradFn>(kFsdpUnitBackward);
+  if (ctx->input_needs_grad) grad_fn->add_input(input, autograd::gradient_edge(input));
+  for (const Tensor& s : own) grad_fn->add_input(s, autograd::gradient_edge(s));
+  // The GradFns the module recorded have sequence numbers from first_recorded on; an edge out of
+  // them to anything but the unit's own leaves is an edge of the unit (as in checkpoint()).
+  std::unordered_set<const TensorImpl*> own_leaves{pass.input.impl()};
+  for (const Tensor& t : pass.full) own_leaves.insert(t.impl());
+  autograd::add_edges_leaving(*grad_fn, pass.output, own_leaves, first_recorded);
+  ctx->dtype = pass.output.dtype();
+  ctx->shape = pass.output.shape();
+  if (ctx->recompute) {
+    ctx->input = input;
+    ctx->shards = own;
+  } else {
+    ctx->output = pass.output;
+    ctx->own_input = pass.input;
+    ctx->full = pass.full;
+  }
+  grad_fn->set_context(std::move(ctx));
+  Tensor result = pass.output.detach();
+  AutogradMeta& meta = result.impl()->autograd_or_create();
+  meta.requires_grad = true;
+  meta.grad_fn = std::move(grad_fn);
+  return result;
+}
+
+nn::StateDict FullyShardedDataParallel::full_parameters() const {
+  const NoGradGuard no_grad;
+  const std::vector<Tensor> full = gather(shards());
+  nn::StateDict out;
+  std::size_t i = 0;
+  for (const auto& flat : flats_) {
+    for (const Slot& slot : flat->slots) out.emplace_back(slot.names.front(), full[i++]);
+  }
+  return out;
+}
+
+Tensor FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_type,
+                                                 std::source_location where) {
+  const NoGradGuard no_grad;
+  const bool infinity = std::isinf(norm_type);
+  if (!(norm_type > 0)) {
+    ops::fail("clip_grad_norm_", fmt::format("norm_type {} is not positive", norm_type), where);
+  }
+  const std::vector<Tensor> params = parameters();
+  Tensor local;
+  for (const Tensor& p : params) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    const Tensor gf = cast(g, DType::kF32, where);
+    const Tensor part = infinity ? amax(abs(gf, where), {}, false, where)
+                                 : sum(pow(abs(gf, where), norm_type, where), {}, false, where);
+    local = !local.defined() ? part
+            : infinity       ? maximum(local, part, where)
+                             : add(local, part, where);
+  }
+  if (!local.defined()) {
+    Device device = params.empty() ? Device{} : params.front().device();
+    local = scalar_tensor(0.0, DType::kF32, device, where);
+  }
+  // Every replica's shards together: the sum of p-th powers (or the max) over the group.
+  Tensor total = world_size_ == 1 ? local
+                                  : all_reduce(infinity ? ReduceType::kMax : ReduceType::kSum,
+                                               local, 1.0, {}, where);
+  if (!infinity) total = pow(total, 1.0 / norm_type, where);
+  const Tensor coef = div(scalar_tensor(max_norm, total.dtype(), total.device(), where),
+                          add(total, 1e-6, where), where);
+  const Tensor scale = axle::where(lt(coef, 1.0, where), coef, ones_like(coef, where), where);
+  for (const Tensor& p : params) {
+    if (Tensor g = p.grad(); g.defined())
+      p.set_grad(mul(g, cast(scale, g.dtype(), where), where), where);
+  }
+  return total;
+}
+
+ShardMetadata FullyShardedDataParallel::get_shard_metadata() const {
+  ShardMetadata meta{.world_size = world_size_, .rank = rank_};
+  // Names in this wrapper's state_dict (prefix) and in the unwrapped model (no wrapper names).
+  auto strip = [](std::string name) {
+    const std::string wrapped = std::string(kWrapped) + ".";
+    for (std::size_t at; (at = name.find(wrapped)) != std::string::npos;)
+      name.erase(at, wrapped.size());
+    return name;
+  };
+  auto walk = [&](auto& self, const nn::Module& at, const std::string& prefix) -> void {
+    if (const auto* unit = dynamic_cast<const FullyShardedDataParallel*>(&at)) {
+      const std::string inside = strip(prefix + std::string(kWrapped) + ".");
+      for (std::size_t f = 0; f < unit->flats_.size(); ++f) {
+        const Flat& flat = *unit->flats_[f];
+        FlatParameterInfo info{.name = prefix + unit->own_parameters()[f].first,
+                               .dtype = flat.dtype,
+                               .padded_numel = flat.padded_numel,
+                               .shard_shape = dims_of(unit->own_parameters()[f].second),
+                               .dim_0 = flat.dim_0};
+        for (const Slot& slot : flat.slots) {
+          ShardedParameterInfo p{.shape = slot.shape, .offset = slot.offset, .numel = slot.numel};
+          for (const std::string& n : slot.names) p.names.push_back(inside + n);
+          info.params.push_back(std::move(p));
+        }
+        meta.flat_params.push_back(std::move(info));
+      }
+    }
+    for (const auto& [name, child] : at.named_children()) {
+      self(self, *child, child_prefix(prefix, name));
+    }
+  };
+  walk(walk, *this, "");
+  return meta;
+}
+
+nn::StateDict FullyShardedDataParallel::sharded_checkpoint() const {
+  nn::StateDict state = state_dict();
+  const std::string text = get_shard_metadata().to_text();
+  std::vector<int32_t> chars(text.begin(), text.end());
+  Device device = own_parameters().empty() ? Device{} : own_parameters().front().second.device();
+  state.emplace_back("shard_metadata",
+                     tensor(chars, Shape({static_cast<int64_t>(chars.size())}), device));
+  return state;
+}
+
+}  // namespace axle

@@ -1,0 +1,147 @@
+// actors: the ClosureRunner — runs the step closures added with run_async (add_step_closure) on
+// a thread of its own, each after its step's device work is done and in the order its replica
+// added them, so logging a loss never makes the host wait for the device. Each replica's closures
+// queue apart: one replica's closure waiting for its step never holds back another's, nor a
+// replica draining its own (a replica waits at its next collective for the others, so a drain
+// that waited for their later steps would wait forever).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <source_location>
+#include <utility>
+#include <vector>
+
+#include "actors/runtime/observer.h"
+#include "actors/runtime/step_breakdown.h"
+#include "actors/runtime/step_closure_error.h"
+#include "engine/actor.h"
+#include "graph/device_data.h"
+
+namespace axle {
+
+/// A step closure and the line that added it (named when it fails).
+struct StepClosure {
+  std::function<void()> fn;
+  std::source_location where;
+  std::shared_ptr<StepBreakdown> account;  ///< the adding replica's, charged for the run
+  Device device;  ///< the adding thread's default device, `Device{}` while the closure runs
+};
+
+/// Failures of one replica thread's asynchronous closures, raised by its next mark_step.
+class ClosureFailures {
+ public:
+  void add(std::exception_ptr error);
+  /// The first failure since the last call, or null.
+  [[nodiscard]] std::exception_ptr take();
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr first_;
+};
+
+/// One replica thread's asynchronous closures handed to the runner and not yet run. Its host
+/// waits here before it hands on more than XLA_MAX_ASYNC_QUEUE (as torch_xla's bounded closure
+/// queue): every pending closure holds what it captured (a step's loss holds the step's backward
+/// graph), and a runner that falls behind would otherwise let that grow without bound.
+class ClosureBacklog : public std::enable_shared_from_this<ClosureBacklog> {
+ public:
+  /// Closures counted in the backlog until it goes: run, failed or dropped with their runner.
+  class Entry {
+   public:
+    Entry() = default;
+    Entry(std::shared_ptr<ClosureBacklog> backlog, std::size_t count) noexcept
+        : backlog_(std::move(backlog)), count_(count) {}
+    Entry(Entry&& other) noexcept
+        : backlog_(std::move(other.backlog_)), count_(std::exchange(other.count_, 0)) {}
+    Entry& operator=(Entry&& other) noexcept {
+      if (this != &other) {
+        release();
+        backlog_ = std::move(other.backlog_);
+        count_ = std::exchange(other.count_, 0);
+      }
+      return *this;
+    }
+    ~Entry() { release(); }
+    /// Counts the closures out now.
+    void release() noexcept {
+      if (backlog_) backlog_->ran(count_);
+      backlog_.reset();
+      count_ = 0;
+    }
+
+   private:
+    std::shared_ptr<ClosureBacklog> backlog_;
+    std::size_t count_ = 0;
+  };
+
+  /// Waits until `count` more closures fit under `limit` (0: no limit; a batch larger than the
+  /// limit waits for an empty backlog), then counts them in until the entry goes. `waited` tells
+  /// whether it had to wait.
+  [[nodiscard]] Entry admit(std::size_t count, std::size_t limit, bool* waited = nullptr);
+  [[nodiscard]] std::size_t pending() const;
+  /// The most closures ever pending at once.
+  [[nodiscard]] std::size_t peak() const;
+
+ private:
+  void ran(std::size_t count) noexcept;
+
+  mutable std::mutex mutex_;
+  std::condition_variable ran_;
+  std::size_t pending_ = 0;
+  std::size_t peak_ = 0;
+};
+
+/// Runs `closures` once every one of `outputs` (the step's results on all devices) is ready or
+/// failed, after the closures sent before by the same replica (the one `failures` belongs to).
+struct RunAfterStep {
+  std::vector<IntrusivePtr<DeviceData>> outputs;
+  std::vector<StepClosure> closures;
+  std::shared_ptr<ClosureFailures> failures;
+  ClosureBacklog::Entry backlog;  ///< counts the closures out once they have run
+};
+/// Replies once every closure the replica owning `failures` sent before it has run.
+struct DrainClosures {
+  using Reply = void;
+  const ClosureFailures* replica = nullptr;
+};
+/// An output the head batch waits for has completed.
+struct StepOutputDone {};
+
+class ClosureRunner : public Actor<ClosureRunner, RunAfterStep, DrainClosures, StepOutputDone> {
+ public:
+  explicit ClosureRunner(const Observers& observers) : observers_(observers) {}
+  void handle(RunAfterStep& m);
+  void handle(DrainClosures& m, Promise<void>&& reply);
+  void handle(StepOutputDone&) { pump(); }
+
+ private:
+  struct Work {
+    RunAfterStep batch;  // or
+    Promise<void> drained;
+    bool is_drain = false;
+  };
+  // One replica's closures, in the order they were added.
+  struct Queue {
+    std::deque<Work> work;
+    const DeviceData* waiting_on = nullptr;
+  };
+  void pump();
+  // Runs the queue's closures until one waits for its step; false when it is empty.
+  bool pump(Queue& queue);
+
+  const Observers& observers_;
+  std::map<const ClosureFailures*, Queue> queues_;  // by replica; an empty one is erased
+};
+
+/// Runs `closure` now, telling `observers`; a failure is rethrown as a StepClosureError naming
+/// where it was added.
+void run_step_closure(const StepClosure& closure, const Observers& observers);
+
+}  // namespace axle

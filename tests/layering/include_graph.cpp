@@ -1,0 +1,179 @@
+// tests/layering: reading a tree's includes and holding them against its parts.
+#include "include_graph.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <utility>
+
+namespace axle::layering {
+namespace fs = std::filesystem;
+namespace {
+
+std::string trim(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos) return {};
+  const auto last = text.find_last_not_of(" \t\r");
+  return std::string(text.substr(first, last - first + 1));
+}
+
+// The quoted path of an `#include "..."` line, or "" for any other line.
+std::string quoted_include(const std::string& line) {
+  std::size_t at = line.find_first_not_of(" \t");
+  if (at == std::string::npos || line[at] != '#') return {};
+  at = line.find_first_not_of(" \t", at + 1);
+  if (at == std::string::npos || line.compare(at, 7, "include") != 0) return {};
+  const std::size_t open = line.find_first_not_of(" \t", at + 7);
+  if (open == std::string::npos || line[open] != '"') return {};
+  const std::size_t close = line.find('"', open + 1);
+  if (close == std::string::npos) return {};
+  return line.substr(open + 1, close - open - 1);
+}
+
+std::string top_folder(const std::string& part) { return part.substr(0, part.find('/')); }
+
+std::string unit_of(const std::string& file) { return file.substr(0, file.rfind('.')); }
+
+// Strongly connected components of more than one node (Tarjan's, iterative: a long include
+// chain must not exhaust the stack).
+std::vector<std::vector<std::string>> components(
+    const std::map<std::string, std::set<std::string>>& edges) {
+  std::map<std::string, int> index, low;
+  std::set<std::string> on_stack;
+  std::vector<std::string> stack;
+  std::vector<std::vector<std::string>> found;
+  int next = 0;
+  struct Frame {
+    std::string node;
+    std::vector<std::string> targets;
+    std::size_t at = 0;
+  };
+  auto targets_of = [&](const std::string& node) {
+    const auto it = edges.find(node);
+    return it == edges.end() ? std::vector<std::string>{}
+                             : std::vector<std::string>(it->second.begin(), it->second.end());
+  };
+  for (const auto& [root, unused] : edges) {
+    if (index.contains(root)) continue;
+    std::vector<Frame> frames;
+    auto enter = [&](const std::string& node) {
+      index[node] = low[node] = next++;
+      stack.push_back(node);
+      on_stack.insert(node);
+      frames.push_back(Frame{node, targets_of(node)});
+    };
+    enter(root);
+    while (!frames.empty()) {
+      Frame& frame = frames.back();
+      if (frame.at < frame.targets.size()) {
+        const std::string target = frame.targets[frame.at++];
+        if (!index.contains(target)) {
+          enter(target);
+        } else if (on_stack.contains(target)) {
+          low[frame.node] = std::min(low[frame.node], index[target]);
+        }
+        continue;
+      }
+      const std::string node = frame.node;
+      frames.pop_back();
+      if (!frames.empty()) low[frames.back().node] = std::min(low[frames.back().node], low[node]);
+      if (low[node] != index[node]) continue;
+      std::vector<std::string> component;
+      std::string member;
+      do {
+        member = stack.back();
+        stack.pop_back();
+        on_stack.erase(member);
+        component.push_back(member);
+      } while (member != node);
+      if (component.size() > 1) {
+        std::sort(component.begin(), component.end());
+        found.push_back(std::move(component));
+      }
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+std::vector<std::string> read_parts(const fs::path& layers_file) {
+  std::ifstream in(layers_file);
+  if (!in) throw std::runtime_error("cannot read the parts list " + layers_file.string());
+  std::vector<std::string> parts;
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string text = trim(std::string_view(line).substr(0, line.find('#')));
+    if (!text.empty()) parts.push_back(text.substr(0, text.find_first_of(" \t")));
+  }
+  if (parts.empty())
+    throw std::runtime_error("the parts list " + layers_file.string() + " is empty");
+  return parts;
+}
+
+IncludeGraph scan_tree(const fs::path& root, const std::vector<std::string>& parts) {
+  std::set<std::string> folders;
+  for (const std::string& part : parts) folders.insert(top_folder(part));
+  IncludeGraph graph;
+  for (const std::string& folder : folders) {
+    if (!fs::is_directory(root / folder)) continue;
+    for (const auto& entry : fs::recursive_directory_iterator(root / folder)) {
+      const std::string extension = entry.path().extension().string();
+      if (!entry.is_regular_file() || (extension != ".h" && extension != ".cpp")) continue;
+      graph.files.push_back(entry.path().lexically_relative(root).generic_string());
+    }
+  }
+  std::sort(graph.files.begin(), graph.files.end());
+  const std::set<std::string> known(graph.files.begin(), graph.files.end());
+  for (const std::string& file : graph.files) {
+    std::ifstream in(root / file);
+    std::string line;
+    for (int number = 1; std::getline(in, line); ++number) {
+      std::string target = quoted_include(line);
+      if (known.contains(target))
+        graph.includes.push_back(Include{file, number, std::move(target)});
+    }
+  }
+  return graph;
+}
+
+std::string part_of(const std::string& file, const std::vector<std::string>& parts) {
+  std::string best;
+  for (const std::string& part : parts) {
+    if (file.starts_with(part + "/") && part.size() > best.size()) best = part;
+  }
+  return best;
+}
+
+std::vector<std::string> layering_violations(const IncludeGraph& graph,
+                                             const std::vector<std::string>& parts) {
+  std::map<std::string, std::size_t> rank;
+  for (std::size_t i = 0; i < parts.size(); ++i) rank[parts[i]] = i;
+  std::vector<std::string> found;
+  for (const std::string& file : graph.files) {
+    if (part_of(file, parts).empty()) found.push_back(file + " belongs to no part");
+  }
+  for (const Include& include : graph.includes) {
+    const std::string from = part_of(include.from, parts);
+    const std::string to = part_of(include.to, parts);
+    if (from.empty() || to.empty() || rank[to] <= rank[from]) continue;
+    found.push_back(include.from + ":" + std::to_string(include.line) + " includes " + include.to +
+                    ": " + to + " is above " + from);
+  }
+  return found;
+}
+
+std::vector<std::vector<std::string>> include_cycles(const IncludeGraph& graph, bool by_unit) {
+  std::map<std::string, std::set<std::string>> edges;
+  for (const std::string& file : graph.files) edges[by_unit ? unit_of(file) : file];
+  for (const Include& include : graph.includes) {
+    const std::string from = by_unit ? unit_of(include.from) : include.from;
+    const std::string to = by_unit ? unit_of(include.to) : include.to;
+    if (from != to) edges[from].insert(to);
+  }
+  return components(edges);
+}
+
+}  // namespace axle::layering

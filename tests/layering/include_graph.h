@@ -1,0 +1,47 @@
+// tests/layering: the include graph of a source tree, held against cmake/layers.txt — which part
+// each file belongs to, the includes that reach a part above their own, and the files and units
+// (a .cpp with its header) that include each other in a circle.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace axle::layering {
+
+/// The parts in order, lowest first, as cmake/layers.txt lists them (one a line; '#' starts a
+/// comment). Throws std::runtime_error naming the file when it cannot be read or lists none.
+[[nodiscard]] std::vector<std::string> read_parts(const std::filesystem::path& layers_file);
+
+/// One `#include "..."` of one file, both paths relative to the tree's root.
+struct Include {
+  std::string from;
+  int line = 0;
+  std::string to;
+};
+
+/// Every .h and .cpp under the parts' top folders, and each `#include "..."` among them that
+/// names a file of the tree (a generated or system header is none of its files).
+struct IncludeGraph {
+  std::vector<std::string> files;
+  std::vector<Include> includes;
+};
+[[nodiscard]] IncludeGraph scan_tree(const std::filesystem::path& root,
+                                     const std::vector<std::string>& parts);
+
+/// The part `file` belongs to: the longest part its path starts with ("" when none does).
+[[nodiscard]] std::string part_of(const std::string& file, const std::vector<std::string>& parts);
+
+/// One line for each file that belongs to no part, and for each include that reaches a part
+/// listed after its own: "actors/runtime/wire.h:7 includes io/checkpoint.h: io is above
+/// actors/runtime".
+[[nodiscard]] std::vector<std::string> layering_violations(const IncludeGraph& graph,
+                                                           const std::vector<std::string>& parts);
+
+/// The groups of files that include each other in a circle (each sorted), when `by_unit` is
+/// false; with it, of units: a file's unit is its path without the extension, so a .cpp and its
+/// header are one.
+[[nodiscard]] std::vector<std::vector<std::string>> include_cycles(const IncludeGraph& graph,
+                                                                   bool by_unit);
+
+}  // namespace axle::layering
