@@ -10,6 +10,7 @@
 #include <tuple>
 #include <utility>
 
+#include "actors/runtime/stop_note.h"
 #include "engine/actor.h"
 #include "engine/log.h"
 
@@ -303,7 +304,7 @@ void MeetingPoints::share(const Group& group, uint64_t group_id, Channel channel
                             processes.size() == 1 ? "" : "es", members_text(processes));
   }
   point.note = noted_ = ++notes_;
-  ProcessTransport::note_waiting(note.text);
+  note_waiting(note.text);
 }
 
 void MeetingPoints::send(int process, const WireWriter& out, const std::vector<std::size_t>& local,
@@ -584,7 +585,7 @@ std::optional<MeetingPoints::Failure> MeetingPoints::mismatch_at(
 void MeetingPoints::complete(Point& point, Answers& answers) {
   if (point.note != 0 && point.note == noted_) {
     noted_ = 0;
-    ProcessTransport::note_waiting({});
+    note_waiting({});
   }
   const Gathered all =
       std::make_shared<const std::vector<std::shared_ptr<const void>>>(std::move(point.values));

@@ -188,7 +188,7 @@ class MeetingPoints {
     std::chrono::steady_clock::time_point deadline;
     std::chrono::nanoseconds timeout{0};
   };
-  // The note of a point waiting for other processes (ProcessTransport::note_waiting), and what
+  // The note of a point waiting for other processes (note_waiting), and what
   // it says: a member set's next point usually waits for the same replicas, in the same words.
   struct WaitingNote {
     std::string op;
@@ -257,7 +257,7 @@ class MeetingPoints {
   // Messages for groups this process has not opened yet, and groups it has closed.
   std::unordered_map<uint64_t, std::vector<FromProcess>> early_;
   std::unordered_map<uint64_t, bool> closed_;
-  // The last point noted as waiting for other processes (ProcessTransport::note_waiting).
+  // The last point noted as waiting for other processes (note_waiting).
   uint64_t notes_ = 0;
   uint64_t noted_ = 0;
 };

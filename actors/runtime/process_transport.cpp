@@ -14,9 +14,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 #include <sys/statvfs.h>
-#include <unistd.h>
 
-#include <csignal>
 #include <cstring>
 
 #include <algorithm>
@@ -28,15 +26,14 @@
 #include <deque>
 #include <future>
 #include <limits>
-#include <map>
 #include <mutex>
 #include <numeric>
-#include <optional>
 #include <set>
-#include <shared_mutex>
 #include <stdexcept>
 #include <thread>
 
+#include "actors/runtime/shared_window.h"
+#include "actors/runtime/stop_note.h"
 #include "engine/config.h"
 #include "engine/log.h"
 
@@ -51,9 +48,6 @@ constexpr int kHeadTag = 8;
 // A message another process of this host wrote into the memory it shares with this one: the note
 // says where (the offset of its header in the sender's part, and its size).
 constexpr int kSharedTag = 9;
-// The header before each message in shared memory: its first four bytes, the receiver sets to 1
-// once done with the message. A whole cache line, so the message starts aligned.
-constexpr std::size_t kSharedHeader = 64;
 // While threads poll for themselves (a device at a meeting), how long the transport's thread
 // rests between looks, and how long after a poller last got its message it keeps resting.
 constexpr std::chrono::microseconds kRestWhilePolled{1000};
@@ -80,148 +74,7 @@ void check_mpi(int code, const char* what) {
   }
 }
 
-// What the process waits for, for the SIGTERM handler: two buffers, the one `g_note_current`
-// names is complete; the other is the one written next.
-constexpr std::size_t kNoteSize = 1024;
-char g_notes[2][kNoteSize];
-std::size_t g_note_sizes[2];
-std::atomic<int> g_note_current{0};
-int g_rank_for_note = 0;
-struct sigaction g_previous_sigterm {};
-
-void write_all(const char* text, std::size_t size) {
-  while (size > 0) {
-    const ssize_t written = ::write(STDERR_FILENO, text, size);
-    if (written <= 0) return;
-    text += written;
-    size -= static_cast<std::size_t>(written);
-  }
-}
-
-// mpirun stops the other processes when one dies: say what this one was waiting for, then stop
-// as the signal would have.
-void on_sigterm(int signal) {
-  char head[96];
-  const int n = std::snprintf(head, sizeof head,
-                              "axle: process %d was stopped by mpirun (a process of the job "
-                              "ended)",
-                              g_rank_for_note);
-  write_all(head, n > 0 ? static_cast<std::size_t>(n) : 0);
-  const int current = g_note_current.load(std::memory_order_acquire);
-  if (g_note_sizes[current] > 0) {
-    write_all(" while ", 7);
-    write_all(g_notes[current], g_note_sizes[current]);
-  }
-  write_all("\n", 1);
-  ::sigaction(SIGTERM, &g_previous_sigterm, nullptr);
-  if (g_previous_sigterm.sa_handler == SIG_IGN) return;
-  if (g_previous_sigterm.sa_handler == SIG_DFL) {
-    ::raise(signal);
-  } else {
-    g_previous_sigterm.sa_handler(signal);
-  }
-}
-
 }  // namespace
-
-void ProcessTransport::note_waiting(std::string_view what) noexcept {
-  const int next = 1 - g_note_current.load(std::memory_order_relaxed);
-  const std::size_t size = std::min(what.size(), kNoteSize);
-  if (size > 0) std::memcpy(g_notes[next], what.data(), size);
-  g_note_sizes[next] = size;
-  g_note_current.store(next, std::memory_order_release);
-}
-
-std::string ProcessTransport::waiting_note() {
-  const int current = g_note_current.load(std::memory_order_acquire);
-  return {g_notes[current], g_note_sizes[current]};
-}
-
-// Large received buffers, kept for the next messages of their size.
-constexpr std::size_t kPooledBytes = std::size_t{64} << 10;
-// Enough for every message of an all-reduce by stretches among a few processes to be in flight at
-// once (each process sends and receives one per other process at each of its two meetings).
-constexpr std::size_t kPoolBuffers = 16;
-constexpr std::size_t kPoolBytes = std::size_t{512} << 20;
-struct BufferPool {
-  std::mutex mutex;
-  std::vector<std::pair<std::unique_ptr<std::byte[]>, std::size_t>> free;  // buffer, capacity
-  std::size_t bytes = 0;  // the free buffers' capacities
-};
-BufferPool& buffer_pool() {
-  static auto* pool = new BufferPool;  // never destroyed: buffers may come back at exit
-  return *pool;
-}
-
-std::shared_ptr<MessageBytes> MessageBytes::make(std::size_t size) {
-  auto message = std::make_shared<MessageBytes>();
-  if (size >= kPooledBytes) {
-    BufferPool& pool = buffer_pool();
-    std::lock_guard lock(pool.mutex);
-    // A buffer at least this large, but not wastefully so.
-    auto fits = std::ranges::find_if(pool.free, [&](const auto& entry) {
-      return entry.second >= size && entry.second <= 2 * size;
-    });
-    if (fits != pool.free.end()) {
-      message->raw_ = std::move(fits->first);
-      message->capacity_ = fits->second;
-      pool.bytes -= fits->second;
-      pool.free.erase(fits);
-    }
-  }
-  if (!message->raw_) {
-    message->raw_ = std::make_unique_for_overwrite<std::byte[]>(std::max<std::size_t>(size, 1));
-    message->capacity_ = size;
-  }
-  message->data_ = message->raw_.get();
-  message->size_ = size;
-  return message;
-}
-
-std::shared_ptr<const MessageBytes> MessageBytes::of(std::vector<std::byte> bytes) {
-  auto message = std::make_shared<MessageBytes>();
-  message->owned_ = std::move(bytes);
-  message->data_ = message->owned_.data();
-  message->size_ = message->owned_.size();
-  return message;
-}
-
-// Borrowed messages mark their memory released under a shared lock, which the transport takes
-// whole before the shared memory goes at exit: a message dropped later marks nothing. Never
-// destroyed, as messages may go during the process's exit.
-struct SharedMemoryGate {
-  std::shared_mutex lock;
-  bool open = false;  // under lock
-};
-SharedMemoryGate& shared_memory_gate() {
-  static auto* gate = new SharedMemoryGate;
-  return *gate;
-}
-
-std::shared_ptr<MessageBytes> MessageBytes::borrowed(std::byte* data, std::size_t size,
-                                                     uint32_t* released) {
-  auto message = std::make_shared<MessageBytes>();
-  message->data_ = data;
-  message->size_ = size;
-  message->released_ = released;
-  return message;
-}
-
-MessageBytes::~MessageBytes() {
-  if (released_) {
-    SharedMemoryGate& gate = shared_memory_gate();
-    const std::shared_lock lock(gate.lock);
-    if (gate.open) std::atomic_ref<uint32_t>(*released_).store(1, std::memory_order_release);
-    return;
-  }
-  if (!raw_ || capacity_ < kPooledBytes) return;
-  BufferPool& pool = buffer_pool();
-  std::lock_guard lock(pool.mutex);
-  if (pool.free.size() < kPoolBuffers && pool.bytes + capacity_ <= kPoolBytes) {
-    pool.bytes += capacity_;
-    pool.free.emplace_back(std::move(raw_), capacity_);
-  }
-}
 
 struct ProcessTransport::State {
   struct Outgoing {
@@ -267,27 +120,11 @@ struct ProcessTransport::State {
   bool direct = false;
   std::vector<Sending> posted;  // under mutex: posted by senders, for this thread to test
 
-  // The memory the processes of this host share (an MPI shared window), each writing messages
-  // to the others into its own part. Large messages go through it: the sender copies one there
-  // once and sends a note of where it lies; the receiver reads it in place, and marks its header
-  // once done with it, so that the sender may reuse the space. Without it (one process on the
-  // host, AXLE_SHARED_MEMORY_MB=0, a window MPI could not make) every message goes by MPI's sends.
-  struct SharedMemory {
-    MPI_Win window = MPI_WIN_NULL;
-    std::byte* base = nullptr;  // this process's part
-    std::size_t first = 0;      // the part's first offset aligned to kSharedHeader
-    std::size_t bytes = 0;      // the part's size
-    std::vector<std::pair<std::byte*, std::size_t>> peers;  // by rank: each one's part, or null
-    std::mutex mutex;
-    std::map<std::size_t, std::size_t> live;  // under mutex: offset -> bytes, not yet released
-    std::atomic<uint64_t> messages{0};        // sent through it
-    // Forgets the messages their receivers have released; the caller holds mutex.
-    void reclaim();
-    // Room for a message of `size` bytes and its header at the lowest offset free (what was
-    // written last is the likeliest in the caches), or none.
-    std::optional<std::size_t> reserve(std::size_t size);
-  };
-  SharedMemory shared;
+  // The memory the processes of this host share (an MPI shared window; shared_window.h): large
+  // messages to the others go through it. Without it (one process on the host,
+  // AXLE_SHARED_MEMORY_MB=0, a window MPI could not make) every message goes by MPI's sends.
+  MPI_Win window = MPI_WIN_NULL;
+  SharedWindow shared;
 
   ProcessPlacement placement;
   MPI_Comm comm = MPI_COMM_NULL;
@@ -308,8 +145,6 @@ struct ProcessTransport::State {
   // Makes the window of memory this host's processes share, of `wanted` bytes here (fewer when
   // /dev/shm has less room); leaves `shared` empty when any of them could not.
   void open_shared_memory(MPI_Comm host_comm, std::size_t wanted);
-  // The message a note from process `from` points to, in place.
-  [[nodiscard]] std::shared_ptr<MessageBytes> read_shared(int from, const MessageBytes& note) const;
   void run();
   // One round of polling; the caller holds mpi_mutex.
   bool poll();
@@ -374,11 +209,7 @@ void ProcessTransport::State::start(std::promise<ProcessPlacement>& started) {
     p.host_count = static_cast<int>(hosts.size());
     p.host_index = static_cast<int>(std::distance(hosts.begin(), hosts.find(leader)));
     placement = p;
-    g_rank_for_note = p.index;
-    struct sigaction action {};
-    action.sa_handler = on_sigterm;
-    sigemptyset(&action.sa_mask);
-    ::sigaction(SIGTERM, &action, &g_previous_sigterm);
+    say_waiting_note_on_sigterm(p.index);
     started.set_value(p);
   } catch (...) {
     started.set_exception(std::current_exception());
@@ -400,25 +231,21 @@ void ProcessTransport::State::open_shared_memory(MPI_Comm host_comm, std::size_t
   MPI_Info_create(&info);
   MPI_Info_set(info, "alloc_shared_noncontig", "true");  // each part on pages of its own
   void* base = nullptr;
-  const int code = MPI_Win_allocate_shared(static_cast<MPI_Aint>(wanted), 1, info, host_comm, &base,
-                                           &shared.window);
+  const int code =
+      MPI_Win_allocate_shared(static_cast<MPI_Aint>(wanted), 1, info, host_comm, &base, &window);
   MPI_Info_free(&info);
   int made = code == MPI_SUCCESS ? 1 : 0;
   int all_made = 0;
   MPI_Allreduce(&made, &all_made, 1, MPI_INT, MPI_MIN, host_comm);
   if (!all_made) {
-    if (made) MPI_Win_free(&shared.window);
-    shared.window = MPI_WIN_NULL;
+    if (made) MPI_Win_free(&window);
+    window = MPI_WIN_NULL;
     AXLE_LOG(WARNING,
              "process {}: the processes of this host could not share memory ({}); their "
              "messages go through MPI's sends",
              placement.index, made ? "another process failed" : mpi_error_text(code));
     return;
   }
-  shared.base = static_cast<std::byte*>(base);
-  shared.bytes = wanted;
-  shared.first =
-      (kSharedHeader - reinterpret_cast<uintptr_t>(base) % kSharedHeader) % kSharedHeader;
   // The host's processes by their rank in the job.
   MPI_Group host_group = MPI_GROUP_NULL;
   MPI_Group job_group = MPI_GROUP_NULL;
@@ -431,69 +258,22 @@ void ProcessTransport::State::open_shared_memory(MPI_Comm host_comm, std::size_t
                             job_ranks.data());
   MPI_Group_free(&host_group);
   MPI_Group_free(&job_group);
-  shared.peers.assign(static_cast<std::size_t>(placement.count), {nullptr, 0});
+  std::vector<std::pair<std::byte*, std::size_t>> peers(static_cast<std::size_t>(placement.count),
+                                                        {nullptr, 0});
   for (int i = 0; i < local_count; ++i) {
     const int rank = job_ranks[static_cast<std::size_t>(i)];
     if (rank == placement.index || rank == MPI_UNDEFINED) continue;
     MPI_Aint size = 0;
     int unit = 0;
     void* part = nullptr;
-    if (MPI_Win_shared_query(shared.window, i, &size, &unit, &part) != MPI_SUCCESS) continue;
+    if (MPI_Win_shared_query(window, i, &size, &unit, &part) != MPI_SUCCESS) continue;
     if (part && size > 0) {
-      shared.peers[static_cast<std::size_t>(rank)] = {static_cast<std::byte*>(part),
-                                                      static_cast<std::size_t>(size)};
+      peers[static_cast<std::size_t>(rank)] = {static_cast<std::byte*>(part),
+                                               static_cast<std::size_t>(size)};
     }
   }
-  const std::unique_lock lock(shared_memory_gate().lock);
-  shared_memory_gate().open = true;
-}
-
-void ProcessTransport::State::SharedMemory::reclaim() {
-  std::erase_if(live, [&](const auto& entry) {
-    return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(base + entry.first))
-               .load(std::memory_order_acquire) == 1;
-  });
-}
-
-std::optional<std::size_t> ProcessTransport::State::SharedMemory::reserve(std::size_t size) {
-  const std::size_t need =
-      (kSharedHeader + size + kSharedHeader - 1) / kSharedHeader * kSharedHeader;
-  const std::lock_guard lock(mutex);
-  reclaim();
-  std::size_t at = first;
-  for (const auto& [offset, bytes] : live) {
-    if (offset - at >= need) break;
-    at = offset + bytes;
-  }
-  if (at + need > this->bytes) return std::nullopt;
-  live.emplace(at, need);
-  std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(base + at))
-      .store(0, std::memory_order_relaxed);
-  messages.fetch_add(1, std::memory_order_relaxed);
-  return at;
-}
-
-std::shared_ptr<MessageBytes> ProcessTransport::State::read_shared(int from,
-                                                                   const MessageBytes& note) const {
-  if (note.size() != 2 * sizeof(uint64_t)) {
-    throw std::runtime_error(fmt::format("its note of shared memory has {} bytes", note.size()));
-  }
-  uint64_t offset = 0;
-  uint64_t size = 0;
-  std::memcpy(&offset, note.data(), sizeof offset);
-  std::memcpy(&size, note.data() + sizeof offset, sizeof size);
-  const auto [part, part_bytes] = from >= 0 && static_cast<std::size_t>(from) < shared.peers.size()
-                                      ? shared.peers[static_cast<std::size_t>(from)]
-                                      : std::pair<std::byte*, std::size_t>{nullptr, 0};
-  if (!part || offset > part_bytes || kSharedHeader + size > part_bytes - offset ||
-      reinterpret_cast<uintptr_t>(part + offset) % alignof(uint32_t) != 0) {
-    throw std::runtime_error(
-        fmt::format("its note points at {} bytes from byte {}, outside the {} bytes it shares",
-                    size, offset, part ? part_bytes : 0));
-  }
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return MessageBytes::borrowed(part + offset + kSharedHeader, size,
-                                reinterpret_cast<uint32_t*>(part + offset));
+  shared.attach(static_cast<std::byte*>(base), wanted, std::move(peers));
+  allow_borrowed_releases(true);
 }
 
 bool ProcessTransport::State::poll() {
@@ -600,7 +380,7 @@ bool ProcessTransport::State::deliver_arrivals() {
     }
     if (r.shared) {
       try {
-        r.buffer = read_shared(r.from, *r.buffer);
+        r.buffer = shared.read(r.from, *r.buffer);
       } catch (const std::exception& e) {
         // Delivered as it came, for its reader to refuse.
         AXLE_LOG(ERROR, "process {}: a message from process {} could not be read: {}",
@@ -631,50 +411,15 @@ bool ProcessTransport::State::deliver_arrivals() {
   return progressed;
 }
 
-// A head: the message's size, its block count, each block's offset and size, then the other bytes.
 void ProcessTransport::State::receive_blocks(Receiving& r) {
-  const std::byte* at = r.buffer->data();
-  std::size_t left = r.buffer->size();
-  const auto take = [&](std::size_t size) {
-    if (size > left) throw std::runtime_error("its head is cut short");
-    const std::byte* p = at;
-    at += size;
-    left -= size;
-    return p;
-  };
-  const auto number = [&] {
-    uint64_t value;
-    std::memcpy(&value, take(sizeof value), sizeof value);
-    return static_cast<std::size_t>(value);
-  };
-  const std::size_t size = number();
-  const std::size_t count = number();
-  if (count > left / 16) throw std::runtime_error("its head is cut short");
-  std::vector<std::pair<std::size_t, std::size_t>> blocks(count);
-  std::size_t block_bytes = 0;
-  for (auto& [offset, bytes] : blocks) {
-    offset = number();
-    bytes = number();
-    block_bytes += bytes;
+  DecodedHead head = decode_head(*r.buffer);
+  r.blocks.assign(head.blocks.size(), MPI_REQUEST_NULL);
+  for (std::size_t i = 0; i < head.blocks.size(); ++i) {
+    const auto [offset, bytes] = head.blocks[i];
+    MPI_Irecv(head.whole->data() + offset, static_cast<int>(bytes), MPI_BYTE, r.from, kTag,
+              block_comm, &r.blocks[i]);
   }
-  std::shared_ptr<MessageBytes> whole = MessageBytes::make(size);
-  if (block_bytes + left != size) throw std::runtime_error("its blocks do not fit its size");
-  std::size_t written = 0;  // of the whole message
-  for (auto [offset, bytes] : blocks) {
-    if (offset < written || offset + bytes > size) {
-      throw std::runtime_error("its blocks do not fit its size");
-    }
-    const std::size_t before = offset - written;
-    std::memcpy(whole->data() + written, take(before), before);
-    written = offset + bytes;
-  }
-  std::memcpy(whole->data() + written, take(size - written), size - written);
-  r.blocks.assign(count, MPI_REQUEST_NULL);
-  for (std::size_t i = 0; i < count; ++i) {
-    MPI_Irecv(whole->data() + blocks[i].first, static_cast<int>(blocks[i].second), MPI_BYTE, r.from,
-              kTag, block_comm, &r.blocks[i]);
-  }
-  r.whole = std::move(whole);
+  r.whole = std::move(head.whole);
   r.buffer.reset();
 }
 
@@ -799,12 +544,9 @@ void ProcessTransport::State::finish() {
     MPI_Abort(comm, 1);
     return;
   }
-  if (shared.window != MPI_WIN_NULL) {
-    {
-      const std::unique_lock lock(shared_memory_gate().lock);
-      shared_memory_gate().open = false;
-    }
-    MPI_Win_free(&shared.window);
+  if (window != MPI_WIN_NULL) {
+    allow_borrowed_releases(false);
+    MPI_Win_free(&window);
   }
   MPI_Comm_free(&block_comm);
   MPI_Comm_free(&comm);
@@ -926,23 +668,8 @@ void ProcessTransport::send(int to, std::size_t size, std::span<const std::byte>
                     state_->placement.index, size, to));
   }
   if (shares_memory_with(to)) {
-    State::SharedMemory& shared = state_->shared;
-    if (const std::optional<std::size_t> offset = shared.reserve(size)) {
-      // The message, whole, where `to` reads it; the note goes in order with the other messages.
-      std::byte* out = shared.base + *offset + kSharedHeader;
-      std::size_t written = 0;
-      for (const MessageBlock& block : blocks) {
-        const std::size_t before = block.offset - written;
-        std::memcpy(out + written, rest.data(), before);
-        rest = rest.subspan(before);
-        std::memcpy(out + block.offset, block.bytes.data(), block.bytes.size());
-        written = block.offset + block.bytes.size();
-      }
-      std::memcpy(out + written, rest.data(), rest.size());
-      std::atomic_thread_fence(std::memory_order_release);
-      auto note = MessageBytes::make(2 * sizeof(uint64_t));
-      const uint64_t where[2] = {*offset, size};
-      std::memcpy(note->data(), where, sizeof where);
+    // The message, whole, where `to` reads it; the note goes in order with the other messages.
+    if (ProcessMessage note = state_->shared.write(size, rest, blocks)) {
       return enqueue(*state_, State::Outgoing{to, std::move(note), {}, nullptr, true});
     }
   }
@@ -951,19 +678,7 @@ void ProcessTransport::send(int to, std::size_t size, std::span<const std::byte>
     std::memcpy(whole->data(), rest.data(), rest.size());
     return enqueue(*state_, State::Outgoing{to, std::move(whole), {}, nullptr});
   }
-  const auto put = [](std::byte*& at, uint64_t value) {
-    std::memcpy(at, &value, sizeof value);
-    at += sizeof value;
-  };
-  auto head = MessageBytes::make(16 * (1 + blocks.size()) + rest.size());
-  std::byte* at = head->data();
-  put(at, size);
-  put(at, blocks.size());
-  for (const MessageBlock& block : blocks) {
-    put(at, block.offset);
-    put(at, block.bytes.size());
-  }
-  std::memcpy(at, rest.data(), rest.size());
+  ProcessMessage head = encode_head(size, rest, blocks);
   enqueue(*state_, State::Outgoing{to, std::move(head), std::move(blocks), std::move(keep)});
 }
 
@@ -975,24 +690,17 @@ bool ProcessTransport::progress() {
 }
 
 bool ProcessTransport::shares_memory_with(int to) const noexcept {
-  const auto& peers = state_->shared.peers;
-  return to >= 0 && static_cast<std::size_t>(to) < peers.size() &&
-         peers[static_cast<std::size_t>(to)].first != nullptr && state_->shared.bytes > 0;
+  return state_->shared.reaches(to);
 }
 
-std::size_t ProcessTransport::shared_memory_bytes() const noexcept { return state_->shared.bytes; }
-
-std::size_t ProcessTransport::shared_memory_in_use() const {
-  State::SharedMemory& shared = state_->shared;
-  const std::lock_guard lock(shared.mutex);
-  shared.reclaim();
-  std::size_t in_use = 0;
-  for (const auto& [offset, bytes] : shared.live) in_use += bytes;
-  return in_use;
+std::size_t ProcessTransport::shared_memory_bytes() const noexcept {
+  return state_->shared.bytes();
 }
+
+std::size_t ProcessTransport::shared_memory_in_use() const { return state_->shared.in_use(); }
 
 uint64_t ProcessTransport::messages_through_shared_memory() const noexcept {
-  return state_->shared.messages.load(std::memory_order_relaxed);
+  return state_->shared.messages();
 }
 
 uint64_t ProcessTransport::looks() const noexcept {

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "actors/runtime/message_bytes.h"
+
 namespace axle {
 
 /// Where this process stands in the job.
@@ -25,50 +27,6 @@ struct ProcessPlacement {
   int local_count = 1;  ///< the processes on its host
   int host_index = 0;   ///< its host, hosts numbered in the order of their lowest rank
   int host_count = 1;
-};
-
-/// The bytes of one message between processes. A buffer made to receive into is left
-/// uninitialised, and a large one goes back to a small pool when its last holder lets go, so a
-/// step's messages of the same sizes reuse the memory of the last step's (no page faults).
-class MessageBytes {
- public:
-  /// `size` bytes, uninitialised.
-  [[nodiscard]] static std::shared_ptr<MessageBytes> make(std::size_t size);
-  /// `bytes`, as they are.
-  [[nodiscard]] static std::shared_ptr<const MessageBytes> of(std::vector<std::byte> bytes);
-  /// `size` bytes at `data`, in memory another process of this host shares with this one, read
-  /// in place: when the last holder lets go, `*released` becomes 1 (atomically), and the sender
-  /// may write there again.
-  [[nodiscard]] static std::shared_ptr<MessageBytes> borrowed(std::byte* data, std::size_t size,
-                                                              uint32_t* released);
-
-  [[nodiscard]] std::byte* data() noexcept { return data_; }
-  [[nodiscard]] const std::byte* data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-  [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
-
-  MessageBytes() = default;
-  ~MessageBytes();
-  MessageBytes(const MessageBytes&) = delete;
-  MessageBytes& operator=(const MessageBytes&) = delete;
-
- private:
-  std::vector<std::byte> owned_;      // or
-  std::unique_ptr<std::byte[]> raw_;  // with room for
-  std::size_t capacity_ = 0;
-  std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
-  uint32_t* released_ = nullptr;  // borrowed
-};
-
-/// One message between processes.
-using ProcessMessage = std::shared_ptr<const MessageBytes>;
-
-/// A large block of a message sent from where it lies instead of copied into the message: its
-/// offset in the message and its bytes.
-struct MessageBlock {
-  std::size_t offset;
-  std::span<const std::byte> bytes;
 };
 
 class ProcessTransport {
@@ -129,13 +87,6 @@ class ProcessTransport {
   /// Where messages go from now on; messages that arrived while none was set go to it first.
   /// An empty receiver holds them again.
   void set_receiver(Receiver receiver);
-
-  /// What this process waits for from the others, for the line it prints when mpirun stops it
-  /// (SIGTERM: another process of the job died or failed); empty when it waits for nothing.
-  /// Kept in a fixed buffer, so the signal handler can print it safely.
-  static void note_waiting(std::string_view what) noexcept;
-  /// The last note_waiting's text: what that line would say now.
-  [[nodiscard]] static std::string waiting_note();
 
   ProcessTransport(const ProcessTransport&) = delete;
   ProcessTransport& operator=(const ProcessTransport&) = delete;

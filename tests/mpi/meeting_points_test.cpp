@@ -13,6 +13,7 @@
 
 #include "actors/runtime/meeting_points.h"
 #include "actors/runtime/process_transport.h"
+#include "actors/runtime/stop_note.h"
 
 namespace axle {
 namespace {
@@ -54,9 +55,8 @@ TEST(MeetingPointsAcrossProcesses, AWaitingPointsNoteNamesItsOwnTagAndTheMembers
                              .codec = &kIntCodec});
     if (me == 0) {
       EXPECT_FALSE(met.ready()) << "point " << k;
-      EXPECT_EQ(ProcessTransport::waiting_note(),
-                "waiting in rendezvous '" + tags[k] +
-                    "' among replicas {0, 1} for replica {1} of process {1}")
+      EXPECT_EQ(waiting_note(), "waiting in rendezvous '" + tags[k] +
+                                    "' among replicas {0, 1} for replica {1} of process {1}")
           << "point " << k;
     }
     const Gathered all = met.get(std::chrono::seconds(60));
@@ -64,7 +64,7 @@ TEST(MeetingPointsAcrossProcesses, AWaitingPointsNoteNamesItsOwnTagAndTheMembers
     EXPECT_EQ(*static_cast<const int*>((*all)[0].get()), static_cast<int>(10 * k));
     EXPECT_EQ(*static_cast<const int*>((*all)[1].get()), static_cast<int>(10 * k) + 1);
     // Once met, the process waits for nothing.
-    EXPECT_EQ(ProcessTransport::waiting_note(), "") << "point " << k;
+    EXPECT_EQ(waiting_note(), "") << "point " << k;
   }
   // Both processes are done with the group before either closes it.
   Future<Gathered> last = points.arrive(Arrive{.op = "rendezvous",
