@@ -7,9 +7,11 @@
 
 namespace axle {
 
-// The IR's ops after the leaves and reshape, one per line so that adding an op is a one-line
-// change: X(Name, "ir_name") for an op that lowers to the kernel of the same name, I(Name,
-// "ir_name") for one that lowers to no kernel (the lowering reads its operand instead). New ops
+// The IR's ops after the leaves and reshape, one per line: X(Name, "ir_name") for an op that
+// lowers to the kernel of the same name, I(Name, "ir_name") for one that lowers to no kernel (the
+// lowering reads its operand instead). This table names an op; what it computes is written apart
+// (its traced function in graph/ops/, its derivative in graph/autograd/, its kernel in backends/,
+// its reference in graph/reference/, and the passes' cases that list it). New ops
 // go last: an op's number enters graph hashes, which key programs in the persistent cache, so
 // renumbering an op could give a new graph an old one's program.
 // clang-format off

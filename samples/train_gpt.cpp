@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -20,7 +21,6 @@
 #include <vector>
 
 #include "axle.h"
-#include "engine/config.h"
 #include "graph/formats/safetensors.h"
 #include "io/checkpoint.h"
 #include "io/data_loader.h"
@@ -587,7 +587,7 @@ int main(int argc, char** argv) {
       }
     }
     if (flags.num_devices > 0) {
-      axle::config::set("CPU_NUM_DEVICES", std::to_string(flags.num_devices));
+      setenv("CPU_NUM_DEVICES", std::to_string(flags.num_devices).c_str(), /*overwrite=*/1);
     }
     flags.num_devices = axle::device_count();
     if (flags.spmd) axle::use_spmd();

@@ -17,7 +17,6 @@
 #include <string>
 
 #include "axle.h"
-#include "engine/config.h"
 #include "graph/formats/safetensors.h"
 #include "io/checkpoint.h"
 #include "io/data_loader.h"
@@ -523,7 +522,7 @@ int main(int argc, char** argv) {
       flags.num_devices = static_cast<int>(mesh[0] * mesh[1] / processes);
     }
     if (flags.num_devices > 0) {
-      axle::config::set("CPU_NUM_DEVICES", std::to_string(flags.num_devices));
+      setenv("CPU_NUM_DEVICES", std::to_string(flags.num_devices).c_str(), /*overwrite=*/1);
     }
     if (flags.spmd) axle::use_spmd();
     flags.num_devices = axle::device_count();

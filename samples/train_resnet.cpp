@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <string>
@@ -19,7 +20,6 @@
 #include <vector>
 
 #include "axle.h"
-#include "engine/config.h"
 #include "io/data_loader.h"
 #include "io/fake_data.h"
 #include "io/parallel_loader.h"
@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (flags.num_devices > 0) {
-      axle::config::set("CPU_NUM_DEVICES", std::to_string(flags.num_devices));
+      setenv("CPU_NUM_DEVICES", std::to_string(flags.num_devices).c_str(), /*overwrite=*/1);
     }
     flags.num_devices = axle::device_count();
     return axle::samples::train(flags);

@@ -121,6 +121,33 @@ TEST(Layering, OnlyEngineDeclaresThreadLocals) {
                              << lines(found);
 }
 
+// samples/README.md: the trainers are written against the public API only — axle.h, io/ and the
+// file formats of graph/formats/ — so that a user may copy them.
+TEST(Layering, SamplesIncludeOnlyThePublicApi) {
+  const std::vector<std::string> parts = read_parts(kLayers);
+  std::vector<std::string> found;
+  for (const fs::path& folder : {kSource / "samples"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(folder)) {
+      const std::string extension = entry.path().extension().string();
+      if (extension != ".h" && extension != ".cpp") continue;
+      std::ifstream in(entry.path());
+      int number = 0;
+      for (std::string line; std::getline(in, line);) {
+        ++number;
+        if (!line.starts_with("#include \"")) continue;
+        const std::string target = line.substr(10, line.find('"', 10) - 10);
+        if (target == "axle.h" || target.starts_with("io/") || target.starts_with("samples/") ||
+            target.starts_with("graph/formats/")) {
+          continue;
+        }
+        found.push_back(entry.path().lexically_relative(kSource).generic_string() + ":" +
+                        std::to_string(number) + " includes " + target);
+      }
+    }
+  }
+  EXPECT_TRUE(found.empty()) << "samples reach past the public API:" << lines(found);
+}
+
 TEST_F(LayeringPlanted, UpwardIncludeIsReportedWithItsLine) {
   ASSERT_TRUE(layering_violations(scan_tree(root_, parts_), parts_).empty());
   std::ifstream in(root_ / "engine" / "log.h");
