@@ -14,6 +14,7 @@
 #include "engine/block_cache.h"
 #include "engine/hash.h"
 #include "engine/release_queue.h"
+#include "engine/thread_binding.h"
 
 namespace axle {
 namespace {
@@ -204,19 +205,7 @@ std::atomic<uint32_t> g_next_record_id{1};
 
 NodeRecord::NodeRecord() : id_(g_next_record_id.fetch_add(1, std::memory_order_relaxed)) {}
 
-NodeRecord& NodeRecord::make_current() {
-  // The binding holds a reference of its own, which the thread drops as it exits (first
-  // unbinding, so nothing on the way out finds a record being destroyed).
-  auto* record = new NodeRecord();
-  record->add_ref();
-  ThisThread<NodeRecord>::bind(record);
-  keep_until_thread_exit(std::shared_ptr<void>(record, [](void* p) {
-    auto* dying = static_cast<NodeRecord*>(p);
-    if (ThisThread<NodeRecord>::get() == dying) ThisThread<NodeRecord>::bind(nullptr);
-    dying->release();
-  }));
-  return *record;
-}
+NodeRecord& NodeRecord::make_current() { return bind_until_thread_exit(new NodeRecord()); }
 
 CreationLog::~CreationLog() { clear(); }
 

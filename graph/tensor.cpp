@@ -7,6 +7,7 @@
 
 #include "engine/element.h"
 #include "engine/metrics.h"
+#include "engine/thread_binding.h"
 
 namespace axle {
 namespace {
@@ -14,17 +15,7 @@ std::atomic<int64_t> g_live_tensors{0};
 }  // namespace
 
 PendingTensors& PendingTensors::make_current() {
-  // The binding holds a reference of its own, which the thread drops as it exits (first
-  // unbinding, so nothing on the way out finds a list being destroyed).
-  auto* list = new PendingTensors();
-  list->add_ref();
-  ThisThread<PendingTensors>::bind(list);
-  keep_until_thread_exit(std::shared_ptr<void>(list, [](void* p) {
-    auto* dying = static_cast<PendingTensors*>(p);
-    if (ThisThread<PendingTensors>::get() == dying) ThisThread<PendingTensors>::bind(nullptr);
-    dying->release();
-  }));
-  return *list;
+  return bind_until_thread_exit(new PendingTensors());
 }
 
 void PendingTensors::track(TensorImpl* impl) {

@@ -3,6 +3,8 @@
 
 #include <memory>
 
+#include "engine/thread_binding.h"
+
 namespace axle {
 namespace {
 
@@ -16,19 +18,7 @@ TraceContext::TraceContext()
 
 TraceContext::~TraceContext() = default;
 
-TraceContext& TraceContext::make_current() {
-  // The binding holds a reference of its own, which the thread drops as it exits (first
-  // unbinding, so nothing on the way out finds a context being destroyed).
-  auto* context = new TraceContext();
-  context->add_ref();
-  ThisThread<TraceContext>::bind(context);
-  keep_until_thread_exit(std::shared_ptr<void>(context, [](void* p) {
-    auto* dying = static_cast<TraceContext*>(p);
-    if (ThisThread<TraceContext>::get() == dying) ThisThread<TraceContext>::bind(nullptr);
-    dying->release();
-  }));
-  return *context;
-}
+TraceContext& TraceContext::make_current() { return bind_until_thread_exit(new TraceContext()); }
 
 RngState TraceContext::draw_random(Device device, uint64_t count) {
   auto [it, inserted] = rng_.try_emplace(device.ordinal, RngState{kDefaultSeed, 0});
