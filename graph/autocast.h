@@ -1,6 +1,6 @@
 // graph: automatic mixed precision regions, as torch.autocast("xla", dtype=torch.bfloat16) and
 // torch_xla.amp.autocast. The state is part of the calling thread's TraceContext, so each replica
-// has its own; ops consult it as they trace (graph/ops/op_util.h), and nothing of it reaches the
+// has its own; ops consult it as they trace (graph/op_util.h), and nothing of it reaches the
 // IR except the casts it adds.
 #pragma once
 

@@ -6,7 +6,7 @@
 
 #include <stdexcept>
 
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 #include "graph/tensor_runtime.h"
 
 namespace axle::spmd {

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "engine/element.h"
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 #include "graph/sharding.h"
 #include "graph/tensor.h"
 #include "graph/tensor_runtime.h"

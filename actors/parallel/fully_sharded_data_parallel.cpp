@@ -21,8 +21,8 @@
 #include "graph/autograd/function.h"
 #include "graph/collectives.h"
 #include "graph/device.h"
+#include "graph/op_util.h"
 #include "graph/ops.h"
-#include "graph/ops/op_util.h"
 #include "graph/trace_context.h"
 
 namespace axle {

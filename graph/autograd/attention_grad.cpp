@@ -8,7 +8,7 @@
 
 #include "graph/autograd/derivatives.h"
 #include "graph/autograd/grad_util.h"
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 
 namespace axle::autograd {
 namespace {

@@ -14,7 +14,7 @@
 #include "graph/autograd.h"
 #include "graph/autograd/function.h"
 #include "graph/autograd/grad_util.h"
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 
 namespace axle {
 namespace {

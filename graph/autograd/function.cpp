@@ -11,7 +11,7 @@
 
 #include "engine/release_queue.h"
 #include "engine/this_thread.h"
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 
 namespace axle {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 
 namespace axle::autograd {
 

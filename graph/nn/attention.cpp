@@ -13,8 +13,8 @@
 
 #include "graph/autograd/derivatives.h"
 #include "graph/nn/functional.h"
+#include "graph/op_util.h"
 #include "graph/ops.h"
-#include "graph/ops/op_util.h"
 
 namespace axle::nn {
 namespace {

@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "graph/op_util.h"
 #include "graph/ops.h"
-#include "graph/ops/op_util.h"
 
 namespace axle::nn {
 

@@ -8,7 +8,7 @@
 
 #include "graph/autograd.h"
 #include "graph/nn/functional.h"
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 
 namespace axle::nn {
 namespace {

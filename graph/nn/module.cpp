@@ -8,8 +8,8 @@
 #include <unordered_set>
 
 #include "graph/autograd.h"
+#include "graph/op_util.h"
 #include "graph/ops.h"
-#include "graph/ops/op_util.h"
 
 namespace axle::nn {
 
@@ -191,8 +191,8 @@ void Module::load_state_dict(const StateDict& state, bool strict, std::source_lo
     }
     std::vector<std::string> errors;
     if (!missing.empty()) {
-      errors.push_back(fmt::format("missing key{} {}", missing.size() > 1 ? "s" : "",
-                                   fmt::join(missing, ", ")));
+      errors.push_back(
+          fmt::format("missing key{} {}", missing.size() > 1 ? "s" : "", fmt::join(missing, ", ")));
     }
     if (!unexpected.empty()) {
       errors.push_back(fmt::format("unexpected key{} {}", unexpected.size() > 1 ? "s" : "",

@@ -12,8 +12,8 @@
 
 #include "graph/collectives.h"
 #include "graph/device.h"
+#include "graph/op_util.h"
 #include "graph/ops.h"
-#include "graph/ops/op_util.h"
 
 namespace axle {
 namespace {

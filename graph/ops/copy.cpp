@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "graph/autograd.h"
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 
 namespace axle {
 

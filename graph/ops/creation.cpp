@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 #include <cmath>
 
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 
 namespace axle {
 

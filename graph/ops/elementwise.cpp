@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "graph/autograd/derivatives.h"
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 
 namespace axle {
 namespace {
@@ -207,10 +207,10 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b, Loc loc)
   ops::require_defined("where", b, "the second value", loc);
   const Device device = ops::common_device("where", {&condition, &a, &b}, loc);
   if (condition.dtype() != DType::kBool) {
-    ops::fail("where",
-              fmt::format("the condition must be a pred (bool) tensor, not {}",
-                          ops::describe(condition)),
-              loc);
+    ops::fail(
+        "where",
+        fmt::format("the condition must be a pred (bool) tensor, not {}", ops::describe(condition)),
+        loc);
   }
   Shape shape = ops::broadcast_shapes("where", a.shape(), b.shape(), loc, &a, &b);
   shape = ops::broadcast_shapes("where", condition.shape(), shape, loc, &condition);

@@ -7,7 +7,7 @@
 
 #include <limits>
 
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 #include "graph/trace_context.h"
 
 namespace axle {

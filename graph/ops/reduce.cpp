@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "graph/autograd/derivatives.h"
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 
 namespace axle {
 namespace {
@@ -150,9 +150,9 @@ Tensor variance(std::string_view op, const Tensor& x, const std::vector<int64_t>
   const Tensor squares = sum(mul(deviation, deviation, where), reduced, keepdim, where);
   const Tensor drift = sum(deviation, reduced, keepdim, where);
   // Never below 0: equal values leave two roundings of the same n·e², an ulp apart either way.
-  const Tensor spread = clamp(
-      sub(squares, div(mul(drift, drift, where), static_cast<double>(count), where), where), 0.0,
-      std::nullopt, where);
+  const Tensor spread =
+      clamp(sub(squares, div(mul(drift, drift, where), static_cast<double>(count), where), where),
+            0.0, std::nullopt, where);
   return div(spread, divisor, where);
 }
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "graph/autograd/derivatives.h"
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 
 namespace axle {
 

@@ -7,7 +7,7 @@
 #include <array>
 
 #include "graph/autograd/derivatives.h"
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 
 namespace axle {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <numeric>
 
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 
 namespace axle {
 namespace {

@@ -10,8 +10,8 @@
 #include <string_view>
 
 #include "graph/autograd.h"
+#include "graph/op_util.h"
 #include "graph/ops.h"
-#include "graph/ops/op_util.h"
 
 namespace axle::optim {
 

@@ -12,7 +12,7 @@
 #include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "engine/config.h"
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 #include "tests/actors/testing_system.h"
 
 namespace axle {

@@ -30,7 +30,7 @@
 #include "axle.h"
 #include "engine/config.h"
 #include "engine/element.h"
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 #include "graph/reference/evaluator.h"
 #include "graph/step_graph.h"
 

@@ -10,8 +10,8 @@
 
 #include "engine/config.h"
 #include "engine/metrics.h"
+#include "graph/op_util.h"
 #include "graph/ops.h"
-#include "graph/ops/op_util.h"
 
 namespace axle {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "graph/ops/op_util.h"
+#include "graph/op_util.h"
 #include "graph/trace_context.h"
 
 namespace axle {
@@ -349,8 +349,8 @@ TEST(Matmul, FollowsTorchForEveryRank) {
 TEST(Matmul, NeverPromotesAsTorch) {
   EXPECT_EQ(type_of(matmul(t({2, 3}, DType::kI64), t({3, 4}, DType::kI64))), "s64[2,4]");
   EXPECT_EQ(type_of(matmul(t({2, 3}, DType::kBF16), t({3}, DType::kBF16))), "bf16[2]");
-  EXPECT_SHAPE_ERROR(matmul(t({2, 3}, DType::kI32), t({3, 4}, DType::kI64)), "matmul",
-                     "s32[2,3]", "s64[3,4]", "same dtype");
+  EXPECT_SHAPE_ERROR(matmul(t({2, 3}, DType::kI32), t({3, 4}, DType::kI64)), "matmul", "s32[2,3]",
+                     "s64[3,4]", "same dtype");
   EXPECT_SHAPE_ERROR(matmul(t({2, 3}), t({3, 4}, DType::kF64)), "matmul", "f32[2,3]", "f64[3,4]");
   EXPECT_SHAPE_ERROR(linear(t({2, 3}), t({4, 3}, DType::kBF16)), "linear", "bf16[4,3]");
 }

@@ -66,7 +66,8 @@ TEST(Layering, PartsListIsReadInOrder) {
   EXPECT_EQ(parts.back(), "samples");
   EXPECT_EQ(part_of("actors/host/api.h", parts), "actors/host");
   EXPECT_EQ(part_of("graph/passes/cse.cpp", parts), "graph/passes");
-  EXPECT_EQ(part_of("graph/ops/shape.cpp", parts), "graph");
+  EXPECT_EQ(part_of("graph/ops/shape.cpp", parts), "graph/ops");
+  EXPECT_EQ(part_of("graph/ops.h", parts), "graph");
   EXPECT_EQ(part_of("tools/x.h", parts), "");
 }
 

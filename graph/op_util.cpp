@@ -1,5 +1,5 @@
-// graph/ops: shared tracing helpers.
-#include "graph/ops/op_util.h"
+// graph: what every op's tracing shares (see op_util.h).
+#include "graph/op_util.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// graph/ops: what every op's tracing shares — error messages with the caller's line, NumPy
+// graph: what every op's tracing shares — error messages with the caller's line, NumPy
 // broadcasting, dtype promotion, scalars as parameters, and building the result tensor.
 #pragma once
 

@@ -1,5 +1,5 @@
-// graph: FSDP as sharding annotations (see spmd_fsdp.h).
-#include "graph/spmd_fsdp.h"
+// graph/nn: FSDP as sharding annotations (see spmd_fsdp.h).
+#include "graph/nn/spmd_fsdp.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

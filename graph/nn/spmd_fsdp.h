@@ -1,4 +1,4 @@
-// graph: FSDP on SPMD (torch_xla's SpmdFullyShardedDataParallel, "FSDPv2") — ZeRO-3 written as
+// graph/nn: FSDP on SPMD (torch_xla's SpmdFullyShardedDataParallel, "FSDPv2") — ZeRO-3 written as
 // sharding annotations: every parameter is split over the mesh's "fsdp" axis, the batch too, and
 // the SPMD compiler inserts the all-gathers before each use and the reduce-scatters of the
 // gradients. Nothing runs differently from the module it wraps except the layout.
