@@ -36,15 +36,17 @@ install(TARGETS ${axle_installed_libraries} ${axle_interface_targets}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} ${axle_include_root})
 
 # The headers of the library folders. Not installed: backends/testing/ (a backend for axle's
-# tests; its library is not installed either), graph/reference/op_families.h (the reference
-# evaluator's own, included by its .cpp files only) and the CPU kernels' headers that include
-# Eigen, which no other header includes.
+# tests; its library is not installed either), the headers private to one library's .cpp files
+# (graph/reference/op_families.h, graph/passes/partitioner_internal.h, actors/runtime/mpi_loop.h)
+# and the CPU kernels' headers that include Eigen, which no other header includes.
 install(FILES axle.h DESTINATION ${axle_include_root})
 install(DIRECTORY engine graph backends actors io
   DESTINATION ${axle_include_root}
   FILES_MATCHING PATTERN "*.h"
   PATTERN "testing" EXCLUDE
   PATTERN "op_families.h" EXCLUDE
+  PATTERN "partitioner_internal.h" EXCLUDE
+  PATTERN "mpi_loop.h" EXCLUDE
   REGEX "/backends/cpu/(element|float_math|reducer)\\.h$" EXCLUDE)
 
 set(axle_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/axle)

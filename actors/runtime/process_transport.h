@@ -16,23 +16,16 @@
 #include <vector>
 
 #include "actors/runtime/message_bytes.h"
+#include "actors/runtime/process_placement.h"
 
 namespace axle {
 
-/// Where this process stands in the job.
-struct ProcessPlacement {
-  int index = 0;        ///< its rank among the job's processes
-  int count = 1;        ///< the job's processes
-  int local_index = 0;  ///< its rank among the processes on its host
-  int local_count = 1;  ///< the processes on its host
-  int host_index = 0;   ///< its host, hosts numbered in the order of their lowest rank
-  int host_count = 1;
-};
+struct MpiLoop;  // mpi_loop.h
 
 class ProcessTransport {
  public:
   /// Receives every message another process sent to this one, on the transport's thread.
-  using Receiver = std::function<void(int from, ProcessMessage message)>;
+  using Receiver = ProcessReceiver;
 
   /// The job's transport, started (MPI_Init) on first use when the process was launched by
   /// mpirun; null otherwise. Throws std::runtime_error when MPI cannot start. It lives until the
@@ -91,13 +84,11 @@ class ProcessTransport {
   ProcessTransport(const ProcessTransport&) = delete;
   ProcessTransport& operator=(const ProcessTransport&) = delete;
 
-  struct State;  // process_transport.cpp
-
  private:
-  explicit ProcessTransport(std::unique_ptr<State> state);
+  explicit ProcessTransport(std::unique_ptr<MpiLoop> loop);
   void check_send(int to, std::size_t size) const;
   ~ProcessTransport();
-  std::unique_ptr<State> state_;
+  std::unique_ptr<MpiLoop> loop_;
 };
 
 }  // namespace axle

@@ -51,7 +51,9 @@ foreach(kind config_files version_files targets_files pc_files)
   endif()
 endforeach()
 # Headers internal to one library, which no installed header includes.
-foreach(file include/axle/graph/reference/op_families.h include/axle/backends/testing)
+foreach(file include/axle/graph/reference/op_families.h
+    include/axle/graph/passes/partitioner_internal.h include/axle/actors/runtime/mpi_loop.h
+    include/axle/backends/testing)
   if(EXISTS ${prefix}/${file})
     fail("${file} is installed: it is internal to its library")
   endif()
