@@ -4,8 +4,9 @@
 // all images (kernels wider than their output: weight gradients, laid out a block of the patch at
 // a time per thread), or shifted sums of tap planes (stride 1, fewer output than input
 // channels); and, in f32 with AVX2, direct sums for outputs of at most 3x3 over few images (the
-// weight gradient of a layer with few input channels). Images are spread over the device's
-// threads. The pooling kernels are in pooling.cpp.
+// weight gradient of a layer with few input channels; conv_small_output.cpp). Images are spread
+// over the device's threads. The geometry and its checks are in conv_geometry.cpp, the pooling
+// kernels in pooling.cpp.
 #include <fmt/format.h>
 #include <immintrin.h>
 
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "backends/cpu/compute_pool.h"
+#include "backends/cpu/conv_geometry.h"
 #include "backends/cpu/element.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel.h"
@@ -30,135 +32,8 @@ namespace {
 
 // ---- conv2d ----------------------------------------------------------------------------
 
-struct ConvGeometry {
-  int64_t n, c, h, w;  // input
-  int64_t o, kh, kw;   // weight (its channel dim is c / groups)
-  int64_t oh, ow;      // output
-  int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
-  int64_t layout = 0;  // which of x (1), w (2), out (4) are stored with dims 0 and 1 swapped
-  bool bias = false;   // a third input, b [o] added to each output plane (a folded add)
-  // bf16 data widened to f32: the products multiply in bf16 (exact for such values) on the
-  // instruction set's bf16 kernels.
-  bool bf16_products = false;
-};
-
 GemmPrecision precision_of(const ConvGeometry& g) {
   return g.bf16_products ? GemmPrecision::kBf16 : GemmPrecision::kF32;
-}
-
-/// Where plane (i, j) of x [n, c, ...], w [o, c, ...] and out [n, o, ...] starts: i * first +
-/// j * second elements in. Without a swapped layout, the planes of NCHW.
-struct ConvStrides {
-  int64_t x_n, x_c, w_o, w_c, out_n, out_o;
-};
-
-ConvStrides strides_of(const ConvGeometry& g) {
-  const int64_t plane = g.h * g.w, kernel_plane = g.kh * g.kw, out_plane = g.oh * g.ow;
-  const int64_t cg = g.c / g.groups;
-  auto pair = [](bool swapped, int64_t second_size, int64_t first_size, int64_t plane_size) {
-    // [first, second, plane] as stored, or [second, first, plane] when swapped.
-    return swapped ? std::pair{plane_size, first_size * plane_size}
-                   : std::pair{second_size * plane_size, plane_size};
-  };
-  const auto [x_n, x_c] = pair(g.layout & 1, g.c, g.n, plane);
-  const auto [w_o, w_c] = pair(g.layout & 2, cg, g.o, kernel_plane);
-  const auto [out_n, out_o] = pair(g.layout & 4, g.o, g.n, out_plane);
-  return {x_n, x_c, w_o, w_c, out_n, out_o};
-}
-
-ConvGeometry plan_conv(const KernelArgs& args) {
-  const auto& ints = args.call.ints;
-  std::string attributes = raw_ints(ints);
-  if (ints.size() == 7) {
-    attributes = fmt::format("stride=({},{}), pad=({},{}), dilation=({},{}), groups={}", ints[0],
-                             ints[1], ints[2], ints[3], ints[4], ints[5], ints[6]);
-  }
-  auto reject = [&](std::string_view why) {
-    throw std::invalid_argument(fmt::format("{}: {}", describe(args, attributes), why));
-  };
-  if (args.inputs.size() != 2 && args.inputs.size() != 3) reject("conv2d takes [x, w(, b)]");
-  if ((ints.size() != 7 && ints.size() != 8) ||
-      (ints.size() == 8 && (ints[7] < 0 || ints[7] > 7))) {
-    reject(
-        "ints must be [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups(, "
-        "layout in [0, 7])]");
-  }
-  const int64_t layout = ints.size() == 8 ? ints[7] : 0;
-  if (layout != 0 && ints[6] != 1) reject("a swapped layout needs groups = 1");
-  // The logical shapes: a buffer stored with dims 0 and 1 swapped holds the value transposed.
-  auto logical = [](const BufferDesc& d, bool swapped) {
-    Shape shape = d.shape;
-    if (swapped && shape.rank() == 4) std::swap(shape[0], shape[1]);
-    return BufferDesc{d.dtype, shape};
-  };
-  ConvGeometry g{};
-  const BufferDesc x = logical(*args.inputs[0].desc, layout & 1);
-  const BufferDesc w = logical(*args.inputs[1].desc, layout & 2);
-  const BufferDesc out = logical(*args.output.desc, layout & 4);
-  if (x.dtype != out.dtype || w.dtype != out.dtype) reject("x and w must have the output's dtype");
-  if (!is_floating(out.dtype)) reject("conv2d supports f32, f64 and bf16");
-  if (args.inputs.size() == 3) {
-    const BufferDesc& b = *args.inputs[2].desc;
-    if (b.dtype != out.dtype || out.dtype == DType::kBF16)
-      reject("a bias must be f32 or f64, the output's dtype");
-    if (w.shape.rank() == 4 && b.shape.numel() != w.shape[0])
-      reject("a bias needs one value per output channel");
-    g.bias = true;
-  }
-  if (x.shape.rank() != 4 || w.shape.rank() != 4) reject("x and w must have rank 4");
-  g.layout = layout;
-  g.n = x.shape[0], g.c = x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
-  g.o = w.shape[0], g.kh = w.shape[2], g.kw = w.shape[3];
-  g.stride_h = ints[0], g.stride_w = ints[1], g.pad_h = ints[2], g.pad_w = ints[3];
-  g.dilation_h = ints[4], g.dilation_w = ints[5], g.groups = ints[6];
-  if (g.stride_h < 1 || g.stride_w < 1 || g.dilation_h < 1 || g.dilation_w < 1) {
-    reject("stride and dilation must be >= 1");
-  }
-  if (g.pad_h < 0 || g.pad_w < 0) reject("padding must be >= 0");
-  if (g.groups < 1) reject("groups must be >= 1");
-  if (g.c % g.groups != 0) reject("input channels are not divisible by groups");
-  if (g.o % g.groups != 0) reject("output channels are not divisible by groups");
-  if (w.shape[1] * g.groups != g.c) reject("w's channel dim must be input channels / groups");
-  const int64_t span_h = g.h + 2 * g.pad_h - g.dilation_h * (g.kh - 1) - 1;
-  const int64_t span_w = g.w + 2 * g.pad_w - g.dilation_w * (g.kw - 1) - 1;
-  if (g.kh < 1 || g.kw < 1 || span_h < 0 || span_w < 0) {
-    reject("the (dilated) kernel does not fit in the padded input");
-  }
-  g.oh = span_h / g.stride_h + 1;
-  g.ow = span_w / g.stride_w + 1;
-  const Shape expected{g.n, g.o, g.oh, g.ow};
-  if (!(expected == out.shape)) {
-    reject(fmt::format("the attributes give an output of shape {}", expected.to_string()));
-  }
-  return g;
-}
-
-/// d[0, n) = s[0, n) for the short runs the layouts below copy (a row of taps or of output
-/// positions): whole 32- and 16-byte moves, then single elements, with no library call.
-template <class T>
-inline void copy_run(T* __restrict__ d, const T* __restrict__ s, int64_t n) {
-  constexpr int64_t kWide = 32 / sizeof(T), kNarrow = 16 / sizeof(T);
-  int64_t j = 0;
-  for (; j + kWide <= n; j += kWide) std::memcpy(d + j, s + j, 32);
-  if (j + kNarrow <= n) std::memcpy(d + j, s + j, 16), j += kNarrow;
-  for (; j < n; ++j) d[j] = s[j];
-}
-
-/// d[0, n) = 0.
-template <class T>
-inline void zero_run(T* __restrict__ d, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) d[j] = T(0);
-}
-
-/// d[0, n) += s[0, n): blocks of a fixed count, which GCC vectorises at -O2, then a tail.
-template <class T>
-inline void add_run(T* __restrict__ d, const T* __restrict__ s, int64_t n) {
-  constexpr int64_t kBlock = 32 / sizeof(T);
-  int64_t j = 0;
-  for (; j + kBlock <= n; j += kBlock) {
-    for (int64_t l = 0; l < kBlock; ++l) d[j + l] += s[j + l];
-  }
-  for (; j < n; ++j) d[j] += s[j];
 }
 
 /// dst[y, x] = src[y + di, x + dj] for y < rows, x < w, 0 where that falls outside the h x w
@@ -540,150 +415,6 @@ void conv2d_by_taps(const T* x, const T* w, T* out, const ConvGeometry& g, Compu
   };
   for_each_image(pool, g.n, image);
 }
-
-#if defined(__AVX2__)
-/// Whether conv2d_small_output takes `g`: unit steps, output planes of at most 3 x 3 (kept in
-/// registers) and so few output rows over all images that a GEMM's rows (by_rows)
-/// would be mostly empty — the weight gradient of a layer with few input channels, such as the
-/// MNIST CNN's first (its batch as channels, a 28x28 kernel, a 3x3 output, one image).
-bool takes_small_output(const ConvGeometry& g) {
-  return g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 &&
-         g.oh <= 3 && g.ow <= 3 && g.n * g.oh * g.ow < 32 && g.kh * g.kw >= 64;
-}
-
-/// Lanes [0, count) of an AVX2 mask (count in [0, 8]).
-inline __m256i first_lanes(int64_t count) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-/// One (image, output channel) of conv2d_small_output, an output plane of OH x OW: out[y, x] =
-/// sum over c, i, j of kernel[c][i][j] * padded[c][(i + y) * wp + j + x], each channel's sum in
-/// eight f32 lanes along the kernel's rows (the lanes of a row's last block past the kernel
-/// masked to +0 in both operands, so an input outside the window never enters a sum, not even
-/// as inf * 0), the channels' sums added in double.
-template <int OH, int OW>
-void small_output_sums(const float* padded, int64_t padded_plane, const float* w, int64_t w_c,
-                       int64_t channels, const ConvGeometry& g, int64_t wp, float* out) {
-  const int64_t full = g.kw / 8, rest = g.kw % 8;
-  const int64_t blocks = (g.kw + 7) / 8;
-  const __m256 tail_mask = _mm256_castsi256_ps(first_lanes(rest == 0 ? 8 : rest));
-  const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-  double sums[OH][OW] = {};
-  for (int64_t c = 0; c < channels; ++c) {
-    const float* kernel = w + c * w_c;
-    const float* plane = padded + c * padded_plane;
-    // Named sums (an array of them GCC keeps in memory): a<y><x> for output (y, x).
-    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00,
-           a20 = a00, a21 = a00, a22 = a00;
-    for (int64_t i = 0; i < g.kh; ++i) {
-      const float* k_row = kernel + i * g.kw;
-      const float* r0 = plane + i * wp;
-      const float* r1 = r0 + wp;
-      const float* r2 = r1 + wp;
-      // One loop over the row's blocks, the last under its mask, keeps the sums in registers.
-      for (int64_t b = 0; b < blocks; ++b) {
-        const __m256 mask = b < full ? all : tail_mask;
-        // The kernel's last block under the mask: its row may end the buffer.
-        const __m256 k = b < full ? _mm256_loadu_ps(k_row + b * 8)
-                                  : _mm256_maskload_ps(k_row + b * 8, _mm256_castps_si256(mask));
-        const int64_t at = b * 8;
-#define AXLE_SMALL_OUTPUT_TAP(y, x)                                                             \
-  if constexpr (OH > y && OW > x) {                                                             \
-    a##y##x = _mm256_fmadd_ps(k, _mm256_and_ps(_mm256_loadu_ps(r##y + at + x), mask), a##y##x); \
-  }
-        AXLE_SMALL_OUTPUT_TAP(0, 0)
-        AXLE_SMALL_OUTPUT_TAP(0, 1)
-        AXLE_SMALL_OUTPUT_TAP(0, 2)
-        AXLE_SMALL_OUTPUT_TAP(1, 0)
-        AXLE_SMALL_OUTPUT_TAP(1, 1)
-        AXLE_SMALL_OUTPUT_TAP(1, 2)
-        AXLE_SMALL_OUTPUT_TAP(2, 0)
-        AXLE_SMALL_OUTPUT_TAP(2, 1)
-        AXLE_SMALL_OUTPUT_TAP(2, 2)
-#undef AXLE_SMALL_OUTPUT_TAP
-      }
-    }
-    const __m256 acc[3][3] = {{a00, a01, a02}, {a10, a11, a12}, {a20, a21, a22}};
-    for (int y = 0; y < OH; ++y) {
-      for (int x = 0; x < OW; ++x) {
-        alignas(32) float lanes[8];
-        _mm256_store_ps(lanes, acc[y][x]);
-        double sum = 0;
-        for (const float v : lanes) sum += v;
-        sums[y][x] += sum;
-      }
-    }
-  }
-  for (int y = 0; y < OH; ++y) {
-    for (int x = 0; x < OW; ++x) out[y * OW + x] = static_cast<float>(sums[y][x]);
-  }
-}
-
-/// Convolution of a few small output planes by direct sums (takes_small_output): each image's
-/// planes copied once into zero-padded planes of width wp = w + 2 * pad_w, each kernel plane
-/// into rows of the same width, so that every output position is one contiguous dot product
-/// over kh * wp elements at its own offset. The (image, output channel) pairs are spread over
-/// the threads, each summed whole by one, so every thread count gives the same bits. The planes
-/// lie as `s` says.
-void conv2d_small_output(const float* x, const float* w, float* out, const ConvGeometry& g,
-                         const ConvStrides& s, ComputePool& pool) {
-  const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups, taps = g.oh * g.ow;
-  // A row's last block may read up to 7 floats past the plane's end (masked off): slack.
-  const int64_t wp = g.w + 2 * g.pad_w, hp = g.h + 2 * g.pad_h, padded_plane = hp * wp + 8;
-  // Scratch for every thread before the parts run: the padded image.
-  const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(g.c * padded_plane);
-  std::vector<float*> scratch(static_cast<std::size_t>(pool.threads()));
-  for (int t = 0; t < pool.threads(); ++t) {
-    scratch[static_cast<std::size_t>(t)] = static_cast<float*>(pool.scratch(t, bytes));
-  }
-  const int64_t pairs = g.n * g.o;
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (in_group * g.kh * g.kw * taps));
-  parallel_for(pool, pairs, grain, [&](int64_t first, int64_t last, int thread) {
-    float* padded = scratch[static_cast<std::size_t>(thread)];
-    int64_t image = -1;
-    for (int64_t pair = first; pair < last; ++pair) {
-      const int64_t n = pair / g.o, o = pair % g.o, grp = o / out_group;
-      if (n != image) {
-        image = n;
-        for (int64_t c = 0; c < g.c; ++c) {
-          float* dst = padded + c * padded_plane;
-          const float* src = x + n * s.x_n + c * s.x_c;
-          zero_run(dst, g.pad_h * wp);
-          for (int64_t y = 0; y < g.h; ++y) {
-            float* row = dst + (g.pad_h + y) * wp;
-            zero_run(row, g.pad_w);
-            copy_run(row + g.pad_w, src + y * g.w, g.w);
-            zero_run(row + g.pad_w + g.w, g.pad_w);
-          }
-          zero_run(dst + (g.pad_h + g.h) * wp, padded_plane - (g.pad_h + g.h) * wp);
-        }
-      }
-      const float* planes = padded + grp * in_group * padded_plane;
-      const float* kernel = w + o * s.w_o;
-      float* dst = out + n * s.out_n + o * s.out_o;
-      switch (g.oh * 4 + g.ow) {
-#define AXLE_SMALL_OUTPUT_CASE(oh, ow)                                                    \
-  case oh * 4 + ow:                                                                       \
-    small_output_sums<oh, ow>(planes, padded_plane, kernel, s.w_c, in_group, g, wp, dst); \
-    break;
-        AXLE_SMALL_OUTPUT_CASE(1, 1)
-        AXLE_SMALL_OUTPUT_CASE(1, 2)
-        AXLE_SMALL_OUTPUT_CASE(1, 3)
-        AXLE_SMALL_OUTPUT_CASE(2, 1)
-        AXLE_SMALL_OUTPUT_CASE(2, 2)
-        AXLE_SMALL_OUTPUT_CASE(2, 3)
-        AXLE_SMALL_OUTPUT_CASE(3, 1)
-        AXLE_SMALL_OUTPUT_CASE(3, 2)
-        AXLE_SMALL_OUTPUT_CASE(3, 3)
-#undef AXLE_SMALL_OUTPUT_CASE
-        default:
-          break;  // takes_small_output admits at most 3 x 3
-      }
-    }
-  });
-}
-#endif
 
 /// Copies the [a, b, plane] value whose plane (i, j) starts at i * first + j * second into NCHW
 /// order.
