@@ -11,6 +11,7 @@
 #include "actors/host/finite_check.h"
 #include "actors/host/lazy_system.h"
 #include "actors/host/spmd_runtime.h"
+#include "actors/host/spmd_step.h"
 #include "engine/hash.h"
 #include "engine/log.h"
 #include "engine/metrics.h"
@@ -184,6 +185,18 @@ void wait_for_step(DeviceData& done) {
   }
 }
 
+// The graph's leaves as execution inputs: device data as it lies, a scalar leaf as its value.
+void append_leaves(const StepGraph& graph, std::vector<ExecuteInput>& inputs) {
+  for (int32_t id : graph.inputs) {
+    const Node& leaf = *graph.nodes[id];
+    if (leaf.op() == Op::kDeviceData) {
+      inputs.push_back({leaf.data(), leaf.dtype(), 0});
+    } else {
+      inputs.push_back({{}, leaf.dtype(), leaf.value()});
+    }
+  }
+}
+
 }  // namespace
 
 // A step whose device work takes less than a hand-off between threads costs (the host waking the
@@ -243,14 +256,7 @@ void ReplicaHost::sync_device(LazySystem& system, const DeviceSync& sync, bool w
     }
   }
   request->inputs.reserve(graph.inputs.size());
-  for (int32_t id : graph.inputs) {
-    const Node& leaf = *graph.nodes[id];
-    if (leaf.op() == Op::kDeviceData) {
-      request->inputs.push_back({leaf.data(), leaf.dtype(), 0});
-    } else {
-      request->inputs.push_back({{}, leaf.dtype(), leaf.value()});
-    }
-  }
+  append_leaves(graph, request->inputs);
   request->outputs.reserve(roots.size());
   for (const NodePtr& root : roots) {
     request->outputs.push_back(make_intrusive<DeviceData>(device, root->dtype(), root->shape()));
@@ -308,31 +314,14 @@ void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wai
   const int first = system.first_spmd_device();
   const auto sync_start =
       system.observers().empty() ? std::chrono::steady_clock::time_point{} : observer_now();
-  // A tensor keeps its layout from step to step (as torch_xla's sharding spec on a tensor): its
-  // new value is annotated with it, so that propagation does not lay out, say, an optimizer
-  // state updated in place otherwise than the last step did (which would compile again).
-  std::vector<NodePtr> roots = sync.roots;
-  for (std::size_t i = 0; i < sync.tensors.size(); ++i) {
-    const int64_t sharding = sync.tensors[i]->sharding();
-    NodePtr& root = roots[sync.root_of[i]];
-    if (sharding < 0 || root->op() == Op::kCustomSharding) continue;
-    root = make_intrusive<Node>(Op::kCustomSharding, root->dtype(), root->shape(), Operands{root},
-                                IntAttrs{sharding}, RealAttrs{}, root->where());
-  }
   StepGraph& graph = step_graph_;
-  build_step_graph(roots, graph, scratch_, 2 * trace_->nodes_since_step());
+  build_step_graph(spmd_step::roots_keeping_layouts(sync), graph, scratch_,
+                   2 * trace_->nodes_since_step());
   if (may_donate) mark_donations(graph, system.observers());
   graph.hash = hash_combine(graph.hash, 0x73706d6400000000ULL + static_cast<uint64_t>(devices));
   std::vector<ExecuteInput> inputs;
   inputs.reserve(graph.inputs.size() + 1);
-  for (int32_t id : graph.inputs) {
-    const Node& leaf = *graph.nodes[id];
-    if (leaf.op() == Op::kDeviceData) {
-      inputs.push_back({leaf.data(), leaf.dtype(), 0});
-    } else {
-      inputs.push_back({{}, leaf.dtype(), leaf.value()});
-    }
-  }
+  append_leaves(graph, inputs);
   std::optional<StepGraph> kept;
   if (system.check_finite()) kept = graph;
   if (replica_) {
@@ -352,69 +341,28 @@ void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wai
   const Executable::Spmd& layout = program->spmd;
   // What the partitioner estimates each device's collectives move in this step.
   AXLE_COUNTER_INC("SpmdCollectiveBytes", layout.collective_bytes);
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].data) continue;
-    const int64_t wanted = i < layout.input_shardings.size() ? layout.input_shardings[i] : -1;
-    const DeviceData& data = *inputs[i].data;
-    if (!data.sharded() || data.sharding() != wanted) {
-      inputs[i].data = lay_out_on_mesh(system, inputs[i].data, wanted);
-    }
-  }
-  if (layout.partition_input >= 0) {
-    inputs.insert(inputs.begin() + layout.partition_input, ExecuteInput{{}, DType::kI64, 0});
-  }
-  const std::size_t results = sync.roots.size();
-  std::vector<std::vector<IntrusivePtr<DeviceData>>> shards(results);
+  spmd_step::lay_out_inputs(system, layout, inputs);
+  std::vector<std::vector<IntrusivePtr<DeviceData>>> shards(sync.roots.size());
   for (auto& result : shards) result.reserve(static_cast<std::size_t>(local));
   std::vector<IntrusivePtr<ExecuteRequest>> requests;
   requests.reserve(static_cast<std::size_t>(local));
   for (int k = 0; k < local; ++k) {
-    const int d = first + k;  // the device's mesh position
     auto request = make_intrusive<ExecuteRequest>();
     request->account = account();
     request->where = where;
     request->replica_group = kSpmdGroup;
-    request->replica = d;
+    request->replica = first + k;  // the device's mesh position
     request->first_local_replica = first;
     request->local_replicas = local;
     request->collective_timeout = collective_timeout();
     auto [promise, future] = make_promise<IntrusivePtr<Executable>>();
     promise.set_value(program);
     request->program = std::move(future);
-    request->inputs.reserve(inputs.size());
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      const ExecuteInput& input = inputs[i];
-      if (static_cast<int32_t>(i) == layout.partition_input) {
-        request->inputs.push_back({{}, DType::kI64, static_cast<double>(d)});
-      } else if (input.data) {
-        request->inputs.push_back({input.data->shards()[k], input.dtype, 0});
-      } else {
-        request->inputs.push_back(input);
-      }
-    }
-    request->outputs.reserve(results);
-    for (std::size_t j = 0; j < results; ++j) {
-      auto shard = make_intrusive<DeviceData>(Device{k}, sync.roots[j]->dtype(),
-                                              layout.output_shard_shapes.at(j));
-      shards[j].push_back(shard);
-      request->outputs.push_back(std::move(shard));
-    }
+    spmd_step::fill_spmd_request(*request, inputs, layout, sync, k, first + k, shards);
     requests.push_back(std::move(request));
   }
-  std::vector<IntrusivePtr<DeviceData>> outputs;
-  outputs.reserve(results);
-  for (std::size_t j = 0; j < results; ++j) {
-    outputs.push_back(DeviceData::from_shards(Device{0}, sync.roots[j]->dtype(),
-                                              sync.roots[j]->shape(), layout.output_shardings.at(j),
-                                              std::move(shards[j]), first));
-  }
-  // The results keep the layout they came in: their leaves carry it into the next step.
-  for (std::size_t i = 0; i < sync.tensors.size(); ++i) {
-    TensorImpl& tensor = *sync.tensors[i];
-    tensor.set_data(outputs[sync.root_of[i]]);
-    const int64_t sharding = layout.output_shardings[sync.root_of[i]];
-    if (!same_sharding(tensor.sharding(), sharding)) tensor.set_sharding(sharding);
-  }
+  const std::vector<IntrusivePtr<DeviceData>> outputs =
+      spmd_step::publish_spmd_results(sync, layout, std::move(shards), first);
   if (step_outputs) step_outputs->insert(step_outputs->end(), outputs.begin(), outputs.end());
   if (!system.observers().empty()) {
     const Span built{sync_start, observer_now()};
@@ -428,7 +376,7 @@ void ReplicaHost::sync_spmd(LazySystem& system, const DeviceSync& sync, bool wai
     system.device_actor(Device{i}).tell(Execute{std::move(requests[i])});
   }
   if (wait || kept) {
-    for (auto& out : outputs) out->wait();
+    for (const auto& out : outputs) out->wait();
   }
   if (kept) check_step_finite(*kept, outputs, where);
 }

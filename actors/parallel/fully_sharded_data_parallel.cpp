@@ -1,7 +1,7 @@
-// actors: FullyShardedDataParallel — sharding a module's parameters at wrapping, gathering them
-// around its forward, its backward (run again on a new gather when resharded) reduce-scattering
-// the averaged gradients, nested units by auto-wrap policy, the global gradient norm over shards,
-// and the shard metadata.
+// actors/parallel: FullyShardedDataParallel — sharding a module's parameters at wrapping, gathering
+// them around its forward, its backward (run again on a new gather when resharded)
+// reduce-scattering the averaged gradients, and nested units by auto-wrap policy. What a
+// checkpoint and clipping see of the shards is in fsdp_checkpoint.cpp.
 #include "actors/parallel/fully_sharded_data_parallel.h"
 
 #include <fmt/format.h>
@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "actors/host/replicas.h"
+#include "actors/parallel/fsdp_internal.h"
 #include "engine/this_thread.h"
 #include "graph/autocast.h"
 #include "graph/autograd.h"
@@ -27,35 +28,21 @@
 
 namespace axle {
 
-struct FullyShardedDataParallel::Slot {
-  std::vector<std::pair<nn::Module*, std::string>> homes;  // (module, own name); tied: several
-  std::vector<std::string> names;                          // dotted, inside the wrapped module
-  std::vector<int64_t> shape;
-  int64_t offset = 0;
-  int64_t numel = 0;
-};
-
-struct FullyShardedDataParallel::Flat {
-  DType dtype = DType::kF32;
-  int64_t padded_numel = 0;
-  bool dim_0 = false;
-  std::vector<Slot> slots;
-};
+using fsdp::child_prefix;
+using fsdp::dims_of;
+using fsdp::Flat;
+using fsdp::kWrapped;
+using fsdp::Slot;
 
 namespace {
 
 constexpr std::string_view kOp = "FullyShardedDataParallel";
-constexpr std::string_view kWrapped = "_fsdp_wrapped_module";
 
 // Nesting depth of FSDP units running on this thread: a unit that starts at depth 0 is the
 // root, whose parameters the backward pass needs first, so it never reshards after forward.
 struct FsdpNesting {
   int depth = 0;
 };
-
-std::string child_prefix(const std::string& prefix, const std::string& name) {
-  return name.empty() ? prefix : prefix + name + ".";
-}
 
 Tensor gather_shard(const Tensor& shard, int world, std::source_location where) {
   return world == 1 ? shard : all_gather(shard, 0, {}, where);
@@ -140,11 +127,6 @@ void recursive_wrap(nn::Module& m, const std::string& prefix, const ParameterNam
   }
 }
 
-std::vector<int64_t> dims_of(const Tensor& t) {
-  const auto d = t.shape().dims();
-  return {d.begin(), d.end()};
-}
-
 }  // namespace
 
 AutoWrapPolicy size_based_auto_wrap_policy(int64_t min_num_params) {
@@ -159,50 +141,46 @@ AutoWrapPolicy module_type_auto_wrap_policy(std::function<bool(const nn::Module&
   };
 }
 
-FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> module,
-                                                   FsdpOptions options, std::source_location where)
-    : module_(std::move(module)),
-      options_(std::move(options)),
-      world_size_(replica_world_size()),
-      rank_(global_ordinal()),
-      where_(where) {
-  if (!module_) ops::fail(kOp, "the module is null", where);
-  if (dynamic_cast<const FullyShardedDataParallel*>(module_.get()) != nullptr) {
+namespace {
+
+// Fails, naming what is wrong, on a module or options FullyShardedDataParallel cannot wrap.
+void check_wrapping(const nn::Module* module, const FsdpOptions& options,
+                    std::source_location where) {
+  if (!module) ops::fail(kOp, "the module is null", where);
+  if (dynamic_cast<const FullyShardedDataParallel*>(module) != nullptr) {
     ops::fail(kOp, "the module is already wrapped in FullyShardedDataParallel", where);
   }
-  if (options_.shard_param_on_dim_0 && options_.flatten_parameters) {
+  if (options.shard_param_on_dim_0 && options.flatten_parameters) {
     ops::fail(kOp, "shard_param_on_dim_0 needs flatten_parameters = false", where);
   }
-  if (options_.compute_dtype && !is_floating(*options_.compute_dtype)) {
-    ops::fail(kOp,
-              fmt::format("compute_dtype {} is not a floating dtype",
-                          dtype_name(*options_.compute_dtype)),
-              where);
+  if (options.compute_dtype && !is_floating(*options.compute_dtype)) {
+    ops::fail(
+        kOp,
+        fmt::format("compute_dtype {} is not a floating dtype", dtype_name(*options.compute_dtype)),
+        where);
   }
-  if (options_.auto_wrap_policy) {
-    ParameterNames all;
-    collect_parameter_names(*module_, "", all);
-    recursive_wrap(*module_, "", all, options_, where);
-  }
-  register_module(std::string(kWrapped), module_);
-  if (options_.buffer_dtype) {
-    const NoGradGuard no_grad;
-    auto cast_buffers = [&](auto& self, nn::Module& at) -> void {
-      for (const auto& [name, t] : at.own_buffers()) {
-        if (t.defined() && is_floating(t.dtype()) && t.dtype() != *options_.buffer_dtype) {
-          at.replace_buffer(name, cast(t, *options_.buffer_dtype, where), where);
-        }
-      }
-      for (const auto& [name, child] : at.named_children()) self(self, *child);
-    };
-    cast_buffers(cast_buffers, *module_);
-  }
+}
 
-  // Every parameter slot of the wrapped tree outside nested units, tied ones as one.
+// Every floating buffer of the tree cast to `dtype` (buffer_dtype).
+void cast_floating_buffers(nn::Module& module, DType dtype, std::source_location where) {
+  const NoGradGuard no_grad;
+  for (const auto& [name, t] : module.own_buffers()) {
+    if (t.defined() && is_floating(t.dtype()) && t.dtype() != dtype) {
+      module.replace_buffer(name, cast(t, dtype, where), where);
+    }
+  }
+  for (const auto& [name, child] : module.named_children()) {
+    cast_floating_buffers(*child, dtype, where);
+  }
+}
+
+// Every parameter slot of a wrapped tree outside nested units, tied ones as one, with its value.
+struct ParameterSlots {
   std::vector<Slot> slots;
   std::vector<Tensor> values;
   std::unordered_map<const TensorImpl*, std::size_t> index;
-  auto walk = [&](auto& self, nn::Module& at, const std::string& prefix) -> void {
+
+  void collect(nn::Module& at, const std::string& prefix) {
     if (dynamic_cast<const FullyShardedDataParallel*>(&at) != nullptr) return;
     for (const auto& [name, t] : at.own_parameters()) {
       if (!t.defined()) continue;
@@ -215,84 +193,117 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
       slots[it->second].names.push_back(prefix + name);
     }
     for (const auto& [name, child] : at.named_children()) {
-      self(self, *child, child_prefix(prefix, name));
+      collect(*child, child_prefix(prefix, name));
     }
-  };
-  walk(walk, *module_, "");
-
-  // Flat parameters: one per dtype in order of first appearance, or one per parameter.
-  std::vector<std::vector<std::size_t>> groups;
-  if (options_.flatten_parameters) {
-    std::vector<DType> order;
-    for (std::size_t i = 0; i < slots.size(); ++i) {
-      const auto at = std::ranges::find(order, values[i].dtype());
-      if (at == order.end()) {
-        order.push_back(values[i].dtype());
-        groups.push_back({i});
-      } else {
-        groups[static_cast<std::size_t>(at - order.begin())].push_back(i);
-      }
-    }
-  } else {
-    for (std::size_t i = 0; i < slots.size(); ++i) groups.push_back({i});
   }
+};
 
+// The slots of each flat parameter: one per dtype in order of first appearance, or one per
+// parameter.
+std::vector<std::vector<std::size_t>> flat_groups(const ParameterSlots& p, bool flatten) {
+  std::vector<std::vector<std::size_t>> groups;
+  if (!flatten) {
+    for (std::size_t i = 0; i < p.slots.size(); ++i) groups.push_back({i});
+    return groups;
+  }
+  std::vector<DType> order;
+  for (std::size_t i = 0; i < p.slots.size(); ++i) {
+    const auto at = std::ranges::find(order, p.values[i].dtype());
+    if (at == order.end()) {
+      order.push_back(p.values[i].dtype());
+      groups.push_back({i});
+    } else {
+      groups[static_cast<std::size_t>(at - order.begin())].push_back(i);
+    }
+  }
+  return groups;
+}
+
+// A flat parameter's whole value, padded to `world` equal shards of `shard_rows` rows.
+struct PaddedValue {
+  Tensor value;
+  int64_t shard_rows = 0;
+};
+
+// The flat parameter of slots `members` (filling `flat`): the first alone along dim 0 when
+// `flat.dim_0`, else every member flattened and concatenated.
+PaddedValue pad_flat(const ParameterSlots& p, const std::vector<std::size_t>& members, Flat& flat,
+                     int64_t world, std::source_location where) {
+  const Tensor& first = p.values[members.front()];
+  if (flat.dim_0) {
+    const int64_t rows = first.size(0);
+    const int64_t padded_rows = (rows + world - 1) / world * world;
+    std::vector<int64_t> pad_shape = dims_of(first);
+    pad_shape[0] = padded_rows - rows;
+    Tensor padded =
+        padded_rows == rows
+            ? first
+            : cat({first, zeros(Shape(pad_shape), first.dtype(), first.device(), where)}, 0, where);
+    flat.padded_numel = padded.numel();
+    flat.slots.push_back(p.slots[members.front()]);
+    return {std::move(padded), padded_rows / world};
+  }
+  std::vector<Tensor> parts;
+  int64_t total = 0;
+  for (std::size_t i : members) {
+    Slot slot = p.slots[i];
+    slot.offset = total;
+    total += slot.numel;
+    parts.push_back(reshape(p.values[i], {slot.numel}, where));
+    flat.slots.push_back(std::move(slot));
+  }
+  flat.padded_numel = (total + world - 1) / world * world;
+  if (flat.padded_numel > total) {
+    parts.push_back(
+        zeros(Shape({flat.padded_numel - total}), first.dtype(), first.device(), where));
+  }
+  return {parts.size() == 1 ? parts[0] : cat(parts, 0, where), flat.padded_numel / world};
+}
+
+// Block `rank` of the padded value, picked by index_select with the rank as device data: a slice
+// at the rank would make each replica's graph another (its bounds are attributes), and graphs
+// with collectives must agree; the rank's value does not enter the graph's hash.
+Tensor shard_of(const PaddedValue& padded, int64_t world, int rank, std::source_location where) {
+  if (world == 1) return padded.value.detach();
+  std::vector<int64_t> blocks = dims_of(padded.value);
+  blocks[0] = padded.shard_rows;
+  blocks.insert(blocks.begin(), world);
+  const Tensor at = tensor(std::vector<int64_t>{rank}, Shape({1}), padded.value.device());
+  const Tensor picked = index_select(reshape(padded.value, blocks, where), 0, at, where);
+  blocks.erase(blocks.begin());
+  return reshape(picked, blocks, where).detach();
+}
+
+}  // namespace
+
+FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> module,
+                                                   FsdpOptions options, std::source_location where)
+    : module_(std::move(module)),
+      options_(std::move(options)),
+      world_size_(replica_world_size()),
+      rank_(global_ordinal()),
+      where_(where) {
+  check_wrapping(module_.get(), options_, where);
+  if (options_.auto_wrap_policy) {
+    ParameterNames all;
+    collect_parameter_names(*module_, "", all);
+    recursive_wrap(*module_, "", all, options_, where);
+  }
+  register_module(std::string(kWrapped), module_);
+  if (options_.buffer_dtype) cast_floating_buffers(*module_, *options_.buffer_dtype, where);
+
+  ParameterSlots parameters;
+  parameters.collect(*module_, "");
   const NoGradGuard no_grad;
   const auto world = static_cast<int64_t>(world_size_);
-  for (const auto& members : groups) {
+  for (const auto& members : flat_groups(parameters, options_.flatten_parameters)) {
     auto flat = std::make_shared<Flat>();
-    const Tensor& first = values[members.front()];
+    const Tensor& first = parameters.values[members.front()];
     flat->dtype = first.dtype();
     flat->dim_0 = options_.shard_param_on_dim_0 && first.dim() >= 1;
-    Tensor padded;
-    int64_t shard_rows = 0;
-    if (flat->dim_0) {
-      const int64_t rows = first.size(0);
-      const int64_t padded_rows = (rows + world - 1) / world * world;
-      std::vector<int64_t> pad_shape = dims_of(first);
-      pad_shape[0] = padded_rows - rows;
-      padded = padded_rows == rows
-                   ? first
-                   : cat({first, zeros(Shape(pad_shape), first.dtype(), first.device(), where)}, 0,
-                         where);
-      shard_rows = padded_rows / world;
-      flat->padded_numel = padded.numel();
-      Slot slot = slots[members.front()];
-      flat->slots.push_back(std::move(slot));
-    } else {
-      std::vector<Tensor> parts;
-      int64_t total = 0;
-      for (std::size_t i : members) {
-        Slot slot = slots[i];
-        slot.offset = total;
-        total += slot.numel;
-        parts.push_back(reshape(values[i], {slot.numel}, where));
-        flat->slots.push_back(std::move(slot));
-      }
-      flat->padded_numel = (total + world - 1) / world * world;
-      if (flat->padded_numel > total) {
-        parts.push_back(
-            zeros(Shape({flat->padded_numel - total}), first.dtype(), first.device(), where));
-      }
-      padded = parts.size() == 1 ? parts[0] : cat(parts, 0, where);
-      shard_rows = flat->padded_numel / world;
-    }
-    // Block r of the padded value, picked by index_select with the rank as device data: a
-    // slice at the rank would make each replica's graph another (its bounds are attributes),
-    // and graphs with collectives must agree; the rank's value does not enter the graph's hash.
-    Tensor shard;
-    if (world == 1) {
-      shard = padded.detach();
-    } else {
-      std::vector<int64_t> blocks = dims_of(padded);
-      blocks[0] = shard_rows;
-      blocks.insert(blocks.begin(), world);
-      const Tensor rank = tensor(std::vector<int64_t>{rank_}, Shape({1}), padded.device());
-      const Tensor picked = index_select(reshape(padded, blocks, where), 0, rank, where);
-      blocks.erase(blocks.begin());
-      shard = reshape(picked, blocks, where).detach();
-    }
-    register_parameter(fmt::format("flat_param_{}", flats_.size()), shard);
+    const PaddedValue padded = pad_flat(parameters, members, *flat, world, where);
+    register_parameter(fmt::format("flat_param_{}", flats_.size()),
+                       shard_of(padded, world, rank_, where));
     flats_.push_back(std::move(flat));
   }
   uninstall();
@@ -559,100 +570,6 @@ Tensor FullyShardedDataParallel::forward(const Tensor& input) {
   meta.requires_grad = true;
   meta.grad_fn = std::move(grad_fn);
   return result;
-}
-
-nn::StateDict FullyShardedDataParallel::full_parameters() const {
-  const NoGradGuard no_grad;
-  const std::vector<Tensor> full = gather(shards());
-  nn::StateDict out;
-  std::size_t i = 0;
-  for (const auto& flat : flats_) {
-    for (const Slot& slot : flat->slots) out.emplace_back(slot.names.front(), full[i++]);
-  }
-  return out;
-}
-
-Tensor FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_type,
-                                                 std::source_location where) {
-  const NoGradGuard no_grad;
-  const bool infinity = std::isinf(norm_type);
-  if (!(norm_type > 0)) {
-    ops::fail("clip_grad_norm_", fmt::format("norm_type {} is not positive", norm_type), where);
-  }
-  const std::vector<Tensor> params = parameters();
-  Tensor local;
-  for (const Tensor& p : params) {
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    const Tensor gf = cast(g, DType::kF32, where);
-    const Tensor part = infinity ? amax(abs(gf, where), {}, false, where)
-                                 : sum(pow(abs(gf, where), norm_type, where), {}, false, where);
-    local = !local.defined() ? part
-            : infinity       ? maximum(local, part, where)
-                             : add(local, part, where);
-  }
-  if (!local.defined()) {
-    Device device = params.empty() ? Device{} : params.front().device();
-    local = scalar_tensor(0.0, DType::kF32, device, where);
-  }
-  // Every replica's shards together: the sum of p-th powers (or the max) over the group.
-  Tensor total = world_size_ == 1 ? local
-                                  : all_reduce(infinity ? ReduceType::kMax : ReduceType::kSum,
-                                               local, 1.0, {}, where);
-  if (!infinity) total = pow(total, 1.0 / norm_type, where);
-  const Tensor coef = div(scalar_tensor(max_norm, total.dtype(), total.device(), where),
-                          add(total, 1e-6, where), where);
-  const Tensor scale = axle::where(lt(coef, 1.0, where), coef, ones_like(coef, where), where);
-  for (const Tensor& p : params) {
-    if (Tensor g = p.grad(); g.defined())
-      p.set_grad(mul(g, cast(scale, g.dtype(), where), where), where);
-  }
-  return total;
-}
-
-ShardMetadata FullyShardedDataParallel::get_shard_metadata() const {
-  ShardMetadata meta{.world_size = world_size_, .rank = rank_};
-  // Names in this wrapper's state_dict (prefix) and in the unwrapped model (no wrapper names).
-  auto strip = [](std::string name) {
-    const std::string wrapped = std::string(kWrapped) + ".";
-    for (std::size_t at; (at = name.find(wrapped)) != std::string::npos;)
-      name.erase(at, wrapped.size());
-    return name;
-  };
-  auto walk = [&](auto& self, const nn::Module& at, const std::string& prefix) -> void {
-    if (const auto* unit = dynamic_cast<const FullyShardedDataParallel*>(&at)) {
-      const std::string inside = strip(prefix + std::string(kWrapped) + ".");
-      for (std::size_t f = 0; f < unit->flats_.size(); ++f) {
-        const Flat& flat = *unit->flats_[f];
-        FlatParameterInfo info{.name = prefix + unit->own_parameters()[f].first,
-                               .dtype = flat.dtype,
-                               .padded_numel = flat.padded_numel,
-                               .shard_shape = dims_of(unit->own_parameters()[f].second),
-                               .dim_0 = flat.dim_0};
-        for (const Slot& slot : flat.slots) {
-          ShardedParameterInfo p{.shape = slot.shape, .offset = slot.offset, .numel = slot.numel};
-          for (const std::string& n : slot.names) p.names.push_back(inside + n);
-          info.params.push_back(std::move(p));
-        }
-        meta.flat_params.push_back(std::move(info));
-      }
-    }
-    for (const auto& [name, child] : at.named_children()) {
-      self(self, *child, child_prefix(prefix, name));
-    }
-  };
-  walk(walk, *this, "");
-  return meta;
-}
-
-nn::StateDict FullyShardedDataParallel::sharded_checkpoint() const {
-  nn::StateDict state = state_dict();
-  const std::string text = get_shard_metadata().to_text();
-  std::vector<int32_t> chars(text.begin(), text.end());
-  Device device = own_parameters().empty() ? Device{} : own_parameters().front().second.device();
-  state.emplace_back("shard_metadata",
-                     tensor(chars, Shape({static_cast<int64_t>(chars.size())}), device));
-  return state;
 }
 
 }  // namespace axle

@@ -67,6 +67,10 @@ struct FsdpOptions {
   AutoWrapPolicy auto_wrap_policy;
 };
 
+namespace fsdp {
+struct Flat;  // one flat parameter of a unit (fsdp_internal.h)
+}  // namespace fsdp
+
 /// A module trained fully sharded, as torch_xla's XlaFullyShardedDataParallel. Wrap a module
 /// already on the replica's device, on every replica (inside spawn) with the same
 /// initialisation, then build the optimizer over this wrapper's parameters(): the shards. The
@@ -102,8 +106,6 @@ class FullyShardedDataParallel : public nn::Module {
   [[nodiscard]] nn::StateDict full_parameters() const;
 
  private:
-  struct Slot;  // a module's parameter slot and where its value sits in a flat parameter
-  struct Flat;  // one flat parameter of this unit
   struct Pass;  // one run of the wrapped module on gathered parameters
   friend struct FsdpUnitBackward;
 
@@ -120,7 +122,7 @@ class FullyShardedDataParallel : public nn::Module {
   FsdpOptions options_;
   int world_size_ = 1;
   int rank_ = 0;
-  std::vector<std::shared_ptr<Flat>> flats_;
+  std::vector<std::shared_ptr<fsdp::Flat>> flats_;
   std::source_location where_;
 };
 

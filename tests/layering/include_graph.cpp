@@ -176,4 +176,16 @@ std::vector<std::vector<std::string>> include_cycles(const IncludeGraph& graph, 
   return components(edges);
 }
 
+std::vector<std::string> files_longer_than(const fs::path& root,
+                                           const std::vector<std::string>& files, int max_lines) {
+  std::vector<std::string> found;
+  for (const std::string& file : files) {
+    std::ifstream in(root / file);
+    int count = 0;
+    for (std::string line; std::getline(in, line);) ++count;
+    if (count > max_lines) found.push_back(file + " has " + std::to_string(count) + " lines");
+  }
+  return found;
+}
+
 }  // namespace axle::layering

@@ -44,4 +44,10 @@ struct IncludeGraph {
 [[nodiscard]] std::vector<std::vector<std::string>> include_cycles(const IncludeGraph& graph,
                                                                    bool by_unit);
 
+/// "graph/passes/partitioner.cpp has 1524 lines" for each of `files` (relative to `root`) longer
+/// than `max_lines`.
+[[nodiscard]] std::vector<std::string> files_longer_than(const std::filesystem::path& root,
+                                                         const std::vector<std::string>& files,
+                                                         int max_lines);
+
 }  // namespace axle::layering

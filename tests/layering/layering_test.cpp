@@ -1,7 +1,8 @@
 // Holds axle's source tree to the order of cmake/layers.txt: every include stays in its part or
 // goes down the list, every file belongs to a part, and no files or units (a .cpp with its
-// header) include each other in a circle. The planted cases show the check fails when the tree
-// does not hold: the real tree copied with one include added that runs up, or one circle.
+// header) include each other in a circle, and no source file runs over 600 lines. The planted cases
+// show the check fails when the tree does not hold: the real tree copied with one include added
+// that runs up, or one circle.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -101,6 +102,26 @@ TEST(Layering, NoUnitsIncludeEachOtherInACircle) {
                               << cycles_text(cycles);
 }
 
+// A file longer than this is read in pieces: split it by concern (the partitioner's rules, the MPI
+// loop, a kernel's geometry each have their own file).
+constexpr int kMaxFileLines = 600;
+
+TEST(Layering, NoSourceFileIsLongerThan600Lines) {
+  // The library's parts and the code beside it that people read and copy.
+  std::vector<std::string> files = scan_tree(kSource, read_parts(kLayers)).files;
+  for (const char* folder : {"benchmarks", "examples"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(kSource / folder)) {
+      const std::string extension = entry.path().extension().string();
+      if (entry.is_regular_file() && (extension == ".h" || extension == ".cpp")) {
+        files.push_back(entry.path().lexically_relative(kSource).generic_string());
+      }
+    }
+  }
+  ASSERT_GT(files.size(), 100u);
+  const std::vector<std::string> found = files_longer_than(kSource, files, kMaxFileLines);
+  EXPECT_TRUE(found.empty()) << "over " << kMaxFileLines << " lines:" << lines(found);
+}
+
 // engine/README.md: engine holds the per-thread machinery (ThisThread, this_thread_object) so that
 // no other part declares a thread_local of its own and no per-replica state hides in a file.
 TEST(Layering, OnlyEngineDeclaresThreadLocals) {
@@ -147,6 +168,15 @@ TEST(Layering, SamplesIncludeOnlyThePublicApi) {
     }
   }
   EXPECT_TRUE(found.empty()) << "samples reach past the public API:" << lines(found);
+}
+
+TEST_F(LayeringPlanted, LongFileIsReported) {
+  const std::string file = "engine/log.cpp";
+  ASSERT_TRUE(files_longer_than(root_, {file}, kMaxFileLines).empty());
+  append(file, std::string(kMaxFileLines, '\n'));
+  const std::vector<std::string> found = files_longer_than(root_, {file}, kMaxFileLines);
+  ASSERT_EQ(found.size(), 1u) << lines(found);
+  EXPECT_NE(found[0].find(file + " has "), std::string::npos) << found[0];
 }
 
 TEST_F(LayeringPlanted, UpwardIncludeIsReportedWithItsLine) {
