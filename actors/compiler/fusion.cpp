@@ -95,9 +95,12 @@ std::vector<int32_t> plan_fusion(const Program& program) {
   return root_of;
 }
 
-KernelCall fused_call(const Program& program, const std::vector<int32_t>& root_of, int32_t root) {
-  // Members in program order (a topological order), the root last; found by walking the cluster
-  // from its root, so a call costs its cluster's size, not the program's.
+namespace {
+
+// The members of `root`'s cluster in program order (a topological order), the root last; found
+// by walking the cluster from its root, so a call costs its cluster's size, not the program's.
+std::vector<int32_t> cluster_members(const Program& program, const std::vector<int32_t>& root_of,
+                                     int32_t root) {
   std::vector<int32_t> members = {root};
   for (std::size_t k = 0; k < members.size(); ++k) {
     for (int32_t operand : program.operands(members[k])) {
@@ -107,6 +110,31 @@ KernelCall fused_call(const Program& program, const std::vector<int32_t>& root_o
     }
   }
   std::ranges::sort(members);
+  return members;
+}
+
+// The step of member `id` (reading operand references a and b, writing `destination`) appended
+// to `steps`, as backends/executable.h lays a fused call's steps out.
+void append_step(const Program& program, int32_t id, int32_t destination, int32_t a, int32_t b,
+                 std::vector<int64_t>& steps) {
+  if (reduction(program[id].op)) {  // the root: folds its operand into the output
+    const Shape& shape = program[program.operands(id)[0]].shape;
+    steps.insert(steps.end(),
+                 {static_cast<int64_t>(kernel_for(program[id].op)), -1, a, shape.rank()});
+    steps.insert(steps.end(), shape.dims().begin(), shape.dims().end());
+    steps.insert(steps.end(), program.ints(id).begin(), program.ints(id).end());
+    return;
+  }
+  const bool tanh_form =
+      program[id].op == Op::kGelu && !program.ints(id).empty() && program.ints(id)[0] != 0;
+  steps.insert(steps.end(), {static_cast<int64_t>(kernel_for(program[id].op)), destination, a, b,
+                             tanh_form ? 1 : 0});
+}
+
+}  // namespace
+
+KernelCall fused_call(const Program& program, const std::vector<int32_t>& root_of, int32_t root) {
+  const std::vector<int32_t> members = cluster_members(program, root_of, root);
   auto position = [&](int32_t id) {
     return static_cast<std::size_t>(std::ranges::lower_bound(members, id) - members.begin());
   };
@@ -161,18 +189,7 @@ KernelCall fused_call(const Program& program, const std::vector<int32_t>& root_o
       }
       ref[k] = -destination - 1;
     }
-    if (reduction(program[id].op)) {  // the root: folds its operand into the output
-      const Shape& shape = program[operands[0]].shape;
-      steps.insert(steps.end(),
-                   {static_cast<int64_t>(kernel_for(program[id].op)), -1, a, shape.rank()});
-      steps.insert(steps.end(), shape.dims().begin(), shape.dims().end());
-      steps.insert(steps.end(), program.ints(id).begin(), program.ints(id).end());
-      continue;
-    }
-    const bool tanh_form =
-        program[id].op == Op::kGelu && !program.ints(id).empty() && program.ints(id)[0] != 0;
-    steps.insert(steps.end(), {static_cast<int64_t>(kernel_for(program[id].op)), destination, a, b,
-                               tanh_form ? 1 : 0});
+    append_step(program, id, destination, a, b, steps);
   }
   call.ints.reserve(1 + steps.size());
   call.ints.push_back(buffers);

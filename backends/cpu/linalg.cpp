@@ -44,6 +44,35 @@ std::string describe(const KernelArgs& args) {
   throw std::invalid_argument(fmt::format("{}: {}", describe(args), why));
 }
 
+// Element offset of each product's operands over the broadcast batch dims `batch_dims` (of a's
+// and b's sizes `a_dims`, `b_dims`): a broadcast dim (size 1) contributes stride 0.
+void set_batch_offsets(MatmulPlan& plan, const Shape& batch_dims,
+                       const std::vector<int64_t>& a_dims, const std::vector<int64_t>& b_dims,
+                       int64_t batch) {
+  const int batch_rank = static_cast<int>(a_dims.size());
+  const int64_t a_matrix = plan.m * plan.k, b_matrix = plan.k * plan.n;
+  std::vector<int64_t> a_strides(batch_rank), b_strides(batch_rank);
+  for (int64_t i = batch_rank - 1, sa = a_matrix, sb = b_matrix; i >= 0; --i) {
+    a_strides[i] = a_dims[i] == 1 ? 0 : sa;
+    b_strides[i] = b_dims[i] == 1 ? 0 : sb;
+    sa *= a_dims[i];
+    sb *= b_dims[i];
+  }
+  plan.a_offsets.resize(batch);
+  plan.b_offsets.resize(batch);
+  for (int64_t j = 0; j < batch; ++j) {
+    int64_t rest = j, oa = 0, ob = 0;
+    for (int i = batch_rank - 1; i >= 0; --i) {
+      const int64_t index = rest % batch_dims[i];
+      rest /= batch_dims[i];
+      oa += index * a_strides[i];
+      ob += index * b_strides[i];
+    }
+    plan.a_offsets[j] = oa;
+    plan.b_offsets[j] = ob;
+  }
+}
+
 MatmulPlan plan_matmul(const KernelArgs& args) {
   if (args.inputs.size() != 2) reject(args, "matmul takes exactly two operands");
   if (args.call.ints.size() != 2) reject(args, "ints must be [transpose_a, transpose_b]");
@@ -103,28 +132,7 @@ MatmulPlan plan_matmul(const KernelArgs& args) {
     return plan;
   }
 
-  // Element offset of each product's operands; a broadcast dim (size 1) contributes stride 0.
-  const int64_t a_matrix = plan.m * plan.k, b_matrix = plan.k * plan.n;
-  std::vector<int64_t> a_strides(batch_rank), b_strides(batch_rank);
-  for (int64_t i = batch_rank - 1, sa = a_matrix, sb = b_matrix; i >= 0; --i) {
-    a_strides[i] = a_dims[i] == 1 ? 0 : sa;
-    b_strides[i] = b_dims[i] == 1 ? 0 : sb;
-    sa *= a_dims[i];
-    sb *= b_dims[i];
-  }
-  plan.a_offsets.resize(batch);
-  plan.b_offsets.resize(batch);
-  for (int64_t j = 0; j < batch; ++j) {
-    int64_t rest = j, oa = 0, ob = 0;
-    for (int i = batch_rank - 1; i >= 0; --i) {
-      const int64_t index = rest % expected[i];
-      rest /= expected[i];
-      oa += index * a_strides[i];
-      ob += index * b_strides[i];
-    }
-    plan.a_offsets[j] = oa;
-    plan.b_offsets[j] = ob;
-  }
+  set_batch_offsets(plan, expected, a_dims, b_dims, batch);
   return plan;
 }
 

@@ -159,8 +159,10 @@ std::string_view idx_type_name(IdxType type) noexcept {
   return "?";
 }
 
-IdxArray read_idx_array(const fs::path& path) {
-  GzReader reader(path);
+namespace {
+
+// The magic number and the dimensions: an array with its type and shape and no elements yet.
+IdxArray read_idx_header(GzReader& reader, const fs::path& path) {
   std::array<std::byte, 4> magic{};
   const std::size_t got_magic = reader.read(magic.data(), magic.size());
   if (got_magic == 0) throw FileError(path, "empty file: no IDX magic number");
@@ -198,6 +200,11 @@ IdxArray read_idx_array(const fs::path& path) {
                                       rank, got_dims / 4));
   }
   for (int d = 0; d < rank; ++d) array.shape.push_back(big_endian_u32(dims.data() + 4 * d));
+  return array;
+}
+
+// The bytes of the elements `array`'s header declares.
+uint64_t element_bytes(const IdxArray& array, const fs::path& path) {
   // Dimensions below 2^32 each, at most 8 of them: the product can overflow, so check it. In
   // int64 and at every step, as Shape::numel() multiplies: a later 0 does not make an earlier
   // overflow fit.
@@ -214,7 +221,15 @@ IdxArray read_idx_array(const fs::path& path) {
       expected > std::numeric_limits<std::size_t>::max() / 2) {
     throw FileError(path, fmt::format("shape {} is too large", array.shape.to_string()));
   }
+  return expected;
+}
 
+}  // namespace
+
+IdxArray read_idx_array(const fs::path& path) {
+  GzReader reader(path);
+  IdxArray array = read_idx_header(reader, path);
+  const uint64_t expected = element_bytes(array, path);
   // Grows the buffer as bytes arrive instead of trusting the header's size up front: a damaged
   // header then reads as a truncated file, not as an attempt to allocate terabytes.
   constexpr std::size_t kChunk = std::size_t{16} << 20;
@@ -239,7 +254,7 @@ IdxArray read_idx_array(const fs::path& path) {
                                 "{} of {} needs (wrong dimensions in the header?)",
                                 expected, array.shape.to_string(), idx_type_name(array.type)));
   }
-  to_host_order(array.bytes, element_size);
+  to_host_order(array.bytes, idx_type_size(array.type));
   return array;
 }
 

@@ -206,57 +206,72 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> Partitioner::sources_of(
 }
 
 int64_t Partitioner::reshard(Value& v, const Layout& to, bool emit_ops) {
-  int64_t cost = 0;
-  if (v.layout == to) return cost;
-  const int rank = to.rank();
-  const int64_t elem = static_cast<int64_t>(dtype_size(v.dtype));
-  Layout& cur = v.layout;
-  // collective_permute: the same tiles, held by other devices. Each device receives its tile
-  // from one that holds it: a tile's bytes, where gathering would bring (tiles - 1) of them.
-  if (cur.tiles == to.tiles) {
-    if (const auto pairs = sources_of(cur, to)) {
-      const int64_t bytes = local_shape(v.shape, cur).numel() * elem;
-      cost += bytes + kCollectiveLatencyBytes;
-      if (emit_ops) {
-        std::vector<int64_t> encoded{cur.devices};
-        for (const auto& [source, target] : *pairs) {
-          encoded.push_back(source);
-          encoded.push_back(target);
-        }
-        const int64_t ints[] = {detail::intern_collective_group_ints(encoded)};
-        const int32_t operand[] = {v.id};
-        v.id = emit(Op::kCollectivePermute, v.dtype, out_[v.id].shape, operand, ints);
-        bytes_ += bytes;
-      }
-      v.layout = to;
-      return cost;
+  if (v.layout == to) return 0;
+  if (const auto cost = reshard_by_permute(v, to, emit_ops)) return *cost;
+  if (const auto cost = reshard_by_all_to_all(v, to, emit_ops)) return *cost;
+  return reshard_by_gather_and_slice(v, to, emit_ops);
+}
+
+std::optional<int64_t> Partitioner::reshard_by_permute(Value& v, const Layout& to, bool emit_ops) {
+  const Layout& cur = v.layout;
+  if (cur.tiles != to.tiles) return std::nullopt;
+  const auto pairs = sources_of(cur, to);
+  if (!pairs) return std::nullopt;
+  // Each device receives its tile from one that holds it: a tile's bytes, where gathering would
+  // bring (tiles - 1) of them.
+  const int64_t bytes =
+      local_shape(v.shape, cur).numel() * static_cast<int64_t>(dtype_size(v.dtype));
+  if (emit_ops) {
+    std::vector<int64_t> encoded{cur.devices};
+    for (const auto& [source, target] : *pairs) {
+      encoded.push_back(source);
+      encoded.push_back(target);
     }
+    const int64_t ints[] = {detail::intern_collective_group_ints(encoded)};
+    const int32_t operand[] = {v.id};
+    v.id = emit(Op::kCollectivePermute, v.dtype, out_[v.id].shape, operand, ints);
+    bytes_ += bytes;
   }
-  // all_to_all: dim a split -> dim b split, same devices.
-  for (int a = 0; a < rank; ++a) {
-    for (int b = 0; b < rank; ++b) {
-      if (a == b || !cur.sharded(a) || cur.sharded(b) || to.sharded(a) ||
-          to.tiles[b] != cur.tiles[a] || v.shape[b] % to.tiles[b] != 0) {
-        continue;
-      }
-      bool fits = true;
-      for (int d = 0; d < rank && fits; ++d) {
-        if (d != a && d != b && cur.tiles[d] != to.tiles[d]) fits = false;
-      }
-      for (int64_t p = 0; p < cur.devices && fits; ++p) {
-        for (int d = 0; d < rank && fits; ++d) {
-          if (d == a || d == b) continue;
-          if (cur.at(p, d) != to.at(p, d)) fits = false;
-        }
-        if (to.at(p, b) != cur.at(p, a)) fits = false;
-      }
-      if (!fits) continue;
+  v.layout = to;
+  return bytes + kCollectiveLatencyBytes;
+}
+
+namespace {
+
+// Whether going from `cur` to `to` moves the split of dim a to the unsplit dim b on the same
+// devices, every other dim as it was.
+bool moves_split(const Layout& cur, const Layout& to, const Shape& shape, int a, int b) {
+  const int rank = to.rank();
+  if (a == b || !cur.sharded(a) || cur.sharded(b) || to.sharded(a) || to.tiles[b] != cur.tiles[a] ||
+      shape[b] % to.tiles[b] != 0) {
+    return false;
+  }
+  for (int d = 0; d < rank; ++d) {
+    if (d != a && d != b && cur.tiles[d] != to.tiles[d]) return false;
+  }
+  for (int64_t p = 0; p < cur.devices; ++p) {
+    for (int d = 0; d < rank; ++d) {
+      if (d != a && d != b && cur.at(p, d) != to.at(p, d)) return false;
+    }
+    if (to.at(p, b) != cur.at(p, a)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<int64_t> Partitioner::reshard_by_all_to_all(Value& v, const Layout& to,
+                                                          bool emit_ops) {
+  const Layout& cur = v.layout;
+  for (int a = 0; a < to.rank(); ++a) {
+    for (int b = 0; b < to.rank(); ++b) {
+      if (!moves_split(cur, to, v.shape, a, b)) continue;
       const int dims[] = {a};
       const auto groups = groups_over(cur, dims);
       if (!groups) continue;
       const int64_t g = cur.tiles[a];
-      const int64_t bytes = local_shape(v.shape, cur).numel() * elem;
-      cost += bytes * (g - 1) / g + kCollectiveLatencyBytes;
+      const int64_t bytes =
+          local_shape(v.shape, cur).numel() * static_cast<int64_t>(dtype_size(v.dtype));
       if (emit_ops) {
         Shape shape = out_[v.id].shape;
         shape[b] /= g;
@@ -267,10 +282,17 @@ int64_t Partitioner::reshard(Value& v, const Layout& to, bool emit_ops) {
         bytes_ += bytes * (g - 1) / g;
       }
       v.layout = to;
-      return cost;
+      return bytes * (g - 1) / g + kCollectiveLatencyBytes;
     }
   }
-  for (int d = 0; d < rank; ++d) {
+  return std::nullopt;
+}
+
+int64_t Partitioner::reshard_by_gather_and_slice(Value& v, const Layout& to, bool emit_ops) {
+  int64_t cost = 0;
+  const int64_t elem = static_cast<int64_t>(dtype_size(v.dtype));
+  Layout& cur = v.layout;
+  for (int d = 0; d < to.rank(); ++d) {
     if (!cur.sharded(d)) continue;
     bool same = cur.tiles[d] == to.tiles[d];
     for (int64_t p = 0; p < cur.devices && same; ++p) {
@@ -293,7 +315,7 @@ int64_t Partitioner::reshard(Value& v, const Layout& to, bool emit_ops) {
     }
     cur = unsplit(std::move(cur), {d});
   }
-  for (int d = 0; d < rank; ++d) {
+  for (int d = 0; d < to.rank(); ++d) {
     if (!to.sharded(d) || cur.sharded(d)) continue;
     const int64_t length = v.shape[d] / to.tiles[d];
     if (emit_ops) {

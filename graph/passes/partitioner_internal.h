@@ -75,6 +75,9 @@ std::optional<std::vector<std::vector<int64_t>>> groups_over(const Layout& layou
 // partial result is laid out, the extra dimension being the partial sums' index.
 Layout with_extra(const Layout& layout, const std::vector<int64_t>& extra, int64_t extra_tiles);
 
+// Dim `to_dim` of `to` split as dim `from_dim` of `from` (tiles and each device's coordinate).
+void copy_dim(Layout& to, int to_dim, const Layout& from, int from_dim);
+
 // Ops whose operands are laid out as their result (broadcast dims whole). The sharding
 // annotation (kCustomSharding) is an identity whose result has the annotated sharding; the
 // per-device program keeps it, and the lowering drops it.
@@ -145,6 +148,12 @@ class Partitioner {
   // differ only along it), then each dimension `to` splits and the value does not is sliced
   // locally at the device's offset.
   int64_t reshard(Value& v, const Layout& to, bool emit_ops);
+  // reshard's ways, each when it applies (nullopt otherwise): the same tiles on other devices
+  // (collective_permute); a split moved to another dim on the same devices (all_to_all); and
+  // the general way, each changed split gathered, then each new one sliced.
+  std::optional<int64_t> reshard_by_permute(Value& v, const Layout& to, bool emit_ops);
+  std::optional<int64_t> reshard_by_all_to_all(Value& v, const Layout& to, bool emit_ops);
+  int64_t reshard_by_gather_and_slice(Value& v, const Layout& to, bool emit_ops);
 
   int64_t reshard_cost(int32_t global_id, const Layout& to);
 
@@ -184,10 +193,19 @@ class Partitioner {
   // partitioner_rules.cpp, partitioner_reductions.cpp and partitioner_products.cpp).
   int32_t lower(int32_t id);
 
-  static void copy_dim(Layout& to, int to_dim, const Layout& from, int from_dim);
-
   // The dims a reduction with ints [keepdim, dims...] keeps.
   static std::vector<int> kept_dims(int rank, std::span<const int64_t> ints);
+
+  // logsumexp and argmax: along a split dim without gathering when it can (lower_split_*),
+  // else the reduced dims gathered and the kept ones as the result's.
+  int32_t lower_reduction_to_one(int32_t id);
+
+  // gather and scatter_add: along a split dim without gathering when it can, else dims where the
+  // index is shorter than x whole, and x whole along dim.
+  int32_t lower_gather(int32_t id);
+
+  // optimization_barrier: the operand it passes laid out as its result, the others as they are.
+  int32_t lower_barrier(int32_t id);
 
   int32_t lower_iota(int32_t id);
 

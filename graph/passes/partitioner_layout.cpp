@@ -119,4 +119,11 @@ bool laid_out_as_result(Op op) {
   return is_elementwise(op) || op == Op::kCustomSharding || op == Op::kExpand;
 }
 
+void copy_dim(Layout& to, int to_dim, const Layout& from, int from_dim) {
+  to.tiles[to_dim] = from.tiles[from_dim];
+  for (int64_t p = 0; p < to.devices; ++p) {
+    to.at(p, to_dim) = from.at(p, from_dim);
+  }
+}
+
 }  // namespace axle::spmd_partitioning

@@ -9,6 +9,46 @@
 
 namespace axle::spmd_partitioning {
 
+namespace {
+
+// The contracting dim of a matmul operand and, when it is split, how (coordinates per device).
+struct KSplit {
+  int dim;
+  const std::vector<int64_t>* coords;  // null: K whole
+  int64_t tiles;
+};
+
+// A matmul operand's layout for a product laid out as `result` (of shape `out`): batch dims as
+// broadcast from the result, its free dim as the result's `out_free`, and K as `k` says.
+Layout matmul_operand_layout(const Layout& result, const Shape& out, const Shape& shape,
+                             int free_dim, int out_free, const KSplit& k) {
+  const int r = out.rank();
+  Layout batch = unsplit(result, {r - 2, r - 1});
+  // Batch dims broadcast as elementwise operands do; the last two are set below.
+  Shape probe = shape;
+  for (int d = shape.rank() - 2; d < shape.rank(); ++d) probe[d] = 1;
+  Layout layout = project(batch, out, probe);
+  copy_dim(layout, free_dim, result, out_free);
+  if (k.coords) {
+    layout.tiles[k.dim] = k.tiles;
+    for (int64_t p = 0; p < layout.devices; ++p) layout.at(p, k.dim) = (*k.coords)[p];
+  }
+  return layout;
+}
+
+// The first dim `want` splits in `tiles` on exactly the devices' `coords`, or -1.
+int dim_split_as(const Layout& want, const std::vector<int64_t>& coords, int64_t tiles) {
+  for (int d = 0; d < want.rank(); ++d) {
+    if (want.tiles[d] != tiles) continue;
+    bool same = true;
+    for (int64_t p = 0; p < want.devices && same; ++p) same = want.at(p, d) == coords[p];
+    if (same) return d;
+  }
+  return -1;
+}
+
+}  // namespace
+
 int32_t Partitioner::lower_matmul(int32_t id) {
   const Program::Instr& instr = global_[id];
   const Layout& want = layouts_[id];
@@ -36,19 +76,8 @@ int32_t Partitioner::lower_matmul(int32_t id) {
   };
   auto operand_layout = [&](const Layout& result, const Shape& shape, int free_dim, int out_free,
                             int k_dim, const std::vector<int64_t>* k_coords, int64_t k_tiles) {
-    Layout batch = unsplit(result, {r - 2, r - 1});
-    // Batch dims broadcast as elementwise operands do; the last two are set below.
-    Shape probe = shape;
-    for (int d = shape.rank() - 2; d < shape.rank(); ++d) probe[d] = 1;
-    Layout layout = project(batch, out, probe);
-    copy_dim(layout, free_dim, result, out_free);
-    if (k_coords) {
-      layout.tiles[k_dim] = k_tiles;
-      for (int64_t p = 0; p < layout.devices; ++p) {
-        layout.at(p, k_dim) = (*k_coords)[p];
-      }
-    }
-    return layout;
+    return matmul_operand_layout(result, out, shape, free_dim, out_free,
+                                 KSplit{k_dim, k_coords, k_tiles});
   };
   std::vector<Plan> plans;
   {
@@ -64,15 +93,7 @@ int32_t Partitioner::lower_matmul(int32_t id) {
     const int64_t k_tiles = split.tiles[k_dim];
     std::vector<int64_t> k_coords;
     for (int64_t p = 0; p < split.devices; ++p) k_coords.push_back(split.at(p, k_dim));
-    int scatter_dim = -1;
-    for (int d = 0; d < r && scatter_dim < 0; ++d) {
-      if (want.tiles[d] != k_tiles) continue;
-      bool same = true;
-      for (int64_t p = 0; p < want.devices && same; ++p) {
-        same = want.at(p, d) == k_coords[p];
-      }
-      if (same) scatter_dim = d;
-    }
+    const int scatter_dim = dim_split_as(want, k_coords, k_tiles);
     Plan plan;
     plan.result = scatter_dim >= 0 ? unsplit(want, {scatter_dim}) : want;
     plan.scatter_dim = scatter_dim;

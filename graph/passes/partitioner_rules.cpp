@@ -15,7 +15,6 @@ int32_t Partitioner::lower(int32_t id) {
   const auto operands = global_.operands(id);
   const auto ints = global_.ints(id);
   auto operand_shape = [&](std::size_t i) -> const Shape& { return global_[operands[i]].shape; };
-  const int rank = shape.rank();
 
   if (laid_out_as_result(instr.op)) {
     return local_then_finish(id, want,
@@ -35,26 +34,8 @@ int32_t Partitioner::lower(int32_t id) {
     case Op::kReduceMin:
       return lower_reduction(id);
     case Op::kLogSumExp:
-    case Op::kArgMax: {
-      if (instr.op == Op::kArgMax) {
-        if (const int32_t split = lower_split_scan(id); split >= 0) return split;
-      }
-      if (instr.op == Op::kLogSumExp) {
-        if (const int32_t split = lower_split_normalizer(id); split >= 0) return split;
-      }
-      // [keepdim, dims...]: the reduced dims whole, the kept ones as the result's.
-      const Shape& in = operand_shape(0);
-      Layout need = replicated(in.rank(), devices_);
-      const std::vector<int> kept = kept_dims(in.rank(), ints);
-      for (int j = 0, i = 0; i < in.rank(); ++i) {
-        if (std::find(kept.begin(), kept.end(), i) == kept.end()) {
-          if (ints[0]) ++j;
-          continue;
-        }
-        copy_dim(need, i, want, j++);
-      }
-      return local_then_finish(id, want, [&](std::size_t) { return need; });
-    }
+    case Op::kArgMax:
+      return lower_reduction_to_one(id);
     case Op::kSoftmax:
     case Op::kLogSoftmax:
     case Op::kCumsum:
@@ -72,8 +53,8 @@ int32_t Partitioner::lower(int32_t id) {
     case Op::kReshape:
       return lower_reshape(id);
     case Op::kPermute: {
-      Layout need = replicated(rank, devices_);
-      for (int i = 0; i < rank; ++i) copy_dim(need, static_cast<int>(ints[i]), want, i);
+      Layout need = replicated(shape.rank(), devices_);
+      for (int i = 0; i < shape.rank(); ++i) copy_dim(need, static_cast<int>(ints[i]), want, i);
       return local_then_finish(id, want, [&](std::size_t) { return need; });
     }
     case Op::kSlice:
@@ -84,28 +65,12 @@ int32_t Partitioner::lower(int32_t id) {
     case Op::kIndexSelect:
       return lower_index_select(id);
     case Op::kScatterAdd:
-      if (const int32_t partial = lower_split_scatter_add(id); partial >= 0) return partial;
-      [[fallthrough]];
-    case Op::kGather: {
-      if (instr.op == Op::kGather) {
-        if (const int32_t masked = lower_split_gather(id); masked >= 0) return masked;
-      }
-      // Every operand has the result's rank; dims where the index is shorter than x stay
-      // whole, and x stays whole along dim (the index may be split there for a gather).
-      const int dim = static_cast<int>(ints[0]);
-      const Shape& x = operand_shape(0);
-      const Shape& index = operand_shape(1);
-      std::vector<bool> keep(static_cast<std::size_t>(rank), true);
-      for (int d = 0; d < rank; ++d) keep[d] = x[d] == index[d];
-      if (instr.op == Op::kScatterAdd) keep[dim] = false;
-      const Layout have = keep_only(want, keep);
-      const Layout x_need = unsplit(have, {dim});
-      return local_then_finish(id, have, [&](std::size_t i) { return i == 0 ? x_need : have; });
-    }
+    case Op::kGather:
+      return lower_gather(id);
     case Op::kOneHot: {
-      const Layout have = unsplit(want, {rank - 1});
-      Layout index = replicated(rank - 1, devices_);
-      for (int d = 0; d + 1 < rank; ++d) copy_dim(index, d, have, d);
+      const Layout have = unsplit(want, {shape.rank() - 1});
+      Layout index = replicated(shape.rank() - 1, devices_);
+      for (int d = 0; d + 1 < shape.rank(); ++d) copy_dim(index, d, have, d);
       return local_then_finish(id, have, [&](std::size_t) { return index; });
     }
     case Op::kConv2d:
@@ -120,7 +85,7 @@ int32_t Partitioner::lower(int32_t id) {
     case Op::kScaledDotProductAttention:
     case Op::kScaledDotProductAttentionBackward: {
       // Batch dims split; each operand's batch dims (they broadcast) as the result's.
-      const Layout have = unsplit(want, {rank - 2, rank - 1});
+      const Layout have = unsplit(want, {shape.rank() - 2, shape.rank() - 1});
       return local_then_finish(
           id, have, [&](std::size_t i) { return project(have, shape, operand_shape(i)); });
     }
@@ -129,14 +94,8 @@ int32_t Partitioner::lower(int32_t id) {
     case Op::kRandInt:
     case Op::kBernoulli:
       return lower_random(id);
-    case Op::kOptimizationBarrier: {
-      const std::size_t passed = static_cast<std::size_t>(ints[0]);
-      std::vector<int32_t> locals;
-      for (std::size_t i = 0; i < operands.size(); ++i) {
-        locals.push_back(i == passed ? operand_as(operands[i], want) : local_[operands[i]]);
-      }
-      return local_op(id, locals, local_shape(shape, want));
-    }
+    case Op::kOptimizationBarrier:
+      return lower_barrier(id);
     case Op::kAllReduce:
     case Op::kAllGather:
     case Op::kReduceScatter:
@@ -150,11 +109,58 @@ int32_t Partitioner::lower(int32_t id) {
   }
 }
 
-void Partitioner::copy_dim(Layout& to, int to_dim, const Layout& from, int from_dim) {
-  to.tiles[to_dim] = from.tiles[from_dim];
-  for (int64_t p = 0; p < to.devices; ++p) {
-    to.at(p, to_dim) = from.at(p, from_dim);
+int32_t Partitioner::lower_reduction_to_one(int32_t id) {
+  const Layout& want = layouts_[id];
+  const auto ints = global_.ints(id);
+  if (global_[id].op == Op::kArgMax) {
+    if (const int32_t split = lower_split_scan(id); split >= 0) return split;
+  } else if (const int32_t split = lower_split_normalizer(id); split >= 0) {
+    return split;
   }
+  // [keepdim, dims...]: the reduced dims whole, the kept ones as the result's.
+  const Shape& in = global_[global_.operands(id)[0]].shape;
+  Layout need = replicated(in.rank(), devices_);
+  const std::vector<int> kept = kept_dims(in.rank(), ints);
+  for (int j = 0, i = 0; i < in.rank(); ++i) {
+    if (std::find(kept.begin(), kept.end(), i) == kept.end()) {
+      if (ints[0]) ++j;
+      continue;
+    }
+    copy_dim(need, i, want, j++);
+  }
+  return local_then_finish(id, want, [&](std::size_t) { return need; });
+}
+
+int32_t Partitioner::lower_gather(int32_t id) {
+  const Op op = global_[id].op;
+  if (op == Op::kScatterAdd) {
+    if (const int32_t partial = lower_split_scatter_add(id); partial >= 0) return partial;
+  } else if (const int32_t masked = lower_split_gather(id); masked >= 0) {
+    return masked;
+  }
+  // Every operand has the result's rank; dims where the index is shorter than x stay whole,
+  // and x stays whole along dim (the index may be split there for a gather).
+  const int rank = global_[id].shape.rank();
+  const int dim = static_cast<int>(global_.ints(id)[0]);
+  const Shape& x = global_[global_.operands(id)[0]].shape;
+  const Shape& index = global_[global_.operands(id)[1]].shape;
+  std::vector<bool> keep(static_cast<std::size_t>(rank), true);
+  for (int d = 0; d < rank; ++d) keep[d] = x[d] == index[d];
+  if (op == Op::kScatterAdd) keep[dim] = false;
+  const Layout have = keep_only(layouts_[id], keep);
+  const Layout x_need = unsplit(have, {dim});
+  return local_then_finish(id, have, [&](std::size_t i) { return i == 0 ? x_need : have; });
+}
+
+int32_t Partitioner::lower_barrier(int32_t id) {
+  const Layout& want = layouts_[id];
+  const auto operands = global_.operands(id);
+  const std::size_t passed = static_cast<std::size_t>(global_.ints(id)[0]);
+  std::vector<int32_t> locals;
+  for (std::size_t i = 0; i < operands.size(); ++i) {
+    locals.push_back(i == passed ? operand_as(operands[i], want) : local_[operands[i]]);
+  }
+  return local_op(id, locals, local_shape(global_[id].shape, want));
 }
 
 int32_t Partitioner::lower_iota(int32_t id) {
