@@ -153,24 +153,27 @@ TEST(TraceContext, EachThreadHasItsOwnDefaultDevice) {
   EXPECT_EQ(Device{}.ordinal, 2);
 }
 
-TEST(TraceContext, OutlivesItsThreadWhileAPendingTensorHoldsIt) {
+// A pending tensor holds its thread's pending list (not the whole TraceContext, which goes with
+// the thread): mark_step on another thread can still find and execute it.
+TEST(TraceContext, PendingListOutlivesItsThreadWhileAPendingTensorHoldsIt) {
   Tensor survivor;
-  TraceContext* theirs = nullptr;
+  PendingTensors* theirs = nullptr;
   on_another_thread([&] {
     survivor = zeros({4}) + 2.0;
-    theirs = &TraceContext::current();
+    theirs = &PendingTensors::current();
+    EXPECT_EQ(theirs->count(), TraceContext::current().pending_count());
   });
-  // The thread and its binding are gone; its context still lists the tensor it traced.
+  // The thread and its binding are gone; its list still holds the tensor it traced.
   ASSERT_TRUE(survivor.impl()->pending_ir());
-  EXPECT_EQ(theirs->pending_count(), 1u);
-  const std::vector<Tensor> pending = theirs->pending_tensors();
+  EXPECT_EQ(theirs->count(), 1u);
+  const std::vector<Tensor> pending = theirs->tensors();
   ASSERT_EQ(pending.size(), 1u);
   EXPECT_EQ(pending[0].impl(), survivor.impl());
   // Building on it from here tracks the new tensor here, not there.
   const Tensor next = survivor * 3.0;
   EXPECT_TRUE(holds(TraceContext::current().pending_tensors(), next));
-  EXPECT_EQ(theirs->pending_count(), 1u);
-  survivor = Tensor();  // the last reference to the dead thread's context goes with it
+  EXPECT_EQ(theirs->count(), 1u);
+  survivor = Tensor();  // the last reference to the dead thread's list goes with it
 }
 
 TEST(DefaultDeviceScope, RestoresThePreviousDefaultWhenNested) {
