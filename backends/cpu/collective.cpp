@@ -204,6 +204,43 @@ int64_t extent(const Shape& shape, int begin, int end) {
   return n;
 }
 
+// all_gather along `dim`: each outer index holds every member's run, in member order.
+void all_gather(int dim, const BufferDesc& operand, std::span<DeviceMemory* const> operands,
+                std::byte* out) {
+  const auto members = static_cast<int64_t>(operands.size());
+  const int64_t outer = extent(operand.shape, 0, dim);
+  const auto run = static_cast<std::size_t>(extent(operand.shape, dim, operand.shape.rank())) *
+                   dtype_size(operand.dtype);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t m = 0; m < members; ++m) {
+      std::memcpy(
+          out + (o * members + m) * static_cast<int64_t>(run),
+          static_cast<const std::byte*>(operands[m]->data()) + o * static_cast<int64_t>(run), run);
+    }
+  }
+}
+
+// all_to_all: block `position` of each member's operand along `split`, laid side by side along
+// `concat` in member order.
+void all_to_all(int split, int concat, const BufferDesc& operand, const BufferDesc& result,
+                std::span<DeviceMemory* const> operands, int position, std::byte* out) {
+  const auto members = static_cast<int64_t>(operands.size());
+  const std::size_t element_bytes = dtype_size(operand.dtype);
+  Shape block = operand.shape;
+  block[split] = operand.shape[split] / members;
+  const auto src_strides = contiguous_strides(operand.shape);
+  const auto dst_strides = contiguous_strides(result.shape);
+  const std::vector<int64_t> dims(block.dims().begin(), block.dims().end());
+  const int64_t src_offset = position * block[split] * src_strides[split];
+  for (int64_t m = 0; m < members; ++m) {
+    copy_block(static_cast<const std::byte*>(operands[m]->data()) +
+                   src_offset * static_cast<int64_t>(element_bytes),
+               std::span(src_strides).first(dims.size()),
+               out + m * block[concat] * dst_strides[concat] * static_cast<int64_t>(element_bytes),
+               std::span(dst_strides).first(dims.size()), dims, element_bytes);
+  }
+}
+
 void check(bool ok, const KernelCall& call, const BufferDesc& operand, const BufferDesc& result,
            const char* what) {
   if (!ok) {
@@ -256,40 +293,11 @@ void run_collective(const KernelCall& call, const BufferDesc& operand, const Buf
       }
       return;
     }
-    case Kernel::kAllGather: {
-      const int dim = static_cast<int>(call.ints.at(0));
-      const int64_t outer = extent(operand.shape, 0, dim);
-      const auto run = static_cast<std::size_t>(extent(operand.shape, dim, operand.shape.rank())) *
-                       element_bytes;
-      for (int64_t o = 0; o < outer; ++o) {
-        for (int64_t m = 0; m < members; ++m) {
-          std::memcpy(
-              out + (o * members + m) * static_cast<int64_t>(run),
-              static_cast<const std::byte*>(operands[m]->data()) + o * static_cast<int64_t>(run),
-              run);
-        }
-      }
-      return;
-    }
-    case Kernel::kAllToAll: {
-      const int split = static_cast<int>(call.ints.at(0));
-      const int concat = static_cast<int>(call.ints.at(1));
-      Shape block = operand.shape;
-      block[split] = operand.shape[split] / members;
-      const auto src_strides = contiguous_strides(operand.shape);
-      const auto dst_strides = contiguous_strides(result.shape);
-      const std::vector<int64_t> dims(block.dims().begin(), block.dims().end());
-      const int64_t src_offset = position * block[split] * src_strides[split];
-      for (int64_t m = 0; m < members; ++m) {
-        copy_block(
-            static_cast<const std::byte*>(operands[m]->data()) +
-                src_offset * static_cast<int64_t>(element_bytes),
-            std::span(src_strides).first(dims.size()),
-            out + m * block[concat] * dst_strides[concat] * static_cast<int64_t>(element_bytes),
-            std::span(dst_strides).first(dims.size()), dims, element_bytes);
-      }
-      return;
-    }
+    case Kernel::kAllGather:
+      return all_gather(static_cast<int>(call.ints.at(0)), operand, operands, out);
+    case Kernel::kAllToAll:
+      return all_to_all(static_cast<int>(call.ints.at(0)), static_cast<int>(call.ints.at(1)),
+                        operand, result, operands, position, out);
     case Kernel::kCollectivePermute: {
       for (std::size_t i = 1; i + 1 < call.ints.size(); i += 2) {
         if (call.ints[i + 1] == position) {

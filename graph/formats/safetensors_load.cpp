@@ -126,8 +126,8 @@ SafetensorsMetadata parse_metadata(const fs::path& path, const json& value) {
   return metadata;
 }
 
-// Reads and checks the header; leaves `in` anywhere.
-Header read_header(std::ifstream& in, const fs::path& path, uint64_t file_size) {
+// The header's JSON text, after its 8-byte length.
+std::string read_header_text(std::ifstream& in, const fs::path& path, uint64_t file_size) {
   if (file_size < 8) {
     throw FileError(
         path, fmt::format("truncated: {} bytes, fewer than the 8-byte header length", file_size));
@@ -151,7 +151,11 @@ Header read_header(std::ifstream& in, const fs::path& path, uint64_t file_size) 
   if (text.empty() || text.front() != '{') {
     throw FileError(path, "header is not a JSON object (it must start with '{')");
   }
+  return text;
+}
 
+// The header's JSON, with no key twice.
+json parse_header(const std::string& text, const fs::path& path) {
   // nlohmann keeps the last of two equal keys; a safetensors header must not have any.
   std::set<std::string> keys;
   std::string duplicate;
@@ -172,21 +176,11 @@ Header read_header(std::ifstream& in, const fs::path& path, uint64_t file_size) 
   if (!root.is_object()) throw FileError(path, "header is not a JSON object");
   if (!duplicate.empty())
     throw FileError(path, key_error(duplicate, "appears twice in the header"));
+  return root;
+}
 
-  Header header;
-  header.data_start = 8 + length;
-  for (const auto& [key, value] : root.items()) {
-    if (key == "__metadata__") {
-      header.metadata = parse_metadata(path, value);
-    } else {
-      header.entries.push_back(parse_entry(path, key, value));
-    }
-  }
-  std::sort(header.entries.begin(), header.entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-
-  // The tensors must tile the data section exactly: no overlaps, no holes, nothing after.
+// The tensors must tile the data section exactly: no overlaps, no holes, nothing after.
+void check_tiling(const Header& header, const fs::path& path, uint64_t file_size) {
   const uint64_t data_size = file_size - header.data_start;
   uint64_t covered = 0;
   const Entry* previous = nullptr;
@@ -215,6 +209,25 @@ Header read_header(std::ifstream& in, const fs::path& path, uint64_t file_size) 
     throw FileError(path, fmt::format("{} bytes after the last tensor's data belong to no tensor",
                                       data_size - covered));
   }
+}
+
+// Reads and checks the header; leaves `in` anywhere.
+Header read_header(std::ifstream& in, const fs::path& path, uint64_t file_size) {
+  const std::string text = read_header_text(in, path, file_size);
+  const json root = parse_header(text, path);
+  Header header;
+  header.data_start = 8 + text.size();
+  for (const auto& [key, value] : root.items()) {
+    if (key == "__metadata__") {
+      header.metadata = parse_metadata(path, value);
+    } else {
+      header.entries.push_back(parse_entry(path, key, value));
+    }
+  }
+  std::sort(header.entries.begin(), header.entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  check_tiling(header, path, file_size);
   return header;
 }
 
