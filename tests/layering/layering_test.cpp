@@ -1,13 +1,15 @@
 // Holds axle's source tree to the order of cmake/layers.txt: every include stays in its part or
-// goes down the list, every file belongs to a part, and no files or units (a .cpp with its
-// header) include each other in a circle, and no source file runs over 600 lines. The planted cases
-// show the check fails when the tree does not hold: the real tree copied with one include added
-// that runs up, or one circle.
+// goes down the list, every file belongs to a part, no files or units (a .cpp with its header)
+// include each other in a circle, no source file runs over 600 lines, and README.md's picture of
+// the parts draws them in the same order. The planted cases show each check fails when the tree
+// does not hold: the real tree copied with one include added that runs up, a circle, a long file,
+// a file outside every part, a picture out of order.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -102,6 +104,30 @@ TEST(Layering, NoUnitsIncludeEachOtherInACircle) {
                               << cycles_text(cycles);
 }
 
+// README.md's architecture picture: a line per part, top first, each starting with its folder.
+std::vector<std::string> parts_drawn_in(const fs::path& readme) {
+  std::ifstream in(readme);
+  std::string line;
+  while (std::getline(in, line) &&
+         line.find("the picture the layering test reads") == std::string::npos) {
+  }
+  while (std::getline(in, line) && line.rfind("```", 0) != 0) {
+  }
+  std::vector<std::string> drawn;
+  while (std::getline(in, line) && line.rfind("```", 0) != 0) {
+    const std::string folder = line.substr(0, line.find(' '));
+    if (!folder.empty()) drawn.push_back(folder);
+  }
+  return drawn;
+}
+
+TEST(Layering, ReadmeDrawsThePartsInOrder) {
+  std::vector<std::string> expected;
+  for (const std::string& part : read_parts(kLayers)) expected.insert(expected.begin(), part + "/");
+  EXPECT_EQ(parts_drawn_in(kSource / "README.md"), expected)
+      << "README.md's architecture picture and cmake/layers.txt list different parts";
+}
+
 // A file longer than this is read in pieces: split it by concern (the partitioner's rules, the MPI
 // loop, a kernel's geometry each have their own file).
 constexpr int kMaxFileLines = 600;
@@ -177,6 +203,21 @@ TEST_F(LayeringPlanted, LongFileIsReported) {
   const std::vector<std::string> found = files_longer_than(root_, {file}, kMaxFileLines);
   ASSERT_EQ(found.size(), 1u) << lines(found);
   EXPECT_NE(found[0].find(file + " has "), std::string::npos) << found[0];
+}
+
+TEST_F(LayeringPlanted, ReadmePictureOutOfOrderIsReported) {
+  std::ifstream in(kSource / "README.md");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t engine = text.find("\nengine/ ");
+  const std::size_t backends = text.find("\nbackends/ ");
+  ASSERT_NE(engine, std::string::npos);
+  ASSERT_NE(backends, std::string::npos);
+  text.replace(engine + 1, 7, "graph/ ");  // engine's line now names graph: a part drawn twice
+  std::ofstream(root_ / "README.md") << text;
+  std::vector<std::string> expected;
+  for (const std::string& part : parts_) expected.insert(expected.begin(), part + "/");
+  EXPECT_EQ(parts_drawn_in(kSource / "README.md"), expected);
+  EXPECT_NE(parts_drawn_in(root_ / "README.md"), expected);
 }
 
 TEST_F(LayeringPlanted, UpwardIncludeIsReportedWithItsLine) {
