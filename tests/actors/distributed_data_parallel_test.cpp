@@ -19,6 +19,7 @@
 #include "engine/config.h"
 #include "graph/dump.h"
 #include "samples/gpt_model.h"
+#include "tests/gpt_steps.h"
 
 namespace axle {
 namespace {
@@ -339,50 +340,18 @@ TEST_P(MultiDdp, AReplicaFailingMidStepFailsThemAllWithoutAHang) {
 TEST_P(Ddp, GptLossesMatchOneDeviceOnTheGlobalBatch) {
   constexpr int kSteps = 20;
   constexpr int64_t kGlobalBatch = 8;
-  const samples::GptConfig config{
-      .vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
-  // Row b of step s: tokens from a formula, the targets the next tokens.
-  const auto batch = [&](int step, int64_t first, int64_t rows, bool targets) {
-    std::vector<int64_t> v;
-    for (int64_t b = first; b < first + rows; ++b) {
-      for (int64_t t = 0; t < config.block_size; ++t) {
-        v.push_back((step * 7 + b * 5 + (t + (targets ? 1 : 0)) * 3 + b * t) % config.vocab_size);
-      }
-    }
-    return tensor(v, {rows, config.block_size});
-  };
-  const auto train = [&](nn::Module& model, int64_t first, int64_t rows) {
-    optim::AdamW adamw(model.parameters(), {.lr = 1e-2});
-    std::vector<float> losses;
-    for (int step = 0; step < kSteps; ++step) {
-      adamw.zero_grad();
-      const Tensor logits = model(batch(step, first, rows, false));
-      const Tensor loss = nn::cross_entropy(reshape(logits, {rows * config.block_size, -1}),
-                                            reshape(batch(step, first, rows, true), {-1}));
-      loss.backward();
-      adamw.step();
-      mark_step();
-      losses.push_back(loss.item<float>());
-    }
-    return losses;
-  };
   set_rng_state(11);
-  samples::Gpt single(config);
-  const std::vector<float> want = train(single, 0, kGlobalBatch);
+  samples::Gpt single(gpt_steps::kTinyGpt);
+  const std::vector<float> want = gpt_steps::train(single, kSteps, 0, kGlobalBatch);
 
   const int64_t rows = kGlobalBatch / n();
   const auto got = on_replicas<std::vector<float>>([&](int r) {
     set_rng_state(static_cast<uint64_t>(11 + r));  // the master's initialisation wins
-    DistributedDataParallel ddp(std::make_shared<samples::Gpt>(config),
+    DistributedDataParallel ddp(std::make_shared<samples::Gpt>(gpt_steps::kTinyGpt),
                                 {.bucket_cap_mb = 0.01});  // several buckets
-    return train(ddp, r * rows, rows);
+    return gpt_steps::train(ddp, kSteps, r * rows, rows);
   });
-  for (int step = 0; step < kSteps; ++step) {
-    double mean = 0;
-    for (int r = 0; r < n(); ++r) mean += got[r][step];
-    mean /= n();
-    EXPECT_NEAR(mean, want[step], 1e-5 * std::abs(want[step])) << "step " << step;
-  }
+  gpt_steps::expect_mean_matches(got, want);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "axle.h"
 #include "engine/config.h"
 #include "samples/gpt_model.h"
+#include "tests/gpt_steps.h"
 
 namespace axle {
 namespace {
@@ -25,82 +26,43 @@ class DdpScaleOut : public ::testing::Test {
   void TearDown() override { config::unset("AXLE_COLLECTIVE_TIMEOUT"); }
 };
 
-const samples::GptConfig kConfig{
-    .vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
-
-// A digest of a module's parameters' bits.
-uint64_t digest(const nn::Module& module) {
-  uint64_t h = 1469598103934665603ull;
-  for (const auto& [name, t] : module.state_dict()) {
-    for (float x : t.to_vector<float>()) {
-      uint32_t bits = 0;
-      std::memcpy(&bits, &x, sizeof bits);
-      h = (h ^ bits) * 1099511628211ull;
-    }
-  }
-  return h;
-}
+using gpt_steps::kTinyGpt;
 
 TEST_F(DdpScaleOut, ConstructionGivesEveryReplicaOfTheJobTheMastersParameters) {
   set_rng_state(5);
-  const uint64_t want = digest(samples::Gpt(kConfig));
+  const uint64_t want = gpt_steps::digest(samples::Gpt(kTinyGpt));
   spawn([&](int ordinal) {
     set_rng_state(static_cast<uint64_t>(5 + ordinal));  // apart
-    DistributedDataParallel ddp(std::make_shared<samples::Gpt>(kConfig));
+    DistributedDataParallel ddp(std::make_shared<samples::Gpt>(kTinyGpt));
     mark_step();
-    const auto all = mesh_reduce("digest", digest(ddp),
+    const auto all = mesh_reduce("digest", gpt_steps::digest(ddp),
                                  [](const std::vector<uint64_t>& every) { return every; });
     ASSERT_EQ(static_cast<int>(all.size()), world_size());
     for (std::size_t r = 0; r < all.size(); ++r) EXPECT_EQ(all[r], want) << "replica " << r;
   });
 }
 
+// Every replica's losses, gathered from the job's processes.
+std::vector<std::vector<float>> every_replicas(const std::vector<float>& mine) {
+  return mesh_reduce("losses", mine,
+                     [](const std::vector<std::vector<float>>& every) { return every; });
+}
+
 TEST_F(DdpScaleOut, GptLossesMatchOneDeviceOnTheGlobalBatch) {
   constexpr int kSteps = 20;
   constexpr int64_t kGlobalBatch = 8;
-  const auto batch = [&](int step, int64_t first, int64_t rows, bool targets) {
-    std::vector<int64_t> v;
-    for (int64_t b = first; b < first + rows; ++b) {
-      for (int64_t t = 0; t < kConfig.block_size; ++t) {
-        v.push_back((step * 7 + b * 5 + (t + (targets ? 1 : 0)) * 3 + b * t) % kConfig.vocab_size);
-      }
-    }
-    return tensor(v, {rows, kConfig.block_size});
-  };
-  const auto train = [&](nn::Module& model, int64_t first, int64_t rows) {
-    optim::AdamW adamw(model.parameters(), {.lr = 1e-2});
-    std::vector<float> losses;
-    for (int step = 0; step < kSteps; ++step) {
-      adamw.zero_grad();
-      const Tensor logits = model(batch(step, first, rows, false));
-      const Tensor loss = nn::cross_entropy(reshape(logits, {rows * kConfig.block_size, -1}),
-                                            reshape(batch(step, first, rows, true), {-1}));
-      loss.backward();
-      adamw.step();
-      mark_step();
-      losses.push_back(loss.item<float>());
-    }
-    return losses;
-  };
   set_rng_state(11);
-  samples::Gpt single(kConfig);
-  const std::vector<float> want = train(single, 0, kGlobalBatch);
+  samples::Gpt single(kTinyGpt);
+  const std::vector<float> want = gpt_steps::train(single, kSteps, 0, kGlobalBatch);
 
   spawn([&](int ordinal) {
     const int world = world_size();
     ASSERT_EQ(kGlobalBatch % world, 0);
     const int64_t rows = kGlobalBatch / world;
     set_rng_state(static_cast<uint64_t>(11 + ordinal));  // the master's initialisation wins
-    DistributedDataParallel ddp(std::make_shared<samples::Gpt>(kConfig), {.bucket_cap_mb = 0.01});
-    const std::vector<float> mine = train(ddp, ordinal * rows, rows);
-    const auto all = mesh_reduce(
-        "losses", mine, [](const std::vector<std::vector<float>>& every) { return every; });
-    for (int step = 0; step < kSteps; ++step) {
-      double mean = 0;
-      for (const auto& losses : all) mean += losses[static_cast<std::size_t>(step)];
-      mean /= static_cast<double>(all.size());
-      EXPECT_NEAR(mean, want[step], 1e-5 * std::abs(want[step])) << "step " << step;
-    }
+    DistributedDataParallel ddp(std::make_shared<samples::Gpt>(kTinyGpt), {.bucket_cap_mb = 0.01});
+    gpt_steps::expect_mean_matches(
+        every_replicas(gpt_steps::train(ddp, kSteps, ordinal * rows, rows)), want);
   });
 }
 
@@ -110,28 +72,15 @@ TEST_F(DdpScaleOut, GptNoSyncMicroBatchesMatchOneDeviceOnTheGlobalBatch) {
   constexpr int kSteps = 8;
   constexpr int64_t kGlobalBatch = 8;
   constexpr int64_t kMicro = 2;
-  const auto batch = [&](int step, int64_t first, int64_t rows, bool targets) {
-    std::vector<int64_t> v;
-    for (int64_t b = first; b < first + rows; ++b) {
-      for (int64_t t = 0; t < kConfig.block_size; ++t) {
-        v.push_back((step * 3 + b * 7 + (t + (targets ? 1 : 0)) * 5 + b * t) % kConfig.vocab_size);
-      }
-    }
-    return tensor(v, {rows, kConfig.block_size});
-  };
-  const auto loss_of = [&](nn::Module& model, int step, int64_t first, int64_t rows) {
-    const Tensor logits = model(batch(step, first, rows, false));
-    return nn::cross_entropy(reshape(logits, {rows * kConfig.block_size, -1}),
-                             reshape(batch(step, first, rows, true), {-1}));
-  };
+  constexpr gpt_steps::TokenFormula kFormula{.step = 3, .row = 7, .position = 5};
   set_rng_state(13);
-  samples::Gpt single(kConfig);
+  samples::Gpt single(kTinyGpt);
   std::vector<float> want;
   {
     optim::AdamW adamw(single.parameters(), {.lr = 1e-2});
     for (int step = 0; step < kSteps; ++step) {
       adamw.zero_grad();
-      const Tensor loss = loss_of(single, step, 0, kGlobalBatch);
+      const Tensor loss = gpt_steps::loss_on(single, step, 0, kGlobalBatch, kFormula);
       loss.backward();
       adamw.step();
       mark_step();
@@ -144,7 +93,7 @@ TEST_F(DdpScaleOut, GptNoSyncMicroBatchesMatchOneDeviceOnTheGlobalBatch) {
     ASSERT_EQ(kGlobalBatch % (world * kMicro), 0);
     const int64_t rows = kGlobalBatch / world / kMicro;
     set_rng_state(static_cast<uint64_t>(13 + ordinal));
-    DistributedDataParallel ddp(std::make_shared<samples::Gpt>(kConfig), {.bucket_cap_mb = 0.01});
+    DistributedDataParallel ddp(std::make_shared<samples::Gpt>(kTinyGpt), {.bucket_cap_mb = 0.01});
     optim::AdamW adamw(ddp.parameters(), {.lr = 1e-2});
     std::vector<float> mine;
     for (int step = 0; step < kSteps; ++step) {
@@ -153,23 +102,16 @@ TEST_F(DdpScaleOut, GptNoSyncMicroBatchesMatchOneDeviceOnTheGlobalBatch) {
       Tensor first_loss;
       {
         const auto guard = ddp.no_sync();
-        first_loss = loss_of(ddp, step, first, rows);
+        first_loss = gpt_steps::loss_on(ddp, step, first, rows, kFormula);
         (first_loss * (1.0 / kMicro)).backward();
       }
-      const Tensor last_loss = loss_of(ddp, step, first + rows, rows);
+      const Tensor last_loss = gpt_steps::loss_on(ddp, step, first + rows, rows, kFormula);
       (last_loss * (1.0 / kMicro)).backward();
       adamw.step();
       mark_step();
       mine.push_back((first_loss.item<float>() + last_loss.item<float>()) / kMicro);
     }
-    const auto all = mesh_reduce(
-        "losses", mine, [](const std::vector<std::vector<float>>& every) { return every; });
-    for (int step = 0; step < kSteps; ++step) {
-      double mean = 0;
-      for (const auto& losses : all) mean += losses[static_cast<std::size_t>(step)];
-      mean /= static_cast<double>(all.size());
-      EXPECT_NEAR(mean, want[step], 1e-5 * std::abs(want[step])) << "step " << step;
-    }
+    gpt_steps::expect_mean_matches(every_replicas(mine), want);
   });
 }
 
