@@ -24,11 +24,11 @@
 #include "io/fashion_mnist.h"
 #include "io/parallel_loader.h"
 #include "io/shard.h"
-#include "io/sharded_checkpoint.h"
 #include "io/summary_writer.h"
 #include "samples/flag_checks.h"
 #include "samples/mnist_models.h"
 #include "samples/trainer_log.h"
+#include "samples/weights.h"
 
 namespace axle::samples {
 namespace {
@@ -69,31 +69,6 @@ std::shared_ptr<const Dataset> dataset(const Flags& flags, Split split) {
 
 Tensor to_device(const CpuTensor& host, Device device) {
   return tensor_from_bytes(host.bytes, host.dtype, host.shape, device);
-}
-
-// A .safetensors file (from PyTorch, or --save), or else axle's checkpoint format.
-void load_weights(nn::Module& model, const std::string& path, Device device) {
-  nn::StateDict state;
-  if (std::filesystem::path(path).extension() == ".safetensors") {
-    for (const auto& [name, host] : load_safetensors(path)) {
-      state.emplace_back(name, to_device(host, device));
-    }
-  } else {
-    state = load(path, device);
-  }
-  model.load_state_dict(state);
-}
-
-// A .safetensors file (PyTorch loads it), or else axle's checkpoint format.
-void save_weights(const nn::Module& model, const std::string& path) {
-  if (std::filesystem::path(path).extension() != ".safetensors") {
-    save(model.state_dict(), path);  // written by the master replica
-    return;
-  }
-  if (!is_master_ordinal(/*local=*/false)) return;
-  CpuTensorMap host;
-  for (const auto& [name, t] : model.state_dict()) host.emplace(name, t.to_cpu());
-  save_safetensors(path, host);
 }
 
 // This replica's share of the test set, classified: {correct, seen}. The count accumulates on
@@ -272,19 +247,7 @@ void train_replica(const Flags& flags, Summary& summary) {
                     return std::ranges::all_of(all, [&](uint64_t d) { return d == all.front(); });
                   });
   if (!flags.save.empty() && fsdp) {
-    // Every replica's shards, then the master puts them together into the model's file.
-    const std::filesystem::path shards = flags.save + ".shards";
-    if (is_master_ordinal(/*local=*/false)) std::filesystem::create_directories(shards);
-    rendezvous("train_mnist shards dir");
-    save(fsdp->sharded_checkpoint(),
-         shards / fmt::format("rank-{}-of-{}.ckpt", global_ordinal(), world),
-         /*master_only=*/false);
-    if (is_master_ordinal(/*local=*/false)) {
-      (void)consolidate_sharded_checkpoints((shards / "rank-").string(),
-                                            fmt::format("*-of-{}.ckpt", world), flags.save);
-      std::filesystem::remove_all(shards);
-    }
-    rendezvous("train_mnist consolidated");
+    save_fsdp_weights(*fsdp, flags.save);
   } else if (!flags.save.empty()) {
     save_weights(*model, flags.save);
   }
