@@ -123,44 +123,129 @@ struct Summary {
   bool replicas_identical = true;
 };
 
+// The model as this replica trains it: itself, one FullyShardedDataParallel unit (--fsdp: each
+// replica keeps 1/N of its parameters and of the momentum, gathers them for each forward and gets
+// its shard of the averaged gradients from backward), or through DistributedDataParallel (--ddp:
+// backward averages the gradients, optimizer_step only steps). Testing and saving use the model
+// itself (FSDP's parameters through it).
+struct Trainee {
+  std::shared_ptr<nn::Module> model;
+  std::shared_ptr<FullyShardedDataParallel> fsdp;
+  std::shared_ptr<nn::Module> trained;
+
+  [[nodiscard]] nn::Module& held() const { return fsdp ? *fsdp : *model; }
+};
+
+Trainee make_trainee(const Flags& flags, Device device) {
+  Trainee t;
+  set_rng_state(flags.seed, device);  // every replica starts from the same weights
+  t.model = make_mnist_model(flags.model, device);
+  if (!flags.init.empty()) load_weights(*t.model, flags.init, device);
+  t.trained = t.model;
+  if (flags.fsdp) {
+    mark_step();  // the initial weights, then their shards
+    t.fsdp = std::make_shared<FullyShardedDataParallel>(t.model);
+    mark_step();
+    t.trained = t.fsdp;
+  }
+  if (flags.ddp) t.trained = std::make_shared<DistributedDataParallel>(t.model);
+  return t;
+}
+
+// What a replica reports as it trains, from the step closures' thread.
+struct Reporter {
+  std::string device_name;
+  std::shared_ptr<SummaryWriter> summaries;  // TensorBoard, from the master replica
+  RateTracker tracker;
+
+  void train_step(int epoch, int64_t step, int64_t samples, double loss, double lr) {
+    tracker.add(samples);
+    // Every replica reads its loss (the same step graph everywhere); the replicas of the first
+    // process print it (in a job of several processes, only those).
+    if (summaries) {
+      summaries->add_scalar("train/loss", loss, step);
+      summaries->add_scalar("train/lr", lr, step);
+      summaries->add_scalar("train/samples_per_s", tracker.rate(), step);
+    }
+    if (process_index() != 0) return;
+    fmt::print(
+        "| Training Device={} Epoch={} Step={} Loss={:.5f} Rate={:.2f} GlobalRate={:.2f} "
+        "Time={}\n",
+        device_name, epoch, step, loss, tracker.rate(), tracker.global_rate(), now_text());
+    std::fflush(stdout);
+  }
+};
+
+// The job's test accuracy after `epoch`, printed by the master replica.
+double test_accuracy(const Trainee& t, const Flags& flags, Device device, int epoch,
+                     const Reporter& reporter, int64_t step) {
+  const auto [correct, seen] = test_counts(t.held(), flags, device);
+  const auto total = mesh_reduce("test_accuracy", std::pair<int64_t, int64_t>(correct, seen),
+                                 [](const std::vector<std::pair<int64_t, int64_t>>& all) {
+                                   std::pair<int64_t, int64_t> sum{0, 0};
+                                   for (const auto& [c, s] : all) {
+                                     sum = {sum.first + c, sum.second + s};
+                                   }
+                                   return sum;
+                                 });
+  const double accuracy =
+      total.second == 0 ? 0 : static_cast<double>(total.first) / static_cast<double>(total.second);
+  if (is_master_ordinal(/*local=*/false)) {
+    fmt::print("| Test Device={} Epoch={} Accuracy={:.2f}% Time={}\n", reporter.device_name, epoch,
+               100 * accuracy, now_text());
+  }
+  if (reporter.summaries) reporter.summaries->add_scalar("test/accuracy", accuracy, step);
+  return accuracy;
+}
+
+// One step on `batch`: forward, backward, and the update — FSDP's shards step on the gradients
+// backward gave them; otherwise optimizer_step averages the gradients across replicas (unless
+// DDP did). The loss.
+Tensor train_step(const Trainee& t, optim::SGD& optimizer, const DeviceBatch& batch) {
+  optimizer.zero_grad();
+  const Tensor loss = nn::nll_loss((*t.trained)(batch[0]), batch[1]);
+  loss.backward();
+  if (t.fsdp) {
+    optimizer.step();
+  } else {
+    optimizer_step(optimizer);
+  }
+  return loss;
+}
+
+// Whether every replica ends with the same parameters, and the samples the job trained on.
+std::pair<bool, int64_t> job_outcome(const Trainee& t, int64_t samples) {
+  const int64_t all_samples = mesh_reduce("samples", samples, [](const std::vector<int64_t>& all) {
+    int64_t sum = 0;
+    for (int64_t n : all) sum += n;
+    return sum;
+  });
+  const bool identical =
+      mesh_reduce("parameters", t.fsdp ? gathered_digest(*t.fsdp) : parameters_digest(*t.model),
+                  [](const std::vector<uint64_t>& all) {
+                    return std::ranges::all_of(all, [&](uint64_t d) { return d == all.front(); });
+                  });
+  return {identical, all_samples};
+}
+
 // One replica's training, as test_train_mp_mnist's _mp_fn: its own model on its own device, its
 // share of the data, and gradients averaged across replicas by optimizer_step.
 void train_replica(const Flags& flags, Summary& summary) {
-  const int world = world_size();
   const int ordinal = global_ordinal();
   const Device device = xla_device();
-  set_rng_state(flags.seed, device);  // every replica starts from the same weights
-  std::shared_ptr<nn::Module> model = make_mnist_model(flags.model, device);
-  if (!flags.init.empty()) load_weights(*model, flags.init, device);
-  // With --fsdp the model trains as one FullyShardedDataParallel unit: each replica keeps 1/N of
-  // its parameters and of the momentum, gathers them for each forward and gets its shard of the
-  // averaged gradients from backward; the optimizer steps on the shards.
-  std::shared_ptr<FullyShardedDataParallel> fsdp;
-  if (flags.fsdp) {
-    mark_step();  // the initial weights, then their shards
-    fsdp = std::make_shared<FullyShardedDataParallel>(model);
-    mark_step();
-  }
-  optim::SGD optimizer(fsdp ? fsdp->parameters() : model->parameters(),
-                       {.lr = flags.lr, .momentum = flags.momentum});
-  // With --ddp, training goes through DistributedDataParallel: backward averages the gradients,
-  // and optimizer_step only steps. Testing and saving use the model itself.
-  std::shared_ptr<nn::Module> trained = model;
-  if (fsdp) trained = fsdp;
-  if (flags.ddp) trained = std::make_shared<DistributedDataParallel>(model);
+  const Trainee t = make_trainee(flags, device);
+  optim::SGD optimizer(t.held().parameters(), {.lr = flags.lr, .momentum = flags.momentum});
   DataLoader train_loader(
-      std::make_shared<ShardedDataset>(dataset(flags, Split::kTrain), world, ordinal),
+      std::make_shared<ShardedDataset>(dataset(flags, Split::kTrain), world_size(), ordinal),
       DataLoaderOptions{.batch_size = flags.batch_size,
                         .shuffle = flags.shuffle != 0,
                         .seed = flags.seed + static_cast<uint64_t>(ordinal),
                         .drop_last = true,
                         .num_workers = flags.num_workers});
-  const std::string device_name = fmt::format("{}/{}", device.to_string(), ordinal);
-  auto tracker = std::make_shared<RateTracker>();
-  // TensorBoard summaries (tensorboard --logdir DIR), from the master replica.
-  std::shared_ptr<SummaryWriter> summaries;
+  auto reporter = std::make_shared<Reporter>();
+  reporter->device_name = fmt::format("{}/{}", device.to_string(), ordinal);
   if (!flags.logdir.empty() && is_master_ordinal(/*local=*/false)) {
-    summaries = std::make_shared<SummaryWriter>(flags.logdir);
+    reporter->summaries = std::make_shared<SummaryWriter>(flags.logdir);
   }
   int64_t step = 0, samples = 0;
   double accuracy = 0;
@@ -176,40 +261,15 @@ void train_replica(const Flags& flags, Summary& summary) {
         fmt::print(stderr, "train_mnist: {} spans of {} steps in {}\n", stop_trace(), step,
                    flags.trace);
       }
-      const Tensor& images = batch[0];
-      const Tensor& labels = batch[1];
-      optimizer.zero_grad();
-      const Tensor loss = nn::nll_loss((*trained)(images), labels);
-      loss.backward();
-      if (fsdp) {
-        optimizer.step();  // backward gave this replica its shard of the averaged gradients
-      } else {
-        optimizer_step(optimizer);  // averages the gradients across replicas (unless DDP did)
-      }
+      const Tensor loss = train_step(t, optimizer, batch);
       ++step;
-      samples += labels.size(0);
-      const int64_t batch_samples = labels.size(0);
+      const int64_t batch_samples = batch[1].size(0);
+      samples += batch_samples;
       if (flags.log_steps > 0 && step % flags.log_steps == 0) {
-        if (summaries) summaries->add_step_breakdown(step);
+        if (reporter->summaries) reporter->summaries->add_step_breakdown(step);
         add_step_closure(
-            [tracker, loss, step, epoch, batch_samples, device_name, summaries,
-             flags_log = flags.log_steps, lr = flags.lr] {
-              tracker->add(batch_samples * flags_log);
-              // Every replica reads its loss (the same step graph everywhere); the replicas of
-              // the first process print it (in a job of several processes, only those).
-              const double value = loss.item();
-              if (summaries) {
-                summaries->add_scalar("train/loss", value, step);
-                summaries->add_scalar("train/lr", lr, step);
-                summaries->add_scalar("train/samples_per_s", tracker->rate(), step);
-              }
-              if (process_index() != 0) return;
-              fmt::print(
-                  "| Training Device={} Epoch={} Step={} Loss={:.5f} Rate={:.2f} "
-                  "GlobalRate={:.2f} Time={}\n",
-                  device_name, epoch, step, value, tracker->rate(), tracker->global_rate(),
-                  now_text());
-              std::fflush(stdout);
+            [reporter, loss, step, epoch, logged = batch_samples * flags.log_steps, lr = flags.lr] {
+              reporter->train_step(epoch, step, logged, loss.item(), lr);
             },
             /*run_async=*/true);
       }
@@ -220,58 +280,32 @@ void train_replica(const Flags& flags, Summary& summary) {
       }
     }
     wait_device_ops();
-    const auto [correct, seen] = test_counts(fsdp ? *fsdp : *model, flags, device);
-    const auto total = mesh_reduce("test_accuracy", std::pair<int64_t, int64_t>(correct, seen),
-                                   [](const std::vector<std::pair<int64_t, int64_t>>& all) {
-                                     std::pair<int64_t, int64_t> sum{0, 0};
-                                     for (const auto& [c, s] : all)
-                                       sum = {sum.first + c, sum.second + s};
-                                     return sum;
-                                   });
-    accuracy = total.second == 0 ? 0 : static_cast<double>(total.first) / total.second;
-    if (is_master_ordinal(/*local=*/false)) {
-      fmt::print("| Test Device={} Epoch={} Accuracy={:.2f}% Time={}\n", device_name, epoch,
-                 100 * accuracy, now_text());
-    }
-    if (summaries) summaries->add_scalar("test/accuracy", accuracy, step);
+    accuracy = test_accuracy(t, flags, device, epoch, *reporter, step);
   }
   wait_device_ops();
-  const int64_t all_samples = mesh_reduce("samples", samples, [](const std::vector<int64_t>& all) {
-    int64_t sum = 0;
-    for (int64_t n : all) sum += n;
-    return sum;
-  });
-  const bool identical =
-      mesh_reduce("parameters", fsdp ? gathered_digest(*fsdp) : parameters_digest(*model),
-                  [](const std::vector<uint64_t>& all) {
-                    return std::ranges::all_of(all, [&](uint64_t d) { return d == all.front(); });
-                  });
-  if (!flags.save.empty() && fsdp) {
-    save_fsdp_weights(*fsdp, flags.save);
+  const auto [identical, all_samples] = job_outcome(t, samples);
+  if (!flags.save.empty() && t.fsdp) {
+    save_fsdp_weights(*t.fsdp, flags.save);
   } else if (!flags.save.empty()) {
-    save_weights(*model, flags.save);
+    save_weights(*t.model, flags.save);
   }
-  if (is_master_ordinal(/*local=*/false)) {
-    summary = Summary{accuracy, all_samples, identical};
-  }
+  if (is_master_ordinal(/*local=*/false)) summary = Summary{accuracy, all_samples, identical};
 }
 
 // With --spmd: one program over a mesh of every device, axes "data" and "model", as torch_xla's
 // SPMD samples. The batch is split over "data" as the loader places it; the first hidden layer
 // is column-parallel and the next row-parallel over "model" (Megatron), so one all_reduce joins
 // them; the compiler adds the collectives the rest needs (the gradients' reduction over "data").
-int train_spmd(const Flags& flags) {
-  const auto start = Clock::now();
+// --mesh as a mesh of every device of the job (global ordinals, process-major under mpirun),
+// checked against the job and --batch_size.
+spmd::Mesh job_mesh(const Flags& flags) {
   const std::vector<int64_t> shape = mesh_shape(flags.mesh);
   const int64_t devices = shape[0] * shape[1];
-  // Under mpirun the mesh spans every process's devices (global ordinals, process-major).
   if (devices != global_device_count()) {
     throw std::invalid_argument(fmt::format(
         "--mesh {} holds {} devices, but the job has {} ({} process{} of {})", flags.mesh, devices,
         global_device_count(), process_count(), process_count() == 1 ? "" : "es", device_count()));
   }
-  // Every process runs the program; the first reports.
-  const bool reports = process_index() == 0;
   if (flags.batch_size % shape[0] != 0) {
     throw std::invalid_argument(
         fmt::format("--batch_size {} does not split evenly over the mesh's {} data shards",
@@ -279,17 +313,66 @@ int train_spmd(const Flags& flags) {
   }
   std::vector<int64_t> ids(static_cast<std::size_t>(devices));
   std::iota(ids.begin(), ids.end(), 0);
-  const spmd::Mesh mesh(ids, shape, {"data", "model"});
-  const Device device = xla_device();
-  set_rng_state(flags.seed, device);
-  std::shared_ptr<nn::Module> model = make_mnist_model(flags.model, device);
-  if (!flags.init.empty()) load_weights(*model, flags.init, device);
+  return spmd::Mesh(ids, shape, {"data", "model"});
+}
+
+// The MLP's first hidden layer column-parallel and the next row-parallel over "model"
+// (Megatron), so one all_reduce joins them.
+void shard_over_model_axis(const nn::Module& model, const spmd::Mesh& mesh) {
   constexpr auto None = std::nullopt;
-  for (const auto& [name, parameter] : model->named_parameters()) {
+  for (const auto& [name, parameter] : model.named_parameters()) {
     if (name == "fc1.weight") spmd::mark_sharding(parameter, mesh, {"model", None});
     if (name == "fc1.bias") spmd::mark_sharding(parameter, mesh, {"model"});
     if (name == "fc2.weight") spmd::mark_sharding(parameter, mesh, {None, "model"});
   }
+}
+
+// The test set classified with the batch split over "data" too: {correct, seen}. Every test
+// sample, as the one-device run sees them (the same accuracy and compiles), unless the last,
+// short batch does not split evenly over "data": then it is left out.
+std::pair<int64_t, int64_t> spmd_test_counts(nn::Module& model, const Flags& flags,
+                                             const spmd::Mesh& mesh, Device device,
+                                             const ParallelLoaderOptions& sharded) {
+  model.eval();
+  NoGradGuard no_grad;
+  const std::shared_ptr<const Dataset> test_set = dataset(flags, Split::kTest);
+  const bool uneven_tail = test_set->size() % flags.batch_size % mesh.shape()[0] != 0;
+  DataLoader test_loader(test_set, DataLoaderOptions{.batch_size = flags.batch_size,
+                                                     .drop_last = uneven_tail,
+                                                     .num_workers = flags.num_workers});
+  Tensor hits = zeros(Shape{}, DType::kI64, device);
+  int64_t seen = 0;
+  for (const DeviceBatch& batch : MpDeviceLoader(test_loader, device, sharded)) {
+    const Tensor predicted = argmax(model(batch[0]), 1);
+    hits = hits + sum(cast(eq(predicted, batch[1]), DType::kI64));
+    seen += batch[1].size(0);
+  }
+  return {static_cast<int64_t>(hits.item()), seen};
+}
+
+// What each device holds of the parameters, and the whole model's: {whole, per device}.
+std::pair<int64_t, int64_t> parameter_bytes(const nn::Module& model) {
+  int64_t whole_bytes = 0, device_bytes = 0;
+  for (const Tensor& p : model.parameters()) {
+    const DeviceData& data = *p.impl()->data();
+    whole_bytes += static_cast<int64_t>(data.bytes());
+    device_bytes += static_cast<int64_t>(data.sharded() ? data.shards()[0]->bytes() : data.bytes());
+  }
+  return {whole_bytes, device_bytes};
+}
+
+// With --spmd: one program over a mesh of every device, axes "data" and "model", as torch_xla's
+// SPMD samples. The batch is split over "data" as the loader places it; the compiler adds the
+// collectives the model's split needs (the gradients' reduction over "data").
+int train_spmd(const Flags& flags) {
+  const auto start = Clock::now();
+  const spmd::Mesh mesh = job_mesh(flags);
+  const bool reports = process_index() == 0;  // every process runs the program; the first reports
+  const Device device = xla_device();
+  set_rng_state(flags.seed, device);
+  std::shared_ptr<nn::Module> model = make_mnist_model(flags.model, device);
+  if (!flags.init.empty()) load_weights(*model, flags.init, device);
+  shard_over_model_axis(*model, mesh);
   optim::SGD optimizer(model->parameters(), {.lr = flags.lr, .momentum = flags.momentum});
   DataLoader train_loader(dataset(flags, Split::kTrain),
                           DataLoaderOptions{.batch_size = flags.batch_size,
@@ -297,16 +380,16 @@ int train_spmd(const Flags& flags) {
                                             .seed = flags.seed,
                                             .drop_last = true,
                                             .num_workers = flags.num_workers});
-  const ParallelLoaderOptions sharded{.input_sharding =
-                                          InputSharding{mesh, {"data", None, None, None}}};
-  auto tracker = std::make_shared<RateTracker>();
-  std::shared_ptr<SummaryWriter> summaries;
+  const ParallelLoaderOptions sharded{
+      .input_sharding = InputSharding{mesh, {"data", std::nullopt, std::nullopt, std::nullopt}}};
+  auto reporter = std::make_shared<Reporter>();
+  reporter->device_name = "xla:0/spmd";
   if (!flags.logdir.empty() && reports) {
-    summaries = std::make_shared<SummaryWriter>(flags.logdir);
+    reporter->summaries = std::make_shared<SummaryWriter>(flags.logdir);
   }
   int64_t step = 0, samples = 0;
-  bool done = false;
-  for (int epoch = 1; epoch <= flags.num_epochs && !done; ++epoch) {
+  for (int epoch = 1;
+       epoch <= flags.num_epochs && !(flags.max_steps > 0 && step >= flags.max_steps); ++epoch) {
     train_loader.set_epoch(epoch - 1);
     for (const DeviceBatch& batch : MpDeviceLoader(train_loader, device, sharded)) {
       optimizer.zero_grad();
@@ -317,75 +400,30 @@ int train_spmd(const Flags& flags) {
       const int64_t batch_samples = batch[1].size(0);
       samples += batch_samples;
       if (flags.log_steps > 0 && step % flags.log_steps == 0) {
-        if (summaries) summaries->add_step_breakdown(step);
+        if (reporter->summaries) reporter->summaries->add_step_breakdown(step);
         // Every process keeps the loss (an output of the step: the processes' programs must be
-        // the same); the first prints it.
+        // the same); the first reads and prints it.
         add_step_closure(
-            [reports, tracker, loss, step, epoch, batch_samples, summaries,
-             flags_log = flags.log_steps, lr = flags.lr] {
-              if (!reports) return;
-              tracker->add(batch_samples * flags_log);
-              if (summaries) {
-                summaries->add_scalar("train/loss", loss.item(), step);
-                summaries->add_scalar("train/lr", lr, step);
-                summaries->add_scalar("train/samples_per_s", tracker->rate(), step);
-              }
-              fmt::print(
-                  "| Training Device=xla:0/spmd Epoch={} Step={} Loss={:.5f} Rate={:.2f} "
-                  "GlobalRate={:.2f} Time={}\n",
-                  epoch, step, loss.item(), tracker->rate(), tracker->global_rate(), now_text());
-              std::fflush(stdout);
+            [reports, reporter, loss, step, epoch, logged = batch_samples * flags.log_steps,
+             lr = flags.lr] {
+              if (reports) reporter->train_step(epoch, step, logged, loss.item(), lr);
             },
             /*run_async=*/true);
       }
       if (flags.max_steps > 0 && step >= flags.max_steps) {
         mark_step();
-        done = true;
         break;
       }
     }
   }
   wait_device_ops();
   const double train_seconds = seconds_since(start);
-  // Test: the batch split over "data" too.
-  model->eval();
-  int64_t correct = 0, seen = 0;
-  {
-    NoGradGuard no_grad;
-    // Every test sample, as the one-device run sees them (the same accuracy and compiles), unless
-    // the last, short batch does not split evenly over "data": then it is left out.
-    const std::shared_ptr<const Dataset> test_set = dataset(flags, Split::kTest);
-    const bool uneven_tail = test_set->size() % flags.batch_size % shape[0] != 0;
-    DataLoader test_loader(test_set, DataLoaderOptions{.batch_size = flags.batch_size,
-                                                       .drop_last = uneven_tail,
-                                                       .num_workers = flags.num_workers});
-    Tensor hits = zeros(Shape{}, DType::kI64, device);
-    for (const DeviceBatch& batch : MpDeviceLoader(test_loader, device, sharded)) {
-      const Tensor predicted = argmax((*model)(batch[0]), 1);
-      hits = hits + sum(cast(eq(predicted, batch[1]), DType::kI64));
-      seen += batch[1].size(0);
-    }
-    correct = static_cast<int64_t>(hits.item());
+  const auto [correct, seen] = spmd_test_counts(*model, flags, mesh, device, sharded);
+  if (reporter->summaries && seen > 0) {
+    reporter->summaries->add_scalar("test/accuracy", static_cast<double>(correct) / seen, step);
   }
-  if (summaries && seen > 0) {
-    summaries->add_scalar("test/accuracy", static_cast<double>(correct) / seen, step);
-  }
-  // What each device holds of the parameters, against the whole model.
-  int64_t whole_bytes = 0, device_bytes = 0;
-  for (const Tensor& p : model->parameters()) {
-    const DeviceData& data = *p.impl()->data();
-    whole_bytes += static_cast<int64_t>(data.bytes());
-    device_bytes += static_cast<int64_t>(data.sharded() ? data.shards()[0]->bytes() : data.bytes());
-  }
-  if (!flags.save.empty() && std::filesystem::path(flags.save).extension() == ".safetensors") {
-    // Reading a value whose tiles are on other processes is a collective: every process reads,
-    // the first writes.
-    CpuTensorMap host;
-    for (const auto& [name, t] : model->state_dict()) host.emplace(name, t.to_cpu());
-    if (reports) save_safetensors(flags.save, host);
-  } else if (!flags.save.empty()) {
-    save(model->state_dict(), flags.save);
-  }
+  const auto [whole_bytes, device_bytes] = parameter_bytes(*model);
+  if (!flags.save.empty()) save_weights(*model, flags.save);
   if (!reports) return 0;
   if (flags.metrics_debug) fmt::print("{}", metrics_report());
   fmt::print(
@@ -394,7 +432,7 @@ int train_spmd(const Flags& flags) {
       "\"parameter_bytes\":{},\"parameter_bytes_per_device\":{}}}\n",
       seen == 0 ? 0.0 : static_cast<double>(correct) / seen,
       static_cast<double>(samples) / train_seconds, counter_value("UncachedCompile").value_or(0),
-      devices, flags.mesh, process_count(), whole_bytes, device_bytes);
+      mesh.device_ids().size(), flags.mesh, process_count(), whole_bytes, device_bytes);
   return 0;
 }
 
