@@ -81,11 +81,44 @@ struct Summary {
   int64_t parameters = 0;
 };
 
-// Images per second since the last report, smoothed, and since the start (PyTorch/XLA's
-// RateTracker), and the first loss logged. Used from the closure thread only.
+// What a replica reports: images per second since the last report, smoothed, and since the
+// start (PyTorch/XLA's RateTracker), the first loss logged, the evaluation. The step closures
+// use it from their thread only.
 struct Progress {
+  std::string device_name;
+  std::shared_ptr<SummaryWriter> summaries;  // TensorBoard, from the master replica
   RateTracker images;
   double first_loss = -1;
+
+  // The closure of a logged step: it starts when the step's device work is done, so the rates
+  // are timed from here, before the read, which queues behind the steps the device runs next.
+  void train_step(int64_t step, int64_t batch_images, const Tensor& loss, double lr) {
+    images.add(batch_images);
+    const double value = loss.item();
+    if (first_loss < 0) first_loss = value;
+    if (summaries) {
+      summaries->add_scalar("train/loss", value, step);
+      summaries->add_scalar("train/lr", lr, step);
+      summaries->add_scalar("train/images_per_s", images.rate(), step);
+    }
+    if (process_index() != 0) return;
+    fmt::print(
+        "| Training Device={} Step={} Loss={:.5f} Rate={:.2f} GlobalRate={:.2f} images/s "
+        "Time={}\n",
+        device_name, step, value, images.rate(), images.global_rate(), now_text());
+    std::fflush(stdout);
+  }
+
+  // The master replica's report of the evaluation.
+  void evaluation(int64_t step, std::pair<double, double> eval) const {
+    if (!is_master_ordinal(/*local=*/false)) return;
+    fmt::print("| Test Device={} Loss={:.5f} Accuracy={:.2f}% Time={}\n", device_name, eval.first,
+               100 * eval.second, now_text());
+    if (summaries) {
+      summaries->add_scalar("test/loss", eval.first, step);
+      summaries->add_scalar("test/accuracy", eval.second, step);
+    }
+  }
 };
 
 // The model in eval mode (BatchNorm on its running statistics) on this replica's fixed batch:
@@ -129,12 +162,10 @@ void train_replica(const Flags& flags, Summary& summary) {
       std::make_shared<RepeatedSamples>(fake, flags.batch_size, flags.max_steps * flags.batch_size),
       DataLoaderOptions{.batch_size = flags.batch_size});
 
-  const std::string device_name = fmt::format("{}/{}", device.to_string(), ordinal);
   auto progress = std::make_shared<Progress>();
-  // TensorBoard summaries (tensorboard --logdir DIR), from the master replica.
-  std::shared_ptr<SummaryWriter> summaries;
+  progress->device_name = fmt::format("{}/{}", device.to_string(), ordinal);
   if (!flags.logdir.empty() && is_master_ordinal(/*local=*/false)) {
-    summaries = std::make_shared<SummaryWriter>(flags.logdir);
+    progress->summaries = std::make_shared<SummaryWriter>(flags.logdir);
   }
   // Step time: from the end of the second step (the first two compile: the momentum buffers
   // appear in the second) to the end of the last.
@@ -155,28 +186,10 @@ void train_replica(const Flags& flags, Summary& summary) {
     if (flags.log_steps > 0 && (step == 1 || step % flags.log_steps == 0)) {
       const int64_t batch_images = flags.batch_size * (step - logged_step);
       logged_step = step;
-      add_step_closure(
-          [progress, loss, step, batch_images, device_name, summaries, lr = flags.lr] {
-            // The closure starts when its step's device work is done: time the rates from here,
-            // before the read, which queues behind the steps the device runs next.
-            Progress& p = *progress;
-            p.images.add(batch_images);
-            const double value = loss.item();
-            if (p.first_loss < 0) p.first_loss = value;
-            if (summaries) {
-              summaries->add_scalar("train/loss", value, step);
-              summaries->add_scalar("train/lr", lr, step);
-              summaries->add_scalar("train/images_per_s", p.images.rate(), step);
-            }
-            if (process_index() != 0) return;
-            fmt::print(
-                "| Training Device={} Step={} Loss={:.5f} Rate={:.2f} GlobalRate={:.2f} images/s "
-                "Time={}\n",
-                device_name, step, value, p.images.rate(), p.images.global_rate(), now_text());
-            std::fflush(stdout);
-          },
-          /*run_async=*/true);
-      if (summaries) summaries->add_step_breakdown(step);
+      add_step_closure([progress, loss, step, batch_images,
+                        lr = flags.lr] { progress->train_step(step, batch_images, loss, lr); },
+                       /*run_async=*/true);
+      if (progress->summaries) progress->summaries->add_step_breakdown(step);
     }
     if (step == warm) {
       mark_step();
@@ -198,14 +211,7 @@ void train_replica(const Flags& flags, Summary& summary) {
   std::pair<double, double> eval{0, 0};
   if (flags.eval && images.defined()) {
     eval = evaluate(*model, images, labels);
-    if (is_master_ordinal(/*local=*/false)) {
-      fmt::print("| Test Device={} Loss={:.5f} Accuracy={:.2f}% Time={}\n", device_name, eval.first,
-                 100 * eval.second, now_text());
-      if (summaries) {
-        summaries->add_scalar("test/loss", eval.first, step);
-        summaries->add_scalar("test/accuracy", eval.second, step);
-      }
-    }
+    progress->evaluation(step, eval);
   }
   if (is_master_ordinal(/*local=*/false)) {
     summary.first_loss = progress->first_loss;
