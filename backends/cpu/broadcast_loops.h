@@ -78,7 +78,8 @@ void for_rows(const LoopNest<N>& nest, int64_t first, int64_t last_row, Row&& ro
   }
 }
 
-inline constexpr int64_t kBlock = 16;  // elements per unrolled step: a multiple of every vector width
+// Elements per unrolled step: a multiple of every vector width.
+inline constexpr int64_t kBlock = 16;
 
 // Outputs smaller than this stay on one thread: waking another costs about as much as a few
 // tens of thousands of simple element operations.
