@@ -158,10 +158,13 @@ struct Reporter {
   std::shared_ptr<SummaryWriter> summaries;  // TensorBoard, from the master replica
   RateTracker tracker;
 
-  void train_step(int epoch, int64_t step, int64_t samples, double loss, double lr) {
+  // The closure of a logged step: it starts when the step's device work is done, so the rates
+  // are timed from here, before the read, which queues behind the steps the device runs next.
+  void train_step(int epoch, int64_t step, int64_t samples, const Tensor& loss_value, double lr) {
     tracker.add(samples);
     // Every replica reads its loss (the same step graph everywhere); the replicas of the first
     // process print it (in a job of several processes, only those).
+    const double loss = loss_value.item();
     if (summaries) {
       summaries->add_scalar("train/loss", loss, step);
       summaries->add_scalar("train/lr", lr, step);
@@ -267,11 +270,9 @@ void train_replica(const Flags& flags, Summary& summary) {
       samples += batch_samples;
       if (flags.log_steps > 0 && step % flags.log_steps == 0) {
         if (reporter->summaries) reporter->summaries->add_step_breakdown(step);
-        add_step_closure(
-            [reporter, loss, step, epoch, logged = batch_samples * flags.log_steps, lr = flags.lr] {
-              reporter->train_step(epoch, step, logged, loss.item(), lr);
-            },
-            /*run_async=*/true);
+        add_step_closure([reporter, loss, step, epoch, logged = batch_samples * flags.log_steps,
+                          lr = flags.lr] { reporter->train_step(epoch, step, logged, loss, lr); },
+                         /*run_async=*/true);
       }
       if (flags.max_steps > 0 && step >= flags.max_steps) {
         mark_step();  // leaving the loop early does not mark the last step
@@ -406,7 +407,7 @@ int train_spmd(const Flags& flags) {
         add_step_closure(
             [reports, reporter, loss, step, epoch, logged = batch_samples * flags.log_steps,
              lr = flags.lr] {
-              if (reports) reporter->train_step(epoch, step, logged, loss.item(), lr);
+              if (reports) reporter->train_step(epoch, step, logged, loss, lr);
             },
             /*run_async=*/true);
       }
