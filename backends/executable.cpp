@@ -8,6 +8,8 @@
 #include <array>
 #include <limits>
 
+#include "engine/hash.h"
+
 namespace axle {
 
 std::string_view kernel_name(Kernel kernel) noexcept {
@@ -17,21 +19,34 @@ std::string_view kernel_name(Kernel kernel) noexcept {
   static constexpr std::array<std::string_view, static_cast<std::size_t>(Kernel::kCount)> kNames = {
       "add",     "sub",         "mul",          "div",         "pow",        "maximum",
       "minimum", "eq",          "ne",           "lt",          "le",         "gt",
-      "ge",      "logical_and", "logical_or",   "where",       "neg",        "exp",
-      "log",     "sqrt",        "rsqrt",        "tanh",        "sigmoid",    "relu",
+      "ge",      "logical_and", "logical_or",   "where",       "neg",        "relu",
       "gelu",    "abs",         "logical_not",  "cast",        "fill",       "iota",
       "sum",     "mean",        "reduce_max",   "reduce_min",  "logsumexp",  "argmax",
       "softmax", "log_softmax", "matmul",       "conv2d",      "max_pool2d", "avg_pool2d",
       "copy",    "permute",     "expand",       "slice",       "concat",     "index_select",
       "gather",  "one_hot",     "rand_uniform", "rand_normal", "rand_int",   "bernoulli",
       "scatter_add", "max_pool2d_backward", "avg_pool2d_backward",
-      "sin",     "cos",         "cumsum",       "topk",       "optimization_barrier",
+      "cumsum",  "topk",        "optimization_barrier",
       "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
-      "erf",
-      "fused", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"};
+      "fused", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
+#define AXLE_FLOAT_FUNCTION_NAME(name, str) str,
+      AXLE_FLOAT_FUNCTIONS(AXLE_FLOAT_FUNCTION_NAME)
+#undef AXLE_FLOAT_FUNCTION_NAME
+  };
   // clang-format on
   auto i = static_cast<std::size_t>(kernel);
   return i < kNames.size() ? kNames[i] : "unknown";
+}
+
+uint64_t kernel_table_fingerprint() noexcept {
+  static const uint64_t kFingerprint = [] {
+    uint64_t h = hash_string("kernels");
+    for (std::size_t k = 0; k < static_cast<std::size_t>(Kernel::kCount); ++k) {
+      h = hash_combine(h, hash_string(kernel_name(static_cast<Kernel>(k))));
+    }
+    return h;
+  }();
+  return kFingerprint;
 }
 
 int collective_groups_at(Kernel kernel) noexcept {
@@ -100,16 +115,10 @@ int fused_step_arity(Kernel kernel) noexcept {
     case Kernel::kNeg:
     case Kernel::kAbs:
     case Kernel::kRelu:
-    case Kernel::kExp:
-    case Kernel::kLog:
-    case Kernel::kSqrt:
-    case Kernel::kRsqrt:
-    case Kernel::kTanh:
-    case Kernel::kSigmoid:
     case Kernel::kGelu:
-    case Kernel::kSin:
-    case Kernel::kCos:
-    case Kernel::kErf:
+#define AXLE_FLOAT_FUNCTION_CASE(name, str) case Kernel::k##name:
+      AXLE_FLOAT_FUNCTIONS(AXLE_FLOAT_FUNCTION_CASE)
+#undef AXLE_FLOAT_FUNCTION_CASE
       return 1;
     default:
       return 0;

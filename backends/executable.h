@@ -12,6 +12,7 @@
 #include "engine/intrusive_ptr.h"
 #include "engine/reduce_type.h"
 #include "engine/shape.h"
+#include "backends/float_functions.h"
 
 namespace axle {
 
@@ -24,8 +25,8 @@ namespace axle {
 ///   kEq kNe kLt kLe kGt kGe                         [a, b] -> bool
 ///   kLogicalAnd kLogicalOr                          [a, b] (bool) -> bool
 ///   kWhere                                          [cond (bool), a, b]
-///   kNeg kExp kLog kSqrt kRsqrt kTanh kSigmoid kRelu kAbs kLogicalNot   [x]
-///   kSin kCos kErf                                  [x]
+///   kNeg kRelu kAbs kLogicalNot                     [x]
+///   the float functions (AXLE_FLOAT_FUNCTIONS)      [x], floating dtypes
 ///   kGelu                                           [x]; ints = [approximate: 0 erf, 1 tanh]
 ///   kCast                                           [x] -> output slot's dtype
 ///   kFill        []; reals = [value]                output filled with value
@@ -121,12 +122,12 @@ namespace axle {
 ///                the output's dtype (f32 or f64). ints = [buffers, then five per step:
 ///                kernel, destination, a, b, attribute, then optionally a reduction]. Steps run
 ///                in order over each block of the chain's elements; kernel is one of kAdd kSub
-///                kMul kDiv kPow kMaximum kMinimum kNeg kAbs kRelu kExp kLog kSqrt kRsqrt kTanh
-///                kSigmoid kGelu kSin kCos kErf; destination is a scratch buffer in [0, buffers),
-///                or -1 for the output (the last step, only, and only without a reduction); an
-///                operand >= 0 is an external operand, < 0 the scratch buffer -operand - 1 (b is
-///                ignored by unary steps); attribute is gelu's approximate flag, else 0. Without a
-///                reduction the chain's shape is the output's.
+///                kMul kDiv kPow kMaximum kMinimum kNeg kAbs kRelu kGelu and the float
+///                functions (see fused_step_arity); destination is a scratch buffer in
+///                [0, buffers), or -1 for the output (the last step, only, and only without a
+///                reduction); an operand >= 0 is an external operand, < 0 the scratch buffer
+///                -operand - 1 (b is ignored by unary steps); attribute is gelu's approximate
+///                flag, else 0. Without a reduction the chain's shape is the output's.
 ///                The reduction, last: [kernel, -1, a, rank, the chain's shape (rank dims),
 ///                keepdim, reduced dims...], kernel one of kSum kMean kReduceMax kReduceMin
 ///                (see fused_reduction); it folds operand a of each block into the output, which
@@ -151,12 +152,6 @@ enum class Kernel : uint16_t {
   kLogicalOr,
   kWhere,
   kNeg,
-  kExp,
-  kLog,
-  kSqrt,
-  kRsqrt,
-  kTanh,
-  kSigmoid,
   kRelu,
   kGelu,
   kAbs,
@@ -193,21 +188,21 @@ enum class Kernel : uint16_t {
   kAvgPool2dBackward,
   // Kernels added later go here, before kFused: a kFused call's ints hold its steps' kernels by
   // number, and programs in the persistent cache keep those numbers.
-  kSin,
-  kCos,
   kCumsum,
   kTopK,
   kOptimizationBarrier,
   kScaledDotProductAttention,
   kScaledDotProductAttentionBackward,
-  kErf,
   kFused,
   kAllReduce,
   kAllGather,
   kReduceScatter,
   kAllToAll,
   kCollectivePermute,
-  kCount
+#define AXLE_FLOAT_FUNCTION_KERNEL(name, str) k##name,
+  AXLE_FLOAT_FUNCTIONS(AXLE_FLOAT_FUNCTION_KERNEL)
+#undef AXLE_FLOAT_FUNCTION_KERNEL
+      kCount
 };
 
 /// The number of operands of `kernel` as a kFused step (1 or 2), or 0 when it cannot be one.
@@ -224,6 +219,10 @@ enum class Kernel : uint16_t {
 
 /// Lower-case name of a kernel ("add", "matmul"), for dumps and errors.
 [[nodiscard]] std::string_view kernel_name(Kernel kernel) noexcept;
+
+/// A hash of every kernel's name in order: stored programs name their kernels, but a kFused
+/// call's steps hold kernel numbers, which a build with another kernel table reads otherwise.
+[[nodiscard]] uint64_t kernel_table_fingerprint() noexcept;
 
 /// Type and shape of one buffer slot.
 struct BufferDesc {
@@ -247,7 +246,7 @@ struct KernelCall {
 
 /// Whether `kernel` is a collective: a backend's run stops at it (see ProgramRun).
 [[nodiscard]] constexpr bool is_collective(Kernel kernel) noexcept {
-  return kernel >= Kernel::kAllReduce && kernel < Kernel::kCount;
+  return kernel >= Kernel::kAllReduce && kernel <= Kernel::kCollectivePermute;
 }
 
 /// The first int of a collective call's group description ([group_size, groups...]), or -1 for

@@ -34,55 +34,39 @@ void Node::operator delete(void* block, std::size_t bytes) noexcept { free_block
 static_assert(sizeof(Node) == 256, "walks and the block cache are tuned to a 256-byte node");
 static_assert(sizeof(Node) <= kMaxCachedBlockBytes, "nodes come from the block cache");
 
-bool is_elementwise(Op op) noexcept {
-  switch (op) {
-    case Op::kAdd:
-    case Op::kSub:
-    case Op::kMul:
-    case Op::kDiv:
-    case Op::kPow:
-    case Op::kMaximum:
-    case Op::kMinimum:
-    case Op::kEq:
-    case Op::kNe:
-    case Op::kLt:
-    case Op::kLe:
-    case Op::kGt:
-    case Op::kGe:
-    case Op::kLogicalAnd:
-    case Op::kLogicalOr:
-    case Op::kWhere:
-    case Op::kNeg:
-    case Op::kExp:
-    case Op::kLog:
-    case Op::kSqrt:
-    case Op::kRsqrt:
-    case Op::kTanh:
-    case Op::kSigmoid:
-    case Op::kRelu:
-    case Op::kGelu:
-    case Op::kAbs:
-    case Op::kLogicalNot:
-    case Op::kCast:
-    case Op::kSin:
-    case Op::kCos:
-    case Op::kErf:
-      return true;
-    default:
-      return false;
-  }
-}
+namespace {
+
+struct OpRow {
+  std::string_view name;
+  OpFamily family;
+  uint64_t hash = hash_string(name);  // what graph hashes take for the op: not its number
+};
+
+constexpr std::array<OpRow, static_cast<std::size_t>(Op::kCount)> kOpTable = {{
+    {"device_data", OpFamily::kLeaf},
+    {"parameter", OpFamily::kLeaf},
+    {"constant", OpFamily::kLeaf},
+    {"reshape", OpFamily::kDataMovement},
+#define AXLE_OP_ROW(name, str, family) {str, OpFamily::k##family},
+    AXLE_IR_OPS(AXLE_OP_ROW, AXLE_OP_ROW)
+#undef AXLE_OP_ROW
+#define AXLE_FLOAT_FUNCTION_ROW(name, str) {str, OpFamily::kFloatFunction},
+    AXLE_FLOAT_FUNCTIONS(AXLE_FLOAT_FUNCTION_ROW)
+#undef AXLE_FLOAT_FUNCTION_ROW
+}};
+
+}  // namespace
 
 std::string_view op_name(Op op) noexcept {
-  static constexpr std::array<std::string_view, static_cast<std::size_t>(Op::kCount)> kNames = {
-      "device_data", "parameter", "constant", "reshape",
-#define AXLE_OP_NAME(name, str) str,
-      AXLE_IR_OPS(AXLE_OP_NAME, AXLE_OP_NAME)
-#undef AXLE_OP_NAME
-  };
   auto i = static_cast<std::size_t>(op);
-  return i < kNames.size() ? kNames[i] : "unknown";
+  return i < kOpTable.size() ? kOpTable[i].name : "unknown";
 }
+
+OpFamily op_family(Op op) noexcept {
+  auto i = static_cast<std::size_t>(op);
+  return i < kOpTable.size() ? kOpTable[i].family : OpFamily::kLeaf;
+}
+
 
 Node::Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs ints,
            RealAttrs reals, SourceLocation where)
@@ -122,7 +106,7 @@ Node::Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs i
     for (std::size_t i = 0; i < n; ++i) new (&inline_operands_[i]) NodePtr(std::move(operands[i]));
   }
 
-  uint64_t h = hash_combine(static_cast<uint64_t>(op), static_cast<uint64_t>(dtype));
+  uint64_t h = hash_combine(kOpTable[static_cast<std::size_t>(op)].hash, static_cast<uint64_t>(dtype));
   h = hash_shape(h, shape);
   bool foreign_operand = false;
   for (const NodePtr& operand : this->operands()) {

@@ -12,9 +12,7 @@ namespace {
 // Vectorised approximations: their last bit can depend on where in a vector a value sits (sqrt
 // too: Eigen's vector sqrt refines a reciprocal estimate, its scalar tail calls std::sqrt).
 bool approximated(Op op) {
-  return op == Op::kExp || op == Op::kLog || op == Op::kTanh || op == Op::kSigmoid ||
-         op == Op::kGelu || op == Op::kSqrt || op == Op::kRsqrt || op == Op::kSin ||
-         op == Op::kCos || op == Op::kErf;
+  return op_family(op) == OpFamily::kFloatFunction || op == Op::kGelu;
 }
 
 // f32 and f64 chains, and bf16 ones: the fused kernel rounds each bf16 step as its own kernel

@@ -35,7 +35,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::string_view kMagic = "axle compiled program";
-constexpr std::string_view kVersion = AXLE_VERSION_STRING;
 
 // What encode() and decode() store, member for member. A member added to the real structs and
 // not here changes their size and stops the build: store it, then add it here.
@@ -158,12 +157,22 @@ std::string decode(const proto::Program& in, Executable& out) {
   return program_error(out);
 }
 
+}  // namespace
+
+const std::string& PersistentCache::format_version() {
+  static const std::string kVersion =
+      fmt::format("{}+kernels.{:016x}", AXLE_VERSION_STRING, kernel_table_fingerprint());
+  return kVersion;
+}
+
+namespace {
+
 std::string encode_entry_bytes(uint64_t hash, const Executable& program) {
   proto::Program encoded;
   encode(program, encoded);
   proto::CacheEntry entry;
   entry.set_magic(std::string(kMagic));
-  entry.set_axle_version(std::string(kVersion));
+  entry.set_axle_version(PersistentCache::format_version());
   entry.set_graph_hash(hash);
   if (!encoded.SerializeToString(entry.mutable_program())) {
     throw std::length_error("the program is too large to serialize");
@@ -181,9 +190,9 @@ std::string decode_entry_bytes(std::string_view bytes, uint64_t hash, Executable
     return "it does not parse (truncated or damaged)";
   }
   if (entry.magic() != kMagic) return "it is not an axle cache entry (wrong magic)";
-  if (entry.axle_version() != kVersion) {
+  if (entry.axle_version() != PersistentCache::format_version()) {
     return fmt::format("it was written by axle version {}, this is {}",
-                       printable(entry.axle_version()), kVersion);
+                       printable(entry.axle_version()), PersistentCache::format_version());
   }
   if (entry.graph_hash() != hash) {
     return fmt::format("it holds graph {:016x}, not {:016x}", entry.graph_hash(), hash);

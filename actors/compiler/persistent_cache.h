@@ -53,6 +53,10 @@ class PersistentCache {
   /// Checks and decodes the bytes of an entry file for `hash`, as load() does once it has read
   /// the file: the program, or null with `why` saying what is wrong. Never throws for damaged
   /// bytes.
+  /// What an entry records as the axle version that wrote it: the project version and the
+  /// kernel table's fingerprint (kernel_table_fingerprint). An entry with another is not read.
+  [[nodiscard]] static const std::string& format_version();
+
   [[nodiscard]] static IntrusivePtr<Executable> decode_entry(std::string_view bytes, uint64_t hash,
                                                              const ProgramInterface* expected,
                                                              std::string& why);

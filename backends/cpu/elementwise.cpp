@@ -404,7 +404,7 @@ void map_vector_function(VectorFunction f, const T* x, T* out, int64_t n) {
   }
 }
 
-// kExp kLog kSqrt kRsqrt kTanh kSigmoid kGelu kSin kCos kErf: floating dtypes only.
+// kGelu and the float functions (AXLE_FLOAT_FUNCTIONS): floating dtypes only.
 template <Kernel K>
 void float_unary_kernel(const KernelArgs& args) {
   check_arity(args, 1);
@@ -508,16 +508,11 @@ void register_elementwise_kernels(KernelTable& table) {
   set_kernel(table, Kernel::kNeg, &signed_unary_kernel<Kernel::kNeg>);
   set_kernel(table, Kernel::kAbs, &signed_unary_kernel<Kernel::kAbs>);
   set_kernel(table, Kernel::kRelu, &signed_unary_kernel<Kernel::kRelu>);
-  set_kernel(table, Kernel::kExp, &float_unary_kernel<Kernel::kExp>);
-  set_kernel(table, Kernel::kLog, &float_unary_kernel<Kernel::kLog>);
-  set_kernel(table, Kernel::kSqrt, &float_unary_kernel<Kernel::kSqrt>);
-  set_kernel(table, Kernel::kRsqrt, &float_unary_kernel<Kernel::kRsqrt>);
-  set_kernel(table, Kernel::kTanh, &float_unary_kernel<Kernel::kTanh>);
-  set_kernel(table, Kernel::kSigmoid, &float_unary_kernel<Kernel::kSigmoid>);
   set_kernel(table, Kernel::kGelu, &float_unary_kernel<Kernel::kGelu>);
-  set_kernel(table, Kernel::kSin, &float_unary_kernel<Kernel::kSin>);
-  set_kernel(table, Kernel::kCos, &float_unary_kernel<Kernel::kCos>);
-  set_kernel(table, Kernel::kErf, &float_unary_kernel<Kernel::kErf>);
+#define AXLE_SET_FLOAT_FUNCTION(name, str) \
+  set_kernel(table, Kernel::k##name, &float_unary_kernel<Kernel::k##name>);
+  AXLE_FLOAT_FUNCTIONS(AXLE_SET_FLOAT_FUNCTION)
+#undef AXLE_SET_FLOAT_FUNCTION
   set_kernel(table, Kernel::kLogicalNot, &logical_not_kernel);
   set_kernel(table, Kernel::kCast, &cast_kernel);
   set_kernel(table, Kernel::kFill, &fill_kernel);

@@ -25,21 +25,32 @@ namespace axle::cpu {
   return std::nullopt;
 }
 
-/// exp, log, sqrt, rsqrt, tanh, sigmoid, sin or cos of `v`. Expressions hold arrays by reference
+/// The float function K (AXLE_FLOAT_FUNCTIONS) of `v`. Expressions hold arrays by reference
 /// (Eigen Maps by value), so callers evaluate them before `v` goes.
 template <Kernel K>
 auto transcendental(const auto& v) {
   using C = typename std::decay_t<decltype(v)>::Scalar;
-  if constexpr (K == Kernel::kExp) return v.exp();
-  if constexpr (K == Kernel::kLog) return v.log();
-  if constexpr (K == Kernel::kSqrt) return v.sqrt();
-  // Not Eigen's rsqrt(), which may use the approximate hardware instruction.
-  if constexpr (K == Kernel::kRsqrt) return v.sqrt().inverse();
-  if constexpr (K == Kernel::kTanh) return v.tanh();
-  if constexpr (K == Kernel::kSigmoid) return (C(1) + (-v).exp()).inverse();
-  if constexpr (K == Kernel::kSin) return v.sin();
-  if constexpr (K == Kernel::kCos) return v.cos();
-  if constexpr (K == Kernel::kErf) return erf(v);
+  if constexpr (K == Kernel::kExp) {
+    return v.exp();
+  } else if constexpr (K == Kernel::kLog) {
+    return v.log();
+  } else if constexpr (K == Kernel::kSqrt) {
+    return v.sqrt();
+  } else if constexpr (K == Kernel::kRsqrt) {
+    return v.sqrt().inverse();  // not Eigen's rsqrt(), which may use the approximate instruction
+  } else if constexpr (K == Kernel::kTanh) {
+    return v.tanh();
+  } else if constexpr (K == Kernel::kSigmoid) {
+    return (C(1) + (-v).exp()).inverse();
+  } else if constexpr (K == Kernel::kSin) {
+    return v.sin();
+  } else if constexpr (K == Kernel::kCos) {
+    return v.cos();
+  } else if constexpr (K == Kernel::kErf) {
+    return erf(v);
+  } else {
+    static_assert(K == Kernel::kExp, "a float function without its math here");
+  }
 }
 
 /// gelu, exact (erf) and tanh forms. In f32 the erf is Eigen's vectorised rational

@@ -483,33 +483,12 @@ class FusedRun {
       case Kernel::kRelu:
         binary_elementwise(a, a, dst, len, [](C p, C) { return p < C(0) ? C(0) : p; });
         return;
-      case Kernel::kExp:
-        o = transcendental<Kernel::kExp>(x);
-        return;
-      case Kernel::kLog:
-        o = transcendental<Kernel::kLog>(x);
-        return;
-      case Kernel::kSqrt:
-        o = transcendental<Kernel::kSqrt>(x);
-        return;
-      case Kernel::kRsqrt:
-        o = transcendental<Kernel::kRsqrt>(x);
-        return;
-      case Kernel::kTanh:
-        o = transcendental<Kernel::kTanh>(x);
-        return;
-      case Kernel::kSigmoid:
-        o = transcendental<Kernel::kSigmoid>(x);
-        return;
-      case Kernel::kSin:
-        o = transcendental<Kernel::kSin>(x);
-        return;
-      case Kernel::kCos:
-        o = transcendental<Kernel::kCos>(x);
-        return;
-      case Kernel::kErf:
-        o = transcendental<Kernel::kErf>(x);
-        return;
+#define AXLE_FUSED_FLOAT_FUNCTION(name, str)     \
+  case Kernel::k##name:                            \
+    o = transcendental<Kernel::k##name>(x);        \
+    return;
+        AXLE_FLOAT_FUNCTIONS(AXLE_FUSED_FLOAT_FUNCTION)
+#undef AXLE_FUSED_FLOAT_FUNCTION
       case Kernel::kGelu:
         if (step.tanh_form) {
           o = gelu_tanh(x);

@@ -13,7 +13,8 @@ namespace axle::autograd {
 [[nodiscard]] const Derivative& binary_derivative(Op op);
 /// add sub mul div pow of a tensor and a scalar; reals = [scalar], ints = [scalar_first].
 [[nodiscard]] const Derivative& scalar_derivative(Op op);
-/// neg exp log sqrt rsqrt tanh sigmoid relu abs sin cos, and gelu (ints = [approximate: 1 tanh]).
+/// neg relu abs, and gelu (ints = [approximate: 1 tanh]). The float functions' (exp, log, ...)
+/// are in their rows (graph/ops/float_functions.h).
 [[nodiscard]] const Derivative& unary_derivative(Op op);
 extern const Derivative kWhereBackward;  ///< [condition, a, b]
 extern const Derivative kCastBackward;   ///< [x]

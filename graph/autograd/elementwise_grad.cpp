@@ -106,46 +106,6 @@ void scalar_pow_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
 
 void neg_backward(const GradFn&, const Tensor& g, GradList& grads) { grads[0] = neg(g); }
 
-void exp_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
-  grads[0] = mul(g, exp(fn.input(0)));
-}
-
-void log_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
-  grads[0] = div(g, fn.input(0));
-}
-
-void sqrt_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
-  grads[0] = div(g, mul(sqrt(fn.input(0)), 2.0));
-}
-
-void rsqrt_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
-  const Tensor r = rsqrt(fn.input(0));  // d/dx x^(-1/2) = -r^3 / 2
-  grads[0] = mul(g, mul(mul(r, mul(r, r)), -0.5));
-}
-
-void tanh_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
-  const Tensor t = tanh(fn.input(0));
-  grads[0] = mul(g, 1.0 - mul(t, t));
-}
-
-void sin_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
-  grads[0] = mul(g, cos(fn.input(0)));
-}
-
-void cos_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
-  grads[0] = neg(mul(g, sin(fn.input(0))));
-}
-
-void erf_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
-  const Tensor& x = fn.input(0);  // d/dx erf(x) = 2 / sqrt(pi) exp(-x^2)
-  grads[0] = mul(g, mul(exp(neg(mul(x, x))), std::numbers::inv_sqrtpi * 2));
-}
-
-void sigmoid_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
-  const Tensor s = sigmoid(fn.input(0));
-  grads[0] = mul(g, mul(s, 1.0 - s));
-}
-
 void relu_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   grads[0] = relu_grad_through_max_pool(fn.input(0), g);
   if (!grads[0].defined()) grads[0] = masked(gt(fn.input(0), 0.0), g);
@@ -278,45 +238,18 @@ const Derivative& scalar_derivative(Op op) {
 
 const Derivative& unary_derivative(Op op) {
   static const Derivative kNeg{"NegBackward", neg_backward};
-  static const Derivative kExp{"ExpBackward", exp_backward};
-  static const Derivative kLog{"LogBackward", log_backward};
-  static const Derivative kSqrt{"SqrtBackward", sqrt_backward};
-  static const Derivative kRsqrt{"RsqrtBackward", rsqrt_backward};
-  static const Derivative kTanh{"TanhBackward", tanh_backward};
-  static const Derivative kSigmoid{"SigmoidBackward", sigmoid_backward};
   static const Derivative kRelu{"ReluBackward", relu_backward};
   static const Derivative kGelu{"GeluBackward", gelu_backward};
   static const Derivative kAbs{"AbsBackward", abs_backward};
-  static const Derivative kSin{"SinBackward", sin_backward};
-  static const Derivative kCos{"CosBackward", cos_backward};
-  static const Derivative kErf{"ErfBackward", erf_backward};
   switch (op) {
     case Op::kNeg:
       return kNeg;
-    case Op::kExp:
-      return kExp;
-    case Op::kLog:
-      return kLog;
-    case Op::kSqrt:
-      return kSqrt;
-    case Op::kRsqrt:
-      return kRsqrt;
-    case Op::kTanh:
-      return kTanh;
-    case Op::kSigmoid:
-      return kSigmoid;
     case Op::kRelu:
       return kRelu;
     case Op::kGelu:
       return kGelu;
     case Op::kAbs:
       return kAbs;
-    case Op::kSin:
-      return kSin;
-    case Op::kCos:
-      return kCos;
-    case Op::kErf:
-      return kErf;
     default:
       no_derivative(op);
   }

@@ -1,6 +1,7 @@
-// graph/ops: elementwise ops — arithmetic, comparison, logical, unary math, casts. Under
-// autocast, exp, log, rsqrt and pow run in f32 (PyTorch's f32 list) and relu in the region's
-// dtype (PyTorch/XLA's lower-precision list); the others follow type promotion.
+// graph/ops: elementwise ops — arithmetic, comparison, logical, neg abs relu gelu, casts (the
+// float functions, exp and the like, are float_functions.cpp's). Under autocast, pow runs in f32
+// (PyTorch's f32 list) and relu in the region's dtype (PyTorch/XLA's lower-precision list); the
+// others follow type promotion.
 #include <fmt/format.h>
 #include <cmath>
 
@@ -95,15 +96,6 @@ Tensor unary(Op op, const Tensor& x, bool float_only, const Loc& where, IntAttrs
 // An operand of an op on autocast's f32 list: a bf16 one is computed in f32.
 Tensor in_f32(const Tensor& t, const Loc& where) {
   return ops::autocast_cast(t, DType::kF32, where);
-}
-
-// A transcendental op on autocast's f32 list (exp, log, rsqrt).
-Tensor unary_f32(Op op, const Tensor& x, const Loc& where) {
-  if (ops::autocast_dtype()) [[unlikely]] {
-    const ops::AutocastSuspended off;
-    return unary(op, in_f32(x, where), true, where);
-  }
-  return unary(op, x, true, where);
 }
 
 }  // namespace
@@ -227,12 +219,6 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b, Loc loc)
 }
 
 Tensor neg(const Tensor& x, Loc where) { return unary(Op::kNeg, x, false, where); }
-Tensor exp(const Tensor& x, Loc where) { return unary_f32(Op::kExp, x, where); }
-Tensor log(const Tensor& x, Loc where) { return unary_f32(Op::kLog, x, where); }
-Tensor sqrt(const Tensor& x, Loc where) { return unary(Op::kSqrt, x, true, where); }
-Tensor rsqrt(const Tensor& x, Loc where) { return unary_f32(Op::kRsqrt, x, where); }
-Tensor tanh(const Tensor& x, Loc where) { return unary(Op::kTanh, x, true, where); }
-Tensor sigmoid(const Tensor& x, Loc where) { return unary(Op::kSigmoid, x, true, where); }
 Tensor relu(const Tensor& x, Loc where) {
   if (const auto amp = ops::autocast_dtype()) [[unlikely]] {  // PyTorch/XLA's lower-precision list
     const ops::AutocastSuspended off;
@@ -241,9 +227,6 @@ Tensor relu(const Tensor& x, Loc where) {
   return unary(Op::kRelu, x, false, where);
 }
 Tensor abs(const Tensor& x, Loc where) { return unary(Op::kAbs, x, false, where); }
-Tensor sin(const Tensor& x, Loc where) { return unary(Op::kSin, x, true, where); }
-Tensor cos(const Tensor& x, Loc where) { return unary(Op::kCos, x, true, where); }
-Tensor erf(const Tensor& x, Loc where) { return unary(Op::kErf, x, true, where); }
 Tensor silu(const Tensor& x, Loc where) {
   ops::require_defined("silu", x, "the operand", where);
   ops::require_floating("silu", x, where);

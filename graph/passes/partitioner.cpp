@@ -397,7 +397,7 @@ std::string spmd_text(const Program& global, std::span<const ShardingSpec> shard
   const Program& local = partitioned.program;
   int collectives = 0;
   for (std::size_t id = 0; id < local.size(); ++id) {
-    collectives += local[id].op >= Op::kAllReduce && local[id].op <= Op::kCollectivePermute;
+    collectives += op_family(local[id].op) == OpFamily::kCollective;
   }
   std::string text = "after sharding propagation:\n";
   text += global.to_text([&](std::size_t id) {
@@ -409,7 +409,7 @@ std::string spmd_text(const Program& global, std::span<const ShardingSpec> shard
       num_devices, collectives, collectives == 1 ? "" : "s", partitioned.collective_bytes);
   text += local.to_text([&](std::size_t id) {
     const Op op = local[id].op;
-    if (op < Op::kAllReduce || op > Op::kCollectivePermute || id >= partitioned.origins.size() ||
+    if (op_family(op) != OpFamily::kCollective || id >= partitioned.origins.size() ||
         partitioned.origins[id] < 0) {
       return std::string();
     }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "graph/ops/float_functions.h"
 #include "graph/reference/op_families.h"
 
 namespace axle::reference::detail {
@@ -177,34 +178,14 @@ CpuTensor where(const OpCall& call) {
 // ---- Unary -----------------------------------------------------------------------------------
 
 double float_math(Op op, double x, bool gelu_tanh) {
-  switch (op) {
-    case Op::kExp:
-      return std::exp(x);
-    case Op::kLog:
-      return std::log(x);
-    case Op::kSqrt:
-      return std::sqrt(x);
-    case Op::kRsqrt:
-      return 1 / std::sqrt(x);
-    case Op::kTanh:
-      return std::tanh(x);
-    case Op::kSigmoid:
-      return 1 / (1 + std::exp(-x));
-    case Op::kSin:
-      return std::sin(x);
-    case Op::kCos:
-      return std::cos(x);
-    case Op::kErf:
-      return std::erf(x);
-    case Op::kGelu:
-      if (gelu_tanh) {
-        const double k = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;  // sqrt(2 / pi)
-        return 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));
-      }
-      return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2));
-    default:
-      return 0;
+  if (op == Op::kGelu) {
+    if (gelu_tanh) {
+      const double k = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;  // sqrt(2 / pi)
+      return 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));
+    }
+    return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2));
   }
+  return ops::float_function(op).reference(x);
 }
 
 CpuTensor unary(const OpCall& call) {
@@ -288,6 +269,7 @@ CpuTensor iota(const OpCall& call) {
 }  // namespace
 
 CpuTensor evaluate_elementwise(const OpCall& call) {
+  if (op_family(call.node.op()) == OpFamily::kFloatFunction) return unary(call);
   switch (call.node.op()) {
     case Op::kAdd:
     case Op::kSub:
@@ -312,16 +294,7 @@ CpuTensor evaluate_elementwise(const OpCall& call) {
     case Op::kNeg:
     case Op::kAbs:
     case Op::kRelu:
-    case Op::kExp:
-    case Op::kLog:
-    case Op::kSqrt:
-    case Op::kRsqrt:
-    case Op::kTanh:
-    case Op::kSigmoid:
     case Op::kGelu:
-    case Op::kSin:
-    case Op::kCos:
-    case Op::kErf:
       return unary(call);
     case Op::kLogicalNot:
       return logical_not(call);

@@ -14,99 +14,37 @@ namespace {
 using detail::OpCall;
 
 CpuTensor evaluate_op(const OpCall& call) {
-  switch (call.node.op()) {
-    case Op::kAdd:
-    case Op::kSub:
-    case Op::kMul:
-    case Op::kDiv:
-    case Op::kPow:
-    case Op::kMaximum:
-    case Op::kMinimum:
-    case Op::kEq:
-    case Op::kNe:
-    case Op::kLt:
-    case Op::kLe:
-    case Op::kGt:
-    case Op::kGe:
-    case Op::kLogicalAnd:
-    case Op::kLogicalOr:
-    case Op::kWhere:
-    case Op::kNeg:
-    case Op::kExp:
-    case Op::kLog:
-    case Op::kSqrt:
-    case Op::kRsqrt:
-    case Op::kTanh:
-    case Op::kSigmoid:
-    case Op::kRelu:
-    case Op::kGelu:
-    case Op::kAbs:
-    case Op::kSin:
-    case Op::kCos:
-    case Op::kErf:
-    case Op::kLogicalNot:
-    case Op::kCast:
-    case Op::kFill:
-    case Op::kIota:
+  switch (op_family(call.node.op())) {
+    case OpFamily::kElementwise:
+    case OpFamily::kFloatFunction:
+    case OpFamily::kGenerator:
       return detail::evaluate_elementwise(call);
-    case Op::kSum:
-    case Op::kMean:
-    case Op::kReduceMax:
-    case Op::kReduceMin:
-    case Op::kLogSumExp:
-    case Op::kArgMax:
-    case Op::kSoftmax:
-    case Op::kLogSoftmax:
-    case Op::kCumsum:
-    case Op::kTopK:
+    case OpFamily::kReduction:
       return detail::evaluate_reduction(call);
-    case Op::kMatmul:
-    case Op::kConv2d:
+    case OpFamily::kLinalg:
       return detail::evaluate_linalg(call);
-    case Op::kMaxPool2d:
-    case Op::kAvgPool2d:
-    case Op::kMaxPool2dBackward:
-    case Op::kAvgPool2dBackward:
+    case OpFamily::kPooling:
       return detail::evaluate_pooling(call);
-    case Op::kReshape:
-    case Op::kPermute:
-    case Op::kExpand:
-    case Op::kSlice:
-    case Op::kConcat:
-    case Op::kIndexSelect:
-    case Op::kGather:
-    case Op::kOneHot:
-    case Op::kScatterAdd:
+    case OpFamily::kDataMovement:
       return detail::evaluate_data_movement(call);
-    case Op::kRandUniform:
-    case Op::kRandNormal:
-    case Op::kRandInt:
-    case Op::kBernoulli:
+    case OpFamily::kRandom:
       return detail::evaluate_random(call);
-    case Op::kScaledDotProductAttention:
-    case Op::kScaledDotProductAttentionBackward:
+    case OpFamily::kAttention:
       return detail::evaluate_attention(call);
-    case Op::kAllReduce:
-    case Op::kAllGather:
-    case Op::kReduceScatter:
-    case Op::kAllToAll:
-    case Op::kCollectivePermute:
+    case OpFamily::kCollective:
       return detail::evaluate_collective(call);
-    case Op::kOptimizationBarrier:
+    case OpFamily::kBarrier:
       // Operand ints[0], as it is; the others are only waited for.
       detail::expect_ints(call, 1, "[operand]");
       if (call.ints()[0] < 0 || static_cast<std::size_t>(call.ints()[0]) >= call.operands.size()) {
         detail::fail(call, "ints[0] names no operand");
       }
       return call.operand(static_cast<std::size_t>(call.ints()[0]));
-    case Op::kCustomSharding:
+    case OpFamily::kAnnotation:
       // A sharding annotation: the value is its operand's (one device holds all of it).
       return call.operand(0);
-    case Op::kDeviceData:
-    case Op::kParameter:
-    case Op::kConstant:
-    case Op::kCount:
-      break;  // leaves are handled by the caller; kCount is no op
+    case OpFamily::kLeaf:
+      break;  // leaves are handled by the caller
   }
   detail::fail(call, "is not an op the reference evaluator knows");
 }

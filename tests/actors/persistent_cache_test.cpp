@@ -379,7 +379,7 @@ void store_edited(const PersistentCache& cache, uint64_t hash, Edit edit) {
 
 // Offset of the 8 checksum bytes: after magic, version and hash, which come first.
 std::size_t checksum_offset(const std::string& bytes) {
-  const std::string_view number = AXLE_VERSION_STRING;
+  const std::string& number = PersistentCache::format_version();
   const std::string version = std::string("\x12") + static_cast<char>(number.size()) +
                               std::string(number);  // field 2, length-delimited
   const std::size_t at = bytes.find(version);

@@ -21,7 +21,7 @@ std::string cache_entry_bytes(uint8_t mode, std::string_view rest) {
   // What PersistentCache::encode_entry writes, around these program bytes.
   axle::proto::CacheEntry entry;
   entry.set_magic("axle compiled program");
-  entry.set_axle_version(AXLE_VERSION_STRING);
+  entry.set_axle_version(axle::PersistentCache::format_version());
   entry.set_graph_hash(axle::fuzz::kSeedHash);
   entry.set_program(std::string(rest));
   entry.set_program_checksum(axle::hash_string(entry.program()));
