@@ -18,5 +18,6 @@
   X(Sigmoid, "sigmoid")         \
   X(Sin, "sin")                 \
   X(Cos, "cos")                 \
-  X(Erf, "erf")
+  X(Erf, "erf")                 \
+  X(Log1p, "log1p")
 // clang-format on

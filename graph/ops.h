@@ -141,6 +141,8 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b, Loc wher
 Tensor neg(const Tensor& x, Loc where = Loc::current());
 Tensor exp(const Tensor& x, Loc where = Loc::current());
 Tensor log(const Tensor& x, Loc where = Loc::current());
+/// log(1 + x), accurate for small x, as torch.log1p.
+Tensor log1p(const Tensor& x, Loc where = Loc::current());
 Tensor sqrt(const Tensor& x, Loc where = Loc::current());
 Tensor rsqrt(const Tensor& x, Loc where = Loc::current());
 Tensor tanh(const Tensor& x, Loc where = Loc::current());

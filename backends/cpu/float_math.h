@@ -48,6 +48,8 @@ auto transcendental(const auto& v) {
     return v.cos();
   } else if constexpr (K == Kernel::kErf) {
     return erf(v);
+  } else if constexpr (K == Kernel::kLog1p) {
+    return v.log1p();
   } else {
     static_assert(K == Kernel::kExp, "a float function without its math here");
   }

@@ -58,6 +58,10 @@ void erf_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   grads[0] = mul(g, mul(exp(neg(mul(x, x))), std::numbers::inv_sqrtpi * 2));
 }
 
+void log1p_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  grads[0] = div(g, add(fn.input(0), 1.0));
+}
+
 // clang-format off
 constexpr ops::FloatFunction kRows[] = {
     {Op::kExp,     true,  {"ExpBackward", exp_backward},         [](double x) { return std::exp(x); }},
@@ -69,6 +73,7 @@ constexpr ops::FloatFunction kRows[] = {
     {Op::kSin,     false, {"SinBackward", sin_backward},         [](double x) { return std::sin(x); }},
     {Op::kCos,     false, {"CosBackward", cos_backward},         [](double x) { return std::cos(x); }},
     {Op::kErf,     false, {"ErfBackward", erf_backward},         [](double x) { return std::erf(x); }},
+    {Op::kLog1p,   true,  {"Log1PBackward", log1p_backward},     [](double x) { return std::log1p(x); }},
 };
 // clang-format on
 
@@ -124,5 +129,6 @@ Tensor sigmoid(const Tensor& x, Loc where) { return traced(Op::kSigmoid, x, wher
 Tensor sin(const Tensor& x, Loc where) { return traced(Op::kSin, x, where); }
 Tensor cos(const Tensor& x, Loc where) { return traced(Op::kCos, x, where); }
 Tensor erf(const Tensor& x, Loc where) { return traced(Op::kErf, x, where); }
+Tensor log1p(const Tensor& x, Loc where) { return traced(Op::kLog1p, x, where); }
 
 }  // namespace axle
