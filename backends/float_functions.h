@@ -19,5 +19,6 @@
   X(Sin, "sin")                 \
   X(Cos, "cos")                 \
   X(Erf, "erf")                 \
-  X(Log1p, "log1p")
+  X(Log1p, "log1p")             \
+  X(Softplus, "softplus")
 // clang-format on

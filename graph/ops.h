@@ -155,6 +155,10 @@ Tensor sin(const Tensor& x, Loc where = Loc::current());
 Tensor cos(const Tensor& x, Loc where = Loc::current());
 /// The error function, as torch.erf.
 Tensor erf(const Tensor& x, Loc where = Loc::current());
+/// log(1 + exp(beta x)) / beta, and x itself where beta x > threshold, as
+/// torch.nn.functional.softplus.
+Tensor softplus(const Tensor& x, double beta = 1, double threshold = 20,
+                Loc where = Loc::current());
 /// x * sigmoid(x), as torch.nn.functional.silu.
 Tensor silu(const Tensor& x, Loc where = Loc::current());
 Tensor cast(const Tensor& x, DType dtype, Loc where = Loc::current());

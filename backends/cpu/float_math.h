@@ -50,6 +50,8 @@ auto transcendental(const auto& v) {
     return erf(v);
   } else if constexpr (K == Kernel::kLog1p) {
     return v.log1p();
+  } else if constexpr (K == Kernel::kSoftplus) {
+    return (v > C(20)).select(v, v.exp().log1p());  // torch's default beta 1 and threshold 20
   } else {
     static_assert(K == Kernel::kExp, "a float function without its math here");
   }

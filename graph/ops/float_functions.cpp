@@ -62,6 +62,14 @@ void log1p_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   grads[0] = div(g, add(fn.input(0), 1.0));
 }
 
+// softplus with torch's defaults (beta 1, threshold 20), the kernel's.
+constexpr double kSoftplusThreshold = 20;
+
+void softplus_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const Tensor& x = fn.input(0);  // sigmoid(x), and exactly 1 past the threshold
+  grads[0] = where(gt(x, kSoftplusThreshold), g, mul(g, sigmoid(x)));
+}
+
 // clang-format off
 constexpr ops::FloatFunction kRows[] = {
     {Op::kExp,     true,  {"ExpBackward", exp_backward},         [](double x) { return std::exp(x); }},
@@ -74,6 +82,8 @@ constexpr ops::FloatFunction kRows[] = {
     {Op::kCos,     false, {"CosBackward", cos_backward},         [](double x) { return std::cos(x); }},
     {Op::kErf,     false, {"ErfBackward", erf_backward},         [](double x) { return std::erf(x); }},
     {Op::kLog1p,   true,  {"Log1PBackward", log1p_backward},     [](double x) { return std::log1p(x); }},
+    {Op::kSoftplus, true, {"SoftplusBackward", softplus_backward},
+     [](double x) { return x > kSoftplusThreshold ? x : std::log1p(std::exp(x)); }},
 };
 // clang-format on
 
@@ -130,5 +140,16 @@ Tensor sin(const Tensor& x, Loc where) { return traced(Op::kSin, x, where); }
 Tensor cos(const Tensor& x, Loc where) { return traced(Op::kCos, x, where); }
 Tensor erf(const Tensor& x, Loc where) { return traced(Op::kErf, x, where); }
 Tensor log1p(const Tensor& x, Loc where) { return traced(Op::kLog1p, x, where); }
+
+Tensor softplus(const Tensor& x, double beta, double threshold, Loc where) {
+  if (beta == 1 && threshold == kSoftplusThreshold) return traced(Op::kSoftplus, x, where);
+  // Other parameters compose, as torch computes them: x where beta x > threshold, else
+  // log1p(exp(beta x)) / beta, whose exp never sees more than the threshold (no inf whose
+  // gradient, masked by where, would be NaN).
+  const Tensor scaled = mul(x, beta, where);
+  const Tensor soft = div(log1p(exp(clamp(scaled, std::nullopt, threshold, where), where), where),
+                          beta, where);
+  return axle::where(gt(scaled, threshold, where), x, soft, where);
+}
 
 }  // namespace axle
