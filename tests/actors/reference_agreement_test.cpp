@@ -381,6 +381,8 @@ INSTANTIATE_TEST_SUITE_P(
                     UnaryCase{"sin", [](const Tensor& x) { return sin(x); }},
                     UnaryCase{"cos", [](const Tensor& x) { return cos(x); }},
                     UnaryCase{"erf", [](const Tensor& x) { return erf(x); }},
+                    UnaryCase{"log1p", [](const Tensor& x) { return log1p(x); }},
+                    UnaryCase{"softplus", [](const Tensor& x) { return softplus(x); }},
                     UnaryCase{"logical_not", [](const Tensor& x) { return logical_not(x); }, true}),
     [](const testing::TestParamInfo<UnaryCase>& info) { return std::string(info.param.name); });
 

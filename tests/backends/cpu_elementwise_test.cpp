@@ -476,8 +476,12 @@ double unary_reference(Kernel k, double x) {
       return std::cos(x);
     case Kernel::kErf:
       return std::erf(x);
+    case Kernel::kLog1p:
+      return std::log1p(x);
+    case Kernel::kSoftplus:
+      return x > 20 ? x : std::log1p(std::exp(x));
     default:
-      return kNaN;
+      return kNaN;  // a float function without its reference here fails the test below
   }
 }
 
@@ -486,21 +490,28 @@ class FloatUnary : public ::testing::TestWithParam<Kernel> {};
 TEST_P(FloatUnary, MatchesDoubleReferenceOnFloatDtypes) {
   const Kernel k = GetParam();
   const bool positive = k == Kernel::kLog || k == Kernel::kSqrt || k == Kernel::kRsqrt;
+  const double low = positive ? 0.01 : k == Kernel::kLog1p ? -0.99 : k == Kernel::kSoftplus ? -25 : -6;
+  const double high = k == Kernel::kSoftplus ? 25 : 6;
   std::mt19937 rng(10);
   for (DType dtype : kFloats) {
     const Shape shape = random_shape(rng, 1, 3, 40);
-    const HostTensor x = random_tensor(dtype, shape, rng, positive ? 0.01 : -6, 6);
+    const HostTensor x = random_tensor(dtype, shape, rng, low, high);
     expect_values(run_kernel(k, {x}, dtype, shape).values,
                   reference(shape, {x}, [&](auto v) { return unary_reference(k, v[0]); }), dtype,
                   std::string(kernel_name(k)));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuElementwise, FloatUnary,
-                         ::testing::Values(Kernel::kNeg, Kernel::kExp, Kernel::kLog, Kernel::kSqrt,
-                                           Kernel::kRsqrt, Kernel::kTanh, Kernel::kSigmoid,
-                                           Kernel::kRelu, Kernel::kAbs, Kernel::kGelu, Kernel::kSin,
-                                           Kernel::kCos, Kernel::kErf),
+// neg, relu, abs, gelu and every float function of backends/float_functions.h.
+std::vector<Kernel> unary_kernels() {
+  return {Kernel::kNeg, Kernel::kRelu, Kernel::kAbs, Kernel::kGelu,
+#define AXLE_TEST_FLOAT_FUNCTION(name, str) Kernel::k##name,
+          AXLE_FLOAT_FUNCTIONS(AXLE_TEST_FLOAT_FUNCTION)
+#undef AXLE_TEST_FLOAT_FUNCTION
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuElementwise, FloatUnary, ::testing::ValuesIn(unary_kernels()),
                          [](const auto& info) { return std::string(kernel_name(info.param)); });
 
 TEST(CpuElementwise, GeluTanhApproximationFollowsTorchFormula) {
@@ -555,6 +566,18 @@ TEST(CpuElementwise, SigmoidAndTanhSaturateWithoutNaN) {
             (std::vector<double>{0, 1}));
   EXPECT_EQ(run_kernel(Kernel::kTanh, {x}, DType::kF32, Shape{2}).values,
             (std::vector<double>{-1, 1}));
+}
+
+TEST(CpuElementwise, SoftplusIsXPastTheThresholdAndSaturatesWithoutNaN) {
+  for (DType dtype : kFloats) {
+    const HostTensor x = vec(dtype, {-200, 20.5, 200, kInf, -kInf});
+    const std::vector<double> got = run_kernel(Kernel::kSoftplus, {x}, dtype, Shape{5}).values;
+    EXPECT_EQ(got, (std::vector<double>{got[0], x.values[1], 200, kInf, 0})) << label(dtype);
+    EXPECT_GE(got[0], 0) << label(dtype);
+    EXPECT_LT(got[0], 1e-80) << label(dtype);
+    EXPECT_TRUE(std::isnan(
+        run_kernel(Kernel::kSoftplus, {vec(dtype, {kNaN})}, dtype, Shape{1}).values[0]));
+  }
 }
 
 TEST(CpuElementwise, ReluKeepsNaN) {

@@ -71,6 +71,26 @@ INSTANTIATE_TEST_SUITE_P(Sizes, FusedKernel,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+// Each float function (backends/float_functions.h) as a step of a chain, on the absolute value
+// of the one before so that log and sqrt see numbers, in every floating dtype.
+TEST(FusedKernel, EveryFloatFunctionMatchesItsKernelBitForBit) {
+  std::vector<Step> steps;
+  int32_t previous = 0;  // external operand x, then the scratch buffers
+  int32_t scratch = 0;
+#define AXLE_TEST_FLOAT_FUNCTION(name, str)           \
+  steps.push_back({Kernel::kAbs, previous});          \
+  steps.push_back({Kernel::k##name, -(++scratch)});   \
+  previous = -(++scratch);
+  AXLE_FLOAT_FUNCTIONS(AXLE_TEST_FLOAT_FUNCTION)
+#undef AXLE_TEST_FLOAT_FUNCTION
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+    std::mt19937 rng(12);
+    const std::vector<HostTensor> externals = {random_tensor(dtype, {3, 341}, rng, -3, 3)};
+    expect_same_bits(fused(steps, externals, dtype, {3, 341}),
+                     unfused(steps, externals, dtype, {3, 341}));
+  }
+}
+
 TEST(FusedKernelSteps, MayWriteTheBufferTheyRead) {
   std::mt19937 rng(3);
   const HostTensor x = random_tensor(DType::kF32, {2000}, rng);

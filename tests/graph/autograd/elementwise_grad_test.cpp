@@ -185,6 +185,34 @@ TEST_F(ElementwiseGrad, Erf) {
   EXPECT_TRUE(gradients_match([](Args t) { return erf(t[0] * t[0]) * t[0]; }, {x}));
 }
 
+TEST_F(ElementwiseGrad, Log1pAndSoftplus) {
+  std::mt19937 rng(46);
+  const GradArg x = random_arg(rng, {3, 4}, -0.9, 3);
+  const GradArg wide = random_arg(rng, {3, 4}, -6, 6);
+  EXPECT_TRUE(gradients_match([](Args t) { return log1p(t[0]); }, {x}));
+  EXPECT_TRUE(gradients_match([](Args t) { return softplus(t[0]); }, {wide}));
+  EXPECT_TRUE(gradients_match([](Args t) { return softplus(t[0], 2, 5); }, {wide}));
+  EXPECT_TRUE(gradients_match([](Args t) { return softplus(t[0], 0.5); }, {wide}));
+  EXPECT_TRUE(gradients_match([](Args t) { return log1p(softplus(t[0])) * t[0]; }, {wide}));
+}
+
+// Past the threshold softplus is x itself, so its gradient is exactly the incoming one (as
+// torch's), not sigmoid(x) times it; composed with other parameters no inf or NaN leaks from
+// the branch where does not take.
+TEST_F(ElementwiseGrad, SoftplusGradientPastTheThresholdIsExactlyOne) {
+  for (auto [beta, threshold] : {std::pair{1.0, 20.0}, std::pair{2.0, 5.0}}) {
+    const Tensor x = tensor(std::vector<double>{25, 400, -400, 0}, {4});
+    x.requires_grad_();
+    sum(softplus(x, beta, threshold)).backward();
+    const std::vector<double> grad = x.grad().to_vector<double>();
+    EXPECT_EQ(grad[0], 1.0) << beta;
+    EXPECT_EQ(grad[1], 1.0) << beta;
+    EXPECT_GE(grad[2], 0.0) << beta;  // sigmoid(-400): 1.9e-174, as torch's
+    EXPECT_LT(grad[2], 1e-150) << beta;
+    EXPECT_DOUBLE_EQ(grad[3], 0.5) << beta;
+  }
+}
+
 TEST_F(ElementwiseGrad, ClampWithScalarBounds) {
   std::mt19937 rng(41);
   const GradArg x = random_arg(rng, {4, 5}, -2, 2);

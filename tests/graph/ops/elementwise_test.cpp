@@ -380,6 +380,10 @@ std::vector<UnaryCase> unary_cases() {
       {"cos", [](const Tensor& x) { return cos(x); }, [](double v) { return std::cos(v); }, -10,
        10},
       {"erf", [](const Tensor& x) { return erf(x); }, [](double v) { return std::erf(v); }, -5, 5},
+      {"log1p", [](const Tensor& x) { return log1p(x); }, [](double v) { return std::log1p(v); },
+       -0.99, 50},
+      {"softplus", [](const Tensor& x) { return softplus(x); },
+       [](double v) { return v > 20 ? v : std::log1p(std::exp(v)); }, -30, 30},
       {"silu", [](const Tensor& x) { return silu(x); },
        [](double v) { return v / (1 + std::exp(-v)); }, -10, 10},
   };
@@ -443,6 +447,46 @@ TEST_F(OpsValue, ErfOnLongTensorsAndInBf16) {
   const Tensor t = on_device(x);
   EXPECT_TRUE(matches(erf(t * 0.5) * t + 1.0, DType::kF32,
                       map(x, [](double v) { return std::erf(v * 0.5) * v + 1; }), kTolF32));
+}
+
+// log1p keeps the digits log(1 + x) loses for small x.
+TEST_F(OpsValue, Log1pOfTinyValuesIsExactWhereLogOfOnePlusIsNot) {
+  const Ref x{{4}, {1e-10, -1e-12, 3e-8, 0}};
+  auto exact = [](double v) { return std::log1p(v); };
+  EXPECT_TRUE(matches(log1p(on_device(x, DType::kF64)), DType::kF64, map(x, exact), kTolF64));
+  EXPECT_TRUE(matches(log1p(on_device(x)), DType::kF32, map(x, exact), kTolF32));
+  // In f32 1 + 1e-10 is 1, whose log is 0; log1p keeps 1e-10 to its last bits.
+  const std::vector<double> got = cast(log1p(on_device(x)), DType::kF64).to_vector<double>();
+  EXPECT_NEAR(got[0], 1e-10, 1e-16);
+  EXPECT_EQ(cast(log(on_device(x) + 1.0), DType::kF64).to_vector<double>()[0], 0.0);
+}
+
+// As torch.nn.functional.softplus: x itself where beta x > threshold (exactly, in f64 too), and
+// log1p(exp(beta x)) / beta elsewhere, through the kernel (defaults) or composed (other
+// parameters), on long tensors, in bf16 and inside a fused chain.
+TEST_F(OpsValue, SoftplusFollowsTorchsBetaAndThreshold) {
+  const Ref x{{8}, {-30, -1, 0, 1, 19.5, 20, 20.5, 100}};
+  auto torch_softplus = [](double beta, double threshold) {
+    return [=](double v) { return v * beta > threshold ? v : std::log1p(std::exp(v * beta)) / beta; };
+  };
+  EXPECT_TRUE(matches(softplus(on_device(x, DType::kF64)), DType::kF64,
+                      map(x, torch_softplus(1, 20)), kExact));
+  EXPECT_TRUE(matches(softplus(on_device(x)), DType::kF32, map(x, torch_softplus(1, 20)), kTolF32));
+  EXPECT_TRUE(matches(softplus(on_device(x, DType::kF64), 2, 5), DType::kF64,
+                      map(x, torch_softplus(2, 5)), kTolF64));
+  EXPECT_TRUE(matches(softplus(on_device(x, DType::kF64), 0.5, 30), DType::kF64,
+                      map(x, torch_softplus(0.5, 30)), kTolF64));
+  std::mt19937 rng(45);
+  const Ref long_x = random_ref(rng, {1037}, -25, 25);
+  const Ref xb = random_ref(rng, {3, 70}, -8, 8, DType::kBF16);
+  EXPECT_TRUE(matches(softplus(on_device(long_x)), DType::kF32, map(long_x, torch_softplus(1, 20)),
+                      kTolF32));
+  EXPECT_TRUE(matches(softplus(on_device(xb, DType::kBF16)), DType::kBF16,
+                      map(xb, torch_softplus(1, 20)), kTolBf16));
+  const Tensor t = on_device(long_x);
+  EXPECT_TRUE(matches(softplus(t * 0.5) * t + 1.0, DType::kF32,
+                      map(long_x, [&](double v) { return torch_softplus(1, 20)(v * 0.5) * v + 1; }),
+                      kTolF32));
 }
 
 TEST_F(OpsValue, TranscendentalsOfIntegersComputeInF32) {
