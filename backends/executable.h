@@ -8,11 +8,11 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/float_functions.h"
 #include "engine/dtype.h"
 #include "engine/intrusive_ptr.h"
 #include "engine/reduce_type.h"
 #include "engine/shape.h"
-#include "backends/float_functions.h"
 
 namespace axle {
 

@@ -42,6 +42,7 @@ struct OpRow {
   uint64_t hash = hash_string(name);  // what graph hashes take for the op: not its number
 };
 
+// clang-format off
 constexpr std::array<OpRow, static_cast<std::size_t>(Op::kCount)> kOpTable = {{
     {"device_data", OpFamily::kLeaf},
     {"parameter", OpFamily::kLeaf},
@@ -54,6 +55,7 @@ constexpr std::array<OpRow, static_cast<std::size_t>(Op::kCount)> kOpTable = {{
     AXLE_FLOAT_FUNCTIONS(AXLE_FLOAT_FUNCTION_ROW)
 #undef AXLE_FLOAT_FUNCTION_ROW
 }};
+// clang-format on
 
 }  // namespace
 
@@ -66,7 +68,6 @@ OpFamily op_family(Op op) noexcept {
   auto i = static_cast<std::size_t>(op);
   return i < kOpTable.size() ? kOpTable[i].family : OpFamily::kLeaf;
 }
-
 
 Node::Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs ints,
            RealAttrs reals, SourceLocation where)
@@ -106,7 +107,8 @@ Node::Node(Op op, DType dtype, const Shape& shape, Operands operands, IntAttrs i
     for (std::size_t i = 0; i < n; ++i) new (&inline_operands_[i]) NodePtr(std::move(operands[i]));
   }
 
-  uint64_t h = hash_combine(kOpTable[static_cast<std::size_t>(op)].hash, static_cast<uint64_t>(dtype));
+  uint64_t h =
+      hash_combine(kOpTable[static_cast<std::size_t>(op)].hash, static_cast<uint64_t>(dtype));
   h = hash_shape(h, shape);
   bool foreign_operand = false;
   for (const NodePtr& operand : this->operands()) {

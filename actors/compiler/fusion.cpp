@@ -11,9 +11,7 @@ namespace {
 
 // Vectorised approximations: their last bit can depend on where in a vector a value sits (sqrt
 // too: Eigen's vector sqrt refines a reciprocal estimate, its scalar tail calls std::sqrt).
-bool approximated(Op op) {
-  return op_family(op) == OpFamily::kFloatFunction || op == Op::kGelu;
-}
+bool approximated(Op op) { return op_family(op) == OpFamily::kFloatFunction || op == Op::kGelu; }
 
 // f32 and f64 chains, and bf16 ones: the fused kernel rounds each bf16 step as its own kernel
 // would (backends/cpu/fused.cpp); their reductions stay kernels of their own.

@@ -483,9 +483,9 @@ class FusedRun {
       case Kernel::kRelu:
         binary_elementwise(a, a, dst, len, [](C p, C) { return p < C(0) ? C(0) : p; });
         return;
-#define AXLE_FUSED_FLOAT_FUNCTION(name, str)     \
-  case Kernel::k##name:                            \
-    o = transcendental<Kernel::k##name>(x);        \
+#define AXLE_FUSED_FLOAT_FUNCTION(name, str) \
+  case Kernel::k##name:                      \
+    o = transcendental<Kernel::k##name>(x);  \
     return;
         AXLE_FLOAT_FUNCTIONS(AXLE_FUSED_FLOAT_FUNCTION)
 #undef AXLE_FUSED_FLOAT_FUNCTION

@@ -147,8 +147,8 @@ Tensor softplus(const Tensor& x, double beta, double threshold, Loc where) {
   // log1p(exp(beta x)) / beta, whose exp never sees more than the threshold (no inf whose
   // gradient, masked by where, would be NaN).
   const Tensor scaled = mul(x, beta, where);
-  const Tensor soft = div(log1p(exp(clamp(scaled, std::nullopt, threshold, where), where), where),
-                          beta, where);
+  const Tensor soft =
+      div(log1p(exp(clamp(scaled, std::nullopt, threshold, where), where), where), beta, where);
   return axle::where(gt(scaled, threshold, where), x, soft, where);
 }
 

@@ -490,7 +490,10 @@ class FloatUnary : public ::testing::TestWithParam<Kernel> {};
 TEST_P(FloatUnary, MatchesDoubleReferenceOnFloatDtypes) {
   const Kernel k = GetParam();
   const bool positive = k == Kernel::kLog || k == Kernel::kSqrt || k == Kernel::kRsqrt;
-  const double low = positive ? 0.01 : k == Kernel::kLog1p ? -0.99 : k == Kernel::kSoftplus ? -25 : -6;
+  const double low = positive                 ? 0.01
+                     : k == Kernel::kLog1p    ? -0.99
+                     : k == Kernel::kSoftplus ? -25
+                                              : -6;
   const double high = k == Kernel::kSoftplus ? 25 : 6;
   std::mt19937 rng(10);
   for (DType dtype : kFloats) {
@@ -575,8 +578,8 @@ TEST(CpuElementwise, SoftplusIsXPastTheThresholdAndSaturatesWithoutNaN) {
     EXPECT_EQ(got, (std::vector<double>{got[0], x.values[1], 200, kInf, 0})) << label(dtype);
     EXPECT_GE(got[0], 0) << label(dtype);
     EXPECT_LT(got[0], 1e-80) << label(dtype);
-    EXPECT_TRUE(std::isnan(
-        run_kernel(Kernel::kSoftplus, {vec(dtype, {kNaN})}, dtype, Shape{1}).values[0]));
+    EXPECT_TRUE(
+        std::isnan(run_kernel(Kernel::kSoftplus, {vec(dtype, {kNaN})}, dtype, Shape{1}).values[0]));
   }
 }
 

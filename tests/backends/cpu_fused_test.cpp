@@ -77,9 +77,9 @@ TEST(FusedKernel, EveryFloatFunctionMatchesItsKernelBitForBit) {
   std::vector<Step> steps;
   int32_t previous = 0;  // external operand x, then the scratch buffers
   int32_t scratch = 0;
-#define AXLE_TEST_FLOAT_FUNCTION(name, str)           \
-  steps.push_back({Kernel::kAbs, previous});          \
-  steps.push_back({Kernel::k##name, -(++scratch)});   \
+#define AXLE_TEST_FLOAT_FUNCTION(name, str)         \
+  steps.push_back({Kernel::kAbs, previous});        \
+  steps.push_back({Kernel::k##name, -(++scratch)}); \
   previous = -(++scratch);
   AXLE_FLOAT_FUNCTIONS(AXLE_TEST_FLOAT_FUNCTION)
 #undef AXLE_TEST_FLOAT_FUNCTION

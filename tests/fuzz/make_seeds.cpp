@@ -1,6 +1,6 @@
 // tests/fuzz: writes the seed corpora, small valid files made by axle's own writers (IDX, which
 // axle only reads, by hand as MNIST's files are laid out). Run from the fuzz build when a format
-// changes, and commit the result:
+// or the kernel table changes (cache entries record its fingerprint), and commit the result:
 //   build-fuzz/bin/fuzz_make_seeds tests/fuzz
 #include <zlib.h>
 

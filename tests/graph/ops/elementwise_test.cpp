@@ -467,7 +467,8 @@ TEST_F(OpsValue, Log1pOfTinyValuesIsExactWhereLogOfOnePlusIsNot) {
 TEST_F(OpsValue, SoftplusFollowsTorchsBetaAndThreshold) {
   const Ref x{{8}, {-30, -1, 0, 1, 19.5, 20, 20.5, 100}};
   auto torch_softplus = [](double beta, double threshold) {
-    return [=](double v) { return v * beta > threshold ? v : std::log1p(std::exp(v * beta)) / beta; };
+    return
+        [=](double v) { return v * beta > threshold ? v : std::log1p(std::exp(v * beta)) / beta; };
   };
   EXPECT_TRUE(matches(softplus(on_device(x, DType::kF64)), DType::kF64,
                       map(x, torch_softplus(1, 20)), kExact));
