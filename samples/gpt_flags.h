@@ -49,8 +49,8 @@ struct Flags {
   bool ddp = false;          // DistributedDataParallel averages the gradients during backward
 };
 
-// The command line: each flag with what it means and the values it takes.
-inline void add_flags(CLI::App& app, Flags& flags) {
+// The model, the optimizer and the data: each flag with what it means and the values it takes.
+inline void add_training_flags(CLI::App& app, Flags& flags) {
   app.add_option("--n_layer", flags.n_layer)->check(positive());
   app.add_option("--n_head", flags.n_head)->check(positive());
   app.add_option("--n_embd", flags.n_embd)->check(positive());
@@ -76,6 +76,11 @@ inline void add_flags(CLI::App& app, Flags& flags) {
                  "start from these weights (.safetensors, or an axle checkpoint)");
   app.add_option("--save", flags.save,
                  "write the trained weights here (.safetensors, or else an axle checkpoint)");
+  app.add_option("--data_dir", flags.data_dir, "the directory of fortune files");
+}
+
+// Reports and sampling, the devices and how the replicas share the work.
+inline void add_run_flags(CLI::App& app, Flags& flags) {
   app.add_option("--num_devices", flags.num_devices,
                  "train data-parallel on this many devices (default: CPU_NUM_DEVICES, or 1); "
                  "--batch_size is per device")
@@ -90,7 +95,6 @@ inline void add_flags(CLI::App& app, Flags& flags) {
   app.add_option("--temperature", flags.temperature)->check(positive());
   app.add_option("--top_k", flags.top_k, "sample among the k likeliest bytes (0: all)")
       ->check(non_negative());
-  app.add_option("--data_dir", flags.data_dir, "the directory of fortune files");
   CLI::Option* fsdp_flag = app.add_flag(
       "--fsdp", flags.fsdp,
       "FullyShardedDataParallel: parameters, gradients and AdamW state sharded 1/N, each "
@@ -114,6 +118,12 @@ inline void add_flags(CLI::App& app, Flags& flags) {
                  "bf16: run the forward pass and the loss in an autocast region (matmuls in bf16, "
                  "accumulated in f32; f32 master weights); none: all in f32")
       ->check(CLI::IsMember({"none", "bf16"}));
+}
+
+// The command line.
+inline void add_flags(CLI::App& app, Flags& flags) {
+  add_training_flags(app, flags);
+  add_run_flags(app, flags);
 }
 
 // --spmd: the mesh spans the job (under mpirun each process holds its share of the devices) and

@@ -377,6 +377,54 @@ Tensor train_step(const Flags& flags, const Wrapped& w, optim::AdamW& optimizer,
   return loss;
 }
 
+// What the training loop leaves for the summary.
+struct TrainedRun {
+  int64_t warm = 0;          // steps before the timing starts
+  double timed_seconds = 0;  // from the end of step `warm` to the end, without the evaluations
+  double val_loss = 0;       // the last evaluation's
+  Tensor loss;               // the last step's
+};
+
+// The steps, evaluating every --eval_interval and at the last. Step time: from the end of the
+// second step (the first two compile: Adam's state appears in the second) to the end of the
+// last, without the evaluations.
+TrainedRun train_steps(const Flags& flags, const Wrapped& w, optim::AdamW& optimizer,
+                       optim::LambdaLR& scheduler, const std::vector<Tensor>& params,
+                       const std::optional<spmd::Mesh>& mesh,
+                       const std::shared_ptr<const std::vector<uint8_t>>& train_split,
+                       const std::vector<uint8_t>& val_split,
+                       const std::shared_ptr<Reporter>& reporter) {
+  const Device device = xla_device();
+  TrainedRun run;
+  run.warm = flags.max_steps > 2 ? 2 : 0;
+  Clock::time_point timed_from = Clock::now();
+  double eval_seconds = 0;
+  const std::unique_ptr<DataLoader> train_loader = make_train_loader(flags, train_split);
+  ParallelLoaderOptions loader_options;
+  if (mesh) loader_options.input_sharding = InputSharding{*mesh, {"data", std::nullopt}};
+  int64_t step = 0;
+  for (const DeviceBatch& batch : MpDeviceLoader(*train_loader, device, loader_options)) {
+    ++step;
+    run.loss = train_step(flags, w, optimizer, params, batch, step, reporter);
+    scheduler.step();
+    mark_step();
+    if (step == run.warm) {
+      wait_device_ops({device});
+      timed_from = Clock::now();
+    }
+    if ((flags.eval_interval > 0 && step % flags.eval_interval == 0) || step == flags.max_steps) {
+      wait_device_ops({device});
+      const auto eval_start = Clock::now();
+      run.val_loss = validation_loss(w.model(), val_split, flags, device);
+      if (step > run.warm) eval_seconds += seconds_since(eval_start);
+      reporter->evaluation(flags, step, run.val_loss);
+    }
+  }
+  wait_device_ops();
+  run.timed_seconds = seconds_since(timed_from) - eval_seconds;
+  return run;
+}
+
 // One replica's training: its own model (the same start on every replica, from the seed), its
 // own rows of every batch, gradients averaged across replicas before clipping.
 void train_replica(const Flags& flags,
@@ -392,39 +440,10 @@ void train_replica(const Flags& flags,
   optim::LambdaLR scheduler(*optimizer, [&flags](int64_t s) { return lr_factor(flags, s); });
   const std::vector<Tensor> params = w.model().parameters();
   const std::shared_ptr<Reporter> reporter = make_reporter(flags, device);
-  // Step time: from the end of the second step (the first two compile: Adam's state appears in
-  // the second) to the end of the last, without the evaluations.
-  const int64_t warm = flags.max_steps > 2 ? 2 : 0;
-  Clock::time_point timed_from = Clock::now();
-  double eval_seconds = 0;
-  double val_loss = 0;
-  Tensor loss;
-  const std::unique_ptr<DataLoader> train_loader = make_train_loader(flags, train_split);
-  ParallelLoaderOptions loader_options;
-  if (mesh) loader_options.input_sharding = InputSharding{*mesh, {"data", std::nullopt}};
-  MpDeviceLoader device_loader(*train_loader, device, loader_options);
-  int64_t step = 0;
-  for (const DeviceBatch& batch : device_loader) {
-    ++step;
-    loss = train_step(flags, w, *optimizer, params, batch, step, reporter);
-    scheduler.step();
-    mark_step();
-    if (step == warm) {
-      wait_device_ops({device});
-      timed_from = Clock::now();
-    }
-    if ((flags.eval_interval > 0 && step % flags.eval_interval == 0) || step == flags.max_steps) {
-      wait_device_ops({device});
-      const auto eval_start = Clock::now();
-      val_loss = validation_loss(w.model(), val_split, flags, device);
-      if (step > warm) eval_seconds += seconds_since(eval_start);
-      reporter->evaluation(flags, step, val_loss);
-    }
-  }
-  wait_device_ops();
-  const double timed = seconds_since(timed_from) - eval_seconds;
-  const int64_t timed_steps = flags.max_steps - warm;
-  const double final_loss = loss.defined() ? loss.item() : 0;
+  const TrainedRun run =
+      train_steps(flags, w, *optimizer, scheduler, params, mesh, train_split, val_split, reporter);
+  const int64_t timed_steps = flags.max_steps - run.warm;
+  const double final_loss = run.loss.defined() ? run.loss.item() : 0;
   const int64_t compiles = counter_value("UncachedCompile").value_or(0);
   save_model(flags, w);
   std::string text;
@@ -441,8 +460,9 @@ void train_replica(const Flags& flags,
   }
   summary.first_loss = reporter->first_loss;
   summary.final_train_loss = final_loss;
-  summary.final_val_loss = val_loss;
-  summary.step_ms = timed_steps > 0 ? 1000 * timed / static_cast<double>(timed_steps) : 0;
+  summary.final_val_loss = run.val_loss;
+  summary.step_ms =
+      timed_steps > 0 ? 1000 * run.timed_seconds / static_cast<double>(timed_steps) : 0;
   summary.compiles = compiles;
   summary.peak_device_bytes = memory.peak_bytes;
   summary.peak_bytes_by_ordinal = std::move(peaks);

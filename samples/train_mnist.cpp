@@ -293,10 +293,6 @@ void train_replica(const Flags& flags, Summary& summary) {
   if (is_master_ordinal(/*local=*/false)) summary = Summary{accuracy, all_samples, identical};
 }
 
-// With --spmd: one program over a mesh of every device, axes "data" and "model", as torch_xla's
-// SPMD samples. The batch is split over "data" as the loader places it; the first hidden layer
-// is column-parallel and the next row-parallel over "model" (Megatron), so one all_reduce joins
-// them; the compiler adds the collectives the rest needs (the gradients' reduction over "data").
 // --mesh as a mesh of every device of the job (global ordinals, process-major under mpirun),
 // checked against the job and --batch_size.
 spmd::Mesh job_mesh(const Flags& flags) {
@@ -362,39 +358,30 @@ std::pair<int64_t, int64_t> parameter_bytes(const nn::Module& model) {
   return {whole_bytes, device_bytes};
 }
 
-// With --spmd: one program over a mesh of every device, axes "data" and "model", as torch_xla's
-// SPMD samples. The batch is split over "data" as the loader places it; the compiler adds the
-// collectives the model's split needs (the gradients' reduction over "data").
-int train_spmd(const Flags& flags) {
-  const auto start = Clock::now();
-  const spmd::Mesh mesh = job_mesh(flags);
-  const bool reports = process_index() == 0;  // every process runs the program; the first reports
+DataLoader train_loader_of(const Flags& flags) {
+  return DataLoader(dataset(flags, Split::kTrain),
+                    DataLoaderOptions{.batch_size = flags.batch_size,
+                                      .shuffle = flags.shuffle != 0,
+                                      .seed = flags.seed,
+                                      .drop_last = true,
+                                      .num_workers = flags.num_workers});
+}
+
+// --spmd's training steps, epoch by epoch up to --max_steps: {steps, samples}.
+std::pair<int64_t, int64_t> spmd_train_steps(const Flags& flags, nn::Module& model,
+                                             optim::SGD& optimizer,
+                                             const ParallelLoaderOptions& sharded,
+                                             const std::shared_ptr<Reporter>& reporter,
+                                             bool reports) {
   const Device device = xla_device();
-  set_rng_state(flags.seed, device);
-  std::shared_ptr<nn::Module> model = make_mnist_model(flags.model, device);
-  if (!flags.init.empty()) load_weights(*model, flags.init, device);
-  shard_over_model_axis(*model, mesh);
-  optim::SGD optimizer(model->parameters(), {.lr = flags.lr, .momentum = flags.momentum});
-  DataLoader train_loader(dataset(flags, Split::kTrain),
-                          DataLoaderOptions{.batch_size = flags.batch_size,
-                                            .shuffle = flags.shuffle != 0,
-                                            .seed = flags.seed,
-                                            .drop_last = true,
-                                            .num_workers = flags.num_workers});
-  const ParallelLoaderOptions sharded{
-      .input_sharding = InputSharding{mesh, {"data", std::nullopt, std::nullopt, std::nullopt}}};
-  auto reporter = std::make_shared<Reporter>();
-  reporter->device_name = "xla:0/spmd";
-  if (!flags.logdir.empty() && reports) {
-    reporter->summaries = std::make_shared<SummaryWriter>(flags.logdir);
-  }
+  DataLoader train_loader = train_loader_of(flags);
   int64_t step = 0, samples = 0;
   for (int epoch = 1;
        epoch <= flags.num_epochs && !(flags.max_steps > 0 && step >= flags.max_steps); ++epoch) {
     train_loader.set_epoch(epoch - 1);
     for (const DeviceBatch& batch : MpDeviceLoader(train_loader, device, sharded)) {
       optimizer.zero_grad();
-      const Tensor loss = nn::nll_loss((*model)(batch[0]), batch[1]);
+      const Tensor loss = nn::nll_loss(model(batch[0]), batch[1]);
       loss.backward();
       optimizer.step();  // the program holds the gradients' reduction over "data"
       ++step;
@@ -418,6 +405,32 @@ int train_spmd(const Flags& flags) {
     }
   }
   wait_device_ops();
+  return {step, samples};
+}
+
+// With --spmd: one program over a mesh of every device, axes "data" and "model", as torch_xla's
+// SPMD samples. The batch is split over "data" as the loader places it; the first hidden layer
+// is column-parallel and the next row-parallel over "model" (Megatron), so one all_reduce joins
+// them; the compiler adds the collectives the rest needs (the gradients' reduction over "data").
+int train_spmd(const Flags& flags) {
+  const auto start = Clock::now();
+  const spmd::Mesh mesh = job_mesh(flags);
+  const bool reports = process_index() == 0;  // every process runs the program; the first reports
+  const Device device = xla_device();
+  set_rng_state(flags.seed, device);
+  std::shared_ptr<nn::Module> model = make_mnist_model(flags.model, device);
+  if (!flags.init.empty()) load_weights(*model, flags.init, device);
+  shard_over_model_axis(*model, mesh);
+  optim::SGD optimizer(model->parameters(), {.lr = flags.lr, .momentum = flags.momentum});
+  const ParallelLoaderOptions sharded{
+      .input_sharding = InputSharding{mesh, {"data", std::nullopt, std::nullopt, std::nullopt}}};
+  auto reporter = std::make_shared<Reporter>();
+  reporter->device_name = "xla:0/spmd";
+  if (!flags.logdir.empty() && reports) {
+    reporter->summaries = std::make_shared<SummaryWriter>(flags.logdir);
+  }
+  const auto [step, samples] =
+      spmd_train_steps(flags, *model, optimizer, sharded, reporter, reports);
   const double train_seconds = seconds_since(start);
   const auto [correct, seen] = spmd_test_counts(*model, flags, mesh, device, sharded);
   if (reporter->summaries && seen > 0) {
@@ -458,19 +471,15 @@ int train(const Flags& flags) {
   return 0;
 }
 
-}  // namespace
-}  // namespace axle::samples
-
-int main(int argc, char** argv) {
-  axle::samples::Flags flags;
-  CLI::App app{"train_mnist: an MLP or CNN on Fashion-MNIST, as PyTorch/XLA's MNIST sample"};
+// train_mnist's command line.
+void add_flags(CLI::App& app, Flags& flags) {
   app.add_option("--model", flags.model, "mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
-  app.add_option("--batch_size", flags.batch_size)->check(axle::samples::positive());
-  app.add_option("--num_epochs", flags.num_epochs)->check(axle::samples::non_negative());
+  app.add_option("--batch_size", flags.batch_size)->check(positive());
+  app.add_option("--num_epochs", flags.num_epochs)->check(non_negative());
   app.add_option("--max_steps", flags.max_steps, "stop after this many steps (0: no limit)")
-      ->check(axle::samples::non_negative());
-  app.add_option("--lr", flags.lr)->check(axle::samples::non_negative());
-  app.add_option("--momentum", flags.momentum)->check(axle::samples::non_negative());
+      ->check(non_negative());
+  app.add_option("--lr", flags.lr)->check(non_negative());
+  app.add_option("--momentum", flags.momentum)->check(non_negative());
   app.add_option("--shuffle", flags.shuffle, "1 shuffles the training set each epoch");
   CLI::Option* ddp_flag = app.add_flag(
       "--ddp", flags.ddp,
@@ -491,7 +500,7 @@ int main(int argc, char** argv) {
   app.add_flag("--fake_data", flags.fake_data, "synthetic data instead of Fashion-MNIST");
   app.add_option("--seed", flags.seed);
   app.add_option("--log_steps", flags.log_steps, "print the loss every this many steps")
-      ->check(axle::samples::non_negative());
+      ->check(non_negative());
   app.add_option("--init", flags.init,
                  "start from these weights (.safetensors, or an axle checkpoint)");
   app.add_option("--save", flags.save,
@@ -501,38 +510,51 @@ int main(int argc, char** argv) {
   app.add_flag("--metrics_debug", flags.metrics_debug, "print the metrics report at the end");
   app.add_option("--data_dir", flags.data_dir, "where the Fashion-MNIST files are");
   app.add_option("--num_workers", flags.num_workers, "data loader worker threads per replica")
-      ->check(axle::samples::non_negative());
+      ->check(non_negative());
   app.add_option("--num_devices", flags.num_devices,
                  "train data-parallel on this many devices (default: CPU_NUM_DEVICES, or 1); "
                  "--batch_size is per device")
-      ->check(axle::samples::positive());
+      ->check(positive());
   app.add_option("--trace", flags.trace,
                  "write a Chrome trace (Perfetto, chrome://tracing) of the first steps here");
-  app.add_option("--trace_steps", flags.trace_steps, "steps the --trace covers")
-      ->check(axle::samples::positive());
+  app.add_option("--trace_steps", flags.trace_steps, "steps the --trace covers")->check(positive());
+}
+
+// The devices are made on first use, from CPU_NUM_DEVICES: the device count (--num_devices, or
+// --mesh's under --spmd) sets it first; the dataset falls back to --fake_data when missing.
+void set_up_devices(Flags& flags) {
+  if (flags.spmd) {
+    // The mesh spans the job: under mpirun each process holds its share of the devices.
+    const std::vector<int64_t> mesh = mesh_shape(flags.mesh);
+    const int processes = process_count();
+    if ((mesh[0] * mesh[1]) % processes != 0) {
+      throw std::invalid_argument(
+          fmt::format("--mesh {} does not split over {} processes", flags.mesh, processes));
+    }
+    flags.num_devices = static_cast<int>(mesh[0] * mesh[1] / processes);
+  }
+  if (flags.num_devices > 0) {
+    setenv("CPU_NUM_DEVICES", std::to_string(flags.num_devices).c_str(), /*overwrite=*/1);
+  }
+  if (flags.spmd) use_spmd();
+  flags.num_devices = device_count();
+  if (!flags.fake_data && !std::filesystem::exists(flags.data_dir)) {
+    std::fprintf(stderr, "train_mnist: no dataset in %s; training on --fake_data\n",
+                 flags.data_dir.c_str());
+    flags.fake_data = true;
+  }
+}
+
+}  // namespace
+}  // namespace axle::samples
+
+int main(int argc, char** argv) {
+  axle::samples::Flags flags;
+  CLI::App app{"train_mnist: an MLP or CNN on Fashion-MNIST, as PyTorch/XLA's MNIST sample"};
+  axle::samples::add_flags(app, flags);
   CLI11_PARSE(app, argc, argv);
   try {
-    // The devices are made on first use, from CPU_NUM_DEVICES: --num_devices sets it first.
-    if (flags.spmd) {
-      // The mesh spans the job: under mpirun each process holds its share of the devices.
-      const std::vector<int64_t> mesh = axle::samples::mesh_shape(flags.mesh);
-      const int processes = axle::process_count();
-      if ((mesh[0] * mesh[1]) % processes != 0) {
-        throw std::invalid_argument(
-            fmt::format("--mesh {} does not split over {} processes", flags.mesh, processes));
-      }
-      flags.num_devices = static_cast<int>(mesh[0] * mesh[1] / processes);
-    }
-    if (flags.num_devices > 0) {
-      setenv("CPU_NUM_DEVICES", std::to_string(flags.num_devices).c_str(), /*overwrite=*/1);
-    }
-    if (flags.spmd) axle::use_spmd();
-    flags.num_devices = axle::device_count();
-    if (!flags.fake_data && !std::filesystem::exists(flags.data_dir)) {
-      std::fprintf(stderr, "train_mnist: no dataset in %s; training on --fake_data\n",
-                   flags.data_dir.c_str());
-      flags.fake_data = true;
-    }
+    axle::samples::set_up_devices(flags);
     return axle::samples::train(flags);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_mnist: %s\n", e.what());

@@ -141,6 +141,73 @@ std::pair<double, double> evaluate(ResNet& model, const Tensor& images, const Te
   });
 }
 
+// This replica's fake images, the same batch each step (its own per replica), max_steps of them.
+DataLoader fake_loader(const Flags& flags, int ordinal) {
+  const FakeData fake(FakeDataOptions{.size = flags.batch_size,
+                                      .sample_shape = {3, flags.image_size, flags.image_size},
+                                      .num_classes = kClasses,
+                                      .seed = flags.seed + static_cast<uint64_t>(ordinal)});
+  return DataLoader(
+      std::make_shared<RepeatedSamples>(fake, flags.batch_size, flags.max_steps * flags.batch_size),
+      DataLoaderOptions{.batch_size = flags.batch_size});
+}
+
+std::shared_ptr<Progress> make_progress(const Flags& flags, const Device& device, int ordinal) {
+  auto progress = std::make_shared<Progress>();
+  progress->device_name = fmt::format("{}/{}", device.to_string(), ordinal);
+  if (!flags.logdir.empty() && is_master_ordinal(/*local=*/false)) {
+    progress->summaries = std::make_shared<SummaryWriter>(flags.logdir);
+  }
+  return progress;
+}
+
+// What the training loop leaves for the summary.
+struct TrainedRun {
+  int64_t steps = 0;
+  int64_t warm = 0;  // steps before the timing starts
+  double timed_seconds = 0;
+  int64_t warmup_compiles = 0;
+  Tensor loss, images, labels;  // the last step's
+};
+
+// The steps, as the script's train_loop_fn. Step time: from the end of the second step (the
+// first two compile: the momentum buffers appear in the second) to the end of the last.
+TrainedRun train_steps(const Flags& flags, ResNet& model, optim::SGD& optimizer,
+                       DataLoader& train_loader, const std::shared_ptr<Progress>& progress) {
+  const Device device = xla_device();
+  TrainedRun run;
+  run.warm = flags.max_steps > 2 ? 2 : 0;
+  Clock::time_point timed_from = Clock::now();
+  int64_t logged_step = 0;
+  for (const DeviceBatch& batch : MpDeviceLoader(train_loader, device)) {
+    const int64_t step = ++run.steps;
+    run.images = batch[0];
+    run.labels = batch[1];
+    optimizer.zero_grad();
+    run.loss = nn::cross_entropy(model(run.images), run.labels);
+    run.loss.backward();
+    optimizer_step(optimizer);  // averages the gradients across replicas
+    if (flags.log_steps > 0 && (step == 1 || step % flags.log_steps == 0)) {
+      const int64_t batch_images = flags.batch_size * (step - logged_step);
+      logged_step = step;
+      add_step_closure([progress, loss = run.loss, step, batch_images,
+                        lr = flags.lr] { progress->train_step(step, batch_images, loss, lr); },
+                       /*run_async=*/true);
+      if (progress->summaries) progress->summaries->add_step_breakdown(step);
+    }
+    if (step == run.warm) {
+      mark_step();
+      wait_device_ops({device});
+      rendezvous("warm");  // every replica's first graphs are compiled
+      timed_from = Clock::now();
+      run.warmup_compiles = counter_value("UncachedCompile").value_or(0);
+    }
+  }
+  wait_device_ops();
+  run.timed_seconds = seconds_since(timed_from);
+  return run;
+}
+
 // One replica's training, as test_train_mp_imagenet's _mp_fn: its own model (the same start on
 // every replica, from the seed, then the master's parameters broadcast as the script does), its
 // own fake batch, gradients averaged across replicas by optimizer_step. BatchNorm's running
@@ -154,54 +221,10 @@ void train_replica(const Flags& flags, Summary& summary) {
   optim::SGD optimizer(
       model->parameters(),
       {.lr = flags.lr, .momentum = flags.momentum, .weight_decay = flags.weight_decay});
-  const FakeData fake(FakeDataOptions{.size = flags.batch_size,
-                                      .sample_shape = {3, flags.image_size, flags.image_size},
-                                      .num_classes = kClasses,
-                                      .seed = flags.seed + static_cast<uint64_t>(ordinal)});
-  DataLoader train_loader(
-      std::make_shared<RepeatedSamples>(fake, flags.batch_size, flags.max_steps * flags.batch_size),
-      DataLoaderOptions{.batch_size = flags.batch_size});
-
-  auto progress = std::make_shared<Progress>();
-  progress->device_name = fmt::format("{}/{}", device.to_string(), ordinal);
-  if (!flags.logdir.empty() && is_master_ordinal(/*local=*/false)) {
-    progress->summaries = std::make_shared<SummaryWriter>(flags.logdir);
-  }
-  // Step time: from the end of the second step (the first two compile: the momentum buffers
-  // appear in the second) to the end of the last.
-  const int64_t warm = flags.max_steps > 2 ? 2 : 0;
-  Clock::time_point timed_from = Clock::now();
-  int64_t warmup_compiles = 0;
-  int64_t step = 0, logged_step = 0;
-  Tensor loss, images, labels;
-  MpDeviceLoader device_loader(train_loader, device);
-  for (const DeviceBatch& batch : device_loader) {
-    ++step;
-    images = batch[0];
-    labels = batch[1];
-    optimizer.zero_grad();
-    loss = nn::cross_entropy((*model)(images), labels);
-    loss.backward();
-    optimizer_step(optimizer);  // averages the gradients across replicas
-    if (flags.log_steps > 0 && (step == 1 || step % flags.log_steps == 0)) {
-      const int64_t batch_images = flags.batch_size * (step - logged_step);
-      logged_step = step;
-      add_step_closure([progress, loss, step, batch_images,
-                        lr = flags.lr] { progress->train_step(step, batch_images, loss, lr); },
-                       /*run_async=*/true);
-      if (progress->summaries) progress->summaries->add_step_breakdown(step);
-    }
-    if (step == warm) {
-      mark_step();
-      wait_device_ops({device});
-      rendezvous("warm");  // every replica's first graphs are compiled
-      timed_from = Clock::now();
-      warmup_compiles = counter_value("UncachedCompile").value_or(0);
-    }
-  }
-  wait_device_ops();
-  const double timed = seconds_since(timed_from);
-  const double final_loss = loss.defined() ? loss.item() : 0;
+  DataLoader train_loader = fake_loader(flags, ordinal);
+  const std::shared_ptr<Progress> progress = make_progress(flags, device, ordinal);
+  const TrainedRun run = train_steps(flags, *model, optimizer, train_loader, progress);
+  const double final_loss = run.loss.defined() ? run.loss.item() : 0;
   // Counted once every replica's training graphs are compiled, and before any replica compiles
   // its evaluation graph (a replica past the first rendezvous could otherwise be first).
   rendezvous("trained");
@@ -209,22 +232,21 @@ void train_replica(const Flags& flags, Summary& summary) {
   rendezvous("counted");
   const MemoryInfo memory = get_memory_info(device);
   std::pair<double, double> eval{0, 0};
-  if (flags.eval && images.defined()) {
-    eval = evaluate(*model, images, labels);
-    progress->evaluation(step, eval);
+  if (flags.eval && run.images.defined()) {
+    eval = evaluate(*model, run.images, run.labels);
+    progress->evaluation(run.steps, eval);
   }
-  if (is_master_ordinal(/*local=*/false)) {
-    summary.first_loss = progress->first_loss;
-    summary.final_loss = final_loss;
-    summary.step_ms =
-        flags.max_steps > warm ? 1000 * timed / static_cast<double>(flags.max_steps - warm) : 0;
-    summary.warmup_compiles = warmup_compiles;
-    summary.compiles = compiles;
-    summary.peak_device_bytes = memory.peak_bytes;
-    summary.eval_loss = eval.first;
-    summary.eval_accuracy = eval.second;
-    for (const Tensor& p : model->parameters()) summary.parameters += p.numel();
-  }
+  if (!is_master_ordinal(/*local=*/false)) return;
+  const int64_t timed_steps = flags.max_steps - run.warm;
+  summary = Summary{.first_loss = progress->first_loss,
+                    .final_loss = final_loss,
+                    .step_ms = timed_steps > 0 ? 1000 * run.timed_seconds / timed_steps : 0,
+                    .warmup_compiles = run.warmup_compiles,
+                    .compiles = compiles,
+                    .peak_device_bytes = memory.peak_bytes,
+                    .eval_loss = eval.first,
+                    .eval_accuracy = eval.second};
+  for (const Tensor& p : model->parameters()) summary.parameters += p.numel();
 }
 
 int train(const Flags& flags) {

@@ -2,6 +2,7 @@
 #include "include_graph.h"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <map>
 #include <set>
@@ -184,6 +185,65 @@ std::vector<std::string> files_longer_than(const fs::path& root,
     int count = 0;
     for (std::string line; std::getline(in, line);) ++count;
     if (count > max_lines) found.push_back(file + " has " + std::to_string(count) + " lines");
+  }
+  return found;
+}
+
+namespace {
+
+bool indented(const std::string& line) {
+  return !line.empty() && std::isspace(static_cast<unsigned char>(line[0]));
+}
+
+// Whether a signature (a declaration's lines joined, from an unindented first line) opens a
+// function's body: `... name(...) ... {`, not a namespace, type, initializer or comment.
+bool opens_function(const std::string& signature) {
+  if (signature.empty() || signature.back() != '{') return false;
+  for (const char* not_a_function : {"namespace", "struct", "class", "enum", "union", "//", "#"}) {
+    if (signature.starts_with(not_a_function)) return false;
+  }
+  const std::size_t open = signature.find('(');
+  return open != std::string::npos && signature.find(')', open) != std::string::npos &&
+         signature.substr(0, open).find('=') == std::string::npos;
+}
+
+// The function's name: the word before the first '(' of its signature.
+std::string function_name(const std::string& signature) {
+  const std::size_t open = signature.find('(');
+  std::size_t begin = signature.find_last_of(" *&:", open);
+  begin = begin == std::string::npos ? 0 : begin + 1;
+  return signature.substr(begin, open - begin);
+}
+
+}  // namespace
+
+std::vector<std::string> functions_longer_than(const fs::path& root,
+                                               const std::vector<std::string>& files,
+                                               int max_lines) {
+  std::vector<std::string> found;
+  for (const std::string& file : files) {
+    std::ifstream in(root / file);
+    std::vector<std::string> text;
+    for (std::string line; std::getline(in, line);) text.push_back(line);
+    for (std::size_t first = 0; first < text.size(); ++first) {
+      if (text[first].empty() || indented(text[first])) continue;
+      // The signature: this line and the indented ones wrapped after it, up to a '{' or ';'.
+      std::string signature = text[first];
+      std::size_t last = first;
+      while (!signature.ends_with("{") && !signature.ends_with(";") && last + 1 < text.size() &&
+             indented(text[last + 1])) {
+        signature += " " + text[++last];
+      }
+      if (!opens_function(signature)) continue;
+      std::size_t end = last + 1;
+      while (end < text.size() && text[end] != "}") ++end;
+      const std::size_t body = end - last - 1;
+      if (static_cast<int>(body) > max_lines) {
+        found.push_back(file + ":" + std::to_string(first + 1) + " " + function_name(signature) +
+                        " has " + std::to_string(body) + " lines");
+      }
+      first = end;
+    }
   }
   return found;
 }

@@ -50,4 +50,11 @@ struct IncludeGraph {
                                                          const std::vector<std::string>& files,
                                                          int max_lines);
 
+/// "samples/train_gpt.cpp:384 train_replica has 67 lines" for each function defined at a file's
+/// outer level (its first line unindented, clang-format style, its body closed by a line "}")
+/// whose body is longer than `max_lines`. Member functions and lambdas are not counted.
+[[nodiscard]] std::vector<std::string> functions_longer_than(const std::filesystem::path& root,
+                                                             const std::vector<std::string>& files,
+                                                             int max_lines);
+
 }  // namespace axle::layering

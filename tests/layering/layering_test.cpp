@@ -148,6 +148,29 @@ TEST(Layering, NoSourceFileIsLongerThan600Lines) {
   EXPECT_TRUE(found.empty()) << "over " << kMaxFileLines << " lines:" << lines(found);
 }
 
+// samples/README.md: the samples are built from small pieces people can copy, none longer than
+// kMaxSampleFunctionLines.
+constexpr int kMaxSampleFunctionLines = 60;
+
+std::vector<std::string> sample_files() {
+  std::vector<std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(kSource / "samples")) {
+    const std::string extension = entry.path().extension().string();
+    if (entry.is_regular_file() && (extension == ".h" || extension == ".cpp")) {
+      files.push_back(entry.path().lexically_relative(kSource).generic_string());
+    }
+  }
+  return files;
+}
+
+TEST(Layering, NoSampleFunctionIsLongerThan60Lines) {
+  const std::vector<std::string> files = sample_files();
+  ASSERT_GE(files.size(), 5u);
+  const std::vector<std::string> found =
+      functions_longer_than(kSource, files, kMaxSampleFunctionLines);
+  EXPECT_TRUE(found.empty()) << "over " << kMaxSampleFunctionLines << " lines:" << lines(found);
+}
+
 // engine/README.md: engine holds the per-thread machinery (ThisThread, this_thread_object) so that
 // no other part declares a thread_local of its own and no per-replica state hides in a file.
 TEST(Layering, OnlyEngineDeclaresThreadLocals) {
@@ -203,6 +226,24 @@ TEST_F(LayeringPlanted, LongFileIsReported) {
   const std::vector<std::string> found = files_longer_than(root_, {file}, kMaxFileLines);
   ASSERT_EQ(found.size(), 1u) << lines(found);
   EXPECT_NE(found[0].find(file + " has "), std::string::npos) << found[0];
+}
+
+// A function of `body_lines` lines whose signature is wrapped over two.
+std::string planted_function(const std::string& name, int body_lines) {
+  std::string function = "int " + name + "(int steps,\n    int more) {\n";
+  for (int i = 1; i < body_lines; ++i) function += "  steps += more;\n";
+  return function + "  return steps;\n}\n\n";
+}
+
+TEST_F(LayeringPlanted, LongSampleFunctionIsReported) {
+  const std::string file = "samples/planted.cpp";
+  append(file, "namespace axle {\n\n" + planted_function("at_the_limit", kMaxSampleFunctionLines) +
+                   planted_function("one_over", kMaxSampleFunctionLines + 1) +
+                   "}  // namespace axle\n");
+  const std::vector<std::string> found =
+      functions_longer_than(root_, {file}, kMaxSampleFunctionLines);
+  ASSERT_EQ(found.size(), 1u) << lines(found);
+  EXPECT_EQ(found[0], file + ":67 one_over has 61 lines");
 }
 
 TEST_F(LayeringPlanted, ReadmePictureOutOfOrderIsReported) {
