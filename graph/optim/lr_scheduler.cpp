@@ -30,6 +30,18 @@ void LRScheduler::step() {
   for (std::size_t g = 0; g < groups.size(); ++g) groups[g].lr = last_lr_[g];
 }
 
+void LRScheduler::load_state_dict(const LRSchedulerState& state) {
+  if (state.base_lrs.size() != groups() || state.last_lr.size() != groups()) {
+    throw std::invalid_argument(fmt::format(
+        "LRScheduler.load_state_dict: the state has {} base rates and {} last rates for an "
+        "optimizer of {} parameter groups",
+        state.base_lrs.size(), state.last_lr.size(), groups()));
+  }
+  last_epoch_ = state.last_epoch;
+  base_lrs_ = state.base_lrs;
+  last_lr_ = state.last_lr;
+}
+
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
     : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
   if (step_size <= 0) {

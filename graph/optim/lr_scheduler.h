@@ -12,6 +12,15 @@
 
 namespace axle::optim {
 
+/// What a scheduler needs to go on where it stopped, as torch's scheduler.state_dict(): the steps
+/// taken, the rates it started from and the rates it last set. The groups' current rates are
+/// the optimizer's (its param_groups).
+struct LRSchedulerState {
+  int64_t last_epoch = -1;
+  std::vector<double> base_lrs;
+  std::vector<double> last_lr;
+};
+
 class LRScheduler {
  public:
   virtual ~LRScheduler() = default;
@@ -26,6 +35,12 @@ class LRScheduler {
   [[nodiscard]] int64_t last_epoch() const noexcept { return last_epoch_; }
   /// The rates the schedule starts from (each group's initial_lr).
   [[nodiscard]] const std::vector<double>& base_lrs() const noexcept { return base_lrs_; }
+
+  [[nodiscard]] LRSchedulerState state_dict() const { return {last_epoch_, base_lrs_, last_lr_}; }
+  /// Takes up a state_dict() of a scheduler of as many groups (torch's load_state_dict); throws
+  /// std::invalid_argument, changing nothing, when the group counts differ. The groups' rates
+  /// are not touched: they come back with the optimizer's param_groups.
+  void load_state_dict(const LRSchedulerState& state);
 
  protected:
   /// Takes each group's lr as its initial_lr (unless a scheduler already set it); the derived

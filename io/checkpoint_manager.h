@@ -1,0 +1,76 @@
+// io: CheckpointManager, as torch_xla's (torch_xla.experimental.distributed_checkpoint): a run's
+// state saved every `save_interval` steps into a directory of its own per step, the newest
+// `max_to_keep` kept, and the newest good one restored after the run was killed.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "graph/nn/module.h"
+#include "graph/optim/lr_scheduler.h"
+#include "graph/optim/optimizer.h"
+
+namespace axle {
+
+/// What a checkpoint of a run holds, by reference: whatever is set is saved and restored. Every
+/// device's random streams on the calling replica (seed and position, so that dropout draws the
+/// same masks after a resume) and the step are always part of it.
+struct TrainingState {
+  nn::Module* model = nullptr;              ///< its state_dict (parameters and buffers)
+  optim::Optimizer* optimizer = nullptr;    ///< its state_dict and its groups' rates
+  optim::LRScheduler* scheduler = nullptr;  ///< its state_dict
+  /// Tensors of the caller's own, by name. restore() replaces each value with the saved one
+  /// (on the device it had) and refuses a name the checkpoint lacks or has in excess.
+  nn::StateDict extra;
+};
+
+/// Saves a run's state every `save_interval` steps and restores it, as torch_xla's
+/// CheckpointManager. Step s goes to `path/s/` (the tensors, the host state, every replica's
+/// random streams, and last a commit file with every file's size and CRC-32): it is written in
+/// a hidden directory beside, fsynced and renamed, so a crash at any moment leaves the earlier
+/// steps as they were and no half-written step under its name. Inside spawn every replica calls
+/// save() and restore() alike; the master writes, each replica adds its random streams, and all
+/// return once the step is committed. Errors throw FileError naming the file and the cause.
+class CheckpointManager {
+ public:
+  /// Manages the steps under `path` (created if missing). With `max_to_keep` > 0, a save
+  /// removes the oldest steps beyond that many; otherwise every step is kept. Throws
+  /// std::invalid_argument for `save_interval` < 1.
+  CheckpointManager(std::filesystem::path path, int64_t save_interval, int64_t max_to_keep = 0);
+
+  /// Whether step `step` is one to save: a multiple of save_interval.
+  [[nodiscard]] bool should_save(int64_t step) const;
+  /// Saves `state` as step `step` when should_save(step) or `force`; returns whether it did. A
+  /// step saved before is replaced whole.
+  bool save(int64_t step, const TrainingState& state, bool force = false);
+  /// The committed steps under the path, oldest first (a step without its commit file, or a
+  /// directory that is not a step, is not one).
+  [[nodiscard]] std::vector<int64_t> all_steps() const;
+  /// Loads step `step` into `state`. Every file is checked against the commit file before
+  /// anything changes: a missing, truncated or damaged step throws FileError naming the file,
+  /// and `state` is as it was. A step that does not fit `state` (an extra name, a group count,
+  /// a scheduler the step lacks; the model's and the optimizer's load_state_dict checks) throws
+  /// nn::StateDictError naming the file and the key; only a model or optimizer mismatch is found
+  /// after the model may have taken the step's weights.
+  void restore(int64_t step, TrainingState& state);
+  /// Restores the newest step that reads back whole, skipping (with a warning naming what is
+  /// wrong) a newer damaged one; returns it, or nullopt when no step restores (a fresh start:
+  /// `state` untouched). A step that does not fit `state` is not skipped: its
+  /// nn::StateDictError is thrown.
+  std::optional<int64_t> restore_latest(TrainingState& state);
+
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  // Lists the files written under `partial`, writes the commit file, renames the directory to
+  // the step's name and drops the steps beyond max_to_keep.
+  void commit(int64_t step, const std::filesystem::path& partial) const;
+
+  std::filesystem::path path_;
+  int64_t save_interval_;
+  int64_t max_to_keep_;
+};
+
+}  // namespace axle

@@ -1,0 +1,309 @@
+// CheckpointManager: saves every save_interval steps, keeps max_to_keep, a run restored from its
+// newest step continuing bit for bit (weights, optimizer, scheduler, random streams, the caller's
+// tensors), each kind of damage found and the newest good step taken instead, a failed save
+// leaving the earlier steps as they were, and replicas each keeping their own random streams.
+#include "io/checkpoint_manager.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "actors/host/lazy_system.h"
+#include "axle.h"
+#include "graph/formats/error.h"
+#include "tests/io/io_test_util.h"
+
+namespace axle {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::contains;
+using testing::error_message;
+using testing::read_file;
+using testing::TempDir;
+using testing::write_file;
+
+class CheckpointManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LazySystem::restart(LazySystemOptions{.cpu_devices = 2});
+    clear_all();
+  }
+  void TearDown() override { LazySystem::restart(); }
+
+  TempDir dir_;
+};
+
+// A run's pieces: a model with dropout (so the random streams matter), Adam, a schedule.
+struct SmallRun {
+  explicit SmallRun(uint64_t init_seed) {
+    set_rng_state(init_seed);
+    model = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::Dropout>(0.3), std::make_shared<nn::Linear>(8, 3)});
+    adam = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 0.01});
+    schedule = std::make_unique<optim::StepLR>(*adam, 2, 0.5);
+  }
+
+  void train(int steps) {
+    const Tensor x = tensor(std::vector<float>{1, -2, 3, 0.5f, 4, -1, 2, 2, -3, 1, 0, 1}, {3, 4});
+    const Tensor target = tensor(std::vector<int64_t>{2, 0, 1}, {3});
+    for (int s = 0; s < steps; ++s) {
+      adam->zero_grad();
+      nn::cross_entropy((*model)(x), target).backward();
+      adam->step();
+      schedule->step();
+      mark_step();
+    }
+  }
+
+  TrainingState state() {
+    return {.model = model.get(), .optimizer = adam.get(), .scheduler = schedule.get()};
+  }
+
+  std::shared_ptr<nn::Sequential> model;
+  std::unique_ptr<optim::Adam> adam;
+  std::unique_ptr<optim::StepLR> schedule;
+};
+
+std::vector<std::vector<std::byte>> weights(const nn::Module& model) {
+  std::vector<std::vector<std::byte>> out;
+  for (const auto& [name, tensor] : model.state_dict()) out.push_back(tensor.to_cpu().bytes);
+  return out;
+}
+
+TEST_F(CheckpointManagerTest, SavesEveryIntervalOrWhenForced) {
+  CheckpointManager manager(dir_ / "run", /*save_interval=*/10);
+  EXPECT_TRUE(manager.should_save(0));
+  EXPECT_TRUE(manager.should_save(20));
+  EXPECT_FALSE(manager.should_save(15));
+  SmallRun run(1);
+  EXPECT_FALSE(manager.save(15, run.state()));
+  EXPECT_TRUE(manager.all_steps().empty());
+  EXPECT_TRUE(manager.save(10, run.state()));
+  EXPECT_TRUE(manager.save(15, run.state(), /*force=*/true));
+  EXPECT_EQ(manager.all_steps(), (std::vector<int64_t>{10, 15}));
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir_ / "run")) {
+    EXPECT_FALSE(entry.path().filename().string().starts_with(".")) << entry.path();
+  }
+  EXPECT_THROW(CheckpointManager(dir_ / "run", 0), std::invalid_argument);
+}
+
+TEST_F(CheckpointManagerTest, ARestoredRunContinuesBitForBit) {
+  SmallRun run(1);
+  run.train(3);
+  CheckpointManager manager(dir_ / "run", 3);
+  const Tensor counter = scalar_tensor(42, DType::kI64);
+  TrainingState state = run.state();
+  state.extra = {{"tokens_seen", counter}};
+  ASSERT_TRUE(manager.save(3, state));
+  run.train(3);  // the uninterrupted run
+
+  SmallRun resumed(7);  // other initial weights
+  set_rng_state(99);    // and another random stream
+  TrainingState resumed_state = resumed.state();
+  resumed_state.extra = {{"tokens_seen", scalar_tensor(0, DType::kI64)}};
+  EXPECT_EQ(manager.restore_latest(resumed_state), 3);
+  EXPECT_EQ(resumed_state.extra[0].second.item(), 42);
+  EXPECT_EQ(resumed.schedule->last_epoch(), 3);
+  resumed.train(3);
+
+  EXPECT_EQ(weights(*resumed.model), weights(*run.model));
+  EXPECT_EQ(resumed.schedule->get_last_lr(), run.schedule->get_last_lr());
+  EXPECT_EQ(resumed.adam->lr(), run.adam->lr());
+  const nn::StateDict want = run.adam->state_dict(), got = resumed.adam->state_dict();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].second.to_cpu().bytes, want[i].second.to_cpu().bytes) << got[i].first;
+  }
+}
+
+TEST_F(CheckpointManagerTest, WithoutTheRandomStreamsTheRunWouldDiffer) {
+  // The control for the test above: the same restore with the streams moved on afterwards draws
+  // other dropout masks, so the weights differ; the streams are what made them agree.
+  SmallRun run(1);
+  run.train(2);
+  CheckpointManager manager(dir_ / "run", 1);
+  manager.save(2, run.state());
+  run.train(2);
+  SmallRun resumed(7);
+  TrainingState state = resumed.state();
+  ASSERT_EQ(manager.restore_latest(state), 2);
+  (void)rand({16});  // moves the stream on
+  resumed.train(2);
+  EXPECT_NE(weights(*resumed.model), weights(*run.model));
+}
+
+TEST_F(CheckpointManagerTest, KeepsTheNewestMaxToKeepSteps) {
+  CheckpointManager manager(dir_ / "run", 1, /*max_to_keep=*/2);
+  SmallRun run(1);
+  for (int64_t step = 1; step <= 4; ++step) manager.save(step, run.state());
+  EXPECT_EQ(manager.all_steps(), (std::vector<int64_t>{3, 4}));
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "1"));
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "2"));
+}
+
+TEST_F(CheckpointManagerTest, ASavedStepIsReplacedWhole) {
+  CheckpointManager manager(dir_ / "run", 1);
+  SmallRun run(1);
+  TrainingState state = run.state();
+  state.extra = {{"value", scalar_tensor(1.0)}};
+  manager.save(5, state);
+  state.extra = {{"value", scalar_tensor(2.0)}};
+  manager.save(5, state);
+  EXPECT_EQ(manager.all_steps(), std::vector<int64_t>{5});
+  state.extra = {{"value", scalar_tensor(0.0)}};
+  manager.restore(5, state);
+  EXPECT_EQ(state.extra[0].second.item(), 2.0);
+}
+
+// Saves steps 1 and 2 (extra "step" = the step), damages step 2 with `damage`, and checks that
+// restore(2) names `file` and restore_latest falls back to step 1.
+void expect_fallback(const fs::path& root, const std::string& file,
+                     const std::function<void(const fs::path&)>& damage,
+                     const std::string& reason) {
+  CheckpointManager manager(root, 1);
+  SmallRun run(1);
+  TrainingState state = run.state();
+  for (int64_t step = 1; step <= 2; ++step) {
+    state.extra = {{"step", scalar_tensor(step, DType::kI64)}};
+    manager.save(step, state);
+  }
+  damage(root / "2" / file);
+  const std::string what = error_message<FileError>([&] { manager.restore(2, state); });
+  EXPECT_TRUE(contains(what, (root / "2" / file).string())) << what;
+  EXPECT_TRUE(contains(what, reason)) << what;
+  EXPECT_EQ(manager.restore_latest(state), 1);
+  EXPECT_EQ(state.extra[0].second.item(), 1);
+}
+
+void flip_byte(const fs::path& file, std::size_t at) {
+  std::vector<uint8_t> bytes = read_file(file);
+  ASSERT_LT(at, bytes.size());
+  bytes[at] ^= 0x20;
+  write_file(file, bytes);
+}
+
+TEST_F(CheckpointManagerTest, AStepWithoutItsCommitFileIsSkipped) {
+  expect_fallback(
+      dir_ / "run", "commit.json", [](const fs::path& f) { fs::remove(f); }, "not committed");
+  EXPECT_EQ(CheckpointManager(dir_ / "run", 1).all_steps(), std::vector<int64_t>{1});
+}
+
+TEST_F(CheckpointManagerTest, ATruncatedTensorFileIsFoundAndAnOlderStepTaken) {
+  expect_fallback(
+      dir_ / "run", "tensors.ckpt",
+      [](const fs::path& f) { fs::resize_file(f, fs::file_size(f) - 5); }, "bytes where");
+}
+
+TEST_F(CheckpointManagerTest, AFlippedByteInTheTensorsIsFound) {
+  expect_fallback(
+      dir_ / "run", "tensors.ckpt", [](const fs::path& f) { flip_byte(f, fs::file_size(f) - 3); },
+      "CRC-32");
+}
+
+TEST_F(CheckpointManagerTest, AFlippedByteInTheHostStateIsFound) {
+  expect_fallback(
+      dir_ / "run", "state.json", [](const fs::path& f) { flip_byte(f, 5); }, "CRC-32");
+}
+
+TEST_F(CheckpointManagerTest, AMissingRandomStreamFileIsFound) {
+  expect_fallback(
+      dir_ / "run", "rng.0.json", [](const fs::path& f) { fs::remove(f); }, "missing");
+}
+
+TEST_F(CheckpointManagerTest, ADamagedCommitFileIsFound) {
+  expect_fallback(
+      dir_ / "run", "commit.json",
+      [](const fs::path& f) { write_file(f, std::string_view("{\"files\": ")); }, "not valid JSON");
+}
+
+TEST_F(CheckpointManagerTest, AFailedSaveLeavesTheEarlierStepsAndNoPartialStep) {
+  CheckpointManager manager(dir_ / "run", 1);
+  SmallRun run(1);
+  TrainingState state = run.state();
+  state.extra = {{"value", scalar_tensor(1.0)}};
+  manager.save(1, state);
+  state.extra = {{"broken", Tensor()}};  // a writer error on the way
+  const std::string what = error_message<FileError>([&] { manager.save(2, state); });
+  EXPECT_TRUE(contains(what, "key \"extra/broken\" is undefined")) << what;
+  EXPECT_EQ(manager.all_steps(), std::vector<int64_t>{1});
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir_ / "run")) {
+    EXPECT_EQ(entry.path().filename(), "1");
+  }
+  state.extra = {{"value", scalar_tensor(0.0)}};
+  manager.restore(1, state);
+  EXPECT_EQ(state.extra[0].second.item(), 1.0);
+}
+
+TEST_F(CheckpointManagerTest, AStateThatDoesNotFitIsRefusedByName) {
+  CheckpointManager manager(dir_ / "run", 1);
+  SmallRun run(1);
+  TrainingState state = run.state();
+  state.extra = {{"a", scalar_tensor(1.0)}};
+  manager.save(1, state);
+  state.extra = {{"b", scalar_tensor(1.0)}};
+  const std::string what = error_message<nn::StateDictError>([&] { manager.restore(1, state); });
+  EXPECT_TRUE(contains(what, "extra entry \"b\"")) << what;
+  EXPECT_TRUE(contains(what, "tensors.ckpt")) << what;
+  EXPECT_EQ(state.extra[0].first, "b");
+  // Not damage: restore_latest does not start afresh over a run that changed its state.
+  EXPECT_THROW((void)manager.restore_latest(state), nn::StateDictError);
+
+  // A step saved without a scheduler does not restore into a state with one, and nothing
+  // changes: the weights are checked before they load.
+  const auto before = weights(*run.model);
+  state.extra = {{"a", scalar_tensor(1.0)}};
+  state.scheduler = nullptr;
+  manager.save(2, state, true);
+  state.scheduler = run.schedule.get();
+  run.train(1);
+  const auto trained = weights(*run.model);
+  const std::string no_scheduler =
+      error_message<nn::StateDictError>([&] { manager.restore(2, state); });
+  EXPECT_TRUE(contains(no_scheduler, "state.json")) << no_scheduler;
+  EXPECT_TRUE(contains(no_scheduler, "scheduler")) << no_scheduler;
+  EXPECT_EQ(weights(*run.model), trained);
+  EXPECT_NE(trained, before);
+}
+
+TEST_F(CheckpointManagerTest, AnEmptyDirectoryRestoresNothing) {
+  CheckpointManager manager(dir_ / "fresh", 5);
+  SmallRun run(1);
+  const auto before = weights(*run.model);
+  TrainingState state = run.state();
+  EXPECT_EQ(manager.restore_latest(state), std::nullopt);
+  EXPECT_EQ(weights(*run.model), before);
+}
+
+TEST_F(CheckpointManagerTest, InsideSpawnEachReplicaGetsItsOwnRandomStreamsBack) {
+  CheckpointManager manager(dir_ / "run", 1);
+  std::vector<std::vector<float>> drawn(2), redrawn(2);
+  spawn([&](int r) {
+    set_rng_state(100 + static_cast<uint64_t>(r));
+    (void)rand({5}).to_vector<float>();  // each replica's stream moves on apart
+    TrainingState state{.extra = {{"ordinal", scalar_tensor(r, DType::kI64)}}};
+    manager.save(1, state);
+    drawn[static_cast<std::size_t>(r)] = rand({4}).to_vector<float>();
+    set_rng_state(7);
+    ASSERT_EQ(manager.restore_latest(state), 1);
+    EXPECT_EQ(state.extra[0].second.item(), 0);  // the master's tensors
+    redrawn[static_cast<std::size_t>(r)] = rand({4}).to_vector<float>();
+  });
+  EXPECT_EQ(redrawn, drawn);
+  EXPECT_NE(drawn[0], drawn[1]);
+  EXPECT_TRUE(fs::exists(dir_ / "run" / "1" / "rng.1.json"));
+}
+
+TEST_F(CheckpointManagerTest, ASchedulerStateOfOtherGroupsIsRefused) {
+  SmallRun run(1);
+  optim::LRSchedulerState state = run.schedule->state_dict();
+  state.base_lrs.push_back(1.0);
+  EXPECT_THROW(run.schedule->load_state_dict(state), std::invalid_argument);
+  EXPECT_EQ(run.schedule->base_lrs().size(), 1U);
+}
+
+}  // namespace
+}  // namespace axle
