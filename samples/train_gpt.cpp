@@ -22,6 +22,7 @@
 
 #include "axle.h"
 #include "io/checkpoint.h"
+#include "io/checkpoint_manager.h"
 #include "io/data_loader.h"
 #include "io/parallel_loader.h"
 #include "io/summary_writer.h"
@@ -164,6 +165,7 @@ struct Summary {
   int64_t parameter_bytes = 0;             // the whole model's
   int64_t parameter_bytes_per_device = 0;  // what the master device holds (--spmd, --fsdp)
   double first_loss = 0;
+  int64_t resumed_from_step = 0;
   double final_train_loss = 0;
   double final_val_loss = 0;
   double step_ms = 0;
@@ -246,17 +248,19 @@ std::unique_ptr<optim::AdamW> make_optimizer(nn::Module& model, const Flags& fla
 // This replica's rows of each step's batch (a loader keeps the host from running more than a
 // few steps ahead of the device).
 std::unique_ptr<DataLoader> make_train_loader(
-    const Flags& flags, const std::shared_ptr<const std::vector<uint8_t>>& train_split) {
+    const Flags& flags, const std::shared_ptr<const std::vector<uint8_t>>& train_split,
+    int64_t first_step) {
   const int world = world_size();
   return std::make_unique<DataLoader>(
       std::make_shared<CharRows>(
           train_split, flags.block_size, flags.batch_size,
           flags.max_steps * world * flags.batch_size,
           flags.shuffle != 0 ? std::optional<uint64_t>(flags.seed) : std::nullopt),
-      DataLoaderOptions{.batch_size = flags.batch_size,
-                        .num_workers = 0,
-                        .sampler = std::make_shared<ReplicaBatches>(
-                            flags.max_steps, flags.batch_size, world, global_ordinal())});
+      DataLoaderOptions{
+          .batch_size = flags.batch_size,
+          .num_workers = 0,
+          .sampler = std::make_shared<ReplicaBatches>(flags.max_steps, flags.batch_size, world,
+                                                      global_ordinal(), first_step)});
 }
 
 // As torch_xla's xm.reduce_gradients: the replicas' gradients averaged (clipping needs the
@@ -377,6 +381,25 @@ Tensor train_step(const Flags& flags, const Wrapped& w, optim::AdamW& optimizer,
   return loss;
 }
 
+// --checkpoint_dir: the run's state saved every --checkpoint_every steps; with --resume, the
+// newest good checkpoint restored and the run going on after its step.
+struct Resumable {
+  std::unique_ptr<CheckpointManager> manager;
+  TrainingState state;
+  int64_t first_step = 0;  // the step restored (0: a fresh start)
+};
+
+Resumable resumable(const Flags& flags, const Wrapped& w, optim::AdamW& optimizer,
+                    optim::LambdaLR& scheduler) {
+  Resumable r;
+  if (flags.checkpoint_dir.empty()) return r;
+  r.manager =
+      std::make_unique<CheckpointManager>(flags.checkpoint_dir, flags.checkpoint_every, flags.keep);
+  r.state = {.model = &w.model(), .optimizer = &optimizer, .scheduler = &scheduler};
+  if (flags.resume) r.first_step = r.manager->restore_latest(r.state).value_or(0);
+  return r;
+}
+
 // What the training loop leaves for the summary.
 struct TrainedRun {
   int64_t warm = 0;          // steps before the timing starts
@@ -389,25 +412,26 @@ struct TrainedRun {
 // second step (the first two compile: Adam's state appears in the second) to the end of the
 // last, without the evaluations.
 TrainedRun train_steps(const Flags& flags, const Wrapped& w, optim::AdamW& optimizer,
-                       optim::LambdaLR& scheduler, const std::vector<Tensor>& params,
-                       const std::optional<spmd::Mesh>& mesh,
+                       optim::LambdaLR& scheduler, const Resumable& resume,
+                       const std::vector<Tensor>& params, const std::optional<spmd::Mesh>& mesh,
                        const std::shared_ptr<const std::vector<uint8_t>>& train_split,
                        const std::vector<uint8_t>& val_split,
                        const std::shared_ptr<Reporter>& reporter) {
   const Device device = xla_device();
   TrainedRun run;
-  run.warm = flags.max_steps > 2 ? 2 : 0;
+  int64_t step = resume.first_step;
+  run.warm = flags.max_steps - step > 2 ? step + 2 : step;
   Clock::time_point timed_from = Clock::now();
   double eval_seconds = 0;
-  const std::unique_ptr<DataLoader> train_loader = make_train_loader(flags, train_split);
+  const std::unique_ptr<DataLoader> train_loader = make_train_loader(flags, train_split, step);
   ParallelLoaderOptions loader_options;
   if (mesh) loader_options.input_sharding = InputSharding{*mesh, {"data", std::nullopt}};
-  int64_t step = 0;
   for (const DeviceBatch& batch : MpDeviceLoader(*train_loader, device, loader_options)) {
     ++step;
     run.loss = train_step(flags, w, optimizer, params, batch, step, reporter);
     scheduler.step();
     mark_step();
+    if (resume.manager) resume.manager->save(step, resume.state);
     if (step == run.warm) {
       wait_device_ops({device});
       timed_from = Clock::now();
@@ -440,8 +464,9 @@ void train_replica(const Flags& flags,
   optim::LambdaLR scheduler(*optimizer, [&flags](int64_t s) { return lr_factor(flags, s); });
   const std::vector<Tensor> params = w.model().parameters();
   const std::shared_ptr<Reporter> reporter = make_reporter(flags, device);
-  const TrainedRun run =
-      train_steps(flags, w, *optimizer, scheduler, params, mesh, train_split, val_split, reporter);
+  const Resumable resume = resumable(flags, w, *optimizer, scheduler);
+  const TrainedRun run = train_steps(flags, w, *optimizer, scheduler, resume, params, mesh,
+                                     train_split, val_split, reporter);
   const int64_t timed_steps = flags.max_steps - run.warm;
   const double final_loss = run.loss.defined() ? run.loss.item() : 0;
   const int64_t compiles = counter_value("UncachedCompile").value_or(0);
@@ -459,6 +484,7 @@ void train_replica(const Flags& flags,
     summary.parameter_bytes_per_device += static_cast<int64_t>(held_bytes(p));
   }
   summary.first_loss = reporter->first_loss;
+  summary.resumed_from_step = resume.first_step;
   summary.final_train_loss = final_loss;
   summary.final_val_loss = run.val_loss;
   summary.step_ms =
@@ -495,7 +521,8 @@ int train(const Flags& flags) {
       "\"first_logged_loss\":{:.5f},\"steps\":{},\"corpus_files\":{},\"corpus_bytes\":{},"
       "\"devices\":{},\"world_size\":{},\"amp\":\"{}\",\"ddp\":{},"
       "\"peak_device_bytes_by_ordinal\":[{}],\"spmd\":{},\"mesh\":\"{}\","
-      "\"parameter_bytes\":{},\"parameter_bytes_per_device\":{},\"replica_state_bytes\":{}}}\n",
+      "\"parameter_bytes\":{},\"parameter_bytes_per_device\":{},\"replica_state_bytes\":{},"
+      "\"resumed_from_step\":{}}}\n",
       summary.final_train_loss, summary.final_val_loss, summary.final_val_loss / std::numbers::ln2,
       summary.step_ms > 0 ? 1000.0 * static_cast<double>(tokens_per_step) / summary.step_ms : 0.0,
       summary.step_ms, summary.compiles, summary.peak_device_bytes, summary.first_loss,
@@ -503,7 +530,8 @@ int train(const Flags& flags) {
       flags.spmd ? global_device_count() : flags.num_devices,
       flags.spmd ? 1 : flags.num_devices * process_count(), flags.amp, flags.ddp,
       fmt::join(summary.peak_bytes_by_ordinal, ","), flags.spmd, flags.spmd ? flags.mesh : "",
-      summary.parameter_bytes, summary.parameter_bytes_per_device, summary.replica_state_bytes);
+      summary.parameter_bytes, summary.parameter_bytes_per_device, summary.replica_state_bytes,
+      summary.resumed_from_step);
   return 0;
 }
 
@@ -517,6 +545,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (flags.spmd) axle::samples::check_mesh(flags);
+    axle::samples::check_checkpoints(flags);
     if (flags.num_devices > 0) {
       setenv("CPU_NUM_DEVICES", std::to_string(flags.num_devices).c_str(), /*overwrite=*/1);
     }
