@@ -14,6 +14,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "io/splitmix.h"
 
@@ -60,13 +61,16 @@ Batch stack(const std::vector<Sample>& samples, std::span<const int64_t> indices
 
 class DataLoader::Epoch {
  public:
+  // Batches first_batch, first_batch + 1, ... of `num_batches`.
   Epoch(std::shared_ptr<const Dataset> dataset, const DataLoaderOptions& options,
-        int64_t num_batches, std::vector<int64_t> order)
+        int64_t num_batches, std::vector<int64_t> order, int64_t first_batch)
       : dataset_(std::move(dataset)),
         batch_size_(options.batch_size),
         num_batches_(num_batches),
         window_(int64_t{options.num_workers} * options.prefetch_factor),
-        order_(std::move(order)) {
+        order_(std::move(order)),
+        next_assign_(first_batch),
+        next_take_(first_batch) {
     try {
       for (int i = 0; i < options.num_workers; ++i) workers_.emplace_back([this] { work(); });
     } catch (...) {
@@ -80,7 +84,8 @@ class DataLoader::Epoch {
 
   [[nodiscard]] int64_t num_batches() const noexcept { return num_batches_; }
 
-  // Batch `k`, for k = 0, 1, ... in turn; throws the error that assembling it raised.
+  // Batch `k`, for k = first_batch, first_batch + 1, ... in turn; throws the error that
+  // assembling it raised.
   Batch take(int64_t k) {
     if (workers_.empty()) return assemble(k);
     Result result;
@@ -213,12 +218,25 @@ DataLoader::Iterator DataLoader::begin() {
       std::swap(order[i - 1], order[stream.next_below(i)]);
     }
   }
+  const int64_t first = std::exchange(first_batch_, 0);
   Iterator it;
-  if (num_batches_ == 0) return it;
-  epoch_ = std::make_unique<Epoch>(dataset_, options_, num_batches_, std::move(order));
+  if (first >= num_batches_) return it;
+  epoch_ = std::make_unique<Epoch>(dataset_, options_, num_batches_, std::move(order), first);
   it.epoch_ = epoch_.get();
-  it.batch_ = epoch_->take(0);
+  it.index_ = first;
+  it.batch_ = epoch_->take(first);
   return it;
+}
+
+void DataLoader::resume_at(int64_t epoch, int64_t batch) {
+  if (epoch < 0 || batch < 0 || batch > num_batches_) {
+    throw std::invalid_argument(fmt::format(
+        "DataLoader.resume_at: epoch {} batch {} is not a position of a loader of {} batches an "
+        "epoch",
+        epoch, batch, num_batches_));
+  }
+  next_epoch_ = epoch;
+  first_batch_ = batch;
 }
 
 DataLoader::Iterator& DataLoader::Iterator::operator++() {

@@ -67,6 +67,14 @@ class DataLoader {
   [[nodiscard]] int64_t epoch() const noexcept { return next_epoch_; }
   /// Makes the next begin() start epoch `epoch` (to resume a run with its shuffled orders).
   void set_epoch(int64_t epoch) noexcept { next_epoch_ = epoch; }
+  /// Makes the next begin() start epoch `epoch` at its batch `batch`, the batches before it not
+  /// read: a run restored from a checkpoint taken inside an epoch gets the rest of that epoch,
+  /// the same batches in the same order (iterators' index() counts from `batch`). Later epochs
+  /// start at batch 0. Throws std::invalid_argument for a negative epoch or a batch outside
+  /// [0, size()].
+  void resume_at(int64_t epoch, int64_t batch);
+  /// Batches the next begin() gives: size(), less those resume_at leaves out.
+  [[nodiscard]] int64_t next_epoch_size() const noexcept { return num_batches_ - first_batch_; }
 
   /// Starts an epoch (stopping one in progress) and waits for its first batch.
   [[nodiscard]] Iterator begin();
@@ -78,6 +86,7 @@ class DataLoader {
   DataLoaderOptions options_;
   int64_t num_batches_ = 0;
   int64_t next_epoch_ = 0;
+  int64_t first_batch_ = 0;  // of the next epoch (resume_at)
   std::unique_ptr<Epoch> epoch_;
 };
 

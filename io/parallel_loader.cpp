@@ -20,9 +20,12 @@ namespace {
 // One epoch of the DataLoader per epoch of the loader, read by the loader's reader thread.
 class DataLoaderSource final : public BatchSource {
  public:
-  explicit DataLoaderSource(DataLoader& loader) : loader_(loader) {}
+  // The epochs are of the size of the DataLoader's next one: a loader resumed inside an epoch
+  // (DataLoader::resume_at) gives the rest of it.
+  explicit DataLoaderSource(DataLoader& loader)
+      : loader_(loader), size_(loader.next_epoch_size()) {}
 
-  int64_t size() const override { return loader_.size(); }
+  int64_t size() const override { return size_; }
   // The DataLoader's begin() already reads the first batch: it waits for the first next(), so
   // that a failure there is reported as batch 0's.
   void begin_epoch() override { iterator_.reset(); }
@@ -30,6 +33,13 @@ class DataLoaderSource final : public BatchSource {
     if (iterator_) {
       ++*iterator_;
     } else {
+      if (loader_.next_epoch_size() != size_) {
+        throw std::invalid_argument(fmt::format(
+            "the DataLoader's next epoch has {} batches, not the {} of the epoch this "
+            "ParallelLoader was made for (after DataLoader::resume_at, make a ParallelLoader for "
+            "the rest of that epoch and another for the epochs after it)",
+            loader_.next_epoch_size(), size_));
+      }
       iterator_.emplace(loader_.begin());
     }
     return iterator_->take();
@@ -38,6 +48,7 @@ class DataLoaderSource final : public BatchSource {
 
  private:
   DataLoader& loader_;
+  const int64_t size_;
   std::optional<DataLoader::Iterator> iterator_;
 };
 

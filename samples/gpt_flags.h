@@ -13,6 +13,7 @@
 #include "axle.h"
 #include "samples/char_corpus.h"
 #include "samples/flag_checks.h"
+#include "samples/resume.h"
 
 namespace axle::samples {
 
@@ -44,13 +45,10 @@ struct Flags {
   int64_t top_k = 200;
   std::string data_dir = kFortunesDir;
   bool checkpoint_activations = false;
-  std::string amp = "none";        // "bf16": forward and loss in an autocast region
-  bool fsdp = false;               // FullyShardedDataParallel, each block a unit of its own
-  bool ddp = false;                // DistributedDataParallel averages the gradients during backward
-  std::string checkpoint_dir;      // CheckpointManager's directory
-  int64_t checkpoint_every = 100;  // steps between checkpoints
-  int64_t keep = 0;                // checkpoints kept (0: all)
-  bool resume = false;             // start from the newest good checkpoint in checkpoint_dir
+  std::string amp = "none";     // "bf16": forward and loss in an autocast region
+  bool fsdp = false;            // FullyShardedDataParallel, each block a unit of its own
+  bool ddp = false;             // DistributedDataParallel averages the gradients during backward
+  CheckpointFlags checkpoints;  // --checkpoint_dir, --checkpoint_every, --keep, --resume
 };
 
 // The model, the optimizer and the data: each flag with what it means and the values it takes.
@@ -124,36 +122,11 @@ inline void add_run_flags(CLI::App& app, Flags& flags) {
       ->check(CLI::IsMember({"none", "bf16"}));
 }
 
-// Checkpoints to resume a run from.
-inline void add_checkpoint_flags(CLI::App& app, Flags& flags) {
-  CLI::Option* dir = app.add_option(
-      "--checkpoint_dir", flags.checkpoint_dir,
-      "save the run's state (weights, AdamW, the schedule, the random streams) in DIR/<step>/");
-  app.add_option("--checkpoint_every", flags.checkpoint_every,
-                 "steps between checkpoints (with --checkpoint_dir)")
-      ->check(positive());
-  app.add_option("--keep", flags.keep, "checkpoints kept, the newest (0: all)")
-      ->check(non_negative());
-  app.add_flag("--resume", flags.resume,
-               "start from the newest good checkpoint in --checkpoint_dir (or from scratch "
-               "when there is none)")
-      ->needs(dir);
-}
-
 // The command line.
 inline void add_flags(CLI::App& app, Flags& flags) {
   add_training_flags(app, flags);
   add_run_flags(app, flags);
-  add_checkpoint_flags(app, flags);
-}
-
-// --checkpoint_dir saves what one replica holds: a model sharded over replicas (--fsdp) or over
-// a mesh (--spmd) is not saved by it yet.
-inline void check_checkpoints(const Flags& flags) {
-  if (!flags.checkpoint_dir.empty() && (flags.fsdp || flags.spmd)) {
-    throw std::invalid_argument(
-        "--checkpoint_dir does not save sharded models yet: leave out --fsdp and --spmd");
-  }
+  add_checkpoint_flags(app, flags.checkpoints);
 }
 
 // --spmd: the mesh spans the job (under mpirun each process holds its share of the devices) and

@@ -22,7 +22,6 @@
 
 #include "axle.h"
 #include "io/checkpoint.h"
-#include "io/checkpoint_manager.h"
 #include "io/data_loader.h"
 #include "io/parallel_loader.h"
 #include "io/summary_writer.h"
@@ -381,25 +380,6 @@ Tensor train_step(const Flags& flags, const Wrapped& w, optim::AdamW& optimizer,
   return loss;
 }
 
-// --checkpoint_dir: the run's state saved every --checkpoint_every steps; with --resume, the
-// newest good checkpoint restored and the run going on after its step.
-struct Resumable {
-  std::unique_ptr<CheckpointManager> manager;
-  TrainingState state;
-  int64_t first_step = 0;  // the step restored (0: a fresh start)
-};
-
-Resumable resumable(const Flags& flags, const Wrapped& w, optim::AdamW& optimizer,
-                    optim::LambdaLR& scheduler) {
-  Resumable r;
-  if (flags.checkpoint_dir.empty()) return r;
-  r.manager =
-      std::make_unique<CheckpointManager>(flags.checkpoint_dir, flags.checkpoint_every, flags.keep);
-  r.state = {.model = &w.model(), .optimizer = &optimizer, .scheduler = &scheduler};
-  if (flags.resume) r.first_step = r.manager->restore_latest(r.state).value_or(0);
-  return r;
-}
-
 // What the training loop leaves for the summary.
 struct TrainedRun {
   int64_t warm = 0;          // steps before the timing starts
@@ -431,7 +411,7 @@ TrainedRun train_steps(const Flags& flags, const Wrapped& w, optim::AdamW& optim
     run.loss = train_step(flags, w, optimizer, params, batch, step, reporter);
     scheduler.step();
     mark_step();
-    if (resume.manager) resume.manager->save(step, resume.state);
+    resume.save(step);
     if (step == run.warm) {
       wait_device_ops({device});
       timed_from = Clock::now();
@@ -464,7 +444,9 @@ void train_replica(const Flags& flags,
   optim::LambdaLR scheduler(*optimizer, [&flags](int64_t s) { return lr_factor(flags, s); });
   const std::vector<Tensor> params = w.model().parameters();
   const std::shared_ptr<Reporter> reporter = make_reporter(flags, device);
-  const Resumable resume = resumable(flags, w, *optimizer, scheduler);
+  const Resumable resume =
+      resumable(flags.checkpoints,
+                {.model = &w.model(), .optimizer = optimizer.get(), .scheduler = &scheduler});
   const TrainedRun run = train_steps(flags, w, *optimizer, scheduler, resume, params, mesh,
                                      train_split, val_split, reporter);
   const int64_t timed_steps = flags.max_steps - run.warm;
@@ -545,7 +527,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (flags.spmd) axle::samples::check_mesh(flags);
-    axle::samples::check_checkpoints(flags);
+    axle::samples::check_checkpoint_flags(flags.checkpoints, flags.fsdp || flags.spmd);
     if (flags.num_devices > 0) {
       setenv("CPU_NUM_DEVICES", std::to_string(flags.num_devices).c_str(), /*overwrite=*/1);
     }

@@ -27,6 +27,7 @@
 #include "io/summary_writer.h"
 #include "samples/flag_checks.h"
 #include "samples/mnist_models.h"
+#include "samples/resume.h"
 #include "samples/trainer_log.h"
 #include "samples/weights.h"
 
@@ -52,11 +53,12 @@ struct Flags {
   int num_devices = 0;  // replicas, one per device (0: as many as axle starts with)
   std::string trace;    // a Chrome trace of the first trace_steps steps
   int64_t trace_steps = 20;
-  bool ddp = false;          // DistributedDataParallel averages the gradients during backward
-  bool fsdp = false;         // FullyShardedDataParallel: each replica keeps 1/N of the model
-  bool spmd = false;         // one program over a data x model mesh of every device (use_spmd)
-  std::string mesh = "4,1";  // --spmd's mesh shape: data, model
-  std::string logdir;        // TensorBoard summaries
+  bool ddp = false;             // DistributedDataParallel averages the gradients during backward
+  bool fsdp = false;            // FullyShardedDataParallel: each replica keeps 1/N of the model
+  bool spmd = false;            // one program over a data x model mesh of every device (use_spmd)
+  std::string mesh = "4,1";     // --spmd's mesh shape: data, model
+  std::string logdir;           // TensorBoard summaries
+  CheckpointFlags checkpoints;  // --checkpoint_dir, --checkpoint_every, --keep, --resume
 };
 
 std::shared_ptr<const Dataset> dataset(const Flags& flags, Split split) {
@@ -121,6 +123,7 @@ struct Summary {
   double accuracy = 0;
   int64_t samples = 0;  // across replicas
   bool replicas_identical = true;
+  int64_t resumed_from_step = 0;
 };
 
 // The model as this replica trains it: itself, one FullyShardedDataParallel unit (--fsdp: each
@@ -231,6 +234,63 @@ std::pair<bool, int64_t> job_outcome(const Trainee& t, int64_t samples) {
   return {identical, all_samples};
 }
 
+// What a replica's epochs leave: the steps (counted from the first) and samples trained, and the
+// last test accuracy.
+struct EpochsRun {
+  int64_t step = 0;
+  int64_t samples = 0;
+  double accuracy = 0;
+};
+
+// The epochs from the step the run was restored at: batches reach the device ahead of the step
+// that reads them (iterating marks the step), a checkpoint every --checkpoint_every steps, the
+// test accuracy after each epoch.
+EpochsRun train_epochs(const Flags& flags, const Trainee& t, optim::SGD& optimizer,
+                       DataLoader& train_loader, const Resumable& resume,
+                       const std::shared_ptr<Reporter>& reporter) {
+  const Device device = xla_device();
+  EpochsRun run{.step = resume.first_step};
+  const int64_t per_epoch = train_loader.size();
+  const int first_epoch = per_epoch > 0 ? static_cast<int>(run.step / per_epoch) + 1 : 1;
+  bool done = flags.max_steps > 0 && run.step >= flags.max_steps;
+  for (int epoch = first_epoch; epoch <= flags.num_epochs && !done; ++epoch) {
+    train_loader.resume_at(epoch - 1,
+                           epoch == first_epoch && per_epoch > 0 ? run.step % per_epoch : 0);
+    // One per epoch: a resumed epoch has fewer batches than the others.
+    for (const DeviceBatch& batch : MpDeviceLoader(train_loader, device)) {
+      // The loader marked the last traced step as it handed out this batch.
+      if (!flags.trace.empty() && run.step == flags.trace_steps && is_master_ordinal(false)) {
+        wait_device_ops({device});  // this replica's traced steps (others may be ahead)
+        fmt::print(stderr, "train_mnist: {} spans of {} steps in {}\n", stop_trace(), run.step,
+                   flags.trace);
+      }
+      const Tensor loss = train_step(t, optimizer, batch);
+      const int64_t step = ++run.step;
+      const int64_t batch_samples = batch[1].size(0);
+      run.samples += batch_samples;
+      if (flags.log_steps > 0 && step % flags.log_steps == 0) {
+        if (reporter->summaries) reporter->summaries->add_step_breakdown(step);
+        add_step_closure([reporter, loss, step, epoch, logged = batch_samples * flags.log_steps,
+                          lr = flags.lr] { reporter->train_step(epoch, step, logged, loss, lr); },
+                         /*run_async=*/true);
+      }
+      resume.save(step);
+      if (flags.max_steps > 0 && step >= flags.max_steps) {
+        mark_step();  // leaving the loop early does not mark the last step
+        done = true;
+        break;
+      }
+    }
+    wait_device_ops();
+    run.accuracy = test_accuracy(t, flags, device, epoch, *reporter, run.step);
+  }
+  // Restored after its last step: the accuracy of the weights it has.
+  if (first_epoch > flags.num_epochs && flags.num_epochs > 0) {
+    run.accuracy = test_accuracy(t, flags, device, flags.num_epochs, *reporter, run.step);
+  }
+  return run;
+}
+
 // One replica's training, as test_train_mp_mnist's _mp_fn: its own model on its own device, its
 // share of the data, and gradients averaged across replicas by optimizer_step.
 void train_replica(const Flags& flags, Summary& summary) {
@@ -250,47 +310,19 @@ void train_replica(const Flags& flags, Summary& summary) {
   if (!flags.logdir.empty() && is_master_ordinal(/*local=*/false)) {
     reporter->summaries = std::make_shared<SummaryWriter>(flags.logdir);
   }
-  int64_t step = 0, samples = 0;
-  double accuracy = 0;
-  bool done = false;
-  // Batches reach the device ahead of the step that reads them; iterating marks the step.
-  MpDeviceLoader device_loader(train_loader, device);
-  for (int epoch = 1; epoch <= flags.num_epochs && !done; ++epoch) {
-    train_loader.set_epoch(epoch - 1);
-    for (const DeviceBatch& batch : device_loader) {
-      // The loader marked the last traced step as it handed out this batch.
-      if (!flags.trace.empty() && step == flags.trace_steps && is_master_ordinal(false)) {
-        wait_device_ops({device});  // this replica's traced steps (others may be ahead)
-        fmt::print(stderr, "train_mnist: {} spans of {} steps in {}\n", stop_trace(), step,
-                   flags.trace);
-      }
-      const Tensor loss = train_step(t, optimizer, batch);
-      ++step;
-      const int64_t batch_samples = batch[1].size(0);
-      samples += batch_samples;
-      if (flags.log_steps > 0 && step % flags.log_steps == 0) {
-        if (reporter->summaries) reporter->summaries->add_step_breakdown(step);
-        add_step_closure([reporter, loss, step, epoch, logged = batch_samples * flags.log_steps,
-                          lr = flags.lr] { reporter->train_step(epoch, step, logged, loss, lr); },
-                         /*run_async=*/true);
-      }
-      if (flags.max_steps > 0 && step >= flags.max_steps) {
-        mark_step();  // leaving the loop early does not mark the last step
-        done = true;
-        break;
-      }
-    }
-    wait_device_ops();
-    accuracy = test_accuracy(t, flags, device, epoch, *reporter, step);
-  }
+  const Resumable resume =
+      resumable(flags.checkpoints, {.model = t.model.get(), .optimizer = &optimizer});
+  const EpochsRun run = train_epochs(flags, t, optimizer, train_loader, resume, reporter);
   wait_device_ops();
-  const auto [identical, all_samples] = job_outcome(t, samples);
+  const auto [identical, all_samples] = job_outcome(t, run.samples);
   if (!flags.save.empty() && t.fsdp) {
     save_fsdp_weights(*t.fsdp, flags.save);
   } else if (!flags.save.empty()) {
     save_weights(*t.model, flags.save);
   }
-  if (is_master_ordinal(/*local=*/false)) summary = Summary{accuracy, all_samples, identical};
+  if (is_master_ordinal(/*local=*/false)) {
+    summary = Summary{run.accuracy, all_samples, identical, resume.first_step};
+  }
 }
 
 // --mesh as a mesh of every device of the job (global ordinals, process-major under mpirun),
@@ -464,10 +496,11 @@ int train(const Flags& flags) {
   fmt::print(
       "{{\"final_test_accuracy\":{:.4f},\"train_samples_per_s\":{:.1f},\"compiles\":{},"
       "\"devices\":{},\"processes\":{},\"world_size\":{},\"replicas_identical\":{},"
-      "\"ddp\":{},\"fsdp\":{}}}\n",
+      "\"ddp\":{},\"fsdp\":{},\"resumed_from_step\":{}}}\n",
       summary.accuracy, static_cast<double>(summary.samples) / train_seconds,
       counter_value("UncachedCompile").value_or(0), flags.num_devices, process_count(),
-      flags.num_devices * process_count(), summary.replicas_identical, flags.ddp, flags.fsdp);
+      flags.num_devices * process_count(), summary.replicas_identical, flags.ddp, flags.fsdp,
+      summary.resumed_from_step);
   return 0;
 }
 
@@ -518,11 +551,13 @@ void add_flags(CLI::App& app, Flags& flags) {
   app.add_option("--trace", flags.trace,
                  "write a Chrome trace (Perfetto, chrome://tracing) of the first steps here");
   app.add_option("--trace_steps", flags.trace_steps, "steps the --trace covers")->check(positive());
+  add_checkpoint_flags(app, flags.checkpoints);
 }
 
 // The devices are made on first use, from CPU_NUM_DEVICES: the device count (--num_devices, or
 // --mesh's under --spmd) sets it first; the dataset falls back to --fake_data when missing.
 void set_up_devices(Flags& flags) {
+  check_checkpoint_flags(flags.checkpoints, flags.fsdp || flags.spmd);
   if (flags.spmd) {
     // The mesh spans the job: under mpirun each process holds its share of the devices.
     const std::vector<int64_t> mesh = mesh_shape(flags.mesh);

@@ -139,6 +139,41 @@ TEST(DataLoader, SetEpochReplaysThatEpochsOrder) {
   EXPECT_EQ(epoch_indices(loader), second);
 }
 
+TEST(DataLoader, ResumeAtGivesTheRestOfThatEpochThenWholeOnes) {
+  for (int workers : {0, 2}) {
+    DataLoader whole(IndexDataset(30), {.batch_size = 4, .shuffle = true, .seed = 5,
+                                        .num_workers = workers});
+    (void)epoch_indices(whole);
+    const auto second = epoch_indices(whole);
+    const auto third = epoch_indices(whole);
+
+    DataLoader resumed(IndexDataset(30), {.batch_size = 4, .shuffle = true, .seed = 5,
+                                          .num_workers = workers});
+    resumed.resume_at(1, 3);
+    EXPECT_EQ(resumed.next_epoch_size(), 5);
+    std::vector<std::vector<int64_t>> rest;
+    std::vector<int64_t> indices;
+    for (auto it = resumed.begin(); it != resumed.end(); ++it) {
+      rest.push_back((*it)[0].values<int64_t>());
+      indices.push_back(it.index());
+    }
+    EXPECT_EQ(rest, std::vector(second.begin() + 3, second.end())) << workers << " workers";
+    EXPECT_EQ(indices, (std::vector<int64_t>{3, 4, 5, 6, 7}));
+    EXPECT_EQ(resumed.next_epoch_size(), 8);
+    EXPECT_EQ(epoch_indices(resumed), third);
+  }
+}
+
+TEST(DataLoader, ResumeAtTheEndOfAnEpochGivesNothingOfIt) {
+  DataLoader loader(IndexDataset(8), {.batch_size = 4});
+  loader.resume_at(0, 2);
+  EXPECT_TRUE(epoch_indices(loader).empty());
+  EXPECT_EQ(epoch_indices(loader).size(), 2U);
+  EXPECT_THROW(loader.resume_at(0, 3), std::invalid_argument);
+  EXPECT_THROW(loader.resume_at(-1, 0), std::invalid_argument);
+  EXPECT_THROW(loader.resume_at(0, -1), std::invalid_argument);
+}
+
 TEST(DataLoader, WorkerCountsGiveTheSameBatches) {
   std::vector<std::vector<Batch>> runs;
   for (int workers : {0, 1, 3}) {

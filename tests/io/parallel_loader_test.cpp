@@ -266,6 +266,36 @@ TEST(ParallelLoader, MpDeviceLoaderFeedsItsDeviceEveryBatchOfEachEpoch) {
   }
 }
 
+TEST(ParallelLoader, AResumedDataLoaderFeedsTheRestOfItsEpoch) {
+  LazySystem::restart(LazySystemOptions{.cpu_devices = 2});
+  const auto data = std::make_shared<RecordingDataset>(11);
+  DataLoader twin(data, {.batch_size = 4, .shuffle = true, .seed = 3});
+  (void)host_epoch(twin);
+  const Batches second = host_epoch(twin), third = host_epoch(twin);
+
+  DataLoader loader(data, {.batch_size = 4, .shuffle = true, .seed = 3});
+  loader.resume_at(1, 1);
+  Batches seen;
+  {
+    MpDeviceLoader rest_of_epoch(loader, device(1));
+    EXPECT_EQ(rest_of_epoch.size(), 2);
+    for (const DeviceBatch& batch : rest_of_epoch) seen.push_back(sample_indices(batch));
+    EXPECT_EQ(seen, Batches(second.begin() + 1, second.end()));
+    // Made for the resumed epoch's 2 batches, it refuses the whole epoch after it.
+    const std::string what = error_message<LoaderError>([&] {
+      for (const DeviceBatch& batch : rest_of_epoch) (void)batch;
+    });
+    EXPECT_TRUE(contains(what, "has 3 batches, not the 2") && contains(what, "resume_at"))
+        << what;
+  }
+  loader.set_epoch(2);
+  seen.clear();
+  for (const DeviceBatch& batch : MpDeviceLoader(loader, device(1))) {
+    seen.push_back(sample_indices(batch));
+  }
+  EXPECT_EQ(seen, third);
+}
+
 TEST(ParallelLoader, ADatasetErrorIsThrownByTheIterationAndEndsIt) {
   LazySystem::restart();
   DataLoader loader(std::make_shared<RecordingDataset>(10, 6), {.batch_size = 2});

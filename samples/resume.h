@@ -1,0 +1,75 @@
+// samples: --checkpoint_dir, --checkpoint_every, --keep and --resume, as the trainers share them:
+// the run's state saved through CheckpointManager every N steps, and a run started again with
+// --resume going on from the newest good checkpoint.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "io/checkpoint_manager.h"
+#include "samples/flag_checks.h"
+
+namespace axle::samples {
+
+struct CheckpointFlags {
+  std::string dir;      // CheckpointManager's directory (empty: no checkpoints)
+  int64_t every = 100;  // steps between checkpoints
+  int64_t keep = 0;     // checkpoints kept, the newest (0: all)
+  bool resume = false;  // start from the newest good checkpoint in dir
+};
+
+inline void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags) {
+  CLI::Option* dir = app.add_option(
+      "--checkpoint_dir", flags.dir,
+      "save the run's state (weights, the optimizer, the schedule, the random streams) in "
+      "DIR/<step>/");
+  app.add_option("--checkpoint_every", flags.every,
+                 "steps between checkpoints (with --checkpoint_dir)")
+      ->check(positive());
+  app.add_option("--keep", flags.keep, "checkpoints kept, the newest (0: all)")
+      ->check(non_negative());
+  app.add_flag("--resume", flags.resume,
+               "start from the newest good checkpoint in --checkpoint_dir (or from scratch when "
+               "there is none)")
+      ->needs(dir);
+}
+
+/// CheckpointManager saves what one replica holds: a model sharded over replicas (--fsdp) or over
+/// a mesh (--spmd) is not saved by it yet, so the trainers refuse --checkpoint_dir with them.
+inline void check_checkpoint_flags(const CheckpointFlags& flags, bool sharded) {
+  if (!flags.dir.empty() && sharded) {
+    throw std::invalid_argument(
+        "--checkpoint_dir does not save sharded models yet: leave out --fsdp and --spmd");
+  }
+}
+
+/// A run's checkpoints: the manager (none without --checkpoint_dir), what it saves, and the step
+/// the run was restored from (0 for a fresh start).
+struct Resumable {
+  std::unique_ptr<CheckpointManager> manager;
+  TrainingState state;
+  int64_t first_step = 0;
+
+  /// Saves step `step` when it is one to save (a multiple of --checkpoint_every).
+  void save(int64_t step) const {
+    if (manager) manager->save(step, state);
+  }
+};
+
+/// With --checkpoint_dir, the manager of `state`; with --resume, `state` restored from the newest
+/// good checkpoint first.
+inline Resumable resumable(const CheckpointFlags& flags, TrainingState state) {
+  Resumable r;
+  if (flags.dir.empty()) return r;
+  r.manager = std::make_unique<CheckpointManager>(flags.dir, flags.every, flags.keep);
+  r.state = std::move(state);
+  if (flags.resume) r.first_step = r.manager->restore_latest(r.state).value_or(0);
+  return r;
+}
+
+}  // namespace axle::samples
