@@ -1,7 +1,9 @@
 // The trainers killed and resumed: a run of train_gpt or train_mnist with --checkpoint_dir killed
 // by SIGKILL at a random moment, then run again with --resume, writes weights byte-identical to a
 // run never stopped — train_gpt on one device, four, under DDP, and under bf16 autocast with
-// shuffled rows; train_mnist on one device and four, resumed inside an epoch or between two.
+// shuffled rows, and under mpirun (2 processes of 2 devices, one killed by pid; resumed as the
+// same job and as one process of 4); train_mnist on one device and four, resumed inside an epoch
+// or between two.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -11,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -29,19 +32,51 @@ TrainerRun train(const std::string& flags, const char* trainer = AXLE_TRAIN_GPT)
   return axle::testing::run_trainer(std::string(trainer) + " " + flags);
 }
 
-// Starts `flags`' run, kills it with SIGKILL after `delay` (unless it ended first) and reaps it.
-void kill_after(const char* trainer, const std::string& flags, std::chrono::milliseconds delay) {
-  const std::string command = "exec " + std::string(trainer) + " " + flags + " >/dev/null 2>&1";
+// Runs `command` through a shell that execs it (so the pid is the command's); returns the pid.
+pid_t start(const std::string& command) {
+  const std::string quiet = "exec " + command + " >/dev/null 2>&1";
   const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
   if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::execl("/bin/sh", "sh", "-c", quiet.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
+  return pid;
+}
+
+// The processes `parent` started, as /proc lists them.
+std::vector<pid_t> children_of(pid_t parent) {
+  std::ifstream in("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) +
+                   "/children");
+  std::vector<pid_t> children;
+  for (pid_t child = 0; in >> child;) children.push_back(child);
+  return children;
+}
+
+// Starts `flags`' run, kills it with SIGKILL after `delay` (unless it ended first) and reaps it.
+void kill_after(const char* trainer, const std::string& flags, std::chrono::milliseconds delay) {
+  const pid_t pid = start(std::string(trainer) + " " + flags);
+  ASSERT_GT(pid, 0);
   std::this_thread::sleep_for(delay);
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
+}
+
+// Starts a job of `launcher` (mpiexec), kills one of its processes by pid with SIGKILL after
+// `delay` and waits for the job to end, as mpirun ends it when a process dies.
+void kill_a_process_after(const std::string& job, std::chrono::milliseconds delay) {
+  const pid_t launcher = start(job);
+  ASSERT_GT(launcher, 0);
+  std::this_thread::sleep_for(delay);
+  // The job's processes are the leaves below the launcher (mpiexec may run under timeout).
+  pid_t victim = launcher;
+  for (std::vector<pid_t> below = children_of(victim); !below.empty();
+       below = children_of(victim)) {
+    victim = below.back();
+  }
+  ::kill(victim, SIGKILL);
+  int status = 0;
+  ::waitpid(launcher, &status, 0);
 }
 
 class TrainerResume : public ::testing::Test {
@@ -102,7 +137,7 @@ class TrainerResume : public ::testing::Test {
   }
 
   const fs::path dir_ =
-      fs::temp_directory_path() / ("axle_train_gpt_resume_" + std::to_string(::getpid()));
+      fs::temp_directory_path() / ("axle_resume_test_" + std::to_string(::getpid()));
 };
 
 const char* const kSmall = "--n_layer 2 --n_embd 64 --block_size 64 --batch_size 8 --seed 1 ";
@@ -133,6 +168,51 @@ TEST_F(TrainerResume, MnistOnOneDevice) {
 
 TEST_F(TrainerResume, MnistOnFourDevices) {
   expect_resumes_exactly(std::string(kMnist) + "--num_devices 4", 3, AXLE_TRAIN_MNIST, 20);
+}
+
+// Under mpirun, 2 processes of 2 devices: one process killed by pid ends the job; run again
+// with --resume, the job writes the uninterrupted job's weights, and so does one process of
+// four devices resumed from the same checkpoints.
+TEST_F(TrainerResume, UnderMpirunAKilledProcessEndsTheJobAndTheJobResumes) {
+  const std::string mpirun = "timeout -k 10 120 " + std::string(AXLE_MPIEXEC) +
+                             " --allow-run-as-root --oversubscribe --bind-to none -np 2 -x "
+                             "CPU_NUM_DEVICES=2 -x AXLE_COLLECTIVE_TIMEOUT=10 " +
+                             AXLE_TRAIN_GPT + " ";
+  const std::string flags =
+      std::string(kSmall) + "--max_steps 60 --eval_interval 0 --log_steps 0 --num_devices 2 ";
+  const auto begin = Clock::now();
+  const TrainerRun whole =
+      axle::testing::run_trainer(mpirun + flags + "--save " + (dir_ / "whole.axle").string());
+  const auto length = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begin);
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  const std::string want = file_bytes(dir_ / "whole.axle");
+
+  const fs::path checkpoints = dir_ / "job", copy = dir_ / "copy";
+  const std::string resumable =
+      flags + "--checkpoint_dir " + checkpoints.string() + " --checkpoint_every 5 --save ";
+  // After the first checkpoints (the start is mostly start-up and compiling), before the end.
+  const std::chrono::milliseconds delay(length.count() * 3 / 5);
+  SCOPED_TRACE(::testing::Message()
+               << "killed after " << delay.count() << " ms of " << length.count());
+  kill_a_process_after(mpirun + resumable + (dir_ / "killed.axle").string(), delay);
+  fs::copy(checkpoints, copy, fs::copy_options::recursive);
+
+  const TrainerRun resumed = axle::testing::run_trainer(
+      mpirun + resumable + (dir_ / "resumed.axle").string() + " --resume");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  const int64_t from = resumed.summary["resumed_from_step"].get<int64_t>();
+  EXPECT_GT(from, 0) << resumed.output;
+  EXPECT_LT(from, 60) << resumed.output;  // the job was cut short
+  std::printf("resumed from step %ld\n", static_cast<long>(from));
+  EXPECT_EQ(file_bytes(dir_ / "resumed.axle"), want);
+
+  const TrainerRun as_one_process =
+      train(std::string(kSmall) + "--max_steps 60 --eval_interval 0 --log_steps 0 " +
+            "--num_devices 4 --checkpoint_dir " + copy.string() + " --checkpoint_every 5 --save " +
+            (dir_ / "one_process.axle").string() + " --resume");
+  ASSERT_EQ(as_one_process.status, 0) << as_one_process.output;
+  EXPECT_EQ(as_one_process.summary["resumed_from_step"], resumed.summary["resumed_from_step"]);
+  EXPECT_EQ(file_bytes(dir_ / "one_process.axle"), want);
 }
 
 TEST_F(TrainerResume, ResumeWithoutACheckpointStartsAfresh) {
