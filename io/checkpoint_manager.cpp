@@ -11,8 +11,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <charconv>
+#include <csignal>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -41,6 +44,23 @@ constexpr const char* kCommitFile = "commit.json";
 constexpr std::string_view kModel = "model/";
 constexpr std::string_view kOptimizer = "optimizer/";
 constexpr std::string_view kExtra = "extra/";
+
+// Set by SIGTERM once a manager watches for preemption; read by reached_preemption.
+std::atomic<bool> g_preempted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+void on_preemption(int) { g_preempted.store(true, std::memory_order_relaxed); }
+
+// From the first manager on, SIGTERM marks a preemption instead of ending the process.
+void watch_for_preemption() {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction action {};
+    action.sa_handler = on_preemption;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGTERM, &action, nullptr);
+  });
+}
 
 std::string streams_file(int ordinal) { return fmt::format("rng.{}.json", ordinal); }
 
@@ -299,17 +319,48 @@ std::unordered_map<int, RngState> saved_streams(const fs::path& file) {
 
 }  // namespace
 
-CheckpointManager::CheckpointManager(fs::path path, int64_t save_interval, int64_t max_to_keep)
-    : path_(std::move(path)), save_interval_(save_interval), max_to_keep_(max_to_keep) {
+CheckpointManager::CheckpointManager(fs::path path, int64_t save_interval, int64_t max_to_keep,
+                                     bool chkpt_on_preemption)
+    : path_(std::move(path)),
+      save_interval_(save_interval),
+      max_to_keep_(max_to_keep),
+      chkpt_on_preemption_(chkpt_on_preemption) {
   if (save_interval < 1) {
     throw std::invalid_argument(
         fmt::format("CheckpointManager: save_interval must be at least 1, not {}", save_interval));
   }
+  if (chkpt_on_preemption_) watch_for_preemption();
   on_disk(path_, "create the directory",
           [&](std::error_code& e) { fs::create_directories(path_, e); });
 }
 
-bool CheckpointManager::should_save(int64_t step) const { return step % save_interval_ == 0; }
+bool CheckpointManager::should_save(int64_t step) {
+  if (step % save_interval_ == 0) return true;
+  return chkpt_on_preemption_ && reached_preemption(step);
+}
+
+bool CheckpointManager::reached_preemption(int64_t step) {
+  if (preemption_checked_ && preemption_checked_->first == step) return preemption_checked_->second;
+  const bool mine = g_preempted.load(std::memory_order_relaxed);
+  // Every replica's (step, preempted): one step for all, and preempted if any was.
+  const bool any = mesh_reduce(
+      "CheckpointManager.reached_preemption", std::pair<int64_t, int64_t>{step, mine ? 1 : 0},
+      [&](const std::vector<std::pair<int64_t, int64_t>>& all) {
+        bool preempted = false;
+        for (const auto& [their_step, theirs] : all) {
+          if (their_step != step) {
+            throw std::logic_error(fmt::format(
+                "CheckpointManager.reached_preemption: asked at step {} here and at step {} by "
+                "another replica; every replica must ask at the same step",
+                step, their_step));
+          }
+          preempted |= theirs != 0;
+        }
+        return preempted;
+      });
+  preemption_checked_ = {step, any};
+  return any;
+}
 
 bool CheckpointManager::save(int64_t step, const TrainingState& state, bool force) {
   if (!force && !should_save(step)) return false;

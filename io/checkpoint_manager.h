@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "graph/nn/module.h"
@@ -30,18 +31,29 @@ struct TrainingState {
 /// CheckpointManager. Step s goes to `path/s/` (the tensors, the host state, every replica's
 /// random streams, and last a commit file with every file's size and CRC-32): it is written in
 /// a hidden directory beside, fsynced and renamed, so a crash at any moment leaves the earlier
-/// steps as they were and no half-written step under its name. Inside spawn every replica calls
-/// save() and restore() alike; the master writes, each replica adds its random streams, and all
-/// return once the step is committed. Errors throw FileError naming the file and the cause.
+/// steps as they were and no half-written step under its name. Inside spawn each replica makes a
+/// manager of its own over the same path and calls save() and restore() alike; the master
+/// writes, each replica adds its random streams, and all return once the step is committed.
+/// Errors throw FileError naming the file and the cause.
 class CheckpointManager {
  public:
   /// Manages the steps under `path` (created if missing). With `max_to_keep` > 0, a save
-  /// removes the oldest steps beyond that many; otherwise every step is kept. Throws
-  /// std::invalid_argument for `save_interval` < 1.
-  CheckpointManager(std::filesystem::path path, int64_t save_interval, int64_t max_to_keep = 0);
+  /// removes the oldest steps beyond that many; otherwise every step is kept. With
+  /// `chkpt_on_preemption`, SIGTERM (what schedulers and mpirun send first) no longer ends the
+  /// process: it is a preemption, which reached_preemption reports and should_save saves at.
+  /// Throws std::invalid_argument for `save_interval` < 1.
+  CheckpointManager(std::filesystem::path path, int64_t save_interval, int64_t max_to_keep = 0,
+                    bool chkpt_on_preemption = true);
 
-  /// Whether step `step` is one to save: a multiple of save_interval.
-  [[nodiscard]] bool should_save(int64_t step) const;
+  /// Whether step `step` is one to save: a multiple of save_interval, or, with
+  /// chkpt_on_preemption, the step at which a preemption was reached (then a collective, as
+  /// reached_preemption).
+  [[nodiscard]] bool should_save(int64_t step);
+  /// Whether the job was preempted (a process of it got SIGTERM) before step `step`, the same
+  /// answer on every replica of every process: a collective that every replica calls at the same
+  /// step (asked twice for one step, it meets once). The loop then saves that step and ends, so
+  /// that all stop at one step.
+  [[nodiscard]] bool reached_preemption(int64_t step);
   /// Saves `state` as step `step` when should_save(step) or `force`; returns whether it did. A
   /// step saved before is replaced whole.
   bool save(int64_t step, const TrainingState& state, bool force = false);
@@ -71,6 +83,9 @@ class CheckpointManager {
   std::filesystem::path path_;
   int64_t save_interval_;
   int64_t max_to_keep_;
+  bool chkpt_on_preemption_;
+  // reached_preemption's last answer, so that should_save and it meet once a step.
+  std::optional<std::pair<int64_t, bool>> preemption_checked_;
 };
 
 }  // namespace axle

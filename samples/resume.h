@@ -55,9 +55,13 @@ struct Resumable {
   TrainingState state;
   int64_t first_step = 0;
 
-  /// Saves step `step` when it is one to save (a multiple of --checkpoint_every).
-  void save(int64_t step) const {
-    if (manager) manager->save(step, state);
+  /// Saves step `step` when it is one to save: a multiple of --checkpoint_every, or the step at
+  /// which the job was preempted (SIGTERM). Returns whether the job was preempted: the loop
+  /// then ends, every replica at this step.
+  bool save(int64_t step) const {
+    if (!manager) return false;
+    manager->save(step, state);
+    return manager->reached_preemption(step);
   }
 };
 

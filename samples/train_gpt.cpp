@@ -411,7 +411,7 @@ TrainedRun train_steps(const Flags& flags, const Wrapped& w, optim::AdamW& optim
     run.loss = train_step(flags, w, optimizer, params, batch, step, reporter);
     scheduler.step();
     mark_step();
-    resume.save(step);
+    if (resume.save(step)) break;  // preempted: this step saved, as on every replica
     if (step == run.warm) {
       wait_device_ops({device});
       timed_from = Clock::now();

@@ -274,8 +274,8 @@ EpochsRun train_epochs(const Flags& flags, const Trainee& t, optim::SGD& optimiz
                           lr = flags.lr] { reporter->train_step(epoch, step, logged, loss, lr); },
                          /*run_async=*/true);
       }
-      resume.save(step);
-      if (flags.max_steps > 0 && step >= flags.max_steps) {
+      const bool preempted = resume.save(step);  // then saved at this step, as every replica
+      if (preempted || (flags.max_steps > 0 && step >= flags.max_steps)) {
         mark_step();  // leaving the loop early does not mark the last step
         done = true;
         break;

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -279,9 +281,9 @@ TEST_F(CheckpointManagerTest, AnEmptyDirectoryRestoresNothing) {
 }
 
 TEST_F(CheckpointManagerTest, InsideSpawnEachReplicaGetsItsOwnRandomStreamsBack) {
-  CheckpointManager manager(dir_ / "run", 1);
   std::vector<std::vector<float>> drawn(2), redrawn(2);
   spawn([&](int r) {
+    CheckpointManager manager(dir_ / "run", 1);
     set_rng_state(100 + static_cast<uint64_t>(r));
     (void)rand({5}).to_vector<float>();  // each replica's stream moves on apart
     TrainingState state{.extra = {{"ordinal", scalar_tensor(r, DType::kI64)}}};
@@ -295,6 +297,39 @@ TEST_F(CheckpointManagerTest, InsideSpawnEachReplicaGetsItsOwnRandomStreamsBack)
   EXPECT_EQ(redrawn, drawn);
   EXPECT_NE(drawn[0], drawn[1]);
   EXPECT_TRUE(fs::exists(dir_ / "run" / "1" / "rng.1.json"));
+}
+
+// SIGTERM to the process is a preemption: before it no replica reaches one, after it every
+// replica does at the same step, should_save says to save that step (its interval would not),
+// and the save holds it. In a child process of its own (SIGTERM stays a preemption there).
+TEST_F(CheckpointManagerTest, SigtermIsAPreemptionEveryReplicaReachesAtOneStep) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        std::vector<int> failures(2, 0);
+        spawn([&](int r) {
+          CheckpointManager manager(dir_ / "run", /*save_interval=*/100);
+          failures[r] += manager.reached_preemption(1) ? 1 : 0;
+          failures[r] += manager.should_save(1) ? 1 : 0;
+          if (r == 1) ::raise(SIGTERM);  // one replica's process gets it
+          rendezvous("raised");
+          failures[r] += manager.should_save(2) ? 0 : 1;
+          failures[r] += manager.reached_preemption(2) ? 0 : 1;
+          TrainingState state{.extra = {{"step", scalar_tensor(2, DType::kI64)}}};
+          failures[r] += manager.save(2, state) ? 0 : 1;
+          failures[r] += manager.all_steps() == std::vector<int64_t>{2} ? 0 : 1;
+        });
+        std::exit(failures == std::vector<int>{0, 0} ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(CheckpointManagerTest, ReplicasAskingAtDifferentStepsAreTold) {
+  EXPECT_THROW(spawn([&](int r) {
+                 CheckpointManager manager(dir_ / "run", 100);
+                 (void)manager.reached_preemption(r == 0 ? 5 : 6);
+               }),
+               ReplicaError);
 }
 
 TEST_F(CheckpointManagerTest, ASchedulerStateOfOtherGroupsIsRefused) {

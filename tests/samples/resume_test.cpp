@@ -62,11 +62,12 @@ void kill_after(const char* trainer, const std::string& flags, std::chrono::mill
   ::waitpid(pid, &status, 0);
 }
 
-// Starts a job of `launcher` (mpiexec), kills one of its processes by pid with SIGKILL after
-// `delay` and waits for the job to end, as mpirun ends it when a process dies.
-void kill_a_process_after(const std::string& job, std::chrono::milliseconds delay) {
+// Starts a job of `launcher` (mpiexec), sends one of its processes `signal` by pid after `delay`
+// and waits for the job to end (mpirun ends it when a process dies); returns its exit status.
+int signal_a_process_after(const std::string& job, std::chrono::milliseconds delay,
+                           int signal = SIGKILL) {
   const pid_t launcher = start(job);
-  ASSERT_GT(launcher, 0);
+  if (launcher <= 0) return -1;
   std::this_thread::sleep_for(delay);
   // The job's processes are the leaves below the launcher (mpiexec may run under timeout).
   pid_t victim = launcher;
@@ -74,9 +75,22 @@ void kill_a_process_after(const std::string& job, std::chrono::milliseconds dela
        below = children_of(victim)) {
     victim = below.back();
   }
-  ::kill(victim, SIGKILL);
+  ::kill(victim, signal);
   int status = 0;
   ::waitpid(launcher, &status, 0);
+  return status;
+}
+
+// The committed steps under a checkpoint directory, oldest first.
+std::vector<int64_t> checkpoint_steps(const fs::path& dir) {
+  std::vector<int64_t> steps;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    if (fs::exists(entry.path() / "commit.json")) {
+      steps.push_back(std::stoll(entry.path().filename().string()));
+    }
+  }
+  std::ranges::sort(steps);
+  return steps;
 }
 
 class TrainerResume : public ::testing::Test {
@@ -194,7 +208,7 @@ TEST_F(TrainerResume, UnderMpirunAKilledProcessEndsTheJobAndTheJobResumes) {
   const std::chrono::milliseconds delay(length.count() * 3 / 5);
   SCOPED_TRACE(::testing::Message()
                << "killed after " << delay.count() << " ms of " << length.count());
-  kill_a_process_after(mpirun + resumable + (dir_ / "killed.axle").string(), delay);
+  (void)signal_a_process_after(mpirun + resumable + (dir_ / "killed.axle").string(), delay);
   fs::copy(checkpoints, copy, fs::copy_options::recursive);
 
   const TrainerRun resumed = axle::testing::run_trainer(
@@ -213,6 +227,43 @@ TEST_F(TrainerResume, UnderMpirunAKilledProcessEndsTheJobAndTheJobResumes) {
   ASSERT_EQ(as_one_process.status, 0) << as_one_process.output;
   EXPECT_EQ(as_one_process.summary["resumed_from_step"], resumed.summary["resumed_from_step"]);
   EXPECT_EQ(file_bytes(dir_ / "one_process.axle"), want);
+}
+
+// Under mpirun, SIGTERM to one process of a 2 x 2 job is a preemption: every process saves the
+// same step (the only one: --checkpoint_every is past the end) and exits 0, and --resume goes on
+// from it to the uninterrupted job's weights.
+TEST_F(TrainerResume, UnderMpirunSigtermSavesOneStepEverywhereAndTheJobResumes) {
+  const std::string mpirun = "timeout -k 10 120 " + std::string(AXLE_MPIEXEC) +
+                             " --allow-run-as-root --oversubscribe --bind-to none -np 2 -x "
+                             "CPU_NUM_DEVICES=2 -x AXLE_COLLECTIVE_TIMEOUT=10 " +
+                             AXLE_TRAIN_GPT + " ";
+  const std::string flags =
+      std::string(kSmall) + "--max_steps 60 --eval_interval 0 --log_steps 0 --num_devices 2 ";
+  const auto begin = Clock::now();
+  const TrainerRun whole =
+      axle::testing::run_trainer(mpirun + flags + "--save " + (dir_ / "whole.axle").string());
+  const auto length = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begin);
+  ASSERT_EQ(whole.status, 0) << whole.output;
+
+  const fs::path checkpoints = dir_ / "job";
+  const std::string resumable = flags + "--checkpoint_dir " + checkpoints.string() +
+                                " --checkpoint_every 1000 --save " +
+                                (dir_ / "resumed.axle").string();
+  const int status = signal_a_process_after(mpirun + resumable,
+                                            std::chrono::milliseconds(length.count() / 2), SIGTERM);
+  EXPECT_EQ(status, 0);
+  const std::vector<int64_t> steps = checkpoint_steps(checkpoints);
+  ASSERT_EQ(steps.size(), 1U);
+  EXPECT_GT(steps[0], 0);
+  EXPECT_LT(steps[0], 60);
+  for (int ordinal = 0; ordinal < 4; ++ordinal) {
+    EXPECT_TRUE(fs::exists(checkpoints / std::to_string(steps[0]) /
+                           ("rng." + std::to_string(ordinal) + ".json")));
+  }
+  const TrainerRun resumed = axle::testing::run_trainer(mpirun + resumable + " --resume");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_EQ(resumed.summary["resumed_from_step"].get<int64_t>(), steps[0]) << resumed.output;
+  EXPECT_EQ(file_bytes(dir_ / "resumed.axle"), file_bytes(dir_ / "whole.axle"));
 }
 
 TEST_F(TrainerResume, ResumeWithoutACheckpointStartsAfresh) {
