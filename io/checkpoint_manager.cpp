@@ -15,6 +15,7 @@
 #include <charconv>
 #include <csignal>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -320,11 +321,16 @@ std::unordered_map<int, RngState> saved_streams(const fs::path& file) {
 }  // namespace
 
 CheckpointManager::CheckpointManager(fs::path path, int64_t save_interval, int64_t max_to_keep,
-                                     bool chkpt_on_preemption)
+                                     int64_t max_pending_async, bool chkpt_on_preemption)
     : path_(std::move(path)),
       save_interval_(save_interval),
       max_to_keep_(max_to_keep),
+      max_pending_async_(max_pending_async),
       chkpt_on_preemption_(chkpt_on_preemption) {
+  if (max_pending_async < 1) {
+    throw std::invalid_argument(fmt::format(
+        "CheckpointManager: max_pending_async must be at least 1, not {}", max_pending_async));
+  }
   if (save_interval < 1) {
     throw std::invalid_argument(
         fmt::format("CheckpointManager: save_interval must be at least 1, not {}", save_interval));
@@ -332,6 +338,22 @@ CheckpointManager::CheckpointManager(fs::path path, int64_t save_interval, int64
   if (chkpt_on_preemption_) watch_for_preemption();
   on_disk(path_, "create the directory",
           [&](std::error_code& e) { fs::create_directories(path_, e); });
+}
+
+CheckpointManager::~CheckpointManager() {
+  try {
+    join();
+  } catch (const std::exception& e) {
+    AXLE_LOG(ERROR, "CheckpointManager: an asynchronous save failed: {}", e.what());
+  }
+}
+
+void CheckpointManager::join() {
+  while (!in_flight_.empty()) {
+    std::future<void> oldest = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    oldest.get();  // throws its failure
+  }
 }
 
 bool CheckpointManager::should_save(int64_t step) {
@@ -366,6 +388,7 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
   if (!force && !should_save(step)) return false;
   if (step < 0)
     throw std::invalid_argument(fmt::format("CheckpointManager.save: step {} < 0", step));
+  join();
   const bool replicated = world_size() > 1;
   const nn::StateDict tensors = tensors_of(state);
   // Pending values are computed by every replica alike, as at its next mark_step.
@@ -396,12 +419,12 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
   if (replicated) rendezvous("CheckpointManager.save: state written");
   write_text(partial / streams_file(global_ordinal()), random_streams().dump(1));
   if (replicated) rendezvous("CheckpointManager.save: random streams written");
-  master_writes([&] { commit(step, partial); });
+  master_writes([&] { commit(step, partial, world_size()); });
   if (replicated) rendezvous("CheckpointManager.save: committed");
   return true;
 }
 
-void CheckpointManager::commit(int64_t step, const fs::path& partial) const {
+void CheckpointManager::commit(int64_t step, const fs::path& partial, int replicas) const {
   json files = json::object();
   for (const fs::directory_entry& entry : fs::directory_iterator(partial)) {
     if (!entry.is_regular_file() || entry.path().filename().string().starts_with(".")) continue;
@@ -409,7 +432,7 @@ void CheckpointManager::commit(int64_t step, const fs::path& partial) const {
     files[entry.path().filename().string()] = {{"bytes", summary.bytes}, {"crc32", summary.crc32}};
   }
   write_text(partial / kCommitFile,
-             json{{"step", step}, {"replicas", world_size()}, {"files", std::move(files)}}.dump(1));
+             json{{"step", step}, {"replicas", replicas}, {"files", std::move(files)}}.dump(1));
   sync_directory(partial);
 
   const fs::path target = path_ / std::to_string(step);
@@ -428,6 +451,77 @@ void CheckpointManager::commit(int64_t step, const fs::path& partial) const {
   for (std::size_t i = 0; i + max_to_keep_ < steps.size(); ++i) {
     const fs::path old = path_ / std::to_string(steps[i]);
     on_disk(old, "remove", [&](std::error_code& e) { fs::remove_all(old, e); });
+  }
+}
+
+bool CheckpointManager::save_async(int64_t step, const TrainingState& state, bool force) {
+  if (!force && !should_save(step)) return false;
+  if (step < 0) {
+    throw std::invalid_argument(fmt::format("CheckpointManager.save_async: step {} < 0", step));
+  }
+  const nn::StateDict tensors = tensors_of(state);
+  if (std::ranges::any_of(tensors, [](const auto& entry) {
+        return entry.second.defined() && entry.second.impl()->pending_ir();
+      })) {
+    mark_step();
+  }
+  // Every replica's random streams, by ordinal, for the master to write with the rest.
+  std::vector<std::string> streams =
+      mesh_reduce("CheckpointManager.save_async", random_streams().dump(1),
+                  [](const std::vector<std::string>& all) { return all; });
+  if (!is_master_ordinal(/*local=*/false)) return true;
+  while (static_cast<int64_t>(in_flight_.size()) >= max_pending_async_) {
+    std::future<void> oldest = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    oldest.get();
+  }
+  const fs::path partial = path_ / fmt::format(".{}.partial", step);
+  // The values as they stand after this step, on the host before the loop goes on: a read still
+  // in flight at the next mark_step would keep that step from donating its buffer, and so give
+  // this replica another graph than the others'. Only the disk is left to the writer.
+  std::vector<Future<CpuTensor>> reads;
+  for (const auto& [name, tensor] : tensors) {
+    if (!tensor.defined()) {
+      throw FileError(partial / kTensorsFile, fmt::format("key \"{}\" is undefined", name));
+    }
+    reads.push_back(tensor.to_cpu_async());  // every read asked before the first is awaited
+  }
+  HostStep saved{.step = step,
+                 .partial = partial,
+                 .host_state = host_state(step, state).dump(1),
+                 .streams = std::move(streams)};
+  uint64_t host_bytes = 0;
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    saved.values.emplace_back(tensors[i].first, reads[i].get());
+    host_bytes += saved.values.back().second.bytes.size();
+  }
+  AXLE_METRIC_ADD("CheckpointAsyncHostBytes", MetricKind::kBytes, static_cast<double>(host_bytes));
+  in_flight_.push_back(std::async(std::launch::async, [this, saved = std::move(saved)]() mutable {
+    write_step(std::move(saved));
+  }));
+  return true;
+}
+
+void CheckpointManager::write_step(HostStep saved) const {
+  const fs::path& partial = saved.partial;
+  try {
+    on_disk(partial, "clear", [&](std::error_code& e) { fs::remove_all(partial, e); });
+    on_disk(partial, "create", [&](std::error_code& e) { fs::create_directories(partial, e); });
+    CheckpointWriter out(partial / kTensorsFile, saved.values.size());
+    for (auto& [name, value] : saved.values) {
+      out.add(name, value);
+      value = {};  // the host copy goes as soon as it is written
+    }
+    out.commit();
+    write_text(partial / kStateFile, saved.host_state);
+    for (std::size_t ordinal = 0; ordinal < saved.streams.size(); ++ordinal) {
+      write_text(partial / streams_file(static_cast<int>(ordinal)), saved.streams[ordinal]);
+    }
+    commit(saved.step, partial, static_cast<int>(saved.streams.size()));
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(partial, ignored);
+    throw;
   }
 }
 

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <filesystem>
+#include <future>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -42,8 +45,14 @@ class CheckpointManager {
   /// `chkpt_on_preemption`, SIGTERM (what schedulers and mpirun send first) no longer ends the
   /// process: it is a preemption, which reached_preemption reports and should_save saves at.
   /// Throws std::invalid_argument for `save_interval` < 1.
+  /// At most `max_pending_async` asynchronous saves are in flight: save_async waits for the
+  /// oldest beyond that many.
   CheckpointManager(std::filesystem::path path, int64_t save_interval, int64_t max_to_keep = 0,
-                    bool chkpt_on_preemption = true);
+                    int64_t max_pending_async = 1, bool chkpt_on_preemption = true);
+  /// Waits for the saves in flight (join()), logging a failure instead of throwing it.
+  ~CheckpointManager();
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
 
   /// Whether step `step` is one to save: a multiple of save_interval, or, with
   /// chkpt_on_preemption, the step at which a preemption was reached (then a collective, as
@@ -55,8 +64,19 @@ class CheckpointManager {
   /// that all stop at one step.
   [[nodiscard]] bool reached_preemption(int64_t step);
   /// Saves `state` as step `step` when should_save(step) or `force`; returns whether it did. A
-  /// step saved before is replaced whole.
+  /// step saved before is replaced whole. Waits for the asynchronous saves in flight first.
   bool save(int64_t step, const TrainingState& state, bool force = false);
+  /// As save, but the loop goes on while the step is written: the master copies the step's
+  /// values to the host as they leave the devices (after the step's mark_step, which this calls
+  /// for a pending value), each replica's random streams go to it, and a writer thread of the
+  /// master's writes the step. Neither this call nor the next mark_step waits for the disk; the
+  /// master waits for its step's device-to-host copies. Host memory: one copy of the state while
+  /// it is written (CheckpointAsyncHostBytes in the metrics), max_pending_async copies at most.
+  /// A failed save is thrown by the next save, save_async or join, naming the file and the
+  /// cause; the earlier steps stay as they were.
+  bool save_async(int64_t step, const TrainingState& state, bool force = false);
+  /// Waits for every asynchronous save in flight; throws the first one's failure.
+  void join();
   /// The committed steps under the path, oldest first (a step without its commit file, or a
   /// directory that is not a step, is not one).
   [[nodiscard]] std::vector<int64_t> all_steps() const;
@@ -78,12 +98,24 @@ class CheckpointManager {
  private:
   // Lists the files written under `partial`, writes the commit file, renames the directory to
   // the step's name and drops the steps beyond max_to_keep.
-  void commit(int64_t step, const std::filesystem::path& partial) const;
+  void commit(int64_t step, const std::filesystem::path& partial, int replicas) const;
+  // A step's values on the host, for the writer thread.
+  struct HostStep {
+    int64_t step = 0;
+    std::filesystem::path partial;     // the hidden directory it is written in
+    std::string host_state;            // state.json
+    std::vector<std::string> streams;  // each replica's random streams, by ordinal
+    std::vector<std::pair<std::string, CpuTensor>> values;
+  };
+  // Writes `saved` and commits it (the writer thread's part of save_async).
+  void write_step(HostStep saved) const;
 
   std::filesystem::path path_;
   int64_t save_interval_;
   int64_t max_to_keep_;
+  int64_t max_pending_async_;
   bool chkpt_on_preemption_;
+  std::deque<std::future<void>> in_flight_;  // the master's asynchronous saves, oldest first
   // reached_preemption's last answer, so that should_save and it meet once a step.
   std::optional<std::pair<int64_t, bool>> preemption_checked_;
 };

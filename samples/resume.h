@@ -55,12 +55,13 @@ struct Resumable {
   TrainingState state;
   int64_t first_step = 0;
 
-  /// Saves step `step` when it is one to save: a multiple of --checkpoint_every, or the step at
-  /// which the job was preempted (SIGTERM). Returns whether the job was preempted: the loop
-  /// then ends, every replica at this step.
+  /// Saves step `step` when it is one to save — a multiple of --checkpoint_every, or the step at
+  /// which the job was preempted (SIGTERM) — asynchronously: the loop goes on while a writer
+  /// thread writes it (the manager waits for it when it goes). Returns whether the job was
+  /// preempted: the loop then ends, every replica at this step.
   bool save(int64_t step) const {
     if (!manager) return false;
-    manager->save(step, state);
+    manager->save_async(step, state);
     return manager->reached_preemption(step);
   }
 };

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <memory>
@@ -330,6 +332,80 @@ TEST_F(CheckpointManagerTest, ReplicasAskingAtDifferentStepsAreTold) {
                  (void)manager.reached_preemption(r == 0 ? 5 : 6);
                }),
                ReplicaError);
+}
+
+TEST_F(CheckpointManagerTest, SaveAsyncWritesTheStepAsItStoodWhileTheRunGoesOn) {
+  SmallRun run(1);
+  run.train(3);
+  CheckpointManager manager(dir_ / "run", 3);
+  ASSERT_TRUE(manager.save_async(3, run.state()));
+  run.train(3);  // changes every value the save is writing
+  manager.join();
+  EXPECT_EQ(manager.all_steps(), std::vector<int64_t>{3});
+
+  SmallRun resumed(7);
+  TrainingState state = resumed.state();
+  ASSERT_EQ(manager.restore_latest(state), 3);
+  resumed.train(3);
+  EXPECT_EQ(weights(*resumed.model), weights(*run.model));
+  EXPECT_FALSE(manager.save_async(4, run.state()));  // not a step to save
+}
+
+TEST_F(CheckpointManagerTest, InsideSpawnSaveAsyncKeepsEachReplicasStreams) {
+  std::vector<std::vector<float>> drawn(2), redrawn(2);
+  spawn([&](int r) {
+    CheckpointManager manager(dir_ / "run", 1);
+    set_rng_state(200 + static_cast<uint64_t>(r));
+    (void)rand({3}).to_vector<float>();
+    TrainingState state{.extra = {{"ordinal", scalar_tensor(r, DType::kI64)}}};
+    manager.save_async(1, state);
+    drawn[static_cast<std::size_t>(r)] = rand({4}).to_vector<float>();
+    manager.join();
+    rendezvous("saved");  // the master's writer has committed the step
+    set_rng_state(7);
+    ASSERT_EQ(manager.restore_latest(state), 1);
+    redrawn[static_cast<std::size_t>(r)] = rand({4}).to_vector<float>();
+  });
+  EXPECT_EQ(redrawn, drawn);
+  EXPECT_NE(drawn[0], drawn[1]);
+}
+
+// With files limited to 4 KiB, saves step 1 (small) and asynchronously step 2 (16 KiB of
+// tensors); 0 when join reported the tensor file and only step 1 is left, whole.
+int save_past_the_file_size_limit(const fs::path& dir) {
+  CheckpointManager manager(dir, 1);
+  TrainingState state{.extra = {{"small", scalar_tensor(1.0)}}};
+  manager.save(1, state);
+  std::signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails (EFBIG) instead
+  const rlimit limit{.rlim_cur = 4096, .rlim_max = RLIM_INFINITY};
+  ::setrlimit(RLIMIT_FSIZE, &limit);
+  state.extra = {{"small", zeros({4096})}};
+  manager.save_async(2, state);
+  std::string what;
+  try {
+    manager.join();
+  } catch (const FileError& e) {
+    what = e.what();
+  }
+  std::fprintf(stderr, "%s\n", what.c_str());
+  bool only_step_1 = manager.all_steps() == std::vector<int64_t>{1};
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    only_step_1 = only_step_1 && entry.path().filename() == "1";
+  }
+  state.extra = {{"small", scalar_tensor(0.0)}};
+  manager.restore(1, state);
+  return contains(what, ".2.partial/tensors.ckpt") && only_step_1 &&
+                 state.extra[0].second.item() == 1.0
+             ? 0
+             : 1;
+}
+
+// A writer that fails on the way is reported by join naming the file, leaves no partial step and
+// the earlier step as it was. In a child process, whose file size limit it lowers.
+TEST_F(CheckpointManagerTest, AFailedAsyncSaveIsReportedAndLeavesTheEarlierSteps) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(save_past_the_file_size_limit(dir_ / "run")), ::testing::ExitedWithCode(0),
+              "tensors.ckpt");
 }
 
 TEST_F(CheckpointManagerTest, ASchedulerStateOfOtherGroupsIsRefused) {
