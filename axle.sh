@@ -35,7 +35,8 @@ usage: ./axle.sh COMMAND [ARGS]
   fuzz [SECONDS] [TARGET...]
                           build the parsers' libFuzzer targets with clang, ASan and UBSan into
                           build-fuzz/ and run each (or the named ones: idx, safetensors,
-                          checkpoint, sharded_checkpoint, persistent_cache, event_file) for SECONDS
+                          checkpoint, sharded_checkpoint, persistent_cache, event_file,
+                          step_commit) for SECONDS
                           (default 60); \`test\` runs each for a few seconds
   install [PREFIX]        deps + build when needed, then install axle's headers (PREFIX/include/axle),
                           libraries, CMake package (find_package(axle)) and pkg-config file (axle.pc)

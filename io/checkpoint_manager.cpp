@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -30,6 +29,7 @@
 #include "graph/formats/atomic_file.h"
 #include "graph/formats/checkpoint_codec.h"
 #include "graph/formats/error.h"
+#include "graph/formats/step_commit.h"
 #include "graph/trace_context.h"
 
 namespace axle {
@@ -40,7 +40,6 @@ using nlohmann::json;
 
 constexpr const char* kTensorsFile = "tensors.ckpt";
 constexpr const char* kStateFile = "state.json";
-constexpr const char* kCommitFile = "commit.json";
 // The prefixes that keep the model's, the optimizer's and the caller's tensors apart in one file.
 constexpr std::string_view kModel = "model/";
 constexpr std::string_view kOptimizer = "optimizer/";
@@ -72,28 +71,6 @@ std::optional<int64_t> step_of(const std::string& name) {
   const auto [at, error] = std::from_chars(name.data(), end, step);
   if (name.empty() || error != std::errc() || at != end || step < 0) return std::nullopt;
   return step;
-}
-
-struct FileSummary {
-  uint64_t bytes = 0;
-  uint32_t crc32 = 0;
-};
-
-FileSummary summarise(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw FileError(file, "cannot be read");
-  FileSummary summary;
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  std::vector<char> block(1 << 20);
-  while (in) {
-    in.read(block.data(), static_cast<std::streamsize>(block.size()));
-    const auto got = static_cast<uInt>(in.gcount());
-    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(block.data()), got);
-    summary.bytes += got;
-  }
-  if (in.bad()) throw FileError(file, "read failed");
-  summary.crc32 = static_cast<uint32_t>(crc);
-  return summary;
 }
 
 void write_text(const fs::path& file, const std::string& text) {
@@ -175,32 +152,6 @@ json random_streams() {
     devices.push_back({{"device", device}, {"seed", rng.seed}, {"offset", rng.offset}});
   }
   return {{"ordinal", global_ordinal()}, {"devices", std::move(devices)}};
-}
-
-// Checks every file the commit file lists against its size and CRC-32; returns the commit.
-json check_step(const fs::path& dir) {
-  const fs::path commit_file = dir / kCommitFile;
-  if (!fs::exists(commit_file)) {
-    throw FileError(commit_file, "missing: the step was not committed (a save cut short?)");
-  }
-  const json commit = read_json(commit_file);
-  try {
-    for (const auto& [name, want] : commit.at("files").items()) {
-      const fs::path file = dir / name;
-      if (!fs::exists(file)) throw FileError(file, "missing, though the commit file lists it");
-      const FileSummary got = summarise(file);
-      if (got.bytes != want.at("bytes").get<uint64_t>()) {
-        throw FileError(file, fmt::format("holds {} bytes where the commit file says {}", got.bytes,
-                                          want.at("bytes").get<uint64_t>()));
-      }
-      if (got.crc32 != want.at("crc32").get<uint32_t>()) {
-        throw FileError(file, "damaged: its CRC-32 differs from the commit file's");
-      }
-    }
-  } catch (const json::exception& e) {
-    throw FileError(commit_file, fmt::format("not a commit file: {}", e.what()));
-  }
-  return commit;
 }
 
 // The saved tensors in the file's order, each on the device of the value it will replace (the
@@ -425,14 +376,7 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
 }
 
 void CheckpointManager::commit(int64_t step, const fs::path& partial, int replicas) const {
-  json files = json::object();
-  for (const fs::directory_entry& entry : fs::directory_iterator(partial)) {
-    if (!entry.is_regular_file() || entry.path().filename().string().starts_with(".")) continue;
-    const FileSummary summary = summarise(entry.path());
-    files[entry.path().filename().string()] = {{"bytes", summary.bytes}, {"crc32", summary.crc32}};
-  }
-  write_text(partial / kCommitFile,
-             json{{"step", step}, {"replicas", replicas}, {"files", std::move(files)}}.dump(1));
+  write_step_commit(partial, step, replicas);
   sync_directory(partial);
 
   const fs::path target = path_ / std::to_string(step);
@@ -530,7 +474,7 @@ std::vector<int64_t> CheckpointManager::all_steps() const {
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(path_, error)) {
     const std::optional<int64_t> step = step_of(entry.path().filename().string());
-    if (step && entry.is_directory() && fs::exists(entry.path() / kCommitFile)) {
+    if (step && entry.is_directory() && fs::exists(entry.path() / kStepCommitFile)) {
       steps.push_back(*step);
     }
   }
@@ -541,7 +485,7 @@ std::vector<int64_t> CheckpointManager::all_steps() const {
 
 void CheckpointManager::restore(int64_t step, TrainingState& state) {
   const fs::path dir = path_ / std::to_string(step);
-  (void)check_step(dir);
+  check_step_commit(dir);
   // Everything is read and checked before anything changes.
   const HostState host = read_host_state(read_json(dir / kStateFile), dir / kStateFile, state);
   const std::unordered_map<int, RngState> streams =

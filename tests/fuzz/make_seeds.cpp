@@ -18,8 +18,10 @@
 #include "graph/formats/event_file.h"
 #include "graph/formats/safetensors.h"
 #include "graph/formats/shard_metadata.h"
+#include "graph/formats/step_commit.h"
 #include "tests/fuzz/persistent_cache_input.h"
 #include "tests/fuzz/sharded_checkpoint_input.h"
+#include "tests/fuzz/step_commit_input.h"
 
 namespace fs = std::filesystem;
 using namespace axle;
@@ -116,6 +118,20 @@ void checkpoint_seeds(const fs::path& dir) {
     CheckpointWriter out(dir / "empty.ckpt", 0);
     out.commit();
   }
+}
+
+// Commit files of the step directory step_commit_input.h makes: one for it as it is, and one
+// that lists a file it does not hold.
+void step_commit_seeds(const fs::path& dir, const fs::path& scratch) {
+  const fs::path step = scratch / "step";
+  fuzz::make_step_directory(step);
+  write_step_commit(step, 20, 4);
+  fs::copy_file(step / kStepCommitFile, dir / "whole.json", fs::copy_options::overwrite_existing);
+  std::ofstream(step / "rng.0.json") << "{}";
+  write_step_commit(step, 20, 4);
+  fs::remove(step / "rng.0.json");
+  fs::copy_file(step / kStepCommitFile, dir / "missing_file.json",
+                fs::copy_options::overwrite_existing);
 }
 
 void sharded_checkpoint_seeds(const fs::path& dir, const fs::path& scratch) {
@@ -220,7 +236,7 @@ int main(int argc, char** argv) {
   require(argc == 2, "usage: fuzz_make_seeds DIR (tests/fuzz)");
   const fs::path root = argv[1];
   for (const char* name : {"idx", "safetensors", "checkpoint", "sharded_checkpoint",
-                           "persistent_cache", "event_file"}) {
+                           "persistent_cache", "event_file", "step_commit"}) {
     fs::create_directories(root / name);
   }
   const fs::path scratch =
@@ -232,6 +248,7 @@ int main(int argc, char** argv) {
   sharded_checkpoint_seeds(root / "sharded_checkpoint", scratch);
   persistent_cache_seeds(root / "persistent_cache");
   event_file_seeds(root / "event_file");
+  step_commit_seeds(root / "step_commit", scratch);
   fs::remove_all(scratch);
   return 0;
 }

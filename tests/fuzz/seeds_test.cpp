@@ -12,12 +12,15 @@
 
 #include "actors/compiler/persistent_cache.h"
 #include "graph/formats/checkpoint_codec.h"
+#include "graph/formats/error.h"
 #include "graph/formats/event_file.h"
 #include "graph/formats/idx.h"
 #include "graph/formats/safetensors.h"
 #include "graph/formats/shard_metadata.h"
+#include "graph/formats/step_commit.h"
 #include "tests/fuzz/persistent_cache_input.h"
 #include "tests/fuzz/sharded_checkpoint_input.h"
+#include "tests/fuzz/step_commit_input.h"
 
 namespace axle {
 namespace {
@@ -81,6 +84,27 @@ TEST(FuzzSeedsTest, CheckpointSeedsRead) {
     while (in.next()) ++count;
     EXPECT_EQ(count, in.tensor_count());
   }
+}
+
+// The step_commit seeds: one commits the target's step directory as it is; the other lists a
+// file it does not hold, which the check names.
+TEST(FuzzSeedsTest, StepCommitSeedsCheck) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("axle-seeds-step-" + std::to_string(::getpid()));
+  fuzz::make_step_directory(dir);
+  fs::copy_file(fs::path(AXLE_FUZZ_SEEDS) / "step_commit" / "whole.json", dir / kStepCommitFile,
+                fs::copy_options::overwrite_existing);
+  EXPECT_NO_THROW(check_step_commit(dir));
+  fs::copy_file(fs::path(AXLE_FUZZ_SEEDS) / "step_commit" / "missing_file.json",
+                dir / kStepCommitFile, fs::copy_options::overwrite_existing);
+  try {
+    check_step_commit(dir);
+    ADD_FAILURE() << "a commit file listing a missing file passed";
+  } catch (const FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("rng.0.json"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(seeds("step_commit").size(), 2U);
+  fs::remove_all(dir);
 }
 
 TEST(FuzzSeedsTest, ShardedCheckpointSeedsConsolidate) {
