@@ -93,6 +93,19 @@ std::vector<int64_t> checkpoint_steps(const fs::path& dir) {
   return steps;
 }
 
+const char* const kSmall = "--n_layer 2 --n_embd 64 --block_size 64 --batch_size 8 --seed 1 ";
+// The small GPT under mpirun, for 60 steps.
+const std::string kMpiJob =
+    std::string(kSmall) + "--max_steps 60 --eval_interval 0 --log_steps 0 --num_devices 2 ";
+
+// train_gpt under mpirun: 2 processes of 2 devices (a hung job ends in time).
+std::string mpirun_gpt() {
+  return "timeout -k 10 120 " + std::string(AXLE_MPIEXEC) +
+         " --allow-run-as-root --oversubscribe --bind-to none -np 2 -x CPU_NUM_DEVICES=2 -x "
+         "AXLE_COLLECTIVE_TIMEOUT=10 " +
+         AXLE_TRAIN_GPT + " ";
+}
+
 class TrainerResume : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -150,11 +163,19 @@ class TrainerResume : public ::testing::Test {
                 ::testing::PrintToString(resumed_from).c_str());
   }
 
+  // The mpirun job of kMpiJob uninterrupted, its weights in dir_/whole.axle; returns its length.
+  std::chrono::milliseconds whole_mpi_job() {
+    const auto begin = Clock::now();
+    const TrainerRun whole = axle::testing::run_trainer(mpirun_gpt() + kMpiJob + "--save " +
+                                                        (dir_ / "whole.axle").string());
+    const auto length = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begin);
+    EXPECT_EQ(whole.status, 0) << whole.output;
+    return length;
+  }
+
   const fs::path dir_ =
       fs::temp_directory_path() / ("axle_resume_test_" + std::to_string(::getpid()));
 };
-
-const char* const kSmall = "--n_layer 2 --n_embd 64 --block_size 64 --batch_size 8 --seed 1 ";
 
 TEST_F(TrainerResume, OneDeviceKilledAtFiveRandomMoments) {
   expect_resumes_exactly(std::string(kSmall) + "--max_steps 40", 5);
@@ -188,17 +209,10 @@ TEST_F(TrainerResume, MnistOnFourDevices) {
 // with --resume, the job writes the uninterrupted job's weights, and so does one process of
 // four devices resumed from the same checkpoints.
 TEST_F(TrainerResume, UnderMpirunAKilledProcessEndsTheJobAndTheJobResumes) {
-  const std::string mpirun = "timeout -k 10 120 " + std::string(AXLE_MPIEXEC) +
-                             " --allow-run-as-root --oversubscribe --bind-to none -np 2 -x "
-                             "CPU_NUM_DEVICES=2 -x AXLE_COLLECTIVE_TIMEOUT=10 " +
-                             AXLE_TRAIN_GPT + " ";
-  const std::string flags =
-      std::string(kSmall) + "--max_steps 60 --eval_interval 0 --log_steps 0 --num_devices 2 ";
-  const auto begin = Clock::now();
-  const TrainerRun whole =
-      axle::testing::run_trainer(mpirun + flags + "--save " + (dir_ / "whole.axle").string());
-  const auto length = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begin);
-  ASSERT_EQ(whole.status, 0) << whole.output;
+  const std::string mpirun = mpirun_gpt();
+  const std::string flags = kMpiJob;
+  const std::chrono::milliseconds length = whole_mpi_job();
+  ASSERT_FALSE(HasFailure());
   const std::string want = file_bytes(dir_ / "whole.axle");
 
   const fs::path checkpoints = dir_ / "job", copy = dir_ / "copy";
@@ -233,17 +247,10 @@ TEST_F(TrainerResume, UnderMpirunAKilledProcessEndsTheJobAndTheJobResumes) {
 // same step (the only one: --checkpoint_every is past the end) and exits 0, and --resume goes on
 // from it to the uninterrupted job's weights.
 TEST_F(TrainerResume, UnderMpirunSigtermSavesOneStepEverywhereAndTheJobResumes) {
-  const std::string mpirun = "timeout -k 10 120 " + std::string(AXLE_MPIEXEC) +
-                             " --allow-run-as-root --oversubscribe --bind-to none -np 2 -x "
-                             "CPU_NUM_DEVICES=2 -x AXLE_COLLECTIVE_TIMEOUT=10 " +
-                             AXLE_TRAIN_GPT + " ";
-  const std::string flags =
-      std::string(kSmall) + "--max_steps 60 --eval_interval 0 --log_steps 0 --num_devices 2 ";
-  const auto begin = Clock::now();
-  const TrainerRun whole =
-      axle::testing::run_trainer(mpirun + flags + "--save " + (dir_ / "whole.axle").string());
-  const auto length = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begin);
-  ASSERT_EQ(whole.status, 0) << whole.output;
+  const std::string mpirun = mpirun_gpt();
+  const std::string flags = kMpiJob;
+  const std::chrono::milliseconds length = whole_mpi_job();
+  ASSERT_FALSE(HasFailure());
 
   const fs::path checkpoints = dir_ / "job";
   const std::string resumable = flags + "--checkpoint_dir " + checkpoints.string() +
