@@ -28,6 +28,9 @@ using axle::testing::file_bytes;
 using axle::testing::TrainerRun;
 using Clock = std::chrono::steady_clock;
 
+// What a committed step's directory holds last (graph/formats/step_commit.h).
+constexpr const char* kStepCommitFileName = "commit.json";
+
 TrainerRun train(const std::string& flags, const char* trainer = AXLE_TRAIN_GPT) {
   return axle::testing::run_trainer(std::string(trainer) + " " + flags);
 }
@@ -52,22 +55,36 @@ std::vector<pid_t> children_of(pid_t parent) {
   return children;
 }
 
-// Starts `flags`' run, kills it with SIGKILL after `delay` (unless it ended first) and reaps it.
-void kill_after(const char* trainer, const std::string& flags, std::chrono::milliseconds delay) {
+// Waits until `path` exists, a minute at most; an empty path: not at all.
+void wait_for(const fs::path& path) {
+  if (path.empty()) return;
+  const auto until = Clock::now() + std::chrono::minutes(1);
+  while (!fs::exists(path) && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// Starts `flags`' run, kills it with SIGKILL `delay` after `ready` exists (or after its start)
+// unless it ended first, and reaps it.
+void kill_after(const char* trainer, const std::string& flags, std::chrono::milliseconds delay,
+                const fs::path& ready = {}) {
   const pid_t pid = start(std::string(trainer) + " " + flags);
   ASSERT_GT(pid, 0);
+  wait_for(ready);
   std::this_thread::sleep_for(delay);
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
 }
 
-// Starts a job of `launcher` (mpiexec), sends one of its processes `signal` by pid after `delay`
-// and waits for the job to end (mpirun ends it when a process dies); returns its exit status.
-int signal_a_process_after(const std::string& job, std::chrono::milliseconds delay,
-                           int signal = SIGKILL) {
+// Starts a job of `launcher` (mpiexec), sends one of its processes `signal` by pid `delay` after
+// `ready` exists and waits for the job to end (mpirun ends it when a process dies); returns its
+// exit status.
+int signal_a_process_after(const std::string& job, const fs::path& ready,
+                           std::chrono::milliseconds delay, int signal = SIGKILL) {
   const pid_t launcher = start(job);
   if (launcher <= 0) return -1;
+  wait_for(ready);
   std::this_thread::sleep_for(delay);
   // The job's processes are the leaves below the launcher (mpiexec may run under timeout).
   pid_t victim = launcher;
@@ -130,11 +147,13 @@ class TrainerResume : public ::testing::Test {
     const unsigned seed = std::random_device{}();
     std::mt19937 random(seed);
     // Kill k falls at a random moment of the k-th of `kills` equal stretches of the run's last
-    // 70% (its start is mostly start-up and compiling), so that the last ones come after the
-    // first checkpoint.
+    // 70% (its start is mostly start-up and compiling); the last one at a random moment of the
+    // 30% after the first checkpoint is committed, so that one kill at least comes after it
+    // however slow this run is against the uninterrupted one.
     std::uniform_real_distribution<double> within(0.0, 1.0);
     const auto moment = [&](int k) {
-      const double at = 0.3 + 0.7 * (k + within(random)) / kills;
+      const double at =
+          k + 1 == kills ? 0.3 * within(random) : 0.3 + 0.7 * (k + within(random)) / kills;
       return static_cast<int64_t>(at * static_cast<double>(length.count()));
     };
     std::vector<int64_t> resumed_from;
@@ -148,7 +167,9 @@ class TrainerResume : public ::testing::Test {
       const std::string resumable = run_flags + "--checkpoint_dir " + checkpoints.string() +
                                     " --checkpoint_every " + std::to_string(every) +
                                     " --keep 2 --save " + weights.string();
-      kill_after(trainer, resumable, delay);
+      kill_after(
+          trainer, resumable, delay,
+          k + 1 == kills ? checkpoints / std::to_string(every) / kStepCommitFileName : fs::path());
       const TrainerRun resumed = train(resumable + " --resume", trainer);
       ASSERT_EQ(resumed.status, 0) << resumed.output;
       const int64_t from = resumed.summary["resumed_from_step"].get<int64_t>();
@@ -156,7 +177,7 @@ class TrainerResume : public ::testing::Test {
       EXPECT_EQ(file_bytes(weights), want) << "resumed from step " << from;
       resumed_from.push_back(from);
     }
-    // Kills before the first checkpoint start afresh; at least one kill must have come later.
+    // Kills before the first checkpoint start afresh; the last one came later.
     EXPECT_TRUE(std::ranges::any_of(resumed_from, [](int64_t from) { return from > 0; }))
         << ::testing::PrintToString(resumed_from);
     std::printf("%s: resumed from steps %s\n", flags.c_str(),
@@ -218,11 +239,13 @@ TEST_F(TrainerResume, UnderMpirunAKilledProcessEndsTheJobAndTheJobResumes) {
   const fs::path checkpoints = dir_ / "job", copy = dir_ / "copy";
   const std::string resumable =
       flags + "--checkpoint_dir " + checkpoints.string() + " --checkpoint_every 5 --save ";
-  // After the first checkpoints (the start is mostly start-up and compiling), before the end.
-  const std::chrono::milliseconds delay(length.count() * 3 / 5);
+  // A tenth of the run after the first checkpoint is committed: well before the end.
+  const std::chrono::milliseconds delay(length.count() / 10);
   SCOPED_TRACE(::testing::Message()
-               << "killed after " << delay.count() << " ms of " << length.count());
-  (void)signal_a_process_after(mpirun + resumable + (dir_ / "killed.axle").string(), delay);
+               << "killed " << delay.count() << " ms after the first checkpoint, of a "
+               << length.count() << " ms run");
+  (void)signal_a_process_after(mpirun + resumable + (dir_ / "killed.axle").string(),
+                               checkpoints / "5" / kStepCommitFileName, delay);
   fs::copy(checkpoints, copy, fs::copy_options::recursive);
 
   const TrainerRun resumed = axle::testing::run_trainer(
@@ -256,8 +279,9 @@ TEST_F(TrainerResume, UnderMpirunSigtermSavesOneStepEverywhereAndTheJobResumes) 
   const std::string resumable = flags + "--checkpoint_dir " + checkpoints.string() +
                                 " --checkpoint_every 1000 --save " +
                                 (dir_ / "resumed.axle").string();
-  const int status = signal_a_process_after(mpirun + resumable,
-                                            std::chrono::milliseconds(length.count() / 2), SIGTERM);
+  // A fifth of the run after the managers made the directory (watching for SIGTERM from then).
+  const int status = signal_a_process_after(mpirun + resumable, checkpoints,
+                                            std::chrono::milliseconds(length.count() / 5), SIGTERM);
   EXPECT_EQ(status, 0);
   const std::vector<int64_t> steps = checkpoint_steps(checkpoints);
   ASSERT_EQ(steps.size(), 1U);
