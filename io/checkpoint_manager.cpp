@@ -31,19 +31,39 @@
 #include "graph/formats/error.h"
 #include "graph/formats/step_commit.h"
 #include "graph/trace_context.h"
+#include "io/checkpoint_step.h"
 
 namespace axle {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-constexpr const char* kTensorsFile = "tensors.ckpt";
-constexpr const char* kStateFile = "state.json";
-// The prefixes that keep the model's, the optimizer's and the caller's tensors apart in one file.
-constexpr std::string_view kModel = "model/";
-constexpr std::string_view kOptimizer = "optimizer/";
-constexpr std::string_view kExtra = "extra/";
+// The step directory's files (io/checkpoint_step.h).
+using checkpoint_step::any_pending;
+using checkpoint_step::apply_host_state;
+using checkpoint_step::host_bytes_of;
+using checkpoint_step::host_state;
+using checkpoint_step::host_tensors;
+using checkpoint_step::HostState;
+using checkpoint_step::kExtra;
+using checkpoint_step::kModel;
+using checkpoint_step::kOptimizer;
+using checkpoint_step::kStateFile;
+using checkpoint_step::kTensorsFile;
+using checkpoint_step::part;
+using checkpoint_step::per_replica_file;
+using checkpoint_step::per_replica_layout;
+using checkpoint_step::random_streams;
+using checkpoint_step::read_host_state;
+using checkpoint_step::read_json;
+using checkpoint_step::read_tensors;
+using checkpoint_step::restored_entries;
+using checkpoint_step::restored_per_replica;
+using checkpoint_step::saved_streams;
+using checkpoint_step::streams_file;
+using checkpoint_step::tensors_of;
+using checkpoint_step::write_tensors;
+using checkpoint_step::write_text;
 
 // Set by SIGTERM once a manager watches for preemption; read by reached_preemption.
 std::atomic<bool> g_preempted{false};
@@ -62,8 +82,6 @@ void watch_for_preemption() {
   });
 }
 
-std::string streams_file(int ordinal) { return fmt::format("rng.{}.json", ordinal); }
-
 // A step's directory name is its number and nothing else.
 std::optional<int64_t> step_of(const std::string& name) {
   int64_t step = 0;
@@ -71,22 +89,6 @@ std::optional<int64_t> step_of(const std::string& name) {
   const auto [at, error] = std::from_chars(name.data(), end, step);
   if (name.empty() || error != std::errc() || at != end || step < 0) return std::nullopt;
   return step;
-}
-
-void write_text(const fs::path& file, const std::string& text) {
-  AtomicFileWriter out(file);
-  out.write(text);
-  out.commit();
-}
-
-json read_json(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw FileError(file, "missing or unreadable");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw FileError(file, fmt::format("not valid JSON: {}", e.what()));
-  }
 }
 
 void sync_directory(const fs::path& dir) {
@@ -104,180 +106,17 @@ void on_disk(const fs::path& path, std::string_view what, Action&& action) {
   if (error) throw FileError(path, fmt::format("cannot {}: {}", what, error.message()));
 }
 
-nn::StateDict tensors_of(const TrainingState& state) {
-  nn::StateDict all;
-  const auto add = [&](std::string_view prefix, const nn::StateDict& part) {
-    for (const auto& [name, tensor] : part)
-      all.emplace_back(fmt::format("{}{}", prefix, name), tensor);
-  };
-  if (state.model) add(kModel, state.model->state_dict());
-  if (state.optimizer) add(kOptimizer, state.optimizer->state_dict());
-  add(kExtra, state.extra);
-  return all;
-}
-
-void write_tensors(const nn::StateDict& tensors, const fs::path& file) {
-  CheckpointWriter out(file, tensors.size());
-  for (const auto& [name, tensor] : tensors) {
-    if (!tensor.defined()) throw FileError(file, fmt::format("key \"{}\" is undefined", name));
-    const CpuTensor host = tensor.to_cpu();
-    AXLE_METRIC_ADD("CheckpointHostBytes", MetricKind::kBytes,
-                    static_cast<double>(host.bytes.size()));
-    out.add(name, host);
-  }
-  out.commit();
-}
-
-json host_state(int64_t step, const TrainingState& state) {
-  json out{{"step", step}};
-  if (state.optimizer) {
-    json groups = json::array();
-    for (const optim::ParamGroupOptions& group : state.optimizer->param_groups()) {
-      groups.push_back(
-          {{"lr", group.lr}, {"initial_lr", group.initial_lr ? json(*group.initial_lr) : json()}});
-    }
-    out["param_groups"] = std::move(groups);
-  }
-  if (state.scheduler) {
-    const optim::LRSchedulerState s = state.scheduler->state_dict();
-    out["scheduler"] = {
-        {"last_epoch", s.last_epoch}, {"base_lrs", s.base_lrs}, {"last_lr", s.last_lr}};
-  }
-  return out;
-}
-
-json random_streams() {
-  json devices = json::array();
-  for (const auto& [device, rng] : TraceContext::current().rng_states()) {
-    devices.push_back({{"device", device}, {"seed", rng.seed}, {"offset", rng.offset}});
-  }
-  return {{"ordinal", global_ordinal()}, {"devices", std::move(devices)}};
-}
-
-// The saved tensors in the file's order, each on the device of the value it will replace (the
-// replica's default device for optimizer state, which may not exist yet).
-nn::StateDict read_tensors(const fs::path& file, const nn::StateDict& targets) {
-  std::unordered_map<std::string, Device> device_of;
-  for (const auto& [name, tensor] : targets) {
-    if (tensor.defined()) device_of.emplace(name, tensor.device());
-  }
-  nn::StateDict out;
-  CheckpointReader in(file);
-  while (std::optional<CheckpointEntry> entry = in.next()) {
-    const auto device = device_of.find(entry->name);
-    Tensor t = tensor_from_bytes(entry->tensor.bytes, entry->tensor.dtype, entry->tensor.shape,
-                                 device == device_of.end() ? Device{} : device->second);
-    (void)t.impl()->data()->wait();  // on the device before the next tensor comes to the host
-    out.emplace_back(std::move(entry->name), std::move(t));
-  }
-  return out;
-}
-
-// The entries of `saved` under `prefix`, without it.
-nn::StateDict part(const nn::StateDict& saved, std::string_view prefix) {
-  nn::StateDict out;
-  for (const auto& [name, tensor] : saved) {
-    if (name.starts_with(prefix)) out.emplace_back(name.substr(prefix.size()), tensor);
-  }
-  return out;
-}
-
-// A saved state that does not fit the one restored into: the caller's mistake, not damage.
-[[noreturn]] void does_not_fit(const fs::path& file, std::string_view what) {
-  throw nn::StateDictError(fmt::format("{}: {}", file.string(), what));
-}
-
-// The extra tensors in the caller's order, each replaced by its saved value; throws when the
-// names differ.
-nn::StateDict restored_extra(const nn::StateDict& extra, const nn::StateDict& saved,
-                             const fs::path& file) {
-  nn::StateDict out;
-  for (const auto& [name, tensor] : extra) {
-    const Tensor* value = nn::find(saved, name);
-    if (!value) does_not_fit(file, fmt::format("has no extra entry \"{}\"", name));
-    out.emplace_back(name, *value);
-  }
-  for (const auto& [name, tensor] : saved) {
-    if (!nn::find(extra, name)) {
-      does_not_fit(file, fmt::format("has extra entry \"{}\", which the state lacks", name));
-    }
-  }
-  return out;
-}
-
-// The host state of a step, read and checked against the state restored into before anything
-// changes.
-struct HostState {
-  std::vector<std::pair<double, std::optional<double>>> group_rates;  // lr, initial_lr
-  optim::LRSchedulerState scheduler;
-};
-
-HostState read_host_state(const json& saved, const fs::path& file, const TrainingState& state) {
-  HostState out;
-  try {
-    if (state.optimizer) {
-      const json& groups = saved.at("param_groups");
-      if (groups.size() != state.optimizer->param_groups().size()) {
-        does_not_fit(file, fmt::format("holds {} parameter groups for an optimizer of {}",
-                                       groups.size(), state.optimizer->param_groups().size()));
-      }
-      for (const json& group : groups) {
-        const json& initial = group.at("initial_lr");
-        out.group_rates.emplace_back(
-            group.at("lr").get<double>(),
-            initial.is_null() ? std::nullopt : std::optional<double>(initial.get<double>()));
-      }
-    }
-    if (state.scheduler) {
-      const json& s = saved.at("scheduler");
-      out.scheduler = {.last_epoch = s.at("last_epoch").get<int64_t>(),
-                       .base_lrs = s.at("base_lrs").get<std::vector<double>>(),
-                       .last_lr = s.at("last_lr").get<std::vector<double>>()};
-      if (out.scheduler.base_lrs.size() != state.scheduler->base_lrs().size()) {
-        does_not_fit(
-            file, fmt::format("holds a scheduler of {} groups for one of {}",
-                              out.scheduler.base_lrs.size(), state.scheduler->base_lrs().size()));
-      }
-    }
-  } catch (const json::exception& e) {
-    does_not_fit(file, fmt::format("does not hold the state asked for: {}", e.what()));
-  }
-  return out;
-}
-
-void apply_host_state(const HostState& saved, TrainingState& state) {
-  if (state.optimizer) {
-    auto& groups = state.optimizer->param_groups();
-    for (std::size_t g = 0; g < groups.size(); ++g) {
-      std::tie(groups[g].lr, groups[g].initial_lr) = saved.group_rates[g];
-    }
-  }
-  if (state.scheduler) state.scheduler->load_state_dict(saved.scheduler);
-}
-
-std::unordered_map<int, RngState> saved_streams(const fs::path& file) {
-  const json saved = read_json(file);
-  std::unordered_map<int, RngState> streams;
-  try {
-    for (const json& device : saved.at("devices")) {
-      streams[device.at("device").get<int>()] = {.seed = device.at("seed").get<uint64_t>(),
-                                                 .offset = device.at("offset").get<uint64_t>()};
-    }
-  } catch (const json::exception& e) {
-    throw FileError(file, fmt::format("not a random-stream file: {}", e.what()));
-  }
-  return streams;
-}
-
 }  // namespace
 
 CheckpointManager::CheckpointManager(fs::path path, int64_t save_interval, int64_t max_to_keep,
-                                     int64_t max_pending_async, bool chkpt_on_preemption)
+                                     int64_t max_pending_async, bool chkpt_on_preemption,
+                                     WhenBusy when_busy)
     : path_(std::move(path)),
       save_interval_(save_interval),
       max_to_keep_(max_to_keep),
       max_pending_async_(max_pending_async),
-      chkpt_on_preemption_(chkpt_on_preemption) {
+      chkpt_on_preemption_(chkpt_on_preemption),
+      when_busy_(when_busy) {
   if (max_pending_async < 1) {
     throw std::invalid_argument(fmt::format(
         "CheckpointManager: max_pending_async must be at least 1, not {}", max_pending_async));
@@ -343,11 +182,7 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
   const bool replicated = world_size() > 1;
   const nn::StateDict tensors = tensors_of(state);
   // Pending values are computed by every replica alike, as at its next mark_step.
-  if (std::ranges::any_of(tensors, [](const auto& entry) {
-        return entry.second.defined() && entry.second.impl()->pending_ir();
-      })) {
-    mark_step();
-  }
+  if (any_pending(tensors) || any_pending(state.per_replica)) mark_step();
   const bool master = is_master_ordinal(/*local=*/false);
   const fs::path partial = path_ / fmt::format(".{}.partial", step);
   // A save that fails leaves no partial directory behind, and the earlier steps as they were.
@@ -369,6 +204,10 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
   });
   if (replicated) rendezvous("CheckpointManager.save: state written");
   write_text(partial / streams_file(global_ordinal()), random_streams().dump(1));
+  if (!state.per_replica.empty()) {
+    (void)per_replica_layout(state.per_replica);  // every entry defined
+    write_tensors(state.per_replica, partial / per_replica_file(global_ordinal()));
+  }
   if (replicated) rendezvous("CheckpointManager.save: random streams written");
   master_writes([&] { commit(step, partial, world_size()); });
   if (replicated) rendezvous("CheckpointManager.save: committed");
@@ -404,16 +243,45 @@ bool CheckpointManager::save_async(int64_t step, const TrainingState& state, boo
     throw std::invalid_argument(fmt::format("CheckpointManager.save_async: step {} < 0", step));
   }
   const nn::StateDict tensors = tensors_of(state);
-  if (std::ranges::any_of(tensors, [](const auto& entry) {
-        return entry.second.defined() && entry.second.impl()->pending_ir();
-      })) {
-    mark_step();
+  if (any_pending(tensors) || any_pending(state.per_replica)) mark_step();
+  // A step at a preemption is the run's last: it is saved even when the writers are busy.
+  const bool may_skip =
+      when_busy_ == WhenBusy::kSkip && !(chkpt_on_preemption_ && reached_preemption(step));
+  const bool master = is_master_ordinal(/*local=*/false);
+  const auto writing = [&] {
+    return std::ranges::count_if(in_flight_, [](const std::future<void>& save) {
+      return save.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+    });
+  };
+  // Every replica's random streams and per_replica layout, by ordinal, and whether the master's
+  // writers are all busy: one meeting decides alike on every replica.
+  json mine{{"streams", random_streams()}, {"layout", per_replica_layout(state.per_replica)}};
+  if (master && may_skip) mine["writers_busy"] = writing() >= max_pending_async_;
+  const auto gathered = [](const std::vector<std::string>& values) { return values; };
+  std::vector<json> replicas;
+  for (const std::string& text :
+       mesh_reduce("CheckpointManager.save_async", mine.dump(), gathered)) {
+    replicas.push_back(json::parse(text));
   }
-  // Every replica's random streams, by ordinal, for the master to write with the rest.
-  std::vector<std::string> streams =
-      mesh_reduce("CheckpointManager.save_async", random_streams().dump(1),
-                  [](const std::vector<std::string>& all) { return all; });
-  if (!is_master_ordinal(/*local=*/false)) return true;
+  if (replicas.front().value("writers_busy", false)) {
+    AXLE_COUNTER_INC("CheckpointAsyncSkipped", 1);
+    return false;
+  }
+  const json& layout = replicas.front().at("layout");
+  for (std::size_t ordinal = 1; ordinal < replicas.size(); ++ordinal) {
+    if (replicas[ordinal].at("layout") != layout) {
+      throw std::invalid_argument(fmt::format(
+          "CheckpointManager.save_async: replica {}'s per_replica entries {} differ from the "
+          "master's {}: every replica lists the same names, dtypes and shapes",
+          ordinal, replicas[ordinal].at("layout").dump(), layout.dump()));
+    }
+  }
+  std::vector<std::string> per_replica_bytes;
+  if (!layout.empty()) {
+    per_replica_bytes = mesh_reduce("CheckpointManager.save_async: per_replica",
+                                    host_bytes_of(state.per_replica), gathered);
+  }
+  if (!master) return true;
   while (static_cast<int64_t>(in_flight_.size()) >= max_pending_async_) {
     std::future<void> oldest = std::move(in_flight_.front());
     in_flight_.pop_front();
@@ -430,15 +298,17 @@ bool CheckpointManager::save_async(int64_t step, const TrainingState& state, boo
     }
     reads.push_back(tensor.to_cpu_async());  // every read asked before the first is awaited
   }
-  HostStep saved{.step = step,
-                 .partial = partial,
-                 .host_state = host_state(step, state).dump(1),
-                 .streams = std::move(streams)};
+  HostStep saved{.step = step, .partial = partial, .host_state = host_state(step, state).dump(1)};
+  for (const json& replica : replicas) saved.streams.push_back(replica.at("streams").dump(1));
+  for (const std::string& bytes : per_replica_bytes) {
+    saved.per_replica.push_back(host_tensors(layout, bytes));
+  }
   uint64_t host_bytes = 0;
   for (std::size_t i = 0; i < reads.size(); ++i) {
     saved.values.emplace_back(tensors[i].first, reads[i].get());
     host_bytes += saved.values.back().second.bytes.size();
   }
+  for (const std::string& bytes : per_replica_bytes) host_bytes += bytes.size();
   AXLE_METRIC_ADD("CheckpointAsyncHostBytes", MetricKind::kBytes, static_cast<double>(host_bytes));
   in_flight_.push_back(std::async(std::launch::async, [this, saved = std::move(saved)]() mutable {
     write_step(std::move(saved));
@@ -460,6 +330,16 @@ void CheckpointManager::write_step(HostStep saved) const {
     write_text(partial / kStateFile, saved.host_state);
     for (std::size_t ordinal = 0; ordinal < saved.streams.size(); ++ordinal) {
       write_text(partial / streams_file(static_cast<int>(ordinal)), saved.streams[ordinal]);
+    }
+    for (std::size_t ordinal = 0; ordinal < saved.per_replica.size(); ++ordinal) {
+      auto& values = saved.per_replica[ordinal];
+      CheckpointWriter replica(partial / per_replica_file(static_cast<int>(ordinal)),
+                               values.size());
+      for (auto& [name, value] : values) {
+        replica.add(name, value);
+        value = {};
+      }
+      replica.commit();
     }
     commit(saved.step, partial, static_cast<int>(saved.streams.size()));
   } catch (...) {
@@ -492,12 +372,16 @@ void CheckpointManager::restore(int64_t step, TrainingState& state) {
       saved_streams(dir / streams_file(global_ordinal()));
   const fs::path tensors_file = dir / kTensorsFile;
   const nn::StateDict saved = read_tensors(tensors_file, tensors_of(state));
-  nn::StateDict extra = restored_extra(state.extra, part(saved, kExtra), tensors_file);
+  nn::StateDict extra = restored_entries("extra", state.extra, part(saved, kExtra), tensors_file);
+  const nn::StateDict mine =
+      restored_per_replica(state.per_replica, dir / per_replica_file(global_ordinal()));
 
   if (state.model) state.model->load_state_dict(part(saved, kModel));
   if (state.optimizer) state.optimizer->load_state_dict(part(saved, kOptimizer));
   apply_host_state(host, state);
   state.extra = std::move(extra);
+  // After the model's: a module buffer listed here takes this replica's value, not the master's.
+  for (std::size_t i = 0; i < mine.size(); ++i) state.per_replica[i].second.copy_(mine[i].second);
   TraceContext::current().set_rng_states(streams);
 }
 

@@ -12,23 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "graph/nn/module.h"
-#include "graph/optim/lr_scheduler.h"
-#include "graph/optim/optimizer.h"
+#include "io/training_state.h"
 
 namespace axle {
-
-/// What a checkpoint of a run holds, by reference: whatever is set is saved and restored. Every
-/// device's random streams on the calling replica (seed and position, so that dropout draws the
-/// same masks after a resume) and the step are always part of it.
-struct TrainingState {
-  nn::Module* model = nullptr;              ///< its state_dict (parameters and buffers)
-  optim::Optimizer* optimizer = nullptr;    ///< its state_dict and its groups' rates
-  optim::LRScheduler* scheduler = nullptr;  ///< its state_dict
-  /// Tensors of the caller's own, by name. restore() replaces each value with the saved one
-  /// (on the device it had) and refuses a name the checkpoint lacks or has in excess.
-  nn::StateDict extra;
-};
 
 /// Saves a run's state every `save_interval` steps and restores it, as torch_xla's
 /// CheckpointManager. Step s goes to `path/s/` (the tensors, the host state, every replica's
@@ -40,15 +26,20 @@ struct TrainingState {
 /// Errors throw FileError naming the file and the cause.
 class CheckpointManager {
  public:
+  /// What save_async does while `max_pending_async` saves are still being written: wait for the
+  /// oldest (torch_xla's behaviour), or skip this step's save and go on.
+  enum class WhenBusy { kWait, kSkip };
+
   /// Manages the steps under `path` (created if missing). With `max_to_keep` > 0, a save
   /// removes the oldest steps beyond that many; otherwise every step is kept. With
   /// `chkpt_on_preemption`, SIGTERM (what schedulers and mpirun send first) no longer ends the
   /// process: it is a preemption, which reached_preemption reports and should_save saves at.
   /// Throws std::invalid_argument for `save_interval` < 1.
-  /// At most `max_pending_async` asynchronous saves are in flight: save_async waits for the
-  /// oldest beyond that many.
+  /// At most `max_pending_async` asynchronous saves are in flight: beyond that many, save_async
+  /// waits for the oldest, or with WhenBusy::kSkip saves nothing.
   CheckpointManager(std::filesystem::path path, int64_t save_interval, int64_t max_to_keep = 0,
-                    int64_t max_pending_async = 1, bool chkpt_on_preemption = true);
+                    int64_t max_pending_async = 1, bool chkpt_on_preemption = true,
+                    WhenBusy when_busy = WhenBusy::kWait);
   /// Waits for the saves in flight (join()), logging a failure instead of throwing it.
   ~CheckpointManager();
   CheckpointManager(const CheckpointManager&) = delete;
@@ -73,7 +64,9 @@ class CheckpointManager {
   /// master waits for its step's device-to-host copies. Host memory: one copy of the state while
   /// it is written (CheckpointAsyncHostBytes in the metrics), max_pending_async copies at most.
   /// A failed save is thrown by the next save, save_async or join, naming the file and the
-  /// cause; the earlier steps stay as they were.
+  /// cause; the earlier steps stay as they were. With WhenBusy::kSkip and the master's writers
+  /// all busy, returns false on every replica and saves nothing (CheckpointAsyncSkipped counts
+  /// them); a step skipped at a preemption is saved all the same.
   bool save_async(int64_t step, const TrainingState& state, bool force = false);
   /// Waits for every asynchronous save in flight; throws the first one's failure.
   void join();
@@ -106,6 +99,8 @@ class CheckpointManager {
     std::string host_state;            // state.json
     std::vector<std::string> streams;  // each replica's random streams, by ordinal
     std::vector<std::pair<std::string, CpuTensor>> values;
+    // Each replica's per_replica values, by ordinal (empty without any).
+    std::vector<std::vector<std::pair<std::string, CpuTensor>>> per_replica;
   };
   // Writes `saved` and commits it (the writer thread's part of save_async).
   void write_step(HostStep saved) const;
@@ -115,6 +110,7 @@ class CheckpointManager {
   int64_t max_to_keep_;
   int64_t max_pending_async_;
   bool chkpt_on_preemption_;
+  WhenBusy when_busy_;
   std::deque<std::future<void>> in_flight_;  // the master's asynchronous saves, oldest first
   // reached_preemption's last answer, so that should_save and it meet once a step.
   std::optional<std::pair<int64_t, bool>> preemption_checked_;

@@ -5,7 +5,9 @@
 // SampleGenerator does), through a DataLoader and MpDeviceLoader so the batch reaches the device
 // ahead of its step. The whole step (forward with BatchNorm's running statistics, backward,
 // gradients averaged across replicas, SGD) traces into one graph; losses are printed by
-// asynchronous step closures, so logging never waits for the device.
+// asynchronous step closures, so logging never waits for the device. With --checkpoint_dir the
+// run's state (the master's weights and SGD's momentum, every replica's BatchNorm statistics and
+// random streams) is saved every --checkpoint_every steps, and --resume goes on from the newest.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -26,7 +28,9 @@
 #include "io/summary_writer.h"
 #include "samples/flag_checks.h"
 #include "samples/resnet_model.h"
+#include "samples/resume.h"
 #include "samples/trainer_log.h"
+#include "samples/weights.h"
 
 namespace axle::samples {
 namespace {
@@ -44,7 +48,9 @@ struct Flags {
   bool fake_data = false;  // accepted; fake data is the only data
   uint64_t seed = 42;
   bool eval = true;
-  std::string logdir;  // TensorBoard summaries
+  std::string logdir;           // TensorBoard summaries
+  std::string save;             // the trained weights (empty: not written)
+  CheckpointFlags checkpoints;  // --checkpoint_dir, --checkpoint_every, --keep, --resume
 };
 
 constexpr int64_t kClasses = 1000;
@@ -79,6 +85,7 @@ struct Summary {
   double eval_loss = 0;
   double eval_accuracy = 0;
   int64_t parameters = 0;
+  int64_t resumed_from_step = 0;
 };
 
 // What a replica reports: images per second since the last report, smoothed, and since the
@@ -170,15 +177,19 @@ struct TrainedRun {
   Tensor loss, images, labels;  // the last step's
 };
 
-// The steps, as the script's train_loop_fn. Step time: from the end of the second step (the
+// The steps, as the script's train_loop_fn, from the step the run was restored at, with a
+// checkpoint every --checkpoint_every steps. Step time: from the end of the second step run (the
 // first two compile: the momentum buffers appear in the second) to the end of the last.
 TrainedRun train_steps(const Flags& flags, ResNet& model, optim::SGD& optimizer,
-                       DataLoader& train_loader, const std::shared_ptr<Progress>& progress) {
+                       DataLoader& train_loader, const Resumable& resume,
+                       const std::shared_ptr<Progress>& progress) {
   const Device device = xla_device();
-  TrainedRun run;
-  run.warm = flags.max_steps > 2 ? 2 : 0;
+  TrainedRun run{.steps = resume.first_step};
+  const int64_t to_run = flags.max_steps - resume.first_step;
+  run.warm = resume.first_step + (to_run > 2 ? 2 : 0);
+  train_loader.resume_at(0, std::min(resume.first_step, train_loader.size()));
   Clock::time_point timed_from = Clock::now();
-  int64_t logged_step = 0;
+  int64_t logged_step = resume.first_step;
   for (const DeviceBatch& batch : MpDeviceLoader(train_loader, device)) {
     const int64_t step = ++run.steps;
     run.images = batch[0];
@@ -202,6 +213,10 @@ TrainedRun train_steps(const Flags& flags, ResNet& model, optim::SGD& optimizer,
       timed_from = Clock::now();
       run.warmup_compiles = counter_value("UncachedCompile").value_or(0);
     }
+    if (resume.save(step)) {  // preempted: saved at this step, as every replica
+      mark_step();            // leaving the loop early does not mark the last step
+      break;
+    }
   }
   wait_device_ops();
   run.timed_seconds = seconds_since(timed_from);
@@ -223,7 +238,11 @@ void train_replica(const Flags& flags, Summary& summary) {
       {.lr = flags.lr, .momentum = flags.momentum, .weight_decay = flags.weight_decay});
   DataLoader train_loader = fake_loader(flags, ordinal);
   const std::shared_ptr<Progress> progress = make_progress(flags, device, ordinal);
-  const TrainedRun run = train_steps(flags, *model, optimizer, train_loader, progress);
+  // The master's weights and momentum; each replica's own BatchNorm statistics.
+  const Resumable resume = resumable(
+      flags.checkpoints,
+      {.model = model.get(), .optimizer = &optimizer, .per_replica = model->named_buffers()});
+  const TrainedRun run = train_steps(flags, *model, optimizer, train_loader, resume, progress);
   const double final_loss = run.loss.defined() ? run.loss.item() : 0;
   // Counted once every replica's training graphs are compiled, and before any replica compiles
   // its evaluation graph (a replica past the first rendezvous could otherwise be first).
@@ -236,8 +255,9 @@ void train_replica(const Flags& flags, Summary& summary) {
     eval = evaluate(*model, run.images, run.labels);
     progress->evaluation(run.steps, eval);
   }
+  if (!flags.save.empty()) save_weights(*model, flags.save);
   if (!is_master_ordinal(/*local=*/false)) return;
-  const int64_t timed_steps = flags.max_steps - run.warm;
+  const int64_t timed_steps = run.steps - run.warm;
   summary = Summary{.first_loss = progress->first_loss,
                     .final_loss = final_loss,
                     .step_ms = timed_steps > 0 ? 1000 * run.timed_seconds / timed_steps : 0,
@@ -245,7 +265,8 @@ void train_replica(const Flags& flags, Summary& summary) {
                     .compiles = compiles,
                     .peak_device_bytes = memory.peak_bytes,
                     .eval_loss = eval.first,
-                    .eval_accuracy = eval.second};
+                    .eval_accuracy = eval.second,
+                    .resumed_from_step = resume.first_step};
   for (const Tensor& p : model->parameters()) summary.parameters += p.numel();
 }
 
@@ -258,13 +279,14 @@ int train(const Flags& flags) {
   fmt::print(
       "{{\"model\":\"{}\",\"final_loss\":{:.5f},\"first_logged_loss\":{:.5f},"
       "\"images_per_s\":{:.2f},\"step_ms\":{:.2f},\"compiles\":{},\"warmup_compiles\":{},"
-      "\"peak_device_bytes\":{},\"eval_loss\":{:.5f},\"eval_accuracy\":{:.4f},\"parameters\":{},"
-      "\"steps\":{},\"batch_size\":{},\"image_size\":{},\"devices\":{},\"world_size\":{}}}\n",
+      "\"peak_device_bytes\":{},\"eval_loss\":{:.9g},\"eval_accuracy\":{:.4f},\"parameters\":{},"
+      "\"steps\":{},\"batch_size\":{},\"image_size\":{},\"devices\":{},\"world_size\":{},"
+      "\"resumed_from_step\":{}}}\n",
       flags.model, summary.final_loss, summary.first_loss,
       summary.step_ms > 0 ? 1000.0 * images_per_step / summary.step_ms : 0.0, summary.step_ms,
       summary.compiles, summary.warmup_compiles, summary.peak_device_bytes, summary.eval_loss,
       summary.eval_accuracy, summary.parameters, flags.max_steps, flags.batch_size,
-      flags.image_size, flags.num_devices, world);
+      flags.image_size, flags.num_devices, world, summary.resumed_from_step);
   return 0;
 }
 
@@ -302,6 +324,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", flags.seed, "the model's initialisation and the fake data");
   app.add_option("--eval", flags.eval,
                  "1 evaluates the fixed batch in eval mode (running statistics) after training");
+  app.add_option("--save", flags.save,
+                 "write the trained weights here (.safetensors, or else an axle checkpoint)");
+  axle::samples::add_checkpoint_flags(app, flags.checkpoints);
   CLI11_PARSE(app, argc, argv);
   try {
     if (flags.num_devices > 0) {

@@ -1,13 +1,18 @@
 // CheckpointManager: saves every save_interval steps, keeps max_to_keep, a run restored from its
 // newest step continuing bit for bit (weights, optimizer, scheduler, random streams, the caller's
-// tensors), each kind of damage found and the newest good step taken instead, a failed save
-// leaving the earlier steps as they were, and replicas each keeping their own random streams.
+// tensors), each kind of damage found and the newest good step taken instead, a failed save (a
+// writer error, a full disk, no permission) leaving the earlier steps as they were, replicas each
+// keeping their own random streams and per_replica values, and a busy writer skipping a save
+// when asked to.
 #include "io/checkpoint_manager.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdlib>
@@ -406,6 +411,197 @@ TEST_F(CheckpointManagerTest, AFailedAsyncSaveIsReportedAndLeavesTheEarlierSteps
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(std::exit(save_past_the_file_size_limit(dir_ / "run")), ::testing::ExitedWithCode(0),
               "tensors.ckpt");
+}
+
+// Each replica's per_replica values (BatchNorm's running statistics, under data parallelism) are
+// its own: saved for every replica, and each gets its own back in place, through the module's
+// handles, after the model took the master's. Synchronous and asynchronous saves alike.
+void per_replica_round_trip(const fs::path& dir, bool async) {
+  std::vector<std::vector<float>> saved(2), restored(2), master_model(2);
+  spawn([&](int r) {
+    CheckpointManager manager(dir, 1);
+    auto norm = std::make_shared<nn::BatchNorm2d>(3);
+    const Tensor x = rand({4, 3, 2, 2}) + static_cast<double>(r);  // each replica's own statistics
+    (void)(*norm)(x);
+    mark_step();
+    TrainingState state{.model = norm.get(), .per_replica = norm->named_buffers()};
+    if (async) {
+      EXPECT_TRUE(manager.save_async(1, state));
+      manager.join();
+      rendezvous("written");
+    } else {
+      EXPECT_TRUE(manager.save(1, state));
+    }
+    saved[r] = norm->named_buffers()[0].second.to_vector<float>();
+    (void)(*norm)(x * 3.0);  // the statistics move on
+    mark_step();
+    ASSERT_EQ(manager.restore_latest(state), 1);
+    restored[r] = norm->named_buffers()[0].second.to_vector<float>();
+    master_model[r] = nn::find(norm->state_dict(), "running_mean")->to_vector<float>();
+  });
+  EXPECT_EQ(restored, saved);
+  EXPECT_NE(saved[0], saved[1]);
+  EXPECT_EQ(master_model[1], saved[1]);  // the replica's own, not the master's
+  EXPECT_TRUE(fs::exists(dir / "1" / "replica.1.ckpt"));
+}
+
+TEST_F(CheckpointManagerTest, EachReplicaGetsItsOwnPerReplicaValuesBack) {
+  per_replica_round_trip(dir_ / "sync", /*async=*/false);
+  per_replica_round_trip(dir_ / "async", /*async=*/true);
+}
+
+TEST_F(CheckpointManagerTest, PerReplicaEntriesMustFitTheStep) {
+  const Tensor mine = zeros({3});
+  {
+    CheckpointManager manager(dir_ / "without", 1);
+    TrainingState state{.extra = {{"x", scalar_tensor(1.0)}}};
+    manager.save(1, state);
+    state.per_replica = {{"mine", mine}};
+    EXPECT_TRUE(contains(error_message<nn::StateDictError>([&] { manager.restore(1, state); }),
+                         "replica.0.ckpt"));
+  }
+  CheckpointManager manager(dir_ / "with", 1);
+  TrainingState state{.per_replica = {{"mine", mine}}};
+  manager.save(1, state);
+  state.per_replica = {{"mine", zeros({4})}};
+  EXPECT_TRUE(contains(error_message<nn::StateDictError>([&] { manager.restore(1, state); }),
+                       "\"mine\" as f32 [3]"));
+  state.per_replica = {{"theirs", zeros({3})}};
+  EXPECT_TRUE(contains(error_message<nn::StateDictError>([&] { manager.restore(1, state); }),
+                       "no per_replica entry \"theirs\""));
+  state.per_replica.clear();
+  EXPECT_THROW(manager.restore(1, state), nn::StateDictError);
+}
+
+TEST_F(CheckpointManagerTest, ReplicasWithDifferentPerReplicaEntriesAreTold) {
+  const std::string what = error_message<ReplicaError>([&] {
+    spawn([&](int r) {
+      CheckpointManager manager(dir_ / "run", 1);
+      TrainingState state{.per_replica = {{"mine", zeros({r + 1})}}};
+      (void)manager.save_async(1, state);
+    });
+  });
+  EXPECT_TRUE(contains(what, "per_replica entries")) << what;
+}
+
+// With WhenBusy::kSkip, a save asked while the writer is still writing the one before is skipped
+// on every replica alike (and counted); the steps on disk are those save_async said it took.
+TEST_F(CheckpointManagerTest, ABusyWriterSkipsTheSaveWhenAskedTo) {
+  std::vector<std::vector<int64_t>> taken(2);
+  std::vector<std::vector<int64_t>> on_disk(2);
+  spawn([&](int r) {
+    CheckpointManager manager(dir_ / "run", 1, 0, 1, true, CheckpointManager::WhenBusy::kSkip);
+    // 64 MiB a step: the writer is busy long after save_async returns.
+    TrainingState state{.extra = {{"big", zeros({16 << 20})}}};
+    mark_step();
+    for (int64_t step = 1; step <= 4; ++step) {
+      if (manager.save_async(step, state)) taken[r].push_back(step);
+    }
+    manager.join();
+    rendezvous("joined");
+    on_disk[r] = manager.all_steps();
+  });
+  EXPECT_EQ(taken[0], taken[1]);
+  EXPECT_EQ(on_disk[0], taken[0]);
+  ASSERT_FALSE(taken[0].empty());
+  EXPECT_EQ(taken[0].front(), 1);
+  EXPECT_LT(taken[0].size(), 4U);
+  EXPECT_EQ(counter_value("CheckpointAsyncSkipped").value_or(0),
+            static_cast<int64_t>(2 * (4 - taken[0].size())));
+}
+
+// 0 when, the writer still on step 1, SIGTERM makes step 2 the run's last and it is saved.
+int save_at_a_preemption_while_busy(const fs::path& dir) {
+  CheckpointManager manager(dir, 1, 0, 1, true, CheckpointManager::WhenBusy::kSkip);
+  TrainingState state{.extra = {{"big", zeros({16 << 20})}}};
+  mark_step();
+  const bool first = manager.save_async(1, state);
+  ::raise(SIGTERM);
+  const bool second = manager.save_async(2, state);
+  manager.join();
+  return first && second && manager.all_steps() == std::vector<int64_t>{1, 2} ? 0 : 1;
+}
+
+// A step at a preemption is the run's last: it is saved though the writer is busy. In a child
+// process of its own (SIGTERM stays a preemption there).
+TEST_F(CheckpointManagerTest, AStepAtAPreemptionIsNotSkipped) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(save_at_a_preemption_while_busy(dir_ / "run")),
+              ::testing::ExitedWithCode(0), "");
+}
+
+// 0 when a save into a directory this process may not write fails naming it and "Permission
+// denied", step 1 still restores, and the run saves again once it may.
+int save_without_permission(const fs::path& dir) {
+  CheckpointManager manager(dir, 1);
+  TrainingState state{.extra = {{"value", scalar_tensor(1.0)}}};
+  manager.save(1, state);
+  state.extra = {{"value", scalar_tensor(2.0)}};
+  if (::setegid(65534) != 0 || ::seteuid(65534) != 0) return 2;  // nobody
+  std::string what;
+  try {
+    manager.save(2, state);
+  } catch (const FileError& e) {
+    what = e.what();
+  }
+  std::fprintf(stderr, "%s\n", what.c_str());
+  if (::seteuid(0) != 0 || ::setegid(0) != 0) return 3;
+  state.extra = {{"value", scalar_tensor(0.0)}};
+  manager.restore_latest(state);
+  const bool restored = state.extra[0].second.item() == 1.0;
+  state.extra = {{"value", scalar_tensor(3.0)}};
+  const bool saved_again =
+      manager.save(3, state) && manager.all_steps() == std::vector<int64_t>{1, 3};
+  return contains(what, dir.string()) && contains(what, "Permission denied") && restored &&
+                 saved_again
+             ? 0
+             : 1;
+}
+
+TEST_F(CheckpointManagerTest, ASaveWithoutPermissionIsReportedAndTheRunGoesOn) {
+  if (::geteuid() != 0) GTEST_SKIP() << "changes its user: needs root";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(save_without_permission(dir_ / "run")), ::testing::ExitedWithCode(0),
+              "Permission denied");
+}
+
+// 0 when, on a tmpfs of 256 KiB (in a mount namespace of this process's own), an asynchronous
+// save of 1 MiB is reported by join naming the tensor file and "No space left", leaves no partial
+// step, and step 1 still restores.
+int save_on_a_full_disk(const fs::path& dir) {
+  fs::create_directories(dir);
+  if (::unshare(CLONE_NEWNS) != 0) return 2;
+  if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return 3;
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=256k") != 0) return 4;
+  CheckpointManager manager(dir, 1);
+  TrainingState state{.extra = {{"value", scalar_tensor(1.0)}}};
+  manager.save(1, state);
+  state.extra = {{"value", zeros({256 << 10})}};
+  std::string what;
+  manager.save_async(2, state);
+  try {
+    manager.join();
+  } catch (const FileError& e) {
+    what = e.what();
+  }
+  std::fprintf(stderr, "%s\n", what.c_str());
+  bool only_step_1 = manager.all_steps() == std::vector<int64_t>{1};
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    only_step_1 = only_step_1 && entry.path().filename() == "1";
+  }
+  state.extra = {{"value", scalar_tensor(0.0)}};
+  manager.restore_latest(state);
+  return contains(what, ".2.partial/tensors.ckpt") && only_step_1 &&
+                 state.extra[0].second.item() == 1.0
+             ? 0
+             : 1;
+}
+
+TEST_F(CheckpointManagerTest, ASaveOnAFullDiskIsReportedAndLeavesTheEarlierSteps) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounts a tmpfs: needs root";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(save_on_a_full_disk(dir_ / "run")), ::testing::ExitedWithCode(0),
+              "No space left on device");
 }
 
 TEST_F(CheckpointManagerTest, ASchedulerStateOfOtherGroupsIsRefused) {

@@ -3,7 +3,8 @@
 // run never stopped — train_gpt on one device, four, under DDP, and under bf16 autocast with
 // shuffled rows, and under mpirun (2 processes of 2 devices, one killed by pid; resumed as the
 // same job and as one process of 4); train_mnist on one device and four, resumed inside an epoch
-// or between two.
+// or between two; train_resnet on two devices, each replica's BatchNorm statistics its own again
+// (the evaluation after training, which reads them on every replica, the same).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -132,9 +133,11 @@ class TrainerResume : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Runs `flags` uninterrupted, then `kills` times killed at a random moment of that run's
-  // length and resumed; each resumed run's weights must be the uninterrupted run's bytes.
+  // length and resumed; each resumed run's weights must be the uninterrupted run's bytes, and
+  // its closing line's `same_keys` the uninterrupted run's.
   void expect_resumes_exactly(const std::string& flags, int kills,
-                              const char* trainer = AXLE_TRAIN_GPT, int64_t every = 5) {
+                              const char* trainer = AXLE_TRAIN_GPT, int64_t every = 5,
+                              const std::vector<std::string>& same_keys = {}) {
     const bool gpt = trainer == std::string(AXLE_TRAIN_GPT);
     const std::string run_flags = flags + (gpt ? " --eval_interval 0" : "") + " --log_steps 0 ";
     const auto start = Clock::now();
@@ -175,6 +178,10 @@ class TrainerResume : public ::testing::Test {
       const int64_t from = resumed.summary["resumed_from_step"].get<int64_t>();
       EXPECT_EQ(from % every, 0) << resumed.output;
       EXPECT_EQ(file_bytes(weights), want) << "resumed from step " << from;
+      for (const std::string& key : same_keys) {
+        EXPECT_EQ(resumed.summary[key], whole.summary[key])
+            << key << ", resumed from step " << from;
+      }
       resumed_from.push_back(from);
     }
     // Kills before the first checkpoint start afresh; the last one came later.
@@ -224,6 +231,14 @@ TEST_F(TrainerResume, MnistOnOneDevice) {
 
 TEST_F(TrainerResume, MnistOnFourDevices) {
   expect_resumes_exactly(std::string(kMnist) + "--num_devices 4", 3, AXLE_TRAIN_MNIST, 20);
+}
+
+// ResNet-18 at 32 x 32 on two devices: the weights are the master's, and each replica's
+// BatchNorm statistics, which the weights do not depend on, show in the evaluation of every
+// replica after training.
+TEST_F(TrainerResume, ResnetOnTwoDevicesWithEachReplicasBatchNormStatistics) {
+  expect_resumes_exactly("--image_size 32 --batch_size 4 --max_steps 16 --num_devices 2", 3,
+                         AXLE_TRAIN_RESNET, 3, {"eval_loss", "eval_accuracy", "final_loss"});
 }
 
 // Under mpirun, 2 processes of 2 devices: one process killed by pid ends the job; run again

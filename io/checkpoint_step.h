@@ -1,0 +1,89 @@
+// io: what one step's directory of CheckpointManager holds, file by file — the tensors of the
+// model, the optimizer and the caller (tensors.ckpt, by prefix), the host state (state.json:
+// step, the groups' rates, the scheduler), each replica's random streams (rng.<ordinal>.json)
+// and per_replica values (replica.<ordinal>.ckpt) — written and read back, each read checked
+// against the state restored into before anything changes. CheckpointManager's own part, not
+// installed as API.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "graph/trace_context.h"
+#include "io/training_state.h"
+
+namespace axle::checkpoint_step {
+
+inline constexpr const char* kTensorsFile = "tensors.ckpt";
+inline constexpr const char* kStateFile = "state.json";
+// The prefixes that keep the model's, the optimizer's and the caller's tensors apart in one file.
+inline constexpr std::string_view kModel = "model/";
+inline constexpr std::string_view kOptimizer = "optimizer/";
+inline constexpr std::string_view kExtra = "extra/";
+
+/// A replica's random streams, and its per_replica values.
+[[nodiscard]] std::string streams_file(int ordinal);
+[[nodiscard]] std::string per_replica_file(int ordinal);
+
+/// `text` as the whole of `file`, atomically.
+void write_text(const std::filesystem::path& file, const std::string& text);
+/// `file` parsed; FileError when it is missing or not JSON.
+[[nodiscard]] nlohmann::json read_json(const std::filesystem::path& file);
+
+/// The model's, the optimizer's and the extra tensors, under their prefixes.
+[[nodiscard]] nn::StateDict tensors_of(const TrainingState& state);
+/// Whether any of `tensors` is still to be computed (a pending value).
+[[nodiscard]] bool any_pending(const nn::StateDict& tensors);
+/// `tensors` copied to the host one at a time and written to `file`.
+void write_tensors(const nn::StateDict& tensors, const std::filesystem::path& file);
+/// The saved tensors in the file's order, each on the device of the entry of its name in
+/// `targets` (the replica's default device for one it lacks).
+[[nodiscard]] nn::StateDict read_tensors(const std::filesystem::path& file,
+                                         const nn::StateDict& targets);
+/// The entries of `saved` under `prefix`, without it.
+[[nodiscard]] nn::StateDict part(const nn::StateDict& saved, std::string_view prefix);
+/// The caller's tensors of one kind ("extra", "per_replica") in its order, each replaced by its
+/// saved value; nn::StateDictError naming `file` when the names differ.
+[[nodiscard]] nn::StateDict restored_entries(std::string_view kind, const nn::StateDict& mine,
+                                             const nn::StateDict& saved,
+                                             const std::filesystem::path& file);
+
+/// Each per_replica entry's name, dtype and shape, which every replica must agree on
+/// (std::invalid_argument for an undefined one).
+[[nodiscard]] nlohmann::json per_replica_layout(const nn::StateDict& per_replica);
+/// The per_replica values on the host, one after another, as they go to the master.
+[[nodiscard]] std::string host_bytes_of(const nn::StateDict& per_replica);
+/// A replica's per_replica values cut out of `bytes` by the agreed layout.
+[[nodiscard]] std::vector<std::pair<std::string, CpuTensor>> host_tensors(
+    const nlohmann::json& layout, const std::string& bytes);
+/// This replica's per_replica values read from `file`, in the order of `per_replica`, checked
+/// against it (names, shapes, dtypes; a file without a state asking for it, and the reverse).
+[[nodiscard]] nn::StateDict restored_per_replica(const nn::StateDict& per_replica,
+                                                 const std::filesystem::path& file);
+
+/// state.json's content: the step, the groups' rates, the scheduler's state.
+[[nodiscard]] nlohmann::json host_state(int64_t step, const TrainingState& state);
+/// A step's host state, read and checked against the state restored into.
+struct HostState {
+  std::vector<std::pair<double, std::optional<double>>> group_rates;  // lr, initial_lr
+  optim::LRSchedulerState scheduler;
+};
+[[nodiscard]] HostState read_host_state(const nlohmann::json& saved,
+                                        const std::filesystem::path& file,
+                                        const TrainingState& state);
+void apply_host_state(const HostState& saved, TrainingState& state);
+
+/// This replica's random streams (every device's seed and position), as rng.<ordinal>.json.
+[[nodiscard]] nlohmann::json random_streams();
+/// The streams a replica saved in `file`, by device.
+[[nodiscard]] std::unordered_map<int, RngState> saved_streams(const std::filesystem::path& file);
+
+}  // namespace axle::checkpoint_step

@@ -1,0 +1,28 @@
+// io: what a checkpoint of a run holds (CheckpointManager's TrainingState).
+#pragma once
+
+#include "graph/nn/module.h"
+#include "graph/optim/lr_scheduler.h"
+#include "graph/optim/optimizer.h"
+
+namespace axle {
+
+/// What a checkpoint of a run holds, by reference: whatever is set is saved and restored. Every
+/// device's random streams on the calling replica (seed and position, so that dropout draws the
+/// same masks after a resume) and the step are always part of it.
+struct TrainingState {
+  nn::Module* model = nullptr;              ///< its state_dict (parameters and buffers)
+  optim::Optimizer* optimizer = nullptr;    ///< its state_dict and its groups' rates
+  optim::LRScheduler* scheduler = nullptr;  ///< its state_dict
+  /// Tensors of the caller's own, by name. restore() replaces each value with the saved one
+  /// (on the device it had) and refuses a name the checkpoint lacks or has in excess.
+  nn::StateDict extra;
+  /// Tensors each replica holds a value of its own of, by name: under data parallelism,
+  /// BatchNorm's running statistics (`model->named_buffers()`), which stay each replica's as in
+  /// PyTorch/XLA. Every replica's are saved (the model and the rest are the master's), and
+  /// restore() gives each replica its own back in place (Tensor::copy_, so the module's handles
+  /// see them). Every replica lists the same names, shapes and dtypes.
+  nn::StateDict per_replica;
+};
+
+}  // namespace axle
