@@ -14,6 +14,8 @@ PACKAGES=(
   zlib1g-dev nlohmann-json3-dev libcli11-dev
   openmpi-bin libopenmpi-dev iproute2
   dataset-fashion-mnist fortunes
+  # benchmarks/world_growth.sh: each process's peak memory.
+  time
   # The fuzz targets (./axle.sh fuzz): clang with libFuzzer's runtime. Debian 12's default
   # clang (14) has no std::source_location, which axle's headers use.
   clang-16 libclang-rt-16-dev

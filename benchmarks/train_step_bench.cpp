@@ -60,11 +60,11 @@
 #include "actors/host/lazy_system.h"
 #include "axle.h"
 #include "backends/cpu/compute_pool.h"
+#include "benchmarks/gpt_step.h"
 #include "benchmarks/report.h"
 #include "engine/config.h"
 #include "engine/cores.h"
 #include "samples/flag_checks.h"
-#include "samples/gpt_model.h"
 #include "samples/mnist_models.h"
 #include "samples/resnet_model.h"
 
@@ -125,44 +125,6 @@ class TrainingStep {
 };
 
 // --observers none: systems start with no observer attached (no metrics, timeline or breakdown).
-// One step of train_gpt's recipe on its default model: AdamW with decay on matrices only, the
-// gradients clipped to norm 1, random bytes as a batch of 32 rows of 128.
-class GptTrainingStep {
- public:
-  explicit GptTrainingStep(bool amp)
-      : amp_(amp),
-        model_((set_rng_state(1), std::make_shared<samples::Gpt>(samples::GptConfig{}))),
-        optimizer_(param_groups(*model_), {.lr = 1e-3, .beta2 = 0.95, .weight_decay = 0.1}),
-        tokens_(randint(0, 256, {kBatch, kBlock})),
-        targets_(randint(0, 256, {kBatch * kBlock})) {}
-  void operator()() {
-    optimizer_.zero_grad();
-    Tensor loss;
-    {
-      const autocast region(Device{}, DType::kBF16, amp_);
-      loss = nn::cross_entropy(reshape((*model_)(tokens_), {kBatch * kBlock, 256}), targets_);
-    }
-    loss.backward();
-    (void)optim::clip_grad_norm_(model_->parameters(), 1.0);
-    optimizer_.step();
-    mark_step();
-  }
-  static constexpr int64_t kBatch = 32;
-  static constexpr int64_t kBlock = 128;
-
- private:
-  static std::vector<optim::ParamGroup> param_groups(nn::Module& model) {
-    std::vector<Tensor> decayed, kept;
-    for (const Tensor& p : model.parameters()) (p.dim() >= 2 ? decayed : kept).push_back(p);
-    return {{.params = decayed}, {.params = kept, .weight_decay = 0.0}};
-  }
-  bool amp_;
-  std::shared_ptr<samples::Gpt> model_;
-  optim::AdamW optimizer_;
-  Tensor tokens_;
-  Tensor targets_;
-};
-
 // One step of train_resnet's recipe on its default model: torchvision's ResNet-18 on a random
 // batch of 8 images of 224 × 224 and labels over 1000 classes, SGD with momentum 0.9 and weight
 // decay 1e-4 (optimizer_step, then the step marked).

@@ -61,7 +61,8 @@ class CheckpointManager {
   /// values to the host as they leave the devices (after the step's mark_step, which this calls
   /// for a pending value), each replica's random streams go to it, and a writer thread of the
   /// master's writes the step. Neither this call nor the next mark_step waits for the disk; the
-  /// master waits for its step's device-to-host copies. Host memory: one copy of the state while
+  /// master waits for its step's device-to-host copies. The writer thread runs at nice 10, so
+  /// that it takes what the steps leave of the cores. Host memory: one copy of the state while
   /// it is written (CheckpointAsyncHostBytes in the metrics), max_pending_async copies at most.
   /// A failed save is thrown by the next save, save_async or join, naming the file and the
   /// cause; the earlier steps stay as they were. With WhenBusy::kSkip and the master's writers

@@ -2,9 +2,10 @@
 // by SIGKILL at a random moment, then run again with --resume, writes weights byte-identical to a
 // run never stopped — train_gpt on one device, four, under DDP, and under bf16 autocast with
 // shuffled rows, and under mpirun (2 processes of 2 devices, one killed by pid; resumed as the
-// same job and as one process of 4); train_mnist on one device and four, resumed inside an epoch
-// or between two; train_resnet on two devices, each replica's BatchNorm statistics its own again
-// (the evaluation after training, which reads them on every replica, the same).
+// same job and as one process of 4; and 16 replicas as 16 x 1 and 4 x 4); train_mnist on one device
+// and four, resumed inside an epoch or between two; train_resnet on two devices, each replica's
+// BatchNorm statistics its own again (the evaluation after training, which reads them on every
+// replica, the same).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -113,15 +114,15 @@ std::vector<int64_t> checkpoint_steps(const fs::path& dir) {
 
 const char* const kSmall = "--n_layer 2 --n_embd 64 --block_size 64 --batch_size 8 --seed 1 ";
 // The small GPT under mpirun, for 60 steps.
-const std::string kMpiJob =
-    std::string(kSmall) + "--max_steps 60 --eval_interval 0 --log_steps 0 --num_devices 2 ";
+const std::string kMpiJob = std::string(kSmall) + "--max_steps 60 --eval_interval 0 --log_steps 0 ";
 
-// train_gpt under mpirun: 2 processes of 2 devices (a hung job ends in time).
-std::string mpirun_gpt() {
+// train_gpt under mpirun: `processes` processes of `devices` devices, 2 of 2 by default (a hung
+// job ends in time).
+std::string mpirun_gpt(int processes = 2, int devices = 2) {
   return "timeout -k 10 120 " + std::string(AXLE_MPIEXEC) +
-         " --allow-run-as-root --oversubscribe --bind-to none -np 2 -x CPU_NUM_DEVICES=2 -x "
-         "AXLE_COLLECTIVE_TIMEOUT=10 " +
-         AXLE_TRAIN_GPT + " ";
+         " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(processes) +
+         " -x CPU_NUM_DEVICES=" + std::to_string(devices) + " -x AXLE_COLLECTIVE_TIMEOUT=10 " +
+         AXLE_TRAIN_GPT + " --num_devices " + std::to_string(devices) + " ";
 }
 
 class TrainerResume : public ::testing::Test {
@@ -310,6 +311,55 @@ TEST_F(TrainerResume, UnderMpirunSigtermSavesOneStepEverywhereAndTheJobResumes) 
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_EQ(resumed.summary["resumed_from_step"].get<int64_t>(), steps[0]) << resumed.output;
   EXPECT_EQ(file_bytes(dir_ / "resumed.axle"), file_bytes(dir_ / "whole.axle"));
+}
+
+// 16 replicas, oversubscribed on this machine's cores: 16 processes of 1 device and 4 of 4 train
+// a tiny GPT as one process of 16 devices, bit for bit. A process of the 16 x 1 job killed by pid
+// ends the job (before its time limit); run again with --resume the job writes the weights of
+// the one never stopped, and so do 4 processes of 4 resumed from the same checkpoints.
+TEST_F(TrainerResume, SixteenReplicasTrainAsOneProcessAndResumeAfterAKill) {
+  const std::string tiny =
+      "--n_layer 1 --n_embd 32 --n_head 2 --block_size 32 --batch_size 2 --seed 1 "
+      "--max_steps 100 --eval_interval 0 --log_steps 0 ";
+  const TrainerRun one =
+      train(tiny + "--num_devices 16 --save " + (dir_ / "one_process.axle").string());
+  ASSERT_EQ(one.status, 0) << one.output;
+  const std::string want = file_bytes(dir_ / "one_process.axle");
+  ASSERT_FALSE(want.empty());
+  for (const auto& [processes, devices] : {std::pair{16, 1}, std::pair{4, 4}}) {
+    const fs::path weights = dir_ / ("job" + std::to_string(processes) + ".axle");
+    const TrainerRun job = axle::testing::run_trainer(mpirun_gpt(processes, devices) + tiny +
+                                                      "--save " + weights.string());
+    ASSERT_EQ(job.status, 0) << job.output;
+    EXPECT_EQ(job.summary["world_size"], 16) << job.output;
+    EXPECT_EQ(file_bytes(weights), want) << processes << " processes of " << devices;
+  }
+
+  const fs::path checkpoints = dir_ / "job", copy = dir_ / "copy";
+  const std::string resumable =
+      tiny + "--checkpoint_dir " + checkpoints.string() + " --checkpoint_every 5 --save ";
+  const int status = signal_a_process_after(
+      mpirun_gpt(16, 1) + resumable + (dir_ / "killed.axle").string(),
+      checkpoints / "5" / kStepCommitFileName, std::chrono::milliseconds(200));
+  EXPECT_NE(status, 0);
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 124) << "the job ran to its time limit";
+  fs::copy(checkpoints, copy, fs::copy_options::recursive);
+
+  const TrainerRun resumed = axle::testing::run_trainer(
+      mpirun_gpt(16, 1) + resumable + (dir_ / "resumed.axle").string() + " --resume");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  const int64_t from = resumed.summary["resumed_from_step"].get<int64_t>();
+  EXPECT_GT(from, 0) << resumed.output;
+  EXPECT_LT(from, 100) << resumed.output;  // the job was cut short
+  EXPECT_EQ(file_bytes(dir_ / "resumed.axle"), want);
+
+  const TrainerRun as_four = axle::testing::run_trainer(
+      mpirun_gpt(4, 4) + tiny + "--checkpoint_dir " + copy.string() +
+      " --checkpoint_every 5 --save " + (dir_ / "as_four.axle").string() + " --resume");
+  ASSERT_EQ(as_four.status, 0) << as_four.output;
+  EXPECT_EQ(as_four.summary["resumed_from_step"], resumed.summary["resumed_from_step"]);
+  EXPECT_EQ(file_bytes(dir_ / "as_four.axle"), want);
+  std::printf("16 replicas: resumed from step %ld\n", static_cast<long>(from));
 }
 
 TEST_F(TrainerResume, ResumeWithoutACheckpointStartsAfresh) {
