@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <span>
 #include <vector>
@@ -23,7 +25,19 @@ constexpr std::string_view kMagic = "axle checkpoint";
 // A TensorMeta or header is small; anything larger is a damaged length.
 constexpr uint64_t kMaxMessageBytes = 1 << 20;
 
-uint64_t checksum(std::span<const std::byte> bytes) {
+uint32_t crc32_of(std::span<const std::byte> bytes) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  // zlib takes a uInt length: 1 GiB at a time.
+  for (std::size_t at = 0; at < bytes.size();) {
+    const std::size_t n = std::min<std::size_t>(bytes.size() - at, std::size_t{1} << 30);
+    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), static_cast<uInt>(n));
+    at += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+// What files written before the CRC-32 carry.
+uint64_t fnv1a(std::span<const std::byte> bytes) {
   uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
   for (std::byte b : bytes) h = (h ^ static_cast<uint8_t>(b)) * 0x100000001b3ULL;
   return h;
@@ -76,7 +90,7 @@ void CheckpointWriter::add(std::string_view name, const CpuTensor& tensor) {
   meta.set_dtype(std::string(dtype_name(tensor.dtype)));
   for (int64_t d : tensor.shape.dims()) meta.add_dims(d);
   meta.set_byte_size(tensor.bytes.size());
-  meta.set_checksum(checksum(tensor.bytes));
+  meta.set_crc32(crc32_of(tensor.bytes));
   write_message(out_, meta);
   out_.write(tensor.bytes);
   ++added_;
@@ -136,7 +150,9 @@ std::optional<CheckpointEntry> CheckpointReader::next() {
   }
   entry.tensor.bytes.resize(meta.byte_size());
   read(entry.tensor.bytes.data(), entry.tensor.bytes.size(), key);
-  if (checksum(entry.tensor.bytes) != meta.checksum()) fail(key + ": checksum mismatch");
+  const bool intact = meta.has_crc32() ? crc32_of(entry.tensor.bytes) == meta.crc32()
+                                       : fnv1a(entry.tensor.bytes) == meta.checksum();
+  if (!intact) fail(key + ": checksum mismatch");
   ++read_;
   return entry;
 }

@@ -1,7 +1,7 @@
 // graph/formats: the file format of axle's checkpoints, over named host tensors. save and load
 // (io/checkpoint.h) move device tensors through it; this part needs no device. A file is a header
 // (magic, version, tensor count), then per tensor a description (name, dtype, dims, byte size,
-// checksum) and its raw little-endian bytes (graph/formats/checkpoint.proto). Both sides stream:
+// CRC-32) and its raw little-endian bytes (graph/formats/checkpoint.proto). Both sides stream:
 // the writer takes one tensor at a time and the reader yields one at a time, so neither holds
 // more than one on the host.
 #pragma once

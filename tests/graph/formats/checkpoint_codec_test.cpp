@@ -5,6 +5,7 @@
 #include "graph/formats/checkpoint_codec.h"
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
@@ -102,18 +103,10 @@ void add_framed(std::vector<uint8_t>& out, const std::vector<uint8_t>& message) 
   out.insert(out.end(), message.begin(), message.end());
 }
 
-// The format by hand (graph/formats/checkpoint.proto): fields encoded as protobuf encodes them, the
-// checksum 64-bit FNV-1a of the tensor's bytes.
-TEST(CheckpointCodec, WritesTheDocumentedBytes) {
-  TempDir dir;
-  write_checkpoint(dir / "w.axle", {{"w", host<float>(DType::kF32, {2}, {1.0f, 2.0f})}});
-
-  std::vector<uint8_t> data(8);
-  const float values[] = {1.0f, 2.0f};
-  std::memcpy(data.data(), values, data.size());
-  uint64_t fnv = 0xcbf29ce484222325ULL;
-  for (uint8_t b : data) fnv = (fnv ^ b) * 0x100000001b3ULL;
-
+// The format by hand (graph/formats/checkpoint.proto): fields encoded as protobuf encodes them,
+// each tensor's bytes guarded by their CRC-32 (zlib's) or, in files written before it, by their
+// 64-bit FNV-1a. `fnv` picks the latter.
+std::vector<uint8_t> documented_bytes(const std::vector<uint8_t>& data, bool fnv) {
   std::vector<uint8_t> header;
   add_field(header, 0x0a, "axle checkpoint");    // magic
   add_field(header, 0x12, AXLE_VERSION_STRING);  // axle_version
@@ -122,14 +115,49 @@ TEST(CheckpointCodec, WritesTheDocumentedBytes) {
   add_field(meta, 0x0a, "w");                               // name
   add_field(meta, 0x12, "f32");                             // dtype
   meta.insert(meta.end(), {0x1a, 0x01, 0x02, 0x20, 0x08});  // dims [2] (packed), byte_size 8
-  meta.push_back(0x29);                                     // checksum, fixed64
-  for (int i = 0; i < 8; ++i) meta.push_back(static_cast<uint8_t>(fnv >> (8 * i)));
+  if (fnv) {
+    uint64_t sum = 0xcbf29ce484222325ULL;
+    for (uint8_t b : data) sum = (sum ^ b) * 0x100000001b3ULL;
+    meta.push_back(0x29);  // checksum, fixed64
+    for (int i = 0; i < 8; ++i) meta.push_back(static_cast<uint8_t>(sum >> (8 * i)));
+  } else {
+    const auto crc =
+        static_cast<uint32_t>(::crc32(0L, data.data(), static_cast<uInt>(data.size())));
+    meta.push_back(0x35);  // crc32, fixed32
+    for (int i = 0; i < 4; ++i) meta.push_back(static_cast<uint8_t>(crc >> (8 * i)));
+  }
+  std::vector<uint8_t> out;
+  add_framed(out, header);
+  add_framed(out, meta);
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
 
-  std::vector<uint8_t> want;
-  add_framed(want, header);
-  add_framed(want, meta);
-  want.insert(want.end(), data.begin(), data.end());
-  EXPECT_EQ(read_file(dir / "w.axle"), want);
+std::vector<uint8_t> two_floats() {
+  std::vector<uint8_t> data(8);
+  const float values[] = {1.0f, 2.0f};
+  std::memcpy(data.data(), values, data.size());
+  return data;
+}
+
+TEST(CheckpointCodec, WritesTheDocumentedBytes) {
+  TempDir dir;
+  write_checkpoint(dir / "w.axle", {{"w", host<float>(DType::kF32, {2}, {1.0f, 2.0f})}});
+  EXPECT_EQ(read_file(dir / "w.axle"), documented_bytes(two_floats(), /*fnv=*/false));
+}
+
+// A file written before the CRC-32 reads back, and its FNV-1a still finds a flipped byte.
+TEST(CheckpointCodec, FilesOfTheEarlierChecksumStillReadAndAreChecked) {
+  TempDir dir;
+  std::vector<uint8_t> bytes = documented_bytes(two_floats(), /*fnv=*/true);
+  write_file(dir / "old.axle", bytes);
+  expect_same(read_checkpoint(dir / "old.axle"),
+              {{"w", host<float>(DType::kF32, {2}, {1.0f, 2.0f})}});
+  bytes[bytes.size() - 3] ^= 0x10;
+  write_file(dir / "old.axle", bytes);
+  const std::string what =
+      error_message<FileError>([&] { (void)read_checkpoint(dir / "old.axle"); });
+  EXPECT_TRUE(contains(what, "key \"w\": checksum")) << what;
 }
 
 TEST(CheckpointCodec, EntriesAreReadOneAtATimeAndCheckedWhenReached) {
