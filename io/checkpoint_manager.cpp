@@ -51,18 +51,20 @@ using checkpoint_step::kModel;
 using checkpoint_step::kOptimizer;
 using checkpoint_step::kStateFile;
 using checkpoint_step::kTensorsFile;
+using checkpoint_step::master_tensors_of;
 using checkpoint_step::part;
 using checkpoint_step::per_replica_file;
 using checkpoint_step::per_replica_layout;
 using checkpoint_step::random_streams;
 using checkpoint_step::read_host_state;
 using checkpoint_step::read_json;
+using checkpoint_step::read_replica_tensors;
 using checkpoint_step::read_tensors;
+using checkpoint_step::replica_tensors_of;
 using checkpoint_step::restored_entries;
 using checkpoint_step::restored_per_replica;
 using checkpoint_step::saved_streams;
 using checkpoint_step::streams_file;
-using checkpoint_step::tensors_of;
 using checkpoint_step::write_tensors;
 using checkpoint_step::write_text;
 
@@ -181,9 +183,10 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
     throw std::invalid_argument(fmt::format("CheckpointManager.save: step {} < 0", step));
   join();
   const bool replicated = world_size() > 1;
-  const nn::StateDict tensors = tensors_of(state);
+  const nn::StateDict tensors = master_tensors_of(state);
+  const nn::StateDict own = replica_tensors_of(state);
   // Pending values are computed by every replica alike, as at its next mark_step.
-  if (any_pending(tensors) || any_pending(state.per_replica)) mark_step();
+  if (any_pending(tensors) || any_pending(own)) mark_step();
   const bool master = is_master_ordinal(/*local=*/false);
   const fs::path partial = path_ / fmt::format(".{}.partial", step);
   // A save that fails leaves no partial directory behind, and the earlier steps as they were.
@@ -205,9 +208,9 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
   });
   if (replicated) rendezvous("CheckpointManager.save: state written");
   write_text(partial / streams_file(global_ordinal()), random_streams().dump(1));
-  if (!state.per_replica.empty()) {
-    (void)per_replica_layout(state.per_replica);  // every entry defined
-    write_tensors(state.per_replica, partial / per_replica_file(global_ordinal()));
+  if (!own.empty()) {
+    (void)per_replica_layout(own);  // every entry defined
+    write_tensors(own, partial / per_replica_file(global_ordinal()));
   }
   if (replicated) rendezvous("CheckpointManager.save: random streams written");
   master_writes([&] { commit(step, partial, world_size()); });
@@ -243,8 +246,9 @@ bool CheckpointManager::save_async(int64_t step, const TrainingState& state, boo
   if (step < 0) {
     throw std::invalid_argument(fmt::format("CheckpointManager.save_async: step {} < 0", step));
   }
-  const nn::StateDict tensors = tensors_of(state);
-  if (any_pending(tensors) || any_pending(state.per_replica)) mark_step();
+  const nn::StateDict tensors = master_tensors_of(state);
+  const nn::StateDict own = replica_tensors_of(state);
+  if (any_pending(tensors) || any_pending(own)) mark_step();
   // A step at a preemption is the run's last: it is saved even when the writers are busy.
   const bool may_skip =
       when_busy_ == WhenBusy::kSkip && !(chkpt_on_preemption_ && reached_preemption(step));
@@ -256,7 +260,7 @@ bool CheckpointManager::save_async(int64_t step, const TrainingState& state, boo
   };
   // Every replica's random streams and per_replica layout, by ordinal, and whether the master's
   // writers are all busy: one meeting decides alike on every replica.
-  json mine{{"streams", random_streams()}, {"layout", per_replica_layout(state.per_replica)}};
+  json mine{{"streams", random_streams()}, {"layout", per_replica_layout(own)}};
   if (master && may_skip) mine["writers_busy"] = writing() >= max_pending_async_;
   const auto gathered = [](const std::vector<std::string>& values) { return values; };
   std::vector<json> replicas;
@@ -272,15 +276,16 @@ bool CheckpointManager::save_async(int64_t step, const TrainingState& state, boo
   for (std::size_t ordinal = 1; ordinal < replicas.size(); ++ordinal) {
     if (replicas[ordinal].at("layout") != layout) {
       throw std::invalid_argument(fmt::format(
-          "CheckpointManager.save_async: replica {}'s per_replica entries {} differ from the "
-          "master's {}: every replica lists the same names, dtypes and shapes",
+          "CheckpointManager.save_async: replica {}'s own tensors (per_replica entries, or a "
+          "sharded model's) {} differ from the master's {}: every replica holds the same names, "
+          "dtypes and shapes",
           ordinal, replicas[ordinal].at("layout").dump(), layout.dump()));
     }
   }
   std::vector<std::string> per_replica_bytes;
   if (!layout.empty()) {
-    per_replica_bytes = mesh_reduce("CheckpointManager.save_async: per_replica",
-                                    host_bytes_of(state.per_replica), gathered);
+    per_replica_bytes =
+        mesh_reduce("CheckpointManager.save_async: per_replica", host_bytes_of(own), gathered);
   }
   if (!master) return true;
   while (static_cast<int64_t>(in_flight_.size()) >= max_pending_async_) {
@@ -375,10 +380,14 @@ void CheckpointManager::restore(int64_t step, TrainingState& state) {
   const std::unordered_map<int, RngState> streams =
       saved_streams(dir / streams_file(global_ordinal()));
   const fs::path tensors_file = dir / kTensorsFile;
-  const nn::StateDict saved = read_tensors(tensors_file, tensors_of(state));
-  nn::StateDict extra = restored_entries("extra", state.extra, part(saved, kExtra), tensors_file);
-  const nn::StateDict mine =
-      restored_per_replica(state.per_replica, dir / per_replica_file(global_ordinal()));
+  const fs::path replica_file = dir / per_replica_file(global_ordinal());
+  const nn::StateDict masters = read_tensors(tensors_file, master_tensors_of(state));
+  const nn::StateDict own = read_replica_tensors(replica_tensors_of(state), replica_file);
+  // The model, the optimizer and the extra tensors: the master's, or this replica's shards.
+  const nn::StateDict& saved = state.sharded ? own : masters;
+  const fs::path& saved_file = state.sharded ? replica_file : tensors_file;
+  nn::StateDict extra = restored_entries("extra", state.extra, part(saved, kExtra), saved_file);
+  const nn::StateDict mine = restored_per_replica(state.per_replica, own, replica_file);
 
   if (state.model) state.model->load_state_dict(part(saved, kModel));
   if (state.optimizer) state.optimizer->load_state_dict(part(saved, kOptimizer));

@@ -75,14 +75,26 @@ json per_replica_layout(const nn::StateDict& per_replica) {
   json out = json::array();
   for (const auto& [name, tensor] : per_replica) {
     if (!tensor.defined()) {
-      throw std::invalid_argument(
-          fmt::format("CheckpointManager: per_replica entry \"{}\" is undefined", name));
+      throw std::invalid_argument(fmt::format(
+          "CheckpointManager: \"{}\", a tensor of the replica's own, is undefined", name));
     }
     const std::span<const int64_t> dims = tensor.shape().dims();
     out.push_back(
         {name, dtype_name(tensor.dtype()), std::vector<int64_t>(dims.begin(), dims.end())});
   }
   return out;
+}
+
+nn::StateDict master_tensors_of(const TrainingState& state) {
+  return state.sharded ? nn::StateDict{} : tensors_of(state);
+}
+
+nn::StateDict replica_tensors_of(const TrainingState& state) {
+  nn::StateDict all = state.sharded ? tensors_of(state) : nn::StateDict{};
+  for (const auto& [name, tensor] : state.per_replica) {
+    all.emplace_back(fmt::format("{}{}", kPerReplica, name), tensor);
+  }
+  return all;
 }
 
 bool any_pending(const nn::StateDict& tensors) {
@@ -130,7 +142,7 @@ std::vector<std::pair<std::string, CpuTensor>> host_tensors(const json& layout,
 }
 
 json host_state(int64_t step, const TrainingState& state) {
-  json out{{"step", step}};
+  json out{{"step", step}, {"sharded", state.sharded}};
   if (state.optimizer) {
     json groups = json::array();
     for (const optim::ParamGroupOptions& group : state.optimizer->param_groups()) {
@@ -203,20 +215,27 @@ nn::StateDict restored_entries(std::string_view kind, const nn::StateDict& mine,
 
 // Each per_replica value of the caller's, in its order, replaced by its saved value; throws when
 // the names, a shape or a dtype differ.
-nn::StateDict restored_per_replica(const nn::StateDict& per_replica, const fs::path& file) {
+nn::StateDict read_replica_tensors(const nn::StateDict& targets, const fs::path& file) {
   const bool saved = fs::exists(file);
-  if (per_replica.empty()) {
-    if (saved)
-      does_not_fit(file, "holds this replica's own entries (per_replica), which the state lacks");
+  if (targets.empty()) {
+    if (saved) {
+      does_not_fit(file,
+                   "holds this replica's own tensors (per_replica, or a sharded model), which the "
+                   "state lacks");
+    }
     return {};
   }
   if (!saved) {
     does_not_fit(file,
-                 "is missing: the step holds no entries of this replica's own (per_replica), "
-                 "or was saved by fewer replicas");
+                 "is missing: the step holds no tensors of this replica's own (per_replica, or a "
+                 "sharded model), or was saved by fewer replicas");
   }
-  nn::StateDict out =
-      restored_entries("per_replica", per_replica, read_tensors(file, per_replica), file);
+  return read_tensors(file, targets);
+}
+
+nn::StateDict restored_per_replica(const nn::StateDict& per_replica, const nn::StateDict& saved,
+                                   const fs::path& file) {
+  nn::StateDict out = restored_entries("per_replica", per_replica, part(saved, kPerReplica), file);
   for (std::size_t i = 0; i < out.size(); ++i) {
     const Tensor& target = per_replica[i].second;
     const Tensor& value = out[i].second;
@@ -231,6 +250,11 @@ nn::StateDict restored_per_replica(const nn::StateDict& per_replica, const fs::p
 
 HostState read_host_state(const json& saved, const fs::path& file, const TrainingState& state) {
   HostState out;
+  if (saved.value("sharded", false) != state.sharded) {
+    does_not_fit(file, state.sharded
+                           ? "holds the master's model, for a sharded state"
+                           : "holds each replica's shards, for a state that is not sharded");
+  }
   try {
     if (state.optimizer) {
       const json& groups = saved.at("param_groups");

@@ -28,6 +28,8 @@ inline constexpr const char* kStateFile = "state.json";
 inline constexpr std::string_view kModel = "model/";
 inline constexpr std::string_view kOptimizer = "optimizer/";
 inline constexpr std::string_view kExtra = "extra/";
+// ... and a replica's per_replica tensors from the rest of its own.
+inline constexpr std::string_view kPerReplica = "per_replica/";
 
 /// A replica's random streams, and its per_replica values.
 [[nodiscard]] std::string streams_file(int ordinal);
@@ -40,6 +42,11 @@ void write_text(const std::filesystem::path& file, const std::string& text);
 
 /// The model's, the optimizer's and the extra tensors, under their prefixes.
 [[nodiscard]] nn::StateDict tensors_of(const TrainingState& state);
+/// What the master saves in tensors.ckpt: tensors_of(state), unless the state is sharded.
+[[nodiscard]] nn::StateDict master_tensors_of(const TrainingState& state);
+/// What each replica saves in its own file: its per_replica tensors (under kPerReplica), and
+/// tensors_of(state) when the state is sharded.
+[[nodiscard]] nn::StateDict replica_tensors_of(const TrainingState& state);
 /// Whether any of `tensors` is still to be computed (a pending value).
 [[nodiscard]] bool any_pending(const nn::StateDict& tensors);
 /// `tensors` copied to the host one at a time and written to `file`.
@@ -56,17 +63,22 @@ void write_tensors(const nn::StateDict& tensors, const std::filesystem::path& fi
                                              const nn::StateDict& saved,
                                              const std::filesystem::path& file);
 
-/// Each per_replica entry's name, dtype and shape, which every replica must agree on
-/// (std::invalid_argument for an undefined one).
+/// Each entry's name, dtype and shape, which every replica must agree on (std::invalid_argument
+/// for an undefined one).
 [[nodiscard]] nlohmann::json per_replica_layout(const nn::StateDict& per_replica);
 /// The per_replica values on the host, one after another, as they go to the master.
 [[nodiscard]] std::string host_bytes_of(const nn::StateDict& per_replica);
 /// A replica's per_replica values cut out of `bytes` by the agreed layout.
 [[nodiscard]] std::vector<std::pair<std::string, CpuTensor>> host_tensors(
     const nlohmann::json& layout, const std::string& bytes);
-/// This replica's per_replica values read from `file`, in the order of `per_replica`, checked
-/// against it (names, shapes, dtypes; a file without a state asking for it, and the reverse).
+/// This replica's own file read for `targets` (replica_tensors_of): nn::StateDictError when it
+/// is missing though `targets` is not empty, or there though it is.
+[[nodiscard]] nn::StateDict read_replica_tensors(const nn::StateDict& targets,
+                                                 const std::filesystem::path& file);
+/// This replica's per_replica values out of its file's tensors, in the order of `per_replica`,
+/// checked against it (names, shapes, dtypes).
 [[nodiscard]] nn::StateDict restored_per_replica(const nn::StateDict& per_replica,
+                                                 const nn::StateDict& saved,
                                                  const std::filesystem::path& file);
 
 /// state.json's content: the step, the groups' rates, the scheduler's state.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "graph/formats/checkpoint_codec.h"
 #include "graph/formats/safetensors.h"
 #include "graph/formats/shard_metadata.h"
 #include "graph/tensor.h"
@@ -43,16 +44,19 @@ nn::StateDict consolidate_sharded_checkpoints(const std::string& ckpt_prefix,
   for (const auto& path : matching_files(pattern)) shards.push_back(read_shard_file(path));
   const auto [full, order] = consolidate_shards(shards, pattern);
 
+  // Written from the host copies, without the device: the master alone consolidates, inside
+  // spawn too, where axle::save would wait for the other replicas.
   if (!save_path.empty() && std::filesystem::path(save_path).extension() == ".safetensors") {
     save_safetensors(save_path, full);
+  } else if (!save_path.empty()) {
+    CheckpointWriter out(save_path, order.size());
+    for (const std::string& name : order) out.add(name, full.at(name));
+    out.commit();
   }
   nn::StateDict state;
   for (const std::string& name : order) {
     const CpuTensor& t = full.at(name);
     state.emplace_back(name, tensor_from_bytes(t.bytes, t.dtype, t.shape, device));
-  }
-  if (!save_path.empty() && std::filesystem::path(save_path).extension() != ".safetensors") {
-    save(state, save_path, /*master_only=*/false);
   }
   return state;
 }

@@ -23,6 +23,11 @@ struct TrainingState {
   /// restore() gives each replica its own back in place (Tensor::copy_, so the module's handles
   /// see them). Every replica lists the same names, shapes and dtypes.
   nn::StateDict per_replica;
+  /// Whether the model and the optimizer are each replica's own shards (a model wrapped in
+  /// FullyShardedDataParallel, the optimizer over its shards): then every replica's model,
+  /// optimizer and extra tensors are saved, and each replica restores its own, onto a job of as
+  /// many replicas. Otherwise they are the master's, and every replica restores them.
+  bool sharded = false;
 };
 
 }  // namespace axle

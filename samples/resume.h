@@ -26,8 +26,8 @@ struct CheckpointFlags {
 inline void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags) {
   CLI::Option* dir = app.add_option(
       "--checkpoint_dir", flags.dir,
-      "save the run's state (weights, the optimizer, the schedule, the random streams) in "
-      "DIR/<step>/");
+      "save the run's state (weights, the optimizer, the schedule, the random streams; each "
+      "replica's shards under --fsdp) in DIR/<step>/");
   app.add_option("--checkpoint_every", flags.every,
                  "steps between checkpoints (with --checkpoint_dir)")
       ->check(positive());
@@ -39,12 +39,13 @@ inline void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags) {
       ->needs(dir);
 }
 
-/// CheckpointManager saves what one replica holds: a model sharded over replicas (--fsdp) or over
-/// a mesh (--spmd) is not saved by it yet, so the trainers refuse --checkpoint_dir with them.
-inline void check_checkpoint_flags(const CheckpointFlags& flags, bool sharded) {
-  if (!flags.dir.empty() && sharded) {
+/// CheckpointManager saves the master's model, or each replica's shards (--fsdp): a model
+/// sharded over a mesh (--spmd) is not saved by it yet, so the trainers refuse --checkpoint_dir
+/// with it.
+inline void check_checkpoint_flags(const CheckpointFlags& flags, bool spmd) {
+  if (!flags.dir.empty() && spmd) {
     throw std::invalid_argument(
-        "--checkpoint_dir does not save sharded models yet: leave out --fsdp and --spmd");
+        "--checkpoint_dir does not save models sharded over a mesh yet: leave out --spmd");
   }
 }
 

@@ -444,9 +444,10 @@ void train_replica(const Flags& flags,
   optim::LambdaLR scheduler(*optimizer, [&flags](int64_t s) { return lr_factor(flags, s); });
   const std::vector<Tensor> params = w.model().parameters();
   const std::shared_ptr<Reporter> reporter = make_reporter(flags, device);
-  const Resumable resume =
-      resumable(flags.checkpoints,
-                {.model = &w.model(), .optimizer = optimizer.get(), .scheduler = &scheduler});
+  const Resumable resume = resumable(flags.checkpoints, {.model = &w.model(),
+                                                         .optimizer = optimizer.get(),
+                                                         .scheduler = &scheduler,
+                                                         .sharded = w.fsdp != nullptr});
   const TrainedRun run = train_steps(flags, w, *optimizer, scheduler, resume, params, mesh,
                                      train_split, val_split, reporter);
   const int64_t timed_steps = flags.max_steps - run.warm;
@@ -527,7 +528,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (flags.spmd) axle::samples::check_mesh(flags);
-    axle::samples::check_checkpoint_flags(flags.checkpoints, flags.fsdp || flags.spmd);
+    axle::samples::check_checkpoint_flags(flags.checkpoints, flags.spmd);
     if (flags.num_devices > 0) {
       setenv("CPU_NUM_DEVICES", std::to_string(flags.num_devices).c_str(), /*overwrite=*/1);
     }

@@ -311,7 +311,8 @@ void train_replica(const Flags& flags, Summary& summary) {
     reporter->summaries = std::make_shared<SummaryWriter>(flags.logdir);
   }
   const Resumable resume =
-      resumable(flags.checkpoints, {.model = t.model.get(), .optimizer = &optimizer});
+      resumable(flags.checkpoints,
+                {.model = &t.held(), .optimizer = &optimizer, .sharded = t.fsdp != nullptr});
   const EpochsRun run = train_epochs(flags, t, optimizer, train_loader, resume, reporter);
   wait_device_ops();
   const auto [identical, all_samples] = job_outcome(t, run.samples);
@@ -557,7 +558,7 @@ void add_flags(CLI::App& app, Flags& flags) {
 // The devices are made on first use, from CPU_NUM_DEVICES: the device count (--num_devices, or
 // --mesh's under --spmd) sets it first; the dataset falls back to --fake_data when missing.
 void set_up_devices(Flags& flags) {
-  check_checkpoint_flags(flags.checkpoints, flags.fsdp || flags.spmd);
+  check_checkpoint_flags(flags.checkpoints, flags.spmd);
   if (flags.spmd) {
     // The mesh spans the job: under mpirun each process holds its share of the devices.
     const std::vector<int64_t> mesh = mesh_shape(flags.mesh);

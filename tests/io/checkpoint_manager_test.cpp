@@ -473,6 +473,65 @@ TEST_F(CheckpointManagerTest, PerReplicaEntriesMustFitTheStep) {
   EXPECT_THROW(manager.restore(1, state), nn::StateDictError);
 }
 
+// A sharded state (FullyShardedDataParallel, the optimizer over its shards): every replica's
+// shards and optimizer state are saved, each replica restores its own, and training goes on bit
+// for bit as the run never stopped. Synchronous and asynchronous saves alike.
+void sharded_round_trip(const fs::path& dir, bool async) {
+  std::vector<std::vector<std::vector<std::byte>>> continued(2), resumed(2);
+  spawn([&](int r) {
+    CheckpointManager manager(dir, 3);
+    set_rng_state(5);
+    auto fsdp = std::make_shared<FullyShardedDataParallel>(std::make_shared<nn::Linear>(4, 6));
+    optim::Adam adam(fsdp->parameters(), optim::AdamOptions{.lr = 0.05});
+    const Tensor x = rand({3, 4}) + (2.0 + r);  // 0 and 1 would be constants of the graph
+    const auto train = [&](int steps) {
+      for (int s = 0; s < steps; ++s) {
+        adam.zero_grad();
+        sum((*fsdp)(x) * (*fsdp)(x)).backward();
+        adam.step();
+        mark_step();
+      }
+    };
+    train(3);
+    const TrainingState state{.model = fsdp.get(), .optimizer = &adam, .sharded = true};
+    if (async) {
+      EXPECT_TRUE(manager.save_async(3, state));
+      manager.join();
+      rendezvous("written");
+    } else {
+      EXPECT_TRUE(manager.save(3, state));
+    }
+    train(2);
+    continued[r] = weights(*fsdp);
+    train(2);  // moves away from the step saved
+    TrainingState restored = state;
+    ASSERT_EQ(manager.restore_latest(restored), 3);
+    train(2);
+    resumed[r] = weights(*fsdp);
+  });
+  EXPECT_EQ(resumed, continued);
+  EXPECT_NE(continued[0], continued[1]);  // each replica's own shards
+  EXPECT_TRUE(fs::exists(dir / "3" / "replica.1.ckpt"));
+}
+
+TEST_F(CheckpointManagerTest, ShardedStatesKeepEachReplicasShards) {
+  sharded_round_trip(dir_ / "sync", /*async=*/false);
+  sharded_round_trip(dir_ / "async", /*async=*/true);
+}
+
+TEST_F(CheckpointManagerTest, AShardedStepAndAReplicatedStateDoNotMix) {
+  SmallRun run(1);
+  CheckpointManager manager(dir_ / "run", 1);
+  TrainingState sharded = run.state();
+  sharded.sharded = true;
+  manager.save(1, sharded);
+  TrainingState replicated = run.state();
+  EXPECT_TRUE(contains(error_message<nn::StateDictError>([&] { manager.restore(1, replicated); }),
+                       "shards"));
+  manager.save(2, replicated, /*force=*/true);
+  EXPECT_THROW(manager.restore(2, sharded), nn::StateDictError);
+}
+
 TEST_F(CheckpointManagerTest, ReplicasWithDifferentPerReplicaEntriesAreTold) {
   const std::string what = error_message<ReplicaError>([&] {
     spawn([&](int r) {
@@ -481,7 +540,7 @@ TEST_F(CheckpointManagerTest, ReplicasWithDifferentPerReplicaEntriesAreTold) {
       (void)manager.save_async(1, state);
     });
   });
-  EXPECT_TRUE(contains(what, "per_replica entries")) << what;
+  EXPECT_TRUE(contains(what, "own tensors (per_replica entries")) << what;
 }
 
 // With WhenBusy::kSkip, a save asked while the writer is still writing the one before is skipped

@@ -214,6 +214,11 @@ TEST_F(TrainerResume, FourDevices) {
   expect_resumes_exactly(std::string(kSmall) + "--max_steps 30 --num_devices 4", 2);
 }
 
+// Each replica's shards and AdamW state, saved by every replica and restored by each.
+TEST_F(TrainerResume, FullyShardedDataParallel) {
+  expect_resumes_exactly(std::string(kSmall) + "--max_steps 30 --num_devices 2 --fsdp", 2);
+}
+
 TEST_F(TrainerResume, DistributedDataParallel) {
   expect_resumes_exactly(std::string(kSmall) + "--max_steps 30 --num_devices 2 --ddp", 2);
 }
@@ -232,6 +237,10 @@ TEST_F(TrainerResume, MnistOnOneDevice) {
 
 TEST_F(TrainerResume, MnistOnFourDevices) {
   expect_resumes_exactly(std::string(kMnist) + "--num_devices 4", 3, AXLE_TRAIN_MNIST, 20);
+}
+
+TEST_F(TrainerResume, MnistFullyShardedOnFourDevices) {
+  expect_resumes_exactly(std::string(kMnist) + "--num_devices 4 --fsdp", 2, AXLE_TRAIN_MNIST, 20);
 }
 
 // ResNet-18 at 32 x 32 on two devices: the weights are the master's, and each replica's
@@ -373,11 +382,12 @@ TEST_F(TrainerResume, ResumeWithoutACheckpointStartsAfresh) {
   EXPECT_TRUE(fs::exists(checkpoints / "6" / "commit.json"));
 }
 
-TEST_F(TrainerResume, ShardedModelsAreRefusedWithCheckpoints) {
-  const TrainerRun run = train(std::string(kSmall) + "--max_steps 2 --num_devices 2 --fsdp " +
-                               "--checkpoint_dir " + (dir_ / "fsdp").string());
+TEST_F(TrainerResume, ModelsShardedOverAMeshAreRefusedWithCheckpoints) {
+  const TrainerRun run = train(std::string(kSmall) + "--max_steps 2 --num_devices 2 --spmd " +
+                               "--mesh 2,1 --checkpoint_dir " + (dir_ / "gpt").string());
   EXPECT_NE(run.status, 0);
-  EXPECT_NE(run.output.find("--checkpoint_dir does not save sharded models"), std::string::npos)
+  EXPECT_NE(run.output.find("--checkpoint_dir does not save models sharded over a mesh"),
+            std::string::npos)
       << run.output;
   const TrainerRun mnist = train(
       "--fake_data --max_steps 2 --num_devices 2 --spmd --mesh 2,1 "
@@ -385,7 +395,8 @@ TEST_F(TrainerResume, ShardedModelsAreRefusedWithCheckpoints) {
           (dir_ / "spmd").string(),
       AXLE_TRAIN_MNIST);
   EXPECT_NE(mnist.status, 0);
-  EXPECT_NE(mnist.output.find("--checkpoint_dir does not save sharded models"), std::string::npos)
+  EXPECT_NE(mnist.output.find("--checkpoint_dir does not save models sharded over a mesh"),
+            std::string::npos)
       << mnist.output;
 }
 
