@@ -322,6 +322,28 @@ TEST_F(TrainerResume, UnderMpirunSigtermSavesOneStepEverywhereAndTheJobResumes) 
   EXPECT_EQ(file_bytes(dir_ / "resumed.axle"), file_bytes(dir_ / "whole.axle"));
 }
 
+// --fsdp under mpirun, 2 processes of 2 devices: every replica of each process saves its own
+// shards; a job stopped at step 10 and run again with --resume to step 20 writes the weights of
+// the job that ran to 20.
+TEST_F(TrainerResume, UnderMpirunFsdpEachProcessSavesAndRestoresItsShards) {
+  const std::string job = mpirun_gpt() + kSmall + "--eval_interval 0 --log_steps 0 --fsdp ";
+  const TrainerRun whole =
+      axle::testing::run_trainer(job + "--max_steps 20 --save " + (dir_ / "whole.axle").string());
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  const std::string checkpoints =
+      " --checkpoint_dir " + (dir_ / "job").string() + " --checkpoint_every 5 ";
+  const TrainerRun first = axle::testing::run_trainer(job + "--max_steps 10" + checkpoints);
+  ASSERT_EQ(first.status, 0) << first.output;
+  for (int ordinal = 0; ordinal < 4; ++ordinal) {
+    EXPECT_TRUE(fs::exists(dir_ / "job" / "10" / ("replica." + std::to_string(ordinal) + ".ckpt")));
+  }
+  const TrainerRun resumed = axle::testing::run_trainer(
+      job + "--max_steps 20" + checkpoints + "--resume --save " + (dir_ / "resumed.axle").string());
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_EQ(resumed.summary["resumed_from_step"], 10) << resumed.output;
+  EXPECT_EQ(file_bytes(dir_ / "resumed.axle"), file_bytes(dir_ / "whole.axle"));
+}
+
 // 16 replicas, oversubscribed on this machine's cores: 16 processes of 1 device and 4 of 4 train
 // a tiny GPT as one process of 16 devices, bit for bit. A process of the 16 x 1 job killed by pid
 // ends the job (before its time limit); run again with --resume the job writes the weights of
