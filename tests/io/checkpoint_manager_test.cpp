@@ -16,6 +16,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -375,16 +376,16 @@ TEST_F(CheckpointManagerTest, InsideSpawnSaveAsyncKeepsEachReplicasStreams) {
   EXPECT_NE(drawn[0], drawn[1]);
 }
 
-// With files limited to 4 KiB, saves step 1 (small) and asynchronously step 2 (16 KiB of
-// tensors); 0 when join reported the tensor file and only step 1 is left, whole.
-int save_past_the_file_size_limit(const fs::path& dir) {
+// Saves step 1 (a scalar 1), then, after `before_second`, asynchronously step 2 (`big`); 0 when
+// join reported the step's tensor file (printed, for the death test's pattern), no partial step
+// is left and step 1 restores.
+int second_save_fails(const fs::path& dir, const Tensor& big,
+                      const std::function<void()>& before_second) {
   CheckpointManager manager(dir, 1);
-  TrainingState state{.extra = {{"small", scalar_tensor(1.0)}}};
+  TrainingState state{.extra = {{"value", scalar_tensor(1.0)}}};
   manager.save(1, state);
-  std::signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails (EFBIG) instead
-  const rlimit limit{.rlim_cur = 4096, .rlim_max = RLIM_INFINITY};
-  ::setrlimit(RLIMIT_FSIZE, &limit);
-  state.extra = {{"small", zeros({4096})}};
+  before_second();
+  state.extra = {{"value", big}};
   manager.save_async(2, state);
   std::string what;
   try {
@@ -397,12 +398,21 @@ int save_past_the_file_size_limit(const fs::path& dir) {
   for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
     only_step_1 = only_step_1 && entry.path().filename() == "1";
   }
-  state.extra = {{"small", scalar_tensor(0.0)}};
-  manager.restore(1, state);
+  state.extra = {{"value", scalar_tensor(0.0)}};
+  manager.restore_latest(state);
   return contains(what, ".2.partial/tensors.ckpt") && only_step_1 &&
                  state.extra[0].second.item() == 1.0
              ? 0
              : 1;
+}
+
+// With files limited to 4 KiB, step 2 (16 KiB of tensors) fails.
+int save_past_the_file_size_limit(const fs::path& dir) {
+  return second_save_fails(dir, zeros({4096}), [] {
+    std::signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails (EFBIG) instead
+    const rlimit limit{.rlim_cur = 4096, .rlim_max = RLIM_INFINITY};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  });
 }
 
 // A writer that fails on the way is reported by join naming the file, leaves no partial step and
@@ -624,36 +634,14 @@ TEST_F(CheckpointManagerTest, ASaveWithoutPermissionIsReportedAndTheRunGoesOn) {
               "Permission denied");
 }
 
-// 0 when, on a tmpfs of 256 KiB (in a mount namespace of this process's own), an asynchronous
-// save of 1 MiB is reported by join naming the tensor file and "No space left", leaves no partial
-// step, and step 1 still restores.
+// On a tmpfs of 256 KiB (in a mount namespace of this process's own), an asynchronous save of
+// 1 MiB fails with "No space left".
 int save_on_a_full_disk(const fs::path& dir) {
   fs::create_directories(dir);
   if (::unshare(CLONE_NEWNS) != 0) return 2;
   if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return 3;
   if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=256k") != 0) return 4;
-  CheckpointManager manager(dir, 1);
-  TrainingState state{.extra = {{"value", scalar_tensor(1.0)}}};
-  manager.save(1, state);
-  state.extra = {{"value", zeros({256 << 10})}};
-  std::string what;
-  manager.save_async(2, state);
-  try {
-    manager.join();
-  } catch (const FileError& e) {
-    what = e.what();
-  }
-  std::fprintf(stderr, "%s\n", what.c_str());
-  bool only_step_1 = manager.all_steps() == std::vector<int64_t>{1};
-  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
-    only_step_1 = only_step_1 && entry.path().filename() == "1";
-  }
-  state.extra = {{"value", scalar_tensor(0.0)}};
-  manager.restore_latest(state);
-  return contains(what, ".2.partial/tensors.ckpt") && only_step_1 &&
-                 state.extra[0].second.item() == 1.0
-             ? 0
-             : 1;
+  return second_save_fails(dir, zeros({256 << 10}), [] {});
 }
 
 TEST_F(CheckpointManagerTest, ASaveOnAFullDiskIsReportedAndLeavesTheEarlierSteps) {
