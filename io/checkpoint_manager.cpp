@@ -218,8 +218,9 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
   return true;
 }
 
-void CheckpointManager::commit(int64_t step, const fs::path& partial, int replicas) const {
-  write_step_commit(partial, step, replicas);
+void CheckpointManager::commit(int64_t step, const fs::path& partial, int replicas,
+                               const std::map<std::string, StepFileSummary>& known) const {
+  write_step_commit(partial, step, replicas, known);
   sync_directory(partial);
 
   const fs::path target = path_ / std::to_string(step);
@@ -330,27 +331,27 @@ void CheckpointManager::write_step(HostStep saved) const {
   try {
     on_disk(partial, "clear", [&](std::error_code& e) { fs::remove_all(partial, e); });
     on_disk(partial, "create", [&](std::error_code& e) { fs::create_directories(partial, e); });
-    CheckpointWriter out(partial / kTensorsFile, saved.values.size());
-    for (auto& [name, value] : saved.values) {
-      out.add(name, value);
-      value = {};  // the host copy goes as soon as it is written
-    }
-    out.commit();
+    // The tensor files' sizes and CRC-32s, summed as they are written, so that the commit file
+    // need not read them back.
+    std::map<std::string, StepFileSummary> known;
+    const auto write = [&](const std::string& file, auto& values) {
+      CheckpointWriter out(partial / file, values.size());
+      for (auto& [name, value] : values) {
+        out.add(name, value);
+        value = {};  // the host copy goes as soon as it is written
+      }
+      out.commit();
+      known[file] = {.bytes = out.bytes_written(), .crc32 = out.file_crc32()};
+    };
+    write(kTensorsFile, saved.values);
     write_text(partial / kStateFile, saved.host_state);
     for (std::size_t ordinal = 0; ordinal < saved.streams.size(); ++ordinal) {
       write_text(partial / streams_file(static_cast<int>(ordinal)), saved.streams[ordinal]);
     }
     for (std::size_t ordinal = 0; ordinal < saved.per_replica.size(); ++ordinal) {
-      auto& values = saved.per_replica[ordinal];
-      CheckpointWriter replica(partial / per_replica_file(static_cast<int>(ordinal)),
-                               values.size());
-      for (auto& [name, value] : values) {
-        replica.add(name, value);
-        value = {};
-      }
-      replica.commit();
+      write(per_replica_file(static_cast<int>(ordinal)), saved.per_replica[ordinal]);
     }
-    commit(saved.step, partial, static_cast<int>(saved.streams.size()));
+    commit(saved.step, partial, static_cast<int>(saved.streams.size()), known);
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(partial, ignored);

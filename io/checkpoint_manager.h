@@ -7,11 +7,13 @@
 #include <deque>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "graph/formats/step_commit.h"
 #include "io/training_state.h"
 
 namespace axle {
@@ -90,9 +92,11 @@ class CheckpointManager {
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
  private:
-  // Lists the files written under `partial`, writes the commit file, renames the directory to
-  // the step's name and drops the steps beyond max_to_keep.
-  void commit(int64_t step, const std::filesystem::path& partial, int replicas) const;
+  // Lists the files written under `partial` (those in `known` summed as they were written),
+  // writes the commit file, renames the directory to the step's name and drops the steps beyond
+  // max_to_keep.
+  void commit(int64_t step, const std::filesystem::path& partial, int replicas,
+              const std::map<std::string, StepFileSummary>& known = {}) const;
   // A step's values on the host, for the writer thread.
   struct HostStep {
     int64_t step = 0;

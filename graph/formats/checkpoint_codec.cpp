@@ -53,16 +53,6 @@ std::optional<DType> dtype_named(std::string_view name) {
 // Quoted and escaped: a name is any bytes, and a damaged one must still print as text.
 std::string key_text(std::string_view name) { return fmt::format("key {:?}", name); }
 
-void write_message(AtomicFileWriter& out, const google::protobuf::MessageLite& message) {
-  const std::string bytes = message.SerializeAsString();
-  std::array<std::byte, 8> length{};
-  for (std::size_t i = 0; i < 8; ++i) {
-    length[i] = static_cast<std::byte>((bytes.size() >> (8 * i)) & 0xff);
-  }
-  out.write(length);
-  out.write(bytes);
-}
-
 }  // namespace
 
 CheckpointWriter::CheckpointWriter(std::filesystem::path path, uint64_t tensor_count)
@@ -71,7 +61,22 @@ CheckpointWriter::CheckpointWriter(std::filesystem::path path, uint64_t tensor_c
   header.set_magic(std::string(kMagic));
   header.set_axle_version(AXLE_VERSION_STRING);
   header.set_tensor_count(tensor_count);
-  write_message(out_, header);
+  file_crc32_ = static_cast<uint32_t>(::crc32(0L, Z_NULL, 0));
+  write_framed(header.SerializeAsString());
+}
+
+void CheckpointWriter::write_framed(const std::string& message) {
+  std::array<std::byte, 8> length{};
+  for (std::size_t i = 0; i < 8; ++i) {
+    length[i] = static_cast<std::byte>((message.size() >> (8 * i)) & 0xff);
+  }
+  out_.write(length);
+  out_.write(message);
+  uLong crc = ::crc32(file_crc32_, reinterpret_cast<const Bytef*>(length.data()), length.size());
+  crc = ::crc32(crc, reinterpret_cast<const Bytef*>(message.data()),
+                static_cast<uInt>(message.size()));
+  file_crc32_ = static_cast<uint32_t>(crc);
+  bytes_written_ += length.size() + message.size();
 }
 
 void CheckpointWriter::add(std::string_view name, const CpuTensor& tensor) {
@@ -90,9 +95,13 @@ void CheckpointWriter::add(std::string_view name, const CpuTensor& tensor) {
   meta.set_dtype(std::string(dtype_name(tensor.dtype)));
   for (int64_t d : tensor.shape.dims()) meta.add_dims(d);
   meta.set_byte_size(tensor.bytes.size());
-  meta.set_crc32(crc32_of(tensor.bytes));
-  write_message(out_, meta);
+  const uint32_t crc = crc32_of(tensor.bytes);
+  meta.set_crc32(crc);
+  write_framed(meta.SerializeAsString());
   out_.write(tensor.bytes);
+  file_crc32_ = static_cast<uint32_t>(
+      ::crc32_combine(file_crc32_, crc, static_cast<z_off_t>(tensor.bytes.size())));
+  bytes_written_ += tensor.bytes.size();
   ++added_;
 }
 

@@ -38,11 +38,20 @@ class CheckpointWriter {
 
   /// The file being written.
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return out_.path(); }
+  /// The bytes written so far and their CRC-32 (zlib's), summed as they were written (each
+  /// tensor's own CRC combined in, not computed twice): after commit(), the file's.
+  [[nodiscard]] uint64_t bytes_written() const noexcept { return bytes_written_; }
+  [[nodiscard]] uint32_t file_crc32() const noexcept { return file_crc32_; }
 
  private:
+  // Writes a serialised message framed by its length, summing it into the file's CRC-32.
+  void write_framed(const std::string& message);
+
   AtomicFileWriter out_;
   uint64_t tensor_count_;
   uint64_t added_ = 0;
+  uint64_t bytes_written_ = 0;
+  uint32_t file_crc32_ = 0;
 };
 
 /// One tensor of a checkpoint, by name.

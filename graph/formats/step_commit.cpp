@@ -19,10 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct FileSummary {
-  uint64_t bytes = 0;
-  uint32_t crc32 = 0;
-};
+using FileSummary = StepFileSummary;
 
 FileSummary summarise(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -43,13 +40,15 @@ FileSummary summarise(const fs::path& file) {
 
 }  // namespace
 
-void write_step_commit(const fs::path& dir, int64_t step, int replicas) {
+void write_step_commit(const fs::path& dir, int64_t step, int replicas,
+                       const std::map<std::string, StepFileSummary>& known) {
   json files = json::object();
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_regular_file() || name.starts_with(".") || name == kStepCommitFile) continue;
-    const FileSummary summary = summarise(entry.path());
+    const auto given = known.find(name);
+    const FileSummary summary = given != known.end() ? given->second : summarise(entry.path());
     files[name] = {{"bytes", summary.bytes}, {"crc32", summary.crc32}};
   }
   if (error) throw FileError(dir, fmt::format("cannot list the step's files: {}", error.message()));
