@@ -10,6 +10,7 @@
 #include <string>
 
 #include "../samples/trainer_run.h"
+#include "bench_lines.h"
 
 namespace {
 
@@ -19,15 +20,8 @@ TEST(CheckpointBench, ReportsTheStepsAroundASaveAndCleansUp) {
   const axle::testing::TrainerRun run = axle::testing::run_trainer(
       std::string(AXLE_CHECKPOINT_BENCH) + " --steps 12 --every 4 --dir " + dir.string());
   ASSERT_EQ(run.status, 0) << run.output;
-  std::map<std::string, std::vector<double>> figures;
-  std::istringstream lines(run.output);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty() || line.front() != '{') continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    ASSERT_TRUE(j.is_object()) << line;
-    EXPECT_EQ(j["bench"], "checkpoint") << line;
-    figures[j["metric"].get<std::string>()].push_back(j["value"].get<double>());
-  }
+  std::map<std::string, std::vector<double>> figures =
+      axle::testing::bench_figures(run.output, "checkpoint");
   for (const char* metric : {"step_ms", "step_after_save_ms", "save_call_ms",
                              "after_save_excess_over_copy", "save_bytes"}) {
     ASSERT_EQ(figures[metric].size(), 1u) << metric << "\n" << run.output;

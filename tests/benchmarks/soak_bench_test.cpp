@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../samples/trainer_run.h"
+#include "bench_lines.h"
 
 namespace {
 
@@ -21,15 +22,8 @@ TEST(SoakBench, ReportsEveryIntervalAndClosesWithTheRatiosOfThoseReported) {
       " --steps 600 --report_every 200 --checkpoint_every 200 --window_steps 20");
   ASSERT_EQ(run.status, 0) << run.output;
   // metric -> values, in the order printed.
-  std::map<std::string, std::vector<double>> figures;
-  std::istringstream lines(run.output);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty() || line.front() != '{') continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    ASSERT_TRUE(j.is_object()) << line;
-    EXPECT_EQ(j["bench"], "soak") << line;
-    figures[j["metric"].get<std::string>()].push_back(j["value"].get<double>());
-  }
+  std::map<std::string, std::vector<double>> figures =
+      axle::testing::bench_figures(run.output, "soak");
   for (const char* metric :
        {"rss_bytes", "live_tensors", "device_bytes", "step_ms", "fastest_window_step_ms"}) {
     ASSERT_EQ(figures[metric].size(), 3u) << metric << "\n" << run.output;
