@@ -38,7 +38,7 @@ install(TARGETS ${axle_installed_libraries} ${axle_interface_targets}
 # The headers of the library folders. Not installed: backends/testing/ (a backend for axle's
 # tests; its library is not installed either), the headers private to one library's .cpp files
 # (graph/reference/op_families.h, graph/passes/partitioner_internal.h, actors/runtime/mpi_loop.h,
-# io/checkpoint_step.h)
+# io/checkpoint_step.h, io/checkpoint_writer.h)
 # and the CPU kernels' headers that include Eigen, which no other header includes.
 install(FILES axle.h DESTINATION ${axle_include_root})
 install(DIRECTORY engine graph backends actors io
@@ -49,6 +49,7 @@ install(DIRECTORY engine graph backends actors io
   PATTERN "partitioner_internal.h" EXCLUDE
   PATTERN "mpi_loop.h" EXCLUDE
   PATTERN "checkpoint_step.h" EXCLUDE
+  PATTERN "checkpoint_writer.h" EXCLUDE
   REGEX "/backends/cpu/(element|float_math|reducer)\\.h$" EXCLUDE)
 
 set(axle_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/axle)

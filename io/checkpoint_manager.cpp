@@ -4,18 +4,12 @@
 // file is there, and a restore checks every file against it before it changes anything.
 #include "io/checkpoint_manager.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <charconv>
 #include <csignal>
-#include <fstream>
-#include <future>
+#include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -24,15 +18,18 @@
 #include <unordered_map>
 
 #include "actors/host/api.h"
+#include "actors/host/lazy_system.h"
 #include "actors/host/replicas.h"
 #include "engine/log.h"
 #include "engine/metrics.h"
+#include "engine/spawn.h"
 #include "graph/formats/atomic_file.h"
 #include "graph/formats/checkpoint_codec.h"
 #include "graph/formats/error.h"
 #include "graph/formats/step_commit.h"
 #include "graph/trace_context.h"
 #include "io/checkpoint_step.h"
+#include "io/checkpoint_writer.h"
 
 namespace axle {
 namespace {
@@ -40,33 +37,46 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 // The step directory's files (io/checkpoint_step.h).
+using checkpoint_step::adopt_layouts;
 using checkpoint_step::any_pending;
 using checkpoint_step::apply_host_state;
+using checkpoint_step::CheckpointWriterActor;
+using checkpoint_step::commit_step;
+using checkpoint_step::committed_steps;
 using checkpoint_step::host_bytes_of;
 using checkpoint_step::host_state;
 using checkpoint_step::host_tensors;
 using checkpoint_step::HostState;
+using checkpoint_step::HostStep;
+using checkpoint_step::HostValues;
 using checkpoint_step::kExtra;
 using checkpoint_step::kModel;
 using checkpoint_step::kOptimizer;
 using checkpoint_step::kStateFile;
 using checkpoint_step::kTensorsFile;
 using checkpoint_step::master_tensors_of;
+using checkpoint_step::on_disk;
 using checkpoint_step::part;
 using checkpoint_step::per_replica_file;
 using checkpoint_step::per_replica_layout;
-using checkpoint_step::random_streams;
 using checkpoint_step::read_host_state;
 using checkpoint_step::read_json;
+using checkpoint_step::read_replica_host_state;
 using checkpoint_step::read_replica_tensors;
 using checkpoint_step::read_tensors;
+using checkpoint_step::replica_host_state;
 using checkpoint_step::replica_tensors_of;
+using checkpoint_step::ReplicaHostState;
 using checkpoint_step::restored_entries;
 using checkpoint_step::restored_per_replica;
-using checkpoint_step::saved_streams;
+using checkpoint_step::saved_layouts;
+using checkpoint_step::StepDirectory;
 using checkpoint_step::streams_file;
+using checkpoint_step::write_host_tensors;
 using checkpoint_step::write_tensors;
 using checkpoint_step::write_text;
+using checkpoint_step::WriteFailure;
+using checkpoint_step::WriteStep;
 
 // Set by SIGTERM once a manager watches for preemption; read by reached_preemption.
 std::atomic<bool> g_preempted{false};
@@ -85,31 +95,106 @@ void watch_for_preemption() {
   });
 }
 
-// A step's directory name is its number and nothing else.
-std::optional<int64_t> step_of(const std::string& name) {
-  int64_t step = 0;
-  const char* end = name.data() + name.size();
-  const auto [at, error] = std::from_chars(name.data(), end, step);
-  if (name.empty() || error != std::errc() || at != end || step < 0) return std::nullopt;
-  return step;
+// Who takes part in a save: the replicas, or under SPMD the processes. There each process traces
+// the one program over the mesh (replica 0 of 1 to world_size()) and reading a value laid out
+// over the mesh is a collective of the processes, so the processes stand in for the replicas;
+// the first one writes.
+struct Party {
+  int ordinal = 0;
+  int count = 1;
+  bool spmd = false;
+  [[nodiscard]] bool writes() const noexcept { return ordinal == 0; }
+};
+
+Party party() {
+  if (LazySystem::get().spmd()) return {process_index(), process_count(), true};
+  return {global_ordinal(), world_size(), false};
 }
 
-void sync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;  // best effort, as the atomic file writer's
-  ::fsync(fd);
-  ::close(fd);
+template <typename T>
+std::vector<T> gather_all(const std::vector<T>& values) {
+  return values;
 }
 
-// Each std::filesystem failure as a FileError naming the path and the system's reason.
-template <typename Action>
-void on_disk(const fs::path& path, std::string_view what, Action&& action) {
-  std::error_code error;
-  action(error);
-  if (error) throw FileError(path, fmt::format("cannot {}: {}", what, error.message()));
+// Neither a sharded state nor per_replica tensors mean anything under SPMD, where the state's
+// tensors are global values laid out over the mesh.
+void check_spmd_state(const Party& me, const TrainingState& state, std::string_view op) {
+  if (me.spmd && (state.sharded || !state.per_replica.empty())) {
+    throw std::invalid_argument(fmt::format(
+        "CheckpointManager.{}: under SPMD the state's tensors are global values laid out over "
+        "the mesh; a sharded state (FSDP) or per_replica tensors do not apply",
+        op));
+  }
+}
+
+// `tensors` read to the host, every read asked before the first is awaited; FileError naming
+// `file` for an undefined one.
+HostValues read_to_host(const nn::StateDict& tensors, const fs::path& file) {
+  std::vector<Future<CpuTensor>> reads;
+  for (const auto& [name, tensor] : tensors) {
+    if (!tensor.defined()) throw FileError(file, fmt::format("key \"{}\" is undefined", name));
+    reads.push_back(tensor.to_cpu_async());
+  }
+  HostValues values;
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    values.emplace_back(tensors[i].first, reads[i].get());
+  }
+  return values;
+}
+
+// Every replica's host state (random streams, data loader position) and per_replica layout, by
+// ordinal, and whether the master's writers are all busy (`writers_busy`, on the master): one
+// meeting decides alike on every replica. nullopt: the save is skipped.
+std::optional<std::vector<json>> agree_on_async_save(const TrainingState& state,
+                                                     const nn::StateDict& own, bool writers_busy) {
+  json mine{{"streams", replica_host_state(state)}, {"layout", per_replica_layout(own)}};
+  if (writers_busy) mine["writers_busy"] = true;
+  std::vector<json> replicas;
+  for (const std::string& text :
+       mesh_reduce("CheckpointManager.save_async", mine.dump(), gather_all<std::string>)) {
+    replicas.push_back(json::parse(text));
+  }
+  if (replicas.front().value("writers_busy", false)) return std::nullopt;
+  const json& layout = replicas.front().at("layout");
+  for (std::size_t ordinal = 1; ordinal < replicas.size(); ++ordinal) {
+    if (replicas[ordinal].at("layout") != layout) {
+      throw std::invalid_argument(fmt::format(
+          "CheckpointManager.save_async: replica {}'s own tensors (per_replica entries, or a "
+          "sharded model's) {} differ from the master's {}: every replica holds the same names, "
+          "dtypes and shapes",
+          ordinal, replicas[ordinal].at("layout").dump(), layout.dump()));
+    }
+  }
+  return replicas;
 }
 
 }  // namespace
+
+// The writer actor, on a runtime of its own (one thread), and the saves sent to it, oldest
+// first: it writes them in order, one at a time.
+struct CheckpointManager::Writer {
+  explicit Writer(StepDirectory where)
+      : runtime(RuntimeOptions{.threads = 1}),
+        actor(spawn<CheckpointWriterActor>(runtime, SpawnOptions{.name = "checkpoint_writer"},
+                                           std::move(where))) {}
+
+  // The oldest save's outcome, waited for; its failure thrown as an error of this thread.
+  void finish_oldest() {
+    Future<std::optional<WriteFailure>> oldest = std::move(in_flight.front());
+    in_flight.pop_front();
+    const std::optional<WriteFailure> failure = oldest.get();
+    if (!failure) return;
+    if (failure->file.empty()) throw std::runtime_error("CheckpointManager: " + failure->cause);
+    throw FileError(failure->file, failure->cause);
+  }
+  [[nodiscard]] int64_t writing() const {
+    return std::ranges::count_if(in_flight, [](const auto& save) { return !save.ready(); });
+  }
+
+  Runtime runtime;
+  ActorRef<CheckpointWriterActor> actor;
+  std::deque<Future<std::optional<WriteFailure>>> in_flight;
+};
 
 CheckpointManager::CheckpointManager(fs::path path, int64_t save_interval, int64_t max_to_keep,
                                      int64_t max_pending_async, bool chkpt_on_preemption,
@@ -142,11 +227,7 @@ CheckpointManager::~CheckpointManager() {
 }
 
 void CheckpointManager::join() {
-  while (!in_flight_.empty()) {
-    std::future<void> oldest = std::move(in_flight_.front());
-    in_flight_.pop_front();
-    oldest.get();  // throws its failure
-  }
+  while (writer_ && !writer_->in_flight.empty()) writer_->finish_oldest();
 }
 
 bool CheckpointManager::should_save(int64_t step) {
@@ -182,16 +263,21 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
   if (step < 0)
     throw std::invalid_argument(fmt::format("CheckpointManager.save: step {} < 0", step));
   join();
-  const bool replicated = world_size() > 1;
+  const Party me = party();
+  check_spmd_state(me, state, "save");
+  const bool replicated = me.count > 1;
   const nn::StateDict tensors = master_tensors_of(state);
   const nn::StateDict own = replica_tensors_of(state);
   // Pending values are computed by every replica alike, as at its next mark_step.
   if (any_pending(tensors) || any_pending(own)) mark_step();
-  const bool master = is_master_ordinal(/*local=*/false);
   const fs::path partial = path_ / fmt::format(".{}.partial", step);
+  // Under SPMD over several processes every process takes part in each value's read, all of them
+  // before the first writes, so that a failed write leaves no process waiting in a read.
+  HostValues spmd_values;
+  if (me.spmd && me.count > 1) spmd_values = read_to_host(tensors, partial / kTensorsFile);
   // A save that fails leaves no partial directory behind, and the earlier steps as they were.
   const auto master_writes = [&](auto&& write) {
-    if (!master) return;
+    if (!me.writes()) return;
     try {
       write();
     } catch (...) {
@@ -203,43 +289,23 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
   master_writes([&] {
     on_disk(partial, "clear", [&](std::error_code& e) { fs::remove_all(partial, e); });
     on_disk(partial, "create", [&](std::error_code& e) { fs::create_directories(partial, e); });
-    write_tensors(tensors, partial / kTensorsFile);
+    if (spmd_values.empty()) {
+      write_tensors(tensors, partial / kTensorsFile);
+    } else {
+      (void)write_host_tensors(partial / kTensorsFile, spmd_values);
+    }
     write_text(partial / kStateFile, host_state(step, state).dump(1));
   });
   if (replicated) rendezvous("CheckpointManager.save: state written");
-  write_text(partial / streams_file(global_ordinal()), random_streams().dump(1));
+  write_text(partial / streams_file(me.ordinal), replica_host_state(state).dump(1));
   if (!own.empty()) {
     (void)per_replica_layout(own);  // every entry defined
-    write_tensors(own, partial / per_replica_file(global_ordinal()));
+    write_tensors(own, partial / per_replica_file(me.ordinal));
   }
   if (replicated) rendezvous("CheckpointManager.save: random streams written");
-  master_writes([&] { commit(step, partial, world_size()); });
+  master_writes([&] { commit_step({path_, max_to_keep_}, step, partial, me.count); });
   if (replicated) rendezvous("CheckpointManager.save: committed");
   return true;
-}
-
-void CheckpointManager::commit(int64_t step, const fs::path& partial, int replicas,
-                               const std::map<std::string, StepFileSummary>& known) const {
-  write_step_commit(partial, step, replicas, known);
-  sync_directory(partial);
-
-  const fs::path target = path_ / std::to_string(step);
-  const fs::path replaced = path_ / fmt::format(".{}.replaced", step);
-  const bool exists = fs::exists(target);
-  if (exists) {
-    on_disk(replaced, "clear", [&](std::error_code& e) { fs::remove_all(replaced, e); });
-    on_disk(target, "move aside", [&](std::error_code& e) { fs::rename(target, replaced, e); });
-  }
-  on_disk(target, "commit", [&](std::error_code& e) { fs::rename(partial, target, e); });
-  sync_directory(path_);
-  if (exists) fs::remove_all(replaced);
-
-  if (max_to_keep_ <= 0) return;
-  const std::vector<int64_t> steps = all_steps();
-  for (std::size_t i = 0; i + max_to_keep_ < steps.size(); ++i) {
-    const fs::path old = path_ / std::to_string(steps[i]);
-    on_disk(old, "remove", [&](std::error_code& e) { fs::remove_all(old, e); });
-  }
 }
 
 bool CheckpointManager::save_async(int64_t step, const TrainingState& state, bool force) {
@@ -247,142 +313,69 @@ bool CheckpointManager::save_async(int64_t step, const TrainingState& state, boo
   if (step < 0) {
     throw std::invalid_argument(fmt::format("CheckpointManager.save_async: step {} < 0", step));
   }
+  const Party me = party();
+  check_spmd_state(me, state, "save_async");
   const nn::StateDict tensors = master_tensors_of(state);
   const nn::StateDict own = replica_tensors_of(state);
   if (any_pending(tensors) || any_pending(own)) mark_step();
   // A step at a preemption is the run's last: it is saved even when the writers are busy.
   const bool may_skip =
       when_busy_ == WhenBusy::kSkip && !(chkpt_on_preemption_ && reached_preemption(step));
-  const bool master = is_master_ordinal(/*local=*/false);
-  const auto writing = [&] {
-    return std::ranges::count_if(in_flight_, [](const std::future<void>& save) {
-      return save.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
-    });
-  };
-  // Every replica's random streams and per_replica layout, by ordinal, and whether the master's
-  // writers are all busy: one meeting decides alike on every replica.
-  json mine{{"streams", random_streams()}, {"layout", per_replica_layout(own)}};
-  if (master && may_skip) mine["writers_busy"] = writing() >= max_pending_async_;
-  const auto gathered = [](const std::vector<std::string>& values) { return values; };
-  std::vector<json> replicas;
-  for (const std::string& text :
-       mesh_reduce("CheckpointManager.save_async", mine.dump(), gathered)) {
-    replicas.push_back(json::parse(text));
-  }
-  if (replicas.front().value("writers_busy", false)) {
+  const bool writers_busy =
+      me.writes() && may_skip && writer_ && writer_->writing() >= max_pending_async_;
+  const std::optional<std::vector<json>> replicas = agree_on_async_save(state, own, writers_busy);
+  if (!replicas) {
     AXLE_COUNTER_INC("CheckpointAsyncSkipped", 1);
     return false;
   }
-  const json& layout = replicas.front().at("layout");
-  for (std::size_t ordinal = 1; ordinal < replicas.size(); ++ordinal) {
-    if (replicas[ordinal].at("layout") != layout) {
-      throw std::invalid_argument(fmt::format(
-          "CheckpointManager.save_async: replica {}'s own tensors (per_replica entries, or a "
-          "sharded model's) {} differ from the master's {}: every replica holds the same names, "
-          "dtypes and shapes",
-          ordinal, replicas[ordinal].at("layout").dump(), layout.dump()));
-    }
-  }
+  const json& layout = replicas->front().at("layout");
   std::vector<std::string> per_replica_bytes;
   if (!layout.empty()) {
-    per_replica_bytes =
-        mesh_reduce("CheckpointManager.save_async: per_replica", host_bytes_of(own), gathered);
+    per_replica_bytes = mesh_reduce("CheckpointManager.save_async: per_replica", host_bytes_of(own),
+                                    gather_all<std::string>);
   }
-  if (!master) return true;
-  while (static_cast<int64_t>(in_flight_.size()) >= max_pending_async_) {
-    std::future<void> oldest = std::move(in_flight_.front());
-    in_flight_.pop_front();
-    oldest.get();
+  // Under SPMD over several processes every process takes part in each value's read.
+  if (!me.writes() && !me.spmd) return true;
+  if (me.writes() && !writer_)
+    writer_ = std::make_unique<Writer>(StepDirectory{path_, max_to_keep_});
+  while (me.writes() && static_cast<int64_t>(writer_->in_flight.size()) >= max_pending_async_) {
+    writer_->finish_oldest();
   }
   const fs::path partial = path_ / fmt::format(".{}.partial", step);
   // The values as they stand after this step, on the host before the loop goes on: a read still
   // in flight at the next mark_step would keep that step from donating its buffer, and so give
   // this replica another graph than the others'. Only the disk is left to the writer.
-  std::vector<Future<CpuTensor>> reads;
-  for (const auto& [name, tensor] : tensors) {
-    if (!tensor.defined()) {
-      throw FileError(partial / kTensorsFile, fmt::format("key \"{}\" is undefined", name));
-    }
-    reads.push_back(tensor.to_cpu_async());  // every read asked before the first is awaited
-  }
-  HostStep saved{.step = step, .partial = partial, .host_state = host_state(step, state).dump(1)};
-  for (const json& replica : replicas) saved.streams.push_back(replica.at("streams").dump(1));
+  HostStep saved{.step = step,
+                 .partial = partial,
+                 .host_state = host_state(step, state).dump(1),
+                 .values = read_to_host(tensors, partial / kTensorsFile)};
+  if (!me.writes()) return true;
+  for (const json& replica : *replicas) saved.streams.push_back(replica.at("streams").dump(1));
   for (const std::string& bytes : per_replica_bytes) {
     saved.per_replica.push_back(host_tensors(layout, bytes));
   }
   uint64_t host_bytes = 0;
-  for (std::size_t i = 0; i < reads.size(); ++i) {
-    saved.values.emplace_back(tensors[i].first, reads[i].get());
-    host_bytes += saved.values.back().second.bytes.size();
-  }
+  for (const auto& [name, value] : saved.values) host_bytes += value.bytes.size();
   for (const std::string& bytes : per_replica_bytes) host_bytes += bytes.size();
   AXLE_METRIC_ADD("CheckpointAsyncHostBytes", MetricKind::kBytes, static_cast<double>(host_bytes));
-  in_flight_.push_back(std::async(std::launch::async, [this, saved = std::move(saved)]() mutable {
-    write_step(std::move(saved));
-  }));
+  writer_->in_flight.push_back(writer_->actor.ask(WriteStep{std::move(saved)}));
   return true;
 }
 
-void CheckpointManager::write_step(HostStep saved) const {
-  // Below the steps' threads: the checksums and copies into the page cache take what the steps
-  // leave of the cores, and a tenth of them under contention (nice 10), rather than half.
-  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
-  const fs::path& partial = saved.partial;
-  try {
-    on_disk(partial, "clear", [&](std::error_code& e) { fs::remove_all(partial, e); });
-    on_disk(partial, "create", [&](std::error_code& e) { fs::create_directories(partial, e); });
-    // The tensor files' sizes and CRC-32s, summed as they are written, so that the commit file
-    // need not read them back.
-    std::map<std::string, StepFileSummary> known;
-    const auto write = [&](const std::string& file, auto& values) {
-      CheckpointWriter out(partial / file, values.size());
-      for (auto& [name, value] : values) {
-        out.add(name, value);
-        value = {};  // the host copy goes as soon as it is written
-      }
-      out.commit();
-      known[file] = {.bytes = out.bytes_written(), .crc32 = out.file_crc32()};
-    };
-    write(kTensorsFile, saved.values);
-    write_text(partial / kStateFile, saved.host_state);
-    for (std::size_t ordinal = 0; ordinal < saved.streams.size(); ++ordinal) {
-      write_text(partial / streams_file(static_cast<int>(ordinal)), saved.streams[ordinal]);
-    }
-    for (std::size_t ordinal = 0; ordinal < saved.per_replica.size(); ++ordinal) {
-      write(per_replica_file(static_cast<int>(ordinal)), saved.per_replica[ordinal]);
-    }
-    commit(saved.step, partial, static_cast<int>(saved.streams.size()), known);
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(partial, ignored);
-    throw;
-  }
-}
-
-std::vector<int64_t> CheckpointManager::all_steps() const {
-  std::vector<int64_t> steps;
-  std::error_code error;
-  for (const fs::directory_entry& entry : fs::directory_iterator(path_, error)) {
-    const std::optional<int64_t> step = step_of(entry.path().filename().string());
-    if (step && entry.is_directory() && fs::exists(entry.path() / kStepCommitFile)) {
-      steps.push_back(*step);
-    }
-  }
-  if (error) throw FileError(path_, fmt::format("cannot list the steps: {}", error.message()));
-  std::ranges::sort(steps);
-  return steps;
-}
+std::vector<int64_t> CheckpointManager::all_steps() const { return committed_steps(path_); }
 
 void CheckpointManager::restore(int64_t step, TrainingState& state) {
   const fs::path dir = path_ / std::to_string(step);
   check_step_commit(dir);
   // Everything is read and checked before anything changes.
-  const HostState host = read_host_state(read_json(dir / kStateFile), dir / kStateFile, state);
-  const std::unordered_map<int, RngState> streams =
-      saved_streams(dir / streams_file(global_ordinal()));
+  const json host_json = read_json(dir / kStateFile);
+  const HostState host = read_host_state(host_json, dir / kStateFile, state);
+  const int ordinal = party().ordinal;
+  const ReplicaHostState replica_host = read_replica_host_state(dir / streams_file(ordinal), state);
   const fs::path tensors_file = dir / kTensorsFile;
-  const fs::path replica_file = dir / per_replica_file(global_ordinal());
-  const nn::StateDict masters = read_tensors(tensors_file, master_tensors_of(state));
+  const fs::path replica_file = dir / per_replica_file(ordinal);
+  const nn::StateDict masters =
+      read_tensors(tensors_file, master_tensors_of(state), saved_layouts(host_json));
   const nn::StateDict own = read_replica_tensors(replica_tensors_of(state), replica_file);
   // The model, the optimizer and the extra tensors: the master's, or this replica's shards.
   const nn::StateDict& saved = state.sharded ? own : masters;
@@ -390,13 +383,18 @@ void CheckpointManager::restore(int64_t step, TrainingState& state) {
   nn::StateDict extra = restored_entries("extra", state.extra, part(saved, kExtra), saved_file);
   const nn::StateDict mine = restored_per_replica(state.per_replica, own, replica_file);
 
-  if (state.model) state.model->load_state_dict(part(saved, kModel));
+  if (state.model) {
+    const nn::StateDict model = part(saved, kModel);
+    state.model->load_state_dict(model);
+    adopt_layouts(state.model->state_dict(), model);
+  }
   if (state.optimizer) state.optimizer->load_state_dict(part(saved, kOptimizer));
   apply_host_state(host, state);
   state.extra = std::move(extra);
   // After the model's: a module buffer listed here takes this replica's value, not the master's.
   for (std::size_t i = 0; i < mine.size(); ++i) state.per_replica[i].second.copy_(mine[i].second);
-  TraceContext::current().set_rng_states(streams);
+  TraceContext::current().set_rng_states(replica_host.streams);
+  if (replica_host.data_loader) state.data_loader->load_state_dict(*replica_host.data_loader);
 }
 
 std::optional<int64_t> CheckpointManager::restore_latest(TrainingState& state) {

@@ -4,16 +4,12 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <filesystem>
-#include <future>
-#include <map>
+#include <memory>
 #include <optional>
-#include <string>
 #include <utility>
 #include <vector>
 
-#include "graph/formats/step_commit.h"
 #include "io/training_state.h"
 
 namespace axle {
@@ -25,6 +21,11 @@ namespace axle {
 /// steps as they were and no half-written step under its name. Inside spawn each replica makes a
 /// manager of its own over the same path and calls save() and restore() alike; the master
 /// writes, each replica adds its random streams, and all return once the step is committed.
+/// Under SPMD (use_spmd()) every process of the job makes a manager and calls alike: the
+/// processes read each value together (a collective) and the first writes; the step records each
+/// value's layout over the mesh, and a restore lays each value out as the tensor it replaces is
+/// (the optimizer's state, which a fresh optimizer lacks, as it was saved when the mesh has as
+/// many devices, else replicated), so a parameter marked on another mesh takes that layout.
 /// Errors throw FileError naming the file and the cause.
 class CheckpointManager {
  public:
@@ -61,14 +62,15 @@ class CheckpointManager {
   bool save(int64_t step, const TrainingState& state, bool force = false);
   /// As save, but the loop goes on while the step is written: the master copies the step's
   /// values to the host as they leave the devices (after the step's mark_step, which this calls
-  /// for a pending value), each replica's random streams go to it, and a writer thread of the
-  /// master's writes the step. Neither this call nor the next mark_step waits for the disk; the
-  /// master waits for its step's device-to-host copies. The writer thread runs at nice 10, so
-  /// that it takes what the steps leave of the cores. Host memory: one copy of the state while
-  /// it is written (CheckpointAsyncHostBytes in the metrics), max_pending_async copies at most.
-  /// A failed save is thrown by the next save, save_async or join, naming the file and the
-  /// cause; the earlier steps stay as they were. With WhenBusy::kSkip and the master's writers
-  /// all busy, returns false on every replica and saves nothing (CheckpointAsyncSkipped counts
+  /// for a pending value), each replica's random streams and data loader position go to it, and
+  /// the master sends the step to its writer actor, which writes the steps in order on a thread
+  /// of its own. Neither this call nor the next mark_step waits for the disk; the master waits
+  /// for its step's device-to-host copies. The writer's thread runs at nice 10, so that it takes
+  /// what the steps leave of the cores. Host memory: one copy of the state while it is written
+  /// (CheckpointAsyncHostBytes in the metrics), max_pending_async copies at most. A failed save
+  /// is thrown by the next save, save_async or join, naming the file and the cause; the earlier
+  /// steps stay as they were. With WhenBusy::kSkip and max_pending_async saves still being
+  /// written, returns false on every replica and saves nothing (CheckpointAsyncSkipped counts
   /// them); a step skipped at a preemption is saved all the same.
   bool save_async(int64_t step, const TrainingState& state, bool force = false);
   /// Waits for every asynchronous save in flight; throws the first one's failure.
@@ -92,23 +94,9 @@ class CheckpointManager {
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
  private:
-  // Lists the files written under `partial` (those in `known` summed as they were written),
-  // writes the commit file, renames the directory to the step's name and drops the steps beyond
-  // max_to_keep.
-  void commit(int64_t step, const std::filesystem::path& partial, int replicas,
-              const std::map<std::string, StepFileSummary>& known = {}) const;
-  // A step's values on the host, for the writer thread.
-  struct HostStep {
-    int64_t step = 0;
-    std::filesystem::path partial;     // the hidden directory it is written in
-    std::string host_state;            // state.json
-    std::vector<std::string> streams;  // each replica's random streams, by ordinal
-    std::vector<std::pair<std::string, CpuTensor>> values;
-    // Each replica's per_replica values, by ordinal (empty without any).
-    std::vector<std::vector<std::pair<std::string, CpuTensor>>> per_replica;
-  };
-  // Writes `saved` and commits it (the writer thread's part of save_async).
-  void write_step(HostStep saved) const;
+  // The writer actor of the asynchronous saves and the saves it holds (checkpoint_manager.cpp):
+  // made at the first save_async of the replica that writes.
+  struct Writer;
 
   std::filesystem::path path_;
   int64_t save_interval_;
@@ -116,7 +104,7 @@ class CheckpointManager {
   int64_t max_pending_async_;
   bool chkpt_on_preemption_;
   WhenBusy when_busy_;
-  std::deque<std::future<void>> in_flight_;  // the master's asynchronous saves, oldest first
+  std::unique_ptr<Writer> writer_;
   // reached_preemption's last answer, so that should_save and it meet once a step.
   std::optional<std::pair<int64_t, bool>> preemption_checked_;
 };

@@ -8,11 +8,13 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "actors/host/lazy_system.h"
 #include "actors/host/replicas.h"
 #include "engine/metrics.h"
 #include "graph/formats/atomic_file.h"
 #include "graph/formats/checkpoint_codec.h"
 #include "graph/formats/error.h"
+#include "graph/sharding.h"
 
 namespace axle::checkpoint_step {
 namespace {
@@ -143,6 +145,7 @@ std::vector<std::pair<std::string, CpuTensor>> host_tensors(const json& layout,
 
 json host_state(int64_t step, const TrainingState& state) {
   json out{{"step", step}, {"sharded", state.sharded}};
+  if (LazySystem::get().spmd()) out["spmd_layouts"] = spmd_layouts(tensors_of(state));
   if (state.optimizer) {
     json groups = json::array();
     for (const optim::ParamGroupOptions& group : state.optimizer->param_groups()) {
@@ -159,31 +162,96 @@ json host_state(int64_t step, const TrainingState& state) {
   return out;
 }
 
-json random_streams() {
+json replica_host_state(const TrainingState& state) {
   json devices = json::array();
   for (const auto& [device, rng] : TraceContext::current().rng_states()) {
     devices.push_back({{"device", device}, {"seed", rng.seed}, {"offset", rng.offset}});
   }
-  return {{"ordinal", global_ordinal()}, {"devices", std::move(devices)}};
+  json out{{"ordinal", global_ordinal()}, {"devices", std::move(devices)}};
+  if (state.data_loader) {
+    const DataLoaderState at = state.data_loader->state_dict();
+    out["data_loader"] = {
+        {"epoch", at.epoch},     {"batch", at.batch},           {"batches", at.batches},
+        {"samples", at.samples}, {"batch_size", at.batch_size}, {"shuffle", at.shuffle},
+        {"seed", at.seed}};
+  }
+  return out;
 }
+
+json spmd_layouts(const nn::StateDict& tensors) {
+  json layouts = json::object();
+  for (const auto& [name, tensor] : tensors) {
+    // After its step a value's sharding is the layout its data came out in.
+    if (tensor.defined() && tensor.impl()->sharding() >= 0) {
+      layouts[name] = encode_sharding(interned_sharding(tensor.impl()->sharding()));
+    }
+  }
+  return layouts;
+}
+
+json saved_layouts(const json& host_state) {
+  return host_state.value("spmd_layouts", json::object());
+}
+
+namespace {
+
+// How a restored value is laid out over the mesh: as the tensor it replaces, or, for one not
+// created yet, as it was saved when the saving mesh had as many devices as this one (-1:
+// replicated, the compiler lays it out from its first use on).
+int64_t restored_sharding(const std::string& name, const Tensor* target, const json& layouts,
+                          const Shape& shape, const fs::path& file) {
+  if (target && target->impl()->sharding() >= 0) return target->impl()->sharding();
+  const auto saved = layouts.find(name);
+  if (saved == layouts.end()) return -1;
+  ShardingSpec sharding;
+  try {
+    sharding = decode_sharding(saved->get<std::vector<int64_t>>());
+    check_sharding(shape, sharding, "CheckpointManager.restore");
+  } catch (const std::exception& e) {
+    throw FileError(file, fmt::format("key \"{}\": a damaged layout ({})", name, e.what()));
+  }
+  const auto devices = static_cast<std::size_t>(LazySystem::get().spmd_device_count());
+  return sharding.devices.size() == devices ? intern_sharding(sharding) : -1;
+}
+
+}  // namespace
 
 // The saved tensors in the file's order, each on the device of the value it will replace (the
 // replica's default device for optimizer state, which may not exist yet).
-nn::StateDict read_tensors(const fs::path& file, const nn::StateDict& targets) {
-  std::unordered_map<std::string, Device> device_of;
+nn::StateDict read_tensors(const fs::path& file, const nn::StateDict& targets,
+                           const json& layouts) {
+  std::unordered_map<std::string, const Tensor*> target_of;
   for (const auto& [name, tensor] : targets) {
-    if (tensor.defined()) device_of.emplace(name, tensor.device());
+    if (tensor.defined()) target_of.emplace(name, &tensor);
   }
+  const bool spmd = LazySystem::get().spmd();
   nn::StateDict out;
   CheckpointReader in(file);
   while (std::optional<CheckpointEntry> entry = in.next()) {
-    const auto device = device_of.find(entry->name);
-    Tensor t = tensor_from_bytes(entry->tensor.bytes, entry->tensor.dtype, entry->tensor.shape,
-                                 device == device_of.end() ? Device{} : device->second);
+    const auto found = target_of.find(entry->name);
+    const Tensor* target = found == target_of.end() ? nullptr : found->second;
+    const CpuTensor& saved = entry->tensor;
+    const Device device = target ? target->device() : Device{};
+    Tensor t = spmd ? tensor_from_bytes_sharded(
+                          saved.bytes, saved.dtype, saved.shape, device,
+                          restored_sharding(entry->name, target, layouts, saved.shape, file))
+                    : tensor_from_bytes(saved.bytes, saved.dtype, saved.shape, device);
     (void)t.impl()->data()->wait();  // on the device before the next tensor comes to the host
     out.emplace_back(std::move(entry->name), std::move(t));
   }
   return out;
+}
+
+void adopt_layouts(const nn::StateDict& targets, const nn::StateDict& restored) {
+  if (!LazySystem::get().spmd()) return;
+  std::unordered_map<std::string_view, const Tensor*> by_name;
+  for (const auto& [name, value] : restored) by_name.emplace(name, &value);
+  for (const auto& [name, target] : targets) {
+    const auto value = by_name.find(name);
+    if (value == by_name.end() || !target.defined() || target.impl()->sharding() >= 0) continue;
+    const int64_t layout = value->second->impl()->sharding();
+    if (layout >= 0) target.impl()->set_sharding(layout);
+  }
 }
 
 // The entries of `saved` under `prefix`, without it.
@@ -230,7 +298,7 @@ nn::StateDict read_replica_tensors(const nn::StateDict& targets, const fs::path&
                  "is missing: the step holds no tensors of this replica's own (per_replica, or a "
                  "sharded model), or was saved by fewer replicas");
   }
-  return read_tensors(file, targets);
+  return read_tensors(file, targets, json::object());
 }
 
 nn::StateDict restored_per_replica(const nn::StateDict& per_replica, const nn::StateDict& saved,
@@ -296,18 +364,34 @@ void apply_host_state(const HostState& saved, TrainingState& state) {
   if (state.scheduler) state.scheduler->load_state_dict(saved.scheduler);
 }
 
-std::unordered_map<int, RngState> saved_streams(const fs::path& file) {
+ReplicaHostState read_replica_host_state(const fs::path& file, const TrainingState& state) {
   const json saved = read_json(file);
-  std::unordered_map<int, RngState> streams;
+  ReplicaHostState out;
   try {
     for (const json& device : saved.at("devices")) {
-      streams[device.at("device").get<int>()] = {.seed = device.at("seed").get<uint64_t>(),
-                                                 .offset = device.at("offset").get<uint64_t>()};
+      out.streams[device.at("device").get<int>()] = {.seed = device.at("seed").get<uint64_t>(),
+                                                     .offset = device.at("offset").get<uint64_t>()};
+    }
+    if (state.data_loader) {
+      if (!saved.contains("data_loader")) does_not_fit(file, "holds no data loader position");
+      const json& at = saved.at("data_loader");
+      out.data_loader = DataLoaderState{.epoch = at.at("epoch").get<int64_t>(),
+                                        .batch = at.at("batch").get<int64_t>(),
+                                        .batches = at.at("batches").get<int64_t>(),
+                                        .samples = at.at("samples").get<int64_t>(),
+                                        .batch_size = at.at("batch_size").get<int64_t>(),
+                                        .shuffle = at.at("shuffle").get<bool>(),
+                                        .seed = at.at("seed").get<uint64_t>()};
     }
   } catch (const json::exception& e) {
     throw FileError(file, fmt::format("not a random-stream file: {}", e.what()));
   }
-  return streams;
+  if (out.data_loader) {
+    const std::string why = state.data_loader->state_mismatch(*out.data_loader);
+    if (!why.empty())
+      does_not_fit(file, "holds a data loader position that does not apply: " + why);
+  }
+  return out;
 }
 
 }  // namespace axle::checkpoint_step

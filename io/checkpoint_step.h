@@ -1,7 +1,8 @@
 // io: what one step's directory of CheckpointManager holds, file by file — the tensors of the
 // model, the optimizer and the caller (tensors.ckpt, by prefix), the host state (state.json:
-// step, the groups' rates, the scheduler), each replica's random streams (rng.<ordinal>.json)
-// and per_replica values (replica.<ordinal>.ckpt) — written and read back, each read checked
+// step, the groups' rates, the scheduler, under SPMD each value's layout), each replica's random
+// streams and data loader position (rng.<ordinal>.json) and per_replica values
+// (replica.<ordinal>.ckpt) — written and read back, each read checked
 // against the state restored into before anything changes. CheckpointManager's own part, not
 // installed as API.
 #pragma once
@@ -52,9 +53,17 @@ void write_text(const std::filesystem::path& file, const std::string& text);
 /// `tensors` copied to the host one at a time and written to `file`.
 void write_tensors(const nn::StateDict& tensors, const std::filesystem::path& file);
 /// The saved tensors in the file's order, each on the device of the entry of its name in
-/// `targets` (the replica's default device for one it lacks).
+/// `targets` (the replica's default device for one it lacks). Under SPMD each is laid out over
+/// the mesh as its target is, or, for one without a layout of its own (optimizer state not yet
+/// created), as `layouts` (spmd_layouts) says it was saved when that fits the mesh.
 [[nodiscard]] nn::StateDict read_tensors(const std::filesystem::path& file,
-                                         const nn::StateDict& targets);
+                                         const nn::StateDict& targets,
+                                         const nlohmann::json& layouts);
+/// Under SPMD, gives each of `targets` without a sharding of its own (a parameter the user did
+/// not mark) the layout of the value of its name in `restored`, as the steps before the save had
+/// given it: a step's outputs carry their layouts into the next step's program, so the steps
+/// after a restore run the programs the run that was not stopped ran.
+void adopt_layouts(const nn::StateDict& targets, const nn::StateDict& restored);
 /// The entries of `saved` under `prefix`, without it.
 [[nodiscard]] nn::StateDict part(const nn::StateDict& saved, std::string_view prefix);
 /// The caller's tensors of one kind ("extra", "per_replica") in its order, each replaced by its
@@ -81,8 +90,15 @@ void write_tensors(const nn::StateDict& tensors, const std::filesystem::path& fi
                                                  const nn::StateDict& saved,
                                                  const std::filesystem::path& file);
 
-/// state.json's content: the step, the groups' rates, the scheduler's state.
+/// state.json's content: the step, the groups' rates, the scheduler's state; under SPMD, the
+/// layouts of tensors_of(state) (spmd_layouts).
 [[nodiscard]] nlohmann::json host_state(int64_t step, const TrainingState& state);
+/// How each of `tensors` laid out over the SPMD mesh is sharded (its encoded ShardingSpec, by
+/// name), after the step that computed them: what read_tensors lays a value out as when nothing
+/// else says how.
+[[nodiscard]] nlohmann::json spmd_layouts(const nn::StateDict& tensors);
+/// The layouts a step's state.json holds (empty for a step saved without SPMD).
+[[nodiscard]] nlohmann::json saved_layouts(const nlohmann::json& host_state);
 /// A step's host state, read and checked against the state restored into.
 struct HostState {
   std::vector<std::pair<double, std::optional<double>>> group_rates;  // lr, initial_lr
@@ -93,9 +109,17 @@ struct HostState {
                                         const TrainingState& state);
 void apply_host_state(const HostState& saved, TrainingState& state);
 
-/// This replica's random streams (every device's seed and position), as rng.<ordinal>.json.
-[[nodiscard]] nlohmann::json random_streams();
-/// The streams a replica saved in `file`, by device.
-[[nodiscard]] std::unordered_map<int, RngState> saved_streams(const std::filesystem::path& file);
+/// This replica's random streams (every device's seed and position) and the position of its data
+/// loader (state.data_loader, when set), as rng.<ordinal>.json.
+[[nodiscard]] nlohmann::json replica_host_state(const TrainingState& state);
+/// What a replica saved in `file` (replica_host_state), checked against `state` before anything
+/// changes: nn::StateDictError naming the file for a data loader the step has no position of, or
+/// a position of other batches.
+struct ReplicaHostState {
+  std::unordered_map<int, RngState> streams;  // by device
+  std::optional<DataLoaderState> data_loader;
+};
+[[nodiscard]] ReplicaHostState read_replica_host_state(const std::filesystem::path& file,
+                                                       const TrainingState& state);
 
 }  // namespace axle::checkpoint_step

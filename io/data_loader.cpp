@@ -192,9 +192,13 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
         "DataLoader: sampler option is mutually exclusive with shuffle (the sampler orders the "
         "samples)");
   }
-  const int64_t n = options_.sampler ? options_.sampler->size() : dataset_->size();
+  const int64_t n = samples_per_epoch();
   num_batches_ = options_.drop_last ? n / options_.batch_size
                                     : (n + options_.batch_size - 1) / options_.batch_size;
+}
+
+int64_t DataLoader::samples_per_epoch() const {
+  return options_.sampler ? options_.sampler->size() : dataset_->size();
 }
 
 DataLoader::~DataLoader() = default;
@@ -219,7 +223,13 @@ DataLoader::Iterator DataLoader::begin() {
     }
   }
   const int64_t first = std::exchange(first_batch_, 0);
+  // The loop takes batch `first` with this begin(), unless a ParallelLoader hands it out.
+  const bool counted = !progress_->fed.load(std::memory_order_relaxed);
+  progress_->epoch.store(epoch, std::memory_order_relaxed);
+  progress_->taken.store(first + (counted && first < num_batches_ ? 1 : 0),
+                         std::memory_order_relaxed);
   Iterator it;
+  it.progress_ = progress_.get();
   if (first >= num_batches_) return it;
   epoch_ = std::make_unique<Epoch>(dataset_, options_, num_batches_, std::move(order), first);
   it.epoch_ = epoch_.get();
@@ -237,6 +247,61 @@ void DataLoader::resume_at(int64_t epoch, int64_t batch) {
   }
   next_epoch_ = epoch;
   first_batch_ = batch;
+  progress_->epoch.store(epoch, std::memory_order_relaxed);
+  progress_->taken.store(batch, std::memory_order_relaxed);
+}
+
+void DataLoader::set_epoch(int64_t epoch) noexcept {
+  next_epoch_ = epoch;
+  progress_->epoch.store(epoch, std::memory_order_relaxed);
+  progress_->taken.store(first_batch_, std::memory_order_relaxed);
+}
+
+DataLoaderState DataLoader::state_dict() const {
+  const DataLoaderState state{.epoch = progress_->epoch.load(std::memory_order_relaxed),
+                              .batch = progress_->taken.load(std::memory_order_relaxed),
+                              .batches = num_batches_,
+                              .samples = samples_per_epoch(),
+                              .batch_size = options_.batch_size,
+                              .shuffle = options_.shuffle,
+                              .seed = options_.seed};
+  return state;
+}
+
+std::string DataLoader::state_mismatch(const DataLoaderState& state) const {
+  const auto differs = [](std::string_view field, auto saved, auto mine) {
+    return fmt::format("the state is of a loader with {} {}, this one has {}", field, saved, mine);
+  };
+  if (state.batch_size != options_.batch_size) {
+    return differs("batch_size", state.batch_size, options_.batch_size);
+  }
+  if (state.shuffle != options_.shuffle) return differs("shuffle", state.shuffle, options_.shuffle);
+  if (state.seed != options_.seed) return differs("seed", state.seed, options_.seed);
+  // A shuffled epoch's order depends on its length; an ordered one's first batches do not.
+  if (options_.shuffle && state.samples != samples_per_epoch()) {
+    return differs("samples per epoch", state.samples, samples_per_epoch());
+  }
+  if (options_.shuffle && state.batches != num_batches_) {
+    return differs("batches per epoch", state.batches, num_batches_);
+  }
+  if (state.epoch < 0 || state.batch < 0 || state.batch > num_batches_) {
+    return fmt::format("epoch {} batch {} is not a position of a loader of {} batches an epoch",
+                       state.epoch, state.batch, num_batches_);
+  }
+  return {};
+}
+
+void DataLoader::load_state_dict(const DataLoaderState& state) {
+  if (const std::string why = state_mismatch(state); !why.empty()) {
+    throw std::invalid_argument("DataLoader.load_state_dict: " + why);
+  }
+  // An epoch the loop took whole is done: the next one starts, unless this loader's epochs are
+  // longer (a longer run's), which go on from there.
+  if (state.batch == state.batches && state.batches == num_batches_) {
+    resume_at(state.epoch + 1, 0);
+  } else {
+    resume_at(state.epoch, state.batch);
+  }
 }
 
 DataLoader::Iterator& DataLoader::Iterator::operator++() {
@@ -249,6 +314,9 @@ DataLoader::Iterator& DataLoader::Iterator::operator++() {
   ++index_;
   batch_.clear();  // if batch index_ failed, the iterator holds no stale batch
   batch_ = epoch_->take(index_);
+  if (!progress_->fed.load(std::memory_order_relaxed)) {
+    progress_->taken.fetch_add(1, std::memory_order_relaxed);
+  }
   return *this;
 }
 

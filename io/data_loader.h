@@ -3,11 +3,13 @@
 // before moving batches to the devices.
 #pragma once
 
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "io/dataset.h"
@@ -28,6 +30,32 @@ struct DataLoaderOptions {
   /// from the next epoch.
   std::shared_ptr<const Sampler> sampler;
 };
+
+/// Where the loop stands in a DataLoader's batches, as torchdata's StatefulDataLoader keeps it:
+/// what DataLoader::state_dict() gives and load_state_dict() takes (CheckpointManager saves it
+/// with TrainingState::data_loader). The options that fix each epoch's batches come along, so that
+/// a position is never applied to other batches.
+struct DataLoaderState {
+  int64_t epoch = 0;    ///< the epoch the loop is in (the last one begun)
+  int64_t batch = 0;    ///< batches of it the loop has taken
+  int64_t batches = 0;  ///< batches per epoch
+  int64_t samples = 0;  ///< samples per epoch (the sampler's, or the dataset's)
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  uint64_t seed = 0;
+
+  friend bool operator==(const DataLoaderState&, const DataLoaderState&) = default;
+};
+
+namespace detail {
+/// The batches the loop has taken, shared by a DataLoader and what hands its batches to the loop:
+/// its own iterators, or a ParallelLoader's (then the loader's reading ahead does not count).
+struct LoaderProgress {
+  std::atomic<int64_t> epoch{0};
+  std::atomic<int64_t> taken{0};
+  std::atomic<bool> fed{false};  // a ParallelLoader hands the batches out
+};
+}  // namespace detail
 
 /// Batches of a dataset: `for (const Batch& batch : loader)` runs one epoch. Each field of the
 /// samples is stacked into a tensor of [batch_size, ...] (the last may be smaller unless
@@ -59,6 +87,8 @@ class DataLoader {
   DataLoader(DataLoader&&) noexcept;
   DataLoader& operator=(DataLoader&&) noexcept;
 
+  /// Samples per epoch: the sampler's, or the dataset's.
+  [[nodiscard]] int64_t samples_per_epoch() const;
   /// Batches per epoch (len(loader) in PyTorch).
   [[nodiscard]] int64_t size() const noexcept { return num_batches_; }
   [[nodiscard]] const Dataset& dataset() const noexcept { return *dataset_; }
@@ -66,7 +96,7 @@ class DataLoader {
   /// The epoch the next begin() starts: 0 at first, one more after each begin().
   [[nodiscard]] int64_t epoch() const noexcept { return next_epoch_; }
   /// Makes the next begin() start epoch `epoch` (to resume a run with its shuffled orders).
-  void set_epoch(int64_t epoch) noexcept { next_epoch_ = epoch; }
+  void set_epoch(int64_t epoch) noexcept;
   /// Makes the next begin() start epoch `epoch` at its batch `batch`, the batches before it not
   /// read: a run restored from a checkpoint taken inside an epoch gets the rest of that epoch,
   /// the same batches in the same order (iterators' index() counts from `batch`). Later epochs
@@ -75,6 +105,23 @@ class DataLoader {
   void resume_at(int64_t epoch, int64_t batch);
   /// Batches the next begin() gives: size(), less those resume_at leaves out.
   [[nodiscard]] int64_t next_epoch_size() const noexcept { return num_batches_ - first_batch_; }
+
+  /// Where the loop stands: the epoch in progress (the last one begun) and the batches of it the
+  /// loop has taken, the batch it holds included (all of them once the epoch is done) — through
+  /// a ParallelLoader or MpDeviceLoader the batches its devices' iterations took, not those read
+  /// or moved to the devices ahead.
+  [[nodiscard]] DataLoaderState state_dict() const;
+  /// Makes the next begin() go on where `state` stood (resume_at): the batches after the ones
+  /// taken, none lost or repeated; after an epoch taken whole, the next epoch (epoch() tells
+  /// which), unless this loader's epochs have more batches (an ordered loader of a longer run),
+  /// which go on with that epoch. Throws std::invalid_argument with state_mismatch's reason when
+  /// `state` comes from a loader of other batches.
+  void load_state_dict(const DataLoaderState& state);
+  /// Why `state` does not apply to this loader, naming the field — another batch_size, shuffle or
+  /// seed; with shuffle, another count of samples or batches per epoch (a shuffled order depends
+  /// on them; an ordered loader of more batches, a longer run's, goes on from the same position);
+  /// a position outside an epoch — or empty when it does.
+  [[nodiscard]] std::string state_mismatch(const DataLoaderState& state) const;
 
   /// Starts an epoch (stopping one in progress) and waits for its first batch.
   [[nodiscard]] Iterator begin();
@@ -88,6 +135,8 @@ class DataLoader {
   int64_t next_epoch_ = 0;
   int64_t first_batch_ = 0;  // of the next epoch (resume_at)
   std::unique_ptr<Epoch> epoch_;
+  std::shared_ptr<detail::LoaderProgress> progress_ = std::make_shared<detail::LoaderProgress>();
+  friend class ParallelLoader;  // hands the batches out, and counts them (progress_)
 };
 
 /// Walks one epoch's batches; compares equal to end() after the last.
@@ -121,6 +170,7 @@ class DataLoader::Iterator {
   Epoch* epoch_ = nullptr;  // null once past the last batch
   Batch batch_;
   int64_t index_ = 0;
+  detail::LoaderProgress* progress_ = nullptr;  // the loader's; counts unless it is fed
 };
 
 }  // namespace axle

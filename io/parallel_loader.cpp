@@ -69,7 +69,7 @@ void check_at_least(const char* name, int value, int least) {
 
 ParallelLoader::ParallelLoader(DataLoader& loader, std::vector<Device> devices,
                                ParallelLoaderOptions options)
-    : options_(options) {
+    : options_(options), progress_(loader.progress_) {
   if (devices.empty()) throw std::invalid_argument("ParallelLoader: no devices given");
   for (std::size_t i = 0; i < devices.size(); ++i) {
     (void)axle::device(devices[i].ordinal);  // throws std::out_of_range for a missing device
@@ -110,10 +110,14 @@ ParallelLoader::ParallelLoader(DataLoader& loader, std::vector<Device> devices,
                    .device_prefetch_size = options.device_prefetch_size,
                    .place_field = std::move(place_field)},
       options.host_to_device_transfer_threads);
+  // From here on the loop takes the batches from the devices' iterations, not from the
+  // DataLoader's, which reads ahead.
+  progress_->fed.store(true, std::memory_order_relaxed);
 }
 
 ParallelLoader::~ParallelLoader() {
   if (feed_) feed_->close();
+  if (progress_) progress_->fed.store(false, std::memory_order_relaxed);
 }
 
 ParallelLoader::ParallelLoader(ParallelLoader&&) noexcept = default;
@@ -121,8 +125,10 @@ ParallelLoader::ParallelLoader(ParallelLoader&&) noexcept = default;
 ParallelLoader& ParallelLoader::operator=(ParallelLoader&& other) noexcept {
   if (this != &other) {
     if (feed_) feed_->close();
+    if (progress_) progress_->fed.store(false, std::memory_order_relaxed);
     options_ = other.options_;
     feed_ = std::move(other.feed_);
+    progress_ = std::move(other.progress_);
   }
   return *this;
 }
@@ -134,7 +140,7 @@ PerDeviceLoader ParallelLoader::per_device_loader(Device device) const {
         fmt::format("ParallelLoader: per_device_loader({}) of a loader of [{}]", device.to_string(),
                     device_list(feed_->devices())));
   }
-  return PerDeviceLoader(feed_, slot, device, options_.batches_per_execution,
+  return PerDeviceLoader(feed_, progress_, slot, device, options_.batches_per_execution,
                          feed_->per_device_size());
 }
 
@@ -148,6 +154,7 @@ PerDeviceLoader::Iterator PerDeviceLoader::begin() const {
   it.batches_per_execution_ = batches_per_execution_;
   it.epoch_ = feed_->begin_epoch(slot_);
   it.feed_ = feed_;  // from here on, the iterator leaves the epoch when destroyed
+  it.progress_ = progress_;
   std::optional<DeviceBatch> first;
   try {
     first = feed_->next(slot_, ReplicaHost::current().account().get());
@@ -157,6 +164,7 @@ PerDeviceLoader::Iterator PerDeviceLoader::begin() const {
   }
   if (first) {
     it.batch_ = std::move(*first);
+    it.progress_->taken.fetch_add(1, std::memory_order_relaxed);
   } else {
     it.feed_ = nullptr;
   }
@@ -167,6 +175,7 @@ PerDeviceLoader::Iterator::~Iterator() { leave(); }
 
 PerDeviceLoader::Iterator::Iterator(Iterator&& other) noexcept
     : feed_(std::exchange(other.feed_, nullptr)),
+      progress_(std::move(other.progress_)),
       slot_(other.slot_),
       epoch_(other.epoch_),
       batches_per_execution_(other.batches_per_execution_),
@@ -178,6 +187,7 @@ PerDeviceLoader::Iterator& PerDeviceLoader::Iterator::operator=(Iterator&& other
   if (this != &other) {
     leave();
     feed_ = std::exchange(other.feed_, nullptr);
+    progress_ = std::move(other.progress_);
     slot_ = other.slot_;
     epoch_ = other.epoch_;
     batches_per_execution_ = other.batches_per_execution_;
@@ -217,6 +227,7 @@ PerDeviceLoader::Iterator& PerDeviceLoader::Iterator::operator++() {
   }
   batch_ = std::move(*next);
   ++index_;
+  progress_->taken.fetch_add(1, std::memory_order_relaxed);
   return *this;
 }
 

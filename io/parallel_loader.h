@@ -95,6 +95,9 @@ class ParallelLoader {
  private:
   ParallelLoaderOptions options_;
   std::shared_ptr<DeviceFeed> feed_;  // shared with the iterators, which outlive it safely
+  // The DataLoader's count of the batches the loop took, which the devices' iterations keep
+  // while this loader hands the batches out.
+  std::shared_ptr<detail::LoaderProgress> progress_;
 };
 
 /// One device's batches of a ParallelLoader: `for (const DeviceBatch& batch : loader)` runs one
@@ -115,15 +118,18 @@ class PerDeviceLoader {
 
  private:
   friend class ParallelLoader;
-  PerDeviceLoader(std::shared_ptr<DeviceFeed> feed, int slot, Device device,
+  PerDeviceLoader(std::shared_ptr<DeviceFeed> feed,
+                  std::shared_ptr<detail::LoaderProgress> progress, int slot, Device device,
                   int batches_per_execution, int64_t size) noexcept
       : feed_(std::move(feed)),
+        progress_(std::move(progress)),
         slot_(slot),
         device_(device),
         batches_per_execution_(batches_per_execution),
         size_(size) {}
 
   std::shared_ptr<DeviceFeed> feed_;
+  std::shared_ptr<detail::LoaderProgress> progress_;
   int slot_;
   Device device_;
   int batches_per_execution_;
@@ -164,7 +170,8 @@ class PerDeviceLoader::Iterator {
   friend class PerDeviceLoader;
   void leave() noexcept;
 
-  std::shared_ptr<DeviceFeed> feed_;  // null at the end
+  std::shared_ptr<DeviceFeed> feed_;                  // null at the end
+  std::shared_ptr<detail::LoaderProgress> progress_;  // counts each batch handed to the loop
   int slot_ = 0;
   int64_t epoch_ = 0;
   int batches_per_execution_ = 1;

@@ -4,6 +4,7 @@
 #include "graph/nn/module.h"
 #include "graph/optim/lr_scheduler.h"
 #include "graph/optim/optimizer.h"
+#include "io/data_loader.h"
 
 namespace axle {
 
@@ -17,6 +18,11 @@ struct TrainingState {
   /// Tensors of the caller's own, by name. restore() replaces each value with the saved one
   /// (on the device it had) and refuses a name the checkpoint lacks or has in excess.
   nn::StateDict extra;
+  /// The loader the loop takes its batches from (iterated itself, or through a ParallelLoader or
+  /// MpDeviceLoader): each replica's position in it (DataLoader::state_dict: the epoch and the
+  /// batches the loop has taken, not those read ahead) is saved, and restore() makes its next
+  /// epoch go on from there (load_state_dict), so that no batch is lost or repeated.
+  DataLoader* data_loader = nullptr;
   /// Tensors each replica holds a value of its own of, by name: under data parallelism,
   /// BatchNorm's running statistics (`model->named_buffers()`), which stay each replica's as in
   /// PyTorch/XLA. Every replica's are saved (the model and the rest are the master's), and
@@ -27,6 +33,8 @@ struct TrainingState {
   /// FullyShardedDataParallel, the optimizer over its shards): then every replica's model,
   /// optimizer and extra tensors are saved, and each replica restores its own, onto a job of as
   /// many replicas. Otherwise they are the master's, and every replica restores them.
+  /// Under SPMD (use_spmd()) the model's and the optimizer's values are global values laid out
+  /// over the mesh: neither `sharded` nor `per_replica` applies there.
   bool sharded = false;
 };
 

@@ -52,27 +52,26 @@ class CharRows : public Dataset {
 };
 
 /// Replica r of `world` takes batches r, world + r, 2·world + r, ... (batch i·world + r at its
-/// step i), each of `batch` consecutive samples of CharRows; a run resumed after step
-/// `first_step` starts at that step's batch.
+/// step i), each of `batch` consecutive samples of CharRows. A run resumed at a step goes on from
+/// that step's batch through the DataLoader's position (DataLoader::load_state_dict).
 class ReplicaBatches : public Sampler {
  public:
-  ReplicaBatches(int64_t steps, int64_t batch, int world, int rank, int64_t first_step = 0)
-      : steps_(steps), batch_(batch), world_(world), rank_(rank), first_step_(first_step) {}
+  ReplicaBatches(int64_t steps, int64_t batch, int world, int rank)
+      : steps_(steps), batch_(batch), world_(world), rank_(rank) {}
 
   [[nodiscard]] std::vector<int64_t> indices() const override {
     std::vector<int64_t> all;
     all.reserve(static_cast<std::size_t>(size()));
-    for (int64_t i = first_step_; i < steps_; ++i) {
+    for (int64_t i = 0; i < steps_; ++i) {
       for (int64_t j = 0; j < batch_; ++j) all.push_back((i * world_ + rank_) * batch_ + j);
     }
     return all;
   }
-  [[nodiscard]] int64_t size() const override { return (steps_ - first_step_) * batch_; }
+  [[nodiscard]] int64_t size() const override { return steps_ * batch_; }
 
  private:
   int64_t steps_, batch_;
   int world_, rank_;
-  int64_t first_step_;
 };
 
 }  // namespace axle::samples

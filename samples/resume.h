@@ -27,7 +27,8 @@ inline void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags) {
   CLI::Option* dir = app.add_option(
       "--checkpoint_dir", flags.dir,
       "save the run's state (weights, the optimizer, the schedule, the random streams; each "
-      "replica's shards under --fsdp) in DIR/<step>/");
+      "replica's shards under --fsdp; each value's layout over the mesh under --spmd) in "
+      "DIR/<step>/");
   app.add_option("--checkpoint_every", flags.every,
                  "steps between checkpoints (with --checkpoint_dir)")
       ->check(positive());
@@ -39,13 +40,12 @@ inline void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags) {
       ->needs(dir);
 }
 
-/// CheckpointManager saves the master's model, or each replica's shards (--fsdp): a model
-/// sharded over a mesh (--spmd) is not saved by it yet, so the trainers refuse --checkpoint_dir
-/// with it.
+/// train_mnist's --spmd loop (train_spmd) keeps no step count to resume from, so that trainer
+/// refuses --checkpoint_dir with it (train_gpt saves and resumes a model laid out over a mesh).
 inline void check_checkpoint_flags(const CheckpointFlags& flags, bool spmd) {
   if (!flags.dir.empty() && spmd) {
     throw std::invalid_argument(
-        "--checkpoint_dir does not save models sharded over a mesh yet: leave out --spmd");
+        "--checkpoint_dir does not resume train_mnist's --spmd loop yet: leave out --spmd");
   }
 }
 
@@ -58,7 +58,7 @@ struct Resumable {
 
   /// Saves step `step` when it is one to save — a multiple of --checkpoint_every, or the step at
   /// which the job was preempted (SIGTERM) — asynchronously: the loop goes on while a writer
-  /// thread writes it (the manager waits for it when it goes). Returns whether the job was
+  /// actor writes it (the manager waits for it when it goes). Returns whether the job was
   /// preempted: the loop then ends, every replica at this step.
   bool save(int64_t step) const {
     if (!manager) return false;

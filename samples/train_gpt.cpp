@@ -247,19 +247,17 @@ std::unique_ptr<optim::AdamW> make_optimizer(nn::Module& model, const Flags& fla
 // This replica's rows of each step's batch (a loader keeps the host from running more than a
 // few steps ahead of the device).
 std::unique_ptr<DataLoader> make_train_loader(
-    const Flags& flags, const std::shared_ptr<const std::vector<uint8_t>>& train_split,
-    int64_t first_step) {
+    const Flags& flags, const std::shared_ptr<const std::vector<uint8_t>>& train_split) {
   const int world = world_size();
   return std::make_unique<DataLoader>(
       std::make_shared<CharRows>(
           train_split, flags.block_size, flags.batch_size,
           flags.max_steps * world * flags.batch_size,
           flags.shuffle != 0 ? std::optional<uint64_t>(flags.seed) : std::nullopt),
-      DataLoaderOptions{
-          .batch_size = flags.batch_size,
-          .num_workers = 0,
-          .sampler = std::make_shared<ReplicaBatches>(flags.max_steps, flags.batch_size, world,
-                                                      global_ordinal(), first_step)});
+      DataLoaderOptions{.batch_size = flags.batch_size,
+                        .num_workers = 0,
+                        .sampler = std::make_shared<ReplicaBatches>(
+                            flags.max_steps, flags.batch_size, world, global_ordinal())});
 }
 
 // As torch_xla's xm.reduce_gradients: the replicas' gradients averaged (clipping needs the
@@ -394,8 +392,7 @@ struct TrainedRun {
 TrainedRun train_steps(const Flags& flags, const Wrapped& w, optim::AdamW& optimizer,
                        optim::LambdaLR& scheduler, const Resumable& resume,
                        const std::vector<Tensor>& params, const std::optional<spmd::Mesh>& mesh,
-                       const std::shared_ptr<const std::vector<uint8_t>>& train_split,
-                       const std::vector<uint8_t>& val_split,
+                       DataLoader& train_loader, const std::vector<uint8_t>& val_split,
                        const std::shared_ptr<Reporter>& reporter) {
   const Device device = xla_device();
   TrainedRun run;
@@ -403,10 +400,9 @@ TrainedRun train_steps(const Flags& flags, const Wrapped& w, optim::AdamW& optim
   run.warm = flags.max_steps - step > 2 ? step + 2 : step;
   Clock::time_point timed_from = Clock::now();
   double eval_seconds = 0;
-  const std::unique_ptr<DataLoader> train_loader = make_train_loader(flags, train_split, step);
   ParallelLoaderOptions loader_options;
   if (mesh) loader_options.input_sharding = InputSharding{*mesh, {"data", std::nullopt}};
-  for (const DeviceBatch& batch : MpDeviceLoader(*train_loader, device, loader_options)) {
+  for (const DeviceBatch& batch : MpDeviceLoader(train_loader, device, loader_options)) {
     ++step;
     run.loss = train_step(flags, w, optimizer, params, batch, step, reporter);
     scheduler.step();
@@ -444,12 +440,14 @@ void train_replica(const Flags& flags,
   optim::LambdaLR scheduler(*optimizer, [&flags](int64_t s) { return lr_factor(flags, s); });
   const std::vector<Tensor> params = w.model().parameters();
   const std::shared_ptr<Reporter> reporter = make_reporter(flags, device);
+  const std::unique_ptr<DataLoader> train_loader = make_train_loader(flags, train_split);
   const Resumable resume = resumable(flags.checkpoints, {.model = &w.model(),
                                                          .optimizer = optimizer.get(),
                                                          .scheduler = &scheduler,
+                                                         .data_loader = train_loader.get(),
                                                          .sharded = w.fsdp != nullptr});
   const TrainedRun run = train_steps(flags, w, *optimizer, scheduler, resume, params, mesh,
-                                     train_split, val_split, reporter);
+                                     *train_loader, val_split, reporter);
   const int64_t timed_steps = flags.max_steps - run.warm;
   const double final_loss = run.loss.defined() ? run.loss.item() : 0;
   const int64_t compiles = counter_value("UncachedCompile").value_or(0);
@@ -528,7 +526,6 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (flags.spmd) axle::samples::check_mesh(flags);
-    axle::samples::check_checkpoint_flags(flags.checkpoints, flags.spmd);
     if (flags.num_devices > 0) {
       setenv("CPU_NUM_DEVICES", std::to_string(flags.num_devices).c_str(), /*overwrite=*/1);
     }

@@ -250,12 +250,11 @@ EpochsRun train_epochs(const Flags& flags, const Trainee& t, optim::SGD& optimiz
                        const std::shared_ptr<Reporter>& reporter) {
   const Device device = xla_device();
   EpochsRun run{.step = resume.first_step};
-  const int64_t per_epoch = train_loader.size();
-  const int first_epoch = per_epoch > 0 ? static_cast<int>(run.step / per_epoch) + 1 : 1;
+  // A restored loader goes on where the run stood: inside an epoch, or at the next one.
+  const int first_epoch = static_cast<int>(train_loader.epoch()) + 1;
   bool done = flags.max_steps > 0 && run.step >= flags.max_steps;
   for (int epoch = first_epoch; epoch <= flags.num_epochs && !done; ++epoch) {
-    train_loader.resume_at(epoch - 1,
-                           epoch == first_epoch && per_epoch > 0 ? run.step % per_epoch : 0);
+    train_loader.set_epoch(epoch - 1);
     // One per epoch: a resumed epoch has fewer batches than the others.
     for (const DeviceBatch& batch : MpDeviceLoader(train_loader, device)) {
       // The loader marked the last traced step as it handed out this batch.
@@ -310,9 +309,10 @@ void train_replica(const Flags& flags, Summary& summary) {
   if (!flags.logdir.empty() && is_master_ordinal(/*local=*/false)) {
     reporter->summaries = std::make_shared<SummaryWriter>(flags.logdir);
   }
-  const Resumable resume =
-      resumable(flags.checkpoints,
-                {.model = &t.held(), .optimizer = &optimizer, .sharded = t.fsdp != nullptr});
+  const Resumable resume = resumable(flags.checkpoints, {.model = &t.held(),
+                                                         .optimizer = &optimizer,
+                                                         .data_loader = &train_loader,
+                                                         .sharded = t.fsdp != nullptr});
   const EpochsRun run = train_epochs(flags, t, optimizer, train_loader, resume, reporter);
   wait_device_ops();
   const auto [identical, all_samples] = job_outcome(t, run.samples);

@@ -187,7 +187,8 @@ TrainedRun train_steps(const Flags& flags, ResNet& model, optim::SGD& optimizer,
   TrainedRun run{.steps = resume.first_step};
   const int64_t to_run = flags.max_steps - resume.first_step;
   run.warm = resume.first_step + (to_run > 2 ? 2 : 0);
-  train_loader.resume_at(0, std::min(resume.first_step, train_loader.size()));
+  // The run is one epoch of --max_steps batches; a loader restored after its last has none left.
+  if (train_loader.epoch() > 0) train_loader.resume_at(0, train_loader.size());
   Clock::time_point timed_from = Clock::now();
   int64_t logged_step = resume.first_step;
   for (const DeviceBatch& batch : MpDeviceLoader(train_loader, device)) {
@@ -239,9 +240,10 @@ void train_replica(const Flags& flags, Summary& summary) {
   DataLoader train_loader = fake_loader(flags, ordinal);
   const std::shared_ptr<Progress> progress = make_progress(flags, device, ordinal);
   // The master's weights and momentum; each replica's own BatchNorm statistics.
-  const Resumable resume = resumable(
-      flags.checkpoints,
-      {.model = model.get(), .optimizer = &optimizer, .per_replica = model->named_buffers()});
+  const Resumable resume = resumable(flags.checkpoints, {.model = model.get(),
+                                                         .optimizer = &optimizer,
+                                                         .data_loader = &train_loader,
+                                                         .per_replica = model->named_buffers()});
   const TrainedRun run = train_steps(flags, *model, optimizer, train_loader, resume, progress);
   const double final_loss = run.loss.defined() ? run.loss.item() : 0;
   // Counted once every replica's training graphs are compiled, and before any replica compiles

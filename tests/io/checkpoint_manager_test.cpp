@@ -25,6 +25,7 @@
 #include "axle.h"
 #include "graph/formats/error.h"
 #include "tests/io/io_test_util.h"
+#include "tests/io/loader_test_util.h"
 
 namespace axle {
 namespace {
@@ -278,6 +279,52 @@ TEST_F(CheckpointManagerTest, AStateThatDoesNotFitIsRefusedByName) {
   EXPECT_TRUE(contains(no_scheduler, "scheduler")) << no_scheduler;
   EXPECT_EQ(weights(*run.model), trained);
   EXPECT_NE(trained, before);
+}
+
+// The data loader's position goes with the step: restored into a fresh loader, the loop gets
+// the batches after those it took before the save, though the parallel loader had read and moved
+// more ahead, and none again. A step without a position does not restore into a state with a
+// loader.
+TEST_F(CheckpointManagerTest, TheDataLoaderGoesOnWhereTheLoopStood) {
+  const auto data = std::make_shared<testing::RecordingDataset>(40);
+  const DataLoaderOptions options{.batch_size = 4, .shuffle = true, .seed = 8, .num_workers = 1};
+  DataLoader twin(data, options);
+  std::vector<std::vector<int64_t>> want;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (const Batch& batch : twin) want.push_back(batch[0].values<int64_t>());
+  }
+  CheckpointManager manager(dir_ / "run", 1);
+  SmallRun run(1);
+  {
+    DataLoader loader(data, options);
+    TrainingState state = run.state();
+    state.data_loader = &loader;
+    MpDeviceLoader feed(loader, xla_device(), {.loader_prefetch_size = 6});
+    int taken = 0;
+    for (const DeviceBatch& batch : feed) {
+      (void)batch;
+      if (++taken == 7) break;
+    }
+    ASSERT_TRUE(manager.save_async(7, state));  // the loop holds batch 6 of epoch 0
+    manager.join();
+  }
+  DataLoader loader(data, options);
+  TrainingState state = run.state();
+  state.data_loader = &loader;
+  ASSERT_EQ(manager.restore_latest(state), 7);
+  EXPECT_EQ(loader.epoch(), 0);
+  std::vector<std::vector<int64_t>> seen;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (const DeviceBatch& batch : MpDeviceLoader(loader, xla_device())) {
+      seen.push_back(testing::sample_indices(batch));
+    }
+  }
+  EXPECT_EQ(seen, std::vector(want.begin() + 7, want.end()));
+
+  TrainingState without = run.state();
+  ASSERT_TRUE(manager.save(8, without, true));
+  const std::string what = error_message<nn::StateDictError>([&] { manager.restore(8, state); });
+  EXPECT_TRUE(contains(what, "rng.0.json") && contains(what, "no data loader position")) << what;
 }
 
 TEST_F(CheckpointManagerTest, AnEmptyDirectoryRestoresNothing) {

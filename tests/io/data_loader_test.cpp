@@ -141,14 +141,14 @@ TEST(DataLoader, SetEpochReplaysThatEpochsOrder) {
 
 TEST(DataLoader, ResumeAtGivesTheRestOfThatEpochThenWholeOnes) {
   for (int workers : {0, 2}) {
-    DataLoader whole(IndexDataset(30), {.batch_size = 4, .shuffle = true, .seed = 5,
-                                        .num_workers = workers});
+    DataLoader whole(IndexDataset(30),
+                     {.batch_size = 4, .shuffle = true, .seed = 5, .num_workers = workers});
     (void)epoch_indices(whole);
     const auto second = epoch_indices(whole);
     const auto third = epoch_indices(whole);
 
-    DataLoader resumed(IndexDataset(30), {.batch_size = 4, .shuffle = true, .seed = 5,
-                                          .num_workers = workers});
+    DataLoader resumed(IndexDataset(30),
+                       {.batch_size = 4, .shuffle = true, .seed = 5, .num_workers = workers});
     resumed.resume_at(1, 3);
     EXPECT_EQ(resumed.next_epoch_size(), 5);
     std::vector<std::vector<int64_t>> rest;
@@ -172,6 +172,88 @@ TEST(DataLoader, ResumeAtTheEndOfAnEpochGivesNothingOfIt) {
   EXPECT_THROW(loader.resume_at(0, 3), std::invalid_argument);
   EXPECT_THROW(loader.resume_at(-1, 0), std::invalid_argument);
   EXPECT_THROW(loader.resume_at(0, -1), std::invalid_argument);
+}
+
+// state_dict counts the batches the loop took, however far the workers read ahead; a loader
+// given that state goes on with the next batch, and after an epoch taken whole with the next
+// epoch.
+TEST(DataLoader, StateDictIsWhereTheLoopStandsAndLoadStateDictGoesOnFromThere) {
+  for (int workers : {0, 3}) {
+    SCOPED_TRACE(::testing::Message() << workers << " workers");
+    const DataLoaderOptions options{
+        .batch_size = 4, .shuffle = true, .seed = 5, .num_workers = workers, .prefetch_factor = 4};
+    DataLoader twin(IndexDataset(30), options);
+    const std::vector<std::vector<int64_t>> first = epoch_indices(twin),
+                                            second = epoch_indices(twin);
+
+    DataLoader loader(IndexDataset(30), options);
+    EXPECT_EQ(loader.state_dict(), (DataLoaderState{.epoch = 0,
+                                                    .batch = 0,
+                                                    .batches = 8,
+                                                    .samples = 30,
+                                                    .batch_size = 4,
+                                                    .shuffle = true,
+                                                    .seed = 5}));
+    DataLoaderState at;
+    auto it = loader.begin();
+    for (int taken = 1; taken <= 3; ++taken, ++it) {
+      EXPECT_EQ(loader.state_dict().batch, taken);  // the batch the loop holds is taken
+      at = loader.state_dict();
+    }
+    EXPECT_EQ(at.epoch, 0);
+    DataLoader resumed(IndexDataset(30), options);
+    resumed.load_state_dict(at);
+    EXPECT_EQ(resumed.state_dict(), at);
+    EXPECT_EQ(epoch_indices(resumed), std::vector(first.begin() + 3, first.end()));
+    EXPECT_EQ(resumed.state_dict().epoch, 0);  // taken whole: the next one comes after it
+    EXPECT_EQ(resumed.state_dict().batch, 8);
+    DataLoader next(IndexDataset(30), options);
+    next.load_state_dict(resumed.state_dict());
+    EXPECT_EQ(next.epoch(), 1);
+    EXPECT_EQ(epoch_indices(next), second);
+  }
+}
+
+TEST(DataLoader, AStateOfOtherBatchesIsRefusedByName) {
+  DataLoader loader(IndexDataset(30), {.batch_size = 4, .shuffle = true, .seed = 5});
+  const DataLoaderState state = loader.state_dict();
+  const auto refused = [&](DataLoaderOptions options, const char* field) {
+    DataLoader other(IndexDataset(30), options);
+    try {
+      other.load_state_dict(state);
+      ADD_FAILURE() << "expected std::invalid_argument for " << field;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  refused({.batch_size = 5, .shuffle = true, .seed = 5}, "batch_size");
+  refused({.batch_size = 4, .shuffle = true, .seed = 6}, "seed");
+  refused({.batch_size = 4, .seed = 5}, "shuffle");
+  // A shuffled order depends on the epoch's length; an ordered loader of more batches (a longer
+  // run's) goes on from the same position.
+  DataLoader ordered(IndexDataset(30), {.batch_size = 4});
+  ordered.resume_at(0, 7);
+  DataLoader longer(IndexDataset(60), {.batch_size = 4});
+  longer.load_state_dict(ordered.state_dict());
+  EXPECT_EQ(epoch_indices(longer).front(), (std::vector<int64_t>{28, 29, 30, 31}));
+  // ... also after the shorter epoch was taken whole.
+  (void)epoch_indices(ordered);
+  EXPECT_EQ(ordered.state_dict().batch, 8);
+  DataLoader longest(IndexDataset(60), {.batch_size = 4});
+  longest.load_state_dict(ordered.state_dict());
+  EXPECT_EQ(longest.epoch(), 0);
+  EXPECT_EQ(epoch_indices(longest).front(), (std::vector<int64_t>{32, 33, 34, 35}));
+  DataLoaderState outside = ordered.state_dict();
+  outside.batch = 9;
+  EXPECT_THROW(ordered.load_state_dict(outside), std::invalid_argument);
+  DataLoader other(IndexDataset(31), {.batch_size = 4, .shuffle = true, .seed = 5});
+  EXPECT_EQ(other.size(), loader.size());
+  try {
+    other.load_state_dict(state);
+    ADD_FAILURE() << "expected std::invalid_argument for the samples";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("samples per epoch"), std::string::npos) << e.what();
+  }
 }
 
 TEST(DataLoader, WorkerCountsGiveTheSameBatches) {

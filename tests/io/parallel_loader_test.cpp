@@ -107,6 +107,48 @@ TEST_P(ParallelLoaderDevices, OneThreadCanIterateEveryDeviceInStep) {
   }
 }
 
+// The DataLoader's state_dict counts the batches the devices' iterations took, not those read
+// and moved ahead; a loader given it feeds the batches after them, none lost or repeated.
+TEST_P(ParallelLoaderDevices, TheDataLoaderStateCountsTheBatchesTheDevicesTook) {
+  const auto data = std::make_shared<RecordingDataset>(samples());
+  const DataLoaderOptions options{.batch_size = 3, .shuffle = true, .seed = 4, .num_workers = 2};
+  DataLoader loader(data, options), twin(data, options);
+  const Batches all = host_epoch(twin);
+  DataLoaderState at;
+  {
+    ParallelLoader parallel(loader, devices(),
+                            {.loader_prefetch_size = 8, .device_prefetch_size = 4});
+    std::vector<PerDeviceLoader::Iterator> its;
+    for (const Device d : devices()) its.push_back(parallel.per_device_loader(d).begin());
+    EXPECT_EQ(loader.state_dict().batch, n());
+    for (int round = 1; round < 3; ++round) {
+      for (int slot = 0; slot < n(); ++slot) ++its[slot];
+    }
+    at = loader.state_dict();  // every device holds its third batch
+  }
+  EXPECT_EQ(at.epoch, 0);
+  EXPECT_EQ(at.batch, 3 * n());
+  DataLoader resumed(data, options);
+  resumed.load_state_dict(at);
+  ParallelLoader rest(resumed, devices());
+  std::vector<Batches> seen(n());
+  std::vector<PerDeviceLoader::Iterator> its;
+  for (const Device d : devices()) its.push_back(rest.per_device_loader(d).begin());
+  while (its[0] != std::default_sentinel) {
+    for (int slot = 0; slot < n(); ++slot) {
+      seen[slot].push_back(sample_indices(*its[slot]));
+      ++its[slot];
+    }
+  }
+  const Batches after(all.begin() + 3 * n(), all.end());
+  for (int slot = 0; slot < n(); ++slot) {
+    EXPECT_EQ(seen[slot], share_of(after, slot, n())) << "device " << slot;
+  }
+  // The devices took their shares of the rest; the uneven last batches nobody takes.
+  EXPECT_EQ(resumed.state_dict().epoch, 0);
+  EXPECT_EQ(resumed.state_dict().batch, 3 * n() + n() * (static_cast<int64_t>(after.size()) / n()));
+}
+
 TEST_P(ParallelLoaderDevices, ReadsNoFurtherAheadThanThePrefetchSizes) {
   constexpr int kLoaderPrefetch = 3, kDevicePrefetch = 2, kTaken = 4;
   const auto data = std::make_shared<RecordingDataset>(1000);
@@ -285,8 +327,7 @@ TEST(ParallelLoader, AResumedDataLoaderFeedsTheRestOfItsEpoch) {
     const std::string what = error_message<LoaderError>([&] {
       for (const DeviceBatch& batch : rest_of_epoch) (void)batch;
     });
-    EXPECT_TRUE(contains(what, "has 3 batches, not the 2") && contains(what, "resume_at"))
-        << what;
+    EXPECT_TRUE(contains(what, "has 3 batches, not the 2") && contains(what, "resume_at")) << what;
   }
   loader.set_epoch(2);
   seen.clear();

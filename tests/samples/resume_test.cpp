@@ -1,11 +1,11 @@
 // The trainers killed and resumed: a run of train_gpt or train_mnist with --checkpoint_dir killed
 // by SIGKILL at a random moment, then run again with --resume, writes weights byte-identical to a
-// run never stopped — train_gpt on one device, four, under DDP, and under bf16 autocast with
-// shuffled rows, and under mpirun (2 processes of 2 devices, one killed by pid; resumed as the
-// same job and as one process of 4; and 16 replicas as 16 x 1 and 4 x 4); train_mnist on one device
-// and four, resumed inside an epoch or between two; train_resnet on two devices, each replica's
-// BatchNorm statistics its own again (the evaluation after training, which reads them on every
-// replica, the same).
+// run never stopped — train_gpt on one device, four, under DDP, FSDP, SPMD over a 2 x 2 mesh, and
+// under bf16 autocast with shuffled rows, and under mpirun (2 processes of 2 devices, one killed by
+// pid; resumed as the same job and as one process of 4; SPMD; and 16 replicas as 16 x 1 and
+// 4 x 4); train_mnist on one device and four, resumed inside an epoch or between two;
+// train_resnet on two devices, each replica's BatchNorm statistics its own again (the evaluation
+// after training, which reads them on every replica, the same).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -344,6 +344,36 @@ TEST_F(TrainerResume, UnderMpirunFsdpEachProcessSavesAndRestoresItsShards) {
   EXPECT_EQ(file_bytes(dir_ / "resumed.axle"), file_bytes(dir_ / "whole.axle"));
 }
 
+// --spmd --mesh 2,2 under mpirun, 2 processes of 2 devices: the processes read each value
+// together and the first writes it; a job stopped at step 10 and run again with --resume to step
+// 20 writes the weights of the job that ran to 20, and so does one process of four devices
+// resumed from the same step.
+TEST_F(TrainerResume, UnderMpirunSpmdResumesAsTheSameJobAndAsOneProcess) {
+  const std::string flags =
+      std::string(kSmall) + "--eval_interval 0 --log_steps 0 --spmd --mesh 2,2 ";
+  const TrainerRun whole = axle::testing::run_trainer(
+      mpirun_gpt() + flags + "--max_steps 20 --save " + (dir_ / "whole.axle").string());
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  const std::string checkpoints =
+      " --checkpoint_dir " + (dir_ / "job").string() + " --checkpoint_every 5 ";
+  const TrainerRun first =
+      axle::testing::run_trainer(mpirun_gpt() + flags + "--max_steps 10" + checkpoints);
+  ASSERT_EQ(first.status, 0) << first.output;
+  fs::copy(dir_ / "job", dir_ / "alone", fs::copy_options::recursive);  // still ends at step 10
+  const TrainerRun resumed =
+      axle::testing::run_trainer(mpirun_gpt() + flags + "--max_steps 20" + checkpoints +
+                                 "--resume --save " + (dir_ / "resumed.axle").string());
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_EQ(resumed.summary["resumed_from_step"], 10) << resumed.output;
+  EXPECT_EQ(file_bytes(dir_ / "resumed.axle"), file_bytes(dir_ / "whole.axle"));
+  const TrainerRun alone =
+      train(flags + "--num_devices 4 --max_steps 20 --checkpoint_dir " + (dir_ / "alone").string() +
+            " --checkpoint_every 5 " + "--resume --save " + (dir_ / "alone.axle").string());
+  ASSERT_EQ(alone.status, 0) << alone.output;
+  EXPECT_EQ(alone.summary["resumed_from_step"], 10) << alone.output;
+  EXPECT_EQ(file_bytes(dir_ / "alone.axle"), file_bytes(dir_ / "whole.axle"));
+}
+
 // 16 replicas, oversubscribed on this machine's cores: 16 processes of 1 device and 4 of 4 train
 // a tiny GPT as one process of 16 devices, bit for bit. A process of the 16 x 1 job killed by pid
 // ends the job (before its time limit); run again with --resume the job writes the weights of
@@ -404,20 +434,22 @@ TEST_F(TrainerResume, ResumeWithoutACheckpointStartsAfresh) {
   EXPECT_TRUE(fs::exists(checkpoints / "6" / "commit.json"));
 }
 
-TEST_F(TrainerResume, ModelsShardedOverAMeshAreRefusedWithCheckpoints) {
-  const TrainerRun run = train(std::string(kSmall) + "--max_steps 2 --num_devices 2 --spmd " +
-                               "--mesh 2,1 --checkpoint_dir " + (dir_ / "gpt").string());
-  EXPECT_NE(run.status, 0);
-  EXPECT_NE(run.output.find("--checkpoint_dir does not save models sharded over a mesh"),
-            std::string::npos)
-      << run.output;
+// One program over a 2 x 2 mesh of four devices (Megatron's layout over "model", the batch
+// over "data"): each value is restored laid out as it was saved, AdamW's state (which a fresh
+// optimizer has not created yet) included, so the steps after a resume run the same programs.
+TEST_F(TrainerResume, SpmdOverATwoByTwoMesh) {
+  expect_resumes_exactly(std::string(kSmall) + "--max_steps 30 --num_devices 4 --spmd --mesh 2,2",
+                         2);
+}
+
+TEST_F(TrainerResume, MnistSpmdLoopRefusesCheckpoints) {
   const TrainerRun mnist = train(
       "--fake_data --max_steps 2 --num_devices 2 --spmd --mesh 2,1 "
       "--checkpoint_dir " +
           (dir_ / "spmd").string(),
       AXLE_TRAIN_MNIST);
   EXPECT_NE(mnist.status, 0);
-  EXPECT_NE(mnist.output.find("--checkpoint_dir does not save models sharded over a mesh"),
+  EXPECT_NE(mnist.output.find("--checkpoint_dir does not resume train_mnist's --spmd loop"),
             std::string::npos)
       << mnist.output;
 }

@@ -1,0 +1,91 @@
+// io: CheckpointManager's writer — a step's directory written beside its name and committed
+// (commit file, fsyncs, rename, the oldest steps beyond max_to_keep removed), and the actor that
+// does it for asynchronous saves: the steps' values, already on the host, written one step at a
+// time on a thread of its own, below the steps' threads. CheckpointManager's own part, not
+// installed as API.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/actor.h"
+#include "graph/formats/step_commit.h"
+#include "graph/tensor.h"
+
+namespace axle::checkpoint_step {
+
+/// Runs `action` on a std::error_code and throws FileError naming `path` ("cannot <what>: <the
+/// system's reason>") when it sets one.
+void on_disk(const std::filesystem::path& path, std::string_view what,
+             const std::function<void(std::error_code&)>& action);
+
+/// Values on the host by name, in a file's order.
+using HostValues = std::vector<std::pair<std::string, CpuTensor>>;
+
+/// `values` written to `file` (the checkpoint codec), each host copy released once written; the
+/// file's size and CRC-32, summed as it was written, so that the commit file need not read it
+/// back.
+StepFileSummary write_host_tensors(const std::filesystem::path& file, HostValues& values);
+
+/// Where a manager's steps go: its directory and how many to keep (0: all).
+struct StepDirectory {
+  std::filesystem::path path;
+  int64_t max_to_keep = 0;
+};
+
+/// The committed steps under `path`, oldest first (a step without its commit file, or a directory
+/// that is not a step, is not one); FileError when the directory cannot be listed.
+[[nodiscard]] std::vector<int64_t> committed_steps(const std::filesystem::path& path);
+
+/// Commits step `step` written in `partial`: lists its files (those in `known` as they were
+/// written, the others read back), writes the commit file, fsyncs, renames the directory to the
+/// step's name (a step saved before is replaced whole) and removes the steps beyond max_to_keep.
+/// FileError naming the path and the cause.
+void commit_step(const StepDirectory& where, int64_t step, const std::filesystem::path& partial,
+                 int replicas, const std::map<std::string, StepFileSummary>& known = {});
+
+/// A step's values on the host, as the writer writes them.
+struct HostStep {
+  int64_t step = 0;
+  std::filesystem::path partial;     ///< the hidden directory it is written in
+  std::string host_state;            ///< state.json
+  std::vector<std::string> streams;  ///< each replica's host state (rng.<ordinal>.json)
+  HostValues values;                 ///< tensors.ckpt
+  /// Each replica's per_replica values, by ordinal (empty without any).
+  std::vector<HostValues> per_replica;
+};
+
+/// Why a write failed, as a value: the caller throws an error of its own thread from it (an
+/// exception object handed between threads would be shared with the actor's thread).
+struct WriteFailure {
+  std::filesystem::path file;  ///< empty when the failure names no file
+  std::string cause;
+};
+
+/// Writes a step and commits it; the reply is its failure, if any (the partial directory is then
+/// gone, and the earlier steps are as they were).
+struct WriteStep {
+  using Reply = std::optional<WriteFailure>;
+  HostStep step;
+};
+
+/// Writes the steps it is sent, in order, one at a time. Its thread runs at nice 10, so that the
+/// checksums and the copies into the page cache take what the steps leave of the cores.
+class CheckpointWriterActor : public Actor<CheckpointWriterActor, WriteStep> {
+ public:
+  explicit CheckpointWriterActor(StepDirectory where) : where_(std::move(where)) {}
+  void on_start() override;
+  std::optional<WriteFailure> handle(WriteStep& message);
+
+ private:
+  StepDirectory where_;
+};
+
+}  // namespace axle::checkpoint_step
