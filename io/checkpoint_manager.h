@@ -65,13 +65,13 @@ class CheckpointManager {
   /// for a pending value), each replica's random streams and data loader position go to it, and
   /// the master sends the step to its writer actor, which writes the steps in order on a thread
   /// of its own. Neither this call nor the next mark_step waits for the disk; the master waits
-  /// for its step's device-to-host copies. The writer's thread runs at nice 10, so that it takes
-  /// what the steps leave of the cores. Host memory: one copy of the state while it is written
-  /// (CheckpointAsyncHostBytes in the metrics), max_pending_async copies at most. A failed save
-  /// is thrown by the next save, save_async or join, naming the file and the cause; the earlier
-  /// steps stay as they were. With WhenBusy::kSkip and max_pending_async saves still being
-  /// written, returns false on every replica and saves nothing (CheckpointAsyncSkipped counts
-  /// them); a step skipped at a preemption is saved all the same.
+  /// for its step's device-to-host copies. The writer's thread runs when a core is otherwise idle
+  /// (SCHED_IDLE), so that it takes what the steps leave of the cores. Host memory: one copy of the
+  /// state while it is written (CheckpointAsyncHostBytes in the metrics), max_pending_async copies
+  /// at most. A failed save is thrown by the next save, save_async or join, naming the file and the
+  /// cause; the earlier steps stay as they were. With WhenBusy::kSkip and max_pending_async saves
+  /// still being written, returns false on every replica and saves nothing (CheckpointAsyncSkipped
+  /// counts them); a step skipped at a preemption is saved all the same.
   bool save_async(int64_t step, const TrainingState& state, bool force = false);
   /// Waits for every asynchronous save in flight; throws the first one's failure.
   void join();

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -118,9 +119,14 @@ void commit_step(const StepDirectory& where, int64_t step, const fs::path& parti
 }
 
 void CheckpointWriterActor::on_start() {
-  // Below the steps' threads: the checksums and copies into the page cache take what the steps
-  // leave of the cores, and a tenth of them under contention (nice 10), rather than half.
-  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
+  // Below the steps' threads: the checksums and copies into the page cache run when a core has
+  // nothing else to do (SCHED_IDLE), so that the step after a save is not slowed by them; a save
+  // still waiting when the next one comes is then waited for, and runs while the loop waits. Where
+  // the policy is refused, nice 10 (a tenth of a core under contention rather than half).
+  const sched_param none{};
+  if (::sched_setscheduler(0, SCHED_IDLE, &none) != 0) {
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
+  }
 }
 
 std::optional<WriteFailure> CheckpointWriterActor::handle(WriteStep& message) {

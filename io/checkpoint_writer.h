@@ -76,8 +76,9 @@ struct WriteStep {
   HostStep step;
 };
 
-/// Writes the steps it is sent, in order, one at a time. Its thread runs at nice 10, so that the
-/// checksums and the copies into the page cache take what the steps leave of the cores.
+/// Writes the steps it is sent, in order, one at a time. Its thread runs only when a core is
+/// otherwise idle (SCHED_IDLE; nice 10 where that is refused), so that the checksums and the
+/// copies into the page cache take what the steps leave of the cores.
 class CheckpointWriterActor : public Actor<CheckpointWriterActor, WriteStep> {
  public:
   explicit CheckpointWriterActor(StepDirectory where) : where_(std::move(where)) {}
