@@ -20,6 +20,7 @@
 #include "actors/host/api.h"
 #include "actors/host/lazy_system.h"
 #include "actors/host/replicas.h"
+#include "actors/runtime/stop_note.h"
 #include "engine/log.h"
 #include "engine/metrics.h"
 #include "engine/spawn.h"
@@ -82,7 +83,12 @@ using checkpoint_step::WriteStep;
 std::atomic<bool> g_preempted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
 
-void on_preemption(int) { g_preempted.store(true, std::memory_order_relaxed); }
+// The process goes on to save at the next step; in a job of processes it says so, and what it
+// waits for: when mpirun stops the job because another process ended, that is the last line.
+void on_preemption(int) {
+  g_preempted.store(true, std::memory_order_relaxed);
+  say_sigterm_note();
+}
 
 // From the first manager on, SIGTERM marks a preemption instead of ending the process.
 void watch_for_preemption() {

@@ -19,6 +19,7 @@ char g_notes[2][kNoteSize];
 std::size_t g_note_sizes[2];
 std::atomic<int> g_note_current{0};
 int g_rank_for_note = 0;
+std::atomic<bool> g_note_armed{false};  // say_waiting_note_on_sigterm ran (a job of processes)
 struct sigaction g_previous_sigterm {};
 
 void write_all(const char* text, std::size_t size) {
@@ -30,6 +31,17 @@ void write_all(const char* text, std::size_t size) {
   }
 }
 
+// "<head> while <the note>\n", or "<head>\n" when the process waits for nothing.
+void say(const char* head, std::size_t size) {
+  write_all(head, size);
+  const int current = g_note_current.load(std::memory_order_acquire);
+  if (g_note_sizes[current] > 0) {
+    write_all(" while ", 7);
+    write_all(g_notes[current], g_note_sizes[current]);
+  }
+  write_all("\n", 1);
+}
+
 // mpirun stops the other processes when one dies: say what this one was waiting for, then stop
 // as the signal would have.
 void on_sigterm(int signal) {
@@ -38,13 +50,7 @@ void on_sigterm(int signal) {
                               "axle: process %d was stopped by mpirun (a process of the job "
                               "ended)",
                               g_rank_for_note);
-  write_all(head, n > 0 ? static_cast<std::size_t>(n) : 0);
-  const int current = g_note_current.load(std::memory_order_acquire);
-  if (g_note_sizes[current] > 0) {
-    write_all(" while ", 7);
-    write_all(g_notes[current], g_note_sizes[current]);
-  }
-  write_all("\n", 1);
+  say(head, n > 0 ? static_cast<std::size_t>(n) : 0);
   ::sigaction(SIGTERM, &g_previous_sigterm, nullptr);
   if (g_previous_sigterm.sa_handler == SIG_IGN) return;
   if (g_previous_sigterm.sa_handler == SIG_DFL) {
@@ -69,8 +75,19 @@ std::string waiting_note() {
   return {g_notes[current], g_note_sizes[current]};
 }
 
+void say_sigterm_note() noexcept {
+  if (!g_note_armed.load(std::memory_order_acquire)) return;
+  char head[160];
+  const int n = std::snprintf(head, sizeof head,
+                              "axle: process %d got SIGTERM (a preemption, or mpirun stopping the "
+                              "job because a process of it ended)",
+                              g_rank_for_note);
+  say(head, n > 0 ? static_cast<std::size_t>(n) : 0);
+}
+
 void say_waiting_note_on_sigterm(int process) {
   g_rank_for_note = process;
+  g_note_armed.store(true, std::memory_order_release);
   struct sigaction action {};
   action.sa_handler = on_sigterm;
   sigemptyset(&action.sa_mask);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "actors/host/lazy_system.h"
+#include "actors/runtime/stop_note.h"
 #include "axle.h"
 #include "graph/formats/error.h"
 #include "tests/io/io_test_util.h"
@@ -378,6 +379,25 @@ TEST_F(CheckpointManagerTest, SigtermIsAPreemptionEveryReplicaReachesAtOneStep) 
         std::exit(failures == std::vector<int>{0, 0} ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+// In a job of processes (the stop note armed, as the MPI transport arms it), SIGTERM under a
+// manager is still a preemption, and the process says it got it and what it waits for: when
+// mpirun stops the job because another process ended, that is its last line.
+TEST_F(CheckpointManagerTest, SigtermInAJobOfProcessesSaysWhatTheProcessWaitsFor) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        say_waiting_note_on_sigterm(3);
+        CheckpointManager manager(dir_ / "run", /*save_interval=*/100);
+        note_waiting("waiting for replica 1 at all_reduce 'grads'");
+        ::raise(SIGTERM);
+        note_waiting({});
+        std::exit(manager.reached_preemption(1) ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0),
+      "axle: process 3 got SIGTERM \\(a preemption, or mpirun stopping the job because a process "
+      "of it ended\\) while waiting for replica 1 at all_reduce 'grads'");
 }
 
 TEST_F(CheckpointManagerTest, ReplicasAskingAtDifferentStepsAreTold) {
