@@ -377,6 +377,15 @@ void CheckpointManager::restore(int64_t step, TrainingState& state) {
   const json host_json = read_json(dir / kStateFile);
   const HostState host = read_host_state(host_json, dir / kStateFile, state);
   const int ordinal = party().ordinal;
+  // A replica beyond those that saved the step has nothing of its own in it: the caller's
+  // mistake (a job grown since), not damage to skip over for an older step or a fresh start.
+  const int saved_by = read_json(dir / kStepCommitFile).value("replicas", 0);
+  if (ordinal >= saved_by) {
+    throw nn::StateDictError(fmt::format(
+        "{}: saved by {} replica(s); replica {} of this job has no random streams or position in "
+        "it (resume a job of as many replicas, or of processes that hold them)",
+        dir.string(), saved_by, ordinal));
+  }
   const ReplicaHostState replica_host = read_replica_host_state(dir / streams_file(ordinal), state);
   const fs::path tensors_file = dir / kTensorsFile;
   const fs::path replica_file = dir / per_replica_file(ordinal);

@@ -328,6 +328,28 @@ TEST_F(CheckpointManagerTest, TheDataLoaderGoesOnWhereTheLoopStood) {
   EXPECT_TRUE(contains(what, "rng.0.json") && contains(what, "no data loader position")) << what;
 }
 
+// A job grown since the step was saved is told so, not started afresh: restore_latest does not
+// skip the step as damaged.
+TEST_F(CheckpointManagerTest, AStepSavedByFewerReplicasIsRefusedNotSkipped) {
+  {
+    CheckpointManager manager(dir_ / "run", 1);
+    TrainingState state{.extra = {{"x", scalar_tensor(2.0)}}};
+    ASSERT_TRUE(manager.save(1, state));
+  }
+  std::vector<std::string> errors(2);
+  spawn([&](int r) {
+    CheckpointManager manager(dir_ / "run", 1);
+    TrainingState state{.extra = {{"x", scalar_tensor(3.0)}}};
+    try {
+      (void)manager.restore_latest(state);
+    } catch (const nn::StateDictError& e) {
+      errors[r] = e.what();
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_TRUE(contains(errors[1], "saved by 1 replica(s); replica 1 of this job")) << errors[1];
+}
+
 TEST_F(CheckpointManagerTest, AnEmptyDirectoryRestoresNothing) {
   CheckpointManager manager(dir_ / "fresh", 5);
   SmallRun run(1);
