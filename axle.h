@@ -3,6 +3,7 @@
 
 #include "actors/host/api.h"
 #include "actors/host/finite_check.h"
+#include "actors/host/rate_tracker.h"
 #include "actors/host/replicas.h"
 #include "actors/host/spmd_runtime.h"
 #include "actors/parallel/data_parallel.h"
@@ -19,6 +20,7 @@
 #include "graph/nn/loss.h"
 #include "graph/nn/module.h"
 #include "graph/nn/spmd_fsdp.h"
+#include "graph/nn/utils.h"
 #include "graph/ops.h"
 #include "graph/optim/lr_scheduler.h"
 #include "graph/optim/optimizer.h"

@@ -31,8 +31,9 @@ usage: ./axle.sh COMMAND [ARGS]
   test  [--sanitize=K] [CTEST ARGS]
                           deps + build when needed, then the whole suite through CTest
                           (K = thread or address)
-  demo [FLAGS]            deps + build when needed, then train the MNIST MLP for one epoch
-                          (FLAGS go to build/bin/train_mnist, e.g. --model cnn)
+  demo [FLAGS]            deps + build of the library and train_mnist when needed, then train
+                          the MNIST MLP for one epoch (FLAGS go to build/bin/train_mnist,
+                          e.g. --model cnn)
   bench [NAME...]         run the benchmarks (all, or e.g. 'actor'), JSON lines on stdout
   fuzz [SECONDS] [TARGET...]
                           build the parsers' libFuzzer targets with clang, ASan and UBSan into
@@ -95,17 +96,22 @@ build_dir() {
   if [ -n "$1" ]; then echo "$ROOT/build-$1"; else echo "$ROOT/build"; fi
 }
 
-cmd_build() {
-  parse_sanitize "$@"
+# Configures the build directory for sanitizer $1 (none: build/) once.
+configure() {
   ensure_deps
   local dir
-  dir=$(build_dir "$SANITIZE")
+  dir=$(build_dir "$1")
   local build_type=Release
-  [ -n "$SANITIZE" ] && build_type=RelWithDebInfo
+  [ -n "$1" ] && build_type=RelWithDebInfo
   if [ ! -f "$dir/CMakeCache.txt" ]; then
-    cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=$build_type -DAXLE_SANITIZE="$SANITIZE"
+    cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=$build_type -DAXLE_SANITIZE="$1"
   fi
-  cmake --build "$dir" -j "$JOBS"
+}
+
+cmd_build() {
+  parse_sanitize "$@"
+  configure "$SANITIZE"
+  cmake --build "$(build_dir "$SANITIZE")" -j "$JOBS"
 }
 
 FUZZ_DIR="$ROOT/build-fuzz"
@@ -171,7 +177,9 @@ cmd_test() {
 }
 
 cmd_demo() {
-  cmd_build
+  # Only the library and the sample it runs: the tests and benchmarks wait for `test` or `build`.
+  configure ""
+  cmake --build "$ROOT/build" -j "$JOBS" --target train_mnist
   # One epoch of the MLP on Fashion-MNIST (train_mnist falls back to --fake_data without it).
   "$ROOT/build/bin/train_mnist" --model mlp --num_epochs 1 "$@"
 }

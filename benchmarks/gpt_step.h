@@ -29,7 +29,7 @@ class GptTrainingStep {
       loss = nn::cross_entropy(reshape((*model_)(tokens_), {kBatch * kBlock, 256}), targets_);
     }
     loss.backward();
-    (void)optim::clip_grad_norm_(model_->parameters(), 1.0);
+    (void)nn::utils::clip_grad_norm_(model_->parameters(), 1.0);
     optimizer_.step();
     mark_step();
   }

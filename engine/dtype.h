@@ -8,8 +8,37 @@
 
 namespace axle {
 
-/// Element type of a tensor or buffer.
-enum class DType : uint8_t { kF32, kF64, kBF16, kI32, kI64, kBool };
+/// Element type of a tensor or buffer. libtorch's names (kFloat32 or kFloat, kFloat64 or
+/// kDouble, kBFloat16, kInt32 or kInt, kInt64 or kLong, kBool) name the same values, here and
+/// as constants of namespace axle (axle::kFloat32, as torch::kFloat32).
+enum class DType : uint8_t {
+  kF32,
+  kF64,
+  kBF16,
+  kI32,
+  kI64,
+  kBool,
+  kFloat32 = kF32,
+  kFloat = kF32,
+  kFloat64 = kF64,
+  kDouble = kF64,
+  kBFloat16 = kBF16,
+  kInt32 = kI32,
+  kInt = kI32,
+  kInt64 = kI64,
+  kLong = kI64,
+};
+
+inline constexpr DType kFloat32 = DType::kF32;
+inline constexpr DType kFloat = DType::kF32;
+inline constexpr DType kFloat64 = DType::kF64;
+inline constexpr DType kDouble = DType::kF64;
+inline constexpr DType kBFloat16 = DType::kBF16;
+inline constexpr DType kInt32 = DType::kI32;
+inline constexpr DType kInt = DType::kI32;
+inline constexpr DType kInt64 = DType::kI64;
+inline constexpr DType kLong = DType::kI64;
+inline constexpr DType kBool = DType::kBool;
 
 inline constexpr int kNumDTypes = 6;
 

@@ -157,6 +157,20 @@ void clear_all();
 /// MetricFnBytes and MetricFnTime).
 [[nodiscard]] std::string format_metric_value(MetricKind kind, double value);
 
+/// The report and its queries under torch_xla.debug.metrics' module name:
+/// axle::metrics::metrics_report(), as `met.metrics_report()`.
+namespace metrics {
+using axle::clear_all;
+using axle::clear_counters;
+using axle::clear_metrics;
+using axle::counter_names;
+using axle::counter_value;
+using axle::metric_data;
+using axle::metric_names;
+using axle::metrics_report;
+using axle::short_metrics_report;
+}  // namespace metrics
+
 }  // namespace axle
 
 #define AXLE_METRICS_CONCAT_INNER(a, b) a##b

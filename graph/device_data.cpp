@@ -63,6 +63,8 @@ IntrusivePtr<DeviceMemory> DeviceData::donate() {
 }
 
 void DeviceData::complete(int state) {
+  done_at_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                 std::memory_order_release);
   std::vector<UniqueFunction> waiters;
   {
     std::lock_guard lock(mutex_);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -74,6 +75,11 @@ class DeviceData final : public RefCounted {
 
   /// Runs `fn` once the data is ready or failed: now, or on the thread that completes it.
   void when_done(UniqueFunction fn);
+  /// When the data became ready or failed (steady clock); the clock's epoch while pending.
+  [[nodiscard]] std::chrono::steady_clock::time_point done_at() const noexcept {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(done_at_.load(std::memory_order_acquire)));
+  }
 
   /// Tensors bound to this data, and reads in flight (TensorImpl and DataHold keep the count).
   /// Only they can ask for the data after the step being traced, so a step may donate the
@@ -101,6 +107,7 @@ class DeviceData final : public RefCounted {
   std::atomic<int> shards_pending_{0};
   std::atomic<int> state_{kPending};
   std::atomic<int32_t> tensor_refs_{0};
+  std::atomic<std::chrono::steady_clock::rep> done_at_{0};  // a step's time, for its closures
   IntrusivePtr<DeviceMemory> memory_;
   std::exception_ptr error_;
   std::mutex mutex_;

@@ -239,6 +239,8 @@ TopK topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, boo
 // --- linear algebra, convolution, pooling ----------------------------------------------------
 /// torch.matmul: 1-d operands are promoted (and the added dim removed), batch dims broadcast.
 Tensor matmul(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+/// The product of two matrices, as torch.mm: both operands must be 2-d (matmul broadcasts).
+Tensor mm(const Tensor& a, const Tensor& b, Loc where = Loc::current());
 /// x @ weight^T + bias, weight [out, in], as torch.nn.functional.linear.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
               Loc where = Loc::current());

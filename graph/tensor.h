@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <source_location>
 #include <span>
 #include <string>
@@ -173,6 +174,42 @@ class Tensor {
   [[nodiscard]] Tensor to(Device device,
                           std::source_location where = std::source_location::current()) const;
 
+  // --- libtorch's methods: each is the free function of its name in graph/ops.h (defined
+  // in graph/ops/tensor_methods.cpp) ---
+
+  /// This tensor cast to `dtype` (itself when it has it already), as torch's x.to(dtype).
+  [[nodiscard]] Tensor to(DType dtype,
+                          std::source_location where = std::source_location::current()) const;
+  /// The product with the matrix `other`; both must be 2-d, as torch's x.mm(other).
+  [[nodiscard]] Tensor mm(const Tensor& other,
+                          std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor matmul(const Tensor& other,
+                              std::source_location where = std::source_location::current()) const;
+  /// The 2-d (or lower) tensor transposed, as torch's x.t().
+  [[nodiscard]] Tensor t(std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor transpose(
+      int64_t dim0, int64_t dim1,
+      std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor permute(std::vector<int64_t> dims,
+                               std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor reshape(std::vector<int64_t> shape,
+                               std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor view(std::vector<int64_t> shape,
+                            std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1,
+                               std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor unsqueeze(
+      int64_t dim, std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor squeeze(int64_t dim,
+                               std::source_location where = std::source_location::current()) const;
+  /// Over `dims` (every dim when empty), as torch's x.sum(dims, keepdim).
+  [[nodiscard]] Tensor sum(std::vector<int64_t> dims = {}, bool keepdim = false,
+                           std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor mean(std::vector<int64_t> dims = {}, bool keepdim = false,
+                            std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                              std::source_location where = std::source_location::current()) const;
+
   // --- value access (defined in actors/; each waits only for this tensor's value) ---
 
   /// The single element's value (executes the tensor's pending graph first if it has one).
@@ -187,6 +224,10 @@ class Tensor {
   /// The whole value on the host.
   [[nodiscard]] CpuTensor to_cpu(
       std::source_location where = std::source_location::current()) const;
+  /// The whole value on the host, as torch_xla's x.cpu(): the same as to_cpu().
+  [[nodiscard]] CpuTensor cpu(std::source_location where = std::source_location::current()) const {
+    return to_cpu(where);
+  }
   [[nodiscard]] Future<CpuTensor> to_cpu_async(
       std::source_location where = std::source_location::current()) const;
   /// The elements converted to T.

@@ -36,9 +36,9 @@ std::vector<std::filesystem::path> matching_files(const std::string& pattern) {
 
 }  // namespace
 
-nn::StateDict consolidate_sharded_checkpoints(const std::string& ckpt_prefix,
-                                              const std::string& ckpt_suffix,
-                                              const std::string& save_path, Device device) {
+nn::StateDict consolidate_sharded_model_checkpoints(const std::string& ckpt_prefix,
+                                                    const std::string& ckpt_suffix,
+                                                    const std::string& save_path, Device device) {
   const std::string pattern = ckpt_prefix + ckpt_suffix;
   std::vector<ShardFile> shards;
   for (const auto& path : matching_files(pattern)) shards.push_back(read_shard_file(path));

@@ -23,9 +23,16 @@ namespace axle {
 /// save(). Throws std::invalid_argument naming the files for no match, a file without shard
 /// metadata, or shards that do not add up (a rank missing or twice, another world size, a
 /// shard of another shape); FileError for a damaged file.
-nn::StateDict consolidate_sharded_checkpoints(const std::string& ckpt_prefix,
-                                              const std::string& ckpt_suffix = "*.ckpt",
-                                              const std::string& save_path = "",
-                                              Device device = {});
+nn::StateDict consolidate_sharded_model_checkpoints(const std::string& ckpt_prefix,
+                                                    const std::string& ckpt_suffix = "*.ckpt",
+                                                    const std::string& save_path = "",
+                                                    Device device = {});
+
+[[deprecated("use consolidate_sharded_model_checkpoints, torch_xla's name")]] inline nn::StateDict
+consolidate_sharded_checkpoints(const std::string& ckpt_prefix,
+                                const std::string& ckpt_suffix = "*.ckpt",
+                                const std::string& save_path = "", Device device = {}) {
+  return consolidate_sharded_model_checkpoints(ckpt_prefix, ckpt_suffix, save_path, device);
+}
 
 }  // namespace axle

@@ -363,7 +363,7 @@ Tensor train_step(const Flags& flags, const Wrapped& w, optim::AdamW& optimizer,
   if (flags.grad_clip > 0) {
     // Under FSDP each replica holds shards of averaged gradients: the norm is the job's.
     (void)(w.fsdp ? w.fsdp->clip_grad_norm_(flags.grad_clip)
-                  : optim::clip_grad_norm_(params, flags.grad_clip));
+                  : nn::utils::clip_grad_norm_(params, flags.grad_clip));
   }
   optimizer.step();
   // Added before the step is marked, so it runs once this step's device work is done.

@@ -161,8 +161,8 @@ struct Reporter {
   std::shared_ptr<SummaryWriter> summaries;  // TensorBoard, from the master replica
   RateTracker tracker;
 
-  // The closure of a logged step: it starts when the step's device work is done, so the rates
-  // are timed from here, before the read, which queues behind the steps the device runs next.
+  // The closure of a logged step: RateTracker times it by when the step's device work was done,
+  // however late the closure runs.
   void train_step(int epoch, int64_t step, int64_t samples, const Tensor& loss_value, double lr) {
     tracker.add(samples);
     // Every replica reads its loss (the same step graph everywhere); the replicas of the first

@@ -97,8 +97,8 @@ struct Progress {
   RateTracker images;
   double first_loss = -1;
 
-  // The closure of a logged step: it starts when the step's device work is done, so the rates
-  // are timed from here, before the read, which queues behind the steps the device runs next.
+  // The closure of a logged step: RateTracker times it by when the step's device work was done,
+  // however late the closure runs.
   void train_step(int64_t step, int64_t batch_images, const Tensor& loss, double lr) {
     images.add(batch_images);
     const double value = loss.item();

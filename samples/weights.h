@@ -53,8 +53,8 @@ inline void save_fsdp_weights(const FullyShardedDataParallel& fsdp, const std::s
        shards / fmt::format("rank-{}-of-{}.ckpt", global_ordinal(), world),
        /*master_only=*/false);
   if (is_master_ordinal(/*local=*/false)) {
-    (void)consolidate_sharded_checkpoints((shards / "rank-").string(),
-                                          fmt::format("*-of-{}.ckpt", world), path);
+    (void)consolidate_sharded_model_checkpoints((shards / "rank-").string(),
+                                                fmt::format("*-of-{}.ckpt", world), path);
     std::filesystem::remove_all(shards);
   }
   rendezvous("save_fsdp_weights: consolidated");

@@ -492,7 +492,8 @@ void ReplicaHost::run_closures(std::vector<IntrusivePtr<DeviceData>> outputs) {
     }
   }
   const Observers& observers = LazySystem::get().observers();
-  for (const StepClosure& closure : now) run_step_closure(closure, observers);
+  const auto step_done = step_done_at(outputs);
+  for (const StepClosure& closure : now) run_step_closure(closure, observers, step_done);
 }
 
 void ReplicaHost::rethrow_closure_failure() {

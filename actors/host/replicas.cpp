@@ -190,6 +190,8 @@ int addressable_device_count() { return LazySystem::get().device_count(); }
 int global_device_count() {
   return LazySystem::get().device_count() * ProcessTransport::placement().count;
 }
+int global_runtime_device_count() { return global_device_count(); }
+int addressable_runtime_device_count() { return addressable_device_count(); }
 bool is_master_ordinal(bool local) { return (local ? local_ordinal() : global_ordinal()) == 0; }
 Device xla_device() { return Device{}; }
 

@@ -83,6 +83,11 @@ class ReplicaError : public std::runtime_error {
 [[nodiscard]] int addressable_device_count();
 /// Devices across the job: every device of every process.
 [[nodiscard]] int global_device_count();
+/// The runtime devices across the job, as torch_xla.runtime.global_runtime_device_count: every
+/// device of every process, under SPMD too (where the mesh is built from them).
+[[nodiscard]] int global_runtime_device_count();
+/// The runtime devices of this process (torch_xla's addressable_runtime_device_count).
+[[nodiscard]] int addressable_runtime_device_count();
 /// True on the replica of local (or, with `local = false`, global) ordinal 0: the one of each
 /// host (or of the job) that logs, checkpoints and prints.
 [[nodiscard]] bool is_master_ordinal(bool local = true);

@@ -98,7 +98,7 @@ class FullyShardedDataParallel : public nn::Module {
   /// This replica's shard layout, nested units' included, named as in state_dict().
   [[nodiscard]] ShardMetadata get_shard_metadata() const;
   /// state_dict() plus the entry "shard_metadata" (get_shard_metadata() as text): what each
-  /// replica saves (io save with master_only = false) for consolidate_sharded_checkpoints.
+  /// replica saves (io save with master_only = false) for consolidate_sharded_model_checkpoints.
   [[nodiscard]] nn::StateDict sharded_checkpoint() const;
 
   /// The gathered parameters of this unit only (not nested units'), each once, named as in

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/this_thread.h"
+
 namespace axle {
 
 void ClosureFailures::add(std::exception_ptr error) {
@@ -46,7 +48,16 @@ std::size_t ClosureBacklog::peak() const {
   return peak_;
 }
 
-void run_step_closure(const StepClosure& closure, const Observers& observers) {
+std::chrono::steady_clock::time_point step_done_at(
+    const std::vector<IntrusivePtr<DeviceData>>& outputs) {
+  std::chrono::steady_clock::time_point last{};
+  for (const IntrusivePtr<DeviceData>& out : outputs) last = std::max(last, out->done_at());
+  // A step with no outputs to wait for completed as far as anyone can tell now.
+  return outputs.empty() ? std::chrono::steady_clock::now() : last;
+}
+
+void run_step_closure(const StepClosure& closure, const Observers& observers,
+                      std::chrono::steady_clock::time_point step_done) {
   // Told when the closure is done, failed or not.
   struct Tell {
     const StepClosure& closure;
@@ -62,6 +73,11 @@ void run_step_closure(const StepClosure& closure, const Observers& observers) {
   const DefaultDeviceScope device(closure.device);
   // User code: it may read values, which blocks (on its own thread, when asynchronous).
   const UserCodeScope user_code;
+  StepDone done{step_done};
+  struct Bound {
+    StepDone* previous;
+    ~Bound() { ThisThread<StepDone>::bind(previous); }
+  } bound{ThisThread<StepDone>::bind(&done)};
   try {
     closure.fn();
   } catch (const std::exception& e) {
@@ -117,9 +133,10 @@ bool ClosureRunner::pump(Queue& queue) {
       return true;
     }
     queue.waiting_on = nullptr;
+    const auto step_done = step_done_at(head.batch.outputs);
     for (const StepClosure& closure : head.batch.closures) {
       try {
-        run_step_closure(closure, observers_);
+        run_step_closure(closure, observers_, step_done);
       } catch (...) {
         head.batch.failures->add(std::current_exception());
       }

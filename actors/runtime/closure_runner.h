@@ -6,6 +6,7 @@
 // that waited for their later steps would wait forever).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -140,8 +141,20 @@ class ClosureRunner : public Actor<ClosureRunner, RunAfterStep, DrainClosures, S
   std::map<const ClosureFailures*, Queue> queues_;  // by replica; an empty one is erased
 };
 
-/// Runs `closure` now, telling `observers`; a failure is rethrown as a StepClosureError naming
-/// where it was added.
-void run_step_closure(const StepClosure& closure, const Observers& observers);
+/// While a step closure runs, its thread is bound to this (ThisThread<StepDone>): when its
+/// step's device work completed, the clock RateTracker reads there, so closures that run late
+/// and in a burst still time the steps as the devices ran them.
+struct StepDone {
+  std::chrono::steady_clock::time_point at;
+};
+
+/// When the last of a step's `outputs` completed (all must be done).
+[[nodiscard]] std::chrono::steady_clock::time_point step_done_at(
+    const std::vector<IntrusivePtr<DeviceData>>& outputs);
+
+/// Runs `closure` now, telling `observers`, with its thread's StepDone at `step_done`; a failure
+/// is rethrown as a StepClosureError naming where it was added.
+void run_step_closure(const StepClosure& closure, const Observers& observers,
+                      std::chrono::steady_clock::time_point step_done);
 
 }  // namespace axle

@@ -129,7 +129,7 @@ ShardFile read_shard_file(const std::filesystem::path& path) {
   }
   if (!text || text->dtype != DType::kI32) {
     throw std::invalid_argument(
-        fmt::format("consolidate_sharded_checkpoints: {} has no \"shard_metadata\" (save "
+        fmt::format("consolidate_sharded_model_checkpoints: {} has no \"shard_metadata\" (save "
                     "FullyShardedDataParallel::sharded_checkpoint())",
                     path.string()));
   }
@@ -144,7 +144,7 @@ ShardFile read_shard_file(const std::filesystem::path& path) {
     shard.metadata = ShardMetadata::from_text(chars);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(
-        fmt::format("consolidate_sharded_checkpoints: {}: {}", path.string(), e.what()));
+        fmt::format("consolidate_sharded_model_checkpoints: {}: {}", path.string(), e.what()));
   }
   return shard;
 }
@@ -152,7 +152,7 @@ ShardFile read_shard_file(const std::filesystem::path& path) {
 ConsolidatedState consolidate_shards(const std::vector<ShardFile>& shards,
                                      std::string_view pattern) {
   auto fail = [](const std::string& what) {
-    throw std::invalid_argument("consolidate_sharded_checkpoints: " + what);
+    throw std::invalid_argument("consolidate_sharded_model_checkpoints: " + what);
   };
   if (shards.empty()) fail(fmt::format("no file matches \"{}\"", pattern));
   const int world = shards.front().metadata.world_size;

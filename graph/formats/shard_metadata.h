@@ -34,7 +34,7 @@ struct FlatParameterInfo {
   std::vector<ShardedParameterInfo> params;
 };
 
-/// What consolidate_sharded_checkpoints needs to put the shards together, as torch_xla's
+/// What consolidate_sharded_model_checkpoints needs to put the shards together, as torch_xla's
 /// get_shard_metadata(): one per replica, saved with its state_dict().
 struct ShardMetadata {
   int world_size = 1;

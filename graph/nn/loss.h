@@ -29,4 +29,80 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean,
                 std::source_location where = std::source_location::current());
 
+// --- the losses as modules, as torch.nn.CrossEntropyLoss, NLLLoss and MSELoss: made with their
+// options, called with (input, target) ---
+
+/// torch.nn.CrossEntropyLoss's options, in its order.
+struct CrossEntropyLossOptions {
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::kMean;
+  double label_smoothing = 0.0;
+};
+/// cross_entropy with fixed options: `nn::CrossEntropyLoss criterion; criterion(logits, target)`.
+class CrossEntropyLoss {
+ public:
+  explicit CrossEntropyLoss(CrossEntropyLossOptions options = {}) : options_(options) {}
+  [[nodiscard]] Tensor forward(const Tensor& input, const Tensor& target,
+                               std::source_location where = std::source_location::current()) const {
+    return cross_entropy(input, target, options_.label_smoothing, options_.reduction,
+                         options_.ignore_index, where);
+  }
+  [[nodiscard]] Tensor operator()(
+      const Tensor& input, const Tensor& target,
+      std::source_location where = std::source_location::current()) const {
+    return forward(input, target, where);
+  }
+  [[nodiscard]] const CrossEntropyLossOptions& options() const noexcept { return options_; }
+
+ private:
+  CrossEntropyLossOptions options_;
+};
+
+/// torch.nn.NLLLoss's options, in its order.
+struct NLLLossOptions {
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::kMean;
+};
+/// nll_loss with fixed options, called with (log_probs, target).
+class NLLLoss {
+ public:
+  explicit NLLLoss(NLLLossOptions options = {}) : options_(options) {}
+  [[nodiscard]] Tensor forward(const Tensor& input, const Tensor& target,
+                               std::source_location where = std::source_location::current()) const {
+    return nll_loss(input, target, options_.reduction, options_.ignore_index, where);
+  }
+  [[nodiscard]] Tensor operator()(
+      const Tensor& input, const Tensor& target,
+      std::source_location where = std::source_location::current()) const {
+    return forward(input, target, where);
+  }
+  [[nodiscard]] const NLLLossOptions& options() const noexcept { return options_; }
+
+ private:
+  NLLLossOptions options_;
+};
+
+/// torch.nn.MSELoss's options.
+struct MSELossOptions {
+  Reduction reduction = Reduction::kMean;
+};
+/// mse_loss with a fixed reduction, called with (input, target).
+class MSELoss {
+ public:
+  explicit MSELoss(MSELossOptions options = {}) : options_(options) {}
+  [[nodiscard]] Tensor forward(const Tensor& input, const Tensor& target,
+                               std::source_location where = std::source_location::current()) const {
+    return mse_loss(input, target, options_.reduction, where);
+  }
+  [[nodiscard]] Tensor operator()(
+      const Tensor& input, const Tensor& target,
+      std::source_location where = std::source_location::current()) const {
+    return forward(input, target, where);
+  }
+  [[nodiscard]] const MSELossOptions& options() const noexcept { return options_; }
+
+ private:
+  MSELossOptions options_;
+};
+
 }  // namespace axle::nn

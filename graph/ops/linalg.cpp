@@ -208,6 +208,23 @@ Tensor matmul(const Tensor& a, const Tensor& b, Loc where) {
   return matmul_impl("matmul", a, b, false, where);
 }
 
+Tensor mm(const Tensor& a, const Tensor& b, Loc where) {
+  ops::require_defined("mm", a, "the first operand", where);
+  ops::require_defined("mm", b, "the second operand", where);
+  if (a.dim() != 2 || b.dim() != 2) {
+    ops::fail("mm",
+              fmt::format("cannot multiply {} and {}: both must be matrices (2-d); matmul "
+                          "takes other ranks",
+                          describe(a), describe(b)),
+              where);
+  }
+  if (const auto amp = ops::autocast_dtype()) [[unlikely]] {
+    const ops::AutocastSuspended off;
+    return mm(ops::autocast_cast(a, *amp, where), ops::autocast_cast(b, *amp, where), where);
+  }
+  return matmul_impl("mm", a, b, false, where);
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc where) {
   if (const auto amp = ops::autocast_dtype()) [[unlikely]] {
     const ops::AutocastSuspended off;

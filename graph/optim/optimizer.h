@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "graph/nn/module.h"
+#include "graph/nn/utils.h"
 
 namespace axle::optim {
 
@@ -175,10 +176,11 @@ class AdamW : public Adam {
   }
 };
 
-/// Scales the gradients of `params` so that their joint `norm_type`-norm is at most `max_norm`,
-/// without reading anything back: the scale is where(coef < 1, coef, 1) with
-/// coef = max_norm / (norm + 1e-6). Returns the norm before clipping (a pending 0-d tensor).
-Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
-                       std::source_location where = std::source_location::current());
+/// nn::utils::clip_grad_norm_ (graph/nn/utils.h), where torch has it.
+[[deprecated("use nn::utils::clip_grad_norm_ (graph/nn/utils.h)")]] inline Tensor clip_grad_norm_(
+    const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+    std::source_location where = std::source_location::current()) {
+  return nn::utils::clip_grad_norm_(params, max_norm, norm_type, where);
+}
 
 }  // namespace axle::optim

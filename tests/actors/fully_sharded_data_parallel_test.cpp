@@ -117,7 +117,7 @@ Training train_one_device(Mode mode = {}) {
     optimizer.zero_grad();
     const Tensor loss = loss_of(model, x, y, mode.autocast);
     loss.backward();
-    const Tensor norm = optim::clip_grad_norm_(optimizer.params(), 0.5);
+    const Tensor norm = nn::utils::clip_grad_norm_(optimizer.params(), 0.5);
     optimizer.step();
     mark_step();
     run.losses.push_back(loss.item<float>());

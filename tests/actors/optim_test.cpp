@@ -123,7 +123,7 @@ TEST_F(Optim, ClippedStepReadsNothingBack) {
   expect_no_reads([&] {
     adam.zero_grad();
     problem.backward(params);
-    (void)optim::clip_grad_norm_(params, 0.5);
+    (void)nn::utils::clip_grad_norm_(params, 0.5);
     adam.step();
     mark_step();
   });
@@ -133,7 +133,7 @@ TEST_F(Optim, ClipGradNormReadsNothingBack) {
   const Clipped p;
   wait_device_ops();
   const int64_t reads = samples("TransferFromDeviceTime");
-  const Tensor total = optim::clip_grad_norm_(p.params(), 1);
+  const Tensor total = nn::utils::clip_grad_norm_(p.params(), 1);
   mark_step();
   wait_device_ops();
   EXPECT_EQ(samples("TransferFromDeviceTime"), reads);

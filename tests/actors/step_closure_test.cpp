@@ -323,5 +323,107 @@ TEST_F(StepClosures, AStepScopeLetsAFailureOfItsStepOutAndNeverASecondOne) {
   EXPECT_FLOAT_EQ(z.item<float>(), 3.0f);
 }
 
+// RateTracker's clock inside a step closure is its step's completion on the device, so closures
+// held back and then run in a burst time the steps as the device ran them, not as they ran.
+TEST(RateTrackerClock, LateClosuresSeeTheTimesTheirStepsCompleted) {
+  LazySystem::restart();
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  Tensor x = tensor(std::vector<float>{0}, {1});
+  mark_step();
+  wait_device_ops();
+  constexpr int kSteps = 6;
+  std::vector<RateTracker::Clock::time_point> seen(kSteps), ran_at(kSteps);
+  const auto before = RateTracker::Clock::now();
+  for (int step = 0; step < kSteps; ++step) {
+    x = x + 1.0;
+    add_step_closure(
+        [&, gate, step] {
+          if (step == 0) gate.wait();
+          seen[step] = RateTracker::now();
+          ran_at[step] = RateTracker::Clock::now();
+        },
+        /*run_async=*/true);
+    mark_step();
+  }
+  EXPECT_EQ(x.item(), static_cast<double>(kSteps));  // every step is done
+  const auto steps_done = RateTracker::Clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  go.set_value();
+  wait_device_ops();
+  for (int step = 0; step < kSteps; ++step) {
+    SCOPED_TRACE(step);
+    EXPECT_GT(seen[step], before);
+    EXPECT_LE(seen[step], steps_done);    // the step's completion...
+    EXPECT_GT(ran_at[step], steps_done);  // ...though its closure ran after the wait
+    if (step > 0) {
+      EXPECT_GE(seen[step], seen[step - 1]);  // in the device's order
+    }
+  }
+  const auto outside = RateTracker::now();  // outside closures: the steady clock
+  EXPECT_GT(outside, steps_done);
+  EXPECT_LE(outside, RateTracker::Clock::now());
+}
+
+TEST(RateTrackerClock, ASynchronousClosureSeesItsStepsCompletion) {
+  LazySystem::restart();
+  Tensor x = tensor(std::vector<float>{1}, {1});
+  x = x * 3.0;
+  const auto before = RateTracker::Clock::now();
+  RateTracker::Clock::time_point seen{}, ran_at{};
+  add_step_closure([&] {
+    seen = RateTracker::now();
+    ran_at = RateTracker::Clock::now();
+  });
+  mark_step();
+  EXPECT_GT(seen, before);
+  EXPECT_LE(seen, ran_at);
+}
+
+// torch_xla's RateTracker: the count since the last rate() over the time since it, smoothed
+// 0.6 new / 0.4 old; the whole count over the time since construction.
+TEST(RateTrackerRates, CountPerSecondSmoothedWithThePreviousRate) {
+  const auto t0 = RateTracker::Clock::now();  // before the tracker's own start
+  RateTracker tracker;
+  EXPECT_EQ(tracker.global_rate(), 0.0);
+  tracker.add(100);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  const double first = tracker.rate();
+  const double first_seconds =
+      std::chrono::duration<double>(RateTracker::Clock::now() - t0).count();
+  EXPECT_LE(first, 100 / 0.040);
+  EXPECT_GE(first, 100 / first_seconds);
+  tracker.add(300);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  const double second = tracker.rate();
+  // 0.6 * (300 / >= 40 ms) + 0.4 * first
+  EXPECT_LE(second, 0.6 * 300 / 0.040 + 0.4 * first);
+  EXPECT_GT(second, 0.4 * first);
+  EXPECT_LE(tracker.global_rate(), 400 / 0.080);
+  EXPECT_GT(tracker.global_rate(), 0.0);
+  RateTracker unsmoothed(/*smooth_factor=*/0.0);
+  unsmoothed.add(50);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_LE(unsmoothed.rate(), 50 / 0.020);
+}
+
+TEST(RateTrackerRates, ASecondRateInTheSameStepClosureRepeatsTheFirst) {
+  LazySystem::restart();
+  RateTracker tracker;
+  Tensor x = tensor(std::vector<float>{1}, {1});
+  double first = -1, second = -2;
+  for (int step = 0; step < 3; ++step) {
+    x = x + 1.0;
+    add_step_closure([&] {
+      tracker.add(10);
+      first = tracker.rate();
+      second = tracker.rate();
+    });
+    mark_step();
+    EXPECT_GT(first, 0);
+    EXPECT_EQ(first, second);
+  }
+}
+
 }  // namespace
 }  // namespace axle

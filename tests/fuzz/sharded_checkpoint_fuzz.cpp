@@ -1,8 +1,8 @@
 // tests/fuzz: FSDP's sharded checkpoint files (graph/formats/shard_metadata.h) through
-// read_shard_file and consolidate_shards, as consolidate_sharded_checkpoints uses them. An input
-// is up to kMaxFiles replicas' files separated by kSeparator, or (starting with kTextMode) their
-// shard metadata texts alone. A damaged checkpoint file must throw
-// FileError; metadata that is damaged or shards that do not add up, std::invalid_argument.
+// read_shard_file and consolidate_shards, as consolidate_sharded_model_checkpoints uses them. An
+// input is up to kMaxFiles replicas' files separated by kSeparator, or (starting with kTextMode)
+// their shard metadata texts alone. A damaged checkpoint file must throw FileError; metadata that
+// is damaged or shards that do not add up, std::invalid_argument.
 #include <cstddef>
 #include <cstdint>
 #include <memory>

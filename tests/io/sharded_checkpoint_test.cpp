@@ -76,7 +76,7 @@ TEST_F(ShardedCheckpoint, ConsolidatedLoadsWithoutFsdpAndComputesTheSame) {
   const std::vector<float> sharded = train_and_save(dir);
   const std::string safetensors = (dir / "full.safetensors").string();
   const nn::StateDict full =
-      consolidate_sharded_checkpoints((dir / "rank-").string(), "*.ckpt", safetensors);
+      consolidate_sharded_model_checkpoints((dir / "rank-").string(), "*.ckpt", safetensors);
 
   set_rng_state(5, xla_device());  // another start: only the loaded values can make it agree
   Gpt model(kConfig, xla_device());
@@ -110,16 +110,16 @@ TEST_F(ShardedCheckpoint, MissingOrForeignShardsFailNamingTheFiles) {
   (void)train_and_save(dir);
   std::filesystem::remove(dir / "rank-2-of-4.ckpt");
   std::string text = axle::testing::error_message<std::invalid_argument>(
-      [&] { (void)consolidate_sharded_checkpoints((dir / "rank-").string(), "*.ckpt"); });
+      [&] { (void)consolidate_sharded_model_checkpoints((dir / "rank-").string(), "*.ckpt"); });
   EXPECT_NE(text.find("no file of rank 2 of 4"), std::string::npos) << text;
   text = axle::testing::error_message<std::invalid_argument>(
-      [&] { (void)consolidate_sharded_checkpoints((dir / "none-").string(), "*.ckpt"); });
+      [&] { (void)consolidate_sharded_model_checkpoints((dir / "none-").string(), "*.ckpt"); });
   EXPECT_NE(text.find("none-*.ckpt"), std::string::npos) << text;
   // A checkpoint without shard metadata.
   const Tensor x = tensor(std::vector<float>{1, 2}, Shape({2}), xla_device());
   save({{"w", x}}, dir / "rank-9-plain.ckpt");
   text = axle::testing::error_message<std::invalid_argument>(
-      [&] { (void)consolidate_sharded_checkpoints((dir / "rank-").string(), "*.ckpt"); });
+      [&] { (void)consolidate_sharded_model_checkpoints((dir / "rank-").string(), "*.ckpt"); });
   EXPECT_NE(text.find("rank-9-plain.ckpt has no \"shard_metadata\""), std::string::npos) << text;
 }
 

@@ -111,8 +111,8 @@ TEST(FsdpProcesses, MatchOneDeviceAndConsolidateAnywhere) {
   EXPECT_LT(want.back(), want.front() - 0.1);
 
   // Every process consolidates every replica's file; process 0 compares with replica 0's model.
-  const nn::StateDict full =
-      consolidate_sharded_checkpoints((dir / "rank-").string(), fmt::format("*-of-{}.ckpt", world));
+  const nn::StateDict full = consolidate_sharded_model_checkpoints(
+      (dir / "rank-").string(), fmt::format("*-of-{}.ckpt", world));
   set_rng_state(3, xla_device());
   Gpt model(kConfig, xla_device());
   model.load_state_dict(full);

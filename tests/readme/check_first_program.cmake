@@ -1,5 +1,6 @@
-# Runs the README's first program and checks the losses it prints (one number per line, before
-# the metrics report): at least five, all finite, the last below half the first.
+# Runs a README program (the first one, or libtorch's names) and checks the losses it prints
+# (one number per line, before what follows): at least five, all finite, the last below half
+# the first.
 execute_process(COMMAND ${PROGRAM} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "the first program exited with ${rc}:\n${out}\n${err}")

@@ -306,5 +306,34 @@ TEST_F(Loss, MseLossRejectsInputsThatDoNotFitNamingTheCallersLine) {
   shape_error(undefined, "mse_loss", __LINE__ - 1);
 }
 
+// The losses as modules (torch.nn.CrossEntropyLoss, NLLLoss, MSELoss): the functions' values
+// under each module's options.
+TEST_F(Loss, LossModulesComputeTheirFunctionWithTheirOptions) {
+  const Inputs in = inputs(9);
+  std::vector<int64_t> target = in.target;
+  target[2] = -1;  // ignored below
+  const Tensor scores = f64_tensor(in.scores, {kN, kC});
+  const Tensor labels = tensor(target, {kN});
+  for (Reduction reduction : kReductions) {
+    const nn::CrossEntropyLoss criterion(
+        {.ignore_index = -1, .reduction = reduction, .label_smoothing = 0.2});
+    EXPECT_TRUE(all_close(values(criterion(scores, labels)),
+                          values(nn::cross_entropy(scores, labels, 0.2, reduction, -1))));
+    EXPECT_EQ(criterion.options().label_smoothing, 0.2);
+    const nn::NLLLoss nll({.ignore_index = -1, .reduction = reduction});
+    const Tensor log_probs = f64_tensor(log_softmax_rows(in.scores, kN, kC), {kN, kC});
+    EXPECT_TRUE(all_close(values(nll.forward(log_probs, labels)),
+                          values(nn::nll_loss(log_probs, labels, reduction, -1))));
+    const nn::MSELoss mse({.reduction = reduction});
+    EXPECT_TRUE(all_close(values(mse(scores, scores * 0.5)),
+                          values(nn::mse_loss(scores, scores * 0.5, reduction))));
+  }
+  // Defaults as torch's: the mean, nothing ignored but -100, no smoothing.
+  const nn::CrossEntropyLoss plain;
+  const Tensor all = tensor(in.target, {kN});
+  EXPECT_TRUE(all_close(values(plain(scores, all)),
+                        cross_entropy_ref(in.scores, in.target, 0, Reduction::kMean)));
+}
+
 }  // namespace
 }  // namespace axle::testing

@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/graph/ops/ops_test_util.h"
@@ -132,6 +133,67 @@ TEST_F(OpsValue, MatmulBroadcastsBatchDims) {
   EXPECT_TRUE(matmul_matches(rng, {2, 1, 3, 4}, {5, 4, 2}));
   EXPECT_TRUE(matmul_matches(rng, {3, 4}, {2, 4, 5}));
   EXPECT_TRUE(matmul_matches(rng, {3, 2, 4}, {4, 5}));
+}
+
+TEST_F(OpsValue, MmMultipliesMatricesAndRefusesOtherRanks) {
+  std::mt19937 rng(76);
+  const Ref a = random_ref(rng, {5, 7}, -1, 1), b = random_ref(rng, {7, 3}, -1, 1);
+  std::vector<double> scale;
+  const Ref want = matmul_ref(a, b, scale);
+  EXPECT_TRUE(matches(mm(on_device(a), on_device(b)), DType::kF32, want, kTolF32, scale));
+  EXPECT_TRUE(matches(on_device(a).mm(on_device(b)), DType::kF32, want, kTolF32, scale));
+  const Ref batch = random_ref(rng, {2, 5, 7}, -1, 1);
+  try {
+    (void)mm(on_device(batch), on_device(b));
+    ADD_FAILURE() << "mm of a 3-d operand did not throw";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("mm"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("f32[2,5,7]"), std::string::npos) << e.what();
+  }
+}
+
+// libtorch's methods trace the free functions of their names: the same values, shapes, dtypes.
+TEST_F(OpsValue, TensorMethodsAreTheFreeFunctions) {
+  std::mt19937 rng(77);
+  const Tensor x = on_device(random_ref(rng, {3, 4, 2}, -1, 1));
+  const Tensor m = on_device(random_ref(rng, {4, 5}, -1, 1));
+  const auto same = [](const Tensor& got, const Tensor& want) {
+    EXPECT_EQ(got.shape(), want.shape());
+    EXPECT_EQ(got.dtype(), want.dtype());
+    EXPECT_EQ(got.to_vector<double>(), want.to_vector<double>());
+  };
+  same(x.transpose(0, 2), transpose(x, 0, 2));
+  same(m.t(), transpose(m, 0, 1));
+  same(x.permute({2, 0, 1}), permute(x, {2, 0, 1}));
+  same(x.reshape({6, 4}), reshape(x, {6, 4}));
+  same(x.view({-1, 2}), view(x, {-1, 2}));
+  same(x.flatten(1), flatten(x, 1));
+  same(x.unsqueeze(1), unsqueeze(x, 1));
+  same(x.unsqueeze(0).squeeze(0), x);
+  same(x.sum(), sum(x));
+  same(x.sum({1}, true), sum(x, {1}, true));
+  same(x.mean({0, 2}), mean(x, {0, 2}));
+  same(x.argmax(1), argmax(x, 1));
+  same(m.matmul(m.t()), matmul(m, transpose(m, 0, 1)));
+  same(x.to(kFloat64), cast(x, DType::kF64));
+  same(x.to(DType::kBFloat16), cast(x, DType::kBF16));
+  EXPECT_EQ(x.to(kFloat32).impl(), x.impl());  // already f32: the tensor itself
+  EXPECT_EQ(x.cpu().values<double>(), x.to_cpu().values<double>());
+  const Tensor v = on_device(random_ref(rng, {4}, -1, 1));
+  same(v.t(), v);  // as torch: t() of a vector is the vector
+  EXPECT_THROW((void)x.t(), ShapeError);
+}
+
+// libtorch's dtype names are axle's dtypes.
+TEST(DTypeNames, LibtorchNamesAreTheSameTypes) {
+  static_assert(kFloat32 == DType::kF32 && kFloat == DType::kF32 && DType::kFloat == kFloat32);
+  static_assert(kFloat64 == DType::kF64 && kDouble == DType::kF64);
+  static_assert(kBFloat16 == DType::kBF16);
+  static_assert(kInt32 == DType::kI32 && kInt == DType::kI32);
+  static_assert(kInt64 == DType::kI64 && kLong == DType::kI64 && DType::kLong == kInt64);
+  static_assert(kBool == DType::kBool);
+  EXPECT_EQ(dtype_name(kLong), "s64");
+  EXPECT_EQ(dtype_name(DType::kBFloat16), "bf16");
 }
 
 TEST_F(OpsValue, MatmulInF64) {

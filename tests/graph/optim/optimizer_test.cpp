@@ -141,7 +141,7 @@ TEST_F(Optim, LoadStateDictRejectsEntriesThatDoNotFitAndLoadsNothing) {
 
 TEST_F(Optim, ClipGradNormScalesGradientsAboveTheLimit) {
   const Clipped p;
-  const Tensor total = optim::clip_grad_norm_(p.params(), 6.5);
+  const Tensor total = nn::utils::clip_grad_norm_(p.params(), 6.5);
   sync_step();
   EXPECT_NEAR(total.item(), 13, 1e-12);
   const double scale = 6.5 / (13 + 1e-6);
@@ -152,7 +152,7 @@ TEST_F(Optim, ClipGradNormScalesGradientsAboveTheLimit) {
 
 TEST_F(Optim, ClipGradNormLeavesGradientsBelowTheLimit) {
   const Clipped p;
-  const Tensor total = optim::clip_grad_norm_(p.params(), 20);
+  const Tensor total = nn::utils::clip_grad_norm_(p.params(), 20);
   EXPECT_NEAR(total.item(), 13, 1e-12);
   EXPECT_EQ(values(p.a.grad()), (std::vector<double>{3, -4}));
   EXPECT_EQ(values(p.b.grad()), (std::vector<double>{12}));
@@ -161,11 +161,11 @@ TEST_F(Optim, ClipGradNormLeavesGradientsBelowTheLimit) {
 TEST_F(Optim, ClipGradNormTakesOtherNorms) {
   const Clipped inf;
   EXPECT_NEAR(
-      optim::clip_grad_norm_(inf.params(), 6, std::numeric_limits<double>::infinity()).item(), 12,
-      1e-12);
+      nn::utils::clip_grad_norm_(inf.params(), 6, std::numeric_limits<double>::infinity()).item(),
+      12, 1e-12);
   EXPECT_TRUE(all_close(values(inf.b.grad()), {12 * 6 / (12 + 1e-6)}));
   const Clipped one;
-  EXPECT_NEAR(optim::clip_grad_norm_(one.params(), 1.9, 1).item(), 19, 1e-12);
+  EXPECT_NEAR(nn::utils::clip_grad_norm_(one.params(), 1.9, 1).item(), 19, 1e-12);
   EXPECT_TRUE(all_close(values(one.a.grad()), {3 * 1.9 / (19 + 1e-6), -4 * 1.9 / (19 + 1e-6)}));
 }
 
