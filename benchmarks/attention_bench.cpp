@@ -56,9 +56,9 @@ void run(cpu::ComputePool& pool, bool quick, bool bf16) {
   const int64_t batch = 32, heads = 4, L = 128, E = 32;
   const Shape qkv{batch, heads, L, E};
   // bf16 operands give f32 results, as under bf16 autocast.
-  const BufferDesc in{bf16 ? DType::kBF16 : DType::kF32, qkv},
-      fwd{DType::kF32, Shape{batch, heads, L, E + 1}},
-      grads{DType::kF32, Shape{batch, heads, 3 * L, E}};
+  const BufferDesc in{bf16 ? DType::kBFloat16 : DType::kFloat32, qkv},
+      fwd{DType::kFloat32, Shape{batch, heads, L, E + 1}},
+      grads{DType::kFloat32, Shape{batch, heads, 3 * L, E}};
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   auto random = [&](int64_t n) {

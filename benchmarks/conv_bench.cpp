@@ -56,7 +56,8 @@ struct Floats {
 
 void run_case(const ConvCase& c, cpu::ComputePool& pool, double min_seconds, bool quick) {
   const Shape out_shape{c.x[0], c.w[0], out_size(c.x[2], c.w[2], c), out_size(c.x[3], c.w[3], c)};
-  const BufferDesc xd{DType::kF32, c.x}, wd{DType::kF32, c.w}, od{DType::kF32, out_shape};
+  const BufferDesc xd{DType::kFloat32, c.x}, wd{DType::kFloat32, c.w},
+      od{DType::kFloat32, out_shape};
   Floats x(c.x.numel()), w(c.w.numel()), out(out_shape.numel());
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);

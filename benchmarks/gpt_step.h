@@ -25,7 +25,7 @@ class GptTrainingStep {
     optimizer_.zero_grad();
     Tensor loss;
     {
-      const autocast region(Device{}, DType::kBF16, amp_);
+      const autocast region(Device{}, DType::kBFloat16, amp_);
       loss = nn::cross_entropy(reshape((*model_)(tokens_), {kBatch * kBlock, 256}), targets_);
     }
     loss.backward();

@@ -28,7 +28,7 @@ using Clock = std::chrono::steady_clock;
 
 Tensor leaf(const Shape& shape, bool requires_grad) {
   Tensor t(make_intrusive<TensorImpl>(
-      DType::kF32, make_intrusive<DeviceData>(Device{}, DType::kF32, shape)));
+      DType::kFloat32, make_intrusive<DeviceData>(Device{}, DType::kFloat32, shape)));
   if (requires_grad) t.requires_grad_();
   return t;
 }

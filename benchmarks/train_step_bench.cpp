@@ -103,7 +103,7 @@ class TrainingStep {
     optimizer_.zero_grad();
     Tensor loss;
     {
-      const autocast region(Device{}, DType::kBF16, amp_);
+      const autocast region(Device{}, DType::kBFloat16, amp_);
       loss = nn::nll_loss((*model_)(images_), labels_);
     }
     loss.backward();

@@ -8,36 +8,36 @@
 
 namespace axle {
 
-/// Element type of a tensor or buffer. libtorch's names (kFloat32 or kFloat, kFloat64 or
-/// kDouble, kBFloat16, kInt32 or kInt, kInt64 or kLong, kBool) name the same values, here and
-/// as constants of namespace axle (axle::kFloat32, as torch::kFloat32).
+/// Element type of a tensor or buffer, under libtorch's names (also constants of namespace axle:
+/// axle::kFloat32, as torch::kFloat32). The short names kF32, kF64, kBF16, kI32 and kI64 of
+/// earlier releases still name them, deprecated.
 enum class DType : uint8_t {
-  kF32,
-  kF64,
-  kBF16,
-  kI32,
-  kI64,
+  kFloat32,
+  kFloat64,
+  kBFloat16,
+  kInt32,
+  kInt64,
   kBool,
-  kFloat32 = kF32,
-  kFloat = kF32,
-  kFloat64 = kF64,
-  kDouble = kF64,
-  kBFloat16 = kBF16,
-  kInt32 = kI32,
-  kInt = kI32,
-  kInt64 = kI64,
-  kLong = kI64,
+  kFloat = kFloat32,
+  kDouble = kFloat64,
+  kInt = kInt32,
+  kLong = kInt64,
+  kF32 [[deprecated("use kFloat32 (libtorch's name)")]] = kFloat32,
+  kF64 [[deprecated("use kFloat64 (libtorch's name)")]] = kFloat64,
+  kBF16 [[deprecated("use kBFloat16 (libtorch's name)")]] = kBFloat16,
+  kI32 [[deprecated("use kInt32 (libtorch's name)")]] = kInt32,
+  kI64 [[deprecated("use kInt64 (libtorch's name)")]] = kInt64,
 };
 
-inline constexpr DType kFloat32 = DType::kF32;
-inline constexpr DType kFloat = DType::kF32;
-inline constexpr DType kFloat64 = DType::kF64;
-inline constexpr DType kDouble = DType::kF64;
-inline constexpr DType kBFloat16 = DType::kBF16;
-inline constexpr DType kInt32 = DType::kI32;
-inline constexpr DType kInt = DType::kI32;
-inline constexpr DType kInt64 = DType::kI64;
-inline constexpr DType kLong = DType::kI64;
+inline constexpr DType kFloat32 = DType::kFloat32;
+inline constexpr DType kFloat = DType::kFloat32;
+inline constexpr DType kFloat64 = DType::kFloat64;
+inline constexpr DType kDouble = DType::kFloat64;
+inline constexpr DType kBFloat16 = DType::kBFloat16;
+inline constexpr DType kInt32 = DType::kInt32;
+inline constexpr DType kInt = DType::kInt32;
+inline constexpr DType kInt64 = DType::kInt64;
+inline constexpr DType kLong = DType::kInt64;
 inline constexpr DType kBool = DType::kBool;
 
 inline constexpr int kNumDTypes = 6;
@@ -45,15 +45,15 @@ inline constexpr int kNumDTypes = 6;
 /// Bytes per element.
 [[nodiscard]] constexpr std::size_t dtype_size(DType t) noexcept {
   switch (t) {
-    case DType::kF32:
+    case DType::kFloat32:
       return 4;
-    case DType::kF64:
+    case DType::kFloat64:
       return 8;
-    case DType::kBF16:
+    case DType::kBFloat16:
       return 2;
-    case DType::kI32:
+    case DType::kInt32:
       return 4;
-    case DType::kI64:
+    case DType::kInt64:
       return 8;
     case DType::kBool:
       return 1;
@@ -64,15 +64,15 @@ inline constexpr int kNumDTypes = 6;
 /// Short name as IR dumps print it (XLA's spelling): f32, f64, bf16, s32, s64, pred.
 [[nodiscard]] constexpr std::string_view dtype_name(DType t) noexcept {
   switch (t) {
-    case DType::kF32:
+    case DType::kFloat32:
       return "f32";
-    case DType::kF64:
+    case DType::kFloat64:
       return "f64";
-    case DType::kBF16:
+    case DType::kBFloat16:
       return "bf16";
-    case DType::kI32:
+    case DType::kInt32:
       return "s32";
-    case DType::kI64:
+    case DType::kInt64:
       return "s64";
     case DType::kBool:
       return "pred";
@@ -81,10 +81,10 @@ inline constexpr int kNumDTypes = 6;
 }
 
 [[nodiscard]] constexpr bool is_floating(DType t) noexcept {
-  return t == DType::kF32 || t == DType::kF64 || t == DType::kBF16;
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kBFloat16;
 }
 [[nodiscard]] constexpr bool is_integral(DType t) noexcept {
-  return t == DType::kI32 || t == DType::kI64;
+  return t == DType::kInt32 || t == DType::kInt64;
 }
 
 /// The type two operands are computed in, as PyTorch promotes tensors of equal standing:
@@ -95,15 +95,15 @@ inline constexpr int kNumDTypes = 6;
     switch (t) {
       case DType::kBool:
         return 0;
-      case DType::kI32:
+      case DType::kInt32:
         return 1;
-      case DType::kI64:
+      case DType::kInt64:
         return 2;
-      case DType::kBF16:
+      case DType::kBFloat16:
         return 3;
-      case DType::kF32:
+      case DType::kFloat32:
         return 4;
-      case DType::kF64:
+      case DType::kFloat64:
         return 5;
     }
     return 0;

@@ -30,26 +30,26 @@ namespace axle {
 /// Writes `value` converted to `dtype` at `out` (dtype_size(dtype) bytes).
 inline void store_element(DType dtype, double value, void* out) noexcept {
   switch (dtype) {
-    case DType::kF32: {
+    case DType::kFloat32: {
       const float v = static_cast<float>(value);
       std::memcpy(out, &v, 4);
       break;
     }
-    case DType::kF64: {
+    case DType::kFloat64: {
       std::memcpy(out, &value, 8);
       break;
     }
-    case DType::kBF16: {
+    case DType::kBFloat16: {
       const uint16_t v = float_to_bf16_bits(static_cast<float>(value));
       std::memcpy(out, &v, 2);
       break;
     }
-    case DType::kI32: {
+    case DType::kInt32: {
       const int32_t v = static_cast<int32_t>(value);
       std::memcpy(out, &v, 4);
       break;
     }
-    case DType::kI64: {
+    case DType::kInt64: {
       const int64_t v = static_cast<int64_t>(value);
       std::memcpy(out, &v, 8);
       break;
@@ -65,27 +65,27 @@ inline void store_element(DType dtype, double value, void* out) noexcept {
 /// The element of `dtype` at `in`, as a double.
 [[nodiscard]] inline double load_element(DType dtype, const void* in) noexcept {
   switch (dtype) {
-    case DType::kF32: {
+    case DType::kFloat32: {
       float v;
       std::memcpy(&v, in, 4);
       return v;
     }
-    case DType::kF64: {
+    case DType::kFloat64: {
       double v;
       std::memcpy(&v, in, 8);
       return v;
     }
-    case DType::kBF16: {
+    case DType::kBFloat16: {
       uint16_t v;
       std::memcpy(&v, in, 2);
       return bf16_bits_to_float(v);
     }
-    case DType::kI32: {
+    case DType::kInt32: {
       int32_t v;
       std::memcpy(&v, in, 4);
       return v;
     }
-    case DType::kI64: {
+    case DType::kInt64: {
       int64_t v;
       std::memcpy(&v, in, 8);
       return static_cast<double>(v);

@@ -19,7 +19,7 @@ const char* basename(const char* path) {
 }
 
 void require_lower_precision(DType dtype, const std::source_location& where) {
-  if (dtype == DType::kBF16) return;
+  if (dtype == DType::kBFloat16) return;
   throw std::invalid_argument(fmt::format(
       "autocast: dtype {} is not a lower-precision floating dtype; bf16 is the one "
       "autocast runs in (at {}:{} in {})",
@@ -35,7 +35,7 @@ bool is_autocast_enabled() noexcept {
 
 DType get_autocast_dtype() noexcept {
   const TraceContext* context = TraceContext::current_if_any();
-  return context == nullptr ? DType::kBF16 : context->autocast_dtype();
+  return context == nullptr ? DType::kBFloat16 : context->autocast_dtype();
 }
 
 void set_autocast_enabled(bool enabled) { TraceContext::current().set_autocast_enabled(enabled); }

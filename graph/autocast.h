@@ -40,7 +40,7 @@ void set_autocast_dtype(DType dtype, std::source_location where = std::source_lo
 /// type the region is for; every axle device is an "xla" device, so any of them will do.
 class autocast {  // NOLINT(readability-identifier-naming): torch.autocast's name
  public:
-  explicit autocast(Device device = {}, DType dtype = DType::kBF16, bool enabled = true,
+  explicit autocast(Device device = {}, DType dtype = DType::kBFloat16, bool enabled = true,
                     std::source_location where = std::source_location::current());
   ~autocast();
   autocast(const autocast&) = delete;

@@ -112,10 +112,11 @@ int64_t normalize_dim(std::string_view op, const Tensor& x, int64_t d, int rank,
 
 DType storage_dtype(DType logical) {
   const config::DTypeSettings& cfg = dtype_config();
-  if (cfg.use_bf16 && (logical == DType::kF32 || logical == DType::kF64)) return DType::kBF16;
+  if (cfg.use_bf16 && (logical == DType::kFloat32 || logical == DType::kFloat64))
+    return DType::kBFloat16;
   if (cfg.downcast_bf16) {
-    if (logical == DType::kF32) return DType::kBF16;
-    if (logical == DType::kF64) return DType::kF32;
+    if (logical == DType::kFloat32) return DType::kBFloat16;
+    if (logical == DType::kFloat64) return DType::kFloat32;
   }
   return logical;
 }
@@ -162,7 +163,8 @@ std::optional<DType> autocast_dtype() noexcept {
 }
 
 Tensor autocast_cast(const Tensor& t, DType dtype, const Loc& where) {
-  if (!t.defined() || !is_floating(t.dtype()) || t.dtype() == DType::kF64 || t.dtype() == dtype) {
+  if (!t.defined() || !is_floating(t.dtype()) || t.dtype() == DType::kFloat64 ||
+      t.dtype() == dtype) {
     return t;
   }
   return cast(t, dtype, where);

@@ -4,6 +4,7 @@
 // graph parameter (0 and 1 become constants), so changing it never recompiles.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <source_location>
@@ -26,14 +27,14 @@ struct Operand {
 };
 
 // --- creation -------------------------------------------------------------------------------
-Tensor full(const Shape& shape, double value, DType dtype = DType::kF32, Device device = {},
+Tensor full(const Shape& shape, double value, DType dtype = DType::kFloat32, Device device = {},
             Loc where = Loc::current());
 namespace detail {
 /// torch.full's dtype: s64 for an integer value, pred for a bool, f32 for a floating-point one.
 template <class Value>
 inline constexpr DType kFullDType = std::is_same_v<Value, bool> ? DType::kBool
-                                    : std::is_integral_v<Value> ? DType::kI64
-                                                                : DType::kF32;
+                                    : std::is_integral_v<Value> ? DType::kInt64
+                                                                : DType::kFloat32;
 /// Values the inferring full() takes: a double goes to the full() whose dtype defaults to f32.
 template <class Value>
 inline constexpr bool kInfersFullDType =
@@ -46,20 +47,21 @@ template <class Value>
 Tensor full(const Shape& shape, Value value, Loc where = Loc::current()) {
   return full(shape, static_cast<double>(value), detail::kFullDType<Value>, Device{}, where);
 }
-Tensor zeros(const Shape& shape, DType dtype = DType::kF32, Device device = {},
+Tensor zeros(const Shape& shape, DType dtype = DType::kFloat32, Device device = {},
              Loc where = Loc::current());
-Tensor ones(const Shape& shape, DType dtype = DType::kF32, Device device = {},
+Tensor ones(const Shape& shape, DType dtype = DType::kFloat32, Device device = {},
             Loc where = Loc::current());
 /// 0-d tensor holding `value` (a parameter, so its value may change without recompiling).
-Tensor scalar_tensor(double value, DType dtype = DType::kF32, Device device = {},
+Tensor scalar_tensor(double value, DType dtype = DType::kFloat32, Device device = {},
                      Loc where = Loc::current());
 /// [start, end) in steps of `step`, as torch.arange, in `dtype`.
-Tensor arange(double start, double end, double step = 1, DType dtype = DType::kF32,
+Tensor arange(double start, double end, double step = 1, DType dtype = DType::kFloat32,
               Device device = {}, Loc where = Loc::current());
 namespace detail {
 /// torch.arange's dtype: s64 when every argument is an integer, else f32.
 template <class... Args>
-inline constexpr DType kArangeDType = (std::is_integral_v<Args> && ...) ? DType::kI64 : DType::kF32;
+inline constexpr DType kArangeDType = (std::is_integral_v<Args> && ...) ? DType::kInt64
+                                                                        : DType::kFloat32;
 }  // namespace detail
 /// As torch.arange, whose dtype follows its arguments: s64 when they are all integers,
 /// f32 when any is floating point.
@@ -90,15 +92,15 @@ Tensor ones_like(const Tensor& t, Loc where = Loc::current());
 void set_rng_state(uint64_t seed, Device device = {});
 /// The seed `device`'s random stream on this replica was last given (101 until then).
 [[nodiscard]] uint64_t get_rng_state(Device device = {});
-Tensor rand(const Shape& shape, DType dtype = DType::kF32, Device device = {},
+Tensor rand(const Shape& shape, DType dtype = DType::kFloat32, Device device = {},
             Loc where = Loc::current());
-Tensor randn(const Shape& shape, DType dtype = DType::kF32, Device device = {},
+Tensor randn(const Shape& shape, DType dtype = DType::kFloat32, Device device = {},
              Loc where = Loc::current());
-Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = DType::kI64,
+Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = DType::kInt64,
                Device device = {}, Loc where = Loc::current());
 /// 1 with probability p (elementwise), else 0; same shape and dtype as p.
 Tensor bernoulli(const Tensor& p, Loc where = Loc::current());
-Tensor bernoulli(const Shape& shape, double p, DType dtype = DType::kF32, Device device = {},
+Tensor bernoulli(const Shape& shape, double p, DType dtype = DType::kFloat32, Device device = {},
                  Loc where = Loc::current());
 /// Indices (s64) of `num_samples` draws per row of `probs` ([C] or [N, C], weights that need not
 /// sum to 1), with or without replacement, as torch.multinomial. Without replacement a row never
@@ -116,10 +118,51 @@ Tensor pow(const Tensor& a, const Tensor& b, Loc where = Loc::current());
 Tensor pow(const Tensor& a, double exponent, Loc where = Loc::current());
 Tensor maximum(const Tensor& a, const Tensor& b, Loc where = Loc::current());
 Tensor minimum(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+/// A scalar operand is typed as a Python number is: a floating-point one (these double forms)
+/// makes an integer or pred tensor's result f32 (torch's default dtype), an integer one (the
+/// forms below) keeps an integer tensor's dtype (a pred's becomes s64). A scalar never widens a
+/// floating-point tensor: bf16 * 2.5 is bf16.
 Tensor add(const Tensor& a, double b, Loc where = Loc::current());
 Tensor sub(const Tensor& a, double b, Loc where = Loc::current());
 Tensor mul(const Tensor& a, double b, Loc where = Loc::current());
 Tensor div(const Tensor& a, double b, Loc where = Loc::current());
+
+/// Integer scalars (int, int64_t, ...; not bool, which is a number here only as a double).
+template <class I>
+concept IntegerScalar = std::is_integral_v<I> && !std::is_same_v<I, bool>;
+namespace detail {
+enum class ScalarArithmetic : uint8_t { kAdd, kSub, kMul, kDiv, kPow };
+/// `a op b` (or `b op a` with `scalar_first`) for an integer scalar `b`.
+Tensor integer_scalar_op(ScalarArithmetic op, const Tensor& a, int64_t b, bool scalar_first,
+                         Loc where);
+}  // namespace detail
+template <IntegerScalar I>
+Tensor add(const Tensor& a, I b, Loc where = Loc::current()) {
+  return detail::integer_scalar_op(detail::ScalarArithmetic::kAdd, a, static_cast<int64_t>(b),
+                                   false, where);
+}
+template <IntegerScalar I>
+Tensor sub(const Tensor& a, I b, Loc where = Loc::current()) {
+  return detail::integer_scalar_op(detail::ScalarArithmetic::kSub, a, static_cast<int64_t>(b),
+                                   false, where);
+}
+template <IntegerScalar I>
+Tensor mul(const Tensor& a, I b, Loc where = Loc::current()) {
+  return detail::integer_scalar_op(detail::ScalarArithmetic::kMul, a, static_cast<int64_t>(b),
+                                   false, where);
+}
+/// True division: f32 for integer operands, as torch's `/`.
+template <IntegerScalar I>
+Tensor div(const Tensor& a, I b, Loc where = Loc::current()) {
+  return detail::integer_scalar_op(detail::ScalarArithmetic::kDiv, a, static_cast<int64_t>(b),
+                                   false, where);
+}
+/// An integer tensor to an integer power stays integer (pow(x, 2.0) is f32).
+template <IntegerScalar I>
+Tensor pow(const Tensor& a, I exponent, Loc where = Loc::current()) {
+  return detail::integer_scalar_op(detail::ScalarArithmetic::kPow, a,
+                                   static_cast<int64_t>(exponent), false, where);
+}
 
 Tensor eq(const Tensor& a, const Tensor& b, Loc where = Loc::current());
 Tensor ne(const Tensor& a, const Tensor& b, Loc where = Loc::current());
@@ -188,6 +231,40 @@ Tensor operator-(double a, Operand b);
 Tensor operator*(double a, Operand b);
 Tensor operator/(double a, Operand b);
 Tensor operator-(Operand a);
+template <IntegerScalar I>
+Tensor operator+(Operand a, I b) {
+  return add(a.tensor, b, a.where);
+}
+template <IntegerScalar I>
+Tensor operator-(Operand a, I b) {
+  return sub(a.tensor, b, a.where);
+}
+template <IntegerScalar I>
+Tensor operator*(Operand a, I b) {
+  return mul(a.tensor, b, a.where);
+}
+template <IntegerScalar I>
+Tensor operator/(Operand a, I b) {
+  return div(a.tensor, b, a.where);
+}
+template <IntegerScalar I>
+Tensor operator+(I a, Operand b) {
+  return add(b.tensor, a, b.where);
+}
+template <IntegerScalar I>
+Tensor operator*(I a, Operand b) {
+  return mul(b.tensor, a, b.where);
+}
+template <IntegerScalar I>
+Tensor operator-(I a, Operand b) {
+  return detail::integer_scalar_op(detail::ScalarArithmetic::kSub, b.tensor,
+                                   static_cast<int64_t>(a), true, b.where);
+}
+template <IntegerScalar I>
+Tensor operator/(I a, Operand b) {
+  return detail::integer_scalar_op(detail::ScalarArithmetic::kDiv, b.tensor,
+                                   static_cast<int64_t>(a), true, b.where);
+}
 
 // --- reductions (dims may be negative; an empty dims list reduces over every dim) ------------
 Tensor sum(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false,

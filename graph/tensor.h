@@ -37,13 +37,13 @@ struct AutogradMetaDeleter {
 template <class T>
 constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, float>)
-    return DType::kF32;
+    return DType::kFloat32;
   else if constexpr (std::is_same_v<T, double>)
-    return DType::kF64;
+    return DType::kFloat64;
   else if constexpr (std::is_same_v<T, int32_t>)
-    return DType::kI32;
+    return DType::kInt32;
   else if constexpr (std::is_same_v<T, int64_t>)
-    return DType::kI64;
+    return DType::kInt64;
   else if constexpr (std::is_same_v<T, bool>)
     return DType::kBool;
   else
@@ -115,7 +115,7 @@ class TensorImpl final : public RefCounted {
 
 /// Host copy of a tensor's value, in its logical dtype.
 struct CpuTensor {
-  DType dtype = DType::kF32;
+  DType dtype = DType::kFloat32;
   Shape shape;
   std::vector<std::byte> bytes;  ///< row-major elements
 

@@ -145,12 +145,12 @@ Tensor tensor_from_bytes_sharded(std::span<const std::byte> bytes, DType dtype, 
 
 double Tensor::item(std::source_location where) const {
   check_single(*this, where);
-  return read_now(*this, DType::kF64, where).values<double>()[0];
+  return read_now(*this, DType::kFloat64, where).values<double>()[0];
 }
 
 Future<double> Tensor::item_async(std::source_location where) const {
   check_single(*this, where);
-  return read_later<double>(*this, DType::kF64, where,
+  return read_later<double>(*this, DType::kFloat64, where,
                             [](const CpuTensor& host) { return host.values<double>()[0]; });
 }
 

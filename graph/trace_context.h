@@ -102,7 +102,7 @@ class TraceContext final : public RefCounted {
   std::unordered_map<int, RngState> rng_;
   bool grad_enabled_ = true;
   bool autocast_enabled_ = false;
-  DType autocast_dtype_ = DType::kBF16;
+  DType autocast_dtype_ = DType::kBFloat16;
   int default_ordinal_ = 0;
   int world_size_ = 1;
 };

@@ -124,7 +124,7 @@ std::vector<std::pair<std::string, CpuTensor>> host_tensors(const json& layout,
   std::size_t at = 0;
   for (const json& entry : layout) {
     const std::string name = entry.at(0).get<std::string>();
-    DType dtype = DType::kF32;
+    DType dtype = DType::kFloat32;
     for (int d = 0; d < kNumDTypes; ++d) {
       if (dtype_name(static_cast<DType>(d)) == entry.at(1).get<std::string>()) {
         dtype = static_cast<DType>(d);

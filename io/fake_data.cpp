@@ -43,13 +43,13 @@ Sample FakeData::get(int64_t index) const {
       static_cast<int64_t>(stream.next_below(static_cast<uint64_t>(options_.num_classes)));
 
   const int64_t numel = options_.sample_shape.numel();
-  CpuTensor input{DType::kF32, options_.sample_shape,
+  CpuTensor input{DType::kFloat32, options_.sample_shape,
                   std::vector<std::byte>(static_cast<std::size_t>(numel) * sizeof(float))};
   for (int64_t i = 0; i < numel; ++i) {
     const float v = stream.next_float();
     std::memcpy(input.bytes.data() + i * sizeof(float), &v, sizeof v);
   }
-  CpuTensor target{DType::kI64, Shape{}, std::vector<std::byte>(sizeof(int64_t))};
+  CpuTensor target{DType::kInt64, Shape{}, std::vector<std::byte>(sizeof(int64_t))};
   std::memcpy(target.bytes.data(), &label, sizeof label);
   return {std::move(input), std::move(target)};
 }

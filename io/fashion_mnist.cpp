@@ -75,14 +75,14 @@ int64_t FashionMnist::label(int64_t index) const {
 Sample FashionMnist::get(int64_t index) const {
   const int64_t target = label(index);
   constexpr int64_t kPixels = kSide * kSide;
-  CpuTensor image{DType::kF32, Shape{1, kSide, kSide},
+  CpuTensor image{DType::kFloat32, Shape{1, kSide, kSide},
                   std::vector<std::byte>(kPixels * sizeof(float))};
   const std::byte* in = pixels_.data() + index * kPixels;
   for (int64_t i = 0; i < kPixels; ++i) {
     const float v = static_cast<float>(std::to_integer<int>(in[i])) / 255.0f;
     std::memcpy(image.bytes.data() + i * sizeof(float), &v, sizeof v);
   }
-  CpuTensor label_tensor{DType::kI64, Shape{}, std::vector<std::byte>(sizeof(int64_t))};
+  CpuTensor label_tensor{DType::kInt64, Shape{}, std::vector<std::byte>(sizeof(int64_t))};
   std::memcpy(label_tensor.bytes.data(), &target, sizeof target);
   return {std::move(image), std::move(label_tensor)};
 }

@@ -40,7 +40,7 @@ class CharRows : public Dataset {
 
  private:
   [[nodiscard]] CpuTensor host(const std::vector<int64_t>& values) const {
-    CpuTensor t{DType::kI64, Shape{block_},
+    CpuTensor t{DType::kInt64, Shape{block_},
                 std::vector<std::byte>(values.size() * sizeof(int64_t))};
     std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
     return t;

@@ -119,7 +119,7 @@ class GptTransformer : public nn::Module {
 
   Tensor forward(const Tensor& tokens) override {
     const Tensor positions =
-        arange(0, static_cast<double>(tokens.size(1)), 1, DType::kI64, device_);
+        arange(0, static_cast<double>(tokens.size(1)), 1, DType::kInt64, device_);
     return ln_f_->forward(h_->forward(wte_->forward(tokens) + wpe_->forward(positions)));
   }
 
@@ -168,10 +168,10 @@ class Gpt : public nn::Module {
       const bool layer_norm = name.find(".ln_") != std::string::npos;
       if (layer_norm) continue;
       if (name.ends_with(".bias")) {
-        p.copy_(zeros(p.shape(), DType::kF32, device));
+        p.copy_(zeros(p.shape(), DType::kFloat32, device));
       } else {
         const double std = name.ends_with("c_proj.weight") ? proj_std : 0.02;
-        p.copy_(randn(p.shape(), DType::kF32, device) * std);
+        p.copy_(randn(p.shape(), DType::kFloat32, device) * std);
       }
     }
   }

@@ -180,10 +180,10 @@ class ResNet : public nn::Module {
     for (const auto& [name, p] : named_parameters()) {
       if (p.dim() == 4) {
         const double fan_out = static_cast<double>(p.size(0) * p.size(2) * p.size(3));
-        p.copy_(randn(p.shape(), DType::kF32, device) * std::sqrt(2.0 / fan_out));
+        p.copy_(randn(p.shape(), DType::kFloat32, device) * std::sqrt(2.0 / fan_out));
       } else if (config_.zero_init_residual && name.starts_with("layer") &&
                  name.ends_with(last_bn)) {
-        p.copy_(zeros(p.shape(), DType::kF32, device));
+        p.copy_(zeros(p.shape(), DType::kFloat32, device));
       }
     }
   }

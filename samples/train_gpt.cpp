@@ -76,7 +76,7 @@ std::pair<Tensor, Tensor> batch_on(const std::vector<uint8_t>& split, int64_t in
 // `model` is the Gpt, its FullyShardedDataParallel with --fsdp, or the DistributedDataParallel
 // around it with --ddp.
 Tensor loss_of(nn::Module& model, const Tensor& inputs, const Tensor& targets, const Flags& flags) {
-  const autocast region(inputs.device(), DType::kBF16, flags.amp == "bf16");
+  const autocast region(inputs.device(), DType::kBFloat16, flags.amp == "bf16");
   const Tensor logits = model(inputs);
   const int64_t rows = inputs.size(0) * inputs.size(1);
   return nn::cross_entropy(reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}));
@@ -89,7 +89,7 @@ double validation_loss(nn::Module& model, const std::vector<uint8_t>& val, const
                        Device device) {
   model.eval();
   const NoGradGuard no_grad;
-  Tensor total = zeros(Shape{}, DType::kF32, device);
+  Tensor total = zeros(Shape{}, DType::kFloat32, device);
   int64_t batches = 0;
   // Under FSDP every replica's forward gathers with the others: each evaluates as many batches,
   // eval_iters rounded up to a multiple of the replicas.

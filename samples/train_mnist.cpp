@@ -82,12 +82,12 @@ std::pair<int64_t, int64_t> test_counts(nn::Module& model, const Flags& flags, D
       std::make_shared<ShardedDataset>(dataset(flags, Split::kTest), world_size(),
                                        global_ordinal()),
       DataLoaderOptions{.batch_size = flags.batch_size, .num_workers = flags.num_workers});
-  Tensor correct = zeros(Shape{}, DType::kI64, device);
+  Tensor correct = zeros(Shape{}, DType::kInt64, device);
   int64_t seen = 0;
   for (auto it = loader.begin(); it != loader.end(); ++it) {
     const Batch& batch = *it;
     const Tensor predicted = argmax(model(to_device(batch[0], device)), 1);
-    correct = correct + sum(cast(eq(predicted, to_device(batch[1], device)), DType::kI64));
+    correct = correct + sum(cast(eq(predicted, to_device(batch[1], device)), DType::kInt64));
     seen += batch[1].shape[0];
     mark_step();
   }
@@ -370,11 +370,11 @@ std::pair<int64_t, int64_t> spmd_test_counts(nn::Module& model, const Flags& fla
   DataLoader test_loader(test_set, DataLoaderOptions{.batch_size = flags.batch_size,
                                                      .drop_last = uneven_tail,
                                                      .num_workers = flags.num_workers});
-  Tensor hits = zeros(Shape{}, DType::kI64, device);
+  Tensor hits = zeros(Shape{}, DType::kInt64, device);
   int64_t seen = 0;
   for (const DeviceBatch& batch : MpDeviceLoader(test_loader, device, sharded)) {
     const Tensor predicted = argmax(model(batch[0]), 1);
-    hits = hits + sum(cast(eq(predicted, batch[1]), DType::kI64));
+    hits = hits + sum(cast(eq(predicted, batch[1]), DType::kInt64));
     seen += batch[1].size(0);
   }
   return {static_cast<int64_t>(hits.item()), seen};

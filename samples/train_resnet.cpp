@@ -135,7 +135,7 @@ std::pair<double, double> evaluate(ResNet& model, const Tensor& images, const Te
   const NoGradGuard no_grad;
   const Tensor logits = model(images);
   const Tensor loss = nn::cross_entropy(logits, labels);
-  const Tensor correct = sum(cast(eq(argmax(logits, 1), labels), DType::kI64));
+  const Tensor correct = sum(cast(eq(argmax(logits, 1), labels), DType::kInt64));
   mark_step();
   model.train();
   const double n = static_cast<double>(labels.size(0));

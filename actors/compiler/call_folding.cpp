@@ -8,7 +8,7 @@ namespace axle {
 namespace {
 
 bool floating(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kBF16;
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kBFloat16;
 }
 
 // Whether node id is a permute of a rank-4 value swapping its first two dims.
@@ -128,7 +128,7 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
                call.inputs.size() == 2) {
       folding.swapped_operands_into_conv(id);
     } else if (call.kernel == Kernel::kAdd && call.inputs.size() == 2 &&
-               (dtype == DType::kF32 || dtype == DType::kF64)) {
+               (dtype == DType::kFloat32 || dtype == DType::kFloat64)) {
       folding.bias_into_conv(id);
     } else if (swaps_first_dims(program, id)) {
       folding.conv_into_transpose(id);

@@ -17,7 +17,8 @@ bool approximated(Op op) { return op_family(op) == OpFamily::kFloatFunction || o
 // would (backends/cpu/fused.cpp); their reductions stay kernels of their own.
 bool fusible(const Program& p, std::size_t id) {
   const Program::Instr& instr = p[id];
-  if (instr.dtype != DType::kF32 && instr.dtype != DType::kF64 && instr.dtype != DType::kBF16) {
+  if (instr.dtype != DType::kFloat32 && instr.dtype != DType::kFloat64 &&
+      instr.dtype != DType::kBFloat16) {
     return false;
   }
   if (p.is_leaf(id)) return false;
@@ -36,7 +37,7 @@ bool reduction(Op op) {
 // kernels of their own.
 bool fusible_reduction(const Program& p, std::size_t id, const std::vector<int32_t>& uses) {
   const Program::Instr& instr = p[id];
-  if (!reduction(instr.op) || (instr.dtype != DType::kF32 && instr.dtype != DType::kF64)) {
+  if (!reduction(instr.op) || (instr.dtype != DType::kFloat32 && instr.dtype != DType::kFloat64)) {
     return false;
   }
   const auto operand = static_cast<std::size_t>(p.operands(id)[0]);

@@ -33,7 +33,7 @@ void lay_out_inputs(LazySystem& system, const Executable::Spmd& layout,
     }
   }
   if (layout.partition_input >= 0) {
-    inputs.insert(inputs.begin() + layout.partition_input, ExecuteInput{{}, DType::kI64, 0});
+    inputs.insert(inputs.begin() + layout.partition_input, ExecuteInput{{}, DType::kInt64, 0});
   }
 }
 
@@ -44,7 +44,7 @@ void fill_spmd_request(ExecuteRequest& request, const std::vector<ExecuteInput>&
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const ExecuteInput& input = inputs[i];
     if (static_cast<int32_t>(i) == layout.partition_input) {
-      request.inputs.push_back({{}, DType::kI64, static_cast<double>(position)});
+      request.inputs.push_back({{}, DType::kInt64, static_cast<double>(position)});
     } else if (input.data) {
       request.inputs.push_back({input.data->shards()[k], input.dtype, 0});
     } else {

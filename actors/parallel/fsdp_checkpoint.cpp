@@ -46,7 +46,7 @@ Tensor FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_ty
   for (const Tensor& p : params) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    const Tensor gf = cast(g, DType::kF32, where);
+    const Tensor gf = cast(g, DType::kFloat32, where);
     const Tensor part = infinity ? amax(abs(gf, where), {}, false, where)
                                  : sum(pow(abs(gf, where), norm_type, where), {}, false, where);
     local = !local.defined() ? part
@@ -55,7 +55,7 @@ Tensor FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_ty
   }
   if (!local.defined()) {
     Device device = params.empty() ? Device{} : params.front().device();
-    local = scalar_tensor(0.0, DType::kF32, device, where);
+    local = scalar_tensor(0.0, DType::kFloat32, device, where);
   }
   // Every replica's shards together: the sum of p-th powers (or the max) over the group.
   Tensor total = world_size_ == 1 ? local

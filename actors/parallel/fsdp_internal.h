@@ -28,7 +28,7 @@ struct Slot {
 
 /// One flat parameter of a unit: its slots, and its padded length (a multiple of the world size).
 struct Flat {
-  DType dtype = DType::kF32;
+  DType dtype = DType::kFloat32;
   int64_t padded_numel = 0;
   bool dim_0 = false;
   std::vector<Slot> slots;

@@ -447,12 +447,12 @@ struct UnitContext {
   std::vector<Tensor> shards;
   std::unordered_map<int, RngState> rng;
   bool autocast = false;  // the autocast state the first run had (backward runs outside it)
-  DType autocast_dtype = DType::kBF16;
+  DType autocast_dtype = DType::kBFloat16;
   // Kept: the first run, with its recorded graph.
   Tensor output;
   Tensor own_input;
   std::vector<Tensor> full;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kFloat32;
   Shape shape;
   std::source_location where;
 };

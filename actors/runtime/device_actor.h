@@ -31,7 +31,7 @@ struct CollectiveContribution;
 /// One input of an execution: device data, or a host scalar (a graph parameter).
 struct ExecuteInput {
   IntrusivePtr<DeviceData> data;  // null for a scalar
-  DType dtype = DType::kF32;
+  DType dtype = DType::kFloat32;
   double value = 0;
 };
 

@@ -101,11 +101,11 @@ Problem plan(const KernelArgs& args, std::size_t extra) {
   const BufferDesc& k = *args.inputs[1].desc;
   const BufferDesc& v = *args.inputs[2].desc;
   if (q.dtype != k.dtype || q.dtype != v.dtype ||
-      (q.dtype != DType::kF32 && q.dtype != DType::kF64 && q.dtype != DType::kBF16)) {
+      (q.dtype != DType::kFloat32 && q.dtype != DType::kFloat64 && q.dtype != DType::kBFloat16)) {
     reject(args, "q, k and v must share one dtype: f32, f64 or bf16");
   }
   const DType out = args.output.desc->dtype;
-  if (out != q.dtype && !(q.dtype == DType::kBF16 && out == DType::kF32)) {
+  if (out != q.dtype && !(q.dtype == DType::kBFloat16 && out == DType::kFloat32)) {
     reject(args, "the output must have the operands' dtype (or f32 for bf16 operands)");
   }
   if (q.shape.rank() < 2 || k.shape.rank() < 2 || v.shape.rank() < 2 ||
@@ -501,9 +501,9 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
 template <template <class, class> class F>
 void dispatch(const KernelArgs& args, const Problem& p) {
   const DType in = args.inputs[0].desc->dtype, out = args.output.desc->dtype;
-  if (in == DType::kF32) return F<float, float>::run(args, p);
-  if (in == DType::kF64) return F<double, double>::run(args, p);
-  if (out == DType::kF32) return F<Bf16, float>::run(args, p);
+  if (in == DType::kFloat32) return F<float, float>::run(args, p);
+  if (in == DType::kFloat64) return F<double, double>::run(args, p);
+  if (out == DType::kFloat32) return F<Bf16, float>::run(args, p);
   return F<Bf16, Bf16>::run(args, p);
 }
 

@@ -505,13 +505,13 @@ void conv2d(const KernelArgs& args) {
     return g.bias ? args.inputs[2].as<T>() : static_cast<const T*>(nullptr);
   };
   switch (args.output.desc->dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return conv2d_typed(x.as<float>(), w.as<float>(), bias(float{}), args.output.as<float>(), g,
                           pool);
-    case DType::kF64:
+    case DType::kFloat64:
       return conv2d_typed(x.as<double>(), w.as<double>(), bias(double{}), args.output.as<double>(),
                           g, pool);
-    case DType::kBF16: {
+    case DType::kBFloat16: {
       // bf16 storage, f32 accumulation: widen once, convolve with bf16 products, round once at
       // the end.
       ConvGeometry bf16 = g;

@@ -61,7 +61,7 @@ ConvGeometry plan_conv(const KernelArgs& args) {
   if (!is_floating(out.dtype)) reject("conv2d supports f32, f64 and bf16");
   if (args.inputs.size() == 3) {
     const BufferDesc& b = *args.inputs[2].desc;
-    if (b.dtype != out.dtype || out.dtype == DType::kBF16)
+    if (b.dtype != out.dtype || out.dtype == DType::kBFloat16)
       reject("a bias must be f32 or f64, the output's dtype");
     if (w.shape.rank() == 4 && b.shape.numel() != w.shape[0])
       reject("a bias needs one value per output channel");

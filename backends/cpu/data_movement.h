@@ -45,8 +45,8 @@ void with_element_size(std::size_t bytes, F&& f) {
 
 template <class F>
 void with_index_type(DType dtype, std::string_view kernel, F&& f) {
-  if (dtype == DType::kI32) return f(int32_t{});
-  if (dtype == DType::kI64) return f(int64_t{});
+  if (dtype == DType::kInt32) return f(int32_t{});
+  if (dtype == DType::kInt64) return f(int64_t{});
   throw std::invalid_argument(
       fmt::format("{}: indices must be s32 or s64, not {}", kernel, dtype_name(dtype)));
 }

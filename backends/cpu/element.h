@@ -56,15 +56,15 @@ struct Tag {
 template <class F>
 void visit_dtype(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return f(Tag<float>{});
-    case DType::kF64:
+    case DType::kFloat64:
       return f(Tag<double>{});
-    case DType::kBF16:
+    case DType::kBFloat16:
       return f(Tag<Bf16>{});
-    case DType::kI32:
+    case DType::kInt32:
       return f(Tag<int32_t>{});
-    case DType::kI64:
+    case DType::kInt64:
       return f(Tag<int64_t>{});
     case DType::kBool:
       return f(Tag<bool>{});

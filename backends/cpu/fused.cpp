@@ -518,13 +518,13 @@ class FusedRun {
 void fused_kernel(const KernelArgs& args) {
   FusedSteps steps = parse_fused_steps(args);
   switch (args.output.desc->dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       FusedRun<float>(args, std::move(steps)).run();
       return;
-    case DType::kF64:
+    case DType::kFloat64:
       FusedRun<double>(args, std::move(steps)).run();
       return;
-    case DType::kBF16:
+    case DType::kBFloat16:
       FusedRun<Bf16>(args, std::move(steps)).run();
       return;
     default:

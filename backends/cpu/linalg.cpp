@@ -193,19 +193,19 @@ void matmul(const KernelArgs& args) {
   if (plan.a_offsets.empty()) return;  // empty output
   ComputePool& pool = args.pool;
   switch (args.output.desc->dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return run_plan(args.inputs[0].as<float>(), args.inputs[1].as<float>(),
                       args.output.as<float>(), plan, pool);
-    case DType::kF64:
+    case DType::kFloat64:
       return run_plan(args.inputs[0].as<double>(), args.inputs[1].as<double>(),
                       args.output.as<double>(), plan, pool);
-    case DType::kI32:
+    case DType::kInt32:
       return run_plan(args.inputs[0].as<int32_t>(), args.inputs[1].as<int32_t>(),
                       args.output.as<int32_t>(), plan, pool);
-    case DType::kI64:
+    case DType::kInt64:
       return run_plan(args.inputs[0].as<int64_t>(), args.inputs[1].as<int64_t>(),
                       args.output.as<int64_t>(), plan, pool);
-    case DType::kBF16:
+    case DType::kBFloat16:
       return run_plan_bf16(args, plan);
     case DType::kBool:
       break;  // rejected by plan_matmul

@@ -62,7 +62,7 @@ PoolGeometry plan_pool(const KernelArgs& args, bool is_max, PoolPass pass) {
   }
   // torch's avg_pool2d also takes int64 (summing in int64 and dividing toward zero); nothing
   // else of pooling takes integers.
-  const bool s64_average = !is_max && pass == PoolPass::kForward && out.dtype == DType::kI64;
+  const bool s64_average = !is_max && pass == PoolPass::kForward && out.dtype == DType::kInt64;
   if (!is_floating(out.dtype) && !s64_average) {
     reject(is_max || pass != PoolPass::kForward ? "pooling supports f32, f64 and bf16"
                                                 : "avg_pool2d supports f32, f64, bf16 and s64");

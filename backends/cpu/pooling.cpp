@@ -383,11 +383,11 @@ void pool2d(const KernelArgs& args) {
     run(args.inputs[0].as<T>(), args.output.as<T>());
   };
   switch (args.output.desc->dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return run_as(float{});
-    case DType::kF64:
+    case DType::kFloat64:
       return run_as(double{});
-    case DType::kBF16: {
+    case DType::kBFloat16: {
       // bf16 computes in f32 (a pick, or a sum rounded once): on the f32 kernels over the
       // widened input, the same bits as bf16 loops, at the f32 kernels' speed.
       const int64_t n = args.output.desc->shape.numel();
@@ -395,7 +395,7 @@ void pool2d(const KernelArgs& args) {
       run(widened(args.inputs[0], 0), out);
       return narrow_block(out, args.output.as<Bf16>(), n);
     }
-    case DType::kI64:
+    case DType::kInt64:
       if constexpr (!kIsMax) return run_as(int64_t{});
       return;  // rejected by plan_pool
     default:
@@ -540,11 +540,11 @@ void pool2d_backward(const KernelArgs& args) {
     run(args.inputs[0].as<T>(), kIsMax ? args.inputs[1].as<T>() : nullptr, args.output.as<T>());
   };
   switch (args.output.desc->dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return run_as(float{});
-    case DType::kF64:
+    case DType::kFloat64:
       return run_as(double{});
-    case DType::kBF16: {
+    case DType::kBFloat16: {
       // As the forward: on the f32 kernels over widened operands (sums in f32 either way, each
       // rounded once).
       const int64_t n = args.output.desc->shape.numel();

@@ -91,7 +91,7 @@ struct Stream {
 
 int64_t read_s64_scalar(const ConstView& view, std::string_view kernel, std::string_view what) {
   const BufferDesc& desc = *view.desc;
-  if (desc.dtype != DType::kI64 || desc.shape.numel() != 1) {
+  if (desc.dtype != DType::kInt64 || desc.shape.numel() != 1) {
     throw std::invalid_argument(fmt::format("{}: {} must be an s64 scalar, not {}{}", kernel, what,
                                             dtype_name(desc.dtype), desc.shape.to_string()));
   }
@@ -234,8 +234,8 @@ void rand_int_kernel(const KernelArgs& args) {
   if (low >= high) {
     throw std::invalid_argument(fmt::format("rand_int: needs low < high, got [{}, {})", low, high));
   }
-  if ((dtype == DType::kI32 && (low < std::numeric_limits<int32_t>::min() ||
-                                high - 1 > std::numeric_limits<int32_t>::max())) ||
+  if ((dtype == DType::kInt32 && (low < std::numeric_limits<int32_t>::min() ||
+                                  high - 1 > std::numeric_limits<int32_t>::max())) ||
       (dtype == DType::kBool && (low < 0 || high > 2))) {
     throw std::invalid_argument(
         fmt::format("rand_int: [{}, {}) does not fit in {}", low, high, dtype_name(dtype)));

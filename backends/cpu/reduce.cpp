@@ -418,7 +418,7 @@ void argmax_kernel(const KernelArgs& args) {
   if (ints.size() != 2) throw std::invalid_argument("argmax: ints must be [keepdim, dim]");
   const ReducePlan plan = plan_call(args, std::span(ints).subspan(1), ints[0] != 0);
   const Geometry& g = plan.geometry;
-  check_dtype(args, "output", args.output.desc->dtype, DType::kI64);
+  check_dtype(args, "output", args.output.desc->dtype, DType::kInt64);
   if (g.n == 0) {
     throw std::invalid_argument(fmt::format("argmax: dim {} of {} has size 0", ints[1],
                                             args.inputs[0].desc->shape.to_string()));

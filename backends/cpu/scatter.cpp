@@ -85,8 +85,8 @@ void scatter_add_kernel(const KernelArgs& args) {
       }
     });
   };
-  if (index.dtype == DType::kI32) return with_index(int32_t{});
-  if (index.dtype == DType::kI64) return with_index(int64_t{});
+  if (index.dtype == DType::kInt32) return with_index(int32_t{});
+  if (index.dtype == DType::kInt64) return with_index(int64_t{});
   throw std::invalid_argument(
       fmt::format("scatter_add: indices must be s32 or s64, not {}", dtype_name(index.dtype)));
 }

@@ -57,7 +57,7 @@ void topk_kernel(const KernelArgs& args) {
   }
   const BufferDesc& in = *args.inputs[0].desc;
   const int64_t dim = ints[0], k = ints[1];
-  check_dtype(args, "output", args.output.desc->dtype, DType::kI64);
+  check_dtype(args, "output", args.output.desc->dtype, DType::kInt64);
   Geometry g;
   for (int d = 0; d < in.shape.rank(); ++d) {
     (d < dim ? g.outer : d == dim ? g.n : g.inner) *= in.shape[d];

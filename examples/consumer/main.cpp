@@ -13,10 +13,10 @@ int main() {
   axle::Device dev = axle::device(0);
 
   // The data: each batch's labels are what a fixed random "teacher" map says of its points.
-  axle::Tensor teacher = axle::randn({kFeatures, kClasses}, axle::DType::kF32, dev);
+  axle::Tensor teacher = axle::randn({kFeatures, kClasses}, axle::DType::kFloat32, dev);
   std::vector<axle::Tensor> inputs, labels;
   for (int b = 0; b < kBatches; ++b) {
-    inputs.push_back(axle::randn({kBatchSize, kFeatures}, axle::DType::kF32, dev));
+    inputs.push_back(axle::randn({kBatchSize, kFeatures}, axle::DType::kFloat32, dev));
     labels.push_back(axle::argmax(axle::matmul(inputs.back(), teacher), 1));
   }
 

@@ -39,7 +39,8 @@ Tensor transposed_kernel(const Tensor& w, int64_t groups) {
   for (int dim : {2, 3}) {
     const int64_t k = t.size(dim);
     if (k > 1) {
-      t = index_select(t, dim, arange(static_cast<double>(k - 1), -1, -1, DType::kI64, w.device()));
+      t = index_select(t, dim,
+                       arange(static_cast<double>(k - 1), -1, -1, DType::kInt64, w.device()));
     }
   }
   return t;

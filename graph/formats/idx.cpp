@@ -272,9 +272,9 @@ CpuTensor idx_to_tensor(const IdxArray& array, DType dtype) {
 
 CpuTensor read_idx(const fs::path& path) {
   const IdxArray array = read_idx_array(path);
-  DType dtype = DType::kI32;
-  if (array.type == IdxType::kF32) dtype = DType::kF32;
-  if (array.type == IdxType::kF64) dtype = DType::kF64;
+  DType dtype = DType::kInt32;
+  if (array.type == IdxType::kF32) dtype = DType::kFloat32;
+  if (array.type == IdxType::kF64) dtype = DType::kFloat64;
   return idx_to_tensor(array, dtype);
 }
 

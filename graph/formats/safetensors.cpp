@@ -27,15 +27,15 @@ int reference_rank(DType dtype) noexcept {
   switch (dtype) {
     case DType::kBool:
       return 0;
-    case DType::kBF16:
+    case DType::kBFloat16:
       return 8;
-    case DType::kI32:
+    case DType::kInt32:
       return 9;
-    case DType::kF32:
+    case DType::kFloat32:
       return 11;
-    case DType::kF64:
+    case DType::kFloat64:
       return 12;
-    case DType::kI64:
+    case DType::kInt64:
       return 13;
   }
   return 0;
@@ -45,15 +45,15 @@ int reference_rank(DType dtype) noexcept {
 
 std::string_view safetensors_dtype_name(DType dtype) noexcept {
   switch (dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return "F32";
-    case DType::kF64:
+    case DType::kFloat64:
       return "F64";
-    case DType::kBF16:
+    case DType::kBFloat16:
       return "BF16";
-    case DType::kI32:
+    case DType::kInt32:
       return "I32";
-    case DType::kI64:
+    case DType::kInt64:
       return "I64";
     case DType::kBool:
       return "BOOL";

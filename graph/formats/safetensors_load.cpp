@@ -34,7 +34,7 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // One tensor as the header describes it.
 struct Entry {
   std::string name;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kFloat32;
   Shape shape;
   uint64_t begin = 0;
   uint64_t end = 0;

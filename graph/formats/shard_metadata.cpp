@@ -127,7 +127,7 @@ ShardFile read_shard_file(const std::filesystem::path& path) {
     shard.order.push_back(entry->name);
     shard.tensors.emplace(std::move(entry->name), std::move(entry->tensor));
   }
-  if (!text || text->dtype != DType::kI32) {
+  if (!text || text->dtype != DType::kInt32) {
     throw std::invalid_argument(
         fmt::format("consolidate_sharded_model_checkpoints: {} has no \"shard_metadata\" (save "
                     "FullyShardedDataParallel::sharded_checkpoint())",

@@ -27,7 +27,7 @@ struct ShardedParameterInfo {
 /// One flat parameter: its shard's state_dict name and what it holds.
 struct FlatParameterInfo {
   std::string name;  ///< "…flat_param_0" in the wrapper's state_dict
-  DType dtype = DType::kF32;
+  DType dtype = DType::kFloat32;
   int64_t padded_numel = 0;          ///< shard numel × world size
   std::vector<int64_t> shard_shape;  ///< the shard's own shape
   bool dim_0 = false;                ///< sharded along dim 0 of its only parameter, not flattened

@@ -123,7 +123,9 @@ NodePtr attention_mask_value(const Tensor& attn_mask, DType dtype, const Loc& wh
 
 // The logical dtype the fused kernels compute and keep the logsumexp in: f64 for f64 operands,
 // else f32 (bf16 operands accumulate in f32).
-DType compute_dtype(DType dtype) { return dtype == DType::kF64 ? DType::kF64 : DType::kF32; }
+DType compute_dtype(DType dtype) {
+  return dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+}
 
 }  // namespace
 

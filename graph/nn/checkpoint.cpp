@@ -32,7 +32,7 @@ struct CheckpointContext {
   bool preserve_rng_state = true;
   std::unordered_map<int, RngState> rng;  // the random state fn first ran with
   bool autocast = false;                  // the autocast state fn first ran in (backward
-  DType autocast_dtype = DType::kBF16;    // traces outside any region)
+  DType autocast_dtype = DType::kBFloat16;  // traces outside any region)
   DType dtype;
   Shape shape;
   std::source_location where;

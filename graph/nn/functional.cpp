@@ -14,7 +14,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, Loc where) {
   ops::require_defined("embedding", indices, "the indices", where);
   ops::require_defined("embedding", weight, "the weight", where);
   (void)ops::common_device("embedding", {&indices, &weight}, where);
-  if (indices.dtype() != DType::kI64 && indices.dtype() != DType::kI32) {
+  if (indices.dtype() != DType::kInt64 && indices.dtype() != DType::kInt32) {
     ops::fail("embedding",
               fmt::format("the indices must be s32 or s64, not {}", ops::describe(indices)), where);
   }
@@ -60,14 +60,15 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
   for (int d = rank - k; d < rank; ++d) dims.push_back(d);
   // On autocast's f32 list: in a region, bf16 operands are normalised in f32.
   const bool amp = ops::autocast_dtype().has_value();
-  const Tensor input = amp ? ops::autocast_cast(x, DType::kF32, where) : x;
+  const Tensor input = amp ? ops::autocast_cast(x, DType::kFloat32, where) : x;
   const ops::AutocastSuspended off;
   const Tensor centered = sub(input, mean(input, dims, true, where), where);
   const Tensor variance = mean(mul(centered, centered, where), dims, true, where);  // biased
   Tensor y = mul(centered, rsqrt(add(variance, eps, where), where), where);
   if (weight.defined())
-    y = mul(y, amp ? ops::autocast_cast(weight, DType::kF32, where) : weight, where);
-  if (bias.defined()) y = add(y, amp ? ops::autocast_cast(bias, DType::kF32, where) : bias, where);
+    y = mul(y, amp ? ops::autocast_cast(weight, DType::kFloat32, where) : weight, where);
+  if (bias.defined())
+    y = add(y, amp ? ops::autocast_cast(bias, DType::kFloat32, where) : bias, where);
   return y;
 }
 

@@ -15,7 +15,7 @@ namespace {
 
 // Uniform in [-bound, bound) from the device's random stream.
 Tensor uniform(const Shape& shape, double bound, Device device) {
-  return rand(shape, DType::kF32, device) * (2 * bound) - bound;
+  return rand(shape, DType::kFloat32, device) * (2 * bound) - bound;
 }
 
 }  // namespace
@@ -56,11 +56,11 @@ Tensor Dropout::forward(const Tensor& input) { return dropout(input, p_, is_trai
 
 BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, Device device)
     : num_features_(num_features), eps_(eps), momentum_(momentum) {
-  register_parameter("weight", ones(Shape{num_features}, DType::kF32, device));
-  register_parameter("bias", zeros(Shape{num_features}, DType::kF32, device));
-  register_buffer("running_mean", zeros(Shape{num_features}, DType::kF32, device));
-  register_buffer("running_var", ones(Shape{num_features}, DType::kF32, device));
-  register_buffer("num_batches_tracked", zeros(Shape{}, DType::kI64, device));
+  register_parameter("weight", ones(Shape{num_features}, DType::kFloat32, device));
+  register_parameter("bias", zeros(Shape{num_features}, DType::kFloat32, device));
+  register_buffer("running_mean", zeros(Shape{num_features}, DType::kFloat32, device));
+  register_buffer("running_var", ones(Shape{num_features}, DType::kFloat32, device));
+  register_buffer("num_batches_tracked", zeros(Shape{}, DType::kInt64, device));
 }
 
 Tensor BatchNorm2d::forward(const Tensor& given) {
@@ -70,7 +70,7 @@ Tensor BatchNorm2d::forward(const Tensor& given) {
   }
   // batch_norm is on autocast's f32 list: in a region a bf16 input is normalised in f32.
   const Tensor input =
-      ops::autocast_dtype() ? ops::autocast_cast(given, DType::kF32, Loc::current()) : given;
+      ops::autocast_dtype() ? ops::autocast_cast(given, DType::kFloat32, Loc::current()) : given;
   const ops::AutocastSuspended off;
   auto per_channel = [](const Tensor& t) { return reshape(t, {1, -1, 1, 1}); };
   Tensor mean_c, var_c;
@@ -101,8 +101,9 @@ LayerNorm::LayerNorm(std::vector<int64_t> normalized_shape, double eps, bool ele
                      Device device)
     : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
   const Shape shape(normalized_shape_);
-  register_parameter("weight", elementwise_affine ? ones(shape, DType::kF32, device) : Tensor());
-  register_parameter("bias", elementwise_affine ? zeros(shape, DType::kF32, device) : Tensor());
+  register_parameter("weight",
+                     elementwise_affine ? ones(shape, DType::kFloat32, device) : Tensor());
+  register_parameter("bias", elementwise_affine ? zeros(shape, DType::kFloat32, device) : Tensor());
 }
 
 Tensor LayerNorm::forward(const Tensor& input) {
@@ -110,7 +111,8 @@ Tensor LayerNorm::forward(const Tensor& input) {
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Device device) {
-  register_parameter("weight", randn(Shape{num_embeddings, embedding_dim}, DType::kF32, device));
+  register_parameter("weight",
+                     randn(Shape{num_embeddings, embedding_dim}, DType::kFloat32, device));
 }
 
 Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, weight()); }

@@ -44,7 +44,7 @@ void check_classes(std::string_view op, const Tensor& scores, const Tensor& targ
     ops::fail(op, fmt::format("the input must be floating-point, not {}", ops::describe(scores)),
               loc);
   }
-  if (target.dtype() != DType::kI64 && target.dtype() != DType::kI32) {
+  if (target.dtype() != DType::kInt64 && target.dtype() != DType::kInt32) {
     ops::fail(op,
               fmt::format("the target must hold class indices (s32 or s64), not {}",
                           ops::describe(target)),
@@ -86,7 +86,7 @@ Tensor class_loss(const Tensor& log_probs, const Tensor& target, double smoothin
 // Losses are on autocast's f32 list: in a region a bf16 input is computed in f32 (and the ops the
 // loss is made of trace as they are, under an AutocastSuspended).
 Tensor f32_in_autocast(const Tensor& t, const Loc& loc) {
-  return ops::autocast_dtype() ? ops::autocast_cast(t, DType::kF32, loc) : t;
+  return ops::autocast_dtype() ? ops::autocast_cast(t, DType::kFloat32, loc) : t;
 }
 
 }  // namespace

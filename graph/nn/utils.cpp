@@ -15,7 +15,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   for (const Tensor& p : params) {
     if (Tensor g = p.grad(); g.defined()) grads.push_back(std::move(g));
   }
-  if (grads.empty()) return scalar_tensor(0.0, DType::kF32, Device{}, where);
+  if (grads.empty()) return scalar_tensor(0.0, DType::kFloat32, Device{}, where);
   Tensor total;
   const bool infinity = std::isinf(norm_type);
   for (const Tensor& g : grads) {

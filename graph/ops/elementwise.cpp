@@ -39,7 +39,7 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Kind kind, const Loc& whe
   const Device device = ops::common_device(name, {&a, &b}, where);
   const Shape shape = ops::broadcast_shapes(name, a.shape(), b.shape(), where, &a, &b);
   DType compute = promote_types(a.dtype(), b.dtype());
-  if (kind == Kind::kTrueDivision && !is_floating(compute)) compute = DType::kF32;
+  if (kind == Kind::kTrueDivision && !is_floating(compute)) compute = DType::kFloat32;
   if (kind == Kind::kLogical) compute = DType::kBool;
   const DType result = kind == Kind::kComparison || kind == Kind::kLogical ? DType::kBool : compute;
   Tensor out = ops::make_result(
@@ -51,21 +51,29 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Kind kind, const Loc& whe
   return out;
 }
 
-// The dtype `t op scalar` computes in, as PyTorch: a scalar does not widen a tensor of its own
-// kind; a fractional scalar makes an integer tensor's result float.
-DType scalar_compute_type(const Tensor& t, double value) {
+// The dtype `t op scalar` computes in, as PyTorch types a Python number: a scalar does not widen
+// a floating-point tensor; an integer one keeps an integer tensor's dtype (a pred's becomes
+// s64); a floating-point one makes an integer or pred tensor f32, the default dtype.
+DType scalar_compute_type(const Tensor& t, bool integer_scalar) {
   if (is_floating(t.dtype())) return t.dtype();
-  if (std::nearbyint(value) == value) return t.dtype() == DType::kBool ? DType::kI64 : t.dtype();
-  return DType::kF32;
+  if (integer_scalar) return t.dtype() == DType::kBool ? DType::kInt64 : t.dtype();
+  return DType::kFloat32;
+}
+
+// Comparisons keep an integer tensor's dtype for a scalar of integral value, so that large
+// integers compare exactly (the result is a pred either way).
+DType comparison_compute_type(const Tensor& t, double value) {
+  return scalar_compute_type(t, std::nearbyint(value) == value);
 }
 
 Tensor binary_scalar(Op op, const Tensor& a, double b, Kind kind, bool scalar_first,
-                     const Loc& where) {
+                     const Loc& where, bool integer_scalar = false) {
   const std::string_view name = op_name(op);
   ops::require_defined(name, a, "the tensor operand", where);
   if (op == Op::kSub) refuse_pred(name, a, where);
-  DType compute = scalar_compute_type(a, b);
-  if (kind == Kind::kTrueDivision && !is_floating(compute)) compute = DType::kF32;
+  DType compute = kind == Kind::kComparison ? comparison_compute_type(a, b)
+                                            : scalar_compute_type(a, integer_scalar);
+  if (kind == Kind::kTrueDivision && !is_floating(compute)) compute = DType::kFloat32;
   const DType result = kind == Kind::kComparison ? DType::kBool : compute;
   NodePtr tensor_value = ops::value_as(a, compute, where);
   NodePtr scalar_value = ops::scalar(b, compute, where);
@@ -85,7 +93,7 @@ Tensor unary(Op op, const Tensor& x, bool float_only, const Loc& where, IntAttrs
   if (op == Op::kNeg || op == Op::kAbs || op == Op::kRelu) refuse_pred(name, x, where);
   DType dtype = x.dtype();
   // Transcendental functions of integers compute in float, as torch does.
-  if (float_only && !is_floating(dtype)) dtype = DType::kF32;
+  if (float_only && !is_floating(dtype)) dtype = DType::kFloat32;
   const bool record = autograd::should_record(x);
   Tensor out = ops::make_result(op, dtype, x.shape(), Operands{ops::value_as(x, dtype, where)},
                                 x.device(), where, record ? ints : std::move(ints));
@@ -95,7 +103,7 @@ Tensor unary(Op op, const Tensor& x, bool float_only, const Loc& where, IntAttrs
 
 // An operand of an op on autocast's f32 list: a bf16 one is computed in f32.
 Tensor in_f32(const Tensor& t, const Loc& where) {
-  return ops::autocast_cast(t, DType::kF32, where);
+  return ops::autocast_cast(t, DType::kFloat32, where);
 }
 
 }  // namespace
@@ -268,5 +276,28 @@ Tensor operator/(double a, Operand b) {
   return binary_scalar(Op::kDiv, b.tensor, a, Kind::kTrueDivision, true, b.where);
 }
 Tensor operator-(Operand a) { return neg(a.tensor, a.where); }
+
+Tensor detail::integer_scalar_op(ScalarArithmetic op, const Tensor& a, int64_t b, bool scalar_first,
+                                 Loc where) {
+  const auto value = static_cast<double>(b);
+  switch (op) {
+    case ScalarArithmetic::kAdd:
+      return binary_scalar(Op::kAdd, a, value, Kind::kArithmetic, scalar_first, where, true);
+    case ScalarArithmetic::kSub:
+      return binary_scalar(Op::kSub, a, value, Kind::kArithmetic, scalar_first, where, true);
+    case ScalarArithmetic::kMul:
+      return binary_scalar(Op::kMul, a, value, Kind::kArithmetic, scalar_first, where, true);
+    case ScalarArithmetic::kDiv:
+      return binary_scalar(Op::kDiv, a, value, Kind::kTrueDivision, scalar_first, where, true);
+    case ScalarArithmetic::kPow:
+      if (ops::autocast_dtype()) [[unlikely]] {
+        const ops::AutocastSuspended off;
+        return binary_scalar(Op::kPow, in_f32(a, where), value, Kind::kArithmetic, false, where,
+                             true);
+      }
+      return binary_scalar(Op::kPow, a, value, Kind::kArithmetic, false, where, true);
+  }
+  return {};
+}
 
 }  // namespace axle

@@ -112,9 +112,9 @@ Tensor traced(Op op, const Tensor& x, const Loc& where) {
   ops::require_defined(op_name(op), x, "the operand", where);
   if (row.autocast_f32 && ops::autocast_dtype()) [[unlikely]] {
     const ops::AutocastSuspended off;
-    return traced(op, ops::autocast_cast(x, DType::kF32, where), where);
+    return traced(op, ops::autocast_cast(x, DType::kFloat32, where), where);
   }
-  const DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::kF32;
+  const DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::kFloat32;
   Tensor out = ops::make_result(op, dtype, x.shape(), Operands{ops::value_as(x, dtype, where)},
                                 x.device(), where);
   if (autograd::should_record(x)) autograd::record(row.derivative, out, {x});

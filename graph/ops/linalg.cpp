@@ -132,7 +132,7 @@ Tensor pool(Op op, const Tensor& x, const Pool2dOptions& o, const Loc& where) {
   ops::require_defined(name, x, "the input", where);
   require_image(name, x, "[N, C, H, W]", where);
   // torch's avg_pool2d also averages int64 (dividing toward zero); max_pool2d takes no integers.
-  if (!is_floating(x.dtype()) && (is_max || x.dtype() != DType::kI64)) {
+  if (!is_floating(x.dtype()) && (is_max || x.dtype() != DType::kInt64)) {
     ops::fail(name,
               fmt::format("the input must be floating-point{}, not {}", is_max ? "" : " or s64",
                           describe(x)),

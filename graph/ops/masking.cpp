@@ -28,7 +28,7 @@ DType clamp_dtype(const Tensor& x, std::optional<double> min, std::optional<doub
   if (is_floating(x.dtype())) return x.dtype();
   const bool fractional =
       (min && std::nearbyint(*min) != *min) || (max && std::nearbyint(*max) != *max);
-  return fractional ? DType::kF32 : x.dtype();
+  return fractional ? DType::kFloat32 : x.dtype();
 }
 
 Tensor triangle(std::string_view op, const Tensor& x, int64_t diagonal, bool lower,
@@ -38,9 +38,9 @@ Tensor triangle(std::string_view op, const Tensor& x, int64_t diagonal, bool low
     ops::fail(op, fmt::format("needs a tensor of at least 2 dims, not {}", describe(x)), loc);
   }
   const int64_t rows = x.size(-2), cols = x.size(-1);
-  const Tensor row = reshape(arange(0, static_cast<double>(rows), 1, DType::kI64, x.device(), loc),
-                             {rows, 1}, loc);
-  const Tensor col = arange(0, static_cast<double>(cols), 1, DType::kI64, x.device(), loc);
+  const Tensor row = reshape(
+      arange(0, static_cast<double>(rows), 1, DType::kInt64, x.device(), loc), {rows, 1}, loc);
+  const Tensor col = arange(0, static_cast<double>(cols), 1, DType::kInt64, x.device(), loc);
   const Tensor above_diagonal = sub(col, row, loc);  // col - row, [rows, cols]
   const auto d = static_cast<double>(diagonal);
   const Tensor keep = lower ? lt(above_diagonal, d + 1, loc) : gt(above_diagonal, d - 1, loc);

@@ -36,8 +36,8 @@ Operands stream_operands(Device device, int64_t numel, const Loc& where) {
   const auto count = (static_cast<uint64_t>(numel) + 3) / 4 * 4;
   const RngState state = TraceContext::current().draw_random(device, count);
   // Node::parameter, not ops::scalar: a seed or offset of 0 or 1 must not become a constant.
-  return Operands{Node::parameter(DType::kI64, static_cast<double>(state.seed), where),
-                  Node::parameter(DType::kI64, static_cast<double>(state.offset), where)};
+  return Operands{Node::parameter(DType::kInt64, static_cast<double>(state.seed), where),
+                  Node::parameter(DType::kInt64, static_cast<double>(state.offset), where)};
 }
 
 void require_floating(std::string_view op, DType dtype, const Loc& where) {
@@ -80,10 +80,10 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Devic
               where);
   }
   // Checked here rather than when the step runs, where the error would be far from this line.
-  const bool fits = dtype == DType::kBool  ? low >= 0 && high <= 2
-                    : dtype == DType::kI32 ? low >= std::numeric_limits<int32_t>::min() &&
-                                                 high - 1 <= std::numeric_limits<int32_t>::max()
-                                           : true;
+  const bool fits = dtype == DType::kBool    ? low >= 0 && high <= 2
+                    : dtype == DType::kInt32 ? low >= std::numeric_limits<int32_t>::min() &&
+                                                   high - 1 <= std::numeric_limits<int32_t>::max()
+                                             : true;
   if (!fits) {
     ops::fail("randint",
               fmt::format("[{}, {}) does not fit in {}", low, high, describe(dtype, shape)), where);
@@ -112,7 +112,7 @@ Tensor bernoulli(const Shape& shape, double p, DType dtype, Device device, Loc w
   }
   // The kernel compares against p in p's own floating dtype, whatever the output's: f32 (f64
   // for an f64 output) so that bf16 rounding does not shift p (0.3 would become 0.30078).
-  const DType p_dtype = dtype == DType::kF64 ? DType::kF64 : DType::kF32;
+  const DType p_dtype = dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
   Operands operands = stream_operands(device, shape.numel(), where);
   operands.push_back(ops::scalar(p, p_dtype, where));
   return ops::make_result(Op::kBernoulli, dtype, shape, std::move(operands), device, where);
@@ -146,19 +146,20 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, L
                           replacement ? "with" : "without", describe(probs)),
               where);
   }
-  const Tensor weights = cast(probs.dim() == 1 ? unsqueeze(probs, 0, where) : probs, DType::kF64,
-                              where);  // [N, C]
+  const Tensor weights =
+      cast(probs.dim() == 1 ? unsqueeze(probs, 0, where) : probs, DType::kFloat64,
+           where);  // [N, C]
   const int64_t rows = weights.size(0);
   Tensor samples;
   if (replacement) {
     const Tensor cdf = cumsum(weights, 1, where);
     const Tensor normalised =
         unsqueeze(div(cdf, slice(cdf, 1, -1, categories, 1, where), where), 1, where);  // [N, 1, C]
-    const Tensor u = rand(Shape{rows, num_samples, 1}, DType::kF64, probs.device(), where);
-    samples = sum(cast(logical_not(lt(u, normalised, where), where), DType::kI64, where), {2},
+    const Tensor u = rand(Shape{rows, num_samples, 1}, DType::kFloat64, probs.device(), where);
+    samples = sum(cast(logical_not(lt(u, normalised, where), where), DType::kInt64, where), {2},
                   false, where);
   } else {
-    const Tensor u = rand(Shape{rows, categories}, DType::kF64, probs.device(), where);
+    const Tensor u = rand(Shape{rows, categories}, DType::kFloat64, probs.device(), where);
     const Tensor keys = sub(log(weights, where), log(neg(log(u, where), where), where), where);
     samples = topk(keys, num_samples, 1, true, true, where).indices;
   }

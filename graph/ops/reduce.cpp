@@ -67,8 +67,8 @@ enum class ResultType {
 };
 
 DType result_dtype(DType in, ResultType kind) {
-  if (kind == ResultType::kSumType && !is_floating(in)) return DType::kI64;
-  if (kind == ResultType::kFloatType && !is_floating(in)) return DType::kF32;
+  if (kind == ResultType::kSumType && !is_floating(in)) return DType::kInt64;
+  if (kind == ResultType::kFloatType && !is_floating(in)) return DType::kFloat32;
   return in;
 }
 
@@ -98,7 +98,7 @@ NodePtr reshaped(const NodePtr& value, const Shape& shape, const Loc& where) {
 Tensor softmax_like(Op op, const Tensor& x, int64_t dim, const Loc& where) {
   if (ops::autocast_dtype()) [[unlikely]] {
     const ops::AutocastSuspended off;
-    return softmax_like(op, ops::autocast_cast(x, DType::kF32, where), dim, where);
+    return softmax_like(op, ops::autocast_cast(x, DType::kFloat32, where), dim, where);
   }
   const std::string_view name = op_name(op);
   ops::require_defined(name, x, "the operand", where);
@@ -161,7 +161,7 @@ Tensor variance(std::string_view op, const Tensor& x, const std::vector<int64_t>
 Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
   if (ops::autocast_dtype()) [[unlikely]] {
     const ops::AutocastSuspended off;
-    return sum(ops::autocast_cast(x, DType::kF32, where), std::move(dims), keepdim, where);
+    return sum(ops::autocast_cast(x, DType::kFloat32, where), std::move(dims), keepdim, where);
   }
   return reduce(Op::kSum, "sum", x, dims, keepdim, ResultType::kSumType, where);
 }
@@ -183,7 +183,8 @@ Tensor amin(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where)
 Tensor logsumexp(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
   if (ops::autocast_dtype()) [[unlikely]] {
     const ops::AutocastSuspended off;
-    return logsumexp(ops::autocast_cast(x, DType::kF32, where), std::move(dims), keepdim, where);
+    return logsumexp(ops::autocast_cast(x, DType::kFloat32, where), std::move(dims), keepdim,
+                     where);
   }
   return reduce(Op::kLogSumExp, "logsumexp", x, dims, keepdim, ResultType::kFloatType, where);
 }
@@ -198,7 +199,7 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim, Loc whe
     const int64_t d = ops::normalize_dim("argmax", x, *dim, in.rank(), where);
     if (in.rank() > 0) {
       require_nonempty("argmax", x, {d}, where);
-      return ops::make_result(Op::kArgMax, DType::kI64, reduced_shape(in, {d}, keepdim),
+      return ops::make_result(Op::kArgMax, DType::kInt64, reduced_shape(in, {d}, keepdim),
                               Operands{ops::value_as(x, x.dtype(), where)}, x.device(), where,
                               IntAttrs{keepdim ? 1 : 0, d});
     }
@@ -210,13 +211,13 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim, Loc whe
   // result keeps x's rank with every dim 1, as torch >= 1.13 does.
   const Shape flat{x.numel()};
   const Tensor index =
-      ops::make_result(Op::kArgMax, DType::kI64, Shape{},
+      ops::make_result(Op::kArgMax, DType::kInt64, Shape{},
                        Operands{reshaped(ops::value_as(x, x.dtype(), where), flat, where)},
                        x.device(), where, IntAttrs{0, 0});
   if (!keepdim || in.rank() == 0) return index;
   Shape ones;
   for (int d = 0; d < in.rank(); ++d) ones.push_back(1);
-  return ops::make_result(Op::kReshape, DType::kI64, ones,
+  return ops::make_result(Op::kReshape, DType::kInt64, ones,
                           Operands{index.impl()->value_node(where)}, x.device(), where);
 }
 

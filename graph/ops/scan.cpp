@@ -10,12 +10,12 @@ namespace axle {
 Tensor cumsum(const Tensor& x, int64_t dim, Loc where) {
   if (ops::autocast_dtype()) [[unlikely]] {  // on autocast's f32 list
     const ops::AutocastSuspended off;
-    return cumsum(ops::autocast_cast(x, DType::kF32, where), dim, where);
+    return cumsum(ops::autocast_cast(x, DType::kFloat32, where), dim, where);
   }
   ops::require_defined("cumsum", x, "the operand", where);
   const int64_t d = ops::normalize_dim("cumsum", x, dim, x.dim(), where);
   // Integers and bool sum in s64, as torch.cumsum.
-  const DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::kI64;
+  const DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::kInt64;
   Tensor result =
       ops::make_result(Op::kCumsum, dtype, x.shape(), Operands{ops::value_as(x, dtype, where)},
                        x.device(), where, IntAttrs{d, 0});

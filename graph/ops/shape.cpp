@@ -398,7 +398,7 @@ Tensor one_hot(const Tensor& index, int64_t num_classes, Loc where) {
   }
   std::vector<int64_t> dims(index.shape().dims().begin(), index.shape().dims().end());
   dims.push_back(num_classes);
-  return ops::make_result(Op::kOneHot, DType::kI64, make_shape("one_hot", dims, where),
+  return ops::make_result(Op::kOneHot, DType::kInt64, make_shape("one_hot", dims, where),
                           Operands{ops::value_as(index, index.dtype(), where)}, index.device(),
                           where, IntAttrs{num_classes});
 }

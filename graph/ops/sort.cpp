@@ -24,14 +24,14 @@ TopK topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted, Lo
   }
   if (x.dim() == 0) {
     // One element: it is the top 1 (a 0-d result, as torch), and the top 0 is empty.
-    if (k == 1) return {x, zeros({}, DType::kI64, x.device(), where)};
-    return {zeros({0}, x.dtype(), x.device(), where), zeros({0}, DType::kI64, x.device(), where)};
+    if (k == 1) return {x, zeros({}, DType::kInt64, x.device(), where)};
+    return {zeros({0}, x.dtype(), x.device(), where), zeros({0}, DType::kInt64, x.device(), where)};
   }
   Shape shape = x.shape();
   shape[static_cast<int>(d)] = k;
-  const Tensor indices =
-      ops::make_result(Op::kTopK, DType::kI64, shape, Operands{ops::value_as(x, x.dtype(), where)},
-                       x.device(), where, IntAttrs{d, k, largest ? 1 : 0});
+  const Tensor indices = ops::make_result(Op::kTopK, DType::kInt64, shape,
+                                          Operands{ops::value_as(x, x.dtype(), where)}, x.device(),
+                                          where, IntAttrs{d, k, largest ? 1 : 0});
   return {gather(x, d, indices, where), indices};
 }
 

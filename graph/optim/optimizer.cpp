@@ -69,14 +69,14 @@ nn::StateDict Optimizer::state_dict() const {
     if (param_steps_[i] > 0) {
       out.emplace_back(
           fmt::format("state.{}.step", i),
-          scalar_tensor(static_cast<double>(param_steps_[i]), DType::kI64, params_[i].device()));
+          scalar_tensor(static_cast<double>(param_steps_[i]), DType::kInt64, params_[i].device()));
     }
     for (const auto& [name, tensor] : state_[i]) {
       if (tensor.defined()) out.emplace_back(fmt::format("state.{}.{}", i, name), tensor);
     }
   }
   const Device device = params_.empty() ? Device{} : params_[0].device();
-  out.emplace_back("step", scalar_tensor(static_cast<double>(steps_), DType::kI64, device));
+  out.emplace_back("step", scalar_tensor(static_cast<double>(steps_), DType::kInt64, device));
   return out;
 }
 

@@ -17,14 +17,14 @@ double round_to(DType dtype, double value) {
   return load_element(dtype, bytes);
 }
 
-bool is_integer(DType dtype) { return dtype == DType::kI32 || dtype == DType::kI64; }
+bool is_integer(DType dtype) { return dtype == DType::kInt32 || dtype == DType::kInt64; }
 
 // Integer results are folded only where they are exact and in range (the kernels wrap).
 bool representable(DType dtype, double value) {
-  if (dtype == DType::kI32) {
+  if (dtype == DType::kInt32) {
     return std::trunc(value) == value && value >= -2147483648.0 && value <= 2147483647.0;
   }
-  if (dtype == DType::kI64) return std::trunc(value) == value && std::fabs(value) <= 0x1p53;
+  if (dtype == DType::kInt64) return std::trunc(value) == value && std::fabs(value) <= 0x1p53;
   return true;
 }
 

@@ -117,10 +117,10 @@ int64_t Partitioner::group_key(const std::vector<std::vector<int64_t>>& groups) 
 
 int32_t Partitioner::partition_index() {
   if (partition_ < 0) {
-    partition_ = out_.append(Op::kParameter, DType::kI64, Shape{}, {}, {}, {}, out_.num_inputs);
+    partition_ = out_.append(Op::kParameter, DType::kInt64, Shape{}, {}, {}, {}, out_.num_inputs);
     ++out_.num_inputs;
     const int32_t operand[] = {partition_};
-    partition_vector_ = emit(Op::kReshape, DType::kI64, Shape{1}, operand);
+    partition_vector_ = emit(Op::kReshape, DType::kInt64, Shape{1}, operand);
   }
   return partition_vector_;
 }
@@ -128,20 +128,20 @@ int32_t Partitioner::partition_index() {
 int32_t Partitioner::per_device(const std::vector<int64_t>& values) {
   if (std::all_of(values.begin(), values.end(), [&](int64_t v) { return v == values[0]; })) {
     const double value = static_cast<double>(values[0]);
-    return emit(Op::kFill, DType::kI64, Shape{1}, {}, {}, std::span<const double>(&value, 1));
+    return emit(Op::kFill, DType::kInt64, Shape{1}, {}, {}, std::span<const double>(&value, 1));
   }
   if (auto it = tables_.find(values); it != tables_.end()) return it->second;
   std::vector<int32_t> entries;
   for (int64_t v : values) {
     const double value = static_cast<double>(v);
     entries.push_back(
-        emit(Op::kFill, DType::kI64, Shape{1}, {}, {}, std::span<const double>(&value, 1)));
+        emit(Op::kFill, DType::kInt64, Shape{1}, {}, {}, std::span<const double>(&value, 1)));
   }
   const int64_t zero[] = {0};
   const int32_t table =
-      emit(Op::kConcat, DType::kI64, Shape{static_cast<int64_t>(values.size())}, entries, zero);
+      emit(Op::kConcat, DType::kInt64, Shape{static_cast<int64_t>(values.size())}, entries, zero);
   const int32_t operands[] = {table, partition_index()};
-  const int32_t picked = emit(Op::kIndexSelect, DType::kI64, Shape{1}, operands, zero);
+  const int32_t picked = emit(Op::kIndexSelect, DType::kInt64, Shape{1}, operands, zero);
   tables_.emplace(values, picked);
   return picked;
 }
@@ -150,7 +150,7 @@ Partitioner::BlockIndices Partitioner::block_indices(int32_t indices, DType inde
                                                      const Shape& shape, int64_t length,
                                                      const std::vector<int64_t>& starts) {
   int32_t start = per_device(starts);
-  if (index_dtype != DType::kI64) {
+  if (index_dtype != DType::kInt64) {
     const int32_t operand[] = {start};
     start = emit(Op::kCast, index_dtype, Shape{1}, operand);
   }
@@ -168,9 +168,9 @@ Partitioner::BlockIndices Partitioner::block_indices(int32_t indices, DType inde
 int32_t Partitioner::dynamic_slice(int32_t x, int dim, int64_t length,
                                    const std::vector<int64_t>& offsets) {
   const double iota[] = {0, 1};
-  const int32_t range = emit(Op::kIota, DType::kI64, Shape{length}, {}, {}, iota);
+  const int32_t range = emit(Op::kIota, DType::kInt64, Shape{length}, {}, {}, iota);
   const int32_t sum[] = {range, per_device(offsets)};
-  const int32_t index = emit(Op::kAdd, DType::kI64, Shape{length}, sum);
+  const int32_t index = emit(Op::kAdd, DType::kInt64, Shape{length}, sum);
   Shape shape = out_[x].shape;
   shape[dim] = length;
   const int32_t operands[] = {x, index};

@@ -88,7 +88,7 @@ struct Value {
   int32_t id = -1;
   Layout layout;
   Shape shape;  // global
-  DType dtype = DType::kF32;
+  DType dtype = DType::kFloat32;
 };
 
 class Partitioner {

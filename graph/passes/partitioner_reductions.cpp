@@ -161,7 +161,7 @@ int32_t Partitioner::lower_split_scan(int32_t id) {
     const int64_t sum_ints[] = {1, d};
     const int32_t totals = gather_along(emit(Op::kSum, dtype, picked, x, sum_ints), d, *groups);
     const double iota[] = {0, 1};
-    const int32_t before[] = {emit(Op::kIota, DType::kI64, Shape{g}, {}, {}, iota),
+    const int32_t before[] = {emit(Op::kIota, DType::kInt64, Shape{g}, {}, {}, iota),
                               per_device(coords)};
     const bool reverse = ints[1] != 0;
     const int32_t chosen[] = {emit(reverse ? Op::kGt : Op::kLt, DType::kBool, Shape{g}, before)};
@@ -174,22 +174,23 @@ int32_t Partitioner::lower_split_scan(int32_t id) {
     return finish(id, emit(Op::kAdd, dtype, local, add), need);
   }
   const int32_t positions =
-      argmax ? emit(Op::kArgMax, DType::kI64, picked, x, first_along) : local_op(id, x, picked);
+      argmax ? emit(Op::kArgMax, DType::kInt64, picked, x, first_along) : local_op(id, x, picked);
   const int32_t at[] = {x[0], positions};
   const int32_t values = gather_along(emit(Op::kGather, dtype, picked, at, along), d, *groups);
   const int32_t shift[] = {positions, per_device(starts)};
   const int32_t global_positions =
-      gather_along(emit(Op::kAdd, DType::kI64, picked, shift), d, *groups);
+      gather_along(emit(Op::kAdd, DType::kInt64, picked, shift), d, *groups);
   Shape best_shape = out_[values].shape;
   best_shape[d] = k;
   const int32_t candidates[] = {values};
-  const int32_t best = argmax ? emit(Op::kArgMax, DType::kI64, best_shape, candidates, first_along)
-                              : emit(Op::kTopK, DType::kI64, best_shape, candidates, ints);
+  const int32_t best = argmax
+                           ? emit(Op::kArgMax, DType::kInt64, best_shape, candidates, first_along)
+                           : emit(Op::kTopK, DType::kInt64, best_shape, candidates, ints);
   const int32_t pick[] = {global_positions, best};
-  int32_t result = emit(Op::kGather, DType::kI64, best_shape, pick, along);
+  int32_t result = emit(Op::kGather, DType::kInt64, best_shape, pick, along);
   if (argmax && !keepdim) {
     const int32_t operand_of[] = {result};
-    result = emit(Op::kReshape, DType::kI64, local_shape(instr.shape, want), operand_of);
+    result = emit(Op::kReshape, DType::kInt64, local_shape(instr.shape, want), operand_of);
     return finish(id, result, want);
   }
   return finish(id, result, argmax ? want : whole);

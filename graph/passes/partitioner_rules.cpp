@@ -172,20 +172,20 @@ int32_t Partitioner::lower_iota(int32_t id) {
   const int64_t length = instr.shape[0] / want.tiles[0];
   const double iota[] = {0, 1};
   const Shape shape{length};
-  const int32_t range = emit(Op::kIota, DType::kI64, shape, {}, {}, iota);
+  const int32_t range = emit(Op::kIota, DType::kInt64, shape, {}, {}, iota);
   std::vector<int64_t> offsets;
   for (int64_t p = 0; p < want.devices; ++p) offsets.push_back(want.at(p, 0) * length);
   const int32_t sum[] = {range, per_device(offsets)};
-  int32_t index = emit(Op::kAdd, DType::kI64, shape, sum);
+  int32_t index = emit(Op::kAdd, DType::kInt64, shape, sum);
   const double start = global_.reals(id)[0];
   const double step = global_.reals(id)[1];
-  if (instr.dtype == DType::kI64 && start == 0 && step == 1) return index;
+  if (instr.dtype == DType::kInt64 && start == 0 && step == 1) return index;
   const int32_t as_double[] = {index};
-  index = emit(Op::kCast, DType::kF64, shape, as_double);
-  const int32_t scaled[] = {index, scalar(DType::kF64, step)};
-  index = emit(Op::kMul, DType::kF64, shape, scaled);
-  const int32_t shifted[] = {index, scalar(DType::kF64, start)};
-  index = emit(Op::kAdd, DType::kF64, shape, shifted);
+  index = emit(Op::kCast, DType::kFloat64, shape, as_double);
+  const int32_t scaled[] = {index, scalar(DType::kFloat64, step)};
+  index = emit(Op::kMul, DType::kFloat64, shape, scaled);
+  const int32_t shifted[] = {index, scalar(DType::kFloat64, start)};
+  index = emit(Op::kAdd, DType::kFloat64, shape, shifted);
   const int32_t cast[] = {index};
   return emit(Op::kCast, instr.dtype, shape, cast);
 }
@@ -248,7 +248,7 @@ int32_t Partitioner::lower_random(int32_t id) {
   }
   Layout have = replicated(shape.rank(), devices_);
   if (lead >= 0 && want.sharded(lead) && operands.size() >= 2 &&
-      global_[operands[1]].dtype == DType::kI64 && global_[operands[1]].shape.rank() == 0) {
+      global_[operands[1]].dtype == DType::kInt64 && global_[operands[1]].shape.rank() == 0) {
     copy_dim(have, lead, want, lead);
   }
   std::vector<int32_t> locals;
@@ -263,8 +263,8 @@ int32_t Partitioner::lower_random(int32_t id) {
     std::vector<int64_t> first;
     for (int64_t p = 0; p < devices_; ++p) first.push_back(have.at(p, lead) * rows * inner);
     const int32_t start[] = {per_device(first)};
-    const int32_t start_scalar[] = {locals[1], emit(Op::kReshape, DType::kI64, Shape{}, start)};
-    locals[1] = emit(Op::kAdd, DType::kI64, Shape{}, start_scalar);
+    const int32_t start_scalar[] = {locals[1], emit(Op::kReshape, DType::kInt64, Shape{}, start)};
+    locals[1] = emit(Op::kAdd, DType::kInt64, Shape{}, start_scalar);
   }
   return finish(id, local_op(id, locals, local_shape(shape, have)), have);
 }

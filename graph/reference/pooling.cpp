@@ -47,7 +47,7 @@ Pool plan(const OpCall& call, bool is_max, const Shape& x, const Shape& pooled,
   for (const CpuTensor* operand : call.operands) {
     expect_dtype(call, "an operand", operand->dtype, call.dtype());
   }
-  if (!is_floating(call.dtype()) && !(takes_s64 && call.dtype() == DType::kI64)) {
+  if (!is_floating(call.dtype()) && !(takes_s64 && call.dtype() == DType::kInt64)) {
     fail(call,
          takes_s64 ? "avg_pool2d takes f32, f64, bf16 and s64" : "pooling takes f32, f64 and bf16");
   }
@@ -172,7 +172,7 @@ CpuTensor avg_pool(const OpCall& call) {
       for (int64_t z = 0; z < p.ow; ++z) {
         const AvgSpan cols = avg_span(z, p.stride_w, p.pad_w, p.kw, p.w, p.count_include_pad);
         const bool empty = rows.lo >= rows.hi || cols.lo >= cols.hi;
-        if (x.dtype == DType::kI64) {
+        if (x.dtype == DType::kInt64) {
           int64_t total = 0;
           for (int64_t i = rows.lo; i < rows.hi; ++i) {
             for (int64_t j = cols.lo; j < cols.hi; ++j) total += int_at(x, base + i * p.w + j);

@@ -42,7 +42,7 @@ struct Stream {
 };
 
 int64_t scalar_s64(const OpCall& call, const CpuTensor& t, const char* what) {
-  if (t.dtype != DType::kI64 || t.shape.numel() != 1) {
+  if (t.dtype != DType::kInt64 || t.shape.numel() != 1) {
     fail(call, fmt::format("the {} must be an s64 scalar, not {}{}", what, dtype_name(t.dtype),
                            t.shape.to_string()));
   }
@@ -70,9 +70,9 @@ double largest_below(DType dtype, double high) {
   CpuTensor v = zeros(dtype, Shape{});
   store_real(v, 0, high);
   while (real_at(v, 0) >= high) {
-    if (dtype == DType::kF64) {
+    if (dtype == DType::kFloat64) {
       store_real(v, 0, std::nextafter(real_at(v, 0), -std::numeric_limits<double>::infinity()));
-    } else if (dtype == DType::kF32) {
+    } else if (dtype == DType::kFloat32) {
       const auto f = static_cast<float>(real_at(v, 0));
       store_real(v, 0, std::nextafter(f, -std::numeric_limits<float>::infinity()));
     } else {  // bf16: one step toward -infinity in its 16 bits
@@ -126,8 +126,8 @@ CpuTensor rand_int(const OpCall& call) {
   const int64_t low = call.ints()[0], high = call.ints()[1];
   const DType dtype = call.dtype();
   if (low >= high) fail(call, fmt::format("needs low < high, got [{}, {})", low, high));
-  if ((dtype == DType::kI32 && (low < std::numeric_limits<int32_t>::min() ||
-                                high - 1 > std::numeric_limits<int32_t>::max())) ||
+  if ((dtype == DType::kInt32 && (low < std::numeric_limits<int32_t>::min() ||
+                                  high - 1 > std::numeric_limits<int32_t>::max())) ||
       (dtype == DType::kBool && (low < 0 || high > 2))) {
     fail(call, fmt::format("[{}, {}) does not fit in {}", low, high, dtype_name(dtype)));
   }

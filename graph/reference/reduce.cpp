@@ -133,7 +133,7 @@ CpuTensor argmax(const OpCall& call) {
   expect_ints(call, 2, "[keepdim, dim]");
   const CpuTensor& x = call.operand(0);
   check_reduction(call, call.ints().subspan(1, 1), call.ints()[0] != 0);
-  expect_dtype(call, "the result", call.dtype(), DType::kI64);
+  expect_dtype(call, "the result", call.dtype(), DType::kInt64);
   CpuTensor out = result_of(call);
   for_each_output(x.shape, call.ints().subspan(1, 1),
                   [&](int64_t o, std::span<const int64_t> terms) {
@@ -225,7 +225,7 @@ CpuTensor cumsum(const OpCall& call) {
 CpuTensor topk(const OpCall& call) {
   expect_operands(call, 1);
   expect_ints(call, 3, "[dim, k, largest]");
-  expect_dtype(call, "the result", call.dtype(), DType::kI64);
+  expect_dtype(call, "the result", call.dtype(), DType::kInt64);
   const CpuTensor& x = call.operand(0);
   const int64_t dim = dim_of(call, call.ints()[0]);
   const int64_t k = call.ints()[1];

@@ -92,15 +92,15 @@ CpuTensor result_of(const OpCall& call) { return zeros(call.dtype(), call.shape(
 
 double real_at(const CpuTensor& t, int64_t i) {
   switch (t.dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return read<float>(t, i);
-    case DType::kF64:
+    case DType::kFloat64:
       return read<double>(t, i);
-    case DType::kBF16:
+    case DType::kBFloat16:
       return bf16_bits_to_float(read<uint16_t>(t, i));
-    case DType::kI32:
+    case DType::kInt32:
       return read<int32_t>(t, i);
-    case DType::kI64:
+    case DType::kInt64:
       return static_cast<double>(read<int64_t>(t, i));
     case DType::kBool:
       return read<uint8_t>(t, i) != 0;
@@ -110,9 +110,9 @@ double real_at(const CpuTensor& t, int64_t i) {
 
 int64_t int_at(const CpuTensor& t, int64_t i) {
   switch (t.dtype) {
-    case DType::kI32:
+    case DType::kInt32:
       return read<int32_t>(t, i);
-    case DType::kI64:
+    case DType::kInt64:
       return read<int64_t>(t, i);
     case DType::kBool:
       return read<uint8_t>(t, i) != 0;
@@ -123,15 +123,15 @@ int64_t int_at(const CpuTensor& t, int64_t i) {
 
 void store_real(CpuTensor& t, int64_t i, double value) {
   switch (t.dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return write(t, i, static_cast<float>(value));
-    case DType::kF64:
+    case DType::kFloat64:
       return write(t, i, value);
-    case DType::kBF16:
+    case DType::kBFloat16:
       return write(t, i, float_to_bf16_bits(static_cast<float>(value)));
-    case DType::kI32:
+    case DType::kInt32:
       return write(t, i, truncate<int32_t>(value));
-    case DType::kI64:
+    case DType::kInt64:
       return write(t, i, truncate<int64_t>(value));
     case DType::kBool:
       return write(t, i, static_cast<uint8_t>(value != 0));
@@ -140,15 +140,15 @@ void store_real(CpuTensor& t, int64_t i, double value) {
 
 void store_int(CpuTensor& t, int64_t i, int64_t value) {
   switch (t.dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return write(t, i, static_cast<float>(value));
-    case DType::kF64:
+    case DType::kFloat64:
       return write(t, i, static_cast<double>(value));
-    case DType::kBF16:
+    case DType::kBFloat16:
       return write(t, i, float_to_bf16_bits(static_cast<float>(value)));
-    case DType::kI32:
+    case DType::kInt32:
       return write(t, i, static_cast<int32_t>(value));  // modular since C++20
-    case DType::kI64:
+    case DType::kInt64:
       return write(t, i, value);
     case DType::kBool:
       return write(t, i, static_cast<uint8_t>(value != 0));

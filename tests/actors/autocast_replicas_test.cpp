@@ -42,12 +42,12 @@ TEST_F(AutocastReplicas, EachReplicaHasItsOwnState) {
     seen[ordinal].product = product.dtype();
     (void)rendezvous("traced");
     mark_step();
-    seen[ordinal].values = cast(product, DType::kF32).to_vector<float>();
+    seen[ordinal].values = cast(product, DType::kFloat32).to_vector<float>();
   });
   EXPECT_TRUE(seen[0].enabled);
   EXPECT_FALSE(seen[1].enabled);
-  EXPECT_EQ(seen[0].product, DType::kBF16);
-  EXPECT_EQ(seen[1].product, DType::kF32);
+  EXPECT_EQ(seen[0].product, DType::kBFloat16);
+  EXPECT_EQ(seen[1].product, DType::kFloat32);
   // x·xᵀ in f32 on replica 1; its bf16 rounding on replica 0 (0.14 is not a bf16 number).
   EXPECT_FLOAT_EQ(seen[1].values[0], 0.14f);
   EXPECT_NE(seen[0].values[0], seen[1].values[0]);

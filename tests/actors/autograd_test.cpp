@@ -126,7 +126,7 @@ TEST_F(AutogradEndToEnd, SgdStepsLowerTheLossOfASmallMlp) {
   const Tensor w1 = random({8, 4}), b1 = random({8}), w2 = random({3, 8}), b2 = random({3});
   for (const Tensor& p : {w1, b1, w2, b2}) p.requires_grad_();
   const Tensor inputs = random({16, 4});
-  const Tensor labels = cast(tensor(std::vector<double>(16, 1), {16, 1}), DType::kI64);
+  const Tensor labels = cast(tensor(std::vector<double>(16, 1), {16, 1}), DType::kInt64);
   auto loss_of = [&] {
     const Tensor logits = linear(relu(linear(inputs, w1, b1)), w2, b2);
     return neg(mean(gather(log_softmax(logits, 1), 1, labels)));

@@ -17,12 +17,12 @@ const std::vector<int64_t> kConvSame = {1, 1, 1, 1, 1, 1, 1};
 const std::vector<int64_t> kSwap = {1, 0, 2, 3};
 
 int32_t input(Program& p, const Shape& shape) {
-  return p.append(Op::kDeviceData, DType::kF32, shape, {}, {}, {}, p.num_inputs++);
+  return p.append(Op::kDeviceData, DType::kFloat32, shape, {}, {}, {}, p.num_inputs++);
 }
 
 int32_t op(Program& p, Op o, const Shape& shape, std::vector<int32_t> operands,
            const std::vector<int64_t>& ints = {}) {
-  return p.append(o, DType::kF32, shape, operands, ints);
+  return p.append(o, DType::kFloat32, shape, operands, ints);
 }
 
 // The calls as "kernel(inputs) -> output [ints]" lines.

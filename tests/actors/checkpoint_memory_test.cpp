@@ -17,7 +17,7 @@ namespace {
 // Device data without a device (compilation never reads it).
 Tensor input(const Shape& shape) {
   return Tensor(make_intrusive<TensorImpl>(
-      DType::kF32, make_intrusive<DeviceData>(Device{}, DType::kF32, shape)));
+      DType::kFloat32, make_intrusive<DeviceData>(Device{}, DType::kFloat32, shape)));
 }
 
 IntrusivePtr<Executable> compiled(const std::vector<Tensor>& outputs) {

@@ -241,7 +241,7 @@ TEST_P(Collectives, AllReduceOfPredicatesAndsAndOrs) {
       Tensor index = arange(0, static_cast<double>(size));
       Tensor me = tensor(std::vector<float>{static_cast<float>(r)}, {1});
       Tensor mine = type == ReduceType::kAnd ? ne(index, me) : eq(index, me);
-      return cast(all_reduce(type, mine), DType::kF32).to_vector<float>();
+      return cast(all_reduce(type, mine), DType::kFloat32).to_vector<float>();
     });
     for (int r = 0; r < n(); ++r) {
       for (int64_t i = 0; i < size; ++i) {
@@ -331,14 +331,14 @@ TEST_P(Collectives, AllReduceOfManyTensorsReducesEachDtypeAsOneBuffer) {
   const auto before = counter_value("xla::all_reduce").value_or(0);
   const auto results = on_replicas<std::vector<std::vector<float>>>([&](int r) {
     std::vector<Tensor> inputs = {tensor(input_of(r, 6), {2, 3}), tensor(input_of(r + 1, 4), {4}),
-                                  cast(tensor(int_input_of(r, 5), {5}), DType::kI32),
+                                  cast(tensor(int_input_of(r, 5), {5}), DType::kInt32),
                                   tensor(input_of(r + 2, 1), {})};
     std::vector<Tensor> reduced = all_reduce(ReduceType::kSum, inputs, 0.5);
     EXPECT_EQ(reduced[0].shape(), (Shape{2, 3}));
     EXPECT_EQ(reduced[3].shape(), Shape{});
-    EXPECT_EQ(reduced[2].dtype(), DType::kI32);
+    EXPECT_EQ(reduced[2].dtype(), DType::kInt32);
     std::vector<std::vector<float>> out;
-    for (const Tensor& t : reduced) out.push_back(cast(t, DType::kF32).to_vector<float>());
+    for (const Tensor& t : reduced) out.push_back(cast(t, DType::kFloat32).to_vector<float>());
     return out;
   });
   // One collective for the f32 tensors and one for the s32 tensor, on every replica.
@@ -723,7 +723,7 @@ TEST_P(Collectives, BroadcastFromMasterIsExactForEveryValueAndDtype) {
     broadcast_from_master({f, i, b});
     mark_step();
     std::vector<uint8_t> flags;
-    for (float v : cast(b, DType::kF32).to_vector<float>()) flags.push_back(v != 0);
+    for (float v : cast(b, DType::kFloat32).to_vector<float>()) flags.push_back(v != 0);
     return Seen{bits_of(f.to_vector<float>()), i.to_vector<int32_t>(), flags};
   });
   for (int r = 0; r < n(); ++r) {

@@ -31,7 +31,7 @@ TEST_F(CopyAndMove, CopyReplacesTheValueForEveryHandle) {
 TEST_F(CopyAndMove, CopyBroadcastsAndCasts) {
   const Tensor w = zeros({2, 3});
   w.copy_(tensor(std::vector<int64_t>{4, 5, 6}, {3}));
-  EXPECT_EQ(w.dtype(), DType::kF32);
+  EXPECT_EQ(w.dtype(), DType::kFloat32);
   EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{4, 5, 6, 4, 5, 6}));
 }
 

@@ -59,7 +59,7 @@ std::pair<Tensor, Tensor> batch(int64_t step, int64_t first, int64_t rows, int64
 }
 
 Tensor loss_of(nn::Module& model, const Tensor& x, const Tensor& y, bool bf16 = false) {
-  const autocast region(x.device(), DType::kBF16, bf16);
+  const autocast region(x.device(), DType::kBFloat16, bf16);
   const Tensor logits = model(x);
   const int64_t rows = x.size(0) * x.size(1);
   return nn::cross_entropy(reshape(logits, {rows, 256}), reshape(y, {rows}));
@@ -319,13 +319,14 @@ TEST_F(Fsdp, UnderAutocastMatchesOneDeviceUnderAutocast) {
 
 TEST_F(Fsdp, ComputeDtypeBf16TrainsOnF32ShardsCloseToF32) {
   const Training one = train_one_device();
-  const std::vector<Training> fsdp = train_fsdp(nested({.compute_dtype = DType::kBF16}));
+  const std::vector<Training> fsdp = train_fsdp(nested({.compute_dtype = DType::kBFloat16}));
   expect_same_losses(one, fsdp, kBf16ComputeTolerance);
   spawn([&](int) {
     FullyShardedDataParallel unit(std::make_shared<Gpt>(small_gpt(), xla_device()),
-                                  {.compute_dtype = DType::kBF16});
-    for (const Tensor& p : unit.parameters()) EXPECT_EQ(p.dtype(), DType::kF32);
-    for (const auto& [name, t] : unit.full_parameters()) EXPECT_EQ(t.dtype(), DType::kBF16) << name;
+                                  {.compute_dtype = DType::kBFloat16});
+    for (const Tensor& p : unit.parameters()) EXPECT_EQ(p.dtype(), DType::kFloat32);
+    for (const auto& [name, t] : unit.full_parameters())
+      EXPECT_EQ(t.dtype(), DType::kBFloat16) << name;
   });
 }
 
@@ -333,15 +334,15 @@ TEST_F(Fsdp, BufferDtypeCastsFloatingBuffersOnceAndNamesFollowTorchXla) {
   auto model = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
       std::make_shared<nn::Conv2d>(1, 2, std::vector<int64_t>{3, 3}),
       std::make_shared<nn::BatchNorm2d>(2)});
-  const FullyShardedDataParallel fsdp(model, {.buffer_dtype = DType::kBF16});
+  const FullyShardedDataParallel fsdp(model, {.buffer_dtype = DType::kBFloat16});
   std::vector<std::string> names;
   for (const auto& [name, t] : fsdp.state_dict()) {
     names.push_back(name);
     if (name.ends_with("running_mean") || name.ends_with("running_var")) {
-      EXPECT_EQ(t.dtype(), DType::kBF16) << name;
+      EXPECT_EQ(t.dtype(), DType::kBFloat16) << name;
     }
     if (name.ends_with("num_batches_tracked")) {
-      EXPECT_EQ(t.dtype(), DType::kI64);
+      EXPECT_EQ(t.dtype(), DType::kInt64);
     }
   }
   EXPECT_EQ(names, (std::vector<std::string>{"flat_param_0", "_fsdp_wrapped_module.1.running_mean",

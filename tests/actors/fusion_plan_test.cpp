@@ -14,10 +14,11 @@ namespace {
 // Builds a program instruction by instruction.
 class Builder {
  public:
-  int32_t input(const Shape& shape, DType dtype = DType::kF32) {
+  int32_t input(const Shape& shape, DType dtype = DType::kFloat32) {
     return program_.append(Op::kDeviceData, dtype, shape, {}, {}, {}, program_.num_inputs++);
   }
-  int32_t op(Op op, const Shape& shape, std::vector<int32_t> operands, DType dtype = DType::kF32) {
+  int32_t op(Op op, const Shape& shape, std::vector<int32_t> operands,
+             DType dtype = DType::kFloat32) {
     return program_.append(op, dtype, shape, operands);
   }
   // sum, mean, max or min of x over dims, as the tracer records it (ints = [keepdim, dims...]).
@@ -129,12 +130,12 @@ TEST(FusionPlan, ApproximatedMembersMustHaveTheReducedOperandsShape) {
 TEST(FusionPlan, OtherReductionsDtypesAndLeavesAreLeftAlone) {
   Builder b;
   const int32_t x = b.input({4, 8});
-  const int32_t i = b.input({4, 8}, DType::kI32);
+  const int32_t i = b.input({4, 8}, DType::kInt32);
   const int32_t lse = b.reduce(Op::kLogSumExp, b.op(Op::kExp, {4, 8}, {x}), {1});          // %3
-  const int32_t ints = b.reduce(Op::kSum, b.op(Op::kAbs, {4, 8}, {i}, DType::kI32), {1});  // %5
+  const int32_t ints = b.reduce(Op::kSum, b.op(Op::kAbs, {4, 8}, {i}, DType::kInt32), {1});  // %5
   const int32_t leaf = b.reduce(Op::kSum, x, {0, 1});                                      // %6
-  const int32_t wide = b.input({4, 8}, DType::kF64);                                       // %7
-  const int32_t f64 = b.reduce(Op::kMean, b.op(Op::kNeg, {4, 8}, {wide}, DType::kF64), {1});
+  const int32_t wide = b.input({4, 8}, DType::kFloat64);                                   // %7
+  const int32_t f64 = b.reduce(Op::kMean, b.op(Op::kNeg, {4, 8}, {wide}, DType::kFloat64), {1});
   EXPECT_EQ(clusters(b.program({lse, ints, leaf, f64})), "%8 %9");
 }
 

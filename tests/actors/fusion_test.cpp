@@ -97,13 +97,13 @@ TEST(Fusion, GeluGradientIsOneKernel) {
 TEST(Fusion, Bf16ChainsFuseWithTheUnfusedBitsAndTheirReductionsStayApart) {
   EXPECT_EQ(
       fused_kernels([] {
-        const Tensor x = cast(tensor(values(3000, 2.0f), {3000}), DType::kBF16);
+        const Tensor x = cast(tensor(values(3000, 2.0f), {3000}), DType::kBFloat16);
         return std::vector<Tensor>{gelu(tanh(exp(x * 0.5 + 0.25) - 1.5) * 3.0) / (abs(x) + 1.0)};
       }),
       1);
   // The sum is its own kernel; the chain before it still fuses.
   EXPECT_EQ(fused_kernels([] {
-              const Tensor x = cast(tensor(values(3000, 2.0f), {3000}), DType::kBF16);
+              const Tensor x = cast(tensor(values(3000, 2.0f), {3000}), DType::kBFloat16);
               return std::vector<Tensor>{sum(exp(x * 0.5) + 1.0)};
             }),
             1);
@@ -146,8 +146,8 @@ TEST(Fusion, OtherDtypesAndNonElementwiseOpsAreLeftAlone) {
               const Tensor x = tensor(values(64, 1.0f), {8, 8});
               const Tensor m = matmul(x, x);
               const Tensor s = sum(m, {1});
-              const Tensor i = cast(m, DType::kI32) + 1.0;
-              return std::vector<Tensor>{s, cast(i, DType::kF32)};
+              const Tensor i = cast(m, DType::kInt32) + 1.0;
+              return std::vector<Tensor>{s, cast(i, DType::kFloat32)};
             }),
             0);
 }

@@ -61,9 +61,9 @@ TEST_F(LazyConfig, AStepOverTheDeviceMemoryLimitFailsBeforeItRunsAndASmallerOneS
   constexpr int64_t kLimit = 1 << 20;
   config::set("AXLE_DEVICE_MEMORY_LIMIT", std::to_string(kLimit));
   LazySystem::restart();
-  Tensor small = full({16, 16}, 2.0, DType::kF32, device(0));
+  Tensor small = full({16, 16}, 2.0, DType::kFloat32, device(0));
   mark_step();  // small is device data from here on
-  Tensor big = full({512, 512}, 1.0, DType::kF32, device(0)) * sum(small);  // 1 MiB and more
+  Tensor big = full({512, 512}, 1.0, DType::kFloat32, device(0)) * sum(small);  // 1 MiB and more
   const int line = __LINE__ + 1;
   mark_step();
   try {
@@ -151,13 +151,13 @@ TEST_F(LazyConfig, Bf16StorageKeepsTheLogicalDtype) {
   LazySystem::restart();
   Tensor a = tensor(std::vector<float>{1.0f, 1.00390625f, 3.14159f}, Shape{3});
   Tensor b = a * 1.0;
-  EXPECT_EQ(b.dtype(), DType::kF32);                 // what the user sees
-  EXPECT_EQ(b.impl()->ir()->dtype(), DType::kBF16);  // what the device holds
+  EXPECT_EQ(b.dtype(), DType::kFloat32);                 // what the user sees
+  EXPECT_EQ(b.impl()->ir()->dtype(), DType::kBFloat16);  // what the device holds
   std::vector<float> v = b.to_vector<float>();
   EXPECT_EQ(v[0], 1.0f);
   EXPECT_EQ(v[1], 1.0f);  // 1 + 2^-8 is not representable in bf16 (8 bits of mantissa)
   EXPECT_NEAR(v[2], 3.14159f, 0.02f);
-  EXPECT_EQ(b.to_cpu().dtype, DType::kF32);
+  EXPECT_EQ(b.to_cpu().dtype, DType::kFloat32);
 }
 
 TEST_F(LazyConfig, SyncWaitMakesMarkStepWaitForTheDevice) {
@@ -229,7 +229,7 @@ TEST_F(LazyConfig, SameSeedGivesTheSameNumbersWhateverTheDeviceCount) {
   auto draw = [](int devices, int on) {
     LazySystem::restart(LazySystemOptions{.cpu_devices = devices});
     set_rng_state(1234, device(on));
-    Tensor r = randn({64}, DType::kF32, device(on));
+    Tensor r = randn({64}, DType::kFloat32, device(on));
     return r.to_vector<float>();
   };
   const std::vector<float> one = draw(1, 0);

@@ -48,7 +48,7 @@ class ScriptedSource final : public BatchSource {
   }
   HostBatch next() override {
     log_->add("next " + std::to_string(next_));
-    CpuTensor t{DType::kI64, Shape{1}, std::vector<std::byte>(8)};
+    CpuTensor t{DType::kInt64, Shape{1}, std::vector<std::byte>(8)};
     std::memcpy(t.bytes.data(), &next_, 8);
     ++next_;
     return {std::move(t)};

@@ -17,7 +17,7 @@ namespace {
 
 Tensor input(const Shape& shape) {
   return Tensor(make_intrusive<TensorImpl>(
-      DType::kF32, make_intrusive<DeviceData>(Device{}, DType::kF32, shape)));
+      DType::kFloat32, make_intrusive<DeviceData>(Device{}, DType::kFloat32, shape)));
 }
 
 // The program of `outputs`; the inputs reading `donated` tensors' data are donated.

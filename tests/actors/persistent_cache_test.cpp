@@ -115,13 +115,13 @@ class LogCapture {
 // calls with inputs, ints and reals (including values a text format would mangle).
 IntrusivePtr<Executable> every_field_program() {
   auto program = make_intrusive<Executable>();
-  program->slots = {{DType::kF32, Shape{2, 3}},
-                    {DType::kI64, Shape{}},
-                    {DType::kBF16, Shape{0, 4}},
+  program->slots = {{DType::kFloat32, Shape{2, 3}},
+                    {DType::kInt64, Shape{}},
+                    {DType::kBFloat16, Shape{0, 4}},
                     {DType::kBool, Shape{2, 3}},
-                    {DType::kF64, Shape{1, 1, 1, 1, 1, 1, 1, 7}},
-                    {DType::kI32, Shape{3}},
-                    {DType::kF32, Shape{2, 3}}};
+                    {DType::kFloat64, Shape{1, 1, 1, 1, 1, 1, 1, 7}},
+                    {DType::kInt32, Shape{3}},
+                    {DType::kFloat32, Shape{2, 3}}};
   program->input_slots = {0, 1, 2};
   program->calls = {
       {Kernel::kGt, {0, 0}, 3, {}, {}},
@@ -204,7 +204,7 @@ TEST_F(PersistentCompileCache, StoredProgramLoadsEqual) {
 TEST_F(PersistentCompileCache, FusedReductionRoundTripsAndPassesTheSafetyCheck) {
   // A chain ending in a sum over the last dim: one kFused call with a reduction.
   const Tensor x(make_intrusive<TensorImpl>(
-      DType::kF32, make_intrusive<DeviceData>(Device{}, DType::kF32, Shape{8, 300})));
+      DType::kFloat32, make_intrusive<DeviceData>(Device{}, DType::kFloat32, Shape{8, 300})));
   const NodePtr root = sum(exp(x * 0.5) + 1.0, {1}).impl()->ir();
   const IntrusivePtr<Executable> program =
       compile_graph(build_step_graph(std::span<const NodePtr>(&root, 1)), PassSet());
@@ -232,7 +232,8 @@ TEST_F(PersistentCompileCache, ProgramWithNothingInItRoundTrips) {
 // decode_entry is load() on bytes in memory: what store() writes decodes to the same program.
 TEST(PersistentCacheEntry, EncodedBytesDecodeToTheSameProgram) {
   auto program = make_intrusive<Executable>();
-  program->slots = {{DType::kF32, Shape{2}}, {DType::kF32, Shape{2}}, {DType::kF32, Shape{2}}};
+  program->slots = {
+      {DType::kFloat32, Shape{2}}, {DType::kFloat32, Shape{2}}, {DType::kFloat32, Shape{2}}};
   program->input_slots = {0, 1};
   program->calls = {{Kernel::kAdd, {0, 1}, 2, {}, {}}};
   program->output_slots = {2};
@@ -252,10 +253,10 @@ TEST(PersistentCacheEntry, EncodedBytesDecodeToTheSameProgram) {
 // (the list's last bound still matching it) was read out of bounds by the program check.
 TEST(PersistentCacheEntry, APlanReleasingPastItsListIsRefused) {
   auto program = make_intrusive<Executable>();
-  program->slots = {{DType::kF32, Shape{2}},
-                    {DType::kF32, Shape{2}},
-                    {DType::kF32, Shape{2}},
-                    {DType::kF32, Shape{2}}};
+  program->slots = {{DType::kFloat32, Shape{2}},
+                    {DType::kFloat32, Shape{2}},
+                    {DType::kFloat32, Shape{2}},
+                    {DType::kFloat32, Shape{2}}};
   program->input_slots = {0, 1};
   program->calls = {{Kernel::kAdd, {0, 1}, 2, {}, {}}, {Kernel::kMul, {2, 2}, 3, {}, {}}};
   program->output_slots = {3};

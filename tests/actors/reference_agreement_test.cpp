@@ -49,11 +49,11 @@ constexpr Tolerance kProducts{1e-5, 1e-5};
 
 Tolerance default_tolerance(DType dtype) {
   switch (dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return {4e-6, 1e-6};
-    case DType::kF64:
+    case DType::kFloat64:
       return {1e-12, 1e-13};
-    case DType::kBF16:
+    case DType::kBFloat16:
       return {1e-2, 1e-2};
     default:
       return kExact;
@@ -128,7 +128,7 @@ class Agreement {
                                                   static_cast<int64_t>(high));
       std::vector<int64_t> v(n);
       for (int64_t& x : v) x = pick(rng_);
-      if (dtype == DType::kI64) return input(v, shape);
+      if (dtype == DType::kInt64) return input(v, shape);
       return input(std::vector<int32_t>(v.begin(), v.end()), shape);
     }
     std::uniform_real_distribution<double> pick(low, high);
@@ -139,9 +139,9 @@ class Agreement {
       std::uniform_int_distribution<std::size_t> at(0, n - 1);
       for (double x : special) v[at(rng_)] = x;
     }
-    if (dtype == DType::kF64) return input(v, shape);
+    if (dtype == DType::kFloat64) return input(v, shape);
     const Tensor f32 = input(std::vector<float>(v.begin(), v.end()), shape);
-    return dtype == DType::kF32 ? f32 : cast(f32, dtype);
+    return dtype == DType::kFloat32 ? f32 : cast(f32, dtype);
   }
 
   /// Integer values in [low, high] as floating-point device data (f32 or f64).
@@ -149,7 +149,7 @@ class Agreement {
     std::uniform_int_distribution<int> pick(low, high);
     std::vector<double> v(static_cast<std::size_t>(shape.numel()));
     for (double& x : v) x = pick(rng_);
-    if (dtype == DType::kF64) return input(v, shape);
+    if (dtype == DType::kFloat64) return input(v, shape);
     return input(std::vector<float>(v.begin(), v.end()), shape);
   }
 
@@ -221,8 +221,8 @@ Tensor node(Op op, DType dtype, const Shape& shape, const std::vector<Tensor>& o
   return Tensor(make_intrusive<TensorImpl>(dtype, std::move(ir), Device{}));
 }
 
-const DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kBF16,
-                            DType::kI32, DType::kI64, DType::kBool};
+const DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kBFloat16,
+                            DType::kInt32,   DType::kInt64,   DType::kBool};
 
 // ---- Elementwise -----------------------------------------------------------------------------
 
@@ -285,8 +285,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(ElementwiseAgreement, ScalarOperandsAndIntegerCornerCases) {
   Agreement check;
-  const Tensor f = check.random(DType::kF32, {4, 9}, -3, 3, true);
-  const Tensor i = check.random(DType::kI32, {4, 9}, -7, 7);
+  const Tensor f = check.random(DType::kFloat32, {4, 9}, -3, 3, true);
+  const Tensor i = check.random(DType::kInt32, {4, 9}, -7, 7);
   const Tensor big = check.input<int64_t>({std::numeric_limits<int64_t>::max(), 3, -5, 1}, {4});
   const Tensor wide = check.input<int64_t>({1, 40, 3, -2}, {4});
   check.expect_agree({f + 2.5, f * 0.0, 2.0 - f, 1.0 / f, pow(f, 2.0), pow(f, 0.5), pow(f, -1.5),
@@ -307,13 +307,13 @@ TEST(ElementwiseAgreement, ScalarOperandsAndIntegerCornerCases) {
   const Tensor num = check.input<int32_t>(
       {-7, 7, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::min(), 9, -1},
       {6});
-  check.expect_agree({node(Op::kDiv, DType::kI32, {6}, {num, den})});
+  check.expect_agree({node(Op::kDiv, DType::kInt32, {6}, {num, den})});
 }
 
 TEST(ElementwiseAgreement, LogicalOpsReadAnyDTypeAsPred) {
   Agreement check;
-  const Tensor f = check.random(DType::kF32, {3, 10}, -1, 1, true);
-  const Tensor i = check.random(DType::kI64, {10}, -1, 1);
+  const Tensor f = check.random(DType::kFloat32, {3, 10}, -1, 1, true);
+  const Tensor i = check.random(DType::kInt64, {10}, -1, 1);
   check.expect_agree({node(Op::kLogicalAnd, DType::kBool, {3, 10}, {f, i}),
                       node(Op::kLogicalOr, DType::kBool, {3, 10}, {i, f}), logical_not(f),
                       logical_not(i)});
@@ -326,7 +326,7 @@ TEST(ElementwiseAgreement, WhereBroadcastsEveryOperand) {
     const Tensor condition = check.random(DType::kBool, {3, 1, 5});
     const Tensor a = check.random(dtype, {4, 5}, -5, 5, true);
     const Tensor b = check.random(dtype, {3, 4, 1}, -5, 5, true);
-    const Tensor numbers = check.random(DType::kI32, {5}, -1, 1);
+    const Tensor numbers = check.random(DType::kInt32, {5}, -1, 1);
     check.expect_agree({where(condition, a, b), where(ne(numbers, 0.0), b, a),
                         where(condition, a, zeros({}, dtype))});
   }
@@ -357,7 +357,7 @@ TEST_P(UnaryAgreement, OnEveryDTypeAndShape) {
     }
     std::vector<Tensor> results;
     for (const Shape& shape : {Shape{5, 7}, Shape{}, Shape{0, 3}, Shape{3, 37}}) {
-      const bool infinity = c.float_infinity || dtype == DType::kF64;
+      const bool infinity = c.float_infinity || dtype == DType::kFloat64;
       results.push_back(c.apply(check.random(dtype, shape, -6, 6, true, infinity)));
     }
     check.expect_agree(results, std::nullopt, c.name);
@@ -410,7 +410,7 @@ TEST(ElementwiseAgreement, CastsBetweenEveryPairOfDTypesAreExact) {
       check.input(longs, {10}),
       check.input(std::vector<int32_t>(longs.begin(), longs.end()), {10}),
       check.bools({1, 0, 1, 1}, {4}),
-      cast(check.input(std::vector<float>(reals.begin(), reals.end()), shape), DType::kBF16)};
+      cast(check.input(std::vector<float>(reals.begin(), reals.end()), shape), DType::kBFloat16)};
   std::vector<Tensor> results;
   for (const Tensor& source : sources) {
     for (DType to : kAllDTypes) results.push_back(cast(source, to));
@@ -421,12 +421,12 @@ TEST(ElementwiseAgreement, CastsBetweenEveryPairOfDTypesAreExact) {
 TEST(ElementwiseAgreement, CreationOps) {
   Agreement check;
   check.expect_agree(
-      {arange(0, 10.5, 0.7), arange(-3, 7, 1, DType::kI64), arange(1, 0, -0.1, DType::kF64),
-       arange(0, 5, 1, DType::kBF16), full({3, 5}, 2.5), zeros({2, 2}, DType::kI32),
-       ones({3}, DType::kBool), full({2, 3}, -7.9, DType::kI64),
-       node(Op::kFill, DType::kF32, {2, 3}, {}, {}, {0.1}),
-       node(Op::kFill, DType::kI32, {4}, {}, {}, {-3.9}),
-       node(Op::kIota, DType::kI32, {5}, {}, {}, {-2.5, 1.5})},
+      {arange(0, 10.5, 0.7), arange(-3, 7, 1, DType::kInt64), arange(1, 0, -0.1, DType::kFloat64),
+       arange(0, 5, 1, DType::kBFloat16), full({3, 5}, 2.5), zeros({2, 2}, DType::kInt32),
+       ones({3}, DType::kBool), full({2, 3}, -7.9, DType::kInt64),
+       node(Op::kFill, DType::kFloat32, {2, 3}, {}, {}, {0.1}),
+       node(Op::kFill, DType::kInt32, {4}, {}, {}, {-3.9}),
+       node(Op::kIota, DType::kInt32, {5}, {}, {}, {-2.5, 1.5})},
       kExact);
 }
 
@@ -487,7 +487,7 @@ TEST(ArgmaxAgreement, TakesTheFirstMaximumOrNaN) {
       continue;
     }
     // Small integers (also as floats, through a cast) make ties.
-    const Tensor ties = cast(check.random(DType::kI32, {3, 4, 5}, -2, 2), dtype);
+    const Tensor ties = cast(check.random(DType::kInt32, {3, 4, 5}, -2, 2), dtype);
     const Tensor nans = check.random(dtype, {4, 10}, -2, 2, true);
     check.expect_agree({argmax(ties, 0), argmax(ties, 1, true), argmax(ties, -1), argmax(ties),
                         argmax(ties, std::nullopt, true), argmax(nans, 1), argmax(nans, 0),
@@ -528,7 +528,7 @@ TEST(OptimizationBarrierAgreement, PassesEveryDTypeBitForBit) {
     Agreement check;
     const Tensor a = check.random(dtype, {3, 4, 5}, -9, 9, true);
     const Tensor b = check.random(dtype, {7}, -2, 2);
-    const Tensor c = check.random(DType::kF32, {}, -2, 2);
+    const Tensor c = check.random(DType::kFloat32, {}, -2, 2);
     optimization_barrier_({a, b, c});
     check.expect_agree({a, b, c});
   }
@@ -551,7 +551,7 @@ TEST(TopkAgreement, RanksTiesByIndexAndNaNFirst) {
     SCOPED_TRACE(dtype_name(dtype));
     Agreement check;
     // Small integers (also as floats, through a cast) make ties.
-    const Tensor ties = cast(check.random(DType::kI32, {3, 4, 5}, -2, 2), dtype);
+    const Tensor ties = cast(check.random(DType::kInt32, {3, 4, 5}, -2, 2), dtype);
     const Tensor nans = check.random(dtype, {4, 10}, -2, 2, true);
     check.expect_agree({topk(ties, 2, 0).indices, topk(ties, 3, 1, false).indices,
                         topk(ties, 5).indices, topk(nans, 4).indices, topk(nans, 3, 0).values,
@@ -566,7 +566,8 @@ TEST(LinalgAgreement, MatmulOverShapesAndDTypes) {
       {{3, 4}, {4, 5}}, {{2, 3, 4}, {4, 5}}, {{2, 1, 3, 4}, {3, 4, 2}},
       {{4}, {4, 3}},    {{2, 5, 4}, {4}},    {{7}, {7}},
       {{3, 0}, {0, 2}}, {{1, 17}, {17, 9}},  {{2, 3, 4}, {1, 4, 6}}};
-  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64}) {
+  for (DType dtype :
+       {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kInt32, DType::kInt64}) {
     SCOPED_TRACE(dtype_name(dtype));
     Agreement check;
     std::vector<Tensor> results;
@@ -577,14 +578,14 @@ TEST(LinalgAgreement, MatmulOverShapesAndDTypes) {
     }
     const Tensor w = check.random(dtype, {6, 4}, -range, range);
     results.push_back(linear(check.random(dtype, {3, 4}, -range, range), w));  // transposed b
-    check.expect_agree(results, dtype == DType::kF32 ? std::optional(kProducts) : std::nullopt);
+    check.expect_agree(results, dtype == DType::kFloat32 ? std::optional(kProducts) : std::nullopt);
   }
   Agreement check;
-  const Tensor a = check.random(DType::kF32, {2, 4, 3}, -1, 1);
-  const Tensor b = check.random(DType::kF32, {5, 4}, -1, 1);
-  const Tensor bt = check.random(DType::kF32, {2, 4, 5}, -1, 1);
-  check.expect_agree({node(Op::kMatmul, DType::kF32, {2, 3, 5}, {a, bt}, {1, 0}),
-                      node(Op::kMatmul, DType::kF32, {2, 3, 5}, {a, b}, {1, 1})},
+  const Tensor a = check.random(DType::kFloat32, {2, 4, 3}, -1, 1);
+  const Tensor b = check.random(DType::kFloat32, {5, 4}, -1, 1);
+  const Tensor bt = check.random(DType::kFloat32, {2, 4, 5}, -1, 1);
+  check.expect_agree({node(Op::kMatmul, DType::kFloat32, {2, 3, 5}, {a, bt}, {1, 0}),
+                      node(Op::kMatmul, DType::kFloat32, {2, 3, 5}, {a, b}, {1, 1})},
                      kProducts);
 }
 
@@ -602,14 +603,14 @@ class Conv2dAgreement : public testing::TestWithParam<ConvCase> {};
 
 TEST_P(Conv2dAgreement, ForwardAndGradients) {
   const ConvCase& c = GetParam();
-  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16}) {
     SCOPED_TRACE(dtype_name(dtype));
     Agreement check;
     const Tensor x = check.random(dtype, {c.n, c.c, c.h, c.w}, -1, 1);
     const Tensor w = check.random(dtype, {c.o, c.c / c.options.groups, c.kh, c.kw}, -1, 1);
     const Tensor bias = check.random(dtype, {c.o}, -1, 1);
     std::vector<Tensor> results = {conv2d(x, w, bias, c.options)};
-    if (dtype == DType::kF32) {  // the gradients are conv2d again, with other attributes
+    if (dtype == DType::kFloat32) {  // the gradients are conv2d again, with other attributes
       x.requires_grad_();
       w.requires_grad_();
       const Tensor y = conv2d(x, w, {}, c.options);
@@ -617,7 +618,7 @@ TEST_P(Conv2dAgreement, ForwardAndGradients) {
       results.push_back(x.grad());
       results.push_back(w.grad());
     }
-    check.expect_agree(results, dtype == DType::kF32 ? std::optional(kProducts) : std::nullopt);
+    check.expect_agree(results, dtype == DType::kFloat32 ? std::optional(kProducts) : std::nullopt);
   }
 }
 
@@ -637,7 +638,7 @@ INSTANTIATE_TEST_SUITE_P(
 // The fused attention node and its backward node: causal, bool and added masks, k and v shared
 // by the batch, sizes crossing the kernels' 64-row blocks.
 TEST(AttentionAgreement, ForwardAndGradients) {
-  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16}) {
     SCOPED_TRACE(dtype_name(dtype));
     Agreement check;
     const Tensor q = check.random(dtype, {2, 2, 70, 8}, -1, 1);
@@ -654,7 +655,7 @@ TEST(AttentionAgreement, ForwardAndGradients) {
     sum(y * check.random(dtype, y.shape(), -1, 1)).backward();
     results.push_back(y);
     for (const Tensor& t : {q, k, v}) results.push_back(t.grad());
-    check.expect_agree(results, dtype == DType::kF32 ? std::optional(kProducts) : std::nullopt);
+    check.expect_agree(results, dtype == DType::kFloat32 ? std::optional(kProducts) : std::nullopt);
   }
 }
 
@@ -675,15 +676,15 @@ void PrintTo(const PoolCase& c, std::ostream* os) { *os << c.name; }
 
 TEST_P(PoolAgreement, ForwardAndGradients) {
   const PoolCase& c = GetParam();
-  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16}) {
     SCOPED_TRACE(dtype_name(dtype));
     Agreement check;
     // Small integers make ties, which decide where a max-pool gradient goes; bf16 is a cast of
     // the f32 leaf, whose gradient passes through the bf16 pooling gradient.
-    const Tensor leaf =
-        check.integers(dtype == DType::kF64 ? DType::kF64 : DType::kF32, {2, 3, c.h, c.w}, -3, 3);
+    const Tensor leaf = check.integers(dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32,
+                                       {2, 3, c.h, c.w}, -3, 3);
     leaf.requires_grad_();
-    const Tensor x = dtype == DType::kBF16 ? cast(leaf, dtype) : leaf;
+    const Tensor x = dtype == DType::kBFloat16 ? cast(leaf, dtype) : leaf;
     auto pool = [&](const Tensor& t) {
       return c.is_max ? max_pool2d(t, c.options) : avg_pool2d(t, c.options);
     };
@@ -749,27 +750,27 @@ TEST(DataMovementAgreement, IndexingOps) {
         index_select(x, 1, check.input<int32_t>({3}, {1})),
         index_select(x, 2, check.input<int64_t>({}, {0})),
         index_select(check.random(dtype, {}, -9, 9), 0, check.input<int64_t>({0}, {1})),
-        gather(x, 0, check.random(DType::kI64, {2, 3, 5}, 0, 2)),
-        gather(x, 1, check.random(DType::kI32, {3, 6, 2}, 0, 3)),
-        gather(x, 2, check.random(DType::kI64, {1, 4, 7}, 0, 4))};
+        gather(x, 0, check.random(DType::kInt64, {2, 3, 5}, 0, 2)),
+        gather(x, 1, check.random(DType::kInt32, {3, 6, 2}, 0, 3)),
+        gather(x, 2, check.random(DType::kInt64, {1, 4, 7}, 0, 4))};
     if (dtype != DType::kBool) {  // pred cannot be added to
-      const Tensor index = check.random(DType::kI64, {3, 6, 5}, 0, 3);
+      const Tensor index = check.random(DType::kInt64, {3, 6, 5}, 0, 3);
       results.push_back(scatter_add(x, 1, index, check.random(dtype, {3, 6, 5}, -9, 9)));
-      results.push_back(scatter_add(x, 0, check.random(DType::kI32, {7, 2, 2}, 0, 2),
+      results.push_back(scatter_add(x, 0, check.random(DType::kInt32, {7, 2, 2}, 0, 2),
                                     check.random(dtype, {7, 2, 2}, -9, 9)));
     }
-    check.expect_agree(results, dtype == DType::kBF16 ? std::nullopt : std::optional(kExact));
+    check.expect_agree(results, dtype == DType::kBFloat16 ? std::nullopt : std::optional(kExact));
   }
   Agreement check;
-  check.expect_agree({one_hot(check.random(DType::kI64, {5}, 0, 3), 4),
-                      one_hot(check.random(DType::kI32, {2, 3}, 0, 6), 7),
+  check.expect_agree({one_hot(check.random(DType::kInt64, {5}, 0, 3), 4),
+                      one_hot(check.random(DType::kInt32, {2, 3}, 0, 6), 7),
                       one_hot(check.input<int64_t>({2}, {}), 3)});
 }
 
 TEST(DataMovementAgreement, AnIndexOutOfRangeFailsInBoth) {
   Agreement check;
   const Tensor result =
-      index_select(check.random(DType::kF32, {3, 2}), 0, check.input<int64_t>({1, 3}, {2}));
+      index_select(check.random(DType::kFloat32, {3, 2}), 0, check.input<int64_t>({1, 3}, {2}));
   EXPECT_THROW((void)check.both({result}), std::invalid_argument);  // the reference
   EXPECT_THROW((void)result.to_cpu(), std::exception);              // the device
 }
@@ -794,13 +795,13 @@ Moments moments_of(const CpuTensor& t) {
 
 TEST(RandomAgreement, SameRangesDTypesAndDistributions) {
   Agreement check;
-  const Tensor p = check.random(DType::kF32, {8000}, 0, 1);
+  const Tensor p = check.random(DType::kFloat32, {8000}, 0, 1);
   const std::vector<Tensor> results = {rand({8000}),
-                                       rand({8000}, DType::kF64),
-                                       rand({8000}, DType::kBF16),
+                                       rand({8000}, DType::kFloat64),
+                                       rand({8000}, DType::kBFloat16),
                                        randn({8000}),
-                                       randn({8000}, DType::kF64),
-                                       randint(-3, 5, {8000}, DType::kI32),
+                                       randn({8000}, DType::kFloat64),
+                                       randint(-3, 5, {8000}, DType::kInt32),
                                        randint(10, 1000, {8000}),
                                        randint(0, 2, {8000}, DType::kBool),
                                        bernoulli({8000}, 0.3),
@@ -842,11 +843,11 @@ TEST(RandomAgreement, SameRangesDTypesAndDistributions) {
 
 TEST(CollectiveAgreement, AsAGroupOfOne) {
   Agreement check;
-  const Tensor f = check.random(DType::kF32, {4, 6}, -5, 5, true);
-  const Tensor i = check.random(DType::kI32, {7}, -50, 50);
+  const Tensor f = check.random(DType::kFloat32, {4, 6}, -5, 5, true);
+  const Tensor i = check.random(DType::kInt32, {7}, -50, 50);
   const Tensor b = check.random(DType::kBool, {5});
-  const std::vector<Tensor> reduced =
-      all_reduce(ReduceType::kSum, std::vector<Tensor>{f, check.random(DType::kF32, {3})}, 0.25);
+  const std::vector<Tensor> reduced = all_reduce(
+      ReduceType::kSum, std::vector<Tensor>{f, check.random(DType::kFloat32, {3})}, 0.25);
   check.expect_agree({all_reduce(ReduceType::kSum, f, 0.5), all_reduce(ReduceType::kMax, i, 2.5),
                       all_reduce(ReduceType::kMul, i), all_reduce(ReduceType::kOr, b, 3.0),
                       reduced[0], reduced[1], all_gather(f, 1), all_gather(i, 0),
@@ -859,12 +860,12 @@ TEST(CollectiveAgreement, AsAGroupOfOne) {
 
 TEST(StepAgreement, AnMlpAndACnnTrainingStep) {
   Agreement check(7);
-  const Tensor x = check.random(DType::kF32, {8, 1, 9, 9}, -1, 1);
-  const Tensor labels = check.random(DType::kI64, {8}, 0, 4);
-  const Tensor conv_w = check.random(DType::kF32, {4, 1, 3, 3}, -0.5, 0.5);
-  const Tensor w1 = check.random(DType::kF32, {16, 100}, -0.3, 0.3);
-  const Tensor b1 = check.random(DType::kF32, {16}, -0.1, 0.1);
-  const Tensor w2 = check.random(DType::kF32, {5, 16}, -0.3, 0.3);
+  const Tensor x = check.random(DType::kFloat32, {8, 1, 9, 9}, -1, 1);
+  const Tensor labels = check.random(DType::kInt64, {8}, 0, 4);
+  const Tensor conv_w = check.random(DType::kFloat32, {4, 1, 3, 3}, -0.5, 0.5);
+  const Tensor w1 = check.random(DType::kFloat32, {16, 100}, -0.3, 0.3);
+  const Tensor b1 = check.random(DType::kFloat32, {16}, -0.1, 0.1);
+  const Tensor w2 = check.random(DType::kFloat32, {5, 16}, -0.3, 0.3);
   for (const Tensor& p : {conv_w, w1, b1, w2}) p.requires_grad_();
   Tensor h = relu(conv2d(x, conv_w, {}, {{1, 1}, {1, 1}}));
   h = avg_pool2d(max_pool2d(h, {{2}, {1}}), {{2}, {2}, {1}, {1, 1}, false, false});  // [8,4,5,5]
@@ -896,13 +897,13 @@ class Bf16StorageAgreement : public testing::Test {
 
 TEST_F(Bf16StorageAgreement, F32AndF64AreComputedInBf16) {
   Agreement check;
-  const Tensor a = check.random(DType::kF32, {4, 6}, -2, 2, true);
-  const Tensor b = check.random(DType::kF64, {6}, -2, 2);
-  const Tensor w = check.random(DType::kF32, {6, 3}, -1, 1);
-  ASSERT_EQ(a.impl()->value_node({})->dtype(), DType::kBF16);
+  const Tensor a = check.random(DType::kFloat32, {4, 6}, -2, 2, true);
+  const Tensor b = check.random(DType::kFloat64, {6}, -2, 2);
+  const Tensor w = check.random(DType::kFloat32, {6, 3}, -1, 1);
+  ASSERT_EQ(a.impl()->value_node({})->dtype(), DType::kBFloat16);
   check.expect_agree({a * b + 1.5, exp(a), sum(a, {1}), matmul(a, w), softmax(a, 0),
-                      cast(a, DType::kI32), gt(a, b), where(gt(a, 0.0), a, b),
-                      cast(check.random(DType::kI64, {5}, -300, 300), DType::kF32)});
+                      cast(a, DType::kInt32), gt(a, b), where(gt(a, 0.0), a, b),
+                      cast(check.random(DType::kInt64, {5}, -300, 300), DType::kFloat32)});
 }
 
 }  // namespace

@@ -263,10 +263,10 @@ std::vector<std::vector<float>> partial_and_picking_ops(const Mesh* mesh) {
   const std::vector<Tensor> outputs{table.grad(),
                                     kernel.grad(),
                                     stepped,
-                                    cast(argmax(wide, 1), DType::kF32),
+                                    cast(argmax(wide, 1), DType::kFloat32),
                                     cumsum(wide, 1),
                                     top.values,
-                                    cast(top.indices, DType::kF32),
+                                    cast(top.indices, DType::kFloat32),
                                     noise};
   mark_step();
   std::vector<std::vector<float>> values;

@@ -120,8 +120,8 @@ TEST_F(StepGraphs, InterleavedTracingComputesTheSameValues) {
 }
 
 TEST_F(StepGraphs, GarbageIsFreedAtTheNextStep) {
-  auto data = make_intrusive<DeviceData>(Device{}, DType::kF32, Shape{4});
-  { const Tensor dropped = exp(Tensor(make_intrusive<TensorImpl>(DType::kF32, data))); }
+  auto data = make_intrusive<DeviceData>(Device{}, DType::kFloat32, Shape{4});
+  { const Tensor dropped = exp(Tensor(make_intrusive<TensorImpl>(DType::kFloat32, data))); }
   const Tensor kept = zeros({2}) + 1.0;
   EXPECT_GT(data->use_count(), 1);
   mark_step();

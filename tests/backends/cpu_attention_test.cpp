@@ -62,7 +62,7 @@ struct Case {
   int64_t mask_kind = 0;  // 0 none, 1 bool, 2 added
   Shape mask_shape;       // broadcasts to batch + [L, S]
   double scale = 0.3;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kFloat32;
 };
 
 Shape with(Shape shape, std::initializer_list<int64_t> dims) {
@@ -255,7 +255,9 @@ std::vector<HostTensor> operands(const Case& c, const Inputs& in) {
   return ops;
 }
 
-DType output_dtype(const Case& c) { return c.dtype == DType::kBF16 ? DType::kF32 : c.dtype; }
+DType output_dtype(const Case& c) {
+  return c.dtype == DType::kBFloat16 ? DType::kFloat32 : c.dtype;
+}
 
 // Forward and backward against the loops on 1, 2 and 3 threads, each thread count giving the
 // same bits as one.
@@ -341,20 +343,20 @@ TEST(CpuAttention, BatchDimsBroadcast) {
 TEST(CpuAttention, F64AndBf16) {
   Case c{{2, 2}, {2, 2}, 70, 66, 8, 8};
   c.causal = true;
-  c.dtype = DType::kF64;
+  c.dtype = DType::kFloat64;
   check(c, 11, 1e-12, "f64");
   // bf16 operands are exact in the reference; the kernel accumulates in f32 and gives f32.
-  c.dtype = DType::kBF16;
+  c.dtype = DType::kBFloat16;
   check(c, 12, 1e-5, "bf16 into f32");
 }
 
 TEST(CpuAttention, ARowThatKeepsNoKeyIsNanWithALogsumexpOfMinusInfinity) {
-  const HostTensor q{DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6}};
-  const HostTensor k{DType::kF32, {2, 3}, {1, 0, 1, 0, 1, 0}};
-  const HostTensor v{DType::kF32, {2, 1}, {10, 20}};
+  const HostTensor q{DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6}};
+  const HostTensor k{DType::kFloat32, {2, 3}, {1, 0, 1, 0, 1, 0}};
+  const HostTensor v{DType::kFloat32, {2, 1}, {10, 20}};
   const HostTensor mask{DType::kBool, {2, 2}, {1, 1, 0, 0}};
-  const HostTensor out = run_on(1, Kernel::kScaledDotProductAttention, {q, k, v, mask}, DType::kF32,
-                                {2, 2}, {0, 1}, {1.0});
+  const HostTensor out = run_on(1, Kernel::kScaledDotProductAttention, {q, k, v, mask},
+                                DType::kFloat32, {2, 2}, {0, 1}, {1.0});
   EXPECT_FALSE(std::isnan(out.values[0]));
   EXPECT_TRUE(std::isfinite(out.values[1]));
   EXPECT_TRUE(std::isnan(out.values[2]));
@@ -377,29 +379,29 @@ bool contains(const std::string& s, const std::string& part) {
 }
 
 TEST(CpuAttention, RejectsCallsThatDoNotFitNamingTheKernelAndShapes) {
-  const HostTensor q{DType::kF32, {2, 3, 4}, std::vector<double>(24)};
-  const HostTensor k{DType::kF32, {2, 5, 4}, std::vector<double>(40)};
-  const HostTensor v{DType::kF32, {2, 5, 2}, std::vector<double>(20)};
-  const HostTensor k3{DType::kF32, {2, 5, 3}, std::vector<double>(30)};
+  const HostTensor q{DType::kFloat32, {2, 3, 4}, std::vector<double>(24)};
+  const HostTensor k{DType::kFloat32, {2, 5, 4}, std::vector<double>(40)};
+  const HostTensor v{DType::kFloat32, {2, 5, 2}, std::vector<double>(20)};
+  const HostTensor k3{DType::kFloat32, {2, 5, 3}, std::vector<double>(30)};
   const Kernel fwd = Kernel::kScaledDotProductAttention;
-  std::string e = error_of(fwd, {q, k3, v}, DType::kF32, {2, 3, 3}, {0, 0}, {1.0});
+  std::string e = error_of(fwd, {q, k3, v}, DType::kFloat32, {2, 3, 3}, {0, 0}, {1.0});
   EXPECT_TRUE(contains(e, "scaled_dot_product_attention(f32[2,3,4], f32[2,5,3], f32[2,5,2])")) << e;
-  e = error_of(fwd, {q, k, v}, DType::kF32, {2, 3, 2}, {0, 0}, {1.0});
+  e = error_of(fwd, {q, k, v}, DType::kFloat32, {2, 3, 2}, {0, 0}, {1.0});
   EXPECT_TRUE(contains(e, "-> f32[2,3,2]") && contains(e, "Ev + 1")) << e;
-  e = error_of(fwd, {q, k, v}, DType::kF32, {2, 3, 3}, {0, 1}, {1.0});
+  e = error_of(fwd, {q, k, v}, DType::kFloat32, {2, 3, 3}, {0, 1}, {1.0});
   EXPECT_TRUE(contains(e, "mask kind 1")) << e;
-  e = error_of(fwd, {q, k, v}, DType::kF32, {2, 3, 3}, {0}, {1.0});
+  e = error_of(fwd, {q, k, v}, DType::kFloat32, {2, 3, 3}, {0}, {1.0});
   EXPECT_TRUE(contains(e, "ints must be")) << e;
   const HostTensor narrow{DType::kBool, {3, 2}, std::vector<double>(6)};
-  e = error_of(fwd, {q, k, v, narrow}, DType::kF32, {2, 3, 3}, {0, 1}, {1.0});
+  e = error_of(fwd, {q, k, v, narrow}, DType::kFloat32, {2, 3, 3}, {0, 1}, {1.0});
   EXPECT_TRUE(contains(e, "pred[3,2]") && contains(e, "[2,3,5]")) << e;
-  const HostTensor qi{DType::kI32, {2, 3, 4}, std::vector<double>(24)};
-  e = error_of(fwd, {qi, k, v}, DType::kF32, {2, 3, 3}, {0, 0}, {1.0});
+  const HostTensor qi{DType::kInt32, {2, 3, 4}, std::vector<double>(24)};
+  e = error_of(fwd, {qi, k, v}, DType::kFloat32, {2, 3, 3}, {0, 0}, {1.0});
   EXPECT_TRUE(contains(e, "one dtype")) << e;
-  const HostTensor fwd_out{DType::kF32, {2, 3, 3}, std::vector<double>(18)};
-  const HostTensor wrong_grad{DType::kF32, {2, 3, 3}, std::vector<double>(18)};
+  const HostTensor fwd_out{DType::kFloat32, {2, 3, 3}, std::vector<double>(18)};
+  const HostTensor wrong_grad{DType::kFloat32, {2, 3, 3}, std::vector<double>(18)};
   e = error_of(Kernel::kScaledDotProductAttentionBackward, {q, k, v, fwd_out, wrong_grad},
-               DType::kF32, {2, 13, 4}, {0, 0}, {1.0});
+               DType::kFloat32, {2, 13, 4}, {0, 0}, {1.0});
   EXPECT_TRUE(contains(e, "scaled_dot_product_attention_backward") && contains(e, "grad")) << e;
 }
 

@@ -79,7 +79,7 @@ TEST(Conv2d, MatchesLoopsOnRandomShapes) {
   std::uniform_int_distribution<int64_t> small(1, 4), size(3, 12), kernel(1, 3);
   for (int trial = 0; trial < 15; ++trial) {
     const int64_t c = small(rng);
-    expect_conv_matches_loops(DType::kF32, {small(rng), c, size(rng), size(rng)},
+    expect_conv_matches_loops(DType::kFloat32, {small(rng), c, size(rng), size(rng)},
                               {small(rng), c, kernel(rng), kernel(rng)}, {}, rng);
   }
 }
@@ -87,45 +87,45 @@ TEST(Conv2d, MatchesLoopsOnRandomShapes) {
 TEST(Conv2d, AppliesStrideAndPadding) {
   std::mt19937 rng(22);
   const ConvParams p{.stride_h = 2, .stride_w = 3, .pad_h = 1, .pad_w = 2};
-  expect_conv_matches_loops(DType::kF32, {2, 3, 11, 13}, {4, 3, 3, 3}, p, rng);
+  expect_conv_matches_loops(DType::kFloat32, {2, 3, 11, 13}, {4, 3, 3, 3}, p, rng);
 }
 
 TEST(Conv2d, PaddingWiderThanKernelGivesZeroBorder) {
   std::mt19937 rng(23);
   const ConvParams p{.pad_h = 3, .pad_w = 2};
-  expect_conv_matches_loops(DType::kF32, {1, 2, 4, 5}, {3, 2, 2, 1}, p, rng);
+  expect_conv_matches_loops(DType::kFloat32, {1, 2, 4, 5}, {3, 2, 2, 1}, p, rng);
 }
 
 TEST(Conv2d, AppliesDilation) {
   std::mt19937 rng(24);
   const ConvParams p{
       .stride_h = 1, .stride_w = 2, .pad_h = 2, .pad_w = 1, .dilation_h = 2, .dilation_w = 3};
-  expect_conv_matches_loops(DType::kF32, {2, 3, 12, 14}, {5, 3, 3, 2}, p, rng);
+  expect_conv_matches_loops(DType::kFloat32, {2, 3, 12, 14}, {5, 3, 3, 2}, p, rng);
 }
 
 TEST(Conv2d, SplitsChannelsIntoGroups) {
   std::mt19937 rng(25);
   const ConvParams p{.pad_h = 1, .pad_w = 1, .groups = 3};
-  expect_conv_matches_loops(DType::kF32, {2, 6, 9, 8}, {9, 2, 3, 3}, p, rng);
+  expect_conv_matches_loops(DType::kFloat32, {2, 6, 9, 8}, {9, 2, 3, 3}, p, rng);
 }
 
 TEST(Conv2d, RunsDepthwiseWithGroupsEqualToChannels) {
   std::mt19937 rng(26);
   const ConvParams p{.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .groups = 5};
-  expect_conv_matches_loops(DType::kF32, {3, 5, 10, 9}, {10, 1, 3, 3}, p, rng);
+  expect_conv_matches_loops(DType::kFloat32, {3, 5, 10, 9}, {10, 1, 3, 3}, p, rng);
 }
 
 TEST(Conv2d, HandlesNonSquareKernels) {
   std::mt19937 rng(27);
   const ConvParams p{.stride_h = 2, .stride_w = 1, .pad_h = 2, .pad_w = 0};
-  expect_conv_matches_loops(DType::kF32, {2, 3, 10, 7}, {4, 3, 5, 1}, p, rng);
-  expect_conv_matches_loops(DType::kF32, {2, 3, 7, 10}, {4, 3, 1, 4}, {}, rng);
+  expect_conv_matches_loops(DType::kFloat32, {2, 3, 10, 7}, {4, 3, 5, 1}, p, rng);
+  expect_conv_matches_loops(DType::kFloat32, {2, 3, 7, 10}, {4, 3, 1, 4}, {}, rng);
 }
 
 TEST(Conv2d, PointwiseKernelMatchesLoops) {
   std::mt19937 rng(28);
-  expect_conv_matches_loops(DType::kF32, {3, 8, 5, 6}, {7, 8, 1, 1}, {}, rng);
-  expect_conv_matches_loops(DType::kF32, {2, 8, 5, 6}, {8, 2, 1, 1}, {.groups = 4}, rng);
+  expect_conv_matches_loops(DType::kFloat32, {3, 8, 5, 6}, {7, 8, 1, 1}, {}, rng);
+  expect_conv_matches_loops(DType::kFloat32, {2, 8, 5, 6}, {8, 2, 1, 1}, {.groups = 4}, rng);
 }
 
 TEST(Conv2d, RandomAttributesMatchLoops) {
@@ -136,7 +136,8 @@ TEST(Conv2d, RandomAttributesMatchLoops) {
     ConvParams p{one_to(rng), one_to(rng), zero_to(rng), zero_to(rng),
                  one_to(rng), one_to(rng), groups};
     const int64_t kh = one_to(rng), kw = one_to(rng);
-    expect_conv_matches_loops(DType::kF32, {one_to(rng), groups * per_group, size(rng), size(rng)},
+    expect_conv_matches_loops(DType::kFloat32,
+                              {one_to(rng), groups * per_group, size(rng), size(rng)},
                               {groups * one_to(rng), per_group, kh, kw}, p, rng);
   }
 }
@@ -146,24 +147,26 @@ TEST(Conv2d, SameWidthConvolutionsMatchLoops) {
   // shifted, its padding zeroed after (im2col_shifted), including dilated and taller kernels,
   // kernels wider than the plane, and outputs shorter than the input.
   std::mt19937 rng(33);
-  expect_conv_matches_loops(DType::kF32, {2, 3, 12, 11}, {4, 3, 3, 3},
+  expect_conv_matches_loops(DType::kFloat32, {2, 3, 12, 11}, {4, 3, 3, 3},
                             {.pad_h = 2, .pad_w = 2, .dilation_h = 2, .dilation_w = 2}, rng);
-  expect_conv_matches_loops(DType::kF32, {2, 3, 9, 10}, {5, 3, 5, 3}, {.pad_h = 2, .pad_w = 1},
+  expect_conv_matches_loops(DType::kFloat32, {2, 3, 9, 10}, {5, 3, 5, 3}, {.pad_h = 2, .pad_w = 1},
                             rng);
-  expect_conv_matches_loops(DType::kF32, {1, 2, 6, 5}, {3, 2, 3, 3}, {.pad_h = 0, .pad_w = 1}, rng);
-  expect_conv_matches_loops(DType::kF32, {3, 4, 1, 17}, {6, 4, 1, 3}, {.pad_w = 1}, rng);
-  expect_conv_matches_loops(DType::kF64, {2, 3, 8, 8}, {4, 3, 3, 3}, {.pad_h = 1, .pad_w = 1}, rng);
+  expect_conv_matches_loops(DType::kFloat32, {1, 2, 6, 5}, {3, 2, 3, 3}, {.pad_h = 0, .pad_w = 1},
+                            rng);
+  expect_conv_matches_loops(DType::kFloat32, {3, 4, 1, 17}, {6, 4, 1, 3}, {.pad_w = 1}, rng);
+  expect_conv_matches_loops(DType::kFloat64, {2, 3, 8, 8}, {4, 3, 3, 3}, {.pad_h = 1, .pad_w = 1},
+                            rng);
 }
 
 TEST(Conv2d, LargePlanesAreLaidOutInBlocksOfOutputRows) {
   // Column matrices past 2^19 floats are laid out and multiplied a block of output rows at a
   // time: same-width (shifted), strided, grouped, blocks that do not divide the rows evenly.
   std::mt19937 rng(38);
-  expect_conv_matches_loops(DType::kF32, {1, 16, 48, 90}, {16, 16, 3, 3}, {.pad_h = 1, .pad_w = 1},
-                            rng);
-  expect_conv_matches_loops(DType::kF32, {1, 64, 60, 80}, {4, 64, 3, 3},
+  expect_conv_matches_loops(DType::kFloat32, {1, 16, 48, 90}, {16, 16, 3, 3},
+                            {.pad_h = 1, .pad_w = 1}, rng);
+  expect_conv_matches_loops(DType::kFloat32, {1, 64, 60, 80}, {4, 64, 3, 3},
                             {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, rng);
-  expect_conv_matches_loops(DType::kF32, {1, 32, 44, 90}, {32, 16, 3, 3},
+  expect_conv_matches_loops(DType::kFloat32, {1, 32, 44, 90}, {32, 16, 3, 3},
                             {.pad_h = 1, .pad_w = 1, .groups = 2}, rng);
 }
 
@@ -171,10 +174,13 @@ TEST(Conv2d, FewerOutputThanInputChannelsMatchesLoops) {
   // The input gradient's form (tap planes summed shifted), for outputs the input's size (one run
   // over the plane per tap, the columns no output reads zeroed) and not.
   std::mt19937 rng(34);
-  expect_conv_matches_loops(DType::kF32, {2, 8, 9, 7}, {3, 8, 5, 5}, {.pad_h = 2, .pad_w = 2}, rng);
-  expect_conv_matches_loops(DType::kF32, {2, 8, 6, 9}, {3, 8, 3, 3}, {.pad_h = 1, .pad_w = 1}, rng);
-  expect_conv_matches_loops(DType::kF32, {1, 6, 5, 5}, {2, 6, 3, 3}, {.pad_h = 1, .pad_w = 0}, rng);
-  expect_conv_matches_loops(DType::kF32, {2, 8, 7, 7}, {4, 4, 3, 3},
+  expect_conv_matches_loops(DType::kFloat32, {2, 8, 9, 7}, {3, 8, 5, 5}, {.pad_h = 2, .pad_w = 2},
+                            rng);
+  expect_conv_matches_loops(DType::kFloat32, {2, 8, 6, 9}, {3, 8, 3, 3}, {.pad_h = 1, .pad_w = 1},
+                            rng);
+  expect_conv_matches_loops(DType::kFloat32, {1, 6, 5, 5}, {2, 6, 3, 3}, {.pad_h = 1, .pad_w = 0},
+                            rng);
+  expect_conv_matches_loops(DType::kFloat32, {2, 8, 7, 7}, {4, 4, 3, 3},
                             {.pad_h = 1, .pad_w = 1, .groups = 2}, rng);
 }
 
@@ -183,18 +189,19 @@ TEST(Conv2d, SmallOutputsOfLargeKernelsMatchLoops) {
   // one image, a 3x3 output): direct sums over padded planes, every output shape up to 3x3,
   // kernel rows that end in a partial block of eight or not, groups.
   std::mt19937 rng(35);
-  expect_conv_matches_loops(DType::kF32, {1, 6, 13, 13}, {4, 6, 13, 13}, {.pad_h = 1, .pad_w = 1},
-                            rng);
-  expect_conv_matches_loops(DType::kF32, {1, 4, 16, 16}, {3, 4, 16, 16}, {.pad_h = 1, .pad_w = 1},
-                            rng);
-  expect_conv_matches_loops(DType::kF32, {2, 3, 9, 20}, {3, 3, 8, 18}, {}, rng);  // 2x3
-  expect_conv_matches_loops(DType::kF32, {3, 2, 12, 9}, {2, 2, 12, 8}, {}, rng);  // 1x2
-  expect_conv_matches_loops(DType::kF32, {1, 5, 11, 10}, {2, 5, 9, 10}, {.pad_h = 0, .pad_w = 0},
+  expect_conv_matches_loops(DType::kFloat32, {1, 6, 13, 13}, {4, 6, 13, 13},
+                            {.pad_h = 1, .pad_w = 1}, rng);
+  expect_conv_matches_loops(DType::kFloat32, {1, 4, 16, 16}, {3, 4, 16, 16},
+                            {.pad_h = 1, .pad_w = 1}, rng);
+  expect_conv_matches_loops(DType::kFloat32, {2, 3, 9, 20}, {3, 3, 8, 18}, {}, rng);  // 2x3
+  expect_conv_matches_loops(DType::kFloat32, {3, 2, 12, 9}, {2, 2, 12, 8}, {}, rng);  // 1x2
+  expect_conv_matches_loops(DType::kFloat32, {1, 5, 11, 10}, {2, 5, 9, 10},
+                            {.pad_h = 0, .pad_w = 0},
                             rng);  // 3x1
-  expect_conv_matches_loops(DType::kF32, {1, 6, 10, 10}, {4, 3, 10, 10},
+  expect_conv_matches_loops(DType::kFloat32, {1, 6, 10, 10}, {4, 3, 10, 10},
                             {.pad_h = 1, .pad_w = 1, .groups = 2}, rng);
-  expect_conv_matches_loops(DType::kF32, {1, 64, 28, 28}, {8, 64, 28, 28}, {.pad_h = 1, .pad_w = 1},
-                            rng);
+  expect_conv_matches_loops(DType::kFloat32, {1, 64, 28, 28}, {8, 64, 28, 28},
+                            {.pad_h = 1, .pad_w = 1}, rng);
 }
 
 TEST(Conv2d, SmallOutputSumsOnlyTheWindow) {
@@ -202,13 +209,13 @@ TEST(Conv2d, SmallOutputSumsOnlyTheWindow) {
   // the outputs whose windows miss it stay finite (a masked lane read as 0 would give inf * 0 =
   // NaN), the one whose window holds it is infinite, as the loops say.
   std::mt19937 rng(36);
-  HostTensor x = random_tensor(DType::kF32, {1, 1, 10, 12}, rng);
-  const HostTensor w = random_tensor(DType::kF32, {1, 1, 8, 10}, rng);
+  HostTensor x = random_tensor(DType::kFloat32, {1, 1, 10, 12}, rng);
+  const HostTensor w = random_tensor(DType::kFloat32, {1, 1, 8, 10}, rng);
   x.values[11] = kInf;  // row 0, column 11: only output column 2's windows reach it
   const ConvParams p{};
   const Reference ref = reference_conv(x, w, p);
-  const HostTensor out = run_kernel(Kernel::kConv2d, {x, w}, DType::kF32, ref.shape, p.ints());
-  expect_close(out, ref, DType::kF32, "an infinity outside most windows");
+  const HostTensor out = run_kernel(Kernel::kConv2d, {x, w}, DType::kFloat32, ref.shape, p.ints());
+  expect_close(out, ref, DType::kFloat32, "an infinity outside most windows");
   for (int64_t y = 0; y < 3; ++y) {
     for (int64_t col = 0; col < 3; ++col) {
       EXPECT_EQ(std::isfinite(out.values[static_cast<std::size_t>(y * 3 + col)]), col < 2 || y > 0)
@@ -221,20 +228,20 @@ TEST(Conv2d, KernelsWiderThanTheirOutputMatchLoops) {
   // Receptive fields as rows (by_rows), laid out a block of kernel rows at a time: many blocks,
   // strides and dilation (which the direct small-output sums do not take), larger outputs.
   std::mt19937 rng(37);
-  expect_conv_matches_loops(DType::kF32, {4, 24, 20, 20}, {8, 24, 18, 18}, {}, rng);
-  expect_conv_matches_loops(DType::kF32, {1, 16, 21, 21}, {32, 16, 15, 15},
+  expect_conv_matches_loops(DType::kFloat32, {4, 24, 20, 20}, {8, 24, 18, 18}, {}, rng);
+  expect_conv_matches_loops(DType::kFloat32, {1, 16, 21, 21}, {32, 16, 15, 15},
                             {.stride_h = 2, .stride_w = 2}, rng);
-  expect_conv_matches_loops(DType::kF32, {2, 4, 16, 16}, {4, 4, 6, 6},
+  expect_conv_matches_loops(DType::kFloat32, {2, 4, 16, 16}, {4, 4, 6, 6},
                             {.pad_h = 2, .pad_w = 2, .dilation_h = 3, .dilation_w = 3}, rng);
-  expect_conv_matches_loops(DType::kF64, {2, 6, 13, 13}, {4, 6, 13, 13}, {.pad_h = 1, .pad_w = 1},
-                            rng);
+  expect_conv_matches_loops(DType::kFloat64, {2, 6, 13, 13}, {4, 6, 13, 13},
+                            {.pad_h = 1, .pad_w = 1}, rng);
   // Kernels the input plane's size (a "same" convolution's weight gradient): rows laid out as
   // shifted planes, a block of whole channels at a time.
-  expect_conv_matches_loops(DType::kF32, {4, 24, 13, 13}, {4, 24, 13, 13}, {.pad_h = 1, .pad_w = 1},
+  expect_conv_matches_loops(DType::kFloat32, {4, 24, 13, 13}, {4, 24, 13, 13},
+                            {.pad_h = 1, .pad_w = 1}, rng);
+  expect_conv_matches_loops(DType::kFloat32, {2, 5, 9, 11}, {3, 5, 9, 11}, {.pad_h = 2, .pad_w = 1},
                             rng);
-  expect_conv_matches_loops(DType::kF32, {2, 5, 9, 11}, {3, 5, 9, 11}, {.pad_h = 2, .pad_w = 1},
-                            rng);
-  expect_conv_matches_loops(DType::kF32, {4, 4, 6, 6}, {6, 2, 6, 6},
+  expect_conv_matches_loops(DType::kFloat32, {4, 4, 6, 6}, {6, 2, 6, 6},
                             {.pad_h = 1, .pad_w = 1, .groups = 2}, rng);
 }
 
@@ -281,15 +288,15 @@ TEST(Conv2d, SwappedLayoutsMatchLoops) {
   // swapped buffers in place; other forms lay them out first.
   std::mt19937 rng(38);
   for (int64_t layout = 0; layout < 8; ++layout) {
-    expect_swapped_conv_matches_loops(DType::kF32, {6, 5, 9, 9}, {4, 5, 9, 9},
+    expect_swapped_conv_matches_loops(DType::kFloat32, {6, 5, 9, 9}, {4, 5, 9, 9},
                                       {.pad_h = 1, .pad_w = 1}, layout, rng);
-    expect_swapped_conv_matches_loops(DType::kF32, {4, 6, 12, 12}, {3, 6, 8, 10},
+    expect_swapped_conv_matches_loops(DType::kFloat32, {4, 6, 12, 12}, {3, 6, 8, 10},
                                       {.pad_h = 1, .pad_w = 0}, layout, rng);
-    expect_swapped_conv_matches_loops(DType::kF32, {1, 8, 12, 12}, {5, 8, 12, 12},
+    expect_swapped_conv_matches_loops(DType::kFloat32, {1, 8, 12, 12}, {5, 8, 12, 12},
                                       {.pad_h = 1, .pad_w = 1}, layout, rng);
-    expect_swapped_conv_matches_loops(DType::kF32, {2, 3, 7, 8}, {4, 3, 3, 3},
+    expect_swapped_conv_matches_loops(DType::kFloat32, {2, 3, 7, 8}, {4, 3, 3, 3},
                                       {.stride_h = 2, .pad_h = 1, .pad_w = 1}, layout, rng);
-    expect_swapped_conv_matches_loops(DType::kF64, {3, 4, 7, 7}, {2, 4, 7, 7},
+    expect_swapped_conv_matches_loops(DType::kFloat64, {3, 4, 7, 7}, {2, 4, 7, 7},
                                       {.pad_h = 1, .pad_w = 1}, layout, rng);
   }
 }
@@ -329,18 +336,19 @@ TEST(Conv2d, BiasIsTheConvolutionThenTheAdd) {
   // Every form: im2col (the bias added per image), shifted tap sums, receptive fields as rows,
   // small outputs, swapped layouts, f64.
   std::mt19937 rng(40);
-  expect_bias_is_conv_then_add(DType::kF32, {3, 2, 10, 10}, {5, 2, 3, 3}, {.pad_h = 1, .pad_w = 1},
-                               0, rng);
-  expect_bias_is_conv_then_add(DType::kF32, {2, 6, 7, 9}, {4, 6, 3, 3}, {.stride_h = 2}, 0, rng);
-  expect_bias_is_conv_then_add(DType::kF32, {2, 8, 6, 6}, {3, 8, 3, 3}, {.pad_h = 1, .pad_w = 1},
-                               0, rng);
-  expect_bias_is_conv_then_add(DType::kF32, {4, 5, 9, 9}, {3, 5, 9, 9}, {.pad_h = 1, .pad_w = 1},
-                               7, rng);
-  expect_bias_is_conv_then_add(DType::kF32, {1, 6, 12, 12}, {3, 6, 12, 12},
+  expect_bias_is_conv_then_add(DType::kFloat32, {3, 2, 10, 10}, {5, 2, 3, 3},
                                {.pad_h = 1, .pad_w = 1}, 0, rng);
-  expect_bias_is_conv_then_add(DType::kF32, {2, 3, 7, 8}, {4, 3, 3, 3}, {.pad_h = 1}, 5, rng);
-  expect_bias_is_conv_then_add(DType::kF64, {2, 3, 8, 8}, {4, 3, 3, 3}, {.pad_h = 1, .pad_w = 1},
-                               0, rng);
+  expect_bias_is_conv_then_add(DType::kFloat32, {2, 6, 7, 9}, {4, 6, 3, 3}, {.stride_h = 2}, 0,
+                               rng);
+  expect_bias_is_conv_then_add(DType::kFloat32, {2, 8, 6, 6}, {3, 8, 3, 3},
+                               {.pad_h = 1, .pad_w = 1}, 0, rng);
+  expect_bias_is_conv_then_add(DType::kFloat32, {4, 5, 9, 9}, {3, 5, 9, 9},
+                               {.pad_h = 1, .pad_w = 1}, 7, rng);
+  expect_bias_is_conv_then_add(DType::kFloat32, {1, 6, 12, 12}, {3, 6, 12, 12},
+                               {.pad_h = 1, .pad_w = 1}, 0, rng);
+  expect_bias_is_conv_then_add(DType::kFloat32, {2, 3, 7, 8}, {4, 3, 3, 3}, {.pad_h = 1}, 5, rng);
+  expect_bias_is_conv_then_add(DType::kFloat64, {2, 3, 8, 8}, {4, 3, 3, 3},
+                               {.pad_h = 1, .pad_w = 1}, 0, rng);
 }
 
 TEST(Conv2d, RejectsBiasOfOtherSizeOrBf16) {
@@ -348,35 +356,35 @@ TEST(Conv2d, RejectsBiasOfOtherSizeOrBf16) {
                                  {1, 1, 0, 0, 1, 1, 1}),
                        "one value per output channel"));
   EXPECT_FALSE(rejection(Kernel::kConv2d, {{1, 2, 5, 5}, {4, 2, 3, 3}, {4}}, {1, 4, 3, 3},
-                         {1, 1, 0, 0, 1, 1, 1}, DType::kBF16)
+                         {1, 1, 0, 0, 1, 1, 1}, DType::kBFloat16)
                    .empty());
 }
 
 TEST(Conv2d, MatchesLoopsInF64) {
   std::mt19937 rng(30);
   const ConvParams p{.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1, .groups = 2};
-  expect_conv_matches_loops(DType::kF64, {2, 4, 9, 11}, {6, 2, 3, 3}, p, rng);
+  expect_conv_matches_loops(DType::kFloat64, {2, 4, 9, 11}, {6, 2, 3, 3}, p, rng);
 }
 
 TEST(Conv2d, MatchesLoopsInBf16) {
   std::mt19937 rng(31);
   const ConvParams p{.stride_h = 1, .stride_w = 2, .pad_h = 1, .pad_w = 1, .dilation_h = 2};
-  expect_conv_matches_loops(DType::kBF16, {2, 16, 9, 11}, {6, 16, 3, 3}, p, rng);
+  expect_conv_matches_loops(DType::kBFloat16, {2, 16, 9, 11}, {6, 16, 3, 3}, p, rng);
 }
 
 TEST(Conv2d, Bf16AccumulatesInF32) {
   // 1000 channels of 1 * (1 + 2^-7): exact in f32 (1007.8125, stored as bf16 1008); a bf16
   // running sum would lose the 2^-7 terms once past 64.
-  const HostTensor x{DType::kBF16, {1, 1000, 1, 1}, std::vector<double>(1000, 1.0)};
-  const HostTensor w{DType::kBF16, {2, 1000, 1, 1}, std::vector<double>(2000, 1.0 + 1.0 / 128)};
+  const HostTensor x{DType::kBFloat16, {1, 1000, 1, 1}, std::vector<double>(1000, 1.0)};
+  const HostTensor w{DType::kBFloat16, {2, 1000, 1, 1}, std::vector<double>(2000, 1.0 + 1.0 / 128)};
   const HostTensor out =
-      run_kernel(Kernel::kConv2d, {x, w}, DType::kBF16, {1, 2, 1, 1}, ConvParams{}.ints());
+      run_kernel(Kernel::kConv2d, {x, w}, DType::kBFloat16, {1, 2, 1, 1}, ConvParams{}.ints());
   EXPECT_EQ(out.values, (std::vector<double>{1008.0, 1008.0}));
 }
 
 TEST(Conv2d, EmptyBatchGivesEmptyOutput) {
   std::mt19937 rng(32);
-  expect_conv_matches_loops(DType::kF32, {0, 3, 5, 5}, {2, 3, 3, 3}, {}, rng);
+  expect_conv_matches_loops(DType::kFloat32, {0, 3, 5, 5}, {2, 3, 3, 3}, {}, rng);
 }
 
 TEST(Conv2d, RejectsChannelsNotDivisibleByGroups) {

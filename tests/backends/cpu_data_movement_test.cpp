@@ -16,8 +16,8 @@ namespace axle::testing {
 namespace {
 
 // Every dtype, so each element size (1, 2, 4, 8 bytes) is covered at least once.
-constexpr DType kDTypes[] = {DType::kBool, DType::kBF16, DType::kF32,
-                             DType::kI32,  DType::kF64,  DType::kI64};
+constexpr DType kDTypes[] = {DType::kBool,  DType::kBFloat16, DType::kFloat32,
+                             DType::kInt32, DType::kFloat64,  DType::kInt64};
 
 using Index = std::vector<int64_t>;
 
@@ -92,43 +92,43 @@ TEST(Copy, ReshapesEveryElementSize) {
     EXPECT_EQ(run_kernel(Kernel::kCopy, {x}, dtype, {6, 4}).values, x.values);
     EXPECT_EQ(run_kernel(Kernel::kCopy, {x}, dtype, {24}).values, x.values);
   }
-  HostTensor scalar = random_tensor(DType::kF32, {}, rng);
-  EXPECT_EQ(run_kernel(Kernel::kCopy, {scalar}, DType::kF32, {1, 1}).values, scalar.values);
-  EXPECT_TRUE(
-      run_kernel(Kernel::kCopy, {random_tensor(DType::kF32, {0, 3}, rng)}, DType::kF32, {3, 0})
-          .values.empty());
+  HostTensor scalar = random_tensor(DType::kFloat32, {}, rng);
+  EXPECT_EQ(run_kernel(Kernel::kCopy, {scalar}, DType::kFloat32, {1, 1}).values, scalar.values);
+  EXPECT_TRUE(run_kernel(Kernel::kCopy, {random_tensor(DType::kFloat32, {0, 3}, rng)},
+                         DType::kFloat32, {3, 0})
+                  .values.empty());
 }
 
 TEST(Copy, RejectsDifferentElementCount) {
   std::mt19937 rng(2);
-  EXPECT_THROW(
-      run_kernel(Kernel::kCopy, {random_tensor(DType::kF32, {2, 3}, rng)}, DType::kF32, {7}),
-      std::runtime_error);
+  EXPECT_THROW(run_kernel(Kernel::kCopy, {random_tensor(DType::kFloat32, {2, 3}, rng)},
+                          DType::kFloat32, {7}),
+               std::runtime_error);
 }
 
 TEST(OptimizationBarrier, GivesTheNamedOperandBitForBit) {
   std::mt19937 rng(3);
   for (DType dtype : kDTypes) {
     const HostTensor a = random_tensor(dtype, {2, 3, 4}, rng);
-    const HostTensor b = random_tensor(DType::kF32, {5}, rng);
+    const HostTensor b = random_tensor(DType::kFloat32, {5}, rng);
     EXPECT_EQ(run_kernel(Kernel::kOptimizationBarrier, {a, b}, dtype, {2, 3, 4}, {0}).values,
               a.values);
-    EXPECT_EQ(run_kernel(Kernel::kOptimizationBarrier, {a, b}, DType::kF32, {5}, {1}).values,
+    EXPECT_EQ(run_kernel(Kernel::kOptimizationBarrier, {a, b}, DType::kFloat32, {5}, {1}).values,
               b.values);
   }
-  const HostTensor empty = random_tensor(DType::kF32, {0, 3}, rng);
-  EXPECT_TRUE(
-      run_kernel(Kernel::kOptimizationBarrier, {empty}, DType::kF32, {0, 3}, {0}).values.empty());
+  const HostTensor empty = random_tensor(DType::kFloat32, {0, 3}, rng);
+  EXPECT_TRUE(run_kernel(Kernel::kOptimizationBarrier, {empty}, DType::kFloat32, {0, 3}, {0})
+                  .values.empty());
 }
 
 TEST(OptimizationBarrier, RejectsAnOperandItDoesNotHaveOrAnotherShape) {
   std::mt19937 rng(4);
-  const HostTensor a = random_tensor(DType::kF32, {2, 3}, rng);
-  EXPECT_THROW(run_kernel(Kernel::kOptimizationBarrier, {a}, DType::kF32, {2, 3}, {1}),
+  const HostTensor a = random_tensor(DType::kFloat32, {2, 3}, rng);
+  EXPECT_THROW(run_kernel(Kernel::kOptimizationBarrier, {a}, DType::kFloat32, {2, 3}, {1}),
                std::runtime_error);
-  EXPECT_THROW(run_kernel(Kernel::kOptimizationBarrier, {a}, DType::kF32, {2, 3}, {}),
+  EXPECT_THROW(run_kernel(Kernel::kOptimizationBarrier, {a}, DType::kFloat32, {2, 3}, {}),
                std::runtime_error);
-  EXPECT_THROW(run_kernel(Kernel::kOptimizationBarrier, {a}, DType::kF32, {3, 2}, {0}),
+  EXPECT_THROW(run_kernel(Kernel::kOptimizationBarrier, {a}, DType::kFloat32, {3, 2}, {0}),
                std::runtime_error);
 }
 
@@ -169,9 +169,10 @@ TEST(Permute, TransposesMatricesLargerThanOneTile) {
 
 TEST(Permute, RejectsNonPermutation) {
   std::mt19937 rng(5);
-  HostTensor x = random_tensor(DType::kF32, {2, 2}, rng);
-  EXPECT_THROW(run_kernel(Kernel::kPermute, {x}, DType::kF32, {2, 2}, {0, 0}), std::runtime_error);
-  EXPECT_THROW(run_kernel(Kernel::kPermute, {x}, DType::kF32, {2, 2}, {0}), std::runtime_error);
+  HostTensor x = random_tensor(DType::kFloat32, {2, 2}, rng);
+  EXPECT_THROW(run_kernel(Kernel::kPermute, {x}, DType::kFloat32, {2, 2}, {0, 0}),
+               std::runtime_error);
+  EXPECT_THROW(run_kernel(Kernel::kPermute, {x}, DType::kFloat32, {2, 2}, {0}), std::runtime_error);
 }
 
 TEST(Expand, MatchesNumpyBroadcastOnRandomShapes) {
@@ -199,9 +200,9 @@ TEST(Expand, MatchesNumpyBroadcastOnRandomShapes) {
 
 TEST(Expand, RejectsIncompatibleShape) {
   std::mt19937 rng(7);
-  EXPECT_THROW(
-      run_kernel(Kernel::kExpand, {random_tensor(DType::kF32, {3}, rng)}, DType::kF32, {2, 4}),
-      std::runtime_error);
+  EXPECT_THROW(run_kernel(Kernel::kExpand, {random_tensor(DType::kFloat32, {3}, rng)},
+                          DType::kFloat32, {2, 4}),
+               std::runtime_error);
 }
 
 TEST(Slice, MatchesLoopsOnRandomShapes) {
@@ -227,9 +228,11 @@ TEST(Slice, MatchesLoopsOnRandomShapes) {
 
 TEST(Slice, RejectsRunPastTheEnd) {
   std::mt19937 rng(9);
-  HostTensor x = random_tensor(DType::kF32, {4, 6}, rng);
-  EXPECT_THROW(run_kernel(Kernel::kSlice, {x}, DType::kF32, {4, 3}, {1, 2, 2}), std::runtime_error);
-  EXPECT_THROW(run_kernel(Kernel::kSlice, {x}, DType::kF32, {4, 2}, {1, 0, 0}), std::runtime_error);
+  HostTensor x = random_tensor(DType::kFloat32, {4, 6}, rng);
+  EXPECT_THROW(run_kernel(Kernel::kSlice, {x}, DType::kFloat32, {4, 3}, {1, 2, 2}),
+               std::runtime_error);
+  EXPECT_THROW(run_kernel(Kernel::kSlice, {x}, DType::kFloat32, {4, 2}, {1, 0, 0}),
+               std::runtime_error);
 }
 
 TEST(Concat, MatchesLoopsIncludingEmptyInputs) {
@@ -259,11 +262,11 @@ TEST(Concat, MatchesLoopsIncludingEmptyInputs) {
 
 TEST(Concat, RejectsMismatchedOtherDims) {
   std::mt19937 rng(11);
-  EXPECT_THROW(
-      run_kernel(Kernel::kConcat,
-                 {random_tensor(DType::kF32, {2, 3}, rng), random_tensor(DType::kF32, {2, 4}, rng)},
-                 DType::kF32, {4, 3}, {0}),
-      std::runtime_error);
+  EXPECT_THROW(run_kernel(Kernel::kConcat,
+                          {random_tensor(DType::kFloat32, {2, 3}, rng),
+                           random_tensor(DType::kFloat32, {2, 4}, rng)},
+                          DType::kFloat32, {4, 3}, {0}),
+               std::runtime_error);
 }
 
 // Copies of 256 KiB and more (permute, slice, expand, concat, index_select) are split over the
@@ -271,7 +274,7 @@ TEST(Concat, RejectsMismatchedOtherDims) {
 // loops say, whatever the split.
 TEST(DataMovement, LargeCopiesSplitOverThreadsMatchLoops) {
   std::mt19937 rng(21);
-  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16}) {
     for (int threads : {2, 3}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " on " + std::to_string(threads) + " threads");
       // A GPT's head split and merge, a transpose, a slice of q from qkv.
@@ -307,17 +310,17 @@ TEST(DataMovement, LargeCopiesSplitOverThreadsMatchLoops) {
       // A convolution weight flipped along its last dim (inner runs of one element), and rows
       // picked along a middle dim.
       HostTensor weight = random_tensor(dtype, {64, 128, 3, 3}, rng);
-      HostTensor flipped = call_kernel_directly(Kernel::kIndexSelect,
-                                                {weight, index_tensor(DType::kI64, {3}, {2, 1, 0})},
-                                                dtype, {64, 128, 3, 3}, {3}, threads);
+      HostTensor flipped = call_kernel_directly(
+          Kernel::kIndexSelect, {weight, index_tensor(DType::kInt64, {3}, {2, 1, 0})}, dtype,
+          {64, 128, 3, 3}, {3}, threads);
       for (int64_t i = 0; i < flipped.shape.numel(); ++i) {
         Index o = unravel(i, flipped.shape);
         ASSERT_EQ(flipped.values[i],
                   weight.values[ravel({o[0], o[1], o[2], 2 - o[3]}, weight.shape)]);
       }
       HostTensor picked = call_kernel_directly(
-          Kernel::kIndexSelect, {weight, index_tensor(DType::kI32, {5}, {7, 0, 127, 7, 64})}, dtype,
-          {64, 5, 3, 3}, {1}, threads);
+          Kernel::kIndexSelect, {weight, index_tensor(DType::kInt32, {5}, {7, 0, 127, 7, 64})},
+          dtype, {64, 5, 3, 3}, {1}, threads);
       const std::vector<int64_t> picks = {7, 0, 127, 7, 64};
       for (int64_t i = 0; i < picked.shape.numel(); ++i) {
         Index o = unravel(i, picked.shape);
@@ -354,7 +357,7 @@ TEST(IndexSelect, MatchesLoopsOnRandomShapes) {
     HostTensor x = random_tensor(dtype, random_shape(rng, random_int(rng, 1, 4)), rng);
     const int dim = random_int(rng, 0, x.shape.rank() - 1);
     const int64_t n = x.shape[dim] == 0 ? 0 : random_int(rng, 0, 6);
-    HostTensor index = random_tensor(trial % 2 ? DType::kI32 : DType::kI64, {n}, rng, 0,
+    HostTensor index = random_tensor(trial % 2 ? DType::kInt32 : DType::kInt64, {n}, rng, 0,
                                      static_cast<double>(std::max<int64_t>(x.shape[dim] - 1, 0)));
     Shape out_shape = x.shape;
     out_shape[dim] = n;
@@ -368,18 +371,18 @@ TEST(IndexSelect, MatchesLoopsOnRandomShapes) {
 }
 
 TEST(IndexSelect, SelectsFromZeroDimTensor) {
-  HostTensor x{DType::kF64, {}, {4.5}};
-  HostTensor out = run_kernel(Kernel::kIndexSelect, {x, index_tensor(DType::kI64, {2}, {0, 0})},
-                              DType::kF64, {2}, {0});
+  HostTensor x{DType::kFloat64, {}, {4.5}};
+  HostTensor out = run_kernel(Kernel::kIndexSelect, {x, index_tensor(DType::kInt64, {2}, {0, 0})},
+                              DType::kFloat64, {2}, {0});
   EXPECT_EQ(out.values, (std::vector<double>{4.5, 4.5}));
 }
 
 TEST(IndexSelect, NegativeIndexThrowsOutOfRangeNamingIndexAndSize) {
   std::mt19937 rng(13);
-  HostTensor x = random_tensor(DType::kF32, {3, 2}, rng);
-  HostTensor index = index_tensor(DType::kI64, {2}, {1, -1});
+  HostTensor x = random_tensor(DType::kFloat32, {3, 2}, rng);
+  HostTensor index = index_tensor(DType::kInt64, {2}, {1, -1});
   const std::string message = out_of_range_message([&] {
-    call_kernel(Kernel::kIndexSelect, {x, index}, DType::kF32, {2, 2}, {0});
+    call_kernel(Kernel::kIndexSelect, {x, index}, DType::kFloat32, {2, 2}, {0});
   });
   EXPECT_NE(message.find("index_select"), std::string::npos) << message;
   EXPECT_NE(message.find("-1"), std::string::npos) << message;
@@ -388,10 +391,10 @@ TEST(IndexSelect, NegativeIndexThrowsOutOfRangeNamingIndexAndSize) {
 
 TEST(IndexSelect, IndexPastTheEndThrowsOutOfRange) {
   std::mt19937 rng(14);
-  HostTensor x = random_tensor(DType::kI32, {3, 2}, rng);
-  HostTensor index = index_tensor(DType::kI32, {1}, {2});
+  HostTensor x = random_tensor(DType::kInt32, {3, 2}, rng);
+  HostTensor index = index_tensor(DType::kInt32, {1}, {2});
   const std::string message = out_of_range_message([&] {
-    call_kernel(Kernel::kIndexSelect, {x, index}, DType::kI32, {3, 1}, {1});
+    call_kernel(Kernel::kIndexSelect, {x, index}, DType::kInt32, {3, 1}, {1});
   });
   EXPECT_NE(message.find("index 2"), std::string::npos) << message;
   EXPECT_NE(message.find("size 2"), std::string::npos) << message;
@@ -409,7 +412,7 @@ TEST(Gather, MatchesTorchGatherOnRandomShapes) {
                                      : random_int(rng, 0, static_cast<int>(x.shape[d])));
     }
     if (x.shape[dim] == 0) index_shape[dim] = 0;  // nothing to point at
-    HostTensor index = random_tensor(trial % 2 ? DType::kI32 : DType::kI64, index_shape, rng, 0,
+    HostTensor index = random_tensor(trial % 2 ? DType::kInt32 : DType::kInt64, index_shape, rng, 0,
                                      static_cast<double>(std::max<int64_t>(x.shape[dim] - 1, 0)));
     HostTensor out = run_kernel(Kernel::kGather, {x, index}, dtype, index_shape, {dim});
     for (int64_t i = 0; i < index_shape.numel(); ++i) {
@@ -421,23 +424,23 @@ TEST(Gather, MatchesTorchGatherOnRandomShapes) {
 }
 
 TEST(Gather, GathersFromZeroDimTensor) {
-  HostTensor x{DType::kBF16, {}, {1.5}};
-  HostTensor out =
-      run_kernel(Kernel::kGather, {x, index_tensor(DType::kI32, {}, {0})}, DType::kBF16, {}, {0});
+  HostTensor x{DType::kBFloat16, {}, {1.5}};
+  HostTensor out = run_kernel(Kernel::kGather, {x, index_tensor(DType::kInt32, {}, {0})},
+                              DType::kBFloat16, {}, {0});
   EXPECT_EQ(out.values, (std::vector<double>{1.5}));
 }
 
 TEST(Gather, OutOfRangeIndexThrowsOutOfRange) {
   std::mt19937 rng(16);
-  HostTensor x = random_tensor(DType::kF64, {2, 3}, rng);
-  HostTensor index = index_tensor(DType::kI64, {2, 2}, {0, 1, 2, 0});
+  HostTensor x = random_tensor(DType::kFloat64, {2, 3}, rng);
+  HostTensor index = index_tensor(DType::kInt64, {2, 2}, {0, 1, 2, 0});
   const std::string message = out_of_range_message([&] {
-    call_kernel(Kernel::kGather, {x, index}, DType::kF64, {2, 2}, {0});
+    call_kernel(Kernel::kGather, {x, index}, DType::kFloat64, {2, 2}, {0});
   });
   EXPECT_NE(message.find("gather"), std::string::npos) << message;
   EXPECT_NE(message.find("index 2"), std::string::npos) << message;
-  EXPECT_THROW(call_kernel(Kernel::kGather, {x, index_tensor(DType::kI64, {1, 1}, {-1})},
-                           DType::kF64, {1, 1}, {1}),
+  EXPECT_THROW(call_kernel(Kernel::kGather, {x, index_tensor(DType::kInt64, {1, 1}, {-1})},
+                           DType::kFloat64, {1, 1}, {1}),
                std::out_of_range);
 }
 
@@ -446,7 +449,7 @@ TEST(OneHot, MatchesLoopsForEveryOutputDtype) {
   for (int trial = 0; trial < 120; ++trial) {
     const DType dtype = kDTypes[trial % 6];
     const int64_t classes = random_int(rng, 1, 6);
-    HostTensor index = random_tensor(trial % 2 ? DType::kI32 : DType::kI64,
+    HostTensor index = random_tensor(trial % 2 ? DType::kInt32 : DType::kInt64,
                                      random_shape(rng, random_int(rng, 0, 3)), rng, 0,
                                      static_cast<double>(classes - 1));
     Shape out_shape = index.shape;
@@ -460,11 +463,11 @@ TEST(OneHot, MatchesLoopsForEveryOutputDtype) {
 }
 
 TEST(OneHot, OutOfRangeClassThrowsOutOfRange) {
-  EXPECT_THROW(call_kernel(Kernel::kOneHot, {index_tensor(DType::kI64, {2}, {0, 3})}, DType::kF32,
-                           {2, 3}, {3}),
+  EXPECT_THROW(call_kernel(Kernel::kOneHot, {index_tensor(DType::kInt64, {2}, {0, 3})},
+                           DType::kFloat32, {2, 3}, {3}),
                std::out_of_range);
   EXPECT_THROW(
-      call_kernel(Kernel::kOneHot, {index_tensor(DType::kI32, {}, {-1})}, DType::kBool, {3}, {3}),
+      call_kernel(Kernel::kOneHot, {index_tensor(DType::kInt32, {}, {-1})}, DType::kBool, {3}, {3}),
       std::out_of_range);
 }
 

@@ -119,7 +119,7 @@ Reference reference(Kernel reduction, const HostTensor& chain, const Case& c) {
     ++terms[o];
   }
   if (reduction == Kernel::kReduceMax || reduction == Kernel::kReduceMin) return ref;
-  const double ulp = chain.dtype == DType::kF32 ? 0x1p-23 : 0x1p-52;
+  const double ulp = chain.dtype == DType::kFloat32 ? 0x1p-23 : 0x1p-52;
   for (std::size_t o = 0; o < outputs; ++o) {
     const auto n = static_cast<double>(terms[o]);
     if (reduction == Kernel::kMean) {
@@ -152,7 +152,7 @@ TEST_P(FusedReduction, MatchesTheReductionKernelBitForBitAndDoubleLoops) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, FusedReduction,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF64),
+                         ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat64),
                                             ::testing::Values(Kernel::kSum, Kernel::kMean,
                                                               Kernel::kReduceMax,
                                                               Kernel::kReduceMin)),
@@ -162,12 +162,12 @@ INSTANTIATE_TEST_SUITE_P(Kernels, FusedReduction,
                          });
 
 TEST(FusedReductionSteps, NaNWinsMaxAndMin) {
-  HostTensor x{DType::kF32, {2, 40}, std::vector<double>(80, 1.0)};
+  HostTensor x{DType::kFloat32, {2, 40}, std::vector<double>(80, 1.0)};
   x.values[57] = kNaN;  // row 1, past the first lane group
   const auto neg = static_cast<int64_t>(Kernel::kNeg);
   for (Kernel k : {Kernel::kReduceMax, Kernel::kReduceMin}) {
     const HostTensor got =
-        run_kernel(Kernel::kFused, {x}, DType::kF32, {2},
+        run_kernel(Kernel::kFused, {x}, DType::kFloat32, {2},
                    {1, neg, 0, 0, 0, 0, static_cast<int64_t>(k), -1, -1, 2, 2, 40, 0, 1});
     EXPECT_EQ(got.values[0], -1.0) << kernel_name(k);
     EXPECT_TRUE(std::isnan(got.values[1])) << kernel_name(k);
@@ -175,7 +175,7 @@ TEST(FusedReductionSteps, NaNWinsMaxAndMin) {
 }
 
 TEST(FusedReductionSteps, MalformedReductionsAreRejected) {
-  const HostTensor x{DType::kF32, {4}, {1, 2, 3, 4}};
+  const HostTensor x{DType::kFloat32, {4}, {1, 2, 3, 4}};
   const auto exp_k = static_cast<int64_t>(Kernel::kExp);
   const auto sum_k = static_cast<int64_t>(Kernel::kSum);
   // exp(x) into buffer 0, then a sum of buffer 0 over a shape of [4] (all of it, into []).
@@ -186,7 +186,7 @@ TEST(FusedReductionSteps, MalformedReductionsAreRejected) {
   };
   auto message = [&](std::vector<int64_t> ints, Shape out = {},
                      std::optional<HostTensor> in = std::nullopt) {
-    return invalid_argument_message(Kernel::kFused, {in.value_or(x)}, DType::kF32, out,
+    return invalid_argument_message(Kernel::kFused, {in.value_or(x)}, DType::kFloat32, out,
                                     std::move(ints));
   };
   EXPECT_EQ(message(ints({sum_k, -1, -1, 1, 4, 0, 0})), "");
@@ -203,10 +203,10 @@ TEST(FusedReductionSteps, MalformedReductionsAreRejected) {
   EXPECT_TRUE(contains(message(ints({sum_k, -1, -1, 1, 4, 0, 1})), "dims must be sorted"));
   EXPECT_TRUE(contains(message(ints({sum_k, -1, -1, 1, 4, 0, 0}), {4}), "but the output is"));
   EXPECT_TRUE(contains(message(ints({sum_k, -1, -1, 3, 2, 3, 4, 0, 0, 2}), {3},
-                               HostTensor{DType::kF32, {2, 3, 4}, std::vector<double>(24, 1)}),
+                               HostTensor{DType::kFloat32, {2, 3, 4}, std::vector<double>(24, 1)}),
                        "not adjacent"));
   EXPECT_TRUE(contains(message(ints({static_cast<int64_t>(Kernel::kReduceMax), -1, -1, 1, 0, 0, 0}),
-                               {}, HostTensor{DType::kF32, {0}, {}}),
+                               {}, HostTensor{DType::kFloat32, {0}, {}}),
                        "no identity"));
   EXPECT_TRUE(
       contains(message(ints({static_cast<int64_t>(Kernel::kLogSumExp), -1, -1, 1, 4, 0, 0})),
@@ -221,8 +221,8 @@ TEST(FusedReductionSteps, DamagedListsAreRejectedOrRun) {
   // every length and with every value replaced by each of a few likely corruptions: the kernel
   // either runs or names what is wrong, and never reads or writes out of bounds (the address
   // sanitizer build checks that).
-  const HostTensor x{DType::kF32, {3, 4}, std::vector<double>(12, 0.5)};
-  const HostTensor y{DType::kF32, {4}, {1, 2, 3, 4}};
+  const HostTensor x{DType::kFloat32, {3, 4}, std::vector<double>(12, 0.5)};
+  const HostTensor y{DType::kFloat32, {4}, {1, 2, 3, 4}};
   const std::vector<int64_t> valid = {1,
                                       static_cast<int64_t>(Kernel::kMul),
                                       0,
@@ -244,10 +244,10 @@ TEST(FusedReductionSteps, DamagedListsAreRejectedOrRun) {
                                       1};
   auto outcome = [&](std::vector<int64_t> ints) {
     const std::string message =
-        invalid_argument_message(Kernel::kFused, {x, y}, DType::kF32, {3}, std::move(ints));
+        invalid_argument_message(Kernel::kFused, {x, y}, DType::kFloat32, {3}, std::move(ints));
     EXPECT_TRUE(message.empty() || message.starts_with("fused")) << message;
   };
-  ASSERT_EQ(invalid_argument_message(Kernel::kFused, {x, y}, DType::kF32, {3}, valid), "");
+  ASSERT_EQ(invalid_argument_message(Kernel::kFused, {x, y}, DType::kFloat32, {3}, valid), "");
   for (std::size_t length = 0; length < valid.size(); ++length) {
     outcome({valid.begin(), valid.begin() + static_cast<std::ptrdiff_t>(length)});
   }

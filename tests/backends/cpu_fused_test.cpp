@@ -62,8 +62,8 @@ TEST_P(FusedKernel, MatchesTheUnfusedKernelsBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, FusedKernel,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF64,
-                                                              DType::kBF16),
+                         ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat64,
+                                                              DType::kBFloat16),
                                             // empty, one vector, across blocks, and ragged tails
                                             ::testing::Values<int64_t>(0, 1, 8, 341, 1500, 4097)),
                          [](const auto& info) {
@@ -83,7 +83,7 @@ TEST(FusedKernel, EveryFloatFunctionMatchesItsKernelBitForBit) {
   previous = -(++scratch);
   AXLE_FLOAT_FUNCTIONS(AXLE_TEST_FLOAT_FUNCTION)
 #undef AXLE_TEST_FLOAT_FUNCTION
-  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16}) {
     std::mt19937 rng(12);
     const std::vector<HostTensor> externals = {random_tensor(dtype, {3, 341}, rng, -3, 3)};
     expect_same_bits(fused(steps, externals, dtype, {3, 341}),
@@ -93,21 +93,21 @@ TEST(FusedKernel, EveryFloatFunctionMatchesItsKernelBitForBit) {
 
 TEST(FusedKernelSteps, MayWriteTheBufferTheyRead) {
   std::mt19937 rng(3);
-  const HostTensor x = random_tensor(DType::kF32, {2000}, rng);
+  const HostTensor x = random_tensor(DType::kFloat32, {2000}, rng);
   // exp into buffer 0, then tanh of buffer 0 back into buffer 0, then the output.
   const std::vector<int64_t> ints = {1, static_cast<int64_t>(Kernel::kExp),  0,  0,  0,
                                      0, static_cast<int64_t>(Kernel::kTanh), 0,  -1, 0,
                                      0, static_cast<int64_t>(Kernel::kMul),  -1, -1, 0,
                                      0};
-  const HostTensor got = run_kernel(Kernel::kFused, {x}, DType::kF32, {2000}, ints);
-  const HostTensor e = run_kernel(Kernel::kExp, {x}, DType::kF32, {2000});
-  const HostTensor t = run_kernel(Kernel::kTanh, {e}, DType::kF32, {2000});
-  expect_same_bits(got, run_kernel(Kernel::kMul, {t, x}, DType::kF32, {2000}));
+  const HostTensor got = run_kernel(Kernel::kFused, {x}, DType::kFloat32, {2000}, ints);
+  const HostTensor e = run_kernel(Kernel::kExp, {x}, DType::kFloat32, {2000});
+  const HostTensor t = run_kernel(Kernel::kTanh, {e}, DType::kFloat32, {2000});
+  expect_same_bits(got, run_kernel(Kernel::kMul, {t, x}, DType::kFloat32, {2000}));
 }
 
 TEST(FusedKernelSteps, OneElementOperandsOnEitherSideGiveTheUnfusedBits) {
   // A one-element operand of a binary step is read as a scalar, unless both are one element.
-  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16}) {
     const std::vector<HostTensor> externals = operands(dtype, 5, 333, 5);
     const std::vector<Step> steps = {
         {Kernel::kSub, 3, 0},       // scalar - x
@@ -126,7 +126,7 @@ TEST(FusedKernelSteps, OneElementOperandsOnEitherSideGiveTheUnfusedBits) {
 
 // A norm's squares: |x| ^ 2, a scalar exponent of 2, as the unfused kernel's products.
 TEST(FusedKernelSteps, SquaresGiveTheUnfusedBits) {
-  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16}) {
     std::vector<HostTensor> externals = operands(dtype, 5, 333, 5);
     externals[3] = HostTensor{dtype, {}, {2.0}};
     const std::vector<Step> steps = {
@@ -147,10 +147,11 @@ TEST(FusedKernelSteps, OperandsBroadcastAlongAnyDimsGiveTheUnfusedBits) {
   for (const Shape& shape : {Shape{2, 3, 5, 7}, Shape{4, 8, 30, 31}, Shape{3, 2, 64, 64}}) {
     std::mt19937 rng(11);
     const int64_t n = shape[0], c = shape[1], h = shape[2], w = shape[3];
-    const std::vector<HostTensor> externals = {
-        random_tensor(DType::kF32, shape, rng), random_tensor(DType::kF32, {1, c, 1, 1}, rng),
-        random_tensor(DType::kF32, {n, 1, 1, w}, rng), random_tensor(DType::kF32, {c, h, 1}, rng),
-        random_tensor(DType::kF32, {h, w}, rng)};
+    const std::vector<HostTensor> externals = {random_tensor(DType::kFloat32, shape, rng),
+                                               random_tensor(DType::kFloat32, {1, c, 1, 1}, rng),
+                                               random_tensor(DType::kFloat32, {n, 1, 1, w}, rng),
+                                               random_tensor(DType::kFloat32, {c, h, 1}, rng),
+                                               random_tensor(DType::kFloat32, {h, w}, rng)};
     const std::vector<Step> steps = {
         {Kernel::kAdd, 0, 1},   // x + bias
         {Kernel::kRelu, -1},    //
@@ -158,16 +159,16 @@ TEST(FusedKernelSteps, OperandsBroadcastAlongAnyDimsGiveTheUnfusedBits) {
         {Kernel::kSub, 3, -3},  // [c, h, 1] - .
         {Kernel::kAdd, -4, 4},  // + [h, w]
     };
-    expect_same_bits(fused(steps, externals, DType::kF32, shape),
-                     unfused(steps, externals, DType::kF32, shape));
+    expect_same_bits(fused(steps, externals, DType::kFloat32, shape),
+                     unfused(steps, externals, DType::kFloat32, shape));
   }
 }
 
 TEST(FusedKernelSteps, MalformedListsAreRejected) {
-  const HostTensor x{DType::kF32, {4}, {1, 2, 3, 4}};
+  const HostTensor x{DType::kFloat32, {4}, {1, 2, 3, 4}};
   const auto exp_k = static_cast<int64_t>(Kernel::kExp);
   auto message = [&](std::vector<int64_t> ints, std::vector<HostTensor> inputs = {},
-                     DType dtype = DType::kF32, Shape shape = {4}) {
+                     DType dtype = DType::kFloat32, Shape shape = {4}) {
     if (inputs.empty()) inputs = {x};
     return invalid_argument_message(Kernel::kFused, inputs, dtype, shape, std::move(ints));
   };
@@ -179,14 +180,15 @@ TEST(FusedKernelSteps, MalformedListsAreRejected) {
       contains(message({0, static_cast<int64_t>(Kernel::kMatmul), -1, 0, 0, 0}), "not a fusible"));
   EXPECT_TRUE(contains(message({0, 9999, -1, 0, 0, 0}), "kernel number 9999"));
   EXPECT_TRUE(contains(message({-3, exp_k, -1, 0, 0, 0}), "-3 scratch buffers"));
-  EXPECT_TRUE(contains(message({0, exp_k, -1, 0, 0, 0}, {HostTensor{DType::kF32, {3}, {1, 2, 3}}}),
-                       "does not broadcast"));
   EXPECT_TRUE(
-      contains(message({0, exp_k, -1, 0, 0, 0}, {HostTensor{DType::kF64, {4}, {1, 2, 3, 4}}}),
+      contains(message({0, exp_k, -1, 0, 0, 0}, {HostTensor{DType::kFloat32, {3}, {1, 2, 3}}}),
+               "does not broadcast"));
+  EXPECT_TRUE(
+      contains(message({0, exp_k, -1, 0, 0, 0}, {HostTensor{DType::kFloat64, {4}, {1, 2, 3, 4}}}),
                "operand 0 is f64"));
-  EXPECT_TRUE(contains(
-      message({0, exp_k, -1, 0, 0, 0}, {HostTensor{DType::kI32, {4}, {1, 2, 3, 4}}}, DType::kI32),
-      "f32, f64 and bf16 fuse"));
+  EXPECT_TRUE(contains(message({0, exp_k, -1, 0, 0, 0},
+                               {HostTensor{DType::kInt32, {4}, {1, 2, 3, 4}}}, DType::kInt32),
+                       "f32, f64 and bf16 fuse"));
   EXPECT_EQ(message({0, exp_k, -1, 0, 0, 0}), "");
 }
 

@@ -92,7 +92,7 @@ TEST(Matmul, MatchesLoopsOnRandomShapesF32) {
   std::uniform_int_distribution<int64_t> dim(1, 40);
   for (int trial = 0; trial < 20; ++trial) {
     const int64_t k = dim(rng);
-    expect_matmul_matches_loops(DType::kF32, {dim(rng), k}, {k, dim(rng)}, false, false, rng);
+    expect_matmul_matches_loops(DType::kFloat32, {dim(rng), k}, {k, dim(rng)}, false, false, rng);
   }
 }
 
@@ -101,51 +101,51 @@ TEST(Matmul, MatchesLoopsOnRandomShapesF64) {
   std::uniform_int_distribution<int64_t> dim(1, 40);
   for (int trial = 0; trial < 20; ++trial) {
     const int64_t k = dim(rng);
-    expect_matmul_matches_loops(DType::kF64, {dim(rng), k}, {k, dim(rng)}, false, false, rng);
+    expect_matmul_matches_loops(DType::kFloat64, {dim(rng), k}, {k, dim(rng)}, false, false, rng);
   }
 }
 
 TEST(Matmul, MatchesLoopsOnLargeSquareF32) {
   std::mt19937 rng(3);
-  expect_matmul_matches_loops(DType::kF32, {130, 150}, {150, 140}, false, false, rng);
+  expect_matmul_matches_loops(DType::kFloat32, {130, 150}, {150, 140}, false, false, rng);
 }
 
 TEST(Matmul, TransposesA) {
   std::mt19937 rng(4);
-  expect_matmul_matches_loops(DType::kF32, {11, 7}, {11, 5}, true, false, rng);
-  expect_matmul_matches_loops(DType::kF64, {2, 64, 33}, {2, 64, 70}, true, false, rng);
+  expect_matmul_matches_loops(DType::kFloat32, {11, 7}, {11, 5}, true, false, rng);
+  expect_matmul_matches_loops(DType::kFloat64, {2, 64, 33}, {2, 64, 70}, true, false, rng);
 }
 
 TEST(Matmul, TransposesB) {
   std::mt19937 rng(5);
-  expect_matmul_matches_loops(DType::kF32, {7, 11}, {5, 11}, false, true, rng);
-  expect_matmul_matches_loops(DType::kF64, {2, 33, 64}, {2, 70, 64}, false, true, rng);
+  expect_matmul_matches_loops(DType::kFloat32, {7, 11}, {5, 11}, false, true, rng);
+  expect_matmul_matches_loops(DType::kFloat64, {2, 33, 64}, {2, 70, 64}, false, true, rng);
 }
 
 TEST(Matmul, TransposesBoth) {
   std::mt19937 rng(6);
-  expect_matmul_matches_loops(DType::kF32, {11, 7}, {5, 11}, true, true, rng);
-  expect_matmul_matches_loops(DType::kF64, {3, 64, 33}, {3, 70, 64}, true, true, rng);
+  expect_matmul_matches_loops(DType::kFloat32, {11, 7}, {5, 11}, true, true, rng);
+  expect_matmul_matches_loops(DType::kFloat64, {3, 64, 33}, {3, 70, 64}, true, true, rng);
 }
 
 TEST(Matmul, BroadcastsBatchDimsBothWays) {
   std::mt19937 rng(7);
   // a [2,1,M,K] with b [3,K,N] -> [2,3,M,N]: each side repeats along the other's batch dim.
-  expect_matmul_matches_loops(DType::kF32, {2, 1, 4, 6}, {3, 6, 5}, false, false, rng);
-  expect_matmul_matches_loops(DType::kF32, {4, 1, 3, 6}, {1, 2, 5, 3}, true, true, rng);
+  expect_matmul_matches_loops(DType::kFloat32, {2, 1, 4, 6}, {3, 6, 5}, false, false, rng);
+  expect_matmul_matches_loops(DType::kFloat32, {4, 1, 3, 6}, {1, 2, 5, 3}, true, true, rng);
 }
 
 TEST(Matmul, BroadcastsUnbatchedRightOperandOverBatch) {
   std::mt19937 rng(8);
-  expect_matmul_matches_loops(DType::kF32, {3, 4, 5, 6}, {6, 7}, false, false, rng);
-  expect_matmul_matches_loops(DType::kF32, {3, 4, 5, 6}, {1, 7, 6}, false, true, rng);
-  expect_matmul_matches_loops(DType::kF32, {3, 4, 6, 5}, {6, 7}, true, false, rng);
+  expect_matmul_matches_loops(DType::kFloat32, {3, 4, 5, 6}, {6, 7}, false, false, rng);
+  expect_matmul_matches_loops(DType::kFloat32, {3, 4, 5, 6}, {1, 7, 6}, false, true, rng);
+  expect_matmul_matches_loops(DType::kFloat32, {3, 4, 6, 5}, {6, 7}, true, false, rng);
 }
 
 TEST(Matmul, BroadcastsUnbatchedLeftOperandOverBatch) {
   std::mt19937 rng(9);
-  expect_matmul_matches_loops(DType::kF64, {5, 6}, {4, 6, 7}, false, false, rng);
-  expect_matmul_matches_loops(DType::kF64, {6, 5}, {2, 3, 7, 6}, true, true, rng);
+  expect_matmul_matches_loops(DType::kFloat64, {5, 6}, {4, 6, 7}, false, false, rng);
+  expect_matmul_matches_loops(DType::kFloat64, {6, 5}, {2, 3, 7, 6}, true, true, rng);
 }
 
 TEST(Matmul, RandomBatchedShapesWithRandomTransposes) {
@@ -157,37 +157,37 @@ TEST(Matmul, RandomBatchedShapesWithRandomTransposes) {
     const bool ta = coin(rng), tb = coin(rng);
     const Shape a = ta ? Shape{b0, 1, k, m} : Shape{b0, 1, m, k};
     const Shape b = tb ? Shape{b1, n, k} : Shape{b1, k, n};
-    expect_matmul_matches_loops(DType::kF32, a, b, ta, tb, rng);
+    expect_matmul_matches_loops(DType::kFloat32, a, b, ta, tb, rng);
   }
 }
 
 TEST(Matmul, EmptyContractionGivesZeros) {
-  const HostTensor a{DType::kF32, {2, 3, 0}, {}};
-  const HostTensor b{DType::kF32, {2, 0, 4}, {}};
+  const HostTensor a{DType::kFloat32, {2, 3, 0}, {}};
+  const HostTensor b{DType::kFloat32, {2, 0, 4}, {}};
   const HostTensor out =
-      call_kernel_directly(Kernel::kMatmul, {a, b}, DType::kF32, {2, 3, 4}, {0, 0});
+      call_kernel_directly(Kernel::kMatmul, {a, b}, DType::kFloat32, {2, 3, 4}, {0, 0});
   for (double v : out.values) EXPECT_EQ(v, 0.0);
 }
 
 TEST(Matmul, EmptyContractionGivesZerosInBf16) {
-  const HostTensor a{DType::kBF16, {0, 3}, {}};
-  const HostTensor b{DType::kBF16, {0, 4}, {}};
+  const HostTensor a{DType::kBFloat16, {0, 3}, {}};
+  const HostTensor b{DType::kBFloat16, {0, 4}, {}};
   const HostTensor out =
-      call_kernel_directly(Kernel::kMatmul, {a, b}, DType::kBF16, {3, 4}, {1, 0});
+      call_kernel_directly(Kernel::kMatmul, {a, b}, DType::kBFloat16, {3, 4}, {1, 0});
   for (double v : out.values) EXPECT_EQ(v, 0.0);
 }
 
 TEST(Matmul, EmptyRowsOrBatchGiveEmptyOutput) {
   std::mt19937 rng(11);
-  expect_matmul_matches_loops(DType::kF32, {2, 0, 5}, {2, 5, 3}, false, false, rng);
-  expect_matmul_matches_loops(DType::kF32, {0, 4, 5}, {5, 3}, false, false, rng);
-  expect_matmul_matches_loops(DType::kF64, {4, 5}, {5, 0}, false, false, rng);
+  expect_matmul_matches_loops(DType::kFloat32, {2, 0, 5}, {2, 5, 3}, false, false, rng);
+  expect_matmul_matches_loops(DType::kFloat32, {0, 4, 5}, {5, 3}, false, false, rng);
+  expect_matmul_matches_loops(DType::kFloat64, {4, 5}, {5, 0}, false, false, rng);
 }
 
 TEST(Matmul, Bf16MatchesLoopsWithinBf16Tolerance) {
   std::mt19937 rng(12);
-  expect_matmul_matches_loops(DType::kBF16, {33, 70}, {70, 21}, false, false, rng);
-  expect_matmul_matches_loops(DType::kBF16, {2, 70, 33}, {21, 70}, true, true, rng);
+  expect_matmul_matches_loops(DType::kBFloat16, {33, 70}, {70, 21}, false, false, rng);
+  expect_matmul_matches_loops(DType::kBFloat16, {2, 70, 33}, {21, 70}, true, true, rng);
 }
 
 TEST(Matmul, Bf16AccumulatesInF32) {
@@ -195,25 +195,26 @@ TEST(Matmul, Bf16AccumulatesInF32) {
   // 1007.8125, stored as the nearest bf16, 1008. A bf16 running sum (8-bit significand) drops
   // the 2^-7 once it passes 64 and then the whole term past 512, in any blocking order.
   const int64_t k = 1000;
-  const HostTensor a{DType::kBF16, {1, k}, std::vector<double>(k, 1.0)};
-  const HostTensor b{DType::kBF16, {k, 2}, std::vector<double>(2 * k, 1.0 + 1.0 / 128)};
-  const HostTensor out = run_kernel(Kernel::kMatmul, {a, b}, DType::kBF16, {1, 2}, {0, 0});
+  const HostTensor a{DType::kBFloat16, {1, k}, std::vector<double>(k, 1.0)};
+  const HostTensor b{DType::kBFloat16, {k, 2}, std::vector<double>(2 * k, 1.0 + 1.0 / 128)};
+  const HostTensor out = run_kernel(Kernel::kMatmul, {a, b}, DType::kBFloat16, {1, 2}, {0, 0});
   EXPECT_EQ(out.values, (std::vector<double>{1008.0, 1008.0}));
 }
 
 TEST(Matmul, IntegersAreExactInS32) {
   std::mt19937 rng(13);
-  expect_matmul_matches_loops(DType::kI32, {9, 13}, {13, 8}, false, false, rng);
-  expect_matmul_matches_loops(DType::kI32, {2, 13, 9}, {8, 13}, true, true, rng);
+  expect_matmul_matches_loops(DType::kInt32, {9, 13}, {13, 8}, false, false, rng);
+  expect_matmul_matches_loops(DType::kInt32, {2, 13, 9}, {8, 13}, true, true, rng);
 }
 
 TEST(Matmul, IntegersAreExactInS64) {
   std::mt19937 rng(14);
-  expect_matmul_matches_loops(DType::kI64, {3, 9, 13}, {13, 8}, false, false, rng);
+  expect_matmul_matches_loops(DType::kInt64, {3, 9, 13}, {13, 8}, false, false, rng);
 }
 
 TEST(Matmul, RejectsContractionMismatch) {
-  const std::string msg = matmul_rejection(DType::kF32, {3, 5}, DType::kF32, {6, 2}, {3, 2});
+  const std::string msg =
+      matmul_rejection(DType::kFloat32, {3, 5}, DType::kFloat32, {6, 2}, {3, 2});
   EXPECT_TRUE(contains(msg, "matmul")) << msg;
   EXPECT_TRUE(contains(msg, "K=5")) << msg;
   EXPECT_TRUE(contains(msg, "K=6")) << msg;
@@ -221,22 +222,23 @@ TEST(Matmul, RejectsContractionMismatch) {
 
 TEST(Matmul, RejectsBatchDimsThatDoNotBroadcast) {
   const std::string msg =
-      matmul_rejection(DType::kF32, {2, 3, 5}, DType::kF32, {4, 5, 2}, {4, 3, 2});
+      matmul_rejection(DType::kFloat32, {2, 3, 5}, DType::kFloat32, {4, 5, 2}, {4, 3, 2});
   EXPECT_TRUE(contains(msg, "broadcast")) << msg;
   EXPECT_TRUE(contains(msg, "[2,3,5]")) << msg;
 }
 
 TEST(Matmul, RejectsOutputShapeTheOperandsDoNotGive) {
-  const std::string msg = matmul_rejection(DType::kF32, {2, 3, 5}, DType::kF32, {5, 4}, {2, 4, 3});
+  const std::string msg =
+      matmul_rejection(DType::kFloat32, {2, 3, 5}, DType::kFloat32, {5, 4}, {2, 4, 3});
   EXPECT_TRUE(contains(msg, "[2,3,4]")) << msg;
 }
 
 TEST(Matmul, RejectsMixedDtypes) {
-  EXPECT_FALSE(matmul_rejection(DType::kF32, {3, 5}, DType::kF64, {5, 2}, {3, 2}).empty());
+  EXPECT_FALSE(matmul_rejection(DType::kFloat32, {3, 5}, DType::kFloat64, {5, 2}, {3, 2}).empty());
 }
 
 TEST(Matmul, RejectsRankOneOperands) {
-  EXPECT_FALSE(matmul_rejection(DType::kF32, {5}, DType::kF32, {5, 2}, {2}).empty());
+  EXPECT_FALSE(matmul_rejection(DType::kFloat32, {5}, DType::kFloat32, {5, 2}, {2}).empty());
 }
 
 TEST(Matmul, RejectsBool) {

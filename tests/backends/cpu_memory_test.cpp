@@ -84,7 +84,7 @@ TEST(CpuMemory, SmallBlocksAreReusedLastFreedFirst) {
 IntrusivePtr<Executable> add_in_place_over_donated_input() {
   auto made = make_intrusive<Executable>();
   Executable& program = *made;
-  program.slots = {{DType::kF32, Shape{4}}, {DType::kF32, Shape{4}}};
+  program.slots = {{DType::kFloat32, Shape{4}}, {DType::kFloat32, Shape{4}}};
   program.input_slots = {0};
   program.output_slots = {1};
   program.calls = {{Kernel::kAdd, {0, 0}, 1, {}, {}}};
@@ -136,7 +136,8 @@ TEST(CpuMemory, ADonatedInputHeldElsewhereIsCopiedFirst) {
 IntrusivePtr<Executable> reshape_then_add_over_donated_input() {
   auto made = make_intrusive<Executable>();
   Executable& program = *made;
-  program.slots = {{DType::kF32, Shape{4}}, {DType::kF32, Shape{2, 2}}, {DType::kF32, Shape{4}}};
+  program.slots = {
+      {DType::kFloat32, Shape{4}}, {DType::kFloat32, Shape{2, 2}}, {DType::kFloat32, Shape{4}}};
   program.input_slots = {0};
   program.output_slots = {1, 2};
   program.calls = {{Kernel::kCopy, {0}, 1, {}, {}}, {Kernel::kAdd, {0, 0}, 2, {}, {}}};

@@ -93,8 +93,8 @@ void expect_avg_backward_matches_loops(DType dtype, const Shape& x_shape, const 
 
 TEST(MaxPool2dBackward, RoutesEachGradientToItsWindowsMaximum) {
   std::mt19937 rng(1);
-  expect_max_backward_matches_loops(random_tensor(DType::kF32, {2, 3, 8, 9}, rng), {}, rng);
-  expect_max_backward_matches_loops(random_tensor(DType::kF64, {1, 2, 7, 10}, rng),
+  expect_max_backward_matches_loops(random_tensor(DType::kFloat32, {2, 3, 8, 9}, rng), {}, rng);
+  expect_max_backward_matches_loops(random_tensor(DType::kFloat64, {1, 2, 7, 10}, rng),
                                     {.kh = 3, .kw = 2, .stride_h = 1, .stride_w = 3}, rng);
 }
 
@@ -102,19 +102,19 @@ TEST(MaxPool2dBackward, RoutesEachGradientToItsWindowsMaximum) {
 TEST(MaxPool2dBackward, TwoByTwoRowsOfEveryLengthMatchLoops) {
   std::mt19937 rng(48);
   for (int64_t w = 2; w <= 35; ++w) {
-    expect_max_backward_matches_loops(random_tensor(DType::kF32, {1, 2, 5, w}, rng), {}, rng);
+    expect_max_backward_matches_loops(random_tensor(DType::kFloat32, {1, 2, 5, w}, rng), {}, rng);
   }
 }
 
 TEST(MaxPool2dBackward, SumsWhereWindowsOverlap) {
   std::mt19937 rng(2);
-  expect_max_backward_matches_loops(random_tensor(DType::kF64, {2, 2, 6, 7}, rng),
+  expect_max_backward_matches_loops(random_tensor(DType::kFloat64, {2, 2, 6, 7}, rng),
                                     {.kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1}, rng);
 }
 
 TEST(MaxPool2dBackward, HandlesPaddingDilationAndCeilMode) {
   std::mt19937 rng(3);
-  const HostTensor x = random_tensor(DType::kF64, {1, 3, 11, 12}, rng, -3.0, -1.0);
+  const HostTensor x = random_tensor(DType::kFloat64, {1, 3, 11, 12}, rng, -3.0, -1.0);
   expect_max_backward_matches_loops(
       x, {.kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, rng);
   expect_max_backward_matches_loops(
@@ -125,7 +125,7 @@ TEST(MaxPool2dBackward, HandlesPaddingDilationAndCeilMode) {
 
 TEST(MaxPool2dBackward, TiesGoToTheFirstMaximumAndNaNToTheLast) {
   std::mt19937 rng(4);
-  HostTensor x{DType::kF32, {1, 1, 2, 4}, {1, 1, 5, 5, 2, 1, 5, 5}};
+  HostTensor x{DType::kFloat32, {1, 1, 2, 4}, {1, 1, 5, 5, 2, 1, 5, 5}};
   expect_max_backward_matches_loops(x, {}, rng);
   x.values = {kNaN, 1, 5, kNaN, 2, kNaN, 5, kNaN};
   expect_max_backward_matches_loops(x, {}, rng);
@@ -133,14 +133,14 @@ TEST(MaxPool2dBackward, TiesGoToTheFirstMaximumAndNaNToTheLast) {
 
 TEST(MaxPool2dBackward, WorksInBf16) {
   std::mt19937 rng(5);
-  expect_max_backward_matches_loops(random_tensor(DType::kBF16, {2, 2, 6, 6}, rng),
+  expect_max_backward_matches_loops(random_tensor(DType::kBFloat16, {2, 2, 6, 6}, rng),
                                     {.kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1}, rng);
 }
 
 TEST(AvgPool2dBackward, SpreadsEachGradientOverItsWindow) {
   std::mt19937 rng(6);
-  expect_avg_backward_matches_loops(DType::kF32, {2, 3, 8, 9}, {}, rng);
-  expect_avg_backward_matches_loops(DType::kF64, {1, 2, 7, 10},
+  expect_avg_backward_matches_loops(DType::kFloat32, {2, 3, 8, 9}, {}, rng);
+  expect_avg_backward_matches_loops(DType::kFloat64, {1, 2, 7, 10},
                                     {.kh = 3, .kw = 2, .stride_h = 1, .stride_w = 3}, rng);
 }
 
@@ -148,7 +148,7 @@ TEST(AvgPool2dBackward, UsesTheForwardsDivisors) {
   std::mt19937 rng(7);
   for (bool include : {true, false}) {
     for (bool ceil : {false, true}) {
-      expect_avg_backward_matches_loops(DType::kF64, {1, 2, 7, 8},
+      expect_avg_backward_matches_loops(DType::kFloat64, {1, 2, 7, 8},
                                         {.kh = 3,
                                          .kw = 2,
                                          .stride_h = 2,
@@ -164,18 +164,18 @@ TEST(AvgPool2dBackward, UsesTheForwardsDivisors) {
 
 TEST(AvgPool2dBackward, WorksInBf16) {
   std::mt19937 rng(8);
-  expect_avg_backward_matches_loops(DType::kBF16, {2, 2, 6, 6},
+  expect_avg_backward_matches_loops(DType::kBFloat16, {2, 2, 6, 6},
                                     {.kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1}, rng);
 }
 
 TEST(PoolBackward, RejectsAnOutputOtherThanTheInputsShape) {
-  const HostTensor x{DType::kF32, {1, 1, 4, 4}, std::vector<double>(16, 1.0)};
-  const HostTensor g{DType::kF32, {1, 1, 2, 2}, std::vector<double>(4, 1.0)};
-  EXPECT_FALSE(invalid_argument_message(Kernel::kMaxPool2dBackward, {x, g}, DType::kF32,
+  const HostTensor x{DType::kFloat32, {1, 1, 4, 4}, std::vector<double>(16, 1.0)};
+  const HostTensor g{DType::kFloat32, {1, 1, 2, 2}, std::vector<double>(4, 1.0)};
+  EXPECT_FALSE(invalid_argument_message(Kernel::kMaxPool2dBackward, {x, g}, DType::kFloat32,
                                         {1, 1, 4, 5}, max_pool_ints({}))
                    .empty());
-  EXPECT_FALSE(invalid_argument_message(Kernel::kAvgPool2dBackward, {g}, DType::kF32, {1, 1, 6, 6},
-                                        avg_pool_ints({}))
+  EXPECT_FALSE(invalid_argument_message(Kernel::kAvgPool2dBackward, {g}, DType::kFloat32,
+                                        {1, 1, 6, 6}, avg_pool_ints({}))
                    .empty());
 }
 

@@ -92,8 +92,8 @@ void expect_avg_pool_matches_loops(const HostTensor& x, const PoolParams& p) {
 
 TEST(MaxPool2d, MatchesLoopsWithoutPadding) {
   std::mt19937 rng(41);
-  expect_max_pool_matches_loops(random_tensor(DType::kF32, {2, 3, 8, 9}, rng), {});
-  expect_max_pool_matches_loops(random_tensor(DType::kF32, {1, 2, 7, 10}, rng),
+  expect_max_pool_matches_loops(random_tensor(DType::kFloat32, {2, 3, 8, 9}, rng), {});
+  expect_max_pool_matches_loops(random_tensor(DType::kFloat32, {1, 2, 7, 10}, rng),
                                 {.kh = 3, .kw = 2, .stride_h = 1, .stride_w = 3});
 }
 
@@ -102,35 +102,36 @@ TEST(MaxPool2d, MatchesLoopsWithoutPadding) {
 TEST(MaxPool2d, TwoByTwoRowsOfEveryLengthMatchLoops) {
   std::mt19937 rng(47);
   for (int64_t w = 2; w <= 35; ++w) {
-    expect_max_pool_matches_loops(random_tensor(DType::kF32, {1, 2, 5, w}, rng), {});
+    expect_max_pool_matches_loops(random_tensor(DType::kFloat32, {1, 2, 5, w}, rng), {});
   }
 }
 
 TEST(MaxPool2d, PaddingNeverWins) {
   // All inputs negative: a zero-padded max would put 0 on the border.
   std::mt19937 rng(42);
-  const HostTensor x = random_tensor(DType::kF32, {2, 2, 6, 7}, rng, -3.0, -1.0);
+  const HostTensor x = random_tensor(DType::kFloat32, {2, 2, 6, 7}, rng, -3.0, -1.0);
   expect_max_pool_matches_loops(
       x, {.kh = 3, .kw = 3, .stride_h = 1, .stride_w = 2, .pad_h = 1, .pad_w = 1});
 }
 
 TEST(MaxPool2d, AppliesDilation) {
   std::mt19937 rng(43);
-  expect_max_pool_matches_loops(random_tensor(DType::kF32, {1, 3, 11, 12}, rng), {.kh = 3,
-                                                                                  .kw = 2,
-                                                                                  .stride_h = 2,
-                                                                                  .stride_w = 1,
-                                                                                  .pad_h = 1,
-                                                                                  .pad_w = 1,
-                                                                                  .dilation_h = 2,
-                                                                                  .dilation_w = 3});
+  expect_max_pool_matches_loops(random_tensor(DType::kFloat32, {1, 3, 11, 12}, rng),
+                                {.kh = 3,
+                                 .kw = 2,
+                                 .stride_h = 2,
+                                 .stride_w = 1,
+                                 .pad_h = 1,
+                                 .pad_w = 1,
+                                 .dilation_h = 2,
+                                 .dilation_w = 3});
 }
 
 TEST(MaxPool2d, CeilModeKeepsPartialLastWindow) {
-  const HostTensor x{DType::kF32, {1, 1, 1, 5}, {1, 5, 2, 4, 3}};
+  const HostTensor x{DType::kFloat32, {1, 1, 1, 5}, {1, 5, 2, 4, 3}};
   const PoolParams p{.kh = 1, .kw = 2, .stride_h = 1, .stride_w = 2, .ceil_mode = true};
   const HostTensor out =
-      run_kernel(Kernel::kMaxPool2d, {x}, DType::kF32, {1, 1, 1, 3}, max_pool_ints(p));
+      run_kernel(Kernel::kMaxPool2d, {x}, DType::kFloat32, {1, 1, 1, 3}, max_pool_ints(p));
   EXPECT_EQ(out.values, (std::vector<double>{5, 4, 3}));
 }
 
@@ -138,9 +139,9 @@ TEST(MaxPool2d, CeilModeDropsWindowStartingInRightPadding) {
   // W=3, k=2, s=2, p=1: ceil would give 3 windows, but the third starts at 3, past the input.
   const PoolParams p{
       .kh = 1, .kw = 2, .stride_h = 1, .stride_w = 2, .pad_h = 0, .pad_w = 1, .ceil_mode = true};
-  const HostTensor x{DType::kF32, {1, 1, 1, 3}, {7, 8, 9}};
+  const HostTensor x{DType::kFloat32, {1, 1, 1, 3}, {7, 8, 9}};
   const HostTensor out =
-      run_kernel(Kernel::kMaxPool2d, {x}, DType::kF32, {1, 1, 1, 2}, max_pool_ints(p));
+      run_kernel(Kernel::kMaxPool2d, {x}, DType::kFloat32, {1, 1, 1, 2}, max_pool_ints(p));
   EXPECT_EQ(out.values, (std::vector<double>{7, 9}));
   EXPECT_FALSE(
       rejection(Kernel::kMaxPool2d, {{1, 1, 1, 3}}, {1, 1, 1, 3}, max_pool_ints(p)).empty());
@@ -156,15 +157,16 @@ TEST(MaxPool2d, RandomAttributesMatchLoops) {
     p.pad_h = std::uniform_int_distribution<int64_t>(0, p.kh / 2)(rng);
     p.pad_w = std::uniform_int_distribution<int64_t>(0, p.kw / 2)(rng);
     p.dilation_h = dilation(rng), p.dilation_w = dilation(rng), p.ceil_mode = coin(rng);
-    expect_max_pool_matches_loops(random_tensor(DType::kF32, {2, 2, size(rng), size(rng)}, rng), p);
+    expect_max_pool_matches_loops(random_tensor(DType::kFloat32, {2, 2, size(rng), size(rng)}, rng),
+                                  p);
   }
 }
 
 TEST(MaxPool2d, PropagatesNaN) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const HostTensor x{DType::kF32, {1, 1, 2, 2}, {1, nan, 3, 2}};
+  const HostTensor x{DType::kFloat32, {1, 1, 2, 2}, {1, nan, 3, 2}};
   const HostTensor out =
-      run_kernel(Kernel::kMaxPool2d, {x}, DType::kF32, {1, 1, 1, 1}, max_pool_ints({}));
+      run_kernel(Kernel::kMaxPool2d, {x}, DType::kFloat32, {1, 1, 1, 1}, max_pool_ints({}));
   EXPECT_TRUE(std::isnan(out.values[0]));
 }
 
@@ -179,7 +181,7 @@ void expect_relu_first_is_relu_then_pool(DType dtype, const Shape& shape, const 
     const int k = pick(rng);
     if (k == 0) v = -0.0;
     if (k == 1) v = 0.0;
-    if (k == 2 && dtype != DType::kBF16) v = std::numeric_limits<double>::quiet_NaN();
+    if (k == 2 && dtype != DType::kBFloat16) v = std::numeric_limits<double>::quiet_NaN();
   }
   const Shape out_shape = pool_output_shape(shape, p);
   const HostTensor relu = run_kernel(Kernel::kRelu, {x}, dtype, shape);
@@ -204,25 +206,25 @@ void expect_relu_first_is_relu_then_pool(DType dtype, const Shape& shape, const 
 TEST(MaxPool2d, ReluFirstIsReluThenPool) {
   std::mt19937 rng(48);
   for (int64_t w = 2; w <= 19; ++w) {
-    expect_relu_first_is_relu_then_pool(DType::kF32, {2, 3, 6, w}, {}, rng);
+    expect_relu_first_is_relu_then_pool(DType::kFloat32, {2, 3, 6, w}, {}, rng);
   }
-  expect_relu_first_is_relu_then_pool(DType::kF64, {2, 3, 8, 14}, {}, rng);
-  expect_relu_first_is_relu_then_pool(DType::kBF16, {2, 3, 8, 14}, {}, rng);
+  expect_relu_first_is_relu_then_pool(DType::kFloat64, {2, 3, 8, 14}, {}, rng);
+  expect_relu_first_is_relu_then_pool(DType::kBFloat16, {2, 3, 8, 14}, {}, rng);
   const PoolParams p{.kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};
-  expect_relu_first_is_relu_then_pool(DType::kF32, {2, 3, 9, 11}, p, rng);
-  expect_relu_first_is_relu_then_pool(DType::kBF16, {2, 3, 9, 11}, p, rng);
+  expect_relu_first_is_relu_then_pool(DType::kFloat32, {2, 3, 9, 11}, p, rng);
+  expect_relu_first_is_relu_then_pool(DType::kBFloat16, {2, 3, 9, 11}, p, rng);
   const PoolParams inside{.kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2};
-  expect_relu_first_is_relu_then_pool(DType::kF32, {2, 3, 9, 11}, inside, rng);
+  expect_relu_first_is_relu_then_pool(DType::kFloat32, {2, 3, 9, 11}, inside, rng);
   const PoolParams overlapping{.kh = 2, .kw = 2, .stride_h = 1, .stride_w = 1};
-  expect_relu_first_is_relu_then_pool(DType::kF64, {2, 3, 7, 10}, overlapping, rng);
+  expect_relu_first_is_relu_then_pool(DType::kFloat64, {2, 3, 7, 10}, overlapping, rng);
 }
 
 TEST(MaxPool2d, MatchesLoopsInF64AndBf16) {
   std::mt19937 rng(45);
   const PoolParams p{
       .kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .ceil_mode = true};
-  expect_max_pool_matches_loops(random_tensor(DType::kF64, {2, 3, 8, 9}, rng), p);
-  expect_max_pool_matches_loops(random_tensor(DType::kBF16, {2, 3, 8, 9}, rng), p);
+  expect_max_pool_matches_loops(random_tensor(DType::kFloat64, {2, 3, 8, 9}, rng), p);
+  expect_max_pool_matches_loops(random_tensor(DType::kBFloat16, {2, 3, 8, 9}, rng), p);
 }
 
 TEST(MaxPool2d, RejectsOutputShapeTheAttributesDoNotGive) {
@@ -244,14 +246,14 @@ TEST(MaxPool2d, RejectsPaddingOverHalfTheKernel) {
 
 TEST(AvgPool2d, MatchesLoopsWithoutPadding) {
   std::mt19937 rng(51);
-  expect_avg_pool_matches_loops(random_tensor(DType::kF32, {2, 3, 8, 9}, rng), {});
-  expect_avg_pool_matches_loops(random_tensor(DType::kF32, {1, 2, 7, 10}, rng),
+  expect_avg_pool_matches_loops(random_tensor(DType::kFloat32, {2, 3, 8, 9}, rng), {});
+  expect_avg_pool_matches_loops(random_tensor(DType::kFloat32, {1, 2, 7, 10}, rng),
                                 {.kh = 3, .kw = 2, .stride_h = 1, .stride_w = 3});
 }
 
 TEST(AvgPool2d, CountIncludePadDividesByWholeWindow) {
   // Ones everywhere: a corner window holding 4 real ones out of 9 averages to 4/9.
-  const HostTensor x{DType::kF32, {1, 1, 4, 4}, std::vector<double>(16, 1.0)};
+  const HostTensor x{DType::kFloat32, {1, 1, 4, 4}, std::vector<double>(16, 1.0)};
   const PoolParams p{.kh = 3,
                      .kw = 3,
                      .stride_h = 1,
@@ -260,14 +262,14 @@ TEST(AvgPool2d, CountIncludePadDividesByWholeWindow) {
                      .pad_w = 1,
                      .count_include_pad = true};
   const HostTensor out =
-      run_kernel(Kernel::kAvgPool2d, {x}, DType::kF32, {1, 1, 4, 4}, avg_pool_ints(p));
+      run_kernel(Kernel::kAvgPool2d, {x}, DType::kFloat32, {1, 1, 4, 4}, avg_pool_ints(p));
   EXPECT_NEAR(out.values[0], 4.0 / 9.0, 1e-6);
   EXPECT_NEAR(out.values[1], 6.0 / 9.0, 1e-6);
   EXPECT_NEAR(out.values[5], 1.0, 1e-6);
 }
 
 TEST(AvgPool2d, ExcludingPadDividesByPositionsInsideInput) {
-  const HostTensor x{DType::kF32, {1, 1, 4, 4}, std::vector<double>(16, 1.0)};
+  const HostTensor x{DType::kFloat32, {1, 1, 4, 4}, std::vector<double>(16, 1.0)};
   const PoolParams p{.kh = 3,
                      .kw = 3,
                      .stride_h = 1,
@@ -276,7 +278,7 @@ TEST(AvgPool2d, ExcludingPadDividesByPositionsInsideInput) {
                      .pad_w = 1,
                      .count_include_pad = false};
   const HostTensor out =
-      run_kernel(Kernel::kAvgPool2d, {x}, DType::kF32, {1, 1, 4, 4}, avg_pool_ints(p));
+      run_kernel(Kernel::kAvgPool2d, {x}, DType::kFloat32, {1, 1, 4, 4}, avg_pool_ints(p));
   for (double v : out.values) EXPECT_NEAR(v, 1.0, 1e-6);
 }
 
@@ -284,7 +286,7 @@ TEST(AvgPool2d, CeilModeWindowPastPaddingIsNotCounted) {
   // W=6, k=3, s=2, p=1, ceil_mode: windows start at -1, 1, 3, 5. The last covers 5 (input),
   // 6 (padding) and 7 (past the padding); torch divides by 2 with count_include_pad, by 1
   // without.
-  const HostTensor x{DType::kF32, {1, 1, 1, 6}, {1, 2, 3, 4, 5, 6}};
+  const HostTensor x{DType::kFloat32, {1, 1, 1, 6}, {1, 2, 3, 4, 5, 6}};
   PoolParams p{.kh = 1,
                .kw = 3,
                .stride_h = 1,
@@ -293,11 +295,13 @@ TEST(AvgPool2d, CeilModeWindowPastPaddingIsNotCounted) {
                .pad_w = 1,
                .ceil_mode = true,
                .count_include_pad = true};
-  EXPECT_EQ(run_kernel(Kernel::kAvgPool2d, {x}, DType::kF32, {1, 1, 1, 4}, avg_pool_ints(p)).values,
-            (std::vector<double>{1, 3, 5, 3}));
+  EXPECT_EQ(
+      run_kernel(Kernel::kAvgPool2d, {x}, DType::kFloat32, {1, 1, 1, 4}, avg_pool_ints(p)).values,
+      (std::vector<double>{1, 3, 5, 3}));
   p.count_include_pad = false;
-  EXPECT_EQ(run_kernel(Kernel::kAvgPool2d, {x}, DType::kF32, {1, 1, 1, 4}, avg_pool_ints(p)).values,
-            (std::vector<double>{1.5, 3, 5, 6}));
+  EXPECT_EQ(
+      run_kernel(Kernel::kAvgPool2d, {x}, DType::kFloat32, {1, 1, 1, 4}, avg_pool_ints(p)).values,
+      (std::vector<double>{1.5, 3, 5, 6}));
 }
 
 TEST(AvgPool2d, RandomAttributesMatchLoops) {
@@ -310,7 +314,8 @@ TEST(AvgPool2d, RandomAttributesMatchLoops) {
     p.pad_h = std::uniform_int_distribution<int64_t>(0, p.kh / 2)(rng);
     p.pad_w = std::uniform_int_distribution<int64_t>(0, p.kw / 2)(rng);
     p.ceil_mode = coin(rng), p.count_include_pad = coin(rng);
-    expect_avg_pool_matches_loops(random_tensor(DType::kF32, {2, 2, size(rng), size(rng)}, rng), p);
+    expect_avg_pool_matches_loops(random_tensor(DType::kFloat32, {2, 2, size(rng), size(rng)}, rng),
+                                  p);
   }
 }
 
@@ -324,8 +329,8 @@ TEST(AvgPool2d, MatchesLoopsInF64AndBf16) {
                      .pad_w = 1,
                      .ceil_mode = true,
                      .count_include_pad = false};
-  expect_avg_pool_matches_loops(random_tensor(DType::kF64, {2, 3, 8, 9}, rng), p);
-  expect_avg_pool_matches_loops(random_tensor(DType::kBF16, {2, 3, 8, 9}, rng), p);
+  expect_avg_pool_matches_loops(random_tensor(DType::kFloat64, {2, 3, 8, 9}, rng), p);
+  expect_avg_pool_matches_loops(random_tensor(DType::kBFloat16, {2, 3, 8, 9}, rng), p);
 }
 
 TEST(AvgPool2d, RejectsOutputShapeTheAttributesDoNotGive) {

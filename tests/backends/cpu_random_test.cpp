@@ -20,7 +20,7 @@ namespace {
 
 constexpr int64_t kMillion = 1'000'000;
 
-HostTensor s64(int64_t v) { return {DType::kI64, {}, {static_cast<double>(v)}}; }
+HostTensor s64(int64_t v) { return {DType::kInt64, {}, {static_cast<double>(v)}}; }
 
 std::vector<double> draw(Kernel kernel, DType dtype, int64_t n, int64_t seed, int64_t offset,
                          std::vector<int64_t> ints = {}, std::vector<double> reals = {},
@@ -66,21 +66,21 @@ TEST(RandInt, FullWordRangeReturnsPhiloxWordOneOfTheDocumentedCounter) {
   // Seeds travel through the test helper as doubles, so this one has only 49 significant bits.
   const int64_t seed = 0x123456789abcd000LL;
   const int64_t offset = 0xfffffffeLL;  // the counter's low word wraps into the high word
-  const auto out = draw(Kernel::kRandInt, DType::kI64, 5, seed, offset, {0, int64_t{1} << 32});
+  const auto out = draw(Kernel::kRandInt, DType::kInt64, 5, seed, offset, {0, int64_t{1} << 32});
   for (int64_t i = 0; i < 5; ++i) {
     const uint64_t c = static_cast<uint64_t>(offset + i);
     const auto block = cpu::philox4x32_10(
         {static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0, 0}, {0x9abcd000, 0x12345678});
     EXPECT_EQ(out[i], static_cast<double>(block[1])) << "element " << i;
   }
-  EXPECT_EQ(draw(Kernel::kRandInt, DType::kI64, 1, 0, 0, {0, int64_t{1} << 32})[0],
+  EXPECT_EQ(draw(Kernel::kRandInt, DType::kInt64, 1, 0, 0, {0, int64_t{1} << 32})[0],
             static_cast<double>(0xe169c58du));
 }
 
 TEST(RandUniform, F32TakesTheTop24BitsOfWordZero) {
-  const auto out = draw(Kernel::kRandUniform, DType::kF32, 4, 0, 0, {}, {0.0, 1.0});
+  const auto out = draw(Kernel::kRandUniform, DType::kFloat32, 4, 0, 0, {}, {0.0, 1.0});
   EXPECT_EQ(out[0], static_cast<double>(0x6627e8d5u >> 8) / 16777216.0);
-  const auto seeded = draw(Kernel::kRandUniform, DType::kF32, 4, -1, 7, {}, {0.0, 1.0});
+  const auto seeded = draw(Kernel::kRandUniform, DType::kFloat32, 4, -1, 7, {}, {0.0, 1.0});
   for (int i = 0; i < 4; ++i) {
     const auto block =
         cpu::philox4x32_10({static_cast<uint32_t>(7 + i), 0, 0, 0}, {0xffffffff, 0xffffffff});
@@ -91,7 +91,7 @@ TEST(RandUniform, F32TakesTheTop24BitsOfWordZero) {
 TEST(RandNormal, F64FollowsTheDocumentedBoxMuller) {
   const double mean = 1.0;
   const double std = 2.0;
-  const auto out = draw(Kernel::kRandNormal, DType::kF64, 4, 5, 100, {}, {mean, std});
+  const auto out = draw(Kernel::kRandNormal, DType::kFloat64, 4, 5, 100, {}, {mean, std});
   auto u53 = [](uint32_t lo, uint32_t hi) {
     return static_cast<double>((uint64_t{hi} << 32 | lo) >> 11) / 9007199254740992.0;
   };
@@ -106,17 +106,17 @@ TEST(RandNormal, F64FollowsTheDocumentedBoxMuller) {
 
 TEST(Random, SameSeedAndOffsetGiveSameNumbers) {
   for (Kernel k : {Kernel::kRandUniform, Kernel::kRandNormal}) {
-    EXPECT_EQ(draw(k, DType::kF32, 1000, 42, 9, {}, {0, 1}),
-              draw(k, DType::kF32, 1000, 42, 9, {}, {0, 1}));
+    EXPECT_EQ(draw(k, DType::kFloat32, 1000, 42, 9, {}, {0, 1}),
+              draw(k, DType::kFloat32, 1000, 42, 9, {}, {0, 1}));
   }
-  EXPECT_EQ(draw(Kernel::kRandInt, DType::kI32, 1000, 42, 9, {0, 100}),
-            draw(Kernel::kRandInt, DType::kI32, 1000, 42, 9, {0, 100}));
+  EXPECT_EQ(draw(Kernel::kRandInt, DType::kInt32, 1000, 42, 9, {0, 100}),
+            draw(Kernel::kRandInt, DType::kInt32, 1000, 42, 9, {0, 100}));
 }
 
 TEST(Random, DifferentOffsetOrSeedGiveDifferentNumbers) {
-  const auto base = draw(Kernel::kRandUniform, DType::kF64, 1000, 42, 0, {}, {0, 1});
-  const auto shifted = draw(Kernel::kRandUniform, DType::kF64, 1000, 42, 1000, {}, {0, 1});
-  const auto reseeded = draw(Kernel::kRandUniform, DType::kF64, 1000, 43, 0, {}, {0, 1});
+  const auto base = draw(Kernel::kRandUniform, DType::kFloat64, 1000, 42, 0, {}, {0, 1});
+  const auto shifted = draw(Kernel::kRandUniform, DType::kFloat64, 1000, 42, 1000, {}, {0, 1});
+  const auto reseeded = draw(Kernel::kRandUniform, DType::kFloat64, 1000, 43, 0, {}, {0, 1});
   int same_offset = 0;
   int same_seed = 0;
   for (std::size_t i = 0; i < base.size(); ++i) {
@@ -142,18 +142,18 @@ TEST(Random, SplitCallsAtOffsetKMatchOneWholeCall) {
     first.insert(first.end(), rest.begin(), rest.end());
     EXPECT_EQ(first, whole) << kernel_name(kernel) << " " << dtype_name(dtype);
   };
-  const HostTensor p{DType::kF32, {}, {0.5}};
-  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+  const HostTensor p{DType::kFloat32, {}, {0.5}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16}) {
     check(Kernel::kRandUniform, dtype, {}, {-1, 3}, {});
     check(Kernel::kRandNormal, dtype, {}, {0, 1}, {});
     check(Kernel::kBernoulli, dtype, {}, {}, {p});
   }
-  check(Kernel::kRandInt, DType::kI64, {-5, 1000}, {}, {});
+  check(Kernel::kRandInt, DType::kInt64, {-5, 1000}, {}, {});
   check(Kernel::kBernoulli, DType::kBool, {}, {}, {p});
 }
 
 TEST(RandUniform, MeanAndVarianceMatchUniformDistribution) {
-  for (DType dtype : {DType::kF32, DType::kF64}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     const auto v = draw(Kernel::kRandUniform, dtype, kMillion, 7, 0, {}, {0.0, 1.0});
     const Moments m = moments(v);
     const double n = static_cast<double>(kMillion);
@@ -166,7 +166,7 @@ TEST(RandUniform, MeanAndVarianceMatchUniformDistribution) {
 
 TEST(RandUniform, StaysInsideLowHighEvenWhereRoundingWouldReachHigh) {
   // In bf16 about 1 draw in 512 rounds up to 1.0; those must land below high instead.
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kF64}) {
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
     const auto v = draw(Kernel::kRandUniform, dtype, kMillion, 8, 0, {}, {-3.0, 1.0});
     EXPECT_GE(*std::min_element(v.begin(), v.end()), -3.0) << dtype_name(dtype);
     EXPECT_LT(*std::max_element(v.begin(), v.end()), 1.0) << dtype_name(dtype);
@@ -176,7 +176,7 @@ TEST(RandUniform, StaysInsideLowHighEvenWhereRoundingWouldReachHigh) {
 TEST(RandNormal, MeanStdAndOneSigmaFractionMatchNormal) {
   const double mean = 2.0;
   const double std = 3.0;
-  for (DType dtype : {DType::kF32, DType::kF64}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     const auto v = draw(Kernel::kRandNormal, dtype, kMillion, 9, 0, {}, {mean, std});
     const Moments m = moments(v);
     const double n = static_cast<double>(kMillion);
@@ -196,7 +196,7 @@ TEST(RandNormal, MeanStdAndOneSigmaFractionMatchNormal) {
 TEST(RandInt, CoversLowToHighUniformlyAndNeverReachesHigh) {
   const int64_t low = -3;
   const int64_t high = 4;
-  const auto v = draw(Kernel::kRandInt, DType::kI32, kMillion, 10, 0, {low, high});
+  const auto v = draw(Kernel::kRandInt, DType::kInt32, kMillion, 10, 0, {low, high});
   std::map<double, int64_t> counts;
   for (double x : v) ++counts[x];
   ASSERT_EQ(counts.size(), static_cast<std::size_t>(high - low));
@@ -210,7 +210,7 @@ TEST(RandInt, CoversLowToHighUniformlyAndNeverReachesHigh) {
 }
 
 TEST(RandInt, FillsFloatOutputWithIntegers) {
-  const auto v = draw(Kernel::kRandInt, DType::kF32, 10000, 11, 0, {0, 10});
+  const auto v = draw(Kernel::kRandInt, DType::kFloat32, 10000, 11, 0, {0, 10});
   for (double x : v) {
     ASSERT_EQ(x, std::floor(x));
     ASSERT_GE(x, 0);
@@ -223,7 +223,7 @@ TEST(RandInt, HugeRangeHasNoModuloBias) {
   const int64_t low = std::numeric_limits<int64_t>::min();
   const int64_t high = int64_t{1} << 62;
   const int64_t n = 300000;
-  const auto v = draw(Kernel::kRandInt, DType::kI64, n, 12, 0, {low, high});
+  const auto v = draw(Kernel::kRandInt, DType::kInt64, n, 12, 0, {low, high});
   const double first_third_end = -std::ldexp(1.0, 62);
   const auto first_third =
       std::count_if(v.begin(), v.end(), [&](double x) { return x < first_third_end; });
@@ -232,12 +232,12 @@ TEST(RandInt, HugeRangeHasNoModuloBias) {
 }
 
 TEST(RandInt, RejectsEmptyRange) {
-  EXPECT_THROW(draw(Kernel::kRandInt, DType::kI32, 4, 0, 0, {5, 5}), std::runtime_error);
+  EXPECT_THROW(draw(Kernel::kRandInt, DType::kInt32, 4, 0, 0, {5, 5}), std::runtime_error);
 }
 
 TEST(Bernoulli, MeanMatchesScalarP) {
-  const HostTensor p{DType::kF64, {}, {0.3}};
-  for (DType dtype : {DType::kF32, DType::kBool}) {
+  const HostTensor p{DType::kFloat64, {}, {0.3}};
+  for (DType dtype : {DType::kFloat32, DType::kBool}) {
     const auto v = draw(Kernel::kBernoulli, dtype, kMillion, 13, 0, {}, {}, {p});
     const double n = static_cast<double>(kMillion);
     EXPECT_NEAR(moments(v).mean, 0.3, 5 * std::sqrt(0.3 * 0.7 / n)) << dtype_name(dtype);
@@ -247,7 +247,7 @@ TEST(Bernoulli, MeanMatchesScalarP) {
 
 TEST(Bernoulli, FollowsPerElementP) {
   const int64_t n = 30000;
-  HostTensor p{DType::kF32, {n}, std::vector<double>(n)};
+  HostTensor p{DType::kFloat32, {n}, std::vector<double>(n)};
   for (int64_t i = 0; i < n; ++i) p.values[i] = i % 3 == 0 ? 0.0 : i % 3 == 1 ? 1.0 : 0.5;
   const auto v = draw(Kernel::kBernoulli, DType::kBool, n, 14, 0, {}, {}, {p});
   double halves = 0;
@@ -262,8 +262,8 @@ TEST(Bernoulli, FollowsPerElementP) {
 }
 
 TEST(Bernoulli, RejectsPOutsideZeroOne) {
-  const HostTensor p{DType::kF32, {}, {1.5}};
-  EXPECT_THROW(draw(Kernel::kBernoulli, DType::kF32, 4, 0, 0, {}, {}, {p}), std::runtime_error);
+  const HostTensor p{DType::kFloat32, {}, {1.5}};
+  EXPECT_THROW(draw(Kernel::kBernoulli, DType::kFloat32, 4, 0, 0, {}, {}, {p}), std::runtime_error);
 }
 
 }  // namespace

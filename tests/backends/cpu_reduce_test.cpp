@@ -113,7 +113,7 @@ TEST_P(Reduction, MatchesDoubleReferenceOverEveryDimSetAndDtype) {
   std::mt19937 rng(20);
   for (DType dtype : floats_only ? kFloats : kAll) {
     // torch sums bool into s64; everything else keeps the input dtype here.
-    const DType out_dtype = k == Kernel::kSum && dtype == DType::kBool ? DType::kI64 : dtype;
+    const DType out_dtype = k == Kernel::kSum && dtype == DType::kBool ? DType::kInt64 : dtype;
     for (const Shape& shape : kShapes) {
       const HostTensor x = random_tensor(dtype, shape, rng, -3, 3);
       for (const auto& dims : all_dim_sets(shape.rank())) {
@@ -153,7 +153,7 @@ INSTANTIATE_TEST_SUITE_P(CpuReduce, Reduction,
 // Rows and columns longer than the kernels' unrolled blocks and column chunks, with tails.
 TEST(CpuReduce, LastAndFirstDimOfLargeMatrixMatchReference) {
   std::mt19937 rng(21);
-  const HostTensor x = random_tensor(DType::kF32, Shape{257, 1031}, rng);
+  const HostTensor x = random_tensor(DType::kFloat32, Shape{257, 1031}, rng);
   for (Kernel k : {Kernel::kSum, Kernel::kReduceMax, Kernel::kLogSumExp}) {
     for (int dim : {0, 1}) {
       std::vector<double> want, scale;
@@ -163,8 +163,8 @@ TEST(CpuReduce, LastAndFirstDimOfLargeMatrixMatchReference) {
                                                  : logsumexp_of(g));
         scale.push_back(k == Kernel::kSum ? abs_sum_of(g) : std::max(1.0, std::abs(want.back())));
       }
-      expect_values(run_reduce(k, x, {dim}, false, DType::kF32).values, want,
-                    tolerance(DType::kF32),
+      expect_values(run_reduce(k, x, {dim}, false, DType::kFloat32).values, want,
+                    tolerance(DType::kFloat32),
                     std::string(kernel_name(k)) + " dim " + std::to_string(dim), scale);
     }
   }
@@ -177,9 +177,9 @@ TEST(CpuReduce, ReducingOuterAndInnerDimsGivesTheContiguousRowsBits) {
   std::mt19937 rng(26);
   for (const Shape& shape : {Shape{5, 3, 21}, Shape{16, 12, 420}, Shape{2, 7, 3}}) {
     const int64_t a = shape[0], c = shape[1], b = shape[2];
-    HostTensor x = random_tensor(DType::kF32, shape, rng, -3, 3);
+    HostTensor x = random_tensor(DType::kFloat32, shape, rng, -3, 3);
     x.values[static_cast<std::size_t>(b + 1)] = std::nan("");  // output 1 holds a NaN
-    HostTensor rows{DType::kF32, Shape{c, a, b}, std::vector<double>(x.values.size())};
+    HostTensor rows{DType::kFloat32, Shape{c, a, b}, std::vector<double>(x.values.size())};
     for (int64_t i = 0; i < a; ++i) {
       for (int64_t j = 0; j < c; ++j) {
         std::copy_n(x.values.begin() + (i * c + j) * b, b, rows.values.begin() + (j * a + i) * b);
@@ -187,8 +187,8 @@ TEST(CpuReduce, ReducingOuterAndInnerDimsGivesTheContiguousRowsBits) {
     }
     for (Kernel k : {Kernel::kSum, Kernel::kMean, Kernel::kReduceMax, Kernel::kReduceMin}) {
       const std::string what = std::string(kernel_name(k)) + " of " + shape.to_string();
-      const HostTensor got = run_reduce(k, x, {0, 2}, false, DType::kF32);
-      const HostTensor want = run_reduce(k, rows, {1, 2}, false, DType::kF32);
+      const HostTensor got = run_reduce(k, x, {0, 2}, false, DType::kFloat32);
+      const HostTensor want = run_reduce(k, rows, {1, 2}, false, DType::kFloat32);
       ASSERT_EQ(got.values.size(), static_cast<std::size_t>(c)) << what;
       const auto groups = reduced_groups(x, {0, 2});
       for (int64_t j = 0; j < c; ++j) {
@@ -215,7 +215,7 @@ TEST(CpuReduce, F32SumOfMillionElementsStaysWithin1e5OfDouble) {
   std::mt19937 rng(22);
   // A large leading row, then a million small terms: each small term is below half an f32 ulp of
   // a running sum of 1e4, so an f32 accumulator (even one per lane) would drop them all (~6e-4).
-  HostTensor x = random_tensor(DType::kF32, Shape{1 << 16, 16}, rng, 0, 2e-4);
+  HostTensor x = random_tensor(DType::kFloat32, Shape{1 << 16, 16}, rng, 0, 2e-4);
   for (int i = 0; i < 16; ++i) x.values[i] = 1e4;
   for (int dim : {0, -1}) {  // down the 16 columns, and all 1M elements as one row
     HostTensor shaped = x;
@@ -223,87 +223,87 @@ TEST(CpuReduce, F32SumOfMillionElementsStaysWithin1e5OfDouble) {
     const std::vector<int> dims{std::max(dim, 0)};
     std::vector<double> want;
     for (const auto& g : reduced_groups(shaped, dims)) want.push_back(sum_of(g));
-    expect_values(run_reduce(Kernel::kSum, shaped, dims, false, DType::kF32).values, want, 1e-5,
+    expect_values(run_reduce(Kernel::kSum, shaped, dims, false, DType::kFloat32).values, want, 1e-5,
                   dim < 0 ? "row" : "columns", want);
   }
 }
 
 TEST(CpuReduce, Bf16SumAccumulatesBeyondBf16Precision) {
   // 4096 ones: a bf16 accumulator would stop at 256 (256 + 1 rounds back to 256).
-  const HostTensor x{DType::kBF16, Shape{4096}, std::vector<double>(4096, 1.0)};
-  EXPECT_EQ(run_reduce(Kernel::kSum, x, {0}, false, DType::kBF16).values[0], 4096);
+  const HostTensor x{DType::kBFloat16, Shape{4096}, std::vector<double>(4096, 1.0)};
+  EXPECT_EQ(run_reduce(Kernel::kSum, x, {0}, false, DType::kBFloat16).values[0], 4096);
 }
 
 TEST(CpuReduce, IntegerSumAccumulatesInInt64) {
-  const HostTensor x{DType::kI32, Shape{3}, {2e9, 2e9, 2e9}};
-  EXPECT_EQ(run_reduce(Kernel::kSum, x, {0}, false, DType::kI64).values[0], 6e9);
+  const HostTensor x{DType::kInt32, Shape{3}, {2e9, 2e9, 2e9}};
+  EXPECT_EQ(run_reduce(Kernel::kSum, x, {0}, false, DType::kInt64).values[0], 6e9);
 }
 
 TEST(CpuReduce, BoolSumCountsTrueElements) {
   const HostTensor x{DType::kBool, Shape{2, 3}, {1, 0, 1, 1, 1, 1}};
-  EXPECT_EQ(run_reduce(Kernel::kSum, x, {1}, false, DType::kI64).values,
+  EXPECT_EQ(run_reduce(Kernel::kSum, x, {1}, false, DType::kInt64).values,
             (std::vector<double>{2, 3}));
 }
 
 TEST(CpuReduce, EmptyDimListCopiesInput) {
   std::mt19937 rng(23);
-  const HostTensor x = random_tensor(DType::kF32, Shape{3, 4}, rng);
+  const HostTensor x = random_tensor(DType::kFloat32, Shape{3, 4}, rng);
   for (Kernel k : {Kernel::kSum, Kernel::kReduceMax, Kernel::kMean}) {
-    EXPECT_EQ(run_reduce(k, x, {}, false, DType::kF32).values, x.values) << kernel_name(k);
+    EXPECT_EQ(run_reduce(k, x, {}, false, DType::kFloat32).values, x.values) << kernel_name(k);
   }
 }
 
 // ---- Empty reductions, NaN and infinities ----------------------------------------------------
 
 TEST(CpuReduce, SumOverEmptyDimIsZero) {
-  const HostTensor x{DType::kF32, Shape{0, 3}, {}};
-  EXPECT_EQ(run_reduce(Kernel::kSum, x, {0}, false, DType::kF32).values,
+  const HostTensor x{DType::kFloat32, Shape{0, 3}, {}};
+  EXPECT_EQ(run_reduce(Kernel::kSum, x, {0}, false, DType::kFloat32).values,
             (std::vector<double>{0, 0, 0}));
-  const HostTensor y{DType::kI64, Shape{3, 0}, {}};
-  EXPECT_EQ(run_reduce(Kernel::kSum, y, {1}, true, DType::kI64).values,
+  const HostTensor y{DType::kInt64, Shape{3, 0}, {}};
+  EXPECT_EQ(run_reduce(Kernel::kSum, y, {1}, true, DType::kInt64).values,
             (std::vector<double>{0, 0, 0}));
 }
 
 TEST(CpuReduce, MeanOverEmptyDimIsNaN) {
-  const HostTensor x{DType::kF64, Shape{0, 2}, {}};
-  const HostTensor got = run_reduce(Kernel::kMean, x, {0}, false, DType::kF64);
+  const HostTensor x{DType::kFloat64, Shape{0, 2}, {}};
+  const HostTensor got = run_reduce(Kernel::kMean, x, {0}, false, DType::kFloat64);
   ASSERT_EQ(got.values.size(), 2u);
   EXPECT_TRUE(std::isnan(got.values[0]) && std::isnan(got.values[1]));
 }
 
 TEST(CpuReduce, ReductionOverKeptEmptyDimGivesEmptyOutput) {
-  const HostTensor x{DType::kF32, Shape{0, 3}, {}};
-  EXPECT_TRUE(run_reduce(Kernel::kReduceMax, x, {1}, false, DType::kF32).values.empty());
+  const HostTensor x{DType::kFloat32, Shape{0, 3}, {}};
+  EXPECT_TRUE(run_reduce(Kernel::kReduceMax, x, {1}, false, DType::kFloat32).values.empty());
 }
 
 TEST(CpuReduce, MaxAndMinOverEmptyDimThrow) {
-  const HostTensor x{DType::kF32, Shape{3, 0}, {}};
-  EXPECT_THROW(run_reduce(Kernel::kReduceMax, x, {1}, false, DType::kF32), std::runtime_error);
-  EXPECT_THROW(run_reduce(Kernel::kReduceMin, x, {1}, false, DType::kF32), std::runtime_error);
+  const HostTensor x{DType::kFloat32, Shape{3, 0}, {}};
+  EXPECT_THROW(run_reduce(Kernel::kReduceMax, x, {1}, false, DType::kFloat32), std::runtime_error);
+  EXPECT_THROW(run_reduce(Kernel::kReduceMin, x, {1}, false, DType::kFloat32), std::runtime_error);
 }
 
 TEST(CpuReduce, MaxAndMinPropagateNaNAlongRowsAndColumns) {
-  const HostTensor x{DType::kF32, Shape{2, 3}, {1, kNaN, 3, 4, 5, 6}};
+  const HostTensor x{DType::kFloat32, Shape{2, 3}, {1, kNaN, 3, 4, 5, 6}};
   for (Kernel k : {Kernel::kReduceMax, Kernel::kReduceMin}) {
-    const HostTensor rows = run_reduce(k, x, {1}, false, DType::kF32);
+    const HostTensor rows = run_reduce(k, x, {1}, false, DType::kFloat32);
     EXPECT_TRUE(std::isnan(rows.values[0])) << kernel_name(k);
     EXPECT_EQ(rows.values[1], k == Kernel::kReduceMax ? 6 : 4);
-    const HostTensor cols = run_reduce(k, x, {0}, false, DType::kF32);
+    const HostTensor cols = run_reduce(k, x, {0}, false, DType::kFloat32);
     EXPECT_TRUE(std::isnan(cols.values[1])) << kernel_name(k);
     EXPECT_EQ(cols.values[2], k == Kernel::kReduceMax ? 6 : 3);
   }
 }
 
 TEST(CpuReduce, LogSumExpHandlesInfinitiesAndLargeValues) {
-  const HostTensor x{DType::kF32, Shape{4, 2}, {-kInf, -kInf, -kInf, 0, 1000, 1000, kInf, 1}};
-  const HostTensor got = run_reduce(Kernel::kLogSumExp, x, {1}, false, DType::kF32);
+  const HostTensor x{DType::kFloat32, Shape{4, 2}, {-kInf, -kInf, -kInf, 0, 1000, 1000, kInf, 1}};
+  const HostTensor got = run_reduce(Kernel::kLogSumExp, x, {1}, false, DType::kFloat32);
   EXPECT_EQ(got.values[0], -kInf);
   EXPECT_NEAR(got.values[1], 0, 1e-6);
   EXPECT_NEAR(got.values[2], 1000 + std::log(2.0), 1e-3);
   EXPECT_EQ(got.values[3], kInf);
   // The same along columns.
-  const HostTensor t{DType::kF32, Shape{2, 4}, {-kInf, -kInf, 1000, kInf, -kInf, 0, 1000, 1}};
-  const HostTensor cols = run_reduce(Kernel::kLogSumExp, t, {0}, false, DType::kF32);
+  const HostTensor t{DType::kFloat32, Shape{2, 4}, {-kInf, -kInf, 1000, kInf, -kInf, 0, 1000, 1}};
+  const HostTensor cols = run_reduce(Kernel::kLogSumExp, t, {0}, false, DType::kFloat32);
   EXPECT_EQ(cols.values[0], -kInf);
   EXPECT_NEAR(cols.values[1], 0, 1e-6);
   EXPECT_NEAR(cols.values[2], 1000 + std::log(2.0), 1e-3);
@@ -311,18 +311,20 @@ TEST(CpuReduce, LogSumExpHandlesInfinitiesAndLargeValues) {
 }
 
 TEST(CpuReduce, MeanOfIntegersThrows) {
-  const HostTensor x{DType::kI32, Shape{2}, {1, 2}};
-  EXPECT_THROW(run_reduce(Kernel::kMean, x, {0}, false, DType::kI32), std::runtime_error);
+  const HostTensor x{DType::kInt32, Shape{2}, {1, 2}};
+  EXPECT_THROW(run_reduce(Kernel::kMean, x, {0}, false, DType::kInt32), std::runtime_error);
 }
 
 TEST(CpuReduce, UnsortedDimsThrow) {
-  const HostTensor x{DType::kF32, Shape{2, 2}, {1, 2, 3, 4}};
-  EXPECT_THROW(run_kernel(Kernel::kSum, {x}, DType::kF32, Shape{}, {0, 1, 0}), std::runtime_error);
+  const HostTensor x{DType::kFloat32, Shape{2, 2}, {1, 2, 3, 4}};
+  EXPECT_THROW(run_kernel(Kernel::kSum, {x}, DType::kFloat32, Shape{}, {0, 1, 0}),
+               std::runtime_error);
 }
 
 TEST(CpuReduce, OutputShapeDisagreeingWithKeepdimThrows) {
-  const HostTensor x{DType::kF32, Shape{2, 3}, {1, 2, 3, 4, 5, 6}};
-  EXPECT_THROW(run_kernel(Kernel::kSum, {x}, DType::kF32, Shape{2}, {1, 1}), std::runtime_error);
+  const HostTensor x{DType::kFloat32, Shape{2, 3}, {1, 2, 3, 4, 5, 6}};
+  EXPECT_THROW(run_kernel(Kernel::kSum, {x}, DType::kFloat32, Shape{2}, {1, 1}),
+               std::runtime_error);
 }
 
 // ---- argmax ----------------------------------------------------------------------------------
@@ -348,7 +350,7 @@ TEST(CpuReduce, ArgMaxMatchesReferenceAlongEveryDimAndDtype) {
           for (const auto& g : reduced_groups(x, {dim})) {
             want.push_back(static_cast<double>(argmax_of(g)));
           }
-          const HostTensor got = run_kernel(Kernel::kArgMax, {x}, DType::kI64,
+          const HostTensor got = run_kernel(Kernel::kArgMax, {x}, DType::kInt64,
                                             reduced_shape(shape, {dim}, keepdim), {keepdim, dim});
           EXPECT_EQ(got.values, want) << label(dtype) << " " << describe(shape, {dim}, keepdim);
         }
@@ -358,23 +360,24 @@ TEST(CpuReduce, ArgMaxMatchesReferenceAlongEveryDimAndDtype) {
 }
 
 TEST(CpuReduce, ArgMaxTiesPickFirstIndex) {
-  const HostTensor x{DType::kF32, Shape{2, 4}, {1, 5, 5, 2, 3, 3, 3, 3}};
-  EXPECT_EQ(run_kernel(Kernel::kArgMax, {x}, DType::kI64, Shape{2}, {0, 1}).values,
+  const HostTensor x{DType::kFloat32, Shape{2, 4}, {1, 5, 5, 2, 3, 3, 3, 3}};
+  EXPECT_EQ(run_kernel(Kernel::kArgMax, {x}, DType::kInt64, Shape{2}, {0, 1}).values,
             (std::vector<double>{1, 0}));
-  const HostTensor t{DType::kI32, Shape{3, 2}, {7, 1, 7, 9, 2, 9}};
-  EXPECT_EQ(run_kernel(Kernel::kArgMax, {t}, DType::kI64, Shape{2}, {0, 0}).values,
+  const HostTensor t{DType::kInt32, Shape{3, 2}, {7, 1, 7, 9, 2, 9}};
+  EXPECT_EQ(run_kernel(Kernel::kArgMax, {t}, DType::kInt64, Shape{2}, {0, 0}).values,
             (std::vector<double>{0, 1}));
 }
 
 TEST(CpuReduce, ArgMaxTreatsNaNAsMaximum) {
-  const HostTensor x{DType::kF64, Shape{5}, {1, kNaN, 9, kNaN, 3}};
-  EXPECT_EQ(run_kernel(Kernel::kArgMax, {x}, DType::kI64, Shape{}, {0, 0}).values,
+  const HostTensor x{DType::kFloat64, Shape{5}, {1, kNaN, 9, kNaN, 3}};
+  EXPECT_EQ(run_kernel(Kernel::kArgMax, {x}, DType::kInt64, Shape{}, {0, 0}).values,
             (std::vector<double>{1}));
 }
 
 TEST(CpuReduce, ArgMaxOverEmptyDimThrows) {
-  const HostTensor x{DType::kF32, Shape{2, 0}, {}};
-  EXPECT_THROW(run_kernel(Kernel::kArgMax, {x}, DType::kI64, Shape{2}, {0, 1}), std::runtime_error);
+  const HostTensor x{DType::kFloat32, Shape{2, 0}, {}};
+  EXPECT_THROW(run_kernel(Kernel::kArgMax, {x}, DType::kInt64, Shape{2}, {0, 1}),
+               std::runtime_error);
 }
 
 // ---- softmax ---------------------------------------------------------------------------------
@@ -429,16 +432,16 @@ TEST(CpuReduce, SoftmaxAndLogSoftmaxMatchReferenceAlongEveryDim) {
 // between calls by blocks held of the scratch's own sizes.
 TEST(CpuReduce, SoftmaxAndLogSumExpBitsDoNotDependOnWhereTheHeapPutsScratch) {
   std::mt19937 rng(17);
-  const HostTensor rows = random_tensor(DType::kF32, {6, 37}, rng, -6, 6);
-  const HostTensor columns = random_tensor(DType::kF32, {3, 37, 29}, rng, -6, 6);
+  const HostTensor rows = random_tensor(DType::kFloat32, {6, 37}, rng, -6, 6);
+  const HostTensor columns = random_tensor(DType::kFloat32, {3, 37, 29}, rng, -6, 6);
   auto all = [&] {
     std::vector<HostTensor> out;
     for (Kernel k : {Kernel::kSoftmax, Kernel::kLogSoftmax}) {
-      out.push_back(run_kernel(k, {rows}, DType::kF32, rows.shape, {1}));
-      out.push_back(run_kernel(k, {columns}, DType::kF32, columns.shape, {1}));
+      out.push_back(run_kernel(k, {rows}, DType::kFloat32, rows.shape, {1}));
+      out.push_back(run_kernel(k, {columns}, DType::kFloat32, columns.shape, {1}));
     }
-    out.push_back(run_reduce(Kernel::kLogSumExp, rows, {1}, false, DType::kF32));
-    out.push_back(run_reduce(Kernel::kLogSumExp, columns, {1}, false, DType::kF32));
+    out.push_back(run_reduce(Kernel::kLogSumExp, rows, {1}, false, DType::kFloat32));
+    out.push_back(run_reduce(Kernel::kLogSumExp, columns, {1}, false, DType::kFloat32));
     return out;
   };
   const std::vector<HostTensor> want = all();
@@ -459,9 +462,9 @@ TEST(CpuReduce, SoftmaxAndLogSumExpBitsDoNotDependOnWhereTheHeapPutsScratch) {
 TEST(CpuReduce, SoftmaxRowsSumToOneEvenForLargeInputs) {
   std::mt19937 rng(26);
   for (int dim : {0, 1}) {
-    HostTensor x = random_tensor(DType::kF32, Shape{600, 700}, rng, -5, 5);
+    HostTensor x = random_tensor(DType::kFloat32, Shape{600, 700}, rng, -5, 5);
     for (double& v : x.values) v += 1000;  // exp(1000) overflows without the max shift
-    const HostTensor got = run_kernel(Kernel::kSoftmax, {x}, DType::kF32, x.shape, {dim});
+    const HostTensor got = run_kernel(Kernel::kSoftmax, {x}, DType::kFloat32, x.shape, {dim});
     for (const auto& g : reduced_groups(got, {dim})) {
       ASSERT_NEAR(sum_of(g), 1.0, 1e-4) << "dim " << dim;
     }
@@ -469,16 +472,16 @@ TEST(CpuReduce, SoftmaxRowsSumToOneEvenForLargeInputs) {
 }
 
 TEST(CpuReduce, SoftmaxOfAllNegativeInfinityRowIsNaNAsTorch) {
-  const HostTensor x{DType::kF32, Shape{2, 2}, {-kInf, -kInf, 0, 0}};
-  const HostTensor got = run_kernel(Kernel::kSoftmax, {x}, DType::kF32, x.shape, {1});
+  const HostTensor x{DType::kFloat32, Shape{2, 2}, {-kInf, -kInf, 0, 0}};
+  const HostTensor got = run_kernel(Kernel::kSoftmax, {x}, DType::kFloat32, x.shape, {1});
   EXPECT_TRUE(std::isnan(got.values[0]) && std::isnan(got.values[1]));
   EXPECT_EQ(got.values[2], 0.5);
   EXPECT_EQ(got.values[3], 0.5);
 }
 
 TEST(CpuReduce, SoftmaxOnIntegersThrows) {
-  const HostTensor x{DType::kI64, Shape{2}, {1, 2}};
-  EXPECT_THROW(run_kernel(Kernel::kSoftmax, {x}, DType::kI64, x.shape, {0}), std::runtime_error);
+  const HostTensor x{DType::kInt64, Shape{2}, {1, 2}};
+  EXPECT_THROW(run_kernel(Kernel::kSoftmax, {x}, DType::kInt64, x.shape, {0}), std::runtime_error);
 }
 
 }  // namespace

@@ -47,47 +47,49 @@ void expect_scatter_add_matches_loop(DType dtype, DType index_dtype, const Shape
 TEST(ScatterAdd, MatchesLoopAlongEachDim) {
   std::mt19937 rng(1);
   for (int dim = 0; dim < 3; ++dim) {
-    expect_scatter_add_matches_loop(DType::kF64, DType::kI64, {4, 5, 6}, {3, 5, 4}, dim, rng);
+    expect_scatter_add_matches_loop(DType::kFloat64, DType::kInt64, {4, 5, 6}, {3, 5, 4}, dim, rng);
   }
 }
 
 TEST(ScatterAdd, RepeatedIndicesAddUp) {
-  const HostTensor base{DType::kF32, {4}, {1, 2, 3, 4}};
-  const HostTensor index{DType::kI32, {5}, {1, 1, 3, 1, 0}};
-  const HostTensor src{DType::kF32, {5}, {10, 20, 30, 40, 50}};
-  const HostTensor got = run_kernel(Kernel::kScatterAdd, {base, index, src}, DType::kF32, {4}, {0});
+  const HostTensor base{DType::kFloat32, {4}, {1, 2, 3, 4}};
+  const HostTensor index{DType::kInt32, {5}, {1, 1, 3, 1, 0}};
+  const HostTensor src{DType::kFloat32, {5}, {10, 20, 30, 40, 50}};
+  const HostTensor got =
+      run_kernel(Kernel::kScatterAdd, {base, index, src}, DType::kFloat32, {4}, {0});
   EXPECT_EQ(got.values, (std::vector<double>{51, 72, 3, 34}));
 }
 
 TEST(ScatterAdd, WorksForEveryNumberType) {
   std::mt19937 rng(2);
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kI32, DType::kI64}) {
-    expect_scatter_add_matches_loop(dtype, DType::kI32, {3, 4}, {3, 2}, 1, rng);
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt32, DType::kInt64}) {
+    expect_scatter_add_matches_loop(dtype, DType::kInt32, {3, 4}, {3, 2}, 1, rng);
   }
 }
 
 TEST(ScatterAdd, TakesZeroDimOperands) {
-  const HostTensor base{DType::kF64, {}, {1.5}};
-  const HostTensor index{DType::kI64, {}, {0}};
-  const HostTensor src{DType::kF64, {}, {2}};
-  EXPECT_EQ(run_kernel(Kernel::kScatterAdd, {base, index, src}, DType::kF64, {}, {0}).values,
+  const HostTensor base{DType::kFloat64, {}, {1.5}};
+  const HostTensor index{DType::kInt64, {}, {0}};
+  const HostTensor src{DType::kFloat64, {}, {2}};
+  EXPECT_EQ(run_kernel(Kernel::kScatterAdd, {base, index, src}, DType::kFloat64, {}, {0}).values,
             std::vector<double>{3.5});
 }
 
 TEST(ScatterAdd, RejectsIndicesOutOfRange) {
-  const HostTensor base{DType::kF32, {2}, {0, 0}};
-  const HostTensor index{DType::kI64, {1}, {2}};
-  const HostTensor src{DType::kF32, {1}, {1}};
-  EXPECT_THROW(call_kernel_directly(Kernel::kScatterAdd, {base, index, src}, DType::kF32, {2}, {0}),
-               std::out_of_range);
+  const HostTensor base{DType::kFloat32, {2}, {0, 0}};
+  const HostTensor index{DType::kInt64, {1}, {2}};
+  const HostTensor src{DType::kFloat32, {1}, {1}};
+  EXPECT_THROW(
+      call_kernel_directly(Kernel::kScatterAdd, {base, index, src}, DType::kFloat32, {2}, {0}),
+      std::out_of_range);
 }
 
 TEST(ScatterAdd, RejectsASourceOfAnotherShapeThanTheIndex) {
-  const HostTensor base{DType::kF32, {3}, {0, 0, 0}};
-  const HostTensor index{DType::kI64, {2}, {0, 1}};
-  const HostTensor src{DType::kF32, {3}, {1, 2, 3}};
+  const HostTensor base{DType::kFloat32, {3}, {0, 0, 0}};
+  const HostTensor index{DType::kInt64, {2}, {0, 1}};
+  const HostTensor src{DType::kFloat32, {3}, {1, 2, 3}};
   EXPECT_FALSE(
-      invalid_argument_message(Kernel::kScatterAdd, {base, index, src}, DType::kF32, {3}, {0})
+      invalid_argument_message(Kernel::kScatterAdd, {base, index, src}, DType::kFloat32, {3}, {0})
           .empty());
 }
 

@@ -123,7 +123,7 @@ Reference reference_matmul(const HostTensor& a, const HostTensor& b, bool ta, bo
 }
 
 void expect_matmul(const Shape& a_shape, const Shape& b_shape, bool ta, bool tb, bool exact,
-                   std::mt19937& rng, DType dtype = DType::kF32) {
+                   std::mt19937& rng, DType dtype = DType::kFloat32) {
   const HostTensor a = random_tensor(dtype, a_shape, rng);
   const HostTensor b = random_tensor(dtype, b_shape, rng);
   const Reference ref = reference_matmul(a, b, ta, tb);
@@ -169,10 +169,10 @@ TEST(ThreadCount, Bf16MatmulGivesOneThreadsBits) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       expect_matmul(ta ? Shape{600, 150} : Shape{150, 600}, tb ? Shape{300, 600} : Shape{600, 300},
-                    ta, tb, true, rng, DType::kBF16);
+                    ta, tb, true, rng, DType::kBFloat16);
     }
   }
-  expect_matmul({3, 70, 260}, {3, 260, 40}, false, false, true, rng, DType::kBF16);
+  expect_matmul({3, 70, 260}, {3, 260, 40}, false, false, true, rng, DType::kBFloat16);
 }
 
 // ---- conv2d ----------------------------------------------------------------------------------
@@ -218,12 +218,12 @@ Reference reference_conv(const HostTensor& x, const HostTensor& w, const Conv& p
 
 void expect_conv(const Shape& x_shape, const Shape& w_shape, const Conv& p, bool exact,
                  std::mt19937& rng) {
-  const HostTensor x = random_tensor(DType::kF32, x_shape, rng);
-  const HostTensor w = random_tensor(DType::kF32, w_shape, rng);
+  const HostTensor x = random_tensor(DType::kFloat32, x_shape, rng);
+  const HostTensor w = random_tensor(DType::kFloat32, w_shape, rng);
   const Reference ref = reference_conv(x, w, p);
-  expect_on_every_thread_count(Kernel::kConv2d, {x, w}, DType::kF32, ref.shape,
+  expect_on_every_thread_count(Kernel::kConv2d, {x, w}, DType::kFloat32, ref.shape,
                                {p.stride, p.stride, p.pad, p.pad, p.dilation, p.dilation, p.groups},
-                               ref.values, tolerance(DType::kF32), exact,
+                               ref.values, tolerance(DType::kFloat32), exact,
                                "conv2d x " + x_shape.to_string() + ", w " + w_shape.to_string(),
                                ref.scale);
 }
@@ -285,10 +285,11 @@ struct Pool {
 HostTensor awkward_tensor(const Shape& shape, std::mt19937& rng) {
   const double choices[] = {-kInf, -1.5, -1, 0, 0.5, 1, 2, kInf, kNaN};
   std::uniform_int_distribution<int> pick(0, 8), plain(0, 20);
-  HostTensor t{DType::kF32, shape, std::vector<double>(static_cast<std::size_t>(shape.numel()))};
+  HostTensor t{DType::kFloat32, shape,
+               std::vector<double>(static_cast<std::size_t>(shape.numel()))};
   std::uniform_real_distribution<double> real(-3, 3);
   for (double& v : t.values)
-    v = plain(rng) < 4 ? choices[pick(rng)] : round_to(DType::kF32, real(rng));
+    v = plain(rng) < 4 ? choices[pick(rng)] : round_to(DType::kFloat32, real(rng));
   return t;
 }
 
@@ -331,15 +332,15 @@ void expect_max_pool(const Shape& x_shape, const Pool& p, std::mt19937& rng) {
   const std::vector<int64_t> at = reference_argmax(x, p);
   std::vector<double> want;
   for (int64_t k : at) want.push_back(x.values[static_cast<std::size_t>(k)]);
-  expect_on_every_thread_count(Kernel::kMaxPool2d, {x}, DType::kF32, out, max_pool_ints(p), want, 0,
-                               true, "max_pool2d x " + x_shape.to_string());
+  expect_on_every_thread_count(Kernel::kMaxPool2d, {x}, DType::kFloat32, out, max_pool_ints(p),
+                               want, 0, true, "max_pool2d x " + x_shape.to_string());
 
-  const HostTensor grad = random_tensor(DType::kF32, out, rng);
+  const HostTensor grad = random_tensor(DType::kFloat32, out, rng);
   std::vector<double> grad_x(static_cast<std::size_t>(x_shape.numel()), 0.0);
   for (std::size_t i = 0; i < at.size(); ++i)
     grad_x[static_cast<std::size_t>(at[i])] += grad.values[i];
-  expect_on_every_thread_count(Kernel::kMaxPool2dBackward, {x, grad}, DType::kF32, x_shape,
-                               max_pool_ints(p), grad_x, tolerance(DType::kF32), true,
+  expect_on_every_thread_count(Kernel::kMaxPool2dBackward, {x, grad}, DType::kFloat32, x_shape,
+                               max_pool_ints(p), grad_x, tolerance(DType::kFloat32), true,
                                "max_pool2d_backward x " + x_shape.to_string());
 }
 
@@ -358,14 +359,14 @@ TEST(ThreadCount, MaxPoolWithOverlapAndPaddingMatchesLoops) {
 TEST(ThreadCount, AvgPoolAndItsGradientGiveOneThreadsBits) {
   std::mt19937 rng(9);
   const Shape x_shape{4, 6, 23, 21};
-  const HostTensor x = random_tensor(DType::kF32, x_shape, rng);
+  const HostTensor x = random_tensor(DType::kFloat32, x_shape, rng);
   const Pool p{.k = 3, .stride = 2, .pad = 1};
   const Shape out{4, 6, pool_size(23, p), pool_size(21, p)};
   const std::vector<int64_t> ints = {3, 3, 2, 2, 1, 1, 0, 1};  // count_include_pad
   // Both directions against loops: the divisor is always 9 with count_include_pad and no
   // ceil_mode.
   std::vector<double> mean;
-  const HostTensor grad = random_tensor(DType::kF32, out, rng);
+  const HostTensor grad = random_tensor(DType::kFloat32, out, rng);
   std::vector<double> grad_x(static_cast<std::size_t>(x_shape.numel()), 0.0);
   for (int64_t plane = 0, o = 0; plane < 24; ++plane) {
     for (int64_t y = 0; y < out[2]; ++y) {
@@ -384,10 +385,10 @@ TEST(ThreadCount, AvgPoolAndItsGradientGiveOneThreadsBits) {
       }
     }
   }
-  expect_on_every_thread_count(Kernel::kAvgPool2d, {x}, DType::kF32, out, ints, mean,
-                               tolerance(DType::kF32), true, "avg_pool2d");
-  expect_on_every_thread_count(Kernel::kAvgPool2dBackward, {grad}, DType::kF32, x_shape, ints,
-                               grad_x, tolerance(DType::kF32), true, "avg_pool2d_backward");
+  expect_on_every_thread_count(Kernel::kAvgPool2d, {x}, DType::kFloat32, out, ints, mean,
+                               tolerance(DType::kFloat32), true, "avg_pool2d");
+  expect_on_every_thread_count(Kernel::kAvgPool2dBackward, {grad}, DType::kFloat32, x_shape, ints,
+                               grad_x, tolerance(DType::kFloat32), true, "avg_pool2d_backward");
 }
 
 // ---- reductions ------------------------------------------------------------------------------
@@ -396,15 +397,15 @@ TEST(ThreadCount, SumOverBatchAndPlanesGivesOneThreadsBits) {
   std::mt19937 rng(14);
   // A bias gradient: dims {0, 2, 3} of [N, C, H, W], gathered and then one row per channel.
   const Shape shape{16, 12, 20, 21};
-  const HostTensor x = random_tensor(DType::kF32, shape, rng);
+  const HostTensor x = random_tensor(DType::kFloat32, shape, rng);
   std::vector<double> want(12, 0.0), scale(12, 0.0);
   for (int64_t i = 0; i < shape.numel(); ++i) {
     const auto c = static_cast<std::size_t>(i / (20 * 21) % 12);
     want[c] += x.values[static_cast<std::size_t>(i)];
     scale[c] += std::abs(x.values[static_cast<std::size_t>(i)]);
   }
-  expect_on_every_thread_count(Kernel::kSum, {x}, DType::kF32, {1, 12, 1, 1}, {1, 0, 2, 3}, want,
-                               tolerance(DType::kF32), true, "sum over {0, 2, 3}", scale);
+  expect_on_every_thread_count(Kernel::kSum, {x}, DType::kFloat32, {1, 12, 1, 1}, {1, 0, 2, 3},
+                               want, tolerance(DType::kFloat32), true, "sum over {0, 2, 3}", scale);
 }
 
 // ---- cumsum and topk -------------------------------------------------------------------------
@@ -413,7 +414,7 @@ TEST(ThreadCount, SumOverBatchAndPlanesGivesOneThreadsBits) {
 TEST(ThreadCount, CumsumGivesOneThreadsBits) {
   std::mt19937 rng(15);
   const Shape shape{300, 700};
-  const HostTensor x = random_tensor(DType::kF32, shape, rng);
+  const HostTensor x = random_tensor(DType::kFloat32, shape, rng);
   for (int64_t dim : {0, 1}) {
     for (int64_t reverse : {0, 1}) {
       std::vector<double> want(x.values.size());
@@ -424,11 +425,11 @@ TEST(ThreadCount, CumsumGivesOneThreadsBits) {
         for (int64_t r = 0; r < n; ++r) {
           const auto i = static_cast<std::size_t>(first + (reverse ? n - 1 - r : r) * stride);
           running += x.values[i];
-          want[i] = round_to(DType::kF32, running);
+          want[i] = round_to(DType::kFloat32, running);
         }
       }
       expect_on_every_thread_count(
-          Kernel::kCumsum, {x}, DType::kF32, shape, {dim, reverse}, want, 0, true,
+          Kernel::kCumsum, {x}, DType::kFloat32, shape, {dim, reverse}, want, 0, true,
           "cumsum dim " + std::to_string(dim) + (reverse ? " reversed" : ""));
     }
   }
@@ -437,7 +438,7 @@ TEST(ThreadCount, CumsumGivesOneThreadsBits) {
 TEST(ThreadCount, TopkGivesOneThreadsBits) {
   std::mt19937 rng(16);
   const Shape shape{400, 300};
-  const HostTensor x = random_tensor(DType::kF32, shape, rng);
+  const HostTensor x = random_tensor(DType::kFloat32, shape, rng);
   std::vector<double> want;
   for (int64_t row = 0; row < 400; ++row) {
     std::vector<int64_t> order(300);
@@ -446,8 +447,8 @@ TEST(ThreadCount, TopkGivesOneThreadsBits) {
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return v[a] > v[b]; });
     for (int64_t j = 0; j < 5; ++j) want.push_back(static_cast<double>(order[j]));
   }
-  expect_on_every_thread_count(Kernel::kTopK, {x}, DType::kI64, {400, 5}, {1, 5, 1}, want, 0, true,
-                               "topk 5 of 300");
+  expect_on_every_thread_count(Kernel::kTopK, {x}, DType::kInt64, {400, 5}, {1, 5, 1}, want, 0,
+                               true, "topk 5 of 300");
 }
 
 // ---- elementwise and fused -------------------------------------------------------------------
@@ -458,18 +459,18 @@ TEST(ThreadCount, BroadcastAddGivesOneThreadsBits) {
        std::vector<std::pair<Shape, Shape>>{{{64, 33, 40}, {33, 1}},  // many rows
                                             {{100003}, {100003}},     // one row, split inside
                                             {{2, 50001}, {1}}}) {     // fewer rows than threads
-    const HostTensor a = random_tensor(DType::kF32, a_shape, rng);
-    const HostTensor b = random_tensor(DType::kF32, b_shape, rng);
+    const HostTensor a = random_tensor(DType::kFloat32, a_shape, rng);
+    const HostTensor b = random_tensor(DType::kFloat32, b_shape, rng);
     std::vector<double> want;
     const int64_t inner = b_shape.rank() == 2 ? a_shape[2] : 1;
     for (int64_t i = 0; i < a_shape.numel(); ++i) {
       const int64_t j = b_shape.numel() == 1  ? 0
                         : b_shape.rank() == 2 ? (i / inner) % b_shape[0]
                                               : i;
-      want.push_back(round_to(DType::kF32, a.values[static_cast<std::size_t>(i)] +
-                                               b.values[static_cast<std::size_t>(j)]));
+      want.push_back(round_to(DType::kFloat32, a.values[static_cast<std::size_t>(i)] +
+                                                   b.values[static_cast<std::size_t>(j)]));
     }
-    expect_on_every_thread_count(Kernel::kAdd, {a, b}, DType::kF32, a_shape, {}, want, 0, true,
+    expect_on_every_thread_count(Kernel::kAdd, {a, b}, DType::kFloat32, a_shape, {}, want, 0, true,
                                  "add " + a_shape.to_string() + " + " + b_shape.to_string());
   }
 }
@@ -478,22 +479,22 @@ TEST(ThreadCount, WhereWithAScalarBranchGivesOneThreadsBits) {
   std::mt19937 rng(11);
   const Shape shape{32, 40, 41};
   const HostTensor cond = random_tensor(DType::kBool, shape, rng);
-  const HostTensor a = random_tensor(DType::kF32, shape, rng);
-  const HostTensor zero{DType::kF32, {}, {0.0}};
+  const HostTensor a = random_tensor(DType::kFloat32, shape, rng);
+  const HostTensor zero{DType::kFloat32, {}, {0.0}};
   std::vector<double> want, want_swapped;
   for (std::size_t i = 0; i < a.values.size(); ++i) {
     want.push_back(cond.values[i] != 0 ? a.values[i] : 0.0);
     want_swapped.push_back(cond.values[i] != 0 ? 0.0 : a.values[i]);
   }
-  expect_on_every_thread_count(Kernel::kWhere, {cond, a, zero}, DType::kF32, shape, {}, want, 0,
+  expect_on_every_thread_count(Kernel::kWhere, {cond, a, zero}, DType::kFloat32, shape, {}, want, 0,
                                true, "where(cond, a, 0)");
-  expect_on_every_thread_count(Kernel::kWhere, {cond, zero, a}, DType::kF32, shape, {},
+  expect_on_every_thread_count(Kernel::kWhere, {cond, zero, a}, DType::kFloat32, shape, {},
                                want_swapped, 0, true, "where(cond, 0, a)");
 }
 
 TEST(ThreadCount, ExpGivesOneThreadsBits) {
   std::mt19937 rng(12);
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
     const HostTensor x = random_tensor(dtype, {70001}, rng);
     std::vector<double> want;
     for (double v : x.values) want.push_back(std::exp(v));
@@ -505,19 +506,20 @@ TEST(ThreadCount, ExpGivesOneThreadsBits) {
 TEST(ThreadCount, FusedChainGivesTheUnfusedBitsOnEveryThreadCount) {
   std::mt19937 rng(13);
   const Shape shape{300, 301};
-  const std::vector<HostTensor> externals = {random_tensor(DType::kF32, shape, rng),
-                                             random_tensor(DType::kF32, {301}, rng),
-                                             HostTensor{DType::kF32, {}, {0.25}}};
+  const std::vector<HostTensor> externals = {random_tensor(DType::kFloat32, shape, rng),
+                                             random_tensor(DType::kFloat32, {301}, rng),
+                                             HostTensor{DType::kFloat32, {}, {0.25}}};
   // relu(a * b + 0.25), then its tanh: a gathered operand, a scalar, scratch buffers.
   const std::vector<Step> steps = {
       {Kernel::kMul, 0, 1}, {Kernel::kAdd, -1, 2}, {Kernel::kRelu, -2}, {Kernel::kTanh, -3}};
-  const HostTensor want = unfused(steps, externals, DType::kF32, shape);
+  const HostTensor want = unfused(steps, externals, DType::kFloat32, shape);
   const std::vector<int64_t> ints = fused_ints(steps, false);
-  const HostTensor one = run_on(1, Kernel::kFused, externals, DType::kF32, shape, ints);
+  const HostTensor one = run_on(1, Kernel::kFused, externals, DType::kFloat32, shape, ints);
   expect_same_bits(one, want);
   for (int threads : {2, 3}) {
     SCOPED_TRACE(std::to_string(threads) + " threads");
-    expect_same_bits(run_on(threads, Kernel::kFused, externals, DType::kF32, shape, ints), want);
+    expect_same_bits(run_on(threads, Kernel::kFused, externals, DType::kFloat32, shape, ints),
+                     want);
   }
 }
 

@@ -14,10 +14,10 @@ namespace {
 // out = exp(a + b), with a and b bound by the caller.
 IntrusivePtr<Executable> add_then_exp() {
   auto program = make_intrusive<Executable>();
-  program->slots = {{DType::kF32, Shape{2}},
-                    {DType::kF32, Shape{2}},
-                    {DType::kF32, Shape{2}},
-                    {DType::kF32, Shape{2}}};
+  program->slots = {{DType::kFloat32, Shape{2}},
+                    {DType::kFloat32, Shape{2}},
+                    {DType::kFloat32, Shape{2}},
+                    {DType::kFloat32, Shape{2}}};
   program->input_slots = {0, 1};
   program->calls = {{Kernel::kAdd, {0, 1}, 2, {}, {}}, {Kernel::kExp, {2}, 3, {}, {}}};
   program->output_slots = {3};
@@ -33,10 +33,10 @@ TEST(ProgramError, AcceptsAWellFormedProgram) { EXPECT_EQ(program_error(*add_the
 
 TEST(ProgramError, AcceptsScalarsAndEmptyShapes) {
   IntrusivePtr<Executable> program = add_then_exp();
-  program->slots = {{DType::kI64, Shape{}},
-                    {DType::kI64, Shape{}},
-                    {DType::kBF16, Shape{0, 3}},
-                    {DType::kBF16, Shape{0, 3}}};
+  program->slots = {{DType::kInt64, Shape{}},
+                    {DType::kInt64, Shape{}},
+                    {DType::kBFloat16, Shape{0, 3}},
+                    {DType::kBFloat16, Shape{0, 3}}};
   EXPECT_EQ(program_error(*program), "");
 }
 
@@ -178,10 +178,10 @@ TEST(ProgramError, RejectsAPlanWritingAFusedReductionInPlace) {
   // y = sum(exp(a) * m, keepdim) over the last dim of [2, 3], with m [2, 1] computed by the
   // program (so the plan owns it): m has the output's shape and dies with the call.
   auto program = make_intrusive<Executable>();
-  program->slots = {{DType::kF32, Shape{2, 3}},
-                    {DType::kF32, Shape{2, 1}},
-                    {DType::kF32, Shape{2, 1}},
-                    {DType::kF32, Shape{2, 1}}};
+  program->slots = {{DType::kFloat32, Shape{2, 3}},
+                    {DType::kFloat32, Shape{2, 1}},
+                    {DType::kFloat32, Shape{2, 1}},
+                    {DType::kFloat32, Shape{2, 1}}};
   program->input_slots = {0, 1};
   const auto exp_k = static_cast<int64_t>(Kernel::kExp);
   const auto mul_k = static_cast<int64_t>(Kernel::kMul);

@@ -57,32 +57,32 @@ inline ::testing::Environment* const kCpuIsaEnvironment =
 
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
-inline const std::vector<DType> kFloats = {DType::kF32, DType::kF64, DType::kBF16};
-inline const std::vector<DType> kAll = {DType::kF32, DType::kF64, DType::kBF16,
-                                        DType::kI32, DType::kI64, DType::kBool};
+inline const std::vector<DType> kFloats = {DType::kFloat32, DType::kFloat64, DType::kBFloat16};
+inline const std::vector<DType> kAll = {DType::kFloat32, DType::kFloat64, DType::kBFloat16,
+                                        DType::kInt32,   DType::kInt64,   DType::kBool};
 
 inline std::string label(DType dtype) { return std::string(dtype_name(dtype)); }
 
 /// Host data of any dtype, held as doubles.
 struct HostTensor {
-  DType dtype = DType::kF32;
+  DType dtype = DType::kFloat32;
   Shape shape;
   std::vector<double> values;  // row-major, shape.numel() entries
 };
 
 inline double round_to(DType dtype, double v) {
   switch (dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return static_cast<float>(v);
-    case DType::kBF16:
+    case DType::kBFloat16:
       return static_cast<float>(Eigen::bfloat16(static_cast<float>(v)));
-    case DType::kI32:
+    case DType::kInt32:
       return static_cast<int32_t>(v);
-    case DType::kI64:
+    case DType::kInt64:
       return static_cast<int64_t>(v);
     case DType::kBool:
       return v != 0 ? 1 : 0;
-    case DType::kF64:
+    case DType::kFloat64:
       return v;
   }
   return v;
@@ -153,11 +153,11 @@ inline HostTensor random_tensor(DType dtype, const Shape& shape, std::mt19937& r
 /// Relative tolerance suited to results computed in `dtype`.
 inline double tolerance(DType dtype) {
   switch (dtype) {
-    case DType::kF64:
+    case DType::kFloat64:
       return 1e-12;
-    case DType::kF32:
+    case DType::kFloat32:
       return 1e-5;
-    case DType::kBF16:
+    case DType::kBFloat16:
       return 1e-2;
     default:
       return 0;
@@ -205,7 +205,7 @@ inline std::string invalid_argument_message(Kernel kernel, const std::vector<Hos
 /// straight from the kernel table so the backend does not wrap it ("" if the kernel accepts the
 /// call).
 inline std::string rejection(Kernel kernel, const std::vector<Shape>& inputs, const Shape& out,
-                             std::vector<int64_t> ints, DType dtype = DType::kF32) {
+                             std::vector<int64_t> ints, DType dtype = DType::kFloat32) {
   std::vector<HostTensor> zeros;
   for (const Shape& s : inputs) zeros.push_back({dtype, s, std::vector<double>(s.numel(), 0.0)});
   return invalid_argument_message(kernel, zeros, dtype, out, std::move(ints));

@@ -10,7 +10,8 @@ namespace axle {
 namespace {
 
 TEST(Element, EveryDtypeRoundTripsARepresentableValue) {
-  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64}) {
+  for (DType dtype :
+       {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kInt32, DType::kInt64}) {
     std::byte buffer[8];
     store_element(dtype, -3.0, buffer);
     EXPECT_EQ(load_element(dtype, buffer), -3.0) << dtype_name(dtype);

@@ -100,7 +100,7 @@ void safetensors_seeds(const fs::path& dir) {
   save_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
   CpuTensorMap more;
   more.emplace("half",
-               CpuTensor(DType::kBF16, Shape{2}, std::vector<std::byte>(4, std::byte{0x3f})));
+               CpuTensor(DType::kBFloat16, Shape{2}, std::vector<std::byte>(4, std::byte{0x3f})));
   more.emplace("ids", host_tensor<int32_t>({1, 2, 3, 4}, Shape{2, 2}));
   more.emplace("empty", host_tensor<double>({}, Shape{0, 3}));
   save_safetensors(dir / "mixed.safetensors", more);
@@ -142,7 +142,7 @@ void sharded_checkpoint_seeds(const fs::path& dir, const fs::path& scratch) {
   for (int rank = 0; rank < 2; ++rank) {
     ShardMetadata meta{.world_size = 2, .rank = rank};
     FlatParameterInfo flat{.name = "_fsdp_wrapped_module.flat_param_0",
-                           .dtype = DType::kF32,
+                           .dtype = DType::kFloat32,
                            .padded_numel = 8,
                            .shard_shape = {4}};
     flat.params.push_back({.names = {"fc.weight"}, .shape = {2, 2}, .offset = 0, .numel = 4});
@@ -168,7 +168,7 @@ void sharded_checkpoint_seeds(const fs::path& dir, const fs::path& scratch) {
   write_bytes(dir / "two-replicas-text", texts);
   ShardMetadata single{.world_size = 1, .rank = 0};
   single.flat_params.push_back(
-      {.name = "flat_param_0", .dtype = DType::kF32, .padded_numel = 2, .shard_shape = {2}});
+      {.name = "flat_param_0", .dtype = DType::kFloat32, .padded_numel = 2, .shard_shape = {2}});
   single.flat_params.back().params.push_back(
       {.names = {"w"}, .shape = {2}, .offset = 0, .numel = 2});
   const std::string text = single.to_text();
@@ -183,10 +183,10 @@ void sharded_checkpoint_seeds(const fs::path& dir, const fs::path& scratch) {
 }
 
 void fill_seed_program(Executable& program, bool with_plan) {
-  program.slots = {{DType::kF32, Shape{2, 3}},
-                   {DType::kF32, Shape{2, 3}},
-                   {DType::kF32, Shape{2, 3}},
-                   {DType::kF32, Shape{2, 3}}};
+  program.slots = {{DType::kFloat32, Shape{2, 3}},
+                   {DType::kFloat32, Shape{2, 3}},
+                   {DType::kFloat32, Shape{2, 3}},
+                   {DType::kFloat32, Shape{2, 3}}};
   program.input_slots = {0, 1};
   program.calls.push_back({.kernel = Kernel::kAdd, .inputs = {0, 1}, .output = 2});
   program.calls.push_back({.kernel = Kernel::kMul, .inputs = {2, 2}, .output = 3});

@@ -20,8 +20,8 @@ constexpr uint8_t kWithInterface = 2;
 /// The seed program's interface: x f32[2,3] and y f32[2,3] in, one f32[2,3] out.
 inline ProgramInterface seed_interface() {
   ProgramInterface interface;
-  interface.inputs = {{DType::kF32, Shape{2, 3}}, {DType::kF32, Shape{2, 3}}};
-  interface.outputs = {{DType::kF32, Shape{2, 3}}};
+  interface.inputs = {{DType::kFloat32, Shape{2, 3}}, {DType::kFloat32, Shape{2, 3}}};
+  interface.outputs = {{DType::kFloat32, Shape{2, 3}}};
   return interface;
 }
 

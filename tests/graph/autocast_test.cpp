@@ -36,7 +36,7 @@ Ref rounded_to_bf16(Ref x) {
 // about u16 per addition, far outside this bound for the contraction lengths used here.
 ::testing::AssertionResult bf16_product_matches(const Tensor& t, const Ref& want,
                                                 const std::vector<double>& scale, int64_t k) {
-  if (t.dtype() != DType::kBF16) {
+  if (t.dtype() != DType::kBFloat16) {
     return ::testing::AssertionFailure() << "dtype is " << dtype_name(t.dtype()) << ", not bf16";
   }
   if (!(t.shape() == shape_of(want.dims))) {
@@ -75,7 +75,7 @@ TEST_F(Autocast, MatmulRunsInBf16WithF32Accumulation) {
   const Ref want = matmul_ref(rounded_to_bf16(a), rounded_to_bf16(b), scale);
   Tensor product;
   {
-    autocast region(Device{}, DType::kBF16);
+    autocast region(Device{}, DType::kBFloat16);
     product = matmul(on_device(a), on_device(b));
   }
   EXPECT_TRUE(bf16_product_matches(product, want, scale, k));
@@ -93,9 +93,9 @@ TEST_F(Autocast, LinearCastsInputWeightAndBias) {
   EXPECT_TRUE(bf16_product_matches(product, want, scale, k));
   // The bias is cast to bf16 too and added to the bf16 product, as torch's addmm in bf16.
   const Tensor out = linear(on_device(x), on_device(w), on_device(bias));
-  EXPECT_EQ(out.dtype(), DType::kBF16);
+  EXPECT_EQ(out.dtype(), DType::kBFloat16);
   EXPECT_EQ(out.to_vector<float>(),
-            add(product, cast(on_device(bias), DType::kBF16)).to_vector<float>());
+            add(product, cast(on_device(bias), DType::kBFloat16)).to_vector<float>());
 }
 
 TEST_F(Autocast, BatchedAndVectorMatmulAreBf16) {
@@ -104,8 +104,8 @@ TEST_F(Autocast, BatchedAndVectorMatmulAreBf16) {
   const Tensor b = on_device(random_ref(rng, {8, 4}, -1, 1));
   const Tensor v = on_device(random_ref(rng, {8}, -1, 1));
   autocast region;
-  EXPECT_EQ(matmul(a, b).dtype(), DType::kBF16);
-  EXPECT_EQ(matmul(a, v).dtype(), DType::kBF16);
+  EXPECT_EQ(matmul(a, b).dtype(), DType::kBFloat16);
+  EXPECT_EQ(matmul(a, v).dtype(), DType::kBFloat16);
   EXPECT_EQ(matmul(a, v).shape(), Shape({2, 3}));
 }
 
@@ -142,16 +142,16 @@ TEST_F(Autocast, ReluAndMaxPoolAreOnTheLowerPrecisionList) {
   std::mt19937 rng(5);
   const Tensor x = on_device(random_ref(rng, {1, 2, 4, 4}, -1, 1));
   autocast region;
-  EXPECT_EQ(relu(x).dtype(), DType::kBF16);
-  EXPECT_EQ(max_pool2d(x, {.kernel_size = {2}}).dtype(), DType::kBF16);
+  EXPECT_EQ(relu(x).dtype(), DType::kBFloat16);
+  EXPECT_EQ(max_pool2d(x, {.kernel_size = {2}}).dtype(), DType::kBFloat16);
 }
 
 // Each op of the f32 list, in a region, on a bf16 operand: f32, with the bits of the same op on
 // the operand cast to f32 outside any region.
 TEST_F(Autocast, F32ListOpsComputeInF32) {
   std::mt19937 rng(6);
-  const Tensor x = on_device(random_ref(rng, {4, 6}, 0.1, 2), DType::kBF16);
-  const Tensor y = on_device(random_ref(rng, {4, 6}, 0.1, 2), DType::kBF16);
+  const Tensor x = on_device(random_ref(rng, {4, 6}, 0.1, 2), DType::kBFloat16);
+  const Tensor y = on_device(random_ref(rng, {4, 6}, 0.1, 2), DType::kBFloat16);
   const Tensor target = tensor(std::vector<int64_t>{0, 5, 2, 3}, Shape{4});
   struct Case {
     const char* name;
@@ -180,15 +180,15 @@ TEST_F(Autocast, F32ListOpsComputeInF32) {
       autocast region;
       amp = c.op(x);
     }
-    ASSERT_EQ(amp.dtype(), DType::kF32);
+    ASSERT_EQ(amp.dtype(), DType::kFloat32);
     Tensor plain;
     {
       // mse_loss and pow read y too: the f32 run casts both, as the region does.
-      const Tensor x32 = cast(x, DType::kF32);
+      const Tensor x32 = cast(x, DType::kFloat32);
       if (std::string(c.name) == "mse_loss") {
-        plain = nn::mse_loss(x32, cast(y, DType::kF32));
+        plain = nn::mse_loss(x32, cast(y, DType::kFloat32));
       } else if (std::string(c.name) == "pow tensor") {
-        plain = pow(x32, cast(y, DType::kF32));
+        plain = pow(x32, cast(y, DType::kFloat32));
       } else {
         plain = c.op(x32);
       }
@@ -197,25 +197,25 @@ TEST_F(Autocast, F32ListOpsComputeInF32) {
     // Outside a region the same op keeps bf16.
     if (std::string(c.name) != "cross_entropy" && std::string(c.name) != "nll_loss" &&
         std::string(c.name) != "mse_loss" && std::string(c.name) != "pow tensor") {
-      EXPECT_EQ(c.op(x).dtype(), DType::kBF16);
+      EXPECT_EQ(c.op(x).dtype(), DType::kBFloat16);
     }
   }
 }
 
 TEST_F(Autocast, OtherOpsFollowTypePromotion) {
   std::mt19937 rng(7);
-  const Tensor h = on_device(random_ref(rng, {3, 5}, -1, 1), DType::kBF16);
+  const Tensor h = on_device(random_ref(rng, {3, 5}, -1, 1), DType::kBFloat16);
   const Tensor f = on_device(random_ref(rng, {3, 5}, -1, 1));
-  const Tensor d = on_device(random_ref(rng, {5, 2}, -1, 1), DType::kF64);
+  const Tensor d = on_device(random_ref(rng, {5, 2}, -1, 1), DType::kFloat64);
   autocast region;
-  EXPECT_EQ(add(h, f).dtype(), DType::kF32);  // bf16 with f32 gives f32
-  EXPECT_EQ(mul(h, 2.0).dtype(), DType::kBF16);
-  EXPECT_EQ(gelu(h).dtype(), DType::kBF16);
-  EXPECT_EQ(tanh(f).dtype(), DType::kF32);
-  EXPECT_EQ(mean(h).dtype(), DType::kBF16);
-  EXPECT_EQ(var(h, {1}).dtype(), DType::kBF16);  // one op in torch: its inner sum is not upcast
-  EXPECT_EQ(cat({h, f}, 0).dtype(), DType::kF32);
-  EXPECT_EQ(matmul(d, transpose(d, 0, 1)).dtype(), DType::kF64);  // f64 is never cast
+  EXPECT_EQ(add(h, f).dtype(), DType::kFloat32);  // bf16 with f32 gives f32
+  EXPECT_EQ(mul(h, 2.0).dtype(), DType::kBFloat16);
+  EXPECT_EQ(gelu(h).dtype(), DType::kBFloat16);
+  EXPECT_EQ(tanh(f).dtype(), DType::kFloat32);
+  EXPECT_EQ(mean(h).dtype(), DType::kBFloat16);
+  EXPECT_EQ(var(h, {1}).dtype(), DType::kBFloat16);  // one op in torch: its inner sum is not upcast
+  EXPECT_EQ(cat({h, f}, 0).dtype(), DType::kFloat32);
+  EXPECT_EQ(matmul(d, transpose(d, 0, 1)).dtype(), DType::kFloat64);  // f64 is never cast
   // f32 → bf16, and a product never promotes: bf16 with f64 fails, as in torch.
   EXPECT_THROW((void)matmul(f, d), ShapeError);
 }
@@ -223,36 +223,36 @@ TEST_F(Autocast, OtherOpsFollowTypePromotion) {
 TEST_F(Autocast, RegionsNestAndDisable) {
   const Tensor a = ones({2, 3}), b = ones({3, 2});
   EXPECT_FALSE(is_autocast_enabled());
-  EXPECT_EQ(matmul(a, b).dtype(), DType::kF32);
+  EXPECT_EQ(matmul(a, b).dtype(), DType::kFloat32);
   {
-    autocast outer(Device{}, DType::kBF16);
+    autocast outer(Device{}, DType::kBFloat16);
     EXPECT_TRUE(is_autocast_enabled());
-    EXPECT_EQ(get_autocast_dtype(), DType::kBF16);
-    EXPECT_EQ(matmul(a, b).dtype(), DType::kBF16);
+    EXPECT_EQ(get_autocast_dtype(), DType::kBFloat16);
+    EXPECT_EQ(matmul(a, b).dtype(), DType::kBFloat16);
     {
-      autocast off(Device{}, DType::kBF16, /*enabled=*/false);
+      autocast off(Device{}, DType::kBFloat16, /*enabled=*/false);
       EXPECT_FALSE(is_autocast_enabled());
-      EXPECT_EQ(matmul(a, b).dtype(), DType::kF32);
+      EXPECT_EQ(matmul(a, b).dtype(), DType::kFloat32);
       {
         autocast again;
-        EXPECT_EQ(matmul(a, b).dtype(), DType::kBF16);
+        EXPECT_EQ(matmul(a, b).dtype(), DType::kBFloat16);
       }
-      EXPECT_EQ(matmul(a, b).dtype(), DType::kF32);
+      EXPECT_EQ(matmul(a, b).dtype(), DType::kFloat32);
     }
     EXPECT_TRUE(is_autocast_enabled());
-    EXPECT_EQ(matmul(a, b).dtype(), DType::kBF16);
+    EXPECT_EQ(matmul(a, b).dtype(), DType::kBFloat16);
   }
   EXPECT_FALSE(is_autocast_enabled());
-  EXPECT_EQ(matmul(a, b).dtype(), DType::kF32);
+  EXPECT_EQ(matmul(a, b).dtype(), DType::kFloat32);
   set_autocast_enabled(true);
-  EXPECT_EQ(matmul(a, b).dtype(), DType::kBF16);
+  EXPECT_EQ(matmul(a, b).dtype(), DType::kBFloat16);
   set_autocast_enabled(false);
-  EXPECT_EQ(matmul(a, b).dtype(), DType::kF32);
+  EXPECT_EQ(matmul(a, b).dtype(), DType::kFloat32);
 }
 
 TEST_F(Autocast, RejectsADtypeItCannotRunIn) {
   try {
-    autocast region(Device{}, DType::kF64);
+    autocast region(Device{}, DType::kFloat64);
     FAIL() << "autocast accepted f64";
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
@@ -260,8 +260,8 @@ TEST_F(Autocast, RejectsADtypeItCannotRunIn) {
     EXPECT_NE(what.find("autocast_test.cpp"), std::string::npos) << what;
   }
   EXPECT_FALSE(is_autocast_enabled());
-  EXPECT_THROW(set_autocast_dtype(DType::kF32), std::invalid_argument);
-  autocast disabled(Device{}, DType::kF32, /*enabled=*/false);  // a disabled region takes any
+  EXPECT_THROW(set_autocast_dtype(DType::kFloat32), std::invalid_argument);
+  autocast disabled(Device{}, DType::kFloat32, /*enabled=*/false);  // a disabled region takes any
   EXPECT_FALSE(is_autocast_enabled());
 }
 
@@ -277,7 +277,7 @@ MlpRun mlp_run(const std::vector<Ref>& params, const Ref& x, const Tensor& targe
   for (const Ref& r : params) p.push_back(on_device(r).requires_grad_());
   MlpRun run;
   {
-    autocast region(Device{}, DType::kBF16, amp);
+    autocast region(Device{}, DType::kBFloat16, amp);
     const Tensor hidden = relu(linear(on_device(x), p[0], p[1]));
     run.loss = nn::cross_entropy(linear(hidden, p[2], p[3]), target);
     if (backward_in_region) run.loss.backward();
@@ -304,16 +304,16 @@ TEST_F(Autocast, ParameterGradientsAreF32AndNearTheF32Run) {
       random_ref(rng, {32, 24}, -0.3, 0.3), random_ref(rng, {32}, -0.1, 0.1),
       random_ref(rng, {10, 32}, -0.3, 0.3), random_ref(rng, {10}, -0.1, 0.1)};
   const Ref x = random_ref(rng, {16, 24}, -1, 1);
-  const Tensor target = on_device(random_ints(rng, {16}, 0, 9), DType::kI64);
+  const Tensor target = on_device(random_ints(rng, {16}, 0, 9), DType::kInt64);
   const MlpRun f32 = mlp_run(params, x, target, false, false);
   const MlpRun amp = mlp_run(params, x, target, true, false);
   const MlpRun amp_inside = mlp_run(params, x, target, true, true);
-  EXPECT_EQ(amp.loss.dtype(), DType::kF32);
+  EXPECT_EQ(amp.loss.dtype(), DType::kFloat32);
   const double bound = 8 * kBf16Roundoff;
   EXPECT_NEAR(amp.loss.item(), f32.loss.item(), bound * std::abs(f32.loss.item()));
   for (std::size_t i = 0; i < params.size(); ++i) {
     SCOPED_TRACE(i);
-    ASSERT_EQ(amp.grads[i].dtype(), DType::kF32);
+    ASSERT_EQ(amp.grads[i].dtype(), DType::kFloat32);
     const std::vector<float> want = f32.grads[i].to_vector<float>();
     const std::vector<float> got = amp.grads[i].to_vector<float>();
     std::vector<float> diff(want.size());
@@ -354,7 +354,7 @@ TEST_F(Autocast, SmallMlpTrainsInARegion) {
     sgd.step();
     sync_step();
     losses.push_back(loss.item());
-    for (const Tensor& t : p) ASSERT_EQ(t.dtype(), DType::kF32);
+    for (const Tensor& t : p) ASSERT_EQ(t.dtype(), DType::kFloat32);
     // The casts are the same ops every step: once the optimizer's state exists (step 2), no step
     // compiles again.
     if (step == 4) compiles_after_warmup = counter_value("UncachedCompile").value_or(0);

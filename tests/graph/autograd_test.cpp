@@ -16,7 +16,7 @@
 namespace axle {
 namespace {
 
-Tensor leaf(const Shape& shape, DType dtype = DType::kF32) {
+Tensor leaf(const Shape& shape, DType dtype = DType::kFloat32) {
   Tensor t = full(shape, 0.5, dtype);
   t.requires_grad_();
   return t;
@@ -67,12 +67,12 @@ TEST(Autograd, IntegerAndBoolResultsDoNotRequireGrad) {
   const Tensor x = leaf({2, 3});
   EXPECT_FALSE(gt(x, 0.0).requires_grad());
   EXPECT_FALSE(argmax(x, 1).requires_grad());
-  EXPECT_FALSE(cast(x, DType::kI64).requires_grad());
-  EXPECT_TRUE(cast(x, DType::kF64).requires_grad());
+  EXPECT_FALSE(cast(x, DType::kInt64).requires_grad());
+  EXPECT_TRUE(cast(x, DType::kFloat64).requires_grad());
 }
 
 TEST(Autograd, RequiresGradOnAnIntegerTensorIsAnError) {
-  const Tensor i = zeros({3}, DType::kI64);
+  const Tensor i = zeros({3}, DType::kInt64);
   const std::string message = error_of([&] { i.requires_grad_(); });
   EXPECT_NE(message.find("only floating-point tensors can require gradients"), std::string::npos)
       << message;
@@ -121,14 +121,14 @@ TEST(Autograd, DetachCutsTheGraph) {
 
 TEST(Autograd, BackwardGivesLeavesPendingGradientsOfTheirShapeAndDtype) {
   const Tensor a = leaf({3, 1});
-  const Tensor b = leaf({4}, DType::kF64);
+  const Tensor b = leaf({4}, DType::kFloat64);
   const Tensor y = sum(a * b);  // [3, 4] in f64
   y.backward();
   ASSERT_TRUE(a.grad().defined());
   EXPECT_EQ(a.grad().shape(), (Shape{3, 1}));
-  EXPECT_EQ(a.grad().dtype(), DType::kF32);
+  EXPECT_EQ(a.grad().dtype(), DType::kFloat32);
   EXPECT_EQ(b.grad().shape(), (Shape{4}));
-  EXPECT_EQ(b.grad().dtype(), DType::kF64);
+  EXPECT_EQ(b.grad().dtype(), DType::kFloat64);
   EXPECT_TRUE(a.grad().impl()->pending_ir());
   EXPECT_FALSE(a.grad().requires_grad());
 }

@@ -13,7 +13,7 @@
 namespace axle {
 namespace {
 
-Tensor device_data_tensor(const Shape& shape, DType dtype = DType::kF32) {
+Tensor device_data_tensor(const Shape& shape, DType dtype = DType::kFloat32) {
   return Tensor(
       make_intrusive<TensorImpl>(dtype, make_intrusive<DeviceData>(Device{}, dtype, shape)));
 }
@@ -50,7 +50,7 @@ TEST_F(Dump, TextListsNodesInPostOrderWithAttributes) {
 }
 
 TEST_F(Dump, TextShowsRealsAndSharedOperandsOnce) {
-  const Tensor r = arange(0, 4, 2, DType::kI64);
+  const Tensor r = arange(0, 4, 2, DType::kInt64);
   const Tensor s = r + r;
   EXPECT_EQ(tensors_text({s}),
             "IR {\n"
@@ -61,7 +61,7 @@ TEST_F(Dump, TextShowsRealsAndSharedOperandsOnce) {
 }
 
 TEST_F(Dump, TensorsHoldingDataAreDeviceDataLeaves) {
-  const Tensor x = device_data_tensor({4}, DType::kI32);
+  const Tensor x = device_data_tensor({4}, DType::kInt32);
   const Tensor y = neg(x);
   EXPECT_EQ(tensors_text({x, y, Tensor{}}),
             "IR {\n"

@@ -32,7 +32,7 @@ namespace axle::testing {
 struct GradArg {
   Shape shape;
   std::vector<double> values;
-  DType dtype = DType::kF64;
+  DType dtype = DType::kFloat64;
   bool differentiable = true;
 };
 
@@ -54,7 +54,7 @@ inline GradArg away_from_zero(std::mt19937& rng, const Shape& shape, double gap 
 
 /// An integer argument (an index) that takes no gradient.
 inline GradArg index_arg(const Shape& shape, std::vector<double> values) {
-  return {shape, std::move(values), DType::kI64, false};
+  return {shape, std::move(values), DType::kInt64, false};
 }
 
 /// A pred argument (a condition) that takes no gradient.
@@ -75,7 +75,7 @@ using GradFunction = std::function<Tensor(const std::vector<Tensor>&)>;
 
 inline Tensor make_arg(const GradArg& arg) {
   const Tensor t = tensor(arg.values, arg.shape);  // f64 on the device
-  return arg.dtype == DType::kF64 ? t : cast(t, arg.dtype);
+  return arg.dtype == DType::kFloat64 ? t : cast(t, arg.dtype);
 }
 
 /// sum(f(args) * weight), built without recording.

@@ -19,14 +19,14 @@ namespace {
 uint64_t hash_of(const Tensor& x) { return x.impl()->ir()->hash(); }
 
 // A small training-step-like program over an input of `shape` and `dtype`.
-Tensor program(const Shape& shape, DType dtype = DType::kF32, int64_t softmax_dim = 1) {
+Tensor program(const Shape& shape, DType dtype = DType::kFloat32, int64_t softmax_dim = 1) {
   const Tensor x = zeros(shape, dtype);
   const Tensor w = full({shape[1], 4}, 0.25, dtype);
   const Tensor h = relu(matmul(x, w) * 0.5 + 1.0);
   return sum(softmax(h, softmax_dim), {0});
 }
 
-Tensor device_data_tensor(const Shape& shape, DType dtype = DType::kF32) {
+Tensor device_data_tensor(const Shape& shape, DType dtype = DType::kFloat32) {
   return Tensor(
       make_intrusive<TensorImpl>(dtype, make_intrusive<DeviceData>(Device{}, dtype, shape)));
 }
@@ -40,11 +40,12 @@ TEST(NodeHash, DiffersWhenAShapeDiffers) {
 }
 
 TEST(NodeHash, DiffersWhenADtypeDiffers) {
-  EXPECT_NE(hash_of(program({2, 3})), hash_of(program({2, 3}, DType::kF64)));
+  EXPECT_NE(hash_of(program({2, 3})), hash_of(program({2, 3}, DType::kFloat64)));
 }
 
 TEST(NodeHash, DiffersWhenAnAttributeDiffers) {
-  EXPECT_NE(hash_of(program({4, 4}, DType::kF32, 0)), hash_of(program({4, 4}, DType::kF32, 1)));
+  EXPECT_NE(hash_of(program({4, 4}, DType::kFloat32, 0)),
+            hash_of(program({4, 4}, DType::kFloat32, 1)));
   const Tensor x = zeros({3, 3});
   EXPECT_NE(hash_of(sum(x, {0})), hash_of(sum(x, {1})));
   EXPECT_NE(hash_of(transpose(x, 0, 1)), hash_of(permute(x, {0, 1})));
@@ -133,8 +134,8 @@ TEST(CreationLog, HoldsTheOpNodesOfThisThreadInCreationOrder) {
 TEST(CreationLog, ClearingFreesWhatOnlyTheLogHeld) {
   CreationLog& log = TraceContext::current().creation_log();
   log.clear();
-  auto data = make_intrusive<DeviceData>(Device{}, DType::kF32, Shape{4});
-  { const Tensor garbage = exp(Tensor(make_intrusive<TensorImpl>(DType::kF32, data)) * 3.0); }
+  auto data = make_intrusive<DeviceData>(Device{}, DType::kFloat32, Shape{4});
+  { const Tensor garbage = exp(Tensor(make_intrusive<TensorImpl>(DType::kFloat32, data)) * 3.0); }
   EXPECT_GT(data->use_count(), 1);  // the dropped graph still reads it, through the log
   log.clear();
   EXPECT_EQ(data->use_count(), 1);

@@ -267,7 +267,7 @@ inline std::mt19937_64& rng() {
 }
 
 // A device-data leaf holding uniform values in [-1, 1) (integers in [0, high)).
-inline Tensor input(const Shape& shape, DType dtype = DType::kF32, int64_t high = 0) {
+inline Tensor input(const Shape& shape, DType dtype = DType::kFloat32, int64_t high = 0) {
   auto data = make_intrusive<DeviceData>(Device{}, dtype, shape);
   CpuTensor value = ref::zeros(dtype, shape);
   std::uniform_real_distribution<double> real(-1, 1);
@@ -406,7 +406,7 @@ inline Checked check(const Case& c, const std::vector<ShardingSpec>& shardings, 
   EXPECT_EQ(part.input_shardings.size(), static_cast<std::size_t>(part.program.num_inputs));
   const auto feed = [&](int64_t device, int32_t input) {
     if (input == part.partition_input) {
-      CpuTensor index = ref::zeros(DType::kI64, Shape{});
+      CpuTensor index = ref::zeros(DType::kInt64, Shape{});
       ref::store_int(index, 0, device);
       return index;
     }

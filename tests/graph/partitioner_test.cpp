@@ -244,12 +244,12 @@ TEST(Partition, SoftmaxAndLayerNormAlongAWholeDimAreLocal) {
 }
 
 TEST(Partition, EmbeddingLookupConvOverBatchAndCrossEntropy) {
-  const Tensor ids = input({kB}, DType::kI64, 10);
+  const Tensor ids = input({kB}, DType::kInt64, 10);
   const Tensor table = input({10, kD});
   const Tensor images = input({kB, 3, 5, 5});
   const Tensor kernel = input({4, 3, 3, 3});
   const Tensor logits = input({kB, kC});
-  const Tensor target = input({kB}, DType::kI64, kC);
+  const Tensor target = input({kB}, DType::kInt64, kC);
   const Case c =
       trace({nn::embedding(ids, table), conv2d(images, kernel), nn::cross_entropy(logits, target)});
   for (const MeshCase& m : meshes()) {
@@ -264,9 +264,9 @@ TEST(Partition, EmbeddingLookupConvOverBatchAndCrossEntropy) {
 
 TEST(Partition, VocabularyParallelEmbeddingMasksAndAllReduces) {
   constexpr int64_t kVocabulary = 48;  // split over "model"
-  const Tensor ids = input({kB}, DType::kI64, kVocabulary);
+  const Tensor ids = input({kB}, DType::kInt64, kVocabulary);
   const Tensor table = input({kVocabulary, 16});
-  const Tensor many_ids = input({kB, 16}, DType::kI64, kVocabulary);
+  const Tensor many_ids = input({kB, 16}, DType::kInt64, kVocabulary);
   const Tensor narrow_table = input({kVocabulary, 2});
   const Case c = trace({nn::embedding(ids, table), nn::embedding(many_ids, narrow_table)});
   for (const MeshCase& m : meshes()) {
@@ -285,9 +285,9 @@ TEST(Partition, VocabularyParallelEmbeddingMasksAndAllReduces) {
 TEST(Partition, VocabularyParallelSoftmaxAndCrossEntropyCombineMaxAndSum) {
   constexpr int64_t kVocabulary = 48;  // split over "model"
   const Tensor logits = input({kB, kVocabulary});
-  const Tensor target = input({kB}, DType::kI64, kVocabulary);
+  const Tensor target = input({kB}, DType::kInt64, kVocabulary);
   // A row of -inf (its logsumexp is -inf, its softmax NaN, as unpartitioned).
-  const Tensor first_row = lt(arange(0, kB, 1, DType::kI64), 1.0);
+  const Tensor first_row = lt(arange(0, kB, 1, DType::kInt64), 1.0);
   const Tensor masked = masked_fill(logits, unsqueeze(first_row, 1), -INFINITY);
   const Case c = trace({softmax(logits, 1), log_softmax(masked, 1), logsumexp(masked, {1}),
                         logsumexp(logits, {1}, true), nn::cross_entropy(logits, target)});
@@ -303,7 +303,7 @@ TEST(Partition, VocabularyParallelSoftmaxAndCrossEntropyCombineMaxAndSum) {
 }
 
 TEST(Partition, IotaAndRandomOpsGiveTheUnpartitionedValues) {
-  const Tensor a = arange(0, kH, 1, DType::kI64);
+  const Tensor a = arange(0, kH, 1, DType::kInt64);
   const Tensor b = arange(1.5, 1.5 + 0.25 * kH, 0.25);
   set_rng_state(7);
   const Tensor noise = rand({kB, kH});
@@ -317,9 +317,9 @@ TEST(Partition, IotaAndRandomOpsGiveTheUnpartitionedValues) {
 
 TEST(Partition, DataMovementScansSortsAndPooling) {
   const Tensor x = input({kB, kH});
-  const Tensor index = input({kB, 3}, DType::kI64, kH);
+  const Tensor index = input({kB, 3}, DType::kInt64, kH);
   const Tensor src = input({kB, 3});
-  const Tensor rows = input({kB}, DType::kI64, kB);
+  const Tensor rows = input({kB}, DType::kInt64, kB);
   const TopK top = topk(x, 3, 1);
   const Tensor images = weight({kB, kH, 4, 4});
   const Tensor pooled =
@@ -381,7 +381,7 @@ TEST(Partition, ConvOverOutputChannelsBernoulliAndBarriers) {
 // A two-layer MLP's training step (forward, backward, SGD): returns the loss and new weights.
 Case mlp_step(bool gelu_activation) {
   const Tensor x = input({kB, kD});
-  const Tensor target = input({kB}, DType::kI64, kC);
+  const Tensor target = input({kB}, DType::kInt64, kC);
   const Tensor w1 = weight({kH, kD});
   const Tensor b1 = weight({kH});
   const Tensor w2 = weight({kC, kH});

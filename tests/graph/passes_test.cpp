@@ -12,7 +12,7 @@
 namespace axle {
 namespace {
 
-Tensor input(const Shape& shape, DType dtype = DType::kF32) {
+Tensor input(const Shape& shape, DType dtype = DType::kFloat32) {
   return Tensor(
       make_intrusive<TensorImpl>(dtype, make_intrusive<DeviceData>(Device{}, dtype, shape)));
 }
@@ -130,7 +130,7 @@ TEST(ConstantFolding, FoldsExactArithmeticComparisonsAndDataMovement) {
   const Tensor one = ones({2});
   const Program before =
       program_of({(one + one) / (one + one + one), gt(one, zeros({2})), exp(one), one + 1.0,
-                  expand(reshape(one, {2, 1}), {2, 3}), ones({2}, DType::kI32) * 7.0});
+                  expand(reshape(one, {2, 1}), {2, 3}), ones({2}, DType::kInt32) * 7});
   EXPECT_EQ(eliminate_dead_code(fold_constants(before)).to_text(),
             "%0 = constant f32[2] 1\n"
             // 2/3 rounded to f32, as the kernel would.
@@ -147,7 +147,7 @@ TEST(ConstantFolding, FoldsExactArithmeticComparisonsAndDataMovement) {
 }
 
 TEST(ConstantFolding, LeavesIntegerOverflowAndTranscendentalsToTheKernels) {
-  const Tensor big = ones({1}, DType::kI32);
+  const Tensor big = ones({1}, DType::kInt32);
   Tensor x = big + big;
   for (int i = 0; i < 31; ++i) x = x + x;  // 2^32 wraps in s32
   const Program after = eliminate_dead_code(fold_constants(program_of({x, sqrt(ones({1}) + 1.0)})));
@@ -314,7 +314,7 @@ TEST(AllReduceCombiner, CombinesIndependentAllReducesOfOneKindWhereTheLastStood)
 
 TEST(AllReduceCombiner, KeepsApartWhatReadsAnotherOrDiffersInKind) {
   const Tensor a = input({4});
-  const Tensor d = input({4}, DType::kF64);
+  const Tensor d = input({4}, DType::kFloat64);
   const Tensor sum_a = all_reduce(ReduceType::kSum, a);
   const Tensor of_sum = all_reduce(ReduceType::kSum, sum_a + 1.0);  // reads the first
   const Tensor max_a = all_reduce(ReduceType::kMax, a);             // another reduce type

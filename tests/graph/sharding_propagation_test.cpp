@@ -23,14 +23,14 @@ constexpr auto None = std::nullopt;
 const Mesh kLine({0, 1}, {2}, {"x"});
 const Mesh kSquare({0, 1, 2, 3}, {2, 2}, {"data", "model"});
 
-Tensor input(const Shape& shape, DType dtype = DType::kF32) {
+Tensor input(const Shape& shape, DType dtype = DType::kFloat32) {
   return Tensor(
       make_intrusive<TensorImpl>(dtype, make_intrusive<DeviceData>(Device{}, dtype, shape)));
 }
 
 // A leaf carrying `spec` on `mesh`.
 Tensor sharded(const Shape& shape, const Mesh& mesh, const PartitionSpec& spec,
-               DType dtype = DType::kF32) {
+               DType dtype = DType::kFloat32) {
   Tensor t = input(shape, dtype);
   mark_sharding(t, mesh, spec);
   return t;
@@ -76,7 +76,8 @@ ShardingSpec spec(const Mesh& mesh, const PartitionSpec& partition) {
 TEST(ShardingPropagation, ElementwiseOutputTakesTheShardedOperands) {
   const Tensor a = sharded({8, 4}, kLine, {"x", None});
   const Tensor b = input({8, 4});
-  const Propagated p = propagate({a + b, exp(a), cast(a, DType::kBF16), where(gt(b, 0.0), a, b)});
+  const Propagated p =
+      propagate({a + b, exp(a), cast(a, DType::kBFloat16), where(gt(b, 0.0), a, b)});
   for (std::size_t k = 0; k < 4; ++k) EXPECT_EQ(p.of(k), spec(kLine, {"x", None})) << k;
 }
 
@@ -176,7 +177,7 @@ TEST(ShardingPropagation, SoftmaxAndLayerNormAlongUnshardedDims) {
 
 TEST(ShardingPropagation, EmbeddingFollowsTheIndicesBatchAndTheTablesEmbeddingDim) {
   const Tensor table = sharded({10, 4}, kSquare, {None, "model"});
-  const Tensor ids = sharded({8}, kSquare, {"data"}, DType::kI64);
+  const Tensor ids = sharded({8}, kSquare, {"data"}, DType::kInt64);
   const Propagated p = propagate({index_select(table, 0, ids), nn::embedding(ids, input({10, 4}))});
   EXPECT_EQ(p.of(0), spec(kSquare, {"data", "model"}));
   EXPECT_EQ(p.of(1), spec(kSquare, {"data", None}));
@@ -252,7 +253,7 @@ void expect_batch_sharded(const Propagated& p, int64_t batch, const Mesh& mesh) 
 TEST(ShardingPropagation, DataParallelMlpShardsEveryActivationAndReplicatesWeightGrads) {
   const Mesh mesh({0, 1, 2, 3}, {4}, {"data"});
   const Tensor x = sharded({8, 5}, mesh, {"data", None});
-  const Tensor target = sharded({8}, mesh, {"data"}, DType::kI64);
+  const Tensor target = sharded({8}, mesh, {"data"}, DType::kInt64);
   const Tensor w1 = input({6, 5}).requires_grad_();
   const Tensor b1 = input({6}).requires_grad_();
   const Tensor w2 = input({3, 6}).requires_grad_();
@@ -298,15 +299,15 @@ TEST(ShardingPropagation, InputShardingsByPositionOverrideAndAreChecked) {
 TEST(ShardingPropagation, AHundredThousandInstructionChainSettlesInFewSweeps) {
   Program program;
   const Shape shape{8, 4};
-  int32_t last = program.append(Op::kDeviceData, DType::kF32, shape, {}, {}, {}, 0);
+  int32_t last = program.append(Op::kDeviceData, DType::kFloat32, shape, {}, {}, {}, 0);
   program.num_inputs = 1;
   for (int i = 0; i < 100000; ++i) {
     const Op op = i % 2 == 0 ? Op::kExp : Op::kNeg;
-    last = program.append(op, DType::kF32, shape, std::span<const int32_t>(&last, 1));
+    last = program.append(op, DType::kFloat32, shape, std::span<const int32_t>(&last, 1));
   }
   const std::vector<int64_t> ints = encode_sharding(spec(kLine, {None, "x"}));
-  last = program.append(Op::kCustomSharding, DType::kF32, shape, std::span<const int32_t>(&last, 1),
-                        ints);
+  last = program.append(Op::kCustomSharding, DType::kFloat32, shape,
+                        std::span<const int32_t>(&last, 1), ints);
   program.outputs = {last};
   const ShardingPropagation result = propagate_shardings_counting_sweeps(program, {});
   EXPECT_LE(result.sweeps, 2);

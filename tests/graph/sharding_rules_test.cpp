@@ -235,7 +235,7 @@ TEST(ShardingRules, EmbeddingOverTheBatchAndTheEmbeddingDimAndItsGradient) {
   constexpr int64_t kVocabulary = 10;
   for (const MeshCase& m : meshes()) {
     SCOPED_TRACE(m.name());
-    const Tensor ids = input({kB}, DType::kI64, kVocabulary);
+    const Tensor ids = input({kB}, DType::kInt64, kVocabulary);
     const Tensor table = weight({kVocabulary, kH});
     mark_sharding(ids, m.mesh(), {"data"});
     mark_sharding(table, m.mesh(), {None, "model"});
@@ -256,7 +256,7 @@ TEST(ShardingRules, ScatterAddOverSplitRowsSumsPartialsAndAddsTheBaseOnce) {
   for (const MeshCase& m : meshes()) {
     SCOPED_TRACE(m.name());
     const Tensor base = input({kTable, kH});  // not zero: added once, not once per device
-    const Tensor index = input({kRows, kH}, DType::kI64, kTable);
+    const Tensor index = input({kRows, kH}, DType::kInt64, kTable);
     const Tensor src = input({kRows, kH});
     mark_sharding(index, m.mesh(), {"data", None});
     mark_sharding(src, m.mesh(), {"data", None});

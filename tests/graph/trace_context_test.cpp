@@ -65,8 +65,8 @@ TEST(TraceContext, PendingTensorsAreTrackedByTheThreadThatTracedThem) {
 
 TEST(TraceContext, PendingTensorsCanBeListedForOneDevice) {
   TraceContext& context = TraceContext::current();
-  const Tensor on_0 = zeros({2}, DType::kF32, Device{0}) + 3.0;
-  const Tensor on_1 = zeros({2}, DType::kF32, Device{1}) + 3.0;
+  const Tensor on_0 = zeros({2}, DType::kFloat32, Device{0}) + 3.0;
+  const Tensor on_1 = zeros({2}, DType::kFloat32, Device{1}) + 3.0;
   const Device zero{0};
   const Device one{1};
   EXPECT_TRUE(holds(context.pending_tensors(&zero), on_0));

@@ -8,7 +8,7 @@
 
 int main() {
   constexpr int kN = 1000;
-  axle::Tensor x = axle::arange(0, kN, 1, axle::DType::kF32, axle::device(0));
+  axle::Tensor x = axle::arange(0, kN, 1, axle::DType::kFloat32, axle::device(0));
   const double got = axle::sum(x * x).item();
   double want = 0;
   for (int i = 0; i < kN; ++i) want += static_cast<double>(i) * i;

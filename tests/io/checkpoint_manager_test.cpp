@@ -108,7 +108,7 @@ TEST_F(CheckpointManagerTest, ARestoredRunContinuesBitForBit) {
   SmallRun run(1);
   run.train(3);
   CheckpointManager manager(dir_ / "run", 3);
-  const Tensor counter = scalar_tensor(42, DType::kI64);
+  const Tensor counter = scalar_tensor(42, DType::kInt64);
   TrainingState state = run.state();
   state.extra = {{"tokens_seen", counter}};
   ASSERT_TRUE(manager.save(3, state));
@@ -117,7 +117,7 @@ TEST_F(CheckpointManagerTest, ARestoredRunContinuesBitForBit) {
   SmallRun resumed(7);  // other initial weights
   set_rng_state(99);    // and another random stream
   TrainingState resumed_state = resumed.state();
-  resumed_state.extra = {{"tokens_seen", scalar_tensor(0, DType::kI64)}};
+  resumed_state.extra = {{"tokens_seen", scalar_tensor(0, DType::kInt64)}};
   EXPECT_EQ(manager.restore_latest(resumed_state), 3);
   EXPECT_EQ(resumed_state.extra[0].second.item(), 42);
   EXPECT_EQ(resumed.schedule->last_epoch(), 3);
@@ -181,7 +181,7 @@ void expect_fallback(const fs::path& root, const std::string& file,
   SmallRun run(1);
   TrainingState state = run.state();
   for (int64_t step = 1; step <= 2; ++step) {
-    state.extra = {{"step", scalar_tensor(step, DType::kI64)}};
+    state.extra = {{"step", scalar_tensor(step, DType::kInt64)}};
     manager.save(step, state);
   }
   damage(root / "2" / file);
@@ -365,7 +365,7 @@ TEST_F(CheckpointManagerTest, InsideSpawnEachReplicaGetsItsOwnRandomStreamsBack)
     CheckpointManager manager(dir_ / "run", 1);
     set_rng_state(100 + static_cast<uint64_t>(r));
     (void)rand({5}).to_vector<float>();  // each replica's stream moves on apart
-    TrainingState state{.extra = {{"ordinal", scalar_tensor(r, DType::kI64)}}};
+    TrainingState state{.extra = {{"ordinal", scalar_tensor(r, DType::kInt64)}}};
     manager.save(1, state);
     drawn[static_cast<std::size_t>(r)] = rand({4}).to_vector<float>();
     set_rng_state(7);
@@ -394,7 +394,7 @@ TEST_F(CheckpointManagerTest, SigtermIsAPreemptionEveryReplicaReachesAtOneStep) 
           rendezvous("raised");
           failures[r] += manager.should_save(2) ? 0 : 1;
           failures[r] += manager.reached_preemption(2) ? 0 : 1;
-          TrainingState state{.extra = {{"step", scalar_tensor(2, DType::kI64)}}};
+          TrainingState state{.extra = {{"step", scalar_tensor(2, DType::kInt64)}}};
           failures[r] += manager.save(2, state) ? 0 : 1;
           failures[r] += manager.all_steps() == std::vector<int64_t>{2} ? 0 : 1;
         });
@@ -453,7 +453,7 @@ TEST_F(CheckpointManagerTest, InsideSpawnSaveAsyncKeepsEachReplicasStreams) {
     CheckpointManager manager(dir_ / "run", 1);
     set_rng_state(200 + static_cast<uint64_t>(r));
     (void)rand({3}).to_vector<float>();
-    TrainingState state{.extra = {{"ordinal", scalar_tensor(r, DType::kI64)}}};
+    TrainingState state{.extra = {{"ordinal", scalar_tensor(r, DType::kInt64)}}};
     manager.save_async(1, state);
     drawn[static_cast<std::size_t>(r)] = rand({4}).to_vector<float>();
     manager.join();

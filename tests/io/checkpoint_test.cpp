@@ -35,7 +35,7 @@ class Checkpoint : public ::testing::Test {
   static nn::StateDict sample() {
     return {{"fc.weight", tensor(std::vector<float>{1.5f, -2, 3, 4, 5, 6}, {2, 3}) * 2.0},
             {"fc.bias", tensor(std::vector<double>{0.25, -0.5}, {2})},
-            {"steps", scalar_tensor(7, DType::kI64)},
+            {"steps", scalar_tensor(7, DType::kInt64)},
             {"mask", gt(tensor(std::vector<float>{1, -1, 2}, {3}), 0.0)},
             {"empty", zeros({0, 4})}};
   }

@@ -30,7 +30,7 @@ class SlowDataset final : public Dataset {
     }
     in_flight_.fetch_sub(1);
     if (i == fail_at_) throw std::runtime_error("broken sample");
-    CpuTensor t{DType::kI64, Shape{}, std::vector<std::byte>(8)};
+    CpuTensor t{DType::kInt64, Shape{}, std::vector<std::byte>(8)};
     std::memcpy(t.bytes.data(), &i, 8);
     return {std::move(t)};
   }

@@ -43,14 +43,14 @@ std::vector<std::vector<int64_t>> epoch_indices(DataLoader& loader) {
 
 TEST(CpuTensor, BuildsFromValuesAndAShapeAsTorchTensorDoes) {
   const CpuTensor matrix(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
-  EXPECT_EQ(matrix.dtype, DType::kF32);
+  EXPECT_EQ(matrix.dtype, DType::kFloat32);
   EXPECT_EQ(matrix.shape, (Shape{2, 3}));
   EXPECT_EQ(matrix.values<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
   const CpuTensor labels({int64_t{7}, int64_t{-1}}, {2});
-  EXPECT_EQ(labels.dtype, DType::kI64);
+  EXPECT_EQ(labels.dtype, DType::kInt64);
   EXPECT_EQ(labels.values<int64_t>(), (std::vector<int64_t>{7, -1}));
   const CpuTensor scalar({2.5}, {});
-  EXPECT_EQ(scalar.dtype, DType::kF64);
+  EXPECT_EQ(scalar.dtype, DType::kFloat64);
   EXPECT_EQ(scalar.shape.rank(), 0);
   EXPECT_EQ(scalar.values<double>(), std::vector<double>{2.5});
   const CpuTensor mask({true, false, true}, {3});
@@ -75,9 +75,9 @@ TEST(DataLoader, StacksEachFieldAlongANewFirstDimension) {
   ++it;
   const Batch& batch = *it;
   ASSERT_EQ(batch.size(), 2u);
-  EXPECT_EQ(batch[0].dtype, DType::kI64);
+  EXPECT_EQ(batch[0].dtype, DType::kInt64);
   EXPECT_EQ(batch[0].shape, (Shape{2}));
-  EXPECT_EQ(batch[1].dtype, DType::kF32);
+  EXPECT_EQ(batch[1].dtype, DType::kFloat32);
   EXPECT_EQ(batch[1].shape, (Shape{2, 2}));
   EXPECT_EQ(batch[1].values<float>(), (std::vector<float>{2, -2, 3, -3}));
   EXPECT_EQ(it.index(), 1);

@@ -13,9 +13,9 @@ TEST(FakeData, SamplesHaveTheRequestedShapeAndDTypes) {
   EXPECT_EQ(data.size(), 5);
   const Sample s = data.get(4);
   ASSERT_EQ(s.size(), 2u);
-  EXPECT_EQ(s[0].dtype, DType::kF32);
+  EXPECT_EQ(s[0].dtype, DType::kFloat32);
   EXPECT_EQ(s[0].shape, (Shape{3, 4, 2}));
-  EXPECT_EQ(s[1].dtype, DType::kI64);
+  EXPECT_EQ(s[1].dtype, DType::kInt64);
   EXPECT_EQ(s[1].shape, Shape{});
 }
 

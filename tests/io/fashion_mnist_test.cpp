@@ -51,12 +51,12 @@ TEST(FashionMnist, LoadsGzipFilesOfTheTrainSplit) {
   ASSERT_EQ(data.size(), 3);
   const Sample s = data.get(2);
   ASSERT_EQ(s.size(), 2u);
-  EXPECT_EQ(s[0].dtype, DType::kF32);
+  EXPECT_EQ(s[0].dtype, DType::kFloat32);
   EXPECT_EQ(s[0].shape, (Shape{1, 28, 28}));
   const std::vector<float> pixels = s[0].values<float>();
   EXPECT_FLOAT_EQ(pixels[0], 14.0f / 255.0f);
   EXPECT_FLOAT_EQ(pixels[241], 1.0f);  // (2 * 7 + 241) % 256 = 255
-  EXPECT_EQ(s[1].dtype, DType::kI64);
+  EXPECT_EQ(s[1].dtype, DType::kInt64);
   EXPECT_EQ(s[1].shape, Shape{});
   EXPECT_EQ(s[1].values<int64_t>(), std::vector<int64_t>{6});
   EXPECT_EQ(data.label(0), 4);

@@ -40,9 +40,9 @@ class RecordingDataset final : public Dataset {
     }
     read_cv_.notify_all();
     if (i == fail_at_) throw std::runtime_error("sample " + std::to_string(i) + " is broken");
-    CpuTensor index{DType::kI64, Shape{}, std::vector<std::byte>(8)};
+    CpuTensor index{DType::kInt64, Shape{}, std::vector<std::byte>(8)};
     std::memcpy(index.bytes.data(), &i, 8);
-    CpuTensor pair{DType::kF32, Shape{2}, std::vector<std::byte>(8)};
+    CpuTensor pair{DType::kFloat32, Shape{2}, std::vector<std::byte>(8)};
     const float values[2] = {static_cast<float>(i), static_cast<float>(-i)};
     std::memcpy(pair.bytes.data(), values, 8);
     return {std::move(index), std::move(pair)};

@@ -131,7 +131,7 @@ TEST_P(ParallelLoaderStress, TrainingLoopsWithStepClosuresAndDeviceWaitsNeverHan
       int step = 0;
       const auto train = [&](const auto& loader) {
         for (const DeviceBatch& batch : loader) {
-          const Tensor sample = cast(batch[0], DType::kF32);
+          const Tensor sample = cast(batch[0], DType::kFloat32);
           value = all_reduce(ReduceType::kSum, value * 0.5 + sample * (ordinal + 2), 1.0 / n());
           ++step;
           if (step % log_every == 0 || step == kSteps) {

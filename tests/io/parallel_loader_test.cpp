@@ -254,7 +254,7 @@ TEST(ParallelLoader, MarksAStepEveryBatchesPerExecutionBatchesAndAtTheEnd) {
   for (int per_execution : {1, 2, 3}) {
     MpDeviceLoader device_loader(loader, device(0), {.batches_per_execution = per_execution});
     const auto marks = [] { return counter_value("MarkStep").value_or(0); };
-    Tensor total = zeros(Shape{}, DType::kI64);
+    Tensor total = zeros(Shape{}, DType::kInt64);
     std::vector<int64_t> marked_after;  // steps marked by each ++, and by reaching the end
     auto it = device_loader.begin();
     while (it != device_loader.end()) {
@@ -278,7 +278,7 @@ TEST(ParallelLoader, ItsStepsAreNamedAsTheLoadersInTheDebugAnalysis) {
   DataLoader loader(data, {.batch_size = 1});
   MpDeviceLoader device_loader(loader, device(0));
   ::testing::internal::CaptureStderr();
-  Tensor total = zeros(Shape{}, DType::kI64);
+  Tensor total = zeros(Shape{}, DType::kInt64);
   for (const DeviceBatch& batch : device_loader) total = total + sum(batch[0]);
   wait_device_ops();
   const std::string text = ::testing::internal::GetCapturedStderr();

@@ -248,7 +248,7 @@ TEST_F(ScaleOut, AllReduceGivesTheBitsOfAFoldInGlobalOrdinalOrder) {
       const Tensor index = arange(0, static_cast<double>(size));
       const Tensor me = tensor(std::vector<float>{static_cast<float>(r)}, {1});
       const Tensor mine = type == ReduceType::kAnd ? ne(index, me) : eq(index, me);
-      return cast(all_reduce(type, mine), DType::kF32).to_vector<float>();
+      return cast(all_reduce(type, mine), DType::kFloat32).to_vector<float>();
     });
     for (const auto& values : got) {
       for (int64_t i = 0; i < size; ++i) {
@@ -417,7 +417,7 @@ class CountingDataset final : public Dataset {
   int64_t size() const override { return n_; }
   Sample get(int64_t i) const override {
     reads_.fetch_add(1);
-    CpuTensor index{DType::kI64, Shape{}, std::vector<std::byte>(8)};
+    CpuTensor index{DType::kInt64, Shape{}, std::vector<std::byte>(8)};
     std::memcpy(index.bytes.data(), &i, 8);
     return {std::move(index)};
   }

@@ -117,7 +117,8 @@ TEST(ResNet, ResNet18StateDictIsTorchvisions) {
   const nn::StateDict state = model->state_dict();
   EXPECT_EQ(entries(state), torchvision_resnet18_state());
   for (const auto& [name, t] : state) {
-    EXPECT_EQ(t.dtype(), name.ends_with("num_batches_tracked") ? DType::kI64 : DType::kF32) << name;
+    EXPECT_EQ(t.dtype(), name.ends_with("num_batches_tracked") ? DType::kInt64 : DType::kFloat32)
+        << name;
   }
   Entries params;
   for (const auto& [name, shape] : torchvision_resnet18_state()) {

@@ -42,7 +42,7 @@ std::vector<float> download(Backend& backend, int device, DeviceMemory& memory) 
 // out = exp(a + b) over f32[2].
 IntrusivePtr<Executable> add_then_exp() {
   auto program = make_intrusive<Executable>();
-  program->slots.assign(4, BufferDesc{DType::kF32, Shape{2}});
+  program->slots.assign(4, BufferDesc{DType::kFloat32, Shape{2}});
   program->input_slots = {0, 1};
   program->calls = {{Kernel::kAdd, {0, 1}, 2, {}, {}}, {Kernel::kExp, {2}, 3, {}, {}}};
   program->output_slots = {3};
@@ -58,11 +58,11 @@ constexpr std::size_t kLastFillBytes = kLastFill * sizeof(float);
 // the first fill, the product and the last fill.
 IntrusivePtr<Executable> fill_matmul_fill() {
   auto program = make_intrusive<Executable>();
-  program->slots = {{DType::kF32, Shape{2, 3}},
-                    {DType::kF32, Shape{3, 4}},
-                    {DType::kF32, Shape{kFirstFill}},
-                    {DType::kF32, Shape{2, 4}},
-                    {DType::kF32, Shape{kLastFill}}};
+  program->slots = {{DType::kFloat32, Shape{2, 3}},
+                    {DType::kFloat32, Shape{3, 4}},
+                    {DType::kFloat32, Shape{kFirstFill}},
+                    {DType::kFloat32, Shape{2, 4}},
+                    {DType::kFloat32, Shape{kLastFill}}};
   program->input_slots = {0, 1};
   program->calls = {{Kernel::kFill, {}, 2, {}, {7.0}},
                     {Kernel::kMatmul, {0, 1}, 3, {0, 0}, {}},
@@ -112,7 +112,7 @@ TEST(TestingBackend, CountsEachDevicesCallsByKind) {
   auto x = upload(*backend, 1, {2, 3});
   auto sum = backend->allocate(1, 2 * sizeof(float));
   const KernelCall all_reduce{Kernel::kAllReduce, {0}, 1, {0, 1, 1}, {1.0}};
-  const BufferDesc desc{DType::kF32, Shape{2}};
+  const BufferDesc desc{DType::kFloat32, Shape{2}};
   DeviceMemory* operands[] = {x.get()};
   backend->collective(1, all_reduce, desc, desc, operands, 0, *sum);
   EXPECT_EQ(download(*backend, 1, *sum), (std::vector<float>{2, 3}));
@@ -230,11 +230,11 @@ TEST(TestingBackend, AFailingKernelRunsTheCallsBeforeItAndNoneAfter) {
 TEST(TestingBackend, AFailingKernelFailsOnlyAfterTheCallsBeforeItRan) {
   // fill -> all_reduce (where the run stops, so the fill's output can be seen) -> matmul.
   auto program = make_intrusive<Executable>();
-  program->slots = {{DType::kF32, Shape{2, 3}},
-                    {DType::kF32, Shape{3, 4}},
-                    {DType::kF32, Shape{4}},
-                    {DType::kF32, Shape{4}},
-                    {DType::kF32, Shape{2, 4}}};
+  program->slots = {{DType::kFloat32, Shape{2, 3}},
+                    {DType::kFloat32, Shape{3, 4}},
+                    {DType::kFloat32, Shape{4}},
+                    {DType::kFloat32, Shape{4}},
+                    {DType::kFloat32, Shape{2, 4}}};
   program->input_slots = {0, 1};
   program->calls = {{Kernel::kFill, {}, 2, {}, {5.0}},
                     {Kernel::kAllReduce, {2}, 3, {0, 1, 0}, {1.0}},

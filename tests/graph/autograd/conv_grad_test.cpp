@@ -223,14 +223,14 @@ void expect_relu_pool_grad_exact(const Shape& shape, const Pool2dOptions& option
   std::vector<double> host(static_cast<std::size_t>(shape.numel()));
   for (double& v : host) v = values[pick(rng)];
   for (std::size_t k = 0; k < 8 && k < host.size(); ++k) host[k] = -1.0;  // a negative window
-  const Tensor x = cast(tensor(host, shape), DType::kF32);
+  const Tensor x = cast(tensor(host, shape), DType::kFloat32);
   x.requires_grad_();
   const Tensor out = max_pool2d(relu(x), options);
   // Integer weights keep the reference's double sums exact in f32.
   std::uniform_int_distribution<int> weight(-3, 3);
   std::vector<double> w(static_cast<std::size_t>(out.numel()));
   for (double& v : w) v = weight(rng);
-  sum(mul(out, cast(tensor(w, out.shape()), DType::kF32))).backward();
+  sum(mul(out, cast(tensor(w, out.shape()), DType::kFloat32))).backward();
 
   // The backward graph masks the pooled gradient: no comparison of x's size is left.
   const std::string graph = tensors_text({x.grad()});

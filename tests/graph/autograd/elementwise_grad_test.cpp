@@ -155,8 +155,8 @@ TEST_F(ElementwiseGrad, Abs) {
 TEST_F(ElementwiseGrad, CastGivesTheGradientInTheOperandsDtype) {
   std::mt19937 rng(22);
   GradArg x = random_arg(rng, {2, 3});
-  x.dtype = DType::kF32;  // f32 -> f64 -> f32: f32 rounding limits the finite differences
-  EXPECT_TRUE(gradients_match([](Args t) { return mul(cast(t[0], DType::kF64), 3.0); }, {x},
+  x.dtype = DType::kFloat32;  // f32 -> f64 -> f32: f32 rounding limits the finite differences
+  EXPECT_TRUE(gradients_match([](Args t) { return mul(cast(t[0], DType::kFloat64), 3.0); }, {x},
                               {.eps = 1e-2, .atol = 1e-4, .rtol = 1e-4}));
 }
 

@@ -28,15 +28,15 @@ using testing::write_file;
 
 std::vector<CheckpointEntry> sample() {
   return {
-      {"fc.weight", host<float>(DType::kF32, {2, 3}, {1.5f, -2, 0, 3e38f, -1e-30f, 7})},
-      {"fc.bias", host<double>(DType::kF64, {2}, {3.141592653589793, -1e300})},
+      {"fc.weight", host<float>(DType::kFloat32, {2, 3}, {1.5f, -2, 0, 3e38f, -1e-30f, 7})},
+      {"fc.bias", host<double>(DType::kFloat64, {2}, {3.141592653589793, -1e300})},
       {"half", host<uint16_t>(
-                   DType::kBF16, {1, 3},
+                   DType::kBFloat16, {1, 3},
                    {float_to_bf16_bits(1), float_to_bf16_bits(-2.5f), float_to_bf16_bits(1e20f)})},
-      {"index", host<int32_t>(DType::kI32, {1, 2, 2}, {-1, 2, INT32_MIN, INT32_MAX})},
-      {"steps", host<int64_t>(DType::kI64, {}, {int64_t{1} << 40})},
+      {"index", host<int32_t>(DType::kInt32, {1, 2, 2}, {-1, 2, INT32_MIN, INT32_MAX})},
+      {"steps", host<int64_t>(DType::kInt64, {}, {int64_t{1} << 40})},
       {"mask", host<uint8_t>(DType::kBool, {4}, {1, 0, 0, 1})},
-      {"empty", host<float>(DType::kF32, {0, 4}, {})},
+      {"empty", host<float>(DType::kFloat32, {0, 4}, {})},
   };
 }
 
@@ -142,7 +142,7 @@ std::vector<uint8_t> two_floats() {
 
 TEST(CheckpointCodec, WritesTheDocumentedBytes) {
   TempDir dir;
-  write_checkpoint(dir / "w.axle", {{"w", host<float>(DType::kF32, {2}, {1.0f, 2.0f})}});
+  write_checkpoint(dir / "w.axle", {{"w", host<float>(DType::kFloat32, {2}, {1.0f, 2.0f})}});
   EXPECT_EQ(read_file(dir / "w.axle"), documented_bytes(two_floats(), /*fnv=*/false));
 }
 
@@ -152,7 +152,7 @@ TEST(CheckpointCodec, FilesOfTheEarlierChecksumStillReadAndAreChecked) {
   std::vector<uint8_t> bytes = documented_bytes(two_floats(), /*fnv=*/true);
   write_file(dir / "old.axle", bytes);
   expect_same(read_checkpoint(dir / "old.axle"),
-              {{"w", host<float>(DType::kF32, {2}, {1.0f, 2.0f})}});
+              {{"w", host<float>(DType::kFloat32, {2}, {1.0f, 2.0f})}});
   bytes[bytes.size() - 3] ^= 0x10;
   write_file(dir / "old.axle", bytes);
   const std::string what =
@@ -163,7 +163,7 @@ TEST(CheckpointCodec, FilesOfTheEarlierChecksumStillReadAndAreChecked) {
 TEST(CheckpointCodec, EntriesAreReadOneAtATimeAndCheckedWhenReached) {
   TempDir dir;
   std::vector<CheckpointEntry> entries = {
-      {"first", host<float>(DType::kF32, {2}, {1, 2})},
+      {"first", host<float>(DType::kFloat32, {2}, {1, 2})},
       {"second", host<uint8_t>(DType::kBool, {6}, {0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5})}};
   write_checkpoint(dir / "model.axle", entries);
   std::vector<uint8_t> bytes = read_file(dir / "model.axle");
@@ -193,8 +193,8 @@ TEST(CheckpointCodec, EveryTruncationIsAnErrorNamingTheFile) {
 TEST(CheckpointCodec, ATruncatedTensorNamesItsKey) {
   TempDir dir;
   write_checkpoint(dir / "model.axle",
-                   {{"a", host<float>(DType::kF32, {2}, {1, 2})},
-                    {"layer.weight", host<double>(DType::kF64, {3}, {1, 2, 3})}});
+                   {{"a", host<float>(DType::kFloat32, {2}, {1, 2})},
+                    {"layer.weight", host<double>(DType::kFloat64, {3}, {1, 2, 3})}});
   std::vector<uint8_t> bytes = read_file(dir / "model.axle");
   bytes.resize(bytes.size() - 5);  // inside the last tensor's 24 bytes
   write_file(dir / "model.axle", bytes);
@@ -205,7 +205,7 @@ TEST(CheckpointCodec, ATruncatedTensorNamesItsKey) {
 
 TEST(CheckpointCodec, AnUnknownDTypeNamesTheKey) {
   TempDir dir;
-  write_checkpoint(dir / "model.axle", {{"w", host<float>(DType::kF32, {1}, {1})}});
+  write_checkpoint(dir / "model.axle", {{"w", host<float>(DType::kFloat32, {1}, {1})}});
   std::vector<uint8_t> bytes = read_file(dir / "model.axle");
   bytes[find(bytes, {'f', '3', '2'})] = 'q';  // same length: the description still parses
   write_file(dir / "model.axle", bytes);
@@ -218,7 +218,7 @@ TEST(CheckpointCodec, AnUnknownDTypeNamesTheKey) {
 // made the protobuf library log to stderr before the reader refused the file.
 TEST(CheckpointCodec, ADTypeDamagedIntoNonUtf8BytesIsRefusedQuietly) {
   TempDir dir;
-  write_checkpoint(dir / "model.axle", {{"w", host<float>(DType::kF32, {1}, {1})}});
+  write_checkpoint(dir / "model.axle", {{"w", host<float>(DType::kFloat32, {1}, {1})}});
   std::vector<uint8_t> bytes = read_file(dir / "model.axle");
   bytes[find(bytes, {'f', '3', '2'})] = 0xff;
   write_file(dir / "model.axle", bytes);
@@ -234,7 +234,7 @@ TEST(CheckpointCodec, ADTypeDamagedIntoNonUtf8BytesIsRefusedQuietly) {
 TEST(CheckpointCodec, AKeyThatIsNotUtf8RoundTrips) {
   TempDir dir;
   const std::vector<CheckpointEntry> entries = {
-      {std::string("w\xff\xfe"), host<float>(DType::kF32, {1}, {1})}};
+      {std::string("w\xff\xfe"), host<float>(DType::kFloat32, {1}, {1})}};
   ::testing::internal::CaptureStderr();
   write_checkpoint(dir / "model.axle", entries);
   const std::vector<CheckpointEntry> got = read_checkpoint(dir / "model.axle");
@@ -244,7 +244,7 @@ TEST(CheckpointCodec, AKeyThatIsNotUtf8RoundTrips) {
 
 TEST(CheckpointCodec, DimsThatDoNotMatchTheByteSizeNameTheKey) {
   TempDir dir;
-  write_checkpoint(dir / "model.axle", {{"w", host<float>(DType::kF32, {2}, {1, 2})}});
+  write_checkpoint(dir / "model.axle", {{"w", host<float>(DType::kFloat32, {2}, {1, 2})}});
   std::vector<uint8_t> bytes = read_file(dir / "model.axle");
   bytes[find(bytes, {0x1a, 0x01, 0x02}) + 2] = 0x03;  // dims [3] for 8 bytes
   write_file(dir / "model.axle", bytes);
@@ -259,7 +259,7 @@ TEST(CheckpointCodec, AnotherFormatAndTrailingBytesAreRefused) {
   std::string what = error_message<FileError>([&] { CheckpointReader in(dir / "other.axle"); });
   EXPECT_TRUE(contains(what, "other.axle: ")) << what;
 
-  write_checkpoint(dir / "model.axle", {{"w", host<float>(DType::kF32, {1}, {1})}});
+  write_checkpoint(dir / "model.axle", {{"w", host<float>(DType::kFloat32, {1}, {1})}});
   std::vector<uint8_t> bytes = read_file(dir / "model.axle");
   bytes.push_back(0);
   write_file(dir / "model.axle", bytes);
@@ -280,7 +280,7 @@ TEST(CheckpointCodec, AWriterDestroyedWithoutCommitLeavesTheOldFileUntouched) {
   const std::vector<uint8_t> old = read_file(dir / "model.axle");
   {
     CheckpointWriter out(dir / "model.axle", 2);
-    out.add("only", host<float>(DType::kF32, {1}, {5}));
+    out.add("only", host<float>(DType::kFloat32, {1}, {5}));
     EXPECT_EQ(files_in(dir.path()), 2u);  // the old file and the new one being written
   }
   EXPECT_EQ(read_file(dir / "model.axle"), old);
@@ -292,7 +292,7 @@ TEST(CheckpointCodec, CommittingFewerTensorsThanAnnouncedIsAnError) {
   write_checkpoint(dir / "model.axle", sample());
   const std::vector<uint8_t> old = read_file(dir / "model.axle");
   CheckpointWriter out(dir / "model.axle", 2);
-  out.add("only", host<float>(DType::kF32, {1}, {5}));
+  out.add("only", host<float>(DType::kFloat32, {1}, {5}));
   const std::string what = error_message<FileError>([&] { out.commit(); });
   EXPECT_TRUE(contains(what, "model.axle: 1 of the 2 announced tensors were written")) << what;
   EXPECT_EQ(read_file(dir / "model.axle"), old);
@@ -301,9 +301,9 @@ TEST(CheckpointCodec, CommittingFewerTensorsThanAnnouncedIsAnError) {
 TEST(CheckpointCodec, AddingMoreThanAnnouncedNamesTheKey) {
   TempDir dir;
   CheckpointWriter out(dir / "model.axle", 1);
-  out.add("a", host<float>(DType::kF32, {1}, {5}));
+  out.add("a", host<float>(DType::kFloat32, {1}, {5}));
   const std::string what =
-      error_message<FileError>([&] { out.add("b", host<float>(DType::kF32, {1}, {6})); });
+      error_message<FileError>([&] { out.add("b", host<float>(DType::kFloat32, {1}, {6})); });
   EXPECT_TRUE(contains(what, "key \"b\": one tensor more than the 1 announced")) << what;
 }
 
@@ -311,7 +311,7 @@ TEST(CheckpointCodec, BytesThatDoNotHoldTheShapeNameTheKey) {
   TempDir dir;
   CheckpointWriter out(dir / "model.axle", 1);
   const std::string what = error_message<FileError>([&] {
-    out.add("w", host<float>(DType::kF32, {2, 2}, {1, 2, 3}));
+    out.add("w", host<float>(DType::kFloat32, {2, 2}, {1, 2, 3}));
   });
   EXPECT_TRUE(contains(what, "key \"w\": 12 bytes do not hold f32[2,2]")) << what;
 }

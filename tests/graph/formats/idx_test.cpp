@@ -32,7 +32,7 @@ TEST(Idx, ReadsPlainU8FileAsS32) {
   TempDir dir;
   write_file(dir / "a-idx2-ubyte", idx_bytes(0x08, {2, 3}, {0, 1, 2, 127, 128, 255}));
   const CpuTensor t = read_idx(dir / "a-idx2-ubyte");
-  EXPECT_EQ(t.dtype, DType::kI32);
+  EXPECT_EQ(t.dtype, DType::kInt32);
   EXPECT_EQ(t.shape, (Shape{2, 3}));
   EXPECT_EQ(t.values<int32_t>(), (std::vector<int32_t>{0, 1, 2, 127, 128, 255}));
 }
@@ -66,7 +66,7 @@ TEST(Idx, ConvertsBigEndianElementsToHostOrder) {
   write_file(dir / "s8", idx_bytes(0x09, {2}, {0xff, 0x05}));
   EXPECT_EQ(read_idx(dir / "i16").values<int32_t>(), (std::vector<int32_t>{-2, 258}));
   const CpuTensor f = read_idx(dir / "f32");
-  EXPECT_EQ(f.dtype, DType::kF32);
+  EXPECT_EQ(f.dtype, DType::kFloat32);
   EXPECT_EQ(f.values<float>(), (std::vector<float>{1.5f}));
   EXPECT_EQ(read_idx(dir / "s8").values<int32_t>(), (std::vector<int32_t>{-1, 5}));
 }
@@ -74,10 +74,10 @@ TEST(Idx, ConvertsBigEndianElementsToHostOrder) {
 TEST(Idx, ConvertsToTheRequestedDTypeWithoutScaling) {
   TempDir dir;
   write_file(dir / "a", idx_bytes(0x08, {3}, {0, 3, 255}));
-  const CpuTensor f = read_idx(dir / "a", DType::kF32);
-  EXPECT_EQ(f.dtype, DType::kF32);
+  const CpuTensor f = read_idx(dir / "a", DType::kFloat32);
+  EXPECT_EQ(f.dtype, DType::kFloat32);
   EXPECT_EQ(f.values<float>(), (std::vector<float>{0, 3, 255}));
-  const CpuTensor l = read_idx(dir / "a", DType::kI64);
+  const CpuTensor l = read_idx(dir / "a", DType::kInt64);
   EXPECT_EQ(l.values<int64_t>(), (std::vector<int64_t>{0, 3, 255}));
 }
 

@@ -44,15 +44,15 @@ void expect_same(const CpuTensorMap& a, const CpuTensorMap& b) {
 TEST(Safetensors, RoundTripsEveryDType) {
   TempDir dir;
   const CpuTensorMap tensors = {
-      {"f32", host<float>(DType::kF32, {2, 3}, {1.5f, -2, 0, 3e38f, -1e-30f, 7})},
-      {"f64", host<double>(DType::kF64, {2}, {3.141592653589793, -1e300})},
+      {"f32", host<float>(DType::kFloat32, {2, 3}, {1.5f, -2, 0, 3e38f, -1e-30f, 7})},
+      {"f64", host<double>(DType::kFloat64, {2}, {3.141592653589793, -1e300})},
       {"bf16", host<uint16_t>(
-                   DType::kBF16, {3},
+                   DType::kBFloat16, {3},
                    {float_to_bf16_bits(1), float_to_bf16_bits(-2.5f), float_to_bf16_bits(1e20f)})},
-      {"i32", host<int32_t>(DType::kI32, {1, 2, 2}, {-1, 2, INT32_MIN, INT32_MAX})},
-      {"i64", host<int64_t>(DType::kI64, {}, {int64_t{1} << 40})},
+      {"i32", host<int32_t>(DType::kInt32, {1, 2, 2}, {-1, 2, INT32_MIN, INT32_MAX})},
+      {"i64", host<int64_t>(DType::kInt64, {}, {int64_t{1} << 40})},
       {"bool", host<uint8_t>(DType::kBool, {4}, {1, 0, 0, 1})},
-      {"empty", host<float>(DType::kF32, {0, 5}, {})},
+      {"empty", host<float>(DType::kFloat32, {0, 5}, {})},
   };
   save_safetensors(dir / "all.safetensors", tensors);
   expect_same(load_safetensors(dir / "all.safetensors"), tensors);
@@ -61,9 +61,10 @@ TEST(Safetensors, RoundTripsEveryDType) {
 TEST(Safetensors, RoundTripsMetadata) {
   TempDir dir;
   const SafetensorsMetadata metadata = {{"format", "pt"}, {"step", "1200"}};
-  save_safetensors(dir / "m.safetensors", {{"w", host<float>(DType::kF32, {1}, {2})}}, metadata);
+  save_safetensors(dir / "m.safetensors", {{"w", host<float>(DType::kFloat32, {1}, {2})}},
+                   metadata);
   EXPECT_EQ(load_safetensors_metadata(dir / "m.safetensors"), metadata);
-  save_safetensors(dir / "none.safetensors", {{"w", host<float>(DType::kF32, {1}, {2})}});
+  save_safetensors(dir / "none.safetensors", {{"w", host<float>(DType::kFloat32, {1}, {2})}});
   EXPECT_TRUE(load_safetensors_metadata(dir / "none.safetensors").empty());
 }
 
@@ -72,7 +73,7 @@ TEST(Safetensors, RoundTripsMetadata) {
 TEST(Safetensors, WritesTheReferenceImplementationsBytes) {
   TempDir dir;
   save_safetensors(dir / "ref.safetensors",
-                   {{"attn.0", host<float>(DType::kF32, {1, 2, 3}, {0, 1, 2, 3, 4, 5})}});
+                   {{"attn.0", host<float>(DType::kFloat32, {1, 2, 3}, {0, 1, 2, 3, 4, 5})}});
   const std::vector<uint8_t> expected = {
       64, 0,  0,   0,   0,   0,   0,   0,   123, 34,  97,  116, 116, 110, 46,  48,
       34, 58, 123, 34,  100, 116, 121, 112, 101, 34,  58,  34,  70,  51,  50,  34,
@@ -88,10 +89,10 @@ TEST(Safetensors, WritesTheReferenceImplementationsBytes) {
 TEST(Safetensors, WritesTheLayoutTheFormatDescribes) {
   TempDir dir;
   const CpuTensorMap tensors = {
-      {"weight", host<float>(DType::kF32, {2, 2}, {1, 2, 3, 4})},
-      {"step", host<int64_t>(DType::kI64, {}, {7})},
+      {"weight", host<float>(DType::kFloat32, {2, 2}, {1, 2, 3, 4})},
+      {"step", host<int64_t>(DType::kInt64, {}, {7})},
       {"mask", host<uint8_t>(DType::kBool, {3}, {1, 0, 1})},
-      {"half", host<uint16_t>(DType::kBF16, {2}, {0x3f80, 0xc000})},
+      {"half", host<uint16_t>(DType::kBFloat16, {2}, {0x3f80, 0xc000})},
   };
   save_safetensors(dir / "x.safetensors", tensors, {{"format", "pt"}});
 
@@ -115,10 +116,10 @@ TEST(Safetensors, WritesTheLayoutTheFormatDescribes) {
 TEST(Safetensors, FileBytesDoNotDependOnInsertionOrder) {
   TempDir dir;
   CpuTensorMap a, b;
-  a["x"] = host<float>(DType::kF32, {1}, {1});
-  a["y"] = host<int32_t>(DType::kI32, {1}, {2});
-  b["y"] = host<int32_t>(DType::kI32, {1}, {2});
-  b["x"] = host<float>(DType::kF32, {1}, {1});
+  a["x"] = host<float>(DType::kFloat32, {1}, {1});
+  a["y"] = host<int32_t>(DType::kInt32, {1}, {2});
+  b["y"] = host<int32_t>(DType::kInt32, {1}, {2});
+  b["x"] = host<float>(DType::kFloat32, {1}, {1});
   save_safetensors(dir / "a", a);
   save_safetensors(dir / "b", b);
   EXPECT_EQ(read_file(dir / "a"), read_file(dir / "b"));
@@ -136,13 +137,13 @@ TEST(Safetensors, ReadsHeadersInAnyKeyAndOffsetOrder) {
   const CpuTensorMap tensors = load_safetensors(dir / "any");
   expect_same(tensors, {{"a", host<uint8_t>(DType::kBool, {0}, {})},
                         {"b", host<uint8_t>(DType::kBool, {2}, {1, 0})},
-                        {"c", host<int32_t>(DType::kI32, {1}, {5})}});
+                        {"c", host<int32_t>(DType::kInt32, {1}, {5})}});
 }
 
 TEST(Safetensors, SavingReplacesAFileWhole) {
   TempDir dir;
-  save_safetensors(dir / "w", {{"a", host<float>(DType::kF32, {1}, {1})}});
-  save_safetensors(dir / "w", {{"b", host<float>(DType::kF32, {2}, {2, 3})}});
+  save_safetensors(dir / "w", {{"a", host<float>(DType::kFloat32, {1}, {1})}});
+  save_safetensors(dir / "w", {{"b", host<float>(DType::kFloat32, {2}, {2, 3})}});
   const CpuTensorMap tensors = load_safetensors(dir / "w");
   EXPECT_EQ(tensors.size(), 1u);
   EXPECT_TRUE(tensors.contains("b"));
@@ -151,16 +152,17 @@ TEST(Safetensors, SavingReplacesAFileWhole) {
 
 TEST(Safetensors, RejectsTensorsItCannotWriteAndKeepsTheOldFile) {
   TempDir dir;
-  save_safetensors(dir / "w", {{"a", host<float>(DType::kF32, {1}, {1})}});
+  save_safetensors(dir / "w", {{"a", host<float>(DType::kFloat32, {1}, {1})}});
   const std::vector<uint8_t> before = read_file(dir / "w");
-  CpuTensor wrong = host<float>(DType::kF32, {3}, {1, 2});
+  CpuTensor wrong = host<float>(DType::kFloat32, {3}, {1, 2});
   const std::string message = error_message<std::invalid_argument>([&] {
-    save_safetensors(dir / "w", {{"a", host<float>(DType::kF32, {1}, {1})}, {"bad", wrong}});
+    save_safetensors(dir / "w", {{"a", host<float>(DType::kFloat32, {1}, {1})}, {"bad", wrong}});
   });
   EXPECT_TRUE(contains(message, "tensor \"bad\" holds 8 bytes but shape [3] of f32 needs 12"))
       << message;
-  EXPECT_THROW(save_safetensors(dir / "w", {{"__metadata__", host<float>(DType::kF32, {1}, {1})}}),
-               std::invalid_argument);
+  EXPECT_THROW(
+      save_safetensors(dir / "w", {{"__metadata__", host<float>(DType::kFloat32, {1}, {1})}}),
+      std::invalid_argument);
   EXPECT_EQ(read_file(dir / "w"), before);
 }
 
@@ -234,7 +236,7 @@ TEST(Safetensors, DamagedFilesAreReportedWithFileAndKey) {
 TEST(Safetensors, ATruncatedCopyOfAGoodFileIsReported) {
   TempDir dir;
   save_safetensors(dir / "good",
-                   {{"w", host<float>(DType::kF32, {64}, std::vector<float>(64, 1))}});
+                   {{"w", host<float>(DType::kFloat32, {64}, std::vector<float>(64, 1))}});
   std::vector<uint8_t> bytes = read_file(dir / "good");
   bytes.resize(bytes.size() - 10);
   write_file(dir / "cut", bytes);

@@ -30,7 +30,7 @@ ShardFile shard(int rank) {
   ShardFile file{.path = "rank-" + std::to_string(rank) + ".ckpt"};
   file.metadata = {.world_size = 2, .rank = rank};
   FlatParameterInfo flat{.name = "_fsdp_wrapped_module.flat_param_0",
-                         .dtype = DType::kF32,
+                         .dtype = DType::kFloat32,
                          .padded_numel = 8,
                          .shard_shape = {4}};
   flat.params.push_back({.names = {"fc.weight"}, .shape = {2, 2}, .offset = 0, .numel = 4});
@@ -38,9 +38,9 @@ ShardFile shard(int rank) {
   file.metadata.flat_params.push_back(flat);
   const float base = 4.0f * static_cast<float>(rank);
   file.tensors.emplace(flat.name,
-                       host<float>(DType::kF32, {4}, {base, base + 1, base + 2, base + 3}));
+                       host<float>(DType::kFloat32, {4}, {base, base + 1, base + 2, base + 3}));
   file.order.push_back(flat.name);
-  file.tensors.emplace("_fsdp_wrapped_module.mean", host<float>(DType::kF32, {1}, {0.5f}));
+  file.tensors.emplace("_fsdp_wrapped_module.mean", host<float>(DType::kFloat32, {1}, {0.5f}));
   file.order.push_back("_fsdp_wrapped_module.mean");
   return file;
 }
@@ -87,7 +87,7 @@ TEST(ShardMetadata, AReplicasFileReadsBack) {
   {
     CheckpointWriter out(dir / "rank-0.ckpt", 3);
     for (const std::string& name : want.order) out.add(name, want.tensors.at(name));
-    out.add("shard_metadata", host<int32_t>(DType::kI32, {static_cast<int64_t>(text.size())},
+    out.add("shard_metadata", host<int32_t>(DType::kInt32, {static_cast<int64_t>(text.size())},
                                             std::vector<int32_t>(text.begin(), text.end())));
     out.commit();
   }
@@ -96,7 +96,7 @@ TEST(ShardMetadata, AReplicasFileReadsBack) {
   EXPECT_EQ(got.metadata.to_text(), text);
   {
     CheckpointWriter out(dir / "plain.ckpt", 1);
-    out.add("w", host<float>(DType::kF32, {1}, {1}));
+    out.add("w", host<float>(DType::kFloat32, {1}, {1}));
     out.commit();
   }
   EXPECT_TRUE(contains(

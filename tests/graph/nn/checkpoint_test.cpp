@@ -31,7 +31,7 @@ TEST_F(Checkpoint, BarrierPassesEveryValueBitForBitInPlace) {
   std::mt19937 rng(1);
   const Tensor a = f32_tensor(uniform_values(rng, 12), {3, 4});
   const Tensor b = f64_tensor(uniform_values(rng, 5), {5});
-  const Tensor i = arange(0, 6, 1, DType::kI64);
+  const Tensor i = arange(0, 6, 1, DType::kInt64);
   const Tensor a_before = a.detach(), b_before = b.detach();
   const Tensor handle = a;  // shares a's value: the barrier is in place
   const Tensor c = exp(a);
@@ -39,9 +39,9 @@ TEST_F(Checkpoint, BarrierPassesEveryValueBitForBitInPlace) {
   EXPECT_EQ(a.impl()->ir()->op(), Op::kOptimizationBarrier);
   EXPECT_EQ(handle.impl()->ir()->op(), Op::kOptimizationBarrier);
   EXPECT_EQ(a.impl()->ir()->operands().size(), 4u);
-  EXPECT_EQ(a.dtype(), DType::kF32);
+  EXPECT_EQ(a.dtype(), DType::kFloat32);
   EXPECT_TRUE(a.shape() == Shape({3, 4}));
-  EXPECT_EQ(i.dtype(), DType::kI64);
+  EXPECT_EQ(i.dtype(), DType::kInt64);
   EXPECT_TRUE(same_values(a, a_before));
   EXPECT_TRUE(same_values(b, b_before));
   EXPECT_TRUE(same_values(c, exp(a_before)));
@@ -65,7 +65,7 @@ TEST_F(Checkpoint, BarrierErrorsNameTheCall) {
   EXPECT_TRUE(contains(text, at_line(__FILE__, line))) << text;
   text = error_message<ShapeError>([&] { optimization_barrier_({a, Tensor()}); });
   EXPECT_TRUE(contains(text, "tensor 1 of 2 is undefined")) << text;
-  const Tensor on_1 = zeros({3}, DType::kF32, Device{1});
+  const Tensor on_1 = zeros({3}, DType::kFloat32, Device{1});
   text = error_message<ShapeError>([&] { optimization_barrier_({a, on_1}); });
   EXPECT_TRUE(contains(text, "tensor 1 (f32[3]) is on")) << text;
 }
@@ -138,7 +138,7 @@ TEST_F(Checkpoint, RecomputationUnderAutocastRunsInTheForwardsDtypes) {
   for (const Tensor& p : params) p.requires_grad_();
   const Tensor x = f32_tensor(uniform_values(rng, 4 * 6), {4, 6});
   const auto block = [&](const Tensor& h) { return linear(tanh(linear(h, w1, b1)), w2, b2); };
-  const autocast region(Device{}, DType::kBF16);
+  const autocast region(Device{}, DType::kBFloat16);
   const std::vector<Tensor> plain = gradients(block, x, params);
   for (const Tensor& p : params) p.set_grad({});
   const std::vector<Tensor> checkpointed = gradients(

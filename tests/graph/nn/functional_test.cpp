@@ -80,7 +80,7 @@ TEST_F(Functional, LayerNormNormalisesTheTrailingDims) {
   const Tensor bare = nn::layer_norm(f64_tensor(x, {2, 3, 4}), {4});
   EXPECT_TRUE(all_close(values(bare), layer_norm_ref(x, 4, {}, {}, 1e-5), 1e-12, 1e-10));
   const Tensor f32 = nn::layer_norm(f32_tensor(x, {6, 4}), {4}, f32_tensor({1, 2, 3, 4}, {4}));
-  EXPECT_EQ(f32.dtype(), DType::kF32);
+  EXPECT_EQ(f32.dtype(), DType::kFloat32);
   EXPECT_TRUE(
       all_close(values(f32), layer_norm_ref(as_f32(x), 4, {1, 2, 3, 4}, {}, 1e-5), 1e-5, 1e-5));
 }
@@ -285,11 +285,11 @@ TEST_F(Functional, FusedAttentionAgreesWithTheMathPath) {
   std::mt19937 rng(21);
   auto random = [&](const Shape& shape, DType dtype) {
     const Tensor t = f64_tensor(uniform_values(rng, shape.numel(), -2, 2), shape);
-    return dtype == DType::kF64 ? t : cast(t, dtype);
+    return dtype == DType::kFloat64 ? t : cast(t, dtype);
   };
-  for (DType dtype : {DType::kF64, DType::kF32}) {
+  for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
     SCOPED_TRACE(dtype_name(dtype));
-    const double tol = dtype == DType::kF64 ? 1e-11 : 2e-5;
+    const double tol = dtype == DType::kFloat64 ? 1e-11 : 2e-5;
     // [batch, heads] with k and v shared by the batch; L and S cross the 64-row blocks.
     const Tensor q = random({2, 3, 70, 8}, dtype), k = random({3, 90, 8}, dtype);
     const Tensor v = random({1, 3, 90, 5}, dtype);
@@ -308,16 +308,17 @@ TEST_F(Functional, FusedAttentionInBf16AccumulatesInF32) {
   std::mt19937 rng(22);
   // bf16 values, exact in f32 and f64.
   auto random = [&](const Shape& shape) {
-    return cast(cast(f64_tensor(uniform_values(rng, shape.numel(), -2, 2), shape), DType::kBF16),
-                DType::kF64);
+    return cast(
+        cast(f64_tensor(uniform_values(rng, shape.numel(), -2, 2), shape), DType::kBFloat16),
+        DType::kFloat64);
   };
   const Tensor q = random({2, 70, 8}), k = random({2, 80, 8}), v = random({2, 80, 4});
-  const Tensor out = nn::scaled_dot_product_attention(cast(q, DType::kBF16), cast(k, DType::kBF16),
-                                                      cast(v, DType::kBF16), {}, true);
-  EXPECT_EQ(out.dtype(), DType::kBF16);
+  const Tensor out = nn::scaled_dot_product_attention(
+      cast(q, DType::kBFloat16), cast(k, DType::kBFloat16), cast(v, DType::kBFloat16), {}, true);
+  EXPECT_EQ(out.dtype(), DType::kBFloat16);
   // One rounding to bf16 of the f64 result: within half a bf16 ulp (2^-9 relative).
   const std::vector<double> want = values(nn::scaled_dot_product_attention_math(q, k, v, {}, true));
-  EXPECT_TRUE(all_close(values(cast(out, DType::kF64)), want, 1e-6, 1.0 / 256));
+  EXPECT_TRUE(all_close(values(cast(out, DType::kFloat64)), want, 1e-6, 1.0 / 256));
 }
 
 // As torch's math path: softmax over only -inf is NaN.
@@ -377,7 +378,7 @@ TEST_F(Functional, RejectArgumentsThatDoNotFitNamingTheCallersLine) {
   const Tensor table = zeros({5, 3});
   auto float_index = [&] { (void)nn::embedding(zeros({2}), table); };
   EXPECT_TRUE(contains(shape_error(float_index, "embedding", __LINE__ - 1), "f32[2]"));
-  auto flat_table = [&] { (void)nn::embedding(zeros({2}, DType::kI64), zeros({5})); };
+  auto flat_table = [&] { (void)nn::embedding(zeros({2}, DType::kInt64), zeros({5})); };
   EXPECT_TRUE(contains(shape_error(flat_table, "embedding", __LINE__ - 1), "f32[5]"));
   auto wrong_dims = [&] { (void)nn::layer_norm(zeros({2, 3}), {4}); };
   EXPECT_TRUE(contains(shape_error(wrong_dims, "layer_norm", __LINE__ - 1), "[4]"));

@@ -52,7 +52,7 @@ TEST_F(Layers, LinearHasTorchsShapesAndInitialisation) {
   const nn::Linear fc(20, 30);
   EXPECT_EQ(fc.weight().shape(), (Shape{30, 20}));
   EXPECT_EQ(fc.bias().shape(), (Shape{30}));
-  EXPECT_EQ(fc.weight().dtype(), DType::kF32);
+  EXPECT_EQ(fc.weight().dtype(), DType::kFloat32);
   expect_uniform_within(values(fc.weight()), 1 / std::sqrt(20.0));
   expect_uniform_within(values(fc.bias()), 1 / std::sqrt(20.0));
   // Two layers draw different values.
@@ -294,7 +294,7 @@ TEST_F(Layers, BatchNorm2dTrainsOnBatchStatisticsAndTracksRunningOnes) {
     EXPECT_TRUE(all_close(values(*nn::find(state, "running_mean")), running_mean, 1e-6, 1e-5));
     EXPECT_TRUE(all_close(values(*nn::find(state, "running_var")), running_var, 1e-6, 1e-5));
     const Tensor& tracked = *nn::find(state, "num_batches_tracked");
-    EXPECT_EQ(tracked.dtype(), DType::kI64);
+    EXPECT_EQ(tracked.dtype(), DType::kInt64);
     EXPECT_EQ(tracked.item(), step + 1);
   }
 }
@@ -307,7 +307,7 @@ TEST_F(Layers, BatchNorm2dEvaluatesWithRunningStatisticsAndLeavesThemAlone) {
                       {"bias", f32_tensor(bias, {c})},
                       {"running_mean", f32_tensor(mean, {c})},
                       {"running_var", f32_tensor(var, {c})},
-                      {"num_batches_tracked", scalar_tensor(7, DType::kI64)}});
+                      {"num_batches_tracked", scalar_tensor(7, DType::kInt64)}});
   bn.eval();
   std::mt19937 rng(7);
   const std::vector<double> x = as_f32(uniform_values(rng, n * c * hw, -3, 3));

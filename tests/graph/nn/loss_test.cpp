@@ -104,7 +104,7 @@ TEST_F(Loss, CrossEntropyTakesS32TargetsAndF32Logits) {
   const Inputs in = inputs(4);
   const std::vector<int32_t> target(in.target.begin(), in.target.end());
   const Tensor loss = nn::cross_entropy(f32_tensor(in.scores, {kN, kC}), tensor(target, {kN}), 0.2);
-  EXPECT_EQ(loss.dtype(), DType::kF32);
+  EXPECT_EQ(loss.dtype(), DType::kFloat32);
   EXPECT_NEAR(loss.item(),
               cross_entropy_ref(as_f32(in.scores), in.target, 0.2, Reduction::kMean)[0], 1e-5);
 }
@@ -268,28 +268,28 @@ std::string shape_error(F&& f, const char* op, int line) {
 }
 
 TEST_F(Loss, NllLossRejectsInputsThatDoNotFitNamingTheCallersLine) {
-  const Tensor scores = zeros({kN, kC}), target = zeros({kN}, DType::kI64);
+  const Tensor scores = zeros({kN, kC}), target = zeros({kN}, DType::kInt64);
   auto flat = [&] { (void)nn::nll_loss(zeros({kC}), target); };
   EXPECT_TRUE(contains(shape_error(flat, "nll_loss", __LINE__ - 1), "f32[4]"));
-  auto short_target = [&] { (void)nn::nll_loss(scores, zeros({3}, DType::kI64)); };
+  auto short_target = [&] { (void)nn::nll_loss(scores, zeros({3}, DType::kInt64)); };
   EXPECT_TRUE(contains(shape_error(short_target, "nll_loss", __LINE__ - 1), "s64[3]"));
   auto float_target = [&] { (void)nn::nll_loss(scores, zeros({kN})); };
   EXPECT_TRUE(contains(shape_error(float_target, "nll_loss", __LINE__ - 1), "class indices"));
-  auto integer_scores = [&] { (void)nn::nll_loss(zeros({kN, kC}, DType::kI64), target); };
+  auto integer_scores = [&] { (void)nn::nll_loss(zeros({kN, kC}, DType::kInt64), target); };
   shape_error(integer_scores, "nll_loss", __LINE__ - 1);
 }
 
 TEST_F(Loss, CrossEntropyRejectsInputsThatDoNotFitNamingTheCallersLine) {
-  const Tensor scores = zeros({kN, kC}), target = zeros({kN}, DType::kI64);
+  const Tensor scores = zeros({kN, kC}), target = zeros({kN}, DType::kInt64);
   auto cube = [&] { (void)nn::cross_entropy(zeros({kN, kC, 2}), target); };
   EXPECT_TRUE(contains(shape_error(cube, "cross_entropy", __LINE__ - 1), "f32[5,4,2]"));
-  auto matrix_target = [&] { (void)nn::cross_entropy(scores, zeros({kN, 1}, DType::kI64)); };
+  auto matrix_target = [&] { (void)nn::cross_entropy(scores, zeros({kN, 1}, DType::kInt64)); };
   shape_error(matrix_target, "cross_entropy", __LINE__ - 1);
   auto bool_target = [&] { (void)nn::cross_entropy(scores, zeros({kN}, DType::kBool)); };
   shape_error(bool_target, "cross_entropy", __LINE__ - 1);
   auto smoothing = [&] { (void)nn::cross_entropy(scores, target, 1.5); };
   EXPECT_TRUE(contains(shape_error(smoothing, "cross_entropy", __LINE__ - 1), "1.5"));
-  auto integer_scores = [&] { (void)nn::cross_entropy(zeros({kN, kC}, DType::kI32), target); };
+  auto integer_scores = [&] { (void)nn::cross_entropy(zeros({kN, kC}, DType::kInt32), target); };
   shape_error(integer_scores, "cross_entropy", __LINE__ - 1);
   auto undefined = [&] { (void)nn::cross_entropy(Tensor(), target); };
   shape_error(undefined, "cross_entropy", __LINE__ - 1);
@@ -300,7 +300,7 @@ TEST_F(Loss, MseLossRejectsInputsThatDoNotFitNamingTheCallersLine) {
   const std::string what = shape_error(mismatch, "mse_loss", __LINE__ - 1);
   EXPECT_TRUE(contains(what, "f32[2,3]")) << what;
   EXPECT_TRUE(contains(what, "f32[4]")) << what;
-  auto integers = [&] { (void)nn::mse_loss(zeros({3}, DType::kI64), zeros({3}, DType::kI64)); };
+  auto integers = [&] { (void)nn::mse_loss(zeros({3}, DType::kInt64), zeros({3}, DType::kInt64)); };
   shape_error(integers, "mse_loss", __LINE__ - 1);
   auto undefined = [&] { (void)nn::mse_loss(zeros({3}), Tensor()); };
   shape_error(undefined, "mse_loss", __LINE__ - 1);

@@ -199,8 +199,8 @@ TEST_F(Module, ReplaceParameterTakesAnyValueAndLeavesAnUndefinedOneOutOfTheLists
 
 TEST_F(Module, ReplaceBufferAndReplaceModuleSwapWhatTheSlotHolds) {
   Net net;
-  net.replace_buffer("calls", ones({3}, DType::kF64));
-  EXPECT_EQ(net.own_buffers()[0].second.dtype(), DType::kF64);
+  net.replace_buffer("calls", ones({3}, DType::kFloat64));
+  EXPECT_EQ(net.own_buffers()[0].second.dtype(), DType::kFloat64);
   EXPECT_THROW(net.replace_buffer("nope", ones({1})), nn::StateDictError);
   nn::Sequential seq({std::make_shared<nn::Linear>(2, 2), std::make_shared<nn::ReLU>()});
   seq.replace_module("0", std::make_shared<nn::ReLU>());
@@ -335,7 +335,7 @@ TEST_F(Module, LoadStateDictRejectsAnotherShapeAndLoadsNothing) {
 
 TEST_F(Module, LoadStateDictRejectsAnotherDTypeAndLoadsNothing) {
   auto model = mlp();
-  expect_rejected(*model, other_state("2.bias", zeros({1}, DType::kF64)), "2.bias", "f64[1]");
+  expect_rejected(*model, other_state("2.bias", zeros({1}, DType::kFloat64)), "2.bias", "f64[1]");
 }
 
 TEST_F(Module, NonStrictLoadSkipsMissingAndUnexpectedKeys) {
@@ -400,7 +400,7 @@ TEST_F(Module, AMovedModelTrainsOnItsNewDevice) {
   optim::SGD sgd(model->parameters(), {.lr = 0.1});  // made before the move, as in a script
   model->to(Device{1});
   const std::vector<double> start = values(model->parameters()[3]);
-  sum(model->forward(ones({4, 2}, DType::kF32, Device{1}))).backward();
+  sum(model->forward(ones({4, 2}, DType::kFloat32, Device{1}))).backward();
   sgd.step();
   sync_step();
   // d(sum of 4 outputs)/d(last bias) = 4.

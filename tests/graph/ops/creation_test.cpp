@@ -18,7 +18,8 @@ namespace {
 
 TEST_F(OpsValue, FullFillsEveryElementInEachDtype) {
   std::mt19937 rng(1);
-  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64}) {
+  for (DType dtype :
+       {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kInt32, DType::kInt64}) {
     const Dims dims = random_dims(rng, 3);
     EXPECT_TRUE(matches(full(shape_of(dims), -2.5, dtype), dtype,
                         constant_ref(dims, round_to(dtype, -2.5)), kExact));
@@ -28,19 +29,19 @@ TEST_F(OpsValue, FullFillsEveryElementInEachDtype) {
 }
 
 TEST_F(OpsValue, FullOfAnIntegerOrABoolHoldsItInS64OrPred) {
-  EXPECT_TRUE(matches(full({2, 3}, -7), DType::kI64, constant_ref({2, 3}, -7), kExact));
-  EXPECT_TRUE(matches(full({4}, int64_t{1} << 40), DType::kI64,
+  EXPECT_TRUE(matches(full({2, 3}, -7), DType::kInt64, constant_ref({2, 3}, -7), kExact));
+  EXPECT_TRUE(matches(full({4}, int64_t{1} << 40), DType::kInt64,
                       constant_ref({4}, static_cast<double>(int64_t{1} << 40)), kExact));
   EXPECT_TRUE(matches(full({3}, true), DType::kBool, constant_ref({3}, 1), kExact));
   EXPECT_TRUE(matches(full({3}, false), DType::kBool, constant_ref({3}, 0), kExact));
 }
 
 TEST_F(OpsValue, ZerosOnesAndTheirLikesHoldZeroAndOne) {
-  const Tensor z = zeros({2, 3}, DType::kF64);
-  EXPECT_TRUE(matches(z, DType::kF64, constant_ref({2, 3}, 0), kExact));
-  EXPECT_TRUE(matches(ones({4}, DType::kI32), DType::kI32, constant_ref({4}, 1), kExact));
-  EXPECT_TRUE(matches(ones_like(z), DType::kF64, constant_ref({2, 3}, 1), kExact));
-  EXPECT_TRUE(matches(zeros_like(ones({3, 1})), DType::kF32, constant_ref({3, 1}, 0), kExact));
+  const Tensor z = zeros({2, 3}, DType::kFloat64);
+  EXPECT_TRUE(matches(z, DType::kFloat64, constant_ref({2, 3}, 0), kExact));
+  EXPECT_TRUE(matches(ones({4}, DType::kInt32), DType::kInt32, constant_ref({4}, 1), kExact));
+  EXPECT_TRUE(matches(ones_like(z), DType::kFloat64, constant_ref({2, 3}, 1), kExact));
+  EXPECT_TRUE(matches(zeros_like(ones({3, 1})), DType::kFloat32, constant_ref({3, 1}, 0), kExact));
 }
 
 TEST_F(OpsValue, ArangeMatchesThePythonRange) {
@@ -48,9 +49,9 @@ TEST_F(OpsValue, ArangeMatchesThePythonRange) {
     double start, end, step;
     DType dtype;
   };
-  for (const Case& c :
-       {Case{0, 10, 1, DType::kF32}, Case{1.5, 4, 0.5, DType::kF64}, Case{10, 0, -3, DType::kI64},
-        Case{0, 1, 0.1, DType::kF32}, Case{-3, 7, 2, DType::kI32}}) {
+  for (const Case& c : {Case{0, 10, 1, DType::kFloat32}, Case{1.5, 4, 0.5, DType::kFloat64},
+                        Case{10, 0, -3, DType::kInt64}, Case{0, 1, 0.1, DType::kFloat32},
+                        Case{-3, 7, 2, DType::kInt32}}) {
     // torch.arange: ceil((end - start) / step) values start + i * step.
     const auto n = static_cast<int64_t>(std::ceil((c.end - c.start) / c.step));
     Ref want{{n}, {}};
@@ -63,19 +64,20 @@ TEST_F(OpsValue, ArangeMatchesThePythonRange) {
 }
 
 TEST_F(OpsValue, ScalarTensorIsZeroDimWithItsValue) {
-  EXPECT_TRUE(matches(scalar_tensor(3.75), DType::kF32, Ref{{}, {3.75}}, kExact));
-  EXPECT_TRUE(matches(scalar_tensor(0.1, DType::kF64), DType::kF64, Ref{{}, {0.1}}, kExact));
-  EXPECT_DOUBLE_EQ(scalar_tensor(-7, DType::kI64).item(), -7.0);
+  EXPECT_TRUE(matches(scalar_tensor(3.75), DType::kFloat32, Ref{{}, {3.75}}, kExact));
+  EXPECT_TRUE(
+      matches(scalar_tensor(0.1, DType::kFloat64), DType::kFloat64, Ref{{}, {0.1}}, kExact));
+  EXPECT_DOUBLE_EQ(scalar_tensor(-7, DType::kInt64).item(), -7.0);
 }
 
 // tensor_from_host takes a host tensor's bytes as they are (the loader's batches): the values
 // arrive, in the logical dtype, and bytes that do not fill the shape are refused at the caller.
 TEST_F(OpsValue, TensorFromHostHoldsTheHostTensorsValues) {
   const Tensor x = tensor_from_host(CpuTensor(std::vector<float>{1, -2, 3.5, 4, 5, 6}, {2, 3}));
-  EXPECT_TRUE(matches(x, DType::kF32, Ref{{2, 3}, {1, -2, 3.5, 4, 5, 6}}, kExact));
+  EXPECT_TRUE(matches(x, DType::kFloat32, Ref{{2, 3}, {1, -2, 3.5, 4, 5, 6}}, kExact));
   const Tensor h = tensor_from_host(CpuTensor(std::vector<double>{0.1, 0.2}, {2}));
-  EXPECT_TRUE(matches(h, DType::kF64, Ref{{2}, {0.1, 0.2}}, kExact));
-  CpuTensor short_of_one{DType::kF32, Shape{2, 3}, std::vector<std::byte>(5 * sizeof(float))};
+  EXPECT_TRUE(matches(h, DType::kFloat64, Ref{{2}, {0.1, 0.2}}, kExact));
+  CpuTensor short_of_one{DType::kFloat32, Shape{2, 3}, std::vector<std::byte>(5 * sizeof(float))};
   try {
     (void)tensor_from_host(std::move(short_of_one));
     ADD_FAILURE() << "5 values for a [2, 3] tensor were accepted";

@@ -98,7 +98,7 @@ Ref pool_ref(const Ref& x, const Pool2dOptions& o, bool avg) {
 // ---- Matmul and linear -----------------------------------------------------------------------
 
 ::testing::AssertionResult matmul_matches(std::mt19937& rng, const Dims& da, const Dims& db,
-                                          DType dtype = DType::kF32, Tolerance tol = kTolF32) {
+                                          DType dtype = DType::kFloat32, Tolerance tol = kTolF32) {
   const Ref a = random_ref(rng, da, -1, 1, dtype);
   const Ref b = random_ref(rng, db, -1, 1, dtype);
   std::vector<double> scale;
@@ -140,8 +140,8 @@ TEST_F(OpsValue, MmMultipliesMatricesAndRefusesOtherRanks) {
   const Ref a = random_ref(rng, {5, 7}, -1, 1), b = random_ref(rng, {7, 3}, -1, 1);
   std::vector<double> scale;
   const Ref want = matmul_ref(a, b, scale);
-  EXPECT_TRUE(matches(mm(on_device(a), on_device(b)), DType::kF32, want, kTolF32, scale));
-  EXPECT_TRUE(matches(on_device(a).mm(on_device(b)), DType::kF32, want, kTolF32, scale));
+  EXPECT_TRUE(matches(mm(on_device(a), on_device(b)), DType::kFloat32, want, kTolF32, scale));
+  EXPECT_TRUE(matches(on_device(a).mm(on_device(b)), DType::kFloat32, want, kTolF32, scale));
   const Ref batch = random_ref(rng, {2, 5, 7}, -1, 1);
   try {
     (void)mm(on_device(batch), on_device(b));
@@ -175,8 +175,8 @@ TEST_F(OpsValue, TensorMethodsAreTheFreeFunctions) {
   same(x.mean({0, 2}), mean(x, {0, 2}));
   same(x.argmax(1), argmax(x, 1));
   same(m.matmul(m.t()), matmul(m, transpose(m, 0, 1)));
-  same(x.to(kFloat64), cast(x, DType::kF64));
-  same(x.to(DType::kBFloat16), cast(x, DType::kBF16));
+  same(x.to(kFloat64), cast(x, DType::kFloat64));
+  same(x.to(DType::kBFloat16), cast(x, DType::kBFloat16));
   EXPECT_EQ(x.to(kFloat32).impl(), x.impl());  // already f32: the tensor itself
   EXPECT_EQ(x.cpu().values<double>(), x.to_cpu().values<double>());
   const Tensor v = on_device(random_ref(rng, {4}, -1, 1));
@@ -184,21 +184,26 @@ TEST_F(OpsValue, TensorMethodsAreTheFreeFunctions) {
   EXPECT_THROW((void)x.t(), ShapeError);
 }
 
-// libtorch's dtype names are axle's dtypes.
+// libtorch's dtype names are axle's dtypes; the deprecated short names still name them.
 TEST(DTypeNames, LibtorchNamesAreTheSameTypes) {
-  static_assert(kFloat32 == DType::kF32 && kFloat == DType::kF32 && DType::kFloat == kFloat32);
-  static_assert(kFloat64 == DType::kF64 && kDouble == DType::kF64);
-  static_assert(kBFloat16 == DType::kBF16);
-  static_assert(kInt32 == DType::kI32 && kInt == DType::kI32);
-  static_assert(kInt64 == DType::kI64 && kLong == DType::kI64 && DType::kLong == kInt64);
+  static_assert(kFloat32 == DType::kFloat32 && kFloat == kFloat32 && DType::kFloat == kFloat32);
+  static_assert(kFloat64 == DType::kFloat64 && kDouble == kFloat64);
+  static_assert(kBFloat16 == DType::kBFloat16);
+  static_assert(kInt32 == DType::kInt32 && kInt == kInt32);
+  static_assert(kInt64 == DType::kInt64 && kLong == kInt64 && DType::kLong == kInt64);
   static_assert(kBool == DType::kBool);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  static_assert(DType::kF32 == kFloat32 && DType::kF64 == kFloat64 && DType::kBF16 == kBFloat16 &&
+                DType::kI32 == kInt32 && DType::kI64 == kInt64);
+#pragma GCC diagnostic pop
   EXPECT_EQ(dtype_name(kLong), "s64");
   EXPECT_EQ(dtype_name(DType::kBFloat16), "bf16");
 }
 
 TEST_F(OpsValue, MatmulInF64) {
   std::mt19937 rng(75);
-  EXPECT_TRUE(matmul_matches(rng, {2, 3, 6}, {6, 4}, DType::kF64, kTolF64));
+  EXPECT_TRUE(matmul_matches(rng, {2, 3, 6}, {6, 4}, DType::kFloat64, kTolF64));
 }
 
 TEST_F(OpsValue, LinearIsXTimesWeightTransposedPlusBias) {
@@ -208,9 +213,10 @@ TEST_F(OpsValue, LinearIsXTimesWeightTransposedPlusBias) {
   const Ref b = random_ref(rng, {5}, -1, 1);
   std::vector<double> scale;
   const Ref product = matmul_ref(x, permute_ref(w, {1, 0}), scale);
-  EXPECT_TRUE(matches(linear(on_device(x), on_device(w)), DType::kF32, product, kTolF32, scale));
+  EXPECT_TRUE(
+      matches(linear(on_device(x), on_device(w)), DType::kFloat32, product, kTolF32, scale));
   for (std::size_t i = 0; i < scale.size(); ++i) scale[i] += std::abs(b.values[i % 5]);
-  EXPECT_TRUE(matches(linear(on_device(x), on_device(w), on_device(b)), DType::kF32,
+  EXPECT_TRUE(matches(linear(on_device(x), on_device(w), on_device(b)), DType::kFloat32,
                       zip(product, b, std::plus<>()), kTolF32, scale));
 }
 
@@ -228,7 +234,7 @@ TEST_F(OpsValue, LinearIsXTimesWeightTransposedPlusBias) {
   const Ref want = conv2d_ref(x, w, with_bias ? &b : nullptr, options, scale);
   const Tensor got =
       conv2d(on_device(x), on_device(w), with_bias ? on_device(b) : Tensor{}, options);
-  return matches(got, DType::kF32, want, kTolF32, scale);
+  return matches(got, DType::kFloat32, want, kTolF32, scale);
 }
 
 TEST_F(OpsValue, Conv2dWithDefaultOptionsAndBias) {
@@ -268,7 +274,7 @@ TEST_F(OpsValue, Conv2dDepthwiseWithStride) {
   std::mt19937 rng(seed);
   const Ref x = random_ref(rng, x_dims, -3, 3);
   const Tensor got = avg ? avg_pool2d(on_device(x), o) : max_pool2d(on_device(x), o);
-  return matches(got, DType::kF32, pool_ref(x, o, avg), avg ? kTolF32 : kExact);
+  return matches(got, DType::kFloat32, pool_ref(x, o, avg), avg ? kTolF32 : kExact);
 }
 
 TEST_F(OpsValue, MaxPool2dTakesEachWindowsMaximum) {
@@ -298,21 +304,21 @@ TEST_F(OpsValue, AvgPool2dCountsPaddingByDefault) {
 // values are what torch 1.13 gives.
 TEST_F(OpsValue, AvgPool2dOfS64DividesTowardZeroAsTorch) {
   const auto pool = [&](const Ref& x, const Pool2dOptions& o) {
-    return avg_pool2d(on_device(x, DType::kI64), o);
+    return avg_pool2d(on_device(x, DType::kInt64), o);
   };
-  EXPECT_TRUE(matches(pool(Ref{{1, 1, 2, 2}, {1, 2, 3, 4}}, {.kernel_size = {2}}), DType::kI64,
+  EXPECT_TRUE(matches(pool(Ref{{1, 1, 2, 2}, {1, 2, 3, 4}}, {.kernel_size = {2}}), DType::kInt64,
                       Ref{{1, 1, 1, 1}, {2}}, kExact));  // 10 / 4
-  EXPECT_TRUE(matches(pool(Ref{{1, 1, 2, 2}, {-1, -2, -3, -4}}, {.kernel_size = {2}}), DType::kI64,
-                      Ref{{1, 1, 1, 1}, {-2}}, kExact));  // -10 / 4
+  EXPECT_TRUE(matches(pool(Ref{{1, 1, 2, 2}, {-1, -2, -3, -4}}, {.kernel_size = {2}}),
+                      DType::kInt64, Ref{{1, 1, 1, 1}, {-2}}, kExact));  // -10 / 4
   EXPECT_TRUE(
       matches(pool(Ref{{1, 1, 2, 3}, {1, 2, 3, 4, 5, 7}}, {.kernel_size = {2}, .stride = {1}}),
-              DType::kI64, Ref{{1, 1, 1, 2}, {3, 4}}, kExact));
+              DType::kInt64, Ref{{1, 1, 1, 2}, {3, 4}}, kExact));
   EXPECT_TRUE(
       matches(pool(Ref{{1, 1, 2, 2}, {-1, -2, -3, -5}}, {.kernel_size = {2}, .padding = {1}}),
-              DType::kI64, Ref{{1, 1, 2, 2}, {0, 0, 0, -1}}, kExact));
+              DType::kInt64, Ref{{1, 1, 2, 2}, {0, 0, 0, -1}}, kExact));
   EXPECT_TRUE(matches(pool(Ref{{1, 1, 2, 2}, {1, 2, 3, 5}},
                            {.kernel_size = {2}, .padding = {1}, .count_include_pad = false}),
-                      DType::kI64, Ref{{1, 1, 2, 2}, {1, 2, 3, 5}}, kExact));
+                      DType::kInt64, Ref{{1, 1, 2, 2}, {1, 2, 3, 5}}, kExact));
 }
 
 TEST_F(OpsValue, AvgPool2dExcludesPaddingWhenAsked) {
@@ -352,7 +358,7 @@ void check_mlp_forward(DType dtype, Tolerance tol) {
   const Tensor hidden =
       relu(linear(on_device(x, dtype), on_device(w1, dtype), on_device(b1, dtype)));
   const Tensor logits = linear(hidden, on_device(w2, dtype), on_device(b2, dtype));
-  const Tensor picked = gather(log_softmax(logits, 1), 1, on_device(targets, DType::kI64));
+  const Tensor picked = gather(log_softmax(logits, 1), 1, on_device(targets, DType::kInt64));
   const Tensor loss = mean(picked);
   sync_step();
 
@@ -370,9 +376,9 @@ void check_mlp_forward(DType dtype, Tolerance tol) {
   EXPECT_TRUE(matches(loss, dtype, Ref{{}, {mean_of(ref_picked.values)}}, tol));
 }
 
-TEST_F(OpsValue, MlpForwardMatchesReferenceInF32) { check_mlp_forward(DType::kF32, kTolF32); }
+TEST_F(OpsValue, MlpForwardMatchesReferenceInF32) { check_mlp_forward(DType::kFloat32, kTolF32); }
 
-TEST_F(OpsValue, MlpForwardMatchesReferenceInF64) { check_mlp_forward(DType::kF64, kTolF64); }
+TEST_F(OpsValue, MlpForwardMatchesReferenceInF64) { check_mlp_forward(DType::kFloat64, kTolF64); }
 
 }  // namespace
 }  // namespace axle::testing

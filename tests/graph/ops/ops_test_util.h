@@ -43,16 +43,16 @@ inline double to_bf16(float f) {
 
 inline double round_to(DType dtype, double v) {
   switch (dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return static_cast<float>(v);
-    case DType::kBF16:
+    case DType::kBFloat16:
       return to_bf16(static_cast<float>(v));
-    case DType::kI32:
-    case DType::kI64:
+    case DType::kInt32:
+    case DType::kInt64:
       return std::trunc(v);
     case DType::kBool:
       return v != 0 ? 1 : 0;
-    case DType::kF64:
+    case DType::kFloat64:
       return v;
   }
   return v;
@@ -60,7 +60,7 @@ inline double round_to(DType dtype, double v) {
 
 // Values uniform in [lo, hi), rounded to `dtype` so the reference sees what the device holds.
 inline Ref random_ref(std::mt19937& rng, Dims dims, double lo, double hi,
-                      DType dtype = DType::kF32) {
+                      DType dtype = DType::kFloat32) {
   std::uniform_real_distribution<double> dist(lo, hi);
   Ref x{std::move(dims), {}};
   for (int64_t i = count(x.dims); i > 0; --i) x.values.push_back(round_to(dtype, dist(rng)));
@@ -90,17 +90,17 @@ Tensor tensor_of(const Ref& x) {
 }
 
 // x on the device in `dtype`; bool and bf16 have no host constructor, so they come from a cast.
-inline Tensor on_device(const Ref& x, DType dtype = DType::kF32) {
+inline Tensor on_device(const Ref& x, DType dtype = DType::kFloat32) {
   switch (dtype) {
-    case DType::kF32:
+    case DType::kFloat32:
       return tensor_of<float>(x);
-    case DType::kF64:
+    case DType::kFloat64:
       return tensor_of<double>(x);
-    case DType::kI32:
+    case DType::kInt32:
       return tensor_of<int32_t>(x);
-    case DType::kI64:
+    case DType::kInt64:
       return tensor_of<int64_t>(x);
-    case DType::kBF16:
+    case DType::kBFloat16:
     case DType::kBool:
       return cast(tensor_of<float>(x), dtype);
   }

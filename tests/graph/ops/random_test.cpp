@@ -33,7 +33,7 @@ constexpr int64_t kSamples = 100000;
 TEST_F(OpsValue, RandIsUniformOnZeroOne) {
   set_rng_state(1234);
   const Tensor r = rand({kSamples});
-  EXPECT_EQ(r.dtype(), DType::kF32);
+  EXPECT_EQ(r.dtype(), DType::kFloat32);
   const std::vector<double> v = r.to_vector<double>();
   ASSERT_EQ(static_cast<int64_t>(v.size()), kSamples);
   EXPECT_GE(*std::min_element(v.begin(), v.end()), 0.0);
@@ -44,7 +44,7 @@ TEST_F(OpsValue, RandIsUniformOnZeroOne) {
 }
 
 TEST_F(OpsValue, RandnIsStandardNormal) {
-  for (DType dtype : {DType::kF32, DType::kF64}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     set_rng_state(4321);
     const std::vector<double> v = randn({kSamples}, dtype).to_vector<double>();
     const Moments m = moments_of(v);
@@ -77,7 +77,7 @@ TEST_F(OpsValue, ConsecutiveDrawsDiffer) {
 
 TEST_F(OpsValue, RandintStaysInRangeAndCoversIt) {
   set_rng_state(99);
-  for (DType dtype : {DType::kI64, DType::kI32}) {
+  for (DType dtype : {DType::kInt64, DType::kInt32}) {
     const Tensor r = randint(-3, 4, {10000}, dtype);
     EXPECT_EQ(r.dtype(), dtype);
     std::vector<int64_t> hits(7, 0);
@@ -130,7 +130,7 @@ TEST_F(OpsValue, MultinomialWithReplacementFollowsTheWeights) {
   const std::vector<double> weights = {2, 0, 1, 5, 0, 2};  // unnormalised, zeros included
   const Tensor probs = tensor(std::vector<float>(weights.begin(), weights.end()), {6});
   const Tensor draws = multinomial(probs, kSamples, true);
-  EXPECT_EQ(draws.dtype(), DType::kI64);
+  EXPECT_EQ(draws.dtype(), DType::kInt64);
   EXPECT_EQ(draws.shape(), Shape({kSamples}));
   const std::vector<double> f = frequencies(draws.to_vector<int64_t>(), 6);
   for (std::size_t c = 0; c < weights.size(); ++c) {

@@ -64,7 +64,7 @@ TEST_P(ReduceOpValue, MatchesReferenceOverEachDimSet) {
   for (const Dims& dims :
        {Dims{}, Dims{0}, Dims{1}, Dims{-1}, Dims{0, 2}, Dims{2, 0}, Dims{1, 2}, Dims{0, 1, 2}}) {
     for (bool keepdim : {false, true}) {
-      EXPECT_TRUE(check(x, dims, keepdim, DType::kF32, kTolF32))
+      EXPECT_TRUE(check(x, dims, keepdim, DType::kFloat32, kTolF32))
           << "dims of size " << dims.size() << (dims.empty() ? "" : " starting ")
           << (dims.empty() ? 0 : dims[0]) << ", keepdim " << keepdim;
     }
@@ -76,20 +76,20 @@ TEST_P(ReduceOpValue, MatchesReferenceOnLargeShapes) {
   std::mt19937 rng(60);
   const Ref x = random_ref(rng, {9, 130, 17}, -3, 3);
   for (const Dims& dims : {Dims{}, Dims{0}, Dims{1}, Dims{2}, Dims{0, 2}}) {
-    EXPECT_TRUE(check(x, dims, false, DType::kF32, kTolF32)) << "dims of size " << dims.size();
+    EXPECT_TRUE(check(x, dims, false, DType::kFloat32, kTolF32)) << "dims of size " << dims.size();
   }
 }
 
 TEST_P(ReduceOpValue, MatchesReferenceInF64) {
   std::mt19937 rng(62);
-  const Ref x = random_ref(rng, random_dims(rng, 4), -3, 3, DType::kF64);
-  EXPECT_TRUE(check(x, {1, 3}, true, DType::kF64, kTolF64));
-  EXPECT_TRUE(check(x, {-2}, false, DType::kF64, kTolF64));
+  const Ref x = random_ref(rng, random_dims(rng, 4), -3, 3, DType::kFloat64);
+  EXPECT_TRUE(check(x, {1, 3}, true, DType::kFloat64, kTolF64));
+  EXPECT_TRUE(check(x, {-2}, false, DType::kFloat64, kTolF64));
 }
 
 TEST_P(ReduceOpValue, ReducesAZeroDimTensorToItself) {
-  EXPECT_TRUE(check(Ref{{}, {1.75}}, {}, false, DType::kF32, kTolF32));
-  EXPECT_TRUE(check(Ref{{}, {-0.5}}, {0}, true, DType::kF32, kTolF32));
+  EXPECT_TRUE(check(Ref{{}, {1.75}}, {}, false, DType::kFloat32, kTolF32));
+  EXPECT_TRUE(check(Ref{{}, {-0.5}}, {0}, true, DType::kFloat32, kTolF32));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, ReduceOpValue, ::testing::ValuesIn(reduce_cases()),
@@ -98,13 +98,13 @@ INSTANTIATE_TEST_SUITE_P(Ops, ReduceOpValue, ::testing::ValuesIn(reduce_cases())
 TEST_F(OpsValue, SumOfIntegersWidensToInt64) {
   std::mt19937 rng(63);
   const Ref n = random_ints(rng, {4, 5}, -1000, 1000);
-  EXPECT_TRUE(matches(sum(on_device(n, DType::kI32), {1}), DType::kI64,
+  EXPECT_TRUE(matches(sum(on_device(n, DType::kInt32), {1}), DType::kInt64,
                       reduce_ref(n, {1}, false, sum_of), kExact));
 }
 
 TEST_F(OpsValue, SumOverAnEmptyDimIsZero) {
-  EXPECT_TRUE(matches(sum(zeros({3, 0}), {1}), DType::kF32, constant_ref({3}, 0), kExact));
-  EXPECT_TRUE(matches(sum(on_device(Ref{{0, 2}, {}})), DType::kF32, Ref{{}, {0}}, kExact));
+  EXPECT_TRUE(matches(sum(zeros({3, 0}), {1}), DType::kFloat32, constant_ref({3}, 0), kExact));
+  EXPECT_TRUE(matches(sum(on_device(Ref{{0, 2}, {}})), DType::kFloat32, Ref{{}, {0}}, kExact));
 }
 
 TEST_F(OpsValue, ArgmaxAlongADimReturnsTheFirstMaximum) {
@@ -112,7 +112,7 @@ TEST_F(OpsValue, ArgmaxAlongADimReturnsTheFirstMaximum) {
   const Ref x = random_ints(rng, {4, 5, 6}, 0, 3);  // many ties
   for (int64_t dim : {0, 1, -1}) {
     for (bool keepdim : {false, true}) {
-      EXPECT_TRUE(matches(argmax(on_device(x), dim, keepdim), DType::kI64,
+      EXPECT_TRUE(matches(argmax(on_device(x), dim, keepdim), DType::kInt64,
                           reduce_ref(x, {dim}, keepdim, first_argmax_of), kExact))
           << "dim " << dim << ", keepdim " << keepdim;
     }
@@ -123,9 +123,9 @@ TEST_F(OpsValue, ArgmaxWithoutADimIndexesTheFlattenedTensor) {
   std::mt19937 rng(65);
   const Ref x = random_ints(rng, {3, 4, 2}, 0, 2);  // the maximum appears more than once
   const double want = first_argmax_of(x.values);
-  EXPECT_TRUE(matches(argmax(on_device(x)), DType::kI64, Ref{{}, {want}}, kExact));
-  EXPECT_TRUE(matches(argmax(on_device(x), std::nullopt, true), DType::kI64, Ref{{1, 1, 1}, {want}},
-                      kExact));
+  EXPECT_TRUE(matches(argmax(on_device(x)), DType::kInt64, Ref{{}, {want}}, kExact));
+  EXPECT_TRUE(matches(argmax(on_device(x), std::nullopt, true), DType::kInt64,
+                      Ref{{1, 1, 1}, {want}}, kExact));
 }
 
 TEST_F(OpsValue, SoftmaxMatchesReferenceAlongEachDim) {
@@ -133,7 +133,7 @@ TEST_F(OpsValue, SoftmaxMatchesReferenceAlongEachDim) {
   const Ref x = random_ref(rng, {3, 4, 5}, -4, 4);
   for (int64_t dim : {0, 1, -1}) {
     EXPECT_TRUE(
-        matches(softmax(on_device(x), dim), DType::kF32, softmax_ref(x, dim, false), kTolF32))
+        matches(softmax(on_device(x), dim), DType::kFloat32, softmax_ref(x, dim, false), kTolF32))
         << "dim " << dim;
   }
 }
@@ -142,8 +142,8 @@ TEST_F(OpsValue, LogSoftmaxMatchesReferenceAlongEachDim) {
   std::mt19937 rng(67);
   const Ref x = random_ref(rng, {3, 4, 5}, -4, 4);
   for (int64_t dim : {0, 1, -1}) {
-    EXPECT_TRUE(
-        matches(log_softmax(on_device(x), dim), DType::kF32, softmax_ref(x, dim, true), kTolF32))
+    EXPECT_TRUE(matches(log_softmax(on_device(x), dim), DType::kFloat32, softmax_ref(x, dim, true),
+                        kTolF32))
         << "dim " << dim;
   }
 }
@@ -152,10 +152,10 @@ TEST_F(OpsValue, SoftmaxAndLogSoftmaxOnLongRowsAndColumns) {
   std::mt19937 rng(69);
   const Ref rows = random_ref(rng, {5, 1000}, -6, 6);
   EXPECT_TRUE(
-      matches(softmax(on_device(rows), -1), DType::kF32, softmax_ref(rows, 1, false), kTolF32));
+      matches(softmax(on_device(rows), -1), DType::kFloat32, softmax_ref(rows, 1, false), kTolF32));
   const Ref cols = random_ref(rng, {300, 7}, -6, 6);
-  EXPECT_TRUE(
-      matches(log_softmax(on_device(cols), 0), DType::kF32, softmax_ref(cols, 0, true), kTolF32));
+  EXPECT_TRUE(matches(log_softmax(on_device(cols), 0), DType::kFloat32, softmax_ref(cols, 0, true),
+                      kTolF32));
 }
 
 // ---- var and std ----------------------------------------------------------------------------
@@ -178,10 +178,10 @@ TEST_F(OpsValue, VarAndStdOverEachDimSet) {
         const double c = unbiased ? 1 : 0;
         auto var_ref = [c](const std::vector<double>& v) { return variance_of(v, c); };
         auto std_ref = [c](const std::vector<double>& v) { return std::sqrt(variance_of(v, c)); };
-        EXPECT_TRUE(matches(var(t, dims, unbiased, keepdim), DType::kF32,
+        EXPECT_TRUE(matches(var(t, dims, unbiased, keepdim), DType::kFloat32,
                             reduce_ref(x, dims, keepdim, var_ref), kTolF32))
             << dims.size() << " dims, unbiased " << unbiased << ", keepdim " << keepdim;
-        EXPECT_TRUE(matches(std(t, dims, unbiased, keepdim), DType::kF32,
+        EXPECT_TRUE(matches(std(t, dims, unbiased, keepdim), DType::kFloat32,
                             reduce_ref(x, dims, keepdim, std_ref), kTolF32))
             << dims.size() << " dims, unbiased " << unbiased << ", keepdim " << keepdim;
       }
@@ -191,15 +191,15 @@ TEST_F(OpsValue, VarAndStdOverEachDimSet) {
 
 TEST_F(OpsValue, VarAndStdWithACorrection) {
   std::mt19937 rng(72);
-  const Ref x = random_ref(rng, {4, 6}, -3, 3, DType::kF64);
-  const Tensor t = on_device(x, DType::kF64);
+  const Ref x = random_ref(rng, {4, 6}, -3, 3, DType::kFloat64);
+  const Tensor t = on_device(x, DType::kFloat64);
   for (double c : {0.0, 1.0, 2.0, 0.5, -1.0}) {
     auto var_ref = [c](const std::vector<double>& v) { return variance_of(v, c); };
     auto std_ref = [c](const std::vector<double>& v) { return std::sqrt(variance_of(v, c)); };
-    EXPECT_TRUE(matches(var(t, {1}, {.correction = c}), DType::kF64,
+    EXPECT_TRUE(matches(var(t, {1}, {.correction = c}), DType::kFloat64,
                         reduce_ref(x, {1}, false, var_ref), kTolF64))
         << "correction " << c;
-    EXPECT_TRUE(matches(std(t, {0}, {.correction = c, .keepdim = true}), DType::kF64,
+    EXPECT_TRUE(matches(std(t, {0}, {.correction = c, .keepdim = true}), DType::kFloat64,
                         reduce_ref(x, {0}, true, std_ref), kTolF64))
         << "correction " << c;
   }
@@ -213,10 +213,10 @@ TEST_F(OpsValue, VarIsAccurateForALargeMean) {
   std::mt19937 rng(71);
   const Ref x = random_ref(rng, {4, 500}, 1e4 - 1, 1e4 + 1);
   auto var_ref = [](const std::vector<double>& v) { return variance_of(v, 1); };
-  EXPECT_TRUE(
-      matches(var(on_device(x), {1}), DType::kF32, reduce_ref(x, {1}, false, var_ref), {1e-5, 0}));
-  const Ref x64 = random_ref(rng, {300}, 1e6, 1e6 + 1, DType::kF64);
-  EXPECT_TRUE(matches(var(on_device(x64, DType::kF64)), DType::kF64,
+  EXPECT_TRUE(matches(var(on_device(x), {1}), DType::kFloat32, reduce_ref(x, {1}, false, var_ref),
+                      {1e-5, 0}));
+  const Ref x64 = random_ref(rng, {300}, 1e6, 1e6 + 1, DType::kFloat64);
+  EXPECT_TRUE(matches(var(on_device(x64, DType::kFloat64)), DType::kFloat64,
                       reduce_ref(x64, {}, false, var_ref), {1e-9, 0}));
 }
 
@@ -230,10 +230,10 @@ TEST_F(OpsValue, VarIsAsCloseAsTorchsWhenTheSpreadIsTinyAgainstTheMean) {
   for (const Dims& dims : {Dims{1}, Dims{2}, Dims{0, 2}, Dims{}}) {
     auto var_ref = [](const std::vector<double>& v) { return variance_of(v, 0); };
     auto std_ref = [](const std::vector<double>& v) { return std::sqrt(variance_of(v, 0)); };
-    EXPECT_TRUE(matches(var(t, dims, false), DType::kF32, reduce_ref(x, dims, false, var_ref),
+    EXPECT_TRUE(matches(var(t, dims, false), DType::kFloat32, reduce_ref(x, dims, false, var_ref),
                         {1e-5, 0}))
         << dims.size() << " dims";
-    EXPECT_TRUE(matches(std(t, dims, false), DType::kF32, reduce_ref(x, dims, false, std_ref),
+    EXPECT_TRUE(matches(std(t, dims, false), DType::kFloat32, reduce_ref(x, dims, false, std_ref),
                         {1e-5, 0}))
         << dims.size() << " dims";
   }
@@ -244,15 +244,15 @@ TEST_F(OpsValue, VarIsAsCloseAsTorchsWhenTheSpreadIsTinyAgainstTheMean) {
 TEST_F(OpsValue, VarOfEqualValuesIsZero) {
   const Ref x = constant_ref({5, 777}, 1e5 + 0.3);
   const Tensor t = on_device(x);
-  EXPECT_TRUE(matches(var(t, {1}), DType::kF32, constant_ref({5}, 0), kExact));
-  EXPECT_TRUE(matches(std(t, {1}), DType::kF32, constant_ref({5}, 0), kExact));
+  EXPECT_TRUE(matches(var(t, {1}), DType::kFloat32, constant_ref({5}, 0), kExact));
+  EXPECT_TRUE(matches(std(t, {1}), DType::kFloat32, constant_ref({5}, 0), kExact));
 }
 
 TEST_F(OpsValue, UnbiasedVarOfOneElementIsNaN) {
   const std::vector<double> got = var(on_device(Ref{{1, 3}, {1, 2, 3}}), {0}).to_vector<double>();
   ASSERT_EQ(got.size(), 3u);
   for (double v : got) EXPECT_TRUE(std::isnan(v));
-  EXPECT_TRUE(matches(var(on_device(Ref{{1, 3}, {1, 2, 3}}), {0}, false), DType::kF32,
+  EXPECT_TRUE(matches(var(on_device(Ref{{1, 3}, {1, 2, 3}}), {0}, false), DType::kFloat32,
                       constant_ref({3}, 0), kExact));
 }
 
@@ -261,10 +261,10 @@ TEST_F(OpsValue, SoftmaxAndLogsumexpAreStableForLargeInputs) {
   std::mt19937 rng(68);
   const Ref x = random_ref(rng, {4, 6}, 80, 100);
   const Tensor t = on_device(x);
-  EXPECT_TRUE(matches(softmax(t, 1), DType::kF32, softmax_ref(x, 1, false), kTolF32));
-  EXPECT_TRUE(matches(log_softmax(t, 1), DType::kF32, softmax_ref(x, 1, true), kTolF32));
-  EXPECT_TRUE(
-      matches(logsumexp(t, {1}), DType::kF32, reduce_ref(x, {1}, false, logsumexp_of), kTolF32));
+  EXPECT_TRUE(matches(softmax(t, 1), DType::kFloat32, softmax_ref(x, 1, false), kTolF32));
+  EXPECT_TRUE(matches(log_softmax(t, 1), DType::kFloat32, softmax_ref(x, 1, true), kTolF32));
+  EXPECT_TRUE(matches(logsumexp(t, {1}), DType::kFloat32, reduce_ref(x, {1}, false, logsumexp_of),
+                      kTolF32));
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ TopKRef topk_ref(const Ref& x, int64_t k, int64_t dim, bool largest) {
                                         bool largest) {
   const TopK got = topk(on_device(x, dtype), k, dim, largest);
   const TopKRef want = topk_ref(x, k, dim, largest);
-  ::testing::AssertionResult ok = matches(got.indices, DType::kI64, want.indices, kExact);
+  ::testing::AssertionResult ok = matches(got.indices, DType::kInt64, want.indices, kExact);
   if (!ok) return ok << " (indices, k " << k << " dim " << dim << " largest " << largest << ")";
   ok = matches(got.values, dtype, want.values, kExact);
   if (!ok) return ok << " (values, k " << k << " dim " << dim << " largest " << largest << ")";
@@ -66,8 +66,8 @@ TEST_F(OpsValue, TopkAlongEachDimLargestAndSmallest) {
     const Ref x = random_ref(rng, dims, -3, 3);
     for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) {
       for (int64_t k : {int64_t{0}, int64_t{1}, dims[d] / 2, dims[d]}) {
-        EXPECT_TRUE(topk_matches(x, DType::kF32, k, d, true));
-        EXPECT_TRUE(topk_matches(x, DType::kF32, k, d, false));
+        EXPECT_TRUE(topk_matches(x, DType::kFloat32, k, d, true));
+        EXPECT_TRUE(topk_matches(x, DType::kFloat32, k, d, false));
       }
     }
   }
@@ -75,21 +75,21 @@ TEST_F(OpsValue, TopkAlongEachDimLargestAndSmallest) {
 
 TEST_F(OpsValue, TopkOfLongRowsAndOtherDtypes) {
   std::mt19937 rng(2);
-  EXPECT_TRUE(
-      topk_matches(random_ref(rng, {3, 1000}, -1, 1, DType::kF64), DType::kF64, 17, 1, true));
-  EXPECT_TRUE(
-      topk_matches(random_ref(rng, {300, 2}, -1, 1, DType::kF32), DType::kF32, 5, 0, false));
-  EXPECT_TRUE(
-      topk_matches(random_ref(rng, {2, 30}, -1, 1, DType::kBF16), DType::kBF16, 4, 1, true));
-  EXPECT_TRUE(topk_matches(random_ints(rng, {5, 8}, -100, 100), DType::kI64, 3, 1, true));
+  EXPECT_TRUE(topk_matches(random_ref(rng, {3, 1000}, -1, 1, DType::kFloat64), DType::kFloat64, 17,
+                           1, true));
+  EXPECT_TRUE(topk_matches(random_ref(rng, {300, 2}, -1, 1, DType::kFloat32), DType::kFloat32, 5, 0,
+                           false));
+  EXPECT_TRUE(topk_matches(random_ref(rng, {2, 30}, -1, 1, DType::kBFloat16), DType::kBFloat16, 4,
+                           1, true));
+  EXPECT_TRUE(topk_matches(random_ints(rng, {5, 8}, -100, 100), DType::kInt64, 3, 1, true));
 }
 
 TEST_F(OpsValue, TopkPutsEqualValuesInIndexOrderAndNaNFirst) {
   std::mt19937 rng(3);
   const Ref ties = random_ints(rng, {4, 12}, 0, 3);  // many equal values per row
   for (int64_t k : {3, 7, 12}) {
-    EXPECT_TRUE(topk_matches(ties, DType::kF32, k, 1, true));
-    EXPECT_TRUE(topk_matches(ties, DType::kF32, k, 1, false));
+    EXPECT_TRUE(topk_matches(ties, DType::kFloat32, k, 1, true));
+    EXPECT_TRUE(topk_matches(ties, DType::kFloat32, k, 1, false));
   }
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const Ref x{{6}, {1, nan, 3, -2, nan, 0}};

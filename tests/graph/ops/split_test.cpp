@@ -31,7 +31,7 @@ Ref piece_ref(const Ref& x, int64_t dim, int64_t start, int64_t length) {
   int64_t start = 0;
   for (std::size_t p = 0; p < sizes.size(); ++p) {
     ::testing::AssertionResult ok =
-        matches(got[p], DType::kF32, piece_ref(x, dim, start, sizes[p]), kExact);
+        matches(got[p], DType::kFloat32, piece_ref(x, dim, start, sizes[p]), kExact);
     if (!ok) return ok << " (piece " << p << ")";
     start += sizes[p];
   }

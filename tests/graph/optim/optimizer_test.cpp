@@ -122,19 +122,19 @@ TEST_F(Optim, LoadStateDictRejectsEntriesThatDoNotFitAndLoadsNothing) {
     EXPECT_EQ(sgd.steps(), 1);
     EXPECT_EQ(values(*nn::find(sgd.state_dict(), "state.0.momentum_buffer")), buffer);
   };
-  expect_rejected({{"state.0.momentum_buffer", zeros({2, 3}, DType::kF64)},
-                   {"state.5.momentum_buffer", zeros({3}, DType::kF64)},
-                   {"step", scalar_tensor(9, DType::kI64)}},
+  expect_rejected({{"state.0.momentum_buffer", zeros({2, 3}, DType::kFloat64)},
+                   {"state.5.momentum_buffer", zeros({3}, DType::kFloat64)},
+                   {"step", scalar_tensor(9, DType::kInt64)}},
                   "\"state.5.momentum_buffer\"");
-  expect_rejected({{"state.0.momentum_buffer", zeros({2, 3}, DType::kF64)},
-                   {"state.1.exp_avg", zeros({3}, DType::kF64)},
-                   {"step", scalar_tensor(9, DType::kI64)}},
+  expect_rejected({{"state.0.momentum_buffer", zeros({2, 3}, DType::kFloat64)},
+                   {"state.1.exp_avg", zeros({3}, DType::kFloat64)},
+                   {"step", scalar_tensor(9, DType::kInt64)}},
                   "\"state.1.exp_avg\"");
-  expect_rejected({{"state.0.momentum_buffer", zeros({2, 3}, DType::kF64)},
-                   {"state.1.momentum_buffer", zeros({2}, DType::kF64)},
-                   {"step", scalar_tensor(9, DType::kI64)}},
+  expect_rejected({{"state.0.momentum_buffer", zeros({2, 3}, DType::kFloat64)},
+                   {"state.1.momentum_buffer", zeros({2}, DType::kFloat64)},
+                   {"step", scalar_tensor(9, DType::kInt64)}},
                   "\"state.1.momentum_buffer\"");
-  expect_rejected({{"state.0.momentum_buffer", zeros({2, 3}, DType::kF64)}}, "\"step\"");
+  expect_rejected({{"state.0.momentum_buffer", zeros({2, 3}, DType::kFloat64)}}, "\"step\"");
 }
 
 // ---- clip_grad_norm_ ------------------------------------------------------------------------

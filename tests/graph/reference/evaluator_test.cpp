@@ -144,11 +144,11 @@ TEST(ReferenceElementwise, IntegerDivisionTruncatesAndRejectsZero) {
   Graph g;
   const Tensor a = g.input<int32_t>({-7, 7, std::numeric_limits<int32_t>::min(), 9}, {4});
   const Tensor b = g.input<int32_t>({2, -2, -1, 3}, {4});
-  EXPECT_EQ(g.values<int32_t>(node(Op::kDiv, DType::kI32, {4}, {a, b})),
+  EXPECT_EQ(g.values<int32_t>(node(Op::kDiv, DType::kInt32, {4}, {a, b})),
             (std::vector<int32_t>{-3, -3, std::numeric_limits<int32_t>::min(), 3}));
   const Tensor zero = g.input<int32_t>({1, 0, 1, 1}, {4});
   const std::string message = error_of([&] {
-    (void)g.run(node(Op::kDiv, DType::kI32, {4}, {a, zero}));
+    (void)g.run(node(Op::kDiv, DType::kInt32, {4}, {a, zero}));
   });
   EXPECT_NE(message.find("div(s32[4], s32[4]) -> s32[4]: integer division by zero"),
             std::string::npos)
@@ -237,31 +237,33 @@ TEST(ReferenceElementwise, CastsTruncateWrapAndRound) {
   Graph g;
   const Tensor f = g.input<float>({2.7f, -2.7f, NAN, 1e10f, -0.0f, 0.5f}, {6});
   const int32_t min = std::numeric_limits<int32_t>::min();
-  EXPECT_EQ(g.values<int32_t>(cast(f, DType::kI32)), (std::vector<int32_t>{2, -2, min, min, 0, 0}));
+  EXPECT_EQ(g.values<int32_t>(cast(f, DType::kInt32)),
+            (std::vector<int32_t>{2, -2, min, min, 0, 0}));
   EXPECT_EQ(g.values<uint8_t>(cast(f, DType::kBool)), (std::vector<uint8_t>{1, 1, 1, 1, 0, 1}));
   // 2^60 + 2^36 + 1 is just above halfway between two floats: rounded once it goes up, through
   // f64 (which drops the 1) it would tie and go down to 2^60.
   const int64_t big = (int64_t{1} << 60) + (int64_t{1} << 36) + 1;
   const Tensor i = g.input<int64_t>({big, (int64_t{1} << 32) + 5, -1}, {3});
-  EXPECT_EQ(g.values<float>(cast(i, DType::kF32))[0], std::ldexp(1.0f, 60) + std::ldexp(1.0f, 37));
-  EXPECT_EQ(g.values<int32_t>(cast(i, DType::kI32)), (std::vector<int32_t>{1, 5, -1}));
+  EXPECT_EQ(g.values<float>(cast(i, DType::kFloat32))[0],
+            std::ldexp(1.0f, 60) + std::ldexp(1.0f, 37));
+  EXPECT_EQ(g.values<int32_t>(cast(i, DType::kInt32)), (std::vector<int32_t>{1, 5, -1}));
   // bf16 rounds to nearest even: 1 + 2^-8 is halfway (to 1), 1 + 3 * 2^-8 rounds up.
   const Tensor halfway = g.input<float>({1.00390625f, 1.01171875f}, {2});
-  const CpuTensor bf16 = g.run(cast(halfway, DType::kBF16));
-  EXPECT_EQ(bf16.dtype, DType::kBF16);
+  const CpuTensor bf16 = g.run(cast(halfway, DType::kBFloat16));
+  EXPECT_EQ(bf16.dtype, DType::kBFloat16);
   EXPECT_EQ(bf16.values<float>(), (std::vector<float>{1.0f, 1.015625f}));
 }
 
 TEST(ReferenceElementwise, CreationOps) {
   Graph g;
-  expect_values(g.values<double>(full({2, 2}, 2.5, DType::kF64)), {2.5, 2.5, 2.5, 2.5});
-  expect_values(g.values<double>(ones({3}, DType::kI32)), {1, 1, 1});
+  expect_values(g.values<double>(full({2, 2}, 2.5, DType::kFloat64)), {2.5, 2.5, 2.5, 2.5});
+  expect_values(g.values<double>(ones({3}, DType::kInt32)), {1, 1, 1});
   const auto range = g.values<float>(arange(0, 1, 0.1));
   ASSERT_EQ(range.size(), 10u);
   for (int k = 0; k < 10; ++k) EXPECT_EQ(range[k], static_cast<float>(k * 0.1));
-  expect_values(g.values<double>(arange(5, -1, -2, DType::kI64)), {5, 3, 1});
-  expect_values(g.values<double>(node(Op::kFill, DType::kI32, {2}, {}, {}, {-3.9})), {-3, -3});
-  expect_values(g.values<double>(scalar_tensor(0.3, DType::kF64) * 2.0), {0.6});
+  expect_values(g.values<double>(arange(5, -1, -2, DType::kInt64)), {5, 3, 1});
+  expect_values(g.values<double>(node(Op::kFill, DType::kInt32, {2}, {}, {}, {-3.9})), {-3, -3});
+  expect_values(g.values<double>(scalar_tensor(0.3, DType::kFloat64) * 2.0), {0.6});
 }
 
 // ---- Reductions ------------------------------------------------------------------------------
@@ -290,7 +292,7 @@ TEST(ReferenceReduce, IntegerSumsWidenAndWrap) {
   const Tensor big = g.input<int64_t>({std::numeric_limits<int64_t>::max(), 1}, {2});
   EXPECT_EQ(g.values<int64_t>(sum(big))[0], std::numeric_limits<int64_t>::min());
   const CpuTensor counted = g.run(sum(g.bools({1, 0, 1, 1}, {4})));
-  EXPECT_EQ(counted.dtype, DType::kI64);
+  EXPECT_EQ(counted.dtype, DType::kInt64);
   EXPECT_EQ(counted.values<int64_t>()[0], 3);
 }
 
@@ -302,7 +304,7 @@ TEST(ReferenceReduce, EmptySetsGiveTheirIdentityOrNaN) {
   expect_values(g.values<double>(logsumexp(empty, {0})), {-kInf, -kInf, -kInf});
   // The tracer rejects an empty max; a node built directly reaches the evaluator's own check.
   const std::string message = error_of([&] {
-    (void)g.run(node(Op::kReduceMax, DType::kF32, {3}, {empty}, IntAttrs{0, 0}));
+    (void)g.run(node(Op::kReduceMax, DType::kFloat32, {3}, {empty}, IntAttrs{0, 0}));
   });
   EXPECT_NE(message.find("max(f32[0,3]) -> f32[3]: cannot reduce over a dim of size 0"),
             std::string::npos)
@@ -367,7 +369,7 @@ TEST(ReferenceLinalg, MatmulTransposedOperandsAndIntegers) {
   Graph g;
   const Tensor a = g.input<double>({1, 2, 3, 4, 5, 6}, {3, 2});  // a^T is [[1,3,5],[2,4,6]]
   const Tensor b = g.input<double>({1, 0, 1, 0, 1, 1}, {2, 3});  // b^T is [[1,0],[0,1],[1,1]]
-  expect_values(g.values<double>(node(Op::kMatmul, DType::kF64, {2, 2}, {a, b}, {1, 1})),
+  expect_values(g.values<double>(node(Op::kMatmul, DType::kFloat64, {2, 2}, {a, b}, {1, 1})),
                 {6, 8, 8, 10});
   const Tensor w = g.input<double>({1, 1, 1, 2, 0, 0}, {2, 3});
   expect_values(g.values<double>(
@@ -470,22 +472,22 @@ TEST(ReferencePooling, GradientsGoWhereTheForwardLooked) {
   const Tensor x = g.input<double>({1, 5, 2, 0, 5, 3}, {1, 1, 2, 3});
   const Tensor grad = g.input<double>({10, 100}, {1, 1, 1, 2});
   const IntAttrs max_ints{2, 2, 1, 1, 0, 0, 1, 1, 0};
-  expect_values(g.values<double>(
-                    node(Op::kMaxPool2dBackward, DType::kF64, {1, 1, 2, 3}, {x, grad}, max_ints)),
+  expect_values(g.values<double>(node(Op::kMaxPool2dBackward, DType::kFloat64, {1, 1, 2, 3},
+                                      {x, grad}, max_ints)),
                 {0, 110, 0, 0, 0, 0});
   const Tensor nan_x = g.input<double>({1, kNaN, 7, kNaN}, {1, 1, 2, 2});
-  expect_values(g.values<double>(node(Op::kMaxPool2dBackward, DType::kF64, {1, 1, 2, 2},
+  expect_values(g.values<double>(node(Op::kMaxPool2dBackward, DType::kFloat64, {1, 1, 2, 2},
                                       {nan_x, g.input<double>({3}, {1, 1, 1, 1})},
                                       {2, 2, 2, 2, 0, 0, 1, 1, 0})),
                 {0, 0, 0, 3});  // the last NaN
   // Average gradients: each window's share spread over its in-bounds taps (padding 1, kernel 2,
   // stride 2 over a 2x2 input: four windows of one tap each, divided by 4 with padding counted).
   const Tensor avg_grad = g.input<double>({4, 8, 12, 16}, {1, 1, 2, 2});
-  expect_values(g.values<double>(node(Op::kAvgPool2dBackward, DType::kF64, {1, 1, 2, 2}, {avg_grad},
-                                      {2, 2, 2, 2, 1, 1, 0, 1})),
+  expect_values(g.values<double>(node(Op::kAvgPool2dBackward, DType::kFloat64, {1, 1, 2, 2},
+                                      {avg_grad}, {2, 2, 2, 2, 1, 1, 0, 1})),
                 {1, 2, 3, 4});
-  expect_values(g.values<double>(node(Op::kAvgPool2dBackward, DType::kF64, {1, 1, 2, 2}, {avg_grad},
-                                      {2, 2, 2, 2, 1, 1, 0, 0})),
+  expect_values(g.values<double>(node(Op::kAvgPool2dBackward, DType::kFloat64, {1, 1, 2, 2},
+                                      {avg_grad}, {2, 2, 2, 2, 1, 1, 0, 0})),
                 {4, 8, 12, 16});
 }
 
@@ -566,7 +568,7 @@ TEST(ReferenceRandom, UniformIsDeterministicInSeedAndOffset) {
 
 TEST(ReferenceRandom, NormalHasMeanZeroAndUnitVariance) {
   Graph g;
-  const auto v = g.values<double>(randn({20000}, DType::kF64));
+  const auto v = g.values<double>(randn({20000}, DType::kFloat64));
   double mean = 0, square = 0;
   for (double x : v) mean += x / v.size();
   for (double x : v) square += (x - mean) * (x - mean) / v.size();
@@ -576,7 +578,7 @@ TEST(ReferenceRandom, NormalHasMeanZeroAndUnitVariance) {
 
 TEST(ReferenceRandom, IntegersCoverTheirRangeAndBernoulliItsProbability) {
   Graph g;
-  const auto ints = g.values<int32_t>(randint(-3, 4, {7000}, DType::kI32));
+  const auto ints = g.values<int32_t>(randint(-3, 4, {7000}, DType::kInt32));
   std::vector<int> counts(7, 0);
   for (int32_t v : ints) {
     ASSERT_GE(v, -3);
@@ -646,11 +648,11 @@ TEST(ReferenceEvaluator, GradientsTracedByAutogradEvaluate) {
 }
 
 TEST(ReferenceEvaluator, RejectsALeafValueOfTheWrongShape) {
-  const auto data = make_intrusive<DeviceData>(Device{}, DType::kF32, Shape{2});
-  const Tensor x(make_intrusive<TensorImpl>(DType::kF32, data));
+  const auto data = make_intrusive<DeviceData>(Device{}, DType::kFloat32, Shape{2});
+  const Tensor x(make_intrusive<TensorImpl>(DType::kFloat32, data));
   const Tensor y = x + 1.0;
   const StepGraph graph = build_step_graph(std::vector<NodePtr>{y.impl()->ir()});
-  const CpuTensor wrong{DType::kF32, Shape{3}, std::vector<std::byte>(12)};
+  const CpuTensor wrong{DType::kFloat32, Shape{3}, std::vector<std::byte>(12)};
   const std::string message = error_of([&] {
     (void)reference::evaluate(graph, [&](const DeviceData&) -> const CpuTensor& { return wrong; });
   });
