@@ -1,4 +1,7 @@
-// The user API of axle, in one include.
+// The user API of axle, in one include: tensors and ops, autograd, nn and optim, devices, steps
+// and collectives, replicas, DDP, FSDP and SPMD, metrics, and io's data loaders, parallel
+// loaders, checkpoints (with the manager and the sharded and SPMD forms), safetensors,
+// TensorBoard's SummaryWriter and the IR dumps.
 #pragma once
 
 #include "actors/host/api.h"
@@ -14,6 +17,10 @@
 #include "graph/autocast.h"
 #include "graph/autograd.h"
 #include "graph/collectives.h"
+#include "graph/dump.h"
+#include "graph/formats/error.h"
+#include "graph/formats/event_file.h"
+#include "graph/formats/safetensors.h"
 #include "graph/nn/checkpoint.h"
 #include "graph/nn/functional.h"
 #include "graph/nn/layers.h"
@@ -26,3 +33,14 @@
 #include "graph/optim/optimizer.h"
 #include "graph/spmd.h"
 #include "graph/tensor.h"
+#include "io/checkpoint.h"
+#include "io/checkpoint_manager.h"
+#include "io/data_loader.h"
+#include "io/dataset.h"
+#include "io/fake_data.h"
+#include "io/fashion_mnist.h"
+#include "io/parallel_loader.h"
+#include "io/sampler.h"
+#include "io/sharded_checkpoint.h"
+#include "io/spmd_checkpoint.h"
+#include "io/summary_writer.h"

@@ -1,5 +1,5 @@
 // graph: the lazy Tensor. A Tensor is a cheap handle to either device data or a pending IR value;
-// ops on it only trace. Reading its value (item, to_cpu) and creating it from host data need the
+// ops on it only trace. Reading its value (item, cpu) and creating it from host data need the
 // devices: those members are declared here and defined by actors/ (the layer that has devices).
 #pragma once
 
@@ -221,12 +221,12 @@ class Tensor {
   /// As item(), without blocking: the future completes when the value is on the host.
   [[nodiscard]] Future<double> item_async(
       std::source_location where = std::source_location::current()) const;
-  /// The whole value on the host.
-  [[nodiscard]] CpuTensor to_cpu(
-      std::source_location where = std::source_location::current()) const;
-  /// The whole value on the host, as torch_xla's x.cpu(): the same as to_cpu().
-  [[nodiscard]] CpuTensor cpu(std::source_location where = std::source_location::current()) const {
-    return to_cpu(where);
+  /// The whole value on the host, as torch_xla's x.cpu().
+  [[nodiscard]] CpuTensor cpu(std::source_location where = std::source_location::current()) const;
+  /// cpu(), under its name of earlier releases.
+  [[deprecated("use cpu(), torch's name")]] [[nodiscard]] CpuTensor to_cpu(
+      std::source_location where = std::source_location::current()) const {
+    return cpu(where);
   }
   [[nodiscard]] Future<CpuTensor> to_cpu_async(
       std::source_location where = std::source_location::current()) const;
@@ -234,7 +234,7 @@ class Tensor {
   template <class T>
   [[nodiscard]] std::vector<T> to_vector(
       std::source_location where = std::source_location::current()) const {
-    return to_cpu(where).values<T>();
+    return cpu(where).values<T>();
   }
   /// "tensor([[1, 2], [3, 4]], device='xla:0', dtype=f32)" (reads the value).
   [[nodiscard]] std::string to_string() const;

@@ -154,9 +154,7 @@ Future<double> Tensor::item_async(std::source_location where) const {
                             [](const CpuTensor& host) { return host.values<double>()[0]; });
 }
 
-CpuTensor Tensor::to_cpu(std::source_location where) const {
-  return read_now(*this, dtype(), where);
-}
+CpuTensor Tensor::cpu(std::source_location where) const { return read_now(*this, dtype(), where); }
 
 Future<CpuTensor> Tensor::to_cpu_async(std::source_location where) const {
   return read_later<CpuTensor>(*this, dtype(), where, [](CpuTensor host) { return host; });
@@ -166,13 +164,13 @@ Tensor Tensor::to(Device device, std::source_location where) const {
   if (!defined()) throw std::invalid_argument("cannot move an undefined tensor");
   if (this->device() == device) return *this;
   require_tensor_runtime("moving a tensor to another device").check_device(device);
-  const CpuTensor host = to_cpu(where);
+  const CpuTensor host = cpu(where);
   return tensor_from_bytes(host.bytes, host.dtype, host.shape, device, where);
 }
 
 std::string Tensor::to_string() const {
   if (!defined()) return "tensor(undefined)";
-  CpuTensor host = to_cpu();
+  CpuTensor host = cpu();
   std::vector<double> values = host.values<double>();
   std::string body;
   const Shape& s = host.shape;

@@ -20,7 +20,7 @@ void write_checkpoint(const nn::StateDict& state, const std::filesystem::path& p
   CheckpointWriter out(path, state.size());
   for (const auto& [name, tensor] : state) {
     if (!tensor.defined()) throw FileError(path, fmt::format("key \"{}\" is undefined", name));
-    const CpuTensor host = tensor.to_cpu();  // the one tensor on the host
+    const CpuTensor host = tensor.cpu();  // the one tensor on the host
     AXLE_METRIC_ADD("CheckpointHostBytes", MetricKind::kBytes,
                     static_cast<double>(host.bytes.size()));
     out.add(name, host);

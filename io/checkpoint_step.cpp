@@ -64,7 +64,7 @@ void write_tensors(const nn::StateDict& tensors, const fs::path& file) {
   CheckpointWriter out(file, tensors.size());
   for (const auto& [name, tensor] : tensors) {
     if (!tensor.defined()) throw FileError(file, fmt::format("key \"{}\" is undefined", name));
-    const CpuTensor host = tensor.to_cpu();
+    const CpuTensor host = tensor.cpu();
     AXLE_METRIC_ADD("CheckpointHostBytes", MetricKind::kBytes,
                     static_cast<double>(host.bytes.size()));
     out.add(name, host);

@@ -74,7 +74,7 @@ void SummaryWriter::add_scalar(const std::string& tag, const Tensor& scalar_valu
 
 void SummaryWriter::add_histogram(const std::string& tag, const Tensor& values, int64_t global_step,
                                   int bins) {
-  const std::vector<double> host = values.to_cpu().values<double>();
+  const std::vector<double> host = values.cpu().values<double>();
   std::lock_guard lock(mutex_);
   if (!writer_) throw std::logic_error("SummaryWriter: add_histogram after close()");
   writer_->add_histogram(tag, host, global_step, wall_seconds(), bins);

@@ -99,7 +99,7 @@ std::pair<int64_t, int64_t> test_counts(nn::Module& model, const Flags& flags, D
 uint64_t parameters_digest(const nn::Module& model) {
   uint64_t digest = 1469598103934665603ULL;  // FNV-1a
   for (const auto& [name, t] : model.state_dict()) {
-    for (std::byte b : t.to_cpu().bytes) {
+    for (std::byte b : t.cpu().bytes) {
       digest = (digest ^ static_cast<uint64_t>(b)) * 1099511628211ULL;
     }
   }
@@ -112,7 +112,7 @@ uint64_t gathered_digest(const FullyShardedDataParallel& fsdp) {
   uint64_t digest = 1469598103934665603ULL;  // FNV-1a
   const NoGradGuard no_grad;
   for (const Tensor& shard : fsdp.parameters()) {
-    for (std::byte b : all_gather(reshape(shard, {shard.numel()}), 0).to_cpu().bytes) {
+    for (std::byte b : all_gather(reshape(shard, {shard.numel()}), 0).cpu().bytes) {
       digest = (digest ^ static_cast<uint64_t>(b)) * 1099511628211ULL;
     }
   }

@@ -38,7 +38,7 @@ inline void save_weights(const nn::Module& model, const std::string& path) {
   // is a collective: every process reads, the master writes.
   if (!is_spmd() && !is_master_ordinal(/*local=*/false)) return;
   CpuTensorMap host;
-  for (const auto& [name, t] : model.state_dict()) host.emplace(name, t.to_cpu());
+  for (const auto& [name, t] : model.state_dict()) host.emplace(name, t.cpu());
   if (is_master_ordinal(/*local=*/false) && process_index() == 0) save_safetensors(path, host);
 }
 

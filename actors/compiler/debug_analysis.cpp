@@ -278,7 +278,7 @@ std::string MetricsAnalysis::look_locked() {
   if (transfers >= 2 && transfers >= steps) {
     lines.push_back(fmt::format(
         "TransferFromDeviceTime too frequent: {} counts during {} steps. Each value read "
-        "(item(), to_vector(), to_cpu()) waits for the device and cuts the graph; read values "
+        "(item(), to_vector(), cpu()) waits for the device and cuts the graph; read values "
         "in step closures (add_step_closure) or less often",
         transfers, steps));
   }

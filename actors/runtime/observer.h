@@ -73,7 +73,7 @@ class ActorObserver {
   virtual void graph_sent(SyncReason reason, Device device, Span built, ExecuteRequest& request) {}
   /// A step may overwrite `count` input buffers in place (buffer donation).
   virtual void inputs_donated(int64_t count) {}
-  /// A replica waited for a value read from a device (item(), to_cpu()).
+  /// A replica waited for a value read from a device (item(), cpu()).
   virtual void value_waited(StepBreakdown& account, Span waited) {}
 
   // --- step closures ---

@@ -21,7 +21,7 @@ class StepBreakdown {
   enum Part : int {
     kTracing,       ///< the host between steps, less its waits for input and values
     kInputWait,     ///< waiting for the next batch (ParallelLoader)
-    kValueWait,     ///< waiting for values read from the device (item(), to_cpu())
+    kValueWait,     ///< waiting for values read from the device (item(), cpu())
     kCompilerWait,  ///< the device waiting for its program
     kExecuting,     ///< the device running kernels
     kCollectives,   ///< the device waiting for its group at collectives

@@ -157,7 +157,7 @@ TEST_F(LazyConfig, Bf16StorageKeepsTheLogicalDtype) {
   EXPECT_EQ(v[0], 1.0f);
   EXPECT_EQ(v[1], 1.0f);  // 1 + 2^-8 is not representable in bf16 (8 bits of mantissa)
   EXPECT_NEAR(v[2], 3.14159f, 0.02f);
-  EXPECT_EQ(b.to_cpu().dtype, DType::kFloat32);
+  EXPECT_EQ(b.cpu().dtype, DType::kFloat32);
 }
 
 TEST_F(LazyConfig, SyncWaitMakesMarkStepWaitForTheDevice) {

@@ -2,7 +2,7 @@
 // every op of graph/op.h: each test traces ops on device tensors made with tensor(), builds the
 // step graph of the results before they run, evaluates it with the reference (inputs: the host
 // values uploaded, keyed by each input's DeviceData), then runs the step and reads the device's
-// values with to_cpu(). Shapes include broadcasting, 0-d, empty and odd sizes; dtypes f32, f64,
+// values with cpu(). Shapes include broadcasting, 0-d, empty and odd sizes; dtypes f32, f64,
 // bf16, s32, s64 and pred where the op takes them; floating inputs carry NaN, ±inf and -0.
 //
 // Tolerances: integer, bool and data-movement results must be equal, and so must casts. Floating
@@ -170,7 +170,7 @@ class Agreement {
     mark_step();
     std::vector<std::pair<CpuTensor, CpuTensor>> out;
     for (std::size_t i = 0; i < results.size(); ++i) {
-      out.emplace_back(reference[i], results[i].to_cpu());
+      out.emplace_back(reference[i], results[i].cpu());
     }
     return out;
   }
@@ -772,7 +772,7 @@ TEST(DataMovementAgreement, AnIndexOutOfRangeFailsInBoth) {
   const Tensor result =
       index_select(check.random(DType::kFloat32, {3, 2}), 0, check.input<int64_t>({1, 3}, {2}));
   EXPECT_THROW((void)check.both({result}), std::invalid_argument);  // the reference
-  EXPECT_THROW((void)result.to_cpu(), std::exception);              // the device
+  EXPECT_THROW((void)result.cpu(), std::exception);                 // the device
 }
 
 // ---- Random ----------------------------------------------------------------------------------

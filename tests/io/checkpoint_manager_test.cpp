@@ -83,7 +83,7 @@ struct SmallRun {
 
 std::vector<std::vector<std::byte>> weights(const nn::Module& model) {
   std::vector<std::vector<std::byte>> out;
-  for (const auto& [name, tensor] : model.state_dict()) out.push_back(tensor.to_cpu().bytes);
+  for (const auto& [name, tensor] : model.state_dict()) out.push_back(tensor.cpu().bytes);
   return out;
 }
 
@@ -129,7 +129,7 @@ TEST_F(CheckpointManagerTest, ARestoredRunContinuesBitForBit) {
   const nn::StateDict want = run.adam->state_dict(), got = resumed.adam->state_dict();
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].second.to_cpu().bytes, want[i].second.to_cpu().bytes) << got[i].first;
+    EXPECT_EQ(got[i].second.cpu().bytes, want[i].second.cpu().bytes) << got[i].first;
   }
 }
 

@@ -53,7 +53,7 @@ TEST_F(Checkpoint, RoundTripsEveryTensorByNameOntoTheGivenDevice) {
     EXPECT_EQ(loaded[i].second.device(), device(1));
     EXPECT_EQ(loaded[i].second.dtype(), state[i].second.dtype()) << state[i].first;
     EXPECT_EQ(loaded[i].second.shape(), state[i].second.shape()) << state[i].first;
-    EXPECT_EQ(loaded[i].second.to_cpu().bytes, state[i].second.to_cpu().bytes) << state[i].first;
+    EXPECT_EQ(loaded[i].second.cpu().bytes, state[i].second.cpu().bytes) << state[i].first;
   }
 }
 
@@ -192,7 +192,7 @@ TEST_F(Checkpoint, ModuleStateDictRoundTripsThroughAFileExactly) {
   for (std::size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].first, want[i].first);
     EXPECT_EQ(got[i].second.device(), device(0)) << got[i].first;
-    EXPECT_EQ(got[i].second.to_cpu().bytes, want[i].second.to_cpu().bytes) << got[i].first;
+    EXPECT_EQ(got[i].second.cpu().bytes, want[i].second.cpu().bytes) << got[i].first;
   }
   EXPECT_EQ(nn::find(got, "1.num_batches_tracked")->item(), 3);
 }
@@ -212,7 +212,7 @@ TEST_F(Checkpoint, TrainingResumedFromAFileContinuesTheRun) {
   train(*resumed, resumed_adam, 2);
   const nn::StateDict want = model->state_dict(), got = resumed->state_dict();
   for (std::size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].second.to_cpu().bytes, want[i].second.to_cpu().bytes) << got[i].first;
+    EXPECT_EQ(got[i].second.cpu().bytes, want[i].second.cpu().bytes) << got[i].first;
   }
 }
 

@@ -66,7 +66,7 @@ struct MeshRun {
 
 std::vector<std::vector<std::byte>> values_of(const nn::StateDict& tensors) {
   std::vector<std::vector<std::byte>> out;
-  for (const auto& [name, t] : tensors) out.push_back(t.to_cpu().bytes);
+  for (const auto& [name, t] : tensors) out.push_back(t.cpu().bytes);
   return out;
 }
 

@@ -288,7 +288,7 @@ TEST_F(SpmdProcesses, TheLoadersInputShardingPlacesEachProcesssShards) {
       EXPECT_TRUE(std::equal(first_shard.begin(), first_shard.end(),
                              want[seen][field].bytes.begin() + static_cast<std::ptrdiff_t>(offset)))
           << "field " << field;
-      EXPECT_EQ(batch[field].to_cpu().bytes, want[seen][field].bytes) << "field " << field;
+      EXPECT_EQ(batch[field].cpu().bytes, want[seen][field].bytes) << "field " << field;
     }
     ++seen;
   }

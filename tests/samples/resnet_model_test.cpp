@@ -97,7 +97,7 @@ const Tensor& entry(const nn::StateDict& state, const std::string& name) {
   return *t;
 }
 
-std::vector<double> values(const Tensor& t) { return t.to_cpu().values<double>(); }
+std::vector<double> values(const Tensor& t) { return t.cpu().values<double>(); }
 
 double mean_of(const std::vector<double>& v) {
   double s = 0;

@@ -178,7 +178,7 @@ TEST_F(OpsValue, TensorMethodsAreTheFreeFunctions) {
   same(x.to(kFloat64), cast(x, DType::kFloat64));
   same(x.to(DType::kBFloat16), cast(x, DType::kBFloat16));
   EXPECT_EQ(x.to(kFloat32).impl(), x.impl());  // already f32: the tensor itself
-  EXPECT_EQ(x.cpu().values<double>(), x.to_cpu().values<double>());
+  EXPECT_EQ(x.cpu().values<double>(), x.to_vector<double>());
   const Tensor v = on_device(random_ref(rng, {4}, -1, 1));
   same(v.t(), v);  // as torch: t() of a vector is the vector
   EXPECT_THROW((void)x.t(), ShapeError);

@@ -94,7 +94,7 @@ TEST(ReferenceRuntime, ReadingWithoutARuntimeSaysOneIsNeeded) {
   // No scope: this program has no default runtime (it links no actors).
   const Tensor t = zeros({2});
   try {
-    (void)t.to_cpu();
+    (void)t.cpu();
     FAIL() << "expected std::logic_error";
   } catch (const std::logic_error& e) {
     EXPECT_NE(std::string(e.what()).find("needs a runtime"), std::string::npos) << e.what();
