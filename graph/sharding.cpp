@@ -315,6 +315,14 @@ Mesh::Mesh(std::vector<int64_t> device_ids, std::vector<int64_t> mesh_shape,
   }
 }
 
+std::vector<std::pair<std::string, int64_t>> Mesh::shape() const {
+  std::vector<std::pair<std::string, int64_t>> axes;
+  for (std::size_t i = 0; i < shape_.size(); ++i) {
+    axes.emplace_back(names_.empty() ? std::to_string(i) : names_[i], shape_[i]);
+  }
+  return axes;
+}
+
 int Mesh::axis_index(const MeshAxis& axis) const {
   if (const auto* index = std::get_if<int>(&axis)) {
     if (*index < 0 || *index >= static_cast<int>(shape_.size())) {

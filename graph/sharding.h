@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -117,7 +118,15 @@ class Mesh {
        std::vector<std::string> axis_names = {});
 
   [[nodiscard]] const std::vector<int64_t>& device_ids() const noexcept { return device_ids_; }
-  [[nodiscard]] const std::vector<int64_t>& shape() const noexcept { return shape_; }
+  /// The axes' sizes, as torch_xla's mesh.mesh_shape.
+  [[nodiscard]] const std::vector<int64_t>& mesh_shape() const noexcept { return shape_; }
+  /// (axis name, size) in axis order, as torch_xla's mesh.shape() (an OrderedDict); an axis
+  /// without a name is named by its index ("0", "1", ...).
+  [[nodiscard]] std::vector<std::pair<std::string, int64_t>> shape() const;
+  /// The size of axis `axis` (an index or a name), as mesh.shape()[name].
+  [[nodiscard]] int64_t axis_size(const MeshAxis& axis) const {
+    return shape_[static_cast<std::size_t>(axis_index(axis))];
+  }
   [[nodiscard]] const std::vector<std::string>& axis_names() const noexcept { return names_; }
   [[nodiscard]] int64_t size() const noexcept { return static_cast<int64_t>(device_ids_.size()); }
   /// The axis `axis` names (an index or a name); throws naming the mesh's axes otherwise.

@@ -83,7 +83,7 @@ const Tensor& mark_sharding(const Tensor& tensor, const Mesh& mesh,
     ops::fail("mark_sharding",
               fmt::format("cannot shard {} by partition spec {} on a mesh of shape ({}): {}",
                           ops::describe(tensor), to_string(partition_spec),
-                          fmt::join(mesh.shape(), ", "), e.what()),
+                          fmt::join(mesh.mesh_shape(), ", "), e.what()),
               where);
   }
   const int64_t key = intern_sharding(sharding);
@@ -127,7 +127,7 @@ Tensor tensor_from_host_sharded(const CpuTensor& host, const Mesh& mesh,
     ops::fail("tensor_from_host_sharded",
               fmt::format("cannot shard {} by partition spec {} on a mesh of shape ({}): {}",
                           ops::describe(host.dtype, host.shape), to_string(partition_spec),
-                          fmt::join(mesh.shape(), ", "), e.what()),
+                          fmt::join(mesh.mesh_shape(), ", "), e.what()),
               where);
   }
   return tensor_from_bytes_sharded(host.bytes, host.dtype, host.shape, device,

@@ -209,6 +209,40 @@ class Tensor {
                             std::source_location where = std::source_location::current()) const;
   [[nodiscard]] Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
                               std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor amax(std::vector<int64_t> dims = {}, bool keepdim = false,
+                            std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor amin(std::vector<int64_t> dims = {}, bool keepdim = false,
+                            std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor softmax(int64_t dim,
+                               std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor log_softmax(
+      int64_t dim, std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor exp(std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor log(std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor sqrt(std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor abs(std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor neg(std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor relu(std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor sigmoid(std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor tanh(std::source_location where = std::source_location::current()) const;
+  /// To a power typed as a Python number: an integer one keeps an integer tensor's dtype.
+  [[nodiscard]] Tensor pow(double exponent,
+                           std::source_location where = std::source_location::current()) const;
+  template <class I>
+  requires(std::is_integral_v<I> && !std::is_same_v<I, bool>) [[nodiscard]] Tensor
+      pow(I exponent, std::source_location where = std::source_location::current()) const {
+    return pow_integer(static_cast<int64_t>(exponent), where);
+  }
+  [[nodiscard]] Tensor eq(const Tensor& other,
+                          std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor pow_integer(int64_t exponent, std::source_location where) const;
+  /// The same tensor: a lazy tensor's value is always laid out row-major, as after
+  /// torch's x.contiguous().
+  [[nodiscard]] const Tensor& contiguous() const noexcept { return *this; }
+  /// The dims, as torch's x.sizes().
+  [[nodiscard]] const Shape& sizes() const { return shape(); }
+  /// The dtype, as libtorch's x.scalar_type().
+  [[nodiscard]] DType scalar_type() const { return dtype(); }
 
   // --- value access (defined in actors/; each waits only for this tensor's value) ---
 

@@ -366,7 +366,7 @@ std::pair<int64_t, int64_t> spmd_test_counts(nn::Module& model, const Flags& fla
   model.eval();
   NoGradGuard no_grad;
   const std::shared_ptr<const Dataset> test_set = dataset(flags, Split::kTest);
-  const bool uneven_tail = test_set->size() % flags.batch_size % mesh.shape()[0] != 0;
+  const bool uneven_tail = test_set->size() % flags.batch_size % mesh.mesh_shape()[0] != 0;
   DataLoader test_loader(test_set, DataLoaderOptions{.batch_size = flags.batch_size,
                                                      .drop_last = uneven_tail,
                                                      .num_workers = flags.num_workers});

@@ -25,6 +25,11 @@ std::vector<Device> devices() {
 
 int device_count() { return LazySystem::get().device_count(); }
 
+void manual_seed(uint64_t seed) {
+  for (const Device d : devices()) set_rng_state(seed, d);
+  set_rng_state(seed, Device{});
+}
+
 std::string xla_device_hw(Device d) {
   LazySystem& system = LazySystem::get();
   (void)system.device_actor(d);

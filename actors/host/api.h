@@ -32,6 +32,9 @@ Device device();
 /// Every device of this process.
 std::vector<Device> devices();
 int device_count();
+/// Seeds the random stream of every device of this process, and of this thread's default device,
+/// on this replica, as torch.manual_seed: set_rng_state(seed, device) for each.
+void manual_seed(uint64_t seed);
 /// The hardware behind a device: "CPU".
 std::string xla_device_hw(Device device);
 

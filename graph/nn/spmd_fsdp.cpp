@@ -23,7 +23,7 @@ SpmdFullyShardedDataParallel::SpmdFullyShardedDataParallel(std::shared_ptr<nn::M
         "\"{}\" or pass SpmdFsdpOptions::axis",
         options_.axis, fmt::join(names, ", "), options_.axis));
   }
-  axis_size_ = mesh_.shape()[static_cast<std::size_t>(axis - names.begin())];
+  axis_size_ = mesh_.mesh_shape()[static_cast<std::size_t>(axis - names.begin())];
   for (const auto& [name, p] : module_->named_parameters()) {
     const int rank = p.dim();
     int chosen = -1;

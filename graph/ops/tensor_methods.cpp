@@ -57,4 +57,34 @@ Tensor Tensor::argmax(std::optional<int64_t> dim, bool keepdim, std::source_loca
   return axle::argmax(*this, dim, keepdim, where);
 }
 
+Tensor Tensor::amax(std::vector<int64_t> dims, bool keepdim, std::source_location where) const {
+  return axle::amax(*this, std::move(dims), keepdim, where);
+}
+Tensor Tensor::amin(std::vector<int64_t> dims, bool keepdim, std::source_location where) const {
+  return axle::amin(*this, std::move(dims), keepdim, where);
+}
+Tensor Tensor::softmax(int64_t dim, std::source_location where) const {
+  return axle::softmax(*this, dim, where);
+}
+Tensor Tensor::log_softmax(int64_t dim, std::source_location where) const {
+  return axle::log_softmax(*this, dim, where);
+}
+Tensor Tensor::exp(std::source_location where) const { return axle::exp(*this, where); }
+Tensor Tensor::log(std::source_location where) const { return axle::log(*this, where); }
+Tensor Tensor::sqrt(std::source_location where) const { return axle::sqrt(*this, where); }
+Tensor Tensor::abs(std::source_location where) const { return axle::abs(*this, where); }
+Tensor Tensor::neg(std::source_location where) const { return axle::neg(*this, where); }
+Tensor Tensor::relu(std::source_location where) const { return axle::relu(*this, where); }
+Tensor Tensor::sigmoid(std::source_location where) const { return axle::sigmoid(*this, where); }
+Tensor Tensor::tanh(std::source_location where) const { return axle::tanh(*this, where); }
+Tensor Tensor::pow(double exponent, std::source_location where) const {
+  return axle::pow(*this, exponent, where);
+}
+Tensor Tensor::pow_integer(int64_t exponent, std::source_location where) const {
+  return axle::pow(*this, exponent, where);
+}
+Tensor Tensor::eq(const Tensor& other, std::source_location where) const {
+  return axle::eq(*this, other, where);
+}
+
 }  // namespace axle

@@ -282,5 +282,23 @@ TEST_F(Lazy, AnErrorInAStepRunOnTheTracingThreadReachesItsReader) {
   EXPECT_EQ(pick(1).to_vector<float>(), (std::vector<float>{2, 4}));
 }
 
+// torch.manual_seed: every device's stream starts over from the seed, as set_rng_state on each.
+TEST(ManualSeed, SeedsEveryDeviceAsSetRngStateDoesForEach) {
+  LazySystem::restart(LazySystemOptions{.cpu_devices = 2});
+  const auto draw = [](Device d) { return randn({8}, kFloat32, d).to_vector<float>(); };
+  manual_seed(7);
+  const std::vector<float> first0 = draw(device(0)), first1 = draw(device(1));
+  EXPECT_EQ(get_rng_state(device(0)), 7U);
+  EXPECT_EQ(get_rng_state(device(1)), 7U);
+  EXPECT_NE(draw(device(0)), first0);  // the stream moved on
+  manual_seed(7);
+  EXPECT_EQ(draw(device(0)), first0);
+  EXPECT_EQ(draw(device(1)), first1);
+  set_rng_state(7, device(1));
+  EXPECT_EQ(draw(device(1)), first1);
+  manual_seed(8);
+  EXPECT_NE(draw(device(0)), first0);
+}
+
 }  // namespace
 }  // namespace axle

@@ -86,6 +86,19 @@ TEST(Sharding, IntsRoundTrip) {
                std::invalid_argument);
 }
 
+// torch_xla's Mesh: mesh_shape the sizes, shape() (axis name, size) in order.
+TEST(Sharding, MeshShapeNamesEachAxisSize) {
+  const Mesh named(iota_ids(8), {2, 4}, {"data", "model"});
+  EXPECT_EQ(named.mesh_shape(), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(named.shape(),
+            (std::vector<std::pair<std::string, int64_t>>{{"data", 2}, {"model", 4}}));
+  EXPECT_EQ(named.axis_size("model"), 4);
+  EXPECT_EQ(named.axis_size(0), 2);
+  EXPECT_THROW((void)named.axis_size("pipe"), std::invalid_argument);
+  const Mesh unnamed(iota_ids(6), {3, 2});
+  EXPECT_EQ(unnamed.shape(), (std::vector<std::pair<std::string, int64_t>>{{"0", 3}, {"1", 2}}));
+}
+
 TEST(Sharding, MeshAndSpecErrorsNameWhatIsWrong) {
   auto message = [](auto&& f) {
     try {

@@ -41,7 +41,7 @@ Tensor random_tensor(std::mt19937& rng, const Shape& shape) {
 TEST(HybridMesh, PutsProcessesOutermostAlongEachAxis) {
   // Two processes of four devices, processes along axis 0: each row is one process.
   const spmd::HybridMesh rows({1, 4}, {2, 1}, {"dcn", "ici"});
-  EXPECT_EQ(rows.shape(), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(rows.mesh_shape(), (std::vector<int64_t>{2, 4}));
   EXPECT_EQ(rows.device_ids(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
   // Processes along axis 1 (np.block of [[p0, p1]] with p = its devices as a 2x1 column).
   const spmd::HybridMesh columns({2, 1}, {1, 2});

@@ -117,11 +117,12 @@ const char* const kSmall = "--n_layer 2 --n_embd 64 --block_size 64 --batch_size
 const std::string kMpiJob = std::string(kSmall) + "--max_steps 60 --eval_interval 0 --log_steps 0 ";
 
 // train_gpt under mpirun: `processes` processes of `devices` devices, 2 of 2 by default (a hung
-// job ends in time).
-std::string mpirun_gpt(int processes = 2, int devices = 2) {
+// job ends in time: a replica waits `collective_timeout` seconds for the others at a meeting).
+std::string mpirun_gpt(int processes = 2, int devices = 2, int collective_timeout = 10) {
   return "timeout -k 10 120 " + std::string(AXLE_MPIEXEC) +
          " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(processes) +
-         " -x CPU_NUM_DEVICES=" + std::to_string(devices) + " -x AXLE_COLLECTIVE_TIMEOUT=10 " +
+         " -x CPU_NUM_DEVICES=" + std::to_string(devices) +
+         " -x AXLE_COLLECTIVE_TIMEOUT=" + std::to_string(collective_timeout) + " " +
          AXLE_TRAIN_GPT + " --num_devices " + std::to_string(devices) + " ";
 }
 
@@ -389,7 +390,7 @@ TEST_F(TrainerResume, SixteenReplicasTrainAsOneProcessAndResumeAfterAKill) {
   ASSERT_FALSE(want.empty());
   for (const auto& [processes, devices] : {std::pair{16, 1}, std::pair{4, 4}}) {
     const fs::path weights = dir_ / ("job" + std::to_string(processes) + ".axle");
-    const TrainerRun job = axle::testing::run_trainer(mpirun_gpt(processes, devices) + tiny +
+    const TrainerRun job = axle::testing::run_trainer(mpirun_gpt(processes, devices, 60) + tiny +
                                                       "--save " + weights.string());
     ASSERT_EQ(job.status, 0) << job.output;
     EXPECT_EQ(job.summary["world_size"], 16) << job.output;
@@ -406,8 +407,10 @@ TEST_F(TrainerResume, SixteenReplicasTrainAsOneProcessAndResumeAfterAKill) {
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 124) << "the job ran to its time limit";
   fs::copy(checkpoints, copy, fs::copy_options::recursive);
 
+  // Jobs that must finish wait longer at their meetings: 16 processes restoring on 2 cores, with
+  // the rest of the suite beside them, can keep one from a meeting for more than 10 s.
   const TrainerRun resumed = axle::testing::run_trainer(
-      mpirun_gpt(16, 1) + resumable + (dir_ / "resumed.axle").string() + " --resume");
+      mpirun_gpt(16, 1, 60) + resumable + (dir_ / "resumed.axle").string() + " --resume");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   const int64_t from = resumed.summary["resumed_from_step"].get<int64_t>();
   EXPECT_GT(from, 0) << resumed.output;
@@ -415,7 +418,7 @@ TEST_F(TrainerResume, SixteenReplicasTrainAsOneProcessAndResumeAfterAKill) {
   EXPECT_EQ(file_bytes(dir_ / "resumed.axle"), want);
 
   const TrainerRun as_four = axle::testing::run_trainer(
-      mpirun_gpt(4, 4) + tiny + "--checkpoint_dir " + copy.string() +
+      mpirun_gpt(4, 4, 60) + tiny + "--checkpoint_dir " + copy.string() +
       " --checkpoint_every 5 --save " + (dir_ / "as_four.axle").string() + " --resume");
   ASSERT_EQ(as_four.status, 0) << as_four.output;
   EXPECT_EQ(as_four.summary["resumed_from_step"], resumed.summary["resumed_from_step"]);

@@ -175,6 +175,26 @@ TEST_F(OpsValue, TensorMethodsAreTheFreeFunctions) {
   same(x.mean({0, 2}), mean(x, {0, 2}));
   same(x.argmax(1), argmax(x, 1));
   same(m.matmul(m.t()), matmul(m, transpose(m, 0, 1)));
+  same(x.amax({1}), amax(x, {1}));
+  same(x.amin({}, true), amin(x, {}, true));
+  same(x.softmax(-1), softmax(x, -1));
+  same(x.log_softmax(1), log_softmax(x, 1));
+  same(x.abs().log(), log(abs(x)));
+  same(x.exp(), exp(x));
+  same(x.abs().sqrt(), sqrt(abs(x)));
+  same(x.neg(), neg(x));
+  same(x.relu(), relu(x));
+  same(x.sigmoid(), sigmoid(x));
+  same(x.tanh(), tanh(x));
+  same(x.pow(3.0), pow(x, 3.0));
+  same(x.eq(x), eq(x, x));
+  EXPECT_EQ(x.contiguous().impl(), x.impl());
+  EXPECT_EQ(x.sizes(), x.shape());
+  EXPECT_EQ(x.scalar_type(), kFloat32);
+  const Tensor counts = cast(x.argmax(1), kInt32);
+  EXPECT_EQ(counts.pow(2).dtype(), kInt32);      // an integer power keeps the integers
+  EXPECT_EQ(counts.pow(2.0).dtype(), kFloat32);  // a floating one makes them f32, as torch
+  same(counts.pow(2), pow(counts, 2));
   same(x.to(kFloat64), cast(x, DType::kFloat64));
   same(x.to(DType::kBFloat16), cast(x, DType::kBFloat16));
   EXPECT_EQ(x.to(kFloat32).impl(), x.impl());  // already f32: the tensor itself
