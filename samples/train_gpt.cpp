@@ -402,6 +402,13 @@ TrainedRun train_steps(const Flags& flags, const Wrapped& w, optim::AdamW& optim
   double eval_seconds = 0;
   ParallelLoaderOptions loader_options;
   if (mesh) loader_options.input_sharding = InputSharding{*mesh, {"data", std::nullopt}};
+  // The run is one epoch of --max_steps batches: restored after its last step, it has none left
+  // to train, only the last step's evaluation to give again.
+  if (step >= flags.max_steps) {
+    train_loader.resume_at(0, train_loader.size());
+    run.val_loss = validation_loss(w.model(), val_split, flags, device);
+    reporter->evaluation(flags, step, run.val_loss);
+  }
   for (const DeviceBatch& batch : MpDeviceLoader(train_loader, device, loader_options)) {
     ++step;
     run.loss = train_step(flags, w, optimizer, params, batch, step, reporter);

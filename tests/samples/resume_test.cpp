@@ -426,6 +426,25 @@ TEST_F(TrainerResume, SixteenReplicasTrainAsOneProcessAndResumeAfterAKill) {
   std::printf("16 replicas: resumed from step %ld\n", static_cast<long>(from));
 }
 
+// A run killed after its last checkpoint (the last step's) but before it ended: resumed, it has
+// no step left to train and writes the weights, and gives the evaluation, of the whole run.
+TEST_F(TrainerResume, AResumeAfterTheLastStepTrainsNoMoreAndWritesTheSameWeights) {
+  for (const std::string extra : {"", "--num_devices 4 --spmd --mesh 2,2 "}) {
+    SCOPED_TRACE(extra);
+    const fs::path checkpoints = dir_ / ("last" + std::to_string(extra.size()));
+    const std::string flags = std::string(kSmall) + extra +
+                              "--max_steps 6 --checkpoint_every 2 --checkpoint_dir " +
+                              checkpoints.string() + " --save ";
+    const TrainerRun whole = train(flags + (checkpoints / "whole.axle").string());
+    ASSERT_EQ(whole.status, 0) << whole.output;
+    const TrainerRun resumed = train(flags + (checkpoints / "resumed.axle").string() + " --resume");
+    ASSERT_EQ(resumed.status, 0) << resumed.output;
+    EXPECT_EQ(resumed.summary["resumed_from_step"], 6) << resumed.output;
+    EXPECT_EQ(resumed.summary["final_val_loss"], whole.summary["final_val_loss"]);
+    EXPECT_EQ(file_bytes(checkpoints / "resumed.axle"), file_bytes(checkpoints / "whole.axle"));
+  }
+}
+
 TEST_F(TrainerResume, ResumeWithoutACheckpointStartsAfresh) {
   const fs::path checkpoints = dir_ / "none";
   const TrainerRun run =
