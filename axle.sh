@@ -16,6 +16,8 @@ PACKAGES=(
   dataset-fashion-mnist fortunes
   # benchmarks/world_growth.sh: each process's peak memory.
   time
+  # ./axle.sh docs and the test that every public name is documented.
+  doxygen
   # The fuzz targets (./axle.sh fuzz): clang with libFuzzer's runtime. Debian 12's default
   # clang (14) has no std::source_location, which axle's headers use.
   clang-16 libclang-rt-16-dev
@@ -34,6 +36,8 @@ usage: ./axle.sh COMMAND [ARGS]
   demo [FLAGS]            deps + build of the library and train_mnist when needed, then train
                           the MNIST MLP for one epoch (FLAGS go to build/bin/train_mnist,
                           e.g. --model cnn)
+  docs                    deps + configure when needed, then the API reference from the public
+                          headers with Doxygen into build/docs/html/
   bench [NAME...]         run the benchmarks (all, or e.g. 'actor'), JSON lines on stdout
   fuzz [SECONDS] [TARGET...]
                           build the parsers' libFuzzer targets with clang, ASan and UBSan into
@@ -184,6 +188,13 @@ cmd_demo() {
   "$ROOT/build/bin/train_mnist" --model mlp --num_epochs 1 "$@"
 }
 
+cmd_docs() {
+  # Doxygen over the public headers' `///` comments; needs no compiled code.
+  configure ""
+  cmake --build "$ROOT/build" --target docs
+  echo "axle: the API reference is $ROOT/build/docs/html/index.html" >&2
+}
+
 cmd_bench() {
   cmd_build
   local names=("$@")
@@ -229,6 +240,7 @@ case "${1:-help}" in
   test) shift; cmd_test "$@" ;;
   demo) shift; cmd_demo "$@" ;;
   bench) shift; cmd_bench "$@" ;;
+  docs) shift; cmd_docs "$@" ;;
   fuzz) shift; cmd_fuzz "$@" ;;
   install) shift; cmd_install "$@" ;;
   help|-h|--help) usage ;;

@@ -1,5 +1,5 @@
 // backends: what every backend shares.
-#include "backends/backend.h"
+#include "axle/backends/backend.h"
 
 #include <fmt/format.h>
 

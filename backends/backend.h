@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/executable.h"
-#include "engine/device_memory.h"
-#include "engine/unique_function.h"
+#include "axle/backends/executable.h"
+#include "axle/engine/device_memory.h"
+#include "axle/engine/unique_function.h"
 
 namespace axle {
 
@@ -46,19 +46,6 @@ class ProgramRun {
   virtual void finish_collective(IntrusivePtr<DeviceMemory> result) = 0;
   /// After advance() returned null: one buffer per output slot.
   virtual std::vector<IntrusivePtr<DeviceMemory>> take_outputs() = 0;
-};
-
-/// Memory use of one device.
-/// A step that would need more device memory than AXLE_DEVICE_MEMORY_LIMIT allows; it fails
-/// before it runs, and names the step's source line, the bytes it needs and the limit.
-class DeviceMemoryError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-struct MemoryInfo {
-  std::size_t bytes_in_use = 0;
-  std::size_t peak_bytes = 0;
 };
 
 /// A kind of device and its instances. Calls for one device come from that device's actor, one

@@ -1,5 +1,5 @@
 // backends: kernel names and the safety check of programs from outside the compiler.
-#include "backends/executable.h"
+#include "axle/backends/executable.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <array>
 #include <limits>
 
-#include "engine/hash.h"
+#include "axle/engine/hash.h"
 
 namespace axle {
 

@@ -8,11 +8,11 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/float_functions.h"
-#include "engine/dtype.h"
-#include "engine/intrusive_ptr.h"
-#include "engine/reduce_type.h"
-#include "engine/shape.h"
+#include "axle/backends/float_functions.h"
+#include "axle/engine/dtype.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/engine/reduce_type.h"
+#include "axle/engine/shape.h"
 
 namespace axle {
 

@@ -8,9 +8,9 @@
 #include <chrono>
 #include <thread>
 
+#include "axle/engine/runtime.h"
+#include "axle/engine/spawn.h"
 #include "benchmarks/report.h"
-#include "engine/runtime.h"
-#include "engine/spawn.h"
 
 namespace axle::bench {
 namespace {

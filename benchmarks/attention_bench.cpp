@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/kernel.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/kernel.h"
 #include "benchmarks/report.h"
 
 namespace axle::bench {

@@ -25,11 +25,11 @@
 #include <string>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/io/checkpoint_manager.h"
 #include "benchmarks/gpt_step.h"
 #include "benchmarks/report.h"
-#include "io/checkpoint_manager.h"
 
 namespace axle::bench {
 namespace {

@@ -31,8 +31,8 @@
 
 #include <mpi.h>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
 #include "benchmarks/report.h"
 
 namespace axle::bench {

@@ -20,10 +20,10 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/element.h"
-#include "backends/cpu/gemm.h"
-#include "backends/cpu/isa.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/gemm.h"
+#include "axle/backends/cpu/isa.h"
 #include "benchmarks/peak.h"
 #include "benchmarks/report.h"
 

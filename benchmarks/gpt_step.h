@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "axle.h"
-#include "io/training_state.h"
+#include "axle/axle.h"
+#include "axle/io/training_state.h"
 #include "samples/gpt_model.h"
 
 namespace axle::bench {

@@ -20,13 +20,13 @@
 #include <chrono>
 #include <filesystem>
 
-#include "actors/compiler/lowering.h"
-#include "actors/host/lazy_system.h"
-#include "axle.h"
+#include "axle/actors/compiler/lowering.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
+#include "axle/graph/step_graph.h"
+#include "axle/graph/trace_context.h"
 #include "benchmarks/report.h"
-#include "engine/config.h"
-#include "graph/step_graph.h"
-#include "graph/trace_context.h"
 
 namespace axle::bench {
 namespace {

@@ -23,11 +23,11 @@
 #include <thread>
 #include <vector>
 
-#include "axle.h"
+#include "axle/axle.h"
+#include "axle/io/data_loader.h"
+#include "axle/io/fake_data.h"
+#include "axle/io/parallel_loader.h"
 #include "benchmarks/report.h"
-#include "io/data_loader.h"
-#include "io/fake_data.h"
-#include "io/parallel_loader.h"
 
 namespace axle::bench {
 namespace {

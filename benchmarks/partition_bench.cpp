@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "axle/graph/ops.h"
+#include "axle/graph/passes/passes.h"
+#include "axle/graph/step_graph.h"
 #include "benchmarks/report.h"
-#include "graph/ops.h"
-#include "graph/passes/passes.h"
-#include "graph/step_graph.h"
 
 namespace axle::bench {
 namespace {

@@ -37,13 +37,13 @@
 
 #include <unistd.h>
 
-#include "axle.h"
+#include "axle/axle.h"
+#include "axle/engine/metrics.h"
+#include "axle/io/checkpoint.h"
+#include "axle/io/data_loader.h"
+#include "axle/io/fake_data.h"
+#include "axle/io/parallel_loader.h"
 #include "benchmarks/report.h"
-#include "engine/metrics.h"
-#include "io/checkpoint.h"
-#include "io/data_loader.h"
-#include "io/fake_data.h"
-#include "io/parallel_loader.h"
 #include "samples/mnist_models.h"
 
 namespace axle::bench {

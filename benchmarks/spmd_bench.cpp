@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
 #include "benchmarks/report.h"
 #include "samples/gpt_model.h"
 

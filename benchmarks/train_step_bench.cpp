@@ -57,13 +57,13 @@
 
 #include <mpi.h>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "backends/cpu/compute_pool.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/engine/config.h"
+#include "axle/engine/cores.h"
 #include "benchmarks/gpt_step.h"
 #include "benchmarks/report.h"
-#include "engine/config.h"
-#include "engine/cores.h"
 #include "samples/flag_checks.h"
 #include "samples/mnist_models.h"
 #include "samples/resnet_model.h"

@@ -35,12 +35,12 @@
 #include <variant>
 #include <vector>
 
-#include "engine/fence.h"
-#include "engine/future.h"
-#include "engine/intrusive_ptr.h"
-#include "engine/mailbox.h"
-#include "engine/scheduler.h"
-#include "engine/unique_function.h"
+#include "axle/engine/fence.h"
+#include "axle/engine/future.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/engine/mailbox.h"
+#include "axle/engine/scheduler.h"
+#include "axle/engine/unique_function.h"
 
 namespace axle {
 

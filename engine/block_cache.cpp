@@ -1,5 +1,5 @@
 // engine: the per-thread block cache's slow paths and its end with the thread.
-#include "engine/block_cache.h"
+#include "axle/engine/block_cache.h"
 
 #include <new>
 

@@ -1,6 +1,6 @@
 // engine: configuration — the lookup (code's values, then the environment) and the readers of
 // the settings table in config.h. This is the one file of axle that reads environment variables.
-#include "engine/config.h"
+#include "axle/engine/config.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,7 +15,7 @@
 #include <shared_mutex>
 #include <sstream>
 
-#include "engine/cores.h"
+#include "axle/engine/cores.h"
 
 namespace axle::config {
 namespace {

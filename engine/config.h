@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/log_level.h"
+#include "axle/engine/log_level.h"
 
 namespace axle {
 
@@ -71,8 +71,8 @@ struct RuntimeSettings {
 /// One entry of AXLE_VMODULE: the modules matching `pattern` log AXLE_VLOG lines up to
 /// `verbosity`.
 struct VmoduleRule {
-  std::string pattern;  ///< a source file's basename without extension; * and ? match any
-  int64_t verbosity = 0;
+  std::string pattern;    ///< a source file's basename without extension; * and ? match any
+  int64_t verbosity = 0;  ///< the highest AXLE_VLOG level they write
 };
 
 /// Logging (engine/log.h): read on the first log line and by reload_log_config.
@@ -152,7 +152,11 @@ struct PersistentCacheSettings {
 };
 
 /// The formats XLA_SAVE_TENSORS_FMT accepts.
-enum class SaveTensorsFormat { kText, kDot, kHlo };
+enum class SaveTensorsFormat {
+  kText,  ///< text
+  kDot,   ///< dot (Graphviz)
+  kHlo    ///< hlo: the lowered program after the compiler's passes
+};
 
 /// The lazy system (actors/host/lazy_system.h): read at LazySystem::restart.
 struct LazySettings {
@@ -247,18 +251,18 @@ struct ProcessSettings {
 
 /// Every setting.
 struct Settings {
-  RuntimeSettings runtime;
-  LogSettings log;
-  DTypeSettings dtype;
-  IrDumpSettings ir_dump;
-  PassSettings passes;
-  DeviceSettings devices;
-  PersistentCacheSettings persistent_cache;
-  LazySettings lazy;
-  AnalysisSettings analysis;
-  ProgramDumpSettings program_dump;
-  CollectiveSettings collectives;
-  ProcessSettings processes;
+  RuntimeSettings runtime;                   ///< the actor runtime's threads
+  LogSettings log;                           ///< logging
+  DTypeSettings dtype;                       ///< how ops store values
+  IrDumpSettings ir_dump;                    ///< IR dumps
+  PassSettings passes;                       ///< the compiler's passes
+  DeviceSettings devices;                    ///< the backend and its devices
+  PersistentCacheSettings persistent_cache;  ///< the persistent compile cache
+  LazySettings lazy;                         ///< the lazy system
+  AnalysisSettings analysis;                 ///< the debug analysis and the metrics reports
+  ProgramDumpSettings program_dump;          ///< dumps of compiled programs
+  CollectiveSettings collectives;            ///< collectives across replicas
+  ProcessSettings processes;                 ///< the job's processes
 };
 
 /// Reads every setting (code's values, then the environment), throwing ConfigError for the
@@ -269,15 +273,25 @@ struct Settings {
 [[nodiscard]] RuntimeSettings read_runtime_settings();
 /// With `errors`, a malformed value is described there and its default kept instead of thrown.
 [[nodiscard]] LogSettings read_log_settings(std::vector<std::string>* errors = nullptr);
+/// Reads the DTypeSettings.
 [[nodiscard]] DTypeSettings read_dtype_settings();
+/// Reads the IrDumpSettings.
 [[nodiscard]] IrDumpSettings read_ir_dump_settings();
+/// Reads the PassSettings.
 [[nodiscard]] PassSettings read_pass_settings();
+/// Reads the DeviceSettings.
 [[nodiscard]] DeviceSettings read_device_settings();
+/// Reads the PersistentCacheSettings.
 [[nodiscard]] PersistentCacheSettings read_persistent_cache_settings();
+/// Reads the LazySettings.
 [[nodiscard]] LazySettings read_lazy_settings();
+/// Reads the AnalysisSettings.
 [[nodiscard]] AnalysisSettings read_analysis_settings();
+/// Reads the ProgramDumpSettings.
 [[nodiscard]] ProgramDumpSettings read_program_dump_settings();
+/// Reads the CollectiveSettings.
 [[nodiscard]] CollectiveSettings read_collective_settings();
+/// Reads the ProcessSettings.
 [[nodiscard]] ProcessSettings read_process_settings();
 
 }  // namespace config

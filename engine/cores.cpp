@@ -1,5 +1,5 @@
 // engine: usable_cores from the process's CPU affinity.
-#include "engine/cores.h"
+#include "axle/engine/cores.h"
 
 #include <sched.h>
 #include <unistd.h>

@@ -1,11 +1,11 @@
-// engine: a block of device memory, opaque to everything but the backend that made it. Lives in
-// engine so the graph can hold device data without knowing backends, and backends can hold it
-// without knowing the graph.
+// engine: a block of device memory, opaque to everything but the backend that made it, and a
+// device's memory use. Lives in engine so the graph can hold device data without knowing
+// backends, and backends can hold it without knowing the graph.
 #pragma once
 
 #include <cstddef>
 
-#include "engine/intrusive_ptr.h"
+#include "axle/engine/intrusive_ptr.h"
 
 namespace axle {
 
@@ -18,6 +18,12 @@ class DeviceMemory : public RefCounted {
   /// True when nothing else holds this memory, so its holder may write over it. (A handle on
   /// memory several devices share is exclusive only while no other handle is left.)
   [[nodiscard]] virtual bool exclusive() const noexcept { return use_count() == 1; }
+};
+
+/// Memory use of one device (get_memory_info).
+struct MemoryInfo {
+  std::size_t bytes_in_use = 0;
+  std::size_t peak_bytes = 0;
 };
 
 }  // namespace axle

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "engine/dtype.h"
+#include "axle/engine/dtype.h"
 
 namespace axle {
 

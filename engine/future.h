@@ -14,8 +14,8 @@
 #include <utility>
 #include <variant>
 
-#include "engine/intrusive_ptr.h"
-#include "engine/unique_function.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/engine/unique_function.h"
 
 namespace axle {
 

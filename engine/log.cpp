@@ -1,5 +1,5 @@
 // engine: logging — settings, per-call-site verbosity, line layout and output.
-#include "engine/log.h"
+#include "axle/engine/log.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/config.h"
+#include "axle/engine/config.h"
 
 namespace axle::log_internal {
 namespace {

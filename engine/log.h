@@ -22,7 +22,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/log_level.h"
+#include "axle/engine/log_level.h"
 
 namespace axle {
 

@@ -5,6 +5,11 @@
 namespace axle {
 
 /// Severity of a log line; lines below the configured minimum are dropped.
-enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+enum class LogLevel : int {
+  kDebug = 0,    ///< "debug" (AXLE_LOG_LEVEL=debug or 0)
+  kInfo = 1,     ///< "info" (AXLE_LOG_LEVEL=info or 1)
+  kWarning = 2,  ///< "warning", the default minimum (AXLE_LOG_LEVEL=warning, warn or 2)
+  kError = 3     ///< "error" (AXLE_LOG_LEVEL=error or 3)
+};
 
 }  // namespace axle

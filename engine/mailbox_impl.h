@@ -6,7 +6,7 @@
 #include <deque>
 #include <mutex>
 
-#include "engine/mailbox.h"
+#include "axle/engine/mailbox.h"
 
 namespace axle {
 namespace detail {

@@ -1,5 +1,5 @@
 // engine: metrics registry and PyTorch/XLA-format reports.
-#include "engine/metrics.h"
+#include "axle/engine/metrics.h"
 
 #include <fmt/format.h>
 

@@ -28,6 +28,7 @@ inline constexpr std::size_t kDefaultMetricSamples = 1024;
 /// A named integer for hot paths: incrementing it is one relaxed atomic add, never a lock.
 class Counter {
  public:
+  /// A counter at zero, unregistered; `axle::counter()` gives one that appears in reports.
   Counter() = default;
   Counter(const Counter&) = delete;
   Counter& operator=(const Counter&) = delete;
@@ -100,10 +101,12 @@ class Metric {
 /// Adds the elapsed time of a scope, in nanoseconds, to a time metric when the scope ends.
 class ScopedTimer {
  public:
+  /// Starts timing into `metric`.
   [[nodiscard]] explicit ScopedTimer(Metric& metric) noexcept
       : metric_(metric), start_(std::chrono::steady_clock::now()) {}
   ScopedTimer(const ScopedTimer&) = delete;
   ScopedTimer& operator=(const ScopedTimer&) = delete;
+  /// Adds the elapsed time since construction to the metric.
   ~ScopedTimer();
 
  private:
@@ -173,7 +176,9 @@ using axle::short_metrics_report;
 
 }  // namespace axle
 
+/// Pastes `a` and `b` into one token as they are.
 #define AXLE_METRICS_CONCAT_INNER(a, b) a##b
+/// Pastes `a` and `b` into one token after expanding them (AXLE_TIMED's unique names).
 #define AXLE_METRICS_CONCAT(a, b) AXLE_METRICS_CONCAT_INNER(a, b)
 
 /// Adds `n` to counter `name`, looking the counter up only the first time this line runs.

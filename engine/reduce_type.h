@@ -10,8 +10,16 @@ namespace axle {
 /// How all_reduce and reduce_scatter combine the replicas' elements, as torch_xla's REDUCE_SUM,
 /// REDUCE_MUL, REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX. kAnd and kOr take pred tensors;
 /// the others any other dtype.
-enum class ReduceType : uint8_t { kSum, kMul, kAnd, kOr, kMin, kMax };
+enum class ReduceType : uint8_t {
+  kSum,  ///< the sum (REDUCE_SUM)
+  kMul,  ///< the product (REDUCE_MUL)
+  kAnd,  ///< logical and (REDUCE_AND)
+  kOr,   ///< logical or (REDUCE_OR)
+  kMin,  ///< the minimum (REDUCE_MIN)
+  kMax   ///< the maximum (REDUCE_MAX)
+};
 
+/// The number of ReduceType values.
 inline constexpr int kNumReduceTypes = 6;
 
 /// "sum", "mul", "and", "or", "min", "max".

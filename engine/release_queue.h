@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "engine/intrusive_ptr.h"
+#include "axle/engine/intrusive_ptr.h"
 
 namespace axle {
 

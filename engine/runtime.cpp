@@ -1,5 +1,5 @@
 // engine: Runtime, actor turns and failure reports.
-#include "engine/runtime.h"
+#include "axle/engine/runtime.h"
 
 #include <cxxabi.h>
 #include <fmt/format.h>
@@ -9,9 +9,9 @@
 #include <unordered_map>
 #include <utility>
 
-#include "engine/config.h"
-#include "engine/cores.h"
-#include "engine/log.h"
+#include "axle/engine/config.h"
+#include "axle/engine/cores.h"
+#include "axle/engine/log.h"
 
 namespace axle {
 namespace detail {

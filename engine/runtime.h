@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/actor.h"
-#include "engine/intrusive_ptr.h"
-#include "engine/mailbox.h"
-#include "engine/scheduler.h"
+#include "axle/engine/actor.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/engine/mailbox.h"
+#include "axle/engine/scheduler.h"
 
 namespace axle {
 

@@ -2,7 +2,7 @@
 // for a few microseconds (a message in flight usually lands within that, and waking a parked
 // thread costs far more), then parks in its asio io_context until a timer fires or a sender
 // wakes it.
-#include "engine/scheduler.h"
+#include "axle/engine/scheduler.h"
 
 #include <concurrentqueue/concurrentqueue.h>
 
@@ -12,8 +12,8 @@
 #include <asio/steady_timer.hpp>
 #include <thread>
 
-#include "engine/fence.h"
-#include "engine/log.h"
+#include "axle/engine/fence.h"
+#include "axle/engine/log.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -5,9 +5,9 @@
 #include <memory>
 #include <utility>
 
-#include "engine/actor.h"
-#include "engine/mailbox_impl.h"
-#include "engine/runtime.h"
+#include "axle/engine/actor.h"
+#include "axle/engine/mailbox_impl.h"
+#include "axle/engine/runtime.h"
 
 namespace axle {
 

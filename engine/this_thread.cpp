@@ -1,5 +1,5 @@
 // engine: objects kept for the life of their thread.
-#include "engine/this_thread.h"
+#include "axle/engine/this_thread.h"
 
 #include <cstdint>
 #include <vector>

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "engine/this_thread.h"
+#include "axle/engine/this_thread.h"
 
 namespace axle {
 

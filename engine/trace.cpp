@@ -1,5 +1,5 @@
 // engine: per-thread span buffers and the Chrome trace-event writer.
-#include "engine/trace.h"
+#include "axle/engine/trace.h"
 
 #include <fmt/format.h>
 
@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine/log.h"
+#include "axle/engine/log.h"
 
 namespace axle {
 namespace {

@@ -52,8 +52,11 @@ void record_span(std::string_view name, std::string_view category, int64_t start
 /// Records the scope as a span (user annotations, as torch_xla's xp.Trace): `Trace t("forward");`.
 class Trace {
  public:
+  /// Opens the span `name` of `category` (which must outlive the Trace; a literal does). It is
+  /// recorded only if a trace runs both now and when the scope ends.
   explicit Trace(std::string name, std::string_view category = "user")
       : name_(std::move(name)), category_(category), start_(trace_recording() ? trace_now() : 0) {}
+  /// Records the span.
   ~Trace() {
     if (start_ != 0) record_span(name_, category_, start_, trace_now());
   }

@@ -1,11 +1,11 @@
 // graph: autocast's per-thread state and its scoped region.
-#include "graph/autocast.h"
+#include "axle/graph/autocast.h"
 
 #include <fmt/format.h>
 
 #include <stdexcept>
 
-#include "graph/trace_context.h"
+#include "axle/graph/trace_context.h"
 
 namespace axle {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <source_location>
 
-#include "engine/dtype.h"
-#include "graph/device.h"
+#include "axle/engine/dtype.h"
+#include "axle/graph/device.h"
 
 namespace axle {
 
@@ -40,8 +40,11 @@ void set_autocast_dtype(DType dtype, std::source_location where = std::source_lo
 /// type the region is for; every axle device is an "xla" device, so any of them will do.
 class autocast {  // NOLINT(readability-identifier-naming): torch.autocast's name
  public:
+  /// Enters the region: autocast on in `dtype`, or off when !enabled. An enabled region's dtype
+  /// must be bf16; another throws std::invalid_argument naming `where`.
   explicit autocast(Device device = {}, DType dtype = DType::kBFloat16, bool enabled = true,
                     std::source_location where = std::source_location::current());
+  /// Leaves the region, restoring the autocast state and dtype it found.
   ~autocast();
   autocast(const autocast&) = delete;
   autocast& operator=(const autocast&) = delete;

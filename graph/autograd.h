@@ -10,8 +10,8 @@
 #include <source_location>
 #include <string_view>
 
-#include "graph/tensor.h"
-#include "graph/trace_context.h"
+#include "axle/graph/tensor.h"
+#include "axle/graph/trace_context.h"
 
 namespace axle {
 
@@ -19,19 +19,24 @@ namespace axle {
 /// part of the thread's TraceContext).
 class GradMode {
  public:
+  /// Whether grad mode is on on this thread, as at::GradMode::is_enabled().
   [[nodiscard]] static bool is_enabled() noexcept {
     const TraceContext* context = TraceContext::current_if_any();
     return context == nullptr || context->grad_enabled();
   }
+  /// Turns grad mode on or off on this thread, as at::GradMode::set_enabled(); AutoGradMode is
+  /// the scoped form.
   static void set_enabled(bool enabled) { TraceContext::current().set_grad_enabled(enabled); }
 };
 
 /// Sets grad mode to `enabled` for its scope, then restores the previous mode (at::AutoGradMode).
 class AutoGradMode {
  public:
+  /// Sets grad mode to `enabled`, remembering the previous mode.
   explicit AutoGradMode(bool enabled) : previous_(GradMode::is_enabled()) {
     GradMode::set_enabled(enabled);
   }
+  /// Restores the previous mode.
   ~AutoGradMode() { GradMode::set_enabled(previous_); }
   AutoGradMode(const AutoGradMode&) = delete;
   AutoGradMode& operator=(const AutoGradMode&) = delete;
@@ -44,6 +49,7 @@ class AutoGradMode {
 /// results that do not require grad, as for evaluation or optimizer updates.
 class NoGradGuard : public AutoGradMode {
  public:
+  /// Turns grad mode off until the scope ends.
   NoGradGuard() : AutoGradMode(false) {}
 };
 

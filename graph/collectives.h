@@ -16,11 +16,12 @@
 #include <utility>
 #include <vector>
 
-#include "engine/reduce_type.h"
-#include "graph/tensor.h"
+#include "axle/engine/reduce_type.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 
+/// Replica groups: lists of replica ordinals (see above); empty means one group of every replica.
 using ReplicaGroups = std::vector<std::vector<int>>;
 
 /// A tensor of this size or more is all-reduced on its own: flattening it into a shared buffer

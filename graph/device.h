@@ -17,7 +17,8 @@ namespace axle {
 /// calling thread's default device (xla:0, or the replica's own inside spawn), like torch_xla's
 /// per-thread default device, so creation ops and `tensor(...)` land on the replica's device.
 struct Device {
-  int ordinal = default_device_ordinal();
+  int ordinal = default_device_ordinal();  ///< the device's index in the backend
+  /// Whether `a` and `b` are the same device.
   friend bool operator==(Device a, Device b) noexcept { return a.ordinal == b.ordinal; }
   /// "xla:0", the name PyTorch/XLA gives it.
   [[nodiscard]] std::string to_string() const { return "xla:" + std::to_string(ordinal); }
@@ -27,7 +28,9 @@ struct Device {
 /// spawn gives each replica thread its own.
 class DefaultDeviceScope {
  public:
+  /// Makes `device` the default until the scope ends.
   explicit DefaultDeviceScope(Device device);
+  /// Restores the previous default.
   ~DefaultDeviceScope();
   DefaultDeviceScope(const DefaultDeviceScope&) = delete;
   DefaultDeviceScope& operator=(const DefaultDeviceScope&) = delete;
@@ -40,7 +43,9 @@ class DefaultDeviceScope {
 /// its default device and the replica count its collectives span (spawn's replicas).
 class ReplicaScope {
  public:
+  /// Makes the thread replica `device.ordinal` of `world_size` until the scope ends.
   ReplicaScope(Device device, int world_size);
+  /// Restores the previous default device and replica count.
   ~ReplicaScope();
   ReplicaScope(const ReplicaScope&) = delete;
   ReplicaScope& operator=(const ReplicaScope&) = delete;

@@ -1,11 +1,11 @@
 // graph: device data placeholders.
-#include "graph/device_data.h"
+#include "axle/graph/device_data.h"
 
 #include <fmt/format.h>
 
 #include <stdexcept>
 
-#include "engine/metrics.h"
+#include "axle/engine/metrics.h"
 
 namespace axle {
 

@@ -11,12 +11,12 @@
 #include <utility>
 #include <vector>
 
-#include "engine/device_memory.h"
-#include "engine/dtype.h"
-#include "engine/intrusive_ptr.h"
-#include "engine/shape.h"
-#include "engine/unique_function.h"
-#include "graph/device.h"
+#include "axle/engine/device_memory.h"
+#include "axle/engine/dtype.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/engine/shape.h"
+#include "axle/engine/unique_function.h"
+#include "axle/graph/device.h"
 
 namespace axle {
 

@@ -1,6 +1,6 @@
 // graph: IR dumps. Graphs run to millions of nodes in a chain, so the walk keeps its own stack;
 // recursion would overflow the thread's.
-#include "graph/dump.h"
+#include "axle/graph/dump.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,8 +8,8 @@
 #include <optional>
 #include <unordered_map>
 
-#include "engine/config.h"
-#include "graph/sharding.h"
+#include "axle/engine/config.h"
+#include "axle/graph/sharding.h"
 
 namespace axle {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/tensor.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 

@@ -1,5 +1,5 @@
 // graph: IR node construction, hashing and (iterative) destruction.
-#include "graph/ir.h"
+#include "axle/graph/ir.h"
 
 #include <fmt/format.h>
 
@@ -11,10 +11,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine/block_cache.h"
-#include "engine/hash.h"
-#include "engine/release_queue.h"
-#include "engine/thread_binding.h"
+#include "axle/engine/block_cache.h"
+#include "axle/engine/hash.h"
+#include "axle/engine/release_queue.h"
+#include "axle/engine/thread_binding.h"
 
 namespace axle {
 namespace {

@@ -8,13 +8,13 @@
 #include <span>
 #include <vector>
 
-#include "engine/dtype.h"
-#include "engine/intrusive_ptr.h"
-#include "engine/shape.h"
-#include "engine/small_vector.h"
-#include "engine/this_thread.h"
-#include "graph/device_data.h"
-#include "graph/op.h"
+#include "axle/engine/dtype.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/engine/shape.h"
+#include "axle/engine/small_vector.h"
+#include "axle/engine/this_thread.h"
+#include "axle/graph/device_data.h"
+#include "axle/graph/op.h"
 
 namespace axle {
 

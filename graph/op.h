@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "backends/float_functions.h"
+#include "axle/backends/float_functions.h"
 
 namespace axle {
 

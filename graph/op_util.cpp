@@ -1,15 +1,15 @@
 // graph: what every op's tracing shares (see op_util.h).
-#include "graph/op_util.h"
+#include "axle/graph/op_util.h"
 
 #include <fmt/format.h>
 
 #include <array>
 #include <atomic>
 
-#include "engine/config.h"
-#include "engine/metrics.h"
-#include "graph/tensor_runtime.h"
-#include "graph/trace_context.h"
+#include "axle/engine/config.h"
+#include "axle/engine/metrics.h"
+#include "axle/graph/tensor_runtime.h"
+#include "axle/graph/trace_context.h"
 
 namespace axle::ops {
 namespace {

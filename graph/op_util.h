@@ -8,9 +8,9 @@
 #include <string_view>
 #include <vector>
 
-#include "graph/ir.h"
-#include "graph/ops.h"
-#include "graph/tensor.h"
+#include "axle/graph/ir.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/tensor.h"
 
 namespace axle::ops {
 

@@ -1,4 +1,4 @@
-#include "graph/sharding.h"
+#include "axle/graph/sharding.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "engine/hash.h"
-#include "graph/tensor.h"
+#include "axle/engine/hash.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 namespace {

@@ -20,7 +20,7 @@
 #include <variant>
 #include <vector>
 
-#include "engine/shape.h"
+#include "axle/engine/shape.h"
 
 namespace axle {
 
@@ -31,11 +31,14 @@ struct ShardingSpec {
   std::vector<int64_t> tile_dims;
   /// The tile assignment: device ids in row-major order over `tile_dims`.
   std::vector<int64_t> devices;
+  /// The last entry of `tile_dims` counts the devices holding each tile (XLA's
+  /// last_tile_dim_replicate) rather than tiles of a tensor dimension.
   bool last_tile_dim_replicate = false;
 
   /// Every device holds the whole tensor.
   [[nodiscard]] static ShardingSpec replicated() { return {}; }
 
+  /// Whether every tensor dimension has one tile (every device holds the whole tensor).
   [[nodiscard]] bool is_replicated() const noexcept;
   /// Tiles along tensor dimension `dim` (1 for replicated ones and for `dim` ≥ the tiled rank).
   [[nodiscard]] int64_t tiles(int dim) const noexcept;
@@ -47,6 +50,7 @@ struct ShardingSpec {
   /// does not name the device.
   [[nodiscard]] std::vector<int64_t> tile_of(int64_t device) const;
 
+  /// Equal fields, or both replicated (whatever their fields).
   friend bool operator==(const ShardingSpec& a, const ShardingSpec& b) noexcept;
 };
 
@@ -74,12 +78,14 @@ void place_shard(std::span<std::byte> value, std::span<const std::byte> shard,
 
 /// A sharding as the ints of an IR node (for the annotation op and program dumps), and back.
 [[nodiscard]] std::vector<int64_t> encode_sharding(const ShardingSpec& sharding);
+/// encode_sharding's ints back to the sharding.
 [[nodiscard]] ShardingSpec decode_sharding(std::span<const int64_t> ints);
 
 /// Shardings outgrow an IR node's attributes, so nodes hold a key to them: a hash of the
 /// sharding (the same in every thread and process, so graph hashes stay stable). Interning
 /// keeps the sharding for `interned_sharding`, which throws for a key never interned here.
 [[nodiscard]] int64_t intern_sharding(const ShardingSpec& sharding);
+/// The sharding interned under `key`; throws std::invalid_argument for a key never interned.
 [[nodiscard]] ShardingSpec interned_sharding(int64_t key);
 
 /// A mesh axis in a partition spec: by index or by name.
@@ -89,13 +95,20 @@ using MeshAxis = std::variant<int, std::string>;
 /// tuple, as ("data", "model")), or none (`std::nullopt`) for a replicated dimension.
 class PartitionDim {
  public:
-  PartitionDim(std::nullopt_t) {}          // NOLINT(google-explicit-constructor): as Python's None
+  /// A replicated dimension (Python's None).
+  PartitionDim(std::nullopt_t) {}  // NOLINT(google-explicit-constructor): as Python's None
+  /// Sharded over the mesh axis of index `axis`.
   PartitionDim(int axis) : axes_{axis} {}  // NOLINT(google-explicit-constructor)
+  /// Sharded over the mesh axis named `axis`.
   PartitionDim(const char* axis) : axes_{std::string(axis)} {}  // NOLINT
-  PartitionDim(std::string axis) : axes_{std::move(axis)} {}    // NOLINT
+  /// As above, for a std::string name.
+  PartitionDim(std::string axis) : axes_{std::move(axis)} {}  // NOLINT
+  /// Sharded over several mesh axes at once, as a Python tuple ("data", "model").
   PartitionDim(std::initializer_list<MeshAxis> axes) : axes_(axes) {}
 
+  /// The mesh axes the dimension is sharded over, in order (empty if replicated).
   [[nodiscard]] const std::vector<MeshAxis>& axes() const noexcept { return axes_; }
+  /// Whether the dimension is replicated (sharded over no axis).
   [[nodiscard]] bool replicated() const noexcept { return axes_.empty(); }
 
  private:
@@ -117,6 +130,8 @@ class Mesh {
   Mesh(std::vector<int64_t> device_ids, std::vector<int64_t> mesh_shape,
        std::vector<std::string> axis_names = {});
 
+  /// The device ids (global ordinals), row-major over mesh_shape(), as torch_xla's
+  /// mesh.device_ids.
   [[nodiscard]] const std::vector<int64_t>& device_ids() const noexcept { return device_ids_; }
   /// The axes' sizes, as torch_xla's mesh.mesh_shape.
   [[nodiscard]] const std::vector<int64_t>& mesh_shape() const noexcept { return shape_; }
@@ -127,7 +142,9 @@ class Mesh {
   [[nodiscard]] int64_t axis_size(const MeshAxis& axis) const {
     return shape_[static_cast<std::size_t>(axis_index(axis))];
   }
+  /// The axis names, as torch_xla's mesh.axis_names (empty when the axes are unnamed).
   [[nodiscard]] const std::vector<std::string>& axis_names() const noexcept { return names_; }
+  /// The number of devices, as torch_xla's mesh.size().
   [[nodiscard]] int64_t size() const noexcept { return static_cast<int64_t>(device_ids_.size()); }
   /// The axis `axis` names (an index or a name); throws naming the mesh's axes otherwise.
   [[nodiscard]] int axis_index(const MeshAxis& axis) const;
@@ -139,6 +156,7 @@ class Mesh {
   /// twice or an unknown axis.
   [[nodiscard]] ShardingSpec sharding(const PartitionSpec& spec, int rank) const;
 
+  /// Same device ids, shape and axis names.
   friend bool operator==(const Mesh& a, const Mesh& b) noexcept;
 
  private:

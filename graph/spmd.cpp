@@ -1,13 +1,13 @@
 // graph: sharding annotations (see spmd.h).
-#include "graph/spmd.h"
+#include "axle/graph/spmd.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <stdexcept>
 
-#include "graph/op_util.h"
-#include "graph/tensor_runtime.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/tensor_runtime.h"
 
 namespace axle::spmd {
 namespace {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/sharding.h"
-#include "graph/tensor.h"
+#include "axle/graph/sharding.h"
+#include "axle/graph/tensor.h"
 
 namespace axle::spmd {
 

@@ -1,12 +1,12 @@
 // graph: post-order collection and hashing of a step's graph.
-#include "graph/step_graph.h"
+#include "axle/graph/step_graph.h"
 
-#include "graph/trace_context.h"
+#include "axle/graph/trace_context.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "engine/hash.h"
+#include "axle/engine/hash.h"
 
 namespace axle {
 namespace {

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "graph/ir.h"
+#include "axle/graph/ir.h"
 
 namespace axle {
 

@@ -1,5 +1,5 @@
 // graph: the table of sync reasons.
-#include "graph/sync_reason.h"
+#include "axle/graph/sync_reason.h"
 
 #include <array>
 #include <cstddef>

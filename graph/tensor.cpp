@@ -1,13 +1,13 @@
 // graph: tensor handles and their bookkeeping.
-#include "graph/tensor.h"
+#include "axle/graph/tensor.h"
 
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
 
-#include "engine/element.h"
-#include "engine/metrics.h"
-#include "engine/thread_binding.h"
+#include "axle/engine/element.h"
+#include "axle/engine/metrics.h"
+#include "axle/engine/thread_binding.h"
 
 namespace axle {
 namespace {

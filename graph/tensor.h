@@ -13,14 +13,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "engine/dtype.h"
-#include "engine/future.h"
-#include "engine/intrusive_ptr.h"
-#include "engine/shape.h"
-#include "engine/this_thread.h"
-#include "graph/device.h"
-#include "graph/device_data.h"
-#include "graph/ir.h"
+#include "axle/engine/dtype.h"
+#include "axle/engine/future.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/engine/shape.h"
+#include "axle/engine/this_thread.h"
+#include "axle/graph/device.h"
+#include "axle/graph/device_data.h"
+#include "axle/graph/ir.h"
 
 namespace axle {
 
@@ -30,6 +30,7 @@ class PendingTensors;
 struct AutogradMeta;
 /// Deletes an AutogradMeta where its type is complete, so this header needs only its name.
 struct AutogradMetaDeleter {
+  /// Deletes `meta`.
   void operator()(AutogradMeta* meta) const noexcept;
 };
 
@@ -60,11 +61,17 @@ class TensorImpl final : public RefCounted {
   TensorImpl(DType logical_dtype, IntrusivePtr<DeviceData> data);
   ~TensorImpl() override;
 
+  /// The logical dtype: what the tensor reports, whatever dtype stores it on the device.
   [[nodiscard]] DType dtype() const noexcept { return dtype_; }
+  /// The dims.
   [[nodiscard]] const Shape& shape() const noexcept { return shape_; }
+  /// The device the value is on.
   [[nodiscard]] Device device() const noexcept { return device_; }
+  /// The pending IR value, or null while the tensor holds device data.
   [[nodiscard]] const NodePtr& ir() const noexcept { return ir_; }
+  /// The device data holding the value, or null while the value is pending IR.
   [[nodiscard]] const IntrusivePtr<DeviceData>& data() const noexcept { return data_; }
+  /// Whether the value is pending IR (not yet executed) rather than device data.
   [[nodiscard]] bool pending_ir() const noexcept { return static_cast<bool>(ir_); }
 
   /// The IR value an op consumes: the pending node, or a device-data leaf for the data (one per
@@ -115,11 +122,13 @@ class TensorImpl final : public RefCounted {
 
 /// Host copy of a tensor's value, in its logical dtype.
 struct CpuTensor {
-  DType dtype = DType::kFloat32;
-  Shape shape;
-  std::vector<std::byte> bytes;  ///< row-major elements
+  DType dtype = DType::kFloat32;  ///< the elements' dtype
+  Shape shape;                    ///< the dims
+  std::vector<std::byte> bytes;   ///< row-major elements
 
+  /// An f32 of shape [] with no bytes yet.
   CpuTensor() = default;
+  /// `bytes` as the row-major elements of `dtype` in `shape`, taken as they are (unchecked).
   CpuTensor(DType dtype, const Shape& shape, std::vector<std::byte> bytes = {})
       : dtype(dtype), shape(shape), bytes(std::move(bytes)) {}
   /// The elements `values` (row-major) in T's dtype, as torch::tensor(values).reshape(shape):
@@ -128,9 +137,11 @@ struct CpuTensor {
   template <class T>
   CpuTensor(std::span<const T> values, const Shape& shape)
       : CpuTensor(dtype_of<T>(), shape, copy_elements(std::as_bytes(values), shape, sizeof(T))) {}
+  /// As above, from a std::vector.
   template <class T>
   CpuTensor(const std::vector<T>& values, const Shape& shape)
       : CpuTensor(std::span<const T>(values), shape) {}
+  /// As above, from a braced list of values.
   template <class T>
   CpuTensor(std::initializer_list<T> values, const Shape& shape)
       : CpuTensor(std::span<const T>(values.begin(), values.size()), shape) {}
@@ -148,18 +159,28 @@ struct CpuTensor {
 /// A lazy tensor handle (cheap to copy; copies share the value).
 class Tensor {
  public:
+  /// An undefined tensor: defined() is false.
   Tensor() = default;
+  /// A handle to `impl`.
   explicit Tensor(IntrusivePtr<TensorImpl> impl) noexcept : impl_(std::move(impl)) {}
 
+  /// Whether the handle refers to a tensor, as torch's x.defined().
   [[nodiscard]] bool defined() const noexcept { return static_cast<bool>(impl_); }
+  /// The (logical) element type, as torch's x.dtype().
   [[nodiscard]] DType dtype() const { return impl_->dtype(); }
+  /// The dims, as torch's x.shape.
   [[nodiscard]] const Shape& shape() const { return impl_->shape(); }
+  /// The number of dims, as torch's x.dim().
   [[nodiscard]] int dim() const { return impl_->shape().rank(); }
   /// Size of dimension `d` (negative counts from the end).
   [[nodiscard]] int64_t size(int d) const;
+  /// The number of elements, as torch's x.numel().
   [[nodiscard]] int64_t numel() const { return impl_->shape().numel(); }
+  /// The device the tensor is on, as torch's x.device.
   [[nodiscard]] Device device() const { return impl_->device(); }
+  /// The state behind the handle; null when undefined.
   [[nodiscard]] TensorImpl* impl() const noexcept { return impl_.get(); }
+  /// As impl(), as the owning reference.
   [[nodiscard]] const IntrusivePtr<TensorImpl>& impl_ptr() const noexcept { return impl_; }
   /// Moves the handle's reference out, leaving the handle undefined.
   [[nodiscard]] IntrusivePtr<TensorImpl> take_impl() noexcept { return std::move(impl_); }
@@ -183,58 +204,85 @@ class Tensor {
   /// The product with the matrix `other`; both must be 2-d, as torch's x.mm(other).
   [[nodiscard]] Tensor mm(const Tensor& other,
                           std::source_location where = std::source_location::current()) const;
+  /// The product with `other`, batch dims broadcast, as torch's x.matmul(other).
   [[nodiscard]] Tensor matmul(const Tensor& other,
                               std::source_location where = std::source_location::current()) const;
   /// The 2-d (or lower) tensor transposed, as torch's x.t().
   [[nodiscard]] Tensor t(std::source_location where = std::source_location::current()) const;
+  /// Dims `dim0` and `dim1` swapped, as torch's x.transpose(dim0, dim1).
   [[nodiscard]] Tensor transpose(
       int64_t dim0, int64_t dim1,
       std::source_location where = std::source_location::current()) const;
+  /// The dims reordered to `dims`, as torch's x.permute(dims).
   [[nodiscard]] Tensor permute(std::vector<int64_t> dims,
                                std::source_location where = std::source_location::current()) const;
+  /// The same elements in `shape` (one dim may be -1), as torch's x.reshape(shape).
   [[nodiscard]] Tensor reshape(std::vector<int64_t> shape,
                                std::source_location where = std::source_location::current()) const;
+  /// Same as reshape(), as torch's x.view(shape).
   [[nodiscard]] Tensor view(std::vector<int64_t> shape,
                             std::source_location where = std::source_location::current()) const;
+  /// Dims `start_dim` to `end_dim` merged into one, as torch's x.flatten(start_dim, end_dim).
   [[nodiscard]] Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1,
                                std::source_location where = std::source_location::current()) const;
+  /// A dim of size 1 inserted at `dim`, as torch's x.unsqueeze(dim).
   [[nodiscard]] Tensor unsqueeze(
       int64_t dim, std::source_location where = std::source_location::current()) const;
+  /// Dim `dim` removed if its size is 1 (else the same dims), as torch's x.squeeze(dim).
   [[nodiscard]] Tensor squeeze(int64_t dim,
                                std::source_location where = std::source_location::current()) const;
   /// Over `dims` (every dim when empty), as torch's x.sum(dims, keepdim).
   [[nodiscard]] Tensor sum(std::vector<int64_t> dims = {}, bool keepdim = false,
                            std::source_location where = std::source_location::current()) const;
+  /// The mean over `dims` (every dim when empty) of a floating-point tensor, as torch's
+  /// x.mean(dims, keepdim).
   [[nodiscard]] Tensor mean(std::vector<int64_t> dims = {}, bool keepdim = false,
                             std::source_location where = std::source_location::current()) const;
+  /// Index (s64) of the first maximum along `dim`, or in the flattened tensor without one, as
+  /// torch's x.argmax(dim, keepdim).
   [[nodiscard]] Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
                               std::source_location where = std::source_location::current()) const;
+  /// The maximum over `dims` (every dim when empty), as torch's x.amax(dims, keepdim).
   [[nodiscard]] Tensor amax(std::vector<int64_t> dims = {}, bool keepdim = false,
                             std::source_location where = std::source_location::current()) const;
+  /// The minimum over `dims` (every dim when empty), as torch's x.amin(dims, keepdim).
   [[nodiscard]] Tensor amin(std::vector<int64_t> dims = {}, bool keepdim = false,
                             std::source_location where = std::source_location::current()) const;
+  /// Softmax along `dim`, as torch's x.softmax(dim).
   [[nodiscard]] Tensor softmax(int64_t dim,
                                std::source_location where = std::source_location::current()) const;
+  /// log(softmax) along `dim`, as torch's x.log_softmax(dim).
   [[nodiscard]] Tensor log_softmax(
       int64_t dim, std::source_location where = std::source_location::current()) const;
+  /// e^x elementwise, as torch's x.exp(); integers give f32.
   [[nodiscard]] Tensor exp(std::source_location where = std::source_location::current()) const;
+  /// The natural logarithm, as torch's x.log(); integers give f32.
   [[nodiscard]] Tensor log(std::source_location where = std::source_location::current()) const;
+  /// The square root, as torch's x.sqrt(); integers give f32.
   [[nodiscard]] Tensor sqrt(std::source_location where = std::source_location::current()) const;
+  /// The absolute value, as torch's x.abs().
   [[nodiscard]] Tensor abs(std::source_location where = std::source_location::current()) const;
+  /// -x, as torch's x.neg().
   [[nodiscard]] Tensor neg(std::source_location where = std::source_location::current()) const;
+  /// max(x, 0), as torch's x.relu().
   [[nodiscard]] Tensor relu(std::source_location where = std::source_location::current()) const;
+  /// 1 / (1 + e^-x), as torch's x.sigmoid(); integers give f32.
   [[nodiscard]] Tensor sigmoid(std::source_location where = std::source_location::current()) const;
+  /// The hyperbolic tangent, as torch's x.tanh(); integers give f32.
   [[nodiscard]] Tensor tanh(std::source_location where = std::source_location::current()) const;
   /// To a power typed as a Python number: an integer one keeps an integer tensor's dtype.
   [[nodiscard]] Tensor pow(double exponent,
                            std::source_location where = std::source_location::current()) const;
+  /// As above, to an integer power: an integer tensor keeps its dtype.
   template <class I>
   requires(std::is_integral_v<I> && !std::is_same_v<I, bool>) [[nodiscard]] Tensor
       pow(I exponent, std::source_location where = std::source_location::current()) const {
     return pow_integer(static_cast<int64_t>(exponent), where);
   }
+  /// Elementwise equality as a pred (bool) tensor, as torch's x.eq(other).
   [[nodiscard]] Tensor eq(const Tensor& other,
                           std::source_location where = std::source_location::current()) const;
+  /// pow() to an integer power; what the integer overload of pow() calls.
   [[nodiscard]] Tensor pow_integer(int64_t exponent, std::source_location where) const;
   /// The same tensor: a lazy tensor's value is always laid out row-major, as after
   /// torch's x.contiguous().
@@ -248,6 +296,7 @@ class Tensor {
 
   /// The single element's value (executes the tensor's pending graph first if it has one).
   [[nodiscard]] double item(std::source_location where = std::source_location::current()) const;
+  /// As item(), cast to T, as libtorch's x.item<T>().
   template <class T>
   [[nodiscard]] T item(std::source_location where = std::source_location::current()) const {
     return static_cast<T>(item(where));
@@ -262,6 +311,7 @@ class Tensor {
       std::source_location where = std::source_location::current()) const {
     return cpu(where);
   }
+  /// As cpu(), without blocking: the future completes when the value is on the host.
   [[nodiscard]] Future<CpuTensor> to_cpu_async(
       std::source_location where = std::source_location::current()) const;
   /// The elements converted to T.
@@ -320,11 +370,14 @@ Tensor tensor_from_bytes_sharded(std::span<const std::byte> bytes, DType dtype, 
                                  Device device, int64_t sharding,
                                  std::source_location where = std::source_location::current());
 
+/// Creates a tensor on `device` holding `values` (row-major, copied) in T's dtype, as
+/// torch::tensor(values).reshape(shape).
 template <class T>
 Tensor tensor(std::span<const T> values, const Shape& shape, Device device = {},
               std::source_location where = std::source_location::current()) {
   return tensor_from_bytes(std::as_bytes(values), dtype_of<T>(), shape, device, where);
 }
+/// As above, from a std::vector.
 template <class T>
 Tensor tensor(const std::vector<T>& values, const Shape& shape, Device device = {},
               std::source_location where = std::source_location::current()) {
@@ -351,6 +404,7 @@ class PendingTensors final : public RefCounted {
 
   /// The tensors on `device` (all devices when null), as handles, oldest first.
   [[nodiscard]] std::vector<Tensor> tensors(const Device* device = nullptr);
+  /// How many tensors the list holds, on every device.
   [[nodiscard]] std::size_t count();
 
  private:

@@ -6,11 +6,11 @@
 #include <cstring>
 #include <memory>
 
-#include "engine/element.h"
-#include "graph/op_util.h"
-#include "graph/sharding.h"
-#include "graph/tensor.h"
-#include "graph/tensor_runtime.h"
+#include "axle/engine/element.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/sharding.h"
+#include "axle/graph/tensor.h"
+#include "axle/graph/tensor_runtime.h"
 
 namespace axle {
 namespace {

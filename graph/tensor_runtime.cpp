@@ -1,5 +1,5 @@
 // graph: which runtime tensors use.
-#include "graph/tensor_runtime.h"
+#include "axle/graph/tensor_runtime.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "graph/tensor.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 namespace {

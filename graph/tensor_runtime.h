@@ -12,14 +12,14 @@
 #include <span>
 #include <vector>
 
-#include "engine/dtype.h"
-#include "engine/future.h"
-#include "engine/intrusive_ptr.h"
-#include "engine/shape.h"
-#include "graph/device.h"
-#include "graph/device_data.h"
-#include "graph/ir.h"
-#include "graph/sync_reason.h"
+#include "axle/engine/dtype.h"
+#include "axle/engine/future.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/engine/shape.h"
+#include "axle/graph/device.h"
+#include "axle/graph/device_data.h"
+#include "axle/graph/ir.h"
+#include "axle/graph/sync_reason.h"
 
 namespace axle {
 

@@ -1,9 +1,9 @@
 // graph: trace contexts: the per-replica trace state above the nodes and tensors it records.
-#include "graph/trace_context.h"
+#include "axle/graph/trace_context.h"
 
 #include <memory>
 
-#include "engine/thread_binding.h"
+#include "axle/engine/thread_binding.h"
 
 namespace axle {
 namespace {

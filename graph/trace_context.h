@@ -11,10 +11,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/intrusive_ptr.h"
-#include "engine/this_thread.h"
-#include "graph/ir.h"
-#include "graph/tensor.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/engine/this_thread.h"
+#include "axle/graph/ir.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 

@@ -1,17 +1,17 @@
 // io: checkpoints of device tensors, written and read through the checkpoint codec
 // (graph/formats/checkpoint_codec.h) one tensor at a time.
-#include "io/checkpoint.h"
+#include "axle/io/checkpoint.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <optional>
 
-#include "actors/host/api.h"
-#include "actors/host/replicas.h"
-#include "engine/metrics.h"
-#include "graph/formats/checkpoint_codec.h"
-#include "graph/formats/error.h"
+#include "axle/actors/host/api.h"
+#include "axle/actors/host/replicas.h"
+#include "axle/engine/metrics.h"
+#include "axle/graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/error.h"
 
 namespace axle {
 namespace {

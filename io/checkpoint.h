@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "graph/nn/module.h"
+#include "axle/graph/nn/module.h"
 
 namespace axle {
 

@@ -2,7 +2,7 @@
 // (graph/formats/checkpoint_codec.h), the host state and the random streams as JSON, and the
 // commit file, written last, lists every file's size and CRC-32: a step is whole once its commit
 // file is there, and a restore checks every file against it before it changes anything.
-#include "io/checkpoint_manager.h"
+#include "axle/io/checkpoint_manager.h"
 
 #include <fmt/format.h>
 
@@ -17,20 +17,20 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "actors/host/api.h"
-#include "actors/host/lazy_system.h"
-#include "actors/host/replicas.h"
-#include "actors/runtime/stop_note.h"
-#include "engine/log.h"
-#include "engine/metrics.h"
-#include "engine/spawn.h"
-#include "graph/formats/atomic_file.h"
-#include "graph/formats/checkpoint_codec.h"
-#include "graph/formats/error.h"
-#include "graph/formats/step_commit.h"
-#include "graph/trace_context.h"
-#include "io/checkpoint_step.h"
-#include "io/checkpoint_writer.h"
+#include "axle/actors/host/api.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/host/replicas.h"
+#include "axle/actors/runtime/stop_note.h"
+#include "axle/engine/log.h"
+#include "axle/engine/metrics.h"
+#include "axle/engine/spawn.h"
+#include "axle/graph/formats/atomic_file.h"
+#include "axle/graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/formats/step_commit.h"
+#include "axle/graph/trace_context.h"
+#include "axle/io/checkpoint_step.h"
+#include "axle/io/checkpoint_writer.h"
 
 namespace axle {
 namespace {

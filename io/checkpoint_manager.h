@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "io/training_state.h"
+#include "axle/io/training_state.h"
 
 namespace axle {
 
@@ -31,7 +31,10 @@ class CheckpointManager {
  public:
   /// What save_async does while `max_pending_async` saves are still being written: wait for the
   /// oldest (torch_xla's behaviour), or skip this step's save and go on.
-  enum class WhenBusy { kWait, kSkip };
+  enum class WhenBusy {
+    kWait,  ///< wait for the oldest save in flight
+    kSkip   ///< skip this step's save
+  };
 
   /// Manages the steps under `path` (created if missing). With `max_to_keep` > 0, a save
   /// removes the oldest steps beyond that many; otherwise every step is kept. With
@@ -91,6 +94,7 @@ class CheckpointManager {
   /// nn::StateDictError is thrown.
   std::optional<int64_t> restore_latest(TrainingState& state);
 
+  /// The directory the steps are saved under.
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
  private:

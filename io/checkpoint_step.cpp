@@ -1,5 +1,5 @@
 // io: the files of one step's directory (io/checkpoint_step.h).
-#include "io/checkpoint_step.h"
+#include "axle/io/checkpoint_step.h"
 
 #include <fmt/format.h>
 
@@ -8,13 +8,13 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "actors/host/lazy_system.h"
-#include "actors/host/replicas.h"
-#include "engine/metrics.h"
-#include "graph/formats/atomic_file.h"
-#include "graph/formats/checkpoint_codec.h"
-#include "graph/formats/error.h"
-#include "graph/sharding.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/host/replicas.h"
+#include "axle/engine/metrics.h"
+#include "axle/graph/formats/atomic_file.h"
+#include "axle/graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/sharding.h"
 
 namespace axle::checkpoint_step {
 namespace {

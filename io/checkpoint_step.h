@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "graph/trace_context.h"
-#include "io/training_state.h"
+#include "axle/graph/trace_context.h"
+#include "axle/io/training_state.h"
 
 namespace axle::checkpoint_step {
 

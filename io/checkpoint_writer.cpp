@@ -1,5 +1,5 @@
 // io: CheckpointManager's writer (io/checkpoint_writer.h).
-#include "io/checkpoint_writer.h"
+#include "axle/io/checkpoint_writer.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -11,9 +11,9 @@
 #include <charconv>
 #include <exception>
 
-#include "graph/formats/checkpoint_codec.h"
-#include "graph/formats/error.h"
-#include "io/checkpoint_step.h"
+#include "axle/graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/error.h"
+#include "axle/io/checkpoint_step.h"
 
 namespace axle::checkpoint_step {
 namespace {

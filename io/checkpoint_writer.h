@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/actor.h"
-#include "graph/formats/step_commit.h"
-#include "graph/tensor.h"
+#include "axle/engine/actor.h"
+#include "axle/graph/formats/step_commit.h"
+#include "axle/graph/tensor.h"
 
 namespace axle::checkpoint_step {
 

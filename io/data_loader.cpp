@@ -1,7 +1,7 @@
 // io: the DataLoader's epochs. Workers take batch numbers in order from a shared counter and
 // file their results under that number; the iterator takes them back in order. A window bounds
 // how far the workers run ahead, so memory stays at a few batches whatever the epoch's length.
-#include "io/data_loader.h"
+#include "axle/io/data_loader.h"
 
 #include <fmt/format.h>
 
@@ -16,7 +16,7 @@
 #include <thread>
 #include <utility>
 
-#include "io/splitmix.h"
+#include "axle/io/splitmix.h"
 
 namespace axle {
 namespace {

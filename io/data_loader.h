@@ -12,8 +12,8 @@
 #include <string>
 #include <utility>
 
-#include "io/dataset.h"
-#include "io/sampler.h"
+#include "axle/io/dataset.h"
+#include "axle/io/sampler.h"
 
 namespace axle {
 
@@ -40,10 +40,14 @@ struct DataLoaderState {
   int64_t batch = 0;    ///< batches of it the loop has taken
   int64_t batches = 0;  ///< batches per epoch
   int64_t samples = 0;  ///< samples per epoch (the sampler's, or the dataset's)
+  /// The loader's DataLoaderOptions::batch_size.
   int64_t batch_size = 1;
+  /// The loader's DataLoaderOptions::shuffle.
   bool shuffle = false;
+  /// The loader's DataLoaderOptions::seed.
   uint64_t seed = 0;
 
+  /// Field-by-field equality.
   friend bool operator==(const DataLoaderState&, const DataLoaderState&) = default;
 };
 
@@ -85,13 +89,16 @@ class DataLoader {
   /// Moving keeps the epoch in progress and its iterators valid; assigning over a loader stops
   /// that loader's epoch first.
   DataLoader(DataLoader&&) noexcept;
+  /// As above, for move assignment.
   DataLoader& operator=(DataLoader&&) noexcept;
 
   /// Samples per epoch: the sampler's, or the dataset's.
   [[nodiscard]] int64_t samples_per_epoch() const;
   /// Batches per epoch (len(loader) in PyTorch).
   [[nodiscard]] int64_t size() const noexcept { return num_batches_; }
+  /// The dataset the batches come from.
   [[nodiscard]] const Dataset& dataset() const noexcept { return *dataset_; }
+  /// The options the loader was made with.
   [[nodiscard]] const DataLoaderOptions& options() const noexcept { return options_; }
   /// The epoch the next begin() starts: 0 at first, one more after each begin().
   [[nodiscard]] int64_t epoch() const noexcept { return next_epoch_; }
@@ -125,6 +132,7 @@ class DataLoader {
 
   /// Starts an epoch (stopping one in progress) and waits for its first batch.
   [[nodiscard]] Iterator begin();
+  /// The end of the epoch, for range-for: an iterator past its last batch compares equal to it.
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
 
  private:
@@ -142,25 +150,34 @@ class DataLoader {
 /// Walks one epoch's batches; compares equal to end() after the last.
 class DataLoader::Iterator {
  public:
+  /// A single-pass input iterator.
   using iterator_concept = std::input_iterator_tag;
+  /// The host batch the iterator holds.
   using value_type = Batch;
+  /// Signed distance type, as std::input_iterator requires.
   using difference_type = std::ptrdiff_t;
 
   Iterator() = default;
+  /// Moves the position and the current batch.
   Iterator(Iterator&&) noexcept = default;
+  /// As above, for move assignment.
   Iterator& operator=(Iterator&&) noexcept = default;
 
+  /// The current batch.
   [[nodiscard]] const Batch& operator*() const noexcept { return batch_; }
+  /// As above, by pointer.
   [[nodiscard]] const Batch* operator->() const noexcept { return &batch_; }
   /// Moves the current batch out, for a consumer that keeps batches (the ParallelLoader's
   /// reader); the iterator holds none until the next ++.
   [[nodiscard]] Batch take() noexcept { return std::move(batch_); }
   /// Moves to the next batch, waiting for it; throws the error of a batch that failed.
   Iterator& operator++();
+  /// As operator++(), returning nothing (input iterators need not return a copy).
   void operator++(int) { ++*this; }
   /// Index of the current batch in the epoch.
   [[nodiscard]] int64_t index() const noexcept { return index_; }
 
+  /// Whether `it` is past the epoch's last batch (or default-constructed).
   friend bool operator==(const Iterator& it, std::default_sentinel_t) noexcept {
     return it.epoch_ == nullptr;
   }

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "graph/tensor.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 

@@ -1,13 +1,13 @@
 // io: FakeData draws each sample from its own counter-based stream, so no state is shared
 // between the loader's worker threads.
-#include "io/fake_data.h"
+#include "axle/io/fake_data.h"
 
 #include <fmt/format.h>
 
 #include <cstring>
 #include <stdexcept>
 
-#include "io/splitmix.h"
+#include "axle/io/splitmix.h"
 
 namespace axle {
 

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "engine/shape.h"
-#include "io/dataset.h"
+#include "axle/engine/shape.h"
+#include "axle/io/dataset.h"
 
 namespace axle {
 
@@ -28,6 +28,7 @@ class FakeData final : public Dataset {
   [[nodiscard]] int64_t size() const override { return options_.size; }
   /// {input f32 sample_shape, label s64 []}.
   [[nodiscard]] Sample get(int64_t index) const override;
+  /// The options the dataset was made with.
   [[nodiscard]] const FakeDataOptions& options() const noexcept { return options_; }
 
  private:

@@ -1,6 +1,6 @@
 // io: Fashion-MNIST keeps the files' u8 pixels and converts one image per get(), as torchvision
 // does: 47 MB for the training set instead of 188 MB of f32.
-#include "io/fashion_mnist.h"
+#include "axle/io/fashion_mnist.h"
 
 #include <fmt/format.h>
 
@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "graph/formats/error.h"
-#include "graph/formats/idx.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/formats/idx.h"
 
 namespace axle {
 namespace {

@@ -8,12 +8,15 @@
 #include <string_view>
 #include <vector>
 
-#include "io/dataset.h"
+#include "axle/io/dataset.h"
 
 namespace axle {
 
 /// Which half of a dataset: the training set or the held-out test set.
-enum class Split : uint8_t { kTrain, kTest };
+enum class Split : uint8_t {
+  kTrain,  ///< the training set (the train-* files)
+  kTest    ///< the test set (the t10k-* files)
+};
 
 /// Fashion-MNIST: 28x28 grey images of clothing in 10 classes, 60,000 for training and 10,000
 /// for testing. Samples are {image f32 [1,28,28] in [0,1], label s64 []}, as torchvision's
@@ -22,7 +25,9 @@ class FashionMnist final : public Dataset {
  public:
   /// Where Debian's dataset-fashion-mnist package installs the files.
   static constexpr std::string_view kDefaultDir = "/usr/share/datasets/fashion-mnist";
+  /// The number of classes (labels 0 to 9).
   static constexpr int64_t kNumClasses = 10;
+  /// The height and width of each image, in pixels.
   static constexpr int64_t kSide = 28;
   /// The class names, indexed by label.
   static constexpr std::array<std::string_view, kNumClasses> kClassNames = {

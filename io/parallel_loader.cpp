@@ -1,6 +1,6 @@
 // io: the ParallelLoader — a DataLoader as the LoaderActor's batch source, and the per-device
 // iteration that marks steps.
-#include "io/parallel_loader.h"
+#include "axle/io/parallel_loader.h"
 
 #include <fmt/format.h>
 
@@ -9,10 +9,10 @@
 #include <stdexcept>
 #include <utility>
 
-#include "actors/host/api.h"
-#include "actors/host/replica_host.h"
-#include "actors/runtime/device_feed.h"
-#include "graph/spmd.h"
+#include "axle/actors/host/api.h"
+#include "axle/actors/host/replica_host.h"
+#include "axle/actors/runtime/device_feed.h"
+#include "axle/graph/spmd.h"
 
 namespace axle {
 namespace {

@@ -11,10 +11,11 @@
 #include <optional>
 #include <vector>
 
-#include "graph/device.h"
-#include "graph/sharding.h"
-#include "graph/tensor.h"
-#include "io/data_loader.h"
+#include "axle/actors/runtime/errors.h"
+#include "axle/graph/device.h"
+#include "axle/graph/sharding.h"
+#include "axle/graph/tensor.h"
+#include "axle/io/data_loader.h"
 
 namespace axle {
 
@@ -28,7 +29,9 @@ using DeviceBatch = std::vector<Tensor>;
 /// spec's length takes the spec; any other field (labels beside images) is split along
 /// `batchdim` by the spec's entry for that dimension, its other dimensions replicated.
 struct InputSharding {
+  /// The mesh the batches are laid out over (ShardingSpec's mesh).
   Mesh mesh;
+  /// The mesh axes of each dimension of a batch field (ShardingSpec's partition_spec).
   PartitionSpec partition_spec;
 };
 
@@ -82,14 +85,17 @@ class ParallelLoader {
   ParallelLoader& operator=(const ParallelLoader&) = delete;
   /// Per-device loaders keep working across a move.
   ParallelLoader(ParallelLoader&&) noexcept;
+  /// As above, for move assignment; the loader assigned over first stops as when destroyed.
   ParallelLoader& operator=(ParallelLoader&&) noexcept;
 
   /// The stream of batches of `device`, one of devices(); throws std::invalid_argument for
   /// another device.
   [[nodiscard]] PerDeviceLoader per_device_loader(Device device) const;
+  /// The devices fed, in the order batches are dealt to them.
   [[nodiscard]] const std::vector<Device>& devices() const noexcept;
   /// Batches each device gets per epoch.
   [[nodiscard]] int64_t per_device_size() const noexcept;
+  /// The options the loader was made with.
   [[nodiscard]] const ParallelLoaderOptions& options() const noexcept { return options_; }
 
  private:
@@ -111,9 +117,11 @@ class PerDeviceLoader {
   /// device of the loader has finished (or left) the previous one; a begin() during an epoch
   /// leaves that epoch first.
   [[nodiscard]] Iterator begin() const;
+  /// The end of the epoch, for range-for: an iterator past its last batch compares equal to it.
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
   /// Batches per epoch (len(per_device_loader) in PyTorch/XLA).
   [[nodiscard]] int64_t size() const noexcept { return size_; }
+  /// The device whose batches these are.
   [[nodiscard]] Device device() const noexcept { return device_; }
 
  private:
@@ -141,27 +149,36 @@ class PerDeviceLoader {
 /// device's batches; batches already handed out stay valid.
 class PerDeviceLoader::Iterator {
  public:
+  /// A single-pass input iterator.
   using iterator_concept = std::input_iterator_tag;
+  /// The device batch the iterator holds.
   using value_type = DeviceBatch;
+  /// Signed distance type, as std::input_iterator requires.
   using difference_type = std::ptrdiff_t;
 
   Iterator() = default;
   ~Iterator();
+  /// Takes over `other`'s place in the epoch; `other` is then at the end.
   Iterator(Iterator&& other) noexcept;
+  /// As above, for move assignment; this iterator leaves its own epoch first.
   Iterator& operator=(Iterator&& other) noexcept;
   Iterator(const Iterator&) = delete;
   Iterator& operator=(const Iterator&) = delete;
 
+  /// The current batch.
   [[nodiscard]] const DeviceBatch& operator*() const noexcept { return batch_; }
+  /// As above, by pointer.
   [[nodiscard]] const DeviceBatch* operator->() const noexcept { return &batch_; }
   /// Marks a step when batches_per_execution batches went by since the last one, then waits for
   /// the next batch (marking a step for batches not yet stepped at the end). Throws LoaderError
   /// when the batch could not be loaded; the iterator is then at the end.
   Iterator& operator++();
+  /// As operator++(), returning nothing (input iterators need not return a copy).
   void operator++(int) { ++*this; }
   /// Index of the current batch in this device's epoch.
   [[nodiscard]] int64_t index() const noexcept { return index_; }
 
+  /// Whether `it` is past this device's last batch of the epoch (or default-constructed).
   friend bool operator==(const Iterator& it, std::default_sentinel_t) noexcept {
     return it.feed_ == nullptr;
   }
@@ -188,7 +205,9 @@ class MpDeviceLoader {
   MpDeviceLoader(DataLoader& loader, Device device, ParallelLoaderOptions options = {})
       : parallel_(loader, {device}, options), per_device_(parallel_.per_device_loader(device)) {}
 
+  /// Starts the next epoch and waits for its first batch, as PerDeviceLoader::begin().
   [[nodiscard]] PerDeviceLoader::Iterator begin() const { return per_device_.begin(); }
+  /// The end of the epoch, for range-for.
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
   /// Batches per epoch: the DataLoader's.
   [[nodiscard]] int64_t size() const noexcept { return per_device_.size(); }

@@ -1,5 +1,5 @@
 // io: DistributedSampler's epochs.
-#include "io/sampler.h"
+#include "axle/io/sampler.h"
 
 #include <fmt/format.h>
 
@@ -7,8 +7,8 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "actors/host/replicas.h"
-#include "io/splitmix.h"
+#include "axle/actors/host/replicas.h"
+#include "axle/io/splitmix.h"
 
 namespace axle {
 

@@ -19,6 +19,7 @@ class Sampler {
   [[nodiscard]] virtual int64_t size() const = 0;
 };
 
+/// How a DistributedSampler splits and orders the samples. The defaults are PyTorch's.
 struct DistributedSamplerOptions {
   /// Replicas the data is split among; -1: world_size().
   int num_replicas = -1;
@@ -46,9 +47,13 @@ class DistributedSampler final : public Sampler {
   /// [0, num_replicas).
   explicit DistributedSampler(int64_t dataset_size, DistributedSamplerOptions options = {});
 
+  /// Makes indices() give epoch `epoch`'s share (DistributedSampler.set_epoch).
   void set_epoch(int64_t epoch) noexcept { epoch_ = epoch; }
+  /// The epoch indices() gives: the last set_epoch's, 0 at first.
   [[nodiscard]] int64_t epoch() const noexcept { return epoch_; }
+  /// Replicas the data is split among (world_size() when the options left it at -1).
   [[nodiscard]] int num_replicas() const noexcept { return options_.num_replicas; }
+  /// This replica's share (global_ordinal() when the options left it at -1).
   [[nodiscard]] int rank() const noexcept { return options_.rank; }
   /// Samples across every replica: size() * num_replicas().
   [[nodiscard]] int64_t total_size() const noexcept { return num_samples_ * options_.num_replicas; }

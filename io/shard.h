@@ -7,10 +7,12 @@
 #include <memory>
 #include <stdexcept>
 
-#include "io/dataset.h"
+#include "axle/io/dataset.h"
 
 namespace axle {
 
+/// Replica `rank`'s share of `dataset` among `num_replicas`: sample i is the dataset's sample
+/// i * num_replicas + rank, and the tail that does not split evenly is left out.
 class ShardedDataset final : public Dataset {
  public:
   /// Throws std::invalid_argument for a null dataset or a rank outside [0, num_replicas).

@@ -1,6 +1,6 @@
 // io: consolidating FSDP's sharded checkpoints: the files are put together on the host by
 // graph/formats/shard_metadata.h, then moved onto the device.
-#include "io/sharded_checkpoint.h"
+#include "axle/io/sharded_checkpoint.h"
 
 #include <fnmatch.h>
 
@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <vector>
 
-#include "graph/formats/checkpoint_codec.h"
-#include "graph/formats/safetensors.h"
-#include "graph/formats/shard_metadata.h"
-#include "graph/tensor.h"
-#include "io/checkpoint.h"
+#include "axle/graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/safetensors.h"
+#include "axle/graph/formats/shard_metadata.h"
+#include "axle/graph/tensor.h"
+#include "axle/io/checkpoint.h"
 
 namespace axle {
 namespace {

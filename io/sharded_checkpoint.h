@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "graph/device.h"
-#include "graph/nn/module.h"
+#include "axle/graph/device.h"
+#include "axle/graph/nn/module.h"
 
 namespace axle {
 
@@ -28,6 +28,7 @@ nn::StateDict consolidate_sharded_model_checkpoints(const std::string& ckpt_pref
                                                     const std::string& save_path = "",
                                                     Device device = {});
 
+/// Deprecated: the old name of consolidate_sharded_model_checkpoints, which it calls.
 [[deprecated("use consolidate_sharded_model_checkpoints, torch_xla's name")]] inline nn::StateDict
 consolidate_sharded_checkpoints(const std::string& ckpt_prefix,
                                 const std::string& ckpt_suffix = "*.ckpt",

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "engine/hash.h"
+#include "axle/engine/hash.h"
 
 namespace axle::detail {
 

@@ -1,5 +1,5 @@
 // io: distributed checkpoints of SPMD state (see spmd_checkpoint.h).
-#include "io/spmd_checkpoint.h"
+#include "axle/io/spmd_checkpoint.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "actors/host/replicas.h"
-#include "graph/autograd.h"
-#include "graph/formats/error.h"
-#include "graph/formats/safetensors.h"
-#include "graph/sharding.h"
-#include "graph/tensor_runtime.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/host/replicas.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/formats/safetensors.h"
+#include "axle/graph/sharding.h"
+#include "axle/graph/tensor_runtime.h"
 
 namespace axle {
 namespace {

@@ -1,5 +1,5 @@
 // io: SummaryWriter (see summary_writer.h).
-#include "io/summary_writer.h"
+#include "axle/io/summary_writer.h"
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
@@ -10,10 +10,10 @@
 #include <ctime>
 #include <stdexcept>
 
-#include "actors/host/replica_host.h"
-#include "actors/runtime/step_breakdown.h"
-#include "graph/formats/error.h"
-#include "graph/formats/event_file.h"
+#include "axle/actors/host/replica_host.h"
+#include "axle/actors/runtime/step_breakdown.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/formats/event_file.h"
 
 namespace axle {
 namespace {

@@ -10,16 +10,18 @@
 #include <string>
 #include <vector>
 
-#include "graph/tensor.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 
 class EventFileWriter;
 
+/// torch.utils.tensorboard.SummaryWriter: scalars and histograms appended to one TensorBoard event
+/// file of a log directory.
 class SummaryWriter {
  public:
-  /// Writes into `log_dir` (created if missing; default runs/<date>_<host>, as PyTorch's), to
-  /// events.out.tfevents.<seconds>.<host>.<pid>.<n>. Throws FileError when it cannot.
+  /// Writes into `log_dir` (created if missing; default `runs/<date>_<host>`, as PyTorch's), to
+  /// `events.out.tfevents.<seconds>.<host>.<pid>.<n>`. Throws FileError when it cannot.
   explicit SummaryWriter(std::filesystem::path log_dir = {});
   ~SummaryWriter();
   SummaryWriter(const SummaryWriter&) = delete;
@@ -42,6 +44,7 @@ class SummaryWriter {
   /// flush(); later adds throw std::logic_error.
   void close();
 
+  /// The log directory (the default one when none was given).
   [[nodiscard]] const std::filesystem::path& log_dir() const noexcept { return log_dir_; }
   /// The event file being written.
   [[nodiscard]] std::filesystem::path file() const;

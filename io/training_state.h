@@ -1,10 +1,10 @@
 // io: what a checkpoint of a run holds (CheckpointManager's TrainingState).
 #pragma once
 
-#include "graph/nn/module.h"
-#include "graph/optim/lr_scheduler.h"
-#include "graph/optim/optimizer.h"
-#include "io/data_loader.h"
+#include "axle/graph/nn/module.h"
+#include "axle/graph/optim/lr_scheduler.h"
+#include "axle/graph/optim/optimizer.h"
+#include "axle/io/data_loader.h"
 
 namespace axle {
 

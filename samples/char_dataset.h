@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "io/dataset.h"
-#include "io/sampler.h"
+#include "axle/io/dataset.h"
+#include "axle/io/sampler.h"
 #include "samples/char_corpus.h"
 
 namespace axle::samples {

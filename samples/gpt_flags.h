@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "axle.h"
+#include "axle/axle.h"
 #include "samples/char_corpus.h"
 #include "samples/flag_checks.h"
 #include "samples/resume.h"

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "axle.h"
+#include "axle/axle.h"
 
 namespace axle::samples {
 

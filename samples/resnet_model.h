@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "axle.h"
+#include "axle/axle.h"
 
 namespace axle::samples {
 

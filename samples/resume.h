@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "io/checkpoint_manager.h"
+#include "axle/io/checkpoint_manager.h"
 #include "samples/flag_checks.h"
 
 namespace axle::samples {

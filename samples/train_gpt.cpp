@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "axle.h"
-#include "io/checkpoint.h"
-#include "io/data_loader.h"
-#include "io/parallel_loader.h"
-#include "io/summary_writer.h"
+#include "axle/axle.h"
+#include "axle/io/checkpoint.h"
+#include "axle/io/data_loader.h"
+#include "axle/io/parallel_loader.h"
+#include "axle/io/summary_writer.h"
 #include "samples/char_corpus.h"
 #include "samples/char_dataset.h"
 #include "samples/flag_checks.h"

@@ -21,11 +21,11 @@
 #include <utility>
 #include <vector>
 
-#include "axle.h"
-#include "io/data_loader.h"
-#include "io/fake_data.h"
-#include "io/parallel_loader.h"
-#include "io/summary_writer.h"
+#include "axle/axle.h"
+#include "axle/io/data_loader.h"
+#include "axle/io/fake_data.h"
+#include "axle/io/parallel_loader.h"
+#include "axle/io/summary_writer.h"
 #include "samples/flag_checks.h"
 #include "samples/resnet_model.h"
 #include "samples/resume.h"

@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <string>
 
-#include "axle.h"
-#include "graph/formats/safetensors.h"
-#include "io/checkpoint.h"
-#include "io/sharded_checkpoint.h"
+#include "axle/axle.h"
+#include "axle/graph/formats/safetensors.h"
+#include "axle/io/checkpoint.h"
+#include "axle/io/sharded_checkpoint.h"
 
 namespace axle::samples {
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "axle.h"
+#include "axle/axle.h"
 #include "samples/gpt_model.h"
 
 namespace axle::gpt_steps {

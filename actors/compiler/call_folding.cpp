@@ -1,5 +1,5 @@
 // actors: lowering's folds.
-#include "actors/compiler/call_folding.h"
+#include "axle/actors/compiler/call_folding.h"
 
 #include <algorithm>
 #include <span>

@@ -1,5 +1,5 @@
 // actors: LRU compile cache.
-#include "actors/compiler/compile_cache.h"
+#include "axle/actors/compiler/compile_cache.h"
 
 namespace axle {
 

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "backends/executable.h"
+#include "axle/backends/executable.h"
 
 namespace axle {
 

@@ -1,6 +1,6 @@
 // actors: the blocks PT_XLA_DEBUG_LEVEL prints, and the memory of earlier graphs per source line
 // that names the reason for a recompilation.
-#include "actors/compiler/debug_analysis.h"
+#include "axle/actors/compiler/debug_analysis.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/metrics.h"
-#include "graph/sharding.h"
+#include "axle/engine/metrics.h"
+#include "axle/graph/sharding.h"
 
 namespace axle {
 namespace {

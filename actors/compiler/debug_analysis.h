@@ -13,9 +13,9 @@
 #include <string>
 #include <string_view>
 
-#include "backends/executable.h"
-#include "graph/step_graph.h"
-#include "graph/sync_reason.h"
+#include "axle/backends/executable.h"
+#include "axle/graph/step_graph.h"
+#include "axle/graph/sync_reason.h"
 
 namespace axle {
 

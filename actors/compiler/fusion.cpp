@@ -1,10 +1,10 @@
 // actors: elementwise fusion, with trailing reductions.
-#include "actors/compiler/fusion.h"
+#include "axle/actors/compiler/fusion.h"
 
 #include <algorithm>
 #include <span>
 
-#include "actors/compiler/kernel_map.h"
+#include "axle/actors/compiler/kernel_map.h"
 
 namespace axle {
 namespace {

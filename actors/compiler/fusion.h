@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "backends/executable.h"
-#include "graph/passes/program.h"
+#include "axle/backends/executable.h"
+#include "axle/graph/passes/program.h"
 
 namespace axle {
 

@@ -1,5 +1,5 @@
 // actors: the op-to-kernel map.
-#include "actors/compiler/kernel_map.h"
+#include "axle/actors/compiler/kernel_map.h"
 
 #include <fmt/format.h>
 

@@ -2,8 +2,8 @@
 // planner and its lowering share.
 #pragma once
 
-#include "backends/executable.h"
-#include "graph/op.h"
+#include "axle/backends/executable.h"
+#include "axle/graph/op.h"
 
 namespace axle {
 

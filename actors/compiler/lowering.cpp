@@ -1,16 +1,16 @@
 // actors: IR-to-Executable lowering.
-#include "actors/compiler/lowering.h"
+#include "axle/actors/compiler/lowering.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "actors/compiler/call_folding.h"
-#include "actors/compiler/fusion.h"
-#include "actors/compiler/kernel_map.h"
-#include "actors/compiler/memory_plan.h"
-#include "graph/collectives.h"
+#include "axle/actors/compiler/call_folding.h"
+#include "axle/actors/compiler/fusion.h"
+#include "axle/actors/compiler/kernel_map.h"
+#include "axle/actors/compiler/memory_plan.h"
+#include "axle/graph/collectives.h"
 
 namespace axle {
 

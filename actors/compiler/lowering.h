@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "backends/executable.h"
-#include "graph/passes/passes.h"
-#include "graph/step_graph.h"
+#include "axle/backends/executable.h"
+#include "axle/graph/passes/passes.h"
+#include "axle/graph/step_graph.h"
 
 namespace axle {
 

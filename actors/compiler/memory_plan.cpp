@@ -1,5 +1,5 @@
 // actors: memory planning.
-#include "actors/compiler/memory_plan.h"
+#include "axle/actors/compiler/memory_plan.h"
 
 #include <algorithm>
 #include <map>

@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "backends/executable.h"
+#include "axle/backends/executable.h"
 
 namespace axle {
 

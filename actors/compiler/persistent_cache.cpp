@@ -1,7 +1,7 @@
 // actors: the persistent compile cache. The only file that sees the protobuf messages
 // (actors/compiler/persistent_cache.proto): encode() and decode() below are the one place an
 // Executable becomes bytes and back.
-#include "actors/compiler/persistent_cache.h"
+#include "axle/actors/compiler/persistent_cache.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -20,10 +20,10 @@
 #include <unordered_set>
 
 #include "actors/compiler/persistent_cache.pb.h"
-#include "engine/hash.h"
-#include "engine/log.h"
-#include "graph/formats/atomic_file.h"
-#include "graph/formats/error.h"
+#include "axle/engine/hash.h"
+#include "axle/engine/log.h"
+#include "axle/graph/formats/atomic_file.h"
+#include "axle/graph/formats/error.h"
 
 #ifndef AXLE_VERSION_STRING
 #error "AXLE_VERSION_STRING (the project version) is defined by actors/CMakeLists.txt"

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/executable.h"
+#include "axle/backends/executable.h"
 
 namespace axle {
 

@@ -1,5 +1,5 @@
 // actors: program and graph dumps.
-#include "actors/compiler/program_dump.h"
+#include "axle/actors/compiler/program_dump.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <mutex>
 
-#include "engine/config.h"
-#include "engine/log.h"
-#include "graph/sharding.h"
+#include "axle/engine/config.h"
+#include "axle/engine/log.h"
+#include "axle/graph/sharding.h"
 
 namespace axle {
 

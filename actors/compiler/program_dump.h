@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "backends/executable.h"
-#include "graph/step_graph.h"
+#include "axle/backends/executable.h"
+#include "axle/graph/step_graph.h"
 
 namespace axle {
 

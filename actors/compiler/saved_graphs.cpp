@@ -1,15 +1,15 @@
 // actors: appending synced graphs to XLA_SAVE_TENSORS_FILE.
-#include "actors/compiler/saved_graphs.h"
+#include "axle/actors/compiler/saved_graphs.h"
 
 #include <fmt/format.h>
 
 #include <cstdio>
 
-#include "actors/compiler/lowering.h"
-#include "actors/compiler/program_dump.h"
-#include "engine/log.h"
-#include "graph/dump.h"
-#include "graph/step_graph.h"
+#include "axle/actors/compiler/lowering.h"
+#include "axle/actors/compiler/program_dump.h"
+#include "axle/engine/log.h"
+#include "axle/graph/dump.h"
+#include "axle/graph/step_graph.h"
 
 namespace axle {
 namespace {

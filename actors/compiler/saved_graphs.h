@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/config.h"
-#include "graph/tensor.h"
+#include "axle/engine/config.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 

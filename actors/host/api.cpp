@@ -1,11 +1,11 @@
 // actors: devices and steps — the user API, on the calling replica's host and the process root.
-#include "actors/host/api.h"
+#include "axle/actors/host/api.h"
 
 #include <memory>
 #include <stdexcept>
 
-#include "actors/host/lazy_system.h"
-#include "actors/host/replica_host.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/host/replica_host.h"
 
 namespace axle {
 

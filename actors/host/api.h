@@ -10,13 +10,13 @@
 #include <utility>
 #include <vector>
 
-#include "actors/host/device_runtime.h"
-#include "actors/runtime/step_closure_error.h"
-#include "backends/backend.h"
-#include "engine/trace.h"
-#include "graph/device.h"
-#include "graph/ops.h"
-#include "graph/tensor.h"
+#include "axle/actors/host/device_runtime.h"
+#include "axle/actors/runtime/errors.h"
+#include "axle/engine/device_memory.h"
+#include "axle/engine/trace.h"
+#include "axle/graph/device.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 
@@ -31,6 +31,7 @@ Device device(int ordinal);
 Device device();
 /// Every device of this process.
 std::vector<Device> devices();
+/// Number of devices of this process, as torch_xla.device_count().
 int device_count();
 /// Seeds the random stream of every device of this process, and of this thread's default device,
 /// on this replica, as torch.manual_seed: set_rng_state(seed, device) for each.
@@ -51,6 +52,7 @@ inline void sync(bool wait = false, std::source_location where = std::source_loc
 /// step is marked and that exception goes on alone (two at once would end the program).
 class StepScope {
  public:
+  /// Opens the scope; `where` is the source line its mark_step reports.
   explicit StepScope(std::source_location where = std::source_location::current())
       : where_(where) {}
   ~StepScope() noexcept(false) {
@@ -99,6 +101,7 @@ void initialize_cache(const std::string& path, bool readonly = false);
 
 /// Executes every op as it is traced (XLA_USE_EAGER_DEBUG_MODE=1 does the same).
 void eager_mode(bool enabled);
+/// Whether eager mode is on (eager_mode, or XLA_USE_EAGER_DEBUG_MODE=1).
 [[nodiscard]] bool is_eager_mode();
 
 /// Suspends eager execution on this thread (this replica) for its lifetime: compile(fn) traces
@@ -120,6 +123,7 @@ void compiled_step(std::source_location where);
 void loader_step(std::source_location where);
 }  // namespace detail
 
+/// torch_xla.compile: `fn` wrapped so that each call traces it as one graph and marks the step.
 template <class F>
 auto compile(F fn, std::source_location where = std::source_location::current()) {
   return [fn = std::move(fn), where](auto&&... args) {
@@ -135,6 +139,7 @@ auto compile(F fn, std::source_location where = std::source_location::current())
 /// step is not marked.
 class StepTrace {
  public:
+  /// Opens the span "<name> step <step>"; `where` is the source line its mark_step reports.
   StepTrace(std::string_view name, int64_t step,
             std::source_location where = std::source_location::current())
       : span_(std::string(name) + " step " + std::to_string(step), "user"),

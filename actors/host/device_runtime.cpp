@@ -1,16 +1,16 @@
 // actors: the device runtime.
-#include "actors/host/device_runtime.h"
+#include "axle/actors/host/device_runtime.h"
 
 #include <fmt/format.h>
 
 #include <chrono>
 #include <memory>
 
-#include "actors/host/lazy_system.h"
-#include "actors/host/replica_host.h"
-#include "actors/host/spmd_runtime.h"
-#include "graph/tensor.h"
-#include "graph/tensor_runtime.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/host/replica_host.h"
+#include "axle/actors/host/spmd_runtime.h"
+#include "axle/graph/tensor.h"
+#include "axle/graph/tensor_runtime.h"
 
 namespace axle {
 namespace {

@@ -1,4 +1,4 @@
-#include "actors/host/finite_check.h"
+#include "axle/actors/host/finite_check.h"
 
 #include <fmt/format.h>
 
@@ -7,11 +7,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "actors/host/spmd_runtime.h"
-#include "actors/runtime/device_actor.h"
-#include "engine/element.h"
-#include "graph/reference/evaluator.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/host/spmd_runtime.h"
+#include "axle/actors/runtime/device_actor.h"
+#include "axle/engine/element.h"
+#include "axle/graph/reference/evaluator.h"
 
 namespace axle {
 namespace {

@@ -8,17 +8,12 @@
 #include <span>
 #include <stdexcept>
 
-#include "engine/intrusive_ptr.h"
-#include "graph/device_data.h"
-#include "graph/step_graph.h"
+#include "axle/actors/runtime/errors.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/graph/device_data.h"
+#include "axle/graph/step_graph.h"
 
 namespace axle {
-
-/// A step produced a NaN or an infinity; names the op that first did, and its source line.
-class NonFiniteError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 /// Throws NonFiniteError when a floating output of the step `graph` (already run, its results
 /// `outputs` ready, its inputs not donated) holds a NaN or an infinity. `where` is where the

@@ -1,5 +1,5 @@
 // actors: the process-wide lazy runtime.
-#include "actors/host/lazy_system.h"
+#include "axle/actors/host/lazy_system.h"
 
 #include <fmt/format.h>
 
@@ -9,12 +9,12 @@
 #include <fstream>
 #include <mutex>
 
-#include "actors/runtime/replica_exchange.h"
-#include "actors/runtime/standard_observers.h"
-#include "engine/config.h"
-#include "engine/log.h"
-#include "engine/spawn.h"
-#include "engine/trace.h"
+#include "axle/actors/runtime/replica_exchange.h"
+#include "axle/actors/runtime/standard_observers.h"
+#include "axle/engine/config.h"
+#include "axle/engine/log.h"
+#include "axle/engine/spawn.h"
+#include "axle/engine/trace.h"
 
 namespace axle {
 namespace {

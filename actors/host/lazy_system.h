@@ -14,17 +14,17 @@
 #include <string>
 #include <vector>
 
-#include "actors/compiler/compile_cache.h"
-#include "actors/compiler/persistent_cache.h"
-#include "actors/compiler/saved_graphs.h"
-#include "actors/host/step_reports.h"
-#include "actors/runtime/closure_runner.h"
-#include "actors/runtime/compiler_actor.h"
-#include "actors/runtime/device_actor.h"
-#include "actors/runtime/observer.h"
-#include "actors/runtime/rendezvous_actor.h"
-#include "backends/backend.h"
-#include "engine/runtime.h"
+#include "axle/actors/compiler/compile_cache.h"
+#include "axle/actors/compiler/persistent_cache.h"
+#include "axle/actors/compiler/saved_graphs.h"
+#include "axle/actors/host/step_reports.h"
+#include "axle/actors/runtime/closure_runner.h"
+#include "axle/actors/runtime/compiler_actor.h"
+#include "axle/actors/runtime/device_actor.h"
+#include "axle/actors/runtime/observer.h"
+#include "axle/actors/runtime/rendezvous_actor.h"
+#include "axle/backends/backend.h"
+#include "axle/engine/runtime.h"
 
 namespace axle {
 namespace config {

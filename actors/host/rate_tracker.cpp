@@ -1,8 +1,8 @@
 // actors: RateTracker.
-#include "actors/host/rate_tracker.h"
+#include "axle/actors/host/rate_tracker.h"
 
-#include "actors/runtime/closure_runner.h"
-#include "engine/this_thread.h"
+#include "axle/actors/runtime/closure_runner.h"
+#include "axle/engine/this_thread.h"
 
 namespace axle {
 

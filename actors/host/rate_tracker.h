@@ -17,6 +17,7 @@ namespace axle {
 /// tracker from one thread (a replica's closures run on one thread).
 class RateTracker {
  public:
+  /// The clock rates are measured on.
   using Clock = std::chrono::steady_clock;
 
   /// `smooth_factor`: the previous rate's weight in each new one (torch_xla's default 0.4).

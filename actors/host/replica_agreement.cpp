@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "actors/host/replica_host.h"
-#include "engine/hash.h"
-#include "graph/sharding.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/host/replica_host.h"
+#include "axle/engine/hash.h"
+#include "axle/graph/sharding.h"
 
 namespace axle {
 namespace {

@@ -1,5 +1,5 @@
 // actors: a replica's host — turning its pending IR into executions, its steps and closures.
-#include "actors/host/replica_host.h"
+#include "axle/actors/host/replica_host.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,16 +7,16 @@
 #include <algorithm>
 #include <string>
 
-#include "actors/compiler/debug_analysis.h"
-#include "actors/host/finite_check.h"
-#include "actors/host/lazy_system.h"
-#include "actors/host/spmd_runtime.h"
-#include "actors/host/spmd_step.h"
-#include "engine/hash.h"
-#include "engine/log.h"
-#include "engine/metrics.h"
-#include "engine/this_thread.h"
-#include "graph/sharding.h"
+#include "axle/actors/compiler/debug_analysis.h"
+#include "axle/actors/host/finite_check.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/host/spmd_runtime.h"
+#include "axle/actors/host/spmd_step.h"
+#include "axle/engine/hash.h"
+#include "axle/engine/log.h"
+#include "axle/engine/metrics.h"
+#include "axle/engine/this_thread.h"
+#include "axle/graph/sharding.h"
 
 namespace axle {
 namespace {

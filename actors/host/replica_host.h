@@ -19,15 +19,15 @@
 #include <unordered_set>
 #include <vector>
 
-#include "actors/runtime/closure_runner.h"
-#include "actors/runtime/replica_exchange.h"
-#include "actors/runtime/step_breakdown.h"
-#include "engine/this_thread.h"
-#include "graph/step_graph.h"
-#include "graph/sync_reason.h"
-#include "graph/tensor.h"
-#include "graph/tensor_runtime.h"
-#include "graph/trace_context.h"
+#include "axle/actors/runtime/closure_runner.h"
+#include "axle/actors/runtime/replica_exchange.h"
+#include "axle/actors/runtime/step_breakdown.h"
+#include "axle/engine/this_thread.h"
+#include "axle/graph/step_graph.h"
+#include "axle/graph/sync_reason.h"
+#include "axle/graph/tensor.h"
+#include "axle/graph/tensor_runtime.h"
+#include "axle/graph/trace_context.h"
 
 namespace axle {
 

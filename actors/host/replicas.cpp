@@ -1,5 +1,5 @@
 // actors: spawn's replica threads, the runtime queries, and the replicas' side of rendezvous.
-#include "actors/host/replicas.h"
+#include "axle/actors/host/replicas.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,11 +12,11 @@
 #include <numeric>
 #include <thread>
 
-#include "actors/host/lazy_system.h"
-#include "actors/host/replica_host.h"
-#include "actors/runtime/replica_exchange.h"
-#include "engine/exception_text.h"
-#include "engine/log.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/host/replica_host.h"
+#include "axle/actors/runtime/replica_exchange.h"
+#include "axle/engine/exception_text.h"
+#include "axle/engine/log.h"
 
 namespace axle {
 namespace {
@@ -199,9 +199,12 @@ std::vector<std::vector<std::byte>> rendezvous(std::string_view tag,
                                                std::span<const std::byte> payload,
                                                std::vector<int> replicas) {
   using Bytes = std::vector<std::byte>;
-  const Gathered all = detail::gather("rendezvous", tag,
-                                      std::make_shared<const Bytes>(payload.begin(), payload.end()),
-                                      typeid(Bytes), std::move(replicas), &kBytesCodec);
+  const ReplicaIdentity* replica = current_replica();
+  const ReplicaIdentity alone{};  // outside spawn: replica 0 of 1
+  const Gathered all = exchange_with_replicas(
+      LazySystem::get().rendezvous_actor(), replica ? *replica : alone, "rendezvous", tag,
+      std::make_shared<const Bytes>(payload.begin(), payload.end()), typeid(Bytes),
+      std::move(replicas), &kBytesCodec);
   std::vector<Bytes> payloads;
   payloads.reserve(all->size());
   for (const std::shared_ptr<const void>& each : *all) {
@@ -211,13 +214,48 @@ std::vector<std::vector<std::byte>> rendezvous(std::string_view tag,
 }
 
 namespace detail {
-
-Gathered gather(std::string_view op, std::string_view tag, std::shared_ptr<const void> value,
-                const std::type_info& type, std::vector<int> replicas, const ValueCodec* codec) {
+std::vector<std::shared_ptr<const void>> gather(std::string_view op, std::string_view tag,
+                                                std::shared_ptr<const void> value,
+                                                const std::type_info& type,
+                                                std::vector<int> replicas,
+                                                const ValueBytes* bytes) {
   const ReplicaIdentity* replica = current_replica();
   const ReplicaIdentity alone{};  // outside spawn: replica 0 of 1
-  return exchange_with_replicas(LazySystem::get().rendezvous_actor(), replica ? *replica : alone,
-                                op, tag, std::move(value), type, std::move(replicas), codec);
+  // Each value carries its encoder, since the meeting points' codecs are plain functions.
+  struct Outgoing {
+    std::shared_ptr<const void> value;
+    const ValueBytes* bytes;
+  };
+  static constexpr ValueCodec kTravellingCodec{
+      [](const void* v, WireWriter& out, int) {
+        const auto& outgoing = *static_cast<const Outgoing*>(v);
+        std::vector<std::byte> encoded;
+        outgoing.bytes->encode(outgoing.value.get(), encoded);
+        out.put_block(encoded.data(), encoded.size());
+      },
+      [](WireReader& in, const ProcessMessage&) -> std::shared_ptr<const void> {
+        const std::span<const std::byte> block = in.get_block("a value");
+        return std::make_shared<const Outgoing>(Outgoing{
+            std::make_shared<const std::vector<std::byte>>(block.begin(), block.end()), nullptr});
+      }};
+  if (bytes) value = std::make_shared<const Outgoing>(Outgoing{std::move(value), bytes});
+  const Gathered all = exchange_with_replicas(
+      LazySystem::get().rendezvous_actor(), replica ? *replica : alone, op, tag, std::move(value),
+      type, std::move(replicas), bytes ? &kTravellingCodec : nullptr);
+  std::vector<std::shared_ptr<const void>> values;
+  values.reserve(all->size());
+  for (const std::shared_ptr<const void>& each : *all) {
+    if (!bytes) {
+      values.push_back(each);
+      continue;
+    }
+    const auto& arrived = *static_cast<const Outgoing*>(each.get());
+    // From another process (no encoder): its bytes, decoded as this replica's type.
+    values.push_back(arrived.bytes ? arrived.value
+                                   : bytes->decode(*static_cast<const std::vector<std::byte>*>(
+                                         arrived.value.get())));
+  }
+  return values;
 }
 
 }  // namespace detail

@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "actors/runtime/rendezvous_actor.h"
-#include "graph/device.h"
+#include "axle/actors/runtime/errors.h"
+#include "axle/graph/device.h"
 
 namespace axle {
 
@@ -46,6 +46,7 @@ void spawn(std::function<void(int)> fn, std::optional<int> nprocs = std::nullopt
 /// A replica of spawn threw: the message names the replica and what it threw.
 class ReplicaError : public std::runtime_error {
  public:
+  /// `what` is the message; `original` the exception replica `replica` threw.
   ReplicaError(int replica, const std::string& what, std::exception_ptr original)
       : std::runtime_error(what), replica_(replica), original_(std::move(original)) {}
   /// The ordinal of the replica that failed.
@@ -108,11 +109,17 @@ std::vector<std::vector<std::byte>> rendezvous(std::string_view tag,
                                                std::vector<int> replicas = {});
 
 namespace detail {
-/// The core of rendezvous and mesh_reduce: every replica's `value` (of `type`), by ordinal;
-/// `codec` takes values across processes.
-[[nodiscard]] Gathered gather(std::string_view op, std::string_view tag,
-                              std::shared_ptr<const void> value, const std::type_info& type,
-                              std::vector<int> replicas, const ValueCodec* codec);
+/// How a mesh_reduce value of one type crosses processes: its bytes, and the value again.
+struct ValueBytes {
+  void (*encode)(const void* value, std::vector<std::byte>& out);
+  std::shared_ptr<const void> (*decode)(std::span<const std::byte> bytes);
+};
+
+/// The core of mesh_reduce: every replica's `value` (of `type`), by ordinal; `bytes` takes
+/// values across processes (null: the value meets only the replicas of this process).
+[[nodiscard]] std::vector<std::shared_ptr<const void>> gather(
+    std::string_view op, std::string_view tag, std::shared_ptr<const void> value,
+    const std::type_info& type, std::vector<int> replicas, const ValueBytes* bytes);
 
 template <class T>
 struct is_vector : std::false_type {};
@@ -125,22 +132,26 @@ inline constexpr bool kPlainValue = std::is_trivially_copyable_v<T> ||
                                     (std::is_trivially_copy_constructible_v<T> &&
                                      std::is_trivially_destructible_v<T>);
 
+inline void append_bytes(std::vector<std::byte>& out, const void* data, std::size_t size) {
+  const auto* first = static_cast<const std::byte*>(data);
+  out.insert(out.end(), first, first + size);
+}
+
 /// How mesh_reduce's values of type T cross processes: plain values (kPlainValue), and
 /// std::string and std::vector of plain values; null for any other type, which then meets only
 /// among the replicas of one process.
 template <class T>
-const ValueCodec* codec_for() {
+const ValueBytes* bytes_for() {
   if constexpr (kPlainValue<T> || std::is_same_v<T, std::string>) {
-    static constexpr ValueCodec kCodec{
-        [](const void* value, WireWriter& out, int) {
+    static constexpr ValueBytes kBytes{
+        [](const void* value, std::vector<std::byte>& out) {
           const T& v = *static_cast<const T*>(value);
           if constexpr (std::is_same_v<T, std::string>)
-            out.put_block(v.data(), v.size());
+            append_bytes(out, v.data(), v.size());
           else
-            out.put_block(&v, sizeof(T));
+            append_bytes(out, &v, sizeof(T));
         },
-        [](WireReader& in, const ProcessMessage&) -> std::shared_ptr<const void> {
-          const std::span<const std::byte> block = in.get_block("a value");
+        [](std::span<const std::byte> block) -> std::shared_ptr<const void> {
           if constexpr (std::is_same_v<T, std::string>) {
             return std::make_shared<const T>(reinterpret_cast<const char*>(block.data()),
                                              block.size());
@@ -151,23 +162,22 @@ const ValueCodec* codec_for() {
             return std::make_shared<const T>(*std::launder(reinterpret_cast<const T*>(storage)));
           }
         }};
-    return &kCodec;
+    return &kBytes;
   } else if constexpr (is_vector<T>::value) {
     using E = typename T::value_type;
     if constexpr (kPlainValue<E> && !std::is_same_v<E, bool>) {
-      static constexpr ValueCodec kCodec{
-          [](const void* value, WireWriter& out, int) {
+      static constexpr ValueBytes kBytes{
+          [](const void* value, std::vector<std::byte>& out) {
             const T& v = *static_cast<const T*>(value);
-            out.put_block(v.data(), v.size() * sizeof(E));
+            append_bytes(out, v.data(), v.size() * sizeof(E));
           },
-          [](WireReader& in, const ProcessMessage&) -> std::shared_ptr<const void> {
-            const std::span<const std::byte> block = in.get_block("a vector");
+          [](std::span<const std::byte> block) -> std::shared_ptr<const void> {
             if (block.size() % sizeof(E) != 0) throw std::runtime_error("a cut vector");
             auto v = std::make_shared<T>(block.size() / sizeof(E));
             if (!block.empty()) std::memcpy(v->data(), block.data(), block.size());
             return v;
           }};
-      return &kCodec;
+      return &kBytes;
     } else {
       return nullptr;
     }
@@ -186,12 +196,12 @@ const ValueCodec* codec_for() {
 template <class T, class F>
 requires std::is_invocable_v < F&, const std::vector<T>
 & > auto mesh_reduce(std::string_view tag, T data, F reduce_fn) {
-  const Gathered all =
+  const std::vector<std::shared_ptr<const void>> all =
       detail::gather("mesh_reduce", tag, std::make_shared<const T>(std::move(data)), typeid(T), {},
-                     detail::codec_for<T>());
+                     detail::bytes_for<T>());
   std::vector<T> values;
-  values.reserve(all->size());
-  for (const std::shared_ptr<const void>& value : *all) {
+  values.reserve(all.size());
+  for (const std::shared_ptr<const void>& value : all) {
     values.push_back(*static_cast<const T*>(value.get()));
   }
   return reduce_fn(std::as_const(values));

@@ -1,5 +1,5 @@
 // actors: the SPMD runtime — data on the mesh (see spmd_runtime.h).
-#include "actors/host/spmd_runtime.h"
+#include "axle/actors/host/spmd_runtime.h"
 
 #include <fmt/format.h>
 
@@ -8,9 +8,9 @@
 #include <string>
 #include <utility>
 
-#include "actors/host/lazy_system.h"
-#include "actors/runtime/replica_exchange.h"
-#include "graph/sharding.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/runtime/replica_exchange.h"
+#include "axle/graph/sharding.h"
 
 namespace axle {
 namespace {

@@ -20,11 +20,11 @@
 #include <memory>
 #include <vector>
 
-#include "engine/dtype.h"
-#include "engine/future.h"
-#include "engine/intrusive_ptr.h"
-#include "engine/shape.h"
-#include "graph/device_data.h"
+#include "axle/engine/dtype.h"
+#include "axle/engine/future.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/engine/shape.h"
+#include "axle/graph/device_data.h"
 
 namespace axle {
 

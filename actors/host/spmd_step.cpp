@@ -1,12 +1,12 @@
 // actors/host: the host's side of one SPMD step (spmd_step.h).
-#include "actors/host/spmd_step.h"
+#include "axle/actors/host/spmd_step.h"
 
 #include <utility>
 
-#include "actors/host/lazy_system.h"
-#include "actors/host/spmd_runtime.h"
-#include "graph/ir.h"
-#include "graph/tensor.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/host/spmd_runtime.h"
+#include "axle/graph/ir.h"
+#include "axle/graph/tensor.h"
 
 namespace axle::spmd_step {
 

@@ -5,10 +5,10 @@
 
 #include <vector>
 
-#include "actors/runtime/device_actor.h"
-#include "backends/executable.h"
-#include "engine/intrusive_ptr.h"
-#include "graph/tensor_runtime.h"
+#include "axle/actors/runtime/device_actor.h"
+#include "axle/backends/executable.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/graph/tensor_runtime.h"
 
 namespace axle {
 class LazySystem;

@@ -1,14 +1,14 @@
 // actors: per-step reports.
-#include "actors/host/step_reports.h"
+#include "axle/actors/host/step_reports.h"
 
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <fstream>
 
-#include "actors/runtime/step_breakdown.h"
-#include "engine/log.h"
-#include "engine/metrics.h"
+#include "axle/actors/runtime/step_breakdown.h"
+#include "axle/engine/log.h"
+#include "axle/engine/metrics.h"
 
 namespace axle {
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "actors/compiler/debug_analysis.h"
+#include "axle/actors/compiler/debug_analysis.h"
 
 namespace axle {
 

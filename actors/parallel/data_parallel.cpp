@@ -1,17 +1,17 @@
 // actors: gradient averaging and parameter broadcast across replicas.
-#include "actors/parallel/data_parallel.h"
+#include "axle/actors/parallel/data_parallel.h"
 
 #include <algorithm>
 #include <map>
 #include <mutex>
 #include <unordered_map>
 
-#include "actors/host/api.h"
-#include "actors/host/replicas.h"
-#include "engine/dtype.h"
-#include "graph/autograd.h"
-#include "graph/device.h"
-#include "graph/ops.h"
+#include "axle/actors/host/api.h"
+#include "axle/actors/host/replicas.h"
+#include "axle/engine/dtype.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/device.h"
+#include "axle/graph/ops.h"
 
 namespace axle {
 namespace {

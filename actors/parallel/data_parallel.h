@@ -8,9 +8,9 @@
 #include <source_location>
 #include <vector>
 
-#include "graph/collectives.h"
-#include "graph/nn/module.h"
-#include "graph/optim/optimizer.h"
+#include "axle/graph/collectives.h"
+#include "axle/graph/nn/module.h"
+#include "axle/graph/optim/optimizer.h"
 
 namespace axle {
 

@@ -1,6 +1,6 @@
 // actors: DistributedDataParallel — parameter and buffer broadcast, and the reducer that
 // averages gradients bucket by bucket from post-accumulate-grad hooks, as torch's Reducer.
-#include "actors/parallel/distributed_data_parallel.h"
+#include "axle/actors/parallel/distributed_data_parallel.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,10 +8,10 @@
 #include <stdexcept>
 #include <utility>
 
-#include "actors/host/api.h"
-#include "actors/parallel/data_parallel.h"
-#include "graph/autograd.h"
-#include "graph/ops.h"
+#include "axle/actors/host/api.h"
+#include "axle/actors/parallel/data_parallel.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/ops.h"
 
 namespace axle {
 

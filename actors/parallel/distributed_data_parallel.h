@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/collectives.h"
-#include "graph/nn/module.h"
+#include "axle/graph/collectives.h"
+#include "axle/graph/nn/module.h"
 
 namespace axle {
 
@@ -57,8 +57,10 @@ class DistributedDataParallel : public nn::Module {
    public:
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;
+    /// Takes over `other`'s guard; `other` then restores nothing.
     NoSync(NoSync&& other) noexcept;
     NoSync& operator=(NoSync&&) = delete;
+    /// Restores gradient averaging to what it was when the guard was made.
     ~NoSync();
 
    private:
@@ -68,9 +70,12 @@ class DistributedDataParallel : public nn::Module {
     bool was_syncing_ = true;
   };
 
+  /// Wraps `module` (registered as "module") and gives every replica the master's parameters
+  /// and buffers; throws std::invalid_argument for a null module or bucket_cap_mb <= 0.
   explicit DistributedDataParallel(std::shared_ptr<nn::Module> module,
                                    DistributedDataParallelOptions options = {},
                                    std::source_location where = std::source_location::current());
+  /// Stops averaging the module's gradients (removes its backward hooks).
   ~DistributedDataParallel() override;
 
   /// The wrapped module's forward (after broadcasting buffers, with broadcast_buffers).
@@ -78,6 +83,7 @@ class DistributedDataParallel : public nn::Module {
 
   /// The wrapped module.
   [[nodiscard]] const std::shared_ptr<nn::Module>& module() const noexcept { return module_; }
+  /// The options it was made with.
   [[nodiscard]] const DistributedDataParallelOptions& options() const noexcept { return options_; }
 
   /// torch's DistributedDataParallel.no_sync(): a guard inside whose lifetime backward() adds each

@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "actors/host/replicas.h"
-#include "actors/parallel/fsdp_internal.h"
-#include "actors/parallel/fully_sharded_data_parallel.h"
-#include "graph/autograd.h"
-#include "graph/collectives.h"
-#include "graph/op_util.h"
-#include "graph/ops.h"
+#include "axle/actors/host/replicas.h"
+#include "axle/actors/parallel/fsdp_internal.h"
+#include "axle/actors/parallel/fully_sharded_data_parallel.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/collectives.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/ops.h"
 
 namespace axle {
 

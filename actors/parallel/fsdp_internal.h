@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "graph/nn/module.h"
-#include "graph/tensor.h"
+#include "axle/graph/nn/module.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 

@@ -2,7 +2,7 @@
 // them around its forward, its backward (run again on a new gather when resharded)
 // reduce-scattering the averaged gradients, and nested units by auto-wrap policy. What a
 // checkpoint and clipping see of the shards is in fsdp_checkpoint.cpp.
-#include "actors/parallel/fully_sharded_data_parallel.h"
+#include "axle/actors/parallel/fully_sharded_data_parallel.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,17 +14,17 @@
 #include <unordered_set>
 #include <utility>
 
-#include "actors/host/replicas.h"
-#include "actors/parallel/fsdp_internal.h"
-#include "engine/this_thread.h"
-#include "graph/autocast.h"
-#include "graph/autograd.h"
-#include "graph/autograd/function.h"
-#include "graph/collectives.h"
-#include "graph/device.h"
-#include "graph/op_util.h"
-#include "graph/ops.h"
-#include "graph/trace_context.h"
+#include "axle/actors/host/replicas.h"
+#include "axle/actors/parallel/fsdp_internal.h"
+#include "axle/engine/this_thread.h"
+#include "axle/graph/autocast.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/autograd/function.h"
+#include "axle/graph/collectives.h"
+#include "axle/graph/device.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/trace_context.h"
 
 namespace axle {
 

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "graph/nn/module.h"
+#include "axle/graph/nn/module.h"
 // ShardMetadata: the file format of sharded checkpoints, below actors.
-#include "graph/formats/shard_metadata.h"
+#include "axle/graph/formats/shard_metadata.h"
 
 namespace axle {
 
@@ -78,6 +78,9 @@ struct Flat;  // one flat parameter of a unit (fsdp_internal.h)
 /// slots stay undefined except while it runs), so they are only reached through the shards.
 class FullyShardedDataParallel : public nn::Module {
  public:
+  /// Wraps `module` (nested units first, by options.auto_wrap_policy) and keeps this replica's
+  /// shard of its parameters. Throws ShapeError for a null or already wrapped module,
+  /// shard_param_on_dim_0 with flatten_parameters, or a compute_dtype that is not floating.
   explicit FullyShardedDataParallel(std::shared_ptr<nn::Module> module, FsdpOptions options = {},
                                     std::source_location where = std::source_location::current());
   FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
@@ -85,7 +88,9 @@ class FullyShardedDataParallel : public nn::Module {
 
   Tensor forward(const Tensor& input) override;
 
+  /// The wrapped module (its parameter slots undefined except while it runs).
   [[nodiscard]] const std::shared_ptr<nn::Module>& module() const noexcept { return module_; }
+  /// The options it was made with.
   [[nodiscard]] const FsdpOptions& options() const noexcept { return options_; }
 
   /// Scales the shards' gradients so that the global `norm_type`-norm of the whole model's

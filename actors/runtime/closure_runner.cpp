@@ -1,12 +1,12 @@
 // actors: step closures.
-#include "actors/runtime/closure_runner.h"
+#include "axle/actors/runtime/closure_runner.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 
-#include "engine/this_thread.h"
+#include "axle/engine/this_thread.h"
 
 namespace axle {
 

@@ -19,11 +19,11 @@
 #include <utility>
 #include <vector>
 
-#include "actors/runtime/observer.h"
-#include "actors/runtime/step_breakdown.h"
-#include "actors/runtime/step_closure_error.h"
-#include "engine/actor.h"
-#include "graph/device_data.h"
+#include "axle/actors/runtime/errors.h"
+#include "axle/actors/runtime/observer.h"
+#include "axle/actors/runtime/step_breakdown.h"
+#include "axle/engine/actor.h"
+#include "axle/graph/device_data.h"
 
 namespace axle {
 

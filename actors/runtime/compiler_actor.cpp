@@ -1,5 +1,5 @@
 // actors: compiling step graphs.
-#include "actors/runtime/compiler_actor.h"
+#include "axle/actors/runtime/compiler_actor.h"
 
 #include <fmt/format.h>
 
@@ -7,12 +7,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "actors/compiler/debug_analysis.h"
-#include "actors/compiler/lowering.h"
-#include "actors/compiler/program_dump.h"
-#include "engine/log.h"
-#include "engine/metrics.h"
-#include "engine/trace.h"
+#include "axle/actors/compiler/debug_analysis.h"
+#include "axle/actors/compiler/lowering.h"
+#include "axle/actors/compiler/program_dump.h"
+#include "axle/engine/log.h"
+#include "axle/engine/metrics.h"
+#include "axle/engine/trace.h"
 
 namespace axle {
 namespace {

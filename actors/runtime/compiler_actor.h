@@ -10,15 +10,15 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/compiler/compile_cache.h"
-#include "actors/compiler/debug_analysis.h"
-#include "actors/compiler/persistent_cache.h"
-#include "actors/runtime/observer.h"
-#include "engine/actor.h"
-#include "engine/config.h"
-#include "graph/passes/passes.h"
-#include "graph/step_graph.h"
-#include "graph/sync_reason.h"
+#include "axle/actors/compiler/compile_cache.h"
+#include "axle/actors/compiler/debug_analysis.h"
+#include "axle/actors/compiler/persistent_cache.h"
+#include "axle/actors/runtime/observer.h"
+#include "axle/engine/actor.h"
+#include "axle/engine/config.h"
+#include "axle/graph/passes/passes.h"
+#include "axle/graph/step_graph.h"
+#include "axle/graph/sync_reason.h"
 
 namespace axle {
 

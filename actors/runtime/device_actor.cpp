@@ -1,6 +1,6 @@
 // actors: device execution — executions, transfers, value reads and memory queries; the
 // device's side of collectives is device_collectives.cpp.
-#include "actors/runtime/device_actor.h"
+#include "axle/actors/runtime/device_actor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,13 +11,14 @@
 
 #include <fmt/format.h>
 
-#include "actors/compiler/memory_plan.h"
-#include "actors/compiler/program_dump.h"
-#include "engine/element.h"
-#include "engine/exception_text.h"
-#include "engine/log.h"
-#include "engine/metrics.h"
-#include "engine/trace.h"
+#include "axle/actors/compiler/memory_plan.h"
+#include "axle/actors/compiler/program_dump.h"
+#include "axle/actors/runtime/errors.h"
+#include "axle/engine/element.h"
+#include "axle/engine/exception_text.h"
+#include "axle/engine/log.h"
+#include "axle/engine/metrics.h"
+#include "axle/engine/trace.h"
 
 namespace axle {
 

@@ -16,12 +16,12 @@
 #include <source_location>
 #include <vector>
 
-#include "actors/runtime/meeting_points.h"
-#include "actors/runtime/observer.h"
-#include "actors/runtime/step_breakdown.h"
-#include "backends/backend.h"
-#include "engine/actor.h"
-#include "graph/device_data.h"
+#include "axle/actors/runtime/meeting_points.h"
+#include "axle/actors/runtime/observer.h"
+#include "axle/actors/runtime/step_breakdown.h"
+#include "axle/backends/backend.h"
+#include "axle/engine/actor.h"
+#include "axle/graph/device_data.h"
 
 namespace axle {
 

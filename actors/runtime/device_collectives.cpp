@@ -3,7 +3,7 @@
 // and goes on with its share of the result; across processes a member's contribution travels as
 // bytes, and a large all-reduce among processes goes by stretches. Part of DeviceActor
 // (device_actor.h), whose executions are device_actor.cpp.
-#include "actors/runtime/device_actor.h"
+#include "axle/actors/runtime/device_actor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,13 +14,13 @@
 
 #include <fmt/format.h>
 
-#include "actors/compiler/memory_plan.h"
-#include "actors/compiler/program_dump.h"
-#include "engine/element.h"
-#include "engine/exception_text.h"
-#include "engine/log.h"
-#include "engine/metrics.h"
-#include "engine/trace.h"
+#include "axle/actors/compiler/memory_plan.h"
+#include "axle/actors/compiler/program_dump.h"
+#include "axle/engine/element.h"
+#include "axle/engine/exception_text.h"
+#include "axle/engine/log.h"
+#include "axle/engine/metrics.h"
+#include "axle/engine/trace.h"
 
 namespace axle {
 

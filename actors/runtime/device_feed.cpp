@@ -1,13 +1,13 @@
 // actors: DeviceFeed.
-#include "actors/runtime/device_feed.h"
+#include "axle/actors/runtime/device_feed.h"
 
-#include "actors/runtime/step_breakdown.h"
+#include "axle/actors/runtime/step_breakdown.h"
 
 #include <algorithm>
 #include <chrono>
 
-#include "engine/metrics.h"
-#include "engine/spawn.h"
+#include "axle/engine/metrics.h"
+#include "axle/engine/spawn.h"
 
 namespace axle {
 

@@ -10,9 +10,9 @@
 #include <optional>
 #include <vector>
 
-#include "actors/runtime/loader_actor.h"
-#include "actors/runtime/step_breakdown.h"
-#include "engine/runtime.h"
+#include "axle/actors/runtime/loader_actor.h"
+#include "axle/actors/runtime/step_breakdown.h"
+#include "axle/engine/runtime.h"
 
 namespace axle {
 

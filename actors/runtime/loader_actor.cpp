@@ -1,7 +1,7 @@
 // actors: the LoaderActor's flow control, its reader and its transfer workers. Batches move
 // source -> host queue -> transfer -> device queue -> replica; every queue is bounded, so a slow
 // replica stops the reader instead of piling up batches.
-#include "actors/runtime/loader_actor.h"
+#include "axle/actors/runtime/loader_actor.h"
 
 #include <fmt/format.h>
 
@@ -9,9 +9,9 @@
 #include <atomic>
 #include <memory>
 
-#include "engine/exception_text.h"
-#include "engine/metrics.h"
-#include "engine/trace.h"
+#include "axle/engine/exception_text.h"
+#include "axle/engine/metrics.h"
+#include "axle/engine/trace.h"
 
 namespace axle {
 namespace {

@@ -24,9 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/actor.h"
-#include "graph/device.h"
-#include "graph/tensor.h"
+#include "axle/actors/runtime/errors.h"
+#include "axle/engine/actor.h"
+#include "axle/graph/device.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 
@@ -48,19 +49,6 @@ class BatchSource {
   virtual HostBatch next() = 0;
   /// The epoch is over, possibly before its last batch: let go of what it holds.
   virtual void end_epoch() = 0;
-};
-
-/// A batch could not be read or moved to its device, or the loader went away while a replica
-/// waited. The message says which batch and why.
-class LoaderError : public std::runtime_error {
- public:
-  explicit LoaderError(const std::string& what, std::exception_ptr original = nullptr)
-      : std::runtime_error(what), original_(std::move(original)) {}
-  /// What the source (or the transfer) threw, if anything.
-  [[nodiscard]] std::exception_ptr original() const noexcept { return original_; }
-
- private:
-  std::exception_ptr original_;
 };
 
 /// How far a LoaderActor reads and transfers ahead.

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/runtime/meeting_points.h"
-#include "actors/runtime/meeting_wire.h"
-#include "actors/runtime/stop_note.h"
-#include "engine/actor.h"
+#include "axle/actors/runtime/meeting_points.h"
+#include "axle/actors/runtime/meeting_wire.h"
+#include "axle/actors/runtime/stop_note.h"
+#include "axle/engine/actor.h"
 
 namespace axle {
 

@@ -1,6 +1,6 @@
 // actors/runtime: the meeting points — who has arrived, the answers, and the shares sent to and
 // received from the other processes (who never will arrive: meeting_failures.cpp).
-#include "actors/runtime/meeting_points.h"
+#include "axle/actors/runtime/meeting_points.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,10 +11,10 @@
 #include <tuple>
 #include <utility>
 
-#include "actors/runtime/meeting_wire.h"
-#include "actors/runtime/stop_note.h"
-#include "engine/actor.h"
-#include "engine/log.h"
+#include "axle/actors/runtime/meeting_wire.h"
+#include "axle/actors/runtime/stop_note.h"
+#include "axle/engine/actor.h"
+#include "axle/engine/log.h"
 
 namespace axle {
 

@@ -28,9 +28,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/runtime/process_transport.h"
-#include "actors/runtime/wire.h"
-#include "engine/future.h"
+#include "axle/actors/runtime/errors.h"
+#include "axle/actors/runtime/process_transport.h"
+#include "axle/actors/runtime/wire.h"
+#include "axle/engine/future.h"
 
 namespace axle {
 
@@ -95,32 +96,6 @@ struct FromProcess {
   int from;
   ProcessMessage message;
 };
-/// An out-of-graph collective could not complete: mismatched tags or value types, or a member
-/// that returned from its function without reaching it.
-class CollectiveError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-/// A rendezvous did not complete within AXLE_COLLECTIVE_TIMEOUT seconds; the message names the
-/// tag and the replicas that never arrived.
-class CollectiveTimeout : public CollectiveError {
- public:
-  using CollectiveError::CollectiveError;
-};
-
-/// Another replica failed, so this wait on it was cancelled; the message names that replica.
-class ReplicaCancelled : public std::runtime_error {
- public:
-  ReplicaCancelled(int failed_replica, const std::string& what)
-      : std::runtime_error(what), failed_replica_(failed_replica) {}
-  /// The ordinal of the replica whose failure cancelled the wait.
-  [[nodiscard]] int failed_replica() const noexcept { return failed_replica_; }
-
- private:
-  int failed_replica_;
-};
-
 /// A group's points and their members' progress. One per LazySystem; every member is a
 /// caller.
 class MeetingPoints {

@@ -1,5 +1,5 @@
 // actors: message buffers, their pool, and the heads of messages sent in blocks.
-#include "actors/runtime/message_bytes.h"
+#include "axle/actors/runtime/message_bytes.h"
 
 #include <algorithm>
 #include <atomic>

@@ -9,7 +9,7 @@
 // between threads waits for the scheduler. Otherwise the transport's thread alone calls into MPI.
 // Large blocks of a message can be sent from where they lie (send with blocks), as messages of
 // their own after a head.
-#include "actors/runtime/mpi_loop.h"
+#include "axle/actors/runtime/mpi_loop.h"
 
 #include <fmt/format.h>
 #include <mpi.h>
@@ -32,10 +32,10 @@
 #include <stdexcept>
 #include <thread>
 
-#include "actors/runtime/shared_window.h"
-#include "actors/runtime/stop_note.h"
-#include "engine/config.h"
-#include "engine/log.h"
+#include "axle/actors/runtime/shared_window.h"
+#include "axle/actors/runtime/stop_note.h"
+#include "axle/engine/config.h"
+#include "axle/engine/log.h"
 
 namespace axle {
 namespace {

@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "actors/runtime/message_bytes.h"
-#include "actors/runtime/process_placement.h"
-#include "actors/runtime/shared_window.h"
+#include "axle/actors/runtime/message_bytes.h"
+#include "axle/actors/runtime/process_placement.h"
+#include "axle/actors/runtime/shared_window.h"
 
 namespace axle {
 

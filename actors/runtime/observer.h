@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "graph/device.h"
-#include "graph/sync_reason.h"
+#include "axle/graph/device.h"
+#include "axle/graph/sync_reason.h"
 
 namespace axle {
 

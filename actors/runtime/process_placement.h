@@ -5,7 +5,7 @@
 
 #include <functional>
 
-#include "actors/runtime/message_bytes.h"
+#include "axle/actors/runtime/message_bytes.h"
 
 namespace axle {
 

@@ -2,7 +2,7 @@
 // per process, checking and queueing sends (through the memory shared with a process of this host
 // when there is such), and the waiting and polling a thread here announces. The MPI loop its
 // thread runs is in mpi_loop.cpp.
-#include "actors/runtime/process_transport.h"
+#include "axle/actors/runtime/process_transport.h"
 
 #include <fmt/format.h>
 #include <mpi.h>
@@ -24,11 +24,11 @@
 #include <stdexcept>
 #include <thread>
 
-#include "actors/runtime/mpi_loop.h"
-#include "actors/runtime/shared_window.h"
-#include "actors/runtime/stop_note.h"
-#include "engine/config.h"
-#include "engine/log.h"
+#include "axle/actors/runtime/mpi_loop.h"
+#include "axle/actors/runtime/shared_window.h"
+#include "axle/actors/runtime/stop_note.h"
+#include "axle/engine/config.h"
+#include "axle/engine/log.h"
 
 namespace axle {
 

@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/runtime/message_bytes.h"
-#include "actors/runtime/process_placement.h"
+#include "axle/actors/runtime/message_bytes.h"
+#include "axle/actors/runtime/process_placement.h"
 
 namespace axle {
 

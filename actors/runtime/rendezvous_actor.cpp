@@ -1,5 +1,5 @@
 // actors: the RendezvousActor's handlers, and the deadline clock that runs while a group is open.
-#include "actors/runtime/rendezvous_actor.h"
+#include "axle/actors/runtime/rendezvous_actor.h"
 
 namespace axle {
 

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <memory>
 
-#include "actors/runtime/meeting_points.h"
-#include "engine/actor.h"
+#include "axle/actors/runtime/meeting_points.h"
+#include "axle/engine/actor.h"
 
 namespace axle {
 

@@ -1,5 +1,5 @@
 // actors: the replicas' side of a rendezvous.
-#include "actors/runtime/replica_exchange.h"
+#include "axle/actors/runtime/replica_exchange.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,7 +9,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "engine/config.h"
+#include "axle/engine/config.h"
 
 namespace axle {
 

@@ -10,7 +10,7 @@
 #include <typeinfo>
 #include <vector>
 
-#include "actors/runtime/rendezvous_actor.h"
+#include "axle/actors/runtime/rendezvous_actor.h"
 
 namespace axle {
 

@@ -1,5 +1,5 @@
 // actors: the memory a host's processes share, as this process writes and reads messages in it.
-#include "actors/runtime/shared_window.h"
+#include "axle/actors/runtime/shared_window.h"
 
 #include <fmt/format.h>
 

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/runtime/message_bytes.h"
+#include "axle/actors/runtime/message_bytes.h"
 
 namespace axle {
 

@@ -1,16 +1,16 @@
 // actors: the standard observers.
-#include "actors/runtime/standard_observers.h"
+#include "axle/actors/runtime/standard_observers.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "actors/runtime/closure_runner.h"
-#include "actors/runtime/device_actor.h"
-#include "actors/runtime/step_breakdown.h"
-#include "backends/executable.h"
-#include "engine/metrics.h"
-#include "engine/trace.h"
+#include "axle/actors/runtime/closure_runner.h"
+#include "axle/actors/runtime/device_actor.h"
+#include "axle/actors/runtime/step_breakdown.h"
+#include "axle/backends/executable.h"
+#include "axle/engine/metrics.h"
+#include "axle/engine/trace.h"
 
 namespace axle {
 namespace {

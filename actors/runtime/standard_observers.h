@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "actors/runtime/observer.h"
+#include "axle/actors/runtime/observer.h"
 
 namespace axle {
 

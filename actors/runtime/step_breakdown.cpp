@@ -1,5 +1,5 @@
 // actors: the replicas' step accounts and the report of their averages.
-#include "actors/runtime/step_breakdown.h"
+#include "axle/actors/runtime/step_breakdown.h"
 
 #include <fmt/format.h>
 

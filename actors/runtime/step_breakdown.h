@@ -18,6 +18,7 @@ namespace axle {
 /// device and its closure runner.
 class StepBreakdown {
  public:
+  /// The parts a step's time is split into.
   enum Part : int {
     kTracing,       ///< the host between steps, less its waits for input and values
     kInputWait,     ///< waiting for the next batch (ParallelLoader)
@@ -27,11 +28,13 @@ class StepBreakdown {
     kCollectives,   ///< the device waiting for its group at collectives
     kClosures,      ///< step closures running
     kDeviceWait,    ///< the host waiting for its devices: AXLE_MAX_STEPS_IN_FLIGHT steps queued
-    kParts
+    kParts          ///< the number of parts
   };
 
+  /// An account named `owner`; new_step_account makes the ones step_report() lists.
   explicit StepBreakdown(std::string owner) : owner_(std::move(owner)) {}
 
+  /// Adds `ns` nanoseconds to `part` (from any thread).
   void add(Part part, double ns) noexcept {
     ns_[part].fetch_add(static_cast<int64_t>(ns), std::memory_order_relaxed);
   }
@@ -48,13 +51,17 @@ class StepBreakdown {
     host_waits_ns_ = 0;
     steps_.fetch_add(1, std::memory_order_relaxed);
   }
+  /// The account's name ("replica 2", "main").
   [[nodiscard]] const std::string& owner() const noexcept { return owner_; }
 
   /// Totals so far: per part, then the step count.
   struct Totals {
+    /// Nanoseconds in each part, indexed by Part.
     std::array<int64_t, kParts> ns{};
+    /// Steps counted (count_step).
     int64_t steps = 0;
   };
+  /// The totals so far.
   [[nodiscard]] Totals totals() const noexcept;
 
  private:

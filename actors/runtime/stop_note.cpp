@@ -1,5 +1,5 @@
 // actors: the line a process prints when mpirun stops it, saying what it was waiting for.
-#include "actors/runtime/stop_note.h"
+#include "axle/actors/runtime/stop_note.h"
 
 #include <unistd.h>
 

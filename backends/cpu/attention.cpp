@@ -24,11 +24,11 @@
 #include <string>
 #include <type_traits>
 
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/element.h"
-#include "backends/cpu/gemm.h"
-#include "backends/cpu/kernel.h"
-#include "backends/cpu/vector_math.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/gemm.h"
+#include "axle/backends/cpu/kernel.h"
+#include "axle/backends/cpu/vector_math.h"
 
 namespace axle::cpu {
 namespace {

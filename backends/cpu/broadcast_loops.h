@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/kernel.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/kernel.h"
 
 namespace axle::cpu {
 

@@ -13,8 +13,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "backends/cpu/element.h"
-#include "engine/cores.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/engine/cores.h"
 
 namespace axle::cpu {
 namespace {

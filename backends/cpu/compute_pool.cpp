@@ -1,10 +1,10 @@
 // backends/cpu: the compute pool. Workers spin briefly after a job before they sleep, since a
 // program's large kernels come in bursts and waking a sleeping thread costs more than most parts.
-#include "backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/compute_pool.h"
 
 #include <fmt/format.h>
 
-#include "engine/cores.h"
+#include "axle/engine/cores.h"
 
 #include <chrono>
 #include <cstdlib>

@@ -20,12 +20,12 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/conv_geometry.h"
-#include "backends/cpu/element.h"
-#include "backends/cpu/gemm.h"
-#include "backends/cpu/kernel.h"
-#include "backends/cpu/window.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/conv_geometry.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/gemm.h"
+#include "axle/backends/cpu/kernel.h"
+#include "axle/backends/cpu/window.h"
 
 namespace axle::cpu {
 namespace {

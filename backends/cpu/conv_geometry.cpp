@@ -1,6 +1,6 @@
 // backends/cpu: a conv2d's geometry from its kernel arguments, checked, and where its planes lie
 // (conv_geometry.h).
-#include "backends/cpu/conv_geometry.h"
+#include "axle/backends/cpu/conv_geometry.h"
 
 #include <fmt/format.h>
 
@@ -9,8 +9,8 @@
 #include <string_view>
 #include <utility>
 
-#include "backends/cpu/kernel.h"
-#include "backends/cpu/window.h"
+#include "axle/backends/cpu/kernel.h"
+#include "axle/backends/cpu/window.h"
 
 namespace axle::cpu {
 

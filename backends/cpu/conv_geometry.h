@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/compute_pool.h"
 
 namespace axle::cpu {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "backends/cpu/conv_geometry.h"
+#include "axle/backends/cpu/conv_geometry.h"
 
 namespace axle::cpu {
 

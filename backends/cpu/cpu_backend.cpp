@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "backends/backend.h"
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/isa.h"
-#include "backends/cpu/kernel.h"
-#include "engine/metrics.h"
+#include "axle/backends/backend.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/isa.h"
+#include "axle/backends/cpu/kernel.h"
+#include "axle/engine/metrics.h"
 
 namespace axle {
 namespace {

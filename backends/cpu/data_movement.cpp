@@ -15,10 +15,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/data_movement.h"
-#include "backends/cpu/element.h"
-#include "backends/cpu/kernel.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/data_movement.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/kernel.h"
 
 namespace axle::cpu {
 namespace {

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "backends/cpu/kernel.h"
+#include "axle/backends/cpu/kernel.h"
 
 namespace axle::cpu {
 

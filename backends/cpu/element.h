@@ -20,9 +20,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/kernel.h"
-#include "backends/cpu/vector_math.h"
-#include "engine/this_thread.h"
+#include "axle/backends/cpu/kernel.h"
+#include "axle/backends/cpu/vector_math.h"
+#include "axle/engine/this_thread.h"
 
 namespace axle::cpu {
 

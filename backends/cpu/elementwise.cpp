@@ -21,11 +21,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/broadcast_loops.h"
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/element.h"
-#include "backends/cpu/float_math.h"
-#include "backends/cpu/kernel.h"
+#include "axle/backends/cpu/broadcast_loops.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/float_math.h"
+#include "axle/backends/cpu/kernel.h"
 
 namespace axle::cpu {
 namespace {

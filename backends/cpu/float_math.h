@@ -10,8 +10,8 @@
 #include <optional>
 #include <type_traits>
 
-#include "backends/cpu/vector_math.h"
-#include "backends/executable.h"
+#include "axle/backends/cpu/vector_math.h"
+#include "axle/backends/executable.h"
 
 namespace axle::cpu {
 

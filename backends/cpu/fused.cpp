@@ -22,12 +22,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/element.h"
-#include "backends/cpu/float_math.h"
-#include "backends/cpu/fused_steps.h"
-#include "backends/cpu/kernel.h"
-#include "backends/cpu/reducer.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/float_math.h"
+#include "axle/backends/cpu/fused_steps.h"
+#include "axle/backends/cpu/kernel.h"
+#include "axle/backends/cpu/reducer.h"
 
 namespace axle::cpu {
 namespace {

@@ -1,5 +1,5 @@
 // backends/cpu: reading and checking a fused kernel's step list.
-#include "backends/cpu/fused_steps.h"
+#include "axle/backends/cpu/fused_steps.h"
 
 #include <fmt/format.h>
 

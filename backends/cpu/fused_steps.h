@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/kernel.h"
+#include "axle/backends/cpu/kernel.h"
 
 namespace axle::cpu {
 

@@ -1,7 +1,7 @@
 // backends/cpu: matrix products (gemm.h): the instruction set's kernel chosen per call, a large
 // product split over the device's threads, and Eigen's GEMM for f64 and integer products and
 // for builds without x86 kernels.
-#include "backends/cpu/gemm.h"
+#include "axle/backends/cpu/gemm.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "backends/cpu/element.h"
-#include "backends/cpu/isa.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/isa.h"
 
 namespace axle::cpu {
 namespace {

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/compute_pool.h"
 
 namespace axle::cpu {
 

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "backends/cpu/gemm_kernels.h"
+#include "axle/backends/cpu/gemm_kernels.h"
 
 namespace axle::cpu {
 namespace avx2_gemm {

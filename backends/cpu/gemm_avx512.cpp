@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "backends/cpu/gemm_kernels.h"
+#include "axle/backends/cpu/gemm_kernels.h"
 
 // The small helpers below must inline into the loops that call them (a call would pass the
 // tile's accumulators through memory).

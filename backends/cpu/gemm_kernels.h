@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <new>
 
-#include "backends/cpu/gemm.h"
-#include "engine/this_thread.h"
+#include "axle/backends/cpu/gemm.h"
+#include "axle/engine/this_thread.h"
 
 namespace axle::cpu {
 

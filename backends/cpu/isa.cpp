@@ -1,5 +1,5 @@
 // backends/cpu: the instruction-set choice (isa.h).
-#include "backends/cpu/isa.h"
+#include "axle/backends/cpu/isa.h"
 
 #include <fmt/format.h>
 

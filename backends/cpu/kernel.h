@@ -5,8 +5,8 @@
 #include <array>
 #include <span>
 
-#include "backends/executable.h"
-#include "engine/device_memory.h"
+#include "axle/backends/executable.h"
+#include "axle/engine/device_memory.h"
 
 namespace axle::cpu {
 

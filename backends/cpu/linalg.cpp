@@ -9,10 +9,10 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/element.h"
-#include "backends/cpu/gemm.h"
-#include "backends/cpu/kernel.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/gemm.h"
+#include "axle/backends/cpu/kernel.h"
 
 namespace axle::cpu {
 namespace {

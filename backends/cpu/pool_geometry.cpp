@@ -1,5 +1,5 @@
 // backends/cpu: a pooling kernel's geometry from its arguments (pool_geometry.h).
-#include "backends/cpu/pool_geometry.h"
+#include "axle/backends/cpu/pool_geometry.h"
 
 #include <fmt/format.h>
 
@@ -7,9 +7,9 @@
 #include <string>
 #include <string_view>
 
-#include "backends/cpu/element.h"
-#include "backends/cpu/kernel.h"
-#include "backends/cpu/window.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/kernel.h"
+#include "axle/backends/cpu/window.h"
 
 namespace axle::cpu {
 

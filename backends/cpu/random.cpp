@@ -38,9 +38,9 @@
 #include <string_view>
 #include <type_traits>
 
-#include "backends/cpu/element.h"
-#include "backends/cpu/kernel.h"
-#include "backends/cpu/philox.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/kernel.h"
+#include "axle/backends/cpu/philox.h"
 
 namespace axle::cpu {
 

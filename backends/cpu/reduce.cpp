@@ -21,11 +21,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/element.h"
-#include "backends/cpu/kernel.h"
-#include "backends/cpu/reducer.h"
-#include "backends/cpu/vector_math.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/kernel.h"
+#include "axle/backends/cpu/reducer.h"
+#include "axle/backends/cpu/vector_math.h"
 
 namespace axle::cpu {
 namespace {

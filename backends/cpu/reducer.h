@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/element.h"
+#include "axle/backends/cpu/element.h"
 
 namespace axle::cpu {
 

@@ -10,10 +10,10 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/element.h"
-#include "backends/cpu/kernel.h"
-#include "backends/cpu/reducer.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/kernel.h"
+#include "axle/backends/cpu/reducer.h"
 
 namespace axle::cpu {
 namespace {

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "backends/cpu/element.h"
-#include "backends/cpu/kernel.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/kernel.h"
 
 namespace axle::cpu {
 namespace {

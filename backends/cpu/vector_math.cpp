@@ -1,13 +1,13 @@
 // backends/cpu: vector_math.h's dispatch and its scalar path (builds without x86 kernels).
-#include "backends/cpu/vector_math.h"
+#include "axle/backends/cpu/vector_math.h"
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
-#include "backends/cpu/isa.h"
-#include "backends/cpu/vector_math_lane.h"
+#include "axle/backends/cpu/isa.h"
+#include "axle/backends/cpu/vector_math_lane.h"
 
 namespace axle::cpu {
 namespace {

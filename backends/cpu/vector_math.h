@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "backends/cpu/vector_function.h"
+#include "axle/backends/cpu/vector_function.h"
 
 namespace axle::cpu {
 

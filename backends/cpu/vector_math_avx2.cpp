@@ -6,8 +6,8 @@
 #include <bit>
 #include <cstdint>
 
-#include "backends/cpu/vector_math.h"
-#include "backends/cpu/vector_math_lane.h"
+#include "axle/backends/cpu/vector_math.h"
+#include "axle/backends/cpu/vector_math_lane.h"
 
 namespace axle::cpu::vector_math_detail {
 namespace {

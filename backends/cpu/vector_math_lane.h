@@ -4,7 +4,7 @@
 // everything here is a template instantiated with each file's own types.
 #pragma once
 
-#include "backends/cpu/vector_function.h"
+#include "axle/backends/cpu/vector_function.h"
 
 namespace axle::cpu::vector_math_detail {
 

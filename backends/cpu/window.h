@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cpu/kernel.h"
+#include "axle/backends/cpu/kernel.h"
 
 namespace axle::cpu {
 

@@ -1,5 +1,5 @@
 // backends/testing: the testing backend.
-#include "backends/testing/testing_backend.h"
+#include "axle/backends/testing/testing_backend.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/future.h"
+#include "axle/engine/future.h"
 
 namespace axle {
 

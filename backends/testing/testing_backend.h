@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "backends/backend.h"
+#include "axle/backends/backend.h"
 
 namespace axle {
 

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "graph/autograd/derivatives.h"
-#include "graph/autograd/grad_util.h"
-#include "graph/op_util.h"
+#include "axle/graph/autograd/derivatives.h"
+#include "axle/graph/autograd/grad_util.h"
+#include "axle/graph/op_util.h"
 
 namespace axle::autograd {
 namespace {

@@ -3,8 +3,8 @@
 // graph/ops/ record them; the attributes each one expects are listed with it.
 #pragma once
 
-#include "graph/autograd/function.h"
-#include "graph/op.h"
+#include "axle/graph/autograd/function.h"
+#include "axle/graph/op.h"
 
 namespace axle::autograd {
 

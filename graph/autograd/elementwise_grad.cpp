@@ -7,8 +7,8 @@
 #include <numbers>
 #include <stdexcept>
 
-#include "graph/autograd/derivatives.h"
-#include "graph/autograd/grad_util.h"
+#include "axle/graph/autograd/derivatives.h"
+#include "axle/graph/autograd/grad_util.h"
 
 namespace axle::autograd {
 namespace {

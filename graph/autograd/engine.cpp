@@ -10,11 +10,11 @@
 #include <utility>
 #include <vector>
 
-#include "engine/this_thread.h"
-#include "graph/autograd.h"
-#include "graph/autograd/function.h"
-#include "graph/autograd/grad_util.h"
-#include "graph/op_util.h"
+#include "axle/engine/this_thread.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/autograd/function.h"
+#include "axle/graph/autograd/grad_util.h"
+#include "axle/graph/op_util.h"
 
 namespace axle {
 namespace {

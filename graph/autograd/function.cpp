@@ -1,6 +1,6 @@
 // graph/autograd: recording backward functions, their lifetime, and Tensor's autograd members
 // (backward() itself is in engine.cpp).
-#include "graph/autograd/function.h"
+#include "axle/graph/autograd/function.h"
 
 #include <fmt/format.h>
 
@@ -9,9 +9,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/release_queue.h"
-#include "engine/this_thread.h"
-#include "graph/op_util.h"
+#include "axle/engine/release_queue.h"
+#include "axle/engine/this_thread.h"
+#include "axle/graph/op_util.h"
 
 namespace axle {
 namespace {

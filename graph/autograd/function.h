@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include "engine/intrusive_ptr.h"
-#include "engine/small_vector.h"
-#include "graph/autograd.h"
-#include "graph/ir.h"
-#include "graph/tensor.h"
+#include "axle/engine/intrusive_ptr.h"
+#include "axle/engine/small_vector.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/ir.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 

@@ -1,11 +1,11 @@
 // graph/autograd: building blocks the derivative formulas share.
-#include "graph/autograd/grad_util.h"
+#include "axle/graph/autograd/grad_util.h"
 
 #include <fmt/format.h>
 
 #include <stdexcept>
 
-#include "graph/op_util.h"
+#include "axle/graph/op_util.h"
 
 namespace axle::autograd {
 

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "graph/ops.h"
+#include "axle/graph/ops.h"
 
 namespace axle::autograd {
 

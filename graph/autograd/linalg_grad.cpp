@@ -2,8 +2,8 @@
 // transposed, plus an add the add's own derivative covers).
 #include <vector>
 
-#include "graph/autograd/derivatives.h"
-#include "graph/autograd/grad_util.h"
+#include "axle/graph/autograd/derivatives.h"
+#include "axle/graph/autograd/grad_util.h"
 
 namespace axle::autograd {
 namespace {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/autograd/derivatives.h"
-#include "graph/autograd/grad_util.h"
+#include "axle/graph/autograd/derivatives.h"
+#include "axle/graph/autograd/grad_util.h"
 
 namespace axle::autograd {
 namespace {

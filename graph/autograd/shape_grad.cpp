@@ -3,8 +3,8 @@
 // zeros.
 #include <vector>
 
-#include "graph/autograd/derivatives.h"
-#include "graph/autograd/grad_util.h"
+#include "axle/graph/autograd/derivatives.h"
+#include "axle/graph/autograd/grad_util.h"
 
 namespace axle::autograd {
 namespace {

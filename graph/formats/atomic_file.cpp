@@ -1,6 +1,6 @@
 // graph/formats: atomic file writes on POSIX: rename() within one directory replaces a file
 // atomically, and the fsyncs make the new content durable before and the rename durable after.
-#include "graph/formats/atomic_file.h"
+#include "axle/graph/formats/atomic_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -16,7 +16,7 @@
 #include <random>
 #include <string>
 
-#include "graph/formats/error.h"
+#include "axle/graph/formats/error.h"
 
 namespace axle {
 namespace {

@@ -1,6 +1,6 @@
 // graph/formats: checkpoint files. The only file that sees the protobuf messages of
 // graph/formats/checkpoint.proto.
-#include "graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/checkpoint_codec.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,8 +11,8 @@
 #include <span>
 #include <vector>
 
+#include "axle/graph/formats/error.h"
 #include "graph/formats/checkpoint.pb.h"
-#include "graph/formats/error.h"
 
 #ifndef AXLE_VERSION_STRING
 #error "AXLE_VERSION_STRING (the project version) is defined by graph/formats/CMakeLists.txt"

@@ -13,8 +13,8 @@
 #include <string>
 #include <string_view>
 
-#include "graph/formats/atomic_file.h"
-#include "graph/tensor.h"
+#include "axle/graph/formats/atomic_file.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 

@@ -14,6 +14,7 @@ namespace axle {
 /// ubyte.gz: truncated: …"), so a person can act on it without a debugger.
 class FileError : public std::runtime_error {
  public:
+  /// An error about the file at `path`; `what` says what is wrong (reason()).
   FileError(const std::filesystem::path& path, std::string_view what)
       : std::runtime_error(path.string() + ": " + std::string(what)), path_(path), reason_(what) {}
 

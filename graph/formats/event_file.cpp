@@ -1,5 +1,5 @@
 // graph/formats: TensorBoard event files (see event_file.h).
-#include "graph/formats/event_file.h"
+#include "axle/graph/formats/event_file.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <iterator>
 
-#include "graph/formats/error.h"
+#include "axle/graph/formats/error.h"
 #include "graph/formats/event.pb.h"
 
 namespace axle {

@@ -1,5 +1,5 @@
 // graph/formats: IDX reading through zlib, so that .gz files need no separate decompression step.
-#include "graph/formats/idx.h"
+#include "axle/graph/formats/idx.h"
 
 #include <fmt/format.h>
 #include <zlib.h>
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <limits>
 
-#include "engine/element.h"
-#include "graph/formats/error.h"
+#include "axle/engine/element.h"
+#include "axle/graph/formats/error.h"
 
 namespace axle {
 namespace {

@@ -8,9 +8,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/dtype.h"
-#include "engine/shape.h"
-#include "graph/tensor.h"
+#include "axle/engine/dtype.h"
+#include "axle/engine/shape.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 

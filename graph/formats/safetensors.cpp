@@ -1,5 +1,5 @@
 // graph/formats: writing safetensors files, laid out as the reference implementation lays them out.
-#include "graph/formats/safetensors.h"
+#include "axle/graph/formats/safetensors.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "graph/formats/atomic_file.h"
+#include "axle/graph/formats/atomic_file.h"
 
 namespace axle {
 namespace {

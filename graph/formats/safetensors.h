@@ -12,8 +12,8 @@
 #include <string>
 #include <string_view>
 
-#include "engine/dtype.h"
-#include "graph/tensor.h"
+#include "axle/engine/dtype.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 

@@ -1,7 +1,7 @@
 // graph/formats: reading safetensors files. The header is checked whole (types, shapes, offsets
 // tiling the data exactly) before any tensor is read, so a damaged file is reported, never
 // half-loaded.
-#include "graph/formats/safetensors.h"
+#include "axle/graph/formats/safetensors.h"
 
 #include <fmt/format.h>
 
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/formats/error.h"
+#include "axle/graph/formats/error.h"
 
 namespace axle {
 namespace {

@@ -1,6 +1,6 @@
 // graph/formats: FSDP's shard metadata as text, and consolidating sharded checkpoint files on the
 // host, one replica's file at a time.
-#include "graph/formats/shard_metadata.h"
+#include "axle/graph/formats/shard_metadata.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <unordered_set>
 
-#include "graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/checkpoint_codec.h"
 
 namespace axle {
 namespace {

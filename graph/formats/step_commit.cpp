@@ -1,6 +1,6 @@
 // graph/formats: a step directory's commit file, as JSON: {"step", "replicas", "files": {name:
 // {"bytes", "crc32"}}}. The CRC-32 is zlib's, read in blocks of 1 MiB.
-#include "graph/formats/step_commit.h"
+#include "axle/graph/formats/step_commit.h"
 
 #include <fmt/format.h>
 #include <zlib.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/formats/atomic_file.h"
-#include "graph/formats/error.h"
+#include "axle/graph/formats/atomic_file.h"
+#include "axle/graph/formats/error.h"
 
 namespace axle {
 namespace {

@@ -11,10 +11,10 @@
 #include <cmath>
 #include <limits>
 
-#include "graph/autograd/derivatives.h"
-#include "graph/nn/functional.h"
-#include "graph/op_util.h"
-#include "graph/ops.h"
+#include "axle/graph/autograd/derivatives.h"
+#include "axle/graph/nn/functional.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/ops.h"
 
 namespace axle::nn {
 namespace {

@@ -4,19 +4,19 @@
 // Its derivative runs fn again on the inputs, passed with the incoming gradient through one
 // optimization barrier, and backpropagates through that run to those edges.
 // checkpoint_module runs a module's forward through checkpoint().
-#include "graph/nn/checkpoint.h"
+#include "axle/graph/nn/checkpoint.h"
 
 #include <fmt/format.h>
 
 #include <unordered_set>
 #include <utility>
 
-#include "graph/autocast.h"
-#include "graph/autograd.h"
-#include "graph/autograd/function.h"
-#include "graph/op_util.h"
-#include "graph/ops.h"
-#include "graph/trace_context.h"
+#include "axle/graph/autocast.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/autograd/function.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/trace_context.h"
 
 namespace axle::utils {
 namespace {

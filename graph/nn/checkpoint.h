@@ -11,8 +11,8 @@
 #include <source_location>
 #include <vector>
 
-#include "graph/nn/module.h"
-#include "graph/tensor.h"
+#include "axle/graph/nn/module.h"
+#include "axle/graph/tensor.h"
 
 namespace axle::utils {
 
@@ -40,6 +40,7 @@ Tensor checkpoint(std::function<Tensor(const Tensor&)> fn, const Tensor& input,
 /// eval() reach it.
 class CheckpointModule : public nn::Module {
  public:
+  /// Wraps `module`.
   explicit CheckpointModule(std::shared_ptr<nn::Module> module);
   Tensor forward(const Tensor& input) override;
   /// The module checkpointed (or what replace_module put in its place).

@@ -1,12 +1,12 @@
 // graph/nn: embedding, layer_norm and dropout, made of tensor ops (their gradients are those
 // ops'). Arguments are checked here, so an error names the function the user called.
-#include "graph/nn/functional.h"
+#include "axle/graph/nn/functional.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "graph/op_util.h"
-#include "graph/ops.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/ops.h"
 
 namespace axle::nn {
 

@@ -7,7 +7,7 @@
 #include <source_location>
 #include <vector>
 
-#include "graph/tensor.h"
+#include "axle/graph/tensor.h"
 
 namespace axle::nn {
 

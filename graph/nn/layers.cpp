@@ -1,14 +1,14 @@
 // graph/nn: layers.
-#include "graph/nn/layers.h"
+#include "axle/graph/nn/layers.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <stdexcept>
 
-#include "graph/autograd.h"
-#include "graph/nn/functional.h"
-#include "graph/op_util.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/nn/functional.h"
+#include "axle/graph/op_util.h"
 
 namespace axle::nn {
 namespace {

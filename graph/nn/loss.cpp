@@ -2,12 +2,12 @@
 // elementwise ops and reductions whose gradients need no scatter. Class losses take scores
 // [N, C] or [N, C, d1, ...] with targets [N] or [N, d1, ...]; targets equal to ignore_index add
 // nothing, and the mean is over the others (NaN when none is left, as torch).
-#include "graph/nn/loss.h"
+#include "axle/graph/nn/loss.h"
 
 #include <fmt/format.h>
 
-#include "graph/op_util.h"
-#include "graph/ops.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/ops.h"
 
 namespace axle::nn {
 namespace {

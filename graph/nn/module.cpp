@@ -1,5 +1,5 @@
 // graph/nn: the module tree.
-#include "graph/nn/module.h"
+#include "axle/graph/nn/module.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <unordered_set>
 
-#include "graph/autograd.h"
-#include "graph/op_util.h"
-#include "graph/ops.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/ops.h"
 
 namespace axle::nn {
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "graph/tensor.h"
+#include "axle/graph/tensor.h"
 
 namespace axle::nn {
 
@@ -37,6 +37,7 @@ class Module {
 
   /// The module's computation on one input.
   virtual Tensor forward(const Tensor& input) = 0;
+  /// Calls forward(input), as calling a torch module.
   Tensor operator()(const Tensor& input) { return forward(input); }
 
   /// Every parameter of this module and its submodules, each once (tied ones once), in
@@ -66,7 +67,9 @@ class Module {
   /// Training mode (the default) or evaluation mode, for this module and its submodules: Dropout
   /// and BatchNorm behave differently.
   void train(bool on = true);
+  /// Evaluation mode, as train(false).
   void eval() { train(false); }
+  /// Whether this module is in training mode.
   [[nodiscard]] bool is_training() const noexcept { return training_; }
 
   /// Moves every parameter and buffer to `device`, in place (each tensor once; defined in
@@ -119,6 +122,7 @@ class Module {
   [[nodiscard]] const Tensor& parameter(std::size_t index) const {
     return parameters_[index].second;
   }
+  /// As above, for buffers (register_buffer's index).
   [[nodiscard]] const Tensor& buffer(std::size_t index) const { return buffers_[index].second; }
 
  private:
@@ -136,10 +140,12 @@ class Module {
 class Sequential : public Module {
  public:
   Sequential() = default;
+  /// The modules, in order.
   explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
   /// Appends a module.
   void push_back(std::shared_ptr<Module> module);
   Tensor forward(const Tensor& input) override;
+  /// The number of modules.
   [[nodiscard]] std::size_t size() const noexcept { return named_children().size(); }
 };
 

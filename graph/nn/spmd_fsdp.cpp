@@ -1,5 +1,5 @@
 // graph/nn: FSDP as sharding annotations (see spmd_fsdp.h).
-#include "graph/nn/spmd_fsdp.h"
+#include "axle/graph/nn/spmd_fsdp.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -8,11 +8,12 @@
 #include <source_location>
 #include <string>
 
-#include "graph/nn/module.h"
-#include "graph/spmd.h"
+#include "axle/graph/nn/module.h"
+#include "axle/graph/spmd.h"
 
 namespace axle::spmd {
 
+/// SpmdFullyShardedDataParallel's options.
 struct SpmdFsdpOptions {
   /// The mesh axis parameters and batches are split over.
   std::string axis = "fsdp";
@@ -30,13 +31,16 @@ struct SpmdFsdpOptions {
 /// module, and lays out the output. Throws std::invalid_argument when the mesh has no such axis.
 class SpmdFullyShardedDataParallel : public nn::Module {
  public:
+  /// Wraps `module` and lays out its parameters over `options.axis` of `mesh`.
   SpmdFullyShardedDataParallel(std::shared_ptr<nn::Module> module, Mesh mesh,
                                SpmdFsdpOptions options = {},
                                std::source_location where = std::source_location::current());
 
   Tensor forward(const Tensor& input) override;
 
+  /// The wrapped module.
   [[nodiscard]] nn::Module& module() const noexcept { return *module_; }
+  /// The mesh the parameters are laid out over.
   [[nodiscard]] const Mesh& mesh() const noexcept { return mesh_; }
 
  private:

@@ -1,10 +1,10 @@
 // graph/nn: torch.nn.utils.
-#include "graph/nn/utils.h"
+#include "axle/graph/nn/utils.h"
 
 #include <cmath>
 
-#include "graph/autograd.h"
-#include "graph/ops.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/ops.h"
 
 namespace axle::nn::utils {
 

@@ -4,7 +4,7 @@
 // does.
 #include <fmt/format.h>
 
-#include "graph/op_util.h"
+#include "axle/graph/op_util.h"
 
 namespace axle {
 

@@ -8,12 +8,12 @@
 #include <shared_mutex>
 #include <unordered_map>
 
-#include "engine/hash.h"
+#include "axle/engine/hash.h"
 
-#include "graph/collectives.h"
-#include "graph/device.h"
-#include "graph/op_util.h"
-#include "graph/ops.h"
+#include "axle/graph/collectives.h"
+#include "axle/graph/device.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/ops.h"
 
 namespace axle {
 namespace {

@@ -1,8 +1,8 @@
 // graph/ops: in-place value replacement (Tensor::copy_).
 #include <fmt/format.h>
 
-#include "graph/autograd.h"
-#include "graph/op_util.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/op_util.h"
 
 namespace axle {
 

@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 #include <cmath>
 
-#include "graph/op_util.h"
+#include "axle/graph/op_util.h"
 
 namespace axle {
 

@@ -2,7 +2,7 @@
 // or bool tensor computes in f32, as torch's do. Derivatives trace the values they need again
 // from the saved operand (exp(x), tanh(x), ...): the same op on the same operand is the same IR,
 // which the compiler's CSE merges with the forward's.
-#include "graph/ops/float_functions.h"
+#include "axle/graph/ops/float_functions.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include <numbers>
 #include <stdexcept>
 
-#include "graph/op_util.h"
+#include "axle/graph/op_util.h"
 
 namespace axle {
 namespace {

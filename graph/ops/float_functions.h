@@ -4,8 +4,8 @@
 // evaluator.
 #pragma once
 
-#include "graph/autograd/function.h"
-#include "graph/op.h"
+#include "axle/graph/autograd/function.h"
+#include "axle/graph/op.h"
 
 namespace axle::ops {
 

@@ -6,9 +6,9 @@
 
 #include <cmath>
 
-#include "graph/autograd.h"
-#include "graph/autograd/derivatives.h"
-#include "graph/op_util.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/autograd/derivatives.h"
+#include "axle/graph/op_util.h"
 
 namespace axle {
 namespace {

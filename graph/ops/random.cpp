@@ -7,8 +7,8 @@
 
 #include <limits>
 
-#include "graph/op_util.h"
-#include "graph/trace_context.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/trace_context.h"
 
 namespace axle {
 namespace {

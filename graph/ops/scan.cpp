@@ -2,8 +2,8 @@
 // by adding in f64. Its gradient is the same sum taken in reverse (the node's reverse flag).
 #include <fmt/format.h>
 
-#include "graph/autograd/derivatives.h"
-#include "graph/op_util.h"
+#include "axle/graph/autograd/derivatives.h"
+#include "axle/graph/op_util.h"
 
 namespace axle {
 

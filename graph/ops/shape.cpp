@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <array>
 
-#include "graph/autograd/derivatives.h"
-#include "graph/op_util.h"
+#include "axle/graph/autograd/derivatives.h"
+#include "axle/graph/op_util.h"
 
 namespace axle {
 namespace {

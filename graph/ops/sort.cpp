@@ -2,7 +2,7 @@
 // at them, so their gradient is gather's (scattered back to the positions).
 #include <fmt/format.h>
 
-#include "graph/op_util.h"
+#include "axle/graph/op_util.h"
 
 namespace axle {
 

@@ -5,7 +5,7 @@
 
 #include <numeric>
 
-#include "graph/op_util.h"
+#include "axle/graph/op_util.h"
 
 namespace axle {
 namespace {

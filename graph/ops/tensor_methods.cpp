@@ -2,9 +2,9 @@
 // Tensor's scope a method hides the function it calls, hence axle::.
 #include <fmt/format.h>
 
-#include "graph/op_util.h"
-#include "graph/ops.h"
-#include "graph/tensor.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 

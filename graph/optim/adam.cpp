@@ -2,9 +2,9 @@
 // on the host from each parameter's step count and enter the graph as parameters.
 #include <cmath>
 
-#include "graph/autograd.h"
-#include "graph/ops.h"
-#include "graph/optim/optimizer.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/optim/optimizer.h"
 
 namespace axle::optim {
 

@@ -1,6 +1,6 @@
 // graph/optim: the schedulers' rates, in torch.optim.lr_scheduler's recursive forms (each rate
 // from the group's current one), evaluated in double as Python does.
-#include "graph/optim/lr_scheduler.h"
+#include "axle/graph/optim/lr_scheduler.h"
 
 #include <fmt/format.h>
 

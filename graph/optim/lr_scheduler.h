@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "graph/optim/optimizer.h"
+#include "axle/graph/optim/optimizer.h"
 
 namespace axle::optim {
 
@@ -16,11 +16,13 @@ namespace axle::optim {
 /// taken, the rates it started from and the rates it last set. The groups' current rates are
 /// the optimizer's (its param_groups).
 struct LRSchedulerState {
-  int64_t last_epoch = -1;
-  std::vector<double> base_lrs;
-  std::vector<double> last_lr;
+  int64_t last_epoch = -1;       ///< Steps taken (last_epoch()).
+  std::vector<double> base_lrs;  ///< The rates the schedule starts from, by group (base_lrs()).
+  std::vector<double> last_lr;   ///< The rates step() last set, by group (get_last_lr()).
 };
 
+/// Base of the learning-rate schedulers, as torch.optim.lr_scheduler.LRScheduler: step() moves
+/// to the next epoch and sets every group's lr to get_lr()'s.
 class LRScheduler {
  public:
   virtual ~LRScheduler() = default;
@@ -36,6 +38,7 @@ class LRScheduler {
   /// The rates the schedule starts from (each group's initial_lr).
   [[nodiscard]] const std::vector<double>& base_lrs() const noexcept { return base_lrs_; }
 
+  /// The scheduler's state (torch's state_dict): last_epoch(), base_lrs() and get_last_lr().
   [[nodiscard]] LRSchedulerState state_dict() const { return {last_epoch_, base_lrs_, last_lr_}; }
   /// Takes up a state_dict() of a scheduler of as many groups (torch's load_state_dict); throws
   /// std::invalid_argument, changing nothing, when the group counts differ. The groups' rates
@@ -46,10 +49,13 @@ class LRScheduler {
   /// Takes each group's lr as its initial_lr (unless a scheduler already set it); the derived
   /// constructor then calls initial_step().
   explicit LRScheduler(Optimizer& optimizer);
+  /// Sets the rates of epoch 0 (a first step()); called at the end of a derived constructor.
   void initial_step() { step(); }
   /// The rates of epoch last_epoch(), from the groups' current rates.
   [[nodiscard]] virtual std::vector<double> get_lr() const = 0;
+  /// Group g's current learning rate.
   [[nodiscard]] double group_lr(std::size_t g) const { return optimizer_.param_groups()[g].lr; }
+  /// The number of the optimizer's parameter groups.
   [[nodiscard]] std::size_t groups() const { return optimizer_.param_groups().size(); }
 
  private:
@@ -62,6 +68,7 @@ class LRScheduler {
 /// Multiplies the rate by `gamma` every `step_size` epochs, as torch.optim.lr_scheduler.StepLR.
 class StepLR : public LRScheduler {
  public:
+  /// Schedules `optimizer`'s rates; throws std::invalid_argument unless step_size > 0.
   StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
 
  private:
@@ -74,6 +81,8 @@ class StepLR : public LRScheduler {
 /// `total_iters` epochs, then keeps it (a linear warm-up), as torch's LinearLR.
 class LinearLR : public LRScheduler {
  public:
+  /// Schedules `optimizer`'s rates; throws std::invalid_argument unless 0 < start_factor <= 1,
+  /// 0 <= end_factor <= 1 and total_iters > 0.
   explicit LinearLR(Optimizer& optimizer, double start_factor = 1.0 / 3, double end_factor = 1.0,
                     int64_t total_iters = 5);
 
@@ -88,6 +97,7 @@ class LinearLR : public LRScheduler {
 /// back up over the next t_max, as torch's CosineAnnealingLR).
 class CosineAnnealingLR : public LRScheduler {
  public:
+  /// Schedules `optimizer`'s rates; throws std::invalid_argument unless t_max > 0.
   CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min = 0);
 
  private:
@@ -100,7 +110,10 @@ class CosineAnnealingLR : public LRScheduler {
 /// group, or one per group.
 class LambdaLR : public LRScheduler {
  public:
+  /// One function for every group; throws std::invalid_argument if it is empty.
   LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> lr_lambda);
+  /// One function per group; throws std::invalid_argument unless there are as many as groups and
+  /// none is empty.
   LambdaLR(Optimizer& optimizer, std::vector<std::function<double(int64_t)>> lr_lambdas);
 
  private:

@@ -1,5 +1,5 @@
 // graph/optim: what every optimizer shares, and gradient clipping.
-#include "graph/optim/optimizer.h"
+#include "axle/graph/optim/optimizer.h"
 
 #include <fmt/format.h>
 
@@ -9,9 +9,9 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "graph/autograd.h"
-#include "graph/op_util.h"
-#include "graph/ops.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/ops.h"
 
 namespace axle::optim {
 

@@ -1,9 +1,9 @@
 // graph/optim: SGD, step for step as torch.optim.SGD.
 #include <cmath>
 
-#include "graph/autograd.h"
-#include "graph/ops.h"
-#include "graph/optim/optimizer.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/optim/optimizer.h"
 
 namespace axle::optim {
 

@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "graph/passes/passes.h"
+#include "axle/graph/passes/passes.h"
 
 namespace axle {
 namespace {

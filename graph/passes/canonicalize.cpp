@@ -4,7 +4,7 @@
 #include <array>
 #include <vector>
 
-#include "graph/passes/passes.h"
+#include "axle/graph/passes/passes.h"
 
 namespace axle {
 namespace {

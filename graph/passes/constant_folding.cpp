@@ -5,8 +5,8 @@
 #include <optional>
 #include <vector>
 
-#include "engine/element.h"
-#include "graph/passes/passes.h"
+#include "axle/engine/element.h"
+#include "axle/graph/passes/passes.h"
 
 namespace axle {
 namespace {

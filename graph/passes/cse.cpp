@@ -4,8 +4,8 @@
 #include <bit>
 #include <vector>
 
-#include "engine/hash.h"
-#include "graph/passes/passes.h"
+#include "axle/engine/hash.h"
+#include "axle/graph/passes/passes.h"
 
 namespace axle {
 namespace {

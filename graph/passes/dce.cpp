@@ -1,7 +1,7 @@
 // graph/passes: dead-code elimination.
 #include <vector>
 
-#include "graph/passes/passes.h"
+#include "axle/graph/passes/passes.h"
 
 namespace axle {
 

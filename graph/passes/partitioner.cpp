@@ -8,7 +8,7 @@
 // reduce_scatter or a reshard. The rules, one per op family, are listed in graph/README.md.
 // This file: the sweep, emitting instructions and resharding; the layouts and the rules are in
 // the files partitioner_internal.h names.
-#include "graph/passes/partitioner_internal.h"
+#include "axle/graph/passes/partitioner_internal.h"
 
 #include <fmt/format.h>
 
@@ -17,7 +17,7 @@
 #include <string>
 #include <utility>
 
-#include "graph/collectives.h"
+#include "axle/graph/collectives.h"
 
 namespace axle::spmd_partitioning {
 

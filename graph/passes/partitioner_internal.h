@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/reduce_type.h"
-#include "graph/passes/passes.h"
+#include "axle/engine/reduce_type.h"
+#include "axle/graph/passes/passes.h"
 
 namespace axle::spmd_partitioning {
 

@@ -1,10 +1,10 @@
 // graph/passes: a value's layout over the devices, for the SPMD partitioner (see
 // partitioner_internal.h): building, projecting and grouping layouts.
-#include "graph/passes/partitioner_internal.h"
+#include "axle/graph/passes/partitioner_internal.h"
 
 #include <utility>
 
-#include "graph/collectives.h"
+#include "axle/graph/collectives.h"
 
 namespace axle::spmd_partitioning {
 

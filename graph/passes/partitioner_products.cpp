@@ -1,11 +1,11 @@
 // graph/passes: the SPMD partitioner's rules for matmul and conv2d, whose contracting dims
 // may be split: partial products summed by all_reduce or reduce_scatter (graph/README.md).
-#include "graph/passes/partitioner_internal.h"
+#include "axle/graph/passes/partitioner_internal.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "graph/collectives.h"
+#include "axle/graph/collectives.h"
 
 namespace axle::spmd_partitioning {
 

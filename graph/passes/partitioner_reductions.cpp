@@ -1,11 +1,11 @@
 // graph/passes: the SPMD partitioner's rules for reductions, and for softmax, argmax, cumsum
 // and topk along a split dim without gathering the operand (graph/README.md).
-#include "graph/passes/partitioner_internal.h"
+#include "axle/graph/passes/partitioner_internal.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "graph/collectives.h"
+#include "axle/graph/collectives.h"
 
 namespace axle::spmd_partitioning {
 

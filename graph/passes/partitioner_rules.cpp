@@ -1,10 +1,10 @@
 // graph/passes: the SPMD partitioner's dispatch over op families and the rules of iota,
 // index_select, random ops, gather, scatter_add and reshape (graph/README.md lists them all).
-#include "graph/passes/partitioner_internal.h"
+#include "axle/graph/passes/partitioner_internal.h"
 
 #include <algorithm>
 
-#include "graph/collectives.h"
+#include "axle/graph/collectives.h"
 
 namespace axle::spmd_partitioning {
 

@@ -1,12 +1,12 @@
 // graph/passes: which passes run, and in what order.
-#include "graph/passes/passes.h"
+#include "axle/graph/passes/passes.h"
 
 #include <algorithm>
 #include <array>
 #include <string>
 #include <utility>
 
-#include "engine/config.h"
+#include "axle/engine/config.h"
 
 namespace axle {
 namespace {

@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "graph/passes/program.h"
-#include "graph/sharding.h"
+#include "axle/graph/passes/program.h"
+#include "axle/graph/sharding.h"
 
 namespace axle {
 

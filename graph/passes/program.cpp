@@ -1,11 +1,11 @@
 // graph/passes: building and printing programs.
-#include "graph/passes/program.h"
+#include "axle/graph/passes/program.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "graph/sharding.h"
-#include "graph/step_graph.h"
+#include "axle/graph/sharding.h"
+#include "axle/graph/step_graph.h"
 
 namespace axle {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/dtype.h"
-#include "engine/shape.h"
-#include "graph/op.h"
+#include "axle/engine/dtype.h"
+#include "axle/engine/shape.h"
+#include "axle/graph/op.h"
 
 namespace axle {
 

@@ -63,7 +63,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "graph/passes/passes.h"
+#include "axle/graph/passes/passes.h"
 
 namespace axle {
 namespace {

@@ -9,9 +9,9 @@
 
 #include <vector>
 
-#include "engine/reduce_type.h"
-#include "graph/collectives.h"
-#include "graph/reference/op_families.h"
+#include "axle/engine/reduce_type.h"
+#include "axle/graph/collectives.h"
+#include "axle/graph/reference/op_families.h"
 
 namespace axle::reference::detail {
 namespace {

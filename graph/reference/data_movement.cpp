@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "graph/reference/op_families.h"
+#include "axle/graph/reference/op_families.h"
 
 namespace axle::reference::detail {
 namespace {

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <numbers>
 
-#include "graph/ops/float_functions.h"
-#include "graph/reference/op_families.h"
+#include "axle/graph/ops/float_functions.h"
+#include "axle/graph/reference/op_families.h"
 
 namespace axle::reference::detail {
 namespace {

@@ -1,12 +1,12 @@
 // graph/reference: the evaluator's walk over a step graph — leaves, dispatch to the op families,
 // and releasing each value after its last reader.
-#include "graph/reference/evaluator.h"
+#include "axle/graph/reference/evaluator.h"
 
 #include <fmt/format.h>
 
 #include <stdexcept>
 
-#include "graph/reference/op_families.h"
+#include "axle/graph/reference/op_families.h"
 
 namespace axle::reference {
 namespace {

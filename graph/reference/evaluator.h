@@ -8,9 +8,9 @@
 #include <span>
 #include <vector>
 
-#include "graph/device_data.h"
-#include "graph/step_graph.h"
-#include "graph/tensor.h"
+#include "axle/graph/device_data.h"
+#include "axle/graph/step_graph.h"
+#include "axle/graph/tensor.h"
 
 namespace axle::reference {
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <string_view>
 
-#include "engine/dtype.h"
-#include "engine/shape.h"
-#include "graph/ir.h"
-#include "graph/tensor.h"
+#include "axle/engine/dtype.h"
+#include "axle/engine/shape.h"
+#include "axle/graph/ir.h"
+#include "axle/graph/tensor.h"
 
 namespace axle::reference::detail {
 

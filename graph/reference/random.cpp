@@ -14,7 +14,7 @@
 #include <limits>
 #include <numbers>
 
-#include "graph/reference/op_families.h"
+#include "axle/graph/reference/op_families.h"
 
 namespace axle::reference::detail {
 namespace {

@@ -11,7 +11,7 @@
 #include <limits>
 #include <vector>
 
-#include "graph/reference/op_families.h"
+#include "axle/graph/reference/op_families.h"
 
 namespace axle::reference::detail {
 namespace {

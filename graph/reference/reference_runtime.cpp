@@ -1,15 +1,15 @@
 // graph/reference: the reference runtime.
-#include "graph/reference/reference_runtime.h"
+#include "axle/graph/reference/reference_runtime.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "graph/reference/evaluator.h"
-#include "graph/step_graph.h"
-#include "graph/tensor.h"
-#include "graph/trace_context.h"
+#include "axle/graph/reference/evaluator.h"
+#include "axle/graph/step_graph.h"
+#include "axle/graph/tensor.h"
+#include "axle/graph/trace_context.h"
 
 namespace axle::reference {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <mutex>
 
-#include "graph/tensor_runtime.h"
+#include "axle/graph/tensor_runtime.h"
 
 namespace axle::reference {
 

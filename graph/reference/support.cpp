@@ -6,8 +6,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "engine/element.h"
-#include "graph/reference/op_families.h"
+#include "axle/engine/element.h"
+#include "axle/graph/reference/op_families.h"
 
 namespace axle::reference::detail {
 namespace {

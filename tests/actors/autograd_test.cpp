@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "axle.h"
+#include "axle/axle.h"
 #include "tests/graph/grad_check.h"
 
 namespace axle::testing {

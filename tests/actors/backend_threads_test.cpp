@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
 #include "tests/actors/testing_system.h"
 
 namespace axle {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/compiler/lowering.h"
+#include "axle/actors/compiler/lowering.h"
 
 namespace axle {
 namespace {

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 
-#include "actors/compiler/fusion.h"
-#include "actors/compiler/lowering.h"
-#include "axle.h"
-#include "graph/step_graph.h"
+#include "axle/actors/compiler/fusion.h"
+#include "axle/actors/compiler/lowering.h"
+#include "axle/axle.h"
+#include "axle/graph/step_graph.h"
 
 namespace axle {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "engine/reduce_type.h"
+#include "axle/engine/reduce_type.h"
 
 namespace axle::testing {
 

@@ -1,7 +1,7 @@
 // The compiler at scale: no recursion on graph depth anywhere between tracing and execution.
 #include <gtest/gtest.h>
 
-#include "axle.h"
+#include "axle/axle.h"
 
 namespace axle {
 namespace {

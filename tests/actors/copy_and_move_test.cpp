@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
 
 namespace axle {
 namespace {

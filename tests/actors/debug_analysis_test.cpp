@@ -6,9 +6,9 @@
 
 #include <string>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
 
 namespace axle {
 namespace {

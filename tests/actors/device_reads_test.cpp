@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
 #include "tests/actors/testing_system.h"
 
 namespace axle {

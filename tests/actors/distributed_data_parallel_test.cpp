@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
-#include "graph/dump.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
+#include "axle/graph/dump.h"
 #include "samples/gpt_model.h"
 #include "tests/gpt_steps.h"
 

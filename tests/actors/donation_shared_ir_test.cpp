@@ -6,8 +6,8 @@
 #include <thread>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
 
 namespace axle {
 namespace {

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "axle.h"
+#include "axle/axle.h"
 #include "samples/mnist_models.h"
 #include "tests/graph/nn_test_util.h"
 

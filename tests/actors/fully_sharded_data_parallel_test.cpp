@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "actors/compiler/lowering.h"
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
-#include "graph/step_graph.h"
+#include "axle/actors/compiler/lowering.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
+#include "axle/graph/step_graph.h"
 #include "samples/gpt_model.h"
 #include "tests/error_text.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/compiler/fusion.h"
+#include "axle/actors/compiler/fusion.h"
 
 namespace axle {
 namespace {

@@ -9,10 +9,10 @@
 #include <sstream>
 #include <thread>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
-#include "graph/op_util.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
+#include "axle/graph/op_util.h"
 #include "tests/actors/testing_system.h"
 
 namespace axle {

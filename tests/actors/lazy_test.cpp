@@ -6,11 +6,11 @@
 #include <mutex>
 #include <thread>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
-#include "engine/log.h"
-#include "graph/trace_context.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
+#include "axle/engine/log.h"
+#include "axle/graph/trace_context.h"
 #include "tests/actors/testing_system.h"
 
 namespace axle {

@@ -1,7 +1,7 @@
 // Tests actors/runtime/loader_actor.h through DeviceFeed, on a BatchSource of its own (no io/):
 // what the LoaderActor asks of its source — one begin and one end per epoch, never the uneven rest,
 // no read once every device has left — and that replicas' batches come back in order.
-#include "actors/runtime/loader_actor.h"
+#include "axle/actors/runtime/loader_actor.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "actors/runtime/device_feed.h"
-#include "axle.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/runtime/device_feed.h"
+#include "axle/axle.h"
 
 namespace axle {
 namespace {

@@ -1,7 +1,7 @@
 // MeetingPoints (actors/runtime/meeting_points.h) called directly from many threads, as devices
 // call it: every point gives each member the values of its own point, by ordinal, whoever arrives
 // last; deadlines come from the caller's clock. Run under ThreadSanitizer too.
-#include "actors/runtime/meeting_points.h"
+#include "axle/actors/runtime/meeting_points.h"
 
 #include <gtest/gtest.h>
 

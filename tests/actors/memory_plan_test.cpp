@@ -1,16 +1,16 @@
 // Memory planning: buffers are released after their last reader and reused, elementwise ops
 // write over operands that die with them, and the planned peak (ProgramPeakBytes) is what the
 // backend then holds.
-#include "actors/compiler/memory_plan.h"
-#include "actors/host/lazy_system.h"
+#include "axle/actors/compiler/memory_plan.h"
+#include "axle/actors/host/lazy_system.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "actors/compiler/lowering.h"
-#include "axle.h"
-#include "graph/step_graph.h"
+#include "axle/actors/compiler/lowering.h"
+#include "axle/axle.h"
+#include "axle/graph/step_graph.h"
 
 namespace axle {
 namespace {

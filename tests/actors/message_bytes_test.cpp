@@ -1,6 +1,6 @@
 // Tests actors/runtime/message_bytes.h: a message sent with blocks travels as a head and its
 // blocks; the head put back together gives the message as sent, and a damaged head is refused.
-#include "actors/runtime/message_bytes.h"
+#include "axle/actors/runtime/message_bytes.h"
 
 #include <gtest/gtest.h>
 

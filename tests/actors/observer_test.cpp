@@ -1,7 +1,7 @@
 // actors/runtime/observer.h: the actors tell the system's observers what they did — executions,
 // transfers, compiles, steps, syncs, closures — and record nothing themselves; with no observer
 // attached they still work, and the metrics stay empty.
-#include "actors/runtime/observer.h"
+#include "axle/actors/runtime/observer.h"
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <mutex>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "actors/runtime/device_actor.h"
-#include "axle.h"
-#include "backends/executable.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/runtime/device_actor.h"
+#include "axle/axle.h"
+#include "axle/backends/executable.h"
 
 namespace axle {
 namespace {

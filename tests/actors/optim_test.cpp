@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "axle.h"
+#include "axle/axle.h"
 #include "tests/graph/optim/optim_test_util.h"
 
 namespace axle::testing {

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "axle.h"
+#include "axle/axle.h"
 
 namespace axle::small_program {
 

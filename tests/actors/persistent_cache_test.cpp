@@ -1,8 +1,8 @@
 // The persistent compile cache (actors/compiler/persistent_cache.h, initialize_cache): entries
 // round-trip, a second process compiles nothing, damaged entries are reported once and rewritten,
 // readonly caches never write, and concurrent writers leave one whole file.
-#include "actors/compiler/persistent_cache.h"
-#include "actors/host/lazy_system.h"
+#include "axle/actors/compiler/persistent_cache.h"
+#include "axle/actors/host/lazy_system.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -21,10 +21,10 @@
 #include <sstream>
 #include <thread>
 
-#include "actors/compiler/lowering.h"
-#include "axle.h"
-#include "engine/log.h"
-#include "graph/step_graph.h"
+#include "axle/actors/compiler/lowering.h"
+#include "axle/axle.h"
+#include "axle/engine/log.h"
+#include "axle/graph/step_graph.h"
 #include "persistent_cache_program.h"
 
 namespace axle {

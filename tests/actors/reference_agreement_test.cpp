@@ -26,13 +26,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
-#include "engine/element.h"
-#include "graph/op_util.h"
-#include "graph/reference/evaluator.h"
-#include "graph/step_graph.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
+#include "axle/engine/element.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/reference/evaluator.h"
+#include "axle/graph/step_graph.h"
 
 namespace axle {
 namespace {

@@ -1,7 +1,7 @@
 // The RendezvousActor (actors/runtime/rendezvous_actor.h) on its own: points complete when their
 // last member arrives, and a failed point, a deadline, a departed member or a cancelled group
 // answer every waiting and late replica with an error.
-#include "actors/runtime/rendezvous_actor.h"
+#include "axle/actors/runtime/rendezvous_actor.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/runtime.h"
-#include "engine/spawn.h"
+#include "axle/engine/runtime.h"
+#include "axle/engine/spawn.h"
 
 namespace axle {
 namespace {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
 
 namespace axle {
 namespace {

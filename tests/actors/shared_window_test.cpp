@@ -1,7 +1,7 @@
 // Tests actors/runtime/shared_window.h on memory of this process standing for a host's shared
 // window: a message written by one process is read in place by another, its room comes back once
 // the reader lets go, and a note pointing outside the sender's part is refused.
-#include "actors/runtime/shared_window.h"
+#include "axle/actors/runtime/shared_window.h"
 
 #include <gtest/gtest.h>
 

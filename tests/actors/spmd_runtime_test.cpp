@@ -14,14 +14,14 @@
 
 #include <unistd.h>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
-#include "graph/formats/error.h"
-#include "io/data_loader.h"
-#include "io/fake_data.h"
-#include "io/parallel_loader.h"
-#include "io/spmd_checkpoint.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
+#include "axle/graph/formats/error.h"
+#include "axle/io/data_loader.h"
+#include "axle/io/fake_data.h"
+#include "axle/io/parallel_loader.h"
+#include "axle/io/spmd_checkpoint.h"
 
 namespace axle::testing {
 namespace {

@@ -10,11 +10,11 @@
 #include <thread>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "actors/host/replica_host.h"
-#include "axle.h"
-#include "engine/config.h"
-#include "engine/metrics.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/host/replica_host.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
+#include "axle/engine/metrics.h"
 #include "tests/actors/testing_system.h"
 
 namespace axle {

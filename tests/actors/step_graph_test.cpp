@@ -1,14 +1,14 @@
 // Step graphs: collected from the creation log or by walking down from the roots, they hold
 // exactly what the roots depend on, hash alike for alike programs, and execute to the same values.
-#include "graph/step_graph.h"
-#include "actors/host/lazy_system.h"
-#include "graph/trace_context.h"
+#include "axle/graph/step_graph.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/graph/trace_context.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "axle.h"
+#include "axle/axle.h"
 
 namespace axle {
 namespace {

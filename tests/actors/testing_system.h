@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include "actors/host/lazy_system.h"
-#include "backends/testing/testing_backend.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/backends/testing/testing_backend.h"
 
 namespace axle {
 

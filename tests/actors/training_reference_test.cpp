@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "axle.h"
+#include "axle/axle.h"
 #include "samples/mnist_models.h"
 #include "tests/graph/nn_test_util.h"
 

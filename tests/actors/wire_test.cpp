@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/runtime/wire.h"
+#include "axle/actors/runtime/wire.h"
 
 namespace axle {
 namespace {

@@ -1,7 +1,7 @@
 // Tests backends/cpu/compute_pool.h: every part runs once, on the pool's threads, errors come
 // back to the caller, ranges split deterministically, and the thread count is the one asked for
 // or the machine's cores shared among the devices.
-#include "backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/compute_pool.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/cores.h"
+#include "axle/engine/cores.h"
 
 namespace axle::cpu {
 namespace {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/compute_pool.h"
 #include "tests/backends/fused_chain.h"
 #include "tests/backends/kernel_test_util.h"
 

@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/kernel.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/kernel.h"
 #include "tests/backends/kernel_test_util.h"
 
 namespace axle::testing {

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/element.h"
-#include "backends/cpu/gemm.h"
-#include "backends/cpu/isa.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/gemm.h"
+#include "axle/backends/cpu/isa.h"
 #include "tests/backends/kernel_test_util.h"
 
 namespace axle::testing {

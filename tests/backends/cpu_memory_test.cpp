@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "backends/backend.h"
-#include "engine/metrics.h"
+#include "axle/backends/backend.h"
+#include "axle/engine/metrics.h"
 
 namespace axle {
 namespace {

@@ -12,7 +12,7 @@
 #include <map>
 #include <numbers>
 
-#include "backends/cpu/philox.h"
+#include "axle/backends/cpu/philox.h"
 #include "tests/backends/kernel_test_util.h"
 
 namespace axle::testing {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/element.h"
-#include "backends/cpu/isa.h"
-#include "backends/cpu/vector_math.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/isa.h"
+#include "axle/backends/cpu/vector_math.h"
 
 namespace axle::testing {
 namespace {

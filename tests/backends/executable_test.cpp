@@ -1,6 +1,6 @@
 // backends/executable.h: kernel names, and program_error — what makes a program unsafe to hand to
 // a backend.
-#include "backends/executable.h"
+#include "axle/backends/executable.h"
 
 #include <gtest/gtest.h>
 

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "backends/backend.h"
-#include "backends/cpu/compute_pool.h"
-#include "backends/cpu/isa.h"
-#include "backends/cpu/kernel.h"
-#include "engine/element.h"
+#include "axle/backends/backend.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/isa.h"
+#include "axle/backends/cpu/kernel.h"
+#include "axle/engine/element.h"
 
 namespace axle {
 /// Names the kernel in parameterised test output.

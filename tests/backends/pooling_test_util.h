@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/shape.h"
+#include "axle/engine/shape.h"
 
 namespace axle::testing {
 

@@ -42,7 +42,7 @@ add_subdirectory(\"${AXLE_SOURCE}\" axle)
 add_executable(consumer main.cpp)
 target_link_libraries(consumer PRIVATE axle::actors)
 ")
-file(WRITE ${consumer}/main.cpp "#include \"axle.h\"\nint main() { return 0; }\n")
+file(WRITE ${consumer}/main.cpp "#include <axle/axle.h>\nint main() { return 0; }\n")
 # The file API's code model lists every target and directory of the build.
 file(WRITE ${build}/.cmake/api/v1/query/codemodel-v2 "")
 

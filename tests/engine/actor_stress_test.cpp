@@ -6,8 +6,8 @@
 #include <thread>
 #include <utility>
 
-#include "engine/runtime.h"
-#include "engine/spawn.h"
+#include "axle/engine/runtime.h"
+#include "axle/engine/spawn.h"
 
 namespace axle {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/actor.h"
+#include "axle/engine/actor.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -7,9 +7,9 @@
 #include <chrono>
 #include <thread>
 
-#include "engine/log.h"
-#include "engine/runtime.h"
-#include "engine/spawn.h"
+#include "axle/engine/log.h"
+#include "axle/engine/runtime.h"
+#include "axle/engine/spawn.h"
 
 namespace axle {
 namespace {

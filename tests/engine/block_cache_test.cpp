@@ -1,6 +1,6 @@
 // engine/block_cache.h: the per-thread cache of small blocks. This executable replaces the global
 // operator new and delete to see which allocations reach them.
-#include "engine/block_cache.h"
+#include "axle/engine/block_cache.h"
 
 #include <gtest/gtest.h>
 

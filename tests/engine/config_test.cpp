@@ -1,6 +1,6 @@
 // Tests engine/config.h: the lookup (code over environment, parsing) and the settings table
 // (defaults, overrides, bad values named).
-#include "engine/config.h"
+#include "axle/engine/config.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cores.h"
+#include "axle/engine/cores.h"
 
 namespace axle {
 namespace {

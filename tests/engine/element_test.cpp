@@ -1,4 +1,4 @@
-#include "engine/element.h"
+#include "axle/engine/element.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "engine/future.h"
+#include "axle/engine/future.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Tests engine/log.h. This file's module name, for AXLE_VMODULE, is "log_test".
-#include "engine/log.h"
+#include "axle/engine/log.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/config.h"
+#include "axle/engine/config.h"
 
 namespace axle {
 namespace {

@@ -1,11 +1,11 @@
-#include "engine/mailbox.h"
+#include "axle/engine/mailbox.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
 
-#include "engine/mailbox_impl.h"
+#include "axle/engine/mailbox_impl.h"
 
 namespace axle {
 namespace {

@@ -1,5 +1,5 @@
 // Tests for engine/metrics.h: the registry, the PyTorch/XLA report format, and thread safety.
-#include "engine/metrics.h"
+#include "axle/engine/metrics.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // engine/release_queue.h: deferred, iterative release of reference-counted chains.
-#include "engine/release_queue.h"
+#include "axle/engine/release_queue.h"
 
 #include <gtest/gtest.h>
 #include <pthread.h>

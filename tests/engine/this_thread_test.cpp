@@ -1,5 +1,5 @@
 // engine/this_thread.h: per-thread bindings, and objects kept until their thread exits.
-#include "engine/this_thread.h"
+#include "axle/engine/this_thread.h"
 
 #include <gtest/gtest.h>
 

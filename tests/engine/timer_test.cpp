@@ -2,8 +2,8 @@
 
 #include <thread>
 
-#include "engine/runtime.h"
-#include "engine/spawn.h"
+#include "axle/engine/runtime.h"
+#include "axle/engine/spawn.h"
 
 namespace axle {
 namespace {

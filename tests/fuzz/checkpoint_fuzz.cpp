@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "graph/formats/checkpoint_codec.h"
-#include "graph/formats/error.h"
+#include "axle/graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/error.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {

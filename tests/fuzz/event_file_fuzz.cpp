@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <span>
 
-#include "graph/formats/error.h"
-#include "graph/formats/event_file.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/formats/event_file.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {

@@ -3,8 +3,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "graph/formats/error.h"
-#include "graph/formats/idx.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/formats/idx.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {

@@ -7,9 +7,9 @@
 #include <string>
 #include <string_view>
 
-#include "actors/compiler/persistent_cache.h"
 #include "actors/compiler/persistent_cache.pb.h"
-#include "engine/hash.h"
+#include "axle/actors/compiler/persistent_cache.h"
+#include "axle/engine/hash.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/persistent_cache_input.h"
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "actors/compiler/persistent_cache.h"
+#include "axle/actors/compiler/persistent_cache.h"
 
 namespace axle::fuzz {
 

@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "actors/compiler/persistent_cache.h"
-#include "graph/formats/checkpoint_codec.h"
-#include "graph/formats/error.h"
-#include "graph/formats/event_file.h"
-#include "graph/formats/idx.h"
-#include "graph/formats/safetensors.h"
-#include "graph/formats/shard_metadata.h"
-#include "graph/formats/step_commit.h"
+#include "axle/actors/compiler/persistent_cache.h"
+#include "axle/graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/formats/event_file.h"
+#include "axle/graph/formats/idx.h"
+#include "axle/graph/formats/safetensors.h"
+#include "axle/graph/formats/shard_metadata.h"
+#include "axle/graph/formats/step_commit.h"
 #include "tests/fuzz/persistent_cache_input.h"
 #include "tests/fuzz/sharded_checkpoint_input.h"
 #include "tests/fuzz/step_commit_input.h"

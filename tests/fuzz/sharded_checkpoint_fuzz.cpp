@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "graph/formats/error.h"
-#include "graph/formats/shard_metadata.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/formats/shard_metadata.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/sharded_checkpoint_input.h"
 

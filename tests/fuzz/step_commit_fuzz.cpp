@@ -11,8 +11,8 @@
 #include <fstream>
 #include <string>
 
-#include "graph/formats/error.h"
-#include "graph/formats/step_commit.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/formats/step_commit.h"
 #include "tests/fuzz/step_commit_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {

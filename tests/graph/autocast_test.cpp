@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/autocast.h"
-#include "graph/nn/functional.h"
+#include "axle/graph/autocast.h"
+#include "axle/graph/nn/functional.h"
 #include "tests/graph/ops/ops_test_util.h"
 
 namespace axle::testing {

@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "graph/autograd.h"
-#include "graph/autograd/function.h"
-#include "graph/ops.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/autograd/function.h"
+#include "axle/graph/ops.h"
 
 namespace axle {
 namespace {

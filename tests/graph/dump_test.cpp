@@ -1,5 +1,5 @@
 // Tests graph/dump.h: the text and Graphviz dumps of traced graphs.
-#include "graph/dump.h"
+#include "axle/graph/dump.h"
 
 #include <gtest/gtest.h>
 
@@ -7,8 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "engine/config.h"
-#include "graph/ops.h"
+#include "axle/engine/config.h"
+#include "axle/graph/ops.h"
 
 namespace axle {
 namespace {

@@ -15,15 +15,15 @@
 #include <string>
 #include <vector>
 
-#include "engine/metrics.h"
-#include "graph/autograd.h"
-#include "graph/collectives.h"
-#include "graph/nn/layers.h"
-#include "graph/nn/loss.h"
-#include "graph/nn/module.h"
-#include "graph/ops.h"
-#include "graph/optim/optimizer.h"
-#include "graph/tensor.h"
+#include "axle/engine/metrics.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/collectives.h"
+#include "axle/graph/nn/layers.h"
+#include "axle/graph/nn/loss.h"
+#include "axle/graph/nn/module.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/optim/optimizer.h"
+#include "axle/graph/tensor.h"
 #include "tests/graph/test_runtime.h"
 
 namespace axle::testing {

@@ -1,17 +1,17 @@
 // Tests graph/ir.h through traced ops: what node hashes cover (so what recompiles), how scalars
 // become parameters or constants, destruction of very long chains, and the per-op counters.
-#include "graph/ir.h"
-#include "graph/trace_context.h"
+#include "axle/graph/ir.h"
+#include "axle/graph/trace_context.h"
 
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <thread>
 
-#include "engine/config.h"
-#include "engine/metrics.h"
-#include "graph/op_util.h"
-#include "graph/ops.h"
+#include "axle/engine/config.h"
+#include "axle/engine/metrics.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/ops.h"
 
 namespace axle {
 namespace {

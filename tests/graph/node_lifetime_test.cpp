@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "graph/ops.h"
+#include "axle/graph/ops.h"
 
 namespace axle {
 namespace {

@@ -1,6 +1,6 @@
 // Tests graph/ops.h: the dtype and shape every op traces (against hand-computed torch results),
 // and the ShapeError its misuse throws. Nothing executes: the operands are traced zeros.
-#include "graph/ops.h"
+#include "axle/graph/ops.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "graph/op_util.h"
-#include "graph/trace_context.h"
+#include "axle/graph/op_util.h"
+#include "axle/graph/trace_context.h"
 
 namespace axle {
 namespace {

@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "graph/collectives.h"
-#include "graph/passes/passes.h"
-#include "graph/reference/evaluator.h"
-#include "graph/reference/op_families.h"
-#include "graph/spmd.h"
-#include "graph/step_graph.h"
+#include "axle/graph/collectives.h"
+#include "axle/graph/passes/passes.h"
+#include "axle/graph/reference/evaluator.h"
+#include "axle/graph/reference/op_families.h"
+#include "axle/graph/spmd.h"
+#include "axle/graph/step_graph.h"
 
 namespace axle::partition_test {
 

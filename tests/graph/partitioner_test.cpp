@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "graph/collectives.h"
-#include "graph/nn/functional.h"
-#include "graph/nn/loss.h"
-#include "graph/ops.h"
+#include "axle/graph/collectives.h"
+#include "axle/graph/nn/functional.h"
+#include "axle/graph/nn/loss.h"
+#include "axle/graph/ops.h"
 #include "partition_harness.h"
 
 namespace axle {

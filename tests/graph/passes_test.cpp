@@ -1,13 +1,13 @@
 // graph/passes: each pass on small traced graphs, checked as program text before and after.
-#include "graph/passes/passes.h"
+#include "axle/graph/passes/passes.h"
 
 #include <gtest/gtest.h>
 
-#include "engine/config.h"
-#include "graph/collectives.h"
-#include "graph/ops.h"
-#include "graph/spmd.h"
-#include "graph/step_graph.h"
+#include "axle/engine/config.h"
+#include "axle/graph/collectives.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/spmd.h"
+#include "axle/graph/step_graph.h"
 
 namespace axle {
 namespace {

@@ -5,14 +5,14 @@
 
 #include <numeric>
 
-#include "graph/autograd.h"
-#include "graph/collectives.h"
-#include "graph/nn/functional.h"
-#include "graph/nn/loss.h"
-#include "graph/ops.h"
-#include "graph/passes/passes.h"
-#include "graph/spmd.h"
-#include "graph/step_graph.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/collectives.h"
+#include "axle/graph/nn/functional.h"
+#include "axle/graph/nn/loss.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/passes/passes.h"
+#include "axle/graph/spmd.h"
+#include "axle/graph/step_graph.h"
 
 namespace axle {
 namespace {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "graph/autograd.h"
-#include "graph/nn/functional.h"
-#include "graph/nn/loss.h"
-#include "graph/ops.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/nn/functional.h"
+#include "axle/graph/nn/loss.h"
+#include "axle/graph/ops.h"
 #include "partition_harness.h"
 
 namespace axle {

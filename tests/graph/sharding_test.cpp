@@ -1,12 +1,12 @@
 // Sharding values: XLA's text, shard shapes, the ints round trip, and Mesh.get_op_sharding's
 // tile assignments, checked against a direct transpose of the mesh.
-#include "graph/sharding.h"
+#include "axle/graph/sharding.h"
 
 #include <gtest/gtest.h>
 
 #include <numeric>
 
-#include "graph/tensor.h"
+#include "axle/graph/tensor.h"
 
 namespace axle {
 namespace {

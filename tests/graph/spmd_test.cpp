@@ -2,18 +2,18 @@
 // mark_sharding on computed tensors (a custom_sharding node, identity when executed) and on
 // device data (the leaf carries the sharding, across steps), get_sharding_spec and
 // clear_sharding as torch_xla's, the dumps, and the errors.
-#include "graph/spmd.h"
+#include "axle/graph/spmd.h"
 
 #include <gtest/gtest.h>
 
 #include <numeric>
 #include <random>
 
-#include "graph/autograd.h"
-#include "graph/dump.h"
-#include "graph/nn/layers.h"
-#include "graph/ops.h"
-#include "graph/step_graph.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/dump.h"
+#include "axle/graph/nn/layers.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/step_graph.h"
 #include "tests/graph/test_runtime.h"
 
 namespace axle::testing {

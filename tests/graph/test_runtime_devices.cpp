@@ -1,7 +1,7 @@
 // Test support: graph-level tests on this process's devices (axle::actors).
-#include "actors/host/api.h"
-#include "actors/host/lazy_system.h"
-#include "engine/metrics.h"
+#include "axle/actors/host/api.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/engine/metrics.h"
 #include "tests/graph/test_runtime.h"
 
 namespace axle::testing {

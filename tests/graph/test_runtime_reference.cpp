@@ -1,9 +1,9 @@
 // Test support: graph-level tests on the reference runtime (graph/reference), no actors.
 #include <memory>
 
-#include "engine/metrics.h"
-#include "graph/reference/reference_runtime.h"
-#include "graph/trace_context.h"
+#include "axle/engine/metrics.h"
+#include "axle/graph/reference/reference_runtime.h"
+#include "axle/graph/trace_context.h"
 #include "tests/graph/test_runtime.h"
 
 namespace axle::testing {

@@ -1,7 +1,7 @@
 // graph/trace_context.h: one trace context per replica thread — its pending tensors, creation log,
 // random streams, grad mode and default device — and the device scopes of graph/device.h. Links
 // the graph layer only: nothing here executes.
-#include "graph/trace_context.h"
+#include "axle/graph/trace_context.h"
 
 #include <gtest/gtest.h>
 
@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "graph/autograd.h"
-#include "graph/device.h"
-#include "graph/ops.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/device.h"
+#include "axle/graph/ops.h"
 
 namespace axle {
 namespace {

@@ -1,11 +1,16 @@
 # Installs axle's build into WORK_DIR/prefix with `cmake --install`, checks what was installed
-# (headers under include/axle/, the CMake package, the pkg-config file, no flag of axle's own
-# build in what a program inherits), then builds and runs examples/consumer/ against it through
+# (the public headers of cmake/public_headers.txt under include/axle/ and no other, the CMake
+# package, the pkg-config file, no flag of axle's own build in what a program inherits), compiles
+# each public header alone against it, then builds and runs examples/consumer/ against it through
 # find_package(axle) and tests/install/pkg_config_main.cpp through pkg-config. axle itself is not
 # rebuilt: the install copies what BUILD_DIR holds.
 #
+# With -DSHARED_BUILD_DIR=<dir>, axle's library is first configured there with
+# -DBUILD_SHARED_LIBS=ON (tests, benchmarks off) and built alone, and that build is the one
+# installed and checked: libaxle.so with its SONAME, no archive.
+#
 #   cmake -DBUILD_DIR=<axle's build> -DAXLE_SOURCE=<axle's source> -DAXLE_VERSION=<its version>
-#         -DWORK_DIR=<scratch dir>
+#         -DWORK_DIR=<scratch dir> [-DSHARED_BUILD_DIR=<dir>] [-DREADELF=<path>]
 #         -DGENERATOR=<generator> [-DMAKE_PROGRAM=<path>] [-DCXX_COMPILER=<path>]
 #         [-DLAUNCHER=<ccache>] [-DPKG_CONFIG=<path>] [-DSANITIZE=address|thread]
 #         -P install_test.cmake
@@ -32,6 +37,25 @@ endfunction()
 
 set(prefix ${WORK_DIR}/prefix)
 file(REMOVE_RECURSE ${WORK_DIR})
+set(shared OFF)
+if(SHARED_BUILD_DIR)
+  set(shared ON)
+  set(shared_args -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON
+    -DAXLE_BUILD_TESTS=OFF -DAXLE_BUILD_BENCHMARKS=OFF "-DAXLE_SANITIZE=${SANITIZE}")
+  foreach(setting MAKE_PROGRAM:CMAKE_MAKE_PROGRAM CXX_COMPILER:CMAKE_CXX_COMPILER
+      LAUNCHER:CMAKE_CXX_COMPILER_LAUNCHER)
+    string(REPLACE ":" ";" setting ${setting})
+    list(GET setting 0 from)
+    list(GET setting 1 to)
+    if(${from})
+      list(APPEND shared_args -D${to}=${${from}})
+    endif()
+  endforeach()
+  run("configuring axle with -DBUILD_SHARED_LIBS=ON" ${CMAKE_COMMAND} -S ${AXLE_SOURCE}
+    -B ${SHARED_BUILD_DIR} ${shared_args})
+  run("building libaxle.so" ${CMAKE_COMMAND} --build ${SHARED_BUILD_DIR} --target axle_axle)
+  set(BUILD_DIR ${SHARED_BUILD_DIR})
+endif()
 run("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 
 # ---- (a) The installed tree -----------------------------------------------------------------
@@ -40,6 +64,25 @@ foreach(file include/axle/axle.h include/axle/graph/tensor.h include/axle/io/dat
     fail("${file} is not installed")
   endif()
 endforeach()
+# The libraries: the parts' archives, or libaxle.so named by its SONAME and nothing static.
+file(GLOB_RECURSE archives ${prefix}/*.a)
+file(GLOB_RECURSE shared_objects ${prefix}/*.so*)
+if(shared)
+  file(GLOB_RECURSE library ${prefix}/*/libaxle.so.${AXLE_VERSION})
+  if(NOT library OR archives)
+    fail("a shared build installs libaxle.so.${AXLE_VERSION} and no archive: ${library} ${archives}")
+  elseif(READELF)
+    run("readelf -d libaxle.so" ${READELF} -d ${library})
+    string(REPLACE "." ";" parts ${AXLE_VERSION})
+    list(GET parts 0 major)
+    list(GET parts 1 minor)
+    if(NOT output MATCHES "SONAME\\)[^\n]*\\[libaxle\\.so\\.${major}\\.${minor}\\]")
+      fail("libaxle.so's SONAME is not libaxle.so.${major}.${minor}:\n${output}")
+    endif()
+  endif()
+elseif(shared_objects OR NOT archives)
+  fail("a static build installs the parts' archives and no shared object: ${shared_objects}")
+endif()
 file(GLOB_RECURSE config_files ${prefix}/*/axleConfig.cmake)
 file(GLOB_RECURSE version_files ${prefix}/*/axleConfigVersion.cmake)
 file(GLOB_RECURSE targets_files ${prefix}/*/axleTargets.cmake)
@@ -50,18 +93,20 @@ foreach(kind config_files version_files targets_files pc_files)
     message(FATAL_ERROR "expected one installed file for ${kind}, found ${count}: ${${kind}}")
   endif()
 endforeach()
-# Headers internal to one library, which no installed header includes.
-foreach(file include/axle/graph/reference/op_families.h
-    include/axle/graph/passes/partitioner_internal.h include/axle/actors/runtime/mpi_loop.h
-    include/axle/backends/testing)
-  if(EXISTS ${prefix}/${file})
-    fail("${file} is installed: it is internal to its library")
-  endif()
+# The public headers, cmake/public_headers.txt's list, and nothing else: an internal header
+# (the actors, the compiler, the kernels, the transport) is never installed.
+file(STRINGS ${AXLE_SOURCE}/cmake/public_headers.txt public_headers REGEX "^[^#]")
+list(TRANSFORM public_headers PREPEND axle/)
+file(GLOB_RECURSE installed_headers RELATIVE ${prefix}/include ${prefix}/include/*)
+set(not_public ${installed_headers})
+list(REMOVE_ITEM not_public ${public_headers})
+foreach(header IN LISTS not_public)
+  fail("include/${header} is installed but is not a public header (cmake/public_headers.txt)")
 endforeach()
-foreach(folder tests samples benchmarks examples)
-  if(EXISTS ${prefix}/include/axle/${folder})
-    fail("include/axle/${folder}/ is installed: only the libraries' headers should be")
-  endif()
+set(not_installed ${public_headers})
+list(REMOVE_ITEM not_installed ${installed_headers})
+foreach(header IN LISTS not_installed)
+  fail("the public header include/${header} is not installed")
 endforeach()
 # No installed header needs a library the package does not give its users.
 file(GLOB_RECURSE headers RELATIVE ${prefix}/include ${prefix}/include/*)
@@ -103,6 +148,10 @@ endif()
 # ---- (b) What a program inherits: no flag of axle's own build ------------------------------
 file(READ ${targets_files} targets)
 file(READ ${pc_files} pc)
+# PREFIX/include alone: the folders engine/, graph/, io/ never sit at the top of a program's path.
+if(targets MATCHES "INTERFACE_INCLUDE_DIRECTORIES \"[^\"]*include/axle" OR pc MATCHES "-I[^ ]*/axle")
+  fail("the installed package puts include/axle itself on a program's include path")
+endif()
 if(targets MATCHES "INTERFACE_COMPILE_OPTIONS")
   fail("an installed target carries compile options (axle's own flags stay in its build)")
 endif()
@@ -123,18 +172,43 @@ foreach(text targets pc)
   endif()
 endforeach()
 
-# ---- (c) examples/consumer through find_package(axle) -------------------------------------
-set(configure_args -S ${AXLE_SOURCE}/examples/consumer -B ${WORK_DIR}/consumer -G ${GENERATOR}
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix})
+# How each program below is configured: the generator and compiler of axle's build, the prefix.
+set(common_args -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix})
 if(MAKE_PROGRAM)
-  list(APPEND configure_args -DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM})
+  list(APPEND common_args -DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM})
 endif()
 if(CXX_COMPILER)
-  list(APPEND configure_args -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
+  list(APPEND common_args -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
 endif()
 if(LAUNCHER)
-  list(APPEND configure_args -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
+  list(APPEND common_args -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
 endif()
+
+# ---- (c) Each public header alone, as #include <axle/...> with axle::axle's include path ----
+set(alone_dir ${WORK_DIR}/headers_alone)
+set(alone_sources "")
+foreach(header IN LISTS public_headers)
+  string(MAKE_C_IDENTIFIER ${header} name)
+  file(WRITE ${alone_dir}/${name}.cpp "#include <${header}>\n")
+  list(APPEND alone_sources ${name}.cpp)
+endforeach()
+file(WRITE ${alone_dir}/CMakeLists.txt "cmake_minimum_required(VERSION 3.25)
+project(axle_headers_alone LANGUAGES CXX)
+find_package(axle REQUIRED)
+add_library(headers_alone OBJECT ${alone_sources})
+target_link_libraries(headers_alone PRIVATE axle::axle)
+")
+run("configuring the public headers alone" ${CMAKE_COMMAND} -S ${alone_dir} -B ${alone_dir}/build
+  ${common_args})
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${alone_dir}/build
+  RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT result EQUAL 0)
+  fail("a public header does not compile alone as #include <axle/...>:\n${out}")
+endif()
+
+# ---- (d) examples/consumer through find_package(axle) -------------------------------------
+set(configure_args -S ${AXLE_SOURCE}/examples/consumer -B ${WORK_DIR}/consumer
+  ${common_args})
 run("configuring examples/consumer" ${CMAKE_COMMAND} ${configure_args})
 # The package found must be the one just installed, not another axle on the machine.
 file(STRINGS ${WORK_DIR}/consumer/CMakeCache.txt axle_dir REGEX "^axle_DIR:")
@@ -149,8 +223,15 @@ message(STATUS "examples/consumer:\n${out}")
 if(NOT result EQUAL 0 OR NOT out MATCHES "consumer: loss [0-9.]+ -> [0-9.]+, learned")
   fail("examples/consumer did not learn (exit ${result}):\n${out}")
 endif()
+# Against libaxle.so the program loads it by its SONAME.
+if(shared AND READELF)
+  run("readelf -d consumer" ${READELF} -d ${WORK_DIR}/consumer/consumer)
+  if(NOT output MATCHES "NEEDED\\)[^\n]*\\[libaxle\\.so\\.${major}\\.${minor}\\]")
+    fail("examples/consumer does not load libaxle.so.${major}.${minor}:\n${output}")
+  endif()
+endif()
 
-# ---- (d) A one-file program through pkg-config ----------------------------------------------
+# ---- (e) A one-file program through pkg-config ----------------------------------------------
 if(PKG_CONFIG AND CXX_COMPILER)
   get_filename_component(pc_dir ${pc_files} DIRECTORY)
   set(ENV{PKG_CONFIG_PATH} ${pc_dir})
@@ -163,7 +244,10 @@ if(PKG_CONFIG AND CXX_COMPILER)
     list(PREPEND compile ${LAUNCHER})
   endif()
   run("compiling with pkg-config's flags" ${compile})
-  execute_process(COMMAND ${WORK_DIR}/pkg_config_main
+  # pkg-config gives no run path: the loader finds an installed libaxle.so by LD_LIBRARY_PATH.
+  get_filename_component(libdir ${pc_dir} DIRECTORY)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env "LD_LIBRARY_PATH=${libdir}"
+    ${WORK_DIR}/pkg_config_main
     RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE out)
   message(STATUS "${out}")
   if(NOT result EQUAL 0)
@@ -173,8 +257,12 @@ else()
   message(STATUS "pkg-config or the compiler's path is unknown: the pkg-config check is skipped")
 endif()
 
+set(kind static)
+if(shared)
+  set(kind shared)
+endif()
 if(failures)
   message(FATAL_ERROR "the installed axle is not what a program needs:${failures}")
 endif()
-message(STATUS "installed ${header_count} headers into ${prefix}; "
+message(STATUS "installed ${header_count} headers and the ${kind} library into ${prefix}; "
                "examples/consumer and the pkg-config program built and ran")

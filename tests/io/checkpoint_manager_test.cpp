@@ -4,7 +4,7 @@
 // writer error, a full disk, no permission) leaving the earlier steps as they were, replicas each
 // keeping their own random streams and per_replica values, and a busy writer skipping a save
 // when asked to.
-#include "io/checkpoint_manager.h"
+#include "axle/io/checkpoint_manager.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -21,10 +21,10 @@
 #include <memory>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "actors/runtime/stop_note.h"
-#include "axle.h"
-#include "graph/formats/error.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/runtime/stop_note.h"
+#include "axle/axle.h"
+#include "axle/graph/formats/error.h"
 #include "tests/io/io_test_util.h"
 #include "tests/io/loader_test_util.h"
 

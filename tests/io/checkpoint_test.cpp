@@ -1,8 +1,8 @@
 // Checkpoints: save and load round trips, atomic writes, one tensor on the host at a time, an
 // error naming the file and the key for every kind of damage, and a model and its optimizer
 // restored from files continuing their training exactly.
-#include "io/checkpoint.h"
-#include "actors/host/lazy_system.h"
+#include "axle/io/checkpoint.h"
+#include "axle/actors/host/lazy_system.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include <memory>
 #include <vector>
 
-#include "axle.h"
-#include "graph/formats/error.h"
+#include "axle/axle.h"
+#include "axle/graph/formats/error.h"
 #include "tests/io/io_test_util.h"
 
 namespace axle {

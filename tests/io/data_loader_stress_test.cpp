@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "io/data_loader.h"
-#include "io/splitmix.h"
+#include "axle/io/data_loader.h"
+#include "axle/io/splitmix.h"
 
 namespace axle {
 namespace {

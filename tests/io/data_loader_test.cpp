@@ -1,5 +1,5 @@
 // Tests io/data_loader.h: batching, shuffling, drop_last, workers and errors.
-#include "io/data_loader.h"
+#include "axle/io/data_loader.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "io/fake_data.h"
+#include "axle/io/fake_data.h"
 #include "io_test_util.h"
 
 namespace axle {

@@ -1,5 +1,5 @@
 // Tests io/fake_data.h: the synthetic dataset's shapes, ranges and determinism.
-#include "io/fake_data.h"
+#include "axle/io/fake_data.h"
 
 #include <gtest/gtest.h>
 

@@ -1,13 +1,13 @@
 // Tests io/fashion_mnist.h: loading the four IDX files, checking them against each other, and
 // the installed dataset.
-#include "io/fashion_mnist.h"
+#include "axle/io/fashion_mnist.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "graph/formats/error.h"
+#include "axle/graph/formats/error.h"
 #include "io_test_util.h"
 
 namespace axle {

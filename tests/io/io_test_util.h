@@ -1,7 +1,7 @@
 // Helpers for the io tests: a scratch directory, file writers, and catching an error's message.
 #pragma once
 
-#include "graph/tensor.h"
+#include "axle/graph/tensor.h"
 #include "tests/error_text.h"
 
 #include <gtest/gtest.h>

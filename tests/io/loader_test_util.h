@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "io/dataset.h"
-#include "io/parallel_loader.h"
-#include "io/splitmix.h"
+#include "axle/io/dataset.h"
+#include "axle/io/parallel_loader.h"
+#include "axle/io/splitmix.h"
 
 namespace axle::testing {
 

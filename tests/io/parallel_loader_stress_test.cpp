@@ -12,12 +12,12 @@
 #include <thread>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "actors/runtime/loader_actor.h"
-#include "axle.h"
-#include "engine/config.h"
-#include "io/parallel_loader.h"
-#include "io/splitmix.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/runtime/loader_actor.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
+#include "axle/io/parallel_loader.h"
+#include "axle/io/splitmix.h"
 #include "loader_test_util.h"
 
 namespace axle {

@@ -1,7 +1,7 @@
 // Tests io/parallel_loader.h (and the LoaderActor behind it): every batch reaches exactly one
 // device, in order, once per epoch; prefetching stays within its limits; leaving an epoch early
 // stops reading; mark_step follows batches_per_execution; dataset errors reach the iteration.
-#include "io/parallel_loader.h"
+#include "axle/io/parallel_loader.h"
 
 #include <gtest/gtest.h>
 
@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "actors/runtime/loader_actor.h"
-#include "axle.h"
-#include "engine/config.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/runtime/loader_actor.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
 #include "loader_test_util.h"
 #include "tests/error_text.h"
 

@@ -12,10 +12,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "actors/host/replicas.h"
-#include "io/data_loader.h"
-#include "io/sampler.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/actors/host/replicas.h"
+#include "axle/io/data_loader.h"
+#include "axle/io/sampler.h"
 #include "tests/io/loader_test_util.h"
 
 namespace axle {

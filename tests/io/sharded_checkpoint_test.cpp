@@ -2,7 +2,7 @@
 // they load into the model without FSDP, which then computes what the sharded model computed,
 // and the safetensors written holds the unwrapped model's names and values. Missing or
 // inconsistent shards fail naming the files.
-#include "io/sharded_checkpoint.h"
+#include "axle/io/sharded_checkpoint.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
-#include "graph/formats/safetensors.h"
-#include "io/checkpoint.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
+#include "axle/graph/formats/safetensors.h"
+#include "axle/io/checkpoint.h"
 #include "samples/gpt_model.h"
 #include "tests/error_text.h"
 #include "tests/io/io_test_util.h"

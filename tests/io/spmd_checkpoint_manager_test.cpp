@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "io/checkpoint_manager.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/io/checkpoint_manager.h"
 #include "tests/io/io_test_util.h"
 
 namespace axle {

@@ -1,6 +1,6 @@
 // SummaryWriter and TensorBoard event files: CRC-32C against its published check value, scalars
 // and histograms read back through the record reader (every CRC checked), and damage refused.
-#include "io/summary_writer.h"
+#include "axle/io/summary_writer.h"
 
 #include <gtest/gtest.h>
 
@@ -11,9 +11,9 @@
 
 #include <unistd.h>
 
-#include "axle.h"
-#include "graph/formats/error.h"
-#include "graph/formats/event_file.h"
+#include "axle/axle.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/formats/event_file.h"
 
 namespace axle {
 namespace {

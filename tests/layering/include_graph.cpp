@@ -35,6 +35,14 @@ std::string quoted_include(const std::string& line) {
 
 std::string top_folder(const std::string& part) { return part.substr(0, part.find('/')); }
 
+constexpr std::string_view kPrefix = "axle/";
+
+// An include's path in the tree: "axle/graph/tensor.h" names graph/tensor.h.
+std::string without_prefix(std::string path) {
+  if (path.starts_with(kPrefix)) path.erase(0, kPrefix.size());
+  return path;
+}
+
 std::string unit_of(const std::string& file) { return file.substr(0, file.rfind('.')); }
 
 // Strongly connected components of more than one node (Tarjan's, iterative: a long include
@@ -100,18 +108,21 @@ std::vector<std::vector<std::string>> components(
 
 }  // namespace
 
-std::vector<std::string> read_parts(const fs::path& layers_file) {
-  std::ifstream in(layers_file);
-  if (!in) throw std::runtime_error("cannot read the parts list " + layers_file.string());
-  std::vector<std::string> parts;
+std::vector<std::string> read_list(const fs::path& file, const std::string& what) {
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error("cannot read " + what + " " + file.string());
+  std::vector<std::string> items;
   std::string line;
   while (std::getline(in, line)) {
     const std::string text = trim(std::string_view(line).substr(0, line.find('#')));
-    if (!text.empty()) parts.push_back(text.substr(0, text.find_first_of(" \t")));
+    if (!text.empty()) items.push_back(text.substr(0, text.find_first_of(" \t")));
   }
-  if (parts.empty())
-    throw std::runtime_error("the parts list " + layers_file.string() + " is empty");
-  return parts;
+  if (items.empty()) throw std::runtime_error(what + " " + file.string() + " is empty");
+  return items;
+}
+
+std::vector<std::string> read_parts(const fs::path& layers_file) {
+  return read_list(layers_file, "the parts list");
 }
 
 IncludeGraph scan_tree(const fs::path& root, const std::vector<std::string>& parts) {
@@ -132,7 +143,7 @@ IncludeGraph scan_tree(const fs::path& root, const std::vector<std::string>& par
     std::ifstream in(root / file);
     std::string line;
     for (int number = 1; std::getline(in, line); ++number) {
-      std::string target = quoted_include(line);
+      std::string target = without_prefix(quoted_include(line));
       if (known.contains(target))
         graph.includes.push_back(Include{file, number, std::move(target)});
     }
@@ -244,6 +255,68 @@ std::vector<std::string> functions_longer_than(const fs::path& root,
       }
       first = end;
     }
+  }
+  return found;
+}
+
+bool is_library_file(const std::string& file) {
+  if (file == "axle.h") return true;
+  const std::string folder = top_folder(file);
+  return folder != file && (folder == "engine" || folder == "graph" || folder == "backends" ||
+                            folder == "actors" || folder == "io");
+}
+
+std::vector<std::string> unprefixed_includes(const fs::path& root,
+                                             const std::vector<std::string>& files) {
+  std::vector<std::string> found;
+  for (const std::string& file : files) {
+    std::ifstream in(root / file);
+    std::string line;
+    for (int number = 1; std::getline(in, line); ++number) {
+      const std::string target = quoted_include(line);
+      if (target.empty() || target.starts_with(kPrefix)) continue;
+      if (is_library_file(target) && fs::exists(root / target)) {
+        found.push_back(file + ":" + std::to_string(number) + " includes " + target + ": write " +
+                        std::string(kPrefix) + target);
+      }
+    }
+  }
+  return found;
+}
+
+std::vector<Reached> include_closure(const fs::path& root, const std::string& start) {
+  std::map<std::string, std::string> reached{{start, ""}};
+  std::vector<std::string> pending{start};
+  while (!pending.empty()) {
+    const std::string file = pending.back();
+    pending.pop_back();
+    std::ifstream in(root / file);
+    for (std::string line; std::getline(in, line);) {
+      const std::string target = quoted_include(line);
+      if (!target.starts_with(kPrefix)) continue;
+      const std::string path = without_prefix(target);
+      if (reached.emplace(path, file).second) pending.push_back(path);
+    }
+  }
+  std::vector<Reached> closure;
+  for (const auto& [file, by] : reached) closure.push_back(Reached{file, by});
+  return closure;
+}
+
+std::vector<std::string> public_list_mismatches(const fs::path& root,
+                                                const std::vector<std::string>& listed) {
+  const std::set<std::string> public_headers(listed.begin(), listed.end());
+  std::set<std::string> reached_files;
+  std::vector<std::string> found;
+  for (const Reached& reached : include_closure(root, "axle.h")) {
+    reached_files.insert(reached.file);
+    if (reached.file == "axle.h" || public_headers.contains(reached.file)) continue;
+    found.push_back(reached.file + " (included by " + reached.included_by +
+                    ") is not in the public list");
+  }
+  for (const std::string& header : listed) {
+    if (!reached_files.contains(header))
+      found.push_back(header + " is in the public list but axle.h does not reach it");
   }
   return found;
 }

@@ -13,7 +13,15 @@ namespace axle::layering {
 /// comment). Throws std::runtime_error naming the file when it cannot be read or lists none.
 [[nodiscard]] std::vector<std::string> read_parts(const std::filesystem::path& layers_file);
 
-/// One `#include "..."` of one file, both paths relative to the tree's root.
+/// The lines of a list like cmake/layers.txt or cmake/public_headers.txt: the first word of each
+/// ('#' starts a comment). Throws std::runtime_error naming `what` and the file when it cannot be
+/// read or lists nothing.
+[[nodiscard]] std::vector<std::string> read_list(const std::filesystem::path& file,
+                                                 const std::string& what);
+
+/// One `#include "..."` of one file, both paths relative to the tree's root. axle's library
+/// headers are included from the prefix axle/ ("axle/graph/tensor.h"), the name they have once
+/// installed; `to` is the path without it.
 struct Include {
   std::string from;
   int line = 0;
@@ -56,5 +64,29 @@ struct IncludeGraph {
 [[nodiscard]] std::vector<std::string> functions_longer_than(const std::filesystem::path& root,
                                                              const std::vector<std::string>& files,
                                                              int max_lines);
+
+/// True for axle.h and the files of the library's folders (engine, graph, backends, actors, io):
+/// the ones included as "axle/<path>".
+[[nodiscard]] bool is_library_file(const std::string& file);
+
+/// "samples/train_gpt.cpp:12 includes graph/tensor.h: write axle/graph/tensor.h" for each
+/// include, in `files` (relative to `root`), of a library file not spelled from the prefix axle/.
+[[nodiscard]] std::vector<std::string> unprefixed_includes(const std::filesystem::path& root,
+                                                           const std::vector<std::string>& files);
+
+/// The library files `start` (relative to `root`) reaches through its includes, itself among
+/// them, sorted; with, for each, the first file found including it ("" for `start`).
+struct Reached {
+  std::string file;
+  std::string included_by;
+};
+[[nodiscard]] std::vector<Reached> include_closure(const std::filesystem::path& root,
+                                                   const std::string& start);
+
+/// What differs between the files root/axle.h reaches and the public headers `listed`: "graph/x.h
+/// (included by graph/tensor.h) is not in the public list" and "graph/y.h is in the public list
+/// but axle.h does not reach it".
+[[nodiscard]] std::vector<std::string> public_list_mismatches(
+    const std::filesystem::path& root, const std::vector<std::string>& listed);
 
 }  // namespace axle::layering

@@ -11,9 +11,9 @@
 #include <memory>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
 #include "samples/gpt_model.h"
 #include "tests/gpt_steps.h"
 

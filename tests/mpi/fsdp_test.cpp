@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
-#include "io/checkpoint.h"
-#include "io/sharded_checkpoint.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
+#include "axle/io/checkpoint.h"
+#include "axle/io/sharded_checkpoint.h"
 #include "samples/gpt_model.h"
 
 namespace axle {

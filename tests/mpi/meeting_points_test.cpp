@@ -11,9 +11,9 @@
 #include <typeinfo>
 #include <vector>
 
-#include "actors/runtime/meeting_points.h"
-#include "actors/runtime/process_transport.h"
-#include "actors/runtime/stop_note.h"
+#include "axle/actors/runtime/meeting_points.h"
+#include "axle/actors/runtime/process_transport.h"
+#include "axle/actors/runtime/stop_note.h"
 
 namespace axle {
 namespace {

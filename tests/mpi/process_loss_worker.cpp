@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "axle.h"
+#include "axle/axle.h"
 
 // Under use_spmd() ("spmd-throw"): every process steps a value laid out over a mesh of the job's
 // devices, its sum a collective across the processes; at step 3 the last process throws.

@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "actors/runtime/process_transport.h"
-#include "engine/config.h"
+#include "axle/actors/runtime/process_transport.h"
+#include "axle/engine/config.h"
 
 namespace axle {
 namespace {

@@ -21,12 +21,12 @@
 #include <string>
 #include <vector>
 
-#include "actors/host/lazy_system.h"
-#include "axle.h"
-#include "engine/config.h"
-#include "io/checkpoint.h"
-#include "io/data_loader.h"
-#include "io/sampler.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
+#include "axle/engine/config.h"
+#include "axle/io/checkpoint.h"
+#include "axle/io/data_loader.h"
+#include "axle/io/sampler.h"
 #include "tests/actors/collective_fold.h"
 
 namespace axle {

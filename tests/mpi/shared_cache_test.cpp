@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/compiler/persistent_cache.h"
-#include "actors/host/lazy_system.h"
-#include "axle.h"
+#include "axle/actors/compiler/persistent_cache.h"
+#include "axle/actors/host/lazy_system.h"
+#include "axle/axle.h"
 
 namespace axle {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "io/data_loader.h"
+#include "axle/io/data_loader.h"
 #include "samples/char_corpus.h"
 #include "samples/char_dataset.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "axle.h"
+#include "axle/axle.h"
 #include "samples/gpt_model.h"
 
 namespace axle::samples {

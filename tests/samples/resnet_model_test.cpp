@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "axle.h"
+#include "axle/axle.h"
 #include "samples/resnet_model.h"
 
 namespace axle::samples {

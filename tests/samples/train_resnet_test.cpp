@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/formats/event_file.h"
+#include "axle/graph/formats/event_file.h"
 #include "trainer_run.h"
 
 #include <unistd.h>

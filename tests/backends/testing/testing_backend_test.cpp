@@ -2,7 +2,7 @@
 // kind, holds executions until released, and fails a chosen kernel or allocation. Programs are
 // built by hand in the Executable format (backends/executable.h) and run on the CPU backend it
 // wraps.
-#include "backends/testing/testing_backend.h"
+#include "axle/backends/testing/testing_backend.h"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/dump.h"
+#include "axle/graph/dump.h"
 
 #include "tests/graph/grad_check.h"
 

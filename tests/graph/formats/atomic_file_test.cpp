@@ -1,6 +1,6 @@
 // Tests graph/formats/atomic_file.h: a committed write replaces the target whole; an abandoned one
 // leaves no trace.
-#include "graph/formats/atomic_file.h"
+#include "axle/graph/formats/atomic_file.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "graph/formats/error.h"
+#include "axle/graph/formats/error.h"
 #include "tests/io/io_test_util.h"
 
 namespace axle {

@@ -2,7 +2,7 @@
 // device): round trips, the exact bytes of a file against a plain encoder, entries read one at a
 // time, an error naming the file and the key for each kind of damage, and the old file kept by a
 // writer that never commits.
-#include "graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/checkpoint_codec.h"
 
 #include <gtest/gtest.h>
 #include <zlib.h>
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/element.h"
-#include "graph/formats/error.h"
+#include "axle/engine/element.h"
+#include "axle/graph/formats/error.h"
 #include "tests/io/io_test_util.h"
 
 namespace axle {

@@ -1,11 +1,11 @@
 // Tests graph/formats/idx.h: reading IDX files, plain and gzip, and the errors for damaged ones.
-#include "graph/formats/idx.h"
+#include "axle/graph/formats/idx.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-#include "graph/formats/error.h"
+#include "axle/graph/formats/error.h"
 #include "tests/io/io_test_util.h"
 
 namespace axle {

@@ -1,13 +1,13 @@
 // Tests graph/formats/safetensors.h: round trips, the exact bytes of the format, and damaged files.
-#include "graph/formats/safetensors.h"
+#include "axle/graph/formats/safetensors.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <stdexcept>
 
-#include "engine/element.h"
-#include "graph/formats/error.h"
+#include "axle/engine/element.h"
+#include "axle/graph/formats/error.h"
 #include "tests/io/io_test_util.h"
 
 namespace axle {

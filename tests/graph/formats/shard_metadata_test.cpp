@@ -2,7 +2,7 @@
 // replica's file reads back, shards consolidate, and damaged metadata or shards that do not add
 // up are refused with std::invalid_argument (FileError for a damaged checkpoint file), never an
 // allocation sized by the damage or arithmetic that overflows.
-#include "graph/formats/shard_metadata.h"
+#include "axle/graph/formats/shard_metadata.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/formats/checkpoint_codec.h"
-#include "graph/formats/error.h"
+#include "axle/graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/error.h"
 #include "tests/io/io_test_util.h"
 
 namespace axle {

@@ -1,7 +1,7 @@
 // A step directory's commit file: every file listed with its size and CRC-32, a damaged or
 // missing file found by name, and summaries a writer summed as it wrote (CheckpointWriter's)
 // taken as given: the same commit file as reading the files back.
-#include "graph/formats/step_commit.h"
+#include "axle/graph/formats/step_commit.h"
 
 #include <gtest/gtest.h>
 #include <zlib.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/formats/checkpoint_codec.h"
-#include "graph/formats/error.h"
+#include "axle/graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/error.h"
 #include "tests/io/io_test_util.h"
 
 namespace axle {

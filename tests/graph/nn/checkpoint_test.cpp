@@ -3,15 +3,15 @@
 // (bit for bit: the recomputation runs the same ops in the same order) and of finite
 // differences; the recomputation draws the forward's random numbers; bad input is an error
 // naming the caller's line.
-#include "graph/nn/checkpoint.h"
+#include "axle/graph/nn/checkpoint.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "graph/autocast.h"
-#include "graph/nn/functional.h"
-#include "graph/nn/layers.h"
+#include "axle/graph/autocast.h"
+#include "axle/graph/nn/functional.h"
+#include "axle/graph/nn/layers.h"
 #include "tests/error_text.h"
 #include "tests/graph/grad_check.h"
 #include "tests/graph/nn_test_util.h"

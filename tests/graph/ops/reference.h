@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/shape.h"
+#include "axle/engine/shape.h"
 
 namespace axle::testing {
 

@@ -1,7 +1,7 @@
 // Tests graph/optim/lr_scheduler.h: each scheduler's rates, epoch by epoch, against its closed
 // form (torch.optim.lr_scheduler documents both; the schedulers compute torch's recursive form),
 // per parameter group, and their argument checks.
-#include "graph/optim/lr_scheduler.h"
+#include "axle/graph/optim/lr_scheduler.h"
 
 #include <gtest/gtest.h>
 

@@ -20,12 +20,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "graph/autograd.h"
-#include "graph/collectives.h"
-#include "graph/device.h"
-#include "graph/ops.h"
-#include "graph/reference/evaluator.h"
-#include "graph/step_graph.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/collectives.h"
+#include "axle/graph/device.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/reference/evaluator.h"
+#include "axle/graph/step_graph.h"
 
 namespace axle {
 namespace {

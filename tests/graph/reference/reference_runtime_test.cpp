@@ -1,6 +1,6 @@
 // graph/reference/reference_runtime.h: graph code runs with axle::graph and the reference
 // evaluator alone — this program links no actors, no backends — as far as training a model.
-#include "graph/reference/reference_runtime.h"
+#include "axle/graph/reference/reference_runtime.h"
 
 #include <gtest/gtest.h>
 
@@ -9,13 +9,13 @@
 #include <stdexcept>
 #include <vector>
 
-#include "graph/autograd.h"
-#include "graph/nn/layers.h"
-#include "graph/nn/loss.h"
-#include "graph/nn/module.h"
-#include "graph/ops.h"
-#include "graph/optim/optimizer.h"
-#include "graph/trace_context.h"
+#include "axle/graph/autograd.h"
+#include "axle/graph/nn/layers.h"
+#include "axle/graph/nn/loss.h"
+#include "axle/graph/nn/module.h"
+#include "axle/graph/ops.h"
+#include "axle/graph/optim/optimizer.h"
+#include "axle/graph/trace_context.h"
 
 namespace axle::reference {
 namespace {
