@@ -24,6 +24,8 @@
 
 namespace axle {
 
+struct CpuTensor;  // graph/tensor.h, which includes this header through the IR
+
 /// One tensor's layout over devices. Replicated when `tile_dims` is empty (or all ones).
 struct ShardingSpec {
   /// Tiles per tensor dimension (the tensor's rank entries), then, with
@@ -144,6 +146,10 @@ class Mesh {
   }
   /// The axis names, as torch_xla's mesh.axis_names (empty when the axes are unnamed).
   [[nodiscard]] const std::vector<std::string>& axis_names() const noexcept { return names_; }
+  /// The device ids laid out as the mesh: an int64 host tensor of shape mesh_shape(), as
+  /// torch_xla's mesh.get_logical_mesh() (a numpy array). Defined in graph/spmd.cpp, where host
+  /// tensors are known (graph/tensor.h reaches this header, so sharding.cpp cannot include it).
+  [[nodiscard]] CpuTensor get_logical_mesh() const;
   /// The number of devices, as torch_xla's mesh.size().
   [[nodiscard]] int64_t size() const noexcept { return static_cast<int64_t>(device_ids_.size()); }
   /// The axis `axis` names (an index or a name); throws naming the mesh's axes otherwise.

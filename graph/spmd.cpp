@@ -166,3 +166,9 @@ std::string get_sharding_spec(const Tensor& tensor) {
 }
 
 }  // namespace axle::spmd
+
+namespace axle {
+
+CpuTensor Mesh::get_logical_mesh() const { return CpuTensor(device_ids_, Shape(shape_)); }
+
+}  // namespace axle

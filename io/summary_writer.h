@@ -37,7 +37,8 @@ class SummaryWriter {
   /// The calling replica's step breakdown (actors/runtime/step_breakdown.h) since the writer's last
   /// call from it: the mean milliseconds per step of each part, as "step_breakdown/<part>_ms"
   /// scalars (tracing, input_wait, value_wait, compiler_wait, executing, collectives,
-  /// closures). Call it from the training loop's thread; nothing is written before a step.
+  /// closures, device_wait). Call it from the training loop's thread; nothing is written before a
+  /// step.
   void add_step_breakdown(int64_t global_step);
   /// Makes everything added so far reach the file.
   void flush();

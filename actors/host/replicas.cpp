@@ -221,17 +221,22 @@ std::vector<std::shared_ptr<const void>> gather(std::string_view op, std::string
                                                 const ValueBytes* bytes) {
   const ReplicaIdentity* replica = current_replica();
   const ReplicaIdentity alone{};  // outside spawn: replica 0 of 1
-  // Each value carries its encoder, since the meeting points' codecs are plain functions.
+  // Each value carries its encoder, since the meeting points' codecs are plain functions, and
+  // its bytes once encoded: the wire takes a large block by reference until the message is
+  // taken, so they live as long as the value (which the meeting point holds while it sends).
+  // Encoded under the meeting points' lock, once for every process it goes to.
   struct Outgoing {
     std::shared_ptr<const void> value;
     const ValueBytes* bytes;
+    mutable std::optional<std::vector<std::byte>> encoded;
   };
   static constexpr ValueCodec kTravellingCodec{
       [](const void* v, WireWriter& out, int) {
         const auto& outgoing = *static_cast<const Outgoing*>(v);
-        std::vector<std::byte> encoded;
-        outgoing.bytes->encode(outgoing.value.get(), encoded);
-        out.put_block(encoded.data(), encoded.size());
+        if (!outgoing.encoded) {
+          outgoing.bytes->encode(outgoing.value.get(), outgoing.encoded.emplace());
+        }
+        out.put_block(outgoing.encoded->data(), outgoing.encoded->size());
       },
       [](WireReader& in, const ProcessMessage&) -> std::shared_ptr<const void> {
         const std::span<const std::byte> block = in.get_block("a value");

@@ -99,6 +99,18 @@ TEST(Sharding, MeshShapeNamesEachAxisSize) {
   EXPECT_EQ(unnamed.shape(), (std::vector<std::pair<std::string, int64_t>>{{"0", 3}, {"1", 2}}));
 }
 
+// torch_xla's mesh.get_logical_mesh(): the device ids reshaped to the mesh, in the mesh's order.
+TEST(Sharding, LogicalMeshIsTheDeviceIdsInTheMeshShape) {
+  const Mesh mesh({3, 1, 2, 0, 5, 4}, {2, 3}, {"data", "model"});
+  const CpuTensor logical = mesh.get_logical_mesh();
+  EXPECT_EQ(logical.dtype, DType::kInt64);
+  EXPECT_EQ(logical.shape, Shape({2, 3}));
+  EXPECT_EQ(logical.values<int64_t>(), (std::vector<int64_t>{3, 1, 2, 0, 5, 4}));
+  const CpuTensor line = Mesh(iota_ids(4), {4}).get_logical_mesh();
+  EXPECT_EQ(line.shape, Shape({4}));
+  EXPECT_EQ(line.values<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3}));
+}
+
 TEST(Sharding, MeshAndSpecErrorsNameWhatIsWrong) {
   auto message = [](auto&& f) {
     try {

@@ -189,6 +189,16 @@ TEST_F(ScaleOut, RendezvousAndMeshReduceGatherEveryReplicaInGlobalOrder) {
                        [](const std::vector<std::vector<float>>& v) { return v.back(); });
   });
   for (const auto& v : vectors) EXPECT_EQ(v, (std::vector<float>{1.0f * (world_ - 1), 2.0f}));
+  // Values past the wire's by-reference size (4 KiB) cross processes whole, each replica's own.
+  const auto large = on_replicas<std::vector<std::string>>([](int ordinal) {
+    return mesh_reduce("large", std::string(100000, static_cast<char>('a' + ordinal)),
+                       [](const std::vector<std::string>& v) { return v; });
+  });
+  for (const auto& v : large) {
+    ASSERT_EQ(v.size(), static_cast<std::size_t>(world_));
+    for (int r = 0; r < world_; ++r)
+      EXPECT_EQ(v[r], std::string(100000, static_cast<char>('a' + r))) << "replica " << r;
+  }
 }
 
 TEST_F(ScaleOut, AllReduceGivesTheBitsOfAFoldInGlobalOrdinalOrder) {
