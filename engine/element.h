@@ -59,6 +59,27 @@ inline void store_element(DType dtype, double value, void* out) noexcept {
       std::memcpy(out, &v, 1);
       break;
     }
+    case DType::kFloat16: {
+      const uint16_t v = float_to_half_bits(static_cast<float>(value));
+      std::memcpy(out, &v, 2);
+      break;
+    }
+    // The small integers wrap, as the kernels' conversions through s32 do.
+    case DType::kInt8: {
+      const auto v = static_cast<int8_t>(static_cast<int32_t>(value));
+      std::memcpy(out, &v, 1);
+      break;
+    }
+    case DType::kUInt8: {
+      const auto v = static_cast<uint8_t>(static_cast<int32_t>(value));
+      std::memcpy(out, &v, 1);
+      break;
+    }
+    case DType::kInt16: {
+      const auto v = static_cast<int16_t>(static_cast<int32_t>(value));
+      std::memcpy(out, &v, 2);
+      break;
+    }
   }
 }
 
@@ -93,6 +114,26 @@ inline void store_element(DType dtype, double value, void* out) noexcept {
     case DType::kBool: {
       uint8_t v;
       std::memcpy(&v, in, 1);
+      return v;
+    }
+    case DType::kFloat16: {
+      uint16_t v;
+      std::memcpy(&v, in, 2);
+      return half_bits_to_float(v);
+    }
+    case DType::kInt8: {
+      int8_t v;
+      std::memcpy(&v, in, 1);
+      return v;
+    }
+    case DType::kUInt8: {
+      uint8_t v;
+      std::memcpy(&v, in, 1);
+      return v;
+    }
+    case DType::kInt16: {
+      int16_t v;
+      std::memcpy(&v, in, 2);
       return v;
     }
   }

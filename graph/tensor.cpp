@@ -148,15 +148,18 @@ std::vector<T> CpuTensor::values() const {
   const auto n = static_cast<std::size_t>(shape.numel());
   const std::size_t size = dtype_size(dtype);
   std::vector<T> out(n);
-  if constexpr (!std::is_same_v<T, uint8_t>) {
-    // Same type: copy exactly (a round trip through double would round s64 beyond 2^53).
-    if (dtype == dtype_of<T>()) {
-      std::memcpy(out.data(), bytes.data(), n * size);
-      return out;
-    }
+  // Same type: copy exactly (a round trip through double would round s64 beyond 2^53).
+  if (dtype == dtype_of<T>()) {
+    std::memcpy(out.data(), bytes.data(), n * size);
+    return out;
   }
   for (std::size_t i = 0; i < n; ++i) {
-    out[i] = static_cast<T>(load_element(dtype, bytes.data() + i * size));
+    const double value = load_element(dtype, bytes.data() + i * size);
+    if constexpr (std::is_same_v<T, Half>) {
+      out[i] = Half(static_cast<float>(value));
+    } else {
+      out[i] = static_cast<T>(value);
+    }
   }
   return out;
 }
@@ -166,5 +169,8 @@ template std::vector<double> CpuTensor::values<double>() const;
 template std::vector<int32_t> CpuTensor::values<int32_t>() const;
 template std::vector<int64_t> CpuTensor::values<int64_t>() const;
 template std::vector<uint8_t> CpuTensor::values<uint8_t>() const;
+template std::vector<int8_t> CpuTensor::values<int8_t>() const;
+template std::vector<int16_t> CpuTensor::values<int16_t>() const;
+template std::vector<Half> CpuTensor::values<Half>() const;
 
 }  // namespace axle

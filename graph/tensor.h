@@ -47,6 +47,14 @@ constexpr DType dtype_of() {
     return DType::kInt64;
   else if constexpr (std::is_same_v<T, bool>)
     return DType::kBool;
+  else if constexpr (std::is_same_v<T, Half>)
+    return DType::kFloat16;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return DType::kInt8;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return DType::kUInt8;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return DType::kInt16;
   else
     static_assert(sizeof(T) == 0, "unsupported element type");
 }
@@ -146,7 +154,7 @@ struct CpuTensor {
   CpuTensor(std::initializer_list<T> values, const Shape& shape)
       : CpuTensor(std::span<const T>(values.begin(), values.size()), shape) {}
 
-  /// The elements converted to T (bf16 reads as float).
+  /// The elements converted to T (bf16 reads as float; T = Half reads f16 exactly).
   template <class T>
   [[nodiscard]] std::vector<T> values() const;
 

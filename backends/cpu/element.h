@@ -51,8 +51,8 @@ struct Tag {
   using type = T;
 };
 
-/// Calls f(Tag<T>{}) with T the storage type of `dtype`. Pred buffers hold 0 or 1 (every kernel
-/// writes only those), so they are read as C++ bool.
+/// Calls f(Tag<T>{}) with T the storage type of `dtype`, for the dtypes kernels compute in. Pred
+/// buffers hold 0 or 1 (every kernel writes only those), so they are read as C++ bool.
 template <class F>
 void visit_dtype(DType dtype, F&& f) {
   switch (dtype) {
@@ -68,6 +68,14 @@ void visit_dtype(DType dtype, F&& f) {
       return f(Tag<int64_t>{});
     case DType::kBool:
       return f(Tag<bool>{});
+    case DType::kFloat16:
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kInt16:
+      // The compiler computes these in widened_dtype() (graph/passes' widen_storage_only_dtypes);
+      // only data movement, fills and casts see them.
+      throw std::invalid_argument(
+          fmt::format("{} is stored, not computed in, by this kernel", dtype_name(dtype)));
   }
   throw std::invalid_argument(fmt::format("unknown dtype {}", static_cast<int>(dtype)));
 }

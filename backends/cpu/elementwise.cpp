@@ -15,6 +15,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <numbers>
 #include <stdexcept>
@@ -26,6 +27,7 @@
 #include "axle/backends/cpu/element.h"
 #include "axle/backends/cpu/float_math.h"
 #include "axle/backends/cpu/kernel.h"
+#include "axle/engine/element.h"
 
 namespace axle::cpu {
 namespace {
@@ -352,16 +354,72 @@ void logical_not_kernel(const KernelArgs& args) {
   });
 }
 
+// Calls f(Tag<T>{}) with T the storage type of a storage-only dtype (f16, s8, u8, s16).
+template <class F>
+void visit_storage_only(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return f(Tag<Half>{});
+    case DType::kInt8:
+      return f(Tag<int8_t>{});
+    case DType::kUInt8:
+      return f(Tag<uint8_t>{});
+    case DType::kInt16:
+      return f(Tag<int16_t>{});
+    default:
+      throw std::logic_error(fmt::format("{} is not a storage-only dtype", dtype_name(dtype)));
+  }
+}
+
+// A storage-only value in its compute dtype's type: f16 as float, small integers as int32_t.
+template <class S>
+using widened_t = std::conditional_t<std::is_same_v<S, Half>, float, int32_t>;
+
+// Casts between the dtypes the kernels compute in.
+void cast_computed(ComputePool& pool, const Shape& out_shape, const Shape& in_shape, DType from,
+                   const void* in, DType to, void* out) {
+  visit_dtype(from, [&](auto from_tag) {
+    using S = typename decltype(from_tag)::type;
+    visit_dtype(to, [&](auto to_tag) {
+      using D = typename decltype(to_tag)::type;
+      run_unary(pool, Kernel::kCast, out_shape, in_shape, static_cast<const S*>(in),
+                static_cast<D*>(out), [](compute_t<S> x) { return x; });
+    });
+  });
+}
+
+// A storage-only dtype goes through its compute dtype, as torch converts: f16 through float
+// (f64 -> f16 rounds twice, as c10::Half(float(x)) does), s8/u8/s16 through int32_t (a float
+// truncates to 32 bits, then wraps).
 void cast_kernel(const KernelArgs& args) {
   check_arity(args, 1);
+  const BufferDesc& in = *args.inputs[0].desc;
   const BufferDesc& out = *args.output.desc;
-  visit_dtype(args.inputs[0].desc->dtype, [&](auto from) {
-    using S = typename decltype(from)::type;
-    visit_dtype(out.dtype, [&](auto to) {
-      using D = typename decltype(to)::type;
-      run_unary(args.pool, Kernel::kCast, out.shape, args.inputs[0].desc->shape,
-                args.inputs[0].as<S>(), args.output.as<D>(), [](compute_t<S> x) { return x; });
+  DType from = in.dtype;
+  const void* src = args.inputs[0].data;
+  std::vector<std::byte> wide_in;
+  if (is_storage_only(from)) {
+    from = widened_dtype(from);
+    wide_in.resize(static_cast<std::size_t>(in.shape.numel()) * dtype_size(from));
+    visit_storage_only(in.dtype, [&](auto tag) {
+      using S = typename decltype(tag)::type;
+      run_unary(args.pool, Kernel::kCast, in.shape, in.shape, static_cast<const S*>(src),
+                reinterpret_cast<widened_t<S>*>(wide_in.data()),
+                [](S x) { return static_cast<widened_t<S>>(x); });
     });
+    src = wide_in.data();
+  }
+  if (!is_storage_only(out.dtype)) {
+    return cast_computed(args.pool, out.shape, in.shape, from, src, out.dtype, args.output.data);
+  }
+  const DType to = widened_dtype(out.dtype);
+  std::vector<std::byte> wide_out(static_cast<std::size_t>(out.shape.numel()) * dtype_size(to));
+  cast_computed(args.pool, out.shape, in.shape, from, src, to, wide_out.data());
+  visit_storage_only(out.dtype, [&](auto tag) {
+    using D = typename decltype(tag)::type;
+    run_unary(args.pool, Kernel::kCast, out.shape, out.shape,
+              reinterpret_cast<const widened_t<D>*>(wide_out.data()), args.output.as<D>(),
+              [](widened_t<D> x) { return static_cast<D>(x); });
   });
 }
 
@@ -460,6 +518,14 @@ void fill_kernel(const KernelArgs& args) {
   check_arity(args, 0);
   if (args.call.reals.empty()) throw std::invalid_argument("fill needs reals = [value]");
   const BufferDesc& out = *args.output.desc;
+  if (is_storage_only(out.dtype)) {  // the value's bytes, repeated
+    std::array<std::byte, 8> value{};
+    store_element(out.dtype, args.call.reals[0], value.data());
+    const std::size_t size = dtype_size(out.dtype);
+    auto* dst = static_cast<std::byte*>(args.output.data);
+    for (int64_t i = 0; i < out.shape.numel(); ++i) std::memcpy(dst + i * size, value.data(), size);
+    return;
+  }
   visit_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     fill_values(args.output.as<T>(), out.shape.numel(), store<T>(args.call.reals[0]));

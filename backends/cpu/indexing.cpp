@@ -12,6 +12,7 @@
 #include "axle/backends/cpu/data_movement.h"
 #include "axle/backends/cpu/element.h"
 #include "axle/backends/cpu/kernel.h"
+#include "axle/engine/element.h"
 
 namespace axle::cpu {
 namespace {
@@ -140,10 +141,7 @@ void gather_kernel(const KernelArgs& args) {
 // The bytes of 1 in `dtype`; 0 is all-zero bytes in every dtype, so a memset clears.
 std::array<std::byte, 8> one_in(DType dtype) {
   std::array<std::byte, 8> bytes{};
-  visit_dtype(dtype, [&](auto tag) {
-    const auto one = store<typename decltype(tag)::type>(1.0);
-    std::memcpy(bytes.data(), &one, sizeof(one));
-  });
+  store_element(dtype, 1.0, bytes.data());
   return bytes;
 }
 

@@ -209,6 +209,13 @@ void matmul(const KernelArgs& args) {
       return run_plan_bf16(args, plan);
     case DType::kBool:
       break;  // rejected by plan_matmul
+    case DType::kFloat16:
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kInt16:
+      throw std::invalid_argument(fmt::format(
+          "matmul computes in {}, not {} (the compiler widens it)",
+          dtype_name(widened_dtype(args.output.desc->dtype)), dtype_name(args.output.desc->dtype)));
   }
 }
 

@@ -37,6 +37,14 @@ int reference_rank(DType dtype) noexcept {
       return 12;
     case DType::kInt64:
       return 13;
+    case DType::kUInt8:
+      return 1;
+    case DType::kInt8:
+      return 2;
+    case DType::kInt16:
+      return 5;
+    case DType::kFloat16:
+      return 7;
   }
   return 0;
 }
@@ -57,6 +65,14 @@ std::string_view safetensors_dtype_name(DType dtype) noexcept {
       return "I64";
     case DType::kBool:
       return "BOOL";
+    case DType::kFloat16:
+      return "F16";
+    case DType::kInt8:
+      return "I8";
+    case DType::kUInt8:
+      return "U8";
+    case DType::kInt16:
+      return "I16";
   }
   return "?";
 }

@@ -42,7 +42,8 @@ void save_safetensors(const std::filesystem::path& path, const CpuTensorMap& ten
 /// the header; checks the header as load_safetensors does.
 [[nodiscard]] SafetensorsMetadata load_safetensors_metadata(const std::filesystem::path& path);
 
-/// The safetensors name of `dtype`: "F32", "F64", "BF16", "I32", "I64", "BOOL".
+/// The safetensors name of `dtype`: "F32", "F64", "BF16", "F16", "I64", "I32", "I16", "I8", "U8",
+/// "BOOL".
 [[nodiscard]] std::string_view safetensors_dtype_name(DType dtype) noexcept;
 /// The axle dtype named `name` in safetensors, if axle has it.
 [[nodiscard]] std::optional<DType> dtype_from_safetensors_name(std::string_view name) noexcept;

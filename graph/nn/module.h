@@ -58,9 +58,10 @@ class Module {
   [[nodiscard]] StateDict state_dict() const;
   /// Gives each parameter and buffer the value of the entry of its name (Tensor::copy_, so tied
   /// and shared handles see it). Every entry is checked before any is loaded: a missing or
-  /// unexpected key (when `strict`), or a shape or dtype that differs, throws StateDictError
-  /// naming the key, and nothing changes. Values on another device are copied over (defined in
-  /// actors/).
+  /// unexpected key (when `strict`), or a shape that differs, throws StateDictError naming the
+  /// key, and nothing changes. A value of another dtype is cast to the module's, as torch's
+  /// (an f16 checkpoint loads into an f32 model). Values on another device are copied over
+  /// (defined in actors/).
   void load_state_dict(const StateDict& state, bool strict = true,
                        std::source_location where = std::source_location::current());
 

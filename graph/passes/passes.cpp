@@ -32,6 +32,7 @@ PassSet PassSet::from_config() {
 }
 
 Program run_passes(Program program, const PassSet& passes) {
+  program = widen_storage_only_dtypes(std::move(program));
   if (passes.enabled(Pass::kCanonicalize)) program = canonicalize(program);
   if (passes.enabled(Pass::kCse)) program = eliminate_common_subexpressions(program);
   if (passes.enabled(Pass::kConstantFolding)) program = fold_constants(program);

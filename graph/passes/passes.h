@@ -133,7 +133,14 @@ class PassSet {
   uint32_t disabled_ = 0;
 };
 
-/// Runs the enabled IR passes in order.
+/// Every instruction that computes (anything but the leaves, data movement, fills and casts) on
+/// a storage-only dtype (f16, s8, u8, s16: engine/dtype.h) computes in its widened_dtype instead:
+/// its storage-only operands are cast up, and a storage-only result is cast back down, so each
+/// op rounds (f16) or wraps (the small integers) as torch's does. Not one of the optional passes:
+/// run_passes runs it first, always, since the kernels compute in none of these dtypes.
+[[nodiscard]] Program widen_storage_only_dtypes(Program program);
+
+/// Runs widen_storage_only_dtypes, then the enabled IR passes in order.
 [[nodiscard]] Program run_passes(Program program, const PassSet& passes);
 
 }  // namespace axle

@@ -17,7 +17,7 @@ void expect_same_dtype(const OpCall& call, const CpuTensor& in) {
 }
 
 void expect_index(const OpCall& call, const CpuTensor& index) {
-  if (!is_integral(index.dtype)) {
+  if (index.dtype != DType::kInt32 && index.dtype != DType::kInt64) {
     fail(call, fmt::format("indices must be s32 or s64, not {}", dtype_name(index.dtype)));
   }
 }

@@ -104,6 +104,14 @@ double real_at(const CpuTensor& t, int64_t i) {
       return static_cast<double>(read<int64_t>(t, i));
     case DType::kBool:
       return read<uint8_t>(t, i) != 0;
+    case DType::kFloat16:
+      return half_bits_to_float(read<uint16_t>(t, i));
+    case DType::kInt8:
+      return read<int8_t>(t, i);
+    case DType::kUInt8:
+      return read<uint8_t>(t, i);
+    case DType::kInt16:
+      return read<int16_t>(t, i);
   }
   return 0;
 }
@@ -116,6 +124,12 @@ int64_t int_at(const CpuTensor& t, int64_t i) {
       return read<int64_t>(t, i);
     case DType::kBool:
       return read<uint8_t>(t, i) != 0;
+    case DType::kInt8:
+      return read<int8_t>(t, i);
+    case DType::kUInt8:
+      return read<uint8_t>(t, i);
+    case DType::kInt16:
+      return read<int16_t>(t, i);
     default:
       return truncate<int64_t>(real_at(t, i));
   }
@@ -135,6 +149,15 @@ void store_real(CpuTensor& t, int64_t i, double value) {
       return write(t, i, truncate<int64_t>(value));
     case DType::kBool:
       return write(t, i, static_cast<uint8_t>(value != 0));
+    // As the kernels: f16 from the f32 result, the small integers wrapped from s32.
+    case DType::kFloat16:
+      return write(t, i, float_to_half_bits(static_cast<float>(value)));
+    case DType::kInt8:
+      return write(t, i, static_cast<int8_t>(truncate<int32_t>(value)));
+    case DType::kUInt8:
+      return write(t, i, static_cast<uint8_t>(truncate<int32_t>(value)));
+    case DType::kInt16:
+      return write(t, i, static_cast<int16_t>(truncate<int32_t>(value)));
   }
 }
 
@@ -152,6 +175,14 @@ void store_int(CpuTensor& t, int64_t i, int64_t value) {
       return write(t, i, value);
     case DType::kBool:
       return write(t, i, static_cast<uint8_t>(value != 0));
+    case DType::kFloat16:
+      return write(t, i, float_to_half_bits(static_cast<float>(value)));
+    case DType::kInt8:
+      return write(t, i, static_cast<int8_t>(value));
+    case DType::kUInt8:
+      return write(t, i, static_cast<uint8_t>(value));
+    case DType::kInt16:
+      return write(t, i, static_cast<int16_t>(value));
   }
 }
 

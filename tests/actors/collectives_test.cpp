@@ -698,6 +698,50 @@ TEST_P(Collectives, BroadcastMasterParamGivesEveryReplicaTheMastersWeights) {
 // Bit for bit: the master's -0.0, NaN and infinities arrive as they are, and another replica's
 // NaN reaches no one. Integer and bool tensors come too; with groups, each group's first member
 // is its master.
+// f16 and the small integers reduce in f32 and s32 and round or wrap once at the end; gathers
+// move their bytes.
+TEST_P(Collectives, StorageOnlyDtypesReduceInTheirWideDtypeAndGatherAsBytes) {
+  constexpr int64_t kSize = 11;
+  struct Seen {
+    std::vector<Half> halves;
+    std::vector<uint8_t> bytes;
+    std::vector<int8_t> gathered;
+  };
+  const auto seen = on_replicas<Seen>([&](int r) {
+    const Tensor h = tensor(input_of(r, kSize), {kSize}).to(kHalf);
+    const Tensor u = (tensor(int_input_of(r, kSize), {kSize}) + 100).to(kUInt8);
+    // Each replica's own values, as data (a scalar 0 would be a graph constant on one replica).
+    const auto mine = static_cast<int8_t>(r - 2);
+    const Tensor s = tensor(std::vector<int8_t>{mine, mine}, {2});
+    const Tensor hs = all_reduce(ReduceType::kSum, h, 0.5);
+    const Tensor us = all_reduce(ReduceType::kSum, u);
+    const Tensor sg = all_gather(s, 0);
+    EXPECT_EQ(hs.dtype(), kHalf);
+    EXPECT_EQ(us.dtype(), kUInt8);
+    EXPECT_EQ(sg.dtype(), kInt8);
+    return Seen{hs.cpu().values<Half>(), us.cpu().values<uint8_t>(), sg.cpu().values<int8_t>()};
+  });
+  for (int64_t i = 0; i < kSize; ++i) {
+    float f = 0;
+    int32_t k = 0;
+    for (int r = 0; r < n(); ++r) {
+      f += input_of(r, kSize)[i];  // multiples of 0.5, exact in f16 and f32
+      k += int_input_of(r, kSize)[i] + 100;
+    }
+    for (int r = 0; r < n(); ++r) {
+      ASSERT_EQ(static_cast<float>(seen[r].halves[i]), static_cast<float>(Half(f * 0.5f)))
+          << "replica " << r << " at " << i;
+      ASSERT_EQ(seen[r].bytes[i], static_cast<uint8_t>(k)) << "replica " << r << " at " << i;
+    }
+  }
+  for (int r = 0; r < n(); ++r) {
+    for (int m = 0; m < n(); ++m) {
+      EXPECT_EQ(seen[r].gathered[2 * m], m - 2);
+      EXPECT_EQ(seen[r].gathered[2 * m + 1], m - 2);
+    }
+  }
+}
+
 TEST_P(Collectives, BroadcastFromMasterIsExactForEveryValueAndDtype) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();

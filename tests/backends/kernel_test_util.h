@@ -84,6 +84,14 @@ inline double round_to(DType dtype, double v) {
       return v != 0 ? 1 : 0;
     case DType::kFloat64:
       return v;
+    case DType::kFloat16:
+      return static_cast<float>(Half(static_cast<float>(v)));
+    case DType::kInt8:
+      return static_cast<int8_t>(static_cast<int32_t>(v));
+    case DType::kUInt8:
+      return static_cast<uint8_t>(static_cast<int32_t>(v));
+    case DType::kInt16:
+      return static_cast<int16_t>(static_cast<int32_t>(v));
   }
   return v;
 }

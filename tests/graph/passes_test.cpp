@@ -360,6 +360,42 @@ TEST(AllReduceCombiner, CombinesEachLevelOfAChainOnItsOwn) {
   EXPECT_EQ(alone, 6);
 }
 
+TEST(WidenStorageOnly, ComputesF16InF32RoundingEachResultAndMovesItAsItIs) {
+  const Tensor a = input({2, 3}, kHalf);
+  const Tensor b = input({3, 2}, kHalf);
+  // The transpose moves f16 as it is; each product and sum computes in f32 and rounds to f16,
+  // and a value two ops read is widened once.
+  const Tensor t = transpose(b, 0, 1);
+  EXPECT_EQ(widen_storage_only_dtypes(program_of({a * t + t})).to_text(),
+            "%0 = device_data f16[3,2] input=0\n"
+            "%1 = permute f16[2,3] %0 ints=[1, 0]\n"
+            "%2 = device_data f16[2,3] input=1\n"
+            "%3 = cast f32[2,3] %2\n"
+            "%4 = cast f32[2,3] %1\n"
+            "%5 = mul f32[2,3] %3, %4\n"
+            "%6 = cast f16[2,3] %5\n"
+            "%7 = cast f32[2,3] %6\n"
+            "%8 = add f32[2,3] %7, %4\n"
+            "%9 = cast f16[2,3] %8\n"
+            "outputs %9\n");
+}
+
+TEST(WidenStorageOnly, ComputesSmallIntegersInS32AndLeavesOtherProgramsAlone) {
+  const Tensor u = input({4}, kUInt8);
+  EXPECT_EQ(widen_storage_only_dtypes(program_of({amax(u), gt(u, 3)})).to_text(),
+            "%0 = device_data u8[4] input=0\n"
+            "%1 = cast s32[4] %0\n"
+            "%2 = max s32[] %1 ints=[0, 0]\n"
+            "%3 = cast u8[] %2\n"
+            "%4 = parameter u8[] input=1\n"
+            "%5 = cast s32[] %4\n"
+            "%6 = gt pred[4] %1, %5\n"
+            "outputs %3, %6\n");
+  const Tensor f = input({4});
+  const Program plain = program_of({exp(f) + f});
+  EXPECT_EQ(widen_storage_only_dtypes(plain).to_text(), plain.to_text());
+}
+
 TEST(Passes, RunInOrderAndEachCanBeDisabled) {
   const Tensor a = input({4});
   const Program before = program_of({exp(a) + exp(a) * 1.0, sum(a, {0})});

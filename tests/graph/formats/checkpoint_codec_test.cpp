@@ -84,6 +84,18 @@ TEST(CheckpointCodec, RoundTripsEveryDTypeAndShapeInOrder) {
   EXPECT_EQ(files_in(dir.path()), 1u);
 }
 
+TEST(CheckpointCodec, RoundTripsTheStorageOnlyDTypes) {
+  TempDir dir;
+  const std::vector<CheckpointEntry> small = {
+      {"f16", host<uint16_t>(DType::kFloat16, {3}, {0x3c00, 0x7e00, 0x8001})},
+      {"s8", host<int8_t>(DType::kInt8, {2}, {-128, 127})},
+      {"u8", host<uint8_t>(DType::kUInt8, {2, 1}, {0, 255})},
+      {"s16", host<int16_t>(DType::kInt16, {2}, {-32768, 32767})},
+  };
+  write_checkpoint(dir / "small.axle", small);
+  expect_same(read_checkpoint(dir / "small.axle"), small);
+}
+
 TEST(CheckpointCodec, AnEmptyCheckpointRoundTrips) {
   TempDir dir;
   write_checkpoint(dir / "none.axle", {});

@@ -181,8 +181,8 @@ std::vector<Damage> damages() {
       {"not_json", safetensors_bytes(R"({"a":{"dtype":"F32",)", four), "header is not valid JSON"},
       {"not_object", safetensors_bytes("[1, 2]", {}), "header is not a JSON object"},
       {"unknown_dtype",
-       safetensors_bytes(R"({"w":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", four),
-       R"(tensor "w": dtype "F16" is not one axle has)"},
+       safetensors_bytes(R"({"w":{"dtype":"U16","shape":[2],"data_offsets":[0,4]}})", four),
+       R"(tensor "w": dtype "U16" is not one axle has)"},
       {"no_shape", safetensors_bytes(R"({"w":{"dtype":"F32","data_offsets":[0,4]}})", four),
        R"(tensor "w": no "shape" array)"},
       {"negative_dim",
@@ -258,7 +258,11 @@ TEST(Safetensors, DTypeNamesMapBothWays) {
     const auto dtype = static_cast<DType>(i);
     EXPECT_EQ(dtype_from_safetensors_name(safetensors_dtype_name(dtype)), dtype);
   }
-  EXPECT_EQ(dtype_from_safetensors_name("F16"), std::nullopt);
+  EXPECT_EQ(dtype_from_safetensors_name("F16"), DType::kFloat16);
+  EXPECT_EQ(dtype_from_safetensors_name("I8"), DType::kInt8);
+  EXPECT_EQ(dtype_from_safetensors_name("U8"), DType::kUInt8);
+  EXPECT_EQ(dtype_from_safetensors_name("I16"), DType::kInt16);
+  EXPECT_EQ(dtype_from_safetensors_name("U16"), std::nullopt);  // axle has no u16
 }
 
 }  // namespace

@@ -333,9 +333,26 @@ TEST_F(Module, LoadStateDictRejectsAnotherShapeAndLoadsNothing) {
   expect_rejected(*model, other_state("2.bias", zeros({2})), "2.bias", "f32[2]");
 }
 
-TEST_F(Module, LoadStateDictRejectsAnotherDTypeAndLoadsNothing) {
+// As torch: load_state_dict copies each value with copy_, which casts, so an f16 checkpoint loads
+// into an f32 model and its parameters stay f32.
+TEST_F(Module, LoadStateDictCastsAnF16StateIntoAnF32Model) {
   auto model = mlp();
-  expect_rejected(*model, other_state("2.bias", zeros({1}, DType::kFloat64)), "2.bias", "f64[1]");
+  auto source = mlp();
+  StateDict halves;
+  std::vector<std::vector<double>> want;
+  for (const auto& [name, tensor] : source->state_dict()) {
+    const Tensor half = tensor.to(kHalf);
+    halves.emplace_back(name, half);
+    want.push_back(half.to_vector<double>());  // the f16 values, exactly representable in f32
+  }
+  model->load_state_dict(halves);
+  std::size_t i = 0;
+  for (const auto& [name, tensor] : model->state_dict()) {
+    EXPECT_EQ(tensor.dtype(), kFloat32) << name;
+    EXPECT_EQ(tensor.to_vector<double>(), want[i++]) << name;
+  }
+  // A shape that differs is still refused, whatever the dtype.
+  expect_rejected(*model, other_state("2.bias", zeros({2}, kHalf)), "2.bias", "f16[2]");
 }
 
 TEST_F(Module, NonStrictLoadSkipsMissingAndUnexpectedKeys) {

@@ -54,6 +54,14 @@ inline double round_to(DType dtype, double v) {
       return v != 0 ? 1 : 0;
     case DType::kFloat64:
       return v;
+    case DType::kFloat16:
+      return static_cast<float>(Half(static_cast<float>(v)));
+    case DType::kInt8:
+      return static_cast<int8_t>(static_cast<int32_t>(v));
+    case DType::kUInt8:
+      return static_cast<uint8_t>(static_cast<int32_t>(v));
+    case DType::kInt16:
+      return static_cast<int16_t>(static_cast<int32_t>(v));
   }
   return v;
 }
@@ -102,7 +110,12 @@ inline Tensor on_device(const Ref& x, DType dtype = DType::kFloat32) {
       return tensor_of<int64_t>(x);
     case DType::kBFloat16:
     case DType::kBool:
+    case DType::kFloat16:
       return cast(tensor_of<float>(x), dtype);
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kInt16:
+      return cast(tensor_of<int32_t>(x), dtype);
   }
   return {};
 }
