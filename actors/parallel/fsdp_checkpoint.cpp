@@ -76,7 +76,7 @@ ShardMetadata FullyShardedDataParallel::get_shard_metadata() const {
   ShardMetadata meta{.world_size = world_size_, .rank = rank_};
   // Names in this wrapper's state_dict (prefix) and in the unwrapped model (no wrapper names).
   auto strip = [](std::string name) {
-    const std::string wrapped = std::string(kWrapped) + ".";
+    const std::string wrapped = fmt::format("{}.", kWrapped);
     for (std::size_t at; (at = name.find(wrapped)) != std::string::npos;)
       name.erase(at, wrapped.size());
     return name;
