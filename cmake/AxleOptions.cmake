@@ -51,18 +51,24 @@ elseif(AXLE_SANITIZE)
 endif()
 
 # Precompiled headers: the standard library and fmt, which nearly every source file includes,
-# parsed once per library instead of once per file. Each target compiles its own (a header
-# precompiled for one target is refused by targets whose definitions differ); a file compiled with
-# other flags (an ISA's kernels) parses them as usual.
+# parsed once instead of once per file. engine/ and backends/ compile their own (engine's
+# definitions differ from the others', and GCC refuses a header precompiled under other macros);
+# graph/ adds the tensor and its ops, and the parts above it, whose files nearly all include
+# those, reuse graph/'s. A file compiled with other flags (an ISA's kernels) parses as usual.
 option(AXLE_PRECOMPILED_HEADERS "Precompile the headers most of axle's sources include" ON)
 set(axle_precompiled_headers
   <algorithm> <array> <atomic> <chrono> <cstddef> <cstdint> <cstring> <filesystem> <functional>
   <map> <memory> <mutex> <optional> <span> <stdexcept> <string> <string_view> <unordered_map>
   <utility> <vector> <fmt/format.h>)
-# axle_precompile_headers(target [header...]): the set above and the target's own additions
-# (the layers above graph/ add the tensor and its ops, which their files nearly all include).
+# axle_precompile_headers(target [header...]): the set above and the target's own additions.
 function(axle_precompile_headers target)
   if(AXLE_PRECOMPILED_HEADERS)
     target_precompile_headers(${target} PRIVATE ${axle_precompiled_headers} ${ARGN})
+  endif()
+endfunction()
+# axle_reuse_precompiled_headers(target): graph/'s, for a part above it.
+function(axle_reuse_precompiled_headers target)
+  if(AXLE_PRECOMPILED_HEADERS)
+    target_precompile_headers(${target} REUSE_FROM axle_graph)
   endif()
 endfunction()

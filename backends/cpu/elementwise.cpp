@@ -127,7 +127,11 @@ void run_binary(const KernelArgs& args, const A* a, const B* b, Op op) {
     const A* ra = a + off[0];
     const B* rb = b + off[1];
     const int64_t sa = step[0], sb = step[1];
-    if (sa == 1 && sb == 1) {
+    // Integers and preds (indices, masks: small tensors) take the one strided loop; a loop per
+    // operand walk is kept for floating types, where the training step's time goes.
+    if constexpr (!kIsFloat<A> || !kIsFloat<B>) {
+      binary_loop<Walk::kStrided, Walk::kStrided>(ra, sa, rb, sb, o + out, n, op);
+    } else if (sa == 1 && sb == 1) {
       binary_loop<Walk::kUnit, Walk::kUnit>(ra, sa, rb, sb, o + out, n, op);
     } else if (sa == 0 && sb == 1) {
       binary_loop<Walk::kScalar, Walk::kUnit>(ra, sa, rb, sb, o + out, n, op);
