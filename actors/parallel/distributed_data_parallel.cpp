@@ -158,6 +158,16 @@ DistributedDataParallel::~DistributedDataParallel() {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
+  before_forward();
+  return module_->forward(input);
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& input, const Tensor& other) {
+  before_forward();
+  return module_->forward(input, other);
+}
+
+void DistributedDataParallel::before_forward() {
   Reducer& reducer = *reducer_;
   // A backward that threw half way through starts over with the next.
   reducer.in_backward = false;
@@ -167,7 +177,6 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
     for (const auto& [name, buffer] : module_->named_buffers()) buffers.push_back(buffer);
     broadcast_from_master(buffers, options_.groups, reducer.where);
   }
-  return module_->forward(input);
 }
 
 DistributedDataParallel::NoSync::NoSync(std::shared_ptr<void> reducer, bool was_syncing) noexcept

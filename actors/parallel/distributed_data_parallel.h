@@ -80,6 +80,8 @@ class DistributedDataParallel : public nn::Module {
 
   /// The wrapped module's forward (after broadcasting buffers, with broadcast_buffers).
   Tensor forward(const Tensor& input) override;
+  /// The wrapped module's two-input forward, as forward(input).
+  Tensor forward(const Tensor& input, const Tensor& other) override;
 
   /// The wrapped module.
   [[nodiscard]] const std::shared_ptr<nn::Module>& module() const noexcept { return module_; }
@@ -99,6 +101,9 @@ class DistributedDataParallel : public nn::Module {
 
  private:
   struct Reducer;
+
+  // A new step starts: the last backward's state is dropped and buffers are broadcast.
+  void before_forward();
 
   std::shared_ptr<nn::Module> module_;
   DistributedDataParallelOptions options_;

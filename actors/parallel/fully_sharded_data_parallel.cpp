@@ -397,7 +397,7 @@ void FullyShardedDataParallel::uninstall() const {
 
 struct FullyShardedDataParallel::Pass {
   Tensor output;
-  Tensor input;              // the module's input: a leaf of the unit's own when recording
+  std::vector<Tensor> inputs;  // the module's inputs: leaves of the unit's own when recording
   std::vector<Tensor> full;  // the gathered parameters, leaves of the unit's own when recording
 };
 
@@ -405,9 +405,9 @@ struct FullyShardedDataParallel::Pass {
 // backward collects the full parameters' gradients there and reduce-scatters them per flat
 // parameter in one go (a gradient through each slice of a gathered flat value would be a
 // zero-padded copy of the whole flat value per parameter).
-FullyShardedDataParallel::Pass FullyShardedDataParallel::run(const Tensor& input,
-                                                             const std::vector<Tensor>& shards,
-                                                             bool input_needs_grad) {
+FullyShardedDataParallel::Pass FullyShardedDataParallel::run(
+    const std::vector<Tensor>& inputs, const std::vector<Tensor>& shards,
+    const std::vector<bool>& inputs_need_grad) {
   struct Depth {
     Depth() { ++this_thread_object<FsdpNesting>().depth; }
     ~Depth() { --this_thread_object<FsdpNesting>().depth; }
@@ -417,40 +417,44 @@ FullyShardedDataParallel::Pass FullyShardedDataParallel::run(const Tensor& input
     const NoGradGuard no_grad;
     pass.full = gather(shards);
   }
-  pass.input = input;
+  pass.inputs = inputs;
   if (GradMode::is_enabled()) {
     for (Tensor& t : pass.full) {
       t = t.detach();
       t.requires_grad_();
     }
-    pass.input = input.detach();
-    if (input_needs_grad) pass.input.requires_grad_();
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      pass.inputs[i] = inputs[i].detach();
+      if (inputs_need_grad[i]) pass.inputs[i].requires_grad_();
+    }
   }
   install(pass.full);
   struct Uninstall {
     const FullyShardedDataParallel& self;
     ~Uninstall() { self.uninstall(); }
   } uninstall_after{*this};
-  pass.output = module_->forward(pass.input);
+  pass.output = pass.inputs.size() == 1 ? module_->forward(pass.inputs[0])
+                                        : module_->forward(pass.inputs[0], pass.inputs[1]);
   return pass;
 }
 
-// What a unit's backward needs beyond its edges: [the input's] [one per shard] [others the module
-// read: nested units' shards, tensors it captured].
+// What a unit's backward needs beyond its edges: [one per input that needs a gradient] [one per
+// shard] [others the module read: nested units' shards, tensors it captured].
 struct UnitContext {
   FullyShardedDataParallel* unit = nullptr;
   bool recompute = false;
-  bool input_needs_grad = false;
+  std::vector<bool> inputs_need_grad;
+  std::size_t num_input_edges = 0;  // the inputs that need a gradient
   std::size_t num_shards = 0;
   // Resharded: the inputs the forward pass runs again on, and its random state.
-  Tensor input;
+  std::vector<Tensor> inputs;
   std::vector<Tensor> shards;
   std::unordered_map<int, RngState> rng;
   bool autocast = false;  // the autocast state the first run had (backward runs outside it)
   DType autocast_dtype = DType::kBFloat16;
   // Kept: the first run, with its recorded graph.
   Tensor output;
-  Tensor own_input;
+  std::vector<Tensor> own_inputs;
   std::vector<Tensor> full;
   DType dtype = DType::kFloat32;
   Shape shape;
@@ -462,7 +466,7 @@ struct FsdpUnitBackward {
     const auto& ctx = *static_cast<const UnitContext*>(fn.context().get());
     FullyShardedDataParallel& unit = *ctx.unit;
     Tensor output = ctx.output;
-    Tensor own_input = ctx.own_input;
+    std::vector<Tensor> own_inputs = ctx.own_inputs;
     std::vector<Tensor> full = ctx.full;
     Tensor grad_output = grad;
     if (ctx.recompute) {
@@ -470,7 +474,8 @@ struct FsdpUnitBackward {
       // forward pass run again when the backward pass gets here, on values no pass identifies
       // with the first run's, so CSE cannot merge them and the first gather is freed after the
       // forward pass.
-      std::vector<Tensor> barrier{ctx.input.detach()};
+      std::vector<Tensor> barrier;
+      for (const Tensor& t : ctx.inputs) barrier.push_back(t.detach());
       for (const Tensor& s : ctx.shards) barrier.push_back(s.detach());
       barrier.push_back(grad.detach());
       optimization_barrier_(barrier, ctx.where);
@@ -485,11 +490,12 @@ struct FsdpUnitBackward {
       } restore{trace, now};
       const autocast region(Device{}, ctx.autocast_dtype, ctx.autocast);
       AutoGradMode grad_mode(true);
+      const auto shards_at = barrier.begin() + static_cast<std::ptrdiff_t>(ctx.inputs.size());
       FullyShardedDataParallel::Pass pass =
-          unit.run(barrier[0], std::vector<Tensor>(barrier.begin() + 1, barrier.end() - 1),
-                   ctx.input_needs_grad);
+          unit.run(std::vector<Tensor>(barrier.begin(), shards_at),
+                   std::vector<Tensor>(shards_at, barrier.end() - 1), ctx.inputs_need_grad);
       output = pass.output;
-      own_input = pass.input;
+      own_inputs = std::move(pass.inputs);
       full = std::move(pass.full);
       if (!output.defined() || output.dtype() != ctx.dtype || !(output.shape() == ctx.shape) ||
           !output.requires_grad()) {
@@ -502,19 +508,21 @@ struct FsdpUnitBackward {
       }
     }
     std::vector<GradEdge> targets;
-    if (ctx.input_needs_grad) targets.push_back(autograd::gradient_edge(own_input));
+    for (std::size_t i = 0; i < own_inputs.size(); ++i) {
+      if (ctx.inputs_need_grad[i]) targets.push_back(autograd::gradient_edge(own_inputs[i]));
+    }
     for (const Tensor& t : full) targets.push_back(autograd::gradient_edge(t));
     const std::span<const GradEdge> edges = fn.edges();
-    const std::size_t own_edges = (ctx.input_needs_grad ? 1 : 0) + ctx.num_shards;
+    const std::size_t own_edges = ctx.num_input_edges + ctx.num_shards;
     targets.insert(targets.end(), edges.begin() + static_cast<std::ptrdiff_t>(own_edges),
                    edges.end());
     const autograd::GradList got = autograd::gradients_at(output, grad_output, targets, ctx.where);
     std::size_t at = 0;
-    if (ctx.input_needs_grad) grads[0] = got[at++];
+    for (; at < ctx.num_input_edges; ++at) grads[at] = got[at];
     const std::vector<Tensor> shard_grads = unit.reduce_gradients(
         std::span<const Tensor>(got.begin() + static_cast<std::ptrdiff_t>(at), full.size()), full);
     at += full.size();
-    std::size_t edge = ctx.input_needs_grad ? 1 : 0;
+    std::size_t edge = ctx.num_input_edges;
     for (const Tensor& g : shard_grads) grads[edge++] = g;
     for (; at < got.size(); ++at) grads[edge++] = got[at];
   }
@@ -526,13 +534,26 @@ const autograd::Derivative kFsdpUnitBackward{"FsdpUnitBackward", FsdpUnitBackwar
 
 Tensor FullyShardedDataParallel::forward(const Tensor& input) {
   ops::require_defined(kOp, input, "the input", where_);
+  return forward_inputs({input});
+}
+
+Tensor FullyShardedDataParallel::forward(const Tensor& input, const Tensor& other) {
+  ops::require_defined(kOp, input, "the first input", where_);
+  ops::require_defined(kOp, other, "the second input", where_);
+  return forward_inputs({input, other});
+}
+
+Tensor FullyShardedDataParallel::forward_inputs(const std::vector<Tensor>& inputs) {
   const std::vector<Tensor> own = shards();
-  if (!GradMode::is_enabled()) return run(input, own, false).output;
+  if (!GradMode::is_enabled()) return run(inputs, own, std::vector<bool>(inputs.size())).output;
   const bool root = this_thread_object<FsdpNesting>().depth == 0;
   auto ctx = std::make_shared<UnitContext>();
   ctx->unit = this;
   ctx->recompute = !root && options_.reshard_after_forward;
-  ctx->input_needs_grad = input.requires_grad();
+  for (const Tensor& t : inputs) {
+    ctx->inputs_need_grad.push_back(t.requires_grad());
+    if (t.requires_grad()) ++ctx->num_input_edges;
+  }
   ctx->num_shards = own.size();
   ctx->where = where_;
   if (ctx->recompute) {
@@ -541,27 +562,30 @@ Tensor FullyShardedDataParallel::forward(const Tensor& input) {
     ctx->autocast_dtype = get_autocast_dtype();
   }
   const uint64_t first_recorded = GradFn::peek_sequence_nr();
-  Pass pass = run(input, own, ctx->input_needs_grad);
+  Pass pass = run(inputs, own, ctx->inputs_need_grad);
   if (!pass.output.defined())
     ops::fail(kOp, "the wrapped module returned an undefined tensor", where_);
   if (!pass.output.requires_grad()) return pass.output;
 
   auto grad_fn = make_intrusive<GradFn>(kFsdpUnitBackward);
-  if (ctx->input_needs_grad) grad_fn->add_input(input, autograd::gradient_edge(input));
+  for (const Tensor& t : inputs) {
+    if (t.requires_grad()) grad_fn->add_input(t, autograd::gradient_edge(t));
+  }
   for (const Tensor& s : own) grad_fn->add_input(s, autograd::gradient_edge(s));
   // The GradFns the module recorded have sequence numbers from first_recorded on; an edge out of
   // them to anything but the unit's own leaves is an edge of the unit (as in checkpoint()).
-  std::unordered_set<const TensorImpl*> own_leaves{pass.input.impl()};
+  std::unordered_set<const TensorImpl*> own_leaves;
+  for (const Tensor& t : pass.inputs) own_leaves.insert(t.impl());
   for (const Tensor& t : pass.full) own_leaves.insert(t.impl());
   autograd::add_edges_leaving(*grad_fn, pass.output, own_leaves, first_recorded);
   ctx->dtype = pass.output.dtype();
   ctx->shape = pass.output.shape();
   if (ctx->recompute) {
-    ctx->input = input;
+    ctx->inputs = inputs;
     ctx->shards = own;
   } else {
     ctx->output = pass.output;
-    ctx->own_input = pass.input;
+    ctx->own_inputs = pass.inputs;
     ctx->full = pass.full;
   }
   grad_fn->set_context(std::move(ctx));

@@ -87,6 +87,8 @@ class FullyShardedDataParallel : public nn::Module {
   FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
 
   Tensor forward(const Tensor& input) override;
+  /// The wrapped module's two-input forward (`model(x, y)`), on gathered parameters as above.
+  Tensor forward(const Tensor& input, const Tensor& other) override;
 
   /// The wrapped module (its parameter slots undefined except while it runs).
   [[nodiscard]] const std::shared_ptr<nn::Module>& module() const noexcept { return module_; }
@@ -115,7 +117,9 @@ class FullyShardedDataParallel : public nn::Module {
   friend struct FsdpUnitBackward;
 
   [[nodiscard]] std::vector<Tensor> shards() const;
-  Pass run(const Tensor& input, const std::vector<Tensor>& shards, bool input_needs_grad);
+  Tensor forward_inputs(const std::vector<Tensor>& inputs);
+  Pass run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& shards,
+           const std::vector<bool>& inputs_need_grad);
   [[nodiscard]] std::vector<Tensor> gather(const std::vector<Tensor>& shards) const;
   /// Each flat parameter's gradient from its parameters' (undefined: zeros), reduce-scattered.
   [[nodiscard]] std::vector<Tensor> reduce_gradients(std::span<const Tensor> param_grads,

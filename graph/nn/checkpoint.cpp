@@ -182,6 +182,13 @@ Tensor CheckpointModule::forward(const Tensor& input) {
   return checkpoint([module](const Tensor& x) { return module->forward(x); }, input);
 }
 
+Tensor CheckpointModule::forward(const Tensor& input, const Tensor& other) {
+  nn::Module* module = named_children().front().second.get();
+  return checkpoint(
+      [module](const std::vector<Tensor>& in) { return module->forward(in[0], in[1]); },
+      std::vector<Tensor>{input, other});
+}
+
 std::shared_ptr<CheckpointModule> checkpoint_module(std::shared_ptr<nn::Module> module,
                                                     std::source_location where) {
   if (!module) ops::fail("checkpoint_module", "the module is null", where);

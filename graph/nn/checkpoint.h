@@ -43,6 +43,8 @@ class CheckpointModule : public nn::Module {
   /// Wraps `module`.
   explicit CheckpointModule(std::shared_ptr<nn::Module> module);
   Tensor forward(const Tensor& input) override;
+  /// The module's two-input forward, checkpointed over both inputs.
+  Tensor forward(const Tensor& input, const Tensor& other) override;
   /// The module checkpointed (or what replace_module put in its place).
   [[nodiscard]] const std::shared_ptr<nn::Module>& module() const noexcept {
     return named_children().front().second;

@@ -5,8 +5,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <typeinfo>
 #include <unordered_set>
 
+#include "axle/engine/actor.h"
 #include "axle/graph/autograd.h"
 #include "axle/graph/op_util.h"
 #include "axle/graph/ops.h"
@@ -157,6 +159,21 @@ std::size_t Module::register_buffer(std::string name, Tensor value) {
   buffers_.emplace_back(std::move(name), std::move(value));
   return buffers_.size() - 1;
 }
+
+namespace {
+[[noreturn]] void forward_not_defined(const Module& module, int called_with) {
+  const std::string type = axle::detail::type_name(typeid(module));
+  throw ForwardNotDefined(fmt::format(
+      "{} was called with {} input{} but does not define forward({}): a module overrides the "
+      "forward it is called with",
+      type, called_with, called_with == 1 ? "" : "s",
+      called_with == 1 ? "const Tensor&" : "const Tensor&, const Tensor&"));
+}
+}  // namespace
+
+Tensor Module::forward(const Tensor&) { forward_not_defined(*this, 1); }
+
+Tensor Module::forward(const Tensor&, const Tensor&) { forward_not_defined(*this, 2); }
 
 Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) {
   for (auto& m : modules) push_back(std::move(m));

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <source_location>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,13 @@ class StateDictError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+/// A module called with a number of inputs its forward does not take (torch raises
+/// NotImplementedError for a missing forward); the message names the module's type.
+class ForwardNotDefined : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
 /// A building block of models. Parameters are shared tensor handles: a parameter registered in
 /// two modules (tied weights) is one tensor, before and after to(device), and optimizers update
 /// it in place (Tensor::copy_), so every module sees the update.
@@ -35,10 +43,19 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  /// The module's computation on one input.
-  virtual Tensor forward(const Tensor& input) = 0;
+  /// The module's computation on one input. A module overrides the forward (or forwards) it is
+  /// called with; the default throws ForwardNotDefined, as torch's Module does for a missing
+  /// forward.
+  virtual Tensor forward(const Tensor& input);
+  /// The module's computation on two inputs, as `model(x, y)` in PyTorch (a model that takes
+  /// its targets, say). The default throws ForwardNotDefined. A subclass defining one forward
+  /// hides the other from calls through the subclass's own type; calls through operator() or
+  /// a Module reach both (add `using Module::forward;` to call both on the subclass).
+  virtual Tensor forward(const Tensor& input, const Tensor& other);
   /// Calls forward(input), as calling a torch module.
   Tensor operator()(const Tensor& input) { return forward(input); }
+  /// Calls forward(input, other), as calling a torch module with two arguments.
+  Tensor operator()(const Tensor& input, const Tensor& other) { return forward(input, other); }
 
   /// Every parameter of this module and its submodules, each once (tied ones once), in
   /// registration order.

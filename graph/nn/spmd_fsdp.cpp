@@ -42,14 +42,22 @@ PartitionSpec SpmdFullyShardedDataParallel::along(int rank, int dim) const {
   return spec;
 }
 
+void SpmdFullyShardedDataParallel::shard_batch(const Tensor& t) const {
+  if (t.dim() > 0 && t.size(0) % axis_size_ == 0) mark_sharding(t, mesh_, along(t.dim(), 0));
+}
+
 Tensor SpmdFullyShardedDataParallel::forward(const Tensor& input) {
-  if (input.dim() > 0 && input.size(0) % axis_size_ == 0) {
-    mark_sharding(input, mesh_, along(input.dim(), 0));
-  }
+  shard_batch(input);
   Tensor output = (*module_)(input);
-  if (options_.shard_output && output.dim() > 0 && output.size(0) % axis_size_ == 0) {
-    mark_sharding(output, mesh_, along(output.dim(), 0));
-  }
+  if (options_.shard_output) shard_batch(output);
+  return output;
+}
+
+Tensor SpmdFullyShardedDataParallel::forward(const Tensor& input, const Tensor& other) {
+  shard_batch(input);
+  shard_batch(other);
+  Tensor output = (*module_)(input, other);
+  if (options_.shard_output) shard_batch(output);
   return output;
 }
 

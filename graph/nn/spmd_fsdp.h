@@ -37,6 +37,8 @@ class SpmdFullyShardedDataParallel : public nn::Module {
                                std::source_location where = std::source_location::current());
 
   Tensor forward(const Tensor& input) override;
+  /// As forward(input), with both inputs' batches laid out over the axis.
+  Tensor forward(const Tensor& input, const Tensor& other) override;
 
   /// The wrapped module.
   [[nodiscard]] nn::Module& module() const noexcept { return *module_; }
@@ -46,6 +48,8 @@ class SpmdFullyShardedDataParallel : public nn::Module {
  private:
   // The partition spec splitting `dim` of a rank-`rank` tensor over the axis.
   [[nodiscard]] PartitionSpec along(int rank, int dim) const;
+  // Lays `t`'s batch (dimension 0) over the axis when the axis divides it.
+  void shard_batch(const Tensor& t) const;
 
   std::shared_ptr<nn::Module> module_;
   Mesh mesh_;
