@@ -80,10 +80,31 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Devic
               where);
   }
   // Checked here rather than when the step runs, where the error would be far from this line.
-  const bool fits = dtype == DType::kBool    ? low >= 0 && high <= 2
-                    : dtype == DType::kInt32 ? low >= std::numeric_limits<int32_t>::min() &&
-                                                   high - 1 <= std::numeric_limits<int32_t>::max()
-                                             : true;
+  // As torch's check of `from` and `to - 1` against the dtype's range.
+  const auto within = [&](int64_t min, int64_t max) { return low >= min && high - 1 <= max; };
+  bool fits = true;
+  switch (dtype) {
+    case DType::kBool:
+      fits = within(0, 1);
+      break;
+    case DType::kUInt8:
+      fits = within(0, 255);
+      break;
+    case DType::kInt8:
+      fits = within(-128, 127);
+      break;
+    case DType::kInt16:
+      fits = within(-32768, 32767);
+      break;
+    case DType::kInt32:
+      fits = within(std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
+      break;
+    case DType::kFloat16:
+      fits = within(-65504, 65504);
+      break;
+    default:
+      break;
+  }
   if (!fits) {
     ops::fail("randint",
               fmt::format("[{}, {}) does not fit in {}", low, high, describe(dtype, shape)), where);

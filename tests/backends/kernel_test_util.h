@@ -22,6 +22,7 @@
 #include "axle/backends/cpu/isa.h"
 #include "axle/backends/cpu/kernel.h"
 #include "axle/engine/element.h"
+#include "tests/round_to.h"
 
 namespace axle {
 /// Names the kernel in parameterised test output.
@@ -69,32 +70,6 @@ struct HostTensor {
   Shape shape;
   std::vector<double> values;  // row-major, shape.numel() entries
 };
-
-inline double round_to(DType dtype, double v) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return static_cast<float>(v);
-    case DType::kBFloat16:
-      return static_cast<float>(Eigen::bfloat16(static_cast<float>(v)));
-    case DType::kInt32:
-      return static_cast<int32_t>(v);
-    case DType::kInt64:
-      return static_cast<int64_t>(v);
-    case DType::kBool:
-      return v != 0 ? 1 : 0;
-    case DType::kFloat64:
-      return v;
-    case DType::kFloat16:
-      return static_cast<float>(Half(static_cast<float>(v)));
-    case DType::kInt8:
-      return static_cast<int8_t>(static_cast<int32_t>(v));
-    case DType::kUInt8:
-      return static_cast<uint8_t>(static_cast<int32_t>(v));
-    case DType::kInt16:
-      return static_cast<int16_t>(static_cast<int32_t>(v));
-  }
-  return v;
-}
 
 inline std::vector<std::byte> encode(const HostTensor& t) {
   const std::size_t size = dtype_size(t.dtype);

@@ -32,6 +32,7 @@
 #include "axle/graph/tensor.h"
 #include "tests/graph/ops/reference.h"
 #include "tests/graph/test_runtime.h"
+#include "tests/round_to.h"
 
 namespace axle::testing {
 
@@ -39,31 +40,6 @@ namespace axle::testing {
 inline double to_bf16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   return std::bit_cast<float>((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
-}
-
-inline double round_to(DType dtype, double v) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return static_cast<float>(v);
-    case DType::kBFloat16:
-      return to_bf16(static_cast<float>(v));
-    case DType::kInt32:
-    case DType::kInt64:
-      return std::trunc(v);
-    case DType::kBool:
-      return v != 0 ? 1 : 0;
-    case DType::kFloat64:
-      return v;
-    case DType::kFloat16:
-      return static_cast<float>(Half(static_cast<float>(v)));
-    case DType::kInt8:
-      return static_cast<int8_t>(static_cast<int32_t>(v));
-    case DType::kUInt8:
-      return static_cast<uint8_t>(static_cast<int32_t>(v));
-    case DType::kInt16:
-      return static_cast<int16_t>(static_cast<int32_t>(v));
-  }
-  return v;
 }
 
 // Values uniform in [lo, hi), rounded to `dtype` so the reference sees what the device holds.

@@ -77,7 +77,7 @@ TEST_F(OpsValue, ConsecutiveDrawsDiffer) {
 
 TEST_F(OpsValue, RandintStaysInRangeAndCoversIt) {
   set_rng_state(99);
-  for (DType dtype : {DType::kInt64, DType::kInt32}) {
+  for (DType dtype : {DType::kInt64, DType::kInt32, DType::kInt16, DType::kInt8}) {
     const Tensor r = randint(-3, 4, {10000}, dtype);
     EXPECT_EQ(r.dtype(), dtype);
     std::vector<int64_t> hits(7, 0);
@@ -87,6 +87,33 @@ TEST_F(OpsValue, RandintStaysInRangeAndCoversIt) {
     }
     for (int64_t h : hits)
       EXPECT_NEAR(static_cast<double>(h), 10000.0 / 7, 200) << dtype_name(dtype);
+  }
+}
+
+// As torch's: `low` and `high - 1` must be values of the dtype; u8's whole range is drawn.
+TEST_F(OpsValue, RandintBoundsMustFitTheDtype) {
+  set_rng_state(17);
+  std::vector<int64_t> hits(256, 0);
+  for (double v : randint(0, 256, {20000}, DType::kUInt8).to_vector<double>()) {
+    ASSERT_TRUE(v >= 0 && v < 256 && v == std::trunc(v)) << v;
+    ++hits[static_cast<std::size_t>(v)];
+  }
+  EXPECT_GT(hits[0], 0);
+  EXPECT_GT(hits[255], 0);
+  EXPECT_NO_THROW((void)randint(-128, 128, {2}, DType::kInt8));
+  struct Case {
+    int64_t low, high;
+    DType dtype;
+  };
+  for (const Case c :
+       {Case{0, 257, DType::kUInt8}, Case{-1, 5, DType::kUInt8}, Case{-129, 0, DType::kInt8},
+        Case{0, 32769, DType::kInt16}, Case{0, 65506, DType::kFloat16}, Case{0, 3, DType::kBool}}) {
+    try {
+      (void)randint(c.low, c.high, {2}, c.dtype);
+      ADD_FAILURE() << "[" << c.low << ", " << c.high << ") in " << dtype_name(c.dtype);
+    } catch (const ShapeError& e) {
+      EXPECT_NE(std::string(e.what()).find("does not fit in"), std::string::npos) << e.what();
+    }
   }
 }
 
