@@ -24,8 +24,13 @@ namespace axle {
 
 void DeviceActor::handle(Execute& m) {
   Work work;
-  work.execute = std::move(m.request);
+  work.execute = make_intrusive<Execution>(std::move(m.request));
   queue_.push_back(std::move(work));
+  pump();
+}
+
+void DeviceActor::handle(ResumeRun& m) {
+  m.execution->run_waiting = false;
   pump();
 }
 
@@ -100,13 +105,15 @@ void DeviceActor::pump() {
     if (head.is_drain) {
       head.drained.set_value();
     } else if (head.execute) {
-      ExecuteRequest& request = *head.execute;
-      if (!request.run && !request.finished) {
-        if (!ready(request)) return;
-        start(request);
+      Execution& execution = *head.execute;
+      if (!execution.run && !execution.finished) {
+        if (!ready(execution)) return;
+        start(execution);
       }
-      if (!request.finished && !request.at_collective && !request.run_waiting) advance(request);
-      if (!request.finished) return;  // paused at a collective, or waiting on the backend
+      if (!execution.finished && !execution.at_collective && !execution.run_waiting) {
+        advance(execution);
+      }
+      if (!execution.finished) return;  // paused at a collective, or waiting on the backend
     } else {
       run(head.transfer);
     }
@@ -116,41 +123,41 @@ void DeviceActor::pump() {
 
 namespace {
 
-void absorb(ExecuteRequest& request, Result<IntrusivePtr<Executable>> result) {
+void absorb(DeviceExecution& execution, Result<IntrusivePtr<Executable>> result) {
   if (result.ok())
-    request.ready_program = result.value();
+    execution.ready_program = result.value();
   else
-    request.compile_error = result.error();
-  request.program_known = true;
+    execution.compile_error = result.error();
+  execution.program_known = true;
 }
 
 }  // namespace
 
-bool DeviceActor::ready(ExecuteRequest& request) {
-  if (!request.program_known) {
+bool DeviceActor::ready(Execution& execution) {
+  if (!execution.program_known) {
     // Once a continuation waits for the program, only it takes the outcome (taking it twice
     // would leave a running request without its program).
-    if (request.waiting_for_program) return false;
-    if (request.program.ready()) {
-      absorb(request, request.program.state()->take());
+    if (execution.waiting_for_program) return false;
+    if (execution.program.ready()) {
+      absorb(execution, execution.program.state()->take());
     } else {
-      request.waiting_for_program = true;
-      request.waits_since = std::chrono::steady_clock::now();
+      execution.waiting_for_program = true;
+      execution.waits_since = std::chrono::steady_clock::now();
       // The compiler answers on its own thread; the outcome comes back here as a message.
-      request.program.then_on(
-          self().target(), [this, held = IntrusivePtr<ExecuteRequest>(&request)](
+      execution.program.then_on(
+          self().target(), [this, held = IntrusivePtr<Execution>(&execution)](
                                Result<IntrusivePtr<Executable>> result) mutable {
             absorb(*held, std::move(result));
             if (!observers_.empty()) {
               const Span waited{held->waits_since, observer_now()};
-              observers_.tell([&](ActorObserver& o) { o.program_waited(*held, waited); });
+              observers_.tell([&](ActorObserver& o) { o.program_waited(*held->request, waited); });
             }
             pump();
           });
       return false;
     }
   }
-  for (const ExecuteInput& input : request.inputs) {
+  for (const ExecuteInput& input : execution.request->inputs) {
     if (input.data && input.data->pending()) {
       if (waiting_on_ != input.data.get()) {
         waiting_on_ = input.data.get();
@@ -163,14 +170,15 @@ bool DeviceActor::ready(ExecuteRequest& request) {
   return true;
 }
 
-void DeviceActor::start(ExecuteRequest& request) {
-  if (request.compile_error) return finish(request, request.compile_error);
-  const Executable& program = *request.ready_program;
+void DeviceActor::start(Execution& execution) {
+  if (execution.compile_error) return finish(execution, execution.compile_error);
+  const ExecuteRequest& request = *execution.request;
+  const Executable& program = *execution.ready_program;
   for (const ExecuteInput& input : request.inputs) {
-    if (input.data && input.data->failed()) return finish(request, input.data->error());
+    if (input.data && input.data->failed()) return finish(execution, input.data->error());
   }
   if (memory_limit_ > 0) {
-    if (std::exception_ptr error = over_memory_limit(request)) return finish(request, error);
+    if (std::exception_ptr error = over_memory_limit(execution)) return finish(execution, error);
   }
   std::vector<IntrusivePtr<DeviceMemory>> inputs;
   inputs.reserve(request.inputs.size());
@@ -186,14 +194,15 @@ void DeviceActor::start(ExecuteRequest& request) {
         inputs.push_back(input.data->memory());
       }
     }
-    request.started = std::chrono::steady_clock::now();
-    request.run = backend_.start(ordinal_, program, std::move(inputs));
+    execution.started = std::chrono::steady_clock::now();
+    execution.run = backend_.start(ordinal_, program, std::move(inputs));
   } catch (...) {
-    finish(request, std::current_exception());
+    finish(execution, std::current_exception());
   }
 }
 
-std::exception_ptr DeviceActor::over_memory_limit(const ExecuteRequest& request) const {
+std::exception_ptr DeviceActor::over_memory_limit(const Execution& execution) const {
+  const ExecuteRequest& request = *execution.request;
   // The plan's peak counts the step's inputs; the device also holds every other live tensor.
   uint64_t inputs_held = 0;
   for (const ExecuteInput& input : request.inputs) {
@@ -201,7 +210,7 @@ std::exception_ptr DeviceActor::over_memory_limit(const ExecuteRequest& request)
   }
   const uint64_t in_use = backend_.memory_info(ordinal_).bytes_in_use;
   const uint64_t others = in_use > inputs_held ? in_use - inputs_held : 0;
-  const uint64_t peak = request.ready_program->plan.peak_bytes;
+  const uint64_t peak = execution.ready_program->plan.peak_bytes;
   if (peak + others <= memory_limit_) return nullptr;
   return std::make_exception_ptr(DeviceMemoryError(fmt::format(
       "the step cut at {}:{} needs {} bytes on xla:{} ({} at its memory plan's peak, {} held by "
@@ -210,56 +219,58 @@ std::exception_ptr DeviceActor::over_memory_limit(const ExecuteRequest& request)
       memory_limit_)));
 }
 
-void DeviceActor::advance(ExecuteRequest& request) {
+void DeviceActor::advance(Execution& execution) {
   try {
-    while (const KernelCall* call = request.run->advance()) {
+    while (const KernelCall* call = execution.run->advance()) {
       if (call == ProgramRun::waiting()) {
         // The actor stays free meanwhile (reads, transfers, queries); the run comes back here.
-        request.run_waiting = true;
-        request.run->when_resumable(
-            [self = self(), held = IntrusivePtr<ExecuteRequest>(&request)]() mutable {
+        execution.run_waiting = true;
+        execution.run->when_resumable(
+            [self = self(), held = IntrusivePtr<Execution>(&execution)]() mutable {
               self.tell(ResumeRun{std::move(held)});
             });
         return;
       }
-      collective(request, *call);
-      if (request.at_collective || request.finished) return;
+      collective(execution, *call);
+      if (execution.at_collective || execution.finished) return;
     }
   } catch (const std::exception& e) {
     save_failed_program(fmt::format("execution failed: {}", e.what()),
-                        program_text(*request.ready_program));
-    return finish(request, std::current_exception());
+                        program_text(*execution.ready_program));
+    return finish(execution, std::current_exception());
   }
-  finish(request, nullptr);
+  finish(execution, nullptr);
 }
 
-void DeviceActor::finish(ExecuteRequest& request, std::exception_ptr error) {
-  request.finished = true;
-  request.at_collective = false;
+void DeviceActor::finish(Execution& execution, std::exception_ptr error) {
+  execution.finished = true;
+  execution.at_collective = false;
+  const ExecuteRequest& request = *execution.request;
   if (error) {
-    come_failed_to_collectives(request, error);
-    for (auto& out : request.outputs) out->fail(error);
+    come_failed_to_collectives(execution, error);
+    for (const auto& out : request.outputs) out->fail(error);
   } else {
-    std::vector<IntrusivePtr<DeviceMemory>> results = request.run->take_outputs();
+    std::vector<IntrusivePtr<DeviceMemory>> results = execution.run->take_outputs();
     if (!observers_.empty()) {
-      const Span run{request.started, observer_now()};
-      observers_.tell([&](ActorObserver& o) { o.executed(ordinal_, request, run); });
+      const Span run{execution.started, observer_now()};
+      observers_.tell(
+          [&](ActorObserver& o) { o.executed(ordinal_, request, run, execution.collective_ns); });
     }
     if (request.times) {
       const auto ran = std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::steady_clock::now() - request.started);
+          std::chrono::steady_clock::now() - execution.started);
       request.times->offer(request.graph_hash,
-                           ran.count() - static_cast<int64_t>(request.collective_ns));
+                           ran.count() - static_cast<int64_t>(execution.collective_ns));
     }
     for (std::size_t i = 0; i < request.outputs.size(); ++i) {
       request.outputs[i]->fulfil(std::move(results[i]));
     }
   }
-  // Its buffers go back now, not when the last holder of the request lets go of it (a
-  // collective's continuation may go on to run the next request first).
-  request.run.reset();
-  request.outputs.clear();
-  request.inputs.clear();
+  // Its buffers go back now, not when the last holder of the execution lets go of it (a
+  // collective's continuation may go on to run the next request first): the request was the
+  // device's alone once sent.
+  execution.run.reset();
+  execution.request = nullptr;
 }
 
 void DeviceActor::run(TransferToDevice& transfer) {

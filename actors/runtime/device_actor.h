@@ -60,7 +60,9 @@ class StepTimes {
   int64_t fastest_ns_ = -1;
 };
 
-/// Everything one execution needs; shared by handle, so messages stay small.
+/// Everything one execution needs, as the host fills it in: shared by handle, so messages stay
+/// small, and read-only once sent (Execute holds it const). What the device does with it — the
+/// wait for its program, the run, its collectives — is the device's own (DeviceActor::Execution).
 struct ExecuteRequest final : RefCounted {
   Future<IntrusivePtr<Executable>> program;
   std::vector<ExecuteInput> inputs;
@@ -78,20 +80,6 @@ struct ExecuteRequest final : RefCounted {
   std::shared_ptr<StepBreakdown> account;
   /// Where the step was cut (mark_step, or the read that synced it), for its errors.
   std::source_location where;
-  // Filled by the device as the request waits and runs.
-  IntrusivePtr<Executable> ready_program;
-  std::exception_ptr compile_error;
-  bool program_known = false;
-  bool waiting_for_program = false;
-  std::unique_ptr<ProgramRun> run;   // once started
-  bool at_collective = false;        // waiting for the other members
-  bool run_waiting = false;          // the backend's run waits to be resumed
-  int collectives_reached = 0;       // collective calls the run has come to
-  bool reduced_meeting_due = false;  // a shared all-reduce's second meeting is still to come
-  bool finished = false;
-  std::chrono::steady_clock::time_point started;
-  std::chrono::steady_clock::time_point waits_since;  // for its program, or at a collective
-  double collective_ns = 0;
   /// Where the device tells how long it worked on this step (its run less its waits at
   /// collectives), for the host to run short steps itself; and of which graph.
   std::shared_ptr<StepTimes> times;
@@ -100,7 +88,7 @@ struct ExecuteRequest final : RefCounted {
 };
 
 struct Execute {
-  IntrusivePtr<ExecuteRequest> request;
+  IntrusivePtr<const ExecuteRequest> request;
 };
 /// Host data to place on the device into `target`.
 struct TransferToDevice {
@@ -124,9 +112,33 @@ struct Drain {
 };
 /// Something the head request waited for has arrived.
 struct Pump {};
-/// The backend's run of `request` can go on (see ProgramRun::when_resumable).
+/// A request as its device works through it: the DeviceActor's own state of the wait for its
+/// program, its run and its collectives (only the device's thread touches it). Continuations
+/// that come back to the device hold it by handle.
+struct DeviceExecution final : RefCounted {
+  explicit DeviceExecution(IntrusivePtr<const ExecuteRequest> sent)
+      : request(std::move(sent)), program(request->program) {}
+
+  IntrusivePtr<const ExecuteRequest> request;  // let go when it finishes, with its buffers
+  Future<IntrusivePtr<Executable>> program;    // the request's, taken once
+  IntrusivePtr<Executable> ready_program;
+  std::exception_ptr compile_error;
+  bool program_known = false;
+  bool waiting_for_program = false;
+  std::unique_ptr<ProgramRun> run;   // once started
+  bool at_collective = false;        // waiting for the other members
+  bool run_waiting = false;          // the backend's run waits to be resumed
+  int collectives_reached = 0;       // collective calls the run has come to
+  bool reduced_meeting_due = false;  // a shared all-reduce's second meeting is still to come
+  bool finished = false;
+  std::chrono::steady_clock::time_point started;
+  std::chrono::steady_clock::time_point waits_since;  // for its program, or at a collective
+  double collective_ns = 0;                           // of the run, spent at collectives
+};
+
+/// The backend's run of `execution` can go on (see ProgramRun::when_resumable).
 struct ResumeRun {
-  IntrusivePtr<ExecuteRequest> request;
+  IntrusivePtr<DeviceExecution> execution;
 };
 /// A read's data is ready (or failed): copy it now.
 struct ReadReady {
@@ -156,28 +168,34 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
   void handle(QueryMemory& m, Promise<MemoryInfo>&& reply);
   void handle(Drain& m, Promise<void>&& reply);
   void handle(Pump&) { pump(); }
-  void handle(ResumeRun& m) {
-    m.request->run_waiting = false;
-    pump();
-  }
+  void handle(ResumeRun& m);
   void handle(ReadReady& m) { copy_to_host(std::move(m.data), std::move(m.reply)); }
 
  private:
+  using Execution = DeviceExecution;
   struct Work {
-    IntrusivePtr<ExecuteRequest> execute;  // or
+    IntrusivePtr<Execution> execute;  // or
     TransferToDevice transfer;
     Promise<void> drained;  // or a Drain marker
     bool is_drain = false;
   };
   void pump();
-  bool ready(ExecuteRequest& request);
-  void start(ExecuteRequest& request);
+  bool ready(Execution& execution);
+  void start(Execution& execution);
   // Runs until the program ends or pauses at a collective.
-  void advance(ExecuteRequest& request);
-  void collective(ExecuteRequest& request, const KernelCall& call);
+  void advance(Execution& execution);
+  void collective(Execution& execution, const KernelCall& call);
   // An all-reduce among the processes `owners` (see device_actor.cpp).
-  void all_reduce_by_stretches(ExecuteRequest& request, const KernelCall& call,
+  void all_reduce_by_stretches(Execution& execution, const KernelCall& call,
                                const std::vector<int>& members, std::vector<int> owners);
+  // The members of `call` have met (`all`): the device computes its result of the collective.
+  void collect(IntrusivePtr<Execution> held, const KernelCall& call,
+               const std::vector<int>& members, int position, bool shares_result,
+               const std::string& tag, Result<Gathered> all, bool in_line);
+  // This process's stretch of an all-reduce by stretches, folded (device_collectives.cpp).
+  IntrusivePtr<DeviceMemory> fold_own_stretch(Execution& execution, const KernelCall& call,
+                                              const std::vector<std::shared_ptr<const void>>& all,
+                                              int64_t first, int64_t last);
   // Who a meeting waits for: members of this process only, or members in other processes too,
   // whose messages the transport's thread receives, or (kPolled) the waiting device itself.
   enum class Awaits { kLocal, kProcesses, kProcessesPolled };
@@ -187,7 +205,7 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
   void when_met(Future<Gathered> met, Awaits awaits, Then then);
   // The run goes on with `result` as the collective's, or fails with `failed`; in line, the
   // caller's loop goes on with it, else the queue is pumped.
-  void resume_after_collective(ExecuteRequest& request, std::exception_ptr failed,
+  void resume_after_collective(Execution& execution, std::exception_ptr failed,
                                IntrusivePtr<DeviceMemory> result, bool in_line);
   // What this device brings to one meeting of `call`'s members.
   [[nodiscard]] Arrive arrival(const ExecuteRequest& request, const KernelCall& call,
@@ -195,16 +213,16 @@ class DeviceActor : public Actor<DeviceActor, Execute, TransferToDevice, ReadToH
                                std::shared_ptr<const CollectiveContribution> contribution) const;
   // A run that failed still comes, with its error, to every meeting of the collectives its
   // program has left, so the other members fail at once and their meetings stay matched.
-  void come_failed_to_collectives(const ExecuteRequest& request, std::exception_ptr error);
-  void finish(ExecuteRequest& request, std::exception_ptr error);
+  void come_failed_to_collectives(const Execution& execution, std::exception_ptr error);
+  void finish(Execution& execution, std::exception_ptr error);
   // The error for a program that would exceed memory_limit_ on this device, or null.
-  std::exception_ptr over_memory_limit(const ExecuteRequest& request) const;
+  std::exception_ptr over_memory_limit(const Execution& execution) const;
   void run(TransferToDevice& transfer);
   void copy_to_host(DataHold data, Promise<std::vector<std::byte>> reply);
   // How meetings and errors name `call` of the request's program ("f32[1024] -> f32[1024]"),
   // formatted once per collective of the last program that reached one: a step's program is
   // usually the last step's.
-  const std::string& collective_tag(const ExecuteRequest& request, const KernelCall& call);
+  const std::string& collective_tag(const Execution& execution, const KernelCall& call);
 
   Backend& backend_;
   int ordinal_;

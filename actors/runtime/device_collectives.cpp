@@ -180,6 +180,36 @@ std::exception_ptr failure_among(const Gathered& all, const KernelCall& call,
   return nullptr;
 }
 
+// Copies each other process's folded stretch of an all-reduce by stretches, as its first member
+// in `done` sent it, into `result`; the error when one sent a stretch of the wrong length.
+std::exception_ptr take_other_stretches(const std::vector<std::shared_ptr<const void>>& done,
+                                        const KernelCall& call, const std::string& tag,
+                                        const std::vector<int>& members,
+                                        const std::vector<int>& owners, int me, int per_process,
+                                        int64_t n, std::size_t element, DeviceMemory& result) {
+  for (std::size_t k = 0; k < owners.size(); ++k) {
+    if (owners[k] == me) continue;
+    const auto from =
+        std::ranges::find_if(members, [&](int m) { return m / per_process == owners[k]; });
+    const auto& c = *static_cast<const CollectiveContribution*>(
+        done[static_cast<std::size_t>(from - members.begin())].get());
+    const auto [first, last] =
+        stretch(n, static_cast<int64_t>(k), static_cast<int64_t>(owners.size()));
+    const std::size_t length = static_cast<std::size_t>(last - first) * element;
+    if (c.operand_bytes != length) {
+      return std::make_exception_ptr(CollectiveError(
+          fmt::format("{} ({}): replica {} sent {} bytes of its stretch where {} were due",
+                      kernel_name(call.kernel), tag, c.from, c.operand_bytes, length)));
+    }
+    if (length > 0) {
+      std::memcpy(
+          static_cast<std::byte*>(result.data()) + static_cast<std::size_t>(first) * element,
+          c.operand->data(), length);
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 Arrive DeviceActor::arrival(const ExecuteRequest& request, const KernelCall& call,
@@ -245,11 +275,10 @@ void DeviceActor::when_met(Future<Gathered> met, Awaits awaits, Then then) {
   });
 }
 
-const std::string& DeviceActor::collective_tag(const ExecuteRequest& request,
-                                               const KernelCall& call) {
-  const Executable& program = *request.ready_program;
+const std::string& DeviceActor::collective_tag(const Execution& execution, const KernelCall& call) {
+  const Executable& program = *execution.ready_program;
   if (tagged_program_.get() != &program) {
-    tagged_program_ = request.ready_program;
+    tagged_program_ = execution.ready_program;
     collective_tags_.assign(program.calls.size(), std::string());
   }
   const KernelCall* first = program.calls.data();
@@ -262,25 +291,26 @@ const std::string& DeviceActor::collective_tag(const ExecuteRequest& request,
   return tag;
 }
 
-void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
-  const Executable& program = *request.ready_program;
+void DeviceActor::collective(Execution& execution, const KernelCall& call) {
+  const ExecuteRequest& request = *execution.request;
+  const Executable& program = *execution.ready_program;
   const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
   const BufferDesc& result_desc = program.slots[call.output];
   const std::vector<int> members = collective_members(call, request.replica);
   const auto position = std::ranges::find(members, request.replica) - members.begin();
   if (position == static_cast<std::ptrdiff_t>(members.size())) {
     throw CollectiveError(fmt::format("{} ({}): replica {} is in none of its groups",
-                                      kernel_name(call.kernel), collective_tag(request, call),
+                                      kernel_name(call.kernel), collective_tag(execution, call),
                                       request.replica));
   }
-  ++request.collectives_reached;
-  const IntrusivePtr<DeviceMemory>& operand = request.run->collective_operand();
+  ++execution.collectives_reached;
+  const IntrusivePtr<DeviceMemory>& operand = execution.run->collective_operand();
   if (members.size() == 1) {
     IntrusivePtr<DeviceMemory> result =
-        collective_result(backend_, ordinal_, *request.run, result_desc.bytes());
+        collective_result(backend_, ordinal_, *execution.run, result_desc.bytes());
     DeviceMemory* operands[] = {operand.get()};
     backend_.collective(ordinal_, call, operand_desc, result_desc, operands, 0, *result);
-    request.run->finish_collective(std::move(result));
+    execution.run->finish_collective(std::move(result));
     return;
   }
   const bool all_local = std::ranges::all_of(members, [&](int m) {
@@ -293,7 +323,7 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
     // worth their second meeting only for large operands.
     std::vector<int> processes = member_processes(members, request.local_replicas);
     if (processes.size() > 2 || result_desc.bytes() >= kStretchedBetweenTwoBytes) {
-      return all_reduce_by_stretches(request, call, members, std::move(processes));
+      return all_reduce_by_stretches(execution, call, members, std::move(processes));
     }
   }
   auto contribution = std::make_shared<CollectiveContribution>();
@@ -309,85 +339,89 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
   if (shares_result && position == 0) {
     contribution->shared_result = backend_.allocate_shared(ordinal_, result_desc.bytes());
   }
-  request.at_collective = true;
-  request.waits_since = std::chrono::steady_clock::now();
-  std::string tag = collective_tag(request, call);  // the meeting's and the reply's
+  execution.at_collective = true;
+  execution.waits_since = std::chrono::steady_clock::now();
+  std::string tag = collective_tag(execution, call);  // the meeting's and the reply's
   Future<Gathered> met =
       points_->arrive(arrival(request, call, members, tag, std::move(contribution)));
-  when_met(
-      std::move(met),
-      all_local ? Awaits::kLocal
-      : result_desc.bytes() < kPolledMeetingBytes ||
-              shares_memory_with_all(points_->transport(), members, request.local_replicas,
-                                     request.first_local_replica / request.local_replicas)
-          ? Awaits::kProcessesPolled
-          : Awaits::kProcesses,
-      [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members,
-       position = static_cast<int>(position), shares_result,
-       tag = std::move(tag)](Result<Gathered> all, bool in_line) mutable {
-        ExecuteRequest& request = *held;
-        const Span waited{request.waits_since, std::chrono::steady_clock::now()};
-        request.collective_ns += waited.ns();
-        observers_.tell([&](ActorObserver& o) {
-          o.collective_waited(request, kernel_name(call.kernel), waited);
-        });
-        const Executable& program = *request.ready_program;
-        if (!all.ok()) return resume_after_collective(request, all.error(), nullptr, in_line);
-        if (std::exception_ptr failed = failure_among(all.value(), call, tag)) {
-          return resume_after_collective(request, failed, nullptr, in_line);
-        }
-        // From here on the members meet again after reducing (a shared result): a failure on the
-        // way must still come to that meeting.
-        request.reduced_meeting_due = shares_result;
-        std::vector<DeviceMemory*> operands;
-        for (const std::shared_ptr<const void>& each : *all.value()) {
-          operands.push_back(static_cast<const CollectiveContribution*>(each.get())->operand.get());
-        }
-        IntrusivePtr<DeviceMemory> result;
-        try {
-          result = shares_result
-                       ? backend_.share(ordinal_, static_cast<const CollectiveContribution*>(
-                                                      all.value()->front().get())
-                                                      ->shared_result)
-                       : collective_result(backend_, ordinal_, *request.run,
-                                           program.slots[call.output].bytes());
-          const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
-          const BufferDesc& result_desc = program.slots[call.output];
-          if (call.kernel == Kernel::kAllReduce && !shares_result) {
-            // Every stretch, as each member would compute it: the same bits on every member.
-            for (int p = 0; p < static_cast<int>(members.size()); ++p) {
-              backend_.collective(ordinal_, call, operand_desc, result_desc, operands, p, *result);
-            }
-          } else {
-            backend_.collective(ordinal_, call, operand_desc, result_desc, operands, position,
-                                *result);
-          }
-        } catch (...) {
-          return resume_after_collective(request, std::current_exception(), nullptr, in_line);
-        }
-        // Done with the other members' operands (each goes once every member is done with it),
-        // before the run goes on from here.
-        operands.clear();
-        all = Result<Gathered>(Gathered{});
-        if (!shares_result)
-          return resume_after_collective(request, nullptr, std::move(result), in_line);
-        // Every member has written its stretch of the shared result once all have met again.
-        auto written = std::make_shared<CollectiveContribution>();
-        written->from = request.replica;
-        request.reduced_meeting_due = false;
-        request.waits_since = std::chrono::steady_clock::now();
-        when_met(points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
-                                         std::move(written))),
-                 Awaits::kLocal,
-                 [this, held = std::move(held), &call, tag, result = std::move(result),
-                  first_in_line = in_line](Result<Gathered> done, bool in_line) mutable {
-                   ExecuteRequest& request = *held;
-                   request.collective_ns += elapsed_ns(request.waits_since);
-                   resume_after_collective(
-                       request, done.ok() ? failure_among(done.value(), call, tag) : done.error(),
-                       std::move(result), first_in_line && in_line);
-                 });
-      });
+  when_met(std::move(met),
+           all_local ? Awaits::kLocal
+           : result_desc.bytes() < kPolledMeetingBytes ||
+                   shares_memory_with_all(points_->transport(), members, request.local_replicas,
+                                          request.first_local_replica / request.local_replicas)
+               ? Awaits::kProcessesPolled
+               : Awaits::kProcesses,
+           [this, held = IntrusivePtr<Execution>(&execution), &call, members,
+            position = static_cast<int>(position), shares_result,
+            tag = std::move(tag)](Result<Gathered> all, bool in_line) mutable {
+             const Span waited{held->waits_since, std::chrono::steady_clock::now()};
+             held->collective_ns += waited.ns();
+             observers_.tell([&](ActorObserver& o) {
+               o.collective_waited(*held->request, kernel_name(call.kernel), waited);
+             });
+             collect(std::move(held), call, members, position, shares_result, tag, std::move(all),
+                     in_line);
+           });
+}
+
+void DeviceActor::collect(IntrusivePtr<Execution> held, const KernelCall& call,
+                          const std::vector<int>& members, int position, bool shares_result,
+                          const std::string& tag, Result<Gathered> all, bool in_line) {
+  Execution& execution = *held;
+  const Executable& program = *execution.ready_program;
+  if (!all.ok()) return resume_after_collective(execution, all.error(), nullptr, in_line);
+  if (std::exception_ptr failed = failure_among(all.value(), call, tag)) {
+    return resume_after_collective(execution, failed, nullptr, in_line);
+  }
+  // From here on the members meet again after reducing (a shared result): a failure on the way
+  // must still come to that meeting.
+  execution.reduced_meeting_due = shares_result;
+  std::vector<DeviceMemory*> operands;
+  for (const std::shared_ptr<const void>& each : *all.value()) {
+    operands.push_back(static_cast<const CollectiveContribution*>(each.get())->operand.get());
+  }
+  IntrusivePtr<DeviceMemory> result;
+  try {
+    result = shares_result ? backend_.share(ordinal_, static_cast<const CollectiveContribution*>(
+                                                          all.value()->front().get())
+                                                          ->shared_result)
+                           : collective_result(backend_, ordinal_, *execution.run,
+                                               program.slots[call.output].bytes());
+    const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
+    const BufferDesc& result_desc = program.slots[call.output];
+    if (call.kernel == Kernel::kAllReduce && !shares_result) {
+      // Every stretch, as each member would compute it: the same bits on every member.
+      for (int p = 0; p < static_cast<int>(members.size()); ++p) {
+        backend_.collective(ordinal_, call, operand_desc, result_desc, operands, p, *result);
+      }
+    } else {
+      backend_.collective(ordinal_, call, operand_desc, result_desc, operands, position, *result);
+    }
+  } catch (...) {
+    return resume_after_collective(execution, std::current_exception(), nullptr, in_line);
+  }
+  // Done with the other members' operands (each goes once every member is done with it), before
+  // the run goes on from here.
+  operands.clear();
+  all = Result<Gathered>(Gathered{});
+  if (!shares_result)
+    return resume_after_collective(execution, nullptr, std::move(result), in_line);
+  // Every member has written its stretch of the shared result once all have met again.
+  auto written = std::make_shared<CollectiveContribution>();
+  written->from = execution.request->replica;
+  execution.reduced_meeting_due = false;
+  execution.waits_since = std::chrono::steady_clock::now();
+  when_met(points_->arrive(arrival(*execution.request, call, members,
+                                   tag + std::string(kReducedMeeting), std::move(written))),
+           Awaits::kLocal,
+           [this, held = std::move(held), &call, tag, result = std::move(result),
+            first_in_line = in_line](Result<Gathered> done, bool in_line) mutable {
+             Execution& execution = *held;
+             execution.collective_ns += elapsed_ns(execution.waits_since);
+             resume_after_collective(
+                 execution, done.ok() ? failure_among(done.value(), call, tag) : done.error(),
+                 std::move(result), first_in_line && in_line);
+           });
 }
 
 // An all-reduce whose members span processes, as MPI's reduce-scatter then all-gather, with the
@@ -396,34 +430,35 @@ void DeviceActor::collective(ExecuteRequest& request, const KernelCall& call) {
 // own stretch and folds it over the members in group order (as the whole fold would, element by
 // element), and at the second meeting the folded stretches go to every process. Each process
 // moves about what MPI's ring moves, instead of every member's whole operand.
-void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelCall& call,
+void DeviceActor::all_reduce_by_stretches(Execution& execution, const KernelCall& call,
                                           const std::vector<int>& members,
                                           std::vector<int> owners) {
-  const Executable& program = *request.ready_program;
+  const ExecuteRequest& request = *execution.request;
+  const Executable& program = *execution.ready_program;
   const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
   const int me = request.first_local_replica / request.local_replicas;
   auto contribution = std::make_shared<CollectiveContribution>();
-  contribution->operand = request.run->collective_operand();
+  contribution->operand = execution.run->collective_operand();
   contribution->operand_bytes = operand_desc.bytes();
   contribution->from = request.replica;
   contribution->stretch_owners = owners;
   contribution->element_bytes = dtype_size(operand_desc.dtype);
-  request.at_collective = true;
-  request.waits_since = std::chrono::steady_clock::now();
-  const std::string tag = collective_tag(request, call);
+  execution.at_collective = true;
+  execution.waits_since = std::chrono::steady_clock::now();
+  const std::string tag = collective_tag(execution, call);
   when_met(
       points_->arrive(arrival(request, call, members, tag, std::move(contribution))),
       Awaits::kProcesses,
-      [this, held = IntrusivePtr<ExecuteRequest>(&request), &call, members, owners, me, tag](
+      [this, held = IntrusivePtr<Execution>(&execution), &call, members, owners, me, tag](
           Result<Gathered> all, bool first_in_line) mutable {
-        ExecuteRequest& request = *held;
-        request.collective_ns += elapsed_ns(request.waits_since);
+        Execution& execution = *held;
+        const ExecuteRequest& request = *execution.request;
+        execution.collective_ns += elapsed_ns(execution.waits_since);
         std::exception_ptr failed = all.ok() ? failure_among(all.value(), call, tag) : all.error();
-        if (failed) return resume_after_collective(request, failed, nullptr, first_in_line);
-        request.reduced_meeting_due = true;
-        const Executable& program = *request.ready_program;
+        if (failed) return resume_after_collective(execution, failed, nullptr, first_in_line);
+        execution.reduced_meeting_due = true;
+        const Executable& program = *execution.ready_program;
         const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
-        const BufferDesc& result_desc = program.slots[call.output];
         const std::size_t element = dtype_size(operand_desc.dtype);
         const int64_t n = operand_desc.shape.numel();
         const auto mine = std::ranges::find(owners, me) - owners.begin();
@@ -432,25 +467,10 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
         const std::size_t length = static_cast<std::size_t>(last - first) * element;
         IntrusivePtr<DeviceMemory> result;
         try {
-          result = collective_result(backend_, ordinal_, *request.run, result_desc.bytes());
-          // This process's stretch: the members' parts of it, in group order.
-          std::vector<IntrusivePtr<DeviceMemory>> parts;
-          std::vector<DeviceMemory*> operands;
-          for (const std::shared_ptr<const void>& each : *all.value()) {
-            const auto& c = *static_cast<const CollectiveContribution*>(each.get());
-            // A local member's whole operand, or the part another process sent.
-            parts.push_back(c.stretch_owners.empty()
-                                ? c.operand
-                                : make_intrusive<MemoryView>(c.operand, offset, length));
-            operands.push_back(parts.back().get());
-          }
-          const BufferDesc part_desc{operand_desc.dtype, Shape{last - first}};
-          MemoryView out(result, offset, length);
-          for (int p = 0; p < static_cast<int>(members.size()); ++p) {
-            backend_.collective(ordinal_, call, part_desc, part_desc, operands, p, out);
-          }
+          result = fold_own_stretch(execution, call, *all.value(), first, last);
         } catch (...) {
-          return resume_after_collective(request, std::current_exception(), nullptr, first_in_line);
+          return resume_after_collective(execution, std::current_exception(), nullptr,
+                                         first_in_line);
         }
         all = Result<Gathered>(Gathered{});  // done with the members' parts
         // The folded stretches, to every process.
@@ -458,73 +478,84 @@ void DeviceActor::all_reduce_by_stretches(ExecuteRequest& request, const KernelC
         folded->operand = make_intrusive<MemoryView>(result, offset, length);
         folded->operand_bytes = length;
         folded->from = request.replica;
-        request.reduced_meeting_due = false;
-        request.waits_since = std::chrono::steady_clock::now();
+        execution.reduced_meeting_due = false;
+        execution.waits_since = std::chrono::steady_clock::now();
         when_met(points_->arrive(arrival(request, call, members, tag + std::string(kReducedMeeting),
                                          std::move(folded))),
                  Awaits::kProcesses,
                  [this, held = std::move(held), &call, members, owners, me, tag, n, element,
                   result = std::move(result),
                   first_in_line](Result<Gathered> done, bool in_line) mutable {
-                   ExecuteRequest& request = *held;
-                   request.collective_ns += elapsed_ns(request.waits_since);
+                   Execution& execution = *held;
+                   execution.collective_ns += elapsed_ns(execution.waits_since);
                    std::exception_ptr failed =
                        done.ok() ? failure_among(done.value(), call, tag) : done.error();
                    if (!failed) {
-                     // Each other process's stretch, from its first member.
-                     const int per_process = request.local_replicas;
-                     for (std::size_t k = 0; k < owners.size(); ++k) {
-                       if (owners[k] == me) continue;
-                       const auto from = std::ranges::find_if(
-                           members, [&](int m) { return m / per_process == owners[k]; });
-                       const auto& c = *static_cast<const CollectiveContribution*>(
-                           (*done.value())[static_cast<std::size_t>(from - members.begin())].get());
-                       const auto [first, last] =
-                           stretch(n, static_cast<int64_t>(k), static_cast<int64_t>(owners.size()));
-                       const std::size_t length = static_cast<std::size_t>(last - first) * element;
-                       if (c.operand_bytes != length) {
-                         failed = std::make_exception_ptr(CollectiveError(fmt::format(
-                             "{} ({}): replica {} sent {} bytes of its stretch where {} were due",
-                             kernel_name(call.kernel), tag, c.from, c.operand_bytes, length)));
-                         break;
-                       }
-                       if (length > 0) {
-                         std::memcpy(static_cast<std::byte*>(result->data()) +
-                                         static_cast<std::size_t>(first) * element,
-                                     c.operand->data(), length);
-                       }
-                     }
+                     failed = take_other_stretches(*done.value(), call, tag, members, owners, me,
+                                                   execution.request->local_replicas, n, element,
+                                                   *result);
                    }
-                   resume_after_collective(request, failed, std::move(result),
+                   resume_after_collective(execution, failed, std::move(result),
                                            first_in_line && in_line);
                  });
       });
 }
 
-void DeviceActor::resume_after_collective(ExecuteRequest& request, std::exception_ptr failed,
+// This process's stretch of an all-reduce by stretches, elements [first, last): the members' parts
+// of it (`all`, in group order) folded into a fresh result, which it returns.
+IntrusivePtr<DeviceMemory> DeviceActor::fold_own_stretch(
+    Execution& execution, const KernelCall& call,
+    const std::vector<std::shared_ptr<const void>>& all, int64_t first, int64_t last) {
+  const Executable& program = *execution.ready_program;
+  const BufferDesc& operand_desc = program.slots[call.inputs.at(0)];
+  const std::size_t element = dtype_size(operand_desc.dtype);
+  const std::size_t offset = static_cast<std::size_t>(first) * element;
+  const std::size_t length = static_cast<std::size_t>(last - first) * element;
+  IntrusivePtr<DeviceMemory> result =
+      collective_result(backend_, ordinal_, *execution.run, program.slots[call.output].bytes());
+  std::vector<IntrusivePtr<DeviceMemory>> parts;
+  std::vector<DeviceMemory*> operands;
+  for (const std::shared_ptr<const void>& each : all) {
+    const auto& c = *static_cast<const CollectiveContribution*>(each.get());
+    // A local member's whole operand, or the part another process sent.
+    parts.push_back(c.stretch_owners.empty()
+                        ? c.operand
+                        : make_intrusive<MemoryView>(c.operand, offset, length));
+    operands.push_back(parts.back().get());
+  }
+  const BufferDesc part_desc{operand_desc.dtype, Shape{last - first}};
+  MemoryView out(result, offset, length);
+  for (int p = 0; p < static_cast<int>(all.size()); ++p) {
+    backend_.collective(ordinal_, call, part_desc, part_desc, operands, p, out);
+  }
+  return result;
+}
+
+void DeviceActor::resume_after_collective(Execution& execution, std::exception_ptr failed,
                                           IntrusivePtr<DeviceMemory> result, bool in_line) {
   if (failed) {
-    finish(request, failed);
+    finish(execution, failed);
   } else {
-    request.run->finish_collective(std::move(result));
-    request.at_collective = false;
+    execution.run->finish_collective(std::move(result));
+    execution.at_collective = false;
   }
   // In line, the run goes on in the loop that reached the collective.
   if (!in_line) pump();
 }
 
-void DeviceActor::come_failed_to_collectives(const ExecuteRequest& request,
-                                             std::exception_ptr error) {
-  if (!request.ready_program || request.replica_group == 0) return;
-  const Executable& program = *request.ready_program;
+void DeviceActor::come_failed_to_collectives(const Execution& execution, std::exception_ptr error) {
+  const ExecuteRequest& request = *execution.request;
+  if (!execution.ready_program || request.replica_group == 0) return;
+  const Executable& program = *execution.ready_program;
   auto failed = std::make_shared<CollectiveContribution>();
   failed->failure = std::move(error);
   failed->from = request.replica;
   int reached = 0;
   for (const KernelCall& call : program.calls) {
     if (!is_collective(call.kernel)) continue;
-    const bool met = ++reached <= request.collectives_reached;
-    if (met && !(reached == request.collectives_reached && request.reduced_meeting_due)) continue;
+    const bool met = ++reached <= execution.collectives_reached;
+    if (met && !(reached == execution.collectives_reached && execution.reduced_meeting_due))
+      continue;
     try {
       std::vector<int> members = collective_members(call, request.replica);
       if (members.size() <= 1 || std::ranges::find(members, request.replica) == members.end()) {

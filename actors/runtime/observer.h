@@ -50,8 +50,9 @@ class ActorObserver {
   /// A device waited for its group at a collective (`kernel`).
   virtual void collective_waited(const ExecuteRequest& request, std::string_view kernel,
                                  Span waited) {}
-  /// A device ran `request`'s program to its end (request.collective_ns of it at collectives).
-  virtual void executed(int device, const ExecuteRequest& request, Span run) {}
+  /// A device ran `request`'s program to its end, `collective_ns` of it at collectives.
+  virtual void executed(int device, const ExecuteRequest& request, Span run, double collective_ns) {
+  }
   /// Host bytes went to a device.
   virtual void transferred_to_device(int device, std::size_t bytes, Span transfer) {}
   /// Device bytes went to the host (a value read).

@@ -21,7 +21,7 @@ int64_t trace_ns(std::chrono::steady_clock::time_point t) {
 
 class MetricsObserver final : public ActorObserver {
  public:
-  void executed(int, const ExecuteRequest&, Span run) override {
+  void executed(int, const ExecuteRequest&, Span run, double) override {
     AXLE_METRIC_ADD("ExecuteTime", MetricKind::kTime, run.ns());
   }
   void transferred_to_device(int, std::size_t, Span transfer) override {
@@ -63,7 +63,7 @@ class TimelineObserver final : public ActorObserver {
     record_span(fmt::format("{} wait", kernel), "collective", trace_ns(waited.start),
                 trace_ns(waited.end));
   }
-  void executed(int, const ExecuteRequest& request, Span run) override {
+  void executed(int, const ExecuteRequest& request, Span run, double) override {
     if (!trace_recording()) return;
     record_span("execute", "device", trace_ns(run.start), trace_ns(run.end), 0, request.trace_flow);
   }
@@ -96,10 +96,10 @@ class BreakdownObserver final : public ActorObserver {
   void program_waited(const ExecuteRequest& request, Span waited) override {
     if (request.account) request.account->add(StepBreakdown::kCompilerWait, waited.ns());
   }
-  void executed(int, const ExecuteRequest& request, Span run) override {
+  void executed(int, const ExecuteRequest& request, Span run, double collective_ns) override {
     if (!request.account) return;
-    request.account->add(StepBreakdown::kExecuting, run.ns() - request.collective_ns);
-    request.account->add(StepBreakdown::kCollectives, request.collective_ns);
+    request.account->add(StepBreakdown::kExecuting, run.ns() - collective_ns);
+    request.account->add(StepBreakdown::kCollectives, collective_ns);
   }
   void step_traced(StepBreakdown& account, Span traced) override {
     account.count_step(traced.ns());
