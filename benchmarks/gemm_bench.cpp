@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -131,6 +132,93 @@ double time_product(const cpu::Gemm& g, cpu::ComputePool& pool, int rounds) {
   return best;
 }
 
+// The instruction-set paths `names` asks for (every one the processor has when empty), or none
+// after printing why one cannot be run.
+std::optional<std::vector<cpu::CpuIsa>> chosen_paths(const std::vector<std::string>& names) {
+  std::vector<cpu::CpuIsa> paths;
+  if (names.empty()) {
+    for (cpu::CpuIsa isa : {cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512, cpu::CpuIsa::kAvx512Bf16}) {
+      if (isa <= cpu::detected_cpu_isa()) paths.push_back(isa);
+    }
+    return paths;
+  }
+  for (const std::string& name : names) {
+    const auto isa = cpu::parse_cpu_isa(name);
+    if (!isa) {
+      fmt::print(stderr, "gemm_bench: --isa {}: not an instruction set\n", name);
+      return std::nullopt;
+    }
+    if (*isa > cpu::detected_cpu_isa()) {
+      fmt::print(stderr, "gemm_bench: --isa {}: this processor has at most {}\n", name,
+                 cpu::cpu_isa_name(cpu::detected_cpu_isa()));
+      return std::nullopt;
+    }
+    paths.push_back(*isa);
+  }
+  return paths;
+}
+
+using Peaks = std::map<std::pair<PeakInstruction, int>, double>;
+
+// The peaks, for every instruction and thread count this run uses.
+Peaks measure_peaks(const std::vector<int>& thread_counts, bool quick) {
+  Peaks peaks;
+  for (PeakInstruction instruction :
+       {PeakInstruction::kFma256, PeakInstruction::kFma512, PeakInstruction::kDpbf16}) {
+    if (!peak_instruction_supported(instruction)) continue;
+    for (int threads : thread_counts) {
+      const double gflops = measure_peak_gflops(instruction, threads, quick ? 0.1 : 0.3);
+      peaks[{instruction, threads}] = gflops;
+      emit("gemm", "peak_gflops", gflops, "GFLOP/s",
+           {{"instruction", std::string(peak_instruction_name(instruction))},
+            {"threads", int64_t{threads}}});
+    }
+  }
+  return peaks;
+}
+
+// Every shape (of `only`, when given) on `isa` in `precision_name`, at each thread count, against
+// the peak of the instruction it runs on; and how the square product scales with the threads.
+void run_products(cpu::CpuIsa isa, const std::string& precision_name,
+                  const std::vector<int>& thread_counts, const std::vector<std::string>& only,
+                  const Peaks& peaks, int rounds) {
+  const cpu::GemmPrecision precision =
+      precision_name == "bf16" ? cpu::GemmPrecision::kBf16 : cpu::GemmPrecision::kF32;
+  cpu::set_cpu_isa(isa);
+  const PeakInstruction instruction = instruction_of(isa, precision);
+  std::map<int, double> square;
+  for (int threads : thread_counts) {
+    cpu::ComputePool pool(threads);
+    for (const Shape3& s : kShapes) {
+      if (!only.empty() && std::find(only.begin(), only.end(), s.name) == only.end()) continue;
+      Buffers buffers = make_buffers(s);
+      const double gflops = time_product(make_gemm(s, buffers, precision), pool, rounds);
+      if (s.name == "square_1024") square[threads] = gflops;
+      const auto peak = peaks.find({instruction, threads});
+      const double of_peak = peak != peaks.end() && peak->second > 0 ? gflops / peak->second : 0.0;
+      emit("gemm", "gemm_gflops", gflops, "GFLOP/s",
+           {{"case", s.name},
+            {"m", s.m},
+            {"n", s.n},
+            {"k", s.k},
+            {"transpose_a", s.transpose_a},
+            {"transpose_b", s.transpose_b},
+            {"precision", precision_name},
+            {"isa", std::string(cpu::cpu_isa_name(isa))},
+            {"threads", int64_t{threads}},
+            {"of_peak", of_peak}});
+    }
+  }
+  if (square.count(1) && square.size() > 1) {
+    const int most = square.rbegin()->first;
+    emit("gemm", "gemm_thread_scaling", square[most] / square[1], "x",
+         {{"case", std::string("square_1024")},
+          {"precision", precision_name},
+          {"isa", std::string(cpu::cpu_isa_name(isa))},
+          {"threads", int64_t{most}}});
+  }
+}
+
 }  // namespace
 }  // namespace axle::bench
 
@@ -154,83 +242,17 @@ int main(int argc, char** argv) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (thread_counts.empty())
     thread_counts = cores > 1 ? std::vector<int>{1, cores} : std::vector<int>{1};
-  std::vector<cpu::CpuIsa> paths;
-  if (isas.empty()) {
-    for (cpu::CpuIsa isa : {cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512, cpu::CpuIsa::kAvx512Bf16}) {
-      if (isa <= cpu::detected_cpu_isa()) paths.push_back(isa);
-    }
-  } else {
-    for (const std::string& name : isas) {
-      const auto isa = cpu::parse_cpu_isa(name);
-      if (!isa) {
-        fmt::print(stderr, "gemm_bench: --isa {}: not an instruction set\n", name);
-        return 2;
-      }
-      if (*isa > cpu::detected_cpu_isa()) {
-        fmt::print(stderr, "gemm_bench: --isa {}: this processor has at most {}\n", name,
-                   cpu::cpu_isa_name(cpu::detected_cpu_isa()));
-        return 2;
-      }
-      paths.push_back(*isa);
-    }
-  }
-  const int rounds = quick ? 3 : 7;
-
-  // The peaks first, for every instruction and thread count this run uses.
-  std::map<std::pair<PeakInstruction, int>, double> peaks;
-  for (PeakInstruction instruction :
-       {PeakInstruction::kFma256, PeakInstruction::kFma512, PeakInstruction::kDpbf16}) {
-    if (!peak_instruction_supported(instruction)) continue;
-    for (int threads : thread_counts) {
-      const double gflops = measure_peak_gflops(instruction, threads, quick ? 0.1 : 0.3);
-      peaks[{instruction, threads}] = gflops;
-      emit("gemm", "peak_gflops", gflops, "GFLOP/s",
-           {{"instruction", std::string(peak_instruction_name(instruction))},
-            {"threads", int64_t{threads}}});
-    }
-  }
-
-  for (const std::string& precision_name : precisions) {
-    const cpu::GemmPrecision precision =
-        precision_name == "bf16" ? cpu::GemmPrecision::kBf16 : cpu::GemmPrecision::kF32;
-    for (cpu::CpuIsa isa : paths) {
+  const std::optional<std::vector<cpu::CpuIsa>> paths = chosen_paths(isas);
+  if (!paths) return 2;
+  const Peaks peaks = measure_peaks(thread_counts, quick);
+  for (const std::string& precision : precisions) {
+    for (cpu::CpuIsa isa : *paths) {
       // In f32 the avx512_bf16 path is the avx512 one.
-      if (precision == cpu::GemmPrecision::kF32 && isa == cpu::CpuIsa::kAvx512Bf16 &&
-          std::find(paths.begin(), paths.end(), cpu::CpuIsa::kAvx512) != paths.end()) {
+      if (precision == "f32" && isa == cpu::CpuIsa::kAvx512Bf16 &&
+          std::find(paths->begin(), paths->end(), cpu::CpuIsa::kAvx512) != paths->end()) {
         continue;
       }
-      cpu::set_cpu_isa(isa);
-      const PeakInstruction instruction = instruction_of(isa, precision);
-      std::map<int, double> square;
-      for (int threads : thread_counts) {
-        cpu::ComputePool pool(threads);
-        for (const Shape3& s : kShapes) {
-          if (!only.empty() && std::find(only.begin(), only.end(), s.name) == only.end()) continue;
-          Buffers buffers = make_buffers(s);
-          const double gflops = time_product(make_gemm(s, buffers, precision), pool, rounds);
-          if (s.name == "square_1024") square[threads] = gflops;
-          const double peak = peaks[{instruction, threads}];
-          emit("gemm", "gemm_gflops", gflops, "GFLOP/s",
-               {{"case", s.name},
-                {"m", s.m},
-                {"n", s.n},
-                {"k", s.k},
-                {"transpose_a", s.transpose_a},
-                {"transpose_b", s.transpose_b},
-                {"precision", precision_name},
-                {"isa", std::string(cpu::cpu_isa_name(isa))},
-                {"threads", int64_t{threads}},
-                {"of_peak", peak > 0 ? gflops / peak : 0.0}});
-        }
-      }
-      if (square.count(1) && square.size() > 1) {
-        const int most = square.rbegin()->first;
-        emit("gemm", "gemm_thread_scaling", square[most] / square[1], "x",
-             {{"case", std::string("square_1024")},
-              {"precision", precision_name},
-              {"isa", std::string(cpu::cpu_isa_name(isa))},
-              {"threads", int64_t{most}}});
-      }
+      run_products(isa, precision, thread_counts, only, peaks, quick ? 3 : 7);
     }
   }
   cpu::set_cpu_isa(cpu::detected_cpu_isa());

@@ -92,39 +92,93 @@ HeapInfo heap_info() {
   return info;
 }
 
+// One interval's figures, at `at`: memory, tensors, the step's mean and fastest-window times.
+void report(const std::map<std::string, Param>& at, double rss, double ms, double best_window_ms) {
+  emit("soak", "rss_bytes", rss, "bytes", at);
+  emit("soak", "live_tensors", static_cast<double>(live_tensor_count()), "tensors", at);
+  const MemoryInfo memory = get_memory_info();
+  emit("soak", "device_bytes", static_cast<double>(memory.bytes_in_use), "bytes", at);
+  emit("soak", "device_peak_bytes", static_cast<double>(memory.peak_bytes), "bytes", at);
+  emit("soak", "step_ms", ms, "ms", at);
+  emit("soak", "fastest_window_step_ms", best_window_ms, "ms", at);
+  emit("soak", "rss_anon_bytes", status_bytes("RssAnon"), "bytes", at);
+  emit("soak", "rss_file_bytes", status_bytes("RssFile"), "bytes", at);
+  const HeapInfo heap = heap_info();
+  emit("soak", "heap_in_use_bytes", heap.in_use, "bytes", at);
+  emit("soak", "heap_free_bytes", heap.free, "bytes", at);
+  emit("soak", "heap_arenas", static_cast<double>(heap.arenas), "arenas", at);
+  emit("soak", "closure_queue_waits", static_cast<double>(counter("AsyncClosureQueueWait").value()),
+       "waits", at);
+}
+
+// One SGD step of the MLP on `b`; with `losses`, an asynchronous closure reads the loss and
+// counts it there.
+void train_step(samples::MnistMlp& model, optim::SGD& sgd, const DeviceBatch& b,
+                const std::shared_ptr<std::atomic<int64_t>>& losses) {
+  sgd.zero_grad();
+  const Tensor loss = nn::nll_loss(model(b[0]), b[1]);
+  loss.backward();
+  sgd.step();
+  if (losses) {
+    add_step_closure(
+        [loss, losses] {
+          if (loss.item() > 0) losses->fetch_add(1);
+        },
+        /*run_async=*/true);
+  }
+}
+
+// What the command line asked for.
+struct Options {
+  int64_t steps = 20000, report_every = 1000, checkpoint_every = 1000, batch = 64;
+  int64_t closure_every = 1;
+  int64_t window_steps = 100;
+  int64_t mmap_threshold = 128 * 1024;
+};
+
+// Reads the command line into `o` and pins glibc's mmap threshold: -1 when the run goes on,
+// else the exit code.
+int parse(int argc, char** argv, Options& o) {
+  CLI::App app{"soak_bench: the MLP for many steps, watching memory, tensors and step time"};
+  app.add_option("--steps", o.steps);
+  app.add_option("--report_every", o.report_every);
+  app.add_option("--checkpoint_every", o.checkpoint_every);
+  app.add_option("--batch", o.batch);
+  app.add_option("--closure_every", o.closure_every,
+                 "steps between asynchronous closures reading the loss (0: none)");
+  app.add_option("--malloc_mmap_threshold", o.mmap_threshold,
+                 "glibc's mmap threshold in bytes, pinned (0: glibc's dynamic threshold)")
+      ->check(CLI::Range(int64_t{0}, int64_t{32} << 20));
+  app.add_option("--window_steps", o.window_steps,
+                 "steps in each stretch whose time is kept when it is the interval's fastest")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (o.mmap_threshold > 0 && mallopt(M_MMAP_THRESHOLD, static_cast<int>(o.mmap_threshold)) != 1) {
+    std::fprintf(stderr, "soak_bench: glibc refused --malloc_mmap_threshold %lld\n",
+                 static_cast<long long>(o.mmap_threshold));
+    return 2;
+  }
+  if (o.report_every < 1 || o.steps < 2 * o.report_every) {
+    std::fprintf(stderr, "soak_bench: --steps must cover at least two --report_every intervals\n");
+    return 2;
+  }
+  return -1;
+}
+
 }  // namespace
 }  // namespace axle::bench
 
 int main(int argc, char** argv) {
   using namespace axle;
   using namespace axle::bench;
-  int64_t steps = 20000, report_every = 1000, checkpoint_every = 1000, batch = 64;
-  int64_t closure_every = 1;
-  int64_t window_steps = 100;
-  int64_t mmap_threshold = 128 * 1024;
-  CLI::App app{"soak_bench: the MLP for many steps, watching memory, tensors and step time"};
-  app.add_option("--steps", steps);
-  app.add_option("--report_every", report_every);
-  app.add_option("--checkpoint_every", checkpoint_every);
-  app.add_option("--batch", batch);
-  app.add_option("--closure_every", closure_every,
-                 "steps between asynchronous closures reading the loss (0: none)");
-  app.add_option("--malloc_mmap_threshold", mmap_threshold,
-                 "glibc's mmap threshold in bytes, pinned (0: glibc's dynamic threshold)")
-      ->check(CLI::Range(int64_t{0}, int64_t{32} << 20));
-  app.add_option("--window_steps", window_steps,
-                 "steps in each stretch whose time is kept when it is the interval's fastest")
-      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
-  CLI11_PARSE(app, argc, argv);
-  if (mmap_threshold > 0 && mallopt(M_MMAP_THRESHOLD, static_cast<int>(mmap_threshold)) != 1) {
-    std::fprintf(stderr, "soak_bench: glibc refused --malloc_mmap_threshold %lld\n",
-                 static_cast<long long>(mmap_threshold));
-    return 2;
-  }
-  if (report_every < 1 || steps < 2 * report_every) {
-    std::fprintf(stderr, "soak_bench: --steps must cover at least two --report_every intervals\n");
-    return 2;
-  }
+  Options options;
+  if (const int failed = parse(argc, argv, options); failed >= 0) return failed;
+  const auto [steps, report_every, checkpoint_every, batch, closure_every, window_steps,
+              mmap_threshold] = options;
   const std::filesystem::path checkpoint = std::filesystem::temp_directory_path() /
                                            ("axle_soak_" + std::to_string(::getpid()) + ".ckpt");
   samples::MnistMlp model;
@@ -144,17 +198,7 @@ int main(int argc, char** argv) {
   for (int64_t epoch = 0; step < steps; ++epoch) {
     loader.set_epoch(epoch);
     for (const DeviceBatch& b : device_loader) {
-      sgd.zero_grad();
-      const Tensor loss = nn::nll_loss(model(b[0]), b[1]);
-      loss.backward();
-      sgd.step();
-      if (closure_every > 0 && step % closure_every == 0) {
-        add_step_closure(
-            [loss, losses] {
-              if (loss.item() > 0) losses->fetch_add(1);
-            },
-            /*run_async=*/true);
-      }
+      train_step(model, sgd, b, closure_every > 0 && step % closure_every == 0 ? losses : nullptr);
       ++step;
       if (step % window_steps == 0) {
         const auto now = Clock::now();
@@ -183,23 +227,8 @@ int main(int argc, char** argv) {
         }
         last_ms = ms;
         last_best_ms = best_window_ms;
-        const std::map<std::string, Param> at{{"step", step}, {"batch", batch}};
-        emit("soak", "rss_bytes", rss, "bytes", at);
-        emit("soak", "live_tensors", static_cast<double>(live_tensor_count()), "tensors", at);
-        const MemoryInfo memory = get_memory_info();
-        emit("soak", "device_bytes", static_cast<double>(memory.bytes_in_use), "bytes", at);
-        emit("soak", "device_peak_bytes", static_cast<double>(memory.peak_bytes), "bytes", at);
-        emit("soak", "step_ms", ms, "ms", at);
-        emit("soak", "fastest_window_step_ms", best_window_ms, "ms", at);
+        report({{"step", step}, {"batch", batch}}, rss, ms, best_window_ms);
         best_window_ms = 0;
-        emit("soak", "rss_anon_bytes", status_bytes("RssAnon"), "bytes", at);
-        emit("soak", "rss_file_bytes", status_bytes("RssFile"), "bytes", at);
-        const HeapInfo heap = heap_info();
-        emit("soak", "heap_in_use_bytes", heap.in_use, "bytes", at);
-        emit("soak", "heap_free_bytes", heap.free, "bytes", at);
-        emit("soak", "heap_arenas", static_cast<double>(heap.arenas), "arenas", at);
-        emit("soak", "closure_queue_waits",
-             static_cast<double>(counter("AsyncClosureQueueWait").value()), "waits", at);
         interval_start = Clock::now();
         // The report's own work (the wait, the figures) stays out of the next stretch.
         window_start = interval_start;

@@ -385,54 +385,182 @@ double mlp_gemm_ms(int64_t batch, int rounds, int threads) {
   return quantile(ms, 0.5);
 }
 
+// What the command line asked for.
+struct Options {
+  bool quick = false;
+  std::vector<int> device_counts;
+  bool ddp = false;
+  double bucket_cap_mb = 25;
+  std::vector<std::string> models = {"mlp", "cnn"};
+  std::vector<std::string> amps = {"none"};
+  std::string observers = "standard";
+  bool mpi = false;
+  std::string python;
+  int steps = 20, rounds = 7;  // for the MLP and the CNN
+
+  [[nodiscard]] bool chosen(const char* model) const {
+    return std::find(models.begin(), models.end(), model) != models.end();
+  }
+};
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_flag("--quick", o.quick, "a short run");
+  app.add_option("--num_devices", o.device_counts,
+                 "also train data-parallel on each of these device counts (e.g. 1,2,4): "
+                 "samples_per_s with \"devices\"")
+      ->delimiter(',');
+  app.add_flag("--ddp", o.ddp,
+               "with --num_devices: also train through DistributedDataParallel and report "
+               "ddp_speedup over optimizer_step");
+  app.add_option("--bucket_cap_mb", o.bucket_cap_mb, "DistributedDataParallel's bucket cap (MiB)")
+      ->check(axle::samples::positive());
+  app.add_option("--model", o.models,
+                 "models to step: mlp, cnn, gpt (train_gpt's default model), resnet18 "
+                 "(train_resnet's default)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"mlp", "cnn", "gpt", "resnet18"}));
+  app.add_option("--amp", o.amps,
+                 "precisions to step in: none (f32), bf16 (forward and loss in a bf16 autocast "
+                 "region); e.g. none,bf16")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"none", "bf16"}));
+  app.add_option("--observers", o.observers,
+                 "standard (metrics, timeline, step breakdown) or none: what watches the actors")
+      ->check(CLI::IsMember({"standard", "none"}));
+  app.add_flag("--mpi", o.mpi,
+               "under mpirun: data-parallel training across the job's processes against one "
+               "device alone (dp_efficiency)");
+  app.add_option("--pytorch", o.python,
+                 "run PyTorch eager's step of each model with this Python (e.g. /usr/bin/python3 "
+                 "with Debian's python3-torch) right after axle's: pytorch_step_ms, over_pytorch");
+}
+
+std::map<std::string, Param> labels(const char* model, int64_t batch, const std::string& amp) {
+  std::map<std::string, Param> l{{"model", std::string(model)}, {"batch", batch}};
+  if (amp != "none") l.emplace("amp", amp);
+  return l;
+}
+
+// amp_speedup: the step in f32 over the step in bf16, when both ran.
+void emit_amp_speedup(const char* model, int64_t batch, const std::map<std::string, double>& ms) {
+  if (ms.contains("none") && ms.contains("bf16")) {
+    emit("train_step", "amp_speedup", ms.at("none") / ms.at("bf16"), "ratio",
+         {{"model", std::string(model)}, {"batch", batch}});
+  }
+}
+
+// PyTorch's step of the same model in the same precision, right after axle's.
+void against_pytorch(const Options& o, const char* model, int64_t batch, double axle_ms, int steps,
+                     int rounds, const std::string& amp) {
+  if (o.python.empty()) return;
+  const std::optional<PytorchStep> theirs = pytorch_step_ms(o.python, model, steps, rounds, amp);
+  if (!theirs) return;
+  emit("train_step", "pytorch_step_ms", theirs->ms, "ms",
+       {{"model", std::string(model)},
+        {"batch", batch},
+        {"amp", amp},
+        {"torch", theirs->version},
+        {"openblas_coretype", theirs->openblas_coretype}});
+  emit("train_step", "over_pytorch", theirs->ms / axle_ms, "ratio",
+       {{"model", std::string(model)}, {"batch", batch}, {"amp", amp}});
+}
+
+void run_gpt(const Options& o) {
+  std::map<std::string, double> by_amp;
+  for (const std::string& amp : o.amps) {
+    const double ms = gpt_step_ms(o.quick ? 3 : 5, o.quick ? 2 : 3, amp == "bf16");
+    by_amp[amp] = ms;
+    const int64_t tokens = GptTrainingStep::kBatch * GptTrainingStep::kBlock;
+    emit("train_step", "step_ms", ms, "ms", labels("gpt", GptTrainingStep::kBatch, amp));
+    emit("train_step", "tokens_per_s", static_cast<double>(tokens) / ms * 1e3, "tokens/s",
+         labels("gpt", GptTrainingStep::kBatch, amp));
+    against_pytorch(o, "gpt", GptTrainingStep::kBatch, ms, 3, o.quick ? 2 : 3, amp);
+  }
+  emit_amp_speedup("gpt", GptTrainingStep::kBatch, by_amp);
+}
+
+void run_resnet(const Options& o) {
+  // A step takes seconds here: fewer steps and rounds than the small models.
+  const double ms = resnet_step_ms(o.quick ? 2 : 3, o.quick ? 2 : 3);
+  const std::map<std::string, Param> resnet{{"model", std::string("resnet18")},
+                                            {"batch", ResNetTrainingStep::kBatch},
+                                            {"image_size", ResNetTrainingStep::kImageSize}};
+  emit("train_step", "step_ms", ms, "ms", resnet);
+  emit("train_step", "images_per_s", static_cast<double>(ResNetTrainingStep::kBatch) / ms * 1e3,
+       "images/s", resnet);
+  against_pytorch(o, "resnet18", ResNetTrainingStep::kBatch, ms, 2, o.quick ? 2 : 3, "none");
+}
+
+struct Case {
+  const char* model;
+  int64_t batch;
+};
+constexpr Case kSmallModels[] = {{"mlp", 128}, {"cnn", 64}};
+
+// The MLP's or the CNN's step in each precision, fused and not; the MLP's against its products.
+void run_small_model(const Options& o, const Case c, int threads) {
+  std::map<std::string, double> by_amp;
+  for (const std::string& amp : o.amps) {
+    const bool bf16 = amp == "bf16";
+    const double fused = step_ms(c.model, c.batch, o.steps, o.rounds, bf16);
+    by_amp[amp] = fused;
+    emit("train_step", "step_ms", fused, "ms", labels(c.model, c.batch, amp));
+    emit("train_step", "samples_per_s", static_cast<double>(c.batch) / fused * 1e3, "samples/s",
+         labels(c.model, c.batch, amp));
+    against_pytorch(o, c.model, c.batch, fused, o.steps, o.quick ? 3 : 5, amp);
+    axle::config::set("AXLE_DISABLE_PASSES", "fusion");
+    const double unfused = step_ms(c.model, c.batch, o.steps, o.rounds, bf16);
+    axle::config::unset("AXLE_DISABLE_PASSES");
+    emit("train_step", "fusion_speedup", unfused / fused, "ratio", labels(c.model, c.batch, amp));
+    if (std::string(c.model) == "mlp" && !bf16) {
+      emit("train_step", "mlp_step_over_gemm", fused / mlp_gemm_ms(c.batch, o.rounds, 1), "ratio",
+           {{"batch", c.batch}});
+      emit("train_step", "mlp_step_over_split_gemm",
+           fused / mlp_gemm_ms(c.batch, o.rounds, threads), "ratio",
+           {{"batch", c.batch}, {"threads", int64_t{threads}}});
+    }
+  }
+  emit_amp_speedup(c.model, c.batch, by_amp);
+}
+
+// Data-parallel samples per second on `devices` devices, and through DDP with --ddp.
+void run_data_parallel(const Options& o, const Case c, int devices) {
+  const std::map<std::string, Param> parallel{
+      {"model", std::string(c.model)}, {"batch", c.batch}, {"devices", int64_t{devices}}};
+  if (!o.ddp) {
+    emit("train_step", "samples_per_s",
+         parallel_samples_per_s(c.model, c.batch, devices, o.steps, o.rounds), "samples/s",
+         parallel);
+    return;
+  }
+  // Alternately, so both see the same load: the median of three runs of each.
+  std::vector<double> plain, bucketed;
+  for (int run = 0; run < 3; ++run) {
+    plain.push_back(parallel_samples_per_s(c.model, c.batch, devices, o.steps, o.rounds));
+    bucketed.push_back(
+        parallel_samples_per_s(c.model, c.batch, devices, o.steps, o.rounds, o.bucket_cap_mb));
+  }
+  emit("train_step", "samples_per_s", quantile(plain, 0.5), "samples/s", parallel);
+  auto ddp_labels = parallel;
+  ddp_labels.emplace("bucket_cap_mb", o.bucket_cap_mb);
+  emit("train_step", "ddp_samples_per_s", quantile(bucketed, 0.5), "samples/s", ddp_labels);
+  emit("train_step", "ddp_speedup", quantile(bucketed, 0.5) / quantile(plain, 0.5), "ratio",
+       ddp_labels);
+}
+
 }  // namespace
 }  // namespace axle::bench
 
 int main(int argc, char** argv) {
   using namespace axle::bench;
   CLI::App app{"train_step_bench: MNIST MLP and CNN training steps on one device"};
-  bool quick = false;
-  std::vector<int> device_counts;
-  app.add_flag("--quick", quick, "a short run");
-  app.add_option("--num_devices", device_counts,
-                 "also train data-parallel on each of these device counts (e.g. 1,2,4): "
-                 "samples_per_s with \"devices\"")
-      ->delimiter(',');
-  bool ddp = false;
-  double bucket_cap_mb = 25;
-  app.add_flag("--ddp", ddp,
-               "with --num_devices: also train through DistributedDataParallel and report "
-               "ddp_speedup over optimizer_step");
-  app.add_option("--bucket_cap_mb", bucket_cap_mb, "DistributedDataParallel's bucket cap (MiB)")
-      ->check(axle::samples::positive());
-  std::vector<std::string> models = {"mlp", "cnn"};
-  app.add_option("--model", models,
-                 "models to step: mlp, cnn, gpt (train_gpt's default model), resnet18 "
-                 "(train_resnet's default)")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"mlp", "cnn", "gpt", "resnet18"}));
-  std::vector<std::string> amps = {"none"};
-  app.add_option("--amp", amps,
-                 "precisions to step in: none (f32), bf16 (forward and loss in a bf16 autocast "
-                 "region); e.g. none,bf16")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"none", "bf16"}));
-  std::string observers = "standard";
-  app.add_option("--observers", observers,
-                 "standard (metrics, timeline, step breakdown) or none: what watches the actors")
-      ->check(CLI::IsMember({"standard", "none"}));
-  bool mpi = false;
-  app.add_flag("--mpi", mpi,
-               "under mpirun: data-parallel training across the job's processes against one "
-               "device alone (dp_efficiency)");
-  std::string python;
-  app.add_option("--pytorch", python,
-                 "run PyTorch eager's step of each model with this Python (e.g. /usr/bin/python3 "
-                 "with Debian's python3-torch) right after axle's: pytorch_step_ms, over_pytorch");
+  Options o;
+  add_options(app, o);
   CLI11_PARSE(app, argc, argv);
-  g_observers = observers == "standard";
-  const int steps = quick ? 5 : 20, rounds = quick ? 3 : 7;
-  if (mpi) return run_mpi(models, steps, rounds, quick ? 1 : 2);
+  g_observers = o.observers == "standard";
+  o.steps = o.quick ? 5 : 20;
+  o.rounds = o.quick ? 3 : 7;
+  if (o.mpi) return run_mpi(o.models, o.steps, o.rounds, o.quick ? 1 : 2);
   // What one device of the benchmark's system computes on: the backend's share, from the same
   // settings the lazy system gives it.
   const axle::config::DeviceSettings devices = axle::config::read_device_settings();
@@ -440,114 +568,14 @@ int main(int argc, char** argv) {
       axle::cpu::intra_op_threads(devices.cpu_num_devices, devices.cpu_intra_op_threads,
                                   axle::config::read_process_settings().host_processes);
   emit("train_step", "intra_op_threads", threads, "threads");
-  struct Case {
-    const char* model;
-    int64_t batch;
-  };
-  const auto chosen = [&](const char* model) {
-    return std::find(models.begin(), models.end(), model) != models.end();
-  };
-  const auto labels = [](const char* model, int64_t batch, const std::string& amp) {
-    std::map<std::string, Param> l{{"model", std::string(model)}, {"batch", batch}};
-    if (amp != "none") l.emplace("amp", amp);
-    return l;
-  };
-  // amp_speedup: the step in f32 over the step in bf16, when both ran.
-  const auto emit_amp_speedup = [&](const char* model, int64_t batch,
-                                    const std::map<std::string, double>& ms) {
-    if (ms.contains("none") && ms.contains("bf16")) {
-      emit("train_step", "amp_speedup", ms.at("none") / ms.at("bf16"), "ratio",
-           {{"model", std::string(model)}, {"batch", batch}});
-    }
-  };
-  // PyTorch's step of the same model in the same precision, right after axle's.
-  const auto against_pytorch = [&](const char* model, int64_t batch, double axle_ms, int steps,
-                                   int rounds, const std::string& amp) {
-    if (python.empty()) return;
-    const std::optional<PytorchStep> theirs = pytorch_step_ms(python, model, steps, rounds, amp);
-    if (!theirs) return;
-    emit("train_step", "pytorch_step_ms", theirs->ms, "ms",
-         {{"model", std::string(model)},
-          {"batch", batch},
-          {"amp", amp},
-          {"torch", theirs->version},
-          {"openblas_coretype", theirs->openblas_coretype}});
-    emit("train_step", "over_pytorch", theirs->ms / axle_ms, "ratio",
-         {{"model", std::string(model)}, {"batch", batch}, {"amp", amp}});
-  };
-  if (chosen("gpt")) {
-    std::map<std::string, double> by_amp;
-    for (const std::string& amp : amps) {
-      const double ms = gpt_step_ms(quick ? 3 : 5, quick ? 2 : 3, amp == "bf16");
-      by_amp[amp] = ms;
-      const int64_t tokens = GptTrainingStep::kBatch * GptTrainingStep::kBlock;
-      emit("train_step", "step_ms", ms, "ms", labels("gpt", GptTrainingStep::kBatch, amp));
-      emit("train_step", "tokens_per_s", static_cast<double>(tokens) / ms * 1e3, "tokens/s",
-           labels("gpt", GptTrainingStep::kBatch, amp));
-      against_pytorch("gpt", GptTrainingStep::kBatch, ms, 3, quick ? 2 : 3, amp);
-    }
-    emit_amp_speedup("gpt", GptTrainingStep::kBatch, by_amp);
+  if (o.chosen("gpt")) run_gpt(o);
+  if (o.chosen("resnet18")) run_resnet(o);
+  for (const Case c : kSmallModels) {
+    if (o.chosen(c.model)) run_small_model(o, c, threads);
   }
-  if (chosen("resnet18")) {
-    // A step takes seconds here: fewer steps and rounds than the small models.
-    const double ms = resnet_step_ms(quick ? 2 : 3, quick ? 2 : 3);
-    const std::map<std::string, Param> labels{{"model", std::string("resnet18")},
-                                              {"batch", ResNetTrainingStep::kBatch},
-                                              {"image_size", ResNetTrainingStep::kImageSize}};
-    emit("train_step", "step_ms", ms, "ms", labels);
-    emit("train_step", "images_per_s", static_cast<double>(ResNetTrainingStep::kBatch) / ms * 1e3,
-         "images/s", labels);
-    against_pytorch("resnet18", ResNetTrainingStep::kBatch, ms, 2, quick ? 2 : 3, "none");
-  }
-  for (const Case c : {Case{"mlp", 128}, Case{"cnn", 64}}) {
-    if (!chosen(c.model)) continue;
-    std::map<std::string, double> by_amp;
-    for (const std::string& amp : amps) {
-      const bool bf16 = amp == "bf16";
-      const double fused = step_ms(c.model, c.batch, steps, rounds, bf16);
-      by_amp[amp] = fused;
-      emit("train_step", "step_ms", fused, "ms", labels(c.model, c.batch, amp));
-      emit("train_step", "samples_per_s", static_cast<double>(c.batch) / fused * 1e3, "samples/s",
-           labels(c.model, c.batch, amp));
-      against_pytorch(c.model, c.batch, fused, steps, quick ? 3 : 5, amp);
-      axle::config::set("AXLE_DISABLE_PASSES", "fusion");
-      const double unfused = step_ms(c.model, c.batch, steps, rounds, bf16);
-      axle::config::unset("AXLE_DISABLE_PASSES");
-      emit("train_step", "fusion_speedup", unfused / fused, "ratio", labels(c.model, c.batch, amp));
-      if (std::string(c.model) == "mlp" && !bf16) {
-        emit("train_step", "mlp_step_over_gemm", fused / mlp_gemm_ms(c.batch, rounds, 1), "ratio",
-             {{"batch", c.batch}});
-        emit("train_step", "mlp_step_over_split_gemm",
-             fused / mlp_gemm_ms(c.batch, rounds, threads), "ratio",
-             {{"batch", c.batch}, {"threads", int64_t{threads}}});
-      }
-    }
-    emit_amp_speedup(c.model, c.batch, by_amp);
-  }
-  for (const Case c : {Case{"mlp", 128}, Case{"cnn", 64}}) {
-    if (!chosen(c.model)) continue;
-    for (int devices : device_counts) {
-      const std::map<std::string, Param> labels{
-          {"model", std::string(c.model)}, {"batch", c.batch}, {"devices", int64_t{devices}}};
-      if (!ddp) {
-        emit("train_step", "samples_per_s",
-             parallel_samples_per_s(c.model, c.batch, devices, steps, rounds), "samples/s", labels);
-        continue;
-      }
-      // Alternately, so both see the same load: the median of three runs of each.
-      std::vector<double> plain, bucketed;
-      for (int run = 0; run < 3; ++run) {
-        plain.push_back(parallel_samples_per_s(c.model, c.batch, devices, steps, rounds));
-        bucketed.push_back(
-            parallel_samples_per_s(c.model, c.batch, devices, steps, rounds, bucket_cap_mb));
-      }
-      emit("train_step", "samples_per_s", quantile(plain, 0.5), "samples/s", labels);
-      auto ddp_labels = labels;
-      ddp_labels.emplace("bucket_cap_mb", bucket_cap_mb);
-      emit("train_step", "ddp_samples_per_s", quantile(bucketed, 0.5), "samples/s", ddp_labels);
-      emit("train_step", "ddp_speedup", quantile(bucketed, 0.5) / quantile(plain, 0.5), "ratio",
-           ddp_labels);
-    }
+  for (const Case c : kSmallModels) {
+    if (!o.chosen(c.model)) continue;
+    for (int devices : o.device_counts) run_data_parallel(o, c, devices);
   }
   axle::LazySystem::restart();
   return 0;

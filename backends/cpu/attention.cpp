@@ -272,6 +272,8 @@ void transpose_into(const A* src, int64_t rows, int64_t cols, int64_t ld, A* dst
 
 template <class A>
 using ArrayMap = Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>>;
+template <class A>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<A, Eigen::Dynamic, 1>>;
 
 /// Row r of `rows` rows of n values (row stride ld): x = exp(x - shifts[r]), its sum into sums[r]
 /// when sums is not null (vector_math.h for float).
@@ -402,6 +404,29 @@ void attention_forward(const KernelArgs& args, const Problem& p) {
 
 // ---- backward ----------------------------------------------------------------------------------
 
+// Per query row of one entry: D = rowsum(dO * O) and the logsumexp the forward kept, read from
+// the forward's output rows [O (Ev), logsumexp].
+template <class U, class A>
+void read_row_terms(const U* forward, const A* grad, int64_t L, int64_t Ev, A* d, A* lse) {
+  for (int64_t i = 0; i < L; ++i) {
+    A dot = 0;
+    for (int64_t c = 0; c < Ev; ++c) {
+      dot += grad[i * Ev + c] * static_cast<A>(load(forward[i * (Ev + 1) + c]));
+    }
+    d[i] = dot;
+    lse[i] = static_cast<A>(load(forward[i * (Ev + 1) + Ev]));
+  }
+}
+
+// dS = P * (dO v^T - D), row by row over a block pair: `ds` holds dO v^T on entry.
+template <class A>
+void scores_gradient(const A* prob, const A* d, int64_t nq, int64_t nk, A* ds) {
+  for (int64_t i = 0; i < nq; ++i) {
+    ArrayMap<A> row(ds + i * kKeyBlock, nk);
+    row = ConstArrayMap<A>(prob + i * kKeyBlock, nk) * (row - d[i]);
+  }
+}
+
 // Operands [q, k, v, forward output [batch..., L, Ev + 1], grad [batch..., L, Ev] (, mask)].
 template <class T, class U>
 void attention_backward(const KernelArgs& args, const Problem& p) {
@@ -445,15 +470,7 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
     // With q scaled, the scores are q k^T and dk is dS^T q without a further factor.
     const A* qs = scaled_copy<T, A>(q + at.q, L, E, scale, q_wide);
     const A* gs = as_compute<T, A>(grad + entry * L * Ev, L, Ev, g_wide);
-    const U* fwd = forward + entry * L * (Ev + 1);
-    for (int64_t i = 0; i < L; ++i) {
-      A dot = 0;
-      for (int64_t c = 0; c < Ev; ++c) {
-        dot += gs[i * Ev + c] * static_cast<A>(load(fwd[i * (Ev + 1) + c]));
-      }
-      d[i] = dot;
-      lse[i] = static_cast<A>(load(fwd[i * (Ev + 1) + Ev]));
-    }
+    read_row_terms<U, A>(forward + entry * L * (Ev + 1), gs, L, Ev, d, lse);
     std::fill(dq, dq + L * E, A(0));
     U* grads = out + entry * per_entry;
     for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
@@ -477,10 +494,7 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
         block_product<A>(nk, Ev, nq, prob, 1, kKeyBlock, gi, Ev, dv, Ev, true);
         // dS = P * (dO v^T - D).
         block_product<A>(nq, nk, Ev, gi, Ev, 1, v_t, nk, ds, kKeyBlock, false);
-        for (int64_t i = 0; i < nq; ++i) {
-          ArrayMap<A> row(ds + i * kKeyBlock, nk);
-          row = ArrayMap<A>(prob + i * kKeyBlock, nk) * (row - d[i0 + i]);
-        }
+        scores_gradient<A>(prob, d + i0, nq, nk, ds);
         // dq += dS k (scaled once at the end), dk += dS^T (scale q).
         block_product<A>(nq, E, nk, ds, kKeyBlock, 1, ks, E, dq + i0 * E, E, true);
         block_product<A>(nk, E, nq, ds, 1, kKeyBlock, qi, E, dk, E, true);

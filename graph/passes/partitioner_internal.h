@@ -209,6 +209,15 @@ class Partitioner {
 
   int32_t lower_iota(int32_t id);
 
+  // An op computed locally with `dims` of its result whole on every device, its operands laid
+  // out as its result.
+  int32_t whole_along(int32_t id, std::initializer_list<int> dims);
+  // softmax, log_softmax, cumsum, topk: split along their dim where that pays (the normalizer's
+  // and the scan's own rules), else whole along it.
+  int32_t lower_along_dim(int32_t id);
+  int32_t lower_permute(int32_t id);
+  int32_t lower_one_hot(int32_t id);
+
   // index_select (embedding lookups): the index split as the result's dim, x whole along dim;
   // or, when x is split along dim (a vocabulary-parallel table) and that moves fewer bytes,
   // each device looks up the rows it holds (zeros for the others) and an all_reduce sums them.
@@ -237,6 +246,9 @@ class Partitioner {
   // -1 when the operand is not split along the dim, its devices do not form groups there, or
   // gathering the operand moves fewer bytes.
   int32_t lower_split_scan(int32_t id);
+  int32_t scan_with_prefixes(int32_t id, int32_t x, const Layout& need, const Shape& picked, int d,
+                             const std::vector<std::vector<int64_t>>& groups,
+                             const std::vector<int64_t>& coords);
 
   // sum / mean / max / min with ints [keepdim, dims...]: reduced dims keep the operand's split
   // (when the devices form groups over it), reduced locally, then combined across each group

@@ -105,6 +105,34 @@ int32_t Partitioner::gather_along(int32_t local, int dim,
   return emit(Op::kAllGather, instr.dtype, shape, operand, ints);
 }
 
+// cumsum split along its dim d: each device scans its part (`x`, laid out as `need`) and adds
+// the totals of the parts before it (after it, reversed), gathered over `groups`; `coords` is
+// each device's part along d, `picked` the shape of one part's total.
+int32_t Partitioner::scan_with_prefixes(int32_t id, int32_t x, const Layout& need,
+                                        const Shape& picked, int d,
+                                        const std::vector<std::vector<int64_t>>& groups,
+                                        const std::vector<int64_t>& coords) {
+  const DType dtype = global_[global_.operands(id)[0]].dtype;  // the operand's, as the parts'
+  const int64_t g = need.tiles[d];
+  const int32_t operand[] = {x};
+  const Shape local = out_[x].shape;
+  const int32_t scanned = local_op(id, operand, local);
+  const int64_t sum_ints[] = {1, d};
+  const int32_t totals = gather_along(emit(Op::kSum, dtype, picked, operand, sum_ints), d, groups);
+  const double iota[] = {0, 1};
+  const int32_t before[] = {emit(Op::kIota, DType::kInt64, Shape{g}, {}, {}, iota),
+                            per_device(coords)};
+  const bool reverse = global_.ints(id)[1] != 0;
+  const int32_t chosen[] = {emit(reverse ? Op::kGt : Op::kLt, DType::kBool, Shape{g}, before)};
+  Shape mask_shape = local;
+  for (int i = 0; i < mask_shape.rank(); ++i) mask_shape[i] = i == d ? g : 1;
+  const int32_t masked[] = {emit(Op::kReshape, DType::kBool, mask_shape, chosen), totals,
+                            scalar(dtype, 0)};
+  const int32_t kept[] = {emit(Op::kWhere, dtype, out_[totals].shape, masked)};
+  const int32_t add[] = {scanned, emit(Op::kSum, dtype, picked, kept, sum_ints)};
+  return finish(id, emit(Op::kAdd, dtype, local, add), need);
+}
+
 int32_t Partitioner::lower_split_scan(int32_t id) {
   const Program::Instr& instr = global_[id];
   const Layout& want = layouts_[id];
@@ -153,26 +181,10 @@ int32_t Partitioner::lower_split_scan(int32_t id) {
     starts.push_back(need.at(p, d) * length);
   }
   const int32_t x[] = {operand_as(operand, need)};
-  const Shape local = out_[x[0]].shape;
   const int64_t along[] = {d};
   const int64_t first_along[] = {1, d};  // argmax's [keepdim, dim]
-  if (instr.op == Op::kCumsum) {
-    const int32_t scanned = local_op(id, x, local);
-    const int64_t sum_ints[] = {1, d};
-    const int32_t totals = gather_along(emit(Op::kSum, dtype, picked, x, sum_ints), d, *groups);
-    const double iota[] = {0, 1};
-    const int32_t before[] = {emit(Op::kIota, DType::kInt64, Shape{g}, {}, {}, iota),
-                              per_device(coords)};
-    const bool reverse = ints[1] != 0;
-    const int32_t chosen[] = {emit(reverse ? Op::kGt : Op::kLt, DType::kBool, Shape{g}, before)};
-    Shape mask_shape = local;
-    for (int i = 0; i < mask_shape.rank(); ++i) mask_shape[i] = i == d ? g : 1;
-    const int32_t masked[] = {emit(Op::kReshape, DType::kBool, mask_shape, chosen), totals,
-                              scalar(dtype, 0)};
-    const int32_t kept[] = {emit(Op::kWhere, dtype, out_[totals].shape, masked)};
-    const int32_t add[] = {scanned, emit(Op::kSum, dtype, picked, kept, sum_ints)};
-    return finish(id, emit(Op::kAdd, dtype, local, add), need);
-  }
+  if (instr.op == Op::kCumsum)
+    return scan_with_prefixes(id, x[0], need, picked, d, *groups, coords);
   const int32_t positions =
       argmax ? emit(Op::kArgMax, DType::kInt64, picked, x, first_along) : local_op(id, x, picked);
   const int32_t at[] = {x[0], positions};

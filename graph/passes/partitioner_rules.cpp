@@ -8,6 +8,40 @@
 
 namespace axle::spmd_partitioning {
 
+int32_t Partitioner::whole_along(int32_t id, std::initializer_list<int> dims) {
+  const Layout have = unsplit(layouts_[id], dims);
+  return local_then_finish(id, have, [&](std::size_t) { return have; });
+}
+
+int32_t Partitioner::lower_along_dim(int32_t id) {
+  const Op op = global_[id].op;
+  if (op == Op::kSoftmax || op == Op::kLogSoftmax) {
+    if (const int32_t split = lower_split_normalizer(id); split >= 0) return split;
+  } else if (const int32_t split = lower_split_scan(id); split >= 0) {
+    return split;
+  }
+  return whole_along(id, {static_cast<int>(global_.ints(id)[0])});
+}
+
+// The operand laid out as the result, its dims in the permutation's order.
+int32_t Partitioner::lower_permute(int32_t id) {
+  const Layout& want = layouts_[id];
+  const int rank = global_[id].shape.rank();
+  const auto order = global_.ints(id);
+  Layout need = replicated(rank, devices_);
+  for (int i = 0; i < rank; ++i) copy_dim(need, static_cast<int>(order[i]), want, i);
+  return local_then_finish(id, want, [&](std::size_t) { return need; });
+}
+
+// The classes' dim whole; the index split as the result's other dims.
+int32_t Partitioner::lower_one_hot(int32_t id) {
+  const int rank = global_[id].shape.rank();
+  const Layout have = unsplit(layouts_[id], {rank - 1});
+  Layout index = replicated(rank - 1, devices_);
+  for (int d = 0; d + 1 < rank; ++d) copy_dim(index, d, have, d);
+  return local_then_finish(id, have, [&](std::size_t) { return index; });
+}
+
 int32_t Partitioner::lower(int32_t id) {
   const Program::Instr& instr = global_[id];
   const Layout& want = layouts_[id];
@@ -39,49 +73,31 @@ int32_t Partitioner::lower(int32_t id) {
     case Op::kSoftmax:
     case Op::kLogSoftmax:
     case Op::kCumsum:
-    case Op::kTopK: {
-      if (instr.op == Op::kSoftmax || instr.op == Op::kLogSoftmax) {
-        if (const int32_t split = lower_split_normalizer(id); split >= 0) return split;
-      } else if (const int32_t split = lower_split_scan(id); split >= 0) {
-        return split;
-      }
-      const Layout have = unsplit(want, {static_cast<int>(ints[0])});
-      return local_then_finish(id, have, [&](std::size_t) { return have; });
-    }
+    case Op::kTopK:
+      return lower_along_dim(id);
     case Op::kMatmul:
       return lower_matmul(id);
     case Op::kReshape:
       return lower_reshape(id);
-    case Op::kPermute: {
-      Layout need = replicated(shape.rank(), devices_);
-      for (int i = 0; i < shape.rank(); ++i) copy_dim(need, static_cast<int>(ints[i]), want, i);
-      return local_then_finish(id, want, [&](std::size_t) { return need; });
-    }
+    case Op::kPermute:
+      return lower_permute(id);
     case Op::kSlice:
-    case Op::kConcat: {
-      const Layout have = unsplit(want, {static_cast<int>(ints[0])});
-      return local_then_finish(id, have, [&](std::size_t) { return have; });
-    }
+    case Op::kConcat:
+      return whole_along(id, {static_cast<int>(ints[0])});
     case Op::kIndexSelect:
       return lower_index_select(id);
     case Op::kScatterAdd:
     case Op::kGather:
       return lower_gather(id);
-    case Op::kOneHot: {
-      const Layout have = unsplit(want, {shape.rank() - 1});
-      Layout index = replicated(shape.rank() - 1, devices_);
-      for (int d = 0; d + 1 < shape.rank(); ++d) copy_dim(index, d, have, d);
-      return local_then_finish(id, have, [&](std::size_t) { return index; });
-    }
+    case Op::kOneHot:
+      return lower_one_hot(id);
     case Op::kConv2d:
       return lower_conv2d(id);
     case Op::kMaxPool2d:
     case Op::kAvgPool2d:
     case Op::kMaxPool2dBackward:
-    case Op::kAvgPool2dBackward: {
-      const Layout have = unsplit(want, {2, 3});
-      return local_then_finish(id, have, [&](std::size_t) { return have; });
-    }
+    case Op::kAvgPool2dBackward:
+      return whole_along(id, {2, 3});  // the image dims
     case Op::kScaledDotProductAttention:
     case Op::kScaledDotProductAttentionBackward: {
       // Batch dims split; each operand's batch dims (they broadcast) as the result's.

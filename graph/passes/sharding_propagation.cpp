@@ -276,6 +276,28 @@ void reshape_map(const Shape& in, const Shape& out, DimMap& map) {
 }
 
 // The dim map of operand j of instruction i; false for an op without a rule.
+// A reduction's operand: its kept dims to the result's (ints: keepdim, then the reduced dims).
+void reduction_map(const Shape& in, std::span<const int64_t> ints, DimMap& map) {
+  const bool keepdim = !ints.empty() && ints[0] != 0;
+  int d = 0;
+  for (int e = 0; e < in.rank(); ++e) {
+    const bool reduced = std::find(ints.begin() + 1, ints.end(), e) != ints.end();
+    map[e] = reduced ? -1 : d;
+    d += !reduced || keepdim;
+  }
+}
+
+// Operand j of a matmul (ints: whether each operand is transposed): its batch dims to the
+// result's, and its free dim (a's M, b's N) to the result's.
+void matmul_map(const Shape& in, const Shape& out, std::span<const int64_t> ints, std::size_t j,
+                DimMap& map) {
+  const int r = in.rank();
+  align_trailing(in, out, 0, r - 2, map);
+  const bool transposed = ints.size() > j && ints[j] != 0;
+  const int free = (j == 0) != transposed ? r - 2 : r - 1;
+  map[free] = j == 0 ? out.rank() - 2 : out.rank() - 1;
+}
+
 bool operand_map(const Program& p, std::size_t i, std::size_t j, DimMap& map) {
   const Program::Instr& instr = p[i];
   const Shape& out = instr.shape;
@@ -300,16 +322,9 @@ bool operand_map(const Program& p, std::size_t i, std::size_t j, DimMap& map) {
     case Op::kReduceMax:
     case Op::kReduceMin:  // NOLINT
     case Op::kLogSumExp:
-    case Op::kArgMax: {
-      const bool keepdim = !ints.empty() && ints[0] != 0;
-      int d = 0;
-      for (int e = 0; e < in.rank(); ++e) {
-        const bool reduced = std::find(ints.begin() + 1, ints.end(), e) != ints.end();
-        map[e] = reduced ? -1 : d;
-        d += !reduced || keepdim;
-      }
+    case Op::kArgMax:
+      reduction_map(in, ints, map);
       return true;
-    }
     case Op::kCumsum:  // a scan keeps its operand's split (the partitioner adds the prefixes)
       identity_except(-1);
       return true;
@@ -320,18 +335,11 @@ bool operand_map(const Program& p, std::size_t i, std::size_t j, DimMap& map) {
     case Op::kConcat:
       identity_except(ints.empty() ? -1 : ints[0]);
       return true;
-    case Op::kMatmul: {
-      const int r = in.rank();
-      align_trailing(in, out, 0, r - 2, map);
-      const bool transposed = ints.size() > j && ints[j] != 0;
-      const int free = (j == 0) != transposed ? r - 2 : r - 1;  // a: M, b: N
-      map[free] = j == 0 ? out.rank() - 2 : out.rank() - 1;
+    case Op::kMatmul:
+      matmul_map(in, out, ints, j, map);
       return true;
-    }
     case Op::kPermute:
-      for (int d = 0; d < out.rank() && d < static_cast<int>(ints.size()); ++d) {
-        map[ints[d]] = d;
-      }
+      for (int d = 0; d < out.rank() && d < static_cast<int>(ints.size()); ++d) map[ints[d]] = d;
       return true;
     case Op::kIndexSelect:
       if (j == 0) identity_except(ints[0]);
@@ -353,9 +361,7 @@ bool operand_map(const Program& p, std::size_t i, std::size_t j, DimMap& map) {
     case Op::kAvgPool2d:
     case Op::kMaxPool2dBackward:  // NOLINT
     case Op::kAvgPool2dBackward:
-      if (in.rank() == 4) {
-        for (int e = 0; e < 2; ++e) map[e] = in[e] == out[e] ? e : -1;
-      }
+      if (in.rank() == 4) map = {in[0] == out[0] ? 0 : -1, in[1] == out[1] ? 1 : -1, -1, -1};
       return true;
     case Op::kScaledDotProductAttention:
     case Op::kScaledDotProductAttentionBackward:

@@ -1,6 +1,7 @@
 // Holds axle's source tree to the order of cmake/layers.txt: every include stays in its part or
 // goes down the list, every file belongs to a part, no files or units (a .cpp with its header)
-// include each other in a circle, no source file runs over 600 lines, and README.md's picture of
+// include each other in a circle, no source file runs over 600 lines and no function over 80
+// (samples' over 60), and README.md's picture of
 // the parts draws them in the same order. The planted cases show each check fails when the tree
 // does not hold: the real tree copied with one include added that runs up, a circle, a long file,
 // a file outside every part, a picture out of order.
@@ -132,8 +133,8 @@ TEST(Layering, ReadmeDrawsThePartsInOrder) {
 // loop, a kernel's geometry each have their own file).
 constexpr int kMaxFileLines = 600;
 
-TEST(Layering, NoSourceFileIsLongerThan600Lines) {
-  // The library's parts and the code beside it that people read and copy.
+// The library's parts and the code beside it that people read and copy.
+std::vector<std::string> read_and_copied_files() {
   std::vector<std::string> files = scan_tree(kSource, read_parts(kLayers)).files;
   for (const char* folder : {"benchmarks", "examples"}) {
     for (const auto& entry : fs::recursive_directory_iterator(kSource / folder)) {
@@ -143,9 +144,25 @@ TEST(Layering, NoSourceFileIsLongerThan600Lines) {
       }
     }
   }
+  return files;
+}
+
+TEST(Layering, NoSourceFileIsLongerThan600Lines) {
+  const std::vector<std::string> files = read_and_copied_files();
   ASSERT_GT(files.size(), 100u);
   const std::vector<std::string> found = files_longer_than(kSource, files, kMaxFileLines);
   EXPECT_TRUE(found.empty()) << "over " << kMaxFileLines << " lines:" << lines(found);
+}
+
+// A function longer than this does several things: each deserves a name (a dispatch over ops is
+// a table of one-line cases).
+constexpr int kMaxFunctionLines = 80;
+
+TEST(Layering, NoFunctionIsLongerThan80Lines) {
+  const std::vector<std::string> files = read_and_copied_files();
+  ASSERT_GT(files.size(), 100u);
+  const std::vector<std::string> found = functions_longer_than(kSource, files, kMaxFunctionLines);
+  EXPECT_TRUE(found.empty()) << "over " << kMaxFunctionLines << " lines:" << lines(found);
 }
 
 // samples/README.md: the samples are built from small pieces people can copy, none longer than
