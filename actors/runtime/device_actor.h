@@ -62,7 +62,7 @@ class StepTimes {
 
 /// Everything one execution needs, as the host fills it in: shared by handle, so messages stay
 /// small, and read-only once sent (Execute holds it const). What the device does with it — the
-/// wait for its program, the run, its collectives — is the device's own (DeviceActor::Execution).
+/// wait for its program, the run, its collectives — is the device's own (DeviceExecution).
 struct ExecuteRequest final : RefCounted {
   Future<IntrusivePtr<Executable>> program;
   std::vector<ExecuteInput> inputs;

@@ -270,12 +270,29 @@ CpuTensor idx_to_tensor(const IdxArray& array, DType dtype) {
   return out;
 }
 
+namespace {
+DType dtype_of(IdxType type) {
+  switch (type) {
+    case IdxType::kU8:
+      return DType::kUInt8;
+    case IdxType::kS8:
+      return DType::kInt8;
+    case IdxType::kI16:
+      return DType::kInt16;
+    case IdxType::kI32:
+      return DType::kInt32;
+    case IdxType::kF32:
+      return DType::kFloat32;
+    case IdxType::kF64:
+      return DType::kFloat64;
+  }
+  return DType::kInt32;  // read_idx_array refuses every other type code
+}
+}  // namespace
+
 CpuTensor read_idx(const fs::path& path) {
   const IdxArray array = read_idx_array(path);
-  DType dtype = DType::kInt32;
-  if (array.type == IdxType::kF32) dtype = DType::kFloat32;
-  if (array.type == IdxType::kF64) dtype = DType::kFloat64;
-  return idx_to_tensor(array, dtype);
+  return idx_to_tensor(array, dtype_of(array.type));
 }
 
 CpuTensor read_idx(const fs::path& path, DType dtype) {

@@ -43,8 +43,8 @@ struct IdxArray {
 /// elements), malformed (magic number, type code, rank above 8) or followed by extra bytes.
 [[nodiscard]] IdxArray read_idx_array(const std::filesystem::path& path);
 
-/// Reads the IDX file at `path` as a host tensor in the axle dtype that holds its elements
-/// exactly: s32 for the integer types (u8, s8, i16, i32), f32 and f64 for themselves.
+/// Reads the IDX file at `path` as a host tensor of its elements' own dtype, as torchvision's
+/// reader gives them: u8, s8, s16, s32, f32 or f64 (MNIST's pixels and labels are u8).
 [[nodiscard]] CpuTensor read_idx(const std::filesystem::path& path);
 
 /// Reads the IDX file at `path` as a host tensor of `dtype`, converting each value as a cast

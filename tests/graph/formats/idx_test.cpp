@@ -28,13 +28,13 @@ std::vector<uint8_t> idx_bytes(uint8_t type, const std::vector<uint32_t>& dims,
   return out;
 }
 
-TEST(Idx, ReadsPlainU8FileAsS32) {
+TEST(Idx, ReadsPlainU8FileAsU8) {
   TempDir dir;
   write_file(dir / "a-idx2-ubyte", idx_bytes(0x08, {2, 3}, {0, 1, 2, 127, 128, 255}));
   const CpuTensor t = read_idx(dir / "a-idx2-ubyte");
-  EXPECT_EQ(t.dtype, DType::kInt32);
+  EXPECT_EQ(t.dtype, DType::kUInt8);
   EXPECT_EQ(t.shape, (Shape{2, 3}));
-  EXPECT_EQ(t.values<int32_t>(), (std::vector<int32_t>{0, 1, 2, 127, 128, 255}));
+  EXPECT_EQ(t.values<uint8_t>(), (std::vector<uint8_t>{0, 1, 2, 127, 128, 255}));
 }
 
 TEST(Idx, ReadsGzipFileAsThePlainOne) {
@@ -54,8 +54,8 @@ TEST(Idx, TellsGzipFromPlainByContentNotName) {
   const auto bytes = idx_bytes(0x08, {2}, {1, 2});
   write_file(dir / "plain.gz", bytes);
   write_file(dir / "compressed", gzip(bytes));
-  EXPECT_EQ(read_idx(dir / "plain.gz").values<int32_t>(), (std::vector<int32_t>{1, 2}));
-  EXPECT_EQ(read_idx(dir / "compressed").values<int32_t>(), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(read_idx(dir / "plain.gz").values<uint8_t>(), (std::vector<uint8_t>{1, 2}));
+  EXPECT_EQ(read_idx(dir / "compressed").values<uint8_t>(), (std::vector<uint8_t>{1, 2}));
 }
 
 TEST(Idx, ConvertsBigEndianElementsToHostOrder) {
@@ -64,11 +64,19 @@ TEST(Idx, ConvertsBigEndianElementsToHostOrder) {
   write_file(dir / "i16", idx_bytes(0x0B, {2}, {0xff, 0xfe, 0x01, 0x02}));
   write_file(dir / "f32", idx_bytes(0x0D, {1}, {0x3f, 0xc0, 0x00, 0x00}));
   write_file(dir / "s8", idx_bytes(0x09, {2}, {0xff, 0x05}));
-  EXPECT_EQ(read_idx(dir / "i16").values<int32_t>(), (std::vector<int32_t>{-2, 258}));
+  write_file(dir / "i32", idx_bytes(0x0C, {1}, {0xff, 0xff, 0xff, 0xfd}));
+  const CpuTensor i16 = read_idx(dir / "i16");
+  EXPECT_EQ(i16.dtype, DType::kInt16);
+  EXPECT_EQ(i16.values<int16_t>(), (std::vector<int16_t>{-2, 258}));
+  const CpuTensor i32 = read_idx(dir / "i32");
+  EXPECT_EQ(i32.dtype, DType::kInt32);
+  EXPECT_EQ(i32.values<int32_t>(), (std::vector<int32_t>{-3}));
   const CpuTensor f = read_idx(dir / "f32");
   EXPECT_EQ(f.dtype, DType::kFloat32);
   EXPECT_EQ(f.values<float>(), (std::vector<float>{1.5f}));
-  EXPECT_EQ(read_idx(dir / "s8").values<int32_t>(), (std::vector<int32_t>{-1, 5}));
+  const CpuTensor s8 = read_idx(dir / "s8");
+  EXPECT_EQ(s8.dtype, DType::kInt8);
+  EXPECT_EQ(s8.values<int8_t>(), (std::vector<int8_t>{-1, 5}));
 }
 
 TEST(Idx, ConvertsToTheRequestedDTypeWithoutScaling) {
