@@ -3,9 +3,9 @@
 #include "axle/engine/config.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -123,28 +123,6 @@ std::vector<VmoduleRule> parse_vmodule() {
     rules.push_back({std::string(pattern), verbosity});
   }
   return rules;
-}
-
-std::vector<std::string> parse_disabled_passes() {
-  const std::string names = get_string("AXLE_DISABLE_PASSES", "");
-  std::vector<std::string> disabled;
-  std::size_t begin = 0;
-  while (begin <= names.size()) {
-    std::size_t end = names.find(',', begin);
-    if (end == std::string::npos) end = names.size();
-    std::string_view name(names.data() + begin, end - begin);
-    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
-    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
-    if (!name.empty()) {
-      if (std::find(kPassNames.begin(), kPassNames.end(), name) == kPassNames.end()) {
-        throw ConfigError(fmt::format("AXLE_DISABLE_PASSES={}: unknown pass '{}' (known: {})",
-                                      names, name, fmt::join(kPassNames, ", ")));
-      }
-      disabled.emplace_back(name);
-    }
-    begin = end + 1;
-  }
-  return disabled;
 }
 
 SaveTensorsFormat parse_save_tensors_format() {
@@ -270,8 +248,6 @@ IrDumpSettings read_ir_dump_settings() {
   return {.source_lines = get_bool("XLA_IR_DEBUG", IrDumpSettings{}.source_lines)};
 }
 
-PassSettings read_pass_settings() { return {.disabled = parse_disabled_passes()}; }
-
 DeviceSettings read_device_settings() {
   const DeviceSettings defaults;
   DeviceSettings s;
@@ -375,19 +351,10 @@ CollectiveSettings read_collective_settings() {
 }
 
 ProcessSettings read_process_settings() {
-  const ProcessSettings defaults;
   ProcessSettings s;
   s.launched_by_mpi = get("OMPI_COMM_WORLD_SIZE").has_value() || get("PMIX_RANK").has_value();
   s.host_processes =
       static_cast<int>(std::clamp<int64_t>(get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1), 1, 1 << 20));
-  const int64_t shared_mb =
-      get_int("AXLE_SHARED_MEMORY_MB", static_cast<int64_t>(defaults.shared_memory_bytes >> 20));
-  if (shared_mb < 0 || shared_mb > (int64_t{1} << 30)) {
-    throw ConfigError(fmt::format(
-        "AXLE_SHARED_MEMORY_MB='{}' must be a number of MiB (0: messages go through MPI's sends)",
-        get_string("AXLE_SHARED_MEMORY_MB", "")));
-  }
-  s.shared_memory_bytes = static_cast<std::size_t>(shared_mb) << 20;
   return s;
 }
 
@@ -396,7 +363,6 @@ Settings read_settings() {
           .log = read_log_settings(),
           .dtype = read_dtype_settings(),
           .ir_dump = read_ir_dump_settings(),
-          .passes = read_pass_settings(),
           .devices = read_device_settings(),
           .persistent_cache = read_persistent_cache_settings(),
           .lazy = read_lazy_settings(),

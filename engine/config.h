@@ -1,16 +1,18 @@
 // engine: process-wide configuration. Every setting is an environment variable (PyTorch/XLA's
 // names where the meaning is the same) that code may also set; code wins over the environment.
 //
-// The structs below are the whole table of settings: each field names its variable, its default
-// and its meaning, and only engine/config.cpp reads variables (a CTest scan checks it). The
-// settings are grouped by where they take effect, and each group is read there, when it takes
-// effect: the runtime's when a Runtime starts, the lazy system's at LazySystem::restart, the
-// collective timeout at every collective, and so on. A value `set` later applies from the next
-// read of its group. Every reader validates its group and throws ConfigError naming the variable
-// and the bad value.
+// The structs below are the settings of engine and the parts that take their settings through
+// it: each field names its variable, its default and its meaning. A part above engine whose
+// settings only it applies declares its group beside its code, in a file of its own named
+// *_settings.h (graph/passes/pass_settings.h, actors/runtime/transport_settings.h), read by its
+// *_settings.cpp with the lookups below; no other file reads variables (a CTest scan checks it,
+// and that README.md's table lists exactly the variables these files read). The settings are
+// grouped by where they take effect, and each group is read there, when it takes effect: the
+// runtime's when a Runtime starts, the lazy system's at LazySystem::restart, the collective timeout
+// at every collective, and so on. A value `set` later applies from the next read of its group.
+// Every reader validates its group and throws ConfigError naming the variable and the bad value.
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -103,17 +105,6 @@ struct DTypeSettings {
 struct IrDumpSettings {
   /// XLA_IR_DEBUG, default 0: dumps name the source line that created each node.
   bool source_lines = false;
-};
-
-/// The compiler passes AXLE_DISABLE_PASSES may name, as graph/passes names them (pass_name).
-inline constexpr std::array<std::string_view, 6> kPassNames = {
-    "canonicalize", "cse", "constant_folding", "dce", "all_reduce_combiner", "fusion"};
-
-/// The compiler's passes (graph/passes): read whenever a pass set is made from the settings
-/// (PassSet::from_config: by each compiler the lazy system starts, and by each hlo dump).
-struct PassSettings {
-  /// AXLE_DISABLE_PASSES, default none: passes to skip, comma-separated names of kPassNames.
-  std::vector<std::string> disabled;
 };
 
 /// The backend and its devices: read at LazySystem::restart, unless the options bring a backend.
@@ -243,10 +234,6 @@ struct ProcessSettings {
   /// OMPI_COMM_WORLD_LOCAL_SIZE, set by mpirun: how many of the job's processes run on this host
   /// (1 outside mpirun). They share its cores (process_share_of_cores).
   int host_processes = 1;
-  /// AXLE_SHARED_MEMORY_MB: the shared memory each process of a job offers the others on its
-  /// host for its messages to them (an MPI shared window); large messages between them are
-  /// written there once and read in place. 0: every message goes through MPI's sends.
-  std::size_t shared_memory_bytes = std::size_t{128} << 20;
 };
 
 /// Every setting.
@@ -255,7 +242,6 @@ struct Settings {
   LogSettings log;                           ///< logging
   DTypeSettings dtype;                       ///< how ops store values
   IrDumpSettings ir_dump;                    ///< IR dumps
-  PassSettings passes;                       ///< the compiler's passes
   DeviceSettings devices;                    ///< the backend and its devices
   PersistentCacheSettings persistent_cache;  ///< the persistent compile cache
   LazySettings lazy;                         ///< the lazy system
@@ -277,8 +263,6 @@ struct Settings {
 [[nodiscard]] DTypeSettings read_dtype_settings();
 /// Reads the IrDumpSettings.
 [[nodiscard]] IrDumpSettings read_ir_dump_settings();
-/// Reads the PassSettings.
-[[nodiscard]] PassSettings read_pass_settings();
 /// Reads the DeviceSettings.
 [[nodiscard]] DeviceSettings read_device_settings();
 /// Reads the PersistentCacheSettings.

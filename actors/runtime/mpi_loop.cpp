@@ -34,6 +34,7 @@
 
 #include "axle/actors/runtime/shared_window.h"
 #include "axle/actors/runtime/stop_note.h"
+#include "axle/actors/runtime/transport_settings.h"
 #include "axle/engine/config.h"
 #include "axle/engine/log.h"
 
@@ -106,7 +107,7 @@ void MpiLoop::start(std::promise<ProcessPlacement>& started) {
     placement.index = p.index;
     placement.count = p.count;
     if (p.local_count > 1) {
-      open_shared_memory(host_comm, config::read_process_settings().shared_memory_bytes);
+      open_shared_memory(host_comm, config::read_transport_settings().shared_memory_bytes);
     }
     // A host is known by its lowest rank; hosts are numbered in the order of those.
     int leader = p.index;

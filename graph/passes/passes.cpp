@@ -6,27 +6,22 @@
 #include <string>
 #include <utility>
 
-#include "axle/engine/config.h"
+#include "axle/graph/passes/pass_settings.h"
 
 namespace axle {
-namespace {
 
-constexpr std::array<std::string_view, static_cast<std::size_t>(Pass::kCount)> kPassNames = {
-    "canonicalize", "cse", "constant_folding", "dce", "all_reduce_combiner", "fusion"};
-// AXLE_DISABLE_PASSES accepts config::kPassNames; they must be these.
-static_assert(std::ranges::equal(kPassNames, config::kPassNames));
-
-}  // namespace
+// A name for every pass, as AXLE_DISABLE_PASSES names them (pass_settings.h).
+static_assert(config::kPassNames.size() == static_cast<std::size_t>(Pass::kCount));
 
 std::string_view pass_name(Pass pass) noexcept {
-  return kPassNames[static_cast<std::size_t>(pass)];
+  return config::kPassNames[static_cast<std::size_t>(pass)];
 }
 
 PassSet PassSet::from_config() {
   PassSet passes;
   for (const std::string& name : config::read_pass_settings().disabled) {
-    const auto at = std::find(kPassNames.begin(), kPassNames.end(), name);
-    passes.disable(static_cast<Pass>(at - kPassNames.begin()));
+    const auto at = std::find(config::kPassNames.begin(), config::kPassNames.end(), name);
+    passes.disable(static_cast<Pass>(at - config::kPassNames.begin()));
   }
   return passes;
 }

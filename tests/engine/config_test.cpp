@@ -128,14 +128,13 @@ TEST_F(Config, GetStringReturnsValueVerbatim) {
   EXPECT_EQ(config::get_string(kName, "fallback"), " spaced value ");
 }
 
-// Every variable of the settings table (README.md's table of variables).
+// Every variable of engine's settings (README.md's table also lists the parts' own groups).
 // clang-format off
-constexpr std::array<const char*, 31> kVariables = {
+constexpr std::array<const char*, 30> kVariables = {
     "AXLE_THREADS", "AXLE_SPIN_US", "AXLE_SHUTDOWN_TIMEOUT_MS",
     "AXLE_LOG_LEVEL", "AXLE_VLOG_LEVEL", "AXLE_VMODULE",
     "XLA_USE_BF16", "XLA_DOWNCAST_BF16", "XLA_NO_SPECIAL_SCALARS",
     "XLA_IR_DEBUG",
-    "AXLE_DISABLE_PASSES",
     "PJRT_DEVICE", "CPU_NUM_DEVICES", "AXLE_CPU_INTRA_OP_THREADS", "AXLE_CPU_BLOCK_CACHE_MB",
     "XLA_PERSISTENT_CACHE_PATH", "XLA_PERSISTENT_CACHE_READ_ONLY",
     "XLA_COMPILATION_CACHE_SIZE", "AXLE_MAX_GRAPH_NODES", "XLA_USE_EAGER_DEBUG_MODE",
@@ -193,7 +192,6 @@ TEST_F(Settings, DefaultsAreTheDocumentedOnes) {
   EXPECT_FALSE(s.dtype.downcast_bf16);
   EXPECT_FALSE(s.dtype.no_special_scalars);
   EXPECT_FALSE(s.ir_dump.source_lines);
-  EXPECT_TRUE(s.passes.disabled.empty());
   EXPECT_EQ(s.devices.pjrt_device, "CPU");
   EXPECT_EQ(s.devices.cpu_num_devices, 1);
   EXPECT_EQ(s.devices.cpu_intra_op_threads, 0);  // the cores shared among the devices
@@ -266,7 +264,6 @@ TEST_F(Settings, ValuesOfEveryKindAreParsed) {
   config::set("AXLE_LOG_LEVEL", "Info");
   config::set("AXLE_VMODULE", "compiler=2, device*=1");
   config::set("XLA_USE_BF16", "yes");
-  config::set("AXLE_DISABLE_PASSES", "fusion, cse");
   config::set("PJRT_DEVICE", "cpu");
   config::set("CPU_NUM_DEVICES", "4");
   config::set("AXLE_CPU_INTRA_OP_THREADS", "3");
@@ -283,7 +280,6 @@ TEST_F(Settings, ValuesOfEveryKindAreParsed) {
   EXPECT_EQ(s.log.vmodule[1].pattern, "device*");
   EXPECT_EQ(s.log.vmodule[1].verbosity, 1);
   EXPECT_TRUE(s.dtype.use_bf16);
-  EXPECT_EQ(s.passes.disabled, (std::vector<std::string>{"fusion", "cse"}));
   EXPECT_EQ(s.devices.cpu_num_devices, 4);
   EXPECT_EQ(s.devices.cpu_intra_op_threads, 3);
   EXPECT_FALSE(s.lazy.param_aliasing);
@@ -297,7 +293,6 @@ TEST_F(Settings, ABadValueIsAConfigErrorNamingTheVariableAndTheValue) {
   expect_named_error("AXLE_LOG_LEVEL", "loud");
   expect_named_error("AXLE_VMODULE", "compiler=lots");
   expect_named_error("XLA_USE_BF16", "maybe");
-  expect_named_error("AXLE_DISABLE_PASSES", "fusoin");
   expect_named_error("PJRT_DEVICE", "TPU");
   expect_named_error("CPU_NUM_DEVICES", "0");
   expect_named_error("CPU_NUM_DEVICES", "abc");

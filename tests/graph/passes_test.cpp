@@ -6,6 +6,7 @@
 #include "axle/engine/config.h"
 #include "axle/graph/collectives.h"
 #include "axle/graph/ops.h"
+#include "axle/graph/passes/pass_settings.h"
 #include "axle/graph/spmd.h"
 #include "axle/graph/step_graph.h"
 
@@ -419,7 +420,10 @@ TEST(Passes, RunInOrderAndEachCanBeDisabled) {
 }
 
 TEST(Passes, ReadTheDisabledOnesFromTheEnvironmentVariable) {
+  config::unset("AXLE_DISABLE_PASSES");
+  EXPECT_TRUE(config::read_pass_settings().disabled.empty());
   config::set("AXLE_DISABLE_PASSES", "fusion, cse");
+  EXPECT_EQ(config::read_pass_settings().disabled, (std::vector<std::string>{"fusion", "cse"}));
   const PassSet passes = PassSet::from_config();
   EXPECT_FALSE(passes.enabled(Pass::kFusion));
   EXPECT_FALSE(passes.enabled(Pass::kCse));
@@ -429,6 +433,8 @@ TEST(Passes, ReadTheDisabledOnesFromTheEnvironmentVariable) {
     (void)PassSet::from_config();
     ADD_FAILURE() << "an unknown pass name was accepted";
   } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("AXLE_DISABLE_PASSES=cse,fusoin"), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("'fusoin'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("constant_folding"), std::string::npos) << e.what();
   }

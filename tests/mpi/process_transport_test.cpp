@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "axle/actors/runtime/process_transport.h"
+#include "axle/actors/runtime/transport_settings.h"
 #include "axle/engine/config.h"
 
 namespace axle {
@@ -183,7 +184,7 @@ TEST_F(TransportTest, AThreadPollingForItselfIsGivenMessagesOnItsOwnThread) {
 
 TEST_F(TransportTest, LargeMessagesToAProcessOfThisHostGoThroughSharedMemoryUntilItIsFull) {
   // Every process runs on this host: they share memory unless AXLE_SHARED_MEMORY_MB=0.
-  const std::size_t setting = config::read_process_settings().shared_memory_bytes;
+  const std::size_t setting = config::read_transport_settings().shared_memory_bytes;
   ASSERT_EQ(transport_->shares_memory_with(next()), setting > 0);
   EXPECT_FALSE(transport_->shares_memory_with(placement_.index));
   const std::size_t part = transport_->shared_memory_bytes();
