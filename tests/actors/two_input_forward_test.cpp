@@ -69,13 +69,9 @@ std::pair<Tensor, Tensor> rows(int64_t first, int64_t count, Device device = {})
   return {tensor(x, Shape({count, 4}), device), tensor(y, Shape({count, 4}), device)};
 }
 
-// The global batch's loss per SGD step on one device.
-std::vector<double> train_one_device() {
-  const Device device = xla_device();
-  set_rng_state(kSeed, device);
-  Regression model(device);
+// `model`'s loss per SGD step on the whole global batch (x, y).
+std::vector<double> train_on_the_global_batch(nn::Module& model, const Tensor& x, const Tensor& y) {
   optim::SGD optimizer(model.parameters(), {.lr = kLr});
-  const auto [x, y] = rows(0, kReplicas * kRowsPerReplica, device);
   std::vector<double> losses;
   for (int step = 0; step < kSteps; ++step) {
     optimizer.zero_grad();
@@ -86,6 +82,15 @@ std::vector<double> train_one_device() {
     losses.push_back(loss.item<float>());
   }
   return losses;
+}
+
+// The global batch's loss per SGD step on one device.
+std::vector<double> train_one_device() {
+  const Device device = xla_device();
+  set_rng_state(kSeed, device);
+  Regression model(device);
+  const auto [x, y] = rows(0, kReplicas * kRowsPerReplica, device);
+  return train_on_the_global_batch(model, x, y);
 }
 
 // The same on kReplicas replicas, each on its rows, the model wrapped by `wrap`: the mean of
@@ -220,18 +225,8 @@ TEST_F(TwoInputForward, SpmdFsdpLaysOutBothInputsAndTrainsAsOneDevice) {
   set_rng_state(kSeed, device);
   spmd::SpmdFullyShardedDataParallel model(std::make_shared<Regression>(device),
                                            Mesh({0, 1, 2, 3}, {4}, {"fsdp"}));
-  optim::SGD optimizer(model.parameters(), {.lr = kLr});
   const auto [x, y] = rows(0, kReplicas * kRowsPerReplica, device);
-  std::vector<double> got;
-  for (int step = 0; step < kSteps; ++step) {
-    optimizer.zero_grad();
-    const Tensor loss = model(x, y);
-    loss.backward();
-    optimizer.step();
-    mark_step();
-    got.push_back(loss.item<float>());
-  }
-  expect_same_training(got, want);
+  expect_same_training(train_on_the_global_batch(model, x, y), want);
   EXPECT_NE(spmd::get_sharding_spec(x), "") << "the first input's batch was not laid out";
   EXPECT_NE(spmd::get_sharding_spec(y), "") << "the second input's batch was not laid out";
 }
