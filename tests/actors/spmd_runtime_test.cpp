@@ -22,6 +22,7 @@
 #include "axle/io/fake_data.h"
 #include "axle/io/parallel_loader.h"
 #include "axle/io/spmd_checkpoint.h"
+#include "tests/spmd_mlp.h"
 
 namespace axle::testing {
 namespace {
@@ -31,14 +32,10 @@ using spmd::mark_sharding;
 constexpr auto None = std::nullopt;
 constexpr int kDevices = 4;
 
-int64_t count(const char* name) { return counter_value(name).value_or(0); }
-
-std::vector<float> random_values(std::mt19937& rng, int64_t n, float scale = 1) {
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> values(static_cast<std::size_t>(n));
-  for (float& v : values) v = u(rng);
-  return values;
-}
+using spmd_mlp::count;
+using spmd_mlp::random_values;
+using spmd_mlp::train;
+using spmd_mlp::TrainingRun;
 
 class SpmdRuntime : public ::testing::Test {
  protected:
@@ -108,90 +105,6 @@ TEST_F(SpmdRuntime, ShardsHoldTheirTiles) {
   }
 }
 
-// A two-layer MLP written as plain ops, so both runs start from the same weights.
-struct Mlp {
-  Tensor w1, b1, w2, b2;
-  Mlp(const std::vector<std::vector<float>>& init, int64_t in, int64_t hidden, int64_t out)
-      : w1(tensor(init[0], {hidden, in})),
-        b1(tensor(init[1], {hidden})),
-        w2(tensor(init[2], {out, hidden})),
-        b2(tensor(init[3], {out})) {
-    for (Tensor* p : {&w1, &b1, &w2, &b2}) p->requires_grad_();
-  }
-  [[nodiscard]] std::vector<Tensor> parameters() const { return {w1, b1, w2, b2}; }
-  Tensor forward(const Tensor& x) const {
-    const Tensor h = relu(matmul(x, transpose(w1, 0, 1)) + b1);
-    return matmul(h, transpose(w2, 0, 1)) + b2;
-  }
-};
-
-struct TrainingRun {
-  std::vector<double> losses;
-  std::vector<std::vector<float>> weights;
-  int64_t compiles = 0;
-  Shape w1_shard;  // device 0's piece of the first layer's weight after training
-};
-
-enum class Layout { kOneDevice, kData, kModel, kDataAndModel };
-
-TrainingRun train(Layout layout, int steps) {
-  constexpr int64_t kIn = 12, kHidden = 16, kOut = 8, kBatch = 8;
-  std::mt19937 rng(7);
-  std::vector<std::vector<float>> init{
-      random_values(rng, kHidden * kIn, 0.3f), random_values(rng, kHidden, 0.1f),
-      random_values(rng, kOut * kHidden, 0.3f), random_values(rng, kOut, 0.1f)};
-  Mlp mlp(init, kIn, kHidden, kOut);
-  std::optional<Mesh> mesh;
-  if (layout == Layout::kData)
-    mesh.emplace(std::vector<int64_t>{0, 1, 2, 3}, std::vector<int64_t>{4, 1},
-                 std::vector<std::string>{"data", "model"});
-  if (layout == Layout::kModel)
-    mesh.emplace(std::vector<int64_t>{0, 1, 2, 3}, std::vector<int64_t>{1, 4},
-                 std::vector<std::string>{"data", "model"});
-  if (layout == Layout::kDataAndModel)
-    mesh.emplace(std::vector<int64_t>{0, 1, 2, 3}, std::vector<int64_t>{2, 2},
-                 std::vector<std::string>{"data", "model"});
-  if (mesh && layout != Layout::kData) {
-    // Megatron: the first layer's rows (its outputs) over "model", the second's columns.
-    mark_sharding(mlp.w1, *mesh, {"model", None});
-    mark_sharding(mlp.b1, *mesh, {"model"});
-    mark_sharding(mlp.w2, *mesh, {None, "model"});
-  }
-  optim::SGD sgd(mlp.parameters(), {.lr = 0.1, .momentum = 0.9});
-  const int64_t compiles_before = count("UncachedCompile");
-  TrainingRun run;
-  // Two batches, alternating: a new upload every step, and a loss that falls.
-  std::mt19937 data_rng(11);
-  std::vector<std::vector<float>> inputs;
-  std::vector<std::vector<int64_t>> targets;
-  for (int b = 0; b < 2; ++b) {
-    inputs.push_back(random_values(data_rng, kBatch * kIn));
-    targets.emplace_back(kBatch);
-    for (auto& l : targets.back()) l = static_cast<int64_t>(data_rng() % kOut);
-  }
-  std::vector<Tensor> losses;
-  for (int step = 0; step < steps; ++step) {
-    const Tensor x = tensor(inputs[step % 2], {kBatch, kIn});
-    const Tensor y = tensor(targets[step % 2], {kBatch});
-    if (mesh && layout != Layout::kModel) {
-      mark_sharding(x, *mesh, {"data", None});
-      mark_sharding(y, *mesh, {"data"});
-    }
-    sgd.zero_grad();
-    const Tensor loss = nn::cross_entropy(mlp.forward(x), y);
-    loss.backward();
-    sgd.step();
-    mark_step();
-    losses.push_back(loss);
-  }
-  for (const Tensor& loss : losses) run.losses.push_back(loss.item());
-  for (const Tensor& p : mlp.parameters()) run.weights.push_back(p.to_vector<float>());
-  run.compiles = count("UncachedCompile") - compiles_before;
-  const DeviceData& w1 = *mlp.w1.impl()->data();
-  run.w1_shard = w1.sharded() ? w1.shards()[0]->shape() : w1.shape();
-  return run;
-}
-
 void expect_same_training(const TrainingRun& spmd, const TrainingRun& one, const char* what) {
   ASSERT_EQ(spmd.losses.size(), one.losses.size());
   for (std::size_t s = 0; s < one.losses.size(); ++s) {
@@ -210,14 +123,14 @@ void expect_same_training(const TrainingRun& spmd, const TrainingRun& one, const
 
 TEST(SpmdTraining, MeshesTrainAsOneDevice) {
   LazySystem::restart({.cpu_devices = kDevices});
-  const TrainingRun one = train(Layout::kOneDevice, 8);
+  const TrainingRun one = train(std::nullopt, 8);
   // The weights stay in their shards from step to step: rows of w1 per device.
-  for (auto [layout, what, rows] : {std::tuple{Layout::kData, "mesh 4x1 (data)", 16},
-                                    std::tuple{Layout::kModel, "mesh 1x4 (model)", 4},
-                                    std::tuple{Layout::kDataAndModel, "mesh 2x2", 8}}) {
+  for (auto [shape, what, rows] : {std::tuple{std::vector<int64_t>{4, 1}, "mesh 4x1 (data)", 16},
+                                   std::tuple{std::vector<int64_t>{1, 4}, "mesh 1x4 (model)", 4},
+                                   std::tuple{std::vector<int64_t>{2, 2}, "mesh 2x2", 8}}) {
     LazySystem::restart({.cpu_devices = kDevices});
     use_spmd();
-    const TrainingRun spmd = train(layout, 8);
+    const TrainingRun spmd = train(Mesh({0, 1, 2, 3}, shape, {"data", "model"}), 8);
     expect_same_training(spmd, one, what);
     EXPECT_EQ(spmd.w1_shard, (Shape{rows, 12})) << what;
   }

@@ -27,6 +27,7 @@
 #include "axle/io/fake_data.h"
 #include "axle/io/parallel_loader.h"
 #include "axle/io/spmd_checkpoint.h"
+#include "tests/spmd_mlp.h"
 
 namespace axle {
 namespace {
@@ -35,14 +36,10 @@ using spmd::HybridMesh;
 using spmd::mark_sharding;
 constexpr auto None = std::nullopt;
 
-int64_t count(const char* name) { return counter_value(name).value_or(0); }
-
-std::vector<float> random_values(std::mt19937& rng, int64_t n, float scale = 1) {
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> values(static_cast<std::size_t>(n));
-  for (float& v : values) v = u(rng);
-  return values;
-}
+using spmd_mlp::count;
+using spmd_mlp::random_values;
+using spmd_mlp::train;
+using spmd_mlp::TrainingRun;
 
 // The job's devices, whether it is one process or several.
 int job_devices() { return LazySystem::get().device_count() * process_count(); }
@@ -77,81 +74,6 @@ std::vector<int64_t> ids(int n) {
   std::vector<int64_t> v(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = i;
   return v;
-}
-
-// A two-layer MLP written as plain ops, so every run starts from the same weights.
-struct Mlp {
-  Tensor w1, b1, w2, b2;
-  Mlp(const std::vector<std::vector<float>>& init, int64_t in, int64_t hidden, int64_t out)
-      : w1(tensor(init[0], {hidden, in})),
-        b1(tensor(init[1], {hidden})),
-        w2(tensor(init[2], {out, hidden})),
-        b2(tensor(init[3], {out})) {
-    for (Tensor* p : {&w1, &b1, &w2, &b2}) p->requires_grad_();
-  }
-  [[nodiscard]] std::vector<Tensor> parameters() const { return {w1, b1, w2, b2}; }
-  Tensor forward(const Tensor& x) const {
-    const Tensor h = relu(matmul(x, transpose(w1, 0, 1)) + b1);
-    return matmul(h, transpose(w2, 0, 1)) + b2;
-  }
-};
-
-struct TrainingRun {
-  std::vector<double> losses;
-  std::vector<std::vector<float>> weights;
-  int64_t compiles = 0;
-  std::size_t w1_shards = 0;  // the pieces of w1 this process holds
-  int w1_first = 0;           // the mesh position of the first
-  Shape w1_shard;
-};
-
-// Trains the MLP for `steps` steps; with a mesh, Megatron over "model" and the batch over "data".
-TrainingRun train(const std::optional<Mesh>& mesh, int steps) {
-  constexpr int64_t kIn = 12, kHidden = 16, kOut = 8, kBatch = 8;
-  std::mt19937 rng(7);
-  std::vector<std::vector<float>> init{
-      random_values(rng, kHidden * kIn, 0.3f), random_values(rng, kHidden, 0.1f),
-      random_values(rng, kOut * kHidden, 0.3f), random_values(rng, kOut, 0.1f)};
-  Mlp mlp(init, kIn, kHidden, kOut);
-  if (mesh) {
-    mark_sharding(mlp.w1, *mesh, {"model", None});
-    mark_sharding(mlp.b1, *mesh, {"model"});
-    mark_sharding(mlp.w2, *mesh, {None, "model"});
-  }
-  optim::SGD sgd(mlp.parameters(), {.lr = 0.1, .momentum = 0.9});
-  const int64_t compiles_before = count("UncachedCompile");
-  std::mt19937 data_rng(11);
-  std::vector<std::vector<float>> inputs;
-  std::vector<std::vector<int64_t>> targets;
-  for (int b = 0; b < 2; ++b) {
-    inputs.push_back(random_values(data_rng, kBatch * kIn));
-    targets.emplace_back(kBatch);
-    for (auto& l : targets.back()) l = static_cast<int64_t>(data_rng() % kOut);
-  }
-  std::vector<Tensor> losses;
-  for (int step = 0; step < steps; ++step) {
-    const Tensor x = tensor(inputs[step % 2], {kBatch, kIn});
-    const Tensor y = tensor(targets[step % 2], {kBatch});
-    if (mesh) {
-      mark_sharding(x, *mesh, {"data", None});
-      mark_sharding(y, *mesh, {"data"});
-    }
-    sgd.zero_grad();
-    const Tensor loss = nn::cross_entropy(mlp.forward(x), y);
-    loss.backward();
-    sgd.step();
-    mark_step();
-    losses.push_back(loss);
-  }
-  TrainingRun run;
-  for (const Tensor& loss : losses) run.losses.push_back(loss.item());
-  for (const Tensor& p : mlp.parameters()) run.weights.push_back(p.to_vector<float>());
-  run.compiles = count("UncachedCompile") - compiles_before;
-  const DeviceData& w1 = *mlp.w1.impl()->data();
-  run.w1_shards = w1.sharded() ? w1.shards().size() : 1;
-  run.w1_first = w1.first_shard();
-  run.w1_shard = w1.sharded() ? w1.shards()[0]->shape() : w1.shape();
-  return run;
 }
 
 TEST_F(SpmdProcesses, MeshesOverTheJobTrainAsOneDevice) {
