@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "axle/backends/cpu/compute_pool.h"
+#include "tests/backends/conv_reference.h"
 #include "tests/backends/fused_chain.h"
 #include "tests/backends/kernel_test_util.h"
 
@@ -177,53 +178,21 @@ TEST(ThreadCount, Bf16MatmulGivesOneThreadsBits) {
 
 // ---- conv2d ----------------------------------------------------------------------------------
 
+// A convolution with the same stride, padding and dilation along both image dims.
 struct Conv {
   int64_t stride = 1, pad = 0, dilation = 1, groups = 1;
-};
-
-Reference reference_conv(const HostTensor& x, const HostTensor& w, const Conv& p) {
-  const int64_t n = x.shape[0], c = x.shape[1], h = x.shape[2], wd = x.shape[3];
-  const int64_t o = w.shape[0], cg = w.shape[1], kh = w.shape[2], kw = w.shape[3];
-  const int64_t oh = (h + 2 * p.pad - p.dilation * (kh - 1) - 1) / p.stride + 1;
-  const int64_t ow = (wd + 2 * p.pad - p.dilation * (kw - 1) - 1) / p.stride + 1;
-  const int64_t og = o / p.groups;
-  Reference ref{{n, o, oh, ow}, {}, {}};
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t oc = 0; oc < o; ++oc) {
-      for (int64_t y = 0; y < oh; ++y) {
-        for (int64_t xo = 0; xo < ow; ++xo) {
-          double sum = 0, scale = 0;
-          for (int64_t ic = 0; ic < cg; ++ic) {
-            for (int64_t i = 0; i < kh; ++i) {
-              for (int64_t j = 0; j < kw; ++j) {
-                const int64_t iy = y * p.stride - p.pad + i * p.dilation;
-                const int64_t ix = xo * p.stride - p.pad + j * p.dilation;
-                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
-                const int64_t channel = (oc / og) * cg + ic;
-                const double term = x.values[((b * c + channel) * h + iy) * wd + ix] *
-                                    w.values[((oc * cg + ic) * kh + i) * kw + j];
-                sum += term;
-                scale += std::abs(term);
-              }
-            }
-          }
-          ref.values.push_back(sum);
-          ref.scale.push_back(scale);
-        }
-      }
-    }
+  [[nodiscard]] ConvParams params() const {
+    return {stride, stride, pad, pad, dilation, dilation, groups};
   }
-  return ref;
-}
+};
 
 void expect_conv(const Shape& x_shape, const Shape& w_shape, const Conv& p, bool exact,
                  std::mt19937& rng) {
   const HostTensor x = random_tensor(DType::kFloat32, x_shape, rng);
   const HostTensor w = random_tensor(DType::kFloat32, w_shape, rng);
-  const Reference ref = reference_conv(x, w, p);
+  const Reference ref = reference_conv(x, w, p.params());
   expect_on_every_thread_count(Kernel::kConv2d, {x, w}, DType::kFloat32, ref.shape,
-                               {p.stride, p.stride, p.pad, p.pad, p.dilation, p.dilation, p.groups},
-                               ref.values, tolerance(DType::kFloat32), exact,
+                               p.params().ints(), ref.values, tolerance(DType::kFloat32), exact,
                                "conv2d x " + x_shape.to_string() + ", w " + w_shape.to_string(),
                                ref.scale);
 }
