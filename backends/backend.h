@@ -104,7 +104,7 @@ class Backend {
 };
 
 /// How the CPU backend runs its devices; the defaults are those of axle's settings
-/// (engine/config.h, DeviceSettings), which the lazy system passes.
+/// (backends/device_settings.h, DeviceSettings), which the lazy system passes.
 struct CpuBackendOptions {
   /// Per device, the threads a large kernel is split over (the device actor's thread included);
   /// 0 shares the usable cores among the devices (at least one each).

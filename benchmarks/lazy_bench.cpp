@@ -21,6 +21,7 @@
 #include <filesystem>
 
 #include "axle/actors/compiler/lowering.h"
+#include "axle/actors/host/lazy_settings.h"
 #include "axle/actors/host/lazy_system.h"
 #include "axle/axle.h"
 #include "axle/engine/config.h"

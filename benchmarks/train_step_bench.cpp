@@ -60,6 +60,7 @@
 #include "axle/actors/host/lazy_system.h"
 #include "axle/axle.h"
 #include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/device_settings.h"
 #include "axle/engine/config.h"
 #include "axle/engine/cores.h"
 #include "benchmarks/gpt_step.h"

@@ -8,7 +8,7 @@
 #include <optional>
 #include <unordered_map>
 
-#include "axle/engine/config.h"
+#include "axle/graph/graph_settings.h"
 #include "axle/graph/sharding.h"
 
 namespace axle {

@@ -1,12 +1,12 @@
 // graph: what every op's tracing shares (see op_util.h).
 #include "axle/graph/op_util.h"
+#include "axle/graph/graph_settings.h"
 
 #include <fmt/format.h>
 
 #include <array>
 #include <atomic>
 
-#include "axle/engine/config.h"
 #include "axle/engine/metrics.h"
 #include "axle/graph/tensor_runtime.h"
 #include "axle/graph/trace_context.h"

@@ -1,5 +1,6 @@
 // actors: program and graph dumps.
 #include "axle/actors/compiler/program_dump.h"
+#include "axle/actors/compiler/compiler_settings.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,7 +8,6 @@
 #include <cstdio>
 #include <mutex>
 
-#include "axle/engine/config.h"
 #include "axle/engine/log.h"
 #include "axle/graph/sharding.h"
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "axle/engine/config.h"
+#include "axle/actors/compiler/compiler_settings.h"
 #include "axle/graph/tensor.h"
 
 namespace axle {

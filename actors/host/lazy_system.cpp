@@ -1,5 +1,7 @@
 // actors: the process-wide lazy runtime.
 #include "axle/actors/host/lazy_system.h"
+#include "axle/actors/compiler/compiler_settings.h"
+#include "axle/actors/host/lazy_settings.h"
 
 #include <fmt/format.h>
 
@@ -11,6 +13,7 @@
 
 #include "axle/actors/runtime/replica_exchange.h"
 #include "axle/actors/runtime/standard_observers.h"
+#include "axle/backends/device_settings.h"
 #include "axle/engine/config.h"
 #include "axle/engine/log.h"
 #include "axle/engine/spawn.h"

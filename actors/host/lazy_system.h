@@ -28,7 +28,7 @@
 
 namespace axle {
 namespace config {
-struct LazySettings;  // engine/config.h
+struct LazySettings;  // actors/host/lazy_settings.h
 }  // namespace config
 
 /// Where compiled programs persist (initialize_cache); an empty path means nowhere.

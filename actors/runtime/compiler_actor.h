@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "axle/actors/compiler/compile_cache.h"
+#include "axle/actors/compiler/compiler_settings.h"
 #include "axle/actors/compiler/debug_analysis.h"
 #include "axle/actors/compiler/persistent_cache.h"
 #include "axle/actors/runtime/observer.h"
 #include "axle/engine/actor.h"
-#include "axle/engine/config.h"
 #include "axle/graph/passes/passes.h"
 #include "axle/graph/step_graph.h"
 #include "axle/graph/sync_reason.h"

@@ -3,6 +3,7 @@
 // when there is such), and the waiting and polling a thread here announces. The MPI loop its
 // thread runs is in mpi_loop.cpp.
 #include "axle/actors/runtime/process_transport.h"
+#include "axle/actors/runtime/collective_settings.h"
 
 #include <fmt/format.h>
 #include <mpi.h>

@@ -1,5 +1,6 @@
 // actors: the replicas' side of a rendezvous.
 #include "axle/actors/runtime/replica_exchange.h"
+#include "axle/actors/runtime/collective_settings.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,8 +9,6 @@
 #include <numeric>
 #include <optional>
 #include <stdexcept>
-
-#include "axle/engine/config.h"
 
 namespace axle {
 

@@ -1,4 +1,4 @@
-// Tests engine/config.h: the lookup (code over environment, parsing) and the settings table
+// Tests engine/config.h: the lookup (code over environment, parsing) and engine's settings
 // (defaults, overrides, bad values named).
 #include "axle/engine/config.h"
 
@@ -91,6 +91,21 @@ TEST_F(Config, GetIntRejectsMalformedNamingVariableAndValue) {
   }
 }
 
+TEST_F(Config, GetOptionalIntIsEmptyWhenUnsetOrBlankAndParsesOtherwise) {
+  EXPECT_EQ(config::get_optional_int(kName), std::nullopt);
+  setenv(kName, "  ", 1);
+  EXPECT_EQ(config::get_optional_int(kName), std::nullopt);
+  config::set(kName, " 0 ");
+  EXPECT_EQ(config::get_optional_int(kName), 0);
+  expect_config_error([] { (void)config::get_optional_int(kName); }, "zero");
+}
+
+TEST_F(Config, GetTrimmedGivesTheValueWithoutItsBlanks) {
+  EXPECT_EQ(config::get_trimmed(kName), "");
+  config::set(kName, "  1e9 ");
+  EXPECT_EQ(config::get_trimmed(kName), "1e9");
+}
+
 TEST_F(Config, GetDoubleParsesDecimalsAndExponents) {
   setenv(kName, " -0.25 ", 1);
   EXPECT_EQ(config::get_double(kName, 0), -0.25);
@@ -128,21 +143,11 @@ TEST_F(Config, GetStringReturnsValueVerbatim) {
   EXPECT_EQ(config::get_string(kName, "fallback"), " spaced value ");
 }
 
-// Every variable of engine's settings (README.md's table also lists the parts' own groups).
+// Every variable of engine's settings; tests/actors/part_settings_test.cpp reads the parts'.
 // clang-format off
-constexpr std::array<const char*, 30> kVariables = {
+constexpr std::array<const char*, 6> kVariables = {
     "AXLE_THREADS", "AXLE_SPIN_US", "AXLE_SHUTDOWN_TIMEOUT_MS",
-    "AXLE_LOG_LEVEL", "AXLE_VLOG_LEVEL", "AXLE_VMODULE",
-    "XLA_USE_BF16", "XLA_DOWNCAST_BF16", "XLA_NO_SPECIAL_SCALARS",
-    "XLA_IR_DEBUG",
-    "PJRT_DEVICE", "CPU_NUM_DEVICES", "AXLE_CPU_INTRA_OP_THREADS", "AXLE_CPU_BLOCK_CACHE_MB",
-    "XLA_PERSISTENT_CACHE_PATH", "XLA_PERSISTENT_CACHE_READ_ONLY",
-    "XLA_COMPILATION_CACHE_SIZE", "AXLE_MAX_GRAPH_NODES", "XLA_USE_EAGER_DEBUG_MODE",
-    "XLA_SYNC_WAIT", "XLA_ENABLE_PARAM_ALIASING", "XLA_SAVE_TENSORS_FILE", "XLA_SAVE_TENSORS_FMT",
-    "AXLE_TRACE_FILE",
-    "PT_XLA_DEBUG_LEVEL", "AXLE_METRICS_ANALYSIS_STEPS", "XLA_METRICS_FILE",
-    "XLA_FLAGS", "XLA_SAVE_HLO_FILE",
-    "AXLE_COLLECTIVE_TIMEOUT"};
+    "AXLE_LOG_LEVEL", "AXLE_VLOG_LEVEL", "AXLE_VMODULE"};
 // clang-format on
 
 // Runs each test with none of the table's variables set, in code or in the environment; the
@@ -188,41 +193,16 @@ TEST_F(Settings, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(s.log.min_level, LogLevel::kWarning);
   EXPECT_EQ(s.log.vlog_level, 0);
   EXPECT_TRUE(s.log.vmodule.empty());
-  EXPECT_FALSE(s.dtype.use_bf16);
-  EXPECT_FALSE(s.dtype.downcast_bf16);
-  EXPECT_FALSE(s.dtype.no_special_scalars);
-  EXPECT_FALSE(s.ir_dump.source_lines);
-  EXPECT_EQ(s.devices.pjrt_device, "CPU");
-  EXPECT_EQ(s.devices.cpu_num_devices, 1);
-  EXPECT_EQ(s.devices.cpu_intra_op_threads, 0);  // the cores shared among the devices
-  EXPECT_EQ(s.devices.cpu_block_cache_mb, 1024);
-  EXPECT_EQ(s.persistent_cache.path, "");
-  EXPECT_FALSE(s.persistent_cache.read_only);
-  EXPECT_EQ(s.lazy.compilation_cache_size, 2048);
-  EXPECT_EQ(s.lazy.max_graph_nodes, 1'000'000);
-  EXPECT_FALSE(s.lazy.eager_debug_mode);
-  EXPECT_FALSE(s.lazy.sync_wait);
-  EXPECT_EQ(s.lazy.max_async_closures, 100);
-  EXPECT_TRUE(s.lazy.param_aliasing);
-  EXPECT_EQ(s.lazy.save_tensors_file, "");
-  EXPECT_EQ(s.lazy.save_tensors_format, config::SaveTensorsFormat::kText);
-  EXPECT_EQ(s.lazy.trace_file, "");
-  EXPECT_EQ(s.analysis.debug_level, 0);
-  EXPECT_EQ(s.analysis.metrics_analysis_steps, 100);
-  EXPECT_EQ(s.analysis.metrics_file, "");
-  EXPECT_EQ(s.program_dump.dump_to, "");
-  EXPECT_EQ(s.program_dump.save_hlo_file, "");
-  EXPECT_EQ(s.collectives.timeout, 300s);
 }
 
 TEST_F(Settings, CodeOverridesTheEnvironment) {
-  setenv("XLA_COMPILATION_CACHE_SIZE", "5", 1);
-  EXPECT_EQ(config::read_lazy_settings().compilation_cache_size, 5);
-  config::set("XLA_COMPILATION_CACHE_SIZE", "7");
-  EXPECT_EQ(config::read_lazy_settings().compilation_cache_size, 7);
-  config::unset("XLA_COMPILATION_CACHE_SIZE");
-  EXPECT_EQ(config::read_lazy_settings().compilation_cache_size, 5);
-  unsetenv("XLA_COMPILATION_CACHE_SIZE");
+  setenv("AXLE_THREADS", "5", 1);
+  EXPECT_EQ(config::read_runtime_settings().threads, 5);
+  config::set("AXLE_THREADS", "7");
+  EXPECT_EQ(config::read_runtime_settings().threads, 7);
+  config::unset("AXLE_THREADS");
+  EXPECT_EQ(config::read_runtime_settings().threads, 5);
+  unsetenv("AXLE_THREADS");
 }
 
 // mpirun's OMPI_COMM_WORLD_LOCAL_SIZE: with more processes on the host than cores, threads do
@@ -242,67 +222,28 @@ TEST_F(Settings, ThreadsDoNotSpinWhenMoreProcessesShareTheHostThanItHasCores) {
   EXPECT_EQ(config::read_runtime_settings().spin, 50us);
 }
 
-// Short steps run on their hosts' threads either way (there they wait at meetings yielding their
-// core, as Open MPI's ranks do).
-TEST_F(Settings, ShortStepsRunOnTheHostsThreadsWhetherOrNotMoreProcessesShareTheHostThanCores) {
-  config::set("OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(usable_cores()));
-  EXPECT_EQ(config::read_lazy_settings().run_on_host_below_us, 20);
-  config::set("OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(usable_cores() + 1));
-  EXPECT_EQ(config::read_lazy_settings().run_on_host_below_us, 20);
-  config::set("AXLE_RUN_ON_HOST_BELOW_US", "5");
-  EXPECT_EQ(config::read_lazy_settings().run_on_host_below_us, 5);
-  config::set("AXLE_RUN_ON_HOST_BELOW_US", "-1");
-  EXPECT_THROW((void)config::read_lazy_settings(), ConfigError);
-  config::unset("OMPI_COMM_WORLD_LOCAL_SIZE");
-  config::unset("AXLE_RUN_ON_HOST_BELOW_US");
-  EXPECT_EQ(config::read_lazy_settings().run_on_host_below_us, 20);
-}
-
 TEST_F(Settings, ValuesOfEveryKindAreParsed) {
   using namespace std::chrono_literals;
   config::set("AXLE_SPIN_US", "7");
+  config::set("AXLE_SHUTDOWN_TIMEOUT_MS", "250");
   config::set("AXLE_LOG_LEVEL", "Info");
   config::set("AXLE_VMODULE", "compiler=2, device*=1");
-  config::set("XLA_USE_BF16", "yes");
-  config::set("PJRT_DEVICE", "cpu");
-  config::set("CPU_NUM_DEVICES", "4");
-  config::set("AXLE_CPU_INTRA_OP_THREADS", "3");
-  config::set("XLA_ENABLE_PARAM_ALIASING", "0");
-  config::set("XLA_SAVE_TENSORS_FMT", "hlo");
-  config::set("XLA_FLAGS", "--xla_other=1 --xla_dump_to=/tmp/dumps --xla_more");
-  config::set("AXLE_COLLECTIVE_TIMEOUT", "0.25");
   const config::Settings s = config::read_settings();
   EXPECT_EQ(s.runtime.spin, 7us);
+  EXPECT_EQ(s.runtime.shutdown_timeout, 250ms);
   EXPECT_EQ(s.log.min_level, LogLevel::kInfo);
   ASSERT_EQ(s.log.vmodule.size(), 2u);
   EXPECT_EQ(s.log.vmodule[0].pattern, "compiler");
   EXPECT_EQ(s.log.vmodule[0].verbosity, 2);
   EXPECT_EQ(s.log.vmodule[1].pattern, "device*");
   EXPECT_EQ(s.log.vmodule[1].verbosity, 1);
-  EXPECT_TRUE(s.dtype.use_bf16);
-  EXPECT_EQ(s.devices.cpu_num_devices, 4);
-  EXPECT_EQ(s.devices.cpu_intra_op_threads, 3);
-  EXPECT_FALSE(s.lazy.param_aliasing);
-  EXPECT_EQ(s.lazy.save_tensors_format, config::SaveTensorsFormat::kHlo);
-  EXPECT_EQ(s.program_dump.dump_to, "/tmp/dumps");
-  EXPECT_EQ(s.collectives.timeout, 250ms);
 }
 
 TEST_F(Settings, ABadValueIsAConfigErrorNamingTheVariableAndTheValue) {
   expect_named_error("AXLE_THREADS", "many");
+  expect_named_error("AXLE_SPIN_US", "1.5");
   expect_named_error("AXLE_LOG_LEVEL", "loud");
   expect_named_error("AXLE_VMODULE", "compiler=lots");
-  expect_named_error("XLA_USE_BF16", "maybe");
-  expect_named_error("PJRT_DEVICE", "TPU");
-  expect_named_error("CPU_NUM_DEVICES", "0");
-  expect_named_error("CPU_NUM_DEVICES", "abc");
-  expect_named_error("XLA_MAX_ASYNC_QUEUE", "-1");
-  expect_named_error("AXLE_CPU_INTRA_OP_THREADS", "0");
-  expect_named_error("AXLE_CPU_INTRA_OP_THREADS", "257");
-  expect_named_error("XLA_SAVE_TENSORS_FMT", "png");
-  expect_named_error("PT_XLA_DEBUG_LEVEL", "1.5");
-  expect_named_error("AXLE_COLLECTIVE_TIMEOUT", "0");
-  expect_named_error("AXLE_COLLECTIVE_TIMEOUT", "1e9");
 }
 
 TEST_F(Settings, TheLogReaderCanKeepTheDefaultOfAMalformedValueAndApplyTheRest) {
