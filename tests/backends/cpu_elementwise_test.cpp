@@ -397,6 +397,36 @@ TEST(CpuElementwise, Bf16ResultsRoundToNearestEvenLikeEigen) {
   }
 }
 
+// Long contiguous bf16 operands go through the chunked path (widened on vectors, computed in f32,
+// narrowed): each element as one rounding of the f32 result, over lengths that end mid-chunk and
+// split over the device's threads.
+TEST(CpuElementwise, Bf16ArithmeticOverLongOperandsRoundsEachF32Result) {
+  std::mt19937 rng(8);
+  for (const int64_t n : {int64_t{255}, int64_t{257}, int64_t{70001}}) {
+    const Shape shape{n};
+    HostTensor a = random_tensor(DType::kBFloat16, shape, rng, -1e3, 1e3);
+    const HostTensor b = random_tensor(DType::kBFloat16, shape, rng, -2, 2);
+    a.values[0] = kNaN;
+    a.values[1] = kInf;
+    for (const Kernel kernel : {Kernel::kAdd, Kernel::kSub, Kernel::kMul, Kernel::kDiv}) {
+      const HostTensor got = run_binary(kernel, a, b, DType::kBFloat16, shape);
+      for (int64_t i = 0; i < n; ++i) {
+        const auto x = static_cast<float>(a.values[i]), y = static_cast<float>(b.values[i]);
+        const float exact = kernel == Kernel::kAdd   ? x + y
+                            : kernel == Kernel::kSub ? x - y
+                            : kernel == Kernel::kMul ? x * y
+                                                     : x / y;
+        const auto want = static_cast<double>(static_cast<float>(Eigen::bfloat16(exact)));
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(got.values[i])) << kernel_name(kernel) << " element " << i;
+        } else {
+          ASSERT_EQ(got.values[i], want) << kernel_name(kernel) << " element " << i << " of " << n;
+        }
+      }
+    }
+  }
+}
+
 // ---- Logical ops and where -------------------------------------------------------------------
 
 TEST(CpuElementwise, LogicalAndOrFollowTruthTables) {
@@ -625,6 +655,30 @@ TEST(CpuElementwise, CastMatchesReferenceBetweenEveryDtypePair) {
                     reference(x.shape, {x}, [&](auto v) { return round_to(to, v[0]); }), to,
                     "cast from " + label(from));
     }
+  }
+}
+
+// f32 <-> bf16 casts of long arrays run on vectors: each element rounded to nearest even (ties
+// included), NaN kept NaN, infinities and signed zeros kept; bf16 -> f32 exact.
+TEST(CpuElementwise, CastBetweenF32AndBf16OverLongArraysRoundsEachElementToNearestEven) {
+  std::mt19937 rng(13);
+  const int64_t n = 100003;
+  HostTensor x = random_tensor(DType::kFloat32, Shape{n}, rng, -1e4, 1e4);
+  const std::vector<double> special = {kNaN, kInf, -kInf, -0.0, 1 + 0x1p-8, 1 + 3 * 0x1p-8,
+                                       0x1p-130, std::numeric_limits<float>::max()};
+  for (std::size_t i = 0; i < special.size(); ++i) x.values[i * 997] = special[i];
+  const HostTensor narrowed = run_kernel(Kernel::kCast, {x}, DType::kBFloat16, x.shape);
+  const HostTensor widened = run_kernel(Kernel::kCast, {narrowed}, DType::kFloat32, x.shape);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto want =
+        static_cast<double>(static_cast<float>(Eigen::bfloat16(static_cast<float>(x.values[i]))));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(narrowed.values[i]) && std::isnan(widened.values[i])) << i;
+      continue;
+    }
+    ASSERT_EQ(narrowed.values[i], want) << "element " << i << " = " << x.values[i];
+    ASSERT_EQ(std::signbit(narrowed.values[i]), std::signbit(want)) << "element " << i;
+    ASSERT_EQ(widened.values[i], narrowed.values[i]) << "element " << i;
   }
 }
 
