@@ -9,9 +9,12 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
+#include "axle/backends/cpu/avx512_lanes.h"
+#include "axle/backends/cpu/bf16_pairs.h"
 #include "axle/backends/cpu/gemm_kernels.h"
 
 // The small helpers below must inline into the loops that call them (a call would pass the
@@ -22,30 +25,17 @@ namespace axle::cpu {
 namespace avx512_gemm {
 namespace {
 
+using avx512_lanes::first_lanes;
+using avx512_lanes::round_to_bf16;
 using gemm_detail::min_of;
 using gemm_detail::TileIo;
 
-ALWAYS_INLINE __mmask16 first_lanes(int64_t n) noexcept {
-  if (n >= 16) return 0xffff;
-  if (n <= 0) return 0;
-  return static_cast<__mmask16>((1u << n) - 1);
-}
 ALWAYS_INLINE __mmask32 first_halves(int64_t n) noexcept {
   if (n >= 32) return 0xffffffffu;
   if (n <= 0) return 0;
   return static_cast<__mmask32>((uint32_t{1} << n) - 1);
 }
 
-/// bf16 bits of each lane (in its low 16 bits), rounded to nearest even as narrow() does, NaNs
-/// kept quiet with their sign; denormals are kept (vcvtneps2bf16 would flush them).
-ALWAYS_INLINE __m512i round_to_bf16(__m512 x) noexcept {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i nearest =
-      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-  return _mm512_mask_mov_epi32(nearest, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), quiet);
-}
 ALWAYS_INLINE __m512 widen_bits(__m512i bits) noexcept {
   return _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
 }
@@ -429,11 +419,46 @@ struct PairTraits {
 };
 
 // ---- direct products -------------------------------------------------------------------------
+// Products read where their operands lie (gemm.h's DirectProduct, bf16_pairs.h's PairProduct):
+// of f32 values (one FMA per element and step) or of bf16 pairs in 32-bit words (one vdpbf16ps).
 
-/// A tile of R rows x kVectors * 16 columns of a direct product (gemm.h), columns from col; the
-/// last vector takes the columns `last` masks (the others are whole).
-template <int R, int kVectors>
-void direct_tile(const DirectProduct& q, int64_t i0, int64_t col, __mmask16 last) noexcept {
+/// A direct product of Word (float, or uint32_t for bf16 pairs): c[i, 0:n] (+)= sum over
+/// p < depth of a(i, p) * b[p, 0:n], a(i, p) at a[i * a_row + p * a_col].
+template <class Word>
+struct Direct {
+  int64_t m, n, depth;
+  const Word* a;
+  int64_t a_row, a_col;
+  const Word* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  bool accumulate;
+};
+
+ALWAYS_INLINE __m512 load_row(__mmask16 mask, const float* at) noexcept {
+  return _mm512_maskz_loadu_ps(mask, at);
+}
+ALWAYS_INLINE __m512bh load_row(__mmask16 mask, const uint32_t* at) noexcept {
+  return (__m512bh)_mm512_maskz_loadu_epi32(mask, at);
+}
+ALWAYS_INLINE __m512 broadcast(const float* at) noexcept { return _mm512_set1_ps(*at); }
+ALWAYS_INLINE __m512bh broadcast(const uint32_t* at) noexcept {
+  uint32_t word;  // a bf16 row's word need not be 4-byte aligned
+  std::memcpy(&word, at, sizeof word);
+  return (__m512bh)_mm512_set1_epi32(static_cast<int>(word));
+}
+ALWAYS_INLINE __m512 multiply_add(__m512 x, __m512 b, __m512 acc) noexcept {
+  return _mm512_fmadd_ps(x, b, acc);
+}
+ALWAYS_INLINE __m512 multiply_add(__m512bh x, __m512bh b, __m512 acc) noexcept {
+  return _mm512_dpbf16_ps(acc, x, b);
+}
+
+/// A tile of R rows x kVectors * 16 columns of a direct product, columns from col; the last
+/// vector takes the columns `last` masks (the others are whole).
+template <int R, int kVectors, class Word>
+void direct_tile(const Direct<Word>& q, int64_t i0, int64_t col, __mmask16 last) noexcept {
   auto mask = [&](int v) { return v == kVectors - 1 ? last : __mmask16{0xffff}; };
   __m512 acc[R][kVectors];
 #pragma GCC unroll 12
@@ -445,17 +470,17 @@ void direct_tile(const DirectProduct& q, int64_t i0, int64_t col, __mmask16 last
                       : _mm512_setzero_ps();
     }
   }
-  const float* a_at = q.a + i0 * q.a_row;
-  const float* b_at = q.b + col;
+  const Word* a_at = q.a + i0 * q.a_row;
+  const Word* b_at = q.b + col;
   for (int64_t p = 0; p < q.depth; ++p, a_at += q.a_col, b_at += q.ldb) {
-    __m512 brow[kVectors];
+    decltype(load_row(0, b_at)) brow[kVectors];
 #pragma GCC unroll 4
-    for (int v = 0; v < kVectors; ++v) brow[v] = _mm512_maskz_loadu_ps(mask(v), b_at + 16 * v);
+    for (int v = 0; v < kVectors; ++v) brow[v] = load_row(mask(v), b_at + 16 * v);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
-      const __m512 x = _mm512_set1_ps(a_at[r * q.a_row]);
+      const auto x = broadcast(a_at + r * q.a_row);
 #pragma GCC unroll 4
-      for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_fmadd_ps(x, brow[v], acc[r][v]);
+      for (int v = 0; v < kVectors; ++v) acc[r][v] = multiply_add(x, brow[v], acc[r][v]);
     }
   }
 #pragma GCC unroll 12
@@ -469,8 +494,8 @@ void direct_tile(const DirectProduct& q, int64_t i0, int64_t col, __mmask16 last
 
 /// Every row of columns [col, col + 16 * kVectors) (the last vector masked by `last`), in
 /// tiles of kRows rows and one of the rows left over.
-template <int kRows, int kVectors>
-void direct_columns(const DirectProduct& q, int64_t col, __mmask16 last) noexcept {
+template <int kRows, int kVectors, class Word>
+void direct_columns(const Direct<Word>& q, int64_t col, __mmask16 last) noexcept {
   int64_t i0 = 0;
   for (; i0 + kRows <= q.m; i0 += kRows) direct_tile<kRows, kVectors>(q, i0, col, last);
   const int64_t rest = q.m - i0;
@@ -481,13 +506,10 @@ void direct_columns(const DirectProduct& q, int64_t col, __mmask16 last) noexcep
   (std::make_integer_sequence<int, kRows - 1>{});
 }
 
-}  // namespace
-}  // namespace avx512_gemm
-
-void avx512_direct_gemm(const DirectProduct& q) {
-  using namespace avx512_gemm;
-  // 64 columns at a time in tiles of 6 rows (24 accumulators; per step 4 loads of b and 6
-  // broadcasts of a for 24 FMAs), then 32 at a time in tiles of 12, then the rest masked.
+// 64 columns at a time in tiles of 6 rows (24 accumulators; per step 4 loads of b and 6
+// broadcasts of a for 24 multiply-adds), then 32 at a time in tiles of 12, then the rest masked.
+template <class Word>
+void direct_product(const Direct<Word>& q) {
   int64_t j0 = 0;
   for (; j0 + 64 <= q.n; j0 += 64) direct_columns<6, 4>(q, j0, 0xffff);
   for (; j0 + 32 <= q.n; j0 += 32) direct_columns<12, 2>(q, j0, 0xffff);
@@ -496,6 +518,19 @@ void avx512_direct_gemm(const DirectProduct& q) {
   } else if (j0 < q.n) {
     direct_columns<12, 1>(q, j0, first_lanes(q.n - j0));
   }
+}
+
+}  // namespace
+}  // namespace avx512_gemm
+
+void avx512_direct_gemm(const DirectProduct& q) {
+  avx512_gemm::direct_product<float>(
+      {q.m, q.n, q.depth, q.a, q.a_row, q.a_col, q.b, q.ldb, q.c, q.ldc, q.accumulate});
+}
+
+void avx512_pair_gemm(const PairProduct& q) {
+  avx512_gemm::direct_product<uint32_t>(
+      {q.m, q.n, q.pairs, q.a, q.lda, 1, q.b, q.ldb, q.c, q.ldc, q.accumulate});
 }
 
 GemmBlockKernel avx512_gemm_kernel(GemmPrecision precision, bool bf16_dot) {

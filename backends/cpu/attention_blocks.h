@@ -1,0 +1,272 @@
+// backends/cpu: what attention's kernels share (attention.cpp computes in the operands' precision
+// or f32, attention_pairs.cpp bf16 operands on vdpbf16ps): the blocks, a call's geometry, and the
+// steps on a block of scores. Private to backends/cpu.
+#pragma once
+
+#include <Eigen/Core>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/kernel.h"
+#include "axle/backends/cpu/vector_math.h"
+#include "axle/engine/shape.h"
+
+namespace axle::cpu::attention_detail {
+
+constexpr int64_t kQueryBlock = 64;
+constexpr int64_t kKeyBlock = 64;
+
+// One call's geometry: sizes, the batch, and each operand's element strides over the batch
+// dims (0 where it broadcasts).
+struct Problem {
+  int64_t L = 0, S = 0, E = 0, Ev = 0;
+  Shape batch;
+  std::array<int64_t, Shape::kMaxRank> q_strides{}, k_strides{}, v_strides{}, mask_strides{};
+  int64_t mask_row = 0, mask_col = 0;  // the mask's strides along L and S
+  const void* mask = nullptr;
+  bool bool_mask = false, causal = false;
+  double scale = 1;
+
+  // Element offsets of batch entry `entry` (row-major over `batch`) in q, k, v and the mask.
+  struct Offsets {
+    int64_t q = 0, k = 0, v = 0, mask = 0;
+  };
+  [[nodiscard]] Offsets offsets(int64_t entry) const noexcept {
+    Offsets o;
+    for (int d = batch.rank() - 1; d >= 0; --d) {
+      const int64_t i = entry % batch[d];
+      entry /= batch[d];
+      o.q += i * q_strides[d];
+      o.k += i * k_strides[d];
+      o.v += i * v_strides[d];
+      o.mask += i * mask_strides[d];
+    }
+    return o;
+  }
+};
+
+// rows x cols elements of T at `src` (row stride `stride`) as contiguous A: the buffer itself
+// when it already is, else widened into `scratch`.
+template <class T, class A>
+const A* as_compute(const T* src, int64_t rows, int64_t cols, A* scratch) {
+  if constexpr (std::is_same_v<T, A>) {
+    (void)rows, (void)cols, (void)scratch;
+    return src;
+  } else {
+    widen_block(src, scratch, rows * cols);
+    return scratch;
+  }
+}
+
+// dst[i] = src[i] * factor for i < n, stored as U. Fixed-count chunks with unaliased operands:
+// the form GCC vectorises at -O2.
+template <class U, class A>
+void scale_into(const A* __restrict__ src, int64_t n, A factor, U* __restrict__ dst) {
+  constexpr int64_t kChunk = 16;
+  int64_t i = 0;
+  for (; i + kChunk <= n; i += kChunk) {
+    for (int64_t j = 0; j < kChunk; ++j) dst[i + j] = store<U>(src[i + j] * factor);
+  }
+  for (; i < n; ++i) dst[i] = store<U>(src[i] * factor);
+}
+
+// rows x cols elements of T at `src` widened and multiplied by `scale` into `dst`: the softmax
+// scale is folded into q once, instead of into every score.
+template <class T, class A>
+const A* scaled_copy(const T* src, int64_t rows, int64_t cols, A scale, A* dst) {
+  const int64_t n = rows * cols;
+  if constexpr (std::is_same_v<T, A>) {
+    scale_into(src, n, scale, dst);
+  } else {
+    widen_block(src, dst, n);
+    for (int64_t i = 0; i < n; ++i) dst[i] *= scale;
+  }
+  return dst;
+}
+
+// rows x cols of `src` times `factor` into rows of `width` at `dst`, the rest of each row 0.
+template <class U, class A>
+void store_rows(const A* src, int64_t rows, int64_t cols, A factor, int64_t width, U* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    scale_into(src + r * cols, cols, factor, dst + r * width);
+    for (int64_t c = cols; c < width; ++c) dst[r * width + c] = store<U>(A(0));
+  }
+}
+
+#if defined(__AVX2__)
+// An 8 x 8 block of floats (row stride ld) transposed into dst (row stride ldd).
+inline void transpose_eight(const float* src, int64_t ld, float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+#endif
+
+/// rows x cols of row-major `src` (row stride ld) transposed into `dst` [cols, rows].
+template <class A>
+void transpose_into(const A* src, int64_t rows, int64_t cols, int64_t ld, A* dst) {
+  int64_t r0 = 0, c0 = 0;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<A, float>) {  // whole 8 x 8 blocks on vectors, the edges below
+    for (r0 = 0; r0 + 8 <= rows; r0 += 8) {
+      for (c0 = 0; c0 + 8 <= cols; c0 += 8) {
+        transpose_eight(src + r0 * ld + c0, ld, dst + c0 * rows + r0, rows);
+      }
+      for (int64_t r = r0; r < r0 + 8; ++r) {
+        for (int64_t c = c0; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
+      }
+    }
+  }
+#endif
+  for (int64_t r = r0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
+  }
+}
+
+template <class A>
+using ArrayMap = Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>>;
+template <class A>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<A, Eigen::Dynamic, 1>>;
+
+/// Row r of `rows` rows of n values (row stride ld): x = exp(x - shifts[r]), its sum into sums[r]
+/// when sums is not null (vector_math.h for float).
+template <class A>
+void exp_rows(A* x, int64_t rows, int64_t n, int64_t ld, const A* shifts, A* sums) {
+  if constexpr (std::is_same_v<A, float>) {
+    exp_shifted_rows(x, rows, n, ld, shifts, sums);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      ArrayMap<A> row(x + r * ld, n);
+      row = (row - shifts[r]).exp();
+      if (sums) sums[r] = row.sum();
+    }
+  }
+}
+
+// Scores (already scaled) of queries [i0, i0 + nq) against keys [j0, j0 + nk) in s (row
+// stride kKeyBlock) masked: -inf where dropped, an added mask added.
+template <class T, class A>
+void mask_scores(const Problem& p, int64_t mask_base, int64_t i0, int64_t nq, int64_t j0,
+                 int64_t nk, A* s) {
+  constexpr A kMinusInf = -std::numeric_limits<A>::infinity();
+  if (!p.mask && (!p.causal || j0 + nk <= i0 + 1)) return;  // nothing dropped in this block
+  for (int64_t i = 0; i < nq; ++i) {
+    A* row = s + i * kKeyBlock;
+    if (p.causal) {
+      for (int64_t j = std::max<int64_t>(0, i0 + i + 1 - j0); j < nk; ++j) row[j] = kMinusInf;
+    }
+    if (p.mask) {
+      const int64_t at = mask_base + (i0 + i) * p.mask_row + j0 * p.mask_col;
+      if (p.bool_mask) {
+        const bool* keep = static_cast<const bool*>(p.mask) + at;
+        for (int64_t j = 0; j < nk; ++j) {
+          if (!keep[j * p.mask_col]) row[j] = kMinusInf;
+        }
+      } else {
+        const T* added = static_cast<const T*>(p.mask) + at;
+        for (int64_t j = 0; j < nk; ++j) row[j] += static_cast<A>(load(added[j * p.mask_col]));
+      }
+    }
+  }
+}
+
+// One key block's scores `s` (nq rows of nk, row stride kKeyBlock) into the online softmax of
+// their queries: each row's running maximum `top` and sum `total` updated, the output
+// accumulator `acc` (rows of Ev) rescaled where the maximum grew, and s replaced by the block's
+// exp(score - top), or zeros in a row whose keys are all dropped so far.
+template <class A>
+void softmax_step(A* s, int64_t nq, int64_t nk, int64_t Ev, A* top, A* total, A* acc) {
+  constexpr A kMinusInf = -std::numeric_limits<A>::infinity();
+  A new_top[kQueryBlock] = {}, sum[kQueryBlock];  // initialised: GCC cannot see nq <= kQueryBlock
+  for (int64_t i = 0; i < nq; ++i) {
+    new_top[i] = std::max(top[i], ArrayMap<A>(s + i * kKeyBlock, nk).maxCoeff());
+  }
+  exp_rows(s, nq, nk, kKeyBlock, new_top, sum);
+  for (int64_t i = 0; i < nq; ++i) {
+    if (new_top[i] == kMinusInf) {  // every key so far dropped: nothing to add yet
+      ArrayMap<A>(s + i * kKeyBlock, nk).setZero();
+      continue;
+    }
+    const A rescale = std::exp(top[i] - new_top[i]);  // 0 when top was -inf
+    total[i] = total[i] * rescale + sum[i];
+    top[i] = new_top[i];
+    if (rescale != A(1)) ArrayMap<A>(acc + i * Ev, Ev) *= rescale;
+  }
+}
+
+// The forward's rows [O (Ev), logsumexp] of nq queries at `o` from their accumulated outputs and
+// softmax sums.
+template <class U, class A>
+void store_forward_rows(const A* acc, const A* top, const A* total, int64_t nq, int64_t Ev, U* o) {
+  constexpr A kMinusInf = -std::numeric_limits<A>::infinity();
+  constexpr A kNan = std::numeric_limits<A>::quiet_NaN();
+  for (int64_t i = 0; i < nq; ++i) {
+    // A query that keeps no key: NaN, as softmax over only -inf gives in torch's math path.
+    const bool none = total[i] == A(0);
+    const A inverse = none ? kNan : A(1) / total[i];
+    for (int64_t c = 0; c < Ev; ++c) o[i * (Ev + 1) + c] = store<U>(acc[i * Ev + c] * inverse);
+    o[i * (Ev + 1) + Ev] = store<U>(none ? kMinusInf : top[i] + std::log(total[i]));
+  }
+}
+
+// Whether causal masking drops every key of [j0, ...) for queries before i_end.
+inline bool causally_hidden(const Problem& p, int64_t j0, int64_t i_end) {
+  return p.causal && j0 >= i_end;
+}
+
+// Per query row of one entry: D = rowsum(dO * O) and the logsumexp the forward kept, read from
+// the forward's output rows [O (Ev), logsumexp].
+template <class U, class A>
+void read_row_terms(const U* forward, const A* grad, int64_t L, int64_t Ev, A* d, A* lse) {
+  for (int64_t i = 0; i < L; ++i) {
+    A dot = 0;
+    for (int64_t c = 0; c < Ev; ++c) {
+      dot += grad[i * Ev + c] * static_cast<A>(load(forward[i * (Ev + 1) + c]));
+    }
+    d[i] = dot;
+    lse[i] = static_cast<A>(load(forward[i * (Ev + 1) + Ev]));
+  }
+}
+
+// dS = P * (dO v^T - D), row by row over a block pair: `ds` holds dO v^T on entry.
+template <class A>
+void scores_gradient(const A* prob, const A* d, int64_t nq, int64_t nk, A* ds) {
+  for (int64_t i = 0; i < nq; ++i) {
+    ArrayMap<A> row(ds + i * kKeyBlock, nk);
+    row = ConstArrayMap<A>(prob + i * kKeyBlock, nk) * (row - d[i]);
+  }
+}
+
+// ---- bf16 operands on vdpbf16ps (attention_pairs.cpp) ---------------------------------------
+
+/// Whether bf16 operands of `p` take their block products on vdpbf16ps: the kernels run on
+/// AVX512_BF16 and the head widths are even (a row's values are whole pairs).
+[[nodiscard]] bool takes_bf16_pairs(const Problem& p);
+/// The forward and the backward with bf16 operands and outputs of U (float or Bf16).
+template <class U>
+void pair_attention_forward(const KernelArgs& args, const Problem& p);
+template <class U>
+void pair_attention_backward(const KernelArgs& args, const Problem& p);
+
+}  // namespace axle::cpu::attention_detail

@@ -1,0 +1,285 @@
+// backends/cpu: attention with bf16 operands on vdpbf16ps (bf16_pairs.h), as attention.cpp's
+// kernels are otherwise: the same blocks, online softmax and recomputed probabilities, with every
+// block product taking bf16 pairs summed in f32. The products' operands are laid out as pairs
+// along their sums: q, k and v rows are pairs already (even head widths); the probabilities and
+// their gradients are rounded to bf16, as torch's bf16 attention rounds them before its value
+// and gradient products; transposed operands are transposed a word (a pair) at a time. The
+// softmax scale multiplies the scores rather than q (q stays exact). Sums run in a fixed order
+// within each part, so results do not depend on the thread count; they differ from the f32
+// path's by the roundings to bf16.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "axle/backends/cpu/attention_blocks.h"
+#include "axle/backends/cpu/bf16_pairs.h"
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/isa.h"
+
+namespace axle::cpu::attention_detail {
+
+#if defined(AXLE_HAVE_AVX512_KERNELS) && defined(__AVX2__)
+
+bool takes_bf16_pairs(const Problem& p) {
+  return cpu_isa() >= CpuIsa::kAvx512Bf16 && p.E % 2 == 0 && p.Ev % 2 == 0;
+}
+
+namespace {
+
+// bf16 values as their words of pairs (rows of even width start on a word).
+const uint32_t* words(const Bf16* at) { return reinterpret_cast<const uint32_t*>(at); }
+const uint32_t* words(const uint16_t* at) { return reinterpret_cast<const uint32_t*>(at); }
+const uint16_t* bits(const Bf16* at) { return &at->bits; }
+
+// rows x cols words at `src` (row stride ld) transposed into `dst` [cols, rows]: whole 8 x 8
+// blocks on vectors (moves only: the bits stay), the edges one word at a time.
+void transpose_words(const void* src, int64_t rows, int64_t cols, int64_t ld, uint32_t* dst) {
+  const auto* from = static_cast<const char*>(src);
+  auto word = [&](int64_t r, int64_t c) {
+    uint32_t w;
+    std::memcpy(&w, from + 4 * (r * ld + c), sizeof w);
+    return w;
+  };
+  int64_t r0 = 0;
+  for (; r0 + 8 <= rows; r0 += 8) {
+    int64_t c0 = 0;
+    for (; c0 + 8 <= cols; c0 += 8) {
+      transpose_eight(reinterpret_cast<const float*>(from + 4 * (r0 * ld + c0)), ld,
+                      reinterpret_cast<float*>(dst + c0 * rows + r0), rows);
+    }
+    for (int64_t r = r0; r < r0 + 8; ++r) {
+      for (int64_t c = c0; c < cols; ++c) dst[c * rows + r] = word(r, c);
+    }
+  }
+  for (int64_t r = r0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = word(r, c);
+  }
+}
+
+void scale_rows(float* x, int64_t rows, int64_t n, int64_t ld, float factor) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x + r * ld;
+    for (int64_t j = 0; j < n; ++j) row[j] *= factor;
+  }
+}
+
+// Scratch carved into consecutive regions of 4-byte elements.
+class Carve {
+ public:
+  explicit Carve(void* base) : at_(static_cast<uint32_t*>(base)) {}
+  template <class T>
+  T* take(int64_t count) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 2);
+    T* region = reinterpret_cast<T*>(at_);
+    at_ += (count * static_cast<int64_t>(sizeof(T)) + 3) / 4;
+    return region;
+  }
+
+ private:
+  uint32_t* at_;
+};
+
+}  // namespace
+
+template <class U>
+void pair_attention_forward(const KernelArgs& args, const Problem& p) {
+  const Bf16* q = args.inputs[0].as<Bf16>();
+  const Bf16* k = args.inputs[1].as<Bf16>();
+  const Bf16* v = args.inputs[2].as<Bf16>();
+  U* out = args.output.as<U>();
+  const int64_t L = p.L, S = p.S, E = p.E, Ev = p.Ev, Eh = E / 2;
+  const int64_t query_blocks = (L + kQueryBlock - 1) / kQueryBlock;
+  const int64_t entries = p.batch.numel();
+  // Per thread, in 4-byte words: k's block transposed, v's block paired, the scores and their
+  // bf16, the output accumulator, the running maximum and sum.
+  const int64_t scratch_words = Eh * kKeyBlock + kKeyBlock / 2 * Ev + kQueryBlock * kKeyBlock +
+                                kQueryBlock * kKeyBlock / 2 + kQueryBlock * Ev + 2 * kQueryBlock;
+  const bool parallel = entries * L * S * (E + Ev) >= (int64_t{1} << 16);
+  ComputePool& pool = args.pool;
+  auto part = [&](int64_t index, int thread) {
+    const int64_t entry = index / query_blocks;
+    const int64_t i0 = (index % query_blocks) * kQueryBlock;
+    const int64_t nq = std::min(kQueryBlock, L - i0);
+    const Problem::Offsets at = p.offsets(entry);
+    Carve carve(pool.scratch(thread, static_cast<std::size_t>(scratch_words) * 4));
+    uint32_t* k_pairs = carve.take<uint32_t>(Eh * kKeyBlock);
+    uint32_t* v_pairs = carve.take<uint32_t>(kKeyBlock / 2 * Ev);
+    float* s = carve.take<float>(kQueryBlock * kKeyBlock);
+    uint16_t* p16 = carve.take<uint16_t>(kQueryBlock * kKeyBlock);
+    float* acc = carve.take<float>(kQueryBlock * Ev);
+    float* top = carve.take<float>(kQueryBlock);
+    float* total = carve.take<float>(kQueryBlock);
+    std::fill(acc, acc + nq * Ev, 0.0f);
+    std::fill(top, top + nq, -std::numeric_limits<float>::infinity());
+    std::fill(total, total + nq, 0.0f);
+    const uint32_t* q_words = words(q + at.q + i0 * E);
+    const auto scale = static_cast<float>(p.scale);
+    for (int64_t j0 = 0; j0 < S && !causally_hidden(p, j0, i0 + nq); j0 += kKeyBlock) {
+      const int64_t nk = std::min(kKeyBlock, S - j0), nk_pairs = (nk + 1) / 2;
+      transpose_words(k + at.k + j0 * E, nk, Eh, Eh, k_pairs);
+      avx512_pair_gemm({nq, nk, Eh, q_words, Eh, k_pairs, nk, s, kKeyBlock, false});
+      scale_rows(s, nq, nk, kKeyBlock, scale);
+      mask_scores<Bf16, float>(p, at.mask, i0, nq, j0, nk, s);
+      softmax_step(s, nq, nk, Ev, top, total, acc);
+      avx512_narrow_rows(s, nq, nk, kKeyBlock, p16, 2 * nk_pairs);
+      avx512_pair_rows(bits(v + at.v + j0 * Ev), nk, Ev, Ev, v_pairs, Ev);
+      avx512_pair_gemm({nq, Ev, nk_pairs, words(p16), nk_pairs, v_pairs, Ev, acc, Ev, true});
+    }
+    store_forward_rows(acc, top, total, nq, Ev, out + (entry * L + i0) * (Ev + 1));
+  };
+  const int64_t parts = entries * query_blocks;
+  if (parallel) {
+    pool.run(parts, part);
+  } else {
+    for (int64_t i = 0; i < parts; ++i) part(i, 0);
+  }
+}
+
+namespace {
+
+// The backward's per-thread scratch: per entry q^T and dO^T paired along the queries (and the
+// rows paired on the way), dO widened, D and the logsumexp, the dq accumulator; per key block
+// k^T, v^T, k's rows paired, dk^T and dv^T and their transposes; per block pair P, dS, their
+// pairs and dS's bf16.
+struct BackwardScratch {
+  static constexpr int64_t kBlockPairs = kQueryBlock / 2 * kKeyBlock;
+  uint32_t *q_t, *g_t, *paired;
+  float *g_wide, *d, *lse, *dq;
+  uint32_t *k_pairs, *v_t, *k_rows;
+  float *dk_t, *dv_t, *dk, *dv, *prob, *ds;
+  uint32_t *prob_pairs, *ds_pairs;
+  uint16_t* ds16;
+
+  static int64_t words(const Problem& p) {
+    const int64_t Lh = (p.L + 1) / 2, W = std::max(p.E, p.Ev);
+    return p.E * Lh + p.Ev * Lh + Lh * W + p.L * p.Ev + 2 * p.L + p.L * p.E +
+           (p.E / 2 + p.Ev / 2 + 2 * (p.E + p.Ev)) * kKeyBlock + kKeyBlock / 2 * p.E +
+           2 * kQueryBlock * kKeyBlock + 2 * kBlockPairs + kQueryBlock * kKeyBlock / 2;
+  }
+  BackwardScratch(void* base, const Problem& p) {
+    const int64_t Lh = (p.L + 1) / 2, W = std::max(p.E, p.Ev);
+    Carve carve(base);
+    q_t = carve.take<uint32_t>(p.E * Lh);
+    g_t = carve.take<uint32_t>(p.Ev * Lh);
+    paired = carve.take<uint32_t>(Lh * W);
+    g_wide = carve.take<float>(p.L * p.Ev);
+    d = carve.take<float>(p.L);
+    lse = carve.take<float>(p.L);
+    dq = carve.take<float>(p.L * p.E);
+    k_pairs = carve.take<uint32_t>(p.E / 2 * kKeyBlock);
+    v_t = carve.take<uint32_t>(p.Ev / 2 * kKeyBlock);
+    k_rows = carve.take<uint32_t>(kKeyBlock / 2 * p.E);
+    dk_t = carve.take<float>(p.E * kKeyBlock);
+    dv_t = carve.take<float>(p.Ev * kKeyBlock);
+    dk = carve.take<float>(kKeyBlock * p.E);
+    dv = carve.take<float>(kKeyBlock * p.Ev);
+    prob = carve.take<float>(kQueryBlock * kKeyBlock);
+    ds = carve.take<float>(kQueryBlock * kKeyBlock);
+    prob_pairs = carve.take<uint32_t>(kBlockPairs);
+    ds_pairs = carve.take<uint32_t>(kBlockPairs);
+    ds16 = carve.take<uint16_t>(kQueryBlock * kKeyBlock);
+  }
+};
+
+// One block pair of the backward: queries [i0, i0 + nq) against keys [j0, j0 + nk) of the entry
+// whose q and dO rows start at q_entry and g_entry, into dq, dk^T and dv^T.
+void backward_block_pair(const Problem& p, const Problem::Offsets& at, const Bf16* q_entry,
+                         const Bf16* g_entry, int64_t i0, int64_t j0, int64_t nk,
+                         BackwardScratch& x) {
+  const int64_t E = p.E, Ev = p.Ev, Lh = (p.L + 1) / 2;
+  const int64_t nq = std::min(kQueryBlock, p.L - i0), nq_pairs = (nq + 1) / 2;
+  const int64_t nk_pairs = (nk + 1) / 2;
+  // P = exp(scale q k^T - logsumexp): 0 where dropped, NaN in a row that keeps no key.
+  avx512_pair_gemm(
+      {nq, nk, E / 2, words(q_entry + i0 * E), E / 2, x.k_pairs, nk, x.prob, kKeyBlock, false});
+  scale_rows(x.prob, nq, nk, kKeyBlock, static_cast<float>(p.scale));
+  mask_scores<Bf16, float>(p, at.mask, i0, nq, j0, nk, x.prob);
+  exp_rows<float>(x.prob, nq, nk, kKeyBlock, x.lse + i0, nullptr);
+  // dv^T += dO^T P.
+  avx512_pair_rows(x.prob, nq, nk, kKeyBlock, x.prob_pairs, nk);
+  avx512_pair_gemm({Ev, nk, nq_pairs, x.g_t + i0 / 2, Lh, x.prob_pairs, nk, x.dv_t, nk, true});
+  // dS = P * (dO v^T - D).
+  avx512_pair_gemm(
+      {nq, nk, Ev / 2, words(g_entry + i0 * Ev), Ev / 2, x.v_t, nk, x.ds, kKeyBlock, false});
+  scores_gradient<float>(x.prob, x.d + i0, nq, nk, x.ds);
+  // dq += dS k and dk^T += q^T dS (both scaled once at the end).
+  avx512_narrow_rows(x.ds, nq, nk, kKeyBlock, x.ds16, 2 * nk_pairs);
+  avx512_pair_gemm({nq, E, nk_pairs, words(x.ds16), nk_pairs, x.k_rows, E, x.dq + i0 * E, E, true});
+  avx512_pair_rows(x.ds, nq, nk, kKeyBlock, x.ds_pairs, nk);
+  avx512_pair_gemm({E, nk, nq_pairs, x.q_t + i0 / 2, Lh, x.ds_pairs, nk, x.dk_t, nk, true});
+}
+
+}  // namespace
+
+// Operands [q, k, v, forward output [batch..., L, Ev + 1], grad [batch..., L, Ev] (, mask)], as
+// attention.cpp's backward. dk and dv are summed transposed (dk^T += q^T dS, dv^T += dO^T P), so
+// that both products sum over queries in pairs of rows, and turned back once per key block.
+template <class U>
+void pair_attention_backward(const KernelArgs& args, const Problem& p) {
+  const Bf16* q = args.inputs[0].as<Bf16>();
+  const Bf16* k = args.inputs[1].as<Bf16>();
+  const Bf16* v = args.inputs[2].as<Bf16>();
+  const U* forward = args.inputs[3].as<U>();
+  const Bf16* grad = args.inputs[4].as<Bf16>();
+  U* out = args.output.as<U>();
+  const int64_t L = p.L, S = p.S, E = p.E, Ev = p.Ev, Lh = (L + 1) / 2;
+  const int64_t entries = p.batch.numel(), W = std::max(E, Ev);
+  const bool parallel = entries * L * S * (E + Ev) >= (int64_t{1} << 15);
+  const auto scratch_bytes = static_cast<std::size_t>(BackwardScratch::words(p)) * 4;
+  ComputePool& pool = args.pool;
+  auto part = [&](int64_t entry, int thread) {
+    const Problem::Offsets at = p.offsets(entry);
+    BackwardScratch x(pool.scratch(thread, scratch_bytes), p);
+    const Bf16* q_entry = q + at.q;
+    const Bf16* g_entry = grad + entry * L * Ev;
+    avx512_pair_rows(bits(q_entry), L, E, E, x.paired, E);
+    transpose_words(x.paired, Lh, E, E, x.q_t);
+    avx512_pair_rows(bits(g_entry), L, Ev, Ev, x.paired, Ev);
+    transpose_words(x.paired, Lh, Ev, Ev, x.g_t);
+    widen_block(g_entry, x.g_wide, L * Ev);
+    read_row_terms<U, float>(forward + entry * L * (Ev + 1), x.g_wide, L, Ev, x.d, x.lse);
+    std::fill(x.dq, x.dq + L * E, 0.0f);
+    const auto scale = static_cast<float>(p.scale);
+    U* grads = out + entry * (L + 2 * S) * W;
+    for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
+      const int64_t nk = std::min(kKeyBlock, S - j0);
+      transpose_words(k + at.k + j0 * E, nk, E / 2, E / 2, x.k_pairs);
+      transpose_words(v + at.v + j0 * Ev, nk, Ev / 2, Ev / 2, x.v_t);
+      avx512_pair_rows(bits(k + at.k + j0 * E), nk, E, E, x.k_rows, E);
+      std::fill(x.dk_t, x.dk_t + E * nk, 0.0f);
+      std::fill(x.dv_t, x.dv_t + Ev * nk, 0.0f);
+      for (int64_t i0 = 0; i0 < L; i0 += kQueryBlock) {
+        if (causally_hidden(p, j0, std::min(L, i0 + kQueryBlock))) continue;
+        backward_block_pair(p, at, q_entry, g_entry, i0, j0, nk, x);
+      }
+      transpose_into(x.dk_t, E, nk, nk, x.dk);
+      transpose_into(x.dv_t, Ev, nk, nk, x.dv);
+      store_rows<U, float>(x.dk, nk, E, scale, W, grads + (L + j0) * W);
+      store_rows<U, float>(x.dv, nk, Ev, 1.0f, W, grads + (L + S + j0) * W);
+    }
+    store_rows<U, float>(x.dq, L, E, scale, W, grads);
+  };
+  if (parallel) {
+    pool.run(entries, part);
+  } else {
+    for (int64_t i = 0; i < entries; ++i) part(i, 0);
+  }
+}
+
+#else
+
+bool takes_bf16_pairs(const Problem&) { return false; }
+template <class U>
+void pair_attention_forward(const KernelArgs&, const Problem&) {}
+template <class U>
+void pair_attention_backward(const KernelArgs&, const Problem&) {}
+
+#endif
+
+template void pair_attention_forward<float>(const KernelArgs&, const Problem&);
+template void pair_attention_forward<Bf16>(const KernelArgs&, const Problem&);
+template void pair_attention_backward<float>(const KernelArgs&, const Problem&);
+template void pair_attention_backward<Bf16>(const KernelArgs&, const Problem&);
+
+}  // namespace axle::cpu::attention_detail

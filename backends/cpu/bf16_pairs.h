@@ -1,0 +1,43 @@
+// backends/cpu: products of bf16 pairs on vdpbf16ps (AVX512_BF16), for attention's blocks, and
+// the layouts they read. bf16 values go two to a 32-bit word along the sum: element 2s in the low
+// half, 2s + 1 in the high half, as vdpbf16ps takes them; a row's contiguous bf16 values are
+// such words already. Compiled with AVX-512 flags (the product in gemm_avx512.cpp, the layouts
+// in attention_avx512.cpp); call only where cpu_isa() is kAvx512Bf16.
+#pragma once
+
+#include <cstdint>
+
+namespace axle::cpu {
+
+/// c[i, 0:n] (+)= sum over s < pairs of the pair products a(i, s) . b(s, 0:n) for i < m, each
+/// summed in f32 (vdpbf16ps), s in order; a(i, s) is the word a[i * lda + s], b(s, j) the word
+/// b[s * ldb + j]; c row-major with row stride ldc, from c's values with `accumulate`.
+struct PairProduct {
+  int64_t m = 0, n = 0, pairs = 0;
+  const uint32_t* a = nullptr;
+  int64_t lda = 0;
+  const uint32_t* b = nullptr;
+  int64_t ldb = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  bool accumulate = false;
+};
+
+/// Computes `product` on the calling thread.
+void avx512_pair_gemm(const PairProduct& product);
+
+/// Rows 2s and 2s + 1 of f32 `src` (rows x cols, row stride lds) rounded to bf16 and paired
+/// into word row s of `out` (row stride ldo) for s < (rows + 1) / 2; an odd last row pairs
+/// with zeros.
+void avx512_pair_rows(const float* src, int64_t rows, int64_t cols, int64_t lds, uint32_t* out,
+                      int64_t ldo);
+/// As above, from bf16 bits.
+void avx512_pair_rows(const uint16_t* src, int64_t rows, int64_t cols, int64_t lds, uint32_t* out,
+                      int64_t ldo);
+/// Rows of f32 `src` (rows x cols, row stride lds) rounded to bf16 into rows of `out` (row
+/// stride ldo, in bf16 values); an odd cols gets a zero after its last value, so that every row
+/// is whole words.
+void avx512_narrow_rows(const float* src, int64_t rows, int64_t cols, int64_t lds, uint16_t* out,
+                        int64_t ldo);
+
+}  // namespace axle::cpu
