@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
+#include <limits>
 
 #include "axle/backends/cpu/attention_blocks.h"
 #include "axle/backends/cpu/bf16_pairs.h"

@@ -10,7 +10,8 @@
 namespace axle::cpu {
 
 /// c[i, 0:n] (+)= sum over s < pairs of the pair products a(i, s) . b(s, 0:n) for i < m, each
-/// summed in f32 (vdpbf16ps), s in order; a(i, s) is the word a[i * lda + s], b(s, j) the word
+/// summed in f32 (vdpbf16ps, which reads denormal bf16 values as zero and flushes denormal
+/// results), s in order; a(i, s) is the word a[i * lda + s], b(s, j) the word
 /// b[s * ldb + j]; c row-major with row stride ldc, from c's values with `accumulate`.
 struct PairProduct {
   int64_t m = 0, n = 0, pairs = 0;
