@@ -57,10 +57,17 @@ void transpose_words(const void* src, int64_t rows, int64_t cols, int64_t ld, ui
   }
 }
 
+// x[r, 0:n] *= factor for r < rows. Fixed-count chunks: the form GCC vectorises at -O2 (the
+// plain loop stayed scalar, 6% of a call).
 void scale_rows(float* x, int64_t rows, int64_t n, int64_t ld, float factor) {
+  constexpr int64_t kChunk = 16;
   for (int64_t r = 0; r < rows; ++r) {
     float* row = x + r * ld;
-    for (int64_t j = 0; j < n; ++j) row[j] *= factor;
+    int64_t j = 0;
+    for (; j + kChunk <= n; j += kChunk) {
+      for (int64_t t = 0; t < kChunk; ++t) row[j + t] *= factor;
+    }
+    for (; j < n; ++j) row[j] *= factor;
   }
 }
 
