@@ -93,7 +93,7 @@ TEST(Bf16Pairs, RowsArePairedAsTheScalarNarrowRoundsThem) {
     std::vector<float> src(static_cast<std::size_t>(rows * lds));
     for (float& v : src) v = normal(rng);
     src[5] = std::numeric_limits<float>::quiet_NaN();
-    src[static_cast<std::size_t>(lds + 1)] = -std::numeric_limits<float>::infinity();
+    src[static_cast<std::size_t>((rows - 1) * lds + 1)] = -std::numeric_limits<float>::infinity();
     std::vector<uint16_t> src16(src.size());
     for (std::size_t i = 0; i < src.size(); ++i) src16[i] = bits_of(src[i]);
     std::vector<uint32_t> from_f32(static_cast<std::size_t>(pairs * ldo), 0xdeadbeef);
