@@ -17,6 +17,7 @@
 #include "axle/engine/config.h"
 #include "axle/engine/cores.h"
 #include "axle/graph/graph_settings.h"
+#include "tests/settings_fixture.h"
 
 namespace axle {
 namespace {
@@ -61,38 +62,14 @@ PartSettings read_part_settings() {
           .collectives = config::read_collective_settings()};
 }
 
-// Runs each test with none of the variables set, in code or in the environment; the
-// environment's values come back afterwards.
-class PartSettingsTest : public ::testing::Test {
+class PartSettingsTest : public testing::WithoutVariables {
  protected:
-  void SetUp() override {
-    for (const char* name : kVariables) {
-      if (const char* value = std::getenv(name)) saved_.emplace_back(name, value);
-      unsetenv(name);
-      config::unset(name);
-    }
-  }
-  void TearDown() override {
-    for (const char* name : kVariables) config::unset(name);
-    for (const auto& [name, value] : saved_) setenv(name.c_str(), value.c_str(), 1);
-  }
-
- private:
-  std::vector<std::pair<std::string, std::string>> saved_;
+  PartSettingsTest() : WithoutVariables(kVariables) {}
 };
 
-// Expects reading the groups to throw ConfigError naming `name` and showing `value`.
+// Expects read_part_settings() to throw ConfigError naming `name` and showing `value`.
 void expect_named_error(const char* name, const std::string& value) {
-  config::set(name, value);
-  try {
-    (void)read_part_settings();
-    ADD_FAILURE() << "expected ConfigError for " << name << "=" << value;
-  } catch (const ConfigError& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find(name), std::string::npos) << message;
-    EXPECT_NE(message.find(value), std::string::npos) << message;
-  }
-  config::unset(name);
+  testing::expect_named_error(name, value, [] { return read_part_settings(); });
 }
 
 TEST_F(PartSettingsTest, DefaultsAreTheDocumentedOnes) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "axle/engine/cores.h"
+#include "tests/settings_fixture.h"
 
 namespace axle {
 namespace {
@@ -150,38 +151,14 @@ constexpr std::array<const char*, 6> kVariables = {
     "AXLE_LOG_LEVEL", "AXLE_VLOG_LEVEL", "AXLE_VMODULE"};
 // clang-format on
 
-// Runs each test with none of the table's variables set, in code or in the environment; the
-// environment's values come back afterwards.
-class Settings : public ::testing::Test {
+class Settings : public testing::WithoutVariables {
  protected:
-  void SetUp() override {
-    for (const char* name : kVariables) {
-      if (const char* value = std::getenv(name)) saved_.emplace_back(name, value);
-      unsetenv(name);
-      config::unset(name);
-    }
-  }
-  void TearDown() override {
-    for (const char* name : kVariables) config::unset(name);
-    for (const auto& [name, value] : saved_) setenv(name.c_str(), value.c_str(), 1);
-  }
-
- private:
-  std::vector<std::pair<std::string, std::string>> saved_;
+  Settings() : WithoutVariables(kVariables) {}
 };
 
-// Expects read_settings() to throw ConfigError naming `name` and showing `value`.
+// Expects config::read_settings() to throw ConfigError naming `name` and showing `value`.
 void expect_named_error(const char* name, const std::string& value) {
-  config::set(name, value);
-  try {
-    (void)config::read_settings();
-    ADD_FAILURE() << "expected ConfigError for " << name << "=" << value;
-  } catch (const ConfigError& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find(name), std::string::npos) << message;
-    EXPECT_NE(message.find(value), std::string::npos) << message;
-  }
-  config::unset(name);
+  testing::expect_named_error(name, value, [] { return config::read_settings(); });
 }
 
 TEST_F(Settings, DefaultsAreTheDocumentedOnes) {
