@@ -30,6 +30,7 @@
 #include "axle/graph/formats/step_commit.h"
 #include "axle/graph/trace_context.h"
 #include "axle/io/checkpoint_step.h"
+#include "axle/io/checkpoint_tiles.h"
 #include "axle/io/checkpoint_writer.h"
 
 namespace axle {
@@ -44,6 +45,8 @@ using checkpoint_step::apply_host_state;
 using checkpoint_step::CheckpointWriterActor;
 using checkpoint_step::commit_step;
 using checkpoint_step::committed_steps;
+using checkpoint_step::DeviceTiles;
+using checkpoint_step::finish_part;
 using checkpoint_step::host_bytes_of;
 using checkpoint_step::host_state;
 using checkpoint_step::host_tensors;
@@ -62,20 +65,23 @@ using checkpoint_step::per_replica_file;
 using checkpoint_step::per_replica_layout;
 using checkpoint_step::read_host_state;
 using checkpoint_step::read_json;
+using checkpoint_step::read_local_tiles;
 using checkpoint_step::read_replica_host_state;
 using checkpoint_step::read_replica_tensors;
 using checkpoint_step::read_tensors;
+using checkpoint_step::read_tile_tensors;
 using checkpoint_step::replica_host_state;
 using checkpoint_step::replica_tensors_of;
 using checkpoint_step::ReplicaHostState;
 using checkpoint_step::restored_entries;
 using checkpoint_step::restored_per_replica;
+using checkpoint_step::saved_as_tiles;
 using checkpoint_step::saved_layouts;
 using checkpoint_step::StepDirectory;
 using checkpoint_step::streams_file;
-using checkpoint_step::write_host_tensors;
 using checkpoint_step::write_tensors;
 using checkpoint_step::write_text;
+using checkpoint_step::write_tiles;
 using checkpoint_step::WriteFailure;
 using checkpoint_step::WriteStep;
 
@@ -277,10 +283,6 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
   // Pending values are computed by every replica alike, as at its next mark_step.
   if (any_pending(tensors) || any_pending(own)) mark_step();
   const fs::path partial = path_ / fmt::format(".{}.partial", step);
-  // Under SPMD over several processes every process takes part in each value's read, all of them
-  // before the first writes, so that a failed write leaves no process waiting in a read.
-  HostValues spmd_values;
-  if (me.spmd && me.count > 1) spmd_values = read_to_host(tensors, partial / kTensorsFile);
   // A save that fails leaves no partial directory behind, and the earlier steps as they were.
   const auto master_writes = [&](auto&& write) {
     if (!me.writes()) return;
@@ -295,11 +297,8 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
   master_writes([&] {
     on_disk(partial, "clear", [&](std::error_code& e) { fs::remove_all(partial, e); });
     on_disk(partial, "create", [&](std::error_code& e) { fs::create_directories(partial, e); });
-    if (spmd_values.empty()) {
-      write_tensors(tensors, partial / kTensorsFile);
-    } else {
-      (void)write_host_tensors(partial / kTensorsFile, spmd_values);
-    }
+    // Under SPMD every process writes its devices' tiles, below.
+    if (!me.spmd) write_tensors(tensors, partial / kTensorsFile);
     write_text(partial / kStateFile, host_state(step, state).dump(1));
   });
   if (replicated) rendezvous("CheckpointManager.save: state written");
@@ -308,9 +307,15 @@ bool CheckpointManager::save(int64_t step, const TrainingState& state, bool forc
     (void)per_replica_layout(own);  // every entry defined
     write_tensors(own, partial / per_replica_file(me.ordinal));
   }
+  if (me.spmd) {
+    std::vector<DeviceTiles> tiles = read_local_tiles(tensors, partial / kTensorsFile);
+    finish_part({path_, max_to_keep_}, step, partial, me.ordinal, me.count,
+                write_tiles(partial, tiles));
+  }
   if (replicated) rendezvous("CheckpointManager.save: random streams written");
-  master_writes([&] { commit_step({path_, max_to_keep_}, step, partial, me.count); });
-  if (replicated) rendezvous("CheckpointManager.save: committed");
+  if (!me.spmd) master_writes([&] { commit_step({path_, max_to_keep_}, step, partial, me.count); });
+  // Under SPMD the part written last committed the step before the processes met above.
+  if (replicated && !me.spmd) rendezvous("CheckpointManager.save: committed");
   return true;
 }
 
@@ -329,6 +334,12 @@ bool CheckpointManager::save_async(int64_t step, const TrainingState& state, boo
       when_busy_ == WhenBusy::kSkip && !(chkpt_on_preemption_ && reached_preemption(step));
   const bool writers_busy =
       me.writes() && may_skip && writer_ && writer_->writing() >= max_pending_async_;
+  const fs::path partial = path_ / fmt::format(".{}.partial", step);
+  // Under SPMD every process's writer writes into the step's partial directory: the first clears
+  // what an earlier run left there before they meet, so that none clears another's part.
+  if (me.spmd && me.writes() && !writers_busy) {
+    on_disk(partial, "clear", [&](std::error_code& e) { fs::remove_all(partial, e); });
+  }
   const std::optional<std::vector<json>> replicas = agree_on_async_save(state, own, writers_busy);
   if (!replicas) {
     AXLE_COUNTER_INC("CheckpointAsyncSkipped", 1);
@@ -340,28 +351,36 @@ bool CheckpointManager::save_async(int64_t step, const TrainingState& state, boo
     per_replica_bytes = mesh_reduce("CheckpointManager.save_async: per_replica", host_bytes_of(own),
                                     gather_all<std::string>);
   }
-  // Under SPMD over several processes every process takes part in each value's read.
+  // Under SPMD every process writes its part of the step: its devices' tiles.
   if (!me.writes() && !me.spmd) return true;
-  if (me.writes() && !writer_)
-    writer_ = std::make_unique<Writer>(StepDirectory{path_, max_to_keep_});
-  while (me.writes() && static_cast<int64_t>(writer_->in_flight.size()) >= max_pending_async_) {
+  if (!writer_) writer_ = std::make_unique<Writer>(StepDirectory{path_, max_to_keep_});
+  while (static_cast<int64_t>(writer_->in_flight.size()) >= max_pending_async_) {
     writer_->finish_oldest();
   }
-  const fs::path partial = path_ / fmt::format(".{}.partial", step);
   // The values as they stand after this step, on the host before the loop goes on: a read still
   // in flight at the next mark_step would keep that step from donating its buffer, and so give
   // this replica another graph than the others'. Only the disk is left to the writer.
-  HostStep saved{.step = step,
-                 .partial = partial,
-                 .host_state = host_state(step, state).dump(1),
-                 .values = read_to_host(tensors, partial / kTensorsFile)};
-  if (!me.writes()) return true;
-  for (const json& replica : *replicas) saved.streams.push_back(replica.at("streams").dump(1));
+  HostStep saved{.step = step, .partial = partial};
+  if (me.spmd) {
+    saved.as_tiles = true;
+    saved.tiles = read_local_tiles(tensors, partial / kTensorsFile);
+    saved.process = me.ordinal;
+    saved.processes = me.count;
+  } else {
+    saved.values = read_to_host(tensors, partial / kTensorsFile);
+  }
+  if (me.writes()) {
+    saved.host_state = host_state(step, state).dump(1);
+    for (const json& replica : *replicas) saved.streams.push_back(replica.at("streams").dump(1));
+  }
   for (const std::string& bytes : per_replica_bytes) {
     saved.per_replica.push_back(host_tensors(layout, bytes));
   }
   uint64_t host_bytes = 0;
   for (const auto& [name, value] : saved.values) host_bytes += value.bytes.size();
+  for (const DeviceTiles& device : saved.tiles) {
+    for (const auto& [name, tile] : device.values) host_bytes += tile.bytes.size();
+  }
   for (const std::string& bytes : per_replica_bytes) host_bytes += bytes.size();
   AXLE_METRIC_ADD("CheckpointAsyncHostBytes", MetricKind::kBytes, static_cast<double>(host_bytes));
   writer_->in_flight.push_back(writer_->actor.ask(WriteStep{std::move(saved)}));
@@ -376,10 +395,13 @@ void CheckpointManager::restore(int64_t step, TrainingState& state) {
   // Everything is read and checked before anything changes.
   const json host_json = read_json(dir / kStateFile);
   const HostState host = read_host_state(host_json, dir / kStateFile, state);
-  const int ordinal = party().ordinal;
+  const Party me = party();
+  // Under SPMD every process traces the one program with the same streams and loader position,
+  // so a job of more processes than saved the step resumes from the first one's.
+  const int saved_by = read_json(dir / kStepCommitFile).value("replicas", 0);
+  const int ordinal = me.spmd && me.ordinal >= saved_by ? 0 : me.ordinal;
   // A replica beyond those that saved the step has nothing of its own in it: the caller's
   // mistake (a job grown since), not damage to skip over for an older step or a fresh start.
-  const int saved_by = read_json(dir / kStepCommitFile).value("replicas", 0);
   if (ordinal >= saved_by) {
     throw nn::StateDictError(fmt::format(
         "{}: saved by {} replica(s); replica {} of this job has no random streams or position in "
@@ -390,7 +412,9 @@ void CheckpointManager::restore(int64_t step, TrainingState& state) {
   const fs::path tensors_file = dir / kTensorsFile;
   const fs::path replica_file = dir / per_replica_file(ordinal);
   const nn::StateDict masters =
-      read_tensors(tensors_file, master_tensors_of(state), saved_layouts(host_json));
+      saved_as_tiles(host_json)
+          ? read_tile_tensors(dir, master_tensors_of(state), host_json)
+          : read_tensors(tensors_file, master_tensors_of(state), saved_layouts(host_json));
   const nn::StateDict own = read_replica_tensors(replica_tensors_of(state), replica_file);
   // The model, the optimizer and the extra tensors: the master's, or this replica's shards.
   const nn::StateDict& saved = state.sharded ? own : masters;

@@ -21,11 +21,14 @@ namespace axle {
 /// steps as they were and no half-written step under its name. Inside spawn each replica makes a
 /// manager of its own over the same path and calls save() and restore() alike; the master
 /// writes, each replica adds its random streams, and all return once the step is committed.
-/// Under SPMD (use_spmd()) every process of the job makes a manager and calls alike: the
-/// processes read each value together (a collective) and the first writes; the step records each
-/// value's layout over the mesh, and a restore lays each value out as the tensor it replaces is
-/// (the optimizer's state, which a fresh optimizer lacks, as it was saved when the mesh has as
-/// many devices, else replicated), so a parameter marked on another mesh takes that layout.
+/// Under SPMD (use_spmd()) every process of the job makes a manager and calls alike; the step is
+/// a distributed checkpoint: each mesh device's tiles in a file of their own, each tile written
+/// once, each process reading and writing its own devices' (io/checkpoint_tiles.h), and the step
+/// committed by the process that finishes its part last. It records each value's shape and layout
+/// over the mesh; a restore puts each value together from its tiles (whatever mesh, and however
+/// many processes, saved it) and lays it out as the tensor it replaces is (the optimizer's state,
+/// which a fresh optimizer lacks, as it was saved when the mesh has as many devices, else
+/// replicated), so a parameter marked on another mesh takes that layout.
 /// Errors throw FileError naming the file and the cause.
 class CheckpointManager {
  public:
@@ -68,13 +71,16 @@ class CheckpointManager {
   /// for a pending value), each replica's random streams and data loader position go to it, and
   /// the master sends the step to its writer actor, which writes the steps in order on a thread
   /// of its own. Neither this call nor the next mark_step waits for the disk; the master waits
-  /// for its step's device-to-host copies. The writer's thread runs when a core is otherwise idle
-  /// (SCHED_IDLE), so that it takes what the steps leave of the cores. Host memory: one copy of the
-  /// state while it is written (CheckpointAsyncHostBytes in the metrics), max_pending_async copies
-  /// at most. A failed save is thrown by the next save, save_async or join, naming the file and the
-  /// cause; the earlier steps stay as they were. With WhenBusy::kSkip and max_pending_async saves
-  /// still being written, returns false on every replica and saves nothing (CheckpointAsyncSkipped
-  /// counts them); a step skipped at a preemption is saved all the same.
+  /// for its step's device-to-host copies. Under SPMD every process does so with its devices'
+  /// tiles, to a writer of its own (a failure is then thrown by that process's next save,
+  /// save_async or join; its step is never committed). The writer's thread runs when a core is
+  /// otherwise idle (SCHED_IDLE), so that it takes what the steps leave of the cores. Host memory:
+  /// one copy of the state while it is written (CheckpointAsyncHostBytes in the metrics),
+  /// max_pending_async copies at most. A failed save is thrown by the next save, save_async or
+  /// join, naming the file and the cause; the earlier steps stay as they were. With WhenBusy::kSkip
+  /// and max_pending_async saves still being written, returns false on every replica and saves
+  /// nothing (CheckpointAsyncSkipped counts them); a step skipped at a preemption is saved all the
+  /// same.
   bool save_async(int64_t step, const TrainingState& state, bool force = false);
   /// Waits for every asynchronous save in flight; throws the first one's failure.
   void join();

@@ -11,6 +11,7 @@
 #include "axle/actors/host/lazy_system.h"
 #include "axle/actors/host/replicas.h"
 #include "axle/engine/metrics.h"
+#include "axle/graph/device_data.h"
 #include "axle/graph/formats/atomic_file.h"
 #include "axle/graph/formats/checkpoint_codec.h"
 #include "axle/graph/formats/error.h"
@@ -31,6 +32,7 @@ using nlohmann::json;
 
 std::string streams_file(int ordinal) { return fmt::format("rng.{}.json", ordinal); }
 std::string per_replica_file(int ordinal) { return fmt::format("replica.{}.ckpt", ordinal); }
+std::string tiles_file(int64_t device) { return fmt::format("tiles.{}.ckpt", device); }
 
 void write_text(const fs::path& file, const std::string& text) {
   AtomicFileWriter out(file);
@@ -145,7 +147,11 @@ std::vector<std::pair<std::string, CpuTensor>> host_tensors(const json& layout,
 
 json host_state(int64_t step, const TrainingState& state) {
   json out{{"step", step}, {"sharded", state.sharded}};
-  if (LazySystem::get().spmd()) out["spmd_layouts"] = spmd_layouts(tensors_of(state));
+  if (LazySystem::get().spmd()) {
+    const nn::StateDict tensors = tensors_of(state);
+    out["spmd_layouts"] = spmd_layouts(tensors);
+    out["spmd_tiles"] = tile_layouts(tensors);
+  }
   if (state.optimizer) {
     json groups = json::array();
     for (const optim::ParamGroupOptions& group : state.optimizer->param_groups()) {
@@ -189,6 +195,23 @@ json spmd_layouts(const nn::StateDict& tensors) {
   return layouts;
 }
 
+ShardingSpec data_layout(const Tensor& tensor) {
+  const IntrusivePtr<DeviceData>& data = tensor.impl()->data();
+  return data && data->sharded() && data->sharding() >= 0 ? interned_sharding(data->sharding())
+                                                          : ShardingSpec::replicated();
+}
+
+json tile_layouts(const nn::StateDict& tensors) {
+  json out = json::array();
+  for (const auto& [name, tensor] : tensors) {
+    if (!tensor.defined()) continue;  // named by the save that reads it
+    const std::span<const int64_t> dims = tensor.shape().dims();
+    out.push_back({name, std::vector<int64_t>(dims.begin(), dims.end()),
+                   encode_sharding(data_layout(tensor))});
+  }
+  return out;
+}
+
 json saved_layouts(const json& host_state) {
   return host_state.value("spmd_layouts", json::object());
 }
@@ -216,27 +239,37 @@ int64_t restored_sharding(const std::string& name, const Tensor* target, const j
 
 }  // namespace
 
-// The saved tensors in the file's order, each on the device of the value it will replace (the
-// replica's default device for optimizer state, which may not exist yet).
-nn::StateDict read_tensors(const fs::path& file, const nn::StateDict& targets,
-                           const json& layouts) {
+Tensor restored_tensor(const std::string& name, const CpuTensor& saved, const Tensor* target,
+                       const json& layouts, const fs::path& file) {
+  const Device device = target ? target->device() : Device{};
+  Tensor t =
+      LazySystem::get().spmd()
+          ? tensor_from_bytes_sharded(saved.bytes, saved.dtype, saved.shape, device,
+                                      restored_sharding(name, target, layouts, saved.shape, file))
+          : tensor_from_bytes(saved.bytes, saved.dtype, saved.shape, device);
+  (void)t.impl()->data()->wait();  // on the device before the next tensor comes to the host
+  return t;
+}
+
+std::unordered_map<std::string, const Tensor*> defined_by_name(const nn::StateDict& targets) {
   std::unordered_map<std::string, const Tensor*> target_of;
   for (const auto& [name, tensor] : targets) {
     if (tensor.defined()) target_of.emplace(name, &tensor);
   }
-  const bool spmd = LazySystem::get().spmd();
+  return target_of;
+}
+
+// The saved tensors in the file's order, each on the device of the value it will replace (the
+// replica's default device for optimizer state, which may not exist yet).
+nn::StateDict read_tensors(const fs::path& file, const nn::StateDict& targets,
+                           const json& layouts) {
+  const std::unordered_map<std::string, const Tensor*> target_of = defined_by_name(targets);
   nn::StateDict out;
   CheckpointReader in(file);
   while (std::optional<CheckpointEntry> entry = in.next()) {
     const auto found = target_of.find(entry->name);
-    const Tensor* target = found == target_of.end() ? nullptr : found->second;
-    const CpuTensor& saved = entry->tensor;
-    const Device device = target ? target->device() : Device{};
-    Tensor t = spmd ? tensor_from_bytes_sharded(
-                          saved.bytes, saved.dtype, saved.shape, device,
-                          restored_sharding(entry->name, target, layouts, saved.shape, file))
-                    : tensor_from_bytes(saved.bytes, saved.dtype, saved.shape, device);
-    (void)t.impl()->data()->wait();  // on the device before the next tensor comes to the host
+    Tensor t = restored_tensor(entry->name, entry->tensor,
+                               found == target_of.end() ? nullptr : found->second, layouts, file);
     out.emplace_back(std::move(entry->name), std::move(t));
   }
   return out;

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "axle/graph/sharding.h"
 #include "axle/graph/trace_context.h"
 #include "axle/io/training_state.h"
 
@@ -35,6 +36,8 @@ inline constexpr std::string_view kPerReplica = "per_replica/";
 /// A replica's random streams, and its per_replica values.
 [[nodiscard]] std::string streams_file(int ordinal);
 [[nodiscard]] std::string per_replica_file(int ordinal);
+/// Under SPMD, the tiles mesh device `device` writes (io/checkpoint_tiles.h).
+[[nodiscard]] std::string tiles_file(int64_t device);
 
 /// `text` as the whole of `file`, atomically.
 void write_text(const std::filesystem::path& file, const std::string& text);
@@ -59,6 +62,14 @@ void write_tensors(const nn::StateDict& tensors, const std::filesystem::path& fi
 [[nodiscard]] nn::StateDict read_tensors(const std::filesystem::path& file,
                                          const nn::StateDict& targets,
                                          const nlohmann::json& layouts);
+/// A saved value `saved` of key `name` as read_tensors makes it: on `target`'s device (the
+/// default one without a target) and, under SPMD, laid out as read_tensors says.
+[[nodiscard]] Tensor restored_tensor(const std::string& name, const CpuTensor& saved,
+                                     const Tensor* target, const nlohmann::json& layouts,
+                                     const std::filesystem::path& file);
+/// `targets`' defined entries by name.
+[[nodiscard]] std::unordered_map<std::string, const Tensor*> defined_by_name(
+    const nn::StateDict& targets);
 /// Under SPMD, gives each of `targets` without a sharding of its own (a parameter the user did
 /// not mark) the layout of the value of its name in `restored`, as the steps before the save had
 /// given it: a step's outputs carry their layouts into the next step's program, so the steps
@@ -91,12 +102,17 @@ void adopt_layouts(const nn::StateDict& targets, const nn::StateDict& restored);
                                                  const std::filesystem::path& file);
 
 /// state.json's content: the step, the groups' rates, the scheduler's state; under SPMD, the
-/// layouts of tensors_of(state) (spmd_layouts).
+/// layouts of tensors_of(state) (spmd_layouts) and how their tiles were saved (tile_layouts).
 [[nodiscard]] nlohmann::json host_state(int64_t step, const TrainingState& state);
 /// How each of `tensors` laid out over the SPMD mesh is sharded (its encoded ShardingSpec, by
 /// name), after the step that computed them: what read_tensors lays a value out as when nothing
 /// else says how.
 [[nodiscard]] nlohmann::json spmd_layouts(const nn::StateDict& tensors);
+/// How `tensor`'s data is laid out over the SPMD mesh (replicated for data held whole).
+[[nodiscard]] ShardingSpec data_layout(const Tensor& tensor);
+/// Each of `tensors`' global shape and data_layout, in their order: state.json's "spmd_tiles",
+/// by which a restore puts a step saved as tiles together again.
+[[nodiscard]] nlohmann::json tile_layouts(const nn::StateDict& tensors);
 /// The layouts a step's state.json holds (empty for a step saved without SPMD).
 [[nodiscard]] nlohmann::json saved_layouts(const nlohmann::json& host_state);
 /// A step's host state, read and checked against the state restored into.

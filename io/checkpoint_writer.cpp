@@ -8,8 +8,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <exception>
+#include <nlohmann/json.hpp>
 
 #include "axle/graph/formats/checkpoint_codec.h"
 #include "axle/graph/formats/error.h"
@@ -36,9 +39,40 @@ void sync_directory(const fs::path& dir) {
   ::close(fd);
 }
 
+// The note a process leaves in a step's partial directory once its part is written (hidden, so
+// that the commit file does not list it).
+std::string part_note(int process) { return fmt::format(".part.{}.json", process); }
+
+// Under SPMD, this process's part of `saved` written and finished (finish_part). The first
+// process cleared the partial directory before the processes met to save, so none is cleared
+// here. On failure, with other processes' parts beside it, the directory is left as it is: it is
+// hidden, never a step, and cleared when that step is saved again.
+void write_part(const StepDirectory& where, HostStep& saved) {
+  const fs::path& partial = saved.partial;
+  try {
+    on_disk(partial, "create", [&](std::error_code& e) { fs::create_directories(partial, e); });
+    std::map<std::string, StepFileSummary> written = write_tiles(partial, saved.tiles);
+    if (saved.process == 0) {
+      write_text(partial / kStateFile, saved.host_state);
+      for (std::size_t ordinal = 0; ordinal < saved.streams.size(); ++ordinal) {
+        write_text(partial / streams_file(static_cast<int>(ordinal)), saved.streams[ordinal]);
+      }
+    }
+    finish_part(where, saved.step, partial, saved.process, saved.processes, written);
+  } catch (...) {
+    std::error_code ignored;
+    if (saved.processes == 1) fs::remove_all(partial, ignored);
+    throw;
+  }
+}
+
 // Writes `saved` into its partial directory and commits it; on failure the partial directory is
 // removed and the failure thrown.
 void write_and_commit(const StepDirectory& where, HostStep& saved) {
+  if (saved.as_tiles) {
+    write_part(where, saved);
+    return;
+  }
   const fs::path& partial = saved.partial;
   try {
     on_disk(partial, "clear", [&](std::error_code& e) { fs::remove_all(partial, e); });
@@ -78,6 +112,51 @@ StepFileSummary write_host_tensors(const fs::path& file, HostValues& values) {
   }
   out.commit();
   return {.bytes = out.bytes_written(), .crc32 = out.file_crc32()};
+}
+
+std::map<std::string, StepFileSummary> write_tiles(const fs::path& partial,
+                                                   std::vector<DeviceTiles>& tiles) {
+  std::map<std::string, StepFileSummary> written;
+  for (DeviceTiles& device : tiles) {
+    const std::string file = tiles_file(device.device);
+    written[file] = write_host_tensors(partial / file, device.values);
+  }
+  return written;
+}
+
+void finish_part(const StepDirectory& where, int64_t step, const fs::path& partial, int process,
+                 int processes, const std::map<std::string, StepFileSummary>& written) {
+  nlohmann::json note = nlohmann::json::object();
+  for (const auto& [file, summary] : written) {
+    note[file] = {{"bytes", summary.bytes}, {"crc32", summary.crc32}};
+  }
+  write_text(partial / part_note(process), note.dump());
+  // The note is written before the others are looked for, so the process whose note is the last
+  // sees every one; two that finish together may both see them, and the claim picks one.
+  for (int p = 0; p < processes; ++p) {
+    if (!fs::exists(partial / part_note(p))) return;  // the one still writing commits
+  }
+  const fs::path claim = partial / ".commit.claim";
+  const int fd = ::open(claim.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST) return;  // another process commits
+    throw FileError(claim, fmt::format("cannot create: {}", std::strerror(errno)));
+  }
+  ::close(fd);
+  std::map<std::string, StepFileSummary> known;
+  for (int p = 0; p < processes; ++p) {
+    const fs::path file = partial / part_note(p);
+    const nlohmann::json other = read_json(file);
+    try {
+      for (const auto& [name, summary] : other.items()) {
+        known[name] = {.bytes = summary.at("bytes").get<uint64_t>(),
+                       .crc32 = summary.at("crc32").get<uint32_t>()};
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw FileError(file, fmt::format("not a part's note: {}", e.what()));
+    }
+  }
+  commit_step(where, step, partial, processes, known);
 }
 
 std::vector<int64_t> committed_steps(const fs::path& path) {

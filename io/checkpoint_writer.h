@@ -34,6 +34,18 @@ using HostValues = std::vector<std::pair<std::string, CpuTensor>>;
 /// back.
 StepFileSummary write_host_tensors(const std::filesystem::path& file, HostValues& values);
 
+/// Under SPMD, the tiles of a step's values that one mesh device writes (io/checkpoint_tiles.h),
+/// on the host.
+struct DeviceTiles {
+  int64_t device = 0;
+  HostValues values;
+};
+
+/// Writes each device's tiles into its file in `partial` (tiles_file), each host copy released
+/// once written; the files' summaries by name.
+[[nodiscard]] std::map<std::string, StepFileSummary> write_tiles(
+    const std::filesystem::path& partial, std::vector<DeviceTiles>& tiles);
+
 /// Where a manager's steps go: its directory and how many to keep (0: all).
 struct StepDirectory {
   std::filesystem::path path;
@@ -51,6 +63,14 @@ struct StepDirectory {
 void commit_step(const StepDirectory& where, int64_t step, const std::filesystem::path& partial,
                  int replicas, const std::map<std::string, StepFileSummary>& known = {});
 
+/// Under SPMD, where every process writes its part of a step (its devices' tiles): this process's
+/// part of step `step` in `partial` is written (`written`: its files' summaries). Leaves a hidden
+/// note of it there, and when all `processes` notes are, commits the step with commit_step: once,
+/// by the process that writes the last part (the notes tell it every file's summary). FileError
+/// naming the path and the cause.
+void finish_part(const StepDirectory& where, int64_t step, const std::filesystem::path& partial,
+                 int process, int processes, const std::map<std::string, StepFileSummary>& written);
+
 /// A step's values on the host, as the writer writes them.
 struct HostStep {
   int64_t step = 0;
@@ -60,6 +80,12 @@ struct HostStep {
   HostValues values;                 ///< tensors.ckpt
   /// Each replica's per_replica values, by ordinal (empty without any).
   std::vector<HostValues> per_replica;
+  /// Under SPMD: this process's part, its devices' tiles instead of `values` (the first
+  /// process's part also holds state.json and the streams), and finish_part commits the step.
+  bool as_tiles = false;
+  std::vector<DeviceTiles> tiles;
+  int process = 0;
+  int processes = 1;
 };
 
 /// Why a write failed, as a value: the caller throws an error of its own thread from it (an

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstddef>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,7 +16,12 @@
 
 #include "axle/actors/host/lazy_system.h"
 #include "axle/axle.h"
+#include "axle/graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/formats/step_commit.h"
 #include "axle/io/checkpoint_manager.h"
+#include "axle/io/checkpoint_step.h"
+#include "axle/io/checkpoint_writer.h"
 #include "tests/io/io_test_util.h"
 
 namespace axle {
@@ -161,6 +168,96 @@ TEST_F(SpmdCheckpointManager, ShardedOrPerReplicaStatesAreRefused) {
   per_replica.per_replica = run.model->state_dict();
   EXPECT_THROW(manager.save_async(1, per_replica), std::invalid_argument);
   EXPECT_TRUE(manager.all_steps().empty());
+}
+
+// Every device's file holds its share of the tiles: each value's tiles, over all the files, add up
+// to the value once (sync and async), and with the mesh's two replicas of each tile both write.
+TEST_F(SpmdCheckpointManager, EachTileIsWrittenOnceByOneOfItsDevices) {
+  MeshRun run(1, two_by_two_);
+  run.train(2);
+  CheckpointManager manager(dir_ / "run", 2);
+  ASSERT_TRUE(manager.save(2, run.state()));
+  ASSERT_TRUE(manager.save_async(4, run.state(), /*force=*/true));
+  manager.join();
+  std::map<std::string, int64_t> want;  // each value's elements
+  for (const auto& [name, t] : run.model->state_dict()) want["model/" + name] = t.numel();
+  for (const auto& [name, t] : run.adam->state_dict()) want["optimizer/" + name] = t.numel();
+  for (const int step : {2, 4}) {
+    SCOPED_TRACE(step);
+    const std::filesystem::path dir = dir_ / "run" / std::to_string(step);
+    EXPECT_FALSE(std::filesystem::exists(dir / "tensors.ckpt"));
+    std::map<std::string, int64_t> saved;
+    int files_with_tiles = 0;
+    for (int device = 0; device < kDevices; ++device) {
+      CheckpointReader in(dir / ("tiles." + std::to_string(device) + ".ckpt"));
+      files_with_tiles += in.tensor_count() > 0;
+      while (std::optional<CheckpointEntry> entry = in.next()) {
+        saved[entry->name] += entry->tensor.shape.numel();
+      }
+    }
+    EXPECT_EQ(saved, want);
+    EXPECT_EQ(files_with_tiles, kDevices);
+  }
+}
+
+// A step whose tiles do not make up a value (a device's file emptied, the commit file written
+// again over it, so that only the tiles say so) names the value; restore_latest goes back to the
+// newest whole step.
+TEST_F(SpmdCheckpointManager, AValueMissingATileIsNamedAndTheStepSkipped) {
+  MeshRun run(1, two_by_two_);
+  run.train(2);
+  CheckpointManager manager(dir_ / "run", 2);
+  ASSERT_TRUE(manager.save(2, run.state()));
+  const std::vector<std::vector<std::byte>> at_two = values_of(run.model->state_dict());
+  run.train(2);
+  ASSERT_TRUE(manager.save(4, run.state()));
+  const std::filesystem::path four = dir_ / "run" / "4";
+  for (int device = 0; device < kDevices; ++device) {
+    CheckpointWriter(four / ("tiles." + std::to_string(device) + ".ckpt"), 0).commit();
+  }
+  write_step_commit(four, 4, 1);
+
+  MeshRun resumed(2, two_by_two_);
+  TrainingState state = resumed.state();
+  try {
+    manager.restore(4, state);
+    ADD_FAILURE() << "restored a step without its tiles";
+  } catch (const FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("\"model/0.weight\": 0 of its 2 tiles were saved"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(manager.restore_latest(state), 2);
+  EXPECT_EQ(values_of(resumed.model->state_dict()), at_two);
+}
+
+// Of the processes writing a step's parts, the one that finishes last commits it, with the sizes
+// and checksums the others noted; a step another process has claimed is not committed twice.
+TEST(CheckpointParts, TheLastPartCommitsTheStepOnce) {
+  TempDir dir;
+  const checkpoint_step::StepDirectory where{dir.path() / "run", 0};
+  const auto write_part = [&](const std::filesystem::path& partial, int process) {
+    std::filesystem::create_directories(partial);
+    checkpoint_step::HostValues values;
+    values.emplace_back("w", CpuTensor(std::vector<float>{1.0f * process, 2}, Shape{2}));
+    std::vector<checkpoint_step::DeviceTiles> tiles{{.device = process, .values = values}};
+    checkpoint_step::finish_part(where, 7, partial, process, 2,
+                                 checkpoint_step::write_tiles(partial, tiles));
+  };
+  const std::filesystem::path partial = where.path / ".7.partial";
+  write_part(partial, 1);
+  EXPECT_FALSE(std::filesystem::exists(where.path / "7"));  // process 0's part is still missing
+  write_part(partial, 0);
+  ASSERT_TRUE(std::filesystem::exists(where.path / "7" / kStepCommitFile));
+  EXPECT_NO_THROW(check_step_commit(where.path / "7"));
+  EXPECT_FALSE(std::filesystem::exists(partial));
+
+  // Both parts there, but the commit already claimed by the other process: left to it.
+  const std::filesystem::path claimed = where.path / ".8.partial";
+  write_part(claimed, 0);
+  checkpoint_step::write_text(claimed / ".commit.claim", "");
+  write_part(claimed, 1);
+  EXPECT_FALSE(std::filesystem::exists(where.path / "8"));
 }
 
 }  // namespace

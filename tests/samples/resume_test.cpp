@@ -345,10 +345,10 @@ TEST_F(TrainerResume, UnderMpirunFsdpEachProcessSavesAndRestoresItsShards) {
   EXPECT_EQ(file_bytes(dir_ / "resumed.axle"), file_bytes(dir_ / "whole.axle"));
 }
 
-// --spmd --mesh 2,2 under mpirun, 2 processes of 2 devices: the processes read each value
-// together and the first writes it; a job stopped at step 10 and run again with --resume to step
-// 20 writes the weights of the job that ran to 20, and so does one process of four devices
-// resumed from the same step.
+// --spmd --mesh 2,2 under mpirun, 2 processes of 2 devices: each process writes its devices'
+// share of the tiles; a job stopped at step 10 and run again with --resume to step 20 writes the
+// weights of the job that ran to 20, and so do one process of four devices resumed from the same
+// step and the job resumed from a step one process of four devices saved.
 TEST_F(TrainerResume, UnderMpirunSpmdResumesAsTheSameJobAndAsOneProcess) {
   const std::string flags =
       std::string(kSmall) + "--eval_interval 0 --log_steps 0 --spmd --mesh 2,2 ";
@@ -360,6 +360,13 @@ TEST_F(TrainerResume, UnderMpirunSpmdResumesAsTheSameJobAndAsOneProcess) {
   const TrainerRun first =
       axle::testing::run_trainer(mpirun_gpt() + flags + "--max_steps 10" + checkpoints);
   ASSERT_EQ(first.status, 0) << first.output;
+  // Every device's tiles, the second process's devices' among them, and no whole values.
+  for (int device = 0; device < 4; ++device) {
+    const fs::path tiles = dir_ / "job" / "10" / ("tiles." + std::to_string(device) + ".ckpt");
+    ASSERT_TRUE(fs::exists(tiles)) << tiles;
+    EXPECT_GT(fs::file_size(tiles), 10'000u) << tiles;  // a quarter of the model and its state
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "job" / "10" / "tensors.ckpt"));
   fs::copy(dir_ / "job", dir_ / "alone", fs::copy_options::recursive);  // still ends at step 10
   const TrainerRun resumed =
       axle::testing::run_trainer(mpirun_gpt() + flags + "--max_steps 20" + checkpoints +
@@ -373,6 +380,18 @@ TEST_F(TrainerResume, UnderMpirunSpmdResumesAsTheSameJobAndAsOneProcess) {
   ASSERT_EQ(alone.status, 0) << alone.output;
   EXPECT_EQ(alone.summary["resumed_from_step"], 10) << alone.output;
   EXPECT_EQ(file_bytes(dir_ / "alone.axle"), file_bytes(dir_ / "whole.axle"));
+
+  // Saved by one process of four devices, resumed by the job of two processes.
+  const std::string by_one =
+      " --checkpoint_dir " + (dir_ / "by_one").string() + " --checkpoint_every 5 ";
+  const TrainerRun one = train(flags + "--num_devices 4 --max_steps 10" + by_one);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const TrainerRun grown =
+      axle::testing::run_trainer(mpirun_gpt() + flags + "--max_steps 20" + by_one +
+                                 "--resume --save " + (dir_ / "grown.axle").string());
+  ASSERT_EQ(grown.status, 0) << grown.output;
+  EXPECT_EQ(grown.summary["resumed_from_step"], 10) << grown.output;
+  EXPECT_EQ(file_bytes(dir_ / "grown.axle"), file_bytes(dir_ / "whole.axle"));
 }
 
 // 16 replicas, oversubscribed on this machine's cores: 16 processes of 1 device and 4 of 4 train

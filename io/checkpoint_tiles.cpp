@@ -1,0 +1,179 @@
+// io: CheckpointManager's steps saved as tiles under SPMD (io/checkpoint_tiles.h).
+#include "axle/io/checkpoint_tiles.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "axle/actors/host/lazy_system.h"
+#include "axle/engine/metrics.h"
+#include "axle/graph/device_data.h"
+#include "axle/graph/formats/checkpoint_codec.h"
+#include "axle/graph/formats/error.h"
+#include "axle/graph/sharding.h"
+#include "axle/graph/tensor_runtime.h"
+#include "axle/io/checkpoint_step.h"
+
+namespace axle::checkpoint_step {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// One saved value as state.json's "spmd_tiles" describes it, and its tiles put together.
+struct TiledValue {
+  std::string name;
+  Shape shape;
+  ShardingSpec sharding;
+  CpuTensor host;
+  std::set<std::vector<int64_t>> placed;  // the tiles put in, by their coordinates
+};
+
+std::vector<TiledValue> saved_values(const json& host_state, const fs::path& file) {
+  std::vector<TiledValue> values;
+  for (const json& entry : host_state.at("spmd_tiles")) {
+    TiledValue value;
+    try {
+      value.name = entry.at(0).get<std::string>();
+      value.shape = Shape(entry.at(1).get<std::vector<int64_t>>());
+      value.sharding = decode_sharding(entry.at(2).get<std::vector<int64_t>>());
+      check_sharding(value.shape, value.sharding, "CheckpointManager.restore");
+    } catch (const std::exception& e) {
+      throw FileError(file, fmt::format("a damaged tile layout {} ({})", entry.dump(), e.what()));
+    }
+    values.push_back(std::move(value));
+  }
+  return values;
+}
+
+// The devices' tile files in `dir`, by device.
+std::map<int64_t, fs::path> tile_files(const fs::path& dir) {
+  static const std::regex pattern(R"(tiles\.(\d+)\.ckpt)");
+  std::map<int64_t, fs::path> files;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, match, pattern)) files.emplace(std::stoll(match[1]), entry.path());
+  }
+  return files;
+}
+
+// `tile`, device `device`'s, put into its place in `value`.
+void place(TiledValue& value, const CpuTensor& tile, int64_t device, const fs::path& file) {
+  if (value.placed.empty()) {
+    const auto size = static_cast<std::size_t>(value.shape.numel()) * dtype_size(tile.dtype);
+    value.host = CpuTensor(tile.dtype, value.shape, std::vector<std::byte>(size));
+  }
+  if (tile.dtype != value.host.dtype || !(shard_shape(value.shape, value.sharding) == tile.shape)) {
+    throw FileError(file, fmt::format("key \"{}\": tile {} {} does not fit {} laid out {}",
+                                      value.name, dtype_name(tile.dtype), tile.shape.to_string(),
+                                      value.shape.to_string(), to_string(value.sharding)));
+  }
+  std::vector<int64_t> coordinates;
+  try {
+    coordinates = value.sharding.tile_of(device);
+    place_shard(value.host.bytes, tile.bytes, dtype_size(tile.dtype), value.shape, value.sharding,
+                device);
+  } catch (const std::exception& e) {
+    throw FileError(file, fmt::format("key \"{}\": device {} holds no tile of it laid out {} ({})",
+                                      value.name, device, to_string(value.sharding), e.what()));
+  }
+  if (!value.placed.insert(std::move(coordinates)).second) {
+    throw FileError(
+        file, fmt::format("key \"{}\": device {}'s tile was saved twice", value.name, device));
+  }
+}
+
+}  // namespace
+
+std::vector<DeviceTiles> read_local_tiles(const nn::StateDict& tensors, const fs::path& file) {
+  TensorRuntime& runtime = require_tensor_runtime("CheckpointManager");
+  const LazySystem& system = LazySystem::get();
+  const int64_t devices = system.spmd_device_count();
+  const int64_t first = system.first_spmd_device();
+  struct Read {
+    std::size_t local;  // this process's device, from `first`
+    std::string name;
+    DType dtype;
+    Shape shape;
+    Future<std::vector<std::byte>> bytes;
+  };
+  std::vector<Read> reads;
+  std::size_t turn = 0;  // the same count on every process: the tensors come in one order
+  for (const auto& [name, tensor] : tensors) {
+    if (!tensor.defined()) throw FileError(file, fmt::format("key \"{}\" is undefined", name));
+    const IntrusivePtr<DeviceData>& data = tensor.impl()->data();
+    const ShardingSpec sharding = data_layout(tensor);
+    // Each tile is written once, by one of the devices holding it, in turn: with the mesh's
+    // replicas each writes its share rather than the first writing all.
+    std::map<std::vector<int64_t>, std::vector<int64_t>> holders;
+    for (int64_t d = 0; d < (data->sharded() ? devices : 1); ++d) {
+      holders[sharding.tile_of(d)].push_back(d);
+    }
+    for (const auto& [coordinates, held_by] : holders) {
+      const int64_t d = held_by[turn++ % held_by.size()];
+      if (d < first || d >= first + system.device_count()) continue;  // another process's
+      const IntrusivePtr<DeviceData>& held =
+          data->sharded() ? data->shards()[static_cast<std::size_t>(d - data->first_shard())]
+                          : data;
+      reads.push_back({static_cast<std::size_t>(d - first), name, held->dtype(), held->shape(),
+                       runtime.read(held)});
+    }
+  }
+  std::vector<DeviceTiles> tiles(static_cast<std::size_t>(system.device_count()));
+  for (std::size_t i = 0; i < tiles.size(); ++i) tiles[i].device = first + static_cast<int64_t>(i);
+  for (Read& read : reads) {
+    std::vector<std::byte> bytes = read.bytes.get();
+    AXLE_METRIC_ADD("CheckpointHostBytes", MetricKind::kBytes, static_cast<double>(bytes.size()));
+    tiles[read.local].values.emplace_back(std::move(read.name),
+                                          CpuTensor(read.dtype, read.shape, std::move(bytes)));
+  }
+  return tiles;
+}
+
+bool saved_as_tiles(const json& host_state) { return host_state.contains("spmd_tiles"); }
+
+nn::StateDict read_tile_tensors(const fs::path& dir, const nn::StateDict& targets,
+                                const json& host_state) {
+  std::vector<TiledValue> values = saved_values(host_state, dir / kStateFile);
+  std::unordered_map<std::string, TiledValue*> by_name;
+  for (TiledValue& value : values) by_name.emplace(value.name, &value);
+  for (const auto& [device, file] : tile_files(dir)) {
+    CheckpointReader in(file);
+    while (std::optional<CheckpointEntry> entry = in.next()) {
+      const auto value = by_name.find(entry->name);
+      if (value == by_name.end()) {
+        throw FileError(file, fmt::format("key \"{}\" has no layout in {}", entry->name,
+                                          (dir / kStateFile).string()));
+      }
+      place(*value->second, entry->tensor, device, file);
+    }
+  }
+  const std::unordered_map<std::string, const Tensor*> target_of = defined_by_name(targets);
+  const json layouts = saved_layouts(host_state);
+  nn::StateDict out;
+  for (TiledValue& value : values) {
+    const int64_t want =
+        value.sharding.is_replicated()
+            ? 1
+            : static_cast<int64_t>(value.sharding.devices.size()) / value.sharding.replication();
+    if (std::cmp_not_equal(value.placed.size(), want)) {
+      throw FileError(dir, fmt::format("key \"{}\": {} of its {} tiles were saved", value.name,
+                                       value.placed.size(), want));
+    }
+    const auto target = target_of.find(value.name);
+    Tensor t = restored_tensor(value.name, value.host,
+                               target == target_of.end() ? nullptr : target->second, layouts, dir);
+    value.host = {};  // on the device now
+    out.emplace_back(value.name, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace axle::checkpoint_step
