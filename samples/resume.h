@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -38,15 +37,6 @@ inline void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags) {
                "start from the newest good checkpoint in --checkpoint_dir (or from scratch when "
                "there is none)")
       ->needs(dir);
-}
-
-/// train_mnist's --spmd loop (train_spmd) keeps no step count to resume from, so that trainer
-/// refuses --checkpoint_dir with it (train_gpt saves and resumes a model laid out over a mesh).
-inline void check_checkpoint_flags(const CheckpointFlags& flags, bool spmd) {
-  if (!flags.dir.empty() && spmd) {
-    throw std::invalid_argument(
-        "--checkpoint_dir does not resume train_mnist's --spmd loop yet: leave out --spmd");
-  }
 }
 
 /// A run's checkpoints: the manager (none without --checkpoint_dir), what it saves, and the step

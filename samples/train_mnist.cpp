@@ -400,17 +400,20 @@ DataLoader train_loader_of(const Flags& flags) {
                                       .num_workers = flags.num_workers});
 }
 
-// --spmd's training steps, epoch by epoch up to --max_steps: {steps, samples}.
+// --spmd's training steps, epoch by epoch up to --max_steps, from the step the run was restored
+// at (the loader going on where it stood), a checkpoint every --checkpoint_every steps:
+// {steps, samples}.
 std::pair<int64_t, int64_t> spmd_train_steps(const Flags& flags, nn::Module& model,
-                                             optim::SGD& optimizer,
+                                             optim::SGD& optimizer, DataLoader& train_loader,
+                                             const Resumable& resume,
                                              const ParallelLoaderOptions& sharded,
                                              const std::shared_ptr<Reporter>& reporter,
                                              bool reports) {
   const Device device = xla_device();
-  DataLoader train_loader = train_loader_of(flags);
-  int64_t step = 0, samples = 0;
-  for (int epoch = 1;
-       epoch <= flags.num_epochs && !(flags.max_steps > 0 && step >= flags.max_steps); ++epoch) {
+  int64_t step = resume.first_step, samples = 0;
+  bool done = flags.max_steps > 0 && step >= flags.max_steps;
+  for (int epoch = static_cast<int>(train_loader.epoch()) + 1; epoch <= flags.num_epochs && !done;
+       ++epoch) {
     train_loader.set_epoch(epoch - 1);
     for (const DeviceBatch& batch : MpDeviceLoader(train_loader, device, sharded)) {
       optimizer.zero_grad();
@@ -431,8 +434,10 @@ std::pair<int64_t, int64_t> spmd_train_steps(const Flags& flags, nn::Module& mod
             },
             /*run_async=*/true);
       }
-      if (flags.max_steps > 0 && step >= flags.max_steps) {
+      const bool preempted = resume.save(step);  // then saved at this step, by every process
+      if (preempted || (flags.max_steps > 0 && step >= flags.max_steps)) {
         mark_step();
+        done = true;
         break;
       }
     }
@@ -462,8 +467,12 @@ int train_spmd(const Flags& flags) {
   if (!flags.logdir.empty() && reports) {
     reporter->summaries = std::make_shared<SummaryWriter>(flags.logdir);
   }
+  DataLoader train_loader = train_loader_of(flags);
+  const Resumable resume =
+      resumable(flags.checkpoints,
+                {.model = model.get(), .optimizer = &optimizer, .data_loader = &train_loader});
   const auto [step, samples] =
-      spmd_train_steps(flags, *model, optimizer, sharded, reporter, reports);
+      spmd_train_steps(flags, *model, optimizer, train_loader, resume, sharded, reporter, reports);
   const double train_seconds = seconds_since(start);
   const auto [correct, seen] = spmd_test_counts(*model, flags, mesh, device, sharded);
   if (reporter->summaries && seen > 0) {
@@ -476,10 +485,11 @@ int train_spmd(const Flags& flags) {
   fmt::print(
       "{{\"final_test_accuracy\":{:.4f},\"train_samples_per_s\":{:.1f},\"compiles\":{},"
       "\"devices\":{},\"spmd\":true,\"mesh\":\"{}\",\"processes\":{},"
-      "\"parameter_bytes\":{},\"parameter_bytes_per_device\":{}}}\n",
+      "\"parameter_bytes\":{},\"parameter_bytes_per_device\":{},\"resumed_from_step\":{}}}\n",
       seen == 0 ? 0.0 : static_cast<double>(correct) / seen,
       static_cast<double>(samples) / train_seconds, counter_value("UncachedCompile").value_or(0),
-      mesh.device_ids().size(), flags.mesh, process_count(), whole_bytes, device_bytes);
+      mesh.device_ids().size(), flags.mesh, process_count(), whole_bytes, device_bytes,
+      resume.first_step);
   return 0;
 }
 
@@ -558,7 +568,6 @@ void add_flags(CLI::App& app, Flags& flags) {
 // The devices are made on first use, from CPU_NUM_DEVICES: the device count (--num_devices, or
 // --mesh's under --spmd) sets it first; the dataset falls back to --fake_data when missing.
 void set_up_devices(Flags& flags) {
-  check_checkpoint_flags(flags.checkpoints, flags.spmd);
   if (flags.spmd) {
     // The mesh spans the job: under mpirun each process holds its share of the devices.
     const std::vector<int64_t> mesh = mesh_shape(flags.mesh);
