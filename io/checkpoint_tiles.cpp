@@ -3,11 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -52,14 +53,19 @@ std::vector<TiledValue> saved_values(const json& host_state, const fs::path& fil
   return values;
 }
 
-// The devices' tile files in `dir`, by device.
+// The devices' tile files in `dir` (tiles.<d>.ckpt), by device.
 std::map<int64_t, fs::path> tile_files(const fs::path& dir) {
-  static const std::regex pattern(R"(tiles\.(\d+)\.ckpt)");
+  constexpr std::string_view kPrefix = "tiles.", kSuffix = ".ckpt";
   std::map<int64_t, fs::path> files;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
-    std::smatch match;
     const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, match, pattern)) files.emplace(std::stoll(match[1]), entry.path());
+    if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) continue;
+    const std::string_view digits(name.data() + kPrefix.size(),
+                                  name.size() - kPrefix.size() - kSuffix.size());
+    int64_t device = -1;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), device);
+    if (digits.empty() || error != std::errc() || end != digits.data() + digits.size()) continue;
+    files.emplace(device, entry.path());
   }
   return files;
 }

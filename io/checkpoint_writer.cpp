@@ -139,7 +139,8 @@ void finish_part(const StepDirectory& where, int64_t step, const fs::path& parti
   const fs::path claim = partial / ".commit.claim";
   const int fd = ::open(claim.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
-    if (errno == EEXIST) return;  // another process commits
+    // Claimed by another process, or already committed by it (the directory renamed away).
+    if (errno == EEXIST || errno == ENOENT) return;
     throw FileError(claim, fmt::format("cannot create: {}", std::strerror(errno)));
   }
   ::close(fd);
