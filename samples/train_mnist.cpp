@@ -9,16 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <string>
 
 #include "axle/axle.h"
-#include "axle/graph/formats/safetensors.h"
-#include "axle/io/checkpoint.h"
 #include "axle/io/data_loader.h"
 #include "axle/io/fake_data.h"
 #include "axle/io/fashion_mnist.h"
@@ -290,6 +286,15 @@ EpochsRun train_epochs(const Flags& flags, const Trainee& t, optim::SGD& optimiz
   return run;
 }
 
+// The training batches of `data` (a replica's share, or the whole set under --spmd).
+DataLoader train_loader_of(const Flags& flags, std::shared_ptr<const Dataset> data, uint64_t seed) {
+  return DataLoader(std::move(data), DataLoaderOptions{.batch_size = flags.batch_size,
+                                                       .shuffle = flags.shuffle != 0,
+                                                       .seed = seed,
+                                                       .drop_last = true,
+                                                       .num_workers = flags.num_workers});
+}
+
 // One replica's training, as test_train_mp_mnist's _mp_fn: its own model on its own device, its
 // share of the data, and gradients averaged across replicas by optimizer_step.
 void train_replica(const Flags& flags, Summary& summary) {
@@ -297,13 +302,9 @@ void train_replica(const Flags& flags, Summary& summary) {
   const Device device = xla_device();
   const Trainee t = make_trainee(flags, device);
   optim::SGD optimizer(t.held().parameters(), {.lr = flags.lr, .momentum = flags.momentum});
-  DataLoader train_loader(
-      std::make_shared<ShardedDataset>(dataset(flags, Split::kTrain), world_size(), ordinal),
-      DataLoaderOptions{.batch_size = flags.batch_size,
-                        .shuffle = flags.shuffle != 0,
-                        .seed = flags.seed + static_cast<uint64_t>(ordinal),
-                        .drop_last = true,
-                        .num_workers = flags.num_workers});
+  DataLoader train_loader = train_loader_of(
+      flags, std::make_shared<ShardedDataset>(dataset(flags, Split::kTrain), world_size(), ordinal),
+      flags.seed + static_cast<uint64_t>(ordinal));
   auto reporter = std::make_shared<Reporter>();
   reporter->device_name = fmt::format("{}/{}", device.to_string(), ordinal);
   if (!flags.logdir.empty() && is_master_ordinal(/*local=*/false)) {
@@ -391,15 +392,6 @@ std::pair<int64_t, int64_t> parameter_bytes(const nn::Module& model) {
   return {whole_bytes, device_bytes};
 }
 
-DataLoader train_loader_of(const Flags& flags) {
-  return DataLoader(dataset(flags, Split::kTrain),
-                    DataLoaderOptions{.batch_size = flags.batch_size,
-                                      .shuffle = flags.shuffle != 0,
-                                      .seed = flags.seed,
-                                      .drop_last = true,
-                                      .num_workers = flags.num_workers});
-}
-
 // --spmd's training steps, epoch by epoch up to --max_steps, from the step the run was restored
 // at (the loader going on where it stood), a checkpoint every --checkpoint_every steps:
 // {steps, samples}.
@@ -467,7 +459,7 @@ int train_spmd(const Flags& flags) {
   if (!flags.logdir.empty() && reports) {
     reporter->summaries = std::make_shared<SummaryWriter>(flags.logdir);
   }
-  DataLoader train_loader = train_loader_of(flags);
+  DataLoader train_loader = train_loader_of(flags, dataset(flags, Split::kTrain), flags.seed);
   const Resumable resume =
       resumable(flags.checkpoints,
                 {.model = model.get(), .optimizer = &optimizer, .data_loader = &train_loader});
