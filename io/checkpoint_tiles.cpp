@@ -20,6 +20,7 @@
 #include "axle/graph/sharding.h"
 #include "axle/graph/tensor_runtime.h"
 #include "axle/io/checkpoint_step.h"
+#include "axle/io/tiled_value.h"
 
 namespace axle::checkpoint_step {
 namespace {
@@ -27,28 +28,23 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// One saved value as state.json's "spmd_tiles" describes it, and its tiles put together.
-struct TiledValue {
+// One saved value as state.json's "spmd_tiles" describes it, put together from its tiles.
+struct SavedValue {
   std::string name;
-  Shape shape;
-  ShardingSpec sharding;
-  CpuTensor host;
-  std::set<std::vector<int64_t>> placed;  // the tiles put in, by their coordinates
+  TiledValue value;
 };
 
-std::vector<TiledValue> saved_values(const json& host_state, const fs::path& file) {
-  std::vector<TiledValue> values;
+std::vector<SavedValue> saved_values(const json& host_state, const fs::path& file) {
+  std::vector<SavedValue> values;
   for (const json& entry : host_state.at("spmd_tiles")) {
-    TiledValue value;
     try {
-      value.name = entry.at(0).get<std::string>();
-      value.shape = Shape(entry.at(1).get<std::vector<int64_t>>());
-      value.sharding = decode_sharding(entry.at(2).get<std::vector<int64_t>>());
-      check_sharding(value.shape, value.sharding, "CheckpointManager.restore");
+      Shape shape(entry.at(1).get<std::vector<int64_t>>());
+      ShardingSpec sharding = decode_sharding(entry.at(2).get<std::vector<int64_t>>());
+      check_sharding(shape, sharding, "CheckpointManager.restore");
+      values.push_back({entry.at(0).get<std::string>(), TiledValue(shape, std::move(sharding))});
     } catch (const std::exception& e) {
       throw FileError(file, fmt::format("a damaged tile layout {} ({})", entry.dump(), e.what()));
     }
-    values.push_back(std::move(value));
   }
   return values;
 }
@@ -68,32 +64,6 @@ std::map<int64_t, fs::path> tile_files(const fs::path& dir) {
     files.emplace(device, entry.path());
   }
   return files;
-}
-
-// `tile`, device `device`'s, put into its place in `value`.
-void place(TiledValue& value, const CpuTensor& tile, int64_t device, const fs::path& file) {
-  if (value.placed.empty()) {
-    const auto size = static_cast<std::size_t>(value.shape.numel()) * dtype_size(tile.dtype);
-    value.host = CpuTensor(tile.dtype, value.shape, std::vector<std::byte>(size));
-  }
-  if (tile.dtype != value.host.dtype || !(shard_shape(value.shape, value.sharding) == tile.shape)) {
-    throw FileError(file, fmt::format("key \"{}\": tile {} {} does not fit {} laid out {}",
-                                      value.name, dtype_name(tile.dtype), tile.shape.to_string(),
-                                      value.shape.to_string(), to_string(value.sharding)));
-  }
-  std::vector<int64_t> coordinates;
-  try {
-    coordinates = value.sharding.tile_of(device);
-    place_shard(value.host.bytes, tile.bytes, dtype_size(tile.dtype), value.shape, value.sharding,
-                device);
-  } catch (const std::exception& e) {
-    throw FileError(file, fmt::format("key \"{}\": device {} holds no tile of it laid out {} ({})",
-                                      value.name, device, to_string(value.sharding), e.what()));
-  }
-  if (!value.placed.insert(std::move(coordinates)).second) {
-    throw FileError(
-        file, fmt::format("key \"{}\": device {}'s tile was saved twice", value.name, device));
-  }
 }
 
 }  // namespace
@@ -147,37 +117,37 @@ bool saved_as_tiles(const json& host_state) { return host_state.contains("spmd_t
 
 nn::StateDict read_tile_tensors(const fs::path& dir, const nn::StateDict& targets,
                                 const json& host_state) {
-  std::vector<TiledValue> values = saved_values(host_state, dir / kStateFile);
-  std::unordered_map<std::string, TiledValue*> by_name;
-  for (TiledValue& value : values) by_name.emplace(value.name, &value);
+  std::vector<SavedValue> values = saved_values(host_state, dir / kStateFile);
+  std::unordered_map<std::string, SavedValue*> by_name;
+  for (SavedValue& saved : values) by_name.emplace(saved.name, &saved);
   for (const auto& [device, file] : tile_files(dir)) {
     CheckpointReader in(file);
     while (std::optional<CheckpointEntry> entry = in.next()) {
-      const auto value = by_name.find(entry->name);
-      if (value == by_name.end()) {
+      const auto saved = by_name.find(entry->name);
+      if (saved == by_name.end()) {
         throw FileError(file, fmt::format("key \"{}\" has no layout in {}", entry->name,
                                           (dir / kStateFile).string()));
       }
-      place(*value->second, entry->tensor, device, file);
+      try {
+        saved->second->value.place(entry->tensor, device);
+      } catch (const std::exception& e) {
+        throw FileError(file, fmt::format("key \"{}\": {}", entry->name, e.what()));
+      }
     }
   }
   const std::unordered_map<std::string, const Tensor*> target_of = defined_by_name(targets);
   const json layouts = saved_layouts(host_state);
   nn::StateDict out;
-  for (TiledValue& value : values) {
-    const int64_t want =
-        value.sharding.is_replicated()
-            ? 1
-            : static_cast<int64_t>(value.sharding.devices.size()) / value.sharding.replication();
-    if (std::cmp_not_equal(value.placed.size(), want)) {
-      throw FileError(dir, fmt::format("key \"{}\": {} of its {} tiles were saved", value.name,
-                                       value.placed.size(), want));
+  for (auto& [name, value] : values) {
+    if (value.placed() != value.tiles()) {
+      throw FileError(dir, fmt::format("key \"{}\": {} of its {} tiles were saved", name,
+                                       value.placed(), value.tiles()));
     }
-    const auto target = target_of.find(value.name);
-    Tensor t = restored_tensor(value.name, value.host,
+    const auto target = target_of.find(name);
+    Tensor t = restored_tensor(name, value.host(),
                                target == target_of.end() ? nullptr : target->second, layouts, dir);
-    value.host = {};  // on the device now
-    out.emplace_back(value.name, std::move(t));
+    value.release();  // on the device now
+    out.emplace_back(name, std::move(t));
   }
   return out;
 }

@@ -18,6 +18,7 @@
 #include "axle/graph/formats/safetensors.h"
 #include "axle/graph/sharding.h"
 #include "axle/graph/tensor_runtime.h"
+#include "axle/io/tiled_value.h"
 
 namespace axle {
 namespace {
@@ -136,57 +137,41 @@ void load_spmd_checkpoint(const nn::StateDict& state, const std::filesystem::pat
     }
   }
   // Each value's tiles, put together on the host.
-  struct Value {
-    Saved saved;
-    CpuTensor host;
-    int64_t tiles = 0;
-  };
-  std::map<std::string, Value> values;
+  std::map<std::string, TiledValue> values;
   for (const auto& [device, file] : files) {
     const SafetensorsMetadata layouts = load_safetensors_metadata(file);
     CpuTensorMap tiles = load_safetensors(file);
     for (auto& [name, tile] : tiles) {
       const auto layout = layouts.find(name);
       if (layout == layouts.end()) throw FileError(file, fmt::format("key {} has no layout", name));
-      auto [it, inserted] = values.try_emplace(name);
-      Value& value = it->second;
-      if (inserted) {
-        value.saved = parse(file, name, layout->second);
-        value.host =
-            CpuTensor(tile.dtype, value.saved.shape,
-                      std::vector<std::byte>(static_cast<std::size_t>(value.saved.shape.numel()) *
-                                             dtype_size(tile.dtype)));
+      auto it = values.find(name);
+      if (it == values.end()) {
+        Saved saved = parse(file, name, layout->second);
+        it = values.emplace(name, TiledValue(saved.shape, std::move(saved.sharding))).first;
       }
-      if (!(shard_shape(value.saved.shape, value.saved.sharding) == tile.shape) ||
-          tile.dtype != value.host.dtype) {
-        throw FileError(
-            file, fmt::format("key {}: tile {} {} does not fit {} laid out {}", name,
-                              dtype_name(tile.dtype), tile.shape.to_string(),
-                              value.saved.shape.to_string(), to_string(value.saved.sharding)));
+      try {
+        it->second.place(tile, device);
+      } catch (const std::exception& e) {
+        throw FileError(file, fmt::format("key {}: {}", name, e.what()));
       }
-      place_shard(value.host.bytes, tile.bytes, dtype_size(tile.dtype), value.saved.shape,
-                  value.saved.sharding, device);
-      ++value.tiles;
     }
   }
   const NoGradGuard no_grad;
   for (const auto& [name, t] : state) {
     const auto it = values.find(name);
     if (it == values.end()) throw FileError(dir, fmt::format("the checkpoint has no key {}", name));
-    const Value& value = it->second;
-    const ShardingSpec& saved = value.saved.sharding;
-    const int64_t want = static_cast<int64_t>(saved.devices.empty() ? 1 : saved.devices.size()) /
-                         saved.replication();
-    if (value.tiles != want) {
-      throw FileError(
-          dir, fmt::format("key {}: {} of its {} tiles were saved", name, value.tiles, want));
+    const TiledValue& value = it->second;
+    if (value.placed() != value.tiles()) {
+      throw FileError(dir, fmt::format("key {}: {} of its {} tiles were saved", name,
+                                       value.placed(), value.tiles()));
     }
-    if (!(value.saved.shape == t.shape())) {
+    if (!(value.shape() == t.shape())) {
       throw FileError(dir, fmt::format("key {}: the checkpoint holds {}, the tensor is {}", name,
-                                       value.saved.shape.to_string(), t.shape().to_string()));
+                                       value.shape().to_string(), t.shape().to_string()));
     }
-    const Tensor loaded = tensor_from_bytes_sharded(
-        value.host.bytes, value.host.dtype, value.host.shape, t.device(), t.impl()->sharding());
+    const CpuTensor& host = value.host();
+    const Tensor loaded = tensor_from_bytes_sharded(host.bytes, host.dtype, host.shape, t.device(),
+                                                    t.impl()->sharding());
     t.copy_(loaded);
   }
 }
