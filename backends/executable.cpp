@@ -27,7 +27,7 @@ std::string_view kernel_name(Kernel kernel) noexcept {
       "gather",  "one_hot",     "rand_uniform", "rand_normal", "rand_int",   "bernoulli",
       "scatter_add", "max_pool2d_backward", "avg_pool2d_backward",
       "cumsum",  "topk",        "optimization_barrier",
-      "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
+      "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "gelu_backward",
       "fused", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
 #define AXLE_FLOAT_FUNCTION_NAME(name, str) str,
       AXLE_FLOAT_FUNCTIONS(AXLE_FLOAT_FUNCTION_NAME)
@@ -111,6 +111,7 @@ int fused_step_arity(Kernel kernel) noexcept {
     case Kernel::kPow:
     case Kernel::kMaximum:
     case Kernel::kMinimum:
+    case Kernel::kGeluBackward:
       return 2;
     case Kernel::kNeg:
     case Kernel::kAbs:

@@ -28,6 +28,9 @@ namespace axle {
 ///   kNeg kRelu kAbs kLogicalNot                     [x]
 ///   the float functions (AXLE_FLOAT_FUNCTIONS)      [x], floating dtypes
 ///   kGelu                                           [x]; ints = [approximate: 0 erf, 1 tanh]
+///   kGeluBackward                                   [grad, x], both of the output's shape;
+///                ints = [approximate]: grad times gelu's derivative at x (PyTorch's
+///                gelu_backward), computed in f32 for bf16 and rounded once
 ///   kCast                                           [x] -> output slot's dtype
 ///   kFill        []; reals = [value]                output filled with value
 ///   kIota        []; reals = [start, step]          1-d output, out[i] = start + i * step
@@ -122,18 +125,18 @@ namespace axle {
 ///                the output's dtype (f32 or f64). ints = [buffers, then five per step:
 ///                kernel, destination, a, b, attribute, then optionally a reduction]. Steps run
 ///                in order over each block of the chain's elements; kernel is one of kAdd kSub
-///                kMul kDiv kPow kMaximum kMinimum kNeg kAbs kRelu kGelu and the float
-///                functions (see fused_step_arity); destination is a scratch buffer in
+///                kMul kDiv kPow kMaximum kMinimum kGeluBackward kNeg kAbs kRelu kGelu and
+///                the float functions (see fused_step_arity); destination is a scratch buffer in
 ///                [0, buffers), or -1 for the output (the last step, only, and only without a
 ///                reduction); an operand >= 0 is an external operand, < 0 the scratch buffer
-///                -operand - 1 (b is ignored by unary steps); attribute is gelu's approximate
-///                flag, else 0. Without a reduction the chain's shape is the output's.
-///                The reduction, last: [kernel, -1, a, rank, the chain's shape (rank dims),
-///                keepdim, reduced dims...], kernel one of kSum kMean kReduceMax kReduceMin
-///                (see fused_reduction); it folds operand a of each block into the output, which
-///                is what that reduction kernel gives for a tensor of the chain's shape holding
-///                a, keepdim and dims as its ints say. The reduced dims must be adjacent once the
-///                chain's size-1 dims are left out (see fusible_reduction_dims).
+///                -operand - 1 (b is ignored by unary steps); attribute is gelu's (and
+///                gelu_backward's) approximate flag, else 0. Without a reduction the chain's shape
+///                is the output's. The reduction, last: [kernel, -1, a, rank, the chain's shape
+///                (rank dims), keepdim, reduced dims...], kernel one of kSum kMean kReduceMax
+///                kReduceMin (see fused_reduction); it folds operand a of each block into the
+///                output, which is what that reduction kernel gives for a tensor of the chain's
+///                shape holding a, keepdim and dims as its ints say. The reduced dims must be
+///                adjacent once the chain's size-1 dims are left out (see fusible_reduction_dims).
 enum class Kernel : uint16_t {
   kAdd,
   kSub,
@@ -193,6 +196,7 @@ enum class Kernel : uint16_t {
   kOptimizationBarrier,
   kScaledDotProductAttention,
   kScaledDotProductAttentionBackward,
+  kGeluBackward,
   kFused,
   kAllReduce,
   kAllGather,

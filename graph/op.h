@@ -79,6 +79,7 @@ namespace axle {
   X(OptimizationBarrier, "optimization_barrier", Barrier)                                  \
   X(ScaledDotProductAttention, "scaled_dot_product_attention", Attention)                  \
   X(ScaledDotProductAttentionBackward, "scaled_dot_product_attention_backward", Attention) \
+  X(GeluBackward, "gelu_backward", Elementwise)                                            \
   I(CustomSharding, "custom_sharding", Annotation)
 // clang-format on
 
@@ -100,7 +101,8 @@ enum class Op : uint16_t {
 /// What kind of computation an op is; the op table gives each op one.
 enum class OpFamily : uint8_t {
   kLeaf,           ///< device data, a fed parameter, a constant
-  kElementwise,    ///< arithmetic, comparisons, logical ops, where, neg abs relu gelu, cast
+  kElementwise,    ///< arithmetic, comparisons, logical ops, where, neg abs relu gelu, cast,
+                   ///< gelu_backward
   kFloatFunction,  ///< exp, log, ... (AXLE_FLOAT_FUNCTIONS): elementwise, floating dtypes only
   kGenerator,      ///< full, arange: no operands
   kReduction,      ///< sums, extrema, logsumexp, argmax, softmaxes, cumsum, topk

@@ -242,6 +242,10 @@ Tensor sigmoid(const Tensor& x, Loc where = Loc::current());
 Tensor relu(const Tensor& x, Loc where = Loc::current());
 /// approximate: "none" (erf) or "tanh", as torch.nn.functional.gelu.
 Tensor gelu(const Tensor& x, const char* approximate = "none", Loc where = Loc::current());
+/// grad_output times gelu's derivative at self, as torch.ops.aten.gelu_backward (the gradient
+/// gelu's backward pass computes, one op); both of one shape.
+Tensor gelu_backward(const Tensor& grad_output, const Tensor& self,
+                     const char* approximate = "none", Loc where = Loc::current());
 /// The absolute value, as torch.abs.
 Tensor abs(const Tensor& x, Loc where = Loc::current());
 /// The sine, as torch.sin; integers give f32.

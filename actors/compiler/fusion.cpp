@@ -11,7 +11,9 @@ namespace {
 
 // Vectorised approximations: their last bit can depend on where in a vector a value sits (sqrt
 // too: Eigen's vector sqrt refines a reciprocal estimate, its scalar tail calls std::sqrt).
-bool approximated(Op op) { return op_family(op) == OpFamily::kFloatFunction || op == Op::kGelu; }
+bool approximated(Op op) {
+  return op_family(op) == OpFamily::kFloatFunction || op == Op::kGelu || op == Op::kGeluBackward;
+}
 
 // f32 and f64 chains, and bf16 ones: the fused kernel rounds each bf16 step as its own kernel
 // would (backends/cpu/fused.cpp); their reductions stay kernels of their own.
@@ -122,8 +124,8 @@ void append_step(const Program& program, int32_t id, int32_t destination, int32_
     steps.insert(steps.end(), program.ints(id).begin(), program.ints(id).end());
     return;
   }
-  const bool tanh_form =
-      program[id].op == Op::kGelu && !program.ints(id).empty() && program.ints(id)[0] != 0;
+  const bool tanh_form = (program[id].op == Op::kGelu || program[id].op == Op::kGeluBackward) &&
+                         !program.ints(id).empty() && program.ints(id)[0] != 0;
   steps.insert(steps.end(), {static_cast<int64_t>(kernel_for(program[id].op)), destination, a, b,
                              tanh_form ? 1 : 0});
 }

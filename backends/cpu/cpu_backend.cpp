@@ -463,6 +463,7 @@ const KernelTable& kernel_table() {
     register_scan_kernels(t);
     register_topk_kernels(t);
     register_attention_kernels(t);
+    register_gelu_backward_kernel(t);
     return t;
   }();
   return table;

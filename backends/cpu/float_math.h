@@ -75,4 +75,35 @@ auto gelu_tanh(const auto& v) {
   return C(0.5) * v * (C(1) + (k * (v + C(0.044715) * v.cube())).tanh());
 }
 
+/// gelu's derivative times the gradient (kGeluBackward) over n elements, out[i] = g[i] * d/dx
+/// gelu(x[i]); out may be g or x. f32's erf form runs on vector_math's lanes; the other forms
+/// evaluate each element as PyTorch's GeluBackward kernel writes it.
+template <class C>
+void gelu_backward_values(const C* g, const C* x, C* out, int64_t n, bool tanh_form) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (!tanh_form) return gelu_backward_f32(g, x, out, n);
+  }
+  if (tanh_form) {
+    const C beta = C(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2 / pi)
+    const C kappa = C(0.044715);
+    for (int64_t i = 0; i < n; ++i) {
+      const C v = x[i];
+      const C t = std::tanh(beta * (v + kappa * v * v * v));
+      const C left = C(0.5) * v;
+      const C left_derivative = C(0.5) * (C(1) + t);
+      const C right_derivative = left * (C(1) - t * t) * beta * (C(1) + C(3) * kappa * v * v);
+      out[i] = g[i] * (left_derivative + right_derivative);
+    }
+    return;
+  }
+  const C alpha = C(1 / std::numbers::sqrt2);
+  const C inv_sqrt_2pi = C(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
+  for (int64_t i = 0; i < n; ++i) {
+    const C v = x[i];
+    const C cdf = C(0.5) * (C(1) + std::erf(v * alpha));
+    const C pdf = std::exp(v * v * C(-0.5)) * inv_sqrt_2pi;
+    out[i] = g[i] * (cdf + v * pdf);
+  }
+}
+
 }  // namespace axle::cpu

@@ -209,6 +209,9 @@ class FusedRun {
     for (const FusedStep& step : fused_.steps) {
       if (fused_step_arity(step.kernel) == 1) {
         spread_external(step.a);
+      } else if (step.kernel == Kernel::kGeluBackward) {  // reads whole blocks
+        spread_external(step.a);
+        spread_external(step.b);
       } else if (one_element(step.a) && one_element(step.b)) {
         spread_external(step.a);
         spread_external(step.b);
@@ -473,6 +476,9 @@ class FusedRun {
         return;
       case Kernel::kMinimum:
         binary_elementwise(a, b, dst, len, [](C p, C q) { return (p < q || p != p) ? p : q; });
+        return;
+      case Kernel::kGeluBackward:
+        gelu_backward_values(a.data, b.data, dst, len, step.tanh_form);
         return;
       case Kernel::kNeg:
         o = -x;

@@ -87,6 +87,24 @@ void map_f32(VectorFunction f, const float* x, float* out, int64_t n) {
   }
 }
 
+void gelu_backward_f32(const float* g, const float* x, float* out, int64_t n) {
+  switch (cpu_isa()) {
+#if defined(AXLE_HAVE_AVX512_KERNELS)
+    case CpuIsa::kAvx512Bf16:
+    case CpuIsa::kAvx512:
+      return vector_math_detail::gelu_backward_f32_avx512(g, x, out, n);
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    case CpuIsa::kAvx2:
+      return vector_math_detail::gelu_backward_f32_avx2(g, x, out, n);
+#endif
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        out[i] = vector_math_detail::gelu_backward_lanes<ScalarOps>(g[i], x[i]);
+      }
+  }
+}
+
 // The bf16 conversions: the instruction set's path, else the scalar lane.
 void widen_bf16(const uint16_t* x, float* out, int64_t n) {
   switch (cpu_isa()) {

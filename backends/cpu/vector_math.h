@@ -23,6 +23,9 @@ void exp_shifted_rows(float* x, int64_t rows, int64_t n, int64_t ld, const float
 /// out[i] = f(x[i]) for i < n; out may be x.
 void map_f32(VectorFunction f, const float* x, float* out, int64_t n);
 
+/// out[i] = g[i] (Phi(x[i]) + x[i] phi(x[i])) for i < n: gelu's (erf form) derivative times the
+/// gradient g, with vector_math's erf and exp; out may be g or x.
+void gelu_backward_f32(const float* g, const float* x, float* out, int64_t n);
 /// bf16 conversions of whole arrays (bf16 as its 16 bits), bit for bit as element.h's widen and
 /// narrow: round to nearest even; a NaN keeps its sign and top payload bits, quieted.
 void widen_bf16(const uint16_t* x, float* out, int64_t n);
@@ -39,6 +42,8 @@ inline uint32_t narrow_bits(uint32_t u) noexcept {
 /// The paths (vector_math.cpp dispatches).
 void map_f32_avx2(VectorFunction f, const float* x, float* out, int64_t n);
 void map_f32_avx512(VectorFunction f, const float* x, float* out, int64_t n);
+void gelu_backward_f32_avx2(const float* g, const float* x, float* out, int64_t n);
+void gelu_backward_f32_avx512(const float* g, const float* x, float* out, int64_t n);
 void exp_shifted_rows_avx2(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,
                            float* sums);
 void exp_shifted_rows_avx512(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,

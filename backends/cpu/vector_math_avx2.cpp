@@ -73,6 +73,20 @@ void map_f32_avx2(VectorFunction f, const float* x, float* out, int64_t n) {
   }
 }
 
+void gelu_backward_f32_avx2(const float* g, const float* x, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i,
+                     gelu_backward_lanes<Avx2Ops>(_mm256_loadu_ps(g + i), _mm256_loadu_ps(x + i)));
+  }
+  if (i < n) {
+    const __m256i mask = lane_mask(n - i);
+    _mm256_maskstore_ps(out + i, mask,
+                        gelu_backward_lanes<Avx2Ops>(_mm256_maskload_ps(g + i, mask),
+                                                     _mm256_maskload_ps(x + i, mask)));
+  }
+}
+
 void exp_shifted_rows_avx2(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,
                            float* sums) {
   for (int64_t row = 0; row < rows; ++row) {

@@ -100,6 +100,20 @@ void map_f32_avx512(VectorFunction f, const float* x, float* out, int64_t n) {
   }
 }
 
+void gelu_backward_f32_avx512(const float* g, const float* x, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(
+        out + i, gelu_backward_lanes<Avx512Ops>(_mm512_loadu_ps(g + i), _mm512_loadu_ps(x + i)));
+  }
+  if (i < n) {
+    const __mmask16 mask = first_lanes(n - i);
+    _mm512_mask_storeu_ps(out + i, mask,
+                          gelu_backward_lanes<Avx512Ops>(_mm512_maskz_loadu_ps(mask, g + i),
+                                                         _mm512_maskz_loadu_ps(mask, x + i)));
+  }
+}
+
 void exp_shifted_rows_avx512(float* x, int64_t rows, int64_t n, int64_t ld, const float* shifts,
                              float* sums) {
   int64_t r = 0;

@@ -86,6 +86,19 @@ template <class Ops, class V>
   return Ops::mul(Ops::mul(Ops::set(0.5f), x), Ops::add(Ops::set(1.0f), e));
 }
 
+inline constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+
+/// gelu's derivative times g per lane: g (Phi(x) + x phi(x)) with Phi(x) = (1 + erf(x / sqrt 2))
+/// / 2 and phi(x) = exp(-x^2 / 2) / sqrt(2 pi), in the order PyTorch's GeluBackward evaluates it.
+template <class Ops, class V>
+[[gnu::always_inline]] inline V gelu_backward_lanes(V g, V x) {
+  const V e = erf_lanes<Ops>(Ops::mul(x, Ops::set(kInvSqrt2)));
+  const V cdf = Ops::mul(Ops::set(0.5f), Ops::add(Ops::set(1.0f), e));
+  const V pdf =
+      Ops::mul(exp_lanes<Ops>(Ops::mul(Ops::mul(x, x), Ops::set(-0.5f))), Ops::set(kInvSqrt2Pi));
+  return Ops::mul(g, Ops::fma(x, pdf, cdf));
+}
+
 template <class Ops, class V>
 V function_lanes(VectorFunction f, V x) {
   switch (f) {

@@ -18,6 +18,7 @@ namespace axle::autograd {
 [[nodiscard]] const Derivative& unary_derivative(Op op);
 extern const Derivative kWhereBackward;  ///< [condition, a, b]
 extern const Derivative kCastBackward;   ///< [x]
+extern const Derivative kGeluBackwardBackward;  ///< [grad, x]; ints = [approximate]
 /// clamp with scalar bounds: [x]; ints = [has_min, has_max], reals = [min, max].
 extern const Derivative kClampBackward;
 /// clamp with tensor bounds: [x, min, max] without the missing ones; ints = [has_min, has_max].

@@ -117,23 +117,32 @@ void abs_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
 }
 
 void gelu_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
-  const Tensor& x = fn.input(0);
-  if (fn.ints()[0] == 0) {
-    // d/dx x Phi(x) = Phi(x) + x phi(x), with Phi(x) = (1 + erf(x / sqrt(2))) / 2: elementwise
-    // ops only, so the fuser makes the whole derivative one kernel with the product by g.
-    const Tensor cdf = mul(add(erf(mul(x, 1 / std::numbers::sqrt2)), 1.0), 0.5);
-    const Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 1 / std::sqrt(2 * std::numbers::pi));
-    grads[0] = mul(g, add(cdf, mul(x, pdf)));
-    return;
-  }
-  // y = x (1 + tanh(u)) / 2 with u = k (x + c x^3).
-  const double k = std::sqrt(2 / std::numbers::pi);
-  constexpr double c = 0.044715;
+  grads[0] = axle::gelu_backward(g, fn.input(0), fn.ints()[0] == 0 ? "none" : "tanh");
+}
+
+// The derivative of grad * gelu'(x): gelu'(x) for grad (one more gelu_backward), grad * gelu''(x)
+// for x, with gelu''(x) = phi(x) (2 - x^2) in the erf form, and in the tanh form (u = k (x + c
+// x^3), t = tanh(u)) (1 - t^2) (u' - x t u'^2 + x u'' / 2).
+void gelu_backward_backward(const GradFn& fn, const Tensor& h, GradList& grads) {
+  const Tensor& grad = fn.input(0);
+  const Tensor& x = fn.input(1);
+  const bool tanh_form = fn.ints()[0] != 0;
+  if (fn.needs_grad(0)) grads[0] = axle::gelu_backward(h, x, tanh_form ? "tanh" : "none");
+  if (!fn.needs_grad(1)) return;
   const Tensor x2 = mul(x, x);
-  const Tensor t = tanh(mul(add(x, mul(mul(x2, x), c)), k));
-  const Tensor du = mul(add(mul(x2, 3 * c), 1.0), k);
-  const Tensor dy = add(mul(add(t, 1.0), 0.5), mul(mul(mul(x, 1.0 - mul(t, t)), du), 0.5));
-  grads[0] = mul(g, dy);
+  Tensor second;
+  if (!tanh_form) {
+    const Tensor pdf = mul(exp(mul(x2, -0.5)), 1 / std::sqrt(2 * std::numbers::pi));
+    second = mul(pdf, 2.0 - x2);
+  } else {
+    const double k = std::sqrt(2 / std::numbers::pi);
+    constexpr double c = 0.044715;
+    const Tensor t = tanh(mul(add(x, mul(mul(x2, x), c)), k));
+    const Tensor du = mul(add(mul(x2, 3 * c), 1.0), k);
+    const Tensor d2u = mul(x, 6 * c * k);
+    second = mul(1.0 - mul(t, t), add(sub(du, mul(mul(x, t), mul(du, du))), mul(mul(x, d2u), 0.5)));
+  }
+  grads[1] = mul(mul(h, grad), second);
 }
 
 // As torch: x takes the gradient where min <= x <= max (a NaN x takes none). A tensor min takes
@@ -235,6 +244,8 @@ const Derivative& scalar_derivative(Op op) {
       no_derivative(op);
   }
 }
+
+const Derivative kGeluBackwardBackward{"GeluBackwardBackward", gelu_backward_backward};
 
 const Derivative& unary_derivative(Op op) {
   static const Derivative kNeg{"NegBackward", neg_backward};

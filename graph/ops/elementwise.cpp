@@ -251,6 +251,35 @@ Tensor gelu(const Tensor& x, const char* approximate, Loc where) {
   return unary(Op::kGelu, x, true, where, IntAttrs{mode == "tanh" ? 1 : 0});
 }
 
+Tensor gelu_backward(const Tensor& grad_output, const Tensor& self, const char* approximate,
+                     Loc where) {
+  constexpr std::string_view kName = "gelu_backward";
+  const std::string_view mode = approximate ? approximate : "none";
+  if (mode != "none" && mode != "tanh") {
+    ops::fail(kName, fmt::format("approximate must be \"none\" or \"tanh\", not \"{}\"", mode),
+              where);
+  }
+  ops::require_defined(kName, grad_output, "grad_output", where);
+  ops::require_defined(kName, self, "self", where);
+  ops::require_floating(kName, self, where);
+  const Device device = ops::common_device(kName, {&grad_output, &self}, where);
+  if (!(grad_output.shape() == self.shape())) {
+    ops::fail(kName,
+              fmt::format("grad_output {} and self {} must have one shape", describe(grad_output),
+                          describe(self)),
+              where);
+  }
+  const DType dtype = promote_types(grad_output.dtype(), self.dtype());
+  IntAttrs ints{mode == "tanh" ? 1 : 0};
+  const bool record = autograd::should_record(grad_output, self);
+  Tensor out = ops::make_result(
+      Op::kGeluBackward, dtype, self.shape(),
+      Operands{ops::value_as(grad_output, dtype, where), ops::value_as(self, dtype, where)}, device,
+      where, ints);
+  if (record) autograd::record(autograd::kGeluBackwardBackward, out, {grad_output, self}, ints);
+  return out;
+}
+
 Tensor cast(const Tensor& x, DType dtype, Loc where) {
   ops::require_defined("cast", x, "the operand", where);
   Tensor out = ops::make_result(Op::kCast, dtype, x.shape(), Operands{x.impl()->value_node(where)},

@@ -219,6 +219,33 @@ CpuTensor unary(const OpCall& call) {
   return out;
 }
 
+// grad * gelu'(x) in double, rounded once.
+CpuTensor gelu_backward(const OpCall& call) {
+  expect_operands(call, 2);
+  const CpuTensor& grad = call.operand(0);
+  const CpuTensor& x = call.operand(1);
+  expect_dtype(call, "grad", grad.dtype, call.dtype());
+  expect_dtype(call, "x", x.dtype, call.dtype());
+  if (!is_floating(call.dtype()))
+    fail(call, fmt::format("not defined for {}", dtype_name(call.dtype())));
+  const bool tanh_form = !call.ints().empty() && call.ints()[0] != 0;
+  CpuTensor out = result_of(call);
+  broadcast_loop<2>(call, {&grad, &x}, [&](int64_t i, const std::array<int64_t, 2>& at) {
+    const double v = real_at(x, at[1]);
+    double derivative;
+    if (tanh_form) {
+      const double k = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;  // sqrt(2 / pi)
+      const double t = std::tanh(k * (v + 0.044715 * v * v * v));
+      derivative = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * 0.044715 * v * v);
+    } else {
+      derivative = 0.5 * (1 + std::erf(v / std::numbers::sqrt2)) +
+                   v * std::exp(-0.5 * v * v) * std::numbers::inv_sqrtpi / std::numbers::sqrt2;
+    }
+    store_real(out, i, real_at(grad, at[0]) * derivative);
+  });
+  return out;
+}
+
 CpuTensor logical_not(const OpCall& call) {
   expect_operands(call, 1);
   expect_dtype(call, "the result", call.dtype(), DType::kBool);
@@ -296,6 +323,8 @@ CpuTensor evaluate_elementwise(const OpCall& call) {
     case Op::kRelu:
     case Op::kGelu:
       return unary(call);
+    case Op::kGeluBackward:
+      return gelu_backward(call);
     case Op::kLogicalNot:
       return logical_not(call);
     case Op::kCast:

@@ -16,24 +16,26 @@ HostTensor fused(const std::vector<Step>& steps, const std::vector<HostTensor>& 
 // Every fusible kernel, reading operands of every broadcast kind.
 std::vector<Step> long_chain() {
   return {
-      {Kernel::kMul, 0, 1},          // x * row
-      {Kernel::kAdd, -1, 2},         // + column
-      {Kernel::kExp, -2},            //
-      {Kernel::kSub, -3, 3},         // - scalar
-      {Kernel::kTanh, -4},           //
-      {Kernel::kSigmoid, -5},        //
-      {Kernel::kGelu, -6, 0, true},  //
-      {Kernel::kGelu, -7},           //
-      {Kernel::kMaximum, -8, 0},     // max(., x)
-      {Kernel::kMinimum, 1, -9},     // min(row, .)
-      {Kernel::kNeg, -10},           //
-      {Kernel::kAbs, -11},           //
-      {Kernel::kSqrt, -12},          //
-      {Kernel::kRsqrt, 3},           // rsqrt(scalar), broadcast
-      {Kernel::kDiv, -13, -14},      //
-      {Kernel::kLog, -15},           //
-      {Kernel::kRelu, -16},          //
-      {Kernel::kPow, -17, 2},        // ^ column
+      {Kernel::kMul, 0, 1},                   // x * row
+      {Kernel::kAdd, -1, 2},                  // + column
+      {Kernel::kExp, -2},                     //
+      {Kernel::kSub, -3, 3},                  // - scalar
+      {Kernel::kTanh, -4},                    //
+      {Kernel::kSigmoid, -5},                 //
+      {Kernel::kGelu, -6, 0, true},           //
+      {Kernel::kGelu, -7},                    //
+      {Kernel::kMaximum, -8, 0},              // max(., x)
+      {Kernel::kMinimum, 1, -9},              // min(row, .)
+      {Kernel::kNeg, -10},                    //
+      {Kernel::kAbs, -11},                    //
+      {Kernel::kSqrt, -12},                   //
+      {Kernel::kRsqrt, 3},                    // rsqrt(scalar), broadcast
+      {Kernel::kDiv, -13, -14},               //
+      {Kernel::kLog, -15},                    //
+      {Kernel::kRelu, -16},                   //
+      {Kernel::kPow, -17, 2},                 // ^ column
+      {Kernel::kGeluBackward, -18, 0},        // . * gelu'(x)
+      {Kernel::kGeluBackward, 0, -19, true},  // x * gelu'(.), tanh form
   };
 }
 

@@ -32,7 +32,9 @@ inline HostTensor unfused(const std::vector<Step>& steps, const std::vector<Host
     std::vector<HostTensor> inputs = {operand(s.a)};
     if (is_binary(s.kernel)) inputs.push_back(operand(s.b));
     std::vector<int64_t> ints;
-    if (s.kernel == Kernel::kGelu) ints = {s.tanh_form ? 1 : 0};
+    if (s.kernel == Kernel::kGelu || s.kernel == Kernel::kGeluBackward) {
+      ints = {s.tanh_form ? 1 : 0};
+    }
     results.push_back(run_kernel(s.kernel, inputs, dtype, shape, ints));
   }
   return results.back();

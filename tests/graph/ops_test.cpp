@@ -207,6 +207,8 @@ TEST(ElementwiseOps, UnaryOpsKeepTheShape) {
   EXPECT_EQ(type_of(abs(t({2}, DType::kInt32))), "s32[2]");
   EXPECT_EQ(type_of(gelu(t({2, 2}))), "f32[2,2]");
   EXPECT_EQ(ints_of(gelu(t({2}), "tanh")), (std::vector<int64_t>{1}));
+  EXPECT_EQ(type_of(gelu_backward(t({2, 2}), t({2, 2}, DType::kBFloat16))), "f32[2,2]");
+  EXPECT_EQ(ints_of(gelu_backward(t({2}), t({2}), "tanh")), (std::vector<int64_t>{1}));
   EXPECT_EQ(type_of(cast(t({2, 3}), DType::kInt32)), "s32[2,3]");
 }
 
@@ -235,6 +237,8 @@ TEST(ElementwiseOps, RejectBadOperands) {
   EXPECT_SHAPE_ERROR(eq(a, t({3, 3}, DType::kInt32)), "eq", "f32[2,3]", "s32[3,3]");
   EXPECT_SHAPE_ERROR(where(t({5}, DType::kBool), a, a), "where", "pred[5]");
   EXPECT_SHAPE_ERROR(gelu(a, "bogus"), "gelu", "bogus");
+  EXPECT_SHAPE_ERROR(gelu_backward(a, t({3})), "gelu_backward", "f32[2,3]", "f32[3]", "one shape");
+  EXPECT_SHAPE_ERROR(gelu_backward(a, a, "bogus"), "gelu_backward", "bogus");
   EXPECT_SHAPE_ERROR(add(Tensor{}, a), "add", "undefined");
   EXPECT_SHAPE_ERROR(add(a, zeros({2, 3}, DType::kFloat32, Device{1})), "add", "xla:0", "xla:1");
 }
@@ -251,6 +255,7 @@ TEST(ElementwiseOps, RefuseWhatTorchRefuses) {
   EXPECT_SHAPE_ERROR(relu(mask), "relu", "pred[3]");
   EXPECT_SHAPE_ERROR(pow(mask, mask), "pow", "pred[3]");
   EXPECT_SHAPE_ERROR(gelu(ints), "gelu", "floating-point", "s64[3]");
+  EXPECT_SHAPE_ERROR(gelu_backward(t({3}), ints), "gelu_backward", "floating-point", "s64[3]");
   EXPECT_SHAPE_ERROR(silu(ints), "silu", "floating-point", "s64[3]");
   EXPECT_SHAPE_ERROR(argmax(mask), "argmax", "pred[3]");
   EXPECT_SHAPE_ERROR(where(t({3}), ints, ints), "where", "condition", "f32[3]");

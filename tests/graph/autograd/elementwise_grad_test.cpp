@@ -147,6 +147,16 @@ TEST_F(ElementwiseGrad, GeluWithTanh) {
       gradients_match([](Args t) { return gelu(t[0], "tanh"); }, {random_arg(rng, {2, 5}, -4, 4)}));
 }
 
+// gelu_backward (the op gelu's gradient is) has gradients of its own, for both operands.
+TEST_F(ElementwiseGrad, GeluBackwardInBothForms) {
+  std::mt19937 rng(31);
+  for (const char* form : {"none", "tanh"}) {
+    EXPECT_TRUE(gradients_match([&](Args t) { return gelu_backward(t[0], t[1], form); },
+                                {random_arg(rng, {2, 5}), random_arg(rng, {2, 5}, -4, 4)}))
+        << form;
+  }
+}
+
 TEST_F(ElementwiseGrad, Abs) {
   std::mt19937 rng(21);
   EXPECT_TRUE(gradients_match([](Args t) { return abs(t[0]); }, {away_from_zero(rng, {3, 4})}));

@@ -223,6 +223,22 @@ TEST(ReferenceElementwise, UnaryMathInDouble) {
   expect_values(g.values<double>(sigmoid(t)), s, 1e-15);
   expect_values(g.values<double>(gelu(t)), ge, 1e-14);
   expect_values(g.values<double>(gelu(t, "tanh")), gt, 1e-14);
+  // gelu_backward with a gradient of ones is gelu's derivative; the derivative of x Phi(x) and
+  // of the tanh form, by central differences of the values above' formulas.
+  std::vector<double> de, dt;
+  for (double v : x) {
+    de.push_back(0.5 * std::erfc(-v / std::numbers::sqrt2) +
+                 v * std::exp(-0.5 * v * v) / std::sqrt(2 * std::numbers::pi));
+    const double h = 1e-5;
+    auto tanh_form = [](double u) {
+      return 0.5 * u *
+             (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (u + 0.044715 * u * u * u)));
+    };
+    dt.push_back((tanh_form(v + h) - tanh_form(v - h)) / (2 * h));
+  }
+  const Tensor ones = g.input<double>(std::vector<double>(x.size(), 1.0), {6});
+  expect_values(g.values<double>(gelu_backward(ones, t)), de, 1e-14);
+  expect_values(g.values<double>(gelu_backward(ones, t, "tanh")), dt, 1e-9);
   std::vector<double> er;
   for (double v : x) er.push_back(1 - std::erfc(v));
   expect_values(g.values<double>(erf(t)), er, 1e-15);
