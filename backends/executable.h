@@ -39,6 +39,12 @@ namespace axle {
 ///   kSum kMean kReduceMax kReduceMin kLogSumExp     [x]
 ///   kArgMax                                         [x]; ints = [keepdim, dim] -> s64
 ///   kSoftmax kLogSoftmax                            [x]; ints = [dim]
+///   kLayerNorm   [x]; ints = [k]; reals = [eps]: layer_norm's normalisation (no weight or bias)
+///   over
+///                the last k dims, (x - mean) / sqrt(var + eps) with the biased variance
+///   kLayerNormBackward [grad, x (both the output's shape)]; ints = [k]; reals = [eps]: the
+///                gradient of kLayerNorm's input given its output's, rstd (grad - mean(grad) -
+///                xhat mean(grad xhat)) per row
 ///   kCumsum      [x]; ints = [dim, reverse]: out[..., i, ...] is the sum of x[..., j, ...] over
 ///                j <= i (j >= i when reverse), accumulated in f64 for floating dtypes (s64 for
 ///                integers); output has x's shape and dtype
@@ -197,6 +203,8 @@ enum class Kernel : uint16_t {
   kScaledDotProductAttention,
   kScaledDotProductAttentionBackward,
   kGeluBackward,
+  kLayerNorm,
+  kLayerNormBackward,
   kFused,
   kAllReduce,
   kAllGather,

@@ -80,6 +80,8 @@ namespace axle {
   X(ScaledDotProductAttention, "scaled_dot_product_attention", Attention)                  \
   X(ScaledDotProductAttentionBackward, "scaled_dot_product_attention_backward", Attention) \
   X(GeluBackward, "gelu_backward", Elementwise)                                            \
+  X(LayerNorm, "layer_norm", Reduction)                                                    \
+  X(LayerNormBackward, "layer_norm_backward", Reduction)                                   \
   I(CustomSharding, "custom_sharding", Annotation)
 // clang-format on
 
@@ -105,7 +107,8 @@ enum class OpFamily : uint8_t {
                    ///< gelu_backward
   kFloatFunction,  ///< exp, log, ... (AXLE_FLOAT_FUNCTIONS): elementwise, floating dtypes only
   kGenerator,      ///< full, arange: no operands
-  kReduction,      ///< sums, extrema, logsumexp, argmax, softmaxes, cumsum, topk
+  kReduction,      ///< sums, extrema, logsumexp, argmax, softmaxes, cumsum, topk, layer_norm's
+                   ///< normalisation and its gradient
   kLinalg,         ///< matmul, conv2d
   kPooling,        ///< max and average pooling and their backward ops
   kDataMovement,   ///< reshape, permute, expand, slice, cat, gathers and scatters, one_hot

@@ -464,6 +464,7 @@ const KernelTable& kernel_table() {
     register_topk_kernels(t);
     register_attention_kernels(t);
     register_gelu_backward_kernel(t);
+    register_layer_norm_kernels(t);
     return t;
   }();
   return table;

@@ -84,6 +84,7 @@ void register_scan_kernels(KernelTable& table);
 void register_topk_kernels(KernelTable& table);
 void register_attention_kernels(KernelTable& table);
 void register_gelu_backward_kernel(KernelTable& table);
+void register_layer_norm_kernels(KernelTable& table);
 
 /// One member's part of a collective call (see Backend::collective).
 void run_collective(const KernelCall& call, const BufferDesc& operand, const BufferDesc& result,

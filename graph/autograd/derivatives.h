@@ -45,6 +45,10 @@ extern const Derivative kAvgPool2dBackward;  ///< [x]; ints = the kAvgPool2d nod
 /// reals as the fused node's.
 extern const Derivative kScaledDotProductAttentionBackward;
 
+// --- normalisation ---
+/// layer_norm's normalisation (kLayerNorm): [x]; ints = [k]; reals = [eps], as the node's.
+extern const Derivative kLayerNormBackward;
+
 // --- shape and data movement ---
 extern const Derivative kReshapeBackward;      ///< [x] (reshape, view, flatten, squeeze, ...)
 extern const Derivative kPermuteBackward;      ///< [x]; ints = permutation

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "axle/graph/autograd/derivatives.h"
 #include "axle/graph/op_util.h"
 #include "axle/graph/ops.h"
 
@@ -56,15 +57,18 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
                 where);
     }
   }
-  std::vector<int64_t> dims;
-  for (int d = rank - k; d < rank; ++d) dims.push_back(d);
   // On autocast's f32 list: in a region, bf16 operands are normalised in f32.
   const bool amp = ops::autocast_dtype().has_value();
   const Tensor input = amp ? ops::autocast_cast(x, DType::kFloat32, where) : x;
   const ops::AutocastSuspended off;
-  const Tensor centered = sub(input, mean(input, dims, true, where), where);
-  const Tensor variance = mean(mul(centered, centered, where), dims, true, where);  // biased
-  Tensor y = mul(centered, rsqrt(add(variance, eps, where), where), where);
+  // One node normalises each row (kLayerNorm); the weight and bias are elementwise ops, which
+  // the compiler fuses.
+  Tensor y = ops::make_result(Op::kLayerNorm, input.dtype(), input.shape(),
+                              Operands{input.impl()->value_node(where)}, input.device(), where,
+                              IntAttrs{k}, RealAttrs{eps});
+  if (autograd::should_record(input)) {
+    autograd::record(autograd::kLayerNormBackward, y, {input}, IntAttrs{k}, RealAttrs{eps});
+  }
   if (weight.defined())
     y = mul(y, amp ? ops::autocast_cast(weight, DType::kFloat32, where) : weight, where);
   if (bias.defined())

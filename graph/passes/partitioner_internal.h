@@ -213,8 +213,11 @@ class Partitioner {
   // out as its result.
   int32_t whole_along(int32_t id, std::initializer_list<int> dims);
   // softmax, log_softmax, cumsum, topk: split along their dim where that pays (the normalizer's
-  // and the scan's own rules), else whole along it.
+  // and the scan's own rules), else whole along it; layer_norm and its gradient: each row (the
+  // last k dims) whole.
   int32_t lower_along_dim(int32_t id);
+  // scaled_dot_product_attention and its backward op: the batch dims split, each row whole.
+  int32_t lower_attention(int32_t id);
   int32_t lower_permute(int32_t id);
   int32_t lower_one_hot(int32_t id);
 

@@ -15,12 +15,29 @@ int32_t Partitioner::whole_along(int32_t id, std::initializer_list<int> dims) {
 
 int32_t Partitioner::lower_along_dim(int32_t id) {
   const Op op = global_[id].op;
+  if (op == Op::kLayerNorm || op == Op::kLayerNormBackward) {  // each row (the last k dims) whole
+    const int rank = global_[id].shape.rank();
+    Layout have = layouts_[id];
+    for (int d = rank - static_cast<int>(global_.ints(id)[0]); d < rank; ++d) {
+      have = unsplit(std::move(have), {d});
+    }
+    return local_then_finish(id, have, [&](std::size_t) { return have; });
+  }
   if (op == Op::kSoftmax || op == Op::kLogSoftmax) {
     if (const int32_t split = lower_split_normalizer(id); split >= 0) return split;
   } else if (const int32_t split = lower_split_scan(id); split >= 0) {
     return split;
   }
   return whole_along(id, {static_cast<int>(global_.ints(id)[0])});
+}
+
+// Batch dims split; each operand's batch dims (they broadcast) as the result's.
+int32_t Partitioner::lower_attention(int32_t id) {
+  const Shape& shape = global_[id].shape;
+  const Layout have = unsplit(layouts_[id], {shape.rank() - 2, shape.rank() - 1});
+  return local_then_finish(id, have, [&](std::size_t i) {
+    return project(have, shape, global_[global_.operands(id)[i]].shape);
+  });
 }
 
 // The operand laid out as the result, its dims in the permutation's order.
@@ -74,6 +91,8 @@ int32_t Partitioner::lower(int32_t id) {
     case Op::kLogSoftmax:
     case Op::kCumsum:
     case Op::kTopK:
+    case Op::kLayerNorm:
+    case Op::kLayerNormBackward:
       return lower_along_dim(id);
     case Op::kMatmul:
       return lower_matmul(id);
@@ -99,12 +118,8 @@ int32_t Partitioner::lower(int32_t id) {
     case Op::kAvgPool2dBackward:
       return whole_along(id, {2, 3});  // the image dims
     case Op::kScaledDotProductAttention:
-    case Op::kScaledDotProductAttentionBackward: {
-      // Batch dims split; each operand's batch dims (they broadcast) as the result's.
-      const Layout have = unsplit(want, {shape.rank() - 2, shape.rank() - 1});
-      return local_then_finish(
-          id, have, [&](std::size_t i) { return project(have, shape, operand_shape(i)); });
-    }
+    case Op::kScaledDotProductAttentionBackward:
+      return lower_attention(id);
     case Op::kRandUniform:
     case Op::kRandNormal:
     case Op::kRandInt:

@@ -309,8 +309,9 @@ bool operand_map(const Program& p, std::size_t i, std::size_t j, DimMap& map) {
       map[e] = e != skip && e < out.rank() && in[e] == out[e] ? e : -1;
     }
   };
-  if (maps_trailing_dims(instr.op)) {
-    align_trailing(in, out, 0, in.rank(), map);
+  const bool rows = instr.op == Op::kLayerNorm || instr.op == Op::kLayerNormBackward;
+  if (maps_trailing_dims(instr.op) || rows) {  // layer_norm keeps each row (last k dims) whole
+    align_trailing(in, out, 0, in.rank() - (rows ? static_cast<int>(ints[0]) : 0), map);
     return true;
   }
   switch (instr.op) {

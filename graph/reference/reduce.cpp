@@ -181,6 +181,48 @@ CpuTensor softmax(const OpCall& call) {
   return out;
 }
 
+// layer_norm's normalisation of x over its last k dims, or (kLayerNormBackward, operands
+// [grad, x]) the gradient of x given the normalisation's: all in double, each row two-pass.
+CpuTensor layer_norm(const OpCall& call) {
+  const bool backward = call.node.op() == Op::kLayerNormBackward;
+  expect_operands(call, backward ? 2 : 1);
+  expect_ints(call, 1, "[k]");
+  const CpuTensor& x = call.operand(backward ? 1 : 0);
+  expect_dtype(call, "the result", call.dtype(), x.dtype);
+  if (!is_floating(x.dtype)) fail(call, fmt::format("not defined for {}", dtype_name(x.dtype)));
+  const int64_t k = call.ints()[0];
+  if (!(x.shape == call.shape()) || k < 1 || k > x.shape.rank() || call.reals().size() != 1 ||
+      (backward && !(call.operand(0).shape == x.shape))) {
+    fail(call, fmt::format("k = {} must be in [1, rank], with reals = [eps] and every operand of "
+                           "the result's shape",
+                           k));
+  }
+  std::vector<int64_t> dims;
+  for (int64_t d = x.shape.rank() - k; d < x.shape.rank(); ++d) dims.push_back(d);
+  CpuTensor out = result_of(call);
+  for_each_output(x.shape, dims, [&](int64_t, std::span<const int64_t> terms) {
+    const auto n = static_cast<double>(terms.size());
+    double mean = 0, squares = 0;
+    for (int64_t t : terms) mean += real_at(x, t);
+    mean /= n;
+    for (int64_t t : terms) squares += (real_at(x, t) - mean) * (real_at(x, t) - mean);
+    const double rstd = 1 / std::sqrt(squares / n + call.reals()[0]);
+    double g_mean = 0, gx_mean = 0;
+    if (backward) {
+      for (int64_t t : terms) {
+        g_mean += real_at(call.operand(0), t) / n;
+        gx_mean += real_at(call.operand(0), t) * (real_at(x, t) - mean) * rstd / n;
+      }
+    }
+    for (int64_t t : terms) {
+      const double xhat = (real_at(x, t) - mean) * rstd;
+      store_real(out, t,
+                 backward ? rstd * (real_at(call.operand(0), t) - g_mean - xhat * gx_mean) : xhat);
+    }
+  });
+  return out;
+}
+
 // Checks that `dim` is a dim of x, of size at least 1 (0-d x: treated as [1]).
 int64_t dim_of(const OpCall& call, int64_t dim) {
   const CpuTensor& x = call.operand(0);
@@ -285,6 +327,9 @@ CpuTensor evaluate_reduction(const OpCall& call) {
     case Op::kSoftmax:
     case Op::kLogSoftmax:
       return softmax(call);
+    case Op::kLayerNorm:
+    case Op::kLayerNormBackward:
+      return layer_norm(call);
     case Op::kCumsum:
       return cumsum(call);
     case Op::kTopK:

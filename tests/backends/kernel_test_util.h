@@ -153,7 +153,8 @@ inline double tolerance(DType dtype) {
 /// (1: the calling thread alone).
 inline HostTensor call_kernel_directly(Kernel kernel, const std::vector<HostTensor>& inputs,
                                        DType out_dtype, const Shape& out_shape,
-                                       std::vector<int64_t> ints, int threads = 1) {
+                                       std::vector<int64_t> ints, int threads = 1,
+                                       std::vector<double> reals = {}) {
   std::vector<BufferDesc> descs;
   std::vector<std::vector<std::byte>> bytes;
   for (const HostTensor& in : inputs) {
@@ -164,7 +165,7 @@ inline HostTensor call_kernel_directly(Kernel kernel, const std::vector<HostTens
   std::vector<std::byte> out(out_desc.bytes(), std::byte{0xFF});
   std::vector<cpu::ConstView> views;
   for (std::size_t i = 0; i < inputs.size(); ++i) views.push_back({bytes[i].data(), &descs[i]});
-  const KernelCall call{kernel, {}, 0, std::move(ints), {}};
+  const KernelCall call{kernel, {}, 0, std::move(ints), std::move(reals)};
   cpu::ComputePool pool(threads);
   cpu::kernel_table()[static_cast<std::size_t>(kernel)](
       cpu::KernelArgs{call, views, {out.data(), &out_desc}, pool});

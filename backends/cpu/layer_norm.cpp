@@ -1,0 +1,226 @@
+// backends/cpu: kLayerNorm and kLayerNormBackward, layer_norm's normalisation and its gradient a
+// row at a time (the row's statistics stay in registers; written as reductions and elementwise
+// ops they cost eight kernels and as many passes over the activation). A row's sums run in double
+// on four chains of four lanes, two passes (the mean, then the centred squares), so a long row is
+// summed as carefully as a short one; each row is one thread's, so every thread count gives the
+// same bits.
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/kernel.h"
+
+namespace axle::cpu {
+namespace {
+
+using Double4 = double __attribute__((vector_size(32)));
+using Float4 = float __attribute__((vector_size(16)));
+
+// Four consecutive values from p, in double.
+template <class C>
+Double4 load4(const C* p) {
+  if constexpr (std::is_same_v<C, float>) {
+    Float4 f;
+    std::memcpy(&f, p, sizeof f);
+    return __builtin_convertvector(f, Double4);
+  } else {
+    Double4 d;
+    std::memcpy(&d, p, sizeof d);
+    return d;
+  }
+}
+
+// kSums sums over i < n at once: four(i) gives elements i..i+3's terms (a Double4 per sum), one(i)
+// element i's alone (the tail). Four independent chains of four lanes each, added in a fixed
+// order, so the bits do not depend on the thread or the row's place.
+template <int kSums, class Four, class One>
+std::array<double, kSums> row_sums(int64_t n, Four&& four, One&& one) {
+  std::array<Double4, kSums> chain[4] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const std::array<Double4, kSums> v = four(i + 4 * c);
+#pragma GCC unroll 2
+      for (int s = 0; s < kSums; ++s) chain[c][s] += v[s];
+    }
+  }
+  std::array<double, kSums> tail{};
+  for (; i < n; ++i) {
+    const std::array<double, kSums> v = one(i);
+    for (int s = 0; s < kSums; ++s) tail[s] += v[s];
+  }
+  std::array<double, kSums> sums{};
+  for (int s = 0; s < kSums; ++s) {
+    const Double4 v = (chain[0][s] + chain[1][s]) + (chain[2][s] + chain[3][s]);
+    sums[s] = ((v[0] + v[2]) + (v[1] + v[3])) + tail[s];
+  }
+  return sums;
+}
+
+// out[i] = f(i) for i < n, in groups of 16 computed into a local array (the trip count known,
+// and no overlap with out to rule out, so GCC vectorises them).
+template <class C, class F>
+void map_row(int64_t n, C* out, F&& f) {
+  constexpr int64_t kGroup = 16;
+  int64_t i = 0;
+  for (; i + kGroup <= n; i += kGroup) {
+    C group[kGroup];
+    for (int64_t j = 0; j < kGroup; ++j) group[j] = f(i + j);
+    for (int64_t j = 0; j < kGroup; ++j) out[i + j] = group[j];
+  }
+  for (; i < n; ++i) out[i] = f(i);
+}
+
+struct RowStats {
+  double mean, rstd;
+};
+
+template <class C>
+RowStats row_stats(const C* x, int64_t n, double eps) {
+  const auto count = static_cast<double>(n);
+  const double mean = row_sums<1>(
+                          n, [&](int64_t i) { return std::array{load4(x + i)}; },
+                          [&](int64_t i) { return std::array{double{x[i]}}; })[0] /
+                      count;
+  const double squares = row_sums<1>(
+      n,
+      [&](int64_t i) {
+        const Double4 d = load4(x + i) - mean;
+        return std::array{d * d};
+      },
+      [&](int64_t i) {
+        const double d = double{x[i]} - mean;
+        return std::array{d * d};
+      })[0];
+  return {mean, 1 / std::sqrt(squares / count + eps)};  // biased variance
+}
+
+// y = (x - mean) * rstd in double, rounded once: a row far from zero keeps its digits.
+template <class C>
+void normalize_row(const C* x, C* y, int64_t n, double eps) {
+  const RowStats s = row_stats(x, n, eps);
+  map_row(n, y, [&](int64_t i) { return static_cast<C>((double{x[i]} - s.mean) * s.rstd); });
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), xhat = (x - mean) * rstd, in double.
+template <class C>
+void normalize_row_backward(const C* g, const C* x, C* dx, int64_t n, double eps) {
+  const RowStats s = row_stats(x, n, eps);
+  const auto count = static_cast<double>(n);
+  const std::array<double, 2> sums = row_sums<2>(
+      n,
+      [&](int64_t i) {
+        const Double4 grad = load4(g + i);
+        return std::array{grad, grad * ((load4(x + i) - s.mean) * s.rstd)};
+      },
+      [&](int64_t i) {
+        const double grad = g[i];
+        return std::array{grad, grad * ((double{x[i]} - s.mean) * s.rstd)};
+      });
+  const double a = sums[0] / count, b = sums[1] / count;
+  map_row(n, dx, [&](int64_t i) {
+    const double xhat = (double{x[i]} - s.mean) * s.rstd;
+    return static_cast<C>(s.rstd * (double{g[i]} - a - xhat * b));
+  });
+}
+
+// ints = [k]: the rows are the last k dims; reals = [eps].
+struct Rows {
+  int64_t count, width;
+  double eps;
+};
+
+Rows rows_of(const KernelArgs& args, std::size_t operands) {
+  const char* name = args.call.kernel == Kernel::kLayerNorm ? "layer_norm" : "layer_norm_backward";
+  if (args.inputs.size() != operands) {
+    throw std::invalid_argument(
+        fmt::format("{} takes {} operands, got {}", name, operands, args.inputs.size()));
+  }
+  const BufferDesc& out = *args.output.desc;
+  for (const ConstView& in : args.inputs) {
+    check_dtype(args, "operand", in.desc->dtype, out.dtype);
+    if (!(in.desc->shape == out.shape)) {
+      throw std::invalid_argument(fmt::format("{}: an operand is {}, the output {}", name,
+                                              in.desc->shape.to_string(), out.shape.to_string()));
+    }
+  }
+  if (args.call.ints.size() != 1 || args.call.reals.size() != 1 || args.call.ints[0] < 1 ||
+      args.call.ints[0] > out.shape.rank()) {
+    throw std::invalid_argument(
+        fmt::format("{} needs ints = [normalized dims, 1 to the rank {}] and reals = [eps]", name,
+                    out.shape.rank()));
+  }
+  int64_t width = 1;
+  for (int d = out.shape.rank() - static_cast<int>(args.call.ints[0]); d < out.shape.rank(); ++d) {
+    width *= out.shape[d];
+  }
+  return {width == 0 ? 0 : out.shape.numel() / width, width, args.call.reals[0]};
+}
+
+// Runs row(first operand rows..., output row) over the rows on the pool; bf16 rows are widened
+// into the thread's buffers and the result rounded once.
+template <std::size_t kOperands, class Row>
+void for_rows(const KernelArgs& args, const Rows& rows, Row&& row) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, rows.width));
+  visit_dtype(args.output.desc->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!kIsFloat<T>) {
+      unsupported(args.call.kernel, args.output.desc->dtype);
+    } else {
+      T* out = args.output.as<T>();
+      parallel_for(args.pool, rows.count, grain, [&](int64_t first, int64_t last, int) {
+        for (int64_t r = first; r < last; ++r) {
+          const int64_t at = r * rows.width;
+          if constexpr (std::is_same_v<T, Bf16>) {
+            const auto width = static_cast<std::size_t>(rows.width);
+            float* operand[kOperands];
+            for (std::size_t i = 0; i < kOperands; ++i) {
+              operand[i] = thread_floats(static_cast<int>(i), width);
+              widen_block(args.inputs[i].template as<Bf16>() + at, operand[i], rows.width);
+            }
+            float* result = thread_floats(static_cast<int>(kOperands), width);
+            if constexpr (kOperands == 1) {
+              row(operand[0], result);
+            } else {
+              row(operand[0], operand[1], result);
+            }
+            narrow_block(result, out + at, rows.width);
+          } else if constexpr (kOperands == 1) {
+            row(args.inputs[0].template as<T>() + at, out + at);
+          } else {
+            row(args.inputs[0].template as<T>() + at, args.inputs[1].template as<T>() + at,
+                out + at);
+          }
+        }
+      });
+    }
+  });
+}
+
+void layer_norm_kernel(const KernelArgs& args) {
+  const Rows rows = rows_of(args, 1);
+  for_rows<1>(args, rows,
+              [&](const auto* x, auto* y) { normalize_row(x, y, rows.width, rows.eps); });
+}
+
+void layer_norm_backward_kernel(const KernelArgs& args) {
+  const Rows rows = rows_of(args, 2);
+  for_rows<2>(args, rows, [&](const auto* g, const auto* x, auto* dx) {
+    normalize_row_backward(g, x, dx, rows.width, rows.eps);
+  });
+}
+
+}  // namespace
+
+void register_layer_norm_kernels(KernelTable& table) {
+  set_kernel(table, Kernel::kLayerNorm, &layer_norm_kernel);
+  set_kernel(table, Kernel::kLayerNormBackward, &layer_norm_backward_kernel);
+}
+
+}  // namespace axle::cpu

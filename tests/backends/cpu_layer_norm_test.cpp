@@ -1,0 +1,118 @@
+// backends/cpu kLayerNorm and kLayerNormBackward: each row's normalisation and its gradient
+// against two-pass loops in double, over one and two trailing dims, in every floating dtype, on
+// rows far from zero (where a one-pass variance loses its digits); every thread count gives the
+// same bits; malformed calls are refused with a message.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "tests/backends/kernel_test_util.h"
+
+namespace axle::testing {
+namespace {
+
+struct Expected {
+  std::vector<double> xhat, dx;
+};
+
+// Rows of `width` values: xhat = (x - mean) rstd and dx = rstd (g - mean(g) - xhat mean(g xhat)).
+Expected reference(const HostTensor& g, const HostTensor& x, int64_t width, double eps) {
+  Expected e{std::vector<double>(x.values.size()), std::vector<double>(x.values.size())};
+  for (std::size_t at = 0; at < x.values.size(); at += static_cast<std::size_t>(width)) {
+    const auto n = static_cast<double>(width);
+    double mean = 0, squares = 0, g_mean = 0, gx_mean = 0;
+    for (int64_t i = 0; i < width; ++i) mean += x.values[at + i] / n;
+    for (int64_t i = 0; i < width; ++i) squares += std::pow(x.values[at + i] - mean, 2);
+    const double rstd = 1 / std::sqrt(squares / n + eps);
+    for (int64_t i = 0; i < width; ++i) {
+      e.xhat[at + i] = (x.values[at + i] - mean) * rstd;
+      g_mean += g.values[at + i] / n;
+      gx_mean += g.values[at + i] * e.xhat[at + i] / n;
+    }
+    for (int64_t i = 0; i < width; ++i) {
+      e.dx[at + i] = rstd * (g.values[at + i] - g_mean - e.xhat[at + i] * gx_mean);
+    }
+  }
+  return e;
+}
+
+class LayerNormRows : public ::testing::TestWithParam<std::tuple<DType, int64_t>> {};
+
+TEST_P(LayerNormRows, NormaliseAndDifferentiateEachRow) {
+  const auto [dtype, k] = GetParam();
+  std::mt19937 rng(41);
+  // Rows of 3 × 37 or 37 values (a ragged tail after the vectors), 5 × 4 of them.
+  const Shape shape{5, 4, 3, 37};
+  const int64_t width = k == 2 ? 3 * 37 : 37;
+  HostTensor x = random_tensor(dtype, shape, rng, -2, 2);
+  for (std::size_t i = 0; i < x.values.size(); ++i) {
+    if ((i / static_cast<std::size_t>(width)) % 3 == 0) {  // a third of the rows around 300
+      x.values[i] = round_to(dtype, 300 + x.values[i] / 4);
+    }
+  }
+  const HostTensor g = random_tensor(dtype, shape, rng, -1, 1);
+  const double eps = 1e-5;
+  const Expected want = reference(g, x, width, eps);
+  const double tol = dtype == DType::kFloat64 ? 1e-12 : dtype == DType::kFloat32 ? 2e-5 : 2e-2;
+  // Relative to the values a row's results are made of (xhat is of order 1; dx of order rstd).
+  std::vector<double> scale(x.values.size());
+  for (std::size_t i = 0; i < scale.size(); ++i) {
+    scale[i] = std::max(1.0, std::abs(want.dx[i]));
+  }
+  expect_values(run_kernel(Kernel::kLayerNorm, {x}, dtype, shape, {k}, {eps}).values, want.xhat,
+                tol, "layer_norm");
+  expect_values(run_kernel(Kernel::kLayerNormBackward, {g, x}, dtype, shape, {k}, {eps}).values,
+                want.dx, tol, "layer_norm_backward", scale);
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuLayerNorm, LayerNormRows,
+                         ::testing::Combine(::testing::ValuesIn(kFloats),
+                                            ::testing::Values<int64_t>(1, 2)),
+                         [](const auto& info) {
+                           return label(std::get<0>(info.param)) + "_k" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(CpuLayerNorm, EveryThreadCountGivesTheSameBits) {
+  std::mt19937 rng(42);
+  const Shape shape{700, 128};
+  for (DType dtype : kFloats) {
+    const HostTensor x = random_tensor(dtype, shape, rng, -3, 3);
+    const HostTensor g = random_tensor(dtype, shape, rng, -1, 1);
+    for (const Kernel kernel : {Kernel::kLayerNorm, Kernel::kLayerNormBackward}) {
+      std::vector<HostTensor> inputs = {x};
+      if (kernel == Kernel::kLayerNormBackward) inputs.insert(inputs.begin(), g);
+      const HostTensor one = call_kernel_directly(kernel, inputs, dtype, shape, {1}, 1, {1e-5});
+      for (int threads : {2, 3}) {
+        ASSERT_EQ(call_kernel_directly(kernel, inputs, dtype, shape, {1}, threads, {1e-5}).values,
+                  one.values)
+            << kernel_name(kernel) << " " << label(dtype) << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
+TEST(CpuLayerNorm, RefusesMalformedCalls) {
+  const HostTensor x{DType::kFloat32, {2, 4}, std::vector<double>(8, 1.0)};
+  auto message = [&](Kernel kernel, const std::vector<HostTensor>& inputs, const Shape& out,
+                     std::vector<int64_t> ints, DType dtype = DType::kFloat32) {
+    try {
+      call_kernel_directly(kernel, inputs, dtype, out, std::move(ints), 1, {1e-5});
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_TRUE(contains(message(Kernel::kLayerNorm, {x}, {2, 4}, {3}), "ints = [normalized dims"));
+  EXPECT_TRUE(contains(message(Kernel::kLayerNorm, {x}, {2, 4}, {0}), "ints = [normalized dims"));
+  EXPECT_TRUE(contains(message(Kernel::kLayerNorm, {x, x}, {2, 4}, {1}), "takes 1 operands"));
+  EXPECT_TRUE(contains(message(Kernel::kLayerNormBackward, {x, x}, {4, 2}, {1}),
+                       "an operand is [2,4], the output [4,2]"));
+  const HostTensor ints{DType::kInt32, {2, 4}, std::vector<double>(8, 1.0)};
+  EXPECT_TRUE(contains(message(Kernel::kLayerNorm, {ints}, {2, 4}, {1}, DType::kInt32),
+                       "layer_norm is not defined for s32"));
+}
+
+}  // namespace
+}  // namespace axle::testing
