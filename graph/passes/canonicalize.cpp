@@ -1,5 +1,5 @@
-// graph/passes: canonicalisation — commutative operand order, reshape and permute chains, and
-// transposes folded into matmuls.
+// graph/passes: canonicalisation — commutative operand order, reshape and permute chains,
+// transposes folded into matmuls, and sums of zero-padded pieces made one concatenation.
 #include <algorithm>
 #include <array>
 #include <vector>
@@ -53,6 +53,9 @@ class Canonicalizer {
         return permute(id);
       case Op::kMatmul:
         return matmul(id);
+      case Op::kAdd:
+        if (const int32_t merged = disjoint_concats(id); merged >= 0) return merged;
+        break;
       default:
         break;
     }
@@ -103,6 +106,65 @@ class Canonicalizer {
     }
     return out_.append(Op::kMatmul, in_[id].dtype, in_[id].shape, operands, transposed,
                        in_.reals(id));
+  }
+
+  // A zero block: the constant 0, or an expand or reshape of it (zeros()).
+  bool is_zero(int32_t id) const {
+    while (out_[id].op == Op::kExpand || out_[id].op == Op::kReshape) id = out_.operands(id)[0];
+    return (out_[id].op == Op::kConstant || out_[id].op == Op::kFill) && out_.reals(id)[0] == 0;
+  }
+
+  // add(concat(...), concat(...)) along one dim, where no piece that is not zeros overlaps one of
+  // the other side's (the gradients of a split's pieces, each padded back into place, summed): the
+  // pieces in one concat, zero blocks between them. -1 for any other add.
+  int32_t disjoint_concats(int32_t id) {
+    const Program::Instr& instr = in_[id];
+    if (in_.operands(id).size() != 2) return -1;
+    const std::array<int32_t, 2> sides = {renamed_[in_.operands(id)[0]],
+                                          renamed_[in_.operands(id)[1]]};
+    for (int32_t side : sides) {
+      if (out_[side].op != Op::kConcat || !(out_[side].shape == instr.shape) ||
+          out_[side].dtype != instr.dtype) {
+        return -1;
+      }
+    }
+    const int64_t dim = out_.ints(sides[0])[0];
+    if (out_.ints(sides[1])[0] != dim) return -1;
+    struct Piece {
+      int64_t start, length;
+      int32_t id;
+    };
+    std::vector<Piece> pieces;  // both sides' pieces that are not zeros
+    for (int32_t side : sides) {
+      int64_t start = 0;
+      for (int32_t piece : out_.operands(side)) {
+        const int64_t length = out_[piece].shape[static_cast<int>(dim)];
+        if (!is_zero(piece)) pieces.push_back({start, length, piece});
+        start += length;
+      }
+    }
+    std::ranges::sort(pieces, {}, &Piece::start);
+    for (std::size_t i = 1; i < pieces.size(); ++i) {
+      if (pieces[i].start < pieces[i - 1].start + pieces[i - 1].length) return -1;
+    }
+    auto zeros = [&](int64_t length) {
+      Shape shape = instr.shape;
+      shape[static_cast<int>(dim)] = length;
+      const std::array<int32_t, 1> zero = {out_.append_constant(instr.dtype, Shape{}, 0.0)};
+      return out_.append(Op::kExpand, instr.dtype, shape, zero);
+    };
+    std::vector<int32_t> operands;
+    int64_t at = 0;
+    for (const Piece& piece : pieces) {
+      if (piece.start > at) operands.push_back(zeros(piece.start - at));
+      operands.push_back(piece.id);
+      at = piece.start + piece.length;
+    }
+    if (at < instr.shape[static_cast<int>(dim)]) {
+      operands.push_back(zeros(instr.shape[static_cast<int>(dim)] - at));
+    }
+    if (operands.size() == 1) return operands[0];
+    return out_.append(Op::kConcat, instr.dtype, instr.shape, operands, out_.ints(sides[0]));
   }
 
   const Program& in_;

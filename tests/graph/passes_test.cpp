@@ -24,6 +24,12 @@ Program program_of(const std::vector<Tensor>& outputs) {
   return Program::from(build_step_graph(roots));
 }
 
+int count_op(const Program& p, Op op) {
+  int n = 0;
+  for (std::size_t id = 0; id < p.size(); ++id) n += p[id].op == op;
+  return n;
+}
+
 TEST(ProgramText, ListsInstructionsOperandsAttributesAndOutputs) {
   const Tensor a = input({2, 3});
   EXPECT_EQ(program_of({sum(exp(a) * 2.0, {1})}).to_text(),
@@ -93,6 +99,30 @@ TEST(Canonicalize, FoldsTransposesOfTheLastTwoDimsIntoMatmul) {
             "%6 = permute f32[3,5,2] %3 ints=[1, 0, 2]\n"
             "%7 = matmul f32[3,5,4] %6, %1 ints=[0, 1]\n"
             "outputs %2, %5, %7\n");
+}
+
+// The gradient of a split: each piece's gradient padded back into place with zeros, summed. The
+// sum becomes one concatenation of the pieces; sums whose pieces overlap stay sums.
+TEST(Canonicalize, MakesSumsOfZeroPaddedPiecesOneConcat) {
+  const Tensor a = input({2, 2});
+  const Tensor b = input({2, 1});
+  const Tensor c = input({2, 2});
+  const Tensor padded = cat({a, zeros({2, 4})}, 1) + cat({zeros({2, 2}), b, zeros({2, 3})}, 1) +
+                        cat({zeros({2, 4}), c}, 1);
+  const Tensor overlapping = cat({a, zeros({2, 2})}, 1) + cat({zeros({2, 1}), b, zeros({2, 2})}, 1);
+  const Program after = eliminate_dead_code(canonicalize(program_of({padded})));
+  EXPECT_EQ(count_op(after, Op::kAdd), 0);
+  ASSERT_EQ(count_op(after, Op::kConcat), 1);
+  const int32_t out = after.outputs[0];
+  ASSERT_EQ(after[out].op, Op::kConcat);
+  // a, b, one zero column, c.
+  ASSERT_EQ(after.operands(out).size(), 4u);
+  EXPECT_EQ(after[after.operands(out)[0]].op, Op::kDeviceData);
+  EXPECT_EQ(after[after.operands(out)[1]].op, Op::kDeviceData);
+  EXPECT_EQ(after[after.operands(out)[2]].op, Op::kExpand);
+  EXPECT_EQ(after[after.operands(out)[2]].shape, (Shape{2, 1}));
+  EXPECT_EQ(after[after.operands(out)[3]].op, Op::kDeviceData);
+  EXPECT_EQ(count_op(eliminate_dead_code(canonicalize(program_of({overlapping}))), Op::kAdd), 1);
 }
 
 TEST(Cse, MergesEqualComputations) {
@@ -174,12 +204,6 @@ TEST(DeadCode, RemovesWhatNoOutputReadsButKeepsEveryInput) {
 }
 
 // ---- optimization barriers: no pass looks through one ----------------------------------------
-
-int count_op(const Program& p, Op op) {
-  int n = 0;
-  for (std::size_t id = 0; id < p.size(); ++id) n += p[id].op == op;
-  return n;
-}
 
 // The same computation on a value and on the value through a barrier: CSE merges neither the
 // two computations nor two barriers of the same values.
