@@ -137,7 +137,7 @@ struct Rows {
 };
 
 Rows rows_of(const KernelArgs& args, std::size_t operands) {
-  const char* name = args.call.kernel == Kernel::kLayerNorm ? "layer_norm" : "layer_norm_backward";
+  const std::string_view name = kernel_name(args.call.kernel);
   if (args.inputs.size() != operands) {
     throw std::invalid_argument(
         fmt::format("{} takes {} operands, got {}", name, operands, args.inputs.size()));

@@ -108,12 +108,6 @@ class Canonicalizer {
                        in_.reals(id));
   }
 
-  // A zero block: the constant 0, or an expand or reshape of it (zeros()).
-  bool is_zero(int32_t id) const {
-    while (out_[id].op == Op::kExpand || out_[id].op == Op::kReshape) id = out_.operands(id)[0];
-    return (out_[id].op == Op::kConstant || out_[id].op == Op::kFill) && out_.reals(id)[0] == 0;
-  }
-
   // add(concat(...), concat(...)) along one dim, where no piece that is not zeros overlaps one of
   // the other side's (the gradients of a split's pieces, each padded back into place, summed): the
   // pieces in one concat, zero blocks between them. -1 for any other add.
@@ -139,7 +133,7 @@ class Canonicalizer {
       int64_t start = 0;
       for (int32_t piece : out_.operands(side)) {
         const int64_t length = out_[piece].shape[static_cast<int>(dim)];
-        if (!is_zero(piece)) pieces.push_back({start, length, piece});
+        if (!out_.is_zero(piece)) pieces.push_back({start, length, piece});
         start += length;
       }
     }

@@ -302,9 +302,6 @@ class Partitioner {
   // is not split there, or the index is).
   int32_t lower_split_gather(int32_t id);
 
-  // Whether global instruction `id` is zero everywhere (a zero fill or constant, broadcast).
-  bool is_zero(int32_t id) const;
-
   // scatter_add(x, dim, index, src) with the index (or src) split along `dim`, as an embedding's
   // gradient is (its rows are the batch's tokens): each device scatters its rows into zeros, the
   // partial results are summed by all_reduce (or reduce_scatter), and x is added once. -1 when

@@ -342,16 +342,6 @@ int32_t Partitioner::lower_split_gather(int32_t id) {
   return finish(id, combine(masked, ReduceType::kSum, 1.0, *groups, -1), have);
 }
 
-bool Partitioner::is_zero(int32_t id) const {
-  for (int depth = 0; depth < 8; ++depth) {
-    const Op op = global_[id].op;
-    if (op == Op::kFill || op == Op::kConstant) return global_.reals(id)[0] == 0;
-    if (op != Op::kExpand && op != Op::kReshape) return false;
-    id = global_.operands(id)[0];
-  }
-  return false;
-}
-
 int32_t Partitioner::lower_split_scatter_add(int32_t id) {
   const Program::Instr& instr = global_[id];
   const Layout& want = layouts_[id];
@@ -377,7 +367,7 @@ int32_t Partitioner::lower_split_scatter_add(int32_t id) {
   split_as(rows, dim, c);
   const int64_t partial = bytes_of(local_shape(instr.shape, result), instr.dtype);
   const Layout after = combined_layout(result, c);
-  const bool zero_base = is_zero(operands[0]);
+  const bool zero_base = global_.is_zero(operands[0]);
   const int64_t cost = reshard_cost(operands[1], rows) + reshard_cost(operands[2], rows) +
                        sum_cost(partial, c.tiles, c.scatter_dim >= 0) +
                        (zero_base ? 0 : reshard_cost(operands[0], after));
