@@ -67,7 +67,32 @@ Tensor conv_input_grad(const Tensor& g, const Tensor& x, const Tensor& w, const 
   return conv2d(padded, transposed_kernel(w, a.groups), {}, options);
 }
 
-Tensor conv_weight_grad(const Tensor& g, const Tensor& x, const Tensor& w, const ConvAttrs& a) {
+// The weight gradient's convolution gives a tap for every offset the padded input has room for:
+// where a stride skipped the input's last rows or columns, more than the kernel's. x is cut (or
+// padded more at the start than at the end) so that it gives the kernel's taps alone, rather than
+// computing taps that belong to no weight; the padding both sides keep goes in `symmetric`.
+Tensor input_for_weight_taps(const Tensor& g, const Tensor& x, const Tensor& w, const ConvAttrs& a,
+                             std::array<int64_t, 2>& symmetric) {
+  Tensor cut = x;
+  for (int axis = 0; axis < 2; ++axis) {
+    const int dim = 2 + axis;
+    const int64_t k = w.size(dim), out = g.size(dim), pad = a.pad[axis];
+    // Tap t reads input t * dilation + y * stride - pad for y < out: the last tap's last read
+    // ends the extent the taps need, from -pad on.
+    const int64_t needed = (k - 1) * a.dilation[axis] + (out - 1) * a.stride[axis] + 1;
+    const int64_t taps = (x.size(dim) + 2 * pad - needed) / a.dilation[axis] + k;
+    symmetric[axis] = pad;
+    if (taps == k) continue;
+    const int64_t hi = needed - x.size(dim) - pad;  // negative: rows cut from the end
+    symmetric[axis] = std::max<int64_t>(0, hi);
+    cut = pad_dim(cut, dim, pad - symmetric[axis], hi - symmetric[axis]);
+  }
+  return cut;
+}
+
+Tensor conv_weight_grad(const Tensor& g, const Tensor& x_in, const Tensor& w, const ConvAttrs& a) {
+  std::array<int64_t, 2> symmetric{};
+  const Tensor x = input_for_weight_taps(g, x_in, w, a, symmetric);
   const int64_t n = x.size(0), groups = a.groups;
   const int64_t cg = x.size(1) / groups, o = g.size(1);
   // Input [C / G, G * N, H, W]: the batch becomes each group's channels. Kernel [O, N, OH, OW].
@@ -83,15 +108,10 @@ Tensor conv_weight_grad(const Tensor& g, const Tensor& x, const Tensor& w, const
   }
   Conv2dOptions options;
   options.stride = {a.dilation[0], a.dilation[1]};
-  options.padding = {a.pad[0], a.pad[1]};
+  options.padding = {symmetric[0], symmetric[1]};
   options.dilation = {a.stride[0], a.stride[1]};
   options.groups = groups;
-  Tensor r = conv2d(input, kernel, {}, options);  // [C / G, O, >= KH, >= KW]
-  // Where the stride skipped the input's last rows or columns, the result has taps past the
-  // kernel's: they belong to no weight.
-  if (r.size(2) > w.size(2)) r = slice(r, 2, 0, w.size(2));
-  if (r.size(3) > w.size(3)) r = slice(r, 3, 0, w.size(3));
-  return transpose(r, 0, 1);
+  return transpose(conv2d(input, kernel, {}, options), 0, 1);  // [O, C / G, KH, KW]
 }
 
 void conv2d_backward(const GradFn& fn, const Tensor& g, GradList& grads) {

@@ -48,6 +48,23 @@ TEST_F(LinalgGrad, Conv2dWithAStrideThatSkipsTheLastRows) {
   expect_conv_gradients({1, 2, 6, 7}, {2, 2, 3, 2}, options, false, 8);
 }
 
+// ResNet's strided forms on even sizes, where the stride skips the padded input's last row and
+// column: the weight gradient's convolution takes the input cut (1x1), or padded more before
+// than after (3x3, 7x7), to give the kernel's taps alone.
+TEST_F(LinalgGrad, Conv2dWithStridesThatSkipThePaddedInputsLastRows) {
+  struct Form {
+    int64_t kernel, pad, dilation;
+  };
+  unsigned seed = 20;
+  for (const Form& f : {Form{1, 0, 1}, Form{3, 1, 1}, Form{7, 3, 1}, Form{3, 2, 2}}) {
+    Conv2dOptions options;
+    options.stride = {2, 2};
+    options.padding = {f.pad, f.pad};
+    options.dilation = {f.dilation, f.dilation};
+    expect_conv_gradients({2, 2, 8, 10}, {3, 2, f.kernel, f.kernel}, options, false, seed++);
+  }
+}
+
 TEST_F(LinalgGrad, Conv2dWithDilation) {
   Conv2dOptions options;
   options.dilation = {2, 1};
