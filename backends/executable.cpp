@@ -28,7 +28,7 @@ std::string_view kernel_name(Kernel kernel) noexcept {
       "scatter_add", "max_pool2d_backward", "avg_pool2d_backward",
       "cumsum",  "topk",        "optimization_barrier",
       "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "gelu_backward",
-      "layer_norm", "layer_norm_backward",
+      "layer_norm", "layer_norm_backward", "conv_transpose2d",
       "fused", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
 #define AXLE_FLOAT_FUNCTION_NAME(name, str) str,
       AXLE_FLOAT_FUNCTIONS(AXLE_FLOAT_FUNCTION_NAME)

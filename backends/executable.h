@@ -82,6 +82,11 @@ namespace axle {
 ///                dims 0 and 1 swapped ([C, N, H, W]), bit 2 for w, bit 4 for the output: the
 ///                compiler folds the transposes of a weight gradient
 ///                (actors/compiler/call_folding.h)
+///   kConvTranspose2d [x (N, C, H, W), w (C, O / groups, KH, KW)]; ints = [stride_h, stride_w,
+///                pad_h, pad_w, dilation_h, dilation_w, groups]; the adjoint of kConv2d (its
+///                input's gradient): out [N, O, OH, OW] gets x[n, c, y, x] * w[c, o, i, j] at
+///                (y * stride_h - pad_h + i * dilation_h, x * stride_w - pad_w + j * dilation_w);
+///                OH and OW (the output's shape) add torch's output_padding
 ///   kMaxPool2d   [x (N, C, H, W)]; ints = [kh, kw, stride_h, stride_w, pad_h, pad_w,
 ///                dilation_h, dilation_w, ceil_mode (, relu_first)]; padding counts as
 ///                -infinity; with relu_first 1, pools relu(x) (a folded relu)
@@ -205,6 +210,7 @@ enum class Kernel : uint16_t {
   kGeluBackward,
   kLayerNorm,
   kLayerNormBackward,
+  kConvTranspose2d,
   kFused,
   kAllReduce,
   kAllGather,

@@ -82,6 +82,7 @@ namespace axle {
   X(GeluBackward, "gelu_backward", Elementwise)                                            \
   X(LayerNorm, "layer_norm", Reduction)                                                    \
   X(LayerNormBackward, "layer_norm_backward", Reduction)                                   \
+  X(ConvTranspose2d, "conv_transpose2d", Linalg)                                           \
   I(CustomSharding, "custom_sharding", Annotation)
 // clang-format on
 
@@ -109,7 +110,7 @@ enum class OpFamily : uint8_t {
   kGenerator,      ///< full, arange: no operands
   kReduction,      ///< sums, extrema, logsumexp, argmax, softmaxes, cumsum, topk, layer_norm's
                    ///< normalisation and its gradient
-  kLinalg,         ///< matmul, conv2d
+  kLinalg,         ///< matmul, conv2d, conv_transpose2d
   kPooling,        ///< max and average pooling and their backward ops
   kDataMovement,   ///< reshape, permute, expand, slice, cat, gathers and scatters, one_hot
   kRandom,         ///< rand, randn, randint, bernoulli

@@ -420,6 +420,21 @@ struct Conv2dOptions {
 /// as torch.nn.functional.conv2d.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
               const Conv2dOptions& options = {}, Loc where = Loc::current());
+/// torch.nn.functional.conv_transpose2d's keyword arguments; a size is one value (both dims) or
+/// two (height, width).
+struct ConvTranspose2dOptions {
+  std::vector<int64_t> stride = {1, 1};          ///< the step between the input's positions
+  std::vector<int64_t> padding = {0, 0};         ///< dilation * (kernel - 1) - padding zeros
+  std::vector<int64_t> output_padding = {0, 0};  ///< added to one side of the output
+  int64_t groups = 1;  ///< input and output channels split into this many groups
+  std::vector<int64_t> dilation = {1, 1};  ///< spacing between kernel elements
+};
+/// The 2-d transposed convolution of x [N, C, H, W] with weight [C, O / groups, KH, KW], plus
+/// bias [O], as torch.nn.functional.conv_transpose2d: the gradient of conv2d with respect to its
+/// input. The output is [N, O, (H - 1) * stride - 2 * padding + dilation * (KH - 1) +
+/// output_padding + 1, ...].
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+                        const ConvTranspose2dOptions& options = {}, Loc where = Loc::current());
 /// The keyword arguments of torch.nn.functional.max_pool2d and avg_pool2d; a size is one value
 /// (both dims) or two (height, width).
 struct Pool2dOptions {

@@ -465,6 +465,7 @@ const KernelTable& kernel_table() {
     register_attention_kernels(t);
     register_gelu_backward_kernel(t);
     register_layer_norm_kernels(t);
+    register_conv_transpose_kernel(t);
     return t;
   }();
   return table;

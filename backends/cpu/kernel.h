@@ -85,6 +85,7 @@ void register_topk_kernels(KernelTable& table);
 void register_attention_kernels(KernelTable& table);
 void register_gelu_backward_kernel(KernelTable& table);
 void register_layer_norm_kernels(KernelTable& table);
+void register_conv_transpose_kernel(KernelTable& table);
 
 /// One member's part of a collective call (see Backend::collective).
 void run_collective(const KernelCall& call, const BufferDesc& operand, const BufferDesc& result,

@@ -1,9 +1,10 @@
-// graph/autograd: derivatives of conv2d, max_pool2d and avg_pool2d. Both conv2d gradients are
-// conv2d again, as XLA builds them, so every backend that runs the forward runs the backward:
-// the input's gradient convolves the stride-dilated, padded output gradient with the flipped
-// kernel (channels swapped per group); the weight's convolves the input with the output gradient
-// as kernel, the batch playing the channels. The pooling gradients have kernels of their own
-// (kMaxPool2dBackward, kAvgPool2dBackward).
+// graph/autograd: derivatives of conv2d, conv_transpose2d, max_pool2d and avg_pool2d. conv2d's
+// weight gradient convolves the input with the output gradient as kernel, the batch playing the
+// channels, as XLA builds it. Its input gradient is conv_transpose2d (the adjoint) for a strided
+// convolution; at unit stride, the padded output gradient convolved with the flipped kernel
+// (channels swapped per group), on the convolution kernels' faster paths. conv_transpose2d's
+// gradients are a convolution and the same weight gradient. The pooling gradients have kernels of
+// their own (kMaxPool2dBackward, kAvgPool2dBackward).
 #include <algorithm>
 #include <array>
 #include <vector>
@@ -46,7 +47,27 @@ Tensor transposed_kernel(const Tensor& w, int64_t groups) {
   return t;
 }
 
+// A strided convolution's input gradient as conv_transpose2d, which spreads g through the kernel
+// without the zeros a stride-dilated g would hold (three quarters of it at stride 2).
+Tensor strided_conv_input_grad(const Tensor& g, const Tensor& x, const Tensor& w,
+                               const ConvAttrs& a) {
+  ConvTranspose2dOptions options;
+  options.stride = {a.stride[0], a.stride[1]};
+  options.padding = {a.pad[0], a.pad[1]};
+  options.dilation = {a.dilation[0], a.dilation[1]};
+  options.groups = a.groups;
+  for (int axis = 0; axis < 2; ++axis) {
+    const int dim = 2 + axis;
+    // The rows past the last window's reach, which the forward skipped.
+    const int64_t reach = (g.size(dim) - 1) * a.stride[axis] - 2 * a.pad[axis] +
+                          a.dilation[axis] * (w.size(dim) - 1) + 1;
+    options.output_padding.at(static_cast<std::size_t>(axis)) = x.size(dim) - reach;
+  }
+  return conv_transpose2d(g, w, {}, options);
+}
+
 Tensor conv_input_grad(const Tensor& g, const Tensor& x, const Tensor& w, const ConvAttrs& a) {
+  if (a.stride[0] > 1 || a.stride[1] > 1) return strided_conv_input_grad(g, x, w, a);
   Tensor padded = g;
   std::vector<int64_t> symmetric(2);
   for (int axis = 0; axis < 2; ++axis) {
@@ -122,6 +143,27 @@ void conv2d_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
   if (fn.needs_grad(1)) grads[1] = conv_weight_grad(g, x, w, a);
 }
 
+// conv_transpose2d is conv2d's adjoint: x's gradient is the convolution of g, and w's the
+// weight gradient of the convolution from the output's space (g's) to the input's (x's).
+void conv_transpose2d_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
+  const ConvAttrs a = conv_attrs(fn);
+  const Tensor& x = fn.input(0);
+  const Tensor& w = fn.input(1);
+  if (fn.needs_grad(0)) {
+    Conv2dOptions options;
+    options.stride = {a.stride[0], a.stride[1]};
+    options.padding = {a.pad[0], a.pad[1]};
+    options.dilation = {a.dilation[0], a.dilation[1]};
+    options.groups = a.groups;
+    Tensor dx = conv2d(g, w, {}, options);
+    // An output padding of a dilation or more leaves windows past x's last row.
+    if (dx.size(2) > x.size(2)) dx = slice(dx, 2, 0, x.size(2));
+    if (dx.size(3) > x.size(3)) dx = slice(dx, 3, 0, x.size(3));
+    grads[0] = dx;
+  }
+  if (fn.needs_grad(1)) grads[1] = conv_weight_grad(x, g, w, a);
+}
+
 // The pooling gradients' ops, traced here rather than in graph/ops (they are not user ops).
 void pool_backward(const GradFn& fn, const Tensor& g, GradList& grads, bool is_max) {
   const Tensor& x = fn.input(0);
@@ -171,6 +213,7 @@ Tensor relu_grad_through_max_pool(const Tensor& x, const Tensor& g) {
 }
 
 const Derivative kConv2dBackward{"ConvolutionBackward", conv2d_backward};
+const Derivative kConvTranspose2dBackward{"ConvolutionBackward", conv_transpose2d_backward};
 const Derivative kMaxPool2dBackward{"MaxPool2DBackward", max_pool2d_backward};
 const Derivative kAvgPool2dBackward{"AvgPool2DBackward", avg_pool2d_backward};
 

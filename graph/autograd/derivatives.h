@@ -33,6 +33,7 @@ extern const Derivative kCumsumBackward;  ///< [x]; ints = [dim]
 // --- linear algebra, convolution, pooling ---
 extern const Derivative kMatmulBackward;     ///< [a, b]; ints = [transpose_b] (linear's weight)
 extern const Derivative kConv2dBackward;     ///< [x, w]; ints = the kConv2d node's
+extern const Derivative kConvTranspose2dBackward;  ///< [x, w]; ints = the kConvTranspose2d node's
 extern const Derivative kMaxPool2dBackward;  ///< [x]; ints = the kMaxPool2d node's
 extern const Derivative kAvgPool2dBackward;  ///< [x]; ints = the kAvgPool2d node's
 /// relu's gradient where `g`, the gradient of relu(x), is a max_pool2d gradient over relu(x)

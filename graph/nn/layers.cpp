@@ -48,6 +48,32 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::vector<int64_t> k
 
 Tensor Conv2d::forward(const Tensor& input) { return conv2d(input, weight(), bias(), options_); }
 
+ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels,
+                                 std::vector<int64_t> kernel_size, ConvTranspose2dOptions options,
+                                 bool bias, Device device)
+    : options_(std::move(options)) {
+  if (kernel_size.size() == 1) kernel_size.push_back(kernel_size[0]);
+  const int64_t groups = options_.groups;
+  if (kernel_size.size() != 2 || groups < 1 || in_channels % groups != 0 ||
+      out_channels % groups != 0) {
+    throw std::invalid_argument(
+        fmt::format("ConvTranspose2d: kernel_size needs 1 or 2 values and groups must divide "
+                    "in_channels and out_channels ({} and {} channels, {} groups)",
+                    in_channels, out_channels, groups));
+  }
+  // PyTorch's fan_in reads the weight's dim 1, here the output channels of a group.
+  const int64_t fan_in = out_channels / groups * kernel_size[0] * kernel_size[1];
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  register_parameter(
+      "weight", uniform(Shape{in_channels, out_channels / groups, kernel_size[0], kernel_size[1]},
+                        bound, device));
+  register_parameter("bias", bias ? uniform(Shape{out_channels}, bound, device) : Tensor());
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& input) {
+  return conv_transpose2d(input, weight(), bias(), options_);
+}
+
 Dropout::Dropout(double p) : p_(p) {
   if (!(p >= 0 && p <= 1)) throw std::invalid_argument(fmt::format("Dropout: p = {}", p));
 }

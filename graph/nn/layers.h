@@ -42,6 +42,25 @@ class Conv2d : public Module {
   Conv2dOptions options_;
 };
 
+/// 2-d transposed convolution, weight [in, out / groups, kh, kw], bias [out]; uniform in
+/// ±1/sqrt(fan_in), where fan_in is PyTorch's for this layout (out / groups * kh * kw).
+class ConvTranspose2d : public Module {
+ public:
+  /// torch.nn.ConvTranspose2d, its parameters made on `device`; kernel_size is {kh, kw} or {k}
+  /// for both. Throws std::invalid_argument for another kernel_size or groups not dividing
+  /// in_channels and out_channels.
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, std::vector<int64_t> kernel_size,
+                  ConvTranspose2dOptions options = {}, bool bias = true, Device device = {});
+  Tensor forward(const Tensor& input) override;
+  /// The weight, [in_channels, out_channels / groups, kh, kw].
+  [[nodiscard]] const Tensor& weight() const { return parameter(0); }
+  /// The bias, [out_channels]; undefined when made without one.
+  [[nodiscard]] const Tensor& bias() const { return parameter(1); }
+
+ private:
+  ConvTranspose2dOptions options_;
+};
+
 /// 2-d max pooling, as torch.nn.MaxPool2d (max_pool2d).
 class MaxPool2d : public Module {
  public:

@@ -1,5 +1,6 @@
-// graph/ops: matmul and linear, conv2d, max_pool2d and avg_pool2d. Under autocast, matmul,
-// linear, conv2d and max_pool2d run in its lower-precision dtype (PyTorch/XLA's list).
+// graph/ops: matmul and linear, conv2d and conv_transpose2d, max_pool2d and avg_pool2d. Under
+// autocast, matmul, linear, the convolutions and max_pool2d run in its lower-precision dtype
+// (PyTorch/XLA's list).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -247,6 +248,55 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc whe
   return add(out, bias, where);
 }
 
+namespace {
+
+// Checks what conv2d and conv_transpose2d ask alike of their operands: an image x, a 4-d weight
+// (`weight_layout` names its dims) and an optional bias, all of one floating dtype on one device.
+Device check_conv_operands(std::string_view op, const Tensor& x, const Tensor& weight,
+                           const Tensor& bias, const char* weight_layout, const Loc& where) {
+  ops::require_defined(op, x, "the input", where);
+  ops::require_defined(op, weight, "the weight", where);
+  const Device device = ops::common_device(op, {&x, &weight, &bias}, where);
+  require_image(op, x, "[N, C, H, W]", where);
+  if (weight.dim() != 4) {
+    ops::fail(op,
+              fmt::format("the weight must be 4-d {}, not {} (input {})", weight_layout,
+                          describe(weight), describe(x)),
+              where);
+  }
+  if (x.dtype() != weight.dtype() || (bias.defined() && bias.dtype() != x.dtype())) {
+    // As torch: a convolution never promotes (autocast casts its operands first).
+    ops::fail(op,
+              fmt::format("the input {}, weight {}{}{} must have the same dtype", describe(x),
+                          describe(weight), bias.defined() ? " and bias " : "",
+                          bias.defined() ? describe(bias) : std::string()),
+              where);
+  }
+  if (!is_floating(x.dtype())) {
+    ops::fail(
+        op,
+        fmt::format("needs floating-point operands, not {} and {}", describe(x), describe(weight)),
+        where);
+  }
+  return device;
+}
+
+// result + bias [channels] on each output plane.
+Tensor add_channel_bias(std::string_view op, const Tensor& result, const Tensor& weight,
+                        const Tensor& bias, const Loc& where) {
+  if (!bias.defined()) return result;
+  const int64_t channels = result.shape()[1];
+  if (bias.dim() != 1 || bias.shape()[0] != channels) {
+    ops::fail(op,
+              fmt::format("bias must be [{}] for weight {}, not {}", channels, describe(weight),
+                          describe(bias)),
+              where);
+  }
+  return add(result, reshape(bias, {1, channels, 1, 1}, where), where);
+}
+
+}  // namespace
+
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options, Loc where) {
   if (const auto amp = ops::autocast_dtype()) [[unlikely]] {
@@ -255,31 +305,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   ops::autocast_cast(bias, *amp, where), options, where);
   }
   constexpr std::string_view kOp = "conv2d";
-  ops::require_defined(kOp, x, "the input", where);
-  ops::require_defined(kOp, weight, "the weight", where);
-  const Device device = ops::common_device(kOp, {&x, &weight, &bias}, where);
-  require_image(kOp, x, "[N, C, H, W]", where);
-  if (weight.dim() != 4) {
-    ops::fail(kOp,
-              fmt::format("the weight must be 4-d [O, C / groups, KH, KW], not {} (input {})",
-                          describe(weight), describe(x)),
-              where);
-  }
-  if (x.dtype() != weight.dtype() || (bias.defined() && bias.dtype() != x.dtype())) {
-    // As torch: a convolution never promotes (autocast casts its operands first).
-    ops::fail(kOp,
-              fmt::format("the input {}, weight {}{}{} must have the same dtype", describe(x),
-                          describe(weight), bias.defined() ? " and bias " : "",
-                          bias.defined() ? describe(bias) : std::string()),
-              where);
-  }
+  const Device device = check_conv_operands(kOp, x, weight, bias, "[O, C / groups, KH, KW]", where);
   const DType dtype = x.dtype();
-  if (!is_floating(dtype)) {
-    ops::fail(
-        kOp,
-        fmt::format("needs floating-point operands, not {} and {}", describe(x), describe(weight)),
-        where);
-  }
   const auto stride = pair(kOp, "stride", options.stride, where);
   const auto pad = pair(kOp, "padding", options.padding, where);
   const auto dilation = pair(kOp, "dilation", options.dilation, where);
@@ -317,14 +344,66 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   if (autograd::should_record(x, weight)) {
     autograd::record(autograd::kConv2dBackward, result, {x, weight}, ints);
   }
-  if (!bias.defined()) return result;
-  if (bias.dim() != 1 || bias.shape()[0] != w[0]) {
-    ops::fail(kOp,
-              fmt::format("bias must be [{}] for weight {}, not {}", w[0], describe(weight),
-                          describe(bias)),
-              where);
+  return add_channel_bias(kOp, result, weight, bias, where);
+}
+
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const ConvTranspose2dOptions& options, Loc where) {
+  if (const auto amp = ops::autocast_dtype()) [[unlikely]] {
+    const ops::AutocastSuspended off;
+    return conv_transpose2d(ops::autocast_cast(x, *amp, where),
+                            ops::autocast_cast(weight, *amp, where),
+                            ops::autocast_cast(bias, *amp, where), options, where);
   }
-  return add(result, reshape(bias, {1, w[0], 1, 1}, where), where);
+  constexpr std::string_view kOp = "conv_transpose2d";
+  const Device device = check_conv_operands(kOp, x, weight, bias, "[C, O / groups, KH, KW]", where);
+  const DType dtype = x.dtype();
+  const auto stride = pair(kOp, "stride", options.stride, where);
+  const auto pad = pair(kOp, "padding", options.padding, where);
+  const auto output_pad = pair(kOp, "output_padding", options.output_padding, where);
+  const auto dilation = pair(kOp, "dilation", options.dilation, where);
+  require_at_least(kOp, "stride", stride, 1, where);
+  require_at_least(kOp, "padding", pad, 0, where);
+  require_at_least(kOp, "output_padding", output_pad, 0, where);
+  require_at_least(kOp, "dilation", dilation, 1, where);
+  const Shape& in = x.shape();
+  const Shape& w = weight.shape();
+  const int64_t groups = options.groups;
+  auto reject = [&](const std::string& why) {
+    ops::fail(kOp,
+              fmt::format("input {} and weight {} with groups={}: {}", describe(x),
+                          describe(weight), groups, why),
+              where);
+  };
+  if (groups < 1) reject("groups must be >= 1");
+  if (in[1] % groups != 0) reject("the input channels are not divisible by groups");
+  if (w[0] != in[1]) reject("the weight's dim 0 must be the input channels");
+  if (w[2] < 1 || w[3] < 1) reject("the kernel is empty");
+  std::array<int64_t, 2> size{};
+  for (int axis = 0; axis < 2; ++axis) {
+    if (output_pad[axis] >= std::max(stride[axis], dilation[axis])) {
+      reject(fmt::format(
+          "output_padding [{}] must be smaller than either stride [{}] or "
+          "dilation [{}]",
+          fmt::join(output_pad, ","), fmt::join(stride, ","), fmt::join(dilation, ",")));
+    }
+    size[axis] = (in[2 + axis] - 1) * stride[axis] - 2 * pad[axis] +
+                 dilation[axis] * (w[2 + axis] - 1) + output_pad[axis] + 1;
+  }
+  if (size[0] < 1 || size[1] < 1) {
+    reject(fmt::format("the output would be {}x{}: the padding [{}] is too large", size[0], size[1],
+                       fmt::join(pad, ",")));
+  }
+  const Shape out{in[0], w[1] * groups, size[0], size[1]};
+  const IntAttrs ints{stride[0], stride[1], pad[0], pad[1], dilation[0], dilation[1], groups};
+  Tensor result = ops::make_result(
+      Op::kConvTranspose2d, dtype, out,
+      Operands{ops::value_as(x, dtype, where), ops::value_as(weight, dtype, where)}, device, where,
+      ints);
+  if (autograd::should_record(x, weight)) {
+    autograd::record(autograd::kConvTranspose2dBackward, result, {x, weight}, ints);
+  }
+  return add_channel_bias(kOp, result, weight, bias, where);
 }
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options, Loc where) {

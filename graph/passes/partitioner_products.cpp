@@ -163,6 +163,10 @@ int32_t Partitioner::lower_conv2d(int32_t id) {
   const auto ints = global_.ints(id);
   const auto operands = global_.operands(id);
   const bool ungrouped = ints.size() > 6 && ints[6] == 1;
+  // conv2d's w is [O, C / G, ...], conv_transpose2d's [C, O / G, ...]: the dims of the output's
+  // channels and of the summed ones.
+  const bool transposed = instr.op == Op::kConvTranspose2d;
+  const int w_out = transposed ? 1 : 0, w_summed = transposed ? 0 : 1;
   const Layout have = keep_only(want, {true, ungrouped, false, false});
   auto needs = [&](const Layout& result, const Contraction* c) {
     std::vector<Layout> need;
@@ -170,10 +174,10 @@ int32_t Partitioner::lower_conv2d(int32_t id) {
       need.push_back(replicated(global_[operand].shape.rank(), devices_));
     }
     copy_dim(need[0], 0, result, 0);
-    copy_dim(need[1], 0, result, 1);
+    copy_dim(need[1], w_out, result, 1);
     if (c) {
       split_as(need[0], 1, *c);
-      split_as(need[1], 1, *c);
+      split_as(need[1], w_summed, *c);
     }
     if (need.size() > 2 && need[2].rank() == 1) copy_dim(need[2], 0, result, 1);  // a bias
     return need;
@@ -192,8 +196,9 @@ int32_t Partitioner::lower_conv2d(int32_t id) {
   // A bias would be added once per partial sum: only a bare convolution sums partials.
   for (std::size_t side = 0; side < 2 && ungrouped && operands.size() == 2; ++side) {
     const Layout& split = layouts_[operands[side]];
-    if (!split.sharded(1)) continue;
-    Contraction c = contraction(split, 1, want);
+    const int summed = side == 0 ? 1 : w_summed;
+    if (!split.sharded(summed)) continue;
+    Contraction c = contraction(split, summed, want);
     const Layout result = c.scatter_dim >= 0 ? unsplit(have, {c.scatter_dim}) : have;
     const int extra[] = {4};
     auto groups = groups_over(with_extra(result, c.coords, c.tiles), extra);

@@ -111,6 +111,7 @@ int32_t Partitioner::lower(int32_t id) {
     case Op::kOneHot:
       return lower_one_hot(id);
     case Op::kConv2d:
+    case Op::kConvTranspose2d:
       return lower_conv2d(id);
     case Op::kMaxPool2d:
     case Op::kAvgPool2d:

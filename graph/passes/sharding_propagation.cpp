@@ -298,6 +298,20 @@ void matmul_map(const Shape& in, const Shape& out, std::span<const int64_t> ints
   map[free] = j == 0 ? out.rank() - 2 : out.rank() - 1;
 }
 
+// The convolutions and pooling on NCHW images: the batch maps, and the channels where they
+// pass through whole; the image dims are windowed.
+void image_map(Op op, const Shape& in, const Shape& out, std::span<const int64_t> ints,
+               std::size_t j, DimMap& map) {
+  if (op == Op::kConv2d) {
+    map[0] = j == 0 ? 0 : 1;                // x's batch, w's output channels
+  } else if (op == Op::kConvTranspose2d) {  // x's batch; w's output channels when ungrouped
+    if (j == 0) map[0] = 0;
+    if (j == 1 && ints.size() > 6 && ints[6] == 1) map[1] = 1;
+  } else if (in.rank() == 4) {
+    map = {in[0] == out[0] ? 0 : -1, in[1] == out[1] ? 1 : -1, -1, -1};
+  }
+}
+
 bool operand_map(const Program& p, std::size_t i, std::size_t j, DimMap& map) {
   const Program::Instr& instr = p[i];
   const Shape& out = instr.shape;
@@ -356,13 +370,12 @@ bool operand_map(const Program& p, std::size_t i, std::size_t j, DimMap& map) {
       for (int e = 0; e < in.rank(); ++e) map[e] = e;
       return true;
     case Op::kConv2d:
-      map[0] = j == 0 ? 0 : 1;  // x's batch, w's output channels
-      return true;
+    case Op::kConvTranspose2d:
     case Op::kMaxPool2d:
     case Op::kAvgPool2d:
     case Op::kMaxPool2dBackward:  // NOLINT
     case Op::kAvgPool2dBackward:
-      if (in.rank() == 4) map = {in[0] == out[0] ? 0 : -1, in[1] == out[1] ? 1 : -1, -1, -1};
+      image_map(instr.op, in, out, ints, j, map);
       return true;
     case Op::kScaledDotProductAttention:
     case Op::kScaledDotProductAttentionBackward:

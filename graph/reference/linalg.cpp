@@ -1,6 +1,6 @@
-// graph/reference: matmul (batch dims broadcast, either operand transposed) and conv2d (NCHW,
-// stride, zero padding, dilation, groups), each output element a plain sum of products in double
-// (integers in wrapping 64 bits), rounded once.
+// graph/reference: matmul (batch dims broadcast, either operand transposed), conv2d (NCHW,
+// stride, zero padding, dilation, groups) and conv_transpose2d, each output element a plain sum
+// of products in double (integers in wrapping 64 bits), rounded once.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -148,6 +148,68 @@ CpuTensor conv2d(const OpCall& call) {
   return out;
 }
 
+// Where kernel tap k (stride s, padding p, dilation d) takes `at` of a transposed convolution's
+// output from: the input position, or -1 when no input position lands there.
+int64_t transposed_source(int64_t at, int64_t k, int64_t s, int64_t p, int64_t d, int64_t size) {
+  const int64_t num = at + p - k * d;
+  if (num < 0 || num % s != 0 || num / s >= size) return -1;
+  return num / s;
+}
+
+// [x (N, C, H, W), w (C, O / groups, KH, KW)]; ints as conv2d's. The output's shape gives OH and
+// OW (torch's output_padding).
+CpuTensor conv_transpose2d(const OpCall& call) {
+  expect_operands(call, 2);
+  expect_ints(call, 7, "[stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups]");
+  const CpuTensor& x = call.operand(0);
+  const CpuTensor& w = call.operand(1);
+  expect_dtype(call, "the input", x.dtype, call.dtype());
+  expect_dtype(call, "the weight", w.dtype, call.dtype());
+  if (!is_floating(call.dtype())) fail(call, "conv_transpose2d takes f32, f64 and bf16");
+  if (x.shape.rank() != 4 || w.shape.rank() != 4 || call.shape().rank() != 4) {
+    fail(call, "the input, weight and result must be 4-d");
+  }
+  const auto ints = call.ints();
+  const int64_t groups = ints[6];
+  const int64_t batch = x.shape[0], channels = x.shape[1], h = x.shape[2], wd = x.shape[3];
+  const int64_t kh = w.shape[2], kw = w.shape[3];
+  if (ints[0] < 1 || ints[1] < 1 || ints[4] < 1 || ints[5] < 1 || ints[2] < 0 || ints[3] < 0) {
+    fail(call, "stride and dilation must be >= 1, padding >= 0");
+  }
+  if (groups < 1 || channels % groups != 0 || w.shape[0] != channels ||
+      !(call.shape()[0] == batch && call.shape()[1] == w.shape[1] * groups)) {
+    fail(call, fmt::format("the weight must be [{}, result channels / groups={}, KH, KW]", channels,
+                           groups));
+  }
+  const int64_t outs = call.shape()[1], oh = call.shape()[2], ow = call.shape()[3];
+  const int64_t group_in = channels / groups, group_out = outs / groups;
+  CpuTensor out = result_of(call);
+  int64_t at = 0;
+  for (int64_t img = 0; img < batch; ++img) {
+    for (int64_t o = 0; o < outs; ++o) {
+      const int64_t first_channel = (o / group_out) * group_in;
+      for (int64_t r = 0; r < oh; ++r) {
+        for (int64_t z = 0; z < ow; ++z) {
+          double total = 0;
+          for (int64_t c = first_channel; c < first_channel + group_in; ++c) {
+            for (int64_t i = 0; i < kh; ++i) {
+              const int64_t y = transposed_source(r, i, ints[0], ints[2], ints[4], h);
+              for (int64_t j = 0; j < kw && y >= 0; ++j) {
+                const int64_t col = transposed_source(z, j, ints[1], ints[3], ints[5], wd);
+                if (col < 0) continue;
+                const int64_t wi = ((c * group_out + o % group_out) * kh + i) * kw + j;
+                total += real_at(x, ((img * channels + c) * h + y) * wd + col) * real_at(w, wi);
+              }
+            }
+          }
+          store_real(out, at++, total);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 CpuTensor evaluate_linalg(const OpCall& call) {
@@ -156,6 +218,8 @@ CpuTensor evaluate_linalg(const OpCall& call) {
       return matmul(call);
     case Op::kConv2d:
       return conv2d(call);
+    case Op::kConvTranspose2d:
+      return conv_transpose2d(call);
     default:
       fail(call, "is not a linear-algebra op");
   }

@@ -457,6 +457,41 @@ TEST(Conv2d, RejectsBadShapes) {
                      "conv2d", "s64[1,3,8,8]");
 }
 
+TEST(ConvTranspose2d, ComputesTheOutputSizeAsTorch) {
+  const Tensor x = t({1, 4, 5, 5});
+  const Tensor w = t({4, 2, 3, 3});
+  EXPECT_EQ(type_of(conv_transpose2d(x, w)), "f32[1,2,7,7]");
+  EXPECT_EQ(type_of(conv_transpose2d(x, w, {}, {.stride = {2}, .padding = {1}})), "f32[1,2,9,9]");
+  EXPECT_EQ(type_of(conv_transpose2d(x, w, {}, {.stride = {2}, .output_padding = {1, 0}})),
+            "f32[1,2,12,11]");
+  EXPECT_EQ(type_of(conv_transpose2d(x, w, {}, {.dilation = {2, 1}})), "f32[1,2,9,7]");
+  EXPECT_EQ(type_of(conv_transpose2d(x, t({4, 3, 3, 3}), {}, {.groups = 2})), "f32[1,6,7,7]");
+  const Tensor y = conv_transpose2d(x, w, t({2}), {.stride = {2, 3}, .padding = {1, 0}});
+  EXPECT_EQ(ir(y).op(), Op::kAdd);
+  const Node& conv = *ir(y).operands()[0];
+  EXPECT_EQ(conv.op(), Op::kConvTranspose2d);
+  EXPECT_EQ(std::vector<int64_t>(conv.ints().begin(), conv.ints().end()),
+            (std::vector<int64_t>{2, 3, 1, 0, 1, 1, 1}));
+}
+
+TEST(ConvTranspose2d, RejectsBadShapes) {
+  const Tensor x = t({1, 4, 5, 5});
+  EXPECT_SHAPE_ERROR(conv_transpose2d(x, t({3, 2, 3, 3})), "conv_transpose2d", "f32[1,4,5,5]",
+                     "f32[3,2,3,3]", "dim 0 must be the input channels");
+  EXPECT_SHAPE_ERROR(
+      conv_transpose2d(x, t({4, 2, 3, 3}), {}, {.stride = {2}, .output_padding = {2}}),
+      "conv_transpose2d", "output_padding [2,2] must be smaller");
+  EXPECT_SHAPE_ERROR(conv_transpose2d(x, t({4, 2, 3, 3}), {}, {.groups = 3}), "conv_transpose2d",
+                     "divisible by groups");
+  EXPECT_SHAPE_ERROR(conv_transpose2d(x, t({4, 2, 3, 3}), {}, {.padding = {4}}), "conv_transpose2d",
+                     "padding [4,4] is too large");
+  EXPECT_SHAPE_ERROR(conv_transpose2d(x, t({4, 2, 3, 3}), t({3})), "conv_transpose2d", "f32[3]");
+  EXPECT_SHAPE_ERROR(conv_transpose2d(x, t({4, 2, 3})), "conv_transpose2d", "[C, O / groups");
+  EXPECT_SHAPE_ERROR(
+      conv_transpose2d(t({1, 4, 5, 5}, DType::kInt64), t({4, 2, 3, 3}, DType::kInt64)),
+      "conv_transpose2d", "s64[1,4,5,5]");
+}
+
 TEST(Pooling, ComputesTheOutputSizeAsTorch) {
   const Tensor x = t({1, 3, 32, 32});
   EXPECT_EQ(type_of(max_pool2d(x, {.kernel_size = {2}})), "f32[1,3,16,16]");

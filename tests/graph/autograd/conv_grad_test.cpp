@@ -93,6 +93,28 @@ TEST_F(LinalgGrad, Conv2dDepthwise) {
   expect_conv_gradients({1, 3, 6, 6}, {3, 1, 2, 2}, options, false, 12);
 }
 
+void expect_conv_transpose_gradients(const Shape& x, const Shape& w,
+                                     const ConvTranspose2dOptions& options, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<GradArg> args{random_arg(rng, x), random_arg(rng, w),
+                            random_arg(rng, {w[1] * options.groups})};
+  EXPECT_TRUE(
+      gradients_match([&](Args t) { return conv_transpose2d(t[0], t[1], t[2], options); }, args))
+      << "x " << x.to_string() << ", w " << w.to_string();
+}
+
+// Strides with output padding, groups, and an output padding of the dilation or more (x's
+// gradient then has windows past x's end, and w's gradient taps past the kernel's).
+TEST_F(LinalgGrad, ConvTranspose2d) {
+  expect_conv_transpose_gradients({2, 3, 4, 5}, {3, 2, 3, 3},
+                                  {.stride = {2}, .padding = {1}, .output_padding = {1, 0}}, 30);
+  expect_conv_transpose_gradients({1, 4, 3, 4}, {4, 3, 3, 2},
+                                  {.stride = {2, 3}, .padding = {0, 1}, .groups = 2}, 31);
+  expect_conv_transpose_gradients({1, 2, 4, 4}, {2, 2, 2, 3},
+                                  {.stride = {3, 1}, .output_padding = {2, 1}, .dilation = {1, 2}},
+                                  32);
+}
+
 TEST_F(LinalgGrad, MaxPool2d) {
   std::mt19937 rng(13);
   Pool2dOptions options;

@@ -71,6 +71,54 @@ TEST_F(Layers, Conv2dHasTorchsShapesAndInitialisation) {
   expect_uniform_within(values(square.weight()), 1 / std::sqrt(3.0 * 25));
 }
 
+TEST_F(Layers, ConvTranspose2dHasTorchsShapesAndInitialisation) {
+  const nn::ConvTranspose2d up(4, 6, {3, 2}, {.groups = 2});
+  EXPECT_EQ(up.weight().shape(), (Shape{4, 3, 3, 2}));
+  EXPECT_EQ(up.bias().shape(), (Shape{6}));
+  const double bound = 1 / std::sqrt(3.0 * 3 * 2);  // fan_in = out / groups * kh * kw (dim 1)
+  expect_uniform_within(values(up.weight()), bound);
+  expect_uniform_within(values(up.bias()), bound);
+  EXPECT_THROW(nn::ConvTranspose2d(4, 5, {3}, {.groups = 2}), std::invalid_argument);
+}
+
+// conv_transpose2d is conv2d's adjoint: <conv_transpose2d(x, w), y> = <x, conv2d(y, w)> for the
+// same stride, padding, dilation and groups; the bias adds its value on every output position.
+TEST_F(Layers, ConvTranspose2dIsTheAdjointOfConv2d) {
+  const std::vector<int64_t> stride{2, 3}, padding{1, 0}, dilation{1, 2}, output_padding{1, 0};
+  nn::ConvTranspose2d up(4, 6, {3, 2},
+                         {.stride = stride,
+                          .padding = padding,
+                          .output_padding = output_padding,
+                          .groups = 2,
+                          .dilation = dilation});
+  std::mt19937 rng(3);
+  const Shape x_shape{2, 4, 5, 4};
+  const Tensor x = f32_tensor(as_f32(uniform_values(rng, x_shape.numel())), x_shape);
+  const Tensor out = up(x);
+  // (5 - 1) * 2 - 2 + 2 + 1 + 1 and (4 - 1) * 3 - 0 + 2 + 0 + 1.
+  ASSERT_EQ(out.shape(), (Shape{2, 6, 10, 12}));
+  const Tensor y = f32_tensor(as_f32(uniform_values(rng, out.numel())), out.shape());
+  const Tensor back =
+      conv2d(y, up.weight(), {},
+             {.stride = stride, .padding = padding, .dilation = dilation, .groups = 2});
+  ASSERT_EQ(back.shape(), x_shape);
+  const Tensor bias_part = reshape(up.bias(), {1, 6, 1, 1});
+  const double lhs = sum(mul(out - bias_part, y)).item();
+  const double rhs = sum(mul(x, back)).item();
+  EXPECT_NEAR(lhs, rhs, 1e-4 * std::max(1.0, std::abs(rhs)));
+  const std::vector<double> b = values(up.bias());
+  const std::vector<double> with = values(out);
+  const std::vector<double> without = values(conv_transpose2d(x, up.weight(), {},
+                                                              {.stride = stride,
+                                                               .padding = padding,
+                                                               .output_padding = output_padding,
+                                                               .groups = 2,
+                                                               .dilation = dilation}));
+  for (std::size_t i = 0; i < with.size(); ++i) {
+    ASSERT_NEAR(with[i], without[i] + b[i / (10 * 12) % 6], kTol) << "element " << i;
+  }
+}
+
 TEST_F(Layers, LinearComputesXTimesWeightTransposedPlusBias) {
   nn::Linear fc(3, 4);
   std::mt19937 rng(1);
