@@ -28,13 +28,15 @@ ConvStrides strides_of(const ConvGeometry& g) {
   return {x_n, x_c, w_o, w_c, out_n, out_o};
 }
 
+std::string conv_attributes(const std::vector<int64_t>& ints) {
+  if (ints.size() != 7) return raw_ints(ints);
+  return fmt::format("stride=({},{}), pad=({},{}), dilation=({},{}), groups={}", ints[0], ints[1],
+                     ints[2], ints[3], ints[4], ints[5], ints[6]);
+}
+
 ConvGeometry plan_conv(const KernelArgs& args) {
   const auto& ints = args.call.ints;
-  std::string attributes = raw_ints(ints);
-  if (ints.size() == 7) {
-    attributes = fmt::format("stride=({},{}), pad=({},{}), dilation=({},{}), groups={}", ints[0],
-                             ints[1], ints[2], ints[3], ints[4], ints[5], ints[6]);
-  }
+  const std::string attributes = conv_attributes(ints);
   auto reject = [&](std::string_view why) {
     throw std::invalid_argument(fmt::format("{}: {}", describe(args, attributes), why));
   };

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "axle/backends/cpu/compute_pool.h"
 
@@ -31,6 +33,10 @@ struct ConvStrides {
 
 /// The planes' strides of `g`'s layout.
 ConvStrides strides_of(const ConvGeometry& g);
+
+/// A convolution's ints [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups] named,
+/// for errors (the raw list when there are not seven).
+std::string conv_attributes(const std::vector<int64_t>& ints);
 
 /// The geometry of the conv2d `args` describe; throws std::invalid_argument naming the kernel,
 /// its shapes and attributes, and what is wrong, when they do not make one.

@@ -34,11 +34,7 @@ struct TransposedGeometry {
 
 TransposedGeometry plan(const KernelArgs& args) {
   const auto& ints = args.call.ints;
-  std::string attributes = raw_ints(ints);
-  if (ints.size() == 7) {
-    attributes = fmt::format("stride=({},{}), pad=({},{}), dilation=({},{}), groups={}", ints[0],
-                             ints[1], ints[2], ints[3], ints[4], ints[5], ints[6]);
-  }
+  const std::string attributes = conv_attributes(ints);
   auto reject = [&](std::string_view why) {
     throw std::invalid_argument(fmt::format("{}: {}", describe(args, attributes), why));
   };

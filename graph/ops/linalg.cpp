@@ -281,6 +281,21 @@ Device check_conv_operands(std::string_view op, const Tensor& x, const Tensor& w
   return device;
 }
 
+// A convolution's stride, padding and dilation, each checked and made a pair.
+struct ConvSteps {
+  std::array<int64_t, 2> stride, pad, dilation;
+};
+ConvSteps conv_steps(std::string_view op, const std::vector<int64_t>& stride,
+                     const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                     const Loc& where) {
+  ConvSteps s{pair(op, "stride", stride, where), pair(op, "padding", padding, where),
+              pair(op, "dilation", dilation, where)};
+  require_at_least(op, "stride", s.stride, 1, where);
+  require_at_least(op, "padding", s.pad, 0, where);
+  require_at_least(op, "dilation", s.dilation, 1, where);
+  return s;
+}
+
 // result + bias [channels] on each output plane.
 Tensor add_channel_bias(std::string_view op, const Tensor& result, const Tensor& weight,
                         const Tensor& bias, const Loc& where) {
@@ -307,12 +322,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   constexpr std::string_view kOp = "conv2d";
   const Device device = check_conv_operands(kOp, x, weight, bias, "[O, C / groups, KH, KW]", where);
   const DType dtype = x.dtype();
-  const auto stride = pair(kOp, "stride", options.stride, where);
-  const auto pad = pair(kOp, "padding", options.padding, where);
-  const auto dilation = pair(kOp, "dilation", options.dilation, where);
-  require_at_least(kOp, "stride", stride, 1, where);
-  require_at_least(kOp, "padding", pad, 0, where);
-  require_at_least(kOp, "dilation", dilation, 1, where);
+  const auto [stride, pad, dilation] =
+      conv_steps(kOp, options.stride, options.padding, options.dilation, where);
   const Shape& in = x.shape();
   const Shape& w = weight.shape();
   const int64_t groups = options.groups;
@@ -358,14 +369,10 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   constexpr std::string_view kOp = "conv_transpose2d";
   const Device device = check_conv_operands(kOp, x, weight, bias, "[C, O / groups, KH, KW]", where);
   const DType dtype = x.dtype();
-  const auto stride = pair(kOp, "stride", options.stride, where);
-  const auto pad = pair(kOp, "padding", options.padding, where);
+  const auto [stride, pad, dilation] =
+      conv_steps(kOp, options.stride, options.padding, options.dilation, where);
   const auto output_pad = pair(kOp, "output_padding", options.output_padding, where);
-  const auto dilation = pair(kOp, "dilation", options.dilation, where);
-  require_at_least(kOp, "stride", stride, 1, where);
-  require_at_least(kOp, "padding", pad, 0, where);
   require_at_least(kOp, "output_padding", output_pad, 0, where);
-  require_at_least(kOp, "dilation", dilation, 1, where);
   const Shape& in = x.shape();
   const Shape& w = weight.shape();
   const int64_t groups = options.groups;
