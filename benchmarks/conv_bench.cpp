@@ -113,11 +113,14 @@ std::vector<ConvCase> cases(const std::string& set) {
     all.push_back({"resnet_stem_7x7_s2", {8, 3, 224, 224}, {64, 3, 7, 7}, 2, 3});
     all.push_back({"resnet_3x3_s1_56", {8, 64, 56, 56}, {64, 64, 3, 3}, 1, 1});
     all.push_back({"resnet_3x3_s2_56", {8, 64, 56, 56}, {128, 64, 3, 3}, 2, 1});
+    all.push_back({"resnet_3x3_s1_28", {8, 128, 28, 28}, {128, 128, 3, 3}, 1, 1});
     all.push_back({"resnet_3x3_s1_14", {8, 256, 14, 14}, {256, 256, 3, 3}, 1, 1});
+    all.push_back({"resnet_3x3_s1_7", {8, 512, 7, 7}, {512, 512, 3, 3}, 1, 1});
     all.push_back({"resnet_1x1_56", {8, 256, 56, 56}, {64, 256, 1, 1}});
     all.push_back({"resnet_1x1_s2_56", {8, 64, 56, 56}, {128, 64, 1, 1}, 2});
     all.push_back({"resnet_3x3_s1_56_input_grad", {8, 64, 56, 56}, {64, 64, 3, 3}, 1, 1});
     all.push_back({"resnet_3x3_s1_56_weight_grad", {64, 8, 56, 56}, {64, 8, 56, 56}, 1, 1});
+    all.push_back({"resnet_3x3_s1_7_weight_grad", {512, 8, 7, 7}, {512, 8, 7, 7}, 1, 1});
   }
   return all;
 }

@@ -218,13 +218,17 @@ TEST(ThreadCount, ConvWithFewerOutputThanInputChannelsMatchesLoops) {
   expect_conv({1, 64, 14, 14}, {32, 64, 3, 3}, {.pad = 1}, false, rng);  // one image: split GEMM
 }
 
-TEST(ThreadCount, ConvWithKernelWiderThanItsOutputMatchesLoops) {
+TEST(ThreadCount, ConvWithKernelWiderThanItsOutputGivesOneThreadsBits) {
   std::mt19937 rng(6);
-  // The weight gradient's shape: rows of receptive fields, one GEMM over all images.
+  // The weight gradient's shape: rows of receptive fields, one GEMM over all images, its sum
+  // over the patch in blocks whose depth does not depend on the thread count.
   expect_conv({6, 8, 14, 14}, {5, 8, 14, 14}, {.pad = 1}, true, rng);
-  expect_conv({4, 16, 20, 20}, {32, 16, 18, 18}, {}, false, rng);
-  expect_conv({3, 4, 15, 15}, {6, 2, 9, 9}, {.stride = 2, .pad = 1, .groups = 2}, false, rng);
-  expect_conv({2, 3, 16, 16}, {4, 3, 6, 6}, {.stride = 1, .pad = 2, .dilation = 3}, false, rng);
+  expect_conv({4, 16, 20, 20}, {32, 16, 18, 18}, {}, true, rng);
+  expect_conv({3, 4, 15, 15}, {6, 2, 9, 9}, {.stride = 2, .pad = 1, .groups = 2}, true, rng);
+  expect_conv({2, 3, 16, 16}, {4, 3, 6, 6}, {.stride = 1, .pad = 2, .dilation = 3}, true, rng);
+  // ResNet's last layers' form: 7 x 7 planes, all images' positions as the GEMM's rows, and a
+  // patch of 96 channels summed in blocks.
+  expect_conv({8, 96, 7, 7}, {128, 96, 3, 3}, {.pad = 1}, true, rng);
 }
 
 TEST(ThreadCount, ConvWithSmallOutputGivesOneThreadsBits) {
