@@ -49,6 +49,8 @@ extern const Derivative kScaledDotProductAttentionBackward;
 // --- normalisation ---
 /// layer_norm's normalisation (kLayerNorm): [x]; ints = [k]; reals = [eps], as the node's.
 extern const Derivative kLayerNormBackward;
+/// batch_norm in training: [x, weight, bias, mean, rstd] (the batch's statistics per channel).
+extern const Derivative kBatchNormBackward;
 
 // --- shape and data movement ---
 extern const Derivative kReshapeBackward;      ///< [x] (reshape, view, flatten, squeeze, ...)

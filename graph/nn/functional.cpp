@@ -1,10 +1,12 @@
-// graph/nn: embedding, layer_norm and dropout, made of tensor ops (their gradients are those
-// ops'). Arguments are checked here, so an error names the function the user called.
+// graph/nn: embedding, layer_norm, batch_norm and dropout, made of tensor ops; their gradients are
+// those ops', but for layer_norm's and training batch_norm's, which have derivatives of their own.
+// Arguments are checked here, so an error names the function the user called.
 #include "axle/graph/nn/functional.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "axle/graph/autograd.h"
 #include "axle/graph/autograd/derivatives.h"
 #include "axle/graph/op_util.h"
 #include "axle/graph/ops.h"
@@ -73,6 +75,90 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
     y = mul(y, amp ? ops::autocast_cast(weight, DType::kFloat32, where) : weight, where);
   if (bias.defined())
     y = add(y, amp ? ops::autocast_cast(bias, DType::kFloat32, where) : bias, where);
+  return y;
+}
+
+namespace {
+
+// [C] as [1, C, 1, ...] for an input of `rank` dims.
+Tensor per_channel(const Tensor& t, int rank, const Loc& where) {
+  std::vector<int64_t> shape(static_cast<std::size_t>(rank), 1);
+  shape[1] = -1;
+  return reshape(t, shape, where);
+}
+
+void check_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                      const Tensor& weight, const Tensor& bias, bool training, const Loc& where) {
+  constexpr std::string_view kOp = "batch_norm";
+  ops::require_defined(kOp, x, "the input", where);
+  (void)ops::common_device(kOp, {&x, &running_mean, &running_var, &weight, &bias}, where);
+  if (x.dim() < 2) {
+    ops::fail(kOp, fmt::format("the input must be [N, C, ...], not {}", ops::describe(x)), where);
+  }
+  const int64_t channels = x.size(1);
+  const std::pair<const Tensor*, const char*> per_channel_args[] = {{&running_mean, "running_mean"},
+                                                                    {&running_var, "running_var"},
+                                                                    {&weight, "weight"},
+                                                                    {&bias, "bias"}};
+  for (const auto& [tensor, name] : per_channel_args) {
+    if (tensor->defined() && !(tensor->shape() == Shape{channels})) {
+      ops::fail(kOp,
+                fmt::format("the {} is {}, expected [{}] for input {}", name,
+                            ops::describe(*tensor), channels, ops::describe(x)),
+                where);
+    }
+  }
+  if (!training && (!running_mean.defined() || !running_var.defined())) {
+    ops::fail(kOp, "outside training it needs running_mean and running_var", where);
+  }
+  if (training && x.numel() == channels) {  // torch refuses a variance of one value, too
+    ops::fail(kOp,
+              fmt::format("expected more than 1 value per channel when training, got input {}",
+                          ops::describe(x)),
+              where);
+  }
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& given, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps, Loc where) {
+  check_batch_norm(given, running_mean, running_var, weight, bias, training, where);
+  // On autocast's f32 list: in a region a bf16 input is normalised in f32.
+  const Tensor x =
+      ops::autocast_dtype() ? ops::autocast_cast(given, DType::kFloat32, where) : given;
+  const ops::AutocastSuspended off;
+  const int rank = x.dim();
+  const int64_t channels = x.size(1);
+  const Tensor w = weight.defined() ? weight : ones(Shape{channels}, x.dtype(), x.device());
+  const Tensor b = bias.defined() ? bias : zeros(Shape{channels}, x.dtype(), x.device());
+  if (!training) {  // running statistics: an affine map, whose gradient its ops give
+    const Tensor scale = w * rsqrt(running_var + eps);
+    return x * per_channel(scale, rank, where) + per_channel(b - running_mean * scale, rank, where);
+  }
+  std::vector<int64_t> dims{0};
+  for (int d = 2; d < rank; ++d) dims.push_back(d);
+  Tensor mean_c, rstd, y;
+  {
+    const NoGradGuard no_grad;  // the derivative below stands for these ops
+    mean_c = mean(x, dims);
+    const Tensor centered = x - per_channel(mean_c, rank, where);
+    const Tensor var_c = mean(centered * centered, dims);
+    rstd = rsqrt(var_c + eps);
+    const Tensor scale = w * rstd;
+    y = x * per_channel(scale, rank, where) + per_channel(b - mean_c * scale, rank, where);
+    const auto n = static_cast<double>(x.numel() / channels);
+    if (running_mean.defined()) {
+      running_mean.copy_(running_mean * (1 - momentum) + mean_c * momentum);
+    }
+    if (running_var.defined()) {
+      running_var.copy_(running_var * (1 - momentum) + var_c * (momentum * n / (n - 1)));
+    }
+  }
+  if (autograd::should_record(x, w, b)) {
+    autograd::record(autograd::kBatchNormBackward, y, {x, w, b, mean_c, rstd});
+  }
   return y;
 }
 

@@ -1,6 +1,6 @@
 // graph/nn: the functional forms of layers, as torch.nn.functional's: embedding, layer_norm,
-// dropout and scaled_dot_product_attention. The modules of layers.h call them; losses are in
-// loss.h.
+// batch_norm, dropout and scaled_dot_product_attention. The modules of layers.h call them; losses
+// are in loss.h.
 #pragma once
 
 #include <optional>
@@ -20,6 +20,17 @@ Tensor embedding(const Tensor& indices, const Tensor& weight,
 /// to the variance), then scaled by `weight` and shifted by `bias` of that shape when given.
 Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
                   const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5,
+                  std::source_location where = std::source_location::current());
+
+/// x [N, C, ...] normalised per channel (dim 1), as torch.nn.functional.batch_norm: in training
+/// with the batch's mean and biased variance over every other dim, running_mean and running_var
+/// (when defined, [C]) then moved toward them by `momentum` (the variance unbiased), in place;
+/// otherwise with running_mean and running_var. Then scaled by `weight` and shifted by `bias`
+/// ([C]) when given. In training the gradient is PyTorch's batch-norm backward: two sums over
+/// the channel's values and one elementwise pass, recomputed from the saved statistics.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = {}, const Tensor& bias = {}, bool training = false,
+                  double momentum = 0.1, double eps = 1e-5,
                   std::source_location where = std::source_location::current());
 
 /// In training, each element zeroed with probability p (from the device's random stream) and the

@@ -94,33 +94,18 @@ Tensor BatchNorm2d::forward(const Tensor& given) {
     throw ShapeError(fmt::format("BatchNorm2d({}): expects (N, {}, H, W), got {}", num_features_,
                                  num_features_, given.shape().to_string()));
   }
-  // batch_norm is on autocast's f32 list: in a region a bf16 input is normalised in f32.
-  const Tensor input =
-      ops::autocast_dtype() ? ops::autocast_cast(given, DType::kFloat32, Loc::current()) : given;
-  const ops::AutocastSuspended off;
-  auto per_channel = [](const Tensor& t) { return reshape(t, {1, -1, 1, 1}); };
-  Tensor mean_c, var_c;
-  if (is_training()) {
-    if (input.numel() == num_features_) {  // torch refuses a variance of one value, too
-      throw ShapeError(fmt::format(
-          "BatchNorm2d({}): expected more than 1 value per channel when training, got {}",
-          num_features_, input.shape().to_string()));
-    }
-    mean_c = mean(input, {0, 2, 3});
-    const Tensor centered = input - per_channel(mean_c);
-    var_c = mean(centered * centered, {0, 2, 3});
-    const auto n = static_cast<double>(input.numel() / num_features_);
-    NoGradGuard no_grad;  // the running statistics are not trained
-    const Tensor m = mean_c.detach(), v = var_c.detach();
-    buffer(0).copy_(buffer(0) * (1 - momentum_) + m * momentum_);
-    buffer(1).copy_(buffer(1) * (1 - momentum_) + v * (momentum_ * n / (n - 1)));
-    buffer(2).copy_(buffer(2) + 1.0);
-  } else {
-    mean_c = buffer(0);
-    var_c = buffer(1);
+  if (is_training() && given.numel() == num_features_) {  // torch refuses, too
+    throw ShapeError(
+        fmt::format("BatchNorm2d({}): expected more than 1 value per channel when training, got {}",
+                    num_features_, given.shape().to_string()));
   }
-  const Tensor scale = parameter(0) * rsqrt(var_c + eps_);
-  return input * per_channel(scale) + per_channel(parameter(1) - mean_c * scale);
+  const Tensor y = batch_norm(given, buffer(0), buffer(1), parameter(0), parameter(1),
+                              is_training(), momentum_, eps_);
+  if (is_training()) {
+    const NoGradGuard no_grad;
+    buffer(2).copy_(buffer(2) + 1.0);
+  }
+  return y;
 }
 
 LayerNorm::LayerNorm(std::vector<int64_t> normalized_shape, double eps, bool elementwise_affine,

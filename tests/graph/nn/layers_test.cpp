@@ -509,6 +509,39 @@ TEST_F(Layers, BatchNorm2dTrainingInputGradientMatchesFiniteDifferences) {
                               {random_arg(rng, {3, 2, 2, 2})}));
 }
 
+// The functional form's derivative in training (two sums and one elementwise pass) for the
+// input, weight and bias, over 2-, 3- and 4-d inputs; and its refusals.
+TEST_F(Layers, BatchNormTrainingGradientsMatchFiniteDifferences) {
+  std::mt19937 rng(12);
+  for (const Shape& x : {Shape{5, 3}, Shape{2, 3, 4}, Shape{3, 2, 2, 3}}) {
+    const int64_t c = x[1];
+    EXPECT_TRUE(gradients_match(
+        [&](const std::vector<Tensor>& t) {
+          return nn::batch_norm(t[0], {}, {}, t[1], t[2], /*training=*/true);
+        },
+        {random_arg(rng, x), random_arg(rng, {c}, 0.5, 2), random_arg(rng, {c})}))
+        << x.to_string();
+    EXPECT_TRUE(gradients_match(
+        [&](const std::vector<Tensor>& t) { return nn::batch_norm(t[0], {}, {}, {}, {}, true); },
+        {random_arg(rng, x)}))
+        << x.to_string() << " without weight and bias";
+  }
+  const Tensor x = zeros({2, 3, 4});
+  const Tensor three = zeros({3});
+  EXPECT_EQ(nn::batch_norm(x, three, ones({3})).shape(), x.shape());  // evaluation
+  EXPECT_TRUE(contains(error_message<ShapeError>([&] { (void)nn::batch_norm(x, {}, {}); }),
+                       "needs running_mean and running_var"));
+  EXPECT_TRUE(contains(
+      error_message<ShapeError>([&] { (void)nn::batch_norm(x, zeros({4}), three, {}, {}, true); }),
+      "the running_mean is f32[4], expected [3]"));
+  EXPECT_TRUE(contains(error_message<ShapeError>([&] { (void)nn::batch_norm(zeros({3}), {}, {}); }),
+                       "must be [N, C, ...]"));
+  EXPECT_TRUE(contains(error_message<ShapeError>([&] {
+                         (void)nn::batch_norm(zeros({1, 3}), {}, {}, {}, {}, true);
+                       }),
+                       "more than 1 value per channel"));
+}
+
 TEST_F(Layers, LayerNormInputGradientMatchesFiniteDifferences) {
   nn::LayerNorm norm({2, 3});
   norm.load_state_dict({{"weight", f32_tensor({1, 2, -1, 0.5, 1.5, 3}, {2, 3})},
