@@ -37,14 +37,12 @@ Tensor transposed_kernel(const Tensor& w, int64_t groups) {
     t = reshape(t, {groups, o / groups, cg, kh, kw});
     t = reshape(permute(t, {0, 2, 1, 3, 4}), {groups * cg, o / groups, kh, kw});
   }
-  for (int dim : {2, 3}) {
-    const int64_t k = t.size(dim);
-    if (k > 1) {
-      t = index_select(t, dim,
-                       arange(static_cast<double>(k - 1), -1, -1, DType::kInt64, w.device()));
-    }
-  }
-  return t;
+  // Turning the kernel reverses its taps in row-major order: one gather over them flattened.
+  const int64_t taps = kh * kw;
+  if (taps == 1) return t;
+  const Tensor reversed = arange(static_cast<double>(taps - 1), -1, -1, DType::kInt64, w.device());
+  t = index_select(reshape(t, {t.size(0), t.size(1), taps}), 2, reversed);
+  return reshape(t, {t.size(0), t.size(1), kh, kw});
 }
 
 // A strided convolution's input gradient as conv_transpose2d, which spreads g through the kernel
