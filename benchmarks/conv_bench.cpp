@@ -1,6 +1,6 @@
-// conv_bench: the CPU backend's kConv2d kernel called directly on the shapes of the MNIST CNN's
-// training step (forward, and the input and weight gradients as autograd writes them, batch 64)
-// and of ResNet's convolutions (224×224 inputs, batch 8).
+// conv_bench: the CPU backend's kConv2d kernel (and kConvTranspose2d) called directly on the shapes
+// of the MNIST CNN's training step (forward, and the input and weight gradients as autograd writes
+// them, batch 64) and of ResNet's convolutions (224×224 inputs, batch 8).
 //   conv_ms    — median time of one call
 //   conv_gflops — 2 · multiply-adds / time
 //   conv_cpu_ms — median processor time of one call (all threads): with one thread, the figure
@@ -37,9 +37,15 @@ struct ConvCase {
   std::string name;
   Shape x, w;
   int64_t stride = 1, pad = 0, dilation = 1, groups = 1;
+  // kConvTranspose2d instead (w [C, O / groups, kh, kw]), with this output padding.
+  bool transposed = false;
+  int64_t output_padding = 0;
 };
 
 int64_t out_size(int64_t size, int64_t k, const ConvCase& c) {
+  if (c.transposed) {
+    return (size - 1) * c.stride - 2 * c.pad + c.dilation * (k - 1) + c.output_padding + 1;
+  }
   return (size + 2 * c.pad - c.dilation * (k - 1) - 1) / c.stride + 1;
 }
 
@@ -55,7 +61,9 @@ struct Floats {
 };
 
 void run_case(const ConvCase& c, cpu::ComputePool& pool, double min_seconds, bool quick) {
-  const Shape out_shape{c.x[0], c.w[0], out_size(c.x[2], c.w[2], c), out_size(c.x[3], c.w[3], c)};
+  const Shape out_shape{c.x[0], c.transposed ? c.w[1] * c.groups : c.w[0],
+                        out_size(c.x[2], c.w[2], c), out_size(c.x[3], c.w[3], c)};
+  const Kernel kernel = c.transposed ? Kernel::kConvTranspose2d : Kernel::kConv2d;
   const BufferDesc xd{DType::kFloat32, c.x}, wd{DType::kFloat32, c.w},
       od{DType::kFloat32, out_shape};
   Floats x(c.x.numel()), w(c.w.numel()), out(out_shape.numel());
@@ -64,13 +72,10 @@ void run_case(const ConvCase& c, cpu::ComputePool& pool, double min_seconds, boo
   for (int64_t i = 0; i < c.x.numel(); ++i) x.data[i] = u(rng);
   for (int64_t i = 0; i < c.w.numel(); ++i) w.data[i] = u(rng);
   const std::vector<cpu::ConstView> inputs{{x.data, &xd}, {w.data, &wd}};
-  const KernelCall call{Kernel::kConv2d,
-                        {},
-                        0,
-                        {c.stride, c.stride, c.pad, c.pad, c.dilation, c.dilation, c.groups},
-                        {}};
+  const KernelCall call{
+      kernel, {}, 0, {c.stride, c.stride, c.pad, c.pad, c.dilation, c.dilation, c.groups}, {}};
   const cpu::KernelArgs args{call, inputs, {out.data, &od}, pool};
-  const cpu::KernelFn conv = cpu::kernel_table()[static_cast<std::size_t>(Kernel::kConv2d)];
+  const cpu::KernelFn conv = cpu::kernel_table()[static_cast<std::size_t>(kernel)];
   conv(args);  // warm-up: scratch, caches
   std::vector<double> times, cpu_times;
   const auto start = Clock::now();
@@ -83,8 +88,9 @@ void run_case(const ConvCase& c, cpu::ComputePool& pool, double min_seconds, boo
     times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   const double ms = quantile(times, 0.5);
-  const double flops =
-      2.0 * static_cast<double>(out_shape.numel()) * static_cast<double>(c.w[1] * c.w[2] * c.w[3]);
+  // Each output (each input, transposed) meets one weight per tap of its group.
+  const double flops = 2.0 * static_cast<double>(c.transposed ? c.x.numel() : out_shape.numel()) *
+                       static_cast<double>(c.w[1] * c.w[2] * c.w[3]);
   const std::map<std::string, Param> params{
       {"case", c.name},
       {"x", c.x.to_string()},
@@ -121,6 +127,18 @@ std::vector<ConvCase> cases(const std::string& set) {
     all.push_back({"resnet_3x3_s1_56_input_grad", {8, 64, 56, 56}, {64, 64, 3, 3}, 1, 1});
     all.push_back({"resnet_3x3_s1_56_weight_grad", {64, 8, 56, 56}, {64, 8, 56, 56}, 1, 1});
     all.push_back({"resnet_3x3_s1_7_weight_grad", {512, 8, 7, 7}, {512, 8, 7, 7}, 1, 1});
+    // Input gradients as conv_transpose2d: a stride-2 layer's (the form autograd writes), and
+    // the unit-stride 56x56 one's, to set beside resnet_3x3_s1_56_input_grad.
+    all.push_back(
+        {"resnet_3x3_s2_56_input_grad", {8, 128, 28, 28}, {128, 64, 3, 3}, 2, 1, 1, 1, true, 1});
+    all.push_back({"resnet_3x3_s1_56_input_grad_transposed",
+                   {8, 64, 56, 56},
+                   {64, 64, 3, 3},
+                   1,
+                   1,
+                   1,
+                   1,
+                   true});
   }
   return all;
 }
