@@ -94,11 +94,6 @@ Tensor BatchNorm2d::forward(const Tensor& given) {
     throw ShapeError(fmt::format("BatchNorm2d({}): expects (N, {}, H, W), got {}", num_features_,
                                  num_features_, given.shape().to_string()));
   }
-  if (is_training() && given.numel() == num_features_) {  // torch refuses, too
-    throw ShapeError(
-        fmt::format("BatchNorm2d({}): expected more than 1 value per channel when training, got {}",
-                    num_features_, given.shape().to_string()));
-  }
   const Tensor y = batch_norm(given, buffer(0), buffer(1), parameter(0), parameter(1),
                               is_training(), momentum_, eps_);
   if (is_training()) {
