@@ -72,9 +72,11 @@ namespace axle {
 ///                q's dtype (, mask)] -> [batch..., L + 2 S, max(E, Ev)]: per batch entry the
 ///                rows of the gradients of q, then k, then v, each row padded with zeros
 /// Linear algebra and convolution.
-///   kMatmul      [a, b]; ints = [transpose_a, transpose_b]. a is [..., M, K] (or [..., K, M]
-///                when transposed), b is [..., K, N] (or [..., N, K]); batch dims broadcast;
-///                both operands have rank >= 2.
+///   kMatmul      [a, b (, bias)]; ints = [transpose_a, transpose_b]. a is [..., M, K] (or
+///                [..., K, M] when transposed), b is [..., K, N] (or [..., N, K]); batch dims
+///                broadcast; both operands have rank >= 2. bias (f32, f64 or bf16: N values,
+///                [N] or 1s before N) is added to each output row, as matmul(a, b) + bias
+///                computes it; a bf16 output is rounded once, after the add.
 ///   kConv2d      [x (N, C, H, W), w (O, C / groups, KH, KW) (, b (O values): f32 or f64, added
 ///                to each output plane, as conv2d(x, w) + b computes it)];
 ///                ints = [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups

@@ -68,7 +68,8 @@ struct Folding {
       const int32_t conv = call.inputs[k], bias = call.inputs[1 - k];
       if (program[conv].op != Op::kConv2d || !foldable(conv) ||
           !(program[conv].shape == program[id].shape) || calls[conv].inputs.size() != 2 ||
-          program[bias].dtype != program[id].dtype || !per_channel(program[bias].shape, id)) {
+          program[bias].dtype != program[id].dtype || !per_channel(program[bias].shape, id) ||
+          program[bias].op == Op::kConstant) {
         continue;
       }
       KernelCall folded = calls[conv];
@@ -78,6 +79,41 @@ struct Folding {
       absorbed[conv] = 1;
       return;
     }
+  }
+
+  // matmul(a, b) + bias with bias one value per output column ([N], or 1s before N): the
+  // product adds it as it writes its output (kMatmul's third operand). A filled constant may be
+  // stored as one element (lowering.cpp), so it stays an add.
+  void bias_into_matmul(std::size_t id) {
+    KernelCall& call = calls[id];
+    for (std::size_t k = 0; k < 2; ++k) {
+      const int32_t product = call.inputs[k], bias = call.inputs[1 - k];
+      if (program[product].op != Op::kMatmul || !foldable(product) ||
+          calls[product].kernel != Kernel::kMatmul || calls[product].inputs.size() != 2 ||
+          !(program[product].shape == program[id].shape) ||
+          program[product].dtype != program[id].dtype || program[bias].dtype != program[id].dtype ||
+          !per_column(program[bias].shape, id) || program[bias].op == Op::kConstant) {
+        continue;
+      }
+      KernelCall folded = calls[product];
+      folded.inputs.push_back(bias);
+      folded.output = static_cast<int32_t>(id);
+      call = std::move(folded);
+      absorbed[product] = 1;
+      return;
+    }
+  }
+
+  // Whether `b` holds one value per column (the last dim) of node id's result.
+  [[nodiscard]] bool per_column(const Shape& b, std::size_t id) const {
+    const Shape& out = program[id].shape;
+    if (b.rank() < 1 || b.rank() > out.rank() || b[b.rank() - 1] != out[out.rank() - 1]) {
+      return false;
+    }
+    for (int d = 0; d + 1 < b.rank(); ++d) {
+      if (b[d] != 1) return false;
+    }
+    return true;
   }
 
   // Whether `b` holds one value per channel (dim 1) of node id's result.
@@ -127,9 +163,9 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
     } else if (call.kernel == Kernel::kConv2d && call.ints.size() == 7 && call.ints[6] == 1 &&
                call.inputs.size() == 2) {
       folding.swapped_operands_into_conv(id);
-    } else if (call.kernel == Kernel::kAdd && call.inputs.size() == 2 &&
-               (dtype == DType::kFloat32 || dtype == DType::kFloat64)) {
-      folding.bias_into_conv(id);
+    } else if (call.kernel == Kernel::kAdd && call.inputs.size() == 2 && floating(dtype)) {
+      if (dtype != DType::kBFloat16) folding.bias_into_conv(id);
+      if (calls[id].kernel == Kernel::kAdd) folding.bias_into_matmul(id);
     } else if (swaps_first_dims(program, id)) {
       folding.conv_into_transpose(id);
     }

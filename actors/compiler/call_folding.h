@@ -1,9 +1,11 @@
 // actors: lowering's folds — an op whose only reader's kernel can compute it on the fly is
 // computed there instead of by a call of its own, so its full-size result is never stored and
-// read back: a relu under a max pool, a convolution under the add of its bias (the convolution
-// adds it), and the transposes around a convolution's weight gradient (graph/autograd/
-// conv_grad.cpp swaps batch and channels of the input and the output gradient, and of the
-// result). The folded relu and bias give the same bits as the calls they replace.
+// read back: a relu under a max pool, a convolution or a matrix product under the add of its
+// bias (the kernel adds it), and the transposes around a convolution's weight gradient
+// (graph/autograd/conv_grad.cpp swaps batch and channels of the input and the output gradient,
+// and of the result). The folded relu and biases give the same bits as the calls they replace,
+// but for a bf16 product's bias: the product's f32 sum plus the bias is rounded once, where
+// the separate add rounded the sum and then the total (as torch's addmm rounds once).
 #pragma once
 
 #include <cstdint>
@@ -18,8 +20,8 @@ namespace axle {
 /// that get one of their own: not leaves, not fused; `root_of` is plan_fusion's). A folded
 /// producer gets absorbed[id] = 1 and no call; its reader's call reads the producer's operand
 /// and carries the kernel's flag for it (executable.h: kMaxPool2d's relu_first, kConv2d's
-/// layout), or a folded convolution's call becomes its reader's (with the bias as a third input,
-/// or writing the transposed result).
+/// layout), or a folded convolution's or product's call becomes its reader's (with the bias as a
+/// third input, or writing the transposed result).
 void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
                 std::vector<KernelCall>& calls, std::vector<uint8_t>& absorbed);
 

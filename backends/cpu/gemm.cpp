@@ -6,7 +6,6 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -150,9 +149,27 @@ void generic_gemm(const Gemm& g, ComputePool* pool) {
   } else {
     eigen_multiply<float>(q, false, false);
   }
+  if (g.bias) {
+    for (int64_t i = 0; i < g.m; ++i) {
+      for (int64_t j = 0; j < g.n; ++j) out[i * ldc + j] += g.bias[j];
+    }
+  }
   if (g.out_bf16) {
     for (int64_t i = 0; i < g.m; ++i) {
       narrow_block(out + i * g.n, static_cast<Bf16*>(g.out) + i * g.ldc, g.n);
+    }
+  }
+}
+
+// out[i, :] = bias (or 0 without one) for each row: an empty sum plus the bias.
+void fill_rows(const Gemm& g) {
+  for (int64_t i = 0; i < g.m; ++i) {
+    if (g.out_bf16) {
+      auto* row = static_cast<Bf16*>(g.out) + i * g.ldc;
+      for (int64_t j = 0; j < g.n; ++j) row[j] = g.bias ? narrow(g.bias[j]) : Bf16{};
+    } else {
+      float* row = static_cast<float*>(g.out) + i * g.ldc;
+      for (int64_t j = 0; j < g.n; ++j) row[j] = g.bias ? g.bias[j] : 0.0f;
     }
   }
 }
@@ -163,13 +180,12 @@ void gemm(const Gemm& g, ComputePool* pool) {
   if (g.accumulate && g.out_bf16) {
     throw std::invalid_argument("gemm: a bf16 output cannot be accumulated into");
   }
+  if (g.accumulate && g.bias) {
+    throw std::invalid_argument("gemm: a bias is not added to an accumulated output");
+  }
   if (g.m <= 0 || g.n <= 0) return;
   if (g.k <= 0) {
-    if (g.accumulate) return;
-    const std::size_t row_bytes = static_cast<std::size_t>(g.n) * (g.out_bf16 ? 2 : 4);
-    for (int64_t i = 0; i < g.m; ++i) {
-      std::memset(static_cast<char*>(g.out) + i * g.ldc * (g.out_bf16 ? 2 : 4), 0, row_bytes);
-    }
+    if (!g.accumulate) fill_rows(g);
     return;
   }
   const GemmBlockKernel kernel = kernel_for(cpu_isa(), g.precision);
@@ -233,6 +249,7 @@ void gemm(const MatrixProduct& product, bool transpose_a, bool transpose_b, Comp
     g.ldc = product.ldc;
     g.accumulate = product.accumulate;
     g.precision = product.precision;
+    g.bias = product.bias;
     gemm(g, pool);
   } else {
     if (pool) return eigen_multiply_parallel<T>(product, transpose_a, transpose_b, *pool);

@@ -33,7 +33,9 @@ enum class GemmPrecision : uint8_t { kF32, kBf16 };
 
 /// out[m, n] = op(a) · op(b), or out += op(a) · op(b) with `accumulate` (f32 outputs only).
 /// The output is row-major with row stride ldc, f32 or bf16 (rounded once, at the end), and
-/// aliases neither operand.
+/// aliases neither operand. With `bias` (n values, not with `accumulate`), out[i, j] = the sum +
+/// bias[j], added after the whole sum: an f32 output has the bits of the product and a separate
+/// add; a bf16 one is rounded once, after the add.
 struct Gemm {
   int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;
@@ -42,6 +44,7 @@ struct Gemm {
   bool out_bf16 = false;
   bool accumulate = false;
   GemmPrecision precision = GemmPrecision::kF32;
+  const float* bias = nullptr;
 };
 
 /// Computes `product` with the kernels of cpu_isa(). With a pool, a large product is split into
@@ -85,6 +88,8 @@ struct MatrixProduct {
   /// f32 products only: kBf16 multiplies the operands rounded to bf16 (bf16 data widened to
   /// f32 loses nothing to it) on the instruction set's bf16 kernels.
   GemmPrecision precision = GemmPrecision::kF32;
+  /// f32 products only: n values added to each output row after the sum (Gemm::bias).
+  const float* bias = nullptr;
 };
 
 /// Computes `product` of T (float, double, int32_t or int64_t): float through gemm(Gemm), the

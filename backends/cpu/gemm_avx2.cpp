@@ -137,6 +137,16 @@ void tile(int64_t steps, const float* a, const float* b, const TileIo& io) noexc
                                 acc[r][1]);
     }
   }
+  if (io.bias) {
+    const __m256 bias0 = n0 >= 8 ? _mm256_loadu_ps(io.bias) : _mm256_maskload_ps(io.bias, m0);
+    const __m256 bias1 =
+        n1 >= 8 ? _mm256_loadu_ps(io.bias + 8) : _mm256_maskload_ps(io.bias + 8, m1);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm256_add_ps(acc[r][0], bias0);
+      acc[r][1] = _mm256_add_ps(acc[r][1], bias1);
+    }
+  }
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     store8(io, r, 0, acc[r][0], n0);

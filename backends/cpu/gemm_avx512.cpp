@@ -330,6 +330,15 @@ void tile(int64_t steps, const Packed* a, const Packed* b, const TileIo& io) noe
       acc[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, in + 16), acc[r][1]);
     }
   }
+  if (io.bias) {
+    const __m512 bias0 = _mm512_maskz_loadu_ps(m0, io.bias);
+    const __m512 bias1 = _mm512_maskz_loadu_ps(m1, io.bias + 16);
+#pragma GCC unroll 14
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm512_add_ps(acc[r][0], bias0);
+      acc[r][1] = _mm512_add_ps(acc[r][1], bias1);
+    }
+  }
 #pragma GCC unroll 14
   for (int r = 0; r < R; ++r) store_row(io, r, acc[r][0], acc[r][1], m0, m1);
 }

@@ -26,7 +26,8 @@ namespace {
 inline constexpr int64_t kSumDepth = 256;
 
 /// Where a register tile adds its sum and writes the result: out = in + sum, or out = sum when
-/// `in` is null. `out` is f32 or bf16; only the first `cols` columns are written.
+/// `in` is null, then + bias[column] when `bias` is set (the tile's first column's value).
+/// `out` is f32 or bf16; only the first `cols` columns are written.
 struct TileIo {
   const float* in;
   int64_t ld_in;
@@ -34,6 +35,7 @@ struct TileIo {
   int64_t ld_out;
   bool out_bf16;
   int cols;
+  const float* bias = nullptr;
 };
 
 /// 64-byte-aligned memory kept per thread between calls and grown as needed, so products on a
@@ -73,7 +75,8 @@ struct PackBuffers {
 /// block runs over the packed depth. A tile sums its depth block from 0 and adds the sum to the
 /// output (except on the first block, unless accumulating), so each element's bits depend on
 /// kDepth only, never on the split into blocks of rows and columns. A bf16 output with
-/// more than one depth block is summed in an f32 stage of about 512 rows at a time.
+/// more than one depth block is summed in an f32 stage of about 512 rows at a time. The bias
+/// is added by the tiles of the last depth block.
 ///
 /// Traits: Packed (the packed element), kRows, kColumns, kDepth, kRowBlock, kColumnBlock,
 /// kDepthStep (k per packed element), pack_a, pack_b and tile (see gemm_avx512.cpp).
@@ -121,6 +124,7 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
               const int64_t row = ic + ir, column = jc + jr;
               TileIo tile;
               tile.cols = cols;
+              tile.bias = nullptr;
               if (staged) {
                 float* at = stage + (row - io) * nc + jr;
                 tile.in = first ? nullptr : at;
@@ -134,6 +138,7 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
                 float* at = out_f32 + row * g.ldc + column;
                 tile = {first && !g.accumulate ? nullptr : at, g.ldc, at, g.ldc, false, cols};
               }
+              if (last && g.bias) tile.bias = g.bias + column;
               Traits::tile(static_cast<int>(min_of(kRows, mc - ir)), steps, a_pack + ir * steps,
                            b_panel, tile);
             }

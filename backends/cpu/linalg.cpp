@@ -1,12 +1,15 @@
 // backends/cpu: linear-algebra kernels (kMatmul): the shape checks and NumPy batch broadcasting,
 // then one gemm (gemm.h) per product of the batch: f32 and bf16 on the instruction set's packed
-// kernels (bf16 summed in f32, rounded once), f64 and integers on Eigen.
+// kernels (bf16 summed in f32, rounded once), f64 and integers on Eigen. A bias (lowering folds
+// `matmul(a, b) + bias` into the call) is added by the f32 and bf16 kernels as they write the
+// output, and after the product for f64.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "axle/backends/cpu/compute_pool.h"
@@ -73,8 +76,27 @@ void set_batch_offsets(MatmulPlan& plan, const Shape& batch_dims,
   }
 }
 
+// The optional third operand: N values of the output's (floating) dtype, added to each row.
+void check_bias(const KernelArgs& args, const MatmulPlan& plan) {
+  if (args.inputs.size() < 3) return;
+  const BufferDesc& bias = *args.inputs[2].desc;
+  const DType dtype = args.output.desc->dtype;
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64 && dtype != DType::kBFloat16) {
+    reject(args, "a bias is added to f32, f64 or bf16 products only");
+  }
+  if (bias.dtype != dtype) reject(args, "the bias must have the output's dtype");
+  bool row = bias.shape.rank() >= 1 && bias.shape[bias.shape.rank() - 1] == plan.n;
+  for (int d = 0; row && d + 1 < bias.shape.rank(); ++d) row = bias.shape[d] == 1;
+  if (!row) {
+    reject(args, fmt::format("the bias {} must hold one value per output column (N={})",
+                             bias.shape.to_string(), plan.n));
+  }
+}
+
 MatmulPlan plan_matmul(const KernelArgs& args) {
-  if (args.inputs.size() != 2) reject(args, "matmul takes exactly two operands");
+  if (args.inputs.size() != 2 && args.inputs.size() != 3) {
+    reject(args, "matmul takes two operands and an optional bias");
+  }
   if (args.call.ints.size() != 2) reject(args, "ints must be [transpose_a, transpose_b]");
   const Shape& a = args.inputs[0].desc->shape;
   const Shape& b = args.inputs[1].desc->shape;
@@ -97,6 +119,7 @@ MatmulPlan plan_matmul(const KernelArgs& args) {
   if (plan.k != k_b) {
     reject(args, fmt::format("contraction sizes differ: a has K={}, b has K={}", plan.k, k_b));
   }
+  check_bias(args, plan);
 
   // NumPy broadcasting over the batch dims, aligned from the right.
   const int batch_rank = std::max(ra, rb) - 2;
@@ -153,16 +176,31 @@ void for_each_product(const MatmulPlan& p, ComputePool& pool, Product&& product)
   for (std::size_t j = 0; j < p.a_offsets.size(); ++j) product(j, &pool);
 }
 
+// out (+)= bias on each of its rows: for the products whose kernels take no bias (f64), the
+// add a separate call would make.
 template <class T>
-void run_plan(const T* a, const T* b, T* out, const MatmulPlan& p, ComputePool& pool) {
+void add_bias_rows(T* out, int64_t rows, int64_t n, const T* bias) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < n; ++j) out[i * n + j] += bias[j];
+  }
+}
+
+template <class T>
+void run_plan(const KernelArgs& args, const MatmulPlan& p) {
+  const T* a = args.inputs[0].as<T>();
+  const T* b = args.inputs[1].as<T>();
+  const T* bias = args.inputs.size() > 2 ? args.inputs[2].as<T>() : nullptr;
+  T* out = args.output.as<T>();
   const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
-  for_each_product(p, pool, [&](std::size_t j, ComputePool* part_pool) {
-    const MatrixProduct q{p.m, p.n,
-                          p.k, a + p.a_offsets[j],
-                          lda, b + p.b_offsets[j],
-                          ldb, out + static_cast<int64_t>(j) * p.m * p.n,
-                          p.n};
+  for_each_product(p, args.pool, [&](std::size_t j, ComputePool* part_pool) {
+    T* product_out = out + static_cast<int64_t>(j) * p.m * p.n;
+    MatrixProduct q{p.m, p.n,         p.k, a + p.a_offsets[j], lda, b + p.b_offsets[j],
+                    ldb, product_out, p.n};
+    if constexpr (std::is_same_v<T, float>) q.bias = bias;
     gemm<T>(q, p.transpose_a, p.transpose_b, part_pool);
+    if constexpr (!std::is_same_v<T, float>) {
+      if (bias) add_bias_rows(product_out, p.m, p.n, bias);
+    }
   });
 }
 
@@ -172,6 +210,7 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
   const Bf16* a = args.inputs[0].as<Bf16>();
   const Bf16* b = args.inputs[1].as<Bf16>();
   Bf16* out = args.output.as<Bf16>();
+  const float* bias = args.inputs.size() > 2 ? widened(args.inputs[2], 0) : nullptr;
   const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
   for_each_product(p, args.pool, [&](std::size_t j, ComputePool* part_pool) {
     Gemm g;
@@ -184,6 +223,7 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
     g.ldc = p.n;
     g.out_bf16 = true;
     g.precision = GemmPrecision::kBf16;
+    g.bias = bias;
     gemm(g, part_pool);
   });
 }
@@ -191,20 +231,15 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
 void matmul(const KernelArgs& args) {
   const MatmulPlan plan = plan_matmul(args);
   if (plan.a_offsets.empty()) return;  // empty output
-  ComputePool& pool = args.pool;
   switch (args.output.desc->dtype) {
     case DType::kFloat32:
-      return run_plan(args.inputs[0].as<float>(), args.inputs[1].as<float>(),
-                      args.output.as<float>(), plan, pool);
+      return run_plan<float>(args, plan);
     case DType::kFloat64:
-      return run_plan(args.inputs[0].as<double>(), args.inputs[1].as<double>(),
-                      args.output.as<double>(), plan, pool);
+      return run_plan<double>(args, plan);
     case DType::kInt32:
-      return run_plan(args.inputs[0].as<int32_t>(), args.inputs[1].as<int32_t>(),
-                      args.output.as<int32_t>(), plan, pool);
+      return run_plan<int32_t>(args, plan);
     case DType::kInt64:
-      return run_plan(args.inputs[0].as<int64_t>(), args.inputs[1].as<int64_t>(),
-                      args.output.as<int64_t>(), plan, pool);
+      return run_plan<int64_t>(args, plan);
     case DType::kBFloat16:
       return run_plan_bf16(args, plan);
     case DType::kBool:

@@ -1,6 +1,7 @@
 // actors/compiler/call_folding.h through lower(): which producers fold into their reader's call (a
-// relu under a max pool, the transposes around a convolution's weight gradient), which stay calls
-// of their own, and that without fusion nothing folds.
+// relu under a max pool, the transposes around a convolution's weight gradient, a convolution or
+// product under its bias's add), which stay calls of their own, and that without fusion nothing
+// folds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -145,6 +146,55 @@ TEST(CallFolding, OtherAddsStayCalls) {
   p.outputs = {a, c};
   const auto e = lower(p, 1, true);
   EXPECT_EQ(e->calls.size(), 4u);
+}
+
+// matmul(x, w^T) + b, b of nn::Linear's shape [N] (or [1, 1, N]), either operand order, in each
+// floating dtype.
+TEST(CallFolding, PerColumnAddFoldsIntoTheProduct) {
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat64}) {
+    for (const bool bias_first : {false, true}) {
+      for (const Shape& bias_shape : {Shape{5}, Shape{1, 1, 5}}) {
+        Program p;
+        const int32_t x = p.append(Op::kDeviceData, dtype, {2, 4, 3}, {}, {}, {}, p.num_inputs++);
+        const int32_t w = p.append(Op::kDeviceData, dtype, {5, 3}, {}, {}, {}, p.num_inputs++);
+        const int32_t b = p.append(Op::kDeviceData, dtype, bias_shape, {}, {}, {}, p.num_inputs++);
+        const int32_t product =
+            p.append(Op::kMatmul, dtype, {2, 4, 5}, std::vector{x, w}, std::vector<int64_t>{0, 1});
+        const int32_t sum =
+            p.append(Op::kAdd, dtype, {2, 4, 5},
+                     bias_first ? std::vector{b, product} : std::vector{product, b});
+        p.outputs = {sum};
+        const auto e = lower(p, 1, true);
+        EXPECT_EQ(calls_of(*e), (std::vector<std::string>{"matmul(%0,%1,%2) -> %4 [0,1]"}))
+            << dtype_name(dtype) << " bias " << bias_shape.to_string();
+      }
+    }
+  }
+}
+
+TEST(CallFolding, AddsThatAreNotAProductsBiasStayCalls) {
+  Program p;
+  const int32_t x = input(p, {4, 3});
+  const int32_t w = input(p, {3, 5});
+  const int32_t rows = input(p, {4, 1});      // one value per row, not per column
+  const int32_t whole = input(p, {4, 5});     // a residual, not a bias
+  const int32_t wider = input(p, {2, 4, 5});  // broadcasts the product to more dims
+  const int32_t a = op(p, Op::kAdd, {4, 5}, {op(p, Op::kMatmul, {4, 5}, {x, w}, {0, 0}), rows});
+  const int32_t b = op(p, Op::kAdd, {4, 5}, {op(p, Op::kMatmul, {4, 5}, {x, w}, {0, 0}), whole});
+  const int32_t c = op(p, Op::kAdd, {2, 4, 5}, {op(p, Op::kMatmul, {4, 5}, {x, w}, {0, 0}), wider});
+  // A product read elsewhere too is stored, and its bias added by a call of its own.
+  const int32_t shared = op(p, Op::kMatmul, {4, 5}, {x, w}, {0, 0});
+  const int32_t bias = input(p, {5});
+  const int32_t d = op(p, Op::kAdd, {4, 5}, {shared, bias});
+  // A filled constant is stored as one element (lowering keeps it scalar for broadcasting ops).
+  const int32_t zeros = p.append_constant(DType::kFloat32, {5}, 0.0);
+  const int32_t f = op(p, Op::kAdd, {4, 5}, {op(p, Op::kMatmul, {4, 5}, {x, w}, {0, 0}), zeros});
+  p.outputs = {a, b, c, d, shared, f};
+  const auto e = lower(p, 1, true);
+  EXPECT_EQ(e->calls.size(), 11u);  // five products, five adds, the constant's fill
+  for (const KernelCall& call : e->calls) {
+    if (call.kernel == Kernel::kMatmul) EXPECT_EQ(call.inputs.size(), 2u);
+  }
 }
 
 }  // namespace

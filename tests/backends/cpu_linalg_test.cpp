@@ -1,5 +1,5 @@
 // Tests backends/cpu/linalg.cpp: kMatmul against plain double loops, over transposes, NumPy batch
-// broadcasting, empty dims, every supported dtype, and the shape checks.
+// broadcasting, empty dims, every supported dtype, and the shape checks; and its bias operand.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -243,6 +243,133 @@ TEST(Matmul, RejectsRankOneOperands) {
 
 TEST(Matmul, RejectsBool) {
   EXPECT_FALSE(matmul_rejection(DType::kBool, {3, 5}, DType::kBool, {5, 2}, {3, 2}).empty());
+}
+
+// ---- the bias (`matmul(a, b) + bias` folded into the call) -------------------------------------
+
+// (a shape, b shape, transpose_a, transpose_b): one product; products with k over one depth
+// block (256); batches folded into rows and separate per-entry products; enough multiply-adds
+// to split over two threads.
+struct BiasCase {
+  Shape a, b;
+  bool ta, tb;
+};
+const std::vector<BiasCase> kBiasCases = {
+    {{5, 37}, {37, 21}, false, false},         {{3, 40, 300}, {300, 45}, false, false},
+    {{2, 33, 70}, {21, 33}, true, true},       {{4, 64, 300}, {70, 300}, false, true},
+    {{2, 300, 40}, {2, 300, 35}, true, false},
+};
+
+Shape product_shape(const BiasCase& c) {
+  const Shape ref =
+      reference_matmul(HostTensor{DType::kFloat64, c.a, std::vector<double>(c.a.numel())},
+                       HostTensor{DType::kFloat64, c.b, std::vector<double>(c.b.numel())}, c.ta,
+                       c.tb)
+          .shape;
+  return ref;
+}
+
+TEST(MatmulBias, F32HasTheBitsOfTheProductAndASeparateAdd) {
+  std::mt19937 rng(21);
+  for (const BiasCase& c : kBiasCases) {
+    const Shape out = product_shape(c);
+    const int64_t n = out[out.rank() - 1];
+    const HostTensor a = random_tensor(DType::kFloat32, c.a, rng);
+    const HostTensor b = random_tensor(DType::kFloat32, c.b, rng);
+    for (const Shape& bias_shape : {Shape{n}, Shape{1, 1, n}}) {
+      const HostTensor bias = random_tensor(DType::kFloat32, bias_shape, rng);
+      for (const int threads : {1, 2}) {
+        const HostTensor plain = call_kernel_directly(Kernel::kMatmul, {a, b}, DType::kFloat32, out,
+                                                      {c.ta, c.tb}, threads);
+        const HostTensor with_bias = call_kernel_directly(
+            Kernel::kMatmul, {a, b, bias}, DType::kFloat32, out, {c.ta, c.tb}, threads);
+        for (std::size_t i = 0; i < plain.values.size(); ++i) {
+          const float want = static_cast<float>(plain.values[i]) +
+                             static_cast<float>(bias.values[i % static_cast<std::size_t>(n)]);
+          ASSERT_EQ(static_cast<float>(with_bias.values[i]), want)
+              << "a " << c.a.to_string() << ", b " << c.b.to_string() << ", bias "
+              << bias_shape.to_string() << ", " << threads << " threads, element " << i;
+        }
+      }
+    }
+  }
+}
+
+// The loops' exact product plus the bias.
+Reference with_bias(Reference ref, const HostTensor& bias) {
+  const std::size_t n = bias.values.size();
+  for (std::size_t i = 0; i < ref.values.size(); ++i) {
+    ref.values[i] += bias.values[i % n];
+    ref.scale[i] += std::abs(bias.values[i % n]);
+  }
+  return ref;
+}
+
+TEST(MatmulBias, Bf16AndF64MatchTheLoopsPlusTheBias) {
+  std::mt19937 rng(22);
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat64}) {
+    for (const BiasCase& c : kBiasCases) {
+      const HostTensor a = random_tensor(dtype, c.a, rng);
+      const HostTensor b = random_tensor(dtype, c.b, rng);
+      const Reference ref = reference_matmul(a, b, c.ta, c.tb);
+      const HostTensor bias = random_tensor(dtype, {ref.shape[ref.shape.rank() - 1]}, rng);
+      for (const int threads : {1, 2}) {
+        const HostTensor out = call_kernel_directly(Kernel::kMatmul, {a, b, bias}, dtype, ref.shape,
+                                                    {c.ta, c.tb}, threads);
+        expect_close(out, with_bias(ref, bias), dtype,
+                     label(dtype) + " a " + c.a.to_string() + ", b " + c.b.to_string());
+      }
+    }
+  }
+}
+
+TEST(MatmulBias, Bf16IsRoundedOnceAfterTheBias) {
+  // The sum 1 + 2^-8 lies halfway between the bf16 values 1 and 1 + 2^-7 and rounds to 1 (even);
+  // with the bias 2^-9 added first it lies above halfway and rounds to 1 + 2^-7. Rounding the
+  // sum before adding the bias would give 1. k = 300 takes the staged path (two depth blocks).
+  for (const int64_t k : {2, 300}) {
+    std::vector<double> row(static_cast<std::size_t>(k), 0.0);
+    row[0] = 1.0;
+    row[1] = 1.0 / 256;
+    const HostTensor a{DType::kBFloat16, {1, k}, row};
+    const HostTensor b{DType::kBFloat16, {k, 2}, std::vector<double>(2 * k, 1.0)};
+    const HostTensor bias{DType::kBFloat16, {2}, {1.0 / 512, 0.0}};
+    const HostTensor out =
+        run_kernel(Kernel::kMatmul, {a, b, bias}, DType::kBFloat16, {1, 2}, {0, 0});
+    EXPECT_EQ(out.values, (std::vector<double>{1.0 + 1.0 / 128, 1.0})) << "k = " << k;
+  }
+}
+
+TEST(MatmulBias, EmptyContractionGivesTheBias) {
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat64}) {
+    const HostTensor a{dtype, {3, 0}, {}};
+    const HostTensor b{dtype, {0, 2}, {}};
+    const HostTensor bias{dtype, {2}, {1.5, -2.0}};
+    const HostTensor out =
+        call_kernel_directly(Kernel::kMatmul, {a, b, bias}, dtype, {3, 2}, {0, 0});
+    EXPECT_EQ(out.values, (std::vector<double>{1.5, -2.0, 1.5, -2.0, 1.5, -2.0})) << label(dtype);
+  }
+}
+
+TEST(MatmulBias, RejectsBiasesThatAreNotOneValuePerColumn) {
+  auto message = [](DType dtype, const Shape& bias, DType bias_dtype = DType::kFloat32) {
+    return invalid_argument_message(
+        Kernel::kMatmul,
+        {HostTensor{dtype, {3, 5}, std::vector<double>(15, 1.0)},
+         HostTensor{dtype, {5, 4}, std::vector<double>(20, 1.0)},
+         HostTensor{bias_dtype, bias,
+                    std::vector<double>(static_cast<std::size_t>(bias.numel()), 1.0)}},
+        dtype, {3, 4}, {0, 0});
+  };
+  for (const Shape& wrong : {Shape{3}, Shape{2, 4}, Shape{3, 4}, Shape{}}) {
+    const std::string msg = message(DType::kFloat32, wrong);
+    EXPECT_TRUE(contains(msg, "one value per output column (N=4)")) << msg;
+    EXPECT_TRUE(contains(msg, wrong.to_string())) << msg;
+  }
+  EXPECT_TRUE(contains(message(DType::kFloat32, {4}, DType::kFloat64), "the output's dtype"));
+  const std::string ints = message(DType::kInt32, {4}, DType::kInt32);
+  EXPECT_TRUE(contains(ints, "f32, f64 or bf16 products only")) << ints;
+  EXPECT_TRUE(message(DType::kFloat32, {1, 4}).empty());
 }
 
 }  // namespace
