@@ -70,7 +70,9 @@ namespace axle {
 ///                recomputes the softmax from)
 ///   kScaledDotProductAttentionBackward [q, k, v, forward output, grad (batch..., L, Ev), in
 ///                q's dtype (, mask)] -> [batch..., L + 2 S, max(E, Ev)]: per batch entry the
-///                rows of the gradients of q, then k, then v, each row padded with zeros
+///                rows of the gradients of q, then k, then v, each row padded with zeros. The
+///                forward output has the result's dtype, or is f32 for bf16 operands and a bf16
+///                result (each gradient rounded once from its f32 sum)
 /// Linear algebra and convolution.
 ///   kMatmul      [a, b (, bias)]; ints = [transpose_a, transpose_b]. a is [..., M, K] (or
 ///                [..., K, M] when transposed), b is [..., K, N] (or [..., N, K]); batch dims

@@ -208,14 +208,15 @@ void attention_forward(const KernelArgs& args, const Problem& p) {
 
 // ---- backward ----------------------------------------------------------------------------------
 
-// Operands [q, k, v, forward output [batch..., L, Ev + 1], grad [batch..., L, Ev] (, mask)].
-template <class T, class U>
+// Operands [q, k, v, forward output [batch..., L, Ev + 1] of F, grad [batch..., L, Ev] (, mask)];
+// the gradients are stored as U.
+template <class T, class F, class U>
 void attention_backward(const KernelArgs& args, const Problem& p) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const T* q = args.inputs[0].as<T>();
   const T* k = args.inputs[1].as<T>();
   const T* v = args.inputs[2].as<T>();
-  const U* forward = args.inputs[3].as<U>();
+  const F* forward = args.inputs[3].as<F>();
   const T* grad = args.inputs[4].as<T>();
   U* out = args.output.as<U>();
   const int64_t L = p.L, S = p.S, E = p.E, Ev = p.Ev;
@@ -251,7 +252,7 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
     // With q scaled, the scores are q k^T and dk is dS^T q without a further factor.
     const A* qs = scaled_copy<T, A>(q + at.q, L, E, scale, q_wide);
     const A* gs = as_compute<T, A>(grad + entry * L * Ev, L, Ev, g_wide);
-    read_row_terms<U, A>(forward + entry * L * (Ev + 1), gs, L, Ev, d, lse);
+    read_row_terms<F, A>(forward + entry * L * (Ev + 1), gs, L, Ev, d, lse);
     std::fill(dq, dq + L * E, A(0));
     U* grads = out + entry * per_entry;
     for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
@@ -312,15 +313,25 @@ struct Forward {
     attention_forward<T, U>(args, p);
   }
 };
-template <class T, class U>
-struct Backward {
-  static void run(const KernelArgs& args, const Problem& p) {
-    if constexpr (std::is_same_v<T, Bf16>) {
-      if (takes_bf16_pairs(p)) return pair_attention_backward<U>(args, p);
-    }
-    attention_backward<T, U>(args, p);
+// The backward's forward operand is of F; with bf16 operands it may be f32 (the logsumexp kept
+// in f32) while the gradients are bf16, each rounded once from its f32 sum.
+template <class T, class F, class U>
+void backward(const KernelArgs& args, const Problem& p) {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    if (takes_bf16_pairs(p)) return pair_attention_backward<F, U>(args, p);
   }
-};
+  attention_backward<T, F, U>(args, p);
+}
+
+void dispatch_backward(const KernelArgs& args, const Problem& p) {
+  const DType in = args.inputs[0].desc->dtype, forward = args.inputs[3].desc->dtype;
+  const DType out = args.output.desc->dtype;
+  if (in == DType::kFloat32) return backward<float, float, float>(args, p);
+  if (in == DType::kFloat64) return backward<double, double, double>(args, p);
+  if (forward == DType::kBFloat16) return backward<Bf16, Bf16, Bf16>(args, p);
+  if (out == DType::kFloat32) return backward<Bf16, float, float>(args, p);
+  return backward<Bf16, float, Bf16>(args, p);
+}
 
 void attention_kernel(const KernelArgs& args) {
   const Problem p = plan(args, 0);
@@ -337,15 +348,20 @@ void attention_backward_kernel(const KernelArgs& args) {
   }
   const BufferDesc& forward = *args.inputs[3].desc;
   const BufferDesc& grad = *args.inputs[4].desc;
-  if (forward.dtype != args.output.desc->dtype ||
+  const bool f32_forward_bf16_out = args.inputs[0].desc->dtype == DType::kBFloat16 &&
+                                    forward.dtype == DType::kFloat32 &&
+                                    args.output.desc->dtype == DType::kBFloat16;
+  if ((forward.dtype != args.output.desc->dtype && !f32_forward_bf16_out) ||
       !(forward.shape == with_dims(p.batch, {p.L, p.Ev + 1}))) {
-    reject(args, "the forward output must be [batch..., L, Ev + 1] of the output's dtype");
+    reject(args,
+           "the forward output must be [batch..., L, Ev + 1] of the output's dtype (or f32 with "
+           "bf16 operands)");
   }
   if (grad.dtype != args.inputs[0].desc->dtype ||
       !(grad.shape == with_dims(p.batch, {p.L, p.Ev}))) {
     reject(args, "the grad must be [batch..., L, Ev] of q's dtype");
   }
-  dispatch<Backward>(args, p);
+  dispatch_backward(args, p);
 }
 
 }  // namespace

@@ -263,10 +263,11 @@ void scores_gradient(const A* prob, const A* d, int64_t nq, int64_t nk, A* ds) {
 /// Whether bf16 operands of `p` take their block products on vdpbf16ps: the kernels run on
 /// AVX512_BF16 and the head widths are even (a row's values are whole pairs).
 [[nodiscard]] bool takes_bf16_pairs(const Problem& p);
-/// The forward and the backward with bf16 operands and outputs of U (float or Bf16).
+/// The forward and the backward with bf16 operands and outputs of U (float or Bf16); the
+/// backward reads a forward output of F.
 template <class U>
 void pair_attention_forward(const KernelArgs& args, const Problem& p);
-template <class U>
+template <class F, class U>
 void pair_attention_backward(const KernelArgs& args, const Problem& p);
 
 }  // namespace axle::cpu::attention_detail

@@ -219,15 +219,16 @@ void backward_block_pair(const Problem& p, const Problem::Offsets& at, const Bf1
 
 }  // namespace
 
-// Operands [q, k, v, forward output [batch..., L, Ev + 1], grad [batch..., L, Ev] (, mask)], as
-// attention.cpp's backward. dk and dv are summed transposed (dk^T += q^T dS, dv^T += dO^T P), so
-// that both products sum over queries in pairs of rows, and turned back once per key block.
-template <class U>
+// Operands [q, k, v, forward output [batch..., L, Ev + 1] of F, grad [batch..., L, Ev] (, mask)],
+// as attention.cpp's backward; the gradients are stored as U. dk and dv are summed transposed (dk^T
+// += q^T dS, dv^T += dO^T P), so that both products sum over queries in pairs of rows, and turned
+// back once per key block.
+template <class F, class U>
 void pair_attention_backward(const KernelArgs& args, const Problem& p) {
   const Bf16* q = args.inputs[0].as<Bf16>();
   const Bf16* k = args.inputs[1].as<Bf16>();
   const Bf16* v = args.inputs[2].as<Bf16>();
-  const U* forward = args.inputs[3].as<U>();
+  const F* forward = args.inputs[3].as<F>();
   const Bf16* grad = args.inputs[4].as<Bf16>();
   U* out = args.output.as<U>();
   const int64_t L = p.L, S = p.S, E = p.E, Ev = p.Ev, Lh = (L + 1) / 2;
@@ -245,7 +246,7 @@ void pair_attention_backward(const KernelArgs& args, const Problem& p) {
     avx512_pair_rows(bits(g_entry), L, Ev, Ev, x.paired, Ev);
     transpose_words(x.paired, Lh, Ev, Ev, x.g_t);
     widen_block(g_entry, x.g_wide, L * Ev);
-    read_row_terms<U, float>(forward + entry * L * (Ev + 1), x.g_wide, L, Ev, x.d, x.lse);
+    read_row_terms<F, float>(forward + entry * L * (Ev + 1), x.g_wide, L, Ev, x.d, x.lse);
     std::fill(x.dq, x.dq + L * E, 0.0f);
     const auto scale = static_cast<float>(p.scale);
     U* grads = out + entry * (L + 2 * S) * W;
@@ -279,14 +280,15 @@ void pair_attention_backward(const KernelArgs& args, const Problem& p) {
 bool takes_bf16_pairs(const Problem&) { return false; }
 template <class U>
 void pair_attention_forward(const KernelArgs&, const Problem&) {}
-template <class U>
+template <class F, class U>
 void pair_attention_backward(const KernelArgs&, const Problem&) {}
 
 #endif
 
 template void pair_attention_forward<float>(const KernelArgs&, const Problem&);
 template void pair_attention_forward<Bf16>(const KernelArgs&, const Problem&);
-template void pair_attention_backward<float>(const KernelArgs&, const Problem&);
-template void pair_attention_backward<Bf16>(const KernelArgs&, const Problem&);
+template void pair_attention_backward<float, float>(const KernelArgs&, const Problem&);
+template void pair_attention_backward<float, Bf16>(const KernelArgs&, const Problem&);
+template void pair_attention_backward<Bf16, Bf16>(const KernelArgs&, const Problem&);
 
 }  // namespace axle::cpu::attention_detail

@@ -39,9 +39,11 @@ void attention_backward(const GradFn& fn, const Tensor& g, GradList& grads) {
     operands.push_back(
         ops::value_as(mask, mask.dtype() == DType::kBool ? DType::kBool : dtype, where));
   }
+  // The gradients in the operands' dtype: bf16 ones are rounded once from the kernel's f32
+  // sums, not stored in f32 and cast after.
   const Tensor packed =
-      ops::make_result(Op::kScaledDotProductAttentionBackward, forward.dtype(), shape,
-                       std::move(operands), g.device(), where, fn.ints(), fn.reals());
+      ops::make_result(Op::kScaledDotProductAttentionBackward, dtype, shape, std::move(operands),
+                       g.device(), where, fn.ints(), fn.reals());
   // Rows [start, start + rows) and the first `cols` columns: one slice when cols is the width
   // (E = Ev, as in every transformer).
   auto part = [&](int64_t start, int64_t rows, int64_t cols) {

@@ -308,6 +308,17 @@ void check(const Case& c, unsigned seed, double tol, const std::string& what,
                             grads_shape, ints, {c.scale}),
                      grads_one);
   }
+  if (c.dtype == DType::kBFloat16) {
+    // bf16 gradients from the f32 forward output: the f32 gradients, each rounded once.
+    HostTensor rounded = grads_one;
+    rounded.dtype = DType::kBFloat16;
+    for (double& x : rounded.values) x = round_to(DType::kBFloat16, x);
+    for (int threads : {1, 2}) {
+      expect_same_bits(run_on(threads, Kernel::kScaledDotProductAttentionBackward, back,
+                              DType::kBFloat16, grads_shape, ints, {c.scale}),
+                       rounded);
+    }
+  }
 }
 
 TEST(CpuAttention, MatchesTheDefinitionWithoutAMask) {
