@@ -193,7 +193,7 @@ void attention_forward(const KernelArgs& args, const Problem& p) {
       transpose_into(ks, nk, E, E, k_t);
       block_product<A>(nq, nk, E, qs, E, 1, k_t, nk, s, kKeyBlock, false);
       mask_scores<T, A>(p, at.mask, i0, nq, j0, nk, s);
-      softmax_step(s, nq, nk, Ev, top, total, acc);
+      softmax_step(p, i0, j0, s, nq, nk, Ev, top, total, acc);
       block_product<A>(nq, Ev, nk, s, kKeyBlock, 1, vs, Ev, acc, Ev, true);
     }
     store_forward_rows(acc, top, total, nq, Ev, out + (entry * L + i0) * (Ev + 1));
@@ -271,7 +271,7 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
         // P = exp(scores - logsumexp): 0 where dropped, NaN in a row that keeps no key.
         block_product<A>(nq, nk, E, qi, E, 1, k_t, nk, prob, kKeyBlock, false);
         mask_scores<T, A>(p, at.mask, i0, nq, j0, nk, prob);
-        exp_rows<A>(prob, nq, nk, kKeyBlock, lse + i0, nullptr);
+        exp_block<A>(p, i0, j0, prob, nq, nk, lse + i0, nullptr);
         // dv += P^T dO.
         block_product<A>(nk, Ev, nq, prob, 1, kKeyBlock, gi, Ev, dv, Ev, true);
         // dS = P * (dO v^T - D).

@@ -165,44 +165,78 @@ void exp_rows(A* x, int64_t rows, int64_t n, int64_t ld, const A* shifts, A* sum
 }
 
 // Scores (already scaled) of queries [i0, i0 + nq) against keys [j0, j0 + nk) in s (row
-// stride kKeyBlock) masked: -inf where dropped, an added mask added.
+// stride kKeyBlock) under the explicit mask, if any: -inf where dropped, an added mask added.
+// Causal masking is exp_block's.
 template <class T, class A>
 void mask_scores(const Problem& p, int64_t mask_base, int64_t i0, int64_t nq, int64_t j0,
                  int64_t nk, A* s) {
   constexpr A kMinusInf = -std::numeric_limits<A>::infinity();
-  if (!p.mask && (!p.causal || j0 + nk <= i0 + 1)) return;  // nothing dropped in this block
+  if (!p.mask) return;
   for (int64_t i = 0; i < nq; ++i) {
     A* row = s + i * kKeyBlock;
-    if (p.causal) {
-      for (int64_t j = std::max<int64_t>(0, i0 + i + 1 - j0); j < nk; ++j) row[j] = kMinusInf;
-    }
-    if (p.mask) {
-      const int64_t at = mask_base + (i0 + i) * p.mask_row + j0 * p.mask_col;
-      if (p.bool_mask) {
-        const bool* keep = static_cast<const bool*>(p.mask) + at;
-        for (int64_t j = 0; j < nk; ++j) {
-          if (!keep[j * p.mask_col]) row[j] = kMinusInf;
-        }
-      } else {
-        const T* added = static_cast<const T*>(p.mask) + at;
-        for (int64_t j = 0; j < nk; ++j) row[j] += static_cast<A>(load(added[j * p.mask_col]));
+    const int64_t at = mask_base + (i0 + i) * p.mask_row + j0 * p.mask_col;
+    if (p.bool_mask) {
+      const bool* keep = static_cast<const bool*>(p.mask) + at;
+      for (int64_t j = 0; j < nk; ++j) {
+        if (!keep[j * p.mask_col]) row[j] = kMinusInf;
       }
+    } else {
+      const T* added = static_cast<const T*>(p.mask) + at;
+      for (int64_t j = 0; j < nk; ++j) row[j] += static_cast<A>(load(added[j * p.mask_col]));
     }
   }
 }
 
-// One key block's scores `s` (nq rows of nk, row stride kKeyBlock) into the online softmax of
-// their queries: each row's running maximum `top` and sum `total` updated, the output
-// accumulator `acc` (rows of Ev) rescaled where the maximum grew, and s replaced by the block's
-// exp(score - top), or zeros in a row whose keys are all dropped so far.
+// The keys [j0, j0 + kept) of a block of nk that query i0 + i keeps under causal masking (all nk
+// without it).
+inline int64_t causal_kept(const Problem& p, int64_t i0, int64_t i, int64_t j0, int64_t nk) {
+  return p.causal ? std::clamp<int64_t>(i0 + i + 1 - j0, 0, nk) : nk;
+}
+
+/// A block pair's scores s (queries [i0, i0 + nq) against keys [j0, j0 + nk), row stride
+/// kKeyBlock) replaced by exp(score - shifts[row]), each row's sum into sums when not null, with
+/// causal masking: a dropped key's value is exp(-inf) = 0. Rows go in groups of four (exp_rows
+/// interleaves them); on a block the diagonal crosses, a group's exponentials stop at the keys
+/// its last row keeps and the rest of its rows are set to 0, so such a block takes about half of
+/// them. Each value and sum has the bits the whole rows give (a sum adds no more zeros). A
+/// group with a row whose shift is -inf (it keeps no key) takes whole rows, so that row is NaN
+/// throughout, as exp(-inf - -inf) makes it.
 template <class A>
-void softmax_step(A* s, int64_t nq, int64_t nk, int64_t Ev, A* top, A* total, A* acc) {
+void exp_block(const Problem& p, int64_t i0, int64_t j0, A* s, int64_t nq, int64_t nk,
+               const A* shifts, A* sums) {
+  constexpr A kMinusInf = -std::numeric_limits<A>::infinity();
+  if (!p.causal || j0 + nk <= i0 + 1) return exp_rows(s, nq, nk, kKeyBlock, shifts, sums);
+  constexpr int64_t kGroup = 4;
+  for (int64_t r = 0; r < nq; r += kGroup) {
+    const int64_t rows = std::min(kGroup, nq - r);
+    const bool none_empty =
+        std::all_of(shifts + r, shifts + r + rows, [](A shift) { return shift != kMinusInf; });
+    const int64_t end = none_empty ? causal_kept(p, i0, r + rows - 1, j0, nk) : nk;
+    for (int64_t i = r; i < r + rows; ++i) {
+      A* row = s + i * kKeyBlock;
+      std::fill(row + causal_kept(p, i0, i, j0, nk), row + end, kMinusInf);
+      std::fill(row + end, row + nk, A(0));
+    }
+    exp_rows(s + r * kKeyBlock, rows, end, kKeyBlock, shifts + r, sums ? sums + r : nullptr);
+  }
+}
+
+// One key block's scores `s` (queries [i0, i0 + nq) against keys [j0, j0 + nk), row stride
+// kKeyBlock) into the online softmax of their queries: each row's running maximum `top` and
+// sum `total` updated, the output accumulator `acc` (rows of Ev) rescaled where the maximum
+// grew, and s replaced by the block's exp(score - top) (exp_block: causal masking applied), or
+// zeros in a row whose keys are all dropped so far.
+template <class A>
+void softmax_step(const Problem& p, int64_t i0, int64_t j0, A* s, int64_t nq, int64_t nk,
+                  int64_t Ev, A* top, A* total, A* acc) {
   constexpr A kMinusInf = -std::numeric_limits<A>::infinity();
   A new_top[kQueryBlock] = {}, sum[kQueryBlock];  // initialised: GCC cannot see nq <= kQueryBlock
   for (int64_t i = 0; i < nq; ++i) {
-    new_top[i] = std::max(top[i], ArrayMap<A>(s + i * kKeyBlock, nk).maxCoeff());
+    const int64_t kept = causal_kept(p, i0, i, j0, nk);
+    new_top[i] =
+        std::max(top[i], kept > 0 ? ArrayMap<A>(s + i * kKeyBlock, kept).maxCoeff() : kMinusInf);
   }
-  exp_rows(s, nq, nk, kKeyBlock, new_top, sum);
+  exp_block(p, i0, j0, s, nq, nk, new_top, sum);
   for (int64_t i = 0; i < nq; ++i) {
     if (new_top[i] == kMinusInf) {  // every key so far dropped: nothing to add yet
       ArrayMap<A>(s + i * kKeyBlock, nk).setZero();

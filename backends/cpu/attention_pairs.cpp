@@ -128,7 +128,7 @@ void pair_attention_forward(const KernelArgs& args, const Problem& p) {
       avx512_pair_gemm({nq, nk, Eh, q_words, Eh, k_pairs, nk, s, kKeyBlock, false});
       scale_rows(s, nq, nk, kKeyBlock, scale);
       mask_scores<Bf16, float>(p, at.mask, i0, nq, j0, nk, s);
-      softmax_step(s, nq, nk, Ev, top, total, acc);
+      softmax_step(p, i0, j0, s, nq, nk, Ev, top, total, acc);
       avx512_narrow_rows(s, nq, nk, kKeyBlock, p16, 2 * nk_pairs);
       avx512_pair_rows(bits(v + at.v + j0 * Ev), nk, Ev, Ev, v_pairs, Ev);
       avx512_pair_gemm({nq, Ev, nk_pairs, words(p16), nk_pairs, v_pairs, Ev, acc, Ev, true});
@@ -202,7 +202,7 @@ void backward_block_pair(const Problem& p, const Problem::Offsets& at, const Bf1
       {nq, nk, E / 2, words(q_entry + i0 * E), E / 2, x.k_pairs, nk, x.prob, kKeyBlock, false});
   scale_rows(x.prob, nq, nk, kKeyBlock, static_cast<float>(p.scale));
   mask_scores<Bf16, float>(p, at.mask, i0, nq, j0, nk, x.prob);
-  exp_rows<float>(x.prob, nq, nk, kKeyBlock, x.lse + i0, nullptr);
+  exp_block<float>(p, i0, j0, x.prob, nq, nk, x.lse + i0, nullptr);
   // dv^T += dO^T P.
   avx512_pair_rows(x.prob, nq, nk, kKeyBlock, x.prob_pairs, nk);
   avx512_pair_gemm({Ev, nk, nq_pairs, x.g_t + i0 / 2, Lh, x.prob_pairs, nk, x.dv_t, nk, true});
