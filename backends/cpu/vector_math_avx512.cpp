@@ -25,6 +25,7 @@ struct Avx512Ops {
   static __m512 keep_nan(__m512 x, __m512 y) {
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
   }
+  static __m512 scalef(__m512 y, __m512 m) { return _mm512_scalef_ps(y, m); }
   static __m512 pow2(__m512 e) {
     const __m512i bits =
         _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(e), _mm512_set1_epi32(127)), 23);

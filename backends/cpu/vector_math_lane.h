@@ -39,9 +39,15 @@ template <class Ops, class V>
   y1 = Ops::fma(y1, r, Ops::set(kExpP5));
   y = Ops::fma(y, r3, y1);
   y = Ops::fma(y, r2, y2);
-  // 2^m = 2^half * 2^(m - half), both normal for m in [-150, 128].
-  const V half = Ops::floor(Ops::mul(m, Ops::set(0.5f)));
-  y = Ops::mul(Ops::mul(y, Ops::pow2(half)), Ops::pow2(Ops::sub(m, half)));
+  if constexpr (requires { Ops::scalef(y, m); }) {
+    // y 2^m rounded once (AVX-512's vscalefps): the bits of the two scalings below, in one step.
+    y = Ops::scalef(y, m);
+  } else {
+    // 2^m = 2^half * 2^(m - half), both normal for m in [-150, 128]: the first scaling is
+    // exact, the second rounds once (only a subnormal result rounds).
+    const V half = Ops::floor(Ops::mul(m, Ops::set(0.5f)));
+    y = Ops::mul(Ops::mul(y, Ops::pow2(half)), Ops::pow2(Ops::sub(m, half)));
+  }
   return Ops::fix_exp_edges(x, y);
 }
 

@@ -125,6 +125,10 @@ TEST_P(VectorMathPath, GivesTheGenericPathsBits) {
   std::uniform_real_distribution<float> u(-110.0f, 95.0f);
   std::vector<float> x(3001);
   for (float& v : x) v = u(rng);
+  // Densely where 2^m is applied to a subnormal or an overflowing result (x - 1.5 in
+  // [-104, -87] and near 88.72), where the last scaling rounds.
+  for (float v = -102.6f; v < -85.4f; v += 1.0f / 512) x.push_back(v);
+  for (float v = 89.9f; v < 90.4f; v += 1.0f / 4096) x.push_back(v);
   std::vector<float> generic = x, here = x;
   float generic_sum = 0, here_sum = 0;
   {
