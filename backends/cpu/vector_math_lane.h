@@ -22,8 +22,8 @@ inline constexpr float kExpP4 = 1.6666665459e-1f;
 inline constexpr float kExpP5 = 5.0000001201e-1f;
 
 /// exp(x) per lane with the operations of Ops (see vector_math_avx512.cpp): clamp, reduce by
-/// m ln 2 with m = floor(x log2 e + 1/2), the polynomial, then y 2^m as two exact scalings (m
-/// down to -150 reaches the subnormals).
+/// m ln 2 with m = floor(x log2 e + 1/2), the polynomial, then y 2^m, rounded once (m down to
+/// -150 reaches the subnormals): by Ops::scalef where the path has it, else as two scalings.
 template <class Ops, class V>
 [[gnu::always_inline]] inline V exp_lanes(V x) {
   const V clamped = Ops::min(Ops::max(x, Ops::set(kExpLow)), Ops::set(kExpHigh));
