@@ -148,6 +148,37 @@ void block_product(int64_t m, int64_t n, int64_t depth, const A* a, int64_t a_ro
   }
 }
 
+// The block products of a block pair on the diagonal (diagonal_halves), each skipping the quarter
+// whose probabilities are all 0; with `halves` false, the whole product.
+template <class A>
+void scores_by_halves(int64_t m, int64_t n, int64_t depth, const A* a, int64_t a_row, int64_t a_col,
+                      const A* b, int64_t ldb, A* c, int64_t ldc, bool halves) {
+  if (!halves) return block_product<A>(m, n, depth, a, a_row, a_col, b, ldb, c, ldc, false);
+  block_product<A>(kHalf, kHalf, depth, a, a_row, a_col, b, ldb, c, ldc, false);
+  block_product<A>(kHalf, n, depth, a + kHalf * a_row, a_row, a_col, b, ldb, c + kHalf * ldc, ldc,
+                   false);
+}
+
+// Rows of queries summing over the keys: the first half of the rows over the first half only.
+template <class A>
+void queries_by_halves(int64_t m, int64_t n, int64_t depth, const A* a, int64_t a_row,
+                       int64_t a_col, const A* b, int64_t ldb, A* c, int64_t ldc, bool halves) {
+  if (!halves) return block_product<A>(m, n, depth, a, a_row, a_col, b, ldb, c, ldc, true);
+  block_product<A>(kHalf, n, kHalf, a, a_row, a_col, b, ldb, c, ldc, true);
+  block_product<A>(kHalf, n, depth, a + kHalf * a_row, a_row, a_col, b, ldb, c + kHalf * ldc, ldc,
+                   true);
+}
+
+// Rows of keys summing over the queries: the second half of the rows over the second half only.
+template <class A>
+void keys_by_halves(int64_t m, int64_t n, int64_t depth, const A* a, int64_t a_row, int64_t a_col,
+                    const A* b, int64_t ldb, A* c, int64_t ldc, bool halves) {
+  if (!halves) return block_product<A>(m, n, depth, a, a_row, a_col, b, ldb, c, ldc, true);
+  block_product<A>(kHalf, n, depth, a, a_row, a_col, b, ldb, c, ldc, true);
+  block_product<A>(kHalf, n, kHalf, a + kHalf * (a_row + a_col), a_row, a_col, b + kHalf * ldb, ldb,
+                   c + kHalf * ldc, ldc, true);
+}
+
 // ---- forward -----------------------------------------------------------------------------------
 
 template <class T, class U>
@@ -190,11 +221,12 @@ void attention_forward(const KernelArgs& args, const Problem& p) {
       const int64_t nk = std::min(kKeyBlock, S - j0);
       const A* ks = as_compute<T, A>(k + at.k + j0 * E, nk, E, k_block);
       const A* vs = as_compute<T, A>(v + at.v + j0 * Ev, nk, Ev, v_block);
+      const bool halves = diagonal_halves(p, i0, j0, nq, nk);
       transpose_into(ks, nk, E, E, k_t);
-      block_product<A>(nq, nk, E, qs, E, 1, k_t, nk, s, kKeyBlock, false);
+      scores_by_halves<A>(nq, nk, E, qs, E, 1, k_t, nk, s, kKeyBlock, halves);
       mask_scores<T, A>(p, at.mask, i0, nq, j0, nk, s);
       softmax_step(p, i0, j0, s, nq, nk, Ev, top, total, acc);
-      block_product<A>(nq, Ev, nk, s, kKeyBlock, 1, vs, Ev, acc, Ev, true);
+      queries_by_halves<A>(nq, Ev, nk, s, kKeyBlock, 1, vs, Ev, acc, Ev, halves);
     }
     store_forward_rows(acc, top, total, nq, Ev, out + (entry * L + i0) * (Ev + 1));
   };
@@ -268,18 +300,19 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
         if (causally_hidden(p, j0, i0 + nq)) continue;
         const A* qi = qs + i0 * E;
         const A* gi = gs + i0 * Ev;
+        const bool halves = backward_halves(p, i0, j0, nq, nk, lse);
         // P = exp(scores - logsumexp): 0 where dropped, NaN in a row that keeps no key.
-        block_product<A>(nq, nk, E, qi, E, 1, k_t, nk, prob, kKeyBlock, false);
+        scores_by_halves<A>(nq, nk, E, qi, E, 1, k_t, nk, prob, kKeyBlock, halves);
         mask_scores<T, A>(p, at.mask, i0, nq, j0, nk, prob);
         exp_block<A>(p, i0, j0, prob, nq, nk, lse + i0, nullptr);
         // dv += P^T dO.
-        block_product<A>(nk, Ev, nq, prob, 1, kKeyBlock, gi, Ev, dv, Ev, true);
-        // dS = P * (dO v^T - D).
-        block_product<A>(nq, nk, Ev, gi, Ev, 1, v_t, nk, ds, kKeyBlock, false);
+        keys_by_halves<A>(nk, Ev, nq, prob, 1, kKeyBlock, gi, Ev, dv, Ev, halves);
+        // dS = P * (dO v^T - D). On the diagonal the quarter the products skip is never read.
+        scores_by_halves<A>(nq, nk, Ev, gi, Ev, 1, v_t, nk, ds, kKeyBlock, halves);
         scores_gradient<A>(prob, d + i0, nq, nk, ds);
         // dq += dS k (scaled once at the end), dk += dS^T (scale q).
-        block_product<A>(nq, E, nk, ds, kKeyBlock, 1, ks, E, dq + i0 * E, E, true);
-        block_product<A>(nk, E, nq, ds, 1, kKeyBlock, qi, E, dk, E, true);
+        queries_by_halves<A>(nq, E, nk, ds, kKeyBlock, 1, ks, E, dq + i0 * E, E, halves);
+        keys_by_halves<A>(nk, E, nq, ds, 1, kKeyBlock, qi, E, dk, E, halves);
       }
       store_rows<U, A>(dk, nk, E, A(1), W, grads + (L + j0) * W);
       store_rows<U, A>(dv, nk, Ev, A(1), W, grads + (L + S + j0) * W);

@@ -187,6 +187,26 @@ void mask_scores(const Problem& p, int64_t mask_base, int64_t i0, int64_t nq, in
   }
 }
 
+// A causal block pair on the diagonal, whole blocks: queries [i0, i0 + kHalf) keep none of the
+// keys [j0 + kHalf, j0 + kKeyBlock), so each of its products skips that quarter: the rows of
+// the first half of the queries take (or sum over) the first half of the keys only. Every value
+// the products still compute keeps its bits (it skips only terms with a zero probability), and
+// the softmax and its gradient set the skipped scores and probabilities themselves.
+static_assert(kQueryBlock == kKeyBlock && kQueryBlock % 4 == 0);
+constexpr int64_t kHalf = kQueryBlock / 2;
+inline bool diagonal_halves(const Problem& p, int64_t i0, int64_t j0, int64_t nq, int64_t nk) {
+  return p.causal && i0 == j0 && nq == kQueryBlock && nk == kKeyBlock;
+}
+
+// diagonal_halves for the backward, unless a query of the first half keeps no key (logsumexp
+// -inf): its NaN probabilities make every key's gradient NaN, so the products take it whole.
+template <class A>
+bool backward_halves(const Problem& p, int64_t i0, int64_t j0, int64_t nq, int64_t nk,
+                     const A* lse) {
+  return diagonal_halves(p, i0, j0, nq, nk) &&
+         std::none_of(lse + i0, lse + i0 + kHalf, [](A v) { return std::isinf(v); });
+}
+
 // The keys [j0, j0 + kept) of a block of nk that query i0 + i keeps under causal masking (all nk
 // without it).
 inline int64_t causal_kept(const Problem& p, int64_t i0, int64_t i, int64_t j0, int64_t nk) {

@@ -87,6 +87,33 @@ class Carve {
   uint32_t* at_;
 };
 
+// A block pair's product on the diagonal (diagonal_halves): the scores' first half of rows
+// against the first half of the keys only.
+void scores_by_halves(PairProduct q, bool halves) {
+  if (!halves) return avx512_pair_gemm(q);
+  avx512_pair_gemm({kHalf, kHalf, q.pairs, q.a, q.lda, q.b, q.ldb, q.c, q.ldc, q.accumulate});
+  avx512_pair_gemm({kHalf, q.n, q.pairs, q.a + kHalf * q.lda, q.lda, q.b, q.ldb,
+                    q.c + kHalf * q.ldc, q.ldc, q.accumulate});
+}
+
+// A product summing over the keys (the depth, in pairs) for rows of queries: the first half of
+// the rows sums over the first half of the keys only.
+void rows_by_halves(PairProduct q, bool halves) {
+  if (!halves) return avx512_pair_gemm(q);
+  avx512_pair_gemm({kHalf, q.n, kHalf / 2, q.a, q.lda, q.b, q.ldb, q.c, q.ldc, q.accumulate});
+  avx512_pair_gemm({kHalf, q.n, q.pairs, q.a + kHalf * q.lda, q.lda, q.b, q.ldb,
+                    q.c + kHalf * q.ldc, q.ldc, q.accumulate});
+}
+
+// A product with the keys as its columns, summing over the queries (the depth, in pairs of rows
+// of b): the second half of the columns sums over the second half of the queries only.
+void columns_by_halves(PairProduct q, bool halves) {
+  if (!halves) return avx512_pair_gemm(q);
+  avx512_pair_gemm({q.m, kHalf, q.pairs, q.a, q.lda, q.b, q.ldb, q.c, q.ldc, q.accumulate});
+  avx512_pair_gemm({q.m, kHalf, kHalf / 2, q.a + kHalf / 2, q.lda, q.b + kHalf / 2 * q.ldb + kHalf,
+                    q.ldb, q.c + kHalf, q.ldc, q.accumulate});
+}
+
 }  // namespace
 
 template <class U>
@@ -124,14 +151,15 @@ void pair_attention_forward(const KernelArgs& args, const Problem& p) {
     const auto scale = static_cast<float>(p.scale);
     for (int64_t j0 = 0; j0 < S && !causally_hidden(p, j0, i0 + nq); j0 += kKeyBlock) {
       const int64_t nk = std::min(kKeyBlock, S - j0), nk_pairs = (nk + 1) / 2;
+      const bool halves = diagonal_halves(p, i0, j0, nq, nk);
       transpose_words(k + at.k + j0 * E, nk, Eh, Eh, k_pairs);
-      avx512_pair_gemm({nq, nk, Eh, q_words, Eh, k_pairs, nk, s, kKeyBlock, false});
+      scores_by_halves({nq, nk, Eh, q_words, Eh, k_pairs, nk, s, kKeyBlock, false}, halves);
       scale_rows(s, nq, nk, kKeyBlock, scale);
       mask_scores<Bf16, float>(p, at.mask, i0, nq, j0, nk, s);
       softmax_step(p, i0, j0, s, nq, nk, Ev, top, total, acc);
       avx512_narrow_rows(s, nq, nk, kKeyBlock, p16, 2 * nk_pairs);
       avx512_pair_rows(bits(v + at.v + j0 * Ev), nk, Ev, Ev, v_pairs, Ev);
-      avx512_pair_gemm({nq, Ev, nk_pairs, words(p16), nk_pairs, v_pairs, Ev, acc, Ev, true});
+      rows_by_halves({nq, Ev, nk_pairs, words(p16), nk_pairs, v_pairs, Ev, acc, Ev, true}, halves);
     }
     store_forward_rows(acc, top, total, nq, Ev, out + (entry * L + i0) * (Ev + 1));
   };
@@ -197,24 +225,30 @@ void backward_block_pair(const Problem& p, const Problem::Offsets& at, const Bf1
   const int64_t E = p.E, Ev = p.Ev, Lh = (p.L + 1) / 2;
   const int64_t nq = std::min(kQueryBlock, p.L - i0), nq_pairs = (nq + 1) / 2;
   const int64_t nk_pairs = (nk + 1) / 2;
+  const bool halves = backward_halves(p, i0, j0, nq, nk, x.lse);
   // P = exp(scale q k^T - logsumexp): 0 where dropped, NaN in a row that keeps no key.
-  avx512_pair_gemm(
-      {nq, nk, E / 2, words(q_entry + i0 * E), E / 2, x.k_pairs, nk, x.prob, kKeyBlock, false});
+  scores_by_halves(
+      {nq, nk, E / 2, words(q_entry + i0 * E), E / 2, x.k_pairs, nk, x.prob, kKeyBlock, false},
+      halves);
   scale_rows(x.prob, nq, nk, kKeyBlock, static_cast<float>(p.scale));
   mask_scores<Bf16, float>(p, at.mask, i0, nq, j0, nk, x.prob);
   exp_block<float>(p, i0, j0, x.prob, nq, nk, x.lse + i0, nullptr);
   // dv^T += dO^T P.
   avx512_pair_rows(x.prob, nq, nk, kKeyBlock, x.prob_pairs, nk);
-  avx512_pair_gemm({Ev, nk, nq_pairs, x.g_t + i0 / 2, Lh, x.prob_pairs, nk, x.dv_t, nk, true});
-  // dS = P * (dO v^T - D).
-  avx512_pair_gemm(
-      {nq, nk, Ev / 2, words(g_entry + i0 * Ev), Ev / 2, x.v_t, nk, x.ds, kKeyBlock, false});
+  columns_by_halves({Ev, nk, nq_pairs, x.g_t + i0 / 2, Lh, x.prob_pairs, nk, x.dv_t, nk, true},
+                    halves);
+  // dS = P * (dO v^T - D). On the diagonal the quarter the products skip is never read.
+  scores_by_halves(
+      {nq, nk, Ev / 2, words(g_entry + i0 * Ev), Ev / 2, x.v_t, nk, x.ds, kKeyBlock, false},
+      halves);
   scores_gradient<float>(x.prob, x.d + i0, nq, nk, x.ds);
   // dq += dS k and dk^T += q^T dS (both scaled once at the end).
   avx512_narrow_rows(x.ds, nq, nk, kKeyBlock, x.ds16, 2 * nk_pairs);
-  avx512_pair_gemm({nq, E, nk_pairs, words(x.ds16), nk_pairs, x.k_rows, E, x.dq + i0 * E, E, true});
+  rows_by_halves({nq, E, nk_pairs, words(x.ds16), nk_pairs, x.k_rows, E, x.dq + i0 * E, E, true},
+                 halves);
   avx512_pair_rows(x.ds, nq, nk, kKeyBlock, x.ds_pairs, nk);
-  avx512_pair_gemm({E, nk, nq_pairs, x.q_t + i0 / 2, Lh, x.ds_pairs, nk, x.dk_t, nk, true});
+  columns_by_halves({E, nk, nq_pairs, x.q_t + i0 / 2, Lh, x.ds_pairs, nk, x.dk_t, nk, true},
+                    halves);
 }
 
 }  // namespace

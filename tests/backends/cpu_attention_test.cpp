@@ -453,6 +453,35 @@ TEST(CpuAttention, Bf16RowThatKeepsNoKeyIsNanAsInF32) {
   }
 }
 
+// Causal with a mask that drops every key of query 3, inside one diagonal block: as torch's math
+// path gives, that query's output and gradient are NaN, and so is every key's and value's
+// gradient (its NaN probabilities reach them all); the other queries' gradients are finite.
+TEST(CpuAttention, CausalRowThatKeepsNoKeyMakesEveryKeysGradientNan) {
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int64_t n = 64, e = 8;
+    std::mt19937 rng(31);
+    const HostTensor q = random_tensor(dtype, {n, e}, rng);
+    const HostTensor k = random_tensor(dtype, {n, e}, rng);
+    const HostTensor v = random_tensor(dtype, {n, e}, rng);
+    HostTensor keep{DType::kBool, {n, n}, std::vector<double>(n * n, 1.0)};
+    for (int64_t j = 0; j < n; ++j) keep.values[static_cast<std::size_t>(3 * n + j)] = 0;
+    const HostTensor out = run_on(2, Kernel::kScaledDotProductAttention, {q, k, v, keep},
+                                  DType::kFloat32, {n, e + 1}, {1, 1}, {0.5});
+    const HostTensor grad = random_tensor(dtype, {n, e}, rng);
+    const HostTensor grads =
+        run_on(2, Kernel::kScaledDotProductAttentionBackward, {q, k, v, out, grad, keep},
+               DType::kFloat32, {3 * n, e}, {1, 1}, {0.5});
+    for (int64_t r = 0; r < 3 * n; ++r) {
+      const bool nan_row = r == 3 || r >= n;
+      for (int64_t c = 0; c < e; ++c) {
+        EXPECT_EQ(std::isnan(grads.values[static_cast<std::size_t>(r * e + c)]), nan_row)
+            << "row " << r << ", column " << c;
+      }
+    }
+  }
+}
+
 TEST(CpuAttention, ARowThatKeepsNoKeyIsNanWithALogsumexpOfMinusInfinity) {
   const HostTensor q{DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6}};
   const HostTensor k{DType::kFloat32, {2, 3}, {1, 0, 1, 0, 1, 0}};
