@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <string_view>
@@ -90,6 +91,7 @@ struct Extreme {
       return kMax ? L::lowest() : L::max();
     }
   }
+  static constexpr bool kIsMax = kMax;  // (extreme_step below, for f32)
   static Acc step(Acc acc, Acc x) noexcept {
     return ((kMax ? x > acc : x < acc) || is_nan(x)) ? x : acc;
   }
@@ -104,11 +106,49 @@ inline constexpr int64_t kLanes = 16;  // accumulators per row: a multiple of ve
 template <class R>
 using Lanes = std::array<typename R::Acc, kLanes>;
 
+// Eight f32 values on GCC's vector extension (a ymm register: no wider, for the AVX2 build).
+using Floats8 = float __attribute__((vector_size(8 * sizeof(float))));
+
+// A max or min reducer over f32 (or bf16) terms: its select does not vectorise from the scalar
+// step at -O2 (the loops compared and branched per term), so its loops take extreme_step.
+template <class R>
+inline constexpr bool kFloatExtreme = requires {
+  R::kIsMax;
+}
+&&std::is_same_v<typename R::Acc, float>;
+
+// R::step on 8 values of acc (f32) and x at once: the term where it is further out or NaN (NaN
+// wins), else acc's value.
+template <class R, class T>
+void extreme_step(float* __restrict__ acc, const T* __restrict__ x) {
+  Floats8 a, v;
+  std::memcpy(&a, acc, sizeof a);
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(&v, x, sizeof v);
+  } else {
+    float values[8];
+    for (int j = 0; j < 8; ++j) values[j] = load(x[j]);
+    std::memcpy(&v, values, sizeof v);
+  }
+  const auto take = (R::kIsMax ? v > a : v < a) | (v != v);
+  a = take ? v : a;
+  std::memcpy(acc, &a, sizeof a);
+}
+
 /// Adds groups * kLanes terms of x to the lanes, term j of each group to lane j. The group is
 /// unrolled so that the lanes live in vector registers; left to a loop, they stay in memory and
 /// every group waits for the previous group's stores.
 template <class R, class T>
 void add_lane_groups(Lanes<R>& into, const T* __restrict__ x, int64_t groups) {
+  if constexpr (kFloatExtreme<R>) {
+    Lanes<R> lanes = into;
+    for (int64_t g = 0; g < groups; ++g) {
+      extreme_step<R>(lanes.data(), x + g * kLanes);
+      extreme_step<R>(lanes.data() + 8, x + g * kLanes + 8);
+    }
+    into = lanes;
+    return;
+  }
   Lanes<R> lanes = into;
   for (int64_t g = 0; g < groups; ++g) {
 #pragma GCC unroll 16
@@ -134,6 +174,9 @@ typename R::Acc reduce_row(const T* __restrict__ x, int64_t n) {
 template <class R, class T>
 void accumulate_row(typename R::Acc* __restrict__ acc, const T* __restrict__ x, int64_t w) {
   int64_t i = 0;
+  if constexpr (kFloatExtreme<R>) {
+    for (; i + 8 <= w; i += 8) extreme_step<R>(acc + i, x + i);
+  }
   for (; i + kLanes <= w; i += kLanes) {
     for (int64_t j = 0; j < kLanes; ++j) acc[i + j] = R::step(acc[i + j], load(x[i + j]));
   }
