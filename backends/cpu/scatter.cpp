@@ -13,10 +13,54 @@
 namespace axle::cpu {
 namespace {
 
+[[noreturn]] void out_of_bounds(int64_t v, int dim, int64_t size) {
+  throw std::out_of_range(fmt::format(
+      "scatter_add: index {} is out of bounds for dimension {} with size {}", v, dim, size));
+}
+
+// dst[j] += src[j] for j < n: a loop GCC vectorises (the operands do not alias).
+template <class T>
+void add_row(T* __restrict__ dst, const T* __restrict__ src, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = store<T>(load(dst[j]) + load(src[j]));
+}
+
+// Along dim 0 with index and output alike in every other dim (an embedding's gradient: each
+// row of src goes to the row its index names): a row whose indices are all one value is added
+// as a whole, on vectors; others element by element. Rows in order, so every output element
+// gets its terms in the order the general loop adds them.
+template <class I, class T>
+void scatter_add_rows(const I* index, const T* src, T* out, int64_t rows, int64_t inner,
+                      int64_t size) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const I* row_index = index + r * inner;
+    const T* row_src = src + r * inner;
+    const int64_t v = row_index[0];
+    bool uniform = true;
+    for (int64_t j = 0; j < inner; ++j) uniform &= row_index[j] == row_index[0];
+    if (uniform) {
+      if (v < 0 || v >= size) out_of_bounds(v, 0, size);
+      add_row(out + v * inner, row_src, inner);
+      continue;
+    }
+    for (int64_t j = 0; j < inner; ++j) {
+      const int64_t w = row_index[j];
+      if (w < 0 || w >= size) out_of_bounds(w, 0, size);
+      T& dst = out[w * inner + j];
+      dst = store<T>(load(dst) + load(row_src[j]));
+    }
+  }
+}
+
 template <class I, class T>
 void scatter_add_typed(const I* index, const T* src, T* out, const Shape& index_shape,
                        const Shape& out_shape, int dim) {
   const int rank = index_shape.rank();
+  bool rows = dim == 0;
+  for (int d = 1; rows && d < rank; ++d) rows = index_shape[d] == out_shape[d];
+  if (rows) {
+    const int64_t inner = index_shape.numel() / index_shape[0];
+    return scatter_add_rows(index, src, out, index_shape[0], inner, out_shape[0]);
+  }
   std::array<int64_t, Shape::kMaxRank> out_stride{};
   int64_t stride = 1;
   for (int d = rank - 1; d >= 0; --d) {
@@ -28,10 +72,7 @@ void scatter_add_typed(const I* index, const T* src, T* out, const Shape& index_
   const int64_t n = index_shape.numel();
   for (int64_t i = 0; i < n; ++i) {
     const int64_t v = index[i];
-    if (v < 0 || v >= size) {
-      throw std::out_of_range(fmt::format(
-          "scatter_add: index {} is out of bounds for dimension {} with size {}", v, dim, size));
-    }
+    if (v < 0 || v >= size) out_of_bounds(v, dim, size);
     int64_t offset = 0;
     for (int d = 0; d < rank; ++d) offset += (d == dim ? v : at[d]) * out_stride[d];
     out[offset] = store<T>(load(out[offset]) + load(src[i]));

@@ -51,6 +51,41 @@ TEST(ScatterAdd, MatchesLoopAlongEachDim) {
   }
 }
 
+// An embedding's gradient: along dim 0, index rows of one value each (the kernel adds such a row
+// whole), repeated, with some rows of mixed values among them (added element by element). Each
+// output element gets its terms in index order, as the loop adds them: the same bits.
+TEST(ScatterAdd, RowsOfOneIndexGiveTheLoopsBits) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> row(0, 9);
+  for (const DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const int64_t width : {1, 37, 128}) {
+      const Shape base_shape{10, width}, index_shape{50, width};
+      const HostTensor base = random_tensor(dtype, base_shape, rng);
+      const HostTensor src = random_tensor(dtype, index_shape, rng);
+      HostTensor index{DType::kInt64, index_shape, {}};
+      for (int64_t r = 0; r < 50; ++r) {
+        const int v = row(rng);
+        for (int64_t j = 0; j < width; ++j) {
+          index.values.push_back(r % 7 == 3 ? row(rng) : v);  // every seventh row mixed
+        }
+      }
+      const HostTensor got =
+          run_kernel(Kernel::kScatterAdd, {base, index, src}, dtype, base_shape, {0});
+      EXPECT_EQ(got.values, reference_scatter_add(base, index, src, 0))
+          << dtype_name(dtype) << ", width " << width;
+    }
+  }
+  // An index out of range in a row of one value, and in a mixed row.
+  for (const std::vector<double>& bad : {std::vector<double>{0, 0, 4, 4}, {0, 0, 1, 9}}) {
+    const HostTensor base{DType::kFloat32, {3, 2}, std::vector<double>(6, 0.0)};
+    const HostTensor index{DType::kInt64, {2, 2}, bad};
+    const HostTensor src{DType::kFloat32, {2, 2}, std::vector<double>(4, 1.0)};
+    EXPECT_THROW(
+        call_kernel_directly(Kernel::kScatterAdd, {base, index, src}, DType::kFloat32, {3, 2}, {0}),
+        std::out_of_range);
+  }
+}
+
 TEST(ScatterAdd, RepeatedIndicesAddUp) {
   const HostTensor base{DType::kFloat32, {4}, {1, 2, 3, 4}};
   const HostTensor index{DType::kInt32, {5}, {1, 1, 3, 1, 0}};
