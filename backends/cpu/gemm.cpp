@@ -19,6 +19,9 @@ namespace {
 // few microseconds and packs the operand that every part shares.
 constexpr int64_t kParallelMultiplyAdds = int64_t{1} << 20;
 
+// Sums at least this long split a product into one part per thread (see gemm below).
+constexpr int64_t kLongSum = 1024;
+
 GemmBlockKernel kernel_for(CpuIsa isa, GemmPrecision precision) {
   switch (isa) {
 #if defined(AXLE_HAVE_AVX512_KERNELS)
@@ -194,18 +197,19 @@ void gemm(const Gemm& g, ComputePool* pool) {
     return kernel.run(g, 0, g.m, 0, g.n);
   }
   // Each part packs its share of one operand and all of the other's: the longer side is split.
-  // The bits do not depend on the split.
-  constexpr int64_t kPartsPerThread = 2;
+  // The bits do not depend on the split. Two parts a thread even out the threads' shares; over a
+  // long sum (weight gradients: k of the batch's rows) repacking the shared operand costs more.
+  const int64_t parts_per_thread = g.k >= kLongSum ? 1 : 2;
   if (g.m >= g.n) {
     parallel_for(
         *pool, g.m, kernel.row_align,
         [&](int64_t r0, int64_t r1, int) { kernel.run(g, r0, r1, 0, g.n); }, kernel.row_align,
-        kPartsPerThread);
+        parts_per_thread);
   } else {
     parallel_for(
         *pool, g.n, kernel.column_align,
         [&](int64_t c0, int64_t c1, int) { kernel.run(g, 0, g.m, c0, c1); }, kernel.column_align,
-        kPartsPerThread);
+        parts_per_thread);
   }
 }
 
