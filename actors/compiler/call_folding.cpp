@@ -60,46 +60,27 @@ struct Folding {
     if (layout != 0) call.ints.push_back(layout);
   }
 
-  // conv2d(x, w) + b with b one value per output channel ([1, O, 1, 1] or [O, 1, 1]): the
-  // convolution adds it to each plane as it writes it.
-  void bias_into_conv(std::size_t id) {
+  // producer(...) + bias, the bias one value per output channel of a convolution (`fits`:
+  // per_channel) or per output column of a product (per_column): the producer's kernel adds it
+  // as it writes its output, taking the bias as a third operand. A filled constant may be stored
+  // as one element (lowering.cpp), so it stays an add.
+  template <class Fits>
+  void bias_into(std::size_t id, Op producer_op, Fits fits) {
     KernelCall& call = calls[id];
     for (std::size_t k = 0; k < 2; ++k) {
-      const int32_t conv = call.inputs[k], bias = call.inputs[1 - k];
-      if (program[conv].op != Op::kConv2d || !foldable(conv) ||
-          !(program[conv].shape == program[id].shape) || calls[conv].inputs.size() != 2 ||
-          program[bias].dtype != program[id].dtype || !per_channel(program[bias].shape, id) ||
+      const int32_t producer = call.inputs[k], bias = call.inputs[1 - k];
+      if (program[producer].op != producer_op || !foldable(producer) ||
+          calls[producer].inputs.size() != 2 || !(program[producer].shape == program[id].shape) ||
+          program[producer].dtype != program[id].dtype ||
+          program[bias].dtype != program[id].dtype || !fits(program[bias].shape) ||
           program[bias].op == Op::kConstant) {
         continue;
       }
-      KernelCall folded = calls[conv];
+      KernelCall folded = calls[producer];
       folded.inputs.push_back(bias);
       folded.output = static_cast<int32_t>(id);
       call = std::move(folded);
-      absorbed[conv] = 1;
-      return;
-    }
-  }
-
-  // matmul(a, b) + bias with bias one value per output column ([N], or 1s before N): the
-  // product adds it as it writes its output (kMatmul's third operand). A filled constant may be
-  // stored as one element (lowering.cpp), so it stays an add.
-  void bias_into_matmul(std::size_t id) {
-    KernelCall& call = calls[id];
-    for (std::size_t k = 0; k < 2; ++k) {
-      const int32_t product = call.inputs[k], bias = call.inputs[1 - k];
-      if (program[product].op != Op::kMatmul || !foldable(product) ||
-          calls[product].kernel != Kernel::kMatmul || calls[product].inputs.size() != 2 ||
-          !(program[product].shape == program[id].shape) ||
-          program[product].dtype != program[id].dtype || program[bias].dtype != program[id].dtype ||
-          !per_column(program[bias].shape, id) || program[bias].op == Op::kConstant) {
-        continue;
-      }
-      KernelCall folded = calls[product];
-      folded.inputs.push_back(bias);
-      folded.output = static_cast<int32_t>(id);
-      call = std::move(folded);
-      absorbed[product] = 1;
+      absorbed[producer] = 1;
       return;
     }
   }
@@ -164,8 +145,15 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
                call.inputs.size() == 2) {
       folding.swapped_operands_into_conv(id);
     } else if (call.kernel == Kernel::kAdd && call.inputs.size() == 2 && floating(dtype)) {
-      if (dtype != DType::kBFloat16) folding.bias_into_conv(id);
-      if (calls[id].kernel == Kernel::kAdd) folding.bias_into_matmul(id);
+      // A convolution's bias is f32 or f64 (executable.h); a product's any floating dtype.
+      if (dtype != DType::kBFloat16) {
+        folding.bias_into(id, Op::kConv2d,
+                          [&](const Shape& b) { return folding.per_channel(b, id); });
+      }
+      if (calls[id].kernel == Kernel::kAdd) {
+        folding.bias_into(id, Op::kMatmul,
+                          [&](const Shape& b) { return folding.per_column(b, id); });
+      }
     } else if (swaps_first_dims(program, id)) {
       folding.conv_into_transpose(id);
     }
