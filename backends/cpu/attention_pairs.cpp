@@ -98,7 +98,7 @@ void scores_by_halves(PairProduct q, bool halves) {
 
 // A product summing over the keys (the depth, in pairs) for rows of queries: the first half of
 // the rows sums over the first half of the keys only.
-void rows_by_halves(PairProduct q, bool halves) {
+void queries_by_halves(PairProduct q, bool halves) {
   if (!halves) return avx512_pair_gemm(q);
   avx512_pair_gemm({kHalf, q.n, kHalf / 2, q.a, q.lda, q.b, q.ldb, q.c, q.ldc, q.accumulate});
   avx512_pair_gemm({kHalf, q.n, q.pairs, q.a + kHalf * q.lda, q.lda, q.b, q.ldb,
@@ -159,7 +159,8 @@ void pair_attention_forward(const KernelArgs& args, const Problem& p) {
       softmax_step(p, i0, j0, s, nq, nk, Ev, top, total, acc);
       avx512_narrow_rows(s, nq, nk, kKeyBlock, p16, 2 * nk_pairs);
       avx512_pair_rows(bits(v + at.v + j0 * Ev), nk, Ev, Ev, v_pairs, Ev);
-      rows_by_halves({nq, Ev, nk_pairs, words(p16), nk_pairs, v_pairs, Ev, acc, Ev, true}, halves);
+      queries_by_halves({nq, Ev, nk_pairs, words(p16), nk_pairs, v_pairs, Ev, acc, Ev, true},
+                        halves);
     }
     store_forward_rows(acc, top, total, nq, Ev, out + (entry * L + i0) * (Ev + 1));
   };
@@ -244,8 +245,8 @@ void backward_block_pair(const Problem& p, const Problem::Offsets& at, const Bf1
   scores_gradient<float>(x.prob, x.d + i0, nq, nk, x.ds);
   // dq += dS k and dk^T += q^T dS (both scaled once at the end).
   avx512_narrow_rows(x.ds, nq, nk, kKeyBlock, x.ds16, 2 * nk_pairs);
-  rows_by_halves({nq, E, nk_pairs, words(x.ds16), nk_pairs, x.k_rows, E, x.dq + i0 * E, E, true},
-                 halves);
+  queries_by_halves({nq, E, nk_pairs, words(x.ds16), nk_pairs, x.k_rows, E, x.dq + i0 * E, E, true},
+                    halves);
   avx512_pair_rows(x.ds, nq, nk, kKeyBlock, x.ds_pairs, nk);
   columns_by_halves({E, nk, nq_pairs, x.q_t + i0 / 2, Lh, x.ds_pairs, nk, x.dk_t, nk, true},
                     halves);
