@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -57,6 +58,18 @@ void write_step_commit(const fs::path& dir, int64_t step, int replicas,
   out.commit();
 }
 
+// entry[key] as an integer in [0, max]. A number out of range (JSON reads 1e24 as a double) or
+// of another kind is refused: converting it would be undefined.
+uint64_t count_field(const json& entry, const char* key, uint64_t max, const fs::path& commit_file,
+                     const std::string& name) {
+  const json& value = entry.at(key);
+  if (!value.is_number_unsigned() || value.get<uint64_t>() > max) {
+    throw FileError(commit_file, fmt::format("lists \"{}\" with {} {}, not an integer from 0 to {}",
+                                             name, key, value.dump(), max));
+  }
+  return value.get<uint64_t>();
+}
+
 void check_step_commit(const fs::path& dir) {
   const fs::path commit_file = dir / kStepCommitFile;
   std::ifstream in(commit_file, std::ios::binary);
@@ -77,12 +90,15 @@ void check_step_commit(const fs::path& dir) {
       if (!fs::is_regular_file(file))
         throw FileError(file, "missing, though the commit file lists it");
       const FileSummary got = summarise(file);
-      const auto bytes = want.at("bytes").get<uint64_t>();
+      const uint64_t bytes =
+          count_field(want, "bytes", std::numeric_limits<uint64_t>::max(), commit_file, name);
+      const uint64_t crc32 =
+          count_field(want, "crc32", std::numeric_limits<uint32_t>::max(), commit_file, name);
       if (got.bytes != bytes) {
         throw FileError(
             file, fmt::format("holds {} bytes where the commit file says {}", got.bytes, bytes));
       }
-      if (got.crc32 != want.at("crc32").get<uint32_t>()) {
+      if (got.crc32 != crc32) {
         throw FileError(file, "damaged: its CRC-32 differs from the commit file's");
       }
     }

@@ -74,5 +74,23 @@ TEST(StepCommit, ADamagedFileIsFoundByName) {
   EXPECT_TRUE(contains(what, "tensors.ckpt")) << what;
 }
 
+// Sizes and checksums that are not integers in range (JSON reads 1e24 as a double) are refused
+// by name, before any conversion.
+TEST(StepCommit, ASizeOrChecksumOutOfRangeIsRefusedByName) {
+  TempDir dir;
+  (void)write_step(dir / "1");
+  for (const std::string& field :
+       {std::string(R"("bytes": 1111111111111111111111114, "crc32": 1)"),
+        std::string(R"("bytes": -3, "crc32": 1)"), std::string(R"("bytes": 2.5, "crc32": 1)"),
+        std::string(R"("bytes": 10, "crc32": 4294967296)")}) {
+    const std::string text =
+        R"({"step": 1, "replicas": 1, "files": {"tensors.ckpt": {)" + field + "}}}";
+    write_file(dir / "1" / kStepCommitFile, std::vector<uint8_t>(text.begin(), text.end()));
+    const std::string what = error_message<FileError>([&] { check_step_commit(dir / "1"); });
+    EXPECT_TRUE(contains(what, "tensors.ckpt")) << what;
+    EXPECT_TRUE(contains(what, "not an integer from 0 to")) << what;
+  }
+}
+
 }  // namespace
 }  // namespace axle
