@@ -150,9 +150,10 @@ bool writes_in_place_safely(const KernelCall& call) noexcept {
   // Every fusible step reads element i only to write element i; so do where and fused kernels,
   // unless a reduction ends them (an output element then depends on many operand elements).
   // An optimization barrier copies one operand whole (and skips the copy when it is that
-  // operand's buffer); it reads none of the others.
+  // operand's buffer); it reads none of the others. layer_norm_backward reads a row of each
+  // operand (whole, or element i to write element i) before it writes that row.
   if (fused_step_arity(call.kernel) > 0 || call.kernel == Kernel::kWhere ||
-      call.kernel == Kernel::kOptimizationBarrier) {
+      call.kernel == Kernel::kOptimizationBarrier || call.kernel == Kernel::kLayerNormBackward) {
     return true;
   }
   if (call.kernel != Kernel::kFused) return false;

@@ -44,7 +44,11 @@ namespace axle {
 ///                the last k dims, (x - mean) / sqrt(var + eps) with the biased variance
 ///   kLayerNormBackward [grad, x (both the output's shape)]; ints = [k]; reals = [eps]: the
 ///                gradient of kLayerNorm's input given its output's, rstd (grad - mean(grad) -
-///                xhat mean(grad xhat)) per row
+///                xhat mean(grad xhat)) per row. With ints = [k, folded] (f32 only, lowering's
+///                call folding), folded's kLayerNormFoldedWeight bit adds a third operand w, one
+///                value per row element, and the gradient read is grad * w (rounded as a mul
+///                would); its kLayerNormFoldedResidual bit adds a last operand r of the output's
+///                shape, and the output is r + the gradient (added as an add would)
 ///   kCumsum      [x]; ints = [dim, reverse]: out[..., i, ...] is the sum of x[..., j, ...] over
 ///                j <= i (j >= i when reverse), accumulated in f64 for floating dtypes (s64 for
 ///                integers); output has x's shape and dtype
@@ -226,6 +230,9 @@ enum class Kernel : uint16_t {
 #undef AXLE_FLOAT_FUNCTION_KERNEL
       kCount
 };
+
+/// kLayerNormBackward's folded operands (ints[1]), see above.
+inline constexpr int64_t kLayerNormFoldedWeight = 1, kLayerNormFoldedResidual = 2;
 
 /// The number of operands of `kernel` as a kFused step (1 or 2), or 0 when it cannot be one.
 [[nodiscard]] int fused_step_arity(Kernel kernel) noexcept;

@@ -107,6 +107,68 @@ struct Folding {
     return true;
   }
 
+  // Whether `w` holds one value per element of a row of layer_norm_backward `id`'s result (its
+  // last k dims, any dims before them 1).
+  [[nodiscard]] bool per_row_element(const Shape& w, std::size_t id) const {
+    const Shape& out = program[id].shape;
+    const int64_t k = calls[id].ints[0];
+    if (w.rank() < k || w.rank() > out.rank()) return false;
+    for (int d = 0; d < w.rank(); ++d) {
+      const int from_end = w.rank() - d;
+      if (from_end <= k ? w[d] != out[out.rank() - from_end] : w[d] != 1) return false;
+    }
+    return true;
+  }
+
+  // layer_norm_backward(w * g, x), the weight one value per row element (layer_norm's affine
+  // weight): the kernel multiplies as it reads the gradient (folded operand 1).
+  void weight_into_layer_norm_backward(std::size_t id) {
+    KernelCall& call = calls[id];
+    const int32_t product = call.inputs[0];
+    if (program[product].op != Op::kMul || !foldable(product) ||
+        calls[product].kernel != Kernel::kMul || calls[product].inputs.size() != 2) {
+      return;
+    }
+    for (std::size_t k = 0; k < 2; ++k) {
+      const int32_t w = calls[product].inputs[k], g = calls[product].inputs[1 - k];
+      if (!(program[g].shape == program[id].shape) || program[g].dtype != program[id].dtype ||
+          program[w].dtype != program[id].dtype || !per_row_element(program[w].shape, id) ||
+          program[w].op == Op::kConstant) {
+        continue;
+      }
+      call.inputs = {g, call.inputs[1], w};
+      call.ints.push_back(kLayerNormFoldedWeight);
+      absorbed[product] = 1;
+      return;
+    }
+  }
+
+  // residual + layer_norm_backward(...): the kernel adds its result to the residual (folded
+  // operand 2, last).
+  void layer_norm_backward_into_add(std::size_t id) {
+    KernelCall& call = calls[id];
+    for (std::size_t k = 0; k < 2; ++k) {
+      const int32_t backward = call.inputs[k], residual = call.inputs[1 - k];
+      if (program[backward].op != Op::kLayerNormBackward || !foldable(backward) ||
+          calls[backward].kernel != Kernel::kLayerNormBackward ||
+          !(program[backward].shape == program[id].shape) ||
+          program[backward].dtype != program[id].dtype ||
+          !(program[residual].shape == program[id].shape) ||
+          program[residual].dtype != program[id].dtype) {
+        continue;
+      }
+      KernelCall folded = calls[backward];
+      if (folded.ints.size() == 1) folded.ints.push_back(0);
+      if ((folded.ints[1] & kLayerNormFoldedResidual) != 0) continue;
+      folded.ints[1] |= kLayerNormFoldedResidual;
+      folded.inputs.push_back(residual);
+      folded.output = static_cast<int32_t>(id);
+      call = std::move(folded);
+      absorbed[backward] = 1;
+      return;
+    }
+  }
+
   // The result of a convolution transposed: the convolution writes it so (layout bit 4).
   void conv_into_transpose(std::size_t id) {
     const int32_t conv = program.operands(id)[0];
@@ -154,6 +216,13 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
         folding.bias_into(id, Op::kMatmul,
                           [&](const Shape& b) { return folding.per_column(b, id); });
       }
+      // layer_norm_backward folds f32 operands (executable.h).
+      if (calls[id].kernel == Kernel::kAdd && dtype == DType::kFloat32) {
+        folding.layer_norm_backward_into_add(id);
+      }
+    } else if (call.kernel == Kernel::kLayerNormBackward && call.inputs.size() == 2 &&
+               call.ints.size() == 1 && dtype == DType::kFloat32) {
+      folding.weight_into_layer_norm_backward(id);
     } else if (swaps_first_dims(program, id)) {
       folding.conv_into_transpose(id);
     }

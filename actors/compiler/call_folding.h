@@ -3,7 +3,9 @@
 // read back: a relu under a max pool, a convolution or a matrix product under the add of its
 // bias (the kernel adds it), and the transposes around a convolution's weight gradient
 // (graph/autograd/conv_grad.cpp swaps batch and channels of the input and the output gradient,
-// and of the result). The folded relu and biases give the same bits as the calls they replace,
+// and of the result), and around a layer norm's backward the product of its incoming gradient
+// by the affine weight and the add of its result to the residual gradient (in f32).
+// The folded relu, biases and layer norm operands give the same bits as the calls they replace,
 // but for a bf16 product's bias: the product's f32 sum plus the bias is rounded once, where
 // the separate add rounded the sum and then the total (as torch's addmm rounds once).
 #pragma once
@@ -20,8 +22,9 @@ namespace axle {
 /// that get one of their own: not leaves, not fused; `root_of` is plan_fusion's). A folded
 /// producer gets absorbed[id] = 1 and no call; its reader's call reads the producer's operand
 /// and carries the kernel's flag for it (executable.h: kMaxPool2d's relu_first, kConv2d's
-/// layout), or a folded convolution's or product's call becomes its reader's (with the bias as a
-/// third input, or writing the transposed result).
+/// layout, kLayerNormBackward's folded weight), or a folded convolution's, product's or layer
+/// norm backward's call becomes its reader's (with the bias or the residual as a further input,
+/// or writing the transposed result).
 void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
                 std::vector<KernelCall>& calls, std::vector<uint8_t>& absorbed);
 

@@ -3,13 +3,16 @@
 // ops they cost eight kernels and as many passes over the activation). A row's sums run in double
 // on four chains of four lanes, two passes (the mean, then the centred squares), so a long row is
 // summed as carefully as a short one; each row is one thread's, so every thread count gives the
-// same bits.
+// same bits. A backward call may fold the affine weight's product into its incoming gradient
+// and the residual gradient's add into its result (executable.h), with the bits of those ops.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 
 #include "axle/backends/cpu/compute_pool.h"
 #include "axle/backends/cpu/element.h"
@@ -108,9 +111,10 @@ void normalize_row(const C* x, C* y, int64_t n, double eps) {
   map_row(n, y, [&](int64_t i) { return static_cast<C>((double{x[i]} - s.mean) * s.rstd); });
 }
 
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), xhat = (x - mean) * rstd, in double.
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), xhat = (x - mean) * rstd, in double,
+// rounded to C, then added to the residual's row r (when not null) in C as a separate add would.
 template <class C>
-void normalize_row_backward(const C* g, const C* x, C* dx, int64_t n, double eps) {
+void normalize_row_backward(const C* g, const C* x, const C* r, C* dx, int64_t n, double eps) {
   const RowStats s = row_stats(x, n, eps);
   const auto count = static_cast<double>(n);
   const std::array<double, 2> sums = row_sums<2>(
@@ -124,10 +128,15 @@ void normalize_row_backward(const C* g, const C* x, C* dx, int64_t n, double eps
         return std::array{grad, grad * ((double{x[i]} - s.mean) * s.rstd)};
       });
   const double a = sums[0] / count, b = sums[1] / count;
-  map_row(n, dx, [&](int64_t i) {
+  auto value = [&](int64_t i) {
     const double xhat = (double{x[i]} - s.mean) * s.rstd;
     return static_cast<C>(s.rstd * (double{g[i]} - a - xhat * b));
-  });
+  };
+  if (r) {
+    map_row(n, dx, [&](int64_t i) { return C(r[i] + value(i)); });
+  } else {
+    map_row(n, dx, value);
+  }
 }
 
 // ints = [k]: the rows are the last k dims; reals = [eps].
@@ -136,22 +145,25 @@ struct Rows {
   double eps;
 };
 
-Rows rows_of(const KernelArgs& args, std::size_t operands) {
+// Checks the first `same` operands (the output's shape and dtype) and the attributes; `ints` is
+// how many ints the call may have.
+Rows rows_of(const KernelArgs& args, std::size_t operands, std::size_t same, std::size_t ints = 1) {
   const std::string_view name = kernel_name(args.call.kernel);
   if (args.inputs.size() != operands) {
     throw std::invalid_argument(
         fmt::format("{} takes {} operands, got {}", name, operands, args.inputs.size()));
   }
   const BufferDesc& out = *args.output.desc;
-  for (const ConstView& in : args.inputs) {
-    check_dtype(args, "operand", in.desc->dtype, out.dtype);
-    if (!(in.desc->shape == out.shape)) {
+  for (std::size_t i = 0; i < operands; ++i) {
+    const BufferDesc& in = *args.inputs[i].desc;
+    check_dtype(args, "operand", in.dtype, out.dtype);
+    if (i < same && !(in.shape == out.shape)) {
       throw std::invalid_argument(fmt::format("{}: an operand is {}, the output {}", name,
-                                              in.desc->shape.to_string(), out.shape.to_string()));
+                                              in.shape.to_string(), out.shape.to_string()));
     }
   }
-  if (args.call.ints.size() != 1 || args.call.reals.size() != 1 || args.call.ints[0] < 1 ||
-      args.call.ints[0] > out.shape.rank()) {
+  if (args.call.ints.empty() || args.call.ints.size() > ints || args.call.reals.size() != 1 ||
+      args.call.ints[0] < 1 || args.call.ints[0] > out.shape.rank()) {
     throw std::invalid_argument(
         fmt::format("{} needs ints = [normalized dims, 1 to the rank {}] and reals = [eps]", name,
                     out.shape.rank()));
@@ -204,15 +216,75 @@ void for_rows(const KernelArgs& args, const Rows& rows, Row&& row) {
 }
 
 void layer_norm_kernel(const KernelArgs& args) {
-  const Rows rows = rows_of(args, 1);
+  const Rows rows = rows_of(args, 1, 1);
   for_rows<1>(args, rows,
               [&](const auto* x, auto* y) { normalize_row(x, y, rows.width, rows.eps); });
 }
 
 void layer_norm_backward_kernel(const KernelArgs& args) {
-  const Rows rows = rows_of(args, 2);
-  for_rows<2>(args, rows, [&](const auto* g, const auto* x, auto* dx) {
-    normalize_row_backward(g, x, dx, rows.width, rows.eps);
+  const int64_t folded = args.call.ints.size() == 2 ? args.call.ints[1] : 0;
+  if (folded < 0 || folded > (kLayerNormFoldedWeight | kLayerNormFoldedResidual)) {
+    throw std::invalid_argument(
+        fmt::format("layer_norm_backward: ints[1] = {} is not a set of folded operands (1: a "
+                    "weight, 2: a residual)",
+                    folded));
+  }
+  const bool weighted = (folded & kLayerNormFoldedWeight) != 0,
+             residual = (folded & kLayerNormFoldedResidual) != 0;
+  const std::size_t operands = 2 + (weighted ? 1 : 0) + (residual ? 1 : 0);
+  // grad, x and the residual have the output's shape; the weight one value per row element.
+  const Rows rows = rows_of(args, operands, weighted ? 2 : operands, 2);
+  if (weighted && residual) {
+    const BufferDesc& r = *args.inputs[3].desc;
+    if (!(r.shape == args.output.desc->shape)) {
+      throw std::invalid_argument(
+          fmt::format("layer_norm_backward: the residual is {}, the output {}", r.shape.to_string(),
+                      args.output.desc->shape.to_string()));
+    }
+  }
+  if (weighted && args.inputs[2].desc->shape.numel() != rows.width) {
+    throw std::invalid_argument(
+        fmt::format("layer_norm_backward: the weight is {}, not one value per element of a row "
+                    "of {}",
+                    args.inputs[2].desc->shape.to_string(), rows.width));
+  }
+  if (folded == 0) {
+    return for_rows<2>(args, rows, [&](const auto* g, const auto* x, auto* dx) {
+      using C = std::remove_cvref_t<decltype(*x)>;
+      normalize_row_backward(g, x, static_cast<const C*>(nullptr), dx, rows.width, rows.eps);
+    });
+  }
+  visit_dtype(args.output.desc->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    // In f32 the product and the sum each round to float between double-precision steps, so no
+    // contraction into an fma can change their bits (in f64 one could).
+    if constexpr (!std::is_same_v<T, float>) {
+      throw std::invalid_argument(
+          fmt::format("layer_norm_backward: folded operands are f32, not {}",
+                      dtype_name(args.output.desc->dtype)));
+    } else {
+      const T* g = args.inputs[0].as<T>();
+      const T* x = args.inputs[1].as<T>();
+      const T* w = weighted ? args.inputs[2].as<T>() : nullptr;
+      const T* r = residual ? args.inputs[operands - 1].as<T>() : nullptr;
+      T* out = args.output.as<T>();
+      const int64_t grain =
+          std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, rows.width));
+      parallel_for(args.pool, rows.count, grain, [&](int64_t first, int64_t last, int) {
+        // The weighted gradient a row at a time, as the mul's own kernel rounds it.
+        float* weighted_row = w ? thread_floats(0, static_cast<std::size_t>(rows.width)) : nullptr;
+        for (int64_t row = first; row < last; ++row) {
+          const int64_t at = row * rows.width;
+          const T* grad = g + at;
+          if (w) {
+            map_row(rows.width, weighted_row, [&](int64_t i) { return grad[i] * w[i]; });
+            grad = weighted_row;
+          }
+          normalize_row_backward(grad, x + at, r ? r + at : nullptr, out + at, rows.width,
+                                 rows.eps);
+        }
+      });
+    }
   });
 }
 

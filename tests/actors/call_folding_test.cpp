@@ -1,7 +1,7 @@
 // actors/compiler/call_folding.h through lower(): which producers fold into their reader's call (a
 // relu under a max pool, the transposes around a convolution's weight gradient, a convolution or
-// product under its bias's add), which stay calls of their own, and that without fusion nothing
-// folds.
+// product under its bias's add, a layer norm backward's weight product and residual add), which
+// stay calls of their own, and that without fusion nothing folds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -193,8 +193,65 @@ TEST(CallFolding, AddsThatAreNotAProductsBiasStayCalls) {
   const auto e = lower(p, 1, true);
   EXPECT_EQ(e->calls.size(), 11u);  // five products, five adds, the constant's fill
   for (const KernelCall& call : e->calls) {
-    if (call.kernel == Kernel::kMatmul) EXPECT_EQ(call.inputs.size(), 2u);
+    if (call.kernel == Kernel::kMatmul) {
+      EXPECT_EQ(call.inputs.size(), 2u);
+    }
   }
+}
+
+// A layer norm's backward as graph/autograd gives it: the incoming gradient times the affine
+// weight, and the result added to the residual stream's gradient.
+struct LayerNormBackward {
+  Program p;
+  int32_t g = 0, x = 0, w = 0, r = 0, product = 0, backward = 0, sum = 0;
+};
+LayerNormBackward layer_norm_backward(const Shape& weight_shape, DType dtype = DType::kFloat32) {
+  LayerNormBackward b;
+  Program& p = b.p;
+  const Shape shape{4, 6};
+  auto leaf = [&](const Shape& s) {
+    return p.append(Op::kDeviceData, dtype, s, {}, {}, {}, p.num_inputs++);
+  };
+  b.g = leaf(shape);
+  b.x = leaf(shape);
+  b.w = leaf(weight_shape);
+  b.r = leaf(shape);
+  const std::vector<int32_t> gw = {b.w, b.g};
+  b.product = p.append(Op::kMul, dtype, shape, gw);
+  const std::vector<int32_t> operands = {b.product, b.x};
+  const std::vector<int64_t> k = {1};
+  const std::vector<double> eps = {1e-5};
+  b.backward = p.append(Op::kLayerNormBackward, dtype, shape, operands, k, eps);
+  const std::vector<int32_t> terms = {b.r, b.backward};
+  b.sum = p.append(Op::kAdd, dtype, shape, terms);
+  p.outputs = {b.sum};
+  return b;
+}
+
+TEST(CallFolding, WeightsProductAndResidualsAddFoldIntoTheLayerNormBackward) {
+  const LayerNormBackward b = layer_norm_backward({6});
+  const auto e = lower(b.p, 1, true);
+  EXPECT_EQ(calls_of(*e),
+            (std::vector<std::string>{"layer_norm_backward(%0,%1,%2,%3) -> %6 [1,3]"}));
+}
+
+TEST(CallFolding, LayerNormBackwardOperandsReadElsewhereOrOfOtherShapesStayCalls) {
+  LayerNormBackward read = layer_norm_backward({6});
+  read.p.outputs.push_back(read.product);  // the product stored: only the add folds
+  EXPECT_EQ(calls_of(*lower(read.p, 1, true)),
+            (std::vector<std::string>{"mul(%2,%0) -> %4 []",
+                                      "layer_norm_backward(%4,%1,%3) -> %6 [1,2]"}));
+  LayerNormBackward kept = layer_norm_backward({6});
+  kept.p.outputs.push_back(kept.backward);  // the gradient stored: only the product folds
+  EXPECT_EQ(calls_of(*lower(kept.p, 1, true)),
+            (std::vector<std::string>{"layer_norm_backward(%0,%1,%2) -> %5 [1,1]",
+                                      "add(%3,%5) -> %6 []"}));
+  // A product by a whole tensor is not the weight's; f64 and bf16 operands stay calls.
+  EXPECT_EQ(calls_of(*lower(layer_norm_backward({4, 6}).p, 1, true)),
+            (std::vector<std::string>{"mul(%2,%0) -> %4 []",
+                                      "layer_norm_backward(%4,%1,%3) -> %6 [1,2]"}));
+  EXPECT_EQ(lower(layer_norm_backward({6}, DType::kFloat64).p, 1, true)->calls.size(), 3u);
+  EXPECT_EQ(lower(layer_norm_backward({6}, DType::kBFloat16).p, 1, true)->calls.size(), 3u);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // backends/cpu kLayerNorm and kLayerNormBackward: each row's normalisation and its gradient
 // against two-pass loops in double, over one and two trailing dims, in every floating dtype, on
 // rows far from zero (where a one-pass variance loses its digits); every thread count gives the
-// same bits; malformed calls are refused with a message.
+// same bits; a folded weight and residual give the bits of their own calls; malformed calls are
+// refused with a message.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -93,6 +94,44 @@ TEST(CpuLayerNorm, EveryThreadCountGivesTheSameBits) {
   }
 }
 
+// The folded operands (f32) give the bits of the calls they replace: a mul by the weight (one
+// value per row element, broadcast over the rows) before, an add of the residual after.
+TEST(CpuLayerNorm, FoldedWeightAndResidualGiveTheBitsOfTheirOwnCalls) {
+  std::mt19937 rng(43);
+  const DType dtype = DType::kFloat32;
+  for (const int64_t k : {1, 2}) {
+    const Shape shape{6, 3, 37};
+    const Shape row = k == 2 ? Shape{3, 37} : Shape{37};
+    const HostTensor x = random_tensor(dtype, shape, rng, -3, 3);
+    const HostTensor g = random_tensor(dtype, shape, rng, -1, 1);
+    const HostTensor w = random_tensor(dtype, row, rng, 0.5, 1.5);
+    const HostTensor r = random_tensor(dtype, shape, rng, -1, 1);
+    const HostTensor gw = run_kernel(Kernel::kMul, {g, w}, dtype, shape);
+    const HostTensor dx =
+        run_kernel(Kernel::kLayerNormBackward, {gw, x}, dtype, shape, {k}, {1e-5});
+    const HostTensor sum = run_kernel(Kernel::kAdd, {r, dx}, dtype, shape);
+    const std::string where = "k = " + std::to_string(k);
+    EXPECT_EQ(run_kernel(Kernel::kLayerNormBackward, {g, x, w}, dtype, shape,
+                         {k, kLayerNormFoldedWeight}, {1e-5})
+                  .values,
+              dx.values)
+        << where;
+    EXPECT_EQ(run_kernel(Kernel::kLayerNormBackward, {gw, x, r}, dtype, shape,
+                         {k, kLayerNormFoldedResidual}, {1e-5})
+                  .values,
+              sum.values)
+        << where;
+    for (int threads : {1, 3}) {
+      EXPECT_EQ(call_kernel_directly(Kernel::kLayerNormBackward, {g, x, w, r}, dtype, shape,
+                                     {k, kLayerNormFoldedWeight | kLayerNormFoldedResidual},
+                                     threads, {1e-5})
+                    .values,
+                sum.values)
+          << where << ", " << threads << " threads";
+    }
+  }
+}
+
 TEST(CpuLayerNorm, RefusesMalformedCalls) {
   const HostTensor x{DType::kFloat32, {2, 4}, std::vector<double>(8, 1.0)};
   auto message = [&](Kernel kernel, const std::vector<HostTensor>& inputs, const Shape& out,
@@ -109,6 +148,24 @@ TEST(CpuLayerNorm, RefusesMalformedCalls) {
   EXPECT_TRUE(contains(message(Kernel::kLayerNorm, {x, x}, {2, 4}, {1}), "takes 1 operands"));
   EXPECT_TRUE(contains(message(Kernel::kLayerNormBackward, {x, x}, {4, 2}, {1}),
                        "an operand is [2,4], the output [4,2]"));
+  const HostTensor w{DType::kFloat32, {4}, std::vector<double>(4, 1.0)};
+  EXPECT_TRUE(contains(message(Kernel::kLayerNormBackward, {x, x, w}, {2, 4}, {1, 4}),
+                       "ints[1] = 4 is not a set of folded operands"));
+  EXPECT_TRUE(contains(message(Kernel::kLayerNormBackward, {x, x, w}, {2, 4}, {1, 3}),
+                       "takes 4 operands, got 3"));
+  EXPECT_TRUE(contains(message(Kernel::kLayerNormBackward, {x, x, x}, {2, 4}, {1, 1}),
+                       "the weight is [2,4], not one value per element of a row of 4"));
+  EXPECT_TRUE(contains(message(Kernel::kLayerNormBackward, {x, x, w, w}, {2, 4}, {1, 3}),
+                       "the residual is [4], the output [2,4]"));
+  const HostTensor x16{DType::kBFloat16, {2, 4}, std::vector<double>(8, 1.0)};
+  const HostTensor w16{DType::kBFloat16, {4}, std::vector<double>(4, 1.0)};
+  EXPECT_TRUE(contains(
+      message(Kernel::kLayerNormBackward, {x16, x16, w16}, {2, 4}, {1, 1}, DType::kBFloat16),
+      "folded operands are f32, not bf16"));
+  const HostTensor x64{DType::kFloat64, {2, 4}, std::vector<double>(8, 1.0)};
+  EXPECT_TRUE(contains(
+      message(Kernel::kLayerNormBackward, {x64, x64, x64}, {2, 4}, {1, 2}, DType::kFloat64),
+      "folded operands are f32, not f64"));
   const HostTensor ints{DType::kInt32, {2, 4}, std::vector<double>(8, 1.0)};
   EXPECT_TRUE(contains(message(Kernel::kLayerNorm, {ints}, {2, 4}, {1}, DType::kInt32),
                        "layer_norm is not defined for s32"));
