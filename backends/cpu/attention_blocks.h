@@ -241,6 +241,25 @@ void exp_block(const Problem& p, int64_t i0, int64_t j0, A* s, int64_t nq, int64
   }
 }
 
+/// The largest of n > 0 values (vector maxima: the order of a maximum does not matter).
+template <class A>
+A row_max(const A* x, int64_t n) {
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<A, float>) {
+    __m256 top = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(x + j));
+    __m128 half = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+    half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+    half = _mm_max_ss(half, _mm_movehdup_ps(half));
+    float result = _mm_cvtss_f32(half);
+    for (; j < n; ++j) result = std::max(result, x[j]);
+    return result;
+  }
+#endif
+  return ConstArrayMap<A>(x, n).maxCoeff();
+}
+
 // One key block's scores `s` (queries [i0, i0 + nq) against keys [j0, j0 + nk), row stride
 // kKeyBlock) into the online softmax of their queries: each row's running maximum `top` and
 // sum `total` updated, the output accumulator `acc` (rows of Ev) rescaled where the maximum
@@ -253,8 +272,7 @@ void softmax_step(const Problem& p, int64_t i0, int64_t j0, A* s, int64_t nq, in
   A new_top[kQueryBlock] = {}, sum[kQueryBlock];  // initialised: GCC cannot see nq <= kQueryBlock
   for (int64_t i = 0; i < nq; ++i) {
     const int64_t kept = causal_kept(p, i0, i, j0, nk);
-    new_top[i] =
-        std::max(top[i], kept > 0 ? ArrayMap<A>(s + i * kKeyBlock, kept).maxCoeff() : kMinusInf);
+    new_top[i] = std::max(top[i], kept > 0 ? row_max(s + i * kKeyBlock, kept) : kMinusInf);
   }
   exp_block(p, i0, j0, s, nq, nk, new_top, sum);
   for (int64_t i = 0; i < nq; ++i) {
