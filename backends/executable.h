@@ -78,11 +78,13 @@ namespace axle {
 ///                forward output has the result's dtype, or is f32 for bf16 operands and a bf16
 ///                result (each gradient rounded once from its f32 sum)
 /// Linear algebra and convolution.
-///   kMatmul      [a, b (, bias)]; ints = [transpose_a, transpose_b]. a is [..., M, K] (or
-///                [..., K, M] when transposed), b is [..., K, N] (or [..., N, K]); batch dims
-///                broadcast; both operands have rank >= 2. bias (f32, f64 or bf16: N values,
-///                [N] or 1s before N) is added to each output row, as matmul(a, b) + bias
-///                computes it; a bf16 output is rounded once, after the add.
+///   kMatmul      [a, b (, bias)]; ints = [transpose_a, transpose_b (, bf16_as_f32)]. a is
+///                [..., M, K] (or [..., K, M] when transposed), b is [..., K, N] (or [..., N, K]);
+///                batch dims broadcast; both operands have rank >= 2. bias (the operands' dtype:
+///                f32, f64 or bf16; N values, [N] or 1s before N) is added to each output row,
+///                as matmul(a, b) + bias computes it; a bf16 output is rounded once, after the
+///                add. With bf16_as_f32 = 1, bf16 operands give an f32 output holding the values
+///                a bf16 output would (lowering folds a cast of the product so)
 ///   kConv2d      [x (N, C, H, W), w (O, C / groups, KH, KW) (, b (O values): f32 or f64, added
 ///                to each output plane, as conv2d(x, w) + b computes it)];
 ///                ints = [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups

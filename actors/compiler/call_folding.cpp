@@ -169,6 +169,23 @@ struct Folding {
     }
   }
 
+  // A bf16 product (its bias folded in or not) widened to f32: the product stores its values
+  // as f32 (kMatmul's bf16_as_f32), so the bf16 result is never stored and read back.
+  void product_into_widening_cast(std::size_t id) {
+    const int32_t product = calls[id].inputs[0];
+    const KernelCall& produced = calls[product];
+    if (produced.kernel != Kernel::kMatmul || produced.output != product ||
+        produced.ints.size() != 2 || program[product].dtype != DType::kBFloat16 ||
+        !foldable(product)) {
+      return;
+    }
+    KernelCall folded = produced;
+    folded.ints.push_back(1);
+    folded.output = static_cast<int32_t>(id);
+    calls[id] = std::move(folded);
+    absorbed[product] = 1;
+  }
+
   // The result of a convolution transposed: the convolution writes it so (layout bit 4).
   void conv_into_transpose(std::size_t id) {
     const int32_t conv = program.operands(id)[0];
@@ -223,6 +240,9 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
     } else if (call.kernel == Kernel::kLayerNormBackward && call.inputs.size() == 2 &&
                call.ints.size() == 1 && dtype == DType::kFloat32) {
       folding.weight_into_layer_norm_backward(id);
+    } else if (call.kernel == Kernel::kCast && call.inputs.size() == 1 &&
+               dtype == DType::kFloat32) {
+      folding.product_into_widening_cast(id);
     } else if (swaps_first_dims(program, id)) {
       folding.conv_into_transpose(id);
     }

@@ -4,7 +4,8 @@
 // bias (the kernel adds it), and the transposes around a convolution's weight gradient
 // (graph/autograd/conv_grad.cpp swaps batch and channels of the input and the output gradient,
 // and of the result), and around a layer norm's backward the product of its incoming gradient
-// by the affine weight and the add of its result to the residual gradient (in f32).
+// by the affine weight and the add of its result to the residual gradient (in f32), and a bf16
+// product's cast to f32 (the product stores its bf16 values as f32).
 // The folded relu, biases and layer norm operands give the same bits as the calls they replace,
 // but for a bf16 product's bias: the product's f32 sum plus the bias is rounded once, where
 // the separate add rounded the sum and then the total (as torch's addmm rounds once).

@@ -161,6 +161,10 @@ void generic_gemm(const Gemm& g, ComputePool* pool) {
     for (int64_t i = 0; i < g.m; ++i) {
       narrow_block(out + i * g.n, static_cast<Bf16*>(g.out) + i * g.ldc, g.n);
     }
+  } else if (g.round_bf16) {
+    for (int64_t i = 0; i < g.m; ++i) {
+      for (int64_t j = 0; j < g.n; ++j) out[i * ldc + j] = widen(narrow(out[i * ldc + j]));
+    }
   }
 }
 
@@ -172,7 +176,10 @@ void fill_rows(const Gemm& g) {
       for (int64_t j = 0; j < g.n; ++j) row[j] = g.bias ? narrow(g.bias[j]) : Bf16{};
     } else {
       float* row = static_cast<float*>(g.out) + i * g.ldc;
-      for (int64_t j = 0; j < g.n; ++j) row[j] = g.bias ? g.bias[j] : 0.0f;
+      for (int64_t j = 0; j < g.n; ++j) {
+        const float value = g.bias ? g.bias[j] : 0.0f;
+        row[j] = g.round_bf16 ? widen(narrow(value)) : value;
+      }
     }
   }
 }
@@ -185,6 +192,9 @@ void gemm(const Gemm& g, ComputePool* pool) {
   }
   if (g.accumulate && g.bias) {
     throw std::invalid_argument("gemm: a bias is not added to an accumulated output");
+  }
+  if (g.round_bf16 && (g.out_bf16 || g.accumulate)) {
+    throw std::invalid_argument("gemm: only a written f32 output is rounded to bf16 values");
   }
   if (g.m <= 0 || g.n <= 0) return;
   if (g.k <= 0) {

@@ -35,7 +35,8 @@ enum class GemmPrecision : uint8_t { kF32, kBf16 };
 /// The output is row-major with row stride ldc, f32 or bf16 (rounded once, at the end), and
 /// aliases neither operand. With `bias` (n values, not with `accumulate`), out[i, j] = the sum +
 /// bias[j], added after the whole sum: an f32 output has the bits of the product and a separate
-/// add; a bf16 one is rounded once, after the add.
+/// add; a bf16 one is rounded once, after the add. With `round_bf16` (an f32 output, not with
+/// `accumulate`), each output value is the bf16 output's, stored as f32.
 struct Gemm {
   int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;
@@ -45,6 +46,7 @@ struct Gemm {
   bool accumulate = false;
   GemmPrecision precision = GemmPrecision::kF32;
   const float* bias = nullptr;
+  bool round_bf16 = false;
 };
 
 /// Computes `product` with the kernels of cpu_isa(). With a pool, a large product is split into

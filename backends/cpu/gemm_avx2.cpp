@@ -100,6 +100,7 @@ void store8(const TileIo& io, int r, int v, __m256 x, int64_t n) noexcept {
     for (int64_t i = 0; i < n && i < 8; ++i) out[i] = static_cast<uint16_t>(bits[i]);
     return;
   }
+  if (io.round_bf16) x = _mm256_castsi256_ps(_mm256_slli_epi32(round_to_bf16(x), 16));
   float* out = static_cast<float*>(io.out) + r * io.ld_out + 8 * v;
   if (n >= 8) {
     _mm256_storeu_ps(out, x);

@@ -280,6 +280,10 @@ constexpr int64_t kRows = 14, kColumns = 32;
 /// Stores a tile row's two accumulators (the first `cols` columns) as f32 or bf16.
 ALWAYS_INLINE void store_row(const TileIo& io, int r, __m512 lo, __m512 hi, __mmask16 m0,
                              __mmask16 m1) noexcept {
+  if (io.round_bf16) {
+    lo = widen_bits(round_to_bf16(lo));
+    hi = widen_bits(round_to_bf16(hi));
+  }
   if (io.out_bf16) {
     auto* out = static_cast<uint16_t*>(io.out) + r * io.ld_out;
     _mm512_mask_cvtepi32_storeu_epi16(out, m0, round_to_bf16(lo));

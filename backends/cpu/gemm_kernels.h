@@ -36,6 +36,7 @@ struct TileIo {
   bool out_bf16;
   int cols;
   const float* bias = nullptr;
+  bool round_bf16 = false;  // an f32 output's values rounded to bf16 first
 };
 
 /// 64-byte-aligned memory kept per thread between calls and grown as needed, so products on a
@@ -139,6 +140,7 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
                 tile = {first && !g.accumulate ? nullptr : at, g.ldc, at, g.ldc, false, cols};
               }
               if (last && g.bias) tile.bias = g.bias + column;
+              tile.round_bf16 = last && g.round_bf16;
               Traits::tile(static_cast<int>(min_of(kRows, mc - ir)), steps, a_pack + ir * steps,
                            b_panel, tile);
             }

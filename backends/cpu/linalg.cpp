@@ -30,6 +30,8 @@ struct MatmulPlan {
   // then the whole batch is one [batch * m, k] x [k, n] product, which blocks better than
   // many small ones (the common "linear layer over [B, S, K]" case).
   bool fold_batch_into_rows = false;
+  // ints[2]: bf16 operands whose product's values (rounded to bf16) go to an f32 output.
+  bool bf16_as_f32 = false;
 };
 
 std::string describe(const KernelArgs& args) {
@@ -77,14 +79,13 @@ void set_batch_offsets(MatmulPlan& plan, const Shape& batch_dims,
 }
 
 // The optional third operand: N values of the output's (floating) dtype, added to each row.
-void check_bias(const KernelArgs& args, const MatmulPlan& plan) {
+void check_bias(const KernelArgs& args, const MatmulPlan& plan, DType dtype) {
   if (args.inputs.size() < 3) return;
   const BufferDesc& bias = *args.inputs[2].desc;
-  const DType dtype = args.output.desc->dtype;
   if (dtype != DType::kFloat32 && dtype != DType::kFloat64 && dtype != DType::kBFloat16) {
     reject(args, "a bias is added to f32, f64 or bf16 products only");
   }
-  if (bias.dtype != dtype) reject(args, "the bias must have the output's dtype");
+  if (bias.dtype != dtype) reject(args, "the bias must have the operands' dtype");
   bool row = bias.shape.rank() >= 1 && bias.shape[bias.shape.rank() - 1] == plan.n;
   for (int d = 0; row && d + 1 < bias.shape.rank(); ++d) row = bias.shape[d] == 1;
   if (!row) {
@@ -97,18 +98,26 @@ MatmulPlan plan_matmul(const KernelArgs& args) {
   if (args.inputs.size() != 2 && args.inputs.size() != 3) {
     reject(args, "matmul takes two operands and an optional bias");
   }
-  if (args.call.ints.size() != 2) reject(args, "ints must be [transpose_a, transpose_b]");
+  if (args.call.ints.size() != 2 && args.call.ints.size() != 3) {
+    reject(args, "ints must be [transpose_a, transpose_b (, bf16 values as f32)]");
+  }
   const Shape& a = args.inputs[0].desc->shape;
   const Shape& b = args.inputs[1].desc->shape;
   const Shape& out = args.output.desc->shape;
-  const DType dtype = args.output.desc->dtype;
+  MatmulPlan plan;
+  plan.bf16_as_f32 = args.call.ints.size() == 3 && args.call.ints[2] != 0;
+  if (plan.bf16_as_f32 && args.output.desc->dtype != DType::kFloat32) {
+    reject(args, "a bf16 product's values as f32 need an f32 output");
+  }
+  // The product's dtype: the operands'.
+  const DType dtype = plan.bf16_as_f32 ? DType::kBFloat16 : args.output.desc->dtype;
   if (args.inputs[0].desc->dtype != dtype || args.inputs[1].desc->dtype != dtype) {
-    reject(args, "both operands must have the output's dtype");
+    reject(args, plan.bf16_as_f32 ? "a bf16 product's values as f32 need bf16 operands"
+                                  : "both operands must have the output's dtype");
   }
   if (dtype == DType::kBool) reject(args, "matmul supports f32, f64, bf16, s32 and s64");
   if (a.rank() < 2 || b.rank() < 2) reject(args, "both operands need rank >= 2");
 
-  MatmulPlan plan;
   plan.transpose_a = args.call.ints[0] != 0;
   plan.transpose_b = args.call.ints[1] != 0;
   const int ra = a.rank(), rb = b.rank();
@@ -119,7 +128,7 @@ MatmulPlan plan_matmul(const KernelArgs& args) {
   if (plan.k != k_b) {
     reject(args, fmt::format("contraction sizes differ: a has K={}, b has K={}", plan.k, k_b));
   }
-  check_bias(args, plan);
+  check_bias(args, plan, dtype);
 
   // NumPy broadcasting over the batch dims, aligned from the right.
   const int batch_rank = std::max(ra, rb) - 2;
@@ -205,11 +214,14 @@ void run_plan(const KernelArgs& args, const MatmulPlan& p) {
 }
 
 // bf16 storage: operands taken as bf16 by the product kernels, products summed in f32, each
-// output rounded once.
+// output rounded once (and stored as f32 with bf16_as_f32).
 void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
   const Bf16* a = args.inputs[0].as<Bf16>();
   const Bf16* b = args.inputs[1].as<Bf16>();
-  Bf16* out = args.output.as<Bf16>();
+  auto out = [&](int64_t offset) -> void* {
+    if (p.bf16_as_f32) return args.output.as<float>() + offset;
+    return args.output.as<Bf16>() + offset;
+  };
   const float* bias = args.inputs.size() > 2 ? widened(args.inputs[2], 0) : nullptr;
   const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
   for_each_product(p, args.pool, [&](std::size_t j, ComputePool* part_pool) {
@@ -219,9 +231,10 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
     g.k = p.k;
     g.a = {a + p.a_offsets[j], lda, p.transpose_a, true};
     g.b = {b + p.b_offsets[j], ldb, p.transpose_b, true};
-    g.out = out + static_cast<int64_t>(j) * p.m * p.n;
+    g.out = out(static_cast<int64_t>(j) * p.m * p.n);
     g.ldc = p.n;
-    g.out_bf16 = true;
+    g.out_bf16 = !p.bf16_as_f32;
+    g.round_bf16 = p.bf16_as_f32;
     g.precision = GemmPrecision::kBf16;
     g.bias = bias;
     gemm(g, part_pool);
@@ -231,6 +244,7 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
 void matmul(const KernelArgs& args) {
   const MatmulPlan plan = plan_matmul(args);
   if (plan.a_offsets.empty()) return;  // empty output
+  if (plan.bf16_as_f32) return run_plan_bf16(args, plan);
   switch (args.output.desc->dtype) {
     case DType::kFloat32:
       return run_plan<float>(args, plan);

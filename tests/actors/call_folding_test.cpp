@@ -1,6 +1,7 @@
 // actors/compiler/call_folding.h through lower(): which producers fold into their reader's call (a
 // relu under a max pool, the transposes around a convolution's weight gradient, a convolution or
-// product under its bias's add, a layer norm backward's weight product and residual add), which
+// product under its bias's add, a layer norm backward's weight product and residual add, a bf16
+// product under a cast to f32), which
 // stay calls of their own, and that without fusion nothing folds.
 #include <gtest/gtest.h>
 
@@ -252,6 +253,36 @@ TEST(CallFolding, LayerNormBackwardOperandsReadElsewhereOrOfOtherShapesStayCalls
                                       "layer_norm_backward(%4,%1,%3) -> %6 [1,2]"}));
   EXPECT_EQ(lower(layer_norm_backward({6}, DType::kFloat64).p, 1, true)->calls.size(), 3u);
   EXPECT_EQ(lower(layer_norm_backward({6}, DType::kBFloat16).p, 1, true)->calls.size(), 3u);
+}
+
+// A bf16 product (with its bias folded in, or alone) widened to f32 stores its values as f32.
+TEST(CallFolding, ProductUnderAWideningCastStoresItsBf16ValuesAsF32) {
+  Program p;
+  auto leaf = [&](DType dtype, const Shape& s) {
+    return p.append(Op::kDeviceData, dtype, s, {}, {}, {}, p.num_inputs++);
+  };
+  const int32_t x = leaf(DType::kBFloat16, {4, 3});
+  const int32_t w = leaf(DType::kBFloat16, {3, 5});
+  const int32_t bias = leaf(DType::kBFloat16, {5});
+  auto bf16 = [&](Op o, const Shape& s, std::vector<int32_t> operands,
+                  const std::vector<int64_t>& ints = {}) {
+    return p.append(o, DType::kBFloat16, s, operands, ints);
+  };
+  auto widen = [&](int32_t v) {
+    const std::vector<int32_t> operand = {v};
+    return p.append(Op::kCast, DType::kFloat32, p[v].shape, operand);
+  };
+  const int32_t plain = widen(bf16(Op::kMatmul, {4, 5}, {x, w}, {0, 0}));
+  const int32_t biased =
+      widen(bf16(Op::kAdd, {4, 5}, {bf16(Op::kMatmul, {4, 5}, {x, w}, {0, 0}), bias}));
+  // A product read elsewhere too is stored in bf16 and cast by a call of its own.
+  const int32_t shared = bf16(Op::kMatmul, {4, 5}, {x, w}, {0, 0});
+  const int32_t cast = widen(shared);
+  p.outputs = {plain, biased, cast, shared};
+  EXPECT_EQ(
+      calls_of(*lower(p, 1, true)),
+      (std::vector<std::string>{"matmul(%0,%1) -> %4 [0,0,1]", "matmul(%0,%1,%2) -> %7 [0,0,1]",
+                                "matmul(%0,%1) -> %8 [0,0]", "cast(%8) -> %9 []"}));
 }
 
 }  // namespace

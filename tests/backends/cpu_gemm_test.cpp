@@ -344,6 +344,39 @@ TEST(Gemm, EmptyContractionWritesZerosOrKeepsTheAccumulator) {
   EXPECT_EQ(out, std::vector<float>(6, 0.0f));
 }
 
+// round_bf16 stores the values of a bf16 output as f32: through each path's staged and unstaged
+// outputs (k past the depth block), with a bias, on one and two threads.
+TEST_P(GemmPath, Bf16ValuesAsF32AreTheBf16OutputWidened) {
+  const IsaScope scope(GetParam());
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal;
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+           {37, 45, 60}, {130, 70, 700}, {5, 600, 300}, {1, 1, 3}}) {
+    Problem p =
+        make_problem(rng, m, n, k, false, true, true, true, true, false, GemmPrecision::kBf16);
+    std::vector<float> bias(static_cast<std::size_t>(n));
+    for (float& value : bias) value = normal(rng);
+    for (const int threads : {1, 2}) {
+      cpu::ComputePool pool(threads);
+      Gemm g = p.gemm();
+      g.bias = bias.data();
+      cpu::gemm(g, &pool);
+      std::vector<float> values(p.out.size(), -1.0f);
+      g.out = values.data();
+      g.out_bf16 = false;
+      g.round_bf16 = true;
+      cpu::gemm(g, &pool);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          const auto at = static_cast<std::size_t>(i * p.ldc + j);
+          ASSERT_EQ(values[at], cpu::widen(p.out16[at]))
+              << p.describe() << " threads=" << threads << " at (" << i << ", " << j << ")";
+        }
+      }
+    }
+  }
+}
+
 TEST(Gemm, RefusesToAccumulateIntoBf16) {
   std::vector<Bf16> out(4);
   Gemm g;
@@ -352,6 +385,11 @@ TEST(Gemm, RefusesToAccumulateIntoBf16) {
   g.ldc = 2;
   g.out_bf16 = true;
   g.accumulate = true;
+  EXPECT_THROW(cpu::gemm(g, nullptr), std::invalid_argument);
+  std::vector<float> values(4);
+  g.out = values.data();
+  g.out_bf16 = false;
+  g.round_bf16 = true;  // bf16 values are written, not summed into
   EXPECT_THROW(cpu::gemm(g, nullptr), std::invalid_argument);
 }
 

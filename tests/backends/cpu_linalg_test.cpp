@@ -366,10 +366,46 @@ TEST(MatmulBias, RejectsBiasesThatAreNotOneValuePerColumn) {
     EXPECT_TRUE(contains(msg, "one value per output column (N=4)")) << msg;
     EXPECT_TRUE(contains(msg, wrong.to_string())) << msg;
   }
-  EXPECT_TRUE(contains(message(DType::kFloat32, {4}, DType::kFloat64), "the output's dtype"));
+  EXPECT_TRUE(contains(message(DType::kFloat32, {4}, DType::kFloat64), "the operands' dtype"));
   const std::string ints = message(DType::kInt32, {4}, DType::kInt32);
   EXPECT_TRUE(contains(ints, "f32, f64 or bf16 products only")) << ints;
   EXPECT_TRUE(message(DType::kFloat32, {1, 4}).empty());
+}
+
+// ---- bf16 values as f32 (a cast of the product folded into the call) -------------------------
+
+TEST(MatmulBf16AsF32, HoldsTheValuesOfTheBf16Output) {
+  std::mt19937 rng(23);
+  for (const BiasCase& c : kBiasCases) {
+    const Shape out = product_shape(c);
+    const HostTensor a = random_tensor(DType::kBFloat16, c.a, rng);
+    const HostTensor b = random_tensor(DType::kBFloat16, c.b, rng);
+    const HostTensor bias = random_tensor(DType::kBFloat16, {out[out.rank() - 1]}, rng);
+    for (const bool biased : {false, true}) {
+      std::vector<HostTensor> operands = {a, b};
+      if (biased) operands.push_back(bias);
+      for (const int threads : {1, 2}) {
+        const HostTensor bf16 = call_kernel_directly(Kernel::kMatmul, operands, DType::kBFloat16,
+                                                     out, {c.ta, c.tb}, threads);
+        const HostTensor f32 = call_kernel_directly(Kernel::kMatmul, operands, DType::kFloat32, out,
+                                                    {c.ta, c.tb, 1}, threads);
+        EXPECT_EQ(f32.values, bf16.values) << "a " << c.a.to_string() << ", b " << c.b.to_string()
+                                           << ", bias " << biased << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
+TEST(MatmulBf16AsF32, NeedsBf16OperandsAndAnF32Output) {
+  auto message = [](DType operands, DType out) {
+    return invalid_argument_message(Kernel::kMatmul,
+                                    {HostTensor{operands, {3, 5}, std::vector<double>(15, 1.0)},
+                                     HostTensor{operands, {5, 4}, std::vector<double>(20, 1.0)}},
+                                    out, {3, 4}, {0, 0, 1});
+  };
+  EXPECT_TRUE(contains(message(DType::kFloat32, DType::kFloat32), "need bf16 operands"));
+  EXPECT_TRUE(contains(message(DType::kBFloat16, DType::kBFloat16), "need an f32 output"));
+  EXPECT_TRUE(message(DType::kBFloat16, DType::kFloat32).empty());
 }
 
 }  // namespace
