@@ -159,7 +159,6 @@ struct Folding {
       }
       KernelCall folded = calls[backward];
       if (folded.ints.size() == 1) folded.ints.push_back(0);
-      if ((folded.ints[1] & kLayerNormFoldedResidual) != 0) continue;
       folded.ints[1] |= kLayerNormFoldedResidual;
       folded.inputs.push_back(residual);
       folded.output = static_cast<int32_t>(id);

@@ -143,6 +143,10 @@ void normalize_row_backward(const C* g, const C* x, const C* r, C* dx, int64_t n
 struct Rows {
   int64_t count, width;
   double eps;
+  // Rows per part: about 16K values.
+  [[nodiscard]] int64_t grain() const {
+    return std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, width));
+  }
 };
 
 // Checks the first `same` operands (the output's shape and dtype) and the attributes; `ints` is
@@ -179,14 +183,13 @@ Rows rows_of(const KernelArgs& args, std::size_t operands, std::size_t same, std
 // into the thread's buffers and the result rounded once.
 template <std::size_t kOperands, class Row>
 void for_rows(const KernelArgs& args, const Rows& rows, Row&& row) {
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, rows.width));
   visit_dtype(args.output.desc->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (!kIsFloat<T>) {
       unsupported(args.call.kernel, args.output.desc->dtype);
     } else {
       T* out = args.output.as<T>();
-      parallel_for(args.pool, rows.count, grain, [&](int64_t first, int64_t last, int) {
+      parallel_for(args.pool, rows.count, rows.grain(), [&](int64_t first, int64_t last, int) {
         for (int64_t r = first; r < last; ++r) {
           const int64_t at = r * rows.width;
           if constexpr (std::is_same_v<T, Bf16>) {
@@ -268,9 +271,7 @@ void layer_norm_backward_kernel(const KernelArgs& args) {
       const T* w = weighted ? args.inputs[2].as<T>() : nullptr;
       const T* r = residual ? args.inputs[operands - 1].as<T>() : nullptr;
       T* out = args.output.as<T>();
-      const int64_t grain =
-          std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, rows.width));
-      parallel_for(args.pool, rows.count, grain, [&](int64_t first, int64_t last, int) {
+      parallel_for(args.pool, rows.count, rows.grain(), [&](int64_t first, int64_t last, int) {
         // The weighted gradient a row at a time, as the mul's own kernel rounds it.
         float* weighted_row = w ? thread_floats(0, static_cast<std::size_t>(rows.width)) : nullptr;
         for (int64_t row = first; row < last; ++row) {
