@@ -77,6 +77,16 @@ namespace axle {
 ///                rows of the gradients of q, then k, then v, each row padded with zeros. The
 ///                forward output has the result's dtype, or is f32 for bf16 operands and a bf16
 ///                result (each gradient rounded once from its f32 sum)
+///   Views (call folding): ints[2], when present, has a bit per operand read through a view
+///                (kAttentionViewQ, K, V, and the backward's Grad) and kAttentionViewOutput for
+///                the backward writing its gradients through one; for each bit, in that order,
+///                its ints follow. An operand's view is [rows, cols, offset, stride0, stride1,
+///                row stride]: the operand is read as [batch0, batch1, rows, cols] with element
+///                (b0, b1, r, c) at offset + b0 stride0 + b1 stride1 + r row_stride + c of its
+///                buffer (q, k and v of a [B, T, 3 H D] projection read in place). The output's
+///                view is [offset, stride0, stride1, row stride] for dq, dk and dv in turn (12
+///                ints), written so, unpadded, without overlapping; the forward operand then
+///                gives the batch
 /// Linear algebra and convolution.
 ///   kMatmul      [a, b (, bias)]; ints = [transpose_a, transpose_b (, bf16_as_f32)]. a is
 ///                [..., M, K] (or [..., K, M] when transposed), b is [..., K, N] (or [..., N, K]);
@@ -235,6 +245,9 @@ enum class Kernel : uint16_t {
 
 /// kLayerNormBackward's folded operands (ints[1]), see above.
 inline constexpr int64_t kLayerNormFoldedWeight = 1, kLayerNormFoldedResidual = 2;
+/// Attention's views (ints[2]), see above.
+inline constexpr int64_t kAttentionViewQ = 1, kAttentionViewK = 2, kAttentionViewV = 4,
+                         kAttentionViewGrad = 8, kAttentionViewOutput = 16;
 
 /// The number of operands of `kernel` as a kFused step (1 or 2), or 0 when it cannot be one.
 [[nodiscard]] int fused_step_arity(Kernel kernel) noexcept;

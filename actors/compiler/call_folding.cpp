@@ -2,6 +2,8 @@
 #include "axle/actors/compiler/call_folding.h"
 
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <span>
 
 namespace axle {
@@ -16,6 +18,19 @@ bool swaps_first_dims(const Program& program, std::size_t id) {
   const std::span<const int64_t> ints = program.ints(id);
   return program[id].op == Op::kPermute && program[id].shape.rank() == 4 && ints.size() == 4 &&
          ints[0] == 1 && ints[1] == 0 && ints[2] == 2 && ints[3] == 3;
+}
+
+// Whether node id is a permute of a rank-4 value swapping its middle two dims ([B, T, H, D] to
+// [B, H, T, D] and back).
+bool swaps_middle_dims(const Program& program, std::size_t id) {
+  const std::span<const int64_t> ints = program.ints(id);
+  return program[id].op == Op::kPermute && program[id].shape.rank() == 4 && ints.size() == 4 &&
+         ints[0] == 0 && ints[1] == 2 && ints[2] == 1 && ints[3] == 3;
+}
+
+bool is_attention(Kernel kernel) {
+  return kernel == Kernel::kScaledDotProductAttention ||
+         kernel == Kernel::kScaledDotProductAttentionBackward;
 }
 
 // What the folds share: the program, its calls, and which producers are folded already.
@@ -185,6 +200,164 @@ struct Folding {
     absorbed[product] = 1;
   }
 
+  // A node computed by a call of its own that only `readers` read (none of them outputs).
+  [[nodiscard]] bool own_call_read_by(int32_t id, int32_t readers) const {
+    const auto at = static_cast<std::size_t>(id);
+    return uses[at] == readers && !program.is_leaf(at) && root_of[at] < 0 && !absorbed[at];
+  }
+
+  // A value [B, H, T, D] as attention reads it: the heads of [B, T, W] in place (an operand's
+  // view, executable.h), through the chain that made it: a permute of [B, T, H, D] swapping
+  // the middle dims, of a reshape of [B, T, H D], itself a slice of W columns from `offset` or
+  // the whole row.
+  struct HeadsView {
+    int32_t source = -1;
+    std::array<int32_t, 3> chain{-1, -1, -1};  // the permute, the reshape, the slice (or -1)
+    std::array<int64_t, 6> ints{};             // rows, cols, offset, stride0, stride1, row
+  };
+  [[nodiscard]] std::optional<HeadsView> heads_view(int32_t permute) const {
+    const auto p = static_cast<std::size_t>(permute);
+    if (!swaps_middle_dims(program, p) || program.is_leaf(p) || root_of[p] >= 0 || absorbed[p]) {
+      return std::nullopt;
+    }
+    const int32_t reshape = program.operands(p)[0];
+    if (program[reshape].op != Op::kReshape || !own_call_read_by(reshape, 1)) return std::nullopt;
+    int32_t rows_of = program.operands(reshape)[0];
+    const Shape& heads = program[reshape].shape;  // [B, T, H, D]
+    const Shape& flat = program[rows_of].shape;
+    if (flat.rank() != 3 || flat[0] != heads[0] || flat[1] != heads[1] ||
+        flat[2] != heads[2] * heads[3]) {
+      return std::nullopt;
+    }
+    HeadsView view;
+    view.chain = {permute, reshape, -1};
+    int64_t offset = 0;
+    const std::span<const int64_t> slice = program.ints(rows_of);
+    if (program[rows_of].op == Op::kSlice && slice.size() == 3 && slice[0] == 2 && slice[2] == 1 &&
+        own_call_read_by(rows_of, 1)) {
+      view.chain[2] = rows_of;
+      offset = slice[1];
+      rows_of = program.operands(rows_of)[0];
+    }
+    const auto source = static_cast<std::size_t>(rows_of);
+    // The source is stored whole: an input, a call's result, or a fused kernel's.
+    if (program[source].op == Op::kConstant || absorbed[source] ||
+        (root_of[source] >= 0 && root_of[source] != rows_of) || program[source].shape.rank() != 3 ||
+        program[source].dtype != program[p].dtype) {
+      return std::nullopt;
+    }
+    const int64_t T = heads[1], D = heads[3], W = program[source].shape[2];
+    view.source = rows_of;
+    view.ints = {T, D, offset, T * W, D, W};
+    return view;
+  }
+
+  // Attention's q, k, v and the backward's grad read in place from the values their heads were
+  // split from, where every reader of the split heads is an attention call (the forward and
+  // the backward read the same q, k and v).
+  void heads_into_attention() {
+    std::vector<int32_t> attention_reads(program.size(), 0);
+    auto operands_of = [&](const KernelCall& call) {
+      return call.kernel == Kernel::kScaledDotProductAttention ? std::size_t{3} : std::size_t{5};
+    };
+    auto takes_views = [&](std::size_t id) {
+      return !program.is_leaf(id) && root_of[id] < 0 && is_attention(calls[id].kernel) &&
+             calls[id].ints.size() == 2 && program[id].shape.rank() == 4 &&
+             calls[id].inputs.size() >= operands_of(calls[id]);
+    };
+    for (std::size_t id = 0; id < program.size(); ++id) {
+      if (!takes_views(id)) continue;
+      for (std::size_t k = 0; k < operands_of(calls[id]); ++k) {
+        if (k != 3) ++attention_reads[calls[id].inputs[k]];
+      }
+    }
+    // Each chain's view, found before any of them is folded.
+    std::vector<std::optional<HeadsView>> views(program.size());
+    for (std::size_t id = 0; id < program.size(); ++id) {
+      if (attention_reads[id] > 0 && attention_reads[id] == uses[id]) {
+        views[id] = heads_view(static_cast<int32_t>(id));
+      }
+    }
+    for (std::size_t id = 0; id < program.size(); ++id) {
+      if (!takes_views(id)) continue;
+      KernelCall& call = calls[id];
+      int64_t bits = 0;
+      std::vector<int64_t> view_ints;
+      for (std::size_t k = 0; k < operands_of(call); ++k) {
+        const std::optional<HeadsView>& view = views[call.inputs[k]];
+        if (k == 3 || !view) continue;
+        call.inputs[k] = view->source;
+        bits |= int64_t{1} << (k == 4 ? 3 : k);
+        view_ints.insert(view_ints.end(), view->ints.begin(), view->ints.end());
+        uses[view->source] += 1;
+        for (int32_t folded : view->chain) {
+          if (folded >= 0) absorbed[folded] = 1;
+        }
+      }
+      if (bits == 0) continue;
+      call.ints.push_back(bits);
+      call.ints.insert(call.ints.end(), view_ints.begin(), view_ints.end());
+    }
+  }
+
+  // The backward's gradients [B, H, L + 2 S, D] sliced into dq, dk and dv, each turned back to
+  // [B, T, H D] and concatenated along the last dim (the gradient of a [B, T, 3 H D]
+  // projection's split): the backward writes them there (its output view).
+  void attention_gradients_into_concat(std::size_t id) {
+    const std::span<const int32_t> parts = program.operands(id);
+    const std::span<const int64_t> dim = program.ints(id);
+    const Shape& out = program[id].shape;
+    if (parts.size() != 3 || dim.size() != 1 || dim[0] != 2 || out.rank() != 3) return;
+    std::array<int32_t, 9> chain{};
+    int32_t backward = -1;
+    int64_t row_start = 0, column = 0;
+    std::array<int64_t, 12> view{};
+    for (std::size_t i = 0; i < 3; ++i) {
+      const int32_t reshape = parts[i];
+      if (program[reshape].op != Op::kReshape || !own_call_read_by(reshape, 1)) return;
+      const int32_t permute = program.operands(reshape)[0];
+      if (!swaps_middle_dims(program, permute) || !own_call_read_by(permute, 1)) return;
+      const int32_t slice = program.operands(permute)[0];
+      const std::span<const int64_t> at = program.ints(slice);
+      if (program[slice].op != Op::kSlice || !own_call_read_by(slice, 1) || at.size() != 3 ||
+          at[0] != 2 || at[1] != row_start || at[2] != 1) {
+        return;
+      }
+      const int32_t from = program.operands(slice)[0];
+      if (i > 0 && from != backward) return;
+      backward = from;
+      const Shape& heads = program[permute].shape;  // [B, T, H, D]
+      view[4 * i] = column;
+      view[4 * i + 1] = heads[1] * out[2];
+      view[4 * i + 2] = heads[3];
+      view[4 * i + 3] = out[2];
+      row_start += heads[1];
+      column += program[reshape].shape[2];
+      chain[3 * i] = reshape;
+      chain[3 * i + 1] = permute;
+      chain[3 * i + 2] = slice;
+    }
+    const auto b = static_cast<std::size_t>(backward);
+    if (calls[b].kernel != Kernel::kScaledDotProductAttentionBackward ||
+        !own_call_read_by(backward, 3) || calls[b].ints.size() < 2 ||
+        program[backward].shape[2] != row_start || column != out[2] ||
+        program[backward].dtype != program[id].dtype) {
+      return;
+    }
+    // Each gradient fills its rows exactly: E = Ev = D (no padding to drop).
+    const std::span<const int32_t> operands = program.operands(b);
+    const int64_t D = program[backward].shape[3];
+    if (program[operands[0]].shape[3] != D || program[operands[2]].shape[3] != D) return;
+    KernelCall folded = calls[b];
+    if (folded.ints.size() == 2) folded.ints.push_back(0);
+    folded.ints[2] |= kAttentionViewOutput;
+    folded.ints.insert(folded.ints.end(), view.begin(), view.end());
+    folded.output = static_cast<int32_t>(id);
+    calls[id] = std::move(folded);
+    absorbed[b] = 1;
+    for (int32_t node : chain) absorbed[node] = 1;
+  }
+
   // The result of a convolution transposed: the convolution writes it so (layout bit 4).
   void conv_into_transpose(std::size_t id) {
     const int32_t conv = program.operands(id)[0];
@@ -213,8 +386,9 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
     for (int32_t operand : program.operands(id)) ++folding.uses[operand];
   }
   for (int32_t output : program.outputs) folding.uses[output] += 2;
+  folding.heads_into_attention();
   for (std::size_t id = 0; id < n; ++id) {
-    if (program.is_leaf(id) || root_of[id] >= 0) continue;
+    if (program.is_leaf(id) || root_of[id] >= 0 || absorbed[id]) continue;
     const KernelCall& call = calls[id];
     const DType dtype = program[id].dtype;
     if (call.kernel == Kernel::kMaxPool2d && call.ints.size() == 9 && floating(dtype)) {
@@ -244,6 +418,8 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
       folding.product_into_widening_cast(id);
     } else if (swaps_first_dims(program, id)) {
       folding.conv_into_transpose(id);
+    } else if (call.kernel == Kernel::kConcat) {
+      folding.attention_gradients_into_concat(id);
     }
   }
 }

@@ -4,8 +4,11 @@
 // bias (the kernel adds it), and the transposes around a convolution's weight gradient
 // (graph/autograd/conv_grad.cpp swaps batch and channels of the input and the output gradient,
 // and of the result), and around a layer norm's backward the product of its incoming gradient
-// by the affine weight and the add of its result to the residual gradient (in f32), and a bf16
-// product's cast to f32 (the product stores its bf16 values as f32).
+// by the affine weight and the add of its result to the residual gradient (in f32), a bf16
+// product's cast to f32 (the product stores its bf16 values as f32), and the slices, reshapes
+// and permutes that split a [B, T, 3 H D] projection into attention's heads [B, H, T, D] (and
+// its grad's), and that concatenate the backward's gradients back into the projection's
+// gradient: attention reads and writes those rows in place (its views).
 // The folded relu, biases and layer norm operands give the same bits as the calls they replace,
 // but for a bf16 product's bias: the product's f32 sum plus the bias is rounded once, where
 // the separate add rounded the sum and then the total (as torch's addmm rounds once).
@@ -23,9 +26,10 @@ namespace axle {
 /// that get one of their own: not leaves, not fused; `root_of` is plan_fusion's). A folded
 /// producer gets absorbed[id] = 1 and no call; its reader's call reads the producer's operand
 /// and carries the kernel's flag for it (executable.h: kMaxPool2d's relu_first, kConv2d's
-/// layout, kLayerNormBackward's folded weight), or a folded convolution's, product's or layer
-/// norm backward's call becomes its reader's (with the bias or the residual as a further input,
-/// or writing the transposed result).
+/// layout, kLayerNormBackward's folded weight, attention's views), or a folded convolution's,
+/// product's, layer norm backward's or attention backward's call becomes its reader's (with the
+/// bias or the residual as a further input, writing the transposed result, or writing the
+/// gradients into the concatenation).
 void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
                 std::vector<KernelCall>& calls, std::vector<uint8_t>& absorbed);
 

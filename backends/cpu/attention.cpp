@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -53,12 +54,108 @@ Shape with_dims(Shape shape, std::initializer_list<int64_t> dims) {
   return shape;
 }
 
-// Checks the operands (q, k, v, then `extra` more, then the mask if ints say so) and works out
-// the geometry; the output shape gives the batch.
-Problem plan(const KernelArgs& args, std::size_t extra) {
+// The mask (the last operand): its dtype, broadcast and strides.
+void read_mask(const KernelArgs& args, Problem& p) {
+  const ConstView& mask = args.inputs.back();
+  p.bool_mask = args.call.ints[1] == 1;
+  if (mask.desc->dtype != (p.bool_mask ? DType::kBool : args.inputs[0].desc->dtype)) {
+    reject(args, p.bool_mask ? "a bool mask must be pred" : "an added mask needs q's dtype");
+  }
+  const Shape scores = with_dims(p.batch, {p.L, p.S});
+  if (!broadcasts_to(mask.desc->shape, scores)) {
+    reject(args, fmt::format("the mask does not broadcast to {}", scores.to_string()));
+  }
+  p.mask_strides = broadcast_strides(mask.desc->shape, scores);
+  p.mask_row = p.mask_strides[static_cast<std::size_t>(p.batch.rank())];
+  p.mask_col = p.mask_strides[static_cast<std::size_t>(p.batch.rank()) + 1];
+  p.mask = mask.data;
+}
+
+// The operands a call reads through views and, for the backward, its gradients' placement
+// (executable.h's kAttentionView bits), each view's ints.
+struct Views {
+  int64_t bits = 0;
+  std::array<std::span<const int64_t>, 4> operand;  // q, k, v, grad: [rows, cols, offset,
+                                                    // stride0, stride1, row stride]
+  std::span<const int64_t> output;  // dq, dk, dv: [offset, stride0, stride1, row stride] each
+};
+
+Views read_views(const KernelArgs& args, bool backward) {
   const std::vector<int64_t>& ints = args.call.ints;
-  if (ints.size() != 2 || args.call.reals.size() != 1) {
-    reject(args, "ints must be [is_causal, mask kind] and reals [scale]");
+  Views views;
+  if (ints.size() < 3) return views;  // plan() checks the rest
+  views.bits = ints[2];
+  const int64_t allowed = backward ? kAttentionViewQ | kAttentionViewK | kAttentionViewV |
+                                         kAttentionViewGrad | kAttentionViewOutput
+                                   : kAttentionViewQ | kAttentionViewK | kAttentionViewV;
+  if (views.bits < 0 || (views.bits & ~allowed) != 0) {
+    reject(args, fmt::format("view bits {} name no view this kernel takes", views.bits));
+  }
+  std::size_t at = 3;
+  auto take = [&](std::size_t count) {
+    if (at + count > ints.size()) reject(args, "the views' ints end early");
+    const std::span<const int64_t> view(ints.data() + at, count);
+    at += count;
+    return view;
+  };
+  for (std::size_t i = 0; i < 4; ++i) {
+    if ((views.bits & (int64_t{1} << i)) != 0) views.operand[i] = take(6);
+  }
+  if ((views.bits & kAttentionViewOutput) != 0) views.output = take(12);
+  if (at != ints.size()) reject(args, fmt::format("{} ints after the views", ints.size() - at));
+  return views;
+}
+
+// Whether the elements a view of `rows` x `cols` at `offset` with batch strides s0, s1 and row
+// stride `row` reads or writes lie in a buffer of `numel` elements.
+bool view_fits(const Shape& batch, int64_t rows, int64_t cols, int64_t offset, int64_t s0,
+               int64_t s1, int64_t row, int64_t numel) {
+  if (offset < 0 || s0 < 0 || s1 < 0 || row < cols || rows < 0 || cols < 0) return false;
+  if (batch.numel() == 0 || rows == 0 || cols == 0) return true;
+  return offset + (batch[0] - 1) * s0 + (batch[1] - 1) * s1 + (rows - 1) * row + cols <= numel;
+}
+
+// Operand i's shape as the kernel reads it (a viewed operand's: batch + [rows, cols]), its
+// strides over the batch dims, row stride and first element.
+struct Operand {
+  Shape shape;
+  Problem::Strides strides{};
+  int64_t row = 0, base = 0;
+  bool viewed = false;
+};
+
+Operand read_operand(const KernelArgs& args, const Views& views, std::size_t i,
+                     const Shape& batch) {
+  const BufferDesc& desc = *args.inputs[i].desc;
+  const std::size_t slot = i == 4 ? 3 : i;
+  const std::span<const int64_t> view = views.operand[slot];
+  Operand o;
+  if (view.empty()) {
+    if (desc.shape.rank() < 2) reject(args, "q, k, v and the grad need rank >= 2");
+    o.shape = desc.shape;
+    o.row = desc.shape[desc.shape.rank() - 1];
+    return o;
+  }
+  if (batch.rank() != 2) reject(args, "a viewed operand needs two batch dims");
+  if (!view_fits(batch, view[0], view[1], view[2], view[3], view[4], view[5], desc.shape.numel())) {
+    reject(args, fmt::format("the view of operand {} reads outside its {} elements", i,
+                             desc.shape.numel()));
+  }
+  o.shape = with_dims(batch, {view[0], view[1]});
+  o.strides[0] = view[3];
+  o.strides[1] = view[4];
+  o.row = view[5];
+  o.base = view[2];
+  o.viewed = true;
+  return o;
+}
+
+// Checks the operands (q, k, v, then `extra` more, then the mask if ints say so) and works out
+// the geometry; `result` (the forward's output, the backward's forward operand) gives the batch.
+Problem plan(const KernelArgs& args, std::size_t extra, const Views& views, const Shape& result) {
+  const std::vector<int64_t>& ints = args.call.ints;
+  if (ints.size() < 2 || args.call.reals.size() != 1) {
+    reject(args, "ints must be [is_causal, mask kind (, views...)] and reals [scale]");
   }
   if (ints[1] < 0 || ints[1] > 2)
     reject(args, fmt::format("mask kind {} is not 0, 1 or 2", ints[1]));
@@ -66,22 +163,21 @@ Problem plan(const KernelArgs& args, std::size_t extra) {
   if (args.inputs.size() != want) {
     reject(args, fmt::format("takes {} operands with mask kind {}", want, ints[1]));
   }
-  const BufferDesc& q = *args.inputs[0].desc;
-  const BufferDesc& k = *args.inputs[1].desc;
-  const BufferDesc& v = *args.inputs[2].desc;
-  if (q.dtype != k.dtype || q.dtype != v.dtype ||
-      (q.dtype != DType::kFloat32 && q.dtype != DType::kFloat64 && q.dtype != DType::kBFloat16)) {
+  const DType dtype = args.inputs[0].desc->dtype;
+  if (args.inputs[1].desc->dtype != dtype || args.inputs[2].desc->dtype != dtype ||
+      (dtype != DType::kFloat32 && dtype != DType::kFloat64 && dtype != DType::kBFloat16)) {
     reject(args, "q, k and v must share one dtype: f32, f64 or bf16");
   }
   const DType out = args.output.desc->dtype;
-  if (out != q.dtype && !(q.dtype == DType::kBFloat16 && out == DType::kFloat32)) {
+  if (out != dtype && !(dtype == DType::kBFloat16 && out == DType::kFloat32)) {
     reject(args, "the output must have the operands' dtype (or f32 for bf16 operands)");
   }
-  if (q.shape.rank() < 2 || k.shape.rank() < 2 || v.shape.rank() < 2 ||
-      args.output.desc->shape.rank() < 1) {
-    reject(args, "q, k and v need rank >= 2");
-  }
+  if (result.rank() < 2) reject(args, "the output needs rank >= 2");
   Problem p;
+  for (int d = 0; d + 2 < result.rank(); ++d) p.batch.push_back(result[d]);
+  const Operand q = read_operand(args, views, 0, p.batch);
+  const Operand k = read_operand(args, views, 1, p.batch);
+  const Operand v = read_operand(args, views, 2, p.batch);
   p.L = q.shape[q.shape.rank() - 2];
   p.E = q.shape[q.shape.rank() - 1];
   p.S = k.shape[k.shape.rank() - 2];
@@ -89,8 +185,6 @@ Problem plan(const KernelArgs& args, std::size_t extra) {
   if (k.shape[k.shape.rank() - 1] != p.E || v.shape[v.shape.rank() - 2] != p.S) {
     reject(args, "expects q [..., L, E], k [..., S, E] and v [..., S, Ev]");
   }
-  const Shape& result = args.output.desc->shape;
-  for (int d = 0; d + 2 < result.rank(); ++d) p.batch.push_back(result[d]);
   const Shape q_full = with_dims(p.batch, {p.L, p.E});
   const Shape k_full = with_dims(p.batch, {p.S, p.E});
   const Shape v_full = with_dims(p.batch, {p.S, p.Ev});
@@ -98,25 +192,17 @@ Problem plan(const KernelArgs& args, std::size_t extra) {
       !broadcasts_to(v.shape, v_full)) {
     reject(args, "the batch dims of q, k and v do not broadcast to the output's");
   }
-  p.q_strides = broadcast_strides(q.shape, q_full);
-  p.k_strides = broadcast_strides(k.shape, k_full);
-  p.v_strides = broadcast_strides(v.shape, v_full);
+  auto place = [](const Operand& o, const Shape& full, Problem::Strides& strides, int64_t& row,
+                  int64_t& base) {
+    strides = o.viewed ? o.strides : broadcast_strides(o.shape, full);
+    row = o.row;
+    base = o.base;
+  };
+  place(q, q_full, p.q_strides, p.q_row, p.q_base);
+  place(k, k_full, p.k_strides, p.k_row, p.k_base);
+  place(v, v_full, p.v_strides, p.v_row, p.v_base);
   p.causal = ints[0] != 0;
-  if (ints[1] != 0) {
-    const ConstView& mask = args.inputs.back();
-    p.bool_mask = ints[1] == 1;
-    if (mask.desc->dtype != (p.bool_mask ? DType::kBool : q.dtype)) {
-      reject(args, p.bool_mask ? "a bool mask must be pred" : "an added mask needs q's dtype");
-    }
-    const Shape scores = with_dims(p.batch, {p.L, p.S});
-    if (!broadcasts_to(mask.desc->shape, scores)) {
-      reject(args, fmt::format("the mask does not broadcast to {}", scores.to_string()));
-    }
-    p.mask_strides = broadcast_strides(mask.desc->shape, scores);
-    p.mask_row = p.mask_strides[static_cast<std::size_t>(p.batch.rank())];
-    p.mask_col = p.mask_strides[static_cast<std::size_t>(p.batch.rank()) + 1];
-    p.mask = mask.data;
-  }
+  if (ints[1] != 0) read_mask(args, p);
   p.scale = args.call.reals[0];
   return p;
 }
@@ -216,11 +302,12 @@ void attention_forward(const KernelArgs& args, const Problem& p) {
     std::fill(acc, acc + nq * Ev, A(0));
     std::fill(top, top + nq, kMinusInf);
     std::fill(total, total + nq, A(0));
-    const A* qs = scaled_copy<T, A>(q + at.q + i0 * E, nq, E, static_cast<A>(p.scale), q_block);
+    const A* qs = scaled_copy<T, A>(q + at.q + i0 * p.q_row, nq, E, p.q_row,
+                                    static_cast<A>(p.scale), q_block);
     for (int64_t j0 = 0; j0 < S && !causally_hidden(p, j0, i0 + nq); j0 += kKeyBlock) {
       const int64_t nk = std::min(kKeyBlock, S - j0);
-      const A* ks = as_compute<T, A>(k + at.k + j0 * E, nk, E, k_block);
-      const A* vs = as_compute<T, A>(v + at.v + j0 * Ev, nk, Ev, v_block);
+      const A* ks = as_compute<T, A>(k + at.k + j0 * p.k_row, nk, E, p.k_row, k_block);
+      const A* vs = as_compute<T, A>(v + at.v + j0 * p.v_row, nk, Ev, p.v_row, v_block);
       const bool halves = diagonal_halves(p, i0, j0, nq, nk);
       transpose_into(ks, nk, E, E, k_t);
       scores_by_halves<A>(nq, nk, E, qs, E, 1, k_t, nk, s, kKeyBlock, halves);
@@ -253,9 +340,6 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
   U* out = args.output.as<U>();
   const int64_t L = p.L, S = p.S, E = p.E, Ev = p.Ev;
   const int64_t entries = p.batch.numel();
-  // Per entry [L + 2S, W]: dq's rows, dk's, then dv's, each row padded with zeros to W.
-  const int64_t W = std::max(E, Ev);
-  const int64_t per_entry = (L + 2 * S) * W;
   // Per thread: q and dO of the entry widened, its D (rowsum dO * O) and logsumexp, the dq
   // accumulator; per key block: k and v widened and transposed, dk and dv accumulators; per
   // block pair: P and dS.
@@ -282,15 +366,14 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
     A* v_t = k_t + kKeyBlock * E;
     const A scale = static_cast<A>(p.scale);
     // With q scaled, the scores are q k^T and dk is dS^T q without a further factor.
-    const A* qs = scaled_copy<T, A>(q + at.q, L, E, scale, q_wide);
-    const A* gs = as_compute<T, A>(grad + entry * L * Ev, L, Ev, g_wide);
+    const A* qs = scaled_copy<T, A>(q + at.q, L, E, p.q_row, scale, q_wide);
+    const A* gs = as_compute<T, A>(grad + at.g, L, Ev, p.g_row, g_wide);
     read_row_terms<F, A>(forward + entry * L * (Ev + 1), gs, L, Ev, d, lse);
     std::fill(dq, dq + L * E, A(0));
-    U* grads = out + entry * per_entry;
     for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
       const int64_t nk = std::min(kKeyBlock, S - j0);
-      const A* ks = as_compute<T, A>(k + at.k + j0 * E, nk, E, k_block);
-      const A* vs = as_compute<T, A>(v + at.v + j0 * Ev, nk, Ev, v_block);
+      const A* ks = as_compute<T, A>(k + at.k + j0 * p.k_row, nk, E, p.k_row, k_block);
+      const A* vs = as_compute<T, A>(v + at.v + j0 * p.v_row, nk, Ev, p.v_row, v_block);
       transpose_into(ks, nk, E, E, k_t);
       transpose_into(vs, nk, Ev, Ev, v_t);
       std::fill(dk, dk + nk * E, A(0));
@@ -314,10 +397,10 @@ void attention_backward(const KernelArgs& args, const Problem& p) {
         queries_by_halves<A>(nq, E, nk, ds, kKeyBlock, 1, ks, E, dq + i0 * E, E, halves);
         keys_by_halves<A>(nk, E, nq, ds, 1, kKeyBlock, qi, E, dk, E, halves);
       }
-      store_rows<U, A>(dk, nk, E, A(1), W, grads + (L + j0) * W);
-      store_rows<U, A>(dv, nk, Ev, A(1), W, grads + (L + S + j0) * W);
+      store_rows<U, A>(dk, nk, E, A(1), p.grads[1], out + at.grads[1] + j0 * p.grads[1].row);
+      store_rows<U, A>(dv, nk, Ev, A(1), p.grads[2], out + at.grads[2] + j0 * p.grads[2].row);
     }
-    store_rows<U, A>(dq, L, E, scale, W, grads);
+    store_rows<U, A>(dq, L, E, scale, p.grads[0], out + at.grads[0]);
   };
   if (parallel) {
     pool.run(entries, part);
@@ -367,20 +450,46 @@ void dispatch_backward(const KernelArgs& args, const Problem& p) {
 }
 
 void attention_kernel(const KernelArgs& args) {
-  const Problem p = plan(args, 0);
+  const Views views = read_views(args, false);
+  const Problem p = plan(args, 0, views, args.output.desc->shape);
   if (!(args.output.desc->shape == with_dims(p.batch, {p.L, p.Ev + 1}))) {
     reject(args, "the output must be [batch..., L, Ev + 1]");
   }
   dispatch<Forward>(args, p);
 }
 
-void attention_backward_kernel(const KernelArgs& args) {
-  const Problem p = plan(args, 2);
-  if (!(args.output.desc->shape == with_dims(p.batch, {p.L + 2 * p.S, std::max(p.E, p.Ev)}))) {
-    reject(args, "the output must be [batch..., L + 2 S, max(E, Ev)]");
+// Where the backward writes dq, dk and dv: rows of the output [batch..., L + 2 S, W] padded to
+// W, or where the output view places them.
+void place_gradients(const KernelArgs& args, const Views& views, Problem& p) {
+  const int64_t W = std::max(p.E, p.Ev);
+  if (views.output.empty()) {
+    const Shape full = with_dims(p.batch, {p.L + 2 * p.S, W});
+    if (!(args.output.desc->shape == full)) {
+      reject(args, "the output must be [batch..., L + 2 S, max(E, Ev)]");
+    }
+    const Problem::Strides strides = broadcast_strides(full, full);
+    const int64_t bases[3] = {0, p.L * W, (p.L + p.S) * W};
+    for (std::size_t b = 0; b < 3; ++b) p.grads[b] = {bases[b], W, W, strides};
+    return;
   }
+  const int64_t rows[3] = {p.L, p.S, p.S}, cols[3] = {p.E, p.E, p.Ev};
+  for (std::size_t b = 0; b < 3; ++b) {
+    const std::span<const int64_t> at = views.output.subspan(4 * b, 4);
+    if (p.batch.rank() != 2 || !view_fits(p.batch, rows[b], cols[b], at[0], at[1], at[2], at[3],
+                                          args.output.desc->shape.numel())) {
+      reject(args, fmt::format("the output view of gradient {} writes outside its {} elements", b,
+                               args.output.desc->shape.numel()));
+    }
+    p.grads[b] = {at[0], at[3], cols[b], {at[1], at[2]}};
+  }
+}
+
+void attention_backward_kernel(const KernelArgs& args) {
+  const Views views = read_views(args, true);
+  if (args.inputs.size() < 5) reject(args, "takes q, k, v, the forward output and the grad");
   const BufferDesc& forward = *args.inputs[3].desc;
-  const BufferDesc& grad = *args.inputs[4].desc;
+  Problem p = plan(args, 2, views, forward.shape);
+  place_gradients(args, views, p);
   const bool f32_forward_bf16_out = args.inputs[0].desc->dtype == DType::kBFloat16 &&
                                     forward.dtype == DType::kFloat32 &&
                                     args.output.desc->dtype == DType::kBFloat16;
@@ -390,10 +499,14 @@ void attention_backward_kernel(const KernelArgs& args) {
            "the forward output must be [batch..., L, Ev + 1] of the output's dtype (or f32 with "
            "bf16 operands)");
   }
-  if (grad.dtype != args.inputs[0].desc->dtype ||
+  const Operand grad = read_operand(args, views, 4, p.batch);
+  if (args.inputs[4].desc->dtype != args.inputs[0].desc->dtype ||
       !(grad.shape == with_dims(p.batch, {p.L, p.Ev}))) {
     reject(args, "the grad must be [batch..., L, Ev] of q's dtype");
   }
+  p.g_strides = grad.viewed ? grad.strides : broadcast_strides(grad.shape, grad.shape);
+  p.g_row = grad.row;
+  p.g_base = grad.base;
   dispatch_backward(args, p);
 }
 

@@ -25,43 +25,72 @@ constexpr int64_t kQueryBlock = 64;
 constexpr int64_t kKeyBlock = 64;
 
 // One call's geometry: sizes, the batch, and each operand's element strides over the batch
-// dims (0 where it broadcasts).
+// dims (0 where it broadcasts), row stride and first element (a view, executable.h, reads the
+// rows of a larger buffer), and where the backward writes each gradient.
 struct Problem {
   int64_t L = 0, S = 0, E = 0, Ev = 0;
   Shape batch;
-  std::array<int64_t, Shape::kMaxRank> q_strides{}, k_strides{}, v_strides{}, mask_strides{};
+  using Strides = std::array<int64_t, Shape::kMaxRank>;
+  Strides q_strides{}, k_strides{}, v_strides{}, g_strides{}, mask_strides{};
+  int64_t q_row = 0, k_row = 0, v_row = 0, g_row = 0;  // row strides (g: the backward's grad)
+  int64_t q_base = 0, k_base = 0, v_base = 0, g_base = 0;
   int64_t mask_row = 0, mask_col = 0;  // the mask's strides along L and S
   const void* mask = nullptr;
   bool bool_mask = false, causal = false;
   double scale = 1;
 
-  // Element offsets of batch entry `entry` (row-major over `batch`) in q, k, v and the mask.
+  // Where the backward stores dq, dk and dv: each one's first element, strides over the batch
+  // dims and row stride, and the width its rows are padded to with zeros.
+  struct Placement {
+    int64_t base = 0, row = 0, width = 0;
+    Strides strides{};
+  };
+  std::array<Placement, 3> grads;
+
+  // Element offsets of batch entry `entry` (row-major over `batch`) in q, k, v, the grad, the
+  // mask, and the backward's dq, dk and dv.
   struct Offsets {
-    int64_t q = 0, k = 0, v = 0, mask = 0;
+    int64_t q = 0, k = 0, v = 0, g = 0, mask = 0;
+    std::array<int64_t, 3> grads{};
   };
   [[nodiscard]] Offsets offsets(int64_t entry) const noexcept {
-    Offsets o;
+    Offsets o{q_base, k_base, v_base, g_base, 0, {grads[0].base, grads[1].base, grads[2].base}};
     for (int d = batch.rank() - 1; d >= 0; --d) {
       const int64_t i = entry % batch[d];
       entry /= batch[d];
-      o.q += i * q_strides[d];
-      o.k += i * k_strides[d];
-      o.v += i * v_strides[d];
-      o.mask += i * mask_strides[d];
+      const auto at = static_cast<std::size_t>(d);
+      o.q += i * q_strides[at];
+      o.k += i * k_strides[at];
+      o.v += i * v_strides[at];
+      o.g += i * g_strides[at];
+      o.mask += i * mask_strides[at];
+      for (std::size_t b = 0; b < 3; ++b) o.grads[b] += i * grads[b].strides[at];
     }
     return o;
   }
 };
 
-// rows x cols elements of T at `src` (row stride `stride`) as contiguous A: the buffer itself
-// when it already is, else widened into `scratch`.
+// rows x cols of `src` (row stride ld) as contiguous T in `dst`: `src` itself when its rows are
+// contiguous already, else copied row by row.
+template <class T>
+const T* contiguous_rows(const T* src, int64_t rows, int64_t cols, int64_t ld, T* dst) {
+  if (ld == cols) return src;
+  for (int64_t r = 0; r < rows; ++r) std::copy(src + r * ld, src + r * ld + cols, dst + r * cols);
+  return dst;
+}
+
+// rows x cols elements of T at `src` (row stride ld) as contiguous A: the buffer itself when it
+// already is, else copied (and widened) into `scratch`.
 template <class T, class A>
-const A* as_compute(const T* src, int64_t rows, int64_t cols, A* scratch) {
+const A* as_compute(const T* src, int64_t rows, int64_t cols, int64_t ld, A* scratch) {
   if constexpr (std::is_same_v<T, A>) {
-    (void)rows, (void)cols, (void)scratch;
-    return src;
+    return contiguous_rows(src, rows, cols, ld, scratch);
   } else {
-    widen_block(src, scratch, rows * cols);
+    if (ld == cols) {
+      widen_block(src, scratch, rows * cols);
+    } else {
+      for (int64_t r = 0; r < rows; ++r) widen_block(src + r * ld, scratch + r * cols, cols);
+    }
     return scratch;
   }
 }
@@ -78,26 +107,29 @@ void scale_into(const A* __restrict__ src, int64_t n, A factor, U* __restrict__ 
   for (; i < n; ++i) dst[i] = store<U>(src[i] * factor);
 }
 
-// rows x cols elements of T at `src` widened and multiplied by `scale` into `dst`: the softmax
-// scale is folded into q once, instead of into every score.
+// rows x cols elements of T at `src` (row stride ld) widened and multiplied by `scale` into
+// `dst`: the softmax scale is folded into q once, instead of into every score.
 template <class T, class A>
-const A* scaled_copy(const T* src, int64_t rows, int64_t cols, A scale, A* dst) {
-  const int64_t n = rows * cols;
-  if constexpr (std::is_same_v<T, A>) {
-    scale_into(src, n, scale, dst);
-  } else {
-    widen_block(src, dst, n);
-    for (int64_t i = 0; i < n; ++i) dst[i] *= scale;
+const A* scaled_copy(const T* src, int64_t rows, int64_t cols, int64_t ld, A scale, A* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (std::is_same_v<T, A>) {
+      scale_into(src + r * ld, cols, scale, dst + r * cols);
+    } else {
+      widen_block(src + r * ld, dst + r * cols, cols);
+      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] *= scale;
+    }
   }
   return dst;
 }
 
-// rows x cols of `src` times `factor` into rows of `width` at `dst`, the rest of each row 0.
+// rows x cols of `src` times `factor` into rows of `at` (row stride and padded width from
+// `at`), the rest of each row up to the width 0.
 template <class U, class A>
-void store_rows(const A* src, int64_t rows, int64_t cols, A factor, int64_t width, U* dst) {
+void store_rows(const A* src, int64_t rows, int64_t cols, A factor, const Problem::Placement& at,
+                U* dst) {
   for (int64_t r = 0; r < rows; ++r) {
-    scale_into(src + r * cols, cols, factor, dst + r * width);
-    for (int64_t c = cols; c < width; ++c) dst[r * width + c] = store<U>(A(0));
+    scale_into(src + r * cols, cols, factor, dst + r * at.row);
+    for (int64_t c = cols; c < at.width; ++c) dst[r * at.row + c] = store<U>(A(0));
   }
 }
 

@@ -22,7 +22,16 @@ namespace axle::cpu::attention_detail {
 #if defined(AXLE_HAVE_AVX512_KERNELS) && defined(__AVX2__)
 
 bool takes_bf16_pairs(const Problem& p) {
-  return cpu_isa() >= CpuIsa::kAvx512Bf16 && p.E % 2 == 0 && p.Ev % 2 == 0;
+  // Every row of q, k, v and the grad starts on a word (a pair): even widths, row strides,
+  // first elements and batch strides.
+  const int64_t rows[] = {p.E,     p.Ev,     p.q_row,  p.k_row,  p.v_row,
+                          p.g_row, p.q_base, p.k_base, p.v_base, p.g_base};
+  bool even = std::all_of(std::begin(rows), std::end(rows), [](int64_t n) { return n % 2 == 0; });
+  for (const Problem::Strides* strides : {&p.q_strides, &p.k_strides, &p.v_strides, &p.g_strides}) {
+    even = even && std::all_of(strides->begin(), strides->begin() + p.batch.rank(),
+                               [](int64_t n) { return n % 2 == 0; });
+  }
+  return cpu_isa() >= CpuIsa::kAvx512Bf16 && even;
 }
 
 namespace {
@@ -147,18 +156,19 @@ void pair_attention_forward(const KernelArgs& args, const Problem& p) {
     std::fill(acc, acc + nq * Ev, 0.0f);
     std::fill(top, top + nq, -std::numeric_limits<float>::infinity());
     std::fill(total, total + nq, 0.0f);
-    const uint32_t* q_words = words(q + at.q + i0 * E);
+    const uint32_t* q_words = words(q + at.q + i0 * p.q_row);
     const auto scale = static_cast<float>(p.scale);
     for (int64_t j0 = 0; j0 < S && !causally_hidden(p, j0, i0 + nq); j0 += kKeyBlock) {
       const int64_t nk = std::min(kKeyBlock, S - j0), nk_pairs = (nk + 1) / 2;
       const bool halves = diagonal_halves(p, i0, j0, nq, nk);
-      transpose_words(k + at.k + j0 * E, nk, Eh, Eh, k_pairs);
-      scores_by_halves({nq, nk, Eh, q_words, Eh, k_pairs, nk, s, kKeyBlock, false}, halves);
+      transpose_words(k + at.k + j0 * p.k_row, nk, Eh, p.k_row / 2, k_pairs);
+      scores_by_halves({nq, nk, Eh, q_words, p.q_row / 2, k_pairs, nk, s, kKeyBlock, false},
+                       halves);
       scale_rows(s, nq, nk, kKeyBlock, scale);
       mask_scores<Bf16, float>(p, at.mask, i0, nq, j0, nk, s);
       softmax_step(p, i0, j0, s, nq, nk, Ev, top, total, acc);
       avx512_narrow_rows(s, nq, nk, kKeyBlock, p16, 2 * nk_pairs);
-      avx512_pair_rows(bits(v + at.v + j0 * Ev), nk, Ev, Ev, v_pairs, Ev);
+      avx512_pair_rows(bits(v + at.v + j0 * p.v_row), nk, Ev, p.v_row, v_pairs, Ev);
       queries_by_halves({nq, Ev, nk_pairs, words(p16), nk_pairs, v_pairs, Ev, acc, Ev, true},
                         halves);
     }
@@ -228,9 +238,9 @@ void backward_block_pair(const Problem& p, const Problem::Offsets& at, const Bf1
   const int64_t nk_pairs = (nk + 1) / 2;
   const bool halves = backward_halves(p, i0, j0, nq, nk, x.lse);
   // P = exp(scale q k^T - logsumexp): 0 where dropped, NaN in a row that keeps no key.
-  scores_by_halves(
-      {nq, nk, E / 2, words(q_entry + i0 * E), E / 2, x.k_pairs, nk, x.prob, kKeyBlock, false},
-      halves);
+  scores_by_halves({nq, nk, E / 2, words(q_entry + i0 * p.q_row), p.q_row / 2, x.k_pairs, nk,
+                    x.prob, kKeyBlock, false},
+                   halves);
   scale_rows(x.prob, nq, nk, kKeyBlock, static_cast<float>(p.scale));
   mask_scores<Bf16, float>(p, at.mask, i0, nq, j0, nk, x.prob);
   exp_block<float>(p, i0, j0, x.prob, nq, nk, x.lse + i0, nullptr);
@@ -239,9 +249,9 @@ void backward_block_pair(const Problem& p, const Problem::Offsets& at, const Bf1
   columns_by_halves({Ev, nk, nq_pairs, x.g_t + i0 / 2, Lh, x.prob_pairs, nk, x.dv_t, nk, true},
                     halves);
   // dS = P * (dO v^T - D). On the diagonal the quarter the products skip is never read.
-  scores_by_halves(
-      {nq, nk, Ev / 2, words(g_entry + i0 * Ev), Ev / 2, x.v_t, nk, x.ds, kKeyBlock, false},
-      halves);
+  scores_by_halves({nq, nk, Ev / 2, words(g_entry + i0 * p.g_row), p.g_row / 2, x.v_t, nk, x.ds,
+                    kKeyBlock, false},
+                   halves);
   scores_gradient<float>(x.prob, x.d + i0, nq, nk, x.ds);
   // dq += dS k and dk^T += q^T dS (both scaled once at the end).
   avx512_narrow_rows(x.ds, nq, nk, kKeyBlock, x.ds16, 2 * nk_pairs);
@@ -267,7 +277,7 @@ void pair_attention_backward(const KernelArgs& args, const Problem& p) {
   const Bf16* grad = args.inputs[4].as<Bf16>();
   U* out = args.output.as<U>();
   const int64_t L = p.L, S = p.S, E = p.E, Ev = p.Ev, Lh = (L + 1) / 2;
-  const int64_t entries = p.batch.numel(), W = std::max(E, Ev);
+  const int64_t entries = p.batch.numel();
   const bool parallel = entries * L * S * (E + Ev) >= (int64_t{1} << 15);
   const auto scratch_bytes = static_cast<std::size_t>(BackwardScratch::words(p)) * 4;
   ComputePool& pool = args.pool;
@@ -275,21 +285,20 @@ void pair_attention_backward(const KernelArgs& args, const Problem& p) {
     const Problem::Offsets at = p.offsets(entry);
     BackwardScratch x(pool.scratch(thread, scratch_bytes), p);
     const Bf16* q_entry = q + at.q;
-    const Bf16* g_entry = grad + entry * L * Ev;
-    avx512_pair_rows(bits(q_entry), L, E, E, x.paired, E);
+    const Bf16* g_entry = grad + at.g;
+    avx512_pair_rows(bits(q_entry), L, E, p.q_row, x.paired, E);
     transpose_words(x.paired, Lh, E, E, x.q_t);
-    avx512_pair_rows(bits(g_entry), L, Ev, Ev, x.paired, Ev);
+    avx512_pair_rows(bits(g_entry), L, Ev, p.g_row, x.paired, Ev);
     transpose_words(x.paired, Lh, Ev, Ev, x.g_t);
-    widen_block(g_entry, x.g_wide, L * Ev);
+    as_compute<Bf16, float>(g_entry, L, Ev, p.g_row, x.g_wide);
     read_row_terms<F, float>(forward + entry * L * (Ev + 1), x.g_wide, L, Ev, x.d, x.lse);
     std::fill(x.dq, x.dq + L * E, 0.0f);
     const auto scale = static_cast<float>(p.scale);
-    U* grads = out + entry * (L + 2 * S) * W;
     for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
       const int64_t nk = std::min(kKeyBlock, S - j0);
-      transpose_words(k + at.k + j0 * E, nk, E / 2, E / 2, x.k_pairs);
-      transpose_words(v + at.v + j0 * Ev, nk, Ev / 2, Ev / 2, x.v_t);
-      avx512_pair_rows(bits(k + at.k + j0 * E), nk, E, E, x.k_rows, E);
+      transpose_words(k + at.k + j0 * p.k_row, nk, E / 2, p.k_row / 2, x.k_pairs);
+      transpose_words(v + at.v + j0 * p.v_row, nk, Ev / 2, p.v_row / 2, x.v_t);
+      avx512_pair_rows(bits(k + at.k + j0 * p.k_row), nk, E, p.k_row, x.k_rows, E);
       std::fill(x.dk_t, x.dk_t + E * nk, 0.0f);
       std::fill(x.dv_t, x.dv_t + Ev * nk, 0.0f);
       for (int64_t i0 = 0; i0 < L; i0 += kQueryBlock) {
@@ -298,10 +307,10 @@ void pair_attention_backward(const KernelArgs& args, const Problem& p) {
       }
       transpose_into(x.dk_t, E, nk, nk, x.dk);
       transpose_into(x.dv_t, Ev, nk, nk, x.dv);
-      store_rows<U, float>(x.dk, nk, E, scale, W, grads + (L + j0) * W);
-      store_rows<U, float>(x.dv, nk, Ev, 1.0f, W, grads + (L + S + j0) * W);
+      store_rows<U, float>(x.dk, nk, E, scale, p.grads[1], out + at.grads[1] + j0 * p.grads[1].row);
+      store_rows<U, float>(x.dv, nk, Ev, 1.0f, p.grads[2], out + at.grads[2] + j0 * p.grads[2].row);
     }
-    store_rows<U, float>(x.dq, L, E, scale, W, grads);
+    store_rows<U, float>(x.dq, L, E, scale, p.grads[0], out + at.grads[0]);
   };
   if (parallel) {
     pool.run(entries, part);

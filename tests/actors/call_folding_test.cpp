@@ -1,8 +1,8 @@
 // actors/compiler/call_folding.h through lower(): which producers fold into their reader's call (a
 // relu under a max pool, the transposes around a convolution's weight gradient, a convolution or
 // product under its bias's add, a layer norm backward's weight product and residual add, a bf16
-// product under a cast to f32), which
-// stay calls of their own, and that without fusion nothing folds.
+// product under a cast to f32, the slices and permutes around attention's heads), which stay
+// calls of their own, and that without fusion nothing folds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -283,6 +283,78 @@ TEST(CallFolding, ProductUnderAWideningCastStoresItsBf16ValuesAsF32) {
       calls_of(*lower(p, 1, true)),
       (std::vector<std::string>{"matmul(%0,%1) -> %4 [0,0,1]", "matmul(%0,%1,%2) -> %7 [0,0,1]",
                                 "matmul(%0,%1) -> %8 [0,0]", "cast(%8) -> %9 []"}));
+}
+
+// Attention as the GPT's blocks give it (graph/nn): q, k and v split from one [B, T, 3 H D]
+// projection and turned into heads [B, H, T, D], the grad's heads from [B, T, H D], and the
+// backward's gradients turned back and concatenated into the projection's gradient.
+struct AttentionHeads {
+  Program p;
+  int32_t qkv = 0, grad = 0, q = 0, forward = 0, backward = 0, concat = 0;
+};
+AttentionHeads attention_heads(const std::vector<int64_t>& gradient_order = {0, 1, 2}) {
+  AttentionHeads a;
+  Program& p = a.p;
+  const int64_t B = 2, T = 3, H = 2, D = 2;
+  a.qkv = input(p, {B, T, 3 * H * D});
+  a.grad = input(p, {B, T, H * D});
+  const std::vector<double> scale = {0.5};
+  auto heads = [&](int32_t rows) {
+    const int32_t split = op(p, Op::kReshape, {B, T, H, D}, {rows});
+    return op(p, Op::kPermute, {B, H, T, D}, {split}, {0, 2, 1, 3});
+  };
+  std::vector<int32_t> qkv;
+  for (int64_t i = 0; i < 3; ++i) {
+    qkv.push_back(heads(op(p, Op::kSlice, {B, T, H * D}, {a.qkv}, {2, i * H * D, 1})));
+  }
+  a.q = qkv[0];
+  const std::vector<int64_t> causal = {1, 0};
+  a.forward = p.append(Op::kScaledDotProductAttention, DType::kFloat32, {B, H, T, D + 1}, qkv,
+                       causal, scale);
+  const std::vector<int32_t> operands = {qkv[0], qkv[1], qkv[2], a.forward, heads(a.grad)};
+  a.backward = p.append(Op::kScaledDotProductAttentionBackward, DType::kFloat32, {B, H, 3 * T, D},
+                        operands, causal, scale);
+  std::vector<int32_t> gradients;
+  for (int64_t i : gradient_order) {
+    const int32_t slice = op(p, Op::kSlice, {B, H, T, D}, {a.backward}, {2, i * T, 1});
+    const int32_t rows = op(p, Op::kPermute, {B, T, H, D}, {slice}, {0, 2, 1, 3});
+    gradients.push_back(op(p, Op::kReshape, {B, T, H * D}, {rows}));
+  }
+  a.concat = op(p, Op::kConcat, {B, T, 3 * H * D}, gradients, {2});
+  p.outputs = {a.forward, a.concat};
+  return a;
+}
+
+TEST(CallFolding, AttentionReadsItsHeadsInPlaceAndWritesTheProjectionsGradient) {
+  const AttentionHeads a = attention_heads();
+  // q, k and v: 3 rows of 2 from columns 0, 4 and 8 of rows of 12 (batch strides 36 and 2);
+  // the grad's from rows of 4; the gradients into columns 0, 4 and 8.
+  const std::string qkv = "3,2,0,36,2,12,3,2,4,36,2,12,3,2,8,36,2,12";
+  EXPECT_EQ(calls_of(*lower(a.p, 1, true)),
+            (std::vector<std::string>{
+                "scaled_dot_product_attention(%0,%0,%0) -> %11 [1,0,7," + qkv + "]",
+                "scaled_dot_product_attention_backward(%0,%0,%0,%11,%1) -> %24 [1,0,31," + qkv +
+                    ",3,2,0,12,2,4,0,36,2,12,4,36,2,12,8,36,2,12]"}));
+}
+
+TEST(CallFolding, AttentionHeadsReadElsewhereOrGradientsInAnotherOrderStayCalls) {
+  AttentionHeads read = attention_heads();
+  read.p.outputs.push_back(read.q);  // q's heads stored: q is read from them, k and v in place
+  const std::vector<std::string> calls = calls_of(*lower(read.p, 1, true));
+  ASSERT_EQ(calls.size(), 5u);  // q's slice and permute (the reshape shares its buffer)
+  EXPECT_EQ(calls[3],
+            "scaled_dot_product_attention(%4,%0,%0) -> %11 [1,0,6,3,2,4,36,2,12,3,2,8,36,2,12]");
+  // The gradients concatenated as k, q, v are not the projection's: the backward writes its
+  // own output, and the slices, permutes and concat stay calls.
+  const AttentionHeads swapped = attention_heads({1, 0, 2});
+  const std::vector<std::string> unfolded = calls_of(*lower(swapped.p, 1, true));
+  EXPECT_EQ(std::count_if(unfolded.begin(), unfolded.end(),
+                          [](const std::string& c) {
+                            return c.rfind("cat", 0) == 0 || c.rfind("concat", 0) == 0;
+                          }),
+            1);
+  EXPECT_EQ(unfolded[1].substr(0, unfolded[1].find('(')), "scaled_dot_product_attention_backward");
+  EXPECT_NE(unfolded[1].find(") -> %14 [1,0,15,"), std::string::npos) << unfolded[1];
 }
 
 }  // namespace
