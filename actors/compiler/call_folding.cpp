@@ -358,6 +358,28 @@ struct Folding {
     for (int32_t node : chain) absorbed[node] = 1;
   }
 
+  // gelu_backward(product, x) (erf's form), f32 or bf16: the product applies it to each block of
+  // its output as it finishes it, so the product's result is never stored and read back.
+  void product_into_gelu_backward(std::size_t id) {
+    const KernelCall& call = calls[id];
+    const int32_t product = call.inputs[0];
+    const KernelCall& produced = calls[product];
+    if (produced.kernel != Kernel::kMatmul || produced.output != product ||
+        produced.ints.size() != 2 || !foldable(product) ||
+        program[product].dtype != program[id].dtype ||
+        !(program[product].shape == program[id].shape) ||
+        program[call.inputs[1]].dtype != program[id].dtype ||
+        !(program[call.inputs[1]].shape == program[id].shape)) {
+      return;
+    }
+    KernelCall folded = produced;
+    folded.ints.insert(folded.ints.end(), {0, 1});
+    folded.inputs.push_back(call.inputs[1]);
+    folded.output = static_cast<int32_t>(id);
+    calls[id] = std::move(folded);
+    absorbed[product] = 1;
+  }
+
   // The result of a convolution transposed: the convolution writes it so (layout bit 4).
   void conv_into_transpose(std::size_t id) {
     const int32_t conv = program.operands(id)[0];
@@ -418,6 +440,10 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
       folding.product_into_widening_cast(id);
     } else if (swaps_first_dims(program, id)) {
       folding.conv_into_transpose(id);
+    } else if (call.kernel == Kernel::kGeluBackward && call.inputs.size() == 2 &&
+               (call.ints.empty() || call.ints[0] == 0) &&
+               (dtype == DType::kFloat32 || dtype == DType::kBFloat16)) {
+      folding.product_into_gelu_backward(id);
     } else if (call.kernel == Kernel::kConcat) {
       folding.attention_gradients_into_concat(id);
     }

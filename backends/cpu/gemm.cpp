@@ -11,6 +11,7 @@
 
 #include "axle/backends/cpu/element.h"
 #include "axle/backends/cpu/isa.h"
+#include "axle/backends/cpu/vector_math.h"
 
 namespace axle::cpu {
 namespace {
@@ -196,13 +197,20 @@ void gemm(const Gemm& g, ComputePool* pool) {
   if (g.round_bf16 && (g.out_bf16 || g.accumulate)) {
     throw std::invalid_argument("gemm: only a written f32 output is rounded to bf16 values");
   }
+  if (g.gelu_input && (g.accumulate || g.round_bf16)) {
+    throw std::invalid_argument("gemm: gelu's backward applies to a written output only");
+  }
   if (g.m <= 0 || g.n <= 0) return;
-  if (g.k <= 0) {
-    if (!g.accumulate) fill_rows(g);
+  const GemmBlockKernel kernel = kernel_for(cpu_isa(), g.precision);
+  if (g.k <= 0 || !kernel.run) {
+    if (g.k > 0) {
+      generic_gemm(g, pool);
+    } else if (!g.accumulate) {
+      fill_rows(g);
+    }
+    if (g.gelu_input) gelu_backward_block(g, 0, g.m, 0, g.n);
     return;
   }
-  const GemmBlockKernel kernel = kernel_for(cpu_isa(), g.precision);
-  if (!kernel.run) return generic_gemm(g, pool);
   if (!pool || pool->threads() == 1 || g.m * g.n * g.k < kParallelMultiplyAdds) {
     return kernel.run(g, 0, g.m, 0, g.n);
   }
@@ -220,6 +228,26 @@ void gemm(const Gemm& g, ComputePool* pool) {
         *pool, g.n, kernel.column_align,
         [&](int64_t c0, int64_t c1, int) { kernel.run(g, 0, g.m, c0, c1); }, kernel.column_align,
         parts_per_thread);
+  }
+}
+
+void gelu_backward_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  constexpr int64_t kChunk = 256;
+  alignas(64) float grad[kChunk], at[kChunk];
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t c = c0; c < c1; c += kChunk) {
+      const int64_t n = std::min(kChunk, c1 - c), offset = r * g.ldc + c;
+      if (g.out_bf16) {
+        auto* out = static_cast<Bf16*>(g.out) + offset;
+        widen_block(out, grad, n);
+        widen_block(static_cast<const Bf16*>(g.gelu_input) + offset, at, n);
+        gelu_backward_f32(grad, at, grad, n);
+        narrow_block(grad, out, n);
+      } else {
+        float* out = static_cast<float*>(g.out) + offset;
+        gelu_backward_f32(out, static_cast<const float*>(g.gelu_input) + offset, out, n);
+      }
+    }
   }
 }
 
@@ -264,6 +292,7 @@ void gemm(const MatrixProduct& product, bool transpose_a, bool transpose_b, Comp
     g.accumulate = product.accumulate;
     g.precision = product.precision;
     g.bias = product.bias;
+    g.gelu_input = product.gelu_input;
     gemm(g, pool);
   } else {
     if (pool) return eigen_multiply_parallel<T>(product, transpose_a, transpose_b, *pool);

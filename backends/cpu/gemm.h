@@ -36,7 +36,10 @@ enum class GemmPrecision : uint8_t { kF32, kBf16 };
 /// aliases neither operand. With `bias` (n values, not with `accumulate`), out[i, j] = the sum +
 /// bias[j], added after the whole sum: an f32 output has the bits of the product and a separate
 /// add; a bf16 one is rounded once, after the add. With `round_bf16` (an f32 output, not with
-/// `accumulate`), each output value is the bf16 output's, stored as f32.
+/// `accumulate`), each output value is the bf16 output's, stored as f32. With `gelu_input` (x
+/// in the output's dtype and layout, row stride ldc; not with `accumulate` or `round_bf16`),
+/// each output value v becomes gelu's derivative at x times v, as kGeluBackward computes it from
+/// the stored v: the product of a gradient and gelu's backward in one pass over the output.
 struct Gemm {
   int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;
@@ -47,7 +50,12 @@ struct Gemm {
   GemmPrecision precision = GemmPrecision::kF32;
   const float* bias = nullptr;
   bool round_bf16 = false;
+  const void* gelu_input = nullptr;
 };
+
+/// Rows [r0, r1) x columns [c0, c1) of `g`'s output, written, replaced by gelu_backward(out, x)
+/// (Gemm::gelu_input): the kernels call it on each block of the output they finish.
+void gelu_backward_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 
 /// Computes `product` with the kernels of cpu_isa(). With a pool, a large product is split into
 /// blocks of output rows or columns over its threads; without, it runs on the calling thread.
@@ -92,6 +100,8 @@ struct MatrixProduct {
   GemmPrecision precision = GemmPrecision::kF32;
   /// f32 products only: n values added to each output row after the sum (Gemm::bias).
   const float* bias = nullptr;
+  /// f32 products only: gelu's backward applied to the output (Gemm::gelu_input).
+  const float* gelu_input = nullptr;
 };
 
 /// Computes `product` of T (float, double, int32_t or int64_t): float through gemm(Gemm), the

@@ -80,7 +80,8 @@ struct PackBuffers {
 /// is added by the tiles of the last depth block.
 ///
 /// Traits: Packed (the packed element), kRows, kColumns, kDepth, kRowBlock, kColumnBlock,
-/// kDepthStep (k per packed element), pack_a, pack_b and tile (see gemm_avx512.cpp).
+/// kDepthStep (k per packed element), pack_a, pack_b and tile (see gemm_avx512.cpp). With
+/// gelu_input, each block of rows and columns takes gelu's backward once its sum is written.
 template <class Traits>
 void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   using Packed = typename Traits::Packed;
@@ -145,6 +146,8 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
                            b_panel, tile);
             }
           }
+          // The block's output is final and still in cache: gelu's backward on it now.
+          if (last && g.gelu_input) gelu_backward_block(g, ic, ic + mc, jc, jc + nc);
         }
       }
     }

@@ -2,7 +2,8 @@
 // then one gemm (gemm.h) per product of the batch: f32 and bf16 on the instruction set's packed
 // kernels (bf16 summed in f32, rounded once), f64 and integers on Eigen. A bias (lowering folds
 // `matmul(a, b) + bias` into the call) is added by the f32 and bf16 kernels as they write the
-// output, and after the product for f64.
+// output, and after the product for f64; so is gelu's backward when lowering folds the product
+// into `gelu_backward(matmul(a, b), x)` (f32 and bf16).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -32,6 +33,9 @@ struct MatmulPlan {
   bool fold_batch_into_rows = false;
   // ints[2]: bf16 operands whose product's values (rounded to bf16) go to an f32 output.
   bool bf16_as_f32 = false;
+  // ints[3]: the output is gelu_backward(product, x), x the last operand.
+  bool gelu_backward = false;
+  bool bias = false;
 };
 
 std::string describe(const KernelArgs& args) {
@@ -80,7 +84,7 @@ void set_batch_offsets(MatmulPlan& plan, const Shape& batch_dims,
 
 // The optional third operand: N values of the output's (floating) dtype, added to each row.
 void check_bias(const KernelArgs& args, const MatmulPlan& plan, DType dtype) {
-  if (args.inputs.size() < 3) return;
+  if (!plan.bias) return;
   const BufferDesc& bias = *args.inputs[2].desc;
   if (dtype != DType::kFloat32 && dtype != DType::kFloat64 && dtype != DType::kBFloat16) {
     reject(args, "a bias is added to f32, f64 or bf16 products only");
@@ -94,18 +98,36 @@ void check_bias(const KernelArgs& args, const MatmulPlan& plan, DType dtype) {
   }
 }
 
+// gelu_backward's x (the last operand): the output's dtype (f32 or bf16) and shape.
+void check_gelu_input(const KernelArgs& args, const MatmulPlan& plan, DType dtype) {
+  const BufferDesc& x = *args.inputs.back().desc;
+  if ((dtype != DType::kFloat32 && dtype != DType::kBFloat16) || plan.bf16_as_f32) {
+    reject(args, "gelu's backward is applied to f32 and bf16 products only");
+  }
+  if (x.dtype != dtype || !(x.shape == args.output.desc->shape)) {
+    reject(args, fmt::format("gelu_backward's x {}{} must have the output's dtype and shape",
+                             dtype_name(x.dtype), x.shape.to_string()));
+  }
+}
+
 MatmulPlan plan_matmul(const KernelArgs& args) {
-  if (args.inputs.size() != 2 && args.inputs.size() != 3) {
-    reject(args, "matmul takes two operands and an optional bias");
+  const std::vector<int64_t>& ints = args.call.ints;
+  if (ints.size() < 2 || ints.size() > 4) {
+    reject(args,
+           "ints must be [transpose_a, transpose_b (, bf16 values as f32 (, gelu_backward))]");
   }
-  if (args.call.ints.size() != 2 && args.call.ints.size() != 3) {
-    reject(args, "ints must be [transpose_a, transpose_b (, bf16 values as f32)]");
+  MatmulPlan plan;
+  plan.bf16_as_f32 = ints.size() >= 3 && ints[2] != 0;
+  plan.gelu_backward = ints.size() == 4 && ints[3] != 0;
+  const std::size_t operands = args.inputs.size() - (plan.gelu_backward ? 1 : 0);
+  if (args.inputs.size() < 2 || (operands != 2 && operands != 3)) {
+    reject(args, plan.gelu_backward ? "matmul takes two operands, an optional bias and x"
+                                    : "matmul takes two operands and an optional bias");
   }
+  plan.bias = operands == 3;
   const Shape& a = args.inputs[0].desc->shape;
   const Shape& b = args.inputs[1].desc->shape;
   const Shape& out = args.output.desc->shape;
-  MatmulPlan plan;
-  plan.bf16_as_f32 = args.call.ints.size() == 3 && args.call.ints[2] != 0;
   if (plan.bf16_as_f32 && args.output.desc->dtype != DType::kFloat32) {
     reject(args, "a bf16 product's values as f32 need an f32 output");
   }
@@ -129,6 +151,7 @@ MatmulPlan plan_matmul(const KernelArgs& args) {
     reject(args, fmt::format("contraction sizes differ: a has K={}, b has K={}", plan.k, k_b));
   }
   check_bias(args, plan, dtype);
+  if (plan.gelu_backward) check_gelu_input(args, plan, dtype);
 
   // NumPy broadcasting over the batch dims, aligned from the right.
   const int batch_rank = std::max(ra, rb) - 2;
@@ -198,14 +221,18 @@ template <class T>
 void run_plan(const KernelArgs& args, const MatmulPlan& p) {
   const T* a = args.inputs[0].as<T>();
   const T* b = args.inputs[1].as<T>();
-  const T* bias = args.inputs.size() > 2 ? args.inputs[2].as<T>() : nullptr;
+  const T* bias = p.bias ? args.inputs[2].as<T>() : nullptr;
+  const T* gelu_input = p.gelu_backward ? args.inputs.back().as<T>() : nullptr;
   T* out = args.output.as<T>();
   const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
   for_each_product(p, args.pool, [&](std::size_t j, ComputePool* part_pool) {
     T* product_out = out + static_cast<int64_t>(j) * p.m * p.n;
     MatrixProduct q{p.m, p.n,         p.k, a + p.a_offsets[j], lda, b + p.b_offsets[j],
                     ldb, product_out, p.n};
-    if constexpr (std::is_same_v<T, float>) q.bias = bias;
+    if constexpr (std::is_same_v<T, float>) {
+      q.bias = bias;
+      if (gelu_input) q.gelu_input = gelu_input + static_cast<int64_t>(j) * p.m * p.n;
+    }
     gemm<T>(q, p.transpose_a, p.transpose_b, part_pool);
     if constexpr (!std::is_same_v<T, float>) {
       if (bias) add_bias_rows(product_out, p.m, p.n, bias);
@@ -222,7 +249,8 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
     if (p.bf16_as_f32) return args.output.as<float>() + offset;
     return args.output.as<Bf16>() + offset;
   };
-  const float* bias = args.inputs.size() > 2 ? widened(args.inputs[2], 0) : nullptr;
+  const float* bias = p.bias ? widened(args.inputs[2], 0) : nullptr;
+  const Bf16* gelu_input = p.gelu_backward ? args.inputs.back().as<Bf16>() : nullptr;
   const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
   for_each_product(p, args.pool, [&](std::size_t j, ComputePool* part_pool) {
     Gemm g;
@@ -237,6 +265,7 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
     g.round_bf16 = p.bf16_as_f32;
     g.precision = GemmPrecision::kBf16;
     g.bias = bias;
+    if (gelu_input) g.gelu_input = gelu_input + static_cast<int64_t>(j) * p.m * p.n;
     gemm(g, part_pool);
   });
 }

@@ -1,8 +1,8 @@
 // actors/compiler/call_folding.h through lower(): which producers fold into their reader's call (a
 // relu under a max pool, the transposes around a convolution's weight gradient, a convolution or
 // product under its bias's add, a layer norm backward's weight product and residual add, a bf16
-// product under a cast to f32, the slices and permutes around attention's heads), which stay
-// calls of their own, and that without fusion nothing folds.
+// product under a cast to f32 or under gelu's backward, the slices and permutes around
+// attention's heads), which stay calls of their own, and that without fusion nothing folds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -283,6 +283,27 @@ TEST(CallFolding, ProductUnderAWideningCastStoresItsBf16ValuesAsF32) {
       calls_of(*lower(p, 1, true)),
       (std::vector<std::string>{"matmul(%0,%1) -> %4 [0,0,1]", "matmul(%0,%1,%2) -> %7 [0,0,1]",
                                 "matmul(%0,%1) -> %8 [0,0]", "cast(%8) -> %9 []"}));
+}
+
+// gelu_backward(matmul(a, b), x): the product applies gelu's backward to its output.
+TEST(CallFolding, ProductUnderGeluBackwardAppliesItToItsOutput) {
+  Program p;
+  const int32_t a = input(p, {4, 3});
+  const int32_t w = input(p, {3, 5});
+  const int32_t x = input(p, {4, 5});
+  const int32_t plain =
+      op(p, Op::kGeluBackward, {4, 5}, {op(p, Op::kMatmul, {4, 5}, {a, w}, {0, 0}), x}, {0});
+  // The tanh form, and a product read elsewhere too, stay calls of their own.
+  const int32_t tanh_form =
+      op(p, Op::kGeluBackward, {4, 5}, {op(p, Op::kMatmul, {4, 5}, {a, w}, {0, 0}), x}, {1});
+  const int32_t shared = op(p, Op::kMatmul, {4, 5}, {a, w}, {0, 0});
+  const int32_t read = op(p, Op::kGeluBackward, {4, 5}, {shared, x}, {0});
+  p.outputs = {plain, tanh_form, read, shared};
+  EXPECT_EQ(
+      calls_of(*lower(p, 1, true)),
+      (std::vector<std::string>{"matmul(%0,%1,%2) -> %4 [0,0,0,1]", "matmul(%0,%1) -> %5 [0,0]",
+                                "gelu_backward(%5,%2) -> %6 [1]", "matmul(%0,%1) -> %7 [0,0]",
+                                "gelu_backward(%7,%2) -> %8 [0]"}));
 }
 
 // Attention as the GPT's blocks give it (graph/nn): q, k and v split from one [B, T, 3 H D]

@@ -19,6 +19,7 @@
 #include "axle/backends/cpu/element.h"
 #include "axle/backends/cpu/gemm.h"
 #include "axle/backends/cpu/isa.h"
+#include "axle/backends/cpu/vector_math.h"
 #include "tests/backends/kernel_test_util.h"
 
 namespace axle::testing {
@@ -371,6 +372,50 @@ TEST_P(GemmPath, Bf16ValuesAsF32AreTheBf16OutputWidened) {
           const auto at = static_cast<std::size_t>(i * p.ldc + j);
           ASSERT_EQ(values[at], cpu::widen(p.out16[at]))
               << p.describe() << " threads=" << threads << " at (" << i << ", " << j << ")";
+        }
+      }
+    }
+  }
+}
+
+// gelu's backward on the output (Gemm::gelu_input) gives the bits of the product stored, then
+// gelu_backward_f32 on it as kGeluBackward runs it (bf16 widened and rounded back).
+TEST_P(GemmPath, GeluBackwardOnTheOutputIsTheProductThenGeluBackward) {
+  const IsaScope scope(GetParam());
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal;
+  for (const bool out_bf16 : {false, true}) {
+    for (const auto& [m, n, k] :
+         std::vector<std::array<int64_t, 3>>{{37, 45, 60}, {130, 70, 700}, {5, 600, 300}}) {
+      const GemmPrecision precision = out_bf16 ? GemmPrecision::kBf16 : GemmPrecision::kF32;
+      Problem p =
+          make_problem(rng, m, n, k, false, true, out_bf16, out_bf16, out_bf16, false, precision);
+      std::vector<float> bias(static_cast<std::size_t>(n)), x(p.out.size());
+      for (float& value : bias) value = normal(rng);
+      for (float& value : x) value = cpu::widen(cpu::narrow(2 * normal(rng)));
+      std::vector<Bf16> x16(x.size());
+      std::transform(x.begin(), x.end(), x16.begin(), [](float v) { return cpu::narrow(v); });
+      for (const int threads : {1, 2}) {
+        cpu::ComputePool pool(threads);
+        Gemm g = p.gemm();
+        g.bias = bias.data();
+        cpu::gemm(g, &pool);
+        std::vector<float> want(p.out.size());
+        for (int64_t i = 0; i < m; ++i) {
+          const auto row = static_cast<std::size_t>(i * p.ldc);
+          for (int64_t j = 0; j < n; ++j) want[row + j] = p.result(i, j);
+          cpu::gelu_backward_f32(want.data() + row, x.data() + row, want.data() + row, n);
+          for (int64_t j = 0; out_bf16 && j < n; ++j) {
+            want[row + j] = cpu::widen(cpu::narrow(want[row + j]));
+          }
+        }
+        g.gelu_input = out_bf16 ? static_cast<const void*>(x16.data()) : x.data();
+        cpu::gemm(g, &pool);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            ASSERT_EQ(p.result(i, j), want[static_cast<std::size_t>(i * p.ldc + j)])
+                << p.describe() << " threads=" << threads << " at (" << i << ", " << j << ")";
+          }
         }
       }
     }

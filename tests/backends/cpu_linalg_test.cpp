@@ -408,5 +408,59 @@ TEST(MatmulBf16AsF32, NeedsBf16OperandsAndAnF32Output) {
   EXPECT_TRUE(message(DType::kBFloat16, DType::kFloat32).empty());
 }
 
+// ---- gelu's backward on the product (gelu_backward(matmul(a, b), x) folded into the call) -----
+
+TEST(MatmulGeluBackward, HasTheBitsOfTheProductThenGeluBackward) {
+  std::mt19937 rng(29);
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (const BiasCase& c : kBiasCases) {
+      const Shape out = product_shape(c);
+      const HostTensor a = random_tensor(dtype, c.a, rng);
+      const HostTensor b = random_tensor(dtype, c.b, rng);
+      const HostTensor bias = random_tensor(dtype, {out[out.rank() - 1]}, rng);
+      const HostTensor x = random_tensor(dtype, out, rng, -4, 4);
+      for (const bool biased : {false, true}) {
+        std::vector<HostTensor> operands = {a, b};
+        if (biased) operands.push_back(bias);
+        for (const int threads : {1, 2}) {
+          const HostTensor product =
+              call_kernel_directly(Kernel::kMatmul, operands, dtype, out, {c.ta, c.tb}, threads);
+          const HostTensor want =
+              call_kernel_directly(Kernel::kGeluBackward, {product, x}, dtype, out, {0}, threads);
+          operands.push_back(x);
+          const HostTensor got = call_kernel_directly(Kernel::kMatmul, operands, dtype, out,
+                                                      {c.ta, c.tb, 0, 1}, threads);
+          operands.pop_back();
+          EXPECT_EQ(got.values, want.values)
+              << label(dtype) << " a " << c.a.to_string() << ", b " << c.b.to_string() << ", bias "
+              << biased << ", " << threads << " threads";
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulGeluBackward, NeedsAnXOfTheOutputsDtypeAndShapeAndAnF32OrBf16Product) {
+  auto message = [](DType dtype, const Shape& x_shape, DType x_dtype,
+                    std::vector<int64_t> ints = {0, 0, 0, 1}) {
+    return invalid_argument_message(
+        Kernel::kMatmul,
+        {HostTensor{dtype, {3, 5}, std::vector<double>(15, 1.0)},
+         HostTensor{dtype, {5, 4}, std::vector<double>(20, 1.0)},
+         HostTensor{x_dtype, x_shape, std::vector<double>(x_shape.numel(), 1.0)}},
+        dtype, {3, 4}, std::move(ints));
+  };
+  EXPECT_TRUE(message(DType::kFloat32, {3, 4}, DType::kFloat32).empty());
+  std::string e = message(DType::kFloat32, {4, 3}, DType::kFloat32);
+  EXPECT_TRUE(contains(e, "gelu_backward's x f32[4,3] must have the output's dtype and shape"))
+      << e;
+  e = message(DType::kBFloat16, {3, 4}, DType::kFloat32);
+  EXPECT_TRUE(contains(e, "gelu_backward's x f32[3,4]")) << e;
+  e = message(DType::kFloat64, {3, 4}, DType::kFloat64);
+  EXPECT_TRUE(contains(e, "f32 and bf16 products only")) << e;
+  e = message(DType::kFloat32, {3, 4}, DType::kFloat32, {0, 0, 0, 0, 1});
+  EXPECT_TRUE(contains(e, "ints must be")) << e;
+}
+
 }  // namespace
 }  // namespace axle::testing
