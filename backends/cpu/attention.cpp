@@ -74,7 +74,6 @@ void read_mask(const KernelArgs& args, Problem& p) {
 // The operands a call reads through views and, for the backward, its gradients' placement
 // (executable.h's kAttentionView bits), each view's ints.
 struct Views {
-  int64_t bits = 0;
   std::array<std::span<const int64_t>, 4> operand;  // q, k, v, grad: [rows, cols, offset,
                                                     // stride0, stride1, row stride]
   std::span<const int64_t> output;  // dq, dk, dv: [offset, stride0, stride1, row stride] each
@@ -84,12 +83,12 @@ Views read_views(const KernelArgs& args, bool backward) {
   const std::vector<int64_t>& ints = args.call.ints;
   Views views;
   if (ints.size() < 3) return views;  // plan() checks the rest
-  views.bits = ints[2];
+  const int64_t bits = ints[2];
   const int64_t allowed = backward ? kAttentionViewQ | kAttentionViewK | kAttentionViewV |
                                          kAttentionViewGrad | kAttentionViewOutput
                                    : kAttentionViewQ | kAttentionViewK | kAttentionViewV;
-  if (views.bits < 0 || (views.bits & ~allowed) != 0) {
-    reject(args, fmt::format("view bits {} name no view this kernel takes", views.bits));
+  if (bits < 0 || (bits & ~allowed) != 0) {
+    reject(args, fmt::format("view bits {} name no view this kernel takes", bits));
   }
   std::size_t at = 3;
   auto take = [&](std::size_t count) {
@@ -99,9 +98,9 @@ Views read_views(const KernelArgs& args, bool backward) {
     return view;
   };
   for (std::size_t i = 0; i < 4; ++i) {
-    if ((views.bits & (int64_t{1} << i)) != 0) views.operand[i] = take(6);
+    if ((bits & (int64_t{1} << i)) != 0) views.operand[i] = take(6);
   }
-  if ((views.bits & kAttentionViewOutput) != 0) views.output = take(12);
+  if ((bits & kAttentionViewOutput) != 0) views.output = take(12);
   if (at != ints.size()) reject(args, fmt::format("{} ints after the views", ints.size() - at));
   return views;
 }
@@ -150,6 +149,15 @@ Operand read_operand(const KernelArgs& args, const Views& views, std::size_t i,
   return o;
 }
 
+// The operand's strides over the batch dims of `full` (its view's, or its own broadcast),
+// row stride and first element into the problem's fields.
+void place(const Operand& o, const Shape& full, Problem::Strides& strides, int64_t& row,
+           int64_t& base) {
+  strides = o.viewed ? o.strides : broadcast_strides(o.shape, full);
+  row = o.row;
+  base = o.base;
+}
+
 // Checks the operands (q, k, v, then `extra` more, then the mask if ints say so) and works out
 // the geometry; `result` (the forward's output, the backward's forward operand) gives the batch.
 Problem plan(const KernelArgs& args, std::size_t extra, const Views& views, const Shape& result) {
@@ -192,12 +200,6 @@ Problem plan(const KernelArgs& args, std::size_t extra, const Views& views, cons
       !broadcasts_to(v.shape, v_full)) {
     reject(args, "the batch dims of q, k and v do not broadcast to the output's");
   }
-  auto place = [](const Operand& o, const Shape& full, Problem::Strides& strides, int64_t& row,
-                  int64_t& base) {
-    strides = o.viewed ? o.strides : broadcast_strides(o.shape, full);
-    row = o.row;
-    base = o.base;
-  };
   place(q, q_full, p.q_strides, p.q_row, p.q_base);
   place(k, k_full, p.k_strides, p.k_row, p.k_base);
   place(v, v_full, p.v_strides, p.v_row, p.v_base);
@@ -504,9 +506,7 @@ void attention_backward_kernel(const KernelArgs& args) {
       !(grad.shape == with_dims(p.batch, {p.L, p.Ev}))) {
     reject(args, "the grad must be [batch..., L, Ev] of q's dtype");
   }
-  p.g_strides = grad.viewed ? grad.strides : broadcast_strides(grad.shape, grad.shape);
-  p.g_row = grad.row;
-  p.g_base = grad.base;
+  place(grad, grad.shape, p.g_strides, p.g_row, p.g_base);
   dispatch_backward(args, p);
 }
 
