@@ -4,12 +4,14 @@
 //   attention_ms     — median time of one call (`pass`: forward or backward)
 //   attention_cpu_ms — median processor time of one call (all threads): with one thread, the
 //                      figure another process's load on the machine moves least
-// `threads` is the compute pool's size (--threads, default 2). JSON lines on stdout (see
+// `threads` is the compute pool's size (--threads, default 2); --pass forward or backward times
+// one pass only. JSON lines on stdout (see
 // benchmarks/README.md).
 #include <CLI/CLI.hpp>
 
 #include <time.h>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -52,7 +54,10 @@ void time_calls(const char* pass, const cpu::KernelFn& kernel, const cpu::Kernel
   emit("attention", "attention_cpu_ms", quantile(cpu_times, 0.5), "ms", params);
 }
 
-void run(cpu::ComputePool& pool, bool quick, bool bf16) {
+void run(cpu::ComputePool& pool, bool quick, bool bf16, const std::vector<std::string>& passes) {
+  auto chosen = [&](const char* pass) {
+    return std::find(passes.begin(), passes.end(), pass) != passes.end();
+  };
   const int64_t batch = 32, heads = 4, L = 128, E = 32;
   const Shape qkv{batch, heads, L, E};
   // bf16 operands give f32 results, as under bf16 autocast.
@@ -92,12 +97,17 @@ void run(cpu::ComputePool& pool, bool quick, bool bf16) {
                                            {"causal", int64_t{1}},
                                            {"threads", int64_t{pool.threads()}},
                                            {"dtype", std::string(bf16 ? "bf16" : "f32")}};
-  time_calls("forward", table[static_cast<std::size_t>(Kernel::kScaledDotProductAttention)],
-             cpu::KernelArgs{forward_call, forward_in, {out.data(), &fwd}, pool}, shape, 0.5,
-             quick);
-  time_calls(
-      "backward", table[static_cast<std::size_t>(Kernel::kScaledDotProductAttentionBackward)],
-      cpu::KernelArgs{backward_call, backward_in, {back.data(), &grads}, pool}, shape, 0.5, quick);
+  if (chosen("forward")) {
+    time_calls("forward", table[static_cast<std::size_t>(Kernel::kScaledDotProductAttention)],
+               cpu::KernelArgs{forward_call, forward_in, {out.data(), &fwd}, pool}, shape, 0.5,
+               quick);
+  }
+  if (chosen("backward")) {
+    time_calls("backward",
+               table[static_cast<std::size_t>(Kernel::kScaledDotProductAttentionBackward)],
+               cpu::KernelArgs{backward_call, backward_in, {back.data(), &grads}, pool}, shape, 0.5,
+               quick);
+  }
 }
 
 }  // namespace
@@ -112,8 +122,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> dtypes{"f32"};
   app.add_option("--dtype", dtypes, "operand dtypes: f32, bf16 (f32 results) or both")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  std::vector<std::string> passes{"forward", "backward"};
+  app.add_option("--pass", passes, "passes to time: forward, backward or both")
+      ->check(CLI::IsMember({"forward", "backward"}))
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   axle::cpu::ComputePool pool(threads);
-  for (const std::string& dtype : dtypes) axle::bench::run(pool, quick, dtype == "bf16");
+  for (const std::string& dtype : dtypes) axle::bench::run(pool, quick, dtype == "bf16", passes);
   return 0;
 }

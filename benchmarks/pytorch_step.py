@@ -12,7 +12,8 @@ Each step: zero_grad, forward, loss, backward, (clip,) optimizer step. Three ste
 `--rounds` rounds of `--steps` steps; the median ms per step, in the faster of two ways to share
 the cores (PyTorch's threads on all of them and OpenBLAS on one, or the reverse), as one JSON line
 per model on stdout: {"bench": "train_step_pytorch", "metric": "step_ms", ...}. Needs Debian's
-python3-torch (and libopenblas0-pthread: the reference BLAS makes it ten times slower).
+python3-torch and libopenblas0-pthread (with the reference BLAS it is ten times slower: the script
+refuses to run on it).
   resnet18 -- torchvision's ResNet-18 (written out here: Debian has no torchvision), batch 8 of
           224 x 224, 1000 classes, cross entropy, SGD lr 0.1, momentum 0.9, weight decay 1e-4
 
@@ -297,10 +298,15 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="0: every core")
     args = parser.parse_args()
+    if not set_blas_threads(1):
+        # The anchor is PyTorch at its best: with another BLAS (Debian's reference one unless
+        # OpenBLAS provides libblas.so.3) its f32 products run about ten times slower.
+        sys.exit("pytorch_step: libblas.so.3 is not OpenBLAS (no openblas_set_num_threads), so "
+                 "PyTorch's f32 products would run on a slow BLAS: install libopenblas0-pthread")
     cores = args.threads if args.threads > 0 else len(os.sched_getaffinity(0))
     # PyTorch's own threads and OpenBLAS's compete when both use every core: its faster of the
     # two ways to share them, (PyTorch's threads, the BLAS's).
-    setups = [(cores, 1), (1, cores)] if cores > 1 and set_blas_threads(1) else [(cores, cores)]
+    setups = [(cores, 1), (1, cores)] if cores > 1 else [(cores, cores)]
     for name in args.model.split(","):
         best = None
         for threads, blas_threads in setups:
