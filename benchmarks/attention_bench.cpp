@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "compute threads")->check(CLI::Range(1, 64));
   std::vector<std::string> dtypes{"f32"};
   app.add_option("--dtype", dtypes, "operand dtypes: f32, bf16 (f32 results) or both")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->delimiter(',');
   std::vector<std::string> passes{"forward", "backward"};
   app.add_option("--pass", passes, "passes to time: forward, backward or both")
       ->check(CLI::IsMember({"forward", "backward"}))

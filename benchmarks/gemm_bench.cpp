@@ -230,13 +230,20 @@ int main(int argc, char** argv) {
   std::vector<std::string> only, isas, precisions{"f32", "bf16"};
   std::vector<int> thread_counts;
   app.add_flag("--quick", quick, "fewer timed rounds");
-  app.add_option("--only", only, "run only the shapes of these names (e.g. square_1024,gpt_qkv)");
+  std::vector<std::string> shape_names;
+  for (const Shape3& s : kShapes) shape_names.push_back(s.name);
+  app.add_option("--only", only, "run only the shapes of these names (e.g. square_1024,gpt_qkv)")
+      ->check(CLI::IsMember(shape_names))
+      ->delimiter(',');
   app.add_option("--isa", isas,
                  "instruction-set paths (avx2, avx512, avx512_bf16; default: each this "
-                 "processor has)");
+                 "processor has)")
+      ->delimiter(',');
   app.add_option("--precision", precisions, "f32, bf16 or both")
-      ->check(CLI::IsMember({"f32", "bf16"}));
-  app.add_option("--threads", thread_counts, "thread counts (default: 1 and every core)");
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->delimiter(',');
+  app.add_option("--threads", thread_counts, "thread counts (default: 1 and every core)")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
