@@ -31,7 +31,9 @@
 //                          as many threads as the process may use (its faster thread split,
 //                          OpenBLAS's AVX-512 kernels where they check out): pytorch_step_ms, and
 //                          over_pytorch — PyTorch's step time / axle's (axle's speed-up), for
-//                          mlp, cnn, gpt and resnet18 (f32)
+//                          mlp, cnn, gpt and resnet18 (f32); with --repeat N, axle's step and
+//                          PyTorch's measured in turn N times: the median of each, and
+//                          over_pytorch as the median of the N pairs' ratios ("pairs")
 //   with --mpi, under mpirun (--model mlp,cnn): data-parallel training across the job's processes
 //                          (each with CPU_NUM_DEVICES replicas, each stepping a full batch)
 //                          against one device of the first process training alone while the
@@ -397,6 +399,7 @@ struct Options {
   std::string observers = "standard";
   bool mpi = false;
   std::string python;
+  int repeat = 1;  // with python: axle's and PyTorch's steps measured in turn this many times
   int steps = 20, rounds = 7;  // for the MLP and the CNN
 
   [[nodiscard]] bool chosen(const char* model) const {
@@ -434,6 +437,10 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--pytorch", o.python,
                  "run PyTorch eager's step of each model with this Python (e.g. /usr/bin/python3 "
                  "with Debian's python3-torch) right after axle's: pytorch_step_ms, over_pytorch");
+  app.add_option("--repeat", o.repeat,
+                 "with --pytorch: measure axle's step and PyTorch's in turn this many times; "
+                 "the medians, and over_pytorch as the median of each pair's ratio")
+      ->check(CLI::Range(1, 20));
 }
 
 std::map<std::string, Param> labels(const char* model, int64_t batch, const std::string& amp) {
@@ -450,46 +457,66 @@ void emit_amp_speedup(const char* model, int64_t batch, const std::map<std::stri
   }
 }
 
-// PyTorch's step of the same model in the same precision, right after axle's.
-void against_pytorch(const Options& o, const char* model, int64_t batch, double axle_ms, int steps,
-                     int rounds, const std::string& amp) {
-  if (o.python.empty()) return;
-  const std::optional<PytorchStep> theirs = pytorch_step_ms(o.python, model, steps, rounds, amp);
-  if (!theirs) return;
-  emit("train_step", "pytorch_step_ms", theirs->ms, "ms",
-       {{"model", std::string(model)},
-        {"batch", batch},
-        {"amp", amp},
-        {"torch", theirs->version},
-        {"openblas_coretype", theirs->openblas_coretype}});
-  emit("train_step", "over_pytorch", theirs->ms / axle_ms, "ratio",
-       {{"model", std::string(model)}, {"batch", batch}, {"amp", amp}});
+// axle's step time from `axle_step`, and with --pytorch PyTorch's step of the same model in the
+// same precision right after it, --repeat times in turn: a machine whose speed drifts moves both
+// figures of a pair alike, so over_pytorch is the median of the pairs' ratios. Returns the median
+// of axle's times.
+template <class AxleStep>
+double against_pytorch(const Options& o, const char* model, int64_t batch, int steps, int rounds,
+                       const std::string& amp, AxleStep&& axle_step) {
+  std::vector<double> ours, theirs, ratios;
+  std::optional<PytorchStep> last;
+  for (int r = 0; r < (o.python.empty() ? 1 : o.repeat); ++r) {
+    ours.push_back(axle_step());
+    if (o.python.empty()) break;
+    last = pytorch_step_ms(o.python, model, steps, rounds, amp);
+    if (!last) break;
+    theirs.push_back(last->ms);
+    ratios.push_back(last->ms / ours.back());
+  }
+  if (!theirs.empty()) {
+    emit("train_step", "pytorch_step_ms", quantile(theirs, 0.5), "ms",
+         {{"model", std::string(model)},
+          {"batch", batch},
+          {"amp", amp},
+          {"torch", last ? last->version : std::string()},
+          {"openblas_coretype", last ? last->openblas_coretype : std::string()},
+          {"pairs", static_cast<int64_t>(theirs.size())}});
+    emit("train_step", "over_pytorch", quantile(ratios, 0.5), "ratio",
+         {{"model", std::string(model)},
+          {"batch", batch},
+          {"amp", amp},
+          {"pairs", static_cast<int64_t>(ratios.size())}});
+  }
+  return quantile(ours, 0.5);
 }
 
 void run_gpt(const Options& o) {
   std::map<std::string, double> by_amp;
   for (const std::string& amp : o.amps) {
-    const double ms = gpt_step_ms(o.quick ? 3 : 5, o.quick ? 2 : 3, amp == "bf16");
+    const double ms = against_pytorch(
+        o, "gpt", GptTrainingStep::kBatch, 3, o.quick ? 2 : 3, amp,
+        [&] { return gpt_step_ms(o.quick ? 3 : 5, o.quick ? 2 : 3, amp == "bf16"); });
     by_amp[amp] = ms;
     const int64_t tokens = GptTrainingStep::kBatch * GptTrainingStep::kBlock;
     emit("train_step", "step_ms", ms, "ms", labels("gpt", GptTrainingStep::kBatch, amp));
     emit("train_step", "tokens_per_s", static_cast<double>(tokens) / ms * 1e3, "tokens/s",
          labels("gpt", GptTrainingStep::kBatch, amp));
-    against_pytorch(o, "gpt", GptTrainingStep::kBatch, ms, 3, o.quick ? 2 : 3, amp);
   }
   emit_amp_speedup("gpt", GptTrainingStep::kBatch, by_amp);
 }
 
 void run_resnet(const Options& o) {
   // A step takes seconds here: fewer steps and rounds than the small models.
-  const double ms = resnet_step_ms(o.quick ? 2 : 3, o.quick ? 2 : 3);
+  const double ms =
+      against_pytorch(o, "resnet18", ResNetTrainingStep::kBatch, 2, o.quick ? 2 : 3, "none",
+                      [&] { return resnet_step_ms(o.quick ? 2 : 3, o.quick ? 2 : 3); });
   const std::map<std::string, Param> resnet{{"model", std::string("resnet18")},
                                             {"batch", ResNetTrainingStep::kBatch},
                                             {"image_size", ResNetTrainingStep::kImageSize}};
   emit("train_step", "step_ms", ms, "ms", resnet);
   emit("train_step", "images_per_s", static_cast<double>(ResNetTrainingStep::kBatch) / ms * 1e3,
        "images/s", resnet);
-  against_pytorch(o, "resnet18", ResNetTrainingStep::kBatch, ms, 2, o.quick ? 2 : 3, "none");
 }
 
 struct Case {
@@ -503,12 +530,13 @@ void run_small_model(const Options& o, const Case c, int threads) {
   std::map<std::string, double> by_amp;
   for (const std::string& amp : o.amps) {
     const bool bf16 = amp == "bf16";
-    const double fused = step_ms(c.model, c.batch, o.steps, o.rounds, bf16);
+    const double fused = against_pytorch(o, c.model, c.batch, o.steps, o.quick ? 3 : 5, amp, [&] {
+      return step_ms(c.model, c.batch, o.steps, o.rounds, bf16);
+    });
     by_amp[amp] = fused;
     emit("train_step", "step_ms", fused, "ms", labels(c.model, c.batch, amp));
     emit("train_step", "samples_per_s", static_cast<double>(c.batch) / fused * 1e3, "samples/s",
          labels(c.model, c.batch, amp));
-    against_pytorch(o, c.model, c.batch, fused, o.steps, o.quick ? 3 : 5, amp);
     axle::config::set("AXLE_DISABLE_PASSES", "fusion");
     const double unfused = step_ms(c.model, c.batch, o.steps, o.rounds, bf16);
     axle::config::unset("AXLE_DISABLE_PASSES");
