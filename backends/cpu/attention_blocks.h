@@ -312,7 +312,12 @@ void softmax_step(const Problem& p, int64_t i0, int64_t j0, A* s, int64_t nq, in
       ArrayMap<A>(s + i * kKeyBlock, nk).setZero();
       continue;
     }
-    const A rescale = std::exp(top[i] - new_top[i]);  // 0 when top was -inf
+    // exp(top - new_top), without the call where its value is exact: 1 where the maximum held
+    // (most rows of a block after the first), 0 where it was -inf and is now a number.
+    const bool was_empty = top[i] == kMinusInf && !std::isnan(new_top[i]);
+    const A rescale = top[i] == new_top[i] ? A(1)
+                      : was_empty          ? A(0)
+                                           : std::exp(top[i] - new_top[i]);
     total[i] = total[i] * rescale + sum[i];
     top[i] = new_top[i];
     if (rescale != A(1)) ArrayMap<A>(acc + i * Ev, Ev) *= rescale;
@@ -329,7 +334,7 @@ void store_forward_rows(const A* acc, const A* top, const A* total, int64_t nq, 
     // A query that keeps no key: NaN, as softmax over only -inf gives in torch's math path.
     const bool none = total[i] == A(0);
     const A inverse = none ? kNan : A(1) / total[i];
-    for (int64_t c = 0; c < Ev; ++c) o[i * (Ev + 1) + c] = store<U>(acc[i * Ev + c] * inverse);
+    scale_into(acc + i * Ev, Ev, inverse, o + i * (Ev + 1));
     o[i * (Ev + 1) + Ev] = store<U>(none ? kMinusInf : top[i] + std::log(total[i]));
   }
 }
