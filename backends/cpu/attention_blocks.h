@@ -351,13 +351,14 @@ template <class U, class A>
 void read_row_terms(const U* forward, const A* grad, int64_t L, int64_t Ev, A* d, A* lse) {
   constexpr int64_t kGroup = 8;
   auto dots = [&](int64_t i, auto rows) {
-    A dot[rows()] = {};
+    constexpr int64_t kRows = decltype(rows)::value;
+    A dot[kRows] = {};
     for (int64_t c = 0; c < Ev; ++c) {
-      for (int64_t r = 0; r < rows(); ++r) {
+      for (int64_t r = 0; r < kRows; ++r) {
         dot[r] += grad[(i + r) * Ev + c] * static_cast<A>(load(forward[(i + r) * (Ev + 1) + c]));
       }
     }
-    for (int64_t r = 0; r < rows(); ++r) {
+    for (int64_t r = 0; r < kRows; ++r) {
       d[i + r] = dot[r];
       lse[i + r] = static_cast<A>(load(forward[(i + r) * (Ev + 1) + Ev]));
     }
