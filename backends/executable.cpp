@@ -146,7 +146,13 @@ bool fusible_reduction_dims(const Shape& shape, std::span<const int64_t> dims) n
   return runs <= 1;
 }
 
-bool writes_in_place_safely(const KernelCall& call) noexcept {
+bool writes_in_place_safely(const KernelCall& call, std::size_t operand) noexcept {
+  if (operand >= call.inputs.size()) return false;
+  // scatter_add adds into a copy of its base, element by element: the base may be that copy, but
+  // not when the index or src is the same slot (read anywhere while the sums are written).
+  if (call.kernel == Kernel::kScatterAdd) {
+    return operand == 0 && std::count(call.inputs.begin(), call.inputs.end(), call.inputs[0]) == 1;
+  }
   // Every fusible step reads element i only to write element i; so do where and fused kernels,
   // unless a reduction ends them (an output element then depends on many operand elements).
   // An optimization barrier copies one operand whole (and skips the copy when it is that
@@ -188,9 +194,10 @@ std::string plan_error(const Executable& program, const std::vector<bool>& calle
       if (gone[in]) return fmt::format("call {} reads slot {} after the plan released it", c, in);
     }
     if (const int32_t s = plan.in_place[c]; s >= 0) {
-      if (std::find(call.inputs.begin(), call.inputs.end(), s) == call.inputs.end() ||
-          !writes_in_place_safely(call) || caller_owned[s] ||
-          !(program.slots[s].dtype == program.slots[call.output].dtype) ||
+      const auto at = std::find(call.inputs.begin(), call.inputs.end(), s);
+      if (at == call.inputs.end() ||
+          !writes_in_place_safely(call, static_cast<std::size_t>(at - call.inputs.begin())) ||
+          caller_owned[s] || !(program.slots[s].dtype == program.slots[call.output].dtype) ||
           !(program.slots[s].shape == program.slots[call.output].shape)) {
         return fmt::format("call {} ({}) cannot write in place over slot {}", c,
                            kernel_name(call.kernel), s);

@@ -305,10 +305,11 @@ struct KernelCall {
 /// whose pairs may join any two), in group order; empty when no group holds it.
 [[nodiscard]] std::vector<int> collective_members(const KernelCall& call, int replica);
 
-/// Whether `call` may write its output over an operand of the output's shape and dtype: it reads
-/// each element of that operand only before writing the same element of the output. True for
-/// elementwise kernels and kFused calls without a reduction.
-[[nodiscard]] bool writes_in_place_safely(const KernelCall& call) noexcept;
+/// Whether `call` may write its output over its operand at position `operand` (of the output's
+/// shape and dtype): it reads each element of that operand only before writing the same element
+/// of the output. True for every operand of elementwise kernels and kFused calls without a
+/// reduction; for scatter_add's base (position 0) when no other position reads the same slot.
+[[nodiscard]] bool writes_in_place_safely(const KernelCall& call, std::size_t operand) noexcept;
 
 /// When a program's buffers are released and reused (made by actors/compiler/memory_plan.cpp).
 /// Without a plan (no release lists), a backend keeps every buffer until the program ends.

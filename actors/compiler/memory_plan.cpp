@@ -70,9 +70,10 @@ class MemoryPlanner {
   // An operand call c may write its result over (read for the last time, of the result's type
   // and shape), or -1.
   [[nodiscard]] int32_t in_place_operand(const KernelCall& call, std::size_t c) const {
-    if (!writes_in_place_safely(call)) return -1;
     const BufferDesc& out = program_.slots[call.output];
-    for (int32_t s : call.inputs) {
+    for (std::size_t position = 0; position < call.inputs.size(); ++position) {
+      const int32_t s = call.inputs[position];
+      if (!writes_in_place_safely(call, position)) continue;
       const BufferDesc& in = program_.slots[s];
       // (An output is handed to the caller in a buffer of exactly its size.)
       if (owned(s) && !shared_[s] && last_use_[s] == static_cast<int32_t>(c) &&

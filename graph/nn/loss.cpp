@@ -1,7 +1,8 @@
-// graph/nn: losses. The class term is a product with the one-hot target, so every loss is made of
-// elementwise ops and reductions whose gradients need no scatter. Class losses take scores
-// [N, C] or [N, C, d1, ...] with targets [N] or [N, d1, ...]; targets equal to ignore_index add
-// nothing, and the mean is over the others (NaN when none is left, as torch).
+// graph/nn: losses. The class term gathers each sample's target log-probability, as torch's
+// nll_loss does (a product with a one-hot target would write and read C values per sample, and
+// turn a -inf log-probability of another class into NaN). Class losses take scores [N, C] or
+// [N, C, d1, ...] with targets [N] or [N, d1, ...]; targets equal to ignore_index add nothing, and
+// the mean is over the others (NaN when none is left, as torch).
 #include "axle/graph/nn/loss.h"
 
 #include <fmt/format.h>
@@ -61,20 +62,22 @@ Tensor classes_last(const Tensor& scores, const Loc& loc) {
   return permute(scores, order, loc);
 }
 
-// -sum(log_probs * target distribution) per sample, reduced over the samples not ignored.
-// log_probs has its classes last; `smoothing` mixes ε / C on every class into the one-hot.
+// -log_probs[target] per sample, reduced over the samples not ignored. log_probs has its classes
+// last; `smoothing` ε mixes in ε / C of every class's -log p, as torch's label smoothing does.
 Tensor class_loss(const Tensor& log_probs, const Tensor& target, double smoothing,
                   Reduction reduction, int64_t ignore_index, const Loc& loc) {
   const int64_t classes = log_probs.size(-1);
   const Tensor ignored = eq(target, static_cast<double>(ignore_index), loc);
-  // An ignored target may be no class at all (-100): one_hot gets class 0 in its place.
+  // An ignored target may be no class at all (-100): class 0 is read in its place.
   const Tensor safe_target =
       where(ignored, zeros({}, target.dtype(), target.device(), loc), target, loc);
-  Tensor weights = cast(one_hot(safe_target, classes, loc), log_probs.dtype(), loc);
+  const Tensor picked = gather(log_probs, -1, unsqueeze(safe_target, -1, loc), loc);
+  Tensor per_sample = -squeeze(picked, -1, loc);
   if (smoothing > 0) {
-    weights = weights * (1 - smoothing) + smoothing / static_cast<double>(classes);
+    const Tensor all_classes = -sum(log_probs, {-1}, false, loc);
+    per_sample =
+        per_sample * (1 - smoothing) + all_classes * (smoothing / static_cast<double>(classes));
   }
-  const Tensor per_sample = -sum(log_probs * weights, {-1}, false, loc);
   // where, not a product with 0: an ignored sample's loss may be NaN.
   const Tensor losses =
       where(ignored, zeros({}, per_sample.dtype(), per_sample.device(), loc), per_sample, loc);

@@ -153,6 +153,33 @@ TEST(MemoryPlan, FusedReductionsNeverWriteOverTheirOperands) {
   }
 }
 
+// A gather's gradient is a scatter_add into zeros the program makes: the sums are added into that
+// buffer, not into a copy of it, and come out as the reference's.
+TEST(MemoryPlan, AScatterAddWritesOverTheBaseItMade) {
+  auto step = [](const Tensor& x, const Tensor& index) {
+    return scatter_add(zeros({4, 6}, DType::kFloat32), 1, index, x);
+  };
+  const Tensor index = tensor(std::vector<int64_t>{5, 0, 0, 2, 3, 3}, {2, 3});
+  const IntrusivePtr<Executable> program = compiled({step(input({2, 3}), index)}, true);
+  int scatters = 0;
+  for (std::size_t c = 0; c < program->calls.size(); ++c) {
+    if (program->calls[c].kernel != Kernel::kScatterAdd) continue;
+    ++scatters;
+    EXPECT_EQ(program->plan.in_place[c], program->calls[c].inputs[0]);
+  }
+  EXPECT_EQ(scatters, 1);
+  EXPECT_EQ(program_error(*program), "");
+
+  LazySystem::restart();
+  const std::vector<float> xs = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> got =
+      step(tensor(xs, {2, 3}), tensor(std::vector<int64_t>{5, 0, 0, 2, 3, 3}, {2, 3}))
+          .to_vector<float>();
+  const std::vector<float> want = {5, 0, 0, 0, 0, 1, 0, 0, 4, 11, 0, 0,
+                                   0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  0, 0};
+  EXPECT_EQ(got, want);
+}
+
 // One training step of a two-layer MLP with its backward pass written out, and SGD.
 std::vector<Tensor> mlp_step(const Tensor& x, const Tensor& y, const Tensor& w1, const Tensor& w2,
                              double lr) {

@@ -159,11 +159,13 @@ TEST(ProgramError, RejectsPlansThatFreeWhatTheyDoNotOwnOrReadFreedSlots) {
 }
 
 TEST(WritesInPlaceSafely, ElementwiseAndFusedKernelsWithoutAReduction) {
-  EXPECT_TRUE(writes_in_place_safely({Kernel::kAdd, {0, 1}, 2, {}, {}}));
-  EXPECT_FALSE(writes_in_place_safely({Kernel::kSum, {0}, 1, {0, 0}, {}}));
+  EXPECT_TRUE(writes_in_place_safely({Kernel::kAdd, {0, 1}, 2, {}, {}}, 0));
+  EXPECT_TRUE(writes_in_place_safely({Kernel::kAdd, {0, 1}, 2, {}, {}}, 1));
+  EXPECT_FALSE(writes_in_place_safely({Kernel::kAdd, {0, 1}, 2, {}, {}}, 2));  // no such operand
+  EXPECT_FALSE(writes_in_place_safely({Kernel::kSum, {0}, 1, {0, 0}, {}}, 0));
   const auto exp_k = static_cast<int64_t>(Kernel::kExp);
   const KernelCall chain{Kernel::kFused, {0}, 1, {0, exp_k, -1, 0, 0, 0}, {}};
-  EXPECT_TRUE(writes_in_place_safely(chain));
+  EXPECT_TRUE(writes_in_place_safely(chain, 0));
   // exp into buffer 0, then its sum: each output reads many operand elements.
   const KernelCall reducing{
       Kernel::kFused,
@@ -171,7 +173,18 @@ TEST(WritesInPlaceSafely, ElementwiseAndFusedKernelsWithoutAReduction) {
       1,
       {1, exp_k, 0, 0, 0, 0, static_cast<int64_t>(Kernel::kSum), -1, -1, 1, 2, 0, 0},
       {}};
-  EXPECT_FALSE(writes_in_place_safely(reducing));
+  EXPECT_FALSE(writes_in_place_safely(reducing, 0));
+}
+
+// scatter_add adds into its base element by element, so its result may take the base's buffer;
+// the index and src are read anywhere, and so is a base that is also the src.
+TEST(WritesInPlaceSafely, ScatterAddOverItsBaseOnly) {
+  const KernelCall scatter{Kernel::kScatterAdd, {0, 1, 2}, 3, {0}, {}};
+  EXPECT_TRUE(writes_in_place_safely(scatter, 0));
+  EXPECT_FALSE(writes_in_place_safely(scatter, 1));
+  EXPECT_FALSE(writes_in_place_safely(scatter, 2));
+  const KernelCall into_its_source{Kernel::kScatterAdd, {0, 1, 0}, 3, {0}, {}};
+  EXPECT_FALSE(writes_in_place_safely(into_its_source, 0));
 }
 
 TEST(ProgramError, RejectsAPlanWritingAFusedReductionInPlace) {
