@@ -5,7 +5,10 @@
 //   attention_cpu_ms — median processor time of one call (all threads): with one thread, the
 //                      figure another process's load on the machine moves least
 // `threads` is the compute pool's size (--threads, default 2); --pass forward or backward times
-// one pass only. JSON lines on stdout (see
+// one pass only. --layout heads (the default) gives each operand its own [batch, heads, L, E]
+// buffer; --layout projection reads q, k and v in place from one [batch, L, 3 heads E] projection
+// and the output gradient from [batch, L, heads E], and writes dq, dk and dv into one [batch, L,
+// 3 heads E] gradient of the operands' dtype, as the GPT's step does. JSON lines on stdout (see
 // benchmarks/README.md).
 #include <CLI/CLI.hpp>
 
@@ -54,16 +57,47 @@ void time_calls(const char* pass, const cpu::KernelFn& kernel, const cpu::Kernel
   emit("attention", "attention_cpu_ms", quantile(cpu_times, 0.5), "ms", params);
 }
 
-void run(cpu::ComputePool& pool, bool quick, bool bf16, const std::vector<std::string>& passes) {
+// The kernels' ints for q, k and v read in place from one [batch, L, 3 heads E] projection and
+// the output gradient from [batch, L, heads E]; the backward's gradients written likewise.
+struct ProjectionViews {
+  std::vector<int64_t> forward, backward;
+};
+
+ProjectionViews projection_views(int64_t heads, int64_t L, int64_t E) {
+  const int64_t width = 3 * heads * E;
+  auto view = [&](int64_t offset, int64_t row) {
+    return std::vector<int64_t>{L, E, offset, L * row, E, row};
+  };
+  ProjectionViews views;
+  views.forward = {1, 0, kAttentionViewQ | kAttentionViewK | kAttentionViewV};
+  for (int64_t part = 0; part < 3; ++part) {
+    const std::vector<int64_t> v = view(part * heads * E, width);
+    views.forward.insert(views.forward.end(), v.begin(), v.end());
+  }
+  views.backward = views.forward;
+  views.backward[2] |= kAttentionViewGrad | kAttentionViewOutput;
+  const std::vector<int64_t> grad = view(0, heads * E);
+  views.backward.insert(views.backward.end(), grad.begin(), grad.end());
+  for (int64_t part = 0; part < 3; ++part) {
+    views.backward.insert(views.backward.end(), {part * heads * E, L * width, E, width});
+  }
+  return views;
+}
+
+void run(cpu::ComputePool& pool, bool quick, bool bf16, bool projection,
+         const std::vector<std::string>& passes) {
   auto chosen = [&](const char* pass) {
     return std::find(passes.begin(), passes.end(), pass) != passes.end();
   };
   const int64_t batch = 32, heads = 4, L = 128, E = 32;
-  const Shape qkv{batch, heads, L, E};
-  // bf16 operands give f32 results, as under bf16 autocast.
-  const BufferDesc in{bf16 ? DType::kBFloat16 : DType::kFloat32, qkv},
-      fwd{DType::kFloat32, Shape{batch, heads, L, E + 1}},
-      grads{DType::kFloat32, Shape{batch, heads, 3 * L, E}};
+  const Shape qkv = projection ? Shape{batch, L, 3 * heads * E} : Shape{batch, heads, L, E};
+  const DType operands = bf16 ? DType::kBFloat16 : DType::kFloat32;
+  // bf16 operands give f32 results, as under bf16 autocast (and bf16 gradients in a projection,
+  // as in the GPT's step).
+  const BufferDesc in{operands, qkv}, fwd{DType::kFloat32, Shape{batch, heads, L, E + 1}},
+      grads = projection ? BufferDesc{operands, qkv}
+                         : BufferDesc{DType::kFloat32, Shape{batch, heads, 3 * L, E}},
+      grad_in = projection ? BufferDesc{operands, Shape{batch, L, heads * E}} : in;
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   auto random = [&](int64_t n) {
@@ -86,17 +120,30 @@ void run(cpu::ComputePool& pool, bool quick, bool bf16, const std::vector<std::s
   std::vector<float> out(static_cast<std::size_t>(fwd.shape.numel()));
   std::vector<float> back(static_cast<std::size_t>(grads.shape.numel()));
   const double scale = 1 / std::sqrt(static_cast<double>(E));
-  const KernelCall forward_call{Kernel::kScaledDotProductAttention, {}, 0, {1, 0}, {scale}};
-  const KernelCall backward_call{
-      Kernel::kScaledDotProductAttentionBackward, {}, 0, {1, 0}, {scale}};
-  const std::vector<cpu::ConstView> forward_in{{q.data(), &in}, {k.data(), &in}, {v.data(), &in}};
+  const ProjectionViews views = projection ? projection_views(heads, L, E) : ProjectionViews{};
+  const KernelCall forward_call{Kernel::kScaledDotProductAttention,
+                                {},
+                                0,
+                                projection ? views.forward : std::vector<int64_t>{1, 0},
+                                {scale}};
+  const KernelCall backward_call{Kernel::kScaledDotProductAttentionBackward,
+                                 {},
+                                 0,
+                                 projection ? views.backward : std::vector<int64_t>{1, 0},
+                                 {scale}};
+  // In a projection q, k and v are one buffer (q's), read at three offsets.
+  const float* k_data = projection ? q.data() : k.data();
+  const float* v_data = projection ? q.data() : v.data();
+  const std::vector<cpu::ConstView> forward_in{{q.data(), &in}, {k_data, &in}, {v_data, &in}};
   const std::vector<cpu::ConstView> backward_in{
-      {q.data(), &in}, {k.data(), &in}, {v.data(), &in}, {out.data(), &fwd}, {g.data(), &in}};
+      {q.data(), &in}, {k_data, &in}, {v_data, &in}, {out.data(), &fwd}, {g.data(), &grad_in}};
   const auto& table = cpu::kernel_table();
-  const std::map<std::string, Param> shape{{"qkv", qkv.to_string()},
-                                           {"causal", int64_t{1}},
-                                           {"threads", int64_t{pool.threads()}},
-                                           {"dtype", std::string(bf16 ? "bf16" : "f32")}};
+  const std::map<std::string, Param> shape{
+      {"qkv", qkv.to_string()},
+      {"layout", std::string(projection ? "projection" : "heads")},
+      {"causal", int64_t{1}},
+      {"threads", int64_t{pool.threads()}},
+      {"dtype", std::string(bf16 ? "bf16" : "f32")}};
   if (chosen("forward")) {
     time_calls("forward", table[static_cast<std::size_t>(Kernel::kScaledDotProductAttention)],
                cpu::KernelArgs{forward_call, forward_in, {out.data(), &fwd}, pool}, shape, 0.5,
@@ -127,8 +174,15 @@ int main(int argc, char** argv) {
   app.add_option("--pass", passes, "passes to time: forward, backward or both")
       ->check(CLI::IsMember({"forward", "backward"}))
       ->delimiter(',');
+  std::string layout = "heads";
+  app.add_option("--layout", layout,
+                 "heads: an [batch, heads, L, E] buffer per operand; projection: q, k and v read "
+                 "in place from one [batch, L, 3 heads E] buffer, as the GPT's step does")
+      ->check(CLI::IsMember({"heads", "projection"}));
   CLI11_PARSE(app, argc, argv);
   axle::cpu::ComputePool pool(threads);
-  for (const std::string& dtype : dtypes) axle::bench::run(pool, quick, dtype == "bf16", passes);
+  for (const std::string& dtype : dtypes) {
+    axle::bench::run(pool, quick, dtype == "bf16", layout == "projection", passes);
+  }
   return 0;
 }

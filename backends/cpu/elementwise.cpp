@@ -522,17 +522,23 @@ void fill_kernel(const KernelArgs& args) {
   check_arity(args, 0);
   if (args.call.reals.empty()) throw std::invalid_argument("fill needs reals = [value]");
   const BufferDesc& out = *args.output.desc;
-  if (is_storage_only(out.dtype)) {  // the value's bytes, repeated
+  // Large fills (a gather's gradient starts as zeros the size of its operand) on every thread.
+  auto fill_parts = [&](auto* dst, auto value) {
+    parallel_for(args.pool, out.shape.numel(), kParallelElements,
+                 [&](int64_t b, int64_t e, int) { fill_values(dst + b, e - b, value); });
+  };
+  if (is_storage_only(out.dtype)) {  // the value's bits, repeated
     std::array<std::byte, 8> value{};
     store_element(out.dtype, args.call.reals[0], value.data());
-    const std::size_t size = dtype_size(out.dtype);
-    auto* dst = static_cast<std::byte*>(args.output.data);
-    for (int64_t i = 0; i < out.shape.numel(); ++i) std::memcpy(dst + i * size, value.data(), size);
-    return;
+    return visit_storage_only(out.dtype, [&](auto tag) {
+      typename decltype(tag)::type element;
+      std::memcpy(&element, value.data(), sizeof element);
+      fill_parts(args.output.as<decltype(element)>(), element);
+    });
   }
   visit_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    fill_values(args.output.as<T>(), out.shape.numel(), store<T>(args.call.reals[0]));
+    fill_parts(args.output.as<T>(), store<T>(args.call.reals[0]));
   });
 }
 

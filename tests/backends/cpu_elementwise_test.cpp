@@ -703,6 +703,19 @@ TEST(CpuElementwise, FillWritesValueIntoEveryElementOfEveryDtype) {
   }
 }
 
+// A fill past kParallelElements is split over the pool's threads: every part writes its
+// elements (the output starts as 0xFF bytes), storage-only dtypes included.
+TEST(CpuElementwise, ALargeFillOnThreeThreadsWritesEveryElement) {
+  const Shape shape{301, 257};
+  for (DType dtype : kAll) {
+    const HostTensor got =
+        call_kernel_directly(Kernel::kFill, {}, dtype, shape, {}, /*threads=*/3, {-1.5});
+    EXPECT_EQ(got.values,
+              std::vector<double>(static_cast<std::size_t>(shape.numel()), round_to(dtype, -1.5)))
+        << label(dtype);
+  }
+}
+
 TEST(CpuElementwise, IotaCountsFromStartByStep) {
   for (DType dtype : kNumeric) {
     const HostTensor got = run_kernel(Kernel::kIota, {}, dtype, Shape{6}, {}, {-2, 3});
