@@ -505,6 +505,19 @@ void conv2d_typed(const T* x, const T* w, const T* bias, T* out, const ConvGeome
   conv2d_by_columns(x, w, bias, out, g, pool);
 }
 
+// Elements per part of the bf16 widening and rounding passes.
+constexpr int64_t kConvertGrain = int64_t{1} << 15;
+
+// widened() with the pass split over the pool: a bf16 operand in the calling thread's buffer
+// `slot` as f32.
+const float* widened_on(ComputePool& pool, const ConstView& v, int slot) {
+  const int64_t n = v.desc->shape.numel();
+  float* out = thread_floats(slot, static_cast<std::size_t>(n));
+  parallel_for(pool, n, kConvertGrain,
+               [&](int64_t b, int64_t e, int) { widen_block(v.as<Bf16>() + b, out + b, e - b); });
+  return out;
+}
+
 void conv2d(const KernelArgs& args) {
   const ConvGeometry g = plan_conv(args);
   ComputePool& pool = args.pool;
@@ -523,14 +536,16 @@ void conv2d(const KernelArgs& args) {
                           g, pool);
     case DType::kBFloat16: {
       // bf16 storage, f32 accumulation: widen once, convolve with bf16 products, round once at
-      // the end.
+      // the end; the widening and rounding passes split over the pool too.
       ConvGeometry bf16 = g;
       bf16.bf16_products = true;
       const int64_t n = args.output.desc->shape.numel();
       float* out = thread_floats(2, static_cast<std::size_t>(n));
-      conv2d_typed(widened(x, 0), widened(w, 1), static_cast<const float*>(nullptr), out, bf16,
-                   pool);
-      return narrow_block(out, args.output.as<Bf16>(), n);
+      conv2d_typed(widened_on(pool, x, 0), widened_on(pool, w, 1),
+                   static_cast<const float*>(nullptr), out, bf16, pool);
+      return parallel_for(pool, n, kConvertGrain, [&](int64_t b, int64_t e, int) {
+        narrow_block(out + b, args.output.as<Bf16>() + b, e - b);
+      });
     }
     default:
       return;  // rejected by plan_conv

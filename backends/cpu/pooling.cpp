@@ -388,12 +388,23 @@ void pool2d(const KernelArgs& args) {
     case DType::kFloat64:
       return run_as(double{});
     case DType::kBFloat16: {
-      // bf16 computes in f32 (a pick, or a sum rounded once): on the f32 kernels over the
-      // widened input, the same bits as bf16 loops, at the f32 kernels' speed.
-      const int64_t n = args.output.desc->shape.numel();
-      float* out = thread_floats(1, static_cast<std::size_t>(n));
-      run(widened(args.inputs[0], 0), out);
-      return narrow_block(out, args.output.as<Bf16>(), n);
+      // bf16 computes in f32 (a pick, or a sum rounded once) on the f32 kernels, the same bits
+      // as bf16 loops: each run of planes widened and rounded back by the thread pooling it.
+      const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
+      for_plane_runs(args.pool, g, args.inputs[0].as<Bf16>(), plane, args.output.as<Bf16>(),
+                     out_plane, [&](const Bf16* x, Bf16* out, const PoolGeometry& part, int) {
+                       const int64_t n = part.planes * plane, m = part.planes * out_plane;
+                       float* wide = thread_floats(0, static_cast<std::size_t>(n));
+                       float* pooled = thread_floats(1, static_cast<std::size_t>(m));
+                       widen_block(x, wide, n);
+                       if constexpr (kIsMax) {
+                         max_pool_typed(static_cast<const float*>(wide), pooled, part);
+                       } else {
+                         avg_pool_typed(static_cast<const float*>(wide), pooled, part);
+                       }
+                       narrow_block(pooled, out, m);
+                     });
+      return;
     }
     case DType::kInt64:
       if constexpr (!kIsMax) return run_as(int64_t{});
@@ -508,6 +519,32 @@ void avg_pool_backward_typed(const T* grad_out, T* grad_x, const PoolGeometry& g
   }
 }
 
+// pool2d_backward for bf16, as the forward: runs of planes widened, on the f32 kernels (f32 sums).
+template <bool kIsMax>
+void bf16_pool2d_backward(const KernelArgs& args, const PoolGeometry& g) {
+  const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
+  const Bf16* x = args.inputs[0].as<Bf16>();  // max: x, grad_out; average: grad_out
+  Bf16* result = args.output.as<Bf16>();
+  for_plane_runs(
+      args.pool, g, args.inputs[kIsMax ? 1 : 0].as<Bf16>(), out_plane, result, plane,
+      [&](const Bf16* grad_part, Bf16* grad_x, const PoolGeometry& part, int thread) {
+        const int64_t n = part.planes * plane, m = part.planes * out_plane;
+        float* grad_wide = thread_floats(0, static_cast<std::size_t>(m));
+        float* sums_wide = thread_floats(1, static_cast<std::size_t>(n));
+        auto* sums = static_cast<float*>(args.pool.scratch(thread, sizeof(float) * plane));
+        widen_block(grad_part, grad_wide, m);
+        if constexpr (kIsMax) {
+          float* x_wide = thread_floats(2, static_cast<std::size_t>(n));
+          widen_block(x + (grad_x - result), x_wide, n);
+          max_pool_backward_typed(static_cast<const float*>(x_wide),
+                                  static_cast<const float*>(grad_wide), sums_wide, part, sums);
+        } else {
+          avg_pool_backward_typed(static_cast<const float*>(grad_wide), sums_wide, part, sums);
+        }
+        narrow_block(sums_wide, grad_x, n);
+      });
+}
+
 template <bool kIsMax>
 void pool2d_backward(const KernelArgs& args) {
   const PoolGeometry g =
@@ -544,14 +581,8 @@ void pool2d_backward(const KernelArgs& args) {
       return run_as(float{});
     case DType::kFloat64:
       return run_as(double{});
-    case DType::kBFloat16: {
-      // As the forward: on the f32 kernels over widened operands (sums in f32 either way, each
-      // rounded once).
-      const int64_t n = args.output.desc->shape.numel();
-      float* result = thread_floats(2, static_cast<std::size_t>(n));
-      run(widened(args.inputs[0], 0), kIsMax ? widened(args.inputs[1], 1) : nullptr, result);
-      return narrow_block(result, args.output.as<Bf16>(), n);
-    }
+    case DType::kBFloat16:
+      return bf16_pool2d_backward<kIsMax>(args, g);
     default:
       return;  // rejected by plan_pool
   }

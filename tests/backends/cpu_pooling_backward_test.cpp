@@ -168,6 +168,46 @@ TEST(AvgPool2dBackward, WorksInBf16) {
                                     {.kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1}, rng);
 }
 
+// bf16 pooling runs the f32 kernels over runs of planes that each thread widens and rounds back
+// itself: on three threads over many runs, every value is the f32 kernels' on the widened
+// operands, rounded once to bf16 (2x2 max pools take the vector loops, 3x3 windows the others).
+TEST(PoolBf16, RunsOfPlanesOnThreadsGiveTheF32KernelsValuesRounded) {
+  std::mt19937 rng(9);
+  const Shape x_shape{8, 32, 28, 28};
+  const HostTensor x = random_tensor(DType::kBFloat16, x_shape, rng);
+  HostTensor x_f32 = x;
+  x_f32.dtype = DType::kFloat32;  // the same values, exact in f32
+  auto rounded = [](std::vector<double> v) {
+    for (double& e : v) e = round_to(DType::kBFloat16, e);
+    return v;
+  };
+  for (const PoolParams& p :
+       {PoolParams{},
+        PoolParams{.kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}}) {
+    const Shape out_shape = pool_output_shape(x_shape, p);
+    HostTensor g = random_tensor(DType::kBFloat16, out_shape, rng);
+    HostTensor g_f32 = g;
+    g_f32.dtype = DType::kFloat32;
+    for (const bool max : {true, false}) {
+      const std::vector<int64_t> ints = max ? max_pool_ints(p) : avg_pool_ints(p);
+      const Kernel forward = max ? Kernel::kMaxPool2d : Kernel::kAvgPool2d;
+      const Kernel backward = max ? Kernel::kMaxPool2dBackward : Kernel::kAvgPool2dBackward;
+      const std::vector<HostTensor> operands = max ? std::vector{x, g} : std::vector{g};
+      const std::vector<HostTensor> operands_f32 =
+          max ? std::vector{x_f32, g_f32} : std::vector{g_f32};
+      EXPECT_EQ(
+          call_kernel_directly(forward, {x}, DType::kBFloat16, out_shape, ints, 3).values,
+          rounded(call_kernel_directly(forward, {x_f32}, DType::kFloat32, out_shape, ints).values))
+          << kernel_name(forward) << " " << p.kh << "x" << p.kw;
+      EXPECT_EQ(
+          call_kernel_directly(backward, operands, DType::kBFloat16, x_shape, ints, 3).values,
+          rounded(
+              call_kernel_directly(backward, operands_f32, DType::kFloat32, x_shape, ints).values))
+          << kernel_name(backward) << " " << p.kh << "x" << p.kw;
+    }
+  }
+}
+
 TEST(PoolBackward, RejectsAnOutputOtherThanTheInputsShape) {
   const HostTensor x{DType::kFloat32, {1, 1, 4, 4}, std::vector<double>(16, 1.0)};
   const HostTensor g{DType::kFloat32, {1, 1, 2, 2}, std::vector<double>(4, 1.0)};
