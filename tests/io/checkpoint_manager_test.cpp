@@ -733,7 +733,9 @@ int save_on_a_full_disk(const fs::path& dir) {
   if (::unshare(CLONE_NEWNS) != 0) return 2;
   if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return 3;
   if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=256k") != 0) return 4;
-  return second_save_fails(dir, zeros({256 << 10}), [] {});
+  const int result = second_save_fails(dir, zeros({256 << 10}), [] {});
+  ::umount2(dir.c_str(), MNT_DETACH);  // a mount point would keep the test's directory at exit
+  return result;
 }
 
 TEST_F(CheckpointManagerTest, ASaveOnAFullDiskIsReportedAndLeavesTheEarlierSteps) {

@@ -13,13 +13,48 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace axle::testing {
 
-/// A fresh directory under the system's temp directory, removed with everything in it.
+/// The TempDirs this process made and has not removed: a death test's child runs its fixture and
+/// ends in std::exit, which skips the fixture's destructor but destroys this, so the child's
+/// directory goes too (a forked child leaves its parent's, which it did not make).
+class LiveTempDirs {
+ public:
+  static LiveTempDirs& get() {
+    static LiveTempDirs dirs;
+    return dirs;
+  }
+  void add(const std::filesystem::path& path) {
+    std::lock_guard lock(mutex_);
+    paths_.insert({path, ::getpid()});
+  }
+  void remove(const std::filesystem::path& path) {
+    std::lock_guard lock(mutex_);
+    paths_.erase({path, ::getpid()});
+    std::error_code error;
+    std::filesystem::remove_all(path, error);
+  }
+  ~LiveTempDirs() {
+    for (const auto& [path, maker] : paths_) {
+      std::error_code error;
+      if (maker == ::getpid()) std::filesystem::remove_all(path, error);
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::set<std::pair<std::filesystem::path, pid_t>> paths_;
+};
+
+/// A fresh directory under the system's temp directory, removed with everything in it (at the
+/// latest when the process exits).
 class TempDir {
  public:
   TempDir() {
@@ -30,11 +65,9 @@ class TempDir {
              std::to_string(::getpid()) + "_" + std::to_string(counter++));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
+    LiveTempDirs::get().add(path_);
   }
-  ~TempDir() {
-    std::error_code error;
-    std::filesystem::remove_all(path_, error);
-  }
+  ~TempDir() { LiveTempDirs::get().remove(path_); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 
