@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -213,6 +214,27 @@ TEST_F(Loss, CrossEntropyLeavesOutIgnoredTargets) {
                                         Reduction::kMean, 3);
   EXPECT_TRUE(all_close(values(loss), spatial_cross_entropy_ref(in.scores, classes, kN, kC, 1, 0,
                                                                 Reduction::kMean, 3)));
+}
+
+// A class whose logit is -inf has log-probability -inf; as in torch, it adds nothing to another
+// target's loss (a product with a one-hot target would give -inf * 0 = NaN), and the gradient is
+// softmax - one_hot, finite.
+TEST_F(Loss, CrossEntropyWithAnotherClassAtMinusInfinityStaysFinite) {
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor logits = f64_tensor({0, -inf, 1, 2, 0, -inf}, {2, 3});
+  logits.requires_grad_();
+  const Tensor loss = nn::cross_entropy(logits, tensor(std::vector<int64_t>{0, 1}, {2}));
+  loss.backward();
+  const double e = std::exp(1.0), e2 = std::exp(2.0);
+  const double want = (std::log(1 + e) + std::log(e2 + 1)) / 2;
+  EXPECT_NEAR(loss.item(), want, 1e-12);
+  const std::vector<double> grad = values(logits.grad());
+  const std::vector<double> softmax_minus_target = {1 / (1 + e) - 1,  0, e / (1 + e), e2 / (e2 + 1),
+                                                    1 / (e2 + 1) - 1, 0};
+  ASSERT_EQ(grad.size(), softmax_minus_target.size());
+  for (std::size_t i = 0; i < grad.size(); ++i) {
+    EXPECT_NEAR(grad[i], softmax_minus_target[i] / 2, 1e-12) << i;
+  }
 }
 
 TEST_F(Loss, MeanOverOnlyIgnoredTargetsIsNaN) {
