@@ -33,10 +33,11 @@ Double4 load4(const C* p) {
     // One widening load: a Float4 converted with __builtin_convertvector took four instructions
     // (two halves widened and joined), the most of a row's passes.
     return Double4(_mm256_cvtps_pd(_mm_loadu_ps(p)));
-#endif
+#else
     Float4 f;
     std::memcpy(&f, p, sizeof f);
     return __builtin_convertvector(f, Double4);
+#endif
   } else {
     Double4 d;
     std::memcpy(&d, p, sizeof d);
