@@ -7,6 +7,9 @@
 //   gemm_gflops       — 2 · m · n · k / time, the best of several timed rounds; `of_peak` is the
 //                       fraction of the matching peak_gflops
 //   gemm_thread_scaling — the 1024³ product on every thread / on one (`precision`, `isa`)
+// With --cold, each call reads another copy of the operands from a set larger than the last-level
+// cache (`operands` "cold"), as a training step's products find activations written long before;
+// otherwise the operands stay in the caches between calls (`operands` "warm").
 // JSON lines on stdout (see benchmarks/README.md).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -114,18 +117,36 @@ cpu::Gemm make_gemm(const Shape3& s, Buffers& x, GemmPrecision precision) {
   return g;
 }
 
-/// GFLOP/s of the product: the best of `rounds` rounds, each repeating it for about 20 ms.
-double time_product(const cpu::Gemm& g, cpu::ComputePool& pool, int rounds) {
+/// Copies of a product's operands that together pass this many bytes, for --cold: more than the
+/// last-level cache of the processors this runs on (32 MiB on a Zen 5's CCD).
+constexpr std::size_t kColdBytes = std::size_t{96} << 20;
+
+/// How many copies of `s`'s operands --cold cycles through (1 when warm).
+std::size_t copies_of(const Shape3& s, bool cold) {
+  if (!cold) return 1;
+  const auto bytes = static_cast<std::size_t>(s.m * s.k + s.k * s.n) * sizeof(float);
+  return std::max<std::size_t>(2, (kColdBytes + bytes - 1) / bytes);
+}
+
+/// GFLOP/s of the product: the best of `rounds` rounds, each repeating it for about 20 ms,
+/// calls taking the products of `gemms` (copies of one product's operands) in turn.
+double time_product(const std::vector<cpu::Gemm>& gemms, cpu::ComputePool& pool, int rounds) {
+  const cpu::Gemm& g = gemms.front();
   const double flops = 2.0 * static_cast<double>(g.m * g.n * g.k);
-  cpu::gemm(g, &pool);  // warm: packing buffers, caches
+  std::size_t next = 0;
+  auto call = [&] {
+    cpu::gemm(gemms[next], &pool);
+    next = (next + 1) % gemms.size();
+  };
+  call();  // warm: packing buffers (and caches, when there is one copy)
   const auto probe = Clock::now();
-  cpu::gemm(g, &pool);
+  call();
   const double once = std::max(1e-7, std::chrono::duration<double>(Clock::now() - probe).count());
   const int repeats = std::max(1, static_cast<int>(0.02 / once));
   double best = 0;
   for (int r = 0; r < rounds; ++r) {
     const auto start = Clock::now();
-    for (int i = 0; i < repeats; ++i) cpu::gemm(g, &pool);
+    for (int i = 0; i < repeats; ++i) call();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     best = std::max(best, flops * repeats / seconds * 1e-9);
   }
@@ -181,7 +202,7 @@ Peaks measure_peaks(const std::vector<int>& thread_counts, bool quick) {
 // the peak of the instruction it runs on; and how the square product scales with the threads.
 void run_products(cpu::CpuIsa isa, const std::string& precision_name,
                   const std::vector<int>& thread_counts, const std::vector<std::string>& only,
-                  const Peaks& peaks, int rounds) {
+                  const Peaks& peaks, int rounds, bool cold) {
   const cpu::GemmPrecision precision =
       precision_name == "bf16" ? cpu::GemmPrecision::kBf16 : cpu::GemmPrecision::kF32;
   cpu::set_cpu_isa(isa);
@@ -191,8 +212,10 @@ void run_products(cpu::CpuIsa isa, const std::string& precision_name,
     cpu::ComputePool pool(threads);
     for (const Shape3& s : kShapes) {
       if (!only.empty() && std::find(only.begin(), only.end(), s.name) == only.end()) continue;
-      Buffers buffers = make_buffers(s);
-      const double gflops = time_product(make_gemm(s, buffers, precision), pool, rounds);
+      std::vector<Buffers> buffers(copies_of(s, cold), make_buffers(s));
+      std::vector<cpu::Gemm> gemms;
+      for (Buffers& copy : buffers) gemms.push_back(make_gemm(s, copy, precision));
+      const double gflops = time_product(gemms, pool, rounds);
       if (s.name == "square_1024") square[threads] = gflops;
       const auto peak = peaks.find({instruction, threads});
       const double of_peak = peak != peaks.end() && peak->second > 0 ? gflops / peak->second : 0.0;
@@ -206,6 +229,7 @@ void run_products(cpu::CpuIsa isa, const std::string& precision_name,
             {"precision", precision_name},
             {"isa", std::string(cpu::cpu_isa_name(isa))},
             {"threads", int64_t{threads}},
+            {"operands", std::string(cold ? "cold" : "warm")},
             {"of_peak", of_peak}});
     }
   }
@@ -226,10 +250,13 @@ int main(int argc, char** argv) {
   using namespace axle;
   using namespace axle::bench;
   CLI::App app{"gemm_bench: the CPU matrix products against the processor's measured peak"};
-  bool quick = false;
+  bool quick = false, cold = false;
   std::vector<std::string> only, isas, precisions{"f32", "bf16"};
   std::vector<int> thread_counts;
   app.add_flag("--quick", quick, "fewer timed rounds");
+  app.add_flag("--cold", cold,
+               "each call reads another copy of the operands, from a set larger than the "
+               "last-level cache");
   std::vector<std::string> shape_names;
   for (const Shape3& s : kShapes) shape_names.push_back(s.name);
   app.add_option("--only", only, "run only the shapes of these names (e.g. square_1024,gpt_qkv)")
@@ -259,7 +286,7 @@ int main(int argc, char** argv) {
           std::find(paths->begin(), paths->end(), cpu::CpuIsa::kAvx512) != paths->end()) {
         continue;
       }
-      run_products(isa, precision, thread_counts, only, peaks, quick ? 3 : 7);
+      run_products(isa, precision, thread_counts, only, peaks, quick ? 3 : 7, cold);
     }
   }
   cpu::set_cpu_isa(cpu::detected_cpu_isa());
