@@ -38,13 +38,23 @@ double process_cpu_ms() {
   return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
 }
 
+/// Writes more than the last-level cache holds, so that what a kernel reads next comes from
+/// memory (--cold).
+void evict_caches() {
+  static std::vector<char> flood(std::size_t{96} << 20);
+  static char value = 0;
+  std::memset(flood.data(), ++value, flood.size());
+}
+
 void time_calls(const char* pass, const cpu::KernelFn& kernel, const cpu::KernelArgs& args,
-                const std::map<std::string, Param>& shape, double min_seconds, bool quick) {
+                const std::map<std::string, Param>& shape, double min_seconds, bool quick,
+                bool cold) {
   kernel(args);  // warm-up: scratch, caches
   std::vector<double> times, cpu_times;
   const auto start = Clock::now();
   while (times.size() < 5 ||
          (!quick && std::chrono::duration<double>(Clock::now() - start).count() < min_seconds)) {
+    if (cold) evict_caches();
     const auto t0 = Clock::now();
     const double cpu0 = process_cpu_ms();
     kernel(args);
@@ -53,6 +63,7 @@ void time_calls(const char* pass, const cpu::KernelFn& kernel, const cpu::Kernel
   }
   std::map<std::string, Param> params = shape;
   params["pass"] = std::string(pass);
+  params["operands"] = std::string(cold ? "cold" : "warm");
   emit("attention", "attention_ms", quantile(times, 0.5), "ms", params);
   emit("attention", "attention_cpu_ms", quantile(cpu_times, 0.5), "ms", params);
 }
@@ -84,7 +95,7 @@ ProjectionViews projection_views(int64_t heads, int64_t L, int64_t E) {
   return views;
 }
 
-void run(cpu::ComputePool& pool, bool quick, bool bf16, bool projection,
+void run(cpu::ComputePool& pool, bool quick, bool cold, bool bf16, bool projection,
          const std::vector<std::string>& passes) {
   auto chosen = [&](const char* pass) {
     return std::find(passes.begin(), passes.end(), pass) != passes.end();
@@ -147,13 +158,13 @@ void run(cpu::ComputePool& pool, bool quick, bool bf16, bool projection,
   if (chosen("forward")) {
     time_calls("forward", table[static_cast<std::size_t>(Kernel::kScaledDotProductAttention)],
                cpu::KernelArgs{forward_call, forward_in, {out.data(), &fwd}, pool}, shape, 0.5,
-               quick);
+               quick, cold);
   }
   if (chosen("backward")) {
     time_calls("backward",
                table[static_cast<std::size_t>(Kernel::kScaledDotProductAttentionBackward)],
                cpu::KernelArgs{backward_call, backward_in, {back.data(), &grads}, pool}, shape, 0.5,
-               quick);
+               quick, cold);
   }
 }
 
@@ -165,6 +176,10 @@ int main(int argc, char** argv) {
   bool quick = false;
   int threads = 2;
   app.add_flag("--quick", quick, "five calls per pass");
+  bool cold = false;
+  app.add_flag("--cold", cold,
+               "write 96 MiB before each timed call, so the operands come from memory as in a "
+               "training step");
   app.add_option("--threads", threads, "compute threads")->check(CLI::Range(1, 64));
   std::vector<std::string> dtypes{"f32"};
   app.add_option("--dtype", dtypes, "operand dtypes: f32, bf16 (f32 results) or both")
@@ -182,7 +197,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   axle::cpu::ComputePool pool(threads);
   for (const std::string& dtype : dtypes) {
-    axle::bench::run(pool, quick, dtype == "bf16", layout == "projection", passes);
+    axle::bench::run(pool, quick, cold, dtype == "bf16", layout == "projection", passes);
   }
   return 0;
 }
