@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "axle/backends/cpu/isa.h"
 #include "tests/backends/kernel_test_util.h"
 
 namespace axle::testing {
@@ -130,6 +131,40 @@ TEST(CpuLayerNorm, FoldedWeightAndResidualGiveTheBitsOfTheirOwnCalls) {
           << where << ", " << threads << " threads";
     }
   }
+}
+
+// The f32 rows have code of their own per instruction set (layer_norm_avx512.cpp): every path the
+// processor has gives the avx2 path's bits, rows far from zero and ragged widths included, with
+// the weight and the residual folded in or not.
+TEST(CpuLayerNorm, EveryInstructionSetGivesTheSameBits) {
+  std::mt19937 rng(44);
+  const DType dtype = DType::kFloat32;
+  const cpu::CpuIsa before = cpu::cpu_isa();
+  for (const int64_t width : {128, 37, 300}) {
+    const Shape shape{33, width}, row{width};
+    HostTensor x = random_tensor(dtype, shape, rng, -3, 3);
+    for (std::size_t i = 0; i < x.values.size(); i += 3) x.values[i] += 250;
+    const HostTensor g = random_tensor(dtype, shape, rng, -1, 1);
+    const HostTensor w = random_tensor(dtype, row, rng, 0.5, 1.5);
+    const HostTensor r = random_tensor(dtype, shape, rng, -1, 1);
+    auto results = [&] {
+      return std::vector<std::vector<double>>{
+          call_kernel_directly(Kernel::kLayerNorm, {x}, dtype, shape, {1}, 2, {1e-5}).values,
+          call_kernel_directly(Kernel::kLayerNormBackward, {g, x}, dtype, shape, {1}, 2, {1e-5})
+              .values,
+          call_kernel_directly(Kernel::kLayerNormBackward, {g, x, w, r}, dtype, shape,
+                               {1, kLayerNormFoldedWeight | kLayerNormFoldedResidual}, 2, {1e-5})
+              .values};
+    };
+    cpu::set_cpu_isa(cpu::CpuIsa::kAvx2);
+    const std::vector<std::vector<double>> narrow = results();
+    for (cpu::CpuIsa isa : {cpu::CpuIsa::kAvx512, cpu::CpuIsa::kAvx512Bf16}) {
+      if (isa > cpu::detected_cpu_isa()) continue;
+      cpu::set_cpu_isa(isa);
+      EXPECT_EQ(results(), narrow) << cpu::cpu_isa_name(isa) << ", width " << width;
+    }
+  }
+  cpu::set_cpu_isa(before);
 }
 
 TEST(CpuLayerNorm, RefusesMalformedCalls) {
