@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "axle/backends/cpu/compute_pool.h"
 #include "axle/backends/cpu/element.h"
 
 namespace axle::cpu {
@@ -181,6 +182,22 @@ void accumulate_row(typename R::Acc* __restrict__ acc, const T* __restrict__ x, 
     for (int64_t j = 0; j < kLanes; ++j) acc[i + j] = R::step(acc[i + j], load(x[i + j]));
   }
   for (; i < w; ++i) acc[i] = R::step(acc[i], load(x[i]));
+}
+
+/// Calls run(output, column, w) for runs of whole columns [column, column + w) of each of
+/// g.outer outputs' rows (inner > 1), spread over the pool's threads: a run is about inner /
+/// threads columns, a multiple of 16. All of a column's rows are in one run, so a run that folds
+/// them in order gives one thread's bits.
+template <class Run>
+void for_column_runs(ComputePool& pool, const Geometry& g, Run&& run) {
+  constexpr int64_t kAlign = 16;
+  const int64_t threads = pool.threads();
+  const int64_t width = ((g.inner + threads - 1) / threads + kAlign - 1) / kAlign * kAlign;
+  const int64_t runs = (g.inner + width - 1) / width;
+  pool.run(g.outer * runs, [&](int64_t part, int) {
+    const int64_t column = part % runs * width;
+    run(part / runs, column, std::min(width, g.inner - column));
+  });
 }
 
 /// reduce_row over rows of n terms that arrive in pieces (a fused kernel computes its operand a

@@ -211,6 +211,40 @@ TEST(CpuReduce, ReducingOuterAndInnerDimsGivesTheContiguousRowsBits) {
   }
 }
 
+// Reductions down columns wide enough to split their columns over threads give one thread's
+// bits on two and three, with column counts that split into ragged runs and outer dims kept.
+TEST(CpuReduce, ColumnReductionsOnSeveralThreadsGiveOneThreadsBits) {
+  std::mt19937 rng(27);
+  struct Case {
+    Shape shape;
+    std::vector<int> dims;
+  };
+  for (const Case& c : {Case{Shape{40, 4100}, {0}}, Case{Shape{3, 20, 8200}, {1}},
+                        Case{Shape{4, 8, 2048}, {0, 1}}, Case{Shape{2000, 40}, {0}}}) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat64, DType::kInt64}) {
+      HostTensor x = random_tensor(dtype, c.shape, rng, -3, 3);
+      if (dtype != DType::kInt64) x.values[5] = std::nan("");  // column 5 holds a NaN
+      std::vector<int64_t> ints{0};
+      ints.insert(ints.end(), c.dims.begin(), c.dims.end());
+      const Shape out = reduced_shape(x.shape, c.dims, false);
+      for (Kernel k : {Kernel::kSum, Kernel::kMean, Kernel::kReduceMax, Kernel::kReduceMin}) {
+        if (k == Kernel::kMean && dtype == DType::kInt64) continue;
+        const HostTensor one = call_kernel_directly(k, {x}, dtype, out, ints, 1);
+        for (int threads : {2, 3}) {
+          const HostTensor many = call_kernel_directly(k, {x}, dtype, out, ints, threads);
+          ASSERT_EQ(many.values.size(), one.values.size());
+          for (std::size_t i = 0; i < one.values.size(); ++i) {
+            const double a = many.values[i], b = one.values[i];
+            ASSERT_TRUE(a == b || (std::isnan(a) && std::isnan(b)))
+                << kernel_name(k) << " " << label(dtype) << " of " << c.shape.to_string() << " on "
+                << threads << " threads: output " << i << " is " << a << ", " << b << " on one";
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuReduce, F32SumOfMillionElementsStaysWithin1e5OfDouble) {
   std::mt19937 rng(22);
   // A large leading row, then a million small terms: each small term is below half an f32 ulp of
