@@ -94,7 +94,9 @@ namespace axle {
 ///                batch dims broadcast; both operands have rank >= 2. bias (the operands' dtype:
 ///                f32, f64 or bf16; N values, [N] or 1s before N) is added to each output row,
 ///                as matmul(a, b) + bias computes it; a bf16 output is rounded once, after the
-///                add. With bf16_as_f32 = 1, bf16 operands give an f32 output holding the values
+///                add. A bf16 product's a and b may also be f32: each is rounded to bf16 as it
+///                is read, as a cast to bf16 would round it (lowering folds such casts so).
+///                With bf16_as_f32 = 1, bf16 operands give an f32 output holding the values
 ///                a bf16 output would (lowering folds a cast of the product so). With
 ///                gelu_backward = 1 (f32 or bf16, not with bf16_as_f32), the last operand x has
 ///                the output's dtype and shape and the output is gelu_backward(product, x) as

@@ -200,6 +200,50 @@ struct Folding {
     absorbed[product] = 1;
   }
 
+  // A bf16 product's operands cast from f32, where every reader of such a cast is a bf16
+  // product: the products read the f32 values and round them as they pack them (kMatmul), so
+  // the bf16 copy is never stored.
+  void narrowing_casts_into_products() {
+    const std::size_t n = program.size();
+    auto bf16_product = [&](std::size_t id) {
+      return !program.is_leaf(id) && root_of[id] < 0 && !absorbed[id] &&
+             calls[id].kernel == Kernel::kMatmul && calls[id].ints.size() == 2 &&
+             calls[id].inputs.size() >= 2 && program[id].dtype == DType::kBFloat16;
+    };
+    std::vector<int32_t> product_reads(n, 0);
+    for (std::size_t id = 0; id < n; ++id) {
+      if (!bf16_product(id)) continue;
+      for (std::size_t k = 0; k < 2; ++k) ++product_reads[calls[id].inputs[k]];
+    }
+    // The casts to fold, found before any is folded; the f32 source must be stored whole.
+    std::vector<uint8_t> folds(n, 0);
+    for (std::size_t c = 0; c < n; ++c) {
+      if (product_reads[c] == 0 || product_reads[c] != uses[c] || program.is_leaf(c) ||
+          root_of[c] >= 0 || absorbed[c] || calls[c].kernel != Kernel::kCast ||
+          calls[c].inputs.size() != 1 || program[c].dtype != DType::kBFloat16) {
+        continue;
+      }
+      const auto source = static_cast<std::size_t>(calls[c].inputs[0]);
+      folds[c] = program[source].dtype == DType::kFloat32 && program[source].op != Op::kConstant &&
+                 !absorbed[source] &&
+                 (root_of[source] < 0 || root_of[source] == static_cast<int32_t>(source));
+    }
+    for (std::size_t id = 0; id < n; ++id) {
+      if (!bf16_product(id)) continue;
+      for (std::size_t k = 0; k < 2; ++k) {
+        const int32_t cast = calls[id].inputs[k];
+        if (!folds[cast]) continue;
+        calls[id].inputs[k] = calls[cast].inputs[0];
+        ++uses[calls[cast].inputs[0]];
+      }
+    }
+    for (std::size_t c = 0; c < n; ++c) {
+      if (!folds[c]) continue;
+      absorbed[c] = 1;
+      --uses[calls[c].inputs[0]];  // the cast no longer reads it
+    }
+  }
+
   // A node computed by a call of its own that only `readers` read (none of them outputs).
   [[nodiscard]] bool own_call_read_by(int32_t id, int32_t readers) const {
     const auto at = static_cast<std::size_t>(id);
@@ -409,6 +453,7 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
   }
   for (int32_t output : program.outputs) folding.uses[output] += 2;
   folding.heads_into_attention();
+  folding.narrowing_casts_into_products();
   for (std::size_t id = 0; id < n; ++id) {
     if (program.is_leaf(id) || root_of[id] >= 0 || absorbed[id]) continue;
     const KernelCall& call = calls[id];

@@ -110,6 +110,21 @@ void check_gelu_input(const KernelArgs& args, const MatmulPlan& plan, DType dtyp
   }
 }
 
+// The product's dtype: the operands'. A bf16 product also takes f32 operands, each rounded to
+// bf16 as it is read (a narrowing cast folded into the call).
+DType product_dtype(const KernelArgs& args, const MatmulPlan& plan) {
+  const DType dtype = plan.bf16_as_f32 ? DType::kBFloat16 : args.output.desc->dtype;
+  auto takes = [&](DType operand) {
+    return operand == dtype || (dtype == DType::kBFloat16 && operand == DType::kFloat32);
+  };
+  if (!takes(args.inputs[0].desc->dtype) || !takes(args.inputs[1].desc->dtype)) {
+    reject(args, plan.bf16_as_f32 ? "a bf16 product's values as f32 need bf16 or f32 operands"
+                                  : "both operands must have the output's dtype (or f32 for a "
+                                    "bf16 product)");
+  }
+  return dtype;
+}
+
 MatmulPlan plan_matmul(const KernelArgs& args) {
   const std::vector<int64_t>& ints = args.call.ints;
   if (ints.size() < 2 || ints.size() > 4) {
@@ -131,12 +146,7 @@ MatmulPlan plan_matmul(const KernelArgs& args) {
   if (plan.bf16_as_f32 && args.output.desc->dtype != DType::kFloat32) {
     reject(args, "a bf16 product's values as f32 need an f32 output");
   }
-  // The product's dtype: the operands'.
-  const DType dtype = plan.bf16_as_f32 ? DType::kBFloat16 : args.output.desc->dtype;
-  if (args.inputs[0].desc->dtype != dtype || args.inputs[1].desc->dtype != dtype) {
-    reject(args, plan.bf16_as_f32 ? "a bf16 product's values as f32 need bf16 operands"
-                                  : "both operands must have the output's dtype");
-  }
+  const DType dtype = product_dtype(args, plan);
   if (dtype == DType::kBool) reject(args, "matmul supports f32, f64, bf16, s32 and s64");
   if (a.rank() < 2 || b.rank() < 2) reject(args, "both operands need rank >= 2");
 
@@ -240,11 +250,17 @@ void run_plan(const KernelArgs& args, const MatmulPlan& p) {
   });
 }
 
-// bf16 storage: operands taken as bf16 by the product kernels, products summed in f32, each
-// output rounded once (and stored as f32 with bf16_as_f32).
+// bf16 storage: operands taken as bf16 by the product kernels (f32 ones rounded to bf16 as they
+// are read), products summed in f32, each output rounded once (and stored as f32 with
+// bf16_as_f32).
 void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
-  const Bf16* a = args.inputs[0].as<Bf16>();
-  const Bf16* b = args.inputs[1].as<Bf16>();
+  // An f32 operand is rounded to bf16 as the product packs it.
+  const bool a_bf16 = args.inputs[0].desc->dtype == DType::kBFloat16;
+  const bool b_bf16 = args.inputs[1].desc->dtype == DType::kBFloat16;
+  auto at = [](const ConstView& operand, bool bf16, int64_t offset) -> const void* {
+    if (bf16) return operand.as<Bf16>() + offset;
+    return operand.as<float>() + offset;
+  };
   auto out = [&](int64_t offset) -> void* {
     if (p.bf16_as_f32) return args.output.as<float>() + offset;
     return args.output.as<Bf16>() + offset;
@@ -257,8 +273,8 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
     g.m = p.m;
     g.n = p.n;
     g.k = p.k;
-    g.a = {a + p.a_offsets[j], lda, p.transpose_a, true};
-    g.b = {b + p.b_offsets[j], ldb, p.transpose_b, true};
+    g.a = {at(args.inputs[0], a_bf16, p.a_offsets[j]), lda, p.transpose_a, a_bf16};
+    g.b = {at(args.inputs[1], b_bf16, p.b_offsets[j]), ldb, p.transpose_b, b_bf16};
     g.out = out(static_cast<int64_t>(j) * p.m * p.n);
     g.ldc = p.n;
     g.out_bf16 = !p.bf16_as_f32;

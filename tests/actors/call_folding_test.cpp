@@ -1,8 +1,9 @@
 // actors/compiler/call_folding.h through lower(): which producers fold into their reader's call (a
 // relu under a max pool, the transposes around a convolution's weight gradient, a convolution or
 // product under its bias's add, a layer norm backward's weight product and residual add, a bf16
-// product under a cast to f32 or under gelu's backward, the slices and permutes around
-// attention's heads), which stay calls of their own, and that without fusion nothing folds.
+// product under a cast to f32 or under gelu's backward, casts to bf16 under bf16 products, the
+// slices and permutes around attention's heads), which stay calls of their own, and that without
+// fusion nothing folds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -283,6 +284,42 @@ TEST(CallFolding, ProductUnderAWideningCastStoresItsBf16ValuesAsF32) {
       calls_of(*lower(p, 1, true)),
       (std::vector<std::string>{"matmul(%0,%1) -> %4 [0,0,1]", "matmul(%0,%1,%2) -> %7 [0,0,1]",
                                 "matmul(%0,%1) -> %8 [0,0]", "cast(%8) -> %9 []"}));
+}
+
+// f32 values cast to bf16 for bf16 products only (as autocast casts a linear layer's input and
+// weight, read by the forward's product and a gradient's): the products read the f32 values and
+// round them as they pack them, and the casts are gone. A cast read elsewhere too stays a call,
+// and its products read its bf16 result.
+TEST(CallFolding, CastsToBf16ReadOnlyByBf16ProductsFoldIntoTheProducts) {
+  Program p;
+  auto leaf = [&](DType dtype, const Shape& s) {
+    return p.append(Op::kDeviceData, dtype, s, {}, {}, {}, p.num_inputs++);
+  };
+  const int32_t x = leaf(DType::kFloat32, {4, 3});
+  const int32_t w = leaf(DType::kFloat32, {5, 3});
+  const int32_t g = leaf(DType::kBFloat16, {4, 5});
+  auto narrow = [&](int32_t v) {
+    const std::vector<int32_t> operand = {v};
+    return p.append(Op::kCast, DType::kBFloat16, p[v].shape, operand);
+  };
+  auto product = [&](const Shape& s, std::vector<int32_t> operands, std::vector<int64_t> ints) {
+    return p.append(Op::kMatmul, DType::kBFloat16, s, operands, ints);
+  };
+  const int32_t x16 = narrow(x), w16 = narrow(w);
+  const int32_t y = product({4, 5}, {x16, w16}, {0, 1});  // x w^T
+  const int32_t dx = product({4, 3}, {g, w16}, {0, 0});   // g w
+  const int32_t dw = product({5, 3}, {g, x16}, {1, 0});   // g^T x
+  const int32_t kept = narrow(x);                         // also read by an add
+  const int32_t shared = product({4, 5}, {kept, w16}, {0, 1});
+  const std::vector<int32_t> twice = {kept, kept};
+  const int32_t sum = p.append(Op::kAdd, DType::kBFloat16, {4, 3}, twice);
+  p.outputs = {y, dx, dw, shared, sum};
+  EXPECT_EQ(calls_of(*lower(p, 1, true)),
+            (std::vector<std::string>{"matmul(%0,%1) -> %5 [0,1]", "matmul(%2,%1) -> %6 [0,0]",
+                                      "matmul(%2,%0) -> %7 [1,0]", "cast(%0) -> %8 []",
+                                      "matmul(%8,%1) -> %9 [0,1]", "add(%8,%8) -> %10 []"}));
+  // Without fusion nothing folds.
+  EXPECT_EQ(lower(p, 1, false)->calls.size(), 8u);
 }
 
 // gelu_backward(matmul(a, b), x): the product applies gelu's backward to its output.

@@ -403,9 +403,61 @@ TEST(MatmulBf16AsF32, NeedsBf16OperandsAndAnF32Output) {
                                      HostTensor{operands, {5, 4}, std::vector<double>(20, 1.0)}},
                                     out, {3, 4}, {0, 0, 1});
   };
-  EXPECT_TRUE(contains(message(DType::kFloat32, DType::kFloat32), "need bf16 operands"));
+  EXPECT_TRUE(contains(message(DType::kFloat64, DType::kFloat32), "need bf16 or f32 operands"));
   EXPECT_TRUE(contains(message(DType::kBFloat16, DType::kBFloat16), "need an f32 output"));
   EXPECT_TRUE(message(DType::kBFloat16, DType::kFloat32).empty());
+  EXPECT_TRUE(message(DType::kFloat32, DType::kFloat32).empty());  // rounded as read
+}
+
+// ---- f32 operands of a bf16 product (a cast to bf16 folded into the call) ---------------------
+
+// Each f32 operand is rounded to bf16 as the product reads it: the bits of casting it first, for
+// a bf16 output, bf16 values as f32, a bias and gelu's backward, on one thread and two.
+TEST(MatmulF32OperandsOfABf16Product, HaveTheBitsOfOperandsCastToBf16First) {
+  std::mt19937 rng(31);
+  auto cast = [](const HostTensor& x) {
+    return call_kernel_directly(Kernel::kCast, {x}, DType::kBFloat16, x.shape, {});
+  };
+  for (const BiasCase& c : kBiasCases) {
+    const Shape out = product_shape(c);
+    HostTensor a = random_tensor(DType::kFloat32, c.a, rng, -3, 3);
+    const HostTensor b = random_tensor(DType::kFloat32, c.b, rng, -3, 3);
+    a.values[0] = std::nan("");  // rounds to a quiet NaN either way
+    const HostTensor bias = random_tensor(DType::kBFloat16, {out[out.rank() - 1]}, rng);
+    const HostTensor x = random_tensor(DType::kBFloat16, out, rng, -4, 4);
+    struct Form {
+      DType out;
+      std::vector<int64_t> ints;
+      bool biased, gelu;
+    };
+    for (const Form& f : {Form{DType::kBFloat16, {c.ta, c.tb}, false, false},
+                          Form{DType::kBFloat16, {c.ta, c.tb}, true, false},
+                          Form{DType::kFloat32, {c.ta, c.tb, 1}, true, false},
+                          Form{DType::kBFloat16, {c.ta, c.tb, 0, 1}, false, true}}) {
+      for (const int which : {1, 2, 3}) {  // bit 1: a is f32, bit 2: b is f32
+        std::vector<HostTensor> cast_first = {cast(a), cast(b)};
+        std::vector<HostTensor> read_f32 = {(which & 1) ? a : cast(a), (which & 2) ? b : cast(b)};
+        for (auto* operands : {&cast_first, &read_f32}) {
+          if (f.biased) operands->push_back(bias);
+          if (f.gelu) operands->push_back(x);
+        }
+        for (const int threads : {1, 2}) {
+          const HostTensor want =
+              call_kernel_directly(Kernel::kMatmul, cast_first, f.out, out, f.ints, threads);
+          const HostTensor got =
+              call_kernel_directly(Kernel::kMatmul, read_f32, f.out, out, f.ints, threads);
+          ASSERT_EQ(got.values.size(), want.values.size());
+          for (std::size_t i = 0; i < got.values.size(); ++i) {
+            ASSERT_TRUE(got.values[i] == want.values[i] ||
+                        (std::isnan(got.values[i]) && std::isnan(want.values[i])))
+                << "a " << c.a.to_string() << ", b " << c.b.to_string() << ", f32 operands "
+                << which << ", " << threads << " threads: element " << i << " is " << got.values[i]
+                << ", " << want.values[i] << " cast first";
+          }
+        }
+      }
+    }
+  }
 }
 
 // ---- gelu's backward on the product (gelu_backward(matmul(a, b), x) folded into the call) -----
