@@ -65,54 +65,6 @@ class PackBuffer {
 
 inline int64_t min_of(int64_t a, int64_t b) noexcept { return a < b ? a : b; }
 
-/// The memory a pack call will read: `rows` runs of `bytes` bytes, `stride` bytes apart.
-struct SourceRows {
-  const char* first = nullptr;
-  int64_t rows = 0, bytes = 0, stride = 0;
-};
-
-/// Lines [line0, line0 + lines) x k [p0, p0 + depth) of an operand whose lines run along k
-/// (`k_contiguous`: a line is a row) or across the rows (a row holds one k of every line).
-inline SourceRows source_rows(const GemmOperand& x, bool k_contiguous, int64_t line0, int64_t lines,
-                              int64_t p0, int64_t depth) noexcept {
-  const int64_t size = x.bf16 ? 2 : 4;
-  const char* data = static_cast<const char*>(x.data);
-  if (k_contiguous) return {data + (line0 * x.ld + p0) * size, lines, depth * size, x.ld * size};
-  return {data + (p0 * x.ld + line0) * size, depth, lines * size, x.ld * size};
-}
-
-/// Brings the memory of the next pack call into L2 a share at a time, between the register tiles
-/// of the current block: the packing then reads from L2 what it would have waited for from
-/// memory, while the tiles' arithmetic hid the fetches. A hint only: it changes no result.
-class Prefetcher {
- public:
-  /// Spreads `source`'s cache lines over `calls` calls of step().
-  void start(const SourceRows& source, int64_t calls) noexcept {
-    source_ = source;
-    row_ = 0;
-    offset_ = 0;
-    const int64_t lines = source.rows * ((source.bytes + kLine - 1) / kLine);
-    per_call_ = calls > 0 ? (lines + calls - 1) / calls : lines;
-  }
-  void step() noexcept {
-    for (int64_t i = 0; i < per_call_ && row_ < source_.rows; ++i) {
-      __builtin_prefetch(source_.first + row_ * source_.stride + offset_, 0, 2);
-      offset_ += kLine;
-      if (offset_ >= source_.bytes) {
-        // The row's last byte may lie on one more line than its start's multiples of 64 reach.
-        __builtin_prefetch(source_.first + row_ * source_.stride + source_.bytes - 1, 0, 2);
-        offset_ = 0;
-        ++row_;
-      }
-    }
-  }
-
- private:
-  static constexpr int64_t kLine = 64;
-  SourceRows source_;
-  int64_t row_ = 0, offset_ = 0, per_call_ = 0;
-};
-
 /// The calling thread's packing buffers (kept until it exits; engine/this_thread.h).
 struct PackBuffers {
   PackBuffer a, b, stage;
@@ -153,21 +105,6 @@ inline TileIo tile_io(const Gemm& g, const TileSums& sums, int64_t row, int64_t 
   return tile;
 }
 
-/// The block of op(a) packed after rows [ic, ic + kRowBlock) at depth pc within the chunk of
-/// rows [io, io_end): the following rows, or the chunk's first at the next depth block; none
-/// after the last.
-template <int64_t kRowBlock, int64_t kDepth>
-SourceRows next_a_block(const Gemm& g, int64_t ic, int64_t io_end, int64_t io, int64_t pc) {
-  const bool k_contiguous = !g.a.transposed;
-  if (ic + kRowBlock < io_end) {
-    return source_rows(g.a, k_contiguous, ic + kRowBlock,
-                       min_of(kRowBlock, io_end - ic - kRowBlock), pc, min_of(kDepth, g.k - pc));
-  }
-  if (pc + kDepth >= g.k) return {};
-  return source_rows(g.a, k_contiguous, io, min_of(kRowBlock, io_end - io), pc + kDepth,
-                     min_of(kDepth, g.k - pc - kDepth));
-}
-
 /// rows [r0, r1) x columns [c0, c1) of `g` on the calling thread: for each block of kColumnBlock
 /// columns and kDepth of k, op(b)'s block is packed into panels of kColumns columns; for each
 /// block of kRowBlock rows, op(a)'s into panels of kRows rows; then every register tile of the
@@ -203,7 +140,6 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   float* stage = staged ? static_cast<float*>(stage_buffer.get(
                               sizeof(float) * static_cast<std::size_t>(kStageRows * block_columns)))
                         : nullptr;
-  Prefetcher next_a, next_b;
 
   for (int64_t jc = c0; jc < c1; jc += kColumnBlock) {
     const int64_t nc = min_of(kColumnBlock, c1 - jc);
@@ -213,24 +149,14 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
         const int64_t kc = min_of(kDepth, g.k - pc), steps = (kc + kStep - 1) / kStep;
         const bool first = pc == 0, last = pc + kc >= g.k;
         Traits::pack_b(g, jc, nc, pc, kc, b_pack);
-        const int64_t column_tiles = (nc + kColumns - 1) / kColumns;
-        // The next depth block's op(b) while this one's tiles run.
-        next_b.start(last ? SourceRows{}
-                          : source_rows(g.b, g.b.transposed, jc, nc, pc + kDepth,
-                                        min_of(kDepth, g.k - pc - kDepth)),
-                     column_tiles * ((io_end - io + kRows - 1) / kRows));
         const TileSums sums{g, stage, io, jc, nc, first, last};
         for (int64_t ic = io; ic < io_end; ic += kRowBlock) {
           const int64_t mc = min_of(kRowBlock, io_end - ic);
           Traits::pack_a(g, ic, mc, pc, kc, a_pack);
-          next_a.start(next_a_block<kRowBlock, kDepth>(g, ic, io_end, io, pc),
-                       column_tiles * ((mc + kRows - 1) / kRows));
           for (int64_t jr = 0; jr < nc; jr += kColumns) {
             const Packed* b_panel = b_pack + jr * steps;
             const int cols = static_cast<int>(min_of(kColumns, nc - jr));
             for (int64_t ir = 0; ir < mc; ir += kRows) {
-              next_a.step();
-              next_b.step();
               Traits::tile(static_cast<int>(min_of(kRows, mc - ir)), steps, a_pack + ir * steps,
                            b_panel, tile_io(g, sums, ic + ir, jc + jr, cols));
             }
