@@ -167,10 +167,14 @@ void reduce_to_output(const T* x, const Geometry& g, const View& out, ComputePoo
              g.inner * static_cast<int64_t>(sizeof(T)) >= kParallelRowBytes * pool.threads()) {
     // Runs of whole columns per thread: a column's terms are added in the same order whichever
     // thread takes it, so the bits are one thread's.
+    // Each run in passes of at most kColumns columns, as reduce() takes them.
     for_column_runs(pool, g, [&](int64_t o, int64_t c0, int64_t w) {
-      const auto acc = scratch_array<typename R::Acc>(static_cast<std::size_t>(w));
-      reduce_columns<R>(x + o * g.n * g.inner + c0, g.n, g.inner, w, acc.get());
-      for (int64_t i = 0; i < w; ++i) results[o * g.inner + c0 + i] = R::finish(acc[i], g.n);
+      const auto acc = column_scratch<typename R::Acc>(Geometry{1, g.n, w});
+      for (int64_t c = c0; c < c0 + w; c += kColumns) {
+        const int64_t pass = std::min(kColumns, c0 + w - c);
+        reduce_columns<R>(x + o * g.n * g.inner + c, g.n, g.inner, pass, acc.get());
+        for (int64_t i = 0; i < pass; ++i) results[o * g.inner + c + i] = R::finish(acc[i], g.n);
+      }
     });
   } else {
     reduce<R>(x, g, [&](int64_t i, typename R::Acc acc) { results[i] = R::finish(acc, g.n); });
