@@ -159,21 +159,23 @@ namespace axle {
 ///                     replica gets its source's operand, or zeros when no pair targets it
 /// Fusion (a chain of elementwise ops computed block by block, intermediates never stored).
 ///   kFused       [e0, e1, ...] external operands, each broadcasting to the chain's shape, all of
-///                the output's dtype (f32 or f64). ints = [buffers, then five per step:
-///                kernel, destination, a, b, attribute, then optionally a reduction]. Steps run
-///                in order over each block of the chain's elements; kernel is one of kAdd kSub
-///                kMul kDiv kPow kMaximum kMinimum kGeluBackward kNeg kAbs kRelu kGelu and
-///                the float functions (see fused_step_arity); destination is a scratch buffer in
-///                [0, buffers), or -1 for the output (the last step, only, and only without a
-///                reduction); an operand >= 0 is an external operand, < 0 the scratch buffer
-///                -operand - 1 (b is ignored by unary steps); attribute is gelu's (and
-///                gelu_backward's) approximate flag, else 0. Without a reduction the chain's shape
-///                is the output's. The reduction, last: [kernel, -1, a, rank, the chain's shape
-///                (rank dims), keepdim, reduced dims...], kernel one of kSum kMean kReduceMax
-///                kReduceMin (see fused_reduction); it folds operand a of each block into the
-///                output, which is what that reduction kernel gives for a tensor of the chain's
-///                shape holding a, keepdim and dims as its ints say. The reduced dims must be
-///                adjacent once the chain's size-1 dims are left out (see fusible_reduction_dims).
+///                the output's dtype (f32, f64 or bf16), or all f32 with a bf16 output: an f32
+///                chain whose result is rounded to bf16 as it is stored (a cast ends it). ints =
+///                [buffers, then five per step: kernel, destination, a, b, attribute, then
+///                optionally a reduction]. Steps run in order over each block of the chain's
+///                elements; kernel is one of kAdd kSub kMul kDiv kPow kMaximum kMinimum
+///                kGeluBackward kNeg kAbs kRelu kGelu and the float functions (see
+///                fused_step_arity); destination is a scratch buffer in [0, buffers), or -1 for the
+///                output (the last step, only, and only without a reduction); an operand >= 0 is an
+///                external operand, < 0 the scratch buffer -operand - 1 (b is ignored by unary
+///                steps); attribute is gelu's (and gelu_backward's) approximate flag, else 0.
+///                Without a reduction the chain's shape is the output's. The reduction, last:
+///                [kernel, -1, a, rank, the chain's shape (rank dims), keepdim, reduced dims...],
+///                kernel one of kSum kMean kReduceMax kReduceMin (see fused_reduction); it folds
+///                operand a of each block into the output, which is what that reduction kernel
+///                gives for a tensor of the chain's shape holding a, keepdim and dims as its ints
+///                say. The reduced dims must be adjacent once the chain's size-1 dims are left out
+///                (see fusible_reduction_dims).
 enum class Kernel : uint16_t {
   kAdd,
   kSub,

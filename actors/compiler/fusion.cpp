@@ -51,6 +51,17 @@ bool fusible_reduction(const Program& p, std::size_t id, const std::vector<int32
   return !ints.empty() && fusible_reduction_dims(p[operand].shape, ints.subspan(1));
 }
 
+// Whether cast `id` can end the fused kernel of its operand: a cast of an f32 elementwise op,
+// computed for it alone, to bf16. The chain then runs in f32 and its result is rounded as it is
+// stored, so the f32 values are never written (autocast's casts before its products).
+bool fusible_cast(const Program& p, std::size_t id, const std::vector<int32_t>& uses) {
+  const Program::Instr& instr = p[id];
+  if (instr.op != Op::kCast || instr.dtype != DType::kBFloat16) return false;
+  const auto operand = static_cast<std::size_t>(p.operands(id)[0]);
+  return uses[operand] == 1 && p[operand].op != Op::kExpand && fusible(p, operand) &&
+         p[operand].dtype == DType::kFloat32 && p[operand].shape == instr.shape;
+}
+
 // Members per fused kernel: each scalar or broadcast operand costs a block of scratch, which
 // should stay in L1/L2. Longer chains become several kernels.
 constexpr std::size_t kMaxMembers = 32;
@@ -69,7 +80,10 @@ std::vector<int32_t> plan_fusion(const Program& program) {
   for (std::size_t r = n; r-- > 0;) {
     if (root_of[r] >= 0) continue;
     const bool reduces = fusible_reduction(program, r, uses);
-    if (!reduces && (program[r].op == Op::kExpand || !fusible(program, r))) continue;
+    if (!reduces && !fusible_cast(program, r, uses) &&
+        (program[r].op == Op::kExpand || !fusible(program, r))) {
+      continue;
+    }
     // The shape the chain is computed at: the root's, or the reduced operand's.
     const Shape& shape = program[reduces ? program.operands(r)[0] : r].shape;
     const auto root = static_cast<int32_t>(r);
@@ -156,11 +170,16 @@ KernelCall fused_call(const Program& program, const std::vector<int32_t>& root_o
     call.inputs.push_back(operand);
     return static_cast<int32_t>(call.inputs.size() - 1);
   };
+  // A cast ending the cluster is no step: its operand's step writes the output, rounded as the
+  // kernel stores it (the output's dtype says so).
+  const bool cast_root = program[root].op == Op::kCast;
+  const int32_t writes_output = cast_root ? program.operands(root)[0] : root;
   std::vector<int32_t> free_buffers;
   int32_t buffers = 0;
   std::vector<int64_t> steps;
   for (std::size_t k = 0; k < members.size(); ++k) {
     const int32_t id = members[k];
+    if (cast_root && id == root) continue;
     const std::span<const int32_t> operands = program.operands(id);
     if (program[id].op == Op::kExpand) {
       ref[k] = operand_ref(operands[0]);  // broadcasting is how every operand is read
@@ -179,7 +198,7 @@ KernelCall fused_call(const Program& program, const std::vector<int32_t>& root_o
       }
     }
     int32_t destination = -1;
-    if (id != root) {
+    if (id != writes_output) {
       if (free_buffers.empty()) {
         destination = buffers++;
       } else {

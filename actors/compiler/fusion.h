@@ -15,10 +15,11 @@ namespace axle {
 /// expands feeding only it, transitively; none of its members but the root is stored. A
 /// floating-point sum, mean, max or min is a root too when its operand is an elementwise op that
 /// only it reads and its reduced dims are adjacent (fusible_reduction_dims): the kernel then
-/// folds the chain into the reduction's output and stores nothing else. The chain is computed at
-/// the root's shape (a reduction's: its operand's); members whose vector code is an approximation
-/// (exp, tanh, sqrt, ...) must have that shape, so that each value is computed at the same vector
-/// position as its unfused kernel would (same bits).
+/// folds the chain into the reduction's output and stores nothing else. A cast of an f32 chain
+/// to bf16 is a root too: the chain runs in f32 and is rounded as it is stored. The chain is
+/// computed at the root's shape (a reduction's: its operand's); members whose vector code is an
+/// approximation (exp, tanh, sqrt, ...) must have that shape, so that each value is computed at the
+/// same vector position as its unfused kernel would (same bits).
 [[nodiscard]] std::vector<int32_t> plan_fusion(const Program& program);
 
 /// The kFused call computing cluster `root` into slot `root` (instruction ids are slot ids).

@@ -190,10 +190,14 @@ class FusedRun {
   // mistakes for a store it must forward (4K aliasing) on every access.
   static constexpr int64_t kStride = kBlock + 64 / sizeof(C);
 
-  FusedRun(const KernelArgs& args, FusedSteps fused)
+  // With `narrowed_output`, the chain (f32) ends in a cast: its result is rounded to the bf16
+  // output as it is stored.
+  FusedRun(const KernelArgs& args, FusedSteps fused, bool narrowed_output = false)
       : args_(args),
         fused_(std::move(fused)),
-        shape_(fused_.reduction ? fused_.reduction->shape : args.output.desc->shape) {
+        shape_(fused_.reduction ? fused_.reduction->shape : args.output.desc->shape),
+        narrowed_output_(narrowed_output) {
+    const DType chain = narrowed_output ? DType::kFloat32 : args.output.desc->dtype;
     const std::size_t external = args.inputs.size();
     // A one-element operand of a binary step is read as a scalar; one read by a unary step or
     // the reduction, or with another one-element operand, is spread over a block of scratch.
@@ -226,9 +230,9 @@ class FusedRun {
     slot_of_.resize(external);
     for (std::size_t e = 0; e < external; ++e) {
       const BufferDesc& desc = *args.inputs[e].desc;
-      if (desc.dtype != args.output.desc->dtype) {
-        fused_malformed(fmt::format("operand {} is {}, the output {}", e, dtype_name(desc.dtype),
-                                    dtype_name(args.output.desc->dtype)));
+      if (desc.dtype != chain) {
+        fused_malformed(fmt::format("operand {} is {}, the chain {}", e, dtype_name(desc.dtype),
+                                    dtype_name(chain)));
       }
       if (!broadcasts_to(desc.shape, shape_)) {
         fused_malformed(fmt::format("operand {} {} does not broadcast to {}", e,
@@ -246,7 +250,10 @@ class FusedRun {
         slot_of_[e] = blocks++;
       }
     }
-    if (kNarrow) {
+    if (narrowed_output_) {
+      if (fused_.reduction) fused_malformed("a chain cast to bf16 cannot end in a reduction");
+      output_slot_ = blocks++;  // the chain's result, rounded into the output
+    } else if (kNarrow) {
       if (fused_.reduction) fused_malformed("a bf16 chain cannot end in a reduction");
       output_slot_ = blocks++;  // the chain's result, rounded into the output
       scalars_.resize(external);
@@ -337,7 +344,7 @@ class FusedRun {
 
   void run_blocks(int64_t first, int64_t last, int thread) {
     const int64_t n = shape_.numel();
-    T* out = args_.output.as<T>();
+    T* out = narrowed_output_ ? nullptr : args_.output.as<T>();
     // Operands of one block; a chain has few, so they stay on the stack.
     constexpr std::size_t kOnStack = 16;
     const C* on_stack[kOnStack];
@@ -350,11 +357,17 @@ class FusedRun {
         operand[e] = read(e, start, len, thread);
       }
       for (const FusedStep& step : fused_.steps) {
-        C* dst = step.destination >= 0 ? block(step.destination, thread)
-                 : kNarrow             ? block(output_slot_, thread)
-                                       : reinterpret_cast<C*>(out) + start;
+        C* dst = step.destination >= 0         ? block(step.destination, thread)
+                 : kNarrow || narrowed_output_ ? block(output_slot_, thread)
+                                               : reinterpret_cast<C*>(out) + start;
         apply(step, resolve(step.a, operand, thread), resolve(step.b, operand, thread), dst, len);
         if constexpr (kNarrow) round_to_bf16(dst, len);
+      }
+      if constexpr (std::is_same_v<C, float>) {
+        if (narrowed_output_) {
+          narrow_block(block(output_slot_, thread), args_.output.as<Bf16>() + start, len);
+          continue;
+        }
       }
       if constexpr (kNarrow) {
         narrow_block(block(output_slot_, thread), out + start, len);
@@ -510,6 +523,7 @@ class FusedRun {
   const KernelArgs& args_;
   FusedSteps fused_;
   const Shape& shape_;  // the chain's
+  bool narrowed_output_;  // f32 chain, bf16 output (a cast ends the chain)
   std::vector<Kind> kinds_;
   std::vector<GatherView> views_;
   std::vector<std::size_t> slot_of_;  // scratch block of each spread, gathered or widened operand
@@ -531,7 +545,12 @@ void fused_kernel(const KernelArgs& args) {
       FusedRun<double>(args, std::move(steps)).run();
       return;
     case DType::kBFloat16:
-      FusedRun<Bf16>(args, std::move(steps)).run();
+      // f32 operands: an f32 chain that a cast to bf16 ends.
+      if (!args.inputs.empty() && args.inputs[0].desc->dtype == DType::kFloat32) {
+        FusedRun<float>(args, std::move(steps), true).run();
+      } else {
+        FusedRun<Bf16>(args, std::move(steps)).run();
+      }
       return;
     default:
       fused_malformed(

@@ -80,6 +80,30 @@ TEST(FusionPlan, AReductionOfAChainEndsItsKernel) {
                         {}}));
 }
 
+TEST(FusionPlan, ACastToBf16EndsTheF32ChainItReads) {
+  Builder b;
+  const int32_t x = b.input({4, 8});                                            // %0
+  const int32_t row = b.input({8});                                             // %1
+  const int32_t product = b.op(Op::kMul, {4, 8}, {x, row});                     // %2
+  const int32_t e = b.op(Op::kExp, {4, 8}, {product});                          // %3
+  const int32_t narrow = b.op(Op::kCast, {4, 8}, {e}, DType::kBFloat16);        // %4
+  const int32_t shared = b.op(Op::kNeg, {4, 8}, {x});                           // %5
+  const int32_t kept = b.op(Op::kCast, {4, 8}, {shared}, DType::kBFloat16);     // %6
+  const int32_t wide = b.op(Op::kCast, {4, 8}, {b.op(Op::kAbs, {4, 8}, {x})});  // %8 of %7
+  const Program& program = b.program({narrow, kept, shared, wide});
+  // %6's operand is returned too (stored), and a cast to f32 ends no chain.
+  EXPECT_EQ(clusters(program), "%2 %3 %4");
+  // mul into buffer 0, then exp into the output, which the kernel rounds to bf16 (the cast is
+  // the output's dtype, not a step).
+  const auto k = [](Kernel kernel) { return static_cast<int64_t>(kernel); };
+  EXPECT_EQ(fused_call(program, plan_fusion(program), narrow),
+            (KernelCall{Kernel::kFused,
+                        {x, row},
+                        narrow,
+                        {1, k(Kernel::kMul), 0, 0, 1, 0, k(Kernel::kExp), -1, -1, 0, 0},
+                        {}}));
+}
+
 TEST(FusionPlan, SumMeanMaxAndMinOverTrailingOrAllDimsFuse) {
   for (Op op : {Op::kSum, Op::kMean, Op::kReduceMax, Op::kReduceMin}) {
     for (const std::vector<int64_t>& dims :

@@ -109,6 +109,28 @@ TEST(Fusion, Bf16ChainsFuseWithTheUnfusedBitsAndTheirReductionsStayApart) {
             1);
 }
 
+// A cast to bf16 ends the f32 chain it reads: the chain runs in f32 and is rounded as it is
+// stored (as autocast casts a layer norm's affine output for its product), over several blocks
+// and threads; a chain whose f32 result is also returned keeps its cast apart.
+TEST(Fusion, ACastToBf16EndsTheF32ChainItReads) {
+  auto chain = [](const Tensor& x) {
+    const Tensor gamma = tensor(values(100, 1.5f), {100});
+    const Tensor beta = tensor(values(100, -0.5f), {100});
+    return gelu(x * gamma + beta) * 3.0 + 1e-3;
+  };
+  EXPECT_EQ(fused_kernels([&] {
+              const Tensor x = tensor(values(400 * 100, 2.0f), {400, 100});
+              return std::vector<Tensor>{cast(chain(x), DType::kBFloat16)};
+            }),
+            1);
+  EXPECT_EQ(fused_kernels([&] {
+              const Tensor x = tensor(values(400 * 100, 2.0f), {400, 100});
+              const Tensor y = chain(x);
+              return std::vector<Tensor>{y, cast(y, DType::kBFloat16) + 1.0};
+            }),
+            1);
+}
+
 TEST(Fusion, ValuesReadTwiceOrReturnedAreStored) {
   // t is read by two ops and u is an output: each is its own kernel's result, and the ops
   // around them fuse into what is left.
