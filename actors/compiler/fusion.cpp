@@ -59,7 +59,7 @@ bool fusible_cast(const Program& p, std::size_t id, const std::vector<int32_t>& 
   if (instr.op != Op::kCast || instr.dtype != DType::kBFloat16) return false;
   const auto operand = static_cast<std::size_t>(p.operands(id)[0]);
   return uses[operand] == 1 && p[operand].op != Op::kExpand && fusible(p, operand) &&
-         p[operand].dtype == DType::kFloat32 && p[operand].shape == instr.shape;
+         p[operand].dtype == DType::kFloat32;
 }
 
 // Members per fused kernel: each scalar or broadcast operand costs a block of scratch, which

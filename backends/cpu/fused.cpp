@@ -250,12 +250,11 @@ class FusedRun {
         slot_of_[e] = blocks++;
       }
     }
-    if (narrowed_output_) {
-      if (fused_.reduction) fused_malformed("a chain cast to bf16 cannot end in a reduction");
+    if (kNarrow || narrowed_output_) {
+      if (fused_.reduction) fused_malformed("a chain with a bf16 output cannot end in a reduction");
       output_slot_ = blocks++;  // the chain's result, rounded into the output
-    } else if (kNarrow) {
-      if (fused_.reduction) fused_malformed("a bf16 chain cannot end in a reduction");
-      output_slot_ = blocks++;  // the chain's result, rounded into the output
+    }
+    if (kNarrow) {
       scalars_.resize(external);
       for (std::size_t e = 0; e < external; ++e) {
         if (kinds_[e] == Kind::kScalar) scalars_[e] = load(args.inputs[e].as<T>()[0]);
@@ -363,14 +362,12 @@ class FusedRun {
         apply(step, resolve(step.a, operand, thread), resolve(step.b, operand, thread), dst, len);
         if constexpr (kNarrow) round_to_bf16(dst, len);
       }
-      if constexpr (std::is_same_v<C, float>) {
-        if (narrowed_output_) {
-          narrow_block(block(output_slot_, thread), args_.output.as<Bf16>() + start, len);
-          continue;
-        }
-      }
       if constexpr (kNarrow) {
         narrow_block(block(output_slot_, thread), out + start, len);
+      } else if (narrowed_output_) {
+        if constexpr (std::is_same_v<C, float>) {
+          narrow_block(block(output_slot_, thread), args_.output.as<Bf16>() + start, len);
+        }
       } else if (fold_) {
         fold_->feed(resolve(fused_.reduction->a, operand, thread).data, len);
       }
