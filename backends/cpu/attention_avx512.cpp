@@ -64,4 +64,33 @@ void avx512_narrow_rows(const float* src, int64_t rows, int64_t cols, int64_t ld
   }
 }
 
+void avx512_narrow_scaled_rows(const float* src, int64_t rows, int64_t cols, int64_t lds,
+                               float factor, uint16_t* out, int64_t ldo) {
+  const __m512 scale = _mm512_set1_ps(factor);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; c += 16) {
+      const __mmask16 mask = first_lanes(cols - c);
+      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, src + r * lds + c), scale);
+      _mm512_mask_cvtepi32_storeu_epi16(out + r * ldo + c, mask, round_to_bf16(x));
+    }
+  }
+}
+
+void avx512_row_terms(const float* forward, const uint16_t* grad, int64_t g_row, int64_t rows,
+                      int64_t cols, float* d, float* lse) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* o = forward + i * (cols + 1);
+    const uint16_t* g = grad + i * g_row;
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t c = 0; c < cols; c += 16) {
+      const __mmask16 mask = first_lanes(cols - c);
+      const __m512 wide = _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, g + c)), 16));
+      sum = _mm512_fmadd_ps(wide, _mm512_maskz_loadu_ps(mask, o + c), sum);
+    }
+    d[i] = _mm512_reduce_add_ps(sum);
+    lse[i] = o[cols];
+  }
+}
+
 }  // namespace axle::cpu

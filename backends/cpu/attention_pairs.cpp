@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "axle/backends/cpu/attention_blocks.h"
 #include "axle/backends/cpu/bf16_pairs.h"
@@ -114,15 +115,6 @@ void queries_by_halves(PairProduct q, bool halves) {
                     q.c + kHalf * q.ldc, q.ldc, q.accumulate});
 }
 
-// A product with the keys as its columns, summing over the queries (the depth, in pairs of rows
-// of b): the second half of the columns sums over the second half of the queries only.
-void columns_by_halves(PairProduct q, bool halves) {
-  if (!halves) return avx512_pair_gemm(q);
-  avx512_pair_gemm({q.m, kHalf, q.pairs, q.a, q.lda, q.b, q.ldb, q.c, q.ldc, q.accumulate});
-  avx512_pair_gemm({q.m, kHalf, kHalf / 2, q.a + kHalf / 2, q.lda, q.b + kHalf / 2 * q.ldb + kHalf,
-                    q.ldb, q.c + kHalf, q.ldc, q.accumulate});
-}
-
 }  // namespace
 
 template <class U>
@@ -184,31 +176,29 @@ void pair_attention_forward(const KernelArgs& args, const Problem& p) {
 
 namespace {
 
-// The backward's per-thread scratch: per entry q^T and dO^T paired along the queries (and the
-// rows paired on the way), dO widened, D and the logsumexp, the dq accumulator; per key block
-// k^T, v^T, k's rows paired, dk^T and dv^T and their transposes; per block pair P, dS, their
-// pairs and dS's bf16.
+// The backward's per-thread scratch: per entry q and dO paired along the queries, dO widened, D
+// and the logsumexp, the dq accumulator; per key block k^T, v^T, k's rows paired, the dk and dv
+// accumulators; per block pair P, dS, their pairs and dS's bf16.
 struct BackwardScratch {
   static constexpr int64_t kBlockPairs = kQueryBlock / 2 * kKeyBlock;
-  uint32_t *q_t, *g_t, *paired;
+  uint32_t *q_pairs, *g_pairs;
   float *g_wide, *d, *lse, *dq;
   uint32_t *k_pairs, *v_t, *k_rows;
-  float *dk_t, *dv_t, *dk, *dv, *prob, *ds;
+  float *dk, *dv, *prob, *ds;
   uint32_t *prob_pairs, *ds_pairs;
   uint16_t* ds16;
 
   static int64_t words(const Problem& p) {
-    const int64_t Lh = (p.L + 1) / 2, W = std::max(p.E, p.Ev);
-    return p.E * Lh + p.Ev * Lh + Lh * W + p.L * p.Ev + 2 * p.L + p.L * p.E +
-           (p.E / 2 + p.Ev / 2 + 2 * (p.E + p.Ev)) * kKeyBlock + kKeyBlock / 2 * p.E +
+    const int64_t Lh = (p.L + 1) / 2;
+    return Lh * (p.E + p.Ev) + p.L * p.Ev + 2 * p.L + p.L * p.E +
+           (p.E / 2 + p.Ev / 2 + p.E + p.Ev) * kKeyBlock + kKeyBlock / 2 * p.E +
            2 * kQueryBlock * kKeyBlock + 2 * kBlockPairs + kQueryBlock * kKeyBlock / 2;
   }
   BackwardScratch(void* base, const Problem& p) {
-    const int64_t Lh = (p.L + 1) / 2, W = std::max(p.E, p.Ev);
+    const int64_t Lh = (p.L + 1) / 2;
     Carve carve(base);
-    q_t = carve.take<uint32_t>(p.E * Lh);
-    g_t = carve.take<uint32_t>(p.Ev * Lh);
-    paired = carve.take<uint32_t>(Lh * W);
+    q_pairs = carve.take<uint32_t>(Lh * p.E);
+    g_pairs = carve.take<uint32_t>(Lh * p.Ev);
     g_wide = carve.take<float>(p.L * p.Ev);
     d = carve.take<float>(p.L);
     lse = carve.take<float>(p.L);
@@ -216,8 +206,6 @@ struct BackwardScratch {
     k_pairs = carve.take<uint32_t>(p.E / 2 * kKeyBlock);
     v_t = carve.take<uint32_t>(p.Ev / 2 * kKeyBlock);
     k_rows = carve.take<uint32_t>(kKeyBlock / 2 * p.E);
-    dk_t = carve.take<float>(p.E * kKeyBlock);
-    dv_t = carve.take<float>(p.Ev * kKeyBlock);
     dk = carve.take<float>(kKeyBlock * p.E);
     dv = carve.take<float>(kKeyBlock * p.Ev);
     prob = carve.take<float>(kQueryBlock * kKeyBlock);
@@ -228,12 +216,28 @@ struct BackwardScratch {
   }
 };
 
+// A product with the keys as its rows, summing over the queries (the depth, in pairs) from a
+// transposed block of [query pairs, keys]: the second half of the rows sums over the second
+// half of the queries only.
+void keys_by_halves(PairProduct q, bool halves) {
+  q.a_transposed = true;
+  if (!halves) return avx512_pair_gemm(q);
+  PairProduct first = q, second = q;
+  first.m = second.m = kHalf;
+  second.pairs = kHalf / 2;
+  second.a = q.a + kHalf / 2 * q.lda + kHalf;
+  second.b = q.b + kHalf / 2 * q.ldb;
+  second.c = q.c + kHalf * q.ldc;
+  avx512_pair_gemm(first);
+  avx512_pair_gemm(second);
+}
+
 // One block pair of the backward: queries [i0, i0 + nq) against keys [j0, j0 + nk) of the entry
-// whose q and dO rows start at q_entry and g_entry, into dq, dk^T and dv^T.
+// whose q and dO rows start at q_entry and g_entry, into dq, dk and dv.
 void backward_block_pair(const Problem& p, const Problem::Offsets& at, const Bf16* q_entry,
                          const Bf16* g_entry, int64_t i0, int64_t j0, int64_t nk,
                          BackwardScratch& x) {
-  const int64_t E = p.E, Ev = p.Ev, Lh = (p.L + 1) / 2;
+  const int64_t E = p.E, Ev = p.Ev;
   const int64_t nq = std::min(kQueryBlock, p.L - i0), nq_pairs = (nq + 1) / 2;
   const int64_t nk_pairs = (nk + 1) / 2;
   const bool halves = backward_halves(p, i0, j0, nq, nk, x.lse);
@@ -244,30 +248,42 @@ void backward_block_pair(const Problem& p, const Problem::Offsets& at, const Bf1
   scale_rows(x.prob, nq, nk, kKeyBlock, static_cast<float>(p.scale));
   mask_scores<Bf16, float>(p, at.mask, i0, nq, j0, nk, x.prob);
   exp_block<float>(p, i0, j0, x.prob, nq, nk, x.lse + i0, nullptr);
-  // dv^T += dO^T P.
+  // dv += P^T dO.
   avx512_pair_rows(x.prob, nq, nk, kKeyBlock, x.prob_pairs, nk);
-  columns_by_halves({Ev, nk, nq_pairs, x.g_t + i0 / 2, Lh, x.prob_pairs, nk, x.dv_t, nk, true},
-                    halves);
+  keys_by_halves({nk, Ev, nq_pairs, x.prob_pairs, nk, x.g_pairs + i0 / 2 * Ev, Ev, x.dv, Ev, true},
+                 halves);
   // dS = P * (dO v^T - D). On the diagonal the quarter the products skip is never read.
   scores_by_halves({nq, nk, Ev / 2, words(g_entry + i0 * p.g_row), p.g_row / 2, x.v_t, nk, x.ds,
                     kKeyBlock, false},
                    halves);
   scores_gradient<float>(x.prob, x.d + i0, nq, nk, x.ds);
-  // dq += dS k and dk^T += q^T dS (both scaled once at the end).
+  // dq += dS k and dk += dS^T q (both scaled once at the end).
   avx512_narrow_rows(x.ds, nq, nk, kKeyBlock, x.ds16, 2 * nk_pairs);
   queries_by_halves({nq, E, nk_pairs, words(x.ds16), nk_pairs, x.k_rows, E, x.dq + i0 * E, E, true},
                     halves);
   avx512_pair_rows(x.ds, nq, nk, kKeyBlock, x.ds_pairs, nk);
-  columns_by_halves({E, nk, nq_pairs, x.q_t + i0 / 2, Lh, x.ds_pairs, nk, x.dk_t, nk, true},
-                    halves);
+  keys_by_halves({nk, E, nq_pairs, x.ds_pairs, nk, x.q_pairs + i0 / 2 * E, E, x.dk, E, true},
+                 halves);
+}
+
+// rows x cols of `src` times `factor` into rows of `at`, as store_rows, with a bf16 output's
+// rounding on vectors.
+template <class U>
+void store_gradient_rows(const float* src, int64_t rows, int64_t cols, float factor,
+                         const Problem::Placement& at, U* dst) {
+  if constexpr (std::is_same_v<U, Bf16>) {
+    if (at.width == cols) {
+      return avx512_narrow_scaled_rows(src, rows, cols, cols, factor, &dst->bits, at.row);
+    }
+  }
+  store_rows<U, float>(src, rows, cols, factor, at, dst);
 }
 
 }  // namespace
 
 // Operands [q, k, v, forward output [batch..., L, Ev + 1] of F, grad [batch..., L, Ev] (, mask)],
-// as attention.cpp's backward; the gradients are stored as U. dk and dv are summed transposed (dk^T
-// += q^T dS, dv^T += dO^T P), so that both products sum over queries in pairs of rows, and turned
-// back once per key block.
+// as attention.cpp's backward; the gradients are stored as U. dk and dv sum over the queries in
+// pairs of rows: their products read P and dS paired along the queries as transposed operands.
 template <class F, class U>
 void pair_attention_backward(const KernelArgs& args, const Problem& p) {
   const Bf16* q = args.inputs[0].as<Bf16>();
@@ -276,7 +292,7 @@ void pair_attention_backward(const KernelArgs& args, const Problem& p) {
   const F* forward = args.inputs[3].as<F>();
   const Bf16* grad = args.inputs[4].as<Bf16>();
   U* out = args.output.as<U>();
-  const int64_t L = p.L, S = p.S, E = p.E, Ev = p.Ev, Lh = (L + 1) / 2;
+  const int64_t L = p.L, S = p.S, E = p.E, Ev = p.Ev;
   const int64_t entries = p.batch.numel();
   const bool parallel = entries * L * S * (E + Ev) >= (int64_t{1} << 15);
   const auto scratch_bytes = static_cast<std::size_t>(BackwardScratch::words(p)) * 4;
@@ -286,12 +302,14 @@ void pair_attention_backward(const KernelArgs& args, const Problem& p) {
     BackwardScratch x(pool.scratch(thread, scratch_bytes), p);
     const Bf16* q_entry = q + at.q;
     const Bf16* g_entry = grad + at.g;
-    avx512_pair_rows(bits(q_entry), L, E, p.q_row, x.paired, E);
-    transpose_words(x.paired, Lh, E, E, x.q_t);
-    avx512_pair_rows(bits(g_entry), L, Ev, p.g_row, x.paired, Ev);
-    transpose_words(x.paired, Lh, Ev, Ev, x.g_t);
-    as_compute<Bf16, float>(g_entry, L, Ev, p.g_row, x.g_wide);
-    read_row_terms<F, float>(forward + entry * L * (Ev + 1), x.g_wide, L, Ev, x.d, x.lse);
+    avx512_pair_rows(bits(q_entry), L, E, p.q_row, x.q_pairs, E);
+    avx512_pair_rows(bits(g_entry), L, Ev, p.g_row, x.g_pairs, Ev);
+    if constexpr (std::is_same_v<F, float>) {
+      avx512_row_terms(forward + entry * L * (Ev + 1), bits(g_entry), p.g_row, L, Ev, x.d, x.lse);
+    } else {
+      as_compute<Bf16, float>(g_entry, L, Ev, p.g_row, x.g_wide);
+      read_row_terms<F, float>(forward + entry * L * (Ev + 1), x.g_wide, L, Ev, x.d, x.lse);
+    }
     std::fill(x.dq, x.dq + L * E, 0.0f);
     const auto scale = static_cast<float>(p.scale);
     for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
@@ -299,18 +317,18 @@ void pair_attention_backward(const KernelArgs& args, const Problem& p) {
       transpose_words(k + at.k + j0 * p.k_row, nk, E / 2, p.k_row / 2, x.k_pairs);
       transpose_words(v + at.v + j0 * p.v_row, nk, Ev / 2, p.v_row / 2, x.v_t);
       avx512_pair_rows(bits(k + at.k + j0 * p.k_row), nk, E, p.k_row, x.k_rows, E);
-      std::fill(x.dk_t, x.dk_t + E * nk, 0.0f);
-      std::fill(x.dv_t, x.dv_t + Ev * nk, 0.0f);
+      std::fill(x.dk, x.dk + nk * E, 0.0f);
+      std::fill(x.dv, x.dv + nk * Ev, 0.0f);
       for (int64_t i0 = 0; i0 < L; i0 += kQueryBlock) {
         if (causally_hidden(p, j0, std::min(L, i0 + kQueryBlock))) continue;
         backward_block_pair(p, at, q_entry, g_entry, i0, j0, nk, x);
       }
-      transpose_into(x.dk_t, E, nk, nk, x.dk);
-      transpose_into(x.dv_t, Ev, nk, nk, x.dv);
-      store_rows<U, float>(x.dk, nk, E, scale, p.grads[1], out + at.grads[1] + j0 * p.grads[1].row);
-      store_rows<U, float>(x.dv, nk, Ev, 1.0f, p.grads[2], out + at.grads[2] + j0 * p.grads[2].row);
+      store_gradient_rows<U>(x.dk, nk, E, scale, p.grads[1],
+                             out + at.grads[1] + j0 * p.grads[1].row);
+      store_gradient_rows<U>(x.dv, nk, Ev, 1.0f, p.grads[2],
+                             out + at.grads[2] + j0 * p.grads[2].row);
     }
-    store_rows<U, float>(x.dq, L, E, scale, p.grads[0], out + at.grads[0]);
+    store_gradient_rows<U>(x.dq, L, E, scale, p.grads[0], out + at.grads[0]);
   };
   if (parallel) {
     pool.run(entries, part);

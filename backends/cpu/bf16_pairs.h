@@ -11,8 +11,9 @@ namespace axle::cpu {
 
 /// c[i, 0:n] (+)= sum over s < pairs of the pair products a(i, s) . b(s, 0:n) for i < m, each
 /// summed in f32 (vdpbf16ps, which reads denormal bf16 values as zero and flushes denormal
-/// results), s in order; a(i, s) is the word a[i * lda + s], b(s, j) the word
-/// b[s * ldb + j]; c row-major with row stride ldc, from c's values with `accumulate`.
+/// results), s in order; a(i, s) is the word a[i * lda + s] (a[s * lda + i] when
+/// `a_transposed`), b(s, j) the word b[s * ldb + j]; c row-major with row stride ldc, from c's
+/// values with `accumulate`.
 struct PairProduct {
   int64_t m = 0, n = 0, pairs = 0;
   const uint32_t* a = nullptr;
@@ -22,6 +23,7 @@ struct PairProduct {
   float* c = nullptr;
   int64_t ldc = 0;
   bool accumulate = false;
+  bool a_transposed = false;
 };
 
 /// Computes `product` on the calling thread.
@@ -40,5 +42,14 @@ void avx512_pair_rows(const uint16_t* src, int64_t rows, int64_t cols, int64_t l
 /// is whole words.
 void avx512_narrow_rows(const float* src, int64_t rows, int64_t cols, int64_t lds, uint16_t* out,
                         int64_t ldo);
+/// out[r, c] = bf16(src[r, c] * factor) for r < rows, c < cols (row strides lds and ldo): the
+/// product rounded once to f32, then to bf16 as element.h's narrow rounds it.
+void avx512_narrow_scaled_rows(const float* src, int64_t rows, int64_t cols, int64_t lds,
+                               float factor, uint16_t* out, int64_t ldo);
+/// Per row i < rows of attention's backward: d[i] = the dot of bf16 `grad` row i (row stride
+/// g_row) with f32 `forward` row i (row stride cols + 1), summed 16 columns to a lane and then
+/// across the lanes; lse[i] = forward[i, cols] (the forward's logsumexp after its output row).
+void avx512_row_terms(const float* forward, const uint16_t* grad, int64_t g_row, int64_t rows,
+                      int64_t cols, float* d, float* lse);
 
 }  // namespace axle::cpu

@@ -310,8 +310,9 @@ void avx512_direct_gemm(const DirectProduct& q) {
 }
 
 void avx512_pair_gemm(const PairProduct& q) {
-  avx512_gemm::direct_product<uint32_t>(
-      {q.m, q.n, q.pairs, q.a, q.lda, 1, q.b, q.ldb, q.c, q.ldc, q.accumulate});
+  avx512_gemm::direct_product<uint32_t>({q.m, q.n, q.pairs, q.a, q.a_transposed ? 1 : q.lda,
+                                         q.a_transposed ? q.lda : 1, q.b, q.ldb, q.c, q.ldc,
+                                         q.accumulate});
 }
 
 GemmBlockKernel avx512_gemm_kernel(GemmPrecision precision, bool bf16_dot) {

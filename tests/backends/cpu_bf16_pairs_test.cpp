@@ -29,6 +29,7 @@ float value_of(uint16_t bits) { return widen(Bf16{bits}); }
 struct PairCase {
   int64_t m, n, pairs, lda, ldb, ldc;
   bool accumulate;
+  bool a_transposed = false;  // a(i, s) at word s * lda + i
 };
 
 // Runs one product on bf16 values drawn by `draw` and compares with the double sums, exactly or
@@ -36,7 +37,8 @@ struct PairCase {
 // aligned word, so every broadcast word straddles an alignment.
 template <class Draw>
 void check_product(const PairCase& k, Draw draw, double relative, const std::string& what) {
-  std::vector<uint16_t> a16(static_cast<std::size_t>(2 * k.m * k.lda + 4));
+  const int64_t a_lines = k.a_transposed ? k.pairs : k.m;
+  std::vector<uint16_t> a16(static_cast<std::size_t>(2 * a_lines * k.lda + 4));
   std::vector<uint16_t> b16(static_cast<std::size_t>(2 * k.pairs * k.ldb));
   std::vector<float> c(static_cast<std::size_t>(k.m * k.ldc));
   for (uint16_t& v : a16) v = bits_of(draw());
@@ -46,15 +48,16 @@ void check_product(const PairCase& k, Draw draw, double relative, const std::str
   std::vector<float> got = c;
   avx512_pair_gemm({k.m, k.n, k.pairs, reinterpret_cast<const uint32_t*>(a_start), k.lda,
                     reinterpret_cast<const uint32_t*>(b16.data()), k.ldb, got.data(), k.ldc,
-                    k.accumulate});
+                    k.accumulate, k.a_transposed});
   for (int64_t i = 0; i < k.m; ++i) {
     for (int64_t j = 0; j < k.n; ++j) {
       const std::size_t at = static_cast<std::size_t>(i * k.ldc + j);
       double sum = k.accumulate ? c[at] : 0.0, magnitude = std::abs(sum);
       for (int64_t s = 0; s < k.pairs; ++s) {
         for (int64_t h = 0; h < 2; ++h) {
+          const int64_t a_word = k.a_transposed ? s * k.lda + i : i * k.lda + s;
           const double term =
-              double{value_of(a_start[2 * (i * k.lda + s) + h])} *
+              double{value_of(a_start[2 * a_word + h])} *
               double{value_of(b16[static_cast<std::size_t>(2 * (s * k.ldb + j) + h)])};
           sum += term;
           magnitude += std::abs(term);
@@ -62,7 +65,8 @@ void check_product(const PairCase& k, Draw draw, double relative, const std::str
       }
       ASSERT_LE(std::abs(got[at] - sum), relative * magnitude)
           << what << ": c[" << i << ", " << j << "] m=" << k.m << " n=" << k.n
-          << " pairs=" << k.pairs << " accumulate=" << k.accumulate;
+          << " pairs=" << k.pairs << " accumulate=" << k.accumulate
+          << " a_transposed=" << k.a_transposed;
     }
   }
 }
@@ -77,6 +81,22 @@ TEST(Bf16Pairs, ProductSumsEveryPairInF32) {
     const int64_t m = size(rng), n = size(rng), pairs = depth(rng);
     const PairCase k{m, n, pairs, pairs + 3, n + 5, n + 1, (rng() & 1) != 0};
     // Small integers: every product and partial sum is exact in f32, so the sums are too.
+    check_product(
+        k, [&] { return static_cast<float>(small(rng)); }, 0.0, "integers");
+    check_product(
+        k, [&] { return normal(rng); }, 1e-6, "normal values");
+  }
+}
+
+TEST(Bf16Pairs, ProductReadsATransposedAsItsColumns) {
+  if (!has_pairs()) GTEST_SKIP() << "this processor lacks AVX512_BF16";
+  std::mt19937 rng(34);
+  std::uniform_int_distribution<int64_t> size(1, 80), depth(1, 40);
+  std::uniform_int_distribution<int> small(-8, 8);
+  std::normal_distribution<float> normal;
+  for (int round = 0; round < 40; ++round) {
+    const int64_t m = size(rng), n = size(rng), pairs = depth(rng);
+    const PairCase k{m, n, pairs, m + 3, n + 5, n + 1, (rng() & 1) != 0, true};
     check_product(
         k, [&] { return static_cast<float>(small(rng)); }, 0.0, "integers");
     check_product(
@@ -134,6 +154,59 @@ TEST(Bf16Pairs, NarrowedRowsEndOnAWholeWord) {
       if (cols % 2 != 0) {
         EXPECT_EQ(out[static_cast<std::size_t>(r * ldo + cols)], 0) << r;
       }
+    }
+  }
+}
+
+TEST(Bf16Pairs, ScaledRowsAreRoundedAsTheScalarNarrowRoundsTheProduct) {
+  if (!has_pairs()) GTEST_SKIP() << "this processor lacks AVX512_BF16";
+  std::mt19937 rng(35);
+  std::normal_distribution<float> normal(0, 3);
+  for (const int64_t cols : {int64_t{7}, int64_t{32}, int64_t{45}}) {
+    const int64_t rows = 6, lds = cols + 3, ldo = cols + 5;
+    const float factor = 0.17677669f;
+    std::vector<float> src(static_cast<std::size_t>(rows * lds));
+    for (float& v : src) v = normal(rng);
+    src[2] = std::numeric_limits<float>::quiet_NaN();
+    src[static_cast<std::size_t>(lds + 1)] = std::numeric_limits<float>::infinity();
+    std::vector<uint16_t> out(static_cast<std::size_t>(rows * ldo), 0xabcd);
+    avx512_narrow_scaled_rows(src.data(), rows, cols, lds, factor, out.data(), ldo);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        ASSERT_EQ(out[static_cast<std::size_t>(r * ldo + c)],
+                  bits_of(src[static_cast<std::size_t>(r * lds + c)] * factor))
+            << r << ", " << c;
+      }
+      // Past the columns nothing is written.
+      EXPECT_EQ(out[static_cast<std::size_t>(r * ldo + cols)], 0xabcd) << r;
+    }
+  }
+}
+
+TEST(Bf16Pairs, RowTermsAreEachRowsDotAndTheValueAfterIt) {
+  if (!has_pairs()) GTEST_SKIP() << "this processor lacks AVX512_BF16";
+  std::mt19937 rng(36);
+  std::normal_distribution<float> normal(0, 2);
+  for (const int64_t cols : {int64_t{5}, int64_t{32}, int64_t{40}}) {
+    const int64_t rows = 9, g_row = cols + 6;
+    std::vector<float> forward(static_cast<std::size_t>(rows * (cols + 1)));
+    std::vector<uint16_t> grad(static_cast<std::size_t>(rows * g_row));
+    for (float& v : forward) v = normal(rng);
+    for (uint16_t& v : grad) v = bits_of(normal(rng));
+    std::vector<float> d(static_cast<std::size_t>(rows)), lse(d.size());
+    avx512_row_terms(forward.data(), grad.data(), g_row, rows, cols, d.data(), lse.data());
+    for (int64_t i = 0; i < rows; ++i) {
+      double dot = 0, magnitude = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double term = double{value_of(grad[static_cast<std::size_t>(i * g_row + c)])} *
+                            double{forward[static_cast<std::size_t>(i * (cols + 1) + c)]};
+        dot += term;
+        magnitude += std::abs(term);
+      }
+      EXPECT_NEAR(d[static_cast<std::size_t>(i)], dot, 4e-7 * magnitude) << "row " << i;
+      EXPECT_EQ(lse[static_cast<std::size_t>(i)],
+                forward[static_cast<std::size_t>(i * (cols + 1) + cols)])
+          << "row " << i;
     }
   }
 }
