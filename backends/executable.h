@@ -120,7 +120,10 @@ namespace axle {
 ///                count_include_pad]
 /// Data movement.
 ///   kCopy        [x] -> same number of elements, any shape (reshape of contiguous data)
-///   kPermute     [x]; ints = permutation (output dim i is input dim ints[i])
+///   kPermute     [x]; ints = permutation (output dim i is input dim ints[i]) (, row): with
+///                row, the permuted value is the first columns of x's rows of `row` elements (a
+///                folded slice of x's last dim), and an f32 x may give a bf16 output, each value
+///                rounded as kCast rounds it (a folded cast)
 ///   kExpand      [x] -> broadcast to the output shape (NumPy rules)
 ///   kSlice       [x]; ints = [dim, start, step] (output shape gives the length)
 ///   kConcat      [x0, x1, ...]; ints = [dim]

@@ -424,6 +424,41 @@ struct Folding {
     absorbed[product] = 1;
   }
 
+  // permute(cast(slice(x))) or permute(slice(x)), the slice the first columns of x's last dim
+  // and the cast f32 to bf16 (attention's output rows [O, logsumexp] turned back into [B, T, H,
+  // D]): the permute reads x's rows in place and rounds as it copies (kPermute's row).
+  void slice_and_cast_into_permute(std::size_t id) {
+    KernelCall& call = calls[id];
+    const int rank = program[id].shape.rank();
+    if (call.inputs.size() != 1 || static_cast<int>(call.ints.size()) != rank || rank == 0) {
+      return;
+    }
+    int32_t slice = call.inputs[0], cast = -1;
+    if (program[slice].op == Op::kCast && foldable(slice) && calls[slice].kernel == Kernel::kCast &&
+        program[slice].dtype == DType::kBFloat16 &&
+        program[program.operands(slice)[0]].dtype == DType::kFloat32) {
+      cast = slice;
+      slice = program.operands(cast)[0];
+    }
+    const std::span<const int64_t> at = program.ints(slice);
+    if (program[slice].op != Op::kSlice || !foldable(slice) ||
+        calls[slice].kernel != Kernel::kSlice || at.size() != 3 || at[0] != rank - 1 ||
+        at[1] != 0 || at[2] != 1) {
+      return;
+    }
+    const int32_t source = program.operands(slice)[0];
+    const auto stored = static_cast<std::size_t>(source);
+    if (program[stored].op == Op::kConstant || absorbed[stored] ||
+        (root_of[stored] >= 0 && root_of[stored] != source) ||
+        program[stored].shape.rank() != rank) {
+      return;
+    }
+    call.inputs[0] = source;
+    call.ints.push_back(program[stored].shape[rank - 1]);
+    absorbed[slice] = 1;
+    if (cast >= 0) absorbed[cast] = 1;
+  }
+
   // The result of a convolution transposed: the convolution writes it so (layout bit 4).
   void conv_into_transpose(std::size_t id) {
     const int32_t conv = program.operands(id)[0];
@@ -485,6 +520,10 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
       folding.product_into_widening_cast(id);
     } else if (swaps_first_dims(program, id)) {
       folding.conv_into_transpose(id);
+    } else if (call.kernel == Kernel::kPermute) {
+      // Not a swap of the first dims: a convolution may take those as its operand's layout,
+      // reading the permute's own operand (swapped_operands_into_conv).
+      folding.slice_and_cast_into_permute(id);
     } else if (call.kernel == Kernel::kGeluBackward && call.inputs.size() == 2 &&
                (call.ints.empty() || call.ints[0] == 0) &&
                (dtype == DType::kFloat32 || dtype == DType::kBFloat16)) {

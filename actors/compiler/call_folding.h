@@ -9,9 +9,11 @@
 // product (applied to each block of the product's output as it is finished), and the slices,
 // reshapes and permutes that split a [B, T, 3 H D] projection into attention's heads [B, H, T,
 // D] (and its grad's), and that concatenate the backward's gradients back into the
-// projection's gradient: attention reads and writes those rows in place (its views).
-// The folded relu, biases, layer norm operands, gelu's backward and attention's views give the
-// same bits as the calls they replace,
+// projection's gradient: attention reads and writes those rows in place (its views); a slice of
+// the first columns of rows and a cast to bf16 under a permute (attention's output turned back
+// into [B, T, H, D]): the permute reads the rows in place and rounds as it copies.
+// The folded relu, biases, layer norm operands, gelu's backward, attention's views and a
+// permute's slice and cast give the same bits as the calls they replace,
 // but for a bf16 product's bias: the product's f32 sum plus the bias is rounded once, where
 // the separate add rounded the sum and then the total (as torch's addmm rounds once).
 #pragma once
@@ -28,10 +30,10 @@ namespace axle {
 /// that get one of their own: not leaves, not fused; `root_of` is plan_fusion's). A folded
 /// producer gets absorbed[id] = 1 and no call; its reader's call reads the producer's operand
 /// and carries the kernel's flag for it (executable.h: kMaxPool2d's relu_first, kConv2d's
-/// layout, kLayerNormBackward's folded weight, attention's views), or a folded convolution's,
-/// product's, layer norm backward's or attention backward's call becomes its reader's (with the
-/// bias or the residual as a further input, writing the transposed result, or writing the
-/// gradients into the concatenation).
+/// layout, kLayerNormBackward's folded weight, attention's views, kPermute's row), or a folded
+/// convolution's, product's, layer norm backward's or attention backward's call becomes its
+/// reader's (with the bias or the residual as a further input, writing the transposed result,
+/// or writing the gradients into the concatenation).
 void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
                 std::vector<KernelCall>& calls, std::vector<uint8_t>& absorbed);
 

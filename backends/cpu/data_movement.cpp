@@ -1,7 +1,7 @@
 // backends/cpu: data-movement kernels (copy, optimization_barrier, permute, expand, slice, concat;
 // index_select, gather and one_hot are in indexing.cpp). They move elements without looking at
 // their values, so each is written once per element size (1, 2, 4, 8 bytes) and that one instance
-// serves every dtype of that size.
+// serves every dtype of that size; only a permute with a folded cast rounds f32 to bf16.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -184,32 +184,79 @@ void optimization_barrier_kernel(const KernelArgs& args) {
   }
 }
 
+// The view's elements of an f32 source rounded into a contiguous bf16 output (a permute with a
+// folded cast), split along the outermost dim like run_strided_copy.
+void run_narrowing_copy(const KernelArgs& args, const StridedSource& view) {
+  const int64_t numel = args.output.desc->shape.numel();
+  if (numel == 0) return;
+  const StridedSource s = simplify(view);
+  const float* src = args.inputs[0].as<float>();
+  Bf16* dst = args.output.as<Bf16>();
+  if (s.rank == 0) {
+    dst[0] = narrow(src[0]);
+    return;
+  }
+  const int last = s.rank - 1;
+  const int64_t inner = s.size[last], inner_stride = s.stride[last];
+  auto copy_box = [&](const StridedSource& box, const float* from, Bf16* to) {
+    Dims to_stride{};
+    to_stride[last] = 1;
+    for (int d = last - 1; d >= 0; --d) to_stride[d] = to_stride[d + 1] * box.size[d + 1];
+    for_each_index(last, box.size.data(), box.stride.data(), to_stride.data(),
+                   [&](int64_t a, int64_t b) {
+                     if (inner_stride == 1) return narrow_block(from + a, to + b, inner);
+                     for (int64_t c = 0; c < inner; ++c)
+                       to[b + c] = narrow(from[a + c * inner_stride]);
+                   });
+  };
+  if (numel * static_cast<int64_t>(sizeof(Bf16)) < kParallelCopyBytes || last == 0) {
+    return copy_box(s, src, dst);
+  }
+  const int64_t outer_dst_stride = numel / s.size[0];
+  parallel_for(args.pool, s.size[0], 1, [&](int64_t first, int64_t end, int) {
+    StridedSource part = s;
+    part.size[0] = end - first;
+    copy_box(part, src + first * s.stride[0], dst + first * outer_dst_stride);
+  });
+}
+
 void permute_kernel(const KernelArgs& args) {
   expect_inputs(args, 1, "permute");
   const BufferDesc& in = *args.inputs[0].desc;
   const BufferDesc& out = *args.output.desc;
-  expect_same_dtype(in, out, "permute");
-  const std::vector<int64_t>& perm = args.call.ints;
+  const std::vector<int64_t>& ints = args.call.ints;
   const int rank = in.shape.rank();
-  if (static_cast<int>(perm.size()) != rank || out.shape.rank() != rank) {
+  const bool sliced = static_cast<int>(ints.size()) == rank + 1;
+  const bool narrowing = in.dtype == DType::kFloat32 && out.dtype == DType::kBFloat16;
+  if (!narrowing) expect_same_dtype(in, out, "permute");
+  if (!(static_cast<int>(ints.size()) == rank || sliced) || out.shape.rank() != rank) {
     throw std::invalid_argument(fmt::format("permute: {} dims in the permutation for {} -> {}",
-                                            perm.size(), in.shape.to_string(),
+                                            ints.size(), in.shape.to_string(),
                                             out.shape.to_string()));
+  }
+  if (sliced && (rank == 0 || ints[rank] != in.shape[rank - 1])) {
+    throw std::invalid_argument(fmt::format("permute: rows of {} elements do not match {}",
+                                            ints[rank], in.shape.to_string()));
   }
   const auto in_stride = contiguous_strides(in.shape);
   StridedSource view{rank};
   std::array<bool, Shape::kMaxRank> seen{};
   for (int i = 0; i < rank; ++i) {
-    const int64_t p = perm[i];
-    if (p < 0 || p >= rank || seen[p] || out.shape[i] != in.shape[static_cast<int>(p)]) {
+    const int64_t p = ints[i];
+    // A folded slice keeps the first columns of the last dim; every other dim is whole.
+    const bool fits = p >= 0 && p < rank &&
+                      (out.shape[i] == in.shape[static_cast<int>(p)] ||
+                       (sliced && p == rank - 1 && out.shape[i] <= in.shape[rank - 1]));
+    if (!fits || seen[p]) {
       throw std::invalid_argument(fmt::format("permute: [{}] is not a permutation taking {} to {}",
-                                              fmt::join(perm, ","), in.shape.to_string(),
-                                              out.shape.to_string()));
+                                              fmt::join(ints.begin(), ints.begin() + rank, ","),
+                                              in.shape.to_string(), out.shape.to_string()));
     }
     seen[p] = true;
     view.size[i] = out.shape[i];
     view.stride[i] = in_stride[p];
   }
+  if (narrowing) return run_narrowing_copy(args, view);
   run_strided_copy(args, view, 0);
 }
 

@@ -2,8 +2,8 @@
 // relu under a max pool, the transposes around a convolution's weight gradient, a convolution or
 // product under its bias's add, a layer norm backward's weight product and residual add, a bf16
 // product under a cast to f32 or under gelu's backward, casts to bf16 under bf16 products, the
-// slices and permutes around attention's heads), which stay calls of their own, and that without
-// fusion nothing folds.
+// slices and permutes around attention's heads, a slice and a cast under a permute), which stay
+// calls of their own, and that without fusion nothing folds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -413,6 +413,47 @@ TEST(CallFolding, AttentionHeadsReadElsewhereOrGradientsInAnotherOrderStayCalls)
             1);
   EXPECT_EQ(unfolded[1].substr(0, unfolded[1].find('(')), "scaled_dot_product_attention_backward");
   EXPECT_NE(unfolded[1].find(") -> %14 [1,0,15,"), std::string::npos) << unfolded[1];
+}
+
+// permute(cast(slice(x))): the first 4 of x's 5 columns (attention's output without its
+// logsumexp), cast to bf16 (or not), turned from [B, H, T, D] into [B, T, H, D].
+struct MergedHeads {
+  Program p;
+  int32_t slice = 0, cast = 0, merged = 0;
+};
+MergedHeads merged_heads(bool cast, int64_t start = 0, int64_t dim = 3) {
+  MergedHeads m;
+  Program& p = m.p;
+  const int32_t x = input(p, {2, 4, 8, 5});
+  const Shape sliced = dim == 3 ? Shape{2, 4, 8, 4} : Shape{2, 4, 7, 5};
+  m.slice = op(p, Op::kSlice, sliced, {x}, {dim, start, 1});
+  const std::vector<int32_t> of_slice{m.slice};
+  m.cast = cast ? p.append(Op::kCast, DType::kBFloat16, sliced, of_slice) : m.slice;
+  const std::vector<int32_t> of_cast{m.cast};
+  const std::vector<int64_t> swap_middle{0, 2, 1, 3};
+  m.merged = p.append(Op::kPermute, cast ? DType::kBFloat16 : DType::kFloat32,
+                      {sliced[0], sliced[2], sliced[1], sliced[3]}, of_cast, swap_middle);
+  p.outputs = {m.merged};
+  return m;
+}
+
+TEST(CallFolding, SliceAndCastUnderAPermuteFoldIntoIt) {
+  EXPECT_EQ(calls_of(*lower(merged_heads(true).p, 1, true)),
+            (std::vector<std::string>{"permute(%0) -> %3 [0,2,1,3,5]"}));
+  EXPECT_EQ(calls_of(*lower(merged_heads(false).p, 1, true)),
+            (std::vector<std::string>{"permute(%0) -> %2 [0,2,1,3,5]"}));
+}
+
+TEST(CallFolding, OtherSlicesOrOnesReadElsewhereStayCalls) {
+  // Not from the rows' first column, or along another dim: three calls.
+  EXPECT_EQ(calls_of(*lower(merged_heads(true, 1).p, 1, true)).size(), 3u);
+  EXPECT_EQ(calls_of(*lower(merged_heads(true, 0, 2).p, 1, true)).size(), 3u);
+  // The slice stored too: all three stay calls.
+  MergedHeads stored = merged_heads(true);
+  stored.p.outputs.push_back(stored.slice);
+  EXPECT_EQ(calls_of(*lower(stored.p, 1, true)),
+            (std::vector<std::string>{"slice(%0) -> %1 [3,0,1]", "cast(%1) -> %2 []",
+                                      "permute(%2) -> %3 [0,2,1,3]"}));
 }
 
 }  // namespace

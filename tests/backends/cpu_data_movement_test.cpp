@@ -9,6 +9,7 @@
 #include <string>
 
 #include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/element.h"
 #include "axle/backends/cpu/kernel.h"
 #include "tests/backends/kernel_test_util.h"
 
@@ -173,6 +174,40 @@ TEST(Permute, RejectsNonPermutation) {
   EXPECT_THROW(run_kernel(Kernel::kPermute, {x}, DType::kFloat32, {2, 2}, {0, 0}),
                std::runtime_error);
   EXPECT_THROW(run_kernel(Kernel::kPermute, {x}, DType::kFloat32, {2, 2}, {0}), std::runtime_error);
+}
+
+// Attention's output rows [O (32), logsumexp] turned into [B, T, H, 32]: a permute with a folded
+// slice of the rows' first columns and, for a bf16 output, a folded cast rounding each value as
+// kCast does; on one thread and split over two (the output passes 256 KiB).
+TEST(Permute, ReadsTheFirstColumnsOfRowsAndRoundsF32ToBf16) {
+  std::mt19937 rng(12);
+  const HostTensor rows = random_tensor(DType::kFloat32, {9, 4, 128, 33}, rng);
+  const Shape merged{9, 128, 4, 32};
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (const int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " on " + std::to_string(threads) + " threads");
+      const HostTensor out =
+          call_kernel_directly(Kernel::kPermute, {rows}, dtype, merged, {0, 2, 1, 3, 33}, threads);
+      ASSERT_EQ(out.values.size(), static_cast<std::size_t>(merged.numel()));
+      for (int64_t i = 0; i < merged.numel(); ++i) {
+        const Index o = unravel(i, merged);
+        const auto x = static_cast<float>(rows.values[ravel({o[0], o[2], o[1], o[3]}, rows.shape)]);
+        const double want = dtype == DType::kBFloat16 ? double{cpu::widen(cpu::narrow(x))} : x;
+        ASSERT_EQ(out.values[i], want) << "element " << i;
+      }
+    }
+  }
+  // Rows of another length than x's last dim, or more columns than a row has, are refused.
+  EXPECT_NE(invalid_argument_message(Kernel::kPermute, {rows}, DType::kBFloat16, merged,
+                                     {0, 2, 1, 3, 32}),
+            "");
+  EXPECT_NE(invalid_argument_message(Kernel::kPermute, {rows}, DType::kBFloat16, {9, 128, 4, 34},
+                                     {0, 2, 1, 3, 33}),
+            "");
+  // Without a row the dims must match whole.
+  EXPECT_NE(
+      invalid_argument_message(Kernel::kPermute, {rows}, DType::kFloat32, merged, {0, 2, 1, 3}),
+      "");
 }
 
 TEST(Expand, MatchesNumpyBroadcastOnRandomShapes) {
