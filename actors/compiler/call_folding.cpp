@@ -200,6 +200,30 @@ struct Folding {
     absorbed[product] = 1;
   }
 
+  // residual + a bf16 product's values as f32 (a residual connection under autocast): the
+  // product adds the residual as it stores its values (kMatmul's residual, the last operand).
+  void product_into_residual_add(std::size_t id) {
+    KernelCall& call = calls[id];
+    for (std::size_t k = 0; k < 2; ++k) {
+      const int32_t product = call.inputs[k], residual = call.inputs[1 - k];
+      const KernelCall& produced = calls[product];
+      if (produced.kernel != Kernel::kMatmul || produced.output != product ||
+          produced.ints.size() != 3 || produced.ints[2] != 1 || !foldable(product) ||
+          !(program[product].shape == program[id].shape) ||
+          !(program[residual].shape == program[id].shape) ||
+          program[residual].dtype != DType::kFloat32 || program[residual].op == Op::kConstant) {
+        continue;
+      }
+      KernelCall folded = produced;
+      folded.ints.insert(folded.ints.end(), {0, 1});
+      folded.inputs.push_back(residual);
+      folded.output = static_cast<int32_t>(id);
+      call = std::move(folded);
+      absorbed[product] = 1;
+      return;
+    }
+  }
+
   // A bf16 product's operands cast from f32, where every reader of such a cast is a bf16
   // product: the products read the f32 values and round them as they pack them (kMatmul), so
   // the bf16 copy is never stored.
@@ -511,6 +535,9 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
       // layer_norm_backward folds f32 operands (executable.h).
       if (calls[id].kernel == Kernel::kAdd && dtype == DType::kFloat32) {
         folding.layer_norm_backward_into_add(id);
+      }
+      if (calls[id].kernel == Kernel::kAdd && dtype == DType::kFloat32) {
+        folding.product_into_residual_add(id);
       }
     } else if (call.kernel == Kernel::kLayerNormBackward && call.inputs.size() == 2 &&
                call.ints.size() == 1 && dtype == DType::kFloat32) {

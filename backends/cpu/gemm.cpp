@@ -121,6 +121,17 @@ void eigen_multiply_parallel(const MatrixProduct& q, bool transpose_a, bool tran
   }
 }
 
+// out[i, :] = residual[i, :] + out[i, :] for rows [r0, r1) (Gemm::residual), after the kernels
+// that do not add it as they store.
+void add_residual(const Gemm& g, int64_t r0, int64_t r1) {
+  if (!g.residual) return;
+  float* out = static_cast<float*>(g.out);
+  for (int64_t i = r0; i < r1; ++i) {
+    for (int64_t j = 0; j < g.n; ++j)
+      out[i * g.ldc + j] = g.residual[i * g.ldc + j] + out[i * g.ldc + j];
+  }
+}
+
 /// A product without an instruction set's kernels: op(a) and op(b) made f32 (rounded to bf16
 /// first for a bf16 product), multiplied on Eigen, the output rounded if bf16.
 void generic_gemm(const Gemm& g, ComputePool* pool) {
@@ -167,6 +178,7 @@ void generic_gemm(const Gemm& g, ComputePool* pool) {
       for (int64_t j = 0; j < g.n; ++j) out[i * ldc + j] = widen(narrow(out[i * ldc + j]));
     }
   }
+  add_residual(g, 0, g.m);
 }
 
 // out[i, :] = bias (or 0 without one) for each row: an empty sum plus the bias.
@@ -200,6 +212,9 @@ void gemm(const Gemm& g, ComputePool* pool) {
   if (g.gelu_input && (g.accumulate || g.round_bf16)) {
     throw std::invalid_argument("gemm: gelu's backward applies to a written output only");
   }
+  if (g.residual && (g.out_bf16 || g.accumulate || g.gelu_input)) {
+    throw std::invalid_argument("gemm: a residual is added to a written f32 output only");
+  }
   if (g.m <= 0 || g.n <= 0) return;
   const GemmBlockKernel kernel = kernel_for(cpu_isa(), g.precision);
   if (g.k <= 0 || !kernel.run) {
@@ -207,6 +222,7 @@ void gemm(const Gemm& g, ComputePool* pool) {
       generic_gemm(g, pool);
     } else if (!g.accumulate) {
       fill_rows(g);
+      add_residual(g, 0, g.m);
     }
     if (g.gelu_input) gelu_backward_block(g, 0, g.m, 0, g.n);
     return;

@@ -39,7 +39,10 @@ enum class GemmPrecision : uint8_t { kF32, kBf16 };
 /// `accumulate`), each output value is the bf16 output's, stored as f32. With `gelu_input` (x
 /// in the output's dtype and layout, row stride ldc; not with `accumulate` or `round_bf16`),
 /// each output value v becomes gelu's derivative at x times v, as kGeluBackward computes it from
-/// the stored v: the product of a gradient and gelu's backward in one pass over the output.
+/// the stored v: the product of a gradient and gelu's backward in one pass over the output. With
+/// `residual` (f32 in the output's layout, row stride ldc; an f32 output written, not with
+/// `gelu_input`), each output value v becomes residual + v, v as it would be stored (after the
+/// bias and the rounding of `round_bf16`): a residual connection's add in the same pass.
 struct Gemm {
   int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;
@@ -51,6 +54,7 @@ struct Gemm {
   const float* bias = nullptr;
   bool round_bf16 = false;
   const void* gelu_input = nullptr;
+  const float* residual = nullptr;
 };
 
 /// Rows [r0, r1) x columns [c0, c1) of `g`'s output, written, replaced by gelu_backward(out, x)

@@ -101,6 +101,11 @@ void store8(const TileIo& io, int r, int v, __m256 x, int64_t n) noexcept {
     return;
   }
   if (io.round_bf16) x = _mm256_castsi256_ps(_mm256_slli_epi32(round_to_bf16(x), 16));
+  if (io.residual) {
+    const float* residual = io.residual + r * io.ld_out + 8 * v;
+    x = _mm256_add_ps(
+        n >= 8 ? _mm256_loadu_ps(residual) : _mm256_maskload_ps(residual, lane_mask(n)), x);
+  }
   float* out = static_cast<float*>(io.out) + r * io.ld_out + 8 * v;
   if (n >= 8) {
     _mm256_storeu_ps(out, x);

@@ -57,6 +57,11 @@ ALWAYS_INLINE void store_row(const TileIo& io, int r, __m512 lo, __m512 hi, __mm
     _mm512_mask_cvtepi32_storeu_epi16(out, m0, round_to_bf16(lo));
     _mm512_mask_cvtepi32_storeu_epi16(out + 16, m1, round_to_bf16(hi));
   } else {
+    if (io.residual) {
+      const float* residual = io.residual + r * io.ld_out;
+      lo = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, residual), lo);
+      hi = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, residual + 16), hi);
+    }
     float* out = static_cast<float*>(io.out) + r * io.ld_out;
     _mm512_mask_storeu_ps(out, m0, lo);
     _mm512_mask_storeu_ps(out + 16, m1, hi);
@@ -73,6 +78,13 @@ void tile(int64_t steps, const Packed* a, const Packed* b, const TileIo& io) noe
   for (int r = 0; r < R; ++r) {
     acc[r][0] = _mm512_setzero_ps();
     acc[r][1] = _mm512_setzero_ps();
+  }
+  if (io.residual) {  // read at the store: on its way while the sums run
+#pragma GCC unroll 14
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(io.residual + r * io.ld_out), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(io.residual + r * io.ld_out + 16), _MM_HINT_T0);
+    }
   }
   for (int64_t s = 0; s < steps; ++s, a += kRows, b += kColumns) {
     if constexpr (kPairs) {

@@ -37,6 +37,7 @@ struct TileIo {
   int cols;
   const float* bias = nullptr;
   bool round_bf16 = false;  // an f32 output's values rounded to bf16 first
+  const float* residual = nullptr;  // added to an f32 output's values last (row stride ld_out)
 };
 
 /// 64-byte-aligned memory kept per thread between calls and grown as needed, so products on a
@@ -102,6 +103,7 @@ inline TileIo tile_io(const Gemm& g, const TileSums& sums, int64_t row, int64_t 
   }
   if (sums.last && g.bias) tile.bias = g.bias + column;
   tile.round_bf16 = sums.last && g.round_bf16;
+  if (sums.last && g.residual) tile.residual = g.residual + row * g.ldc + column;
   return tile;
 }
 

@@ -35,6 +35,8 @@ struct MatmulPlan {
   bool bf16_as_f32 = false;
   // ints[3]: the output is gelu_backward(product, x), x the last operand.
   bool gelu_backward = false;
+  // ints[4]: the last operand r (f32) is added to the product's values: r + product.
+  bool residual = false;
   bool bias = false;
 };
 
@@ -110,6 +112,15 @@ void check_gelu_input(const KernelArgs& args, const MatmulPlan& plan, DType dtyp
   }
 }
 
+// The residual (the last operand): f32 in the output's shape.
+void check_residual(const KernelArgs& args) {
+  const BufferDesc& r = *args.inputs.back().desc;
+  if (r.dtype != DType::kFloat32 || !(r.shape == args.output.desc->shape)) {
+    reject(args, fmt::format("the residual {}{} must be f32 in the output's shape",
+                             dtype_name(r.dtype), r.shape.to_string()));
+  }
+}
+
 // The product's dtype: the operands'. A bf16 product also takes f32 operands, each rounded to
 // bf16 as it is read (a narrowing cast folded into the call).
 DType product_dtype(const KernelArgs& args, const MatmulPlan& plan) {
@@ -125,21 +136,34 @@ DType product_dtype(const KernelArgs& args, const MatmulPlan& plan) {
   return dtype;
 }
 
-MatmulPlan plan_matmul(const KernelArgs& args) {
+// The call's flags (ints[2:]) and which operands it has.
+MatmulPlan plan_operands(const KernelArgs& args) {
   const std::vector<int64_t>& ints = args.call.ints;
-  if (ints.size() < 2 || ints.size() > 4) {
+  if (ints.size() < 2 || ints.size() > 5) {
     reject(args,
-           "ints must be [transpose_a, transpose_b (, bf16 values as f32 (, gelu_backward))]");
+           "ints must be [transpose_a, transpose_b (, bf16 values as f32 (, gelu_backward (, "
+           "residual)))]");
   }
   MatmulPlan plan;
   plan.bf16_as_f32 = ints.size() >= 3 && ints[2] != 0;
-  plan.gelu_backward = ints.size() == 4 && ints[3] != 0;
-  const std::size_t operands = args.inputs.size() - (plan.gelu_backward ? 1 : 0);
+  plan.gelu_backward = ints.size() >= 4 && ints[3] != 0;
+  plan.residual = ints.size() == 5 && ints[4] != 0;
+  if (plan.residual && (plan.gelu_backward || !plan.bf16_as_f32)) {
+    reject(args, "a residual is added to a bf16 product's values as f32 only");
+  }
+  const bool last_operand = plan.gelu_backward || plan.residual;
+  const std::size_t operands = args.inputs.size() - (last_operand ? 1 : 0);
   if (args.inputs.size() < 2 || (operands != 2 && operands != 3)) {
     reject(args, plan.gelu_backward ? "matmul takes two operands, an optional bias and x"
+                 : plan.residual    ? "matmul takes two operands, an optional bias and a residual"
                                     : "matmul takes two operands and an optional bias");
   }
   plan.bias = operands == 3;
+  return plan;
+}
+
+MatmulPlan plan_matmul(const KernelArgs& args) {
+  MatmulPlan plan = plan_operands(args);
   const Shape& a = args.inputs[0].desc->shape;
   const Shape& b = args.inputs[1].desc->shape;
   const Shape& out = args.output.desc->shape;
@@ -162,6 +186,7 @@ MatmulPlan plan_matmul(const KernelArgs& args) {
   }
   check_bias(args, plan, dtype);
   if (plan.gelu_backward) check_gelu_input(args, plan, dtype);
+  if (plan.residual) check_residual(args);
 
   // NumPy broadcasting over the batch dims, aligned from the right.
   const int batch_rank = std::max(ra, rb) - 2;
@@ -267,6 +292,7 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
   };
   const float* bias = p.bias ? widened(args.inputs[2], 0) : nullptr;
   const Bf16* gelu_input = p.gelu_backward ? args.inputs.back().as<Bf16>() : nullptr;
+  const float* residual = p.residual ? args.inputs.back().as<float>() : nullptr;
   const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
   for_each_product(p, args.pool, [&](std::size_t j, ComputePool* part_pool) {
     Gemm g;
@@ -282,6 +308,7 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
     g.precision = GemmPrecision::kBf16;
     g.bias = bias;
     if (gelu_input) g.gelu_input = gelu_input + static_cast<int64_t>(j) * p.m * p.n;
+    if (residual) g.residual = residual + static_cast<int64_t>(j) * p.m * p.n;
     gemm(g, part_pool);
   });
 }

@@ -1,9 +1,9 @@
 // actors/compiler/call_folding.h through lower(): which producers fold into their reader's call (a
 // relu under a max pool, the transposes around a convolution's weight gradient, a convolution or
 // product under its bias's add, a layer norm backward's weight product and residual add, a bf16
-// product under a cast to f32 or under gelu's backward, casts to bf16 under bf16 products, the
-// slices and permutes around attention's heads, a slice and a cast under a permute), which stay
-// calls of their own, and that without fusion nothing folds.
+// product under a cast to f32, a residual's add or gelu's backward, casts to bf16 under bf16
+// products, the slices and permutes around attention's heads, a slice and a cast under a
+// permute), which stay calls of their own, and that without fusion nothing folds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -284,6 +284,35 @@ TEST(CallFolding, ProductUnderAWideningCastStoresItsBf16ValuesAsF32) {
       calls_of(*lower(p, 1, true)),
       (std::vector<std::string>{"matmul(%0,%1) -> %4 [0,0,1]", "matmul(%0,%1,%2) -> %7 [0,0,1]",
                                 "matmul(%0,%1) -> %8 [0,0]", "cast(%8) -> %9 []"}));
+}
+
+// residual + a bf16 product's values as f32 (a residual connection under autocast, either
+// operand order): the product adds the residual as it stores them. An f32 product's add, or one
+// of a product read elsewhere too, stays a call.
+TEST(CallFolding, AResidualAddOfABf16ProductsValuesFoldsIntoTheProduct) {
+  Program p;
+  auto leaf = [&](DType dtype, const Shape& s) {
+    return p.append(Op::kDeviceData, dtype, s, {}, {}, {}, p.num_inputs++);
+  };
+  const int32_t x = leaf(DType::kBFloat16, {4, 3});
+  const int32_t w = leaf(DType::kBFloat16, {3, 5});
+  const int32_t r = leaf(DType::kFloat32, {4, 5});
+  const int32_t x32 = leaf(DType::kFloat32, {4, 3});
+  const int32_t w32 = leaf(DType::kFloat32, {3, 5});
+  auto f32 = [&](Op o, std::vector<int32_t> operands, const std::vector<int64_t>& ints = {}) {
+    return p.append(o, DType::kFloat32, {4, 5}, operands, ints);
+  };
+  const int32_t first = f32(Op::kAdd, {r, f32(Op::kMatmul, {x, w}, {0, 0, 1})});
+  const int32_t second = f32(Op::kAdd, {f32(Op::kMatmul, {x, w}, {0, 0, 1}), r});
+  const int32_t plain = f32(Op::kAdd, {r, f32(Op::kMatmul, {x32, w32}, {0, 0})});
+  const int32_t shared = f32(Op::kMatmul, {x, w}, {0, 0, 1});
+  const int32_t kept = f32(Op::kAdd, {r, shared});
+  p.outputs = {first, second, plain, kept, shared};
+  EXPECT_EQ(calls_of(*lower(p, 1, true)),
+            (std::vector<std::string>{"matmul(%0,%1,%2) -> %6 [0,0,1,0,1]",
+                                      "matmul(%0,%1,%2) -> %8 [0,0,1,0,1]",
+                                      "matmul(%3,%4) -> %9 [0,0]", "add(%2,%9) -> %10 []",
+                                      "matmul(%0,%1) -> %11 [0,0,1]", "add(%2,%11) -> %12 []"}));
 }
 
 // f32 values cast to bf16 for bf16 products only (as autocast casts a linear layer's input and

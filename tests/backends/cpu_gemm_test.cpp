@@ -378,6 +378,42 @@ TEST_P(GemmPath, Bf16ValuesAsF32AreTheBf16OutputWidened) {
   }
 }
 
+// A residual (Gemm::residual) is added to each value as it would be stored: after the bias and
+// the rounding to bf16 values, whatever the depth blocks, the path and the threads.
+TEST_P(GemmPath, AResidualIsAddedToTheValuesAsStored) {
+  const IsaScope scope(GetParam());
+  std::mt19937 rng(14);
+  std::normal_distribution<float> normal;
+  for (const bool bf16_values : {false, true}) {
+    for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+             {37, 45, 60}, {130, 70, 700}, {5, 600, 300}, {1, 1, 3}}) {
+      const GemmPrecision precision = bf16_values ? GemmPrecision::kBf16 : GemmPrecision::kF32;
+      Problem p = make_problem(rng, m, n, k, false, true, bf16_values, bf16_values, false, false,
+                               precision);
+      std::vector<float> bias(static_cast<std::size_t>(n)), residual(p.out.size());
+      for (float& value : bias) value = normal(rng);
+      for (float& value : residual) value = 4 * normal(rng);
+      for (const int threads : {1, 2}) {
+        cpu::ComputePool pool(threads);
+        Gemm g = p.gemm();
+        g.bias = bias.data();
+        g.round_bf16 = bf16_values;
+        cpu::gemm(g, &pool);
+        const std::vector<float> stored = p.out;
+        g.residual = residual.data();
+        cpu::gemm(g, &pool);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            const auto at = static_cast<std::size_t>(i * p.ldc + j);
+            ASSERT_EQ(p.out[at], residual[at] + stored[at])
+                << p.describe() << " threads=" << threads << " at (" << i << ", " << j << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
 // gelu's backward on the output (Gemm::gelu_input) gives the bits of the product stored, then
 // gelu_backward_f32 on it as kGeluBackward runs it (bf16 widened and rounded back).
 TEST_P(GemmPath, GeluBackwardOnTheOutputIsTheProductThenGeluBackward) {
@@ -435,6 +471,22 @@ TEST(Gemm, RefusesToAccumulateIntoBf16) {
   g.out = values.data();
   g.out_bf16 = false;
   g.round_bf16 = true;  // bf16 values are written, not summed into
+  EXPECT_THROW(cpu::gemm(g, nullptr), std::invalid_argument);
+}
+
+TEST(Gemm, AddsAResidualToAWrittenF32OutputOnly) {
+  std::vector<float> out(4), residual(4);
+  std::vector<Bf16> out16(4);
+  Gemm g;
+  g.m = g.n = g.k = 2;
+  g.ldc = 2;
+  g.residual = residual.data();
+  g.out = out16.data();
+  g.out_bf16 = true;
+  EXPECT_THROW(cpu::gemm(g, nullptr), std::invalid_argument);
+  g.out = out.data();
+  g.out_bf16 = false;
+  g.accumulate = true;
   EXPECT_THROW(cpu::gemm(g, nullptr), std::invalid_argument);
 }
 

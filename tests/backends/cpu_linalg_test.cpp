@@ -510,8 +510,58 @@ TEST(MatmulGeluBackward, NeedsAnXOfTheOutputsDtypeAndShapeAndAnF32OrBf16Product)
   EXPECT_TRUE(contains(e, "gelu_backward's x f32[3,4]")) << e;
   e = message(DType::kFloat64, {3, 4}, DType::kFloat64);
   EXPECT_TRUE(contains(e, "f32 and bf16 products only")) << e;
-  e = message(DType::kFloat32, {3, 4}, DType::kFloat32, {0, 0, 0, 0, 1});
+  e = message(DType::kFloat32, {3, 4}, DType::kFloat32, {0, 0, 0, 1, 0, 1});
   EXPECT_TRUE(contains(e, "ints must be")) << e;
+}
+
+// ---- a residual added to a bf16 product's values as f32 (r + matmul(a, b) folded in) ---------
+
+TEST(MatmulResidual, HasTheBitsOfTheValuesAsF32PlusTheResidual) {
+  std::mt19937 rng(31);
+  for (const BiasCase& c : kBiasCases) {
+    const Shape out = product_shape(c);
+    const HostTensor a = random_tensor(DType::kBFloat16, c.a, rng);
+    const HostTensor b = random_tensor(DType::kBFloat16, c.b, rng);
+    const HostTensor bias = random_tensor(DType::kBFloat16, {out[out.rank() - 1]}, rng);
+    const HostTensor residual = random_tensor(DType::kFloat32, out, rng, -8, 8);
+    for (const bool biased : {false, true}) {
+      std::vector<HostTensor> operands = {a, b};
+      if (biased) operands.push_back(bias);
+      for (const int threads : {1, 2}) {
+        const HostTensor values = call_kernel_directly(Kernel::kMatmul, operands, DType::kFloat32,
+                                                       out, {c.ta, c.tb, 1}, threads);
+        const HostTensor want =
+            call_kernel_directly(Kernel::kAdd, {residual, values}, DType::kFloat32, out, {});
+        operands.push_back(residual);
+        const HostTensor got = call_kernel_directly(Kernel::kMatmul, operands, DType::kFloat32, out,
+                                                    {c.ta, c.tb, 1, 0, 1}, threads);
+        operands.pop_back();
+        EXPECT_EQ(got.values, want.values) << "a " << c.a.to_string() << ", b " << c.b.to_string()
+                                           << ", bias " << biased << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
+TEST(MatmulResidual, NeedsAnF32ResidualOfTheOutputsShapeUnderBf16ValuesAsF32) {
+  auto message = [](DType operands, const Shape& r_shape, DType r_dtype,
+                    std::vector<int64_t> ints = {0, 0, 1, 0, 1}) {
+    return invalid_argument_message(
+        Kernel::kMatmul,
+        {HostTensor{operands, {3, 5}, std::vector<double>(15, 1.0)},
+         HostTensor{operands, {5, 4}, std::vector<double>(20, 1.0)},
+         HostTensor{r_dtype, r_shape, std::vector<double>(r_shape.numel(), 1.0)}},
+        DType::kFloat32, {3, 4}, std::move(ints));
+  };
+  EXPECT_TRUE(message(DType::kBFloat16, {3, 4}, DType::kFloat32).empty());
+  std::string e = message(DType::kBFloat16, {4, 3}, DType::kFloat32);
+  EXPECT_TRUE(contains(e, "the residual f32[4,3] must be f32 in the output's shape")) << e;
+  e = message(DType::kBFloat16, {3, 4}, DType::kBFloat16);
+  EXPECT_TRUE(contains(e, "the residual bf16[3,4]")) << e;
+  e = message(DType::kFloat32, {3, 4}, DType::kFloat32, {0, 0, 0, 0, 1});
+  EXPECT_TRUE(contains(e, "a bf16 product's values as f32 only")) << e;
+  e = message(DType::kBFloat16, {3, 4}, DType::kFloat32, {0, 0, 1, 1, 1});
+  EXPECT_TRUE(contains(e, "a bf16 product's values as f32 only")) << e;
 }
 
 }  // namespace
