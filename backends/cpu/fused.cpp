@@ -86,69 +86,16 @@ void binary_expression(Operand<T> a, Operand<T> b, T* dst, int64_t len, F f) {
   }
 }
 
-// How a fused kernel's trailing reduction folds blocks of the chain's values into the output.
+// A reduction's folds: one per row part (reducer.h's row_parts), in part order, each taking
+// `part_size` of the chain's elements (the last fewer).
 template <class T>
-class Fold {
- public:
-  virtual ~Fold() = default;
-  /// Folds the chain's next `len` values (blocks arrive in order).
-  virtual void feed(const T* values, int64_t len) = 0;
-  /// Writes the results.
-  virtual void store(T* out) = 0;
-};
-
-// The reduction kernel's loops (reduce.cpp) on values that arrive a block at a time: rows of
-// contiguous terms through a RowReducer, columns into one accumulator per output.
-template <class R, class T>
-class FoldInto final : public Fold<T> {
- public:
-  explicit FoldInto(const Geometry& g)
-      : g_(g), acc_(static_cast<std::size_t>(g.outer * g.inner), R::identity()), row_(g.n) {}
-
-  void feed(const T* x, int64_t len) override {
-    while (len > 0) {
-      if (g_.inner == 1) {
-        const int64_t m = std::min(len, g_.n - term_);
-        row_.feed(x, m);
-        x += m;
-        len -= m;
-        term_ += m;
-        if (term_ == g_.n) {
-          acc_[static_cast<std::size_t>(output_++)] = row_.finish_row();
-          term_ = 0;
-        }
-      } else {
-        const int64_t w = std::min(len, g_.inner - column_);
-        accumulate_row<R>(acc_.data() + output_ * g_.inner + column_, x, w);
-        x += w;
-        len -= w;
-        column_ += w;
-        if (column_ == g_.inner) {
-          column_ = 0;
-          if (++term_ == g_.n) {
-            term_ = 0;
-            ++output_;
-          }
-        }
-      }
-    }
-  }
-
-  void store(T* out) override {
-    for (std::size_t i = 0; i < acc_.size(); ++i) out[i] = cpu::store<T>(R::finish(acc_[i], g_.n));
-  }
-
- private:
-  Geometry g_;
-  std::vector<typename R::Acc> acc_;
-  RowReducer<R, T> row_;
-  int64_t output_ = 0;  // where the next value goes: output (o) ...
-  int64_t term_ = 0;    // ... its term (r) ...
-  int64_t column_ = 0;  // ... and, with inner > 1, column (i)
+struct Folds {
+  std::vector<std::unique_ptr<Fold<T>>> parts;
+  int64_t part_size = 0;
 };
 
 template <class T>
-std::unique_ptr<Fold<T>> make_fold(const FusedReduction& r, const Shape& out) {
+Folds<T> make_folds(const FusedReduction& r, const Shape& out) {
   const std::string name = fmt::format("fused: {}", kernel_name(r.kernel));
   const ReducePlan plan = plan_reduction(name, r.shape, r.dims, r.keepdim, out);
   if (plan.gather) {
@@ -162,15 +109,24 @@ std::unique_ptr<Fold<T>> make_fold(const FusedReduction& r, const Shape& out) {
         fmt::format("{}: cannot reduce {} over a dim of size 0 (max and min have no identity)",
                     kernel_name(r.kernel), r.shape.to_string()));
   }
+  const RowParts parts = row_parts(g);
+  Folds<T> folds{{}, parts.count == 1 ? g.outer * g.n * g.inner : parts.rows * g.inner};
+  auto fold_parts = [&]<class R>(R) {
+    for (int64_t p = 0; p < parts.count; ++p) {
+      const Geometry rows{g.outer, parts.end(p, g.n) - parts.begin(p, g.n), g.inner};
+      folds.parts.push_back(std::make_unique<FoldInto<R, T>>(rows, g.n));
+    }
+    return std::move(folds);
+  };
   switch (r.kernel) {
     case Kernel::kSum:
-      return std::make_unique<FoldInto<Sum<T>, T>>(g);
+      return fold_parts(Sum<T>{});
     case Kernel::kMean:
-      return std::make_unique<FoldInto<Mean<T>, T>>(g);
+      return fold_parts(Mean<T>{});
     case Kernel::kReduceMax:
-      return std::make_unique<FoldInto<Extreme<T, true>, T>>(g);
+      return fold_parts(Extreme<T, true>{});
     default:
-      return std::make_unique<FoldInto<Extreme<T, false>, T>>(g);
+      return fold_parts(Extreme<T, false>{});
   }
 }
 
@@ -260,13 +216,13 @@ class FusedRun {
         if (kinds_[e] == Kind::kScalar) scalars_[e] = load(args.inputs[e].as<T>()[0]);
       }
     } else if (fused_.reduction) {
-      fold_ = make_fold<C>(*fused_.reduction, args.output.desc->shape);
+      folds_ = make_folds<C>(*fused_.reduction, args.output.desc->shape);
     }
     // Without a reduction, blocks are independent and large chains spread them over the pool's
-    // threads, each with scratch blocks of its own.
+    // threads, each with scratch blocks of its own; so are a reduction's row parts.
     const int64_t n = shape_.numel();
     ComputePool& pool = args.pool;
-    if (!fold_ && pool.threads() > 1 && n >= kParallelElements) pool_ = &pool;
+    if (folds_.parts.size() != 1 && pool.threads() > 1 && n >= kParallelElements) pool_ = &pool;
     blocks_per_thread_ = std::max<std::size_t>(1, blocks);
     const std::size_t threads = pool_ ? static_cast<std::size_t>(pool.threads()) : 1;
     scratch_.reset(static_cast<C*>(
@@ -284,18 +240,30 @@ class FusedRun {
 
   void run() {
     const int64_t n = shape_.numel();
-    const int64_t blocks = (n + kBlock - 1) / kBlock;
-    if (pool_) {
+    if (folds_.parts.empty()) {
       // Each block computes the same bits whichever thread runs it.
       constexpr int64_t kBlocksPerPart = kParallelElements / 4 / kBlock + 1;
-      return parallel_for(
-          *pool_, blocks, kBlocksPerPart,
-          [&](int64_t first, int64_t last, int thread) { run_blocks(first, last, thread); });
+      const int64_t blocks = (n + kBlock - 1) / kBlock;
+      auto run_range = [&](int64_t first, int64_t last, int thread) {
+        run_elements(first * kBlock, std::min(n, last * kBlock), thread, nullptr);
+      };
+      if (pool_) return parallel_for(*pool_, blocks, kBlocksPerPart, run_range);
+      return run_range(0, blocks, 0);
     }
-    run_blocks(0, blocks, 0);
-    if constexpr (!kNarrow) {
-      if (fold_) fold_->store(args_.output.as<T>());
+    // A row part's terms start on a multiple of 16 elements: blocks start on vector boundaries.
+    const auto& folds = folds_.parts;
+    const auto parts = static_cast<int64_t>(folds.size());
+    auto run_part = [&](int64_t p, int thread) {
+      const int64_t size = folds_.part_size;
+      run_elements(p * size, std::min(n, (p + 1) * size), thread, folds[p].get());
+    };
+    if (pool_) {
+      pool_->run(parts, run_part);
+    } else {
+      for (int64_t p = 0; p < parts; ++p) run_part(p, 0);
     }
+    for (int64_t p = 1; p < parts; ++p) folds[0]->merge(*folds[p]);
+    if constexpr (!kNarrow) folds[0]->store(args_.output.as<T>());
   }
 
  private:
@@ -341,17 +309,16 @@ class FusedRun {
   // Chains smaller than this run on one thread (see elementwise.cpp).
   static constexpr int64_t kParallelElements = int64_t{1} << 15;
 
-  void run_blocks(int64_t first, int64_t last, int thread) {
-    const int64_t n = shape_.numel();
+  // The chain's elements [first, last), in blocks from first, folded into `fold` if not null.
+  void run_elements(int64_t first, int64_t last, int thread, Fold<C>* fold) {
     T* out = narrowed_output_ ? nullptr : args_.output.as<T>();
     // Operands of one block; a chain has few, so they stay on the stack.
     constexpr std::size_t kOnStack = 16;
     const C* on_stack[kOnStack];
     std::vector<const C*> on_heap(args_.inputs.size() > kOnStack ? args_.inputs.size() : 0);
     const C** operand = on_heap.empty() ? on_stack : on_heap.data();
-    for (int64_t b = first; b < last; ++b) {
-      const int64_t start = b * kBlock;
-      const int64_t len = std::min(kBlock, n - start);
+    for (int64_t start = first; start < last; start += kBlock) {
+      const int64_t len = std::min(kBlock, last - start);
       for (std::size_t e = 0; e < args_.inputs.size(); ++e) {
         operand[e] = read(e, start, len, thread);
       }
@@ -368,8 +335,8 @@ class FusedRun {
         if constexpr (std::is_same_v<C, float>) {
           narrow_block(block(output_slot_, thread), args_.output.as<Bf16>() + start, len);
         }
-      } else if (fold_) {
-        fold_->feed(resolve(fused_.reduction->a, operand, thread).data, len);
+      } else if (fold) {
+        fold->feed(resolve(fused_.reduction->a, operand, thread).data, len);
       }
     }
   }
@@ -519,7 +486,7 @@ class FusedRun {
 
   const KernelArgs& args_;
   FusedSteps fused_;
-  const Shape& shape_;  // the chain's
+  const Shape& shape_;    // the chain's
   bool narrowed_output_;  // f32 chain, bf16 output (a cast ends the chain)
   std::vector<Kind> kinds_;
   std::vector<GatherView> views_;
@@ -528,8 +495,8 @@ class FusedRun {
   std::size_t output_slot_ = 0;       // bf16: the block the chain's result is rounded from
   std::unique_ptr<C[], FreeDeleter> scratch_;
   std::size_t blocks_per_thread_ = 1;
-  std::unique_ptr<Fold<C>> fold_;
-  ComputePool* pool_ = nullptr;  // set when the blocks are spread over threads
+  Folds<C> folds_;               // a reduction's
+  ComputePool* pool_ = nullptr;  // set when the blocks or row parts are spread over threads
 };
 
 void fused_kernel(const KernelArgs& args) {

@@ -163,6 +163,20 @@ void reduce_to_output(const T* x, const Geometry& g, const View& out, ComputePoo
         results[o] = R::finish(reduce_row<R>(x + o * g.n, g.n), g.n);
       }
     });
+  } else if (const RowParts parts = row_parts(g); parts.count > 1) {
+    // Each part's column sums apart (any thread), then merged in part order.
+    using Acc = typename R::Acc;
+    const auto partial = scratch_array<Acc>(static_cast<std::size_t>(parts.count * g.inner));
+    pool.run(parts.count, [&](int64_t p, int) {
+      const int64_t first = parts.begin(p, g.n);
+      reduce_columns<R>(x + first * g.inner, parts.end(p, g.n) - first, g.inner, g.inner,
+                        partial.get() + p * g.inner);
+    });
+    for (int64_t i = 0; i < g.inner; ++i) {
+      Acc acc = partial[i];
+      for (int64_t p = 1; p < parts.count; ++p) acc = R::merge(acc, partial[p * g.inner + i]);
+      results[i] = R::finish(acc, g.n);
+    }
   } else if (pool.threads() > 1 && g.outer * g.n * g.inner >= kParallelColumnTerms &&
              g.inner * static_cast<int64_t>(sizeof(T)) >= kParallelRowBytes * pool.threads()) {
     // Runs of whole columns per thread: a column's terms are added in the same order whichever

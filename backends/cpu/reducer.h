@@ -1,7 +1,8 @@
 // backends/cpu: how reductions accumulate — the geometry of a reduction, the reducers (sum, mean,
-// max, min) and their row and column loops. Shared by the reduction kernels (reduce.cpp) and the
-// fused kernels that end in a reduction (fused.cpp), so that both add the same terms in the same
-// order and give the same bits.
+// max, min), their row and column loops, the row parts of long column reductions and the folds
+// that take a fused chain's values a block at a time. Shared by the reduction kernels
+// (reduce.cpp) and the fused kernels that end in a reduction (fused.cpp), so that both add the
+// same terms in the same order and give the same bits.
 //
 // Every reduction sees its input as [outer, n, inner]: the n elements reduced into output (o, i)
 // sit at input[(o * n + r) * inner + i]. Size-1 dims are dropped and adjacent reduced (or kept)
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -200,6 +202,34 @@ void for_column_runs(ComputePool& pool, const Geometry& g, Run&& run) {
   });
 }
 
+/// A column reduction's rows (inner > 1, one output row, outer == 1) in parts summed apart and
+/// merged in part order (R::merge): rows [i * rows, (i + 1) * rows) of `count` parts. The parts
+/// depend on the geometry only, so the bits do not depend on the threads; the reduction kernel
+/// and a fused chain that ends in the reduction split alike and agree bit for bit. A GPT's bias
+/// and layer-norm gradients (4096 rows of 128 to 512 columns) ran on one thread before.
+struct RowParts {
+  int64_t count = 1, rows = 0;
+  [[nodiscard]] int64_t begin(int64_t i, int64_t n) const noexcept { return std::min(n, i * rows); }
+  [[nodiscard]] int64_t end(int64_t i, int64_t n) const noexcept {
+    return std::min(n, (i + 1) * rows);
+  }
+};
+
+/// Parts of at least kRowPartTerms terms, at most kMaxRowParts, rows a multiple of 16 (a part's
+/// first term on a vector boundary); one part (no split) for rows wider than kRowPartColumns,
+/// which split their columns instead (for_column_runs).
+inline constexpr int64_t kRowPartTerms = int64_t{1} << 15;
+inline constexpr int64_t kMaxRowParts = 8;
+inline constexpr int64_t kRowPartColumns = 4096;
+
+[[nodiscard]] inline RowParts row_parts(const Geometry& g) noexcept {
+  if (g.outer != 1 || g.inner <= 1 || g.inner > kRowPartColumns) return {1, g.n};
+  const int64_t count = std::min({kMaxRowParts, g.n * g.inner / kRowPartTerms, g.n / 16});
+  if (count <= 1) return {1, g.n};
+  const int64_t rows = ((g.n + count - 1) / count + 15) / 16 * 16;
+  return {(g.n + rows - 1) / rows, rows};
+}
+
 /// reduce_row over rows of n terms that arrive in pieces (a fused kernel computes its operand a
 /// block at a time): the same lanes take the same terms in the same order, so the result has the
 /// same bits.
@@ -253,6 +283,83 @@ class RowReducer {
   typename R::Acc acc_;
   bool merged_ = false;
   int64_t at_ = 0;  // position in the current row
+};
+
+// ---- Folds ---------------------------------------------------------------------------------
+
+// How a fused kernel's trailing reduction folds blocks of the chain's values into the output.
+template <class T>
+class Fold {
+ public:
+  virtual ~Fold() = default;
+  /// Folds the chain's next `len` values (blocks arrive in order).
+  virtual void feed(const T* values, int64_t len) = 0;
+  /// Merges in the accumulators of `later`, a fold of the row part after this one's.
+  virtual void merge(const Fold& later) = 0;
+  /// Writes the results.
+  virtual void store(T* out) = 0;
+};
+
+// The reduction kernel's loops (reduce.cpp) on values that arrive a block at a time: rows of
+// contiguous terms through a RowReducer, columns into one accumulator per output.
+template <class R, class T>
+class FoldInto final : public Fold<T> {
+ public:
+  // `g` the geometry of the rows this fold takes, `total_rows` of all the parts' rows.
+  FoldInto(const Geometry& g, int64_t total_rows)
+      : g_(g),
+        total_rows_(total_rows),
+        acc_(static_cast<std::size_t>(g.outer * g.inner), R::identity()),
+        row_(g.n) {}
+
+  void feed(const T* x, int64_t len) override {
+    while (len > 0) {
+      if (g_.inner == 1) {
+        const int64_t m = std::min(len, g_.n - term_);
+        row_.feed(x, m);
+        x += m;
+        len -= m;
+        term_ += m;
+        if (term_ == g_.n) {
+          acc_[static_cast<std::size_t>(output_++)] = row_.finish_row();
+          term_ = 0;
+        }
+      } else {
+        const int64_t w = std::min(len, g_.inner - column_);
+        accumulate_row<R>(acc_.data() + output_ * g_.inner + column_, x, w);
+        x += w;
+        len -= w;
+        column_ += w;
+        if (column_ == g_.inner) {
+          column_ = 0;
+          if (++term_ == g_.n) {
+            term_ = 0;
+            ++output_;
+          }
+        }
+      }
+    }
+  }
+
+  void merge(const Fold<T>& later) override {
+    const auto& other = static_cast<const FoldInto&>(later);
+    for (std::size_t i = 0; i < acc_.size(); ++i) acc_[i] = R::merge(acc_[i], other.acc_[i]);
+  }
+
+  void store(T* out) override {
+    for (std::size_t i = 0; i < acc_.size(); ++i) {
+      out[i] = cpu::store<T>(R::finish(acc_[i], total_rows_));
+    }
+  }
+
+ private:
+  Geometry g_;
+  int64_t total_rows_;
+  std::vector<typename R::Acc> acc_;
+  RowReducer<R, T> row_;
+  int64_t output_ = 0;  // where the next value goes: output (o) ...
+  int64_t term_ = 0;    // ... its term (r) ...
+  int64_t column_ = 0;  // ... and, with inner > 1, column (i)
 };
 
 }  // namespace axle::cpu

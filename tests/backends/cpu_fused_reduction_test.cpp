@@ -37,7 +37,8 @@ Shape reduced_shape(const Case& c) {
 
 // Rows that straddle blocks at every lane offset (1500 and 341 are not multiples of 16, 4097 is
 // longer than a block), rows shorter than the lanes, columns (reduced dims in front of kept
-// ones), size-1 dims between reduced dims, whole tensors and empty ones.
+// ones), size-1 dims between reduced dims, whole tensors and empty ones; columns long enough to
+// be summed in row parts (reducer.h), the last part shorter.
 const std::vector<Case> kCases = {
     {{3, 1500}, {0, 1}},
     {{7, 341}, {1}},
@@ -50,6 +51,8 @@ const std::vector<Case> kCases = {
     {{9, 2, 1, 70}, {1, 2, 3}, true},
     {{2, 3, 500}, {0}, true},
     {{1, 2000}, {0, 1}},
+    {{520, 130}, {0}},
+    {{3, 700, 64}, {0, 1}, true},
     {{3, 0}, {1}},
     {{0, 5}, {1}},
 };
@@ -160,6 +163,27 @@ INSTANTIATE_TEST_SUITE_P(Kernels, FusedReduction,
                            return label(std::get<0>(info.param)) + "_" +
                                   std::string(kernel_name(std::get<1>(info.param)));
                          });
+
+// Column sums in row parts give the same bits on one thread, two and three.
+TEST(FusedReductionSteps, RowPartsGiveOneThreadsBitsOnSeveral) {
+  for (const Case& c : {Case{{4096, 128}, {0}}, Case{{3, 700, 64}, {0, 1}}}) {
+    const std::vector<HostTensor> externals = operands(DType::kFloat32, c.shape, 12);
+    std::vector<int64_t> ints = fused_ints(kChain, /*last_to_buffer=*/true);
+    ints.insert(ints.end(), {static_cast<int64_t>(Kernel::kSum), -1,
+                             -static_cast<int64_t>(kChain.size()), c.shape.rank()});
+    ints.insert(ints.end(), c.shape.dims().begin(), c.shape.dims().end());
+    ints.push_back(0);
+    ints.insert(ints.end(), c.dims.begin(), c.dims.end());
+    const HostTensor one =
+        call_kernel_directly(Kernel::kFused, externals, DType::kFloat32, reduced_shape(c), ints, 1);
+    for (int threads : {2, 3}) {
+      SCOPED_TRACE(describe(c) + " on " + std::to_string(threads) + " threads");
+      expect_same_bits(call_kernel_directly(Kernel::kFused, externals, DType::kFloat32,
+                                            reduced_shape(c), ints, threads),
+                       one);
+    }
+  }
+}
 
 TEST(FusedReductionSteps, NaNWinsMaxAndMin) {
   HostTensor x{DType::kFloat32, {2, 40}, std::vector<double>(80, 1.0)};
