@@ -450,17 +450,11 @@ void map_float(const T* x, T* out, int64_t n, F f) {
   }
 }
 
-// f(x) through vector_math.h's map_f32 for float and bf16 (widened a chunk at a time).
+// f(x) through vector_math.h's map_f32 for float, map_bf16 for bf16.
 template <class T>
 void map_vector_function(VectorFunction f, const T* x, T* out, int64_t n) {
   if constexpr (std::is_same_v<T, Bf16>) {
-    alignas(64) float buffer[kMapChunk];
-    for (int64_t i = 0; i < n; i += kMapChunk) {
-      const int64_t m = std::min(kMapChunk, n - i);
-      widen_block(x + i, buffer, m);
-      map_f32(f, buffer, buffer, m);
-      narrow_block(buffer, out + i, m);
-    }
+    map_bf16(f, &x->bits, &out->bits, n);
   } else {
     map_f32(f, x, out, n);
   }

@@ -46,6 +46,10 @@ void gelu_backward_kernel(const KernelArgs& args) {
           args.pool, out.shape.numel(), 8 * kChunk,
           [&](int64_t begin, int64_t end, int) {
             if constexpr (std::is_same_v<T, Bf16>) {
+              if (!tanh_form) {
+                return gelu_backward_bf16(&g[begin].bits, &x[begin].bits, &o[begin].bits,
+                                          end - begin);
+              }
               alignas(64) float grad[kChunk], at[kChunk];
               for (int64_t i = begin; i < end; i += kChunk) {
                 const int64_t m = std::min(kChunk, end - i);

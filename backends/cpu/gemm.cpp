@@ -248,21 +248,15 @@ void gemm(const Gemm& g, ComputePool* pool) {
 }
 
 void gelu_backward_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  constexpr int64_t kChunk = 256;
-  alignas(64) float grad[kChunk], at[kChunk];
   for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t c = c0; c < c1; c += kChunk) {
-      const int64_t n = std::min(kChunk, c1 - c), offset = r * g.ldc + c;
-      if (g.out_bf16) {
-        auto* out = static_cast<Bf16*>(g.out) + offset;
-        widen_block(out, grad, n);
-        widen_block(static_cast<const Bf16*>(g.gelu_input) + offset, at, n);
-        gelu_backward_f32(grad, at, grad, n);
-        narrow_block(grad, out, n);
-      } else {
-        float* out = static_cast<float*>(g.out) + offset;
-        gelu_backward_f32(out, static_cast<const float*>(g.gelu_input) + offset, out, n);
-      }
+    const int64_t offset = r * g.ldc + c0;
+    if (g.out_bf16) {
+      uint16_t* out = &(static_cast<Bf16*>(g.out) + offset)->bits;
+      gelu_backward_bf16(out, &(static_cast<const Bf16*>(g.gelu_input) + offset)->bits, out,
+                         c1 - c0);
+    } else {
+      float* out = static_cast<float*>(g.out) + offset;
+      gelu_backward_f32(out, static_cast<const float*>(g.gelu_input) + offset, out, c1 - c0);
     }
   }
 }

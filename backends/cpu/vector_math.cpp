@@ -1,6 +1,7 @@
 // backends/cpu: vector_math.h's dispatch and its scalar path (builds without x86 kernels).
 #include "axle/backends/cpu/vector_math.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -102,6 +103,38 @@ void gelu_backward_f32(const float* g, const float* x, float* out, int64_t n) {
       for (int64_t i = 0; i < n; ++i) {
         out[i] = vector_math_detail::gelu_backward_lanes<ScalarOps>(g[i], x[i]);
       }
+  }
+}
+
+// Below AVX-512, bf16 values go through f32 chunks on the stack.
+constexpr int64_t kBf16Chunk = 256;
+
+void map_bf16(VectorFunction f, const uint16_t* x, uint16_t* out, int64_t n) {
+#if defined(AXLE_HAVE_AVX512_KERNELS)
+  if (cpu_isa() >= CpuIsa::kAvx512) return vector_math_detail::map_bf16_avx512(f, x, out, n);
+#endif
+  alignas(64) float values[kBf16Chunk];
+  for (int64_t i = 0; i < n; i += kBf16Chunk) {
+    const int64_t m = std::min(kBf16Chunk, n - i);
+    widen_bf16(x + i, values, m);
+    map_f32(f, values, values, m);
+    narrow_bf16(values, out + i, m);
+  }
+}
+
+void gelu_backward_bf16(const uint16_t* g, const uint16_t* x, uint16_t* out, int64_t n) {
+#if defined(AXLE_HAVE_AVX512_KERNELS)
+  if (cpu_isa() >= CpuIsa::kAvx512) {
+    return vector_math_detail::gelu_backward_bf16_avx512(g, x, out, n);
+  }
+#endif
+  alignas(64) float grads[kBf16Chunk], at[kBf16Chunk];
+  for (int64_t i = 0; i < n; i += kBf16Chunk) {
+    const int64_t m = std::min(kBf16Chunk, n - i);
+    widen_bf16(g + i, grads, m);
+    widen_bf16(x + i, at, m);
+    gelu_backward_f32(grads, at, grads, m);
+    narrow_bf16(grads, out + i, m);
   }
 }
 

@@ -26,6 +26,11 @@ void map_f32(VectorFunction f, const float* x, float* out, int64_t n);
 /// out[i] = g[i] (Phi(x[i]) + x[i] phi(x[i])) for i < n: gelu's (erf form) derivative times the
 /// gradient g, with vector_math's erf and exp; out may be g or x.
 void gelu_backward_f32(const float* g, const float* x, float* out, int64_t n);
+/// map_f32 and gelu_backward_f32 on bf16 values (as their 16 bits), rounded back to bf16: the bits
+/// of widen_bf16, the f32 function and narrow_bf16 in turn, with no f32 array in between on the
+/// AVX-512 path.
+void map_bf16(VectorFunction f, const uint16_t* x, uint16_t* out, int64_t n);
+void gelu_backward_bf16(const uint16_t* g, const uint16_t* x, uint16_t* out, int64_t n);
 /// bf16 conversions of whole arrays (bf16 as its 16 bits), bit for bit as element.h's widen and
 /// narrow: round to nearest even; a NaN keeps its sign and top payload bits, quieted.
 void widen_bf16(const uint16_t* x, float* out, int64_t n);
@@ -53,6 +58,8 @@ void widen_bf16_avx512(const uint16_t* x, float* out, int64_t n);
 void narrow_bf16_avx2(const float* x, uint16_t* out, int64_t n);
 void narrow_bf16_avx512(const float* x, uint16_t* out, int64_t n);
 void round_to_bf16_avx2(float* x, int64_t n);
+void map_bf16_avx512(VectorFunction f, const uint16_t* x, uint16_t* out, int64_t n);
+void gelu_backward_bf16_avx512(const uint16_t* g, const uint16_t* x, uint16_t* out, int64_t n);
 void round_to_bf16_avx512(float* x, int64_t n);
 }  // namespace vector_math_detail
 

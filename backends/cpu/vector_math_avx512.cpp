@@ -79,18 +79,9 @@ void exp_rows(float* x, int64_t n, int64_t ld, const float* shifts, float* sums)
   }
 }
 
-}  // namespace
-
-void map_f32_avx512(VectorFunction f, const float* x, float* out, int64_t n) {
-  // One loop per function, so the switch stays out of it.
-  auto map = [&](auto function) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, function(_mm512_loadu_ps(x + i)));
-    if (i < n) {
-      const __mmask16 mask = first_lanes(n - i);
-      _mm512_mask_storeu_ps(out + i, mask, function(_mm512_maskz_loadu_ps(mask, x + i)));
-    }
-  };
+// map(lanes) with f's lanes function: one loop per function, so the switch stays out of it.
+template <class Map>
+void with_function_lanes(VectorFunction f, Map&& map) {
   switch (f) {
     case VectorFunction::kExp:
       return map([](__m512 v) { return exp_lanes<Avx512Ops>(v); });
@@ -99,6 +90,19 @@ void map_f32_avx512(VectorFunction f, const float* x, float* out, int64_t n) {
     case VectorFunction::kGelu:
       return map([](__m512 v) { return gelu_lanes<Avx512Ops>(v); });
   }
+}
+
+}  // namespace
+
+void map_f32_avx512(VectorFunction f, const float* x, float* out, int64_t n) {
+  with_function_lanes(f, [&](auto function) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, function(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+      const __mmask16 mask = first_lanes(n - i);
+      _mm512_mask_storeu_ps(out + i, mask, function(_mm512_maskz_loadu_ps(mask, x + i)));
+    }
+  });
 }
 
 void gelu_backward_f32_avx512(const float* g, const float* x, float* out, int64_t n) {
@@ -165,6 +169,50 @@ void round_to_bf16_avx512(float* x, int64_t n) {
     _mm512_storeu_ps(x + i, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)));
   }
   for (; i < n; ++i) x[i] = std::bit_cast<float>(narrow_bits(std::bit_cast<uint32_t>(x[i])) << 16);
+}
+
+namespace {
+
+// Sixteen bf16 values (the first n < 16 when masked) widened to f32, and f32 values rounded to
+// bf16 and stored: widen_bf16's and narrow_bf16's bits.
+__m512 load_widened(const uint16_t* x) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+__m512 load_widened(const uint16_t* x, __mmask16 mask) {
+  const __m256i bits = _mm256_maskz_loadu_epi16(mask, x);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+__m256i narrowed(__m512 v) { return _mm512_cvtepi32_epi16(narrow_lanes(_mm512_castps_si512(v))); }
+
+}  // namespace
+
+void map_bf16_avx512(VectorFunction f, const uint16_t* x, uint16_t* out, int64_t n) {
+  with_function_lanes(f, [&](auto function) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                          narrowed(function(load_widened(x + i))));
+    }
+    if (i < n) {
+      const __mmask16 mask = first_lanes(n - i);
+      _mm256_mask_storeu_epi16(out + i, mask, narrowed(function(load_widened(x + i, mask))));
+    }
+  });
+}
+
+void gelu_backward_bf16_avx512(const uint16_t* g, const uint16_t* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 grads = gelu_backward_lanes<Avx512Ops>(load_widened(g + i), load_widened(x + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), narrowed(grads));
+  }
+  if (i < n) {
+    const __mmask16 mask = first_lanes(n - i);
+    const __m512 grads =
+        gelu_backward_lanes<Avx512Ops>(load_widened(g + i, mask), load_widened(x + i, mask));
+    _mm256_mask_storeu_epi16(out + i, mask, narrowed(grads));
+  }
 }
 
 }  // namespace axle::cpu::vector_math_detail

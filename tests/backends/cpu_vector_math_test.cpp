@@ -273,6 +273,55 @@ TEST_P(VectorMathPath, Bf16ConversionsGiveTheScalarConversionsBits) {
   EXPECT_EQ(narrowed[9], 0x7fc0u);   // a signalling NaN is quieted
 }
 
+// map_bf16 and gelu_backward_bf16 give, at every position of lengths with a tail, the bits of
+// widening, the generic path's f32 function and narrowing in turn; NaN and infinities included.
+TEST_P(VectorMathPath, Bf16FunctionsGiveTheGenericF32FunctionsBitsRounded) {
+  std::mt19937 rng(10);
+  std::uniform_real_distribution<float> u(-9.0f, 9.0f);
+  const std::size_t n = 1061;
+  std::vector<uint16_t> g(n), x(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    g[i] = cpu::narrow(u(rng) / 3).bits;
+    x[i] = cpu::narrow(u(rng)).bits;
+  }
+  x[0] = cpu::narrow(std::numeric_limits<float>::quiet_NaN()).bits;
+  x[1] = cpu::narrow(std::numeric_limits<float>::infinity()).bits;
+  x[2] = cpu::narrow(-std::numeric_limits<float>::infinity()).bits;
+  auto widened = [](const std::vector<uint16_t>& v) {
+    std::vector<float> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = cpu::widen(cpu::Bf16{v[i]});
+    return out;
+  };
+  const std::vector<float> gf = widened(g), xf = widened(x);
+  for (const int64_t length : {int64_t{1061}, int64_t{16}, int64_t{7}}) {
+    std::vector<float> want(n);
+    std::vector<uint16_t> got(n);
+    auto expect_rounded = [&](const char* what) {
+      for (int64_t i = 0; i < length; ++i) {
+        ASSERT_EQ(got[i], cpu::narrow(want[i]).bits)
+            << what << " of " << xf[i] << " at " << i << " of " << length;
+      }
+    };
+    for (const auto f :
+         {cpu::VectorFunction::kExp, cpu::VectorFunction::kErf, cpu::VectorFunction::kGelu}) {
+      {
+        const IsaScope scope(CpuIsa::kGeneric);
+        cpu::map_f32(f, xf.data(), want.data(), length);
+      }
+      const IsaScope scope(GetParam());
+      cpu::map_bf16(f, x.data(), got.data(), length);
+      expect_rounded("function");
+    }
+    {
+      const IsaScope scope(CpuIsa::kGeneric);
+      cpu::gelu_backward_f32(gf.data(), xf.data(), want.data(), length);
+    }
+    const IsaScope scope(GetParam());
+    cpu::gelu_backward_bf16(g.data(), x.data(), got.data(), length);
+    expect_rounded("gelu_backward");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, VectorMathPath, ::testing::ValuesIn(every_path()),
                          [](const ::testing::TestParamInfo<CpuIsa>& info) {
                            return std::string(cpu::cpu_isa_name(info.param));
