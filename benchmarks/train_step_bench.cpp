@@ -23,7 +23,10 @@
 //                          1e-4, BatchNorm in training mode)
 //   with --amp none,bf16: each figure once per precision, "amp" naming it (bf16: the forward
 //                          pass and loss in a bf16 autocast region), and amp_speedup — the
-//                          step time in f32 / in bf16 — when both run
+//                          step time in f32 / in bf16 — when both run: both models step in one
+//                          system in alternate rounds, and amp_speedup is the median of the
+//                          rounds' ratios ("pairs"), so the machine's drift between the two
+//                          precisions' runs does not move it
 //   with --pytorch PYTHON: PyTorch eager's step of the same model, batch and recipe
 //                          (benchmarks/pytorch_step.py, run by PYTHON, e.g. /usr/bin/python3 with
 //                          Debian's python3-torch) right after axle's step of it in the same
@@ -50,6 +53,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -187,6 +191,33 @@ double gpt_step_ms(int steps, int rounds, bool amp) {
   LazySystem::restart(system_options());
   GptTrainingStep step(amp);
   return median_step_ms(step, steps, rounds);
+}
+
+// The f32 step's time over the bf16 step's, both models stepped in one system in alternate rounds
+// of `steps` steps: the median of the `rounds` pairs' ratios, so that a machine that speeds up or
+// slows down between the two precisions' runs does not move the ratio.
+template <class MakeStep>
+double alternated_amp_speedup(MakeStep&& make_step, int steps, int rounds) {
+  LazySystem::restart(system_options());
+  auto f32 = make_step(false);
+  auto bf16 = make_step(true);
+  for (int i = 0; i < 3; ++i) {
+    (*f32)();
+    (*bf16)();
+  }
+  wait_device_ops();
+  auto round_ms = [&](auto& step) {
+    const auto start = Clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    wait_device_ops();
+    return seconds_since(start) * 1e3 / steps;
+  };
+  std::vector<double> ratios;
+  for (int r = 0; r < rounds; ++r) {
+    const double f32_ms = round_ms(*f32);
+    ratios.push_back(f32_ms / round_ms(*bf16));
+  }
+  return quantile(ratios, 0.5);
 }
 
 double resnet_step_ms(int steps, int rounds) {
@@ -418,12 +449,17 @@ std::map<std::string, Param> labels(const char* model, int64_t batch, const std:
   return l;
 }
 
-// amp_speedup: the step in f32 over the step in bf16, when both ran.
-void emit_amp_speedup(const char* model, int64_t batch, const std::map<std::string, double>& ms) {
-  if (ms.contains("none") && ms.contains("bf16")) {
-    emit("train_step", "amp_speedup", ms.at("none") / ms.at("bf16"), "ratio",
-         {{"model", std::string(model)}, {"batch", batch}});
+// amp_speedup: the step in f32 over the step in bf16 (alternated_amp_speedup), when both ran.
+template <class MakeStep>
+void emit_amp_speedup(const Options& o, const char* model, int64_t batch, int steps,
+                      MakeStep&& make_step) {
+  if (std::ranges::find(o.amps, "none") == o.amps.end() ||
+      std::ranges::find(o.amps, "bf16") == o.amps.end()) {
+    return;
   }
+  const int rounds = o.quick ? 3 : 7;
+  emit("train_step", "amp_speedup", alternated_amp_speedup(make_step, steps, rounds), "ratio",
+       {{"model", std::string(model)}, {"batch", batch}, {"pairs", int64_t{rounds}}});
 }
 
 template <class AxleStep>
@@ -434,18 +470,17 @@ double against_pytorch(const Options& o, const char* model, int64_t batch, int s
 }
 
 void run_gpt(const Options& o) {
-  std::map<std::string, double> by_amp;
   for (const std::string& amp : o.amps) {
     const double ms = against_pytorch(
         o, "gpt", GptTrainingStep::kBatch, 3, o.quick ? 2 : 3, amp,
         [&] { return gpt_step_ms(o.quick ? 3 : 5, o.quick ? 2 : 3, amp == "bf16"); });
-    by_amp[amp] = ms;
     const int64_t tokens = GptTrainingStep::kBatch * GptTrainingStep::kBlock;
     emit("train_step", "step_ms", ms, "ms", labels("gpt", GptTrainingStep::kBatch, amp));
     emit("train_step", "tokens_per_s", static_cast<double>(tokens) / ms * 1e3, "tokens/s",
          labels("gpt", GptTrainingStep::kBatch, amp));
   }
-  emit_amp_speedup("gpt", GptTrainingStep::kBatch, by_amp);
+  emit_amp_speedup(o, "gpt", GptTrainingStep::kBatch, o.quick ? 2 : 3,
+                   [](bool amp) { return std::make_unique<GptTrainingStep>(amp); });
 }
 
 void run_resnet(const Options& o) {
@@ -469,13 +504,11 @@ constexpr Case kSmallModels[] = {{"mlp", 128}, {"cnn", 64}};
 
 // The MLP's or the CNN's step in each precision, fused and not; the MLP's against its products.
 void run_small_model(const Options& o, const Case c, int threads) {
-  std::map<std::string, double> by_amp;
   for (const std::string& amp : o.amps) {
     const bool bf16 = amp == "bf16";
     const double fused = against_pytorch(o, c.model, c.batch, o.steps, o.quick ? 3 : 5, amp, [&] {
       return step_ms(c.model, c.batch, o.steps, o.rounds, bf16);
     });
-    by_amp[amp] = fused;
     emit("train_step", "step_ms", fused, "ms", labels(c.model, c.batch, amp));
     emit("train_step", "samples_per_s", static_cast<double>(c.batch) / fused * 1e3, "samples/s",
          labels(c.model, c.batch, amp));
@@ -491,7 +524,9 @@ void run_small_model(const Options& o, const Case c, int threads) {
            {{"batch", c.batch}, {"threads", int64_t{threads}}});
     }
   }
-  emit_amp_speedup(c.model, c.batch, by_amp);
+  emit_amp_speedup(o, c.model, c.batch, o.steps, [&](bool amp) {
+    return std::make_unique<TrainingStep>(c.model, c.batch, amp, std::nullopt, false);
+  });
 }
 
 // Data-parallel samples per second on `devices` devices, and through DDP with --ddp.
