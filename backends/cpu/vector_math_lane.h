@@ -24,7 +24,10 @@ inline constexpr float kExpP5 = 5.0000001201e-1f;
 /// exp(x) per lane with the operations of Ops (see vector_math_avx512.cpp): clamp, reduce by
 /// m ln 2 with m = floor(x log2 e + 1/2), the polynomial, then y 2^m, rounded once (m down to
 /// -150 reaches the subnormals): by Ops::scalef where the path has it, else as two scalings.
-template <class Ops, class V>
+/// Without kEdges, the value at the clamp stands for x past it: the same 0 below kExpLow, but a
+/// finite value for NaN and above kExpHigh (gelu's backward, whose argument is -x^2 / 2 and whose
+/// result takes NaN from x itself).
+template <class Ops, class V, bool kEdges = true>
 [[gnu::always_inline]] inline V exp_lanes(V x) {
   const V clamped = Ops::min(Ops::max(x, Ops::set(kExpLow)), Ops::set(kExpHigh));
   const V m = Ops::floor(Ops::fma(clamped, Ops::set(kLog2e), Ops::set(0.5f)));
@@ -48,6 +51,7 @@ template <class Ops, class V>
     const V half = Ops::floor(Ops::mul(m, Ops::set(0.5f)));
     y = Ops::mul(Ops::mul(y, Ops::pow2(half)), Ops::pow2(Ops::sub(m, half)));
   }
+  if constexpr (!kEdges) return y;
   return Ops::fix_exp_edges(x, y);
 }
 
@@ -66,8 +70,8 @@ inline constexpr float kErfBeta6 = -2.13374055278905e-04f;
 inline constexpr float kErfBeta8 = -1.45660718464996e-05f;
 inline constexpr float kInvSqrt2 = 0.70710678118654752440f;
 
-/// erf(x) per lane (NaN for NaN).
-template <class Ops, class V>
+/// erf(x) per lane (NaN for NaN; with kNaN false, erf(4) for NaN).
+template <class Ops, class V, bool kNaN = true>
 [[gnu::always_inline]] inline V erf_lanes(V a) {
   const V x = Ops::max(Ops::min(a, Ops::set(4.0f)), Ops::set(-4.0f));
   const V x2 = Ops::mul(x, x);
@@ -82,6 +86,7 @@ template <class Ops, class V>
   q = Ops::fma(x2, q, Ops::set(kErfBeta4));
   q = Ops::fma(x2, q, Ops::set(kErfBeta2));
   q = Ops::fma(x2, q, Ops::set(kErfBeta0));
+  if constexpr (!kNaN) return Ops::div(p, q);
   return Ops::keep_nan(a, Ops::div(p, q));
 }
 
@@ -96,12 +101,14 @@ inline constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
 
 /// gelu's derivative times g per lane: g (Phi(x) + x phi(x)) with Phi(x) = (1 + erf(x / sqrt 2))
 /// / 2 and phi(x) = exp(-x^2 / 2) / sqrt(2 pi), in the order PyTorch's GeluBackward evaluates it.
+/// A NaN x reaches the result through x phi(x), so erf and exp skip their NaN and overflow
+/// checks (the bits are those with them: x's NaN, and 0 for phi past the clamp).
 template <class Ops, class V>
 [[gnu::always_inline]] inline V gelu_backward_lanes(V g, V x) {
-  const V e = erf_lanes<Ops>(Ops::mul(x, Ops::set(kInvSqrt2)));
+  const V e = erf_lanes<Ops, V, false>(Ops::mul(x, Ops::set(kInvSqrt2)));
   const V cdf = Ops::mul(Ops::set(0.5f), Ops::add(Ops::set(1.0f), e));
-  const V pdf =
-      Ops::mul(exp_lanes<Ops>(Ops::mul(Ops::mul(x, x), Ops::set(-0.5f))), Ops::set(kInvSqrt2Pi));
+  const V pdf = Ops::mul(exp_lanes<Ops, V, false>(Ops::mul(Ops::mul(x, x), Ops::set(-0.5f))),
+                         Ops::set(kInvSqrt2Pi));
   return Ops::mul(g, Ops::fma(x, pdf, cdf));
 }
 
