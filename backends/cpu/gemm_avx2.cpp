@@ -165,7 +165,7 @@ struct Traits {
   using Packed = float;
   static constexpr int64_t kRows = avx2_gemm::kRows, kColumns = avx2_gemm::kColumns;
   static constexpr int64_t kDepthStep = 1, kDepth = gemm_detail::kSumDepth;
-  static constexpr int64_t kRowBlock = kRows * 16;
+  static constexpr int64_t kRowBlock = kRows * 16, kRowsAcross = kRowBlock;
   static constexpr int64_t kColumnBlock = 1024;
   static void pack_a(const Gemm& g, int64_t i0, int64_t rows, int64_t p0, int64_t depth,
                      float* dst) noexcept {

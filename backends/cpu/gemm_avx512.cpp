@@ -174,7 +174,7 @@ struct F32Traits {
   // op(a) (kRowBlock x kDepth, 112 KiB) stream past it from L2; op(b)'s block (kDepth x
   // kColumnBlock, 512 KiB) is read from L2 and L3 (Zen 5: 48 KiB L1, 1 MiB L2 a core).
   static constexpr int64_t kDepthStep = 1, kDepth = gemm_detail::kSumDepth;
-  static constexpr int64_t kRowBlock = kRows * 8;
+  static constexpr int64_t kRowBlock = kRows * 8, kRowsAcross = kRows * 36;
   static constexpr int64_t kColumnBlock = 512;
   static void pack_a(const Gemm& g, int64_t i0, int64_t rows, int64_t p0, int64_t depth,
                      float* dst) noexcept {
@@ -195,7 +195,7 @@ struct PairTraits {
   static constexpr int64_t kRows = avx512_gemm::kRows, kColumns = avx512_gemm::kColumns;
   // As F32Traits's, with two bf16 to a packed element.
   static constexpr int64_t kDepthStep = 2, kDepth = 2 * gemm_detail::kSumDepth;
-  static constexpr int64_t kRowBlock = kRows * 8;
+  static constexpr int64_t kRowBlock = kRows * 8, kRowsAcross = kRows * 36;
   static constexpr int64_t kColumnBlock = 512;
   static void pack_a(const Gemm& g, int64_t i0, int64_t rows, int64_t p0, int64_t depth,
                      uint32_t* dst) noexcept {

@@ -36,7 +36,7 @@ struct TileIo {
   bool out_bf16;
   int cols;
   const float* bias = nullptr;
-  bool round_bf16 = false;  // an f32 output's values rounded to bf16 first
+  bool round_bf16 = false;          // an f32 output's values rounded to bf16 first
   const float* residual = nullptr;  // added to an f32 output's values last (row stride ld_out)
 };
 
@@ -125,22 +125,27 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   constexpr int64_t kRows = Traits::kRows, kColumns = Traits::kColumns;
   constexpr int64_t kDepth = Traits::kDepth, kStep = Traits::kDepthStep;
   constexpr int64_t kRowBlock = Traits::kRowBlock, kColumnBlock = Traits::kColumnBlock;
-  constexpr int64_t kStageRows = 512 / kRowBlock * kRowBlock;
-  static_assert(kRowBlock % kRows == 0 && kDepth % kStep == 0 && kStageRows > 0);
+  // op(a) read across its rows (a weight gradient's activations, k along the rows) is packed in
+  // blocks of up to kRowsAcross rows, so that each of its lines is read in as few pieces as it
+  // can be: from memory, short pieces of many lines leave the prefetchers behind.
+  const int64_t row_block = g.a.transposed ? Traits::kRowsAcross : kRowBlock;
+  const int64_t stage_rows = std::max<int64_t>(512 / row_block, 1) * row_block;
+  static_assert(kRowBlock % kRows == 0 && Traits::kRowsAcross % kRows == 0 &&
+                Traits::kRowsAcross >= kRowBlock && kDepth % kStep == 0);
   PackBuffers& buffers = this_thread_object<PackBuffers>();
   PackBuffer &a_buffer = buffers.a, &b_buffer = buffers.b, &stage_buffer = buffers.stage;
 
   const int64_t max_steps = (min_of(kDepth, g.k) + kStep - 1) / kStep;
   const int64_t block_columns = min_of(kColumnBlock, c1 - c0);
   auto* a_pack = static_cast<Packed*>(
-      a_buffer.get(sizeof(Packed) * static_cast<std::size_t>(kRowBlock * max_steps)));
+      a_buffer.get(sizeof(Packed) * static_cast<std::size_t>(row_block * max_steps)));
   auto* b_pack = static_cast<Packed*>(
       b_buffer.get(sizeof(Packed) * static_cast<std::size_t>((block_columns + kColumns - 1) /
                                                              kColumns * kColumns * max_steps)));
   const bool staged = g.out_bf16 && g.k > kDepth;
-  const int64_t chunk_rows = staged ? kStageRows : r1 - r0;
+  const int64_t chunk_rows = staged ? stage_rows : r1 - r0;
   float* stage = staged ? static_cast<float*>(stage_buffer.get(
-                              sizeof(float) * static_cast<std::size_t>(kStageRows * block_columns)))
+                              sizeof(float) * static_cast<std::size_t>(stage_rows * block_columns)))
                         : nullptr;
 
   for (int64_t jc = c0; jc < c1; jc += kColumnBlock) {
@@ -152,8 +157,8 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
         const bool first = pc == 0, last = pc + kc >= g.k;
         Traits::pack_b(g, jc, nc, pc, kc, b_pack);
         const TileSums sums{g, stage, io, jc, nc, first, last};
-        for (int64_t ic = io; ic < io_end; ic += kRowBlock) {
-          const int64_t mc = min_of(kRowBlock, io_end - ic);
+        for (int64_t ic = io; ic < io_end; ic += row_block) {
+          const int64_t mc = min_of(row_block, io_end - ic);
           Traits::pack_a(g, ic, mc, pc, kc, a_pack);
           for (int64_t jr = 0; jr < nc; jr += kColumns) {
             const Packed* b_panel = b_pack + jr * steps;

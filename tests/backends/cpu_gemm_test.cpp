@@ -243,6 +243,24 @@ TEST_P(GemmPath, Bf16ProductsRoundOperandsAndSumInF32) {
   }
 }
 
+// bf16 products past the depth block (512 products), the row blocks (op(a) across its rows is
+// packed in blocks of 504 rows, else 112) and the column block, with f32 and bf16 (staged)
+// outputs.
+TEST_P(GemmPath, Bf16ProductsMatchThePromisedSumsAcrossCacheBlocks) {
+  const IsaScope scope(GetParam());
+  std::mt19937 rng(12);
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+           {700, 33, 1100}, {530, 140, 600}, {1030, 20, 530}, {20, 600, 1030}}) {
+    for (const bool ta : {false, true}) {
+      for (const bool out_bf16 : {false, true}) {
+        Problem p =
+            make_problem(rng, m, n, k, ta, !ta, true, true, out_bf16, false, GemmPrecision::kBf16);
+        expect_product(p, 2);
+      }
+    }
+  }
+}
+
 TEST_P(GemmPath, F32WithBf16OperandsWidensThemExactly) {
   const IsaScope scope(GetParam());
   std::mt19937 rng(10);
