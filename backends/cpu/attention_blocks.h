@@ -344,6 +344,49 @@ inline bool causally_hidden(const Problem& p, int64_t j0, int64_t i_end) {
   return p.causal && j0 >= i_end;
 }
 
+// ---- prefetching -------------------------------------------------------------------------------
+// The forward's parts (entry, query block) and the backward's entries are claimed in order, one
+// per thread in turn, so a thread's next one is likely `threads` on: these fetch its operands'
+// rows while this one computes. A head's rows are short pieces far apart (64 bytes every 768 in
+// a GPT's [B, T, 3 H D] projection), which the hardware prefetchers do not follow. The bf16 path
+// (attention_pairs.cpp) takes them; the f32 path's longer arithmetic hides the wait already.
+
+// Fetches `rows` rows of `bytes` bytes from `at`, `stride` elements apart.
+template <class T>
+void prefetch_rows(const T* at, int64_t rows, int64_t stride, int64_t bytes) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* row = reinterpret_cast<const char*>(at + r * stride);
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
+  }
+}
+
+// The q rows and the keys' k and v rows the forward's part `part` reads (if there is one).
+template <class T>
+void prefetch_forward_part(const Problem& p, const T* q, const T* k, const T* v, int64_t part,
+                           int64_t query_blocks) {
+  if (part >= p.batch.numel() * query_blocks) return;
+  const Problem::Offsets at = p.offsets(part / query_blocks);
+  const int64_t i0 = part % query_blocks * kQueryBlock;
+  const int64_t keys = p.causal ? std::min(p.S, i0 + kQueryBlock) : p.S;
+  const auto size = static_cast<int64_t>(sizeof(T));
+  prefetch_rows(q + at.q + i0 * p.q_row, std::min(kQueryBlock, p.L - i0), p.q_row, size * p.E);
+  prefetch_rows(k + at.k, keys, p.k_row, size * p.E);
+  prefetch_rows(v + at.v, keys, p.v_row, size * p.Ev);
+}
+
+// The q, k, v and gradient rows of the backward's entry `entry` (if there is one).
+template <class T>
+void prefetch_backward_entry(const Problem& p, const T* q, const T* k, const T* v, const T* grad,
+                             int64_t entry) {
+  if (entry >= p.batch.numel()) return;
+  const Problem::Offsets at = p.offsets(entry);
+  const auto size = static_cast<int64_t>(sizeof(T));
+  prefetch_rows(q + at.q, p.L, p.q_row, size * p.E);
+  prefetch_rows(k + at.k, p.S, p.k_row, size * p.E);
+  prefetch_rows(v + at.v, p.S, p.v_row, size * p.Ev);
+  prefetch_rows(grad + at.g, p.L, p.g_row, size * p.Ev);
+}
+
 // Per query row of one entry: D = rowsum(dO * O) and the logsumexp the forward kept, read from
 // the forward's output rows [O (Ev), logsumexp]. Each row's dot runs in column order; rows go
 // eight at a time, so their chains overlap instead of waiting on one add after another.

@@ -137,6 +137,7 @@ void pair_attention_forward(const KernelArgs& args, const Problem& p) {
     const int64_t i0 = (index % query_blocks) * kQueryBlock;
     const int64_t nq = std::min(kQueryBlock, L - i0);
     const Problem::Offsets at = p.offsets(entry);
+    prefetch_forward_part(p, q, k, v, index + pool.threads(), query_blocks);
     Carve carve(pool.scratch(thread, static_cast<std::size_t>(scratch_words) * 4));
     uint32_t* k_pairs = carve.take<uint32_t>(Eh * kKeyBlock);
     uint32_t* v_pairs = carve.take<uint32_t>(kKeyBlock / 2 * Ev);
@@ -299,6 +300,7 @@ void pair_attention_backward(const KernelArgs& args, const Problem& p) {
   ComputePool& pool = args.pool;
   auto part = [&](int64_t entry, int thread) {
     const Problem::Offsets at = p.offsets(entry);
+    prefetch_backward_entry(p, q, k, v, grad, entry + pool.threads());
     BackwardScratch x(pool.scratch(thread, scratch_bytes), p);
     const Bf16* q_entry = q + at.q;
     const Bf16* g_entry = grad + at.g;
