@@ -125,10 +125,11 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   constexpr int64_t kRows = Traits::kRows, kColumns = Traits::kColumns;
   constexpr int64_t kDepth = Traits::kDepth, kStep = Traits::kDepthStep;
   constexpr int64_t kRowBlock = Traits::kRowBlock, kColumnBlock = Traits::kColumnBlock;
-  // op(a) read across its rows (a weight gradient's activations, k along the rows) is packed in
-  // blocks of up to kRowsAcross rows, so that each of its lines is read in as few pieces as it
-  // can be: from memory, short pieces of many lines leave the prefetchers behind.
-  const int64_t row_block = g.a.transposed ? Traits::kRowsAcross : kRowBlock;
+  // op(a) read across its rows over more than one depth block (a weight gradient's activations
+  // over many tokens, k along the rows) is packed in blocks of up to kRowsAcross rows, so that
+  // each of its lines is read in as few pieces as it can be: from memory, short pieces of many
+  // lines leave the prefetchers behind. A shallower block of kRowBlock rows stays in L1.
+  const int64_t row_block = g.a.transposed && g.k > kDepth ? Traits::kRowsAcross : kRowBlock;
   const int64_t stage_rows = std::max<int64_t>(512 / row_block, 1) * row_block;
   static_assert(kRowBlock % kRows == 0 && Traits::kRowsAcross % kRows == 0 &&
                 Traits::kRowsAcross >= kRowBlock && kDepth % kStep == 0);

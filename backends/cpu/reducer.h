@@ -215,10 +215,11 @@ struct RowParts {
   }
 };
 
-/// Parts of at least kRowPartTerms terms, at most kMaxRowParts, rows a multiple of 16 (a part's
-/// first term on a vector boundary); one part (no split) for rows wider than kRowPartColumns,
-/// which split their columns instead (for_column_runs).
-inline constexpr int64_t kRowPartTerms = int64_t{1} << 15;
+/// Parts of at least kRowPartTerms terms (smaller ones, an MLP's bias gradients of 64K terms,
+/// take longer to hand to another thread than to sum), at most kMaxRowParts, rows a multiple of 16
+/// (a part's first term on a vector boundary); one part (no split) for rows wider than
+/// kRowPartColumns, which split their columns instead (for_column_runs).
+inline constexpr int64_t kRowPartTerms = int64_t{1} << 17;
 inline constexpr int64_t kMaxRowParts = 8;
 inline constexpr int64_t kRowPartColumns = 4096;
 

@@ -211,16 +211,18 @@ TEST(CpuReduce, ReducingOuterAndInnerDimsGivesTheContiguousRowsBits) {
   }
 }
 
-// Reductions down columns wide enough to split their columns over threads give one thread's
-// bits on two and three, with column counts that split into ragged runs and outer dims kept.
+// Reductions down columns wide enough to split their columns over threads, or long enough to
+// split their rows into parts (the last shorter), give one thread's bits on two and three, with
+// column counts that split into ragged runs and outer dims kept.
 TEST(CpuReduce, ColumnReductionsOnSeveralThreadsGiveOneThreadsBits) {
   std::mt19937 rng(27);
   struct Case {
     Shape shape;
     std::vector<int> dims;
   };
-  for (const Case& c : {Case{Shape{40, 4100}, {0}}, Case{Shape{3, 20, 8200}, {1}},
-                        Case{Shape{4, 8, 2048}, {0, 1}}, Case{Shape{2000, 40}, {0}}}) {
+  for (const Case& c :
+       {Case{Shape{40, 4100}, {0}}, Case{Shape{3, 20, 8200}, {1}}, Case{Shape{4, 8, 2048}, {0, 1}},
+        Case{Shape{2000, 40}, {0}}, Case{Shape{7000, 40}, {0}}}) {
     for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat64, DType::kInt64}) {
       HostTensor x = random_tensor(dtype, c.shape, rng, -3, 3);
       if (dtype != DType::kInt64) x.values[5] = std::nan("");  // column 5 holds a NaN
