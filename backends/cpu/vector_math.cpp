@@ -111,7 +111,9 @@ constexpr int64_t kBf16Chunk = 256;
 
 void map_bf16(VectorFunction f, const uint16_t* x, uint16_t* out, int64_t n) {
 #if defined(AXLE_HAVE_AVX512_KERNELS)
-  if (cpu_isa() >= CpuIsa::kAvx512) return vector_math_detail::map_bf16_avx512(f, x, out, n);
+  if (cpu_isa() >= CpuIsa::kAvx512) {
+    return vector_math_detail::map_bf16_avx512(f, x, out, n, cpu_isa() == CpuIsa::kAvx512Bf16);
+  }
 #endif
   alignas(64) float values[kBf16Chunk];
   for (int64_t i = 0; i < n; i += kBf16Chunk) {
@@ -125,7 +127,8 @@ void map_bf16(VectorFunction f, const uint16_t* x, uint16_t* out, int64_t n) {
 void gelu_backward_bf16(const uint16_t* g, const uint16_t* x, uint16_t* out, int64_t n) {
 #if defined(AXLE_HAVE_AVX512_KERNELS)
   if (cpu_isa() >= CpuIsa::kAvx512) {
-    return vector_math_detail::gelu_backward_bf16_avx512(g, x, out, n);
+    return vector_math_detail::gelu_backward_bf16_avx512(g, x, out, n,
+                                                         cpu_isa() == CpuIsa::kAvx512Bf16);
   }
 #endif
   alignas(64) float grads[kBf16Chunk], at[kBf16Chunk];
@@ -159,8 +162,9 @@ void narrow_bf16(const float* x, uint16_t* out, int64_t n) {
   switch (cpu_isa()) {
 #if defined(AXLE_HAVE_AVX512_KERNELS)
     case CpuIsa::kAvx512Bf16:
+      return vector_math_detail::narrow_bf16_avx512(x, out, n, true);
     case CpuIsa::kAvx512:
-      return vector_math_detail::narrow_bf16_avx512(x, out, n);
+      return vector_math_detail::narrow_bf16_avx512(x, out, n, false);
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
     case CpuIsa::kAvx2:

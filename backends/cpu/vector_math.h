@@ -56,10 +56,13 @@ void exp_shifted_rows_avx512(float* x, int64_t rows, int64_t n, int64_t ld, cons
 void widen_bf16_avx2(const uint16_t* x, float* out, int64_t n);
 void widen_bf16_avx512(const uint16_t* x, float* out, int64_t n);
 void narrow_bf16_avx2(const float* x, uint16_t* out, int64_t n);
-void narrow_bf16_avx512(const float* x, uint16_t* out, int64_t n);
+/// bf16_instructions: round with AVX512_BF16's vcvtneps2bf16 where it gives the same bits.
+void narrow_bf16_avx512(const float* x, uint16_t* out, int64_t n, bool bf16_instructions);
 void round_to_bf16_avx2(float* x, int64_t n);
-void map_bf16_avx512(VectorFunction f, const uint16_t* x, uint16_t* out, int64_t n);
-void gelu_backward_bf16_avx512(const uint16_t* g, const uint16_t* x, uint16_t* out, int64_t n);
+void map_bf16_avx512(VectorFunction f, const uint16_t* x, uint16_t* out, int64_t n,
+                     bool bf16_instructions);
+void gelu_backward_bf16_avx512(const uint16_t* g, const uint16_t* x, uint16_t* out, int64_t n,
+                               bool bf16_instructions);
 void round_to_bf16_avx512(float* x, int64_t n);
 }  // namespace vector_math_detail
 

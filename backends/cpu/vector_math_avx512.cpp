@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <type_traits>
 
 #include "axle/backends/cpu/vector_math.h"
 #include "axle/backends/cpu/vector_math_lane.h"
@@ -141,6 +142,27 @@ __m512i narrow_lanes(__m512i u) {
   return _mm512_mask_mov_epi32(nearest_even, nan, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
 }
 
+// Sixteen f32 values rounded to bf16 with narrow_lanes' bits. With kBf16Instructions, by
+// AVX512_BF16's vcvtneps2bf16 where no lane is subnormal: it rounds every other value (NaNs and
+// infinities too) as narrow_bits does, checked over all 2^32 patterns, but flushes subnormals.
+template <bool kBf16Instructions>
+__m256i narrowed(__m512 v) {
+  if constexpr (kBf16Instructions) {
+    constexpr int kSubnormal = 0x20;  // vfpclassps's class
+    if (_mm512_fpclass_ps_mask(v, kSubnormal) == 0) {
+      return std::bit_cast<__m256i>(_mm512_cvtneps_pbh(v));
+    }
+  }
+  return _mm512_cvtepi32_epi16(narrow_lanes(_mm512_castps_si512(v)));
+}
+
+// body(std::true_type) where the bf16 instructions may round, else body(std::false_type).
+template <class Body>
+void with_rounding(bool bf16_instructions, Body&& body) {
+  if (bf16_instructions) return body(std::true_type{});
+  return body(std::false_type{});
+}
+
 }  // namespace
 
 void widen_bf16_avx512(const uint16_t* x, float* out, int64_t n) {
@@ -153,13 +175,15 @@ void widen_bf16_avx512(const uint16_t* x, float* out, int64_t n) {
   for (; i < n; ++i) out[i] = std::bit_cast<float>(uint32_t{x[i]} << 16);
 }
 
-void narrow_bf16_avx512(const float* x, uint16_t* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512i bits = narrow_lanes(_mm512_castps_si512(_mm512_loadu_ps(x + i)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi32_epi16(bits));
-  }
-  for (; i < n; ++i) out[i] = static_cast<uint16_t>(narrow_bits(std::bit_cast<uint32_t>(x[i])));
+void narrow_bf16_avx512(const float* x, uint16_t* out, int64_t n, bool bf16_instructions) {
+  with_rounding(bf16_instructions, [&](auto instructions) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                          narrowed<decltype(instructions)::value>(_mm512_loadu_ps(x + i)));
+    }
+    for (; i < n; ++i) out[i] = static_cast<uint16_t>(narrow_bits(std::bit_cast<uint32_t>(x[i])));
+  });
 }
 
 void round_to_bf16_avx512(float* x, int64_t n) {
@@ -183,36 +207,43 @@ __m512 load_widened(const uint16_t* x, __mmask16 mask) {
   const __m256i bits = _mm256_maskz_loadu_epi16(mask, x);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
-__m256i narrowed(__m512 v) { return _mm512_cvtepi32_epi16(narrow_lanes(_mm512_castps_si512(v))); }
-
 }  // namespace
 
-void map_bf16_avx512(VectorFunction f, const uint16_t* x, uint16_t* out, int64_t n) {
-  with_function_lanes(f, [&](auto function) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
-                          narrowed(function(load_widened(x + i))));
-    }
-    if (i < n) {
-      const __mmask16 mask = first_lanes(n - i);
-      _mm256_mask_storeu_epi16(out + i, mask, narrowed(function(load_widened(x + i, mask))));
-    }
+void map_bf16_avx512(VectorFunction f, const uint16_t* x, uint16_t* out, int64_t n,
+                     bool bf16_instructions) {
+  with_rounding(bf16_instructions, [&](auto instructions) {
+    with_function_lanes(f, [&](auto function) {
+      int64_t i = 0;
+      for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                            narrowed<decltype(instructions)::value>(function(load_widened(x + i))));
+      }
+      if (i < n) {
+        const __mmask16 mask = first_lanes(n - i);
+        _mm256_mask_storeu_epi16(
+            out + i, mask,
+            narrowed<decltype(instructions)::value>(function(load_widened(x + i, mask))));
+      }
+    });
   });
 }
 
-void gelu_backward_bf16_avx512(const uint16_t* g, const uint16_t* x, uint16_t* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 grads = gelu_backward_lanes<Avx512Ops>(load_widened(g + i), load_widened(x + i));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), narrowed(grads));
-  }
-  if (i < n) {
-    const __mmask16 mask = first_lanes(n - i);
-    const __m512 grads =
-        gelu_backward_lanes<Avx512Ops>(load_widened(g + i, mask), load_widened(x + i, mask));
-    _mm256_mask_storeu_epi16(out + i, mask, narrowed(grads));
-  }
+void gelu_backward_bf16_avx512(const uint16_t* g, const uint16_t* x, uint16_t* out, int64_t n,
+                               bool bf16_instructions) {
+  with_rounding(bf16_instructions, [&](auto instructions) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m512 grads = gelu_backward_lanes<Avx512Ops>(load_widened(g + i), load_widened(x + i));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                          narrowed<decltype(instructions)::value>(grads));
+    }
+    if (i < n) {
+      const __mmask16 mask = first_lanes(n - i);
+      const __m512 grads =
+          gelu_backward_lanes<Avx512Ops>(load_widened(g + i, mask), load_widened(x + i, mask));
+      _mm256_mask_storeu_epi16(out + i, mask, narrowed<decltype(instructions)::value>(grads));
+    }
+  });
 }
 
 }  // namespace axle::cpu::vector_math_detail
