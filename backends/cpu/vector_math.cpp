@@ -111,8 +111,8 @@ constexpr int64_t kBf16Chunk = 256;
 
 void map_bf16(VectorFunction f, const uint16_t* x, uint16_t* out, int64_t n) {
 #if defined(AXLE_HAVE_AVX512_KERNELS)
-  if (cpu_isa() >= CpuIsa::kAvx512) {
-    return vector_math_detail::map_bf16_avx512(f, x, out, n, cpu_isa() == CpuIsa::kAvx512Bf16);
+  if (const CpuIsa isa = cpu_isa(); isa >= CpuIsa::kAvx512) {
+    return vector_math_detail::map_bf16_avx512(f, x, out, n, isa == CpuIsa::kAvx512Bf16);
   }
 #endif
   alignas(64) float values[kBf16Chunk];
@@ -126,9 +126,8 @@ void map_bf16(VectorFunction f, const uint16_t* x, uint16_t* out, int64_t n) {
 
 void gelu_backward_bf16(const uint16_t* g, const uint16_t* x, uint16_t* out, int64_t n) {
 #if defined(AXLE_HAVE_AVX512_KERNELS)
-  if (cpu_isa() >= CpuIsa::kAvx512) {
-    return vector_math_detail::gelu_backward_bf16_avx512(g, x, out, n,
-                                                         cpu_isa() == CpuIsa::kAvx512Bf16);
+  if (const CpuIsa isa = cpu_isa(); isa >= CpuIsa::kAvx512) {
+    return vector_math_detail::gelu_backward_bf16_avx512(g, x, out, n, isa == CpuIsa::kAvx512Bf16);
   }
 #endif
   alignas(64) float grads[kBf16Chunk], at[kBf16Chunk];
