@@ -51,7 +51,10 @@ constexpr uint32_t generation_of(uint64_t job) { return static_cast<uint32_t>(jo
 
 }  // namespace
 
-ComputePool::ComputePool(int threads) : threads_(threads), scratch_(std::max(threads, 1)) {
+ComputePool::ComputePool(int threads)
+    : threads_(threads),
+      shares_(std::make_unique<Share[]>(static_cast<std::size_t>(std::max(threads, 1)))),
+      scratch_(std::max(threads, 1)) {
   if (threads < 1) throw std::invalid_argument("a compute pool needs at least one thread");
   workers_.reserve(static_cast<std::size_t>(threads - 1));
   for (int t = 1; t < threads; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
@@ -90,10 +93,16 @@ int intra_op_threads(int devices, int requested, int host_processes) {
 void ComputePool::run_parts(int64_t parts, PartFn fn, void* context) {
   if (parts > int64_t{0xFFFFFFFF}) throw std::length_error("too many parts for one compute job");
   const uint32_t generation = generation_of(job_.load(std::memory_order_relaxed)) + 1;
+  // The shares first: a worker still looking at the previous job (every part of it claimed)
+  // that sees this job's part count sees these shares too, and its claim fails.
+  for (int t = 0; t < threads_; ++t) {
+    shares_[static_cast<std::size_t>(t)].next.store(
+        pack(generation, static_cast<uint32_t>(share_begin(parts, t))), std::memory_order_relaxed);
+  }
   fn_.store(fn, std::memory_order_relaxed);
   context_.store(context, std::memory_order_relaxed);
-  parts_.store(parts, std::memory_order_relaxed);
   finished_.store(0, std::memory_order_relaxed);
+  parts_.store(parts, std::memory_order_release);
   job_.store(pack(generation, 0), std::memory_order_release);  // publishes the fields above
   wake_.fetch_add(1, std::memory_order_release);
   wake_.notify_all();
@@ -112,27 +121,33 @@ void ComputePool::run_parts(int64_t parts, PartFn fn, void* context) {
 }
 
 void ComputePool::work_on(uint32_t generation, int thread) {
-  uint64_t job = job_.load(std::memory_order_acquire);
-  // The job's fields may already belong to a later generation; the claim below then fails.
+  if (generation_of(job_.load(std::memory_order_acquire)) != generation) return;
+  // The job's fields may already belong to a later generation; the claims below then fail.
   const PartFn fn = fn_.load(std::memory_order_relaxed);
   void* const context = context_.load(std::memory_order_relaxed);
-  const int64_t parts = parts_.load(std::memory_order_relaxed);
-  for (;;) {
-    if (generation_of(job) != generation) return;
-    const uint32_t next = static_cast<uint32_t>(job);
-    if (next >= parts) return;
-    if (!job_.compare_exchange_weak(job, pack(generation, next + 1), std::memory_order_acq_rel,
-                                    std::memory_order_acquire)) {
-      continue;
+  const int64_t parts = parts_.load(std::memory_order_acquire);
+  for (int s = 0; s < threads_; ++s) {
+    const int share = (thread + s) % threads_;
+    std::atomic<uint64_t>& next = shares_[static_cast<std::size_t>(share)].next;
+    const int64_t end = share_begin(parts, share + 1);
+    uint64_t claim = next.load(std::memory_order_acquire);
+    for (;;) {
+      if (generation_of(claim) != generation) return;
+      const uint32_t index = static_cast<uint32_t>(claim);
+      if (index >= end) break;
+      if (!next.compare_exchange_weak(claim, pack(generation, index + 1), std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+        continue;
+      }
+      try {
+        fn(context, index, thread);
+      } catch (...) {
+        std::lock_guard lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+      if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == parts) finished_.notify_one();
+      claim = next.load(std::memory_order_acquire);
     }
-    try {
-      fn(context, next, thread);
-    } catch (...) {
-      std::lock_guard lock(error_mutex_);
-      if (!error_) error_ = std::current_exception();
-    }
-    if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == parts) finished_.notify_one();
-    job = job_.load(std::memory_order_acquire);
   }
 }
 

@@ -29,8 +29,11 @@ class ComputePool {
   [[nodiscard]] int threads() const noexcept { return threads_; }
 
   /// Runs part(index, thread) for every index in [0, parts) and returns when all have finished;
-  /// `thread` in [0, threads()) names the thread running it (for scratch). Which thread runs
-  /// which part varies from call to call, so a part's result must depend on its index only. The
+  /// `thread` in [0, threads()) names the thread running it (for scratch). Each thread first
+  /// takes the parts of its own contiguous share of [0, parts) in order, then the others' that
+  /// are left: consecutive kernels split alike so find their data where the same thread left it,
+  /// and a thread that runs late loses its parts to the others. Which thread runs which part
+  /// still varies from call to call, so a part's result must depend on its index only. The
   /// first exception a part throws is rethrown here once every part has finished.
   template <class Part>
   void run(int64_t parts, Part&& part) {
@@ -59,16 +62,26 @@ class ComputePool {
     std::size_t bytes = 0;
   };
 
+  // One thread's share of the current job's parts: generation in the high 32 bits, the next
+  // unclaimed part in the low 32. Claiming a part is a compare-exchange that also checks the
+  // generation, so a worker that wakes late never takes a part of the next job with the
+  // previous job's function.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> next{0};
+  };
+
   void run_parts(int64_t parts, PartFn fn, void* context);
-  // Claims and runs parts of job `generation` until none is left.
+  // Claims and runs parts of job `generation`, its own share's first, until none is left.
   void work_on(uint32_t generation, int thread);
   void worker_loop(int thread);
+  [[nodiscard]] int64_t share_begin(int64_t parts, int share) const noexcept {
+    return parts * share / threads_;
+  }
 
   const int threads_;
-  // The current job: generation in the high 32 bits, the next unclaimed part in the low 32.
-  // Claiming a part is a compare-exchange that also checks the generation, so a worker that
-  // wakes late never takes a part of the next job with the previous job's function.
+  // The current job's generation in the high 32 bits (what workers wait for news on).
   std::atomic<uint64_t> job_{0};
+  std::unique_ptr<Share[]> shares_;
   std::atomic<PartFn> fn_{nullptr};
   std::atomic<void*> context_{nullptr};
   std::atomic<int64_t> parts_{0};

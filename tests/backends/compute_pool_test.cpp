@@ -57,6 +57,35 @@ TEST(ComputePool, SpreadsPartsOverItsThreads) {
   EXPECT_EQ(seen, (std::set<int>{0, 1}));
 }
 
+// Each thread takes the parts of its own contiguous share in order before any other's, so
+// consecutive kernels split alike find their data on the core that wrote it: in the order a
+// thread ran its parts, no part of its own share comes after another share's.
+TEST(ComputePool, EachThreadTakesItsOwnSharesPartsFirst) {
+  for (int threads : {2, 3}) {
+    ComputePool pool(threads);
+    for (int64_t parts : {2, 3, 8, 13, 64}) {
+      for (int round = 0; round < 20; ++round) {
+        std::vector<std::vector<int64_t>> ran(static_cast<std::size_t>(threads));
+        pool.run(parts, [&](int64_t i, int thread) {
+          // Slow parts in some rounds, so every thread is running and shares are taken over.
+          if (round % 2 == 1) std::this_thread::sleep_for(std::chrono::microseconds(300));
+          ran[static_cast<std::size_t>(thread)].push_back(i);
+        });
+        for (int t = 0; t < threads; ++t) {
+          const int64_t begin = parts * t / threads, end = parts * (t + 1) / threads;
+          const std::vector<int64_t>& order = ran[static_cast<std::size_t>(t)];
+          const auto own = [&](int64_t i) { return i >= begin && i < end; };
+          const auto first_other = std::ranges::find_if_not(order, own);
+          EXPECT_TRUE(std::is_sorted(order.begin(), first_other));
+          EXPECT_TRUE(std::none_of(first_other, order.end(), own))
+              << "thread " << t << " of " << threads << ", " << parts << " parts, ran "
+              << ::testing::PrintToString(order);
+        }
+      }
+    }
+  }
+}
+
 TEST(ComputePool, RethrowsAPartsExceptionAfterEveryPartHasRun) {
   ComputePool pool(3);
   std::atomic<int> finished{0};
