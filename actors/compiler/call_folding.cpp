@@ -448,6 +448,37 @@ struct Folding {
     absorbed[product] = 1;
   }
 
+  // where(x > 0, product, 0), f32 or bf16 (relu's backward of the gradient a product computes):
+  // the product keeps each block of its output where x > 0 and writes +0 elsewhere as it
+  // finishes it, so neither the product's result nor the comparison's is stored.
+  void product_into_relu_backward(std::size_t id) {
+    const KernelCall& call = calls[id];
+    const int32_t mask = call.inputs[0], product = call.inputs[1];
+    const KernelCall& compared = calls[mask];
+    if (!foldable(mask) || compared.kernel != Kernel::kGt || compared.output != mask ||
+        compared.inputs.size() != 2 || !program.is_zero(compared.inputs[1]) ||
+        !program.is_zero(call.inputs[2], true) ||
+        program[call.inputs[2]].dtype != program[id].dtype) {
+      return;
+    }
+    const int32_t x = compared.inputs[0];
+    const KernelCall& produced = calls[product];
+    if (produced.kernel != Kernel::kMatmul || produced.output != product ||
+        produced.ints.size() != 2 || !foldable(product) ||
+        program[product].dtype != program[id].dtype ||
+        !(program[product].shape == program[id].shape) || program[x].dtype != program[id].dtype ||
+        !(program[x].shape == program[id].shape)) {
+      return;
+    }
+    KernelCall folded = produced;
+    folded.ints.insert(folded.ints.end(), {0, 0, 0, 1});
+    folded.inputs.push_back(x);
+    folded.output = static_cast<int32_t>(id);
+    calls[id] = std::move(folded);
+    absorbed[product] = 1;
+    absorbed[mask] = 1;
+  }
+
   // permute(cast(slice(x))) or permute(slice(x)), the slice the first columns of x's last dim
   // and the cast f32 to bf16 (attention's output rows [O, logsumexp] turned back into [B, T, H,
   // D]): the permute reads x's rows in place and rounds as it copies (kPermute's row).
@@ -557,6 +588,9 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
       folding.product_into_gelu_backward(id);
     } else if (call.kernel == Kernel::kConcat) {
       folding.attention_gradients_into_concat(id);
+    } else if (call.kernel == Kernel::kWhere && call.inputs.size() == 3 &&
+               (dtype == DType::kFloat32 || dtype == DType::kBFloat16)) {
+      folding.product_into_relu_backward(id);
     }
   }
 }

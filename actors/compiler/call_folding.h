@@ -7,16 +7,17 @@
 // by the affine weight and the add of its result to the residual gradient (in f32), a bf16
 // product's cast to f32 (the product stores its bf16 values as f32) and the add of a residual
 // to those f32 values (the product adds it as it stores them), gelu's backward of a
-// product (applied to each block of the product's output as it is finished), and the slices,
+// product and relu's (where(x > 0, product, 0): both applied to each block of the product's
+// output as it is finished), and the slices,
 // reshapes and permutes that split a [B, T, 3 H D] projection into attention's heads [B, H, T,
 // D] (and its grad's), and that concatenate the backward's gradients back into the
 // projection's gradient: attention reads and writes those rows in place (its views); a slice of
 // the first columns of rows and a cast to bf16 under a permute (attention's output turned back
 // into [B, T, H, D]): the permute reads the rows in place and rounds as it copies.
-// The folded relu, biases, layer norm operands, gelu's backward, residuals, attention's views
-// and a permute's slice and cast give the same bits as the calls they replace,
-// but for a bf16 product's bias: the product's f32 sum plus the bias is rounded once, where
-// the separate add rounded the sum and then the total (as torch's addmm rounds once).
+// The folded relu, biases, layer norm operands, gelu's and relu's backward, residuals, attention's
+// views and a permute's slice and cast give the same bits as the calls they replace, but for a bf16
+// product's bias: the product's f32 sum plus the bias is rounded once, where the separate add
+// rounded the sum and then the total (as torch's addmm rounds once).
 #pragma once
 
 #include <cstdint>

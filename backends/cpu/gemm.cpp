@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
@@ -215,6 +216,9 @@ void gemm(const Gemm& g, ComputePool* pool) {
   if (g.residual && (g.out_bf16 || g.accumulate || g.gelu_input)) {
     throw std::invalid_argument("gemm: a residual is added to a written f32 output only");
   }
+  if (g.relu_input && (g.accumulate || g.round_bf16 || g.gelu_input || g.residual)) {
+    throw std::invalid_argument("gemm: relu's backward applies to a written output only");
+  }
   if (g.m <= 0 || g.n <= 0) return;
   const GemmBlockKernel kernel = kernel_for(cpu_isa(), g.precision);
   if (g.k <= 0 || !kernel.run) {
@@ -225,6 +229,7 @@ void gemm(const Gemm& g, ComputePool* pool) {
       add_residual(g, 0, g.m);
     }
     if (g.gelu_input) gelu_backward_block(g, 0, g.m, 0, g.n);
+    if (g.relu_input) relu_backward_block(g, 0, g.m, 0, g.n);
     return;
   }
   if (!pool || pool->threads() == 1 || g.m * g.n * g.k < kParallelMultiplyAdds) {
@@ -257,6 +262,37 @@ void gelu_backward_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int6
     } else {
       float* out = static_cast<float*>(g.out) + offset;
       gelu_backward_f32(out, static_cast<const float*>(g.gelu_input) + offset, out, c1 - c0);
+    }
+  }
+}
+
+void relu_backward_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  // As where(gt(x, 0), v, 0): v where x > 0 (false for NaN), else +0: v's bits and a mask of
+  // ones or zeros, in groups of a known length, which GCC vectorises at -O2.
+  constexpr int64_t kGroup = 16;
+  auto keep = [](auto* out, const auto* x, int64_t len, auto positive) {
+    using Bits = std::remove_reference_t<decltype(*out)>;
+    auto masked = [&](int64_t i) {
+      return static_cast<Bits>(out[i] & static_cast<Bits>(-static_cast<Bits>(positive(x[i]))));
+    };
+    int64_t j = 0;
+    for (; j + kGroup <= len; j += kGroup) {
+      Bits group[kGroup];
+      for (int64_t i = 0; i < kGroup; ++i) group[i] = masked(j + i);
+      for (int64_t i = 0; i < kGroup; ++i) out[j + i] = group[i];
+    }
+    for (; j < len; ++j) out[j] = masked(j);
+  };
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t offset = r * g.ldc + c0, len = c1 - c0;
+    if (g.out_bf16) {
+      // A bf16 value is above 0 when its bits, as a signed number, lie in (0, +inf].
+      keep(&(static_cast<Bf16*>(g.out) + offset)->bits,
+           &(static_cast<const Bf16*>(g.relu_input) + offset)->bits, len,
+           [](uint16_t bits) { return static_cast<int16_t>(bits) > 0 && bits <= 0x7F80; });
+    } else {
+      keep(reinterpret_cast<uint32_t*>(static_cast<float*>(g.out) + offset),
+           static_cast<const float*>(g.relu_input) + offset, len, [](float x) { return x > 0.0f; });
     }
   }
 }
@@ -303,6 +339,7 @@ void gemm(const MatrixProduct& product, bool transpose_a, bool transpose_b, Comp
     g.precision = product.precision;
     g.bias = product.bias;
     g.gelu_input = product.gelu_input;
+    g.relu_input = product.relu_input;
     gemm(g, pool);
   } else {
     if (pool) return eigen_multiply_parallel<T>(product, transpose_a, transpose_b, *pool);

@@ -42,7 +42,10 @@ enum class GemmPrecision : uint8_t { kF32, kBf16 };
 /// the stored v: the product of a gradient and gelu's backward in one pass over the output. With
 /// `residual` (f32 in the output's layout, row stride ldc; an f32 output written, not with
 /// `gelu_input`), each output value v becomes residual + v, v as it would be stored (after the
-/// bias and the rounding of `round_bf16`): a residual connection's add in the same pass.
+/// bias and the rounding of `round_bf16`): a residual connection's add in the same pass. With
+/// `relu_input` (x as `gelu_input`, not with it, `residual`, `accumulate` or `round_bf16`), each
+/// output value v becomes v where x > 0 and +0 elsewhere, as where(x > 0, v, 0) gives it: a
+/// gradient through relu's backward in the same pass.
 struct Gemm {
   int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;
@@ -55,11 +58,16 @@ struct Gemm {
   bool round_bf16 = false;
   const void* gelu_input = nullptr;
   const float* residual = nullptr;
+  const void* relu_input = nullptr;
 };
 
 /// Rows [r0, r1) x columns [c0, c1) of `g`'s output, written, replaced by gelu_backward(out, x)
 /// (Gemm::gelu_input): the kernels call it on each block of the output they finish.
 void gelu_backward_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+
+/// The same block of `g`'s output, written, kept where relu's input x > 0 and made +0 elsewhere
+/// (Gemm::relu_input).
+void relu_backward_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 
 /// Computes `product` with the kernels of cpu_isa(). With a pool, a large product is split into
 /// blocks of output rows or columns over its threads; without, it runs on the calling thread.
@@ -106,6 +114,8 @@ struct MatrixProduct {
   const float* bias = nullptr;
   /// f32 products only: gelu's backward applied to the output (Gemm::gelu_input).
   const float* gelu_input = nullptr;
+  /// f32 products only: relu's backward applied to the output (Gemm::relu_input).
+  const float* relu_input = nullptr;
 };
 
 /// Computes `product` of T (float, double, int32_t or int64_t): float through gemm(Gemm), the

@@ -3,7 +3,8 @@
 // kernels (bf16 summed in f32, rounded once), f64 and integers on Eigen. A bias (lowering folds
 // `matmul(a, b) + bias` into the call) is added by the f32 and bf16 kernels as they write the
 // output, and after the product for f64; so is gelu's backward when lowering folds the product
-// into `gelu_backward(matmul(a, b), x)` (f32 and bf16).
+// into `gelu_backward(matmul(a, b), x)`, and relu's into `where(x > 0, matmul(a, b), 0)` (f32
+// and bf16).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -37,6 +38,8 @@ struct MatmulPlan {
   bool gelu_backward = false;
   // ints[4]: the last operand r (f32) is added to the product's values: r + product.
   bool residual = false;
+  // ints[5]: the output is where(x > 0, product, 0), x the last operand.
+  bool relu_backward = false;
   bool bias = false;
 };
 
@@ -100,14 +103,16 @@ void check_bias(const KernelArgs& args, const MatmulPlan& plan, DType dtype) {
   }
 }
 
-// gelu_backward's x (the last operand): the output's dtype (f32 or bf16) and shape.
-void check_gelu_input(const KernelArgs& args, const MatmulPlan& plan, DType dtype) {
+// gelu_backward's or relu_backward's x (the last operand): the output's dtype (f32 or bf16)
+// and shape.
+void check_activation_input(const KernelArgs& args, const MatmulPlan& plan, DType dtype) {
   const BufferDesc& x = *args.inputs.back().desc;
+  const char* name = plan.gelu_backward ? "gelu" : "relu";
   if ((dtype != DType::kFloat32 && dtype != DType::kBFloat16) || plan.bf16_as_f32) {
-    reject(args, "gelu's backward is applied to f32 and bf16 products only");
+    reject(args, fmt::format("{}'s backward is applied to f32 and bf16 products only", name));
   }
   if (x.dtype != dtype || !(x.shape == args.output.desc->shape)) {
-    reject(args, fmt::format("gelu_backward's x {}{} must have the output's dtype and shape",
+    reject(args, fmt::format("{}_backward's x {}{} must have the output's dtype and shape", name,
                              dtype_name(x.dtype), x.shape.to_string()));
   }
 }
@@ -139,24 +144,28 @@ DType product_dtype(const KernelArgs& args, const MatmulPlan& plan) {
 // The call's flags (ints[2:]) and which operands it has.
 MatmulPlan plan_operands(const KernelArgs& args) {
   const std::vector<int64_t>& ints = args.call.ints;
-  if (ints.size() < 2 || ints.size() > 5) {
+  if (ints.size() < 2 || ints.size() > 6) {
     reject(args,
            "ints must be [transpose_a, transpose_b (, bf16 values as f32 (, gelu_backward (, "
-           "residual)))]");
+           "residual (, relu_backward))))]");
   }
   MatmulPlan plan;
   plan.bf16_as_f32 = ints.size() >= 3 && ints[2] != 0;
   plan.gelu_backward = ints.size() >= 4 && ints[3] != 0;
-  plan.residual = ints.size() == 5 && ints[4] != 0;
+  plan.residual = ints.size() >= 5 && ints[4] != 0;
+  plan.relu_backward = ints.size() == 6 && ints[5] != 0;
   if (plan.residual && (plan.gelu_backward || !plan.bf16_as_f32)) {
     reject(args, "a residual is added to a bf16 product's values as f32 only");
   }
-  const bool last_operand = plan.gelu_backward || plan.residual;
-  const std::size_t operands = args.inputs.size() - (last_operand ? 1 : 0);
+  if (plan.relu_backward && (plan.gelu_backward || plan.residual)) {
+    reject(args, "relu's backward goes with neither gelu's backward nor a residual");
+  }
+  const bool activation = plan.gelu_backward || plan.relu_backward;
+  const std::size_t operands = args.inputs.size() - (activation || plan.residual ? 1 : 0);
   if (args.inputs.size() < 2 || (operands != 2 && operands != 3)) {
-    reject(args, plan.gelu_backward ? "matmul takes two operands, an optional bias and x"
-                 : plan.residual    ? "matmul takes two operands, an optional bias and a residual"
-                                    : "matmul takes two operands and an optional bias");
+    reject(args, activation      ? "matmul takes two operands, an optional bias and x"
+                 : plan.residual ? "matmul takes two operands, an optional bias and a residual"
+                                 : "matmul takes two operands and an optional bias");
   }
   plan.bias = operands == 3;
   return plan;
@@ -185,7 +194,7 @@ MatmulPlan plan_matmul(const KernelArgs& args) {
     reject(args, fmt::format("contraction sizes differ: a has K={}, b has K={}", plan.k, k_b));
   }
   check_bias(args, plan, dtype);
-  if (plan.gelu_backward) check_gelu_input(args, plan, dtype);
+  if (plan.gelu_backward || plan.relu_backward) check_activation_input(args, plan, dtype);
   if (plan.residual) check_residual(args);
 
   // NumPy broadcasting over the batch dims, aligned from the right.
@@ -258,6 +267,7 @@ void run_plan(const KernelArgs& args, const MatmulPlan& p) {
   const T* b = args.inputs[1].as<T>();
   const T* bias = p.bias ? args.inputs[2].as<T>() : nullptr;
   const T* gelu_input = p.gelu_backward ? args.inputs.back().as<T>() : nullptr;
+  const T* relu_input = p.relu_backward ? args.inputs.back().as<T>() : nullptr;
   T* out = args.output.as<T>();
   const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
   for_each_product(p, args.pool, [&](std::size_t j, ComputePool* part_pool) {
@@ -267,6 +277,7 @@ void run_plan(const KernelArgs& args, const MatmulPlan& p) {
     if constexpr (std::is_same_v<T, float>) {
       q.bias = bias;
       if (gelu_input) q.gelu_input = gelu_input + static_cast<int64_t>(j) * p.m * p.n;
+      if (relu_input) q.relu_input = relu_input + static_cast<int64_t>(j) * p.m * p.n;
     }
     gemm<T>(q, p.transpose_a, p.transpose_b, part_pool);
     if constexpr (!std::is_same_v<T, float>) {
@@ -292,6 +303,7 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
   };
   const float* bias = p.bias ? widened(args.inputs[2], 0) : nullptr;
   const Bf16* gelu_input = p.gelu_backward ? args.inputs.back().as<Bf16>() : nullptr;
+  const Bf16* relu_input = p.relu_backward ? args.inputs.back().as<Bf16>() : nullptr;
   const float* residual = p.residual ? args.inputs.back().as<float>() : nullptr;
   const int64_t lda = p.transpose_a ? p.m : p.k, ldb = p.transpose_b ? p.k : p.n;
   for_each_product(p, args.pool, [&](std::size_t j, ComputePool* part_pool) {
@@ -308,6 +320,7 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
     g.precision = GemmPrecision::kBf16;
     g.bias = bias;
     if (gelu_input) g.gelu_input = gelu_input + static_cast<int64_t>(j) * p.m * p.n;
+    if (relu_input) g.relu_input = relu_input + static_cast<int64_t>(j) * p.m * p.n;
     if (residual) g.residual = residual + static_cast<int64_t>(j) * p.m * p.n;
     gemm(g, part_pool);
   });

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+
 #include "axle/graph/sharding.h"
 #include "axle/graph/step_graph.h"
 
@@ -70,10 +72,11 @@ int32_t Program::append_renamed(const Program& from, int32_t id, std::span<const
                 from.reals(id), instr.input);
 }
 
-bool Program::is_zero(int32_t id) const noexcept {
+bool Program::is_zero(int32_t id, bool positive) const noexcept {
   // Operands come before their readers, so the walk ends.
   while ((*this)[id].op == Op::kExpand || (*this)[id].op == Op::kReshape) id = operands(id)[0];
-  return ((*this)[id].op == Op::kFill || (*this)[id].op == Op::kConstant) && reals(id)[0] == 0;
+  return ((*this)[id].op == Op::kFill || (*this)[id].op == Op::kConstant) && reals(id)[0] == 0 &&
+         !(positive && std::signbit(reals(id)[0]));
 }
 
 int32_t Program::append_constant(DType dtype, const Shape& shape, double value) {

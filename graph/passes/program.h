@@ -68,8 +68,8 @@ class Program {
   /// A kConstant's value.
   [[nodiscard]] double constant_value(std::size_t id) const noexcept { return reals(id)[0]; }
   /// Whether instruction `id` is zero everywhere: a zero fill or constant, or an expand or
-  /// reshape of one (what zeros() traces).
-  [[nodiscard]] bool is_zero(int32_t id) const noexcept;
+  /// reshape of one (what zeros() traces); with `positive`, +0 only (its sign bit clear).
+  [[nodiscard]] bool is_zero(int32_t id, bool positive = false) const noexcept;
 
   /// The values the step hands back, in order (an id may repeat).
   std::vector<int32_t> outputs;

@@ -1,7 +1,8 @@
 // actors/compiler/call_folding.h through lower(): which producers fold into their reader's call (a
 // relu under a max pool, the transposes around a convolution's weight gradient, a convolution or
 // product under its bias's add, a layer norm backward's weight product and residual add, a bf16
-// product under a cast to f32, a residual's add or gelu's backward, casts to bf16 under bf16
+// product under a cast to f32, a residual's add, gelu's backward or relu's (where(x > 0, product,
+// 0)), casts to bf16 under bf16
 // products, the slices and permutes around attention's heads, a slice and a cast under a
 // permute), which stay calls of their own, and that without fusion nothing folds.
 #include <gtest/gtest.h>
@@ -370,6 +371,52 @@ TEST(CallFolding, ProductUnderGeluBackwardAppliesItToItsOutput) {
       (std::vector<std::string>{"matmul(%0,%1,%2) -> %4 [0,0,0,1]", "matmul(%0,%1) -> %5 [0,0]",
                                 "gelu_backward(%5,%2) -> %6 [1]", "matmul(%0,%1) -> %7 [0,0]",
                                 "gelu_backward(%7,%2) -> %8 [0]"}));
+}
+
+// where(x > 0, matmul(a, b), 0), relu's backward as autograd traces it: the product keeps its
+// output where x > 0 and writes +0 elsewhere; neither the product nor the comparison is a call.
+TEST(CallFolding, ProductUnderRelusBackwardAppliesItToItsOutput) {
+  Program p;
+  const int32_t a = input(p, {4, 3});
+  const int32_t w = input(p, {3, 5});
+  const int32_t x = input(p, {4, 5});
+  const int32_t zero = p.append(Op::kFill, DType::kFloat32, {}, {}, {}, std::vector<double>{0.0});
+  const int32_t minus_zero =
+      p.append(Op::kFill, DType::kFloat32, {}, {}, {}, std::vector<double>{-0.0});
+  const int32_t one = p.append(Op::kFill, DType::kFloat32, {}, {}, {}, std::vector<double>{1.0});
+  auto above = [&](int32_t value, int32_t threshold) {
+    return p.append(Op::kGt, DType::kBool, {4, 5}, std::vector<int32_t>{value, threshold});
+  };
+  auto where = [&](int32_t mask, int32_t product, int32_t otherwise) {
+    return op(p, Op::kWhere, {4, 5}, {mask, product, otherwise});
+  };
+  auto product = [&] { return op(p, Op::kMatmul, {4, 5}, {a, w}, {0, 0}); };
+  const int32_t folded = where(above(x, zero), product(), zero);
+  // -0 where x is not above 0, x above 1, a comparison read elsewhere and a product read
+  // elsewhere: calls of their own.
+  const int32_t signed_zero = where(above(x, zero), product(), minus_zero);
+  const int32_t above_one = where(above(x, one), product(), zero);
+  const int32_t shared_mask = above(x, zero);
+  const int32_t mask_read = where(shared_mask, product(), zero);
+  const int32_t shared_product = product();
+  const int32_t product_read = where(above(x, zero), shared_product, zero);
+  p.outputs = {folded,      signed_zero,  above_one,     mask_read,
+               shared_mask, product_read, shared_product};
+  const std::vector<std::string> calls = calls_of(*lower(p, 1, true));
+  EXPECT_EQ(calls[3], "matmul(%0,%1,%2) -> %8 [0,0,0,0,0,1]") << ::testing::PrintToString(calls);
+  EXPECT_EQ(std::ranges::count_if(calls, [](const std::string& c) { return c.ends_with("1]"); }), 1)
+      << ::testing::PrintToString(calls);
+  for (const char* kernel : {"gt", "where"}) {  // the other four stay calls
+    EXPECT_EQ(
+        std::ranges::count_if(calls, [&](const std::string& c) { return c.starts_with(kernel); }),
+        4)
+        << ::testing::PrintToString(calls);
+  }
+  // Without fusion nothing folds.
+  const std::vector<std::string> unfolded = calls_of(*lower(p, 1, false));
+  EXPECT_EQ(
+      std::ranges::count_if(unfolded, [](const std::string& c) { return c.starts_with("where"); }),
+      5);
 }
 
 // Attention as the GPT's blocks give it (graph/nn): q, k and v split from one [B, T, 3 H D]

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -468,6 +469,49 @@ TEST_P(GemmPath, GeluBackwardOnTheOutputIsTheProductThenGeluBackward) {
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < n; ++j) {
             ASSERT_EQ(p.result(i, j), want[static_cast<std::size_t>(i * p.ldc + j)])
+                << p.describe() << " threads=" << threads << " at (" << i << ", " << j << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
+// relu's backward on the output (Gemm::relu_input) keeps the product stored where x > 0 and
+// writes +0 elsewhere (where(x > 0, v, 0)), bf16 outputs' bits compared as stored.
+TEST_P(GemmPath, ReluBackwardOnTheOutputKeepsTheProductWhereXIsAboveZero) {
+  const IsaScope scope(GetParam());
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal;
+  for (const bool out_bf16 : {false, true}) {
+    for (const auto& [m, n, k] :
+         std::vector<std::array<int64_t, 3>>{{37, 45, 60}, {130, 70, 700}, {5, 600, 10}}) {
+      const GemmPrecision precision = out_bf16 ? GemmPrecision::kBf16 : GemmPrecision::kF32;
+      Problem p =
+          make_problem(rng, m, n, k, false, true, out_bf16, out_bf16, out_bf16, false, precision);
+      std::vector<float> x(p.out.size());
+      for (float& value : x) value = cpu::widen(cpu::narrow(normal(rng)));
+      const float special[] = {0.0f, -0.0f, std::nanf(""), INFINITY, -INFINITY, -1e-30f};
+      std::copy(std::begin(special), std::end(special), x.begin());
+      std::vector<Bf16> x16(x.size());
+      std::transform(x.begin(), x.end(), x16.begin(), [](float v) { return cpu::narrow(v); });
+      for (const int threads : {1, 2}) {
+        cpu::ComputePool pool(threads);
+        Gemm g = p.gemm();
+        cpu::gemm(g, &pool);
+        std::vector<float> want(p.out.size());
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            const auto at = static_cast<std::size_t>(i * p.ldc + j);
+            want[at] = x[at] > 0.0f ? p.result(i, j) : 0.0f;
+          }
+        }
+        g.relu_input = out_bf16 ? static_cast<const void*>(x16.data()) : x.data();
+        cpu::gemm(g, &pool);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            const float want_value = want[static_cast<std::size_t>(i * p.ldc + j)];
+            ASSERT_EQ(std::bit_cast<uint32_t>(p.result(i, j)), std::bit_cast<uint32_t>(want_value))
                 << p.describe() << " threads=" << threads << " at (" << i << ", " << j << ")";
           }
         }

@@ -1,5 +1,6 @@
 // Tests backends/cpu/linalg.cpp: kMatmul against plain double loops, over transposes, NumPy batch
-// broadcasting, empty dims, every supported dtype, and the shape checks; and its bias operand.
+// broadcasting, empty dims, every supported dtype, and the shape checks; its bias operand, bf16
+// values as f32 and f32 operands of a bf16 product (the epilogues: cpu_matmul_epilogue_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "tests/backends/kernel_test_util.h"
+#include "tests/backends/matmul_cases.h"
 
 namespace axle::testing {
 namespace {
@@ -247,28 +249,6 @@ TEST(Matmul, RejectsBool) {
 
 // ---- the bias (`matmul(a, b) + bias` folded into the call) -------------------------------------
 
-// (a shape, b shape, transpose_a, transpose_b): one product; products with k over one depth
-// block (256); batches folded into rows and separate per-entry products; enough multiply-adds
-// to split over two threads.
-struct BiasCase {
-  Shape a, b;
-  bool ta, tb;
-};
-const std::vector<BiasCase> kBiasCases = {
-    {{5, 37}, {37, 21}, false, false},         {{3, 40, 300}, {300, 45}, false, false},
-    {{2, 33, 70}, {21, 33}, true, true},       {{4, 64, 300}, {70, 300}, false, true},
-    {{2, 300, 40}, {2, 300, 35}, true, false},
-};
-
-Shape product_shape(const BiasCase& c) {
-  const Shape ref =
-      reference_matmul(HostTensor{DType::kFloat64, c.a, std::vector<double>(c.a.numel())},
-                       HostTensor{DType::kFloat64, c.b, std::vector<double>(c.b.numel())}, c.ta,
-                       c.tb)
-          .shape;
-  return ref;
-}
-
 TEST(MatmulBias, F32HasTheBitsOfTheProductAndASeparateAdd) {
   std::mt19937 rng(21);
   for (const BiasCase& c : kBiasCases) {
@@ -458,110 +438,6 @@ TEST(MatmulF32OperandsOfABf16Product, HaveTheBitsOfOperandsCastToBf16First) {
       }
     }
   }
-}
-
-// ---- gelu's backward on the product (gelu_backward(matmul(a, b), x) folded into the call) -----
-
-TEST(MatmulGeluBackward, HasTheBitsOfTheProductThenGeluBackward) {
-  std::mt19937 rng(29);
-  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
-    for (const BiasCase& c : kBiasCases) {
-      const Shape out = product_shape(c);
-      const HostTensor a = random_tensor(dtype, c.a, rng);
-      const HostTensor b = random_tensor(dtype, c.b, rng);
-      const HostTensor bias = random_tensor(dtype, {out[out.rank() - 1]}, rng);
-      const HostTensor x = random_tensor(dtype, out, rng, -4, 4);
-      for (const bool biased : {false, true}) {
-        std::vector<HostTensor> operands = {a, b};
-        if (biased) operands.push_back(bias);
-        for (const int threads : {1, 2}) {
-          const HostTensor product =
-              call_kernel_directly(Kernel::kMatmul, operands, dtype, out, {c.ta, c.tb}, threads);
-          const HostTensor want =
-              call_kernel_directly(Kernel::kGeluBackward, {product, x}, dtype, out, {0}, threads);
-          operands.push_back(x);
-          const HostTensor got = call_kernel_directly(Kernel::kMatmul, operands, dtype, out,
-                                                      {c.ta, c.tb, 0, 1}, threads);
-          operands.pop_back();
-          EXPECT_EQ(got.values, want.values)
-              << label(dtype) << " a " << c.a.to_string() << ", b " << c.b.to_string() << ", bias "
-              << biased << ", " << threads << " threads";
-        }
-      }
-    }
-  }
-}
-
-TEST(MatmulGeluBackward, NeedsAnXOfTheOutputsDtypeAndShapeAndAnF32OrBf16Product) {
-  auto message = [](DType dtype, const Shape& x_shape, DType x_dtype,
-                    std::vector<int64_t> ints = {0, 0, 0, 1}) {
-    return invalid_argument_message(
-        Kernel::kMatmul,
-        {HostTensor{dtype, {3, 5}, std::vector<double>(15, 1.0)},
-         HostTensor{dtype, {5, 4}, std::vector<double>(20, 1.0)},
-         HostTensor{x_dtype, x_shape, std::vector<double>(x_shape.numel(), 1.0)}},
-        dtype, {3, 4}, std::move(ints));
-  };
-  EXPECT_TRUE(message(DType::kFloat32, {3, 4}, DType::kFloat32).empty());
-  std::string e = message(DType::kFloat32, {4, 3}, DType::kFloat32);
-  EXPECT_TRUE(contains(e, "gelu_backward's x f32[4,3] must have the output's dtype and shape"))
-      << e;
-  e = message(DType::kBFloat16, {3, 4}, DType::kFloat32);
-  EXPECT_TRUE(contains(e, "gelu_backward's x f32[3,4]")) << e;
-  e = message(DType::kFloat64, {3, 4}, DType::kFloat64);
-  EXPECT_TRUE(contains(e, "f32 and bf16 products only")) << e;
-  e = message(DType::kFloat32, {3, 4}, DType::kFloat32, {0, 0, 0, 1, 0, 1});
-  EXPECT_TRUE(contains(e, "ints must be")) << e;
-}
-
-// ---- a residual added to a bf16 product's values as f32 (r + matmul(a, b) folded in) ---------
-
-TEST(MatmulResidual, HasTheBitsOfTheValuesAsF32PlusTheResidual) {
-  std::mt19937 rng(31);
-  for (const BiasCase& c : kBiasCases) {
-    const Shape out = product_shape(c);
-    const HostTensor a = random_tensor(DType::kBFloat16, c.a, rng);
-    const HostTensor b = random_tensor(DType::kBFloat16, c.b, rng);
-    const HostTensor bias = random_tensor(DType::kBFloat16, {out[out.rank() - 1]}, rng);
-    const HostTensor residual = random_tensor(DType::kFloat32, out, rng, -8, 8);
-    for (const bool biased : {false, true}) {
-      std::vector<HostTensor> operands = {a, b};
-      if (biased) operands.push_back(bias);
-      for (const int threads : {1, 2}) {
-        const HostTensor values = call_kernel_directly(Kernel::kMatmul, operands, DType::kFloat32,
-                                                       out, {c.ta, c.tb, 1}, threads);
-        const HostTensor want =
-            call_kernel_directly(Kernel::kAdd, {residual, values}, DType::kFloat32, out, {});
-        operands.push_back(residual);
-        const HostTensor got = call_kernel_directly(Kernel::kMatmul, operands, DType::kFloat32, out,
-                                                    {c.ta, c.tb, 1, 0, 1}, threads);
-        operands.pop_back();
-        EXPECT_EQ(got.values, want.values) << "a " << c.a.to_string() << ", b " << c.b.to_string()
-                                           << ", bias " << biased << ", " << threads << " threads";
-      }
-    }
-  }
-}
-
-TEST(MatmulResidual, NeedsAnF32ResidualOfTheOutputsShapeUnderBf16ValuesAsF32) {
-  auto message = [](DType operands, const Shape& r_shape, DType r_dtype,
-                    std::vector<int64_t> ints = {0, 0, 1, 0, 1}) {
-    return invalid_argument_message(
-        Kernel::kMatmul,
-        {HostTensor{operands, {3, 5}, std::vector<double>(15, 1.0)},
-         HostTensor{operands, {5, 4}, std::vector<double>(20, 1.0)},
-         HostTensor{r_dtype, r_shape, std::vector<double>(r_shape.numel(), 1.0)}},
-        DType::kFloat32, {3, 4}, std::move(ints));
-  };
-  EXPECT_TRUE(message(DType::kBFloat16, {3, 4}, DType::kFloat32).empty());
-  std::string e = message(DType::kBFloat16, {4, 3}, DType::kFloat32);
-  EXPECT_TRUE(contains(e, "the residual f32[4,3] must be f32 in the output's shape")) << e;
-  e = message(DType::kBFloat16, {3, 4}, DType::kBFloat16);
-  EXPECT_TRUE(contains(e, "the residual bf16[3,4]")) << e;
-  e = message(DType::kFloat32, {3, 4}, DType::kFloat32, {0, 0, 0, 0, 1});
-  EXPECT_TRUE(contains(e, "a bf16 product's values as f32 only")) << e;
-  e = message(DType::kBFloat16, {3, 4}, DType::kFloat32, {0, 0, 1, 1, 1});
-  EXPECT_TRUE(contains(e, "a bf16 product's values as f32 only")) << e;
 }
 
 }  // namespace
