@@ -89,7 +89,7 @@ namespace axle {
 ///                gives the batch
 /// Linear algebra and convolution.
 ///   kMatmul      [a, b (, bias) (, x | r)]; ints = [transpose_a, transpose_b (, bf16_as_f32 (,
-///                gelu_backward (, residual (, relu_backward))))]. a is
+///                gelu_backward (, residual (, relu_backward (, relu)))))]. a is
 ///                [..., M, K] (or [..., K, M] when transposed), b is [..., K, N] (or [..., N, K]);
 ///                batch dims broadcast; both operands have rank >= 2. bias (the operands' dtype:
 ///                f32, f64 or bf16; N values, [N] or 1s before N) is added to each output row,
@@ -106,7 +106,10 @@ namespace axle {
 ///                (lowering folds a residual connection's add so). With relu_backward = 1 (f32
 ///                or bf16, with neither of the two before nor bf16_as_f32), the last operand x
 ///                has the output's dtype and shape and the output is where(x > 0, product, 0)
-///                (+0 where x is not above 0; lowering folds relu's backward of a product so)
+///                (+0 where x is not above 0; lowering folds relu's backward of a product so).
+///                With relu = 1 (f32 or bf16, none of the flags before), the output is relu of
+///                the product (after the bias), as kRelu gives it (lowering folds a linear
+///                layer's relu so)
 ///   kConv2d      [x (N, C, H, W), w (O, C / groups, KH, KW) (, b (O values): f32 or f64, added
 ///                to each output plane, as conv2d(x, w) + b computes it)];
 ///                ints = [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups

@@ -1,5 +1,6 @@
 // actors: lowering's folds.
 #include "axle/actors/compiler/call_folding.h"
+#include "axle/actors/compiler/fold_context.h"
 
 #include <algorithm>
 #include <array>
@@ -33,33 +34,8 @@ bool is_attention(Kernel kernel) {
          kernel == Kernel::kScaledDotProductAttentionBackward;
 }
 
-// What the folds share: the program, its calls, and which producers are folded already.
-struct Folding {
-  const Program& program;
-  const std::vector<int32_t>& root_of;
-  std::vector<KernelCall>& calls;
-  std::vector<uint8_t>& absorbed;
-  std::vector<int32_t> uses;  // readers of each value; an output counts 2 (stored: never folded)
-
-  // A producer that only its reader reads and that has a call of its own (not a leaf, not part
-  // of a fused kernel, not folded already).
-  [[nodiscard]] bool foldable(int32_t producer) const {
-    const auto p = static_cast<std::size_t>(producer);
-    return uses[p] == 1 && !program.is_leaf(p) && root_of[p] < 0 && !absorbed[p];
-  }
-
-  // max_pool2d(relu(x)): the pool applies the relu as it reads (relu_first).
-  void relu_into_pool(std::size_t id) {
-    KernelCall& call = calls[id];
-    const int32_t relu = call.inputs[0];
-    if (program[relu].op == Op::kRelu && foldable(relu) &&
-        program[relu].dtype == program[id].dtype) {
-      call.inputs[0] = program.operands(relu)[0];
-      call.ints.push_back(1);  // relu_first
-      absorbed[relu] = 1;
-    }
-  }
-
+// The folds of this file; relu's are in relu_folds.cpp.
+struct Folding : FoldContext {
   // Operands stored with their first two dims swapped: layout bits 1 (x) and 2 (w).
   void swapped_operands_into_conv(std::size_t id) {
     KernelCall& call = calls[id];
@@ -448,37 +424,6 @@ struct Folding {
     absorbed[product] = 1;
   }
 
-  // where(x > 0, product, 0), f32 or bf16 (relu's backward of the gradient a product computes):
-  // the product keeps each block of its output where x > 0 and writes +0 elsewhere as it
-  // finishes it, so neither the product's result nor the comparison's is stored.
-  void product_into_relu_backward(std::size_t id) {
-    const KernelCall& call = calls[id];
-    const int32_t mask = call.inputs[0], product = call.inputs[1];
-    const KernelCall& compared = calls[mask];
-    if (!foldable(mask) || compared.kernel != Kernel::kGt || compared.output != mask ||
-        compared.inputs.size() != 2 || !program.is_zero(compared.inputs[1]) ||
-        !program.is_zero(call.inputs[2], true) ||
-        program[call.inputs[2]].dtype != program[id].dtype) {
-      return;
-    }
-    const int32_t x = compared.inputs[0];
-    const KernelCall& produced = calls[product];
-    if (produced.kernel != Kernel::kMatmul || produced.output != product ||
-        produced.ints.size() != 2 || !foldable(product) ||
-        program[product].dtype != program[id].dtype ||
-        !(program[product].shape == program[id].shape) || program[x].dtype != program[id].dtype ||
-        !(program[x].shape == program[id].shape)) {
-      return;
-    }
-    KernelCall folded = produced;
-    folded.ints.insert(folded.ints.end(), {0, 0, 0, 1});
-    folded.inputs.push_back(x);
-    folded.output = static_cast<int32_t>(id);
-    calls[id] = std::move(folded);
-    absorbed[product] = 1;
-    absorbed[mask] = 1;
-  }
-
   // permute(cast(slice(x))) or permute(slice(x)), the slice the first columns of x's last dim
   // and the cast f32 to bf16 (attention's output rows [O, logsumexp] turned back into [B, T, H,
   // D]): the permute reads x's rows in place and rounds as it copies (kPermute's row).
@@ -537,11 +482,16 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
                 std::vector<KernelCall>& calls, std::vector<uint8_t>& absorbed) {
   const std::size_t n = program.size();
   absorbed.assign(n, 0);
-  Folding folding{program, root_of, calls, absorbed, std::vector<int32_t>(n, 0)};
+  Folding folding{{program, root_of, calls, absorbed, std::vector<int32_t>(n, 0), {}}};
   for (std::size_t id = 0; id < n; ++id) {
     for (int32_t operand : program.operands(id)) ++folding.uses[operand];
   }
   for (int32_t output : program.outputs) folding.uses[output] += 2;
+  folding.relu_of.assign(n, -1);
+  for (std::size_t id = 0; id < n; ++id) {
+    if (program[id].op == Op::kRelu)
+      folding.relu_of[program.operands(id)[0]] = static_cast<int32_t>(id);
+  }
   folding.heads_into_attention();
   folding.narrowing_casts_into_products();
   for (std::size_t id = 0; id < n; ++id) {
@@ -549,7 +499,7 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
     const KernelCall& call = calls[id];
     const DType dtype = program[id].dtype;
     if (call.kernel == Kernel::kMaxPool2d && call.ints.size() == 9 && floating(dtype)) {
-      folding.relu_into_pool(id);
+      relu_into_pool(folding, id);
     } else if (call.kernel == Kernel::kConv2d && call.ints.size() == 7 && call.ints[6] == 1 &&
                call.inputs.size() == 2) {
       folding.swapped_operands_into_conv(id);
@@ -590,7 +540,13 @@ void fold_calls(const Program& program, const std::vector<int32_t>& root_of,
       folding.attention_gradients_into_concat(id);
     } else if (call.kernel == Kernel::kWhere && call.inputs.size() == 3 &&
                (dtype == DType::kFloat32 || dtype == DType::kBFloat16)) {
-      folding.product_into_relu_backward(id);
+      product_into_relu_backward(folding, id);
+    }
+  }
+  // After the loop: relu's backward no longer reads a product's result that a relu reads too.
+  for (std::size_t id = 0; id < n; ++id) {
+    if (program[id].op == Op::kRelu && root_of[id] < 0 && !absorbed[id]) {
+      product_into_relu(folding, id);
     }
   }
 }

@@ -198,6 +198,38 @@ void fill_rows(const Gemm& g) {
   }
 }
 
+// Keeps each value of the output's block where `keep` holds for the same element of `x` (in the
+// output's dtype and layout), writing +0 elsewhere: v's bits and a mask of ones or zeros, in
+// groups of a known length, which GCC vectorises at -O2.
+template <class KeepF32, class KeepBf16>
+void keep_block(const Gemm& g, const void* x, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                KeepF32 keep_f32, KeepBf16 keep_bf16) {
+  constexpr int64_t kGroup = 16;
+  auto keep = [](auto* out, const auto* x_row, int64_t len, auto holds) {
+    using Bits = std::remove_reference_t<decltype(*out)>;
+    auto masked = [&](int64_t i) {
+      return static_cast<Bits>(out[i] & static_cast<Bits>(-static_cast<Bits>(holds(x_row[i]))));
+    };
+    int64_t j = 0;
+    for (; j + kGroup <= len; j += kGroup) {
+      Bits group[kGroup];
+      for (int64_t i = 0; i < kGroup; ++i) group[i] = masked(j + i);
+      for (int64_t i = 0; i < kGroup; ++i) out[j + i] = group[i];
+    }
+    for (; j < len; ++j) out[j] = masked(j);
+  };
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t offset = r * g.ldc + c0, len = c1 - c0;
+    if (g.out_bf16) {
+      keep(&(static_cast<Bf16*>(g.out) + offset)->bits,
+           &(static_cast<const Bf16*>(x) + offset)->bits, len, keep_bf16);
+    } else {
+      keep(reinterpret_cast<uint32_t*>(static_cast<float*>(g.out) + offset),
+           static_cast<const float*>(x) + offset, len, keep_f32);
+    }
+  }
+}
+
 }  // namespace
 
 void gemm(const Gemm& g, ComputePool* pool) {
@@ -219,6 +251,9 @@ void gemm(const Gemm& g, ComputePool* pool) {
   if (g.relu_input && (g.accumulate || g.round_bf16 || g.gelu_input || g.residual)) {
     throw std::invalid_argument("gemm: relu's backward applies to a written output only");
   }
+  if (g.relu && (g.accumulate || g.round_bf16 || g.gelu_input || g.residual || g.relu_input)) {
+    throw std::invalid_argument("gemm: relu applies to a written output with a bias at most");
+  }
   if (g.m <= 0 || g.n <= 0) return;
   const GemmBlockKernel kernel = kernel_for(cpu_isa(), g.precision);
   if (g.k <= 0 || !kernel.run) {
@@ -230,6 +265,7 @@ void gemm(const Gemm& g, ComputePool* pool) {
     }
     if (g.gelu_input) gelu_backward_block(g, 0, g.m, 0, g.n);
     if (g.relu_input) relu_backward_block(g, 0, g.m, 0, g.n);
+    if (g.relu) relu_block(g, 0, g.m, 0, g.n);
     return;
   }
   if (!pool || pool->threads() == 1 || g.m * g.n * g.k < kParallelMultiplyAdds) {
@@ -267,34 +303,22 @@ void gelu_backward_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int6
 }
 
 void relu_backward_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  // As where(gt(x, 0), v, 0): v where x > 0 (false for NaN), else +0: v's bits and a mask of
-  // ones or zeros, in groups of a known length, which GCC vectorises at -O2.
-  constexpr int64_t kGroup = 16;
-  auto keep = [](auto* out, const auto* x, int64_t len, auto positive) {
-    using Bits = std::remove_reference_t<decltype(*out)>;
-    auto masked = [&](int64_t i) {
-      return static_cast<Bits>(out[i] & static_cast<Bits>(-static_cast<Bits>(positive(x[i]))));
-    };
-    int64_t j = 0;
-    for (; j + kGroup <= len; j += kGroup) {
-      Bits group[kGroup];
-      for (int64_t i = 0; i < kGroup; ++i) group[i] = masked(j + i);
-      for (int64_t i = 0; i < kGroup; ++i) out[j + i] = group[i];
-    }
-    for (; j < len; ++j) out[j] = masked(j);
-  };
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t offset = r * g.ldc + c0, len = c1 - c0;
-    if (g.out_bf16) {
-      // A bf16 value is above 0 when its bits, as a signed number, lie in (0, +inf].
-      keep(&(static_cast<Bf16*>(g.out) + offset)->bits,
-           &(static_cast<const Bf16*>(g.relu_input) + offset)->bits, len,
-           [](uint16_t bits) { return static_cast<int16_t>(bits) > 0 && bits <= 0x7F80; });
-    } else {
-      keep(reinterpret_cast<uint32_t*>(static_cast<float*>(g.out) + offset),
-           static_cast<const float*>(g.relu_input) + offset, len, [](float x) { return x > 0.0f; });
-    }
-  }
+  // As where(gt(x, 0), v, 0): v where x > 0 (false for NaN), else +0. A bf16 value is above 0
+  // when its bits, as a signed number, lie in (0, +inf].
+  keep_block(
+      g, g.relu_input, r0, r1, c0, c1, [](float x) { return x > 0.0f; },
+      [](uint16_t bits) { return static_cast<int16_t>(bits) > 0 && bits <= 0x7F80; });
+}
+
+void relu_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  // As kRelu: v < 0 ? 0 : v, which keeps NaN and -0. A bf16 value is below 0 when its sign is
+  // set and its magnitude lies in (0, +inf].
+  keep_block(
+      g, g.out, r0, r1, c0, c1, [](float v) { return !(v < 0.0f); },
+      [](uint16_t bits) {
+        const uint16_t magnitude = bits & 0x7FFF;
+        return !(bits > 0x8000 && magnitude <= 0x7F80);
+      });
 }
 
 void direct_gemm(const DirectProduct& q) {
@@ -340,6 +364,7 @@ void gemm(const MatrixProduct& product, bool transpose_a, bool transpose_b, Comp
     g.bias = product.bias;
     g.gelu_input = product.gelu_input;
     g.relu_input = product.relu_input;
+    g.relu = product.relu;
     gemm(g, pool);
   } else {
     if (pool) return eigen_multiply_parallel<T>(product, transpose_a, transpose_b, *pool);

@@ -45,7 +45,9 @@ enum class GemmPrecision : uint8_t { kF32, kBf16 };
 /// bias and the rounding of `round_bf16`): a residual connection's add in the same pass. With
 /// `relu_input` (x as `gelu_input`, not with it, `residual`, `accumulate` or `round_bf16`), each
 /// output value v becomes v where x > 0 and +0 elsewhere, as where(x > 0, v, 0) gives it: a
-/// gradient through relu's backward in the same pass.
+/// gradient through relu's backward in the same pass. With `relu` (a bias at most of the above),
+/// each output value v becomes relu(v), as kRelu gives it (v < 0 ? 0 : v, NaN and -0 kept): a
+/// linear layer's activation in the same pass.
 struct Gemm {
   int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;
@@ -59,6 +61,7 @@ struct Gemm {
   const void* gelu_input = nullptr;
   const float* residual = nullptr;
   const void* relu_input = nullptr;
+  bool relu = false;
 };
 
 /// Rows [r0, r1) x columns [c0, c1) of `g`'s output, written, replaced by gelu_backward(out, x)
@@ -68,6 +71,9 @@ void gelu_backward_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int6
 /// The same block of `g`'s output, written, kept where relu's input x > 0 and made +0 elsewhere
 /// (Gemm::relu_input).
 void relu_backward_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+
+/// The same block of `g`'s output, written, made relu of itself (Gemm::relu).
+void relu_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 
 /// Computes `product` with the kernels of cpu_isa(). With a pool, a large product is split into
 /// blocks of output rows or columns over its threads; without, it runs on the calling thread.
@@ -116,6 +122,8 @@ struct MatrixProduct {
   const float* gelu_input = nullptr;
   /// f32 products only: relu's backward applied to the output (Gemm::relu_input).
   const float* relu_input = nullptr;
+  /// f32 products only: relu applied to the output (Gemm::relu).
+  bool relu = false;
 };
 
 /// Computes `product` of T (float, double, int32_t or int64_t): float through gemm(Gemm), the

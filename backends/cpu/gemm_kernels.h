@@ -119,7 +119,7 @@ inline TileIo tile_io(const Gemm& g, const TileSums& sums, int64_t row, int64_t 
 /// Traits: Packed (the packed element), kRows, kColumns, kDepth, kRowBlock, kColumnBlock,
 /// kDepthStep (k per packed element), pack_a, pack_b and tile (see gemm_avx512.cpp). With
 /// gelu_input (relu_input), each block of rows and columns takes gelu's (relu's) backward once its
-/// sum is written.
+/// sum is written; with relu, relu.
 template <class Traits>
 void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   using Packed = typename Traits::Packed;
@@ -173,6 +173,7 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
           // The block's output is final and still in cache: the activation's backward on it now.
           if (last && g.gelu_input) gelu_backward_block(g, ic, ic + mc, jc, jc + nc);
           if (last && g.relu_input) relu_backward_block(g, ic, ic + mc, jc, jc + nc);
+          if (last && g.relu) relu_block(g, ic, ic + mc, jc, jc + nc);
         }
       }
     }

@@ -3,8 +3,8 @@
 // kernels (bf16 summed in f32, rounded once), f64 and integers on Eigen. A bias (lowering folds
 // `matmul(a, b) + bias` into the call) is added by the f32 and bf16 kernels as they write the
 // output, and after the product for f64; so is gelu's backward when lowering folds the product
-// into `gelu_backward(matmul(a, b), x)`, and relu's into `where(x > 0, matmul(a, b), 0)` (f32
-// and bf16).
+// into `gelu_backward(matmul(a, b), x)`, relu's into `where(x > 0, matmul(a, b), 0)`, and relu
+// into `relu(matmul(a, b) (+ bias))` (f32 and bf16).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -40,6 +40,8 @@ struct MatmulPlan {
   bool residual = false;
   // ints[5]: the output is where(x > 0, product, 0), x the last operand.
   bool relu_backward = false;
+  // ints[6]: the output is relu(product).
+  bool relu = false;
   bool bias = false;
 };
 
@@ -144,16 +146,21 @@ DType product_dtype(const KernelArgs& args, const MatmulPlan& plan) {
 // The call's flags (ints[2:]) and which operands it has.
 MatmulPlan plan_operands(const KernelArgs& args) {
   const std::vector<int64_t>& ints = args.call.ints;
-  if (ints.size() < 2 || ints.size() > 6) {
+  if (ints.size() < 2 || ints.size() > 7) {
     reject(args,
            "ints must be [transpose_a, transpose_b (, bf16 values as f32 (, gelu_backward (, "
-           "residual (, relu_backward))))]");
+           "residual (, relu_backward (, relu))))))]");
   }
   MatmulPlan plan;
   plan.bf16_as_f32 = ints.size() >= 3 && ints[2] != 0;
   plan.gelu_backward = ints.size() >= 4 && ints[3] != 0;
   plan.residual = ints.size() >= 5 && ints[4] != 0;
-  plan.relu_backward = ints.size() == 6 && ints[5] != 0;
+  plan.relu_backward = ints.size() >= 6 && ints[5] != 0;
+  plan.relu = ints.size() == 7 && ints[6] != 0;
+  if (plan.relu &&
+      (plan.bf16_as_f32 || plan.gelu_backward || plan.residual || plan.relu_backward)) {
+    reject(args, "relu goes with a bias only");
+  }
   if (plan.residual && (plan.gelu_backward || !plan.bf16_as_f32)) {
     reject(args, "a residual is added to a bf16 product's values as f32 only");
   }
@@ -195,6 +202,9 @@ MatmulPlan plan_matmul(const KernelArgs& args) {
   }
   check_bias(args, plan, dtype);
   if (plan.gelu_backward || plan.relu_backward) check_activation_input(args, plan, dtype);
+  if (plan.relu && dtype != DType::kFloat32 && dtype != DType::kBFloat16) {
+    reject(args, "relu is applied to f32 and bf16 products only");
+  }
   if (plan.residual) check_residual(args);
 
   // NumPy broadcasting over the batch dims, aligned from the right.
@@ -278,6 +288,7 @@ void run_plan(const KernelArgs& args, const MatmulPlan& p) {
       q.bias = bias;
       if (gelu_input) q.gelu_input = gelu_input + static_cast<int64_t>(j) * p.m * p.n;
       if (relu_input) q.relu_input = relu_input + static_cast<int64_t>(j) * p.m * p.n;
+      q.relu = p.relu;
     }
     gemm<T>(q, p.transpose_a, p.transpose_b, part_pool);
     if constexpr (!std::is_same_v<T, float>) {
@@ -321,6 +332,7 @@ void run_plan_bf16(const KernelArgs& args, const MatmulPlan& p) {
     g.bias = bias;
     if (gelu_input) g.gelu_input = gelu_input + static_cast<int64_t>(j) * p.m * p.n;
     if (relu_input) g.relu_input = relu_input + static_cast<int64_t>(j) * p.m * p.n;
+    g.relu = p.relu;
     if (residual) g.residual = residual + static_cast<int64_t>(j) * p.m * p.n;
     gemm(g, part_pool);
   });

@@ -419,6 +419,36 @@ TEST(CallFolding, ProductUnderRelusBackwardAppliesItToItsOutput) {
       5);
 }
 
+// A linear layer and relu, and relu's backward of the next layer's input gradient, as an MLP's
+// step traces them: the backward's product reads relu's result instead of its input, so the
+// product and its bias's add fold into the relu; a relu read by nothing else's product stays.
+TEST(CallFolding, ALinearLayersReluFoldsIntoItsProductWhenTheBackwardReadsTheRelu) {
+  Program p;
+  const int32_t x = input(p, {4, 3});
+  const int32_t w = input(p, {5, 3});
+  const int32_t b = input(p, {5});
+  const int32_t grad = input(p, {4, 6});
+  const int32_t w2 = input(p, {6, 5});
+  const int32_t zero = p.append(Op::kFill, DType::kFloat32, {}, {}, {}, std::vector<double>{0.0});
+  const int32_t pre = op(p, Op::kAdd, {4, 5}, {op(p, Op::kMatmul, {4, 5}, {x, w}, {0, 1}), b});
+  const int32_t relu = op(p, Op::kRelu, {4, 5}, {pre});
+  const int32_t mask = p.append(Op::kGt, DType::kBool, {4, 5}, std::vector<int32_t>{pre, zero});
+  const int32_t backward =
+      op(p, Op::kWhere, {4, 5}, {mask, op(p, Op::kMatmul, {4, 5}, {grad, w2}, {0, 0}), zero});
+  // A relu of a product whose input the backward does not read: it stays a call.
+  const int32_t lone_pre = op(p, Op::kMatmul, {4, 5}, {x, w}, {0, 1});
+  const int32_t lone = op(p, Op::kRelu, {4, 5}, {lone_pre});
+  const int32_t lone_mask =
+      p.append(Op::kGt, DType::kBool, {4, 5}, std::vector<int32_t>{lone_pre, zero});
+  p.outputs = {relu, backward, lone, lone_mask};
+  const std::vector<std::string> calls = calls_of(*lower(p, 1, true));
+  EXPECT_EQ(calls, (std::vector<std::string>{
+                       "fill() -> %5 []", "matmul(%0,%1,%2) -> %8 [0,1,0,0,0,0,1]",
+                       "matmul(%3,%4,%8) -> %11 [0,0,0,0,0,1]", "matmul(%0,%1) -> %12 [0,1]",
+                       "relu(%12) -> %13 []", "gt(%12,%5) -> %14 []"}))
+      << ::testing::PrintToString(calls);
+}
+
 // Attention as the GPT's blocks give it (graph/nn): q, k and v split from one [B, T, 3 H D]
 // projection and turned into heads [B, H, T, D], the grad's heads from [B, T, H D], and the
 // backward's gradients turned back and concatenated into the projection's gradient.

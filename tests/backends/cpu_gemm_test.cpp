@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -433,42 +434,50 @@ TEST_P(GemmPath, AResidualIsAddedToTheValuesAsStored) {
   }
 }
 
-// gelu's backward on the output (Gemm::gelu_input) gives the bits of the product stored, then
-// gelu_backward_f32 on it as kGeluBackward runs it (bf16 widened and rounded back).
-TEST_P(GemmPath, GeluBackwardOnTheOutputIsTheProductThenGeluBackward) {
-  const IsaScope scope(GetParam());
-  std::mt19937 rng(13);
+// An epilogue on each shape, f32 and bf16 outputs, one thread and two: the product is computed
+// once plainly (with a bias of normal values, `specials` first); `want` turns its stored rows
+// (as f32, with x, the epilogue's operand in the output's values, alongside) into the expected
+// ones, and `set` turns the epilogue on. Outputs are compared bit for bit.
+template <class Want, class Set>
+void expect_epilogue(CpuIsa isa, uint32_t seed, std::span<const float> specials, Want want,
+                     Set set) {
+  const IsaScope scope(isa);
+  std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
   for (const bool out_bf16 : {false, true}) {
     for (const auto& [m, n, k] :
-         std::vector<std::array<int64_t, 3>>{{37, 45, 60}, {130, 70, 700}, {5, 600, 300}}) {
+         std::vector<std::array<int64_t, 3>>{{37, 45, 60}, {130, 70, 700}, {5, 600, 10}}) {
       const GemmPrecision precision = out_bf16 ? GemmPrecision::kBf16 : GemmPrecision::kF32;
       Problem p =
           make_problem(rng, m, n, k, false, true, out_bf16, out_bf16, out_bf16, false, precision);
       std::vector<float> bias(static_cast<std::size_t>(n)), x(p.out.size());
       for (float& value : bias) value = normal(rng);
+      std::copy(specials.begin(), specials.end(), bias.begin());
       for (float& value : x) value = cpu::widen(cpu::narrow(2 * normal(rng)));
+      std::copy(specials.begin(), specials.end(), x.begin());
       std::vector<Bf16> x16(x.size());
       std::transform(x.begin(), x.end(), x16.begin(), [](float v) { return cpu::narrow(v); });
+      const void* x_values = out_bf16 ? static_cast<const void*>(x16.data()) : x.data();
       for (const int threads : {1, 2}) {
         cpu::ComputePool pool(threads);
         Gemm g = p.gemm();
         g.bias = bias.data();
         cpu::gemm(g, &pool);
-        std::vector<float> want(p.out.size());
+        std::vector<float> expected(p.out.size());
         for (int64_t i = 0; i < m; ++i) {
           const auto row = static_cast<std::size_t>(i * p.ldc);
-          for (int64_t j = 0; j < n; ++j) want[row + j] = p.result(i, j);
-          cpu::gelu_backward_f32(want.data() + row, x.data() + row, want.data() + row, n);
+          for (int64_t j = 0; j < n; ++j) expected[row + j] = p.result(i, j);
+          want(expected.data() + row, x.data() + row, n);
           for (int64_t j = 0; out_bf16 && j < n; ++j) {
-            want[row + j] = cpu::widen(cpu::narrow(want[row + j]));
+            expected[row + j] = cpu::widen(cpu::narrow(expected[row + j]));
           }
         }
-        g.gelu_input = out_bf16 ? static_cast<const void*>(x16.data()) : x.data();
+        set(g, x_values);
         cpu::gemm(g, &pool);
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < n; ++j) {
-            ASSERT_EQ(p.result(i, j), want[static_cast<std::size_t>(i * p.ldc + j)])
+            const float want_value = expected[static_cast<std::size_t>(i * p.ldc + j)];
+            ASSERT_EQ(std::bit_cast<uint32_t>(p.result(i, j)), std::bit_cast<uint32_t>(want_value))
                 << p.describe() << " threads=" << threads << " at (" << i << ", " << j << ")";
           }
         }
@@ -477,47 +486,36 @@ TEST_P(GemmPath, GeluBackwardOnTheOutputIsTheProductThenGeluBackward) {
   }
 }
 
+// gelu's backward on the output (Gemm::gelu_input) gives the bits of the product stored, then
+// gelu_backward_f32 on it as kGeluBackward runs it (bf16 widened and rounded back).
+TEST_P(GemmPath, GeluBackwardOnTheOutputIsTheProductThenGeluBackward) {
+  expect_epilogue(
+      GetParam(), 13, {},
+      [](float* v, const float* x, int64_t n) { cpu::gelu_backward_f32(v, x, v, n); },
+      [](Gemm& g, const void* x) { g.gelu_input = x; });
+}
+
 // relu's backward on the output (Gemm::relu_input) keeps the product stored where x > 0 and
-// writes +0 elsewhere (where(x > 0, v, 0)), bf16 outputs' bits compared as stored.
+// writes +0 elsewhere (where(x > 0, v, 0)).
 TEST_P(GemmPath, ReluBackwardOnTheOutputKeepsTheProductWhereXIsAboveZero) {
-  const IsaScope scope(GetParam());
-  std::mt19937 rng(17);
-  std::normal_distribution<float> normal;
-  for (const bool out_bf16 : {false, true}) {
-    for (const auto& [m, n, k] :
-         std::vector<std::array<int64_t, 3>>{{37, 45, 60}, {130, 70, 700}, {5, 600, 10}}) {
-      const GemmPrecision precision = out_bf16 ? GemmPrecision::kBf16 : GemmPrecision::kF32;
-      Problem p =
-          make_problem(rng, m, n, k, false, true, out_bf16, out_bf16, out_bf16, false, precision);
-      std::vector<float> x(p.out.size());
-      for (float& value : x) value = cpu::widen(cpu::narrow(normal(rng)));
-      const float special[] = {0.0f, -0.0f, std::nanf(""), INFINITY, -INFINITY, -1e-30f};
-      std::copy(std::begin(special), std::end(special), x.begin());
-      std::vector<Bf16> x16(x.size());
-      std::transform(x.begin(), x.end(), x16.begin(), [](float v) { return cpu::narrow(v); });
-      for (const int threads : {1, 2}) {
-        cpu::ComputePool pool(threads);
-        Gemm g = p.gemm();
-        cpu::gemm(g, &pool);
-        std::vector<float> want(p.out.size());
-        for (int64_t i = 0; i < m; ++i) {
-          for (int64_t j = 0; j < n; ++j) {
-            const auto at = static_cast<std::size_t>(i * p.ldc + j);
-            want[at] = x[at] > 0.0f ? p.result(i, j) : 0.0f;
-          }
-        }
-        g.relu_input = out_bf16 ? static_cast<const void*>(x16.data()) : x.data();
-        cpu::gemm(g, &pool);
-        for (int64_t i = 0; i < m; ++i) {
-          for (int64_t j = 0; j < n; ++j) {
-            const float want_value = want[static_cast<std::size_t>(i * p.ldc + j)];
-            ASSERT_EQ(std::bit_cast<uint32_t>(p.result(i, j)), std::bit_cast<uint32_t>(want_value))
-                << p.describe() << " threads=" << threads << " at (" << i << ", " << j << ")";
-          }
-        }
-      }
-    }
-  }
+  const float specials[] = {0.0f, -0.0f, std::nanf(""), INFINITY, -INFINITY, -1e-30f};
+  expect_epilogue(
+      GetParam(), 17, specials,
+      [](float* v, const float* x, int64_t n) {
+        for (int64_t j = 0; j < n; ++j) v[j] = x[j] > 0.0f ? v[j] : 0.0f;
+      },
+      [](Gemm& g, const void* x) { g.relu_input = x; });
+}
+
+// relu on the output (Gemm::relu), after the bias: kRelu's v < 0 ? 0 : v (NaN and -0 kept).
+TEST_P(GemmPath, ReluOnTheOutputIsTheProductThenRelu) {
+  const float specials[] = {std::nanf(""), -INFINITY, INFINITY, -std::nanf("")};
+  expect_epilogue(
+      GetParam(), 19, specials,
+      [](float* v, const float*, int64_t n) {
+        for (int64_t j = 0; j < n; ++j) v[j] = v[j] < 0.0f ? 0.0f : v[j];
+      },
+      [](Gemm& g, const void*) { g.relu = true; });
 }
 
 TEST(Gemm, RefusesToAccumulateIntoBf16) {

@@ -72,7 +72,7 @@ TEST(MatmulGeluBackward, NeedsAnXOfTheOutputsDtypeAndShapeAndAnF32OrBf16Product)
   EXPECT_TRUE(contains(e, "gelu_backward's x f32[3,4]")) << e;
   e = message(DType::kFloat64, {3, 4}, DType::kFloat64);
   EXPECT_TRUE(contains(e, "f32 and bf16 products only")) << e;
-  e = message(DType::kFloat32, {3, 4}, DType::kFloat32, {0, 0, 0, 1, 0, 0, 1});
+  e = message(DType::kFloat32, {3, 4}, DType::kFloat32, {0, 0, 0, 1, 0, 0, 0, 1});
   EXPECT_TRUE(contains(e, "ints must be")) << e;
 }
 
@@ -136,6 +136,63 @@ TEST(MatmulReluBackward, NeedsAnXOfTheOutputsDtypeAndShapeAndNoOtherEpilogue) {
   EXPECT_TRUE(contains(e, "relu's backward is applied to f32 and bf16 products only")) << e;
   e = message(DType::kFloat32, {3, 4}, DType::kFloat32, {0, 0, 0, 1, 0, 1});
   EXPECT_TRUE(contains(e, "neither gelu's backward nor a residual")) << e;
+}
+
+// ---- relu on the product (relu(matmul(a, b) (+ bias)) folded into the call) -----------------
+
+TEST(MatmulRelu, HasTheBitsOfTheProductThenRelu) {
+  std::mt19937 rng(41);
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (const BiasCase& c : kBiasCases) {
+      const Shape out = product_shape(c);
+      const HostTensor a = random_tensor(dtype, c.a, rng);
+      const HostTensor b = random_tensor(dtype, c.b, rng);
+      HostTensor bias = random_tensor(dtype, {out[out.rank() - 1]}, rng);
+      // Columns whose every value is NaN or infinite, so relu meets them.
+      bias.values[0] = std::nan("");
+      bias.values[1] = -INFINITY;
+      bias.values[2] = INFINITY;
+      for (const bool biased : {false, true}) {
+        std::vector<HostTensor> operands = {a, b};
+        if (biased) operands.push_back(bias);
+        for (const int threads : {1, 2}) {
+          const HostTensor product =
+              call_kernel_directly(Kernel::kMatmul, operands, dtype, out, {c.ta, c.tb}, threads);
+          const HostTensor want =
+              call_kernel_directly(Kernel::kRelu, {product}, dtype, out, {}, threads);
+          const HostTensor got = call_kernel_directly(Kernel::kMatmul, operands, dtype, out,
+                                                      {c.ta, c.tb, 0, 0, 0, 0, 1}, threads);
+          ASSERT_EQ(got.values.size(), want.values.size());
+          for (std::size_t i = 0; i < got.values.size(); ++i) {
+            EXPECT_TRUE((got.values[i] == want.values[i] &&
+                         std::signbit(got.values[i]) == std::signbit(want.values[i])) ||
+                        (std::isnan(got.values[i]) && std::isnan(want.values[i])))
+                << label(dtype) << " a " << c.a.to_string() << ", b " << c.b.to_string()
+                << ", bias " << biased << ", " << threads << " threads: element " << i << " is "
+                << got.values[i] << ", want " << want.values[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulRelu, GoesWithABiasOnlyOnF32AndBf16Products) {
+  auto message = [](DType dtype, std::vector<int64_t> ints) {
+    return invalid_argument_message(Kernel::kMatmul,
+                                    {HostTensor{dtype, {3, 5}, std::vector<double>(15, 1.0)},
+                                     HostTensor{dtype, {5, 4}, std::vector<double>(20, 1.0)}},
+                                    dtype, {3, 4}, std::move(ints));
+  };
+  EXPECT_TRUE(message(DType::kFloat32, {0, 0, 0, 0, 0, 0, 1}).empty());
+  EXPECT_TRUE(message(DType::kBFloat16, {0, 0, 0, 0, 0, 0, 1}).empty());
+  std::string e = message(DType::kFloat64, {0, 0, 0, 0, 0, 0, 1});
+  EXPECT_TRUE(contains(e, "relu is applied to f32 and bf16 products only")) << e;
+  e = last_operand_message(DType::kFloat32, DType::kFloat32, {3, 4}, DType::kFloat32,
+                           {0, 0, 0, 0, 0, 1, 1});
+  EXPECT_TRUE(contains(e, "relu goes with a bias only")) << e;
+  e = message(DType::kFloat32, {0, 0, 0, 0, 0, 0, 1, 0});
+  EXPECT_TRUE(contains(e, "ints must be")) << e;
 }
 
 // ---- a residual added to a bf16 product's values as f32 (r + matmul(a, b) folded in) ---------
