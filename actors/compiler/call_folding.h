@@ -8,7 +8,8 @@
 // product's cast to f32 (the product stores its bf16 values as f32) and the add of a residual
 // to those f32 values (the product adds it as it stores them), gelu's backward of a
 // product and relu's (where(x > 0, product, 0): both applied to each block of the product's
-// output as it is finished), and the slices,
+// output as it is finished; relu's backward then reads a stored relu(x) in place of x), a
+// product's relu (relu_folds.cpp), and the slices,
 // reshapes and permutes that split a [B, T, 3 H D] projection into attention's heads [B, H, T,
 // D] (and its grad's), and that concatenate the backward's gradients back into the
 // projection's gradient: attention reads and writes those rows in place (its views); a slice of
