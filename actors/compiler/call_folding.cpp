@@ -405,23 +405,11 @@ struct Folding : FoldContext {
   // gelu_backward(product, x) (erf's form), f32 or bf16: the product applies it to each block of
   // its output as it finishes it, so the product's result is never stored and read back.
   void product_into_gelu_backward(std::size_t id) {
-    const KernelCall& call = calls[id];
-    const int32_t product = call.inputs[0];
-    const KernelCall& produced = calls[product];
-    if (produced.kernel != Kernel::kMatmul || produced.output != product ||
-        produced.ints.size() != 2 || !foldable(product) ||
-        program[product].dtype != program[id].dtype ||
-        !(program[product].shape == program[id].shape) ||
-        program[call.inputs[1]].dtype != program[id].dtype ||
-        !(program[call.inputs[1]].shape == program[id].shape)) {
-      return;
+    const int32_t product = calls[id].inputs[0], x = calls[id].inputs[1];
+    if (plain_product_for(product, id) && program[x].dtype == program[id].dtype &&
+        program[x].shape == program[id].shape) {
+      product_into(product, id, {0, 1}, x);
     }
-    KernelCall folded = produced;
-    folded.ints.insert(folded.ints.end(), {0, 1});
-    folded.inputs.push_back(call.inputs[1]);
-    folded.output = static_cast<int32_t>(id);
-    calls[id] = std::move(folded);
-    absorbed[product] = 1;
   }
 
   // permute(cast(slice(x))) or permute(slice(x)), the slice the first columns of x's last dim

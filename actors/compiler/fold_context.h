@@ -3,6 +3,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "axle/backends/executable.h"
@@ -24,6 +26,28 @@ struct FoldContext {
   [[nodiscard]] bool foldable(int32_t producer) const {
     const auto p = static_cast<std::size_t>(producer);
     return uses[p] == 1 && !program.is_leaf(p) && root_of[p] < 0 && !absorbed[p];
+  }
+
+  /// Whether `product` is a product's own call with no flag past its transposes (a bias at
+  /// most), foldable, of node `reader`'s dtype and shape: one an epilogue can join.
+  [[nodiscard]] bool plain_product_for(int32_t product, std::size_t reader) const {
+    const KernelCall& produced = calls[static_cast<std::size_t>(product)];
+    return produced.kernel == Kernel::kMatmul && produced.output == product &&
+           produced.ints.size() == 2 && foldable(product) &&
+           program[product].dtype == program[reader].dtype &&
+           program[product].shape == program[reader].shape;
+  }
+
+  /// Makes node `reader`'s call the plain `product`'s with `flags` after its transposes and
+  /// `operand` (unless -1) as its last input; the product is folded.
+  void product_into(int32_t product, std::size_t reader, std::initializer_list<int64_t> flags,
+                    int32_t operand = -1) {
+    KernelCall folded = calls[static_cast<std::size_t>(product)];
+    folded.ints.insert(folded.ints.end(), flags);
+    if (operand >= 0) folded.inputs.push_back(operand);
+    folded.output = static_cast<int32_t>(reader);
+    calls[reader] = std::move(folded);
+    absorbed[static_cast<std::size_t>(product)] = 1;
   }
 };
 
