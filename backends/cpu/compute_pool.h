@@ -102,22 +102,32 @@ class ComputePool {
 [[nodiscard]] int intra_op_threads(int devices, int requested, int host_processes = 1);
 
 /// Splits [0, n) into at most `max_parts` contiguous ranges of at least `grain` elements (the
-/// last may be shorter only when n is), each boundary a multiple of `align`. The ranges depend
+/// last may be shorter only when n is), each boundary a multiple of `align`, as even as the
+/// alignment lets them be (their sizes differ by `align` at most, the last clipped to n): a
+/// thread's share of consecutive parts is then about as large as any other's. The ranges depend
 /// only on the arguments, so a kernel that computes each range on its own gives the same bits
-/// whichever thread runs it.
+/// whichever thread runs it. No range is longer than `size`.
 struct Ranges {
   int64_t n = 0, size = 0, count = 0;
-  [[nodiscard]] int64_t begin(int64_t i) const noexcept { return std::min(n, i * size); }
-  [[nodiscard]] int64_t end(int64_t i) const noexcept { return std::min(n, (i + 1) * size); }
+  int64_t units = 1, align = 1;  // [0, n) in `units` pieces of `align` (the last clipped)
+  [[nodiscard]] int64_t begin(int64_t i) const noexcept {
+    return count > 0 ? std::min(n, units * i / count * align) : 0;
+  }
+  [[nodiscard]] int64_t end(int64_t i) const noexcept { return begin(i + 1); }
 };
 [[nodiscard]] inline Ranges split_range(int64_t n, int64_t max_parts, int64_t grain,
                                         int64_t align = 1) {
-  Ranges r{n, n, n > 0 ? 1 : 0};
-  const int64_t parts = std::min(max_parts, grain > 0 ? n / grain : n);
+  Ranges r{n, n, n > 0 ? 1 : 0, 1, std::max<int64_t>(n, 1)};
+  align = std::max<int64_t>(align, 1);
+  const int64_t units = (n + align - 1) / align;
+  int64_t parts = std::min({max_parts, grain > 0 ? n / grain : n, units});
+  // The smallest range, units / parts of them, holds at least `grain` elements.
+  while (parts > 1 && units / parts * align < grain) --parts;
   if (parts <= 1) return r;
-  r.size = (n + parts - 1) / parts;
-  r.size = (r.size + align - 1) / align * align;
-  r.count = (n + r.size - 1) / r.size;
+  r.count = parts;
+  r.units = units;
+  r.align = align;
+  r.size = (units + parts - 1) / parts * align;
   return r;
 }
 

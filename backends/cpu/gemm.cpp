@@ -13,6 +13,7 @@
 #include "axle/backends/cpu/element.h"
 #include "axle/backends/cpu/isa.h"
 #include "axle/backends/cpu/vector_math.h"
+#include "axle/engine/this_thread.h"
 
 namespace axle::cpu {
 namespace {
@@ -230,6 +231,79 @@ void keep_block(const Gemm& g, const void* x, int64_t r0, int64_t r1, int64_t c0
   }
 }
 
+// `x` from its element p0 along k on: op(a)'s columns (rows when stored transposed), op(b)'s
+// rows (columns when stored transposed).
+GemmOperand from_depth(GemmOperand x, int64_t p0, bool k_along_rows) {
+  const int64_t offset = k_along_rows ? p0 * x.ld : p0;
+  x.data = static_cast<const char*>(x.data) + offset * (x.bf16 ? 2 : 4);
+  return x;
+}
+
+// Whether `g` is split into its depth blocks rather than into blocks of output columns (see
+// gemm_by_depth): an input gradient dy · W with W stored [k, n] and a short batch, whose column
+// split would have every thread read a part of each of W's rows.
+bool splits_by_depth(const Gemm& g, int threads) {
+  const int64_t blocks = (g.k + kF32SumDepth - 1) / kF32SumDepth;
+  return g.precision == GemmPrecision::kF32 && !g.b.transposed && g.m < g.n && g.m <= g.k &&
+         blocks >= 2 && blocks <= threads && g.m * g.n <= (int64_t{1} << 20) && !g.accumulate &&
+         !g.out_bf16 && !g.round_bf16 && !g.residual && !g.gelu_input;
+}
+
+// row[0, n) += sum[0, n), in groups GCC vectorises.
+void add_row(float* row, const float* sum, int64_t n) {
+  constexpr int64_t kGroup = 16;
+  int64_t j = 0;
+  for (; j + kGroup <= n; j += kGroup) {
+    for (int64_t i = 0; i < kGroup; ++i) row[j + i] += sum[j + i];
+  }
+  for (; j < n; ++j) row[j] += sum[j];
+}
+
+// The calling thread's buffer of a depth split's block sums, kept between products.
+struct DepthSums {
+  std::vector<float> sums;
+};
+
+// `g` with one part per depth block of k: part d sums block d over the whole output, into the
+// output (d = 0) or a buffer of the calling thread, so the thread running it reads only block
+// d's rows of W, the rows its share of W's optimizer update (split by rows) writes; W's lines
+// then stay in one core's cache instead of being shared by both. The blocks' sums are then added
+// in order and the bias after them, as the one-thread kernel adds them (so the bits are the
+// same), and relu's backward or relu applied, by rows over the pool.
+void gemm_by_depth(const Gemm& g, const GemmBlockKernel& kernel, ComputePool& pool) {
+  const int64_t blocks = (g.k + kF32SumDepth - 1) / kF32SumDepth, size = g.m * g.n;
+  std::vector<float>& partials = this_thread_object<DepthSums>().sums;
+  partials.resize(static_cast<std::size_t>((blocks - 1) * size));
+  float* const sums = partials.data();
+  pool.run(blocks, [&](int64_t d, int) {
+    const int64_t p0 = d * kF32SumDepth;
+    Gemm part = g;
+    part.k = std::min(kF32SumDepth, g.k - p0);
+    part.a = from_depth(g.a, p0, g.a.transposed);
+    part.b = from_depth(g.b, p0, !g.b.transposed);
+    part.bias = nullptr;
+    part.relu_input = nullptr;
+    part.relu = false;
+    if (d > 0) {
+      part.out = sums + (d - 1) * size;
+      part.ldc = g.n;
+    }
+    kernel.run(part, 0, g.m, 0, g.n);
+  });
+  parallel_for(
+      pool, g.m, 1,
+      [&](int64_t r0, int64_t r1, int) {
+        for (int64_t i = r0; i < r1; ++i) {
+          float* row = static_cast<float*>(g.out) + i * g.ldc;
+          for (int64_t d = 1; d < blocks; ++d) add_row(row, sums + (d - 1) * size + i * g.n, g.n);
+          if (g.bias) add_row(row, g.bias, g.n);
+        }
+        if (g.relu_input) relu_backward_block(g, r0, r1, 0, g.n);
+        if (g.relu) relu_block(g, r0, r1, 0, g.n);
+      },
+      1, 1);
+}
+
 }  // namespace
 
 void gemm(const Gemm& g, ComputePool* pool) {
@@ -271,11 +345,16 @@ void gemm(const Gemm& g, ComputePool* pool) {
   if (!pool || pool->threads() == 1 || g.m * g.n * g.k < kParallelMultiplyAdds) {
     return kernel.run(g, 0, g.m, 0, g.n);
   }
+  if (splits_by_depth(g, pool->threads())) return gemm_by_depth(g, kernel, *pool);
   // Each part packs its share of one operand and all of the other's: the longer side is split.
-  // The bits do not depend on the split. Two parts a thread even out the threads' shares; over a
-  // long sum (weight gradients: k of the batch's rows) repacking the shared operand costs more.
+  // A weight gradient (dyᵀ · x) goes by rows unless x is more than twice as wide as dy: each
+  // thread then writes whole rows, the rows its share of the weight's optimizer update (split by
+  // rows) reads. The bits do not depend on the split. Two parts a thread even out the threads'
+  // shares; over a long sum (weight gradients: k of the batch's rows) repacking the shared operand
+  // costs more.
   const int64_t parts_per_thread = g.k >= kLongSum ? 1 : 2;
-  if (g.m >= g.n) {
+  const bool weight_gradient = g.a.transposed && !g.b.transposed;
+  if (g.m >= g.n || (weight_gradient && 2 * g.m >= g.n)) {
     parallel_for(
         *pool, g.m, kernel.row_align,
         [&](int64_t r0, int64_t r1, int) { kernel.run(g, r0, r1, 0, g.n); }, kernel.row_align,

@@ -132,6 +132,10 @@ struct MatrixProduct {
 template <class T>
 void gemm(const MatrixProduct& product, bool transpose_a, bool transpose_b, ComputePool* pool);
 
+/// The products along k that one chain of f32 FMAs sums from 0 before it is added to the output
+/// (gemm_kernels.h): every f32 kernel's depth block, so their results agree to the bit.
+inline constexpr int64_t kF32SumDepth = 256;
+
 /// What gemm.cpp asks of one instruction set's product kernels (gemm_avx2.cpp, gemm_avx512.cpp,
 /// which share the loops of gemm_kernels.h).
 /// One instruction set's kernel for one precision: computes rows [r0, r1) x columns [c0, c1)

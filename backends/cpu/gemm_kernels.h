@@ -23,7 +23,7 @@ namespace {
 /// The products along k that one chain of FMAs sums (from 0) before the chain is added to the
 /// output: a long sum then grows its rounding error with k / kSumDepth + kSumDepth, not with k.
 /// Every f32 kernel uses it as its depth block, so their results agree to the bit.
-inline constexpr int64_t kSumDepth = 256;
+inline constexpr int64_t kSumDepth = kF32SumDepth;
 
 /// Where a register tile adds its sum and writes the result: out = in + sum, or out = sum when
 /// `in` is null, then + bias[column] when `bias` is set (the tile's first column's value).

@@ -136,6 +136,27 @@ TEST(SplitRange, CoversTheRangeInAlignedPiecesOfAtLeastTheGrain) {
   }
 }
 
+// A thread's share of consecutive parts is about as large as another's: the ranges' sizes differ
+// by less than two alignments (a range of whole units more, the last clipped to n). Equal sizes
+// rounded up would leave the last ranges short (784 columns in fours of 32: 224, 224, 224, 112).
+TEST(SplitRange, AlignedRangesAreAsEvenAsTheAlignmentLetsThem) {
+  for (int64_t n : {100, 512, 784, 1000, 4096, 4099}) {
+    for (int64_t parts : {2, 3, 4, 8}) {
+      for (int64_t align : {1, 14, 32}) {
+        const Ranges r = split_range(n, parts, 1, align);
+        int64_t smallest = n, largest = 0;
+        for (int64_t i = 0; i < r.count; ++i) {
+          smallest = std::min(smallest, r.end(i) - r.begin(i));
+          largest = std::max(largest, r.end(i) - r.begin(i));
+        }
+        EXPECT_LT(largest - smallest, 2 * align)
+            << "n " << n << ", parts " << parts << ", align " << align;
+        EXPECT_LE(largest, r.size) << "n " << n << ", parts " << parts << ", align " << align;
+      }
+    }
+  }
+}
+
 // The CPUs the calling thread may run on, counted without axle.
 int affinity_count() {
   cpu_set_t set;
