@@ -259,9 +259,10 @@ void add_row(float* row, const float* sum, int64_t n) {
   for (; j < n; ++j) row[j] += sum[j];
 }
 
-// The calling thread's buffer of a depth split's block sums, kept between products.
-struct DepthSums {
-  std::vector<float> sums;
+// The calling thread's buffer for a product computed in another arrangement (a depth split's
+// block sums, a transposed product), kept between products.
+struct ProductBuffer {
+  std::vector<float> values;
 };
 
 // `g` with one part per depth block of k: part d sums block d over the whole output, into the
@@ -272,7 +273,7 @@ struct DepthSums {
 // same), and relu's backward or relu applied, by rows over the pool.
 void gemm_by_depth(const Gemm& g, const GemmBlockKernel& kernel, ComputePool& pool) {
   const int64_t blocks = (g.k + kF32SumDepth - 1) / kF32SumDepth, size = g.m * g.n;
-  std::vector<float>& partials = this_thread_object<DepthSums>().sums;
+  std::vector<float>& partials = this_thread_object<ProductBuffer>().values;
   partials.resize(static_cast<std::size_t>((blocks - 1) * size));
   float* const sums = partials.data();
   pool.run(blocks, [&](int64_t d, int) {
@@ -302,6 +303,41 @@ void gemm_by_depth(const Gemm& g, const GemmBlockKernel& kernel, ComputePool& po
         if (g.relu) relu_block(g, r0, r1, 0, g.n);
       },
       1, 1);
+}
+
+// Whether `g` is computed as its transpose (see gemm_transposed): a product into a few columns
+// over many rows (a classifier's logits, n of the classes), whose register tiles would fill a
+// few of their columns' lanes.
+bool runs_transposed(const Gemm& g, const GemmBlockKernel& kernel) {
+  return g.precision == GemmPrecision::kF32 && 2 * g.n <= kernel.column_align &&
+         g.m >= kernel.column_align && !g.accumulate && !g.out_bf16 && !g.round_bf16 &&
+         !g.residual && !g.gelu_input && !g.relu_input && !g.relu;
+}
+
+// `g` as outᵀ = op(b)ᵀ · op(a)ᵀ into a buffer of the calling thread, then transposed into the
+// output and the bias added: each sum is the same chain of fused multiply-adds (a product's
+// factors commute), so the bits are the product's.
+void gemm_transposed(const Gemm& g, const GemmBlockKernel& kernel) {
+  std::vector<float>& buffer = this_thread_object<ProductBuffer>().values;
+  buffer.resize(static_cast<std::size_t>(g.m * g.n));
+  Gemm t = g;
+  t.m = g.n;
+  t.n = g.m;
+  t.a = g.b;
+  t.a.transposed = !g.b.transposed;
+  t.b = g.a;
+  t.b.transposed = !g.a.transposed;
+  t.out = buffer.data();
+  t.ldc = g.m;
+  t.bias = nullptr;
+  kernel.run(t, 0, t.m, 0, t.n);
+  for (int64_t i = 0; i < g.m; ++i) {
+    float* row = static_cast<float*>(g.out) + i * g.ldc;
+    for (int64_t j = 0; j < g.n; ++j) {
+      const float sum = buffer[static_cast<std::size_t>(j * g.m + i)];
+      row[j] = g.bias ? sum + g.bias[j] : sum;
+    }
+  }
 }
 
 }  // namespace
@@ -343,6 +379,7 @@ void gemm(const Gemm& g, ComputePool* pool) {
     return;
   }
   if (!pool || pool->threads() == 1 || g.m * g.n * g.k < kParallelMultiplyAdds) {
+    if (runs_transposed(g, kernel)) return gemm_transposed(g, kernel);
     return kernel.run(g, 0, g.m, 0, g.n);
   }
   if (splits_by_depth(g, pool->threads())) return gemm_by_depth(g, kernel, *pool);

@@ -1,0 +1,185 @@
+// Tests the products backends/cpu/gemm.cpp computes in another arrangement than blocks of output
+// rows or columns, on the instruction-set path the run takes (AXLE_CPU_ISA):
+// - by depth block: a short product over a few blocks of k whose op(b) is stored [k, n] (an input
+//   gradient dy · W) runs one part per block, then adds the blocks' sums. Its outputs must have
+//   the bits of the same product on one thread, with f32 and bf16 operands, op(a) stored either
+//   way, and a bias, relu's backward or relu applied to them;
+// - transposed: a product into a few columns over many rows (a classifier's logits) computed as
+//   outᵀ = op(b)ᵀ · op(a)ᵀ must have the bits gemm.h promises (blocks of 256 along k, each one
+//   chain of fused multiply-adds from 0, added in order, then the bias).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "axle/backends/cpu/compute_pool.h"
+#include "axle/backends/cpu/element.h"
+#include "axle/backends/cpu/gemm.h"
+#include "tests/backends/kernel_test_util.h"
+
+namespace axle::testing {
+namespace {
+
+using cpu::Bf16;
+using cpu::Gemm;
+
+/// Operands of op(a) [m, k] (stored transposed or not) and op(b) [k, n] stored [k, n], each in
+/// f32 and as bf16, rows wider than the matrices.
+struct Operands {
+  int64_t m, n, k;
+  bool transpose_a;
+  std::vector<float> a, b, x, bias;
+  std::vector<Bf16> a16, b16;
+
+  bool transpose_b = false;
+
+  Operands(std::mt19937& rng, int64_t m_, int64_t n_, int64_t k_, bool transpose_a_,
+           bool transpose_b_ = false)
+      : m(m_), n(n_), k(k_), transpose_a(transpose_a_), transpose_b(transpose_b_) {
+    std::normal_distribution<float> normal;
+    auto fill = [&](std::vector<float>& values, std::size_t size) {
+      values.resize(size);
+      for (float& v : values) v = normal(rng);
+    };
+    fill(a, static_cast<std::size_t>((transpose_a ? k * (m + 3) : m * (k + 3))));
+    fill(b, static_cast<std::size_t>(transpose_b ? n * (k + 5) : k * (n + 5)));
+    fill(x, static_cast<std::size_t>(m * (n + 7)));
+    fill(bias, static_cast<std::size_t>(n));
+    for (float v : a) a16.push_back(cpu::narrow(v));
+    for (float v : b) b16.push_back(cpu::narrow(v));
+  }
+
+  [[nodiscard]] Gemm gemm(bool a_bf16, bool b_bf16, std::vector<float>& out) const {
+    out.assign(static_cast<std::size_t>(m * (n + 7)), -7.0f);
+    Gemm g;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.a = {a_bf16 ? static_cast<const void*>(a16.data()) : a.data(), transpose_a ? m + 3 : k + 3,
+           transpose_a, a_bf16};
+    g.b = {b_bf16 ? static_cast<const void*>(b16.data()) : b.data(), transpose_b ? k + 5 : n + 5,
+           transpose_b, b_bf16};
+    g.out = out.data();
+    g.ldc = n + 7;
+    return g;
+  }
+
+  /// op(a)(i, p) and op(b)(p, j) as the product reads them (bf16 operands widened).
+  [[nodiscard]] float a_at(int64_t i, int64_t p, bool bf16) const {
+    const auto at = static_cast<std::size_t>(transpose_a ? p * (m + 3) + i : i * (k + 3) + p);
+    return bf16 ? cpu::widen(a16[at]) : a[at];
+  }
+  [[nodiscard]] float b_at(int64_t p, int64_t j, bool bf16) const {
+    const auto at = static_cast<std::size_t>(transpose_b ? j * (k + 5) + p : p * (n + 5) + j);
+    return bf16 ? cpu::widen(b16[at]) : b[at];
+  }
+
+  /// out[i, j] as gemm.h promises it: blocks of 256 products along k, each one chain of fused
+  /// multiply-adds from 0, the blocks added in order, then the bias.
+  [[nodiscard]] float promised(int64_t i, int64_t j, bool a_bf16, bool b_bf16,
+                               bool with_bias) const {
+    constexpr int64_t kDepth = 256;
+    float total = 0.0f;
+    for (int64_t p0 = 0; p0 < k; p0 += kDepth) {
+      float block = 0.0f;
+      for (int64_t p = p0; p < std::min(k, p0 + kDepth); ++p) {
+        block = std::fma(a_at(i, p, a_bf16), b_at(p, j, b_bf16), block);
+      }
+      total = p0 == 0 ? block : total + block;
+    }
+    return with_bias ? total + bias[static_cast<std::size_t>(j)] : total;
+  }
+};
+
+// The product of each case on one thread and on `threads` threads, bit for bit, the padding past
+// each row untouched.
+void expect_as_on_one_thread(const Operands& operands, int threads) {
+  enum Epilogue { kNone, kBias, kReluBackward, kBiasRelu };
+  cpu::ComputePool pool(threads);
+  for (const bool a_bf16 : {false, true}) {
+    for (const bool b_bf16 : {false, true}) {
+      for (const Epilogue epilogue : {kNone, kBias, kReluBackward, kBiasRelu}) {
+        std::vector<float> alone, split;
+        Gemm one = operands.gemm(a_bf16, b_bf16, alone);
+        Gemm many = operands.gemm(a_bf16, b_bf16, split);
+        for (Gemm* g : {&one, &many}) {
+          if (epilogue == kBias || epilogue == kBiasRelu) g->bias = operands.bias.data();
+          if (epilogue == kReluBackward) g->relu_input = operands.x.data();
+          g->relu = epilogue == kBiasRelu;
+        }
+        cpu::gemm(one, nullptr);
+        cpu::gemm(many, &pool);
+        const std::string where =
+            "m=" + std::to_string(operands.m) + " n=" + std::to_string(operands.n) +
+            " k=" + std::to_string(operands.k) + " ta=" + std::to_string(operands.transpose_a) +
+            " a_bf16=" + std::to_string(a_bf16) + " b_bf16=" + std::to_string(b_bf16) +
+            " epilogue=" + std::to_string(epilogue) + " threads=" + std::to_string(threads);
+        for (std::size_t i = 0; i < alone.size(); ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(split[i]), std::bit_cast<uint32_t>(alone[i]))
+              << where << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmDepthSplit, TwoDepthBlocksOnTwoThreadsHaveTheBitsOfOne) {
+  std::mt19937 rng(41);
+  for (const bool transpose_a : {false, true}) {
+    expect_as_on_one_thread(Operands(rng, 40, 300, 500, transpose_a), 2);
+    expect_as_on_one_thread(Operands(rng, 128, 512, 512, transpose_a), 2);
+  }
+}
+
+TEST(GemmDepthSplit, ThreeDepthBlocksOnThreeThreadsHaveTheBitsOfOne) {
+  std::mt19937 rng(43);
+  for (const bool transpose_a : {false, true}) {
+    expect_as_on_one_thread(Operands(rng, 30, 260, 700, transpose_a), 3);
+  }
+}
+
+// A classifier's logits (n of a few classes) and narrower products still, op(a) and op(b) stored
+// either way, with and without a bias, on one thread and two.
+TEST(GemmTransposed, FewColumnsOverManyRowsHaveThePromisedBits) {
+  std::mt19937 rng(47);
+  for (const auto& [m, n, k] :
+       {std::array<int64_t, 3>{128, 10, 512}, std::array<int64_t, 3>{64, 10, 128},
+        std::array<int64_t, 3>{100, 3, 700}}) {
+    for (const bool transpose_a : {false, true}) {
+      for (const bool transpose_b : {false, true}) {
+        const Operands operands(rng, m, n, k, transpose_a, transpose_b);
+        for (const bool bf16 : {false, true}) {
+          for (const bool with_bias : {false, true}) {
+            for (const int threads : {1, 2}) {
+              cpu::ComputePool pool(threads);
+              std::vector<float> out;
+              Gemm g = operands.gemm(bf16, !bf16, out);
+              if (with_bias) g.bias = operands.bias.data();
+              cpu::gemm(g, &pool);
+              for (int64_t i = 0; i < m; ++i) {
+                for (int64_t j = 0; j < n + 7; ++j) {
+                  const float want =
+                      j < n ? operands.promised(i, j, bf16, !bf16, with_bias) : -7.0f;
+                  ASSERT_EQ(std::bit_cast<uint32_t>(out[static_cast<std::size_t>(i * (n + 7) + j)]),
+                            std::bit_cast<uint32_t>(want))
+                      << "m=" << m << " n=" << n << " k=" << k << " ta=" << transpose_a
+                      << " tb=" << transpose_b << " bf16 a=" << bf16 << " bias=" << with_bias
+                      << " threads=" << threads << " at (" << i << ", " << j << ")";
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace axle::testing
