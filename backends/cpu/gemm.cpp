@@ -240,13 +240,14 @@ GemmOperand from_depth(GemmOperand x, int64_t p0, bool k_along_rows) {
 }
 
 // Whether `g` is split into its depth blocks rather than into blocks of output columns (see
-// gemm_by_depth): an input gradient dy · W with W stored [k, n] and a short batch, whose column
-// split would have every thread read a part of each of W's rows.
+// gemm_by_depth): an input gradient dy · W (dy stored [m, k], W stored [k, n]) over two to
+// `threads` blocks of k with a short batch (m at most k, the output at most 1M values), whose
+// column split would have every thread read a part of each of W's rows.
 bool splits_by_depth(const Gemm& g, int threads) {
   const int64_t blocks = (g.k + kF32SumDepth - 1) / kF32SumDepth;
-  return g.precision == GemmPrecision::kF32 && !g.b.transposed && g.m < g.n && g.m <= g.k &&
-         blocks >= 2 && blocks <= threads && g.m * g.n <= (int64_t{1} << 20) && !g.accumulate &&
-         !g.out_bf16 && !g.round_bf16 && !g.residual && !g.gelu_input;
+  return g.precision == GemmPrecision::kF32 && !g.a.transposed && !g.b.transposed && g.m < g.n &&
+         g.m <= g.k && blocks >= 2 && blocks <= threads && g.m * g.n <= (int64_t{1} << 20) &&
+         !g.accumulate && !g.out_bf16 && !g.round_bf16 && !g.residual && !g.gelu_input;
 }
 
 // row[0, n) += sum[0, n), in groups GCC vectorises.
@@ -260,9 +261,16 @@ void add_row(float* row, const float* sum, int64_t n) {
 }
 
 // The calling thread's buffer for a product computed in another arrangement (a depth split's
-// block sums, a transposed product), kept between products.
+// block sums, a transposed product), kept between products. It only grows: a vector resized
+// down and up again would zero what the product then writes over.
 struct ProductBuffer {
   std::vector<float> values;
+  float* at_least(int64_t count) {
+    if (values.size() < static_cast<std::size_t>(count)) {
+      values.resize(static_cast<std::size_t>(count));
+    }
+    return values.data();
+  }
 };
 
 // `g` with one part per depth block of k: part d sums block d over the whole output, into the
@@ -273,9 +281,7 @@ struct ProductBuffer {
 // same), and relu's backward or relu applied, by rows over the pool.
 void gemm_by_depth(const Gemm& g, const GemmBlockKernel& kernel, ComputePool& pool) {
   const int64_t blocks = (g.k + kF32SumDepth - 1) / kF32SumDepth, size = g.m * g.n;
-  std::vector<float>& partials = this_thread_object<ProductBuffer>().values;
-  partials.resize(static_cast<std::size_t>((blocks - 1) * size));
-  float* const sums = partials.data();
+  float* const sums = this_thread_object<ProductBuffer>().at_least((blocks - 1) * size);
   pool.run(blocks, [&](int64_t d, int) {
     const int64_t p0 = d * kF32SumDepth;
     Gemm part = g;
@@ -318,8 +324,7 @@ bool runs_transposed(const Gemm& g, const GemmBlockKernel& kernel) {
 // output and the bias added: each sum is the same chain of fused multiply-adds (a product's
 // factors commute), so the bits are the product's.
 void gemm_transposed(const Gemm& g, const GemmBlockKernel& kernel) {
-  std::vector<float>& buffer = this_thread_object<ProductBuffer>().values;
-  buffer.resize(static_cast<std::size_t>(g.m * g.n));
+  float* const buffer = this_thread_object<ProductBuffer>().at_least(g.m * g.n);
   Gemm t = g;
   t.m = g.n;
   t.n = g.m;
@@ -327,14 +332,14 @@ void gemm_transposed(const Gemm& g, const GemmBlockKernel& kernel) {
   t.a.transposed = !g.b.transposed;
   t.b = g.a;
   t.b.transposed = !g.a.transposed;
-  t.out = buffer.data();
+  t.out = buffer;
   t.ldc = g.m;
   t.bias = nullptr;
   kernel.run(t, 0, t.m, 0, t.n);
   for (int64_t i = 0; i < g.m; ++i) {
     float* row = static_cast<float*>(g.out) + i * g.ldc;
     for (int64_t j = 0; j < g.n; ++j) {
-      const float sum = buffer[static_cast<std::size_t>(j * g.m + i)];
+      const float sum = buffer[j * g.m + i];
       row[j] = g.bias ? sum + g.bias[j] : sum;
     }
   }

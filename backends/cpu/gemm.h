@@ -78,7 +78,8 @@ void relu_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 /// Computes `product` with the kernels of cpu_isa(). With a pool, a large product is split into
 /// blocks of output rows or columns over its threads, or (a short input gradient over a few
 /// blocks of k) into its depth blocks; without, it runs on the calling thread. A product into a
-/// few columns over many rows runs as its transpose. The bits are the same whichever way.
+/// few columns over many rows, run on one thread, runs as its transpose. The bits are the same
+/// whichever way.
 /// Throws std::invalid_argument for an accumulating bf16 output.
 void gemm(const Gemm& product, ComputePool* pool);
 

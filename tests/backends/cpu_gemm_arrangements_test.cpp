@@ -1,9 +1,10 @@
 // Tests the products backends/cpu/gemm.cpp computes in another arrangement than blocks of output
 // rows or columns, on the instruction-set path the run takes (AXLE_CPU_ISA):
-// - by depth block: a short product over a few blocks of k whose op(b) is stored [k, n] (an input
-//   gradient dy · W) runs one part per block, then adds the blocks' sums. Its outputs must have
-//   the bits of the same product on one thread, with f32 and bf16 operands, op(a) stored either
-//   way, and a bias, relu's backward or relu applied to them;
+// - by depth block: a short product over a few blocks of k whose op(a) is stored [m, k] and op(b)
+//   [k, n] (an input gradient dy · W) runs one part per block, then adds the blocks' sums. Its
+//   outputs must have the bits of the same product on one thread, with f32 and bf16 operands, and
+//   a bias, relu's backward or relu applied to them (op(a) stored transposed, a weight
+//   gradient's layout, goes by rows instead: the same bits again);
 // - transposed: a product into a few columns over many rows (a classifier's logits) computed as
 //   outᵀ = op(b)ᵀ · op(a)ᵀ must have the bits gemm.h promises (blocks of 256 along k, each one
 //   chain of fused multiply-adds from 0, added in order, then the bias).
@@ -145,32 +146,36 @@ TEST(GemmDepthSplit, ThreeDepthBlocksOnThreeThreadsHaveTheBitsOfOne) {
 }
 
 // A classifier's logits (n of a few classes) and narrower products still, op(a) and op(b) stored
-// either way, with and without a bias, on one thread and two.
+// either way and each f32 or bf16, with and without a bias, on one thread and two. The shapes
+// take the transposed product on each path: n at most half a register tile's columns (16 on
+// AVX2, 32 on AVX-512), m at least a whole tile's, and under 1M multiply-adds (one thread).
 TEST(GemmTransposed, FewColumnsOverManyRowsHaveThePromisedBits) {
   std::mt19937 rng(47);
   for (const auto& [m, n, k] :
        {std::array<int64_t, 3>{128, 10, 512}, std::array<int64_t, 3>{64, 10, 128},
-        std::array<int64_t, 3>{100, 3, 700}}) {
+        std::array<int64_t, 3>{48, 8, 520}, std::array<int64_t, 3>{100, 3, 700}}) {
     for (const bool transpose_a : {false, true}) {
       for (const bool transpose_b : {false, true}) {
         const Operands operands(rng, m, n, k, transpose_a, transpose_b);
-        for (const bool bf16 : {false, true}) {
+        for (const int bf16 : {0, 1, 2, 3}) {
+          const bool a_bf16 = (bf16 & 1) != 0, b_bf16 = (bf16 & 2) != 0;
           for (const bool with_bias : {false, true}) {
             for (const int threads : {1, 2}) {
               cpu::ComputePool pool(threads);
               std::vector<float> out;
-              Gemm g = operands.gemm(bf16, !bf16, out);
+              Gemm g = operands.gemm(a_bf16, b_bf16, out);
               if (with_bias) g.bias = operands.bias.data();
               cpu::gemm(g, &pool);
               for (int64_t i = 0; i < m; ++i) {
                 for (int64_t j = 0; j < n + 7; ++j) {
                   const float want =
-                      j < n ? operands.promised(i, j, bf16, !bf16, with_bias) : -7.0f;
+                      j < n ? operands.promised(i, j, a_bf16, b_bf16, with_bias) : -7.0f;
                   ASSERT_EQ(std::bit_cast<uint32_t>(out[static_cast<std::size_t>(i * (n + 7) + j)]),
                             std::bit_cast<uint32_t>(want))
                       << "m=" << m << " n=" << n << " k=" << k << " ta=" << transpose_a
-                      << " tb=" << transpose_b << " bf16 a=" << bf16 << " bias=" << with_bias
-                      << " threads=" << threads << " at (" << i << ", " << j << ")";
+                      << " tb=" << transpose_b << " a_bf16=" << a_bf16 << " b_bf16=" << b_bf16
+                      << " bias=" << with_bias << " threads=" << threads << " at (" << i << ", "
+                      << j << ")";
                 }
               }
             }
