@@ -21,7 +21,9 @@
 #include "axle/backends/cpu/compute_pool.h"
 #include "axle/backends/cpu/element.h"
 #include "axle/backends/cpu/kernel.h"
+#include "axle/backends/cpu/max_pool_strided.h"
 #include "axle/backends/cpu/pool_geometry.h"
+#include "axle/backends/cpu/pool_lanes.h"
 #include "axle/backends/cpu/window.h"
 
 namespace axle::cpu {
@@ -87,32 +89,7 @@ inline void pick_2x2(A a, A b, A c, A d, A& best, int& at) {
 }
 
 #if defined(__AVX2__)
-// Lanes [0, count) of an AVX2 mask (count clipped to [0, 8]).
-inline __m256i first_lanes(int64_t count) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(count, 0, 8))),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// Eight f32 windows at once: the even and odd taps of 16 floats of one row (2 * windows of
-// them, the rest read as 0, when fewer than eight windows are left).
-inline void split_even_odd(const float* p, int64_t windows, __m256& even, __m256& odd) {
-  __m256 lo, hi;
-  if (windows >= 8) {
-    lo = _mm256_loadu_ps(p), hi = _mm256_loadu_ps(p + 8);
-  } else {
-    lo = _mm256_maskload_ps(p, first_lanes(2 * windows));
-    hi = _mm256_maskload_ps(p + 8, first_lanes(2 * windows - 8));
-  }
-  even = _mm256_castpd_ps(_mm256_permute4x64_pd(
-      _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))), 0xD8));
-  odd = _mm256_castpd_ps(_mm256_permute4x64_pd(
-      _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), 0xD8));
-}
-
-// relu as the kRelu kernel computes it, v < 0 ? +0 : v (NaN and -0 kept), on eight lanes.
-inline __m256 relu8(__m256 v) {
-  return _mm256_andnot_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ), v);
-}
+using namespace pool_lanes;
 
 // pick_2x2 on eight windows (of relu'd taps with kRelu); `at` holds the picked taps as 0.f ..
 // 3.f.
@@ -131,15 +108,6 @@ inline void pick_2x2(const float* top, const float* bottom, int64_t windows, __m
     best = _mm256_blendv_ps(best, v, take);
     at = _mm256_blendv_ps(at, _mm256_set1_ps(tap++), take);
   }
-}
-
-// The first `count` (< 8) lanes of v at p. A masked store (vmaskmovps) is microcoded and slow on
-// some processors (AMD's), and rows of fewer than eight windows (a 14x14 plane's) make every
-// store a partial one: the lanes go through the stack instead.
-inline void store_first(float* p, int64_t count, __m256 v) {
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, v);
-  for (int64_t i = 0; i < count; ++i) p[i] = lanes[i];
 }
 
 // Interleaves the first `windows` lanes of a and b into 2 * windows floats at p.
@@ -260,11 +228,30 @@ void max_pool_inside(const T* x, T* out, const PoolGeometry& g) {
 template <bool kRelu, class T>
 void max_pool_general(const T* x, T* out, const PoolGeometry& g);
 
+// The 2x2 window at stride 2 inside the input, which has loops of its own.
+bool two_by_two(const PoolGeometry& g) {
+  return windows_inside(g) && g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2;
+}
+
+// Other f32 windows two columns apart take the strided kernels (max_pool_strided.h).
 template <class T>
-void max_pool_typed(const T* x, T* out, const PoolGeometry& g) {
-  const bool two_by_two =
-      windows_inside(g) && g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2;
-  if (two_by_two)
+bool strided(const PoolGeometry& g) {
+  return std::is_same_v<T, float> && !two_by_two(g) && takes_strided_max_pool(g);
+}
+
+// Floats of scratch per thread for a max pool or its gradient: the strided kernels' frame, or a
+// plane of gradient sums.
+int64_t max_pool_scratch_floats(const PoolGeometry& g) {
+  return std::max(g.h * g.w, strided<float>(g) ? strided_max_pool_scratch_floats(g) : 0);
+}
+
+// `scratch`: max_pool_scratch_floats(g) floats.
+template <class T>
+void max_pool_typed(const T* x, T* out, const PoolGeometry& g, float* scratch) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (strided<T>(g)) return strided_max_pool(x, out, g, scratch);
+  }
+  if (two_by_two(g))
     return g.relu_first ? max_pool_2x2<true>(x, out, g) : max_pool_2x2<false>(x, out, g);
   if (windows_inside(g)) {
     if (g.kh == 2 && g.kw == 2) {
@@ -368,11 +355,17 @@ void for_plane_runs(ComputePool& pool, const PoolGeometry& g, const X* x, int64_
 template <bool kIsMax>
 void pool2d(const KernelArgs& args) {
   const PoolGeometry g = plan_pool(args, kIsMax);
+  auto scratch = [&](int thread) {
+    return kIsMax
+               ? static_cast<float*>(args.pool.scratch(
+                     thread, sizeof(float) * static_cast<std::size_t>(max_pool_scratch_floats(g))))
+               : nullptr;
+  };
   auto run = [&]<class T>(const T* x, T* out) {
     for_plane_runs(args.pool, g, x, g.h * g.w, out, g.oh * g.ow,
-                   [](const T* x, T* out, const PoolGeometry& part, int) {
+                   [&](const T* x, T* out, const PoolGeometry& part, int thread) {
                      if constexpr (kIsMax) {
-                       max_pool_typed(x, out, part);
+                       max_pool_typed(x, out, part, scratch(thread));
                      } else {
                        avg_pool_typed(x, out, part);
                      }
@@ -391,19 +384,20 @@ void pool2d(const KernelArgs& args) {
       // bf16 computes in f32 (a pick, or a sum rounded once) on the f32 kernels, the same bits
       // as bf16 loops: each run of planes widened and rounded back by the thread pooling it.
       const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
-      for_plane_runs(args.pool, g, args.inputs[0].as<Bf16>(), plane, args.output.as<Bf16>(),
-                     out_plane, [&](const Bf16* x, Bf16* out, const PoolGeometry& part, int) {
-                       const int64_t n = part.planes * plane, m = part.planes * out_plane;
-                       float* wide = thread_floats(0, static_cast<std::size_t>(n));
-                       float* pooled = thread_floats(1, static_cast<std::size_t>(m));
-                       widen_block(x, wide, n);
-                       if constexpr (kIsMax) {
-                         max_pool_typed(static_cast<const float*>(wide), pooled, part);
-                       } else {
-                         avg_pool_typed(static_cast<const float*>(wide), pooled, part);
-                       }
-                       narrow_block(pooled, out, m);
-                     });
+      for_plane_runs(
+          args.pool, g, args.inputs[0].as<Bf16>(), plane, args.output.as<Bf16>(), out_plane,
+          [&](const Bf16* x, Bf16* out, const PoolGeometry& part, int thread) {
+            const int64_t n = part.planes * plane, m = part.planes * out_plane;
+            float* wide = thread_floats(0, static_cast<std::size_t>(n));
+            float* pooled = thread_floats(1, static_cast<std::size_t>(m));
+            widen_block(x, wide, n);
+            if constexpr (kIsMax) {
+              max_pool_typed(static_cast<const float*>(wide), pooled, part, scratch(thread));
+            } else {
+              avg_pool_typed(static_cast<const float*>(wide), pooled, part);
+            }
+            narrow_block(pooled, out, m);
+          });
       return;
     }
     case DType::kInt64:
@@ -450,9 +444,13 @@ void max_pool_backward_inside(const T* x, const T* grad_out, T* grad_x, const Po
   }
 }
 
+// `plane`: max_pool_scratch_floats(g) values of the compute type.
 template <class T>
 void max_pool_backward_typed(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g,
                              compute_t<T>* plane) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (strided<T>(g)) return strided_max_pool_backward(x, grad_out, grad_x, g, plane);
+  }
   if (windows_inside(g)) {
     if (g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2) {
       return max_pool_2x2_backward(x, grad_out, grad_x, g);
@@ -531,7 +529,9 @@ void bf16_pool2d_backward(const KernelArgs& args, const PoolGeometry& g) {
         const int64_t n = part.planes * plane, m = part.planes * out_plane;
         float* grad_wide = thread_floats(0, static_cast<std::size_t>(m));
         float* sums_wide = thread_floats(1, static_cast<std::size_t>(n));
-        auto* sums = static_cast<float*>(args.pool.scratch(thread, sizeof(float) * plane));
+        const int64_t sums_floats = kIsMax ? max_pool_scratch_floats(g) : plane;
+        auto* sums = static_cast<float*>(
+            args.pool.scratch(thread, sizeof(float) * static_cast<std::size_t>(sums_floats)));
         widen_block(grad_part, grad_wide, m);
         if constexpr (kIsMax) {
           float* x_wide = thread_floats(2, static_cast<std::size_t>(n));
@@ -555,8 +555,10 @@ void pool2d_backward(const KernelArgs& args) {
     using A = compute_t<T>;
     const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
     // Per thread, one plane of gradient sums in the compute type.
+    const int64_t sums_values = kIsMax ? max_pool_scratch_floats(g) : plane;
     auto sums = [&](int thread) {
-      return static_cast<A*>(pool.scratch(thread, sizeof(A) * plane));
+      return static_cast<A*>(
+          pool.scratch(thread, sizeof(A) * static_cast<std::size_t>(sums_values)));
     };
     if constexpr (kIsMax) {
       const T* x = first;

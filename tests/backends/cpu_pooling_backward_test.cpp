@@ -131,6 +131,26 @@ TEST(MaxPool2dBackward, TiesGoToTheFirstMaximumAndNaNToTheLast) {
   expect_max_backward_matches_loops(x, {}, rng);
 }
 
+// Windows two columns apart (max_pool_strided.cpp, eight windows a vector): rows of 1 to 20
+// windows, padded and not, overlapping rows and ceil_mode, over values with ties, NaNs and -inf
+// (a window of -inf alone hands its gradient to its first in-bounds tap).
+TEST(MaxPool2dBackward, WindowsTwoColumnsApartMatchLoopsOnRowsOfEveryLength) {
+  std::mt19937 rng(6);
+  std::uniform_int_distribution<int> pick(0, 29);
+  for (const PoolParams& p : windows_two_columns_apart()) {
+    for (int64_t w = 5; w <= 44; w += 3) {
+      HostTensor x = random_tensor(DType::kFloat32, {2, 3, 9, w}, rng);
+      for (double& v : x.values) {
+        v = std::round(v * 4) / 4;  // ties, exact in f32
+        const int k = pick(rng);
+        if (k == 0) v = kNaN;
+        if (k == 1 || k == 2) v = -std::numeric_limits<double>::infinity();
+      }
+      expect_max_backward_matches_loops(x, p, rng);
+    }
+  }
+}
+
 TEST(MaxPool2dBackward, WorksInBf16) {
   std::mt19937 rng(5);
   expect_max_backward_matches_loops(random_tensor(DType::kBFloat16, {2, 2, 6, 6}, rng),

@@ -15,7 +15,8 @@
 namespace axle::testing {
 namespace {
 
-/// Max over the window's taps inside the input; padding is -infinity so it never wins.
+/// Max over the window's taps inside the input, NaN if one is; padding is -infinity so it never
+/// wins.
 Reference reference_max_pool(const HostTensor& x, const PoolParams& p) {
   Reference ref{pool_output_shape(x.shape, p), {}, {}};
   const int64_t h = x.shape[2], w = x.shape[3];
@@ -28,7 +29,8 @@ Reference reference_max_pool(const HostTensor& x, const PoolParams& p) {
             const int64_t iy = y * p.stride_h - p.pad_h + i * p.dilation_h;
             const int64_t ix = xo * p.stride_w - p.pad_w + j * p.dilation_w;
             if (iy >= 0 && iy < h && ix >= 0 && ix < w) {
-              best = std::max(best, x.values[(plane * h + iy) * w + ix]);
+              const double v = x.values[(plane * h + iy) * w + ix];
+              if (v > best || std::isnan(v)) best = v;  // a NaN wins, as in torch
             }
           }
         }
@@ -170,6 +172,46 @@ TEST(MaxPool2d, PropagatesNaN) {
   EXPECT_TRUE(std::isnan(out.values[0]));
 }
 
+/// x with ties (values rounded to quarters, exact in f32), and a NaN or -inf at about one place in
+/// `every`.
+HostTensor tied_with_specials(const Shape& shape, std::mt19937& rng, int every) {
+  HostTensor x = random_tensor(DType::kFloat32, shape, rng);
+  std::uniform_int_distribution<int> pick(0, every - 1);
+  for (double& v : x.values) {
+    v = std::round(v * 4) / 4;
+    const int k = pick(rng);
+    if (k == 0) v = std::numeric_limits<double>::quiet_NaN();
+    if (k == 1) v = -std::numeric_limits<double>::infinity();
+  }
+  return x;
+}
+
+// Windows two columns apart (ResNet's 3x3 stride-2 pool; max_pool_strided.cpp, eight windows a
+// vector): rows of 1 to 20 windows, whole vectors and partial ones, padded and not, ceil_mode,
+// NaN in some windows (NaN out exactly there) and -inf.
+TEST(MaxPool2d, WindowsTwoColumnsApartMatchLoopsOnRowsOfEveryLength) {
+  std::mt19937 rng(49);
+  for (const PoolParams& p : windows_two_columns_apart()) {
+    for (int64_t w = 5; w <= 44; w += 3) {
+      const HostTensor x = tied_with_specials({2, 3, 9, w}, rng, 40);
+      const Shape out_shape = pool_output_shape(x.shape, p);
+      const HostTensor got =
+          run_kernel(Kernel::kMaxPool2d, {x}, DType::kFloat32, out_shape, max_pool_ints(p));
+      const Reference want = reference_max_pool(x, p);
+      ASSERT_EQ(got.values.size(), want.values.size());
+      for (std::size_t i = 0; i < want.values.size(); ++i) {
+        const std::string at = "output " + std::to_string(i) + " of " + x.shape.to_string() +
+                               ", ints " + ::testing::PrintToString(max_pool_ints(p));
+        if (std::isnan(want.values[i])) {
+          EXPECT_TRUE(std::isnan(got.values[i])) << at;
+        } else {
+          EXPECT_EQ(got.values[i], want.values[i]) << at;
+        }
+      }
+    }
+  }
+}
+
 /// kMaxPool2d with relu_first on x gives what kRelu then kMaxPool2d give, bit for bit: the same
 /// values, zeros of the same sign, NaN where that gives NaN. x holds zeros of both signs,
 /// negatives and NaNs.
@@ -213,6 +255,7 @@ TEST(MaxPool2d, ReluFirstIsReluThenPool) {
   const PoolParams p{.kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};
   expect_relu_first_is_relu_then_pool(DType::kFloat32, {2, 3, 9, 11}, p, rng);
   expect_relu_first_is_relu_then_pool(DType::kBFloat16, {2, 3, 9, 11}, p, rng);
+  expect_relu_first_is_relu_then_pool(DType::kFloat32, {2, 3, 9, 37}, p, rng);
   const PoolParams inside{.kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2};
   expect_relu_first_is_relu_then_pool(DType::kFloat32, {2, 3, 9, 11}, inside, rng);
   const PoolParams overlapping{.kh = 2, .kw = 2, .stride_h = 1, .stride_w = 1};

@@ -2,6 +2,7 @@
 // attributes, and the output shape torch gives them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -35,6 +36,15 @@ inline std::vector<int64_t> max_pool_ints(const PoolParams& p) {
 }
 inline std::vector<int64_t> avg_pool_ints(const PoolParams& p) {
   return {p.kh, p.kw, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.ceil_mode, p.count_include_pad};
+}
+
+/// Max pools with windows two columns apart (backends/cpu/max_pool_strided.cpp): ResNet's 3x3
+/// stride 2 padded and not, overlapping rows with ceil_mode, and a wider window.
+inline std::array<PoolParams, 4> windows_two_columns_apart() {
+  return {PoolParams{.kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
+          PoolParams{.kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2},
+          PoolParams{.kh = 2, .kw = 3, .stride_h = 1, .stride_w = 2, .pad_w = 1, .ceil_mode = true},
+          PoolParams{.kh = 5, .kw = 4, .stride_h = 3, .stride_w = 2, .pad_h = 2, .pad_w = 2}};
 }
 
 }  // namespace axle::testing
