@@ -61,15 +61,21 @@ void index_select_kernel(const KernelArgs& args) {
       const std::size_t run = static_cast<std::size_t>(inner) * N;
       auto select_outer = [&](int64_t first, int64_t last, int) {
         std::byte* to = dst + first * n * static_cast<int64_t>(run);
+        if (inner == 1) {
+          // One element per index (a conv kernel's taps reversed): the loop over rows without
+          // a call or a branch per element.
+          for (int64_t o = first; o < last; ++o) {
+            const std::byte* base = src + o * size * static_cast<int64_t>(N);
+            for (int64_t j = 0; j < n; ++j, to += N) {
+              copy_element<N>(to, base + static_cast<int64_t>(idx[j]) * static_cast<int64_t>(N));
+            }
+          }
+          return;
+        }
         for (int64_t o = first; o < last; ++o) {
           const std::byte* base = src + o * size * inner * N;
           for (int64_t j = 0; j < n; ++j, to += run) {
-            const std::byte* from = base + idx[j] * inner * N;
-            if (inner == 1) {
-              copy_element<N>(to, from);
-            } else {
-              std::memcpy(to, from, run);
-            }
+            std::memcpy(to, base + idx[j] * inner * N, run);
           }
         }
       };

@@ -159,6 +159,16 @@ TEST(Permute, MatchesLoopsOnRandomShapes) {
   }
 }
 
+// Short runs kept whole (a conv kernel's taps when its channels swap), every length and dtype.
+TEST(Permute, MovesShortRunsWhole) {
+  std::mt19937 rng(5);
+  for (DType dtype : kDTypes) {
+    for (int64_t run = 2; run <= 17; ++run)
+      check_permute(random_tensor(dtype, {5, 7, run}, rng), {1, 0, 2});
+    check_permute(random_tensor(dtype, {6, 4, 3, 3}, rng), {1, 0, 2, 3});
+  }
+}
+
 TEST(Permute, TransposesMatricesLargerThanOneTile) {
   std::mt19937 rng(4);
   for (DType dtype : kDTypes) {
@@ -401,6 +411,22 @@ TEST(IndexSelect, MatchesLoopsOnRandomShapes) {
       Index idx = unravel(i, out_shape);
       idx[dim] = static_cast<int64_t>(index.values[idx[dim]]);
       ASSERT_EQ(out.values[i], x.values[ravel(idx, x.shape)]);
+    }
+  }
+}
+
+// One element per index along the last dim (a conv kernel's taps reversed), over many rows.
+TEST(IndexSelect, PicksSingleElementsAlongTheLastDim) {
+  std::mt19937 rng(13);
+  for (DType dtype : kDTypes) {
+    const HostTensor x = random_tensor(dtype, {37, 9}, rng);
+    const HostTensor index = index_tensor(DType::kInt64, {10}, {8, 7, 6, 5, 4, 3, 2, 1, 0, 4});
+    const HostTensor out = run_kernel(Kernel::kIndexSelect, {x, index}, dtype, {37, 10}, {1});
+    for (int64_t r = 0; r < 37; ++r) {
+      for (int64_t j = 0; j < 10; ++j) {
+        ASSERT_EQ(out.values[r * 10 + j], x.values[r * 9 + static_cast<int64_t>(index.values[j])])
+            << dtype_name(dtype) << " row " << r << " pick " << j;
+      }
     }
   }
 }
