@@ -131,6 +131,10 @@ std::vector<ConvCase> cases(const std::string& set) {
     // the unit-stride 56x56 one's, to set beside resnet_3x3_s1_56_input_grad.
     all.push_back(
         {"resnet_3x3_s2_56_input_grad", {8, 128, 28, 28}, {128, 64, 3, 3}, 2, 1, 1, 1, true, 1});
+    all.push_back(
+        {"resnet_3x3_s2_28_input_grad", {8, 256, 14, 14}, {256, 128, 3, 3}, 2, 1, 1, 1, true, 1});
+    all.push_back(
+        {"resnet_3x3_s2_14_input_grad", {8, 512, 7, 7}, {512, 256, 3, 3}, 2, 1, 1, 1, true, 1});
     all.push_back({"resnet_3x3_s1_56_input_grad_transposed",
                    {8, 64, 56, 56},
                    {64, 64, 3, 3},

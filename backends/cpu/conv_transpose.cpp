@@ -3,9 +3,10 @@
 // through the kernel: per image and group a GEMM gives every tap's contribution,
 // taps[(o, i, j), y * w + x] = w[c, (o, i, j)]^T x[c, y * w + x], and each tap plane is added into
 // the output at its offset and stride (col2im). Unlike a convolution of the stride-dilated input,
-// it multiplies no zeros. A block of input rows at a time keeps the taps in cache; images spread
-// over the device's threads, each summed in one fixed order, so the bits do not depend on the
-// thread count. bf16 products sum in f32 and the output is rounded once.
+// it multiplies no zeros. A block of input rows at a time keeps the taps in cache; small planes
+// go in runs of images side by side, a block of taps at a time. Images spread over the device's
+// threads, each summed in one fixed order, so the bits do not depend on the thread count. bf16
+// products sum in f32 and the output is rounded once.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -105,28 +106,101 @@ void add_tap_plane(const A* taps, int64_t y0, int64_t y1, int64_t i, int64_t j,
   }
 }
 
-// taps [rows, columns] (row stride columns) = a^T b: a [depth, rows] (row stride rows), b [depth,
-// columns] (row stride ld_b), both of T; the sums in A.
+// taps [rows, columns] (row stride columns) = a^T b: a [depth, rows] (row stride ld_a, rows by
+// default), b [depth, columns] (row stride ld_b), both of T; the sums in A.
 template <class T, class A>
 void taps_product(int64_t rows, int64_t columns, int64_t depth, const T* a, const T* b,
-                  int64_t ld_b, A* taps, ComputePool* pool) {
+                  int64_t ld_b, A* taps, ComputePool* pool, int64_t ld_a = 0) {
+  if (ld_a == 0) ld_a = rows;
   if constexpr (std::is_same_v<T, Bf16>) {
     Gemm product;
     product.m = rows, product.n = columns, product.k = depth;
-    product.a = {a, rows, true, true};
+    product.a = {a, ld_a, true, true};
     product.b = {b, ld_b, false, true};
     product.out = taps;
     product.ldc = columns;
     product.precision = GemmPrecision::kBf16;
     gemm(product, pool);
   } else {
-    gemm<T>({rows, columns, depth, a, rows, b, ld_b, taps, columns}, true, false, pool);
+    gemm<T>({rows, columns, depth, a, ld_a, b, ld_b, taps, columns}, true, false, pool);
   }
+}
+
+// Input planes below kBatchedPlane positions (ResNet's 7x7 and 14x14 layers) make a GEMM per
+// image a few register tiles wide: images are then taken together, their planes side by side.
+constexpr int64_t kBatchedPlane = 256;
+// About this many columns (positions of the images taken together) per GEMM.
+constexpr int64_t kBatchedColumns = 256;
+// Taps of about this many values per block, written by the GEMM and read back from cache.
+constexpr int64_t kTapBlockFloats = int64_t{1} << 16;
+
+// conv_transpose for small planes: each thread takes whole runs of images, whose planes it lays
+// side by side as [c, images * plane]; one GEMM a block of taps gives
+// those taps for every image of the run, and each image adds its tap planes into its output in
+// tap order. The GEMM is as wide as the run's planes together, not one small plane.
+template <class T>
+void conv_transpose_batched(const T* x, const T* w, T* out, const TransposedGeometry& g,
+                            ComputePool& pool) {
+  using A = compute_t<T>;
+  const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
+  const int64_t rows = out_group * g.kh * g.kw, plane = g.h * g.w, out_plane = g.oh * g.ow;
+  // Runs of at most half the images, so that two threads share them; the runs do not depend on
+  // the thread count (f64's GEMM is Eigen's, whose sums depend on the product's width).
+  const int64_t batch = std::clamp<int64_t>(kBatchedColumns / plane, 1, (g.n + 1) / 2);
+  const int64_t runs = (g.n + batch - 1) / batch;
+  const int64_t columns = batch * plane;
+  // Taps of about kTapBlockFloats at a time, in whole register tiles of rows (14).
+  const int64_t block_rows = std::clamp<int64_t>(kTapBlockFloats / columns / 14 * 14, 14, rows);
+  // A bf16 output is summed in f32 per image and rounded once.
+  const int64_t acc_floats = std::is_same_v<T, A> ? 0 : batch * g.o * out_plane;
+  const std::size_t bytes =
+      sizeof(A) * static_cast<std::size_t>(block_rows * columns + acc_floats) +
+      sizeof(T) * static_cast<std::size_t>(in_group * columns) + 64;
+  auto run = [&](int64_t n0, int64_t images, int thread) {
+    A* taps = static_cast<A*>(pool.scratch(thread, bytes));
+    A* accs = taps + block_rows * columns;
+    T* side_by_side = reinterpret_cast<T*>(accs + acc_floats);
+    auto acc_of = [&](int64_t b) {
+      if constexpr (std::is_same_v<T, A>) return out + (n0 + b) * g.o * out_plane;
+      return accs + b * g.o * out_plane;
+    };
+    for (int64_t b = 0; b < images; ++b) zero_run(acc_of(b), g.o * out_plane);
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      for (int64_t c = 0; c < in_group; ++c) {
+        for (int64_t b = 0; b < images; ++b) {
+          std::copy_n(x + ((n0 + b) * g.c + grp * in_group + c) * plane, plane,
+                      side_by_side + c * columns + b * plane);
+        }
+      }
+      for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+        const int64_t r1 = std::min(rows, r0 + block_rows);
+        taps_product<T, A>(r1 - r0, images * plane, in_group, w + grp * in_group * rows + r0,
+                           side_by_side, columns, taps, nullptr, rows);
+        for (int64_t b = 0; b < images; ++b) {
+          A* acc_group = acc_of(b) + grp * out_group * out_plane;
+          for (int64_t r = r0; r < r1; ++r) {
+            const int64_t o = r / (g.kh * g.kw), i = r / g.kw % g.kh, j = r % g.kw;
+            add_tap_plane(taps + (r - r0) * images * plane + b * plane, 0, g.h, i, j, g,
+                          acc_group + o * out_plane);
+          }
+        }
+      }
+    }
+    if constexpr (!std::is_same_v<T, A>) {
+      for (int64_t b = 0; b < images; ++b) {
+        narrow_block(acc_of(b), out + (n0 + b) * g.o * out_plane, g.o * out_plane);
+      }
+    }
+  };
+  parallel_for(pool, runs, 1, [&](int64_t first, int64_t last, int thread) {
+    for (int64_t r = first; r < last; ++r) run(r * batch, std::min(batch, g.n - r * batch), thread);
+  });
 }
 
 template <class T>
 void conv_transpose(const T* x, const T* w, T* out, const TransposedGeometry& g,
                     ComputePool& pool) {
+  if (g.h * g.w < kBatchedPlane && g.n > 1) return conv_transpose_batched(x, w, out, g, pool);
   using A = compute_t<T>;  // f32 for f32 and bf16, f64 for f64
   const int64_t in_group = g.c / g.groups, out_group = g.o / g.groups;
   const int64_t rows = out_group * g.kh * g.kw, plane = g.h * g.w, out_plane = g.oh * g.ow;

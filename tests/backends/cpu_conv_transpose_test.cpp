@@ -78,6 +78,9 @@ const Form kForms[] = {
     {"pointwise_stride2", {3, 8, 7, 7}, {8, 4, 1, 1}, 2, 0, 1, 1, 1},
     // Taps for 64 output channels over 30 rows of 30: more than one block of input rows.
     {"blocks", {1, 16, 30, 30}, {16, 64, 3, 3}, 2, 1, 1, 1, 1},
+    // 7 x 7 planes over five images: runs of images side by side (three and two), the taps of 64
+    // output channels in three blocks.
+    {"small_planes_in_runs", {5, 6, 7, 7}, {6, 64, 3, 3}, 2, 1, 1, 1, 1},
 };
 
 class ConvTransposeForms : public ::testing::TestWithParam<std::tuple<DType, Form>> {};
@@ -119,8 +122,8 @@ TEST(CpuConvTranspose, Bf16RoundsTheF32SumOnce) {
 
 TEST(CpuConvTranspose, EveryThreadCountGivesTheSameBits) {
   std::mt19937 rng(53);
-  for (const Form& form :
-       {kForms[0], kForms[5], Form{"one_image", {1, 32, 14, 14}, {32, 16, 3, 3}, 2, 1, 1, 1, 1}}) {
+  for (const Form& form : {kForms[0], kForms[5], kForms[6],
+                           Form{"one_image", {1, 32, 14, 14}, {32, 16, 3, 3}, 2, 1, 1, 1, 1}}) {
     for (DType dtype : kFloats) {
       const HostTensor x = random_tensor(dtype, form.x, rng);
       const HostTensor w = random_tensor(dtype, form.w, rng);
