@@ -133,17 +133,21 @@ bool fused_reduction(Kernel kernel) noexcept {
 }
 
 bool fusible_reduction_dims(const Shape& shape, std::span<const int64_t> dims) noexcept {
-  // Counts the runs of reduced dims among the dims of size > 1 (as the CPU reduction kernels
-  // group them): one run or none.
-  int runs = 0;
-  bool in_run = false;
+  // The runs of reduced and kept dims among the dims of size > 1 (as the CPU reduction kernels
+  // group them): one reduced run or none, or a kept run between two reduced ones.
+  int reduced_runs = 0, runs = 0;
+  bool first_reduced = false, last_reduced = false;
   for (int d = 0; d < shape.rank(); ++d) {
     if (shape[d] == 1) continue;
     const bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
-    runs += reduced && !in_run;
-    in_run = reduced;
+    if (runs == 0 || reduced != last_reduced) {
+      ++runs;
+      reduced_runs += reduced;
+      if (runs == 1) first_reduced = reduced;
+    }
+    last_reduced = reduced;
   }
-  return runs <= 1;
+  return reduced_runs <= 1 || (runs == 3 && first_reduced);
 }
 
 bool writes_in_place_safely(const KernelCall& call, std::size_t operand) noexcept {

@@ -186,8 +186,8 @@ namespace axle {
 ///                kernel one of kSum kMean kReduceMax kReduceMin (see fused_reduction); it folds
 ///                operand a of each block into the output, which is what that reduction kernel
 ///                gives for a tensor of the chain's shape holding a, keepdim and dims as its ints
-///                say. The reduced dims must be adjacent once the chain's size-1 dims are left out
-///                (see fusible_reduction_dims).
+///                say. The reduced dims must be adjacent once the chain's size-1 dims are left out,
+///                or surround one run of kept dims (see fusible_reduction_dims).
 enum class Kernel : uint16_t {
   kAdd,
   kSub,
@@ -277,7 +277,9 @@ inline constexpr int64_t kAttentionViewQ = 1, kAttentionViewK = 2, kAttentionVie
 
 /// Whether a kFused call can end in reducing `shape` over `dims` (sorted, unique, in range): once
 /// size-1 dims are left out, the reduced dims are adjacent, so every output's terms lie in one
-/// contiguous run or one evenly strided column of the chain.
+/// contiguous run or one evenly strided column of the chain; or they are the dims before and
+/// after one run of kept dims (a per-channel statistic over [N, C, H, W]), so every output's
+/// terms lie in evenly strided runs.
 [[nodiscard]] bool fusible_reduction_dims(const Shape& shape,
                                           std::span<const int64_t> dims) noexcept;
 

@@ -35,8 +35,8 @@ bool reduction(Op op) {
 
 // Whether reduction `id` can end the fused kernel of its operand: a floating-point reduction the
 // kernel supports, of an elementwise op computed for it alone (stored, the chain would gain
-// nothing). Reductions whose terms would have to be gathered (dims {0, 2} of [a, b, c]) stay
-// kernels of their own.
+// nothing). Reductions whose terms would have to be gathered (dims {0, 2} of [a, b, c, d]) stay
+// kernels of their own; a per-channel statistic (dims {0, 2, 3} of [N, C, H, W]) fuses.
 bool fusible_reduction(const Program& p, std::size_t id, const std::vector<int32_t>& uses) {
   const Program::Instr& instr = p[id];
   if (!reduction(instr.op) || (instr.dtype != DType::kFloat32 && instr.dtype != DType::kFloat64)) {

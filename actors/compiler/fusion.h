@@ -14,7 +14,8 @@ namespace axle {
 /// own kernel. A cluster is a root (a floating-point elementwise op) and the elementwise ops and
 /// expands feeding only it, transitively; none of its members but the root is stored. A
 /// floating-point sum, mean, max or min is a root too when its operand is an elementwise op that
-/// only it reads and its reduced dims are adjacent (fusible_reduction_dims): the kernel then
+/// only it reads and its reduced dims are adjacent or surround one run of kept dims (a
+/// per-channel statistic; fusible_reduction_dims): the kernel then
 /// folds the chain into the reduction's output and stores nothing else. A cast of an f32 chain
 /// to bf16 is a root too: the chain runs in f32 and is rounded as it is stored. The chain is
 /// computed at the root's shape (a reduction's: its operand's); members whose vector code is an

@@ -86,19 +86,56 @@ void binary_expression(Operand<T> a, Operand<T> b, T* dst, int64_t len, F f) {
   }
 }
 
-// A reduction's folds: one per row part (reducer.h's row_parts), in part order, each taking
-// `part_size` of the chain's elements (the last fewer).
+// A reduction's folds: one per part, each taking `part_size` of the chain's elements (the last
+// fewer) from each of `spans` spans of `extent` elements. Row parts (reducer.h's row_parts) take
+// one span, the whole chain, and merge in part order; a per-channel statistic's (StridedRows)
+// parts take their rows' runs in every span and store their own outputs.
 template <class T>
 struct Folds {
   std::vector<std::unique_ptr<Fold<T>>> parts;
   int64_t part_size = 0;
+  int64_t spans = 1, extent = 0;
+  bool own_outputs = false;
 };
+
+// Rows per part of a StridedRows reduction, or 0 for one part taking the chain in order. A part's
+// runs must start and end on multiples of 16 elements, where the unfused kernels' vectors do
+// (an approximated step's last bit depends on its place in a vector): every run does when runs
+// are multiples of 16 elements, every 16th row's when there are a multiple of 16 rows.
+int64_t strided_part_rows(const StridedRows& s) {
+  const int64_t align = s.run % 16 == 0 ? 1 : s.rows % 16 == 0 ? 16 : 0;
+  if (align == 0 || s.rows * s.runs * s.run < kParallelStridedTerms) return 0;
+  const int64_t parts = std::min<int64_t>(kMaxRowParts, s.rows / align);
+  if (parts <= 1) return 0;
+  return ((s.rows + parts - 1) / parts + align - 1) / align * align;
+}
+
+template <class R, class T>
+Folds<T> strided_folds(const StridedRows& s) {
+  Folds<T> folds;
+  folds.own_outputs = true;
+  const int64_t part_rows = strided_part_rows(s);
+  if (part_rows == 0) {
+    folds.parts.push_back(std::make_unique<FoldStridedRows<R, T>>(s, 0, s.rows));
+    folds.extent = folds.part_size = s.runs * s.rows * s.run;
+    return folds;
+  }
+  for (int64_t first = 0; first < s.rows; first += part_rows) {
+    folds.parts.push_back(
+        std::make_unique<FoldStridedRows<R, T>>(s, first, std::min(part_rows, s.rows - first)));
+  }
+  folds.spans = s.runs;
+  folds.extent = s.rows * s.run;
+  folds.part_size = part_rows * s.run;
+  return folds;
+}
 
 template <class T>
 Folds<T> make_folds(const FusedReduction& r, const Shape& out) {
   const std::string name = fmt::format("fused: {}", kernel_name(r.kernel));
   const ReducePlan plan = plan_reduction(name, r.shape, r.dims, r.keepdim, out);
-  if (plan.gather) {
+  const std::optional<StridedRows> strided = strided_rows(plan);
+  if (plan.gather && !strided) {
     fused_malformed(fmt::format("{} over dims {} of {}: the reduced dims are not adjacent",
                                 kernel_name(r.kernel), fmt::join(r.dims, ","),
                                 r.shape.to_string()));
@@ -111,7 +148,9 @@ Folds<T> make_folds(const FusedReduction& r, const Shape& out) {
   }
   const RowParts parts = row_parts(g);
   Folds<T> folds{{}, parts.count == 1 ? g.outer * g.n * g.inner : parts.rows * g.inner};
+  folds.extent = g.outer * g.n * g.inner;
   auto fold_parts = [&]<class R>(R) {
+    if (strided) return strided_folds<R, T>(*strided);
     for (int64_t p = 0; p < parts.count; ++p) {
       const Geometry rows{g.outer, parts.end(p, g.n) - parts.begin(p, g.n), g.inner};
       folds.parts.push_back(std::make_unique<FoldInto<R, T>>(rows, g.n));
@@ -254,16 +293,25 @@ class FusedRun {
     const auto& folds = folds_.parts;
     const auto parts = static_cast<int64_t>(folds.size());
     auto run_part = [&](int64_t p, int thread) {
-      const int64_t size = folds_.part_size;
-      run_elements(p * size, std::min(n, (p + 1) * size), thread, folds[p].get());
+      const int64_t size = folds_.part_size, extent = folds_.extent;
+      for (int64_t span = 0; span < folds_.spans; ++span) {
+        run_elements(span * extent + p * size, span * extent + std::min(extent, (p + 1) * size),
+                     thread, folds[p].get());
+      }
     };
     if (pool_) {
       pool_->run(parts, run_part);
     } else {
       for (int64_t p = 0; p < parts; ++p) run_part(p, 0);
     }
-    for (int64_t p = 1; p < parts; ++p) folds[0]->merge(*folds[p]);
-    if constexpr (!kNarrow) folds[0]->store(args_.output.as<T>());
+    if constexpr (!kNarrow) {
+      if (folds_.own_outputs) {
+        for (const auto& fold : folds) fold->store(args_.output.as<T>());
+        return;
+      }
+      for (int64_t p = 1; p < parts; ++p) folds[0]->merge(*folds[p]);
+      folds[0]->store(args_.output.as<T>());
+    }
   }
 
  private:

@@ -239,14 +239,12 @@ bool strided(const PoolGeometry& g) {
   return std::is_same_v<T, float> && !two_by_two(g) && takes_strided_max_pool(g);
 }
 
-// Floats of scratch per thread for a max pool or its gradient: the strided kernels' frame, or a
-// plane of gradient sums.
+// Scratch per thread for a max pool or its gradient: the strided kernels' frame, or a plane.
 int64_t max_pool_scratch_floats(const PoolGeometry& g) {
   return std::max(g.h * g.w, strided<float>(g) ? strided_max_pool_scratch_floats(g) : 0);
 }
 
-// `scratch`: max_pool_scratch_floats(g) floats.
-template <class T>
+template <class T>  // scratch: max_pool_scratch_floats(g) floats
 void max_pool_typed(const T* x, T* out, const PoolGeometry& g, float* scratch) {
   if constexpr (std::is_same_v<T, float>) {
     if (strided<T>(g)) return strided_max_pool(x, out, g, scratch);
@@ -444,8 +442,7 @@ void max_pool_backward_inside(const T* x, const T* grad_out, T* grad_x, const Po
   }
 }
 
-// `plane`: max_pool_scratch_floats(g) values of the compute type.
-template <class T>
+template <class T>  // plane: max_pool_scratch_floats(g) values of the compute type
 void max_pool_backward_typed(const T* x, const T* grad_out, T* grad_x, const PoolGeometry& g,
                              compute_t<T>* plane) {
   if constexpr (std::is_same_v<T, float>) {

@@ -196,21 +196,6 @@ void reduce_to_output(const T* x, const Geometry& g, const View& out, ComputePoo
   store_all(results, out);
 }
 
-// One kept group between two reduced ones, [a, c, b] reduced over a and b: output j reduces the
-// a runs of b terms at x[(i * c + j) * b]. Fed to a RowReducer in that order, each output gets
-// the bits reduce_row gives its gathered row, without the copy.
-struct StridedRows {
-  int64_t runs, rows, run;
-};
-
-std::optional<StridedRows> strided_rows(const ReducePlan& plan) {
-  const std::vector<Group>& groups = plan.groups;
-  if (groups.size() != 3 || !groups[0].reduced || groups[1].reduced || !groups[2].reduced) {
-    return std::nullopt;
-  }
-  return StridedRows{groups[0].size, groups[1].size, groups[2].size};
-}
-
 template <class R, class T>
 void reduce_strided_rows(const T* x, const StridedRows& s, const View& out, ComputePool& pool) {
   using Result = decltype(R::finish(R::identity(), 0));
@@ -224,7 +209,7 @@ void reduce_strided_rows(const T* x, const StridedRows& s, const View& out, Comp
     }
   };
   // As reduce_to_output splits rows: each output is reduced the same way on any thread.
-  if (s.rows > 1 && s.rows * n >= (int64_t{1} << 16)) {
+  if (s.rows > 1 && s.rows * n >= kParallelStridedTerms) {
     parallel_for(pool, s.rows, 1, rows);
   } else {
     rows(0, s.rows, 0);

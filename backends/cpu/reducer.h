@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -53,6 +55,25 @@ struct ReducePlan {
 /// `name` when the dims are not valid or `out` is not the shape the reduction gives.
 ReducePlan plan_reduction(std::string_view name, const Shape& in, std::span<const int64_t> dims,
                           bool keepdim, const Shape& out);
+
+/// One kept group between two reduced ones, [runs, rows, run] reduced over runs and run (a
+/// per-channel statistic over [N, C, H, W]): output j reduces the `runs` runs of `run` terms at
+/// x[(i * rows + j) * run], fed to a RowReducer in that order, which gives the bits reduce_row
+/// gives the gathered row without the copy.
+struct StridedRows {
+  int64_t runs, rows, run;
+};
+
+/// StridedRows reductions of fewer terms in all run on one thread.
+inline constexpr int64_t kParallelStridedTerms = int64_t{1} << 16;
+
+[[nodiscard]] inline std::optional<StridedRows> strided_rows(const ReducePlan& plan) {
+  const std::vector<Group>& groups = plan.groups;
+  if (groups.size() != 3 || !groups[0].reduced || groups[1].reduced || !groups[2].reduced) {
+    return std::nullopt;
+  }
+  return StridedRows{groups[0].size, groups[1].size, groups[2].size};
+}
 
 // ---- Reducers --------------------------------------------------------------------------------
 
@@ -360,6 +381,49 @@ class FoldInto final : public Fold<T> {
   int64_t output_ = 0;  // where the next value goes: output (o) ...
   int64_t term_ = 0;    // ... its term (r) ...
   int64_t column_ = 0;  // ... and, with inner > 1, column (i)
+};
+
+// A StridedRows reduction (above) of the rows [first_row, first_row + rows) on values that
+// arrive a block at a time: the runs of those rows in each of the `runs` spans, in order. Each
+// row has a RowReducer of its own, fed its runs in order, so each output gets the reduction
+// kernel's bits; the outputs of separate folds are separate rows (merge adds nothing).
+template <class R, class T>
+class FoldStridedRows final : public Fold<T> {
+ public:
+  FoldStridedRows(const StridedRows& s, int64_t first_row, int64_t rows)
+      : first_row_(first_row),
+        run_(s.run),
+        terms_(s.runs * s.run),
+        reducers_(static_cast<std::size_t>(rows), RowReducer<R, T>(s.runs * s.run)) {}
+
+  void feed(const T* x, int64_t len) override {
+    while (len > 0) {
+      const int64_t m = std::min(len, run_ - term_);
+      reducers_[static_cast<std::size_t>(row_)].feed(x, m);
+      x += m;
+      len -= m;
+      term_ += m;
+      if (term_ == run_) {
+        term_ = 0;
+        if (++row_ == static_cast<int64_t>(reducers_.size())) row_ = 0;  // the next span
+      }
+    }
+  }
+
+  void merge(const Fold<T>&) override {}
+
+  void store(T* out) override {
+    for (std::size_t j = 0; j < reducers_.size(); ++j) {
+      out[first_row_ + static_cast<int64_t>(j)] =
+          cpu::store<T>(R::finish(reducers_[j].finish_row(), terms_));
+    }
+  }
+
+ private:
+  int64_t first_row_, run_, terms_;
+  std::vector<RowReducer<R, T>> reducers_;
+  int64_t row_ = 0;   // the row the next value belongs to ...
+  int64_t term_ = 0;  // ... and its place in that row's current run
 };
 
 }  // namespace axle::cpu

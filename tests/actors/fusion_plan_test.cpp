@@ -123,10 +123,13 @@ TEST(FusionPlan, DimsSeparatedOnlyBySizeOneDimsCountAsAdjacent) {
   Builder b;
   const int32_t x = b.input({2, 1, 6});
   const int32_t y = b.input({2, 3, 6});
-  const int32_t adjacent = b.reduce(Op::kSum, b.op(Op::kExp, {2, 1, 6}, {x}), {0, 2});   // %3
-  const int32_t separated = b.reduce(Op::kSum, b.op(Op::kExp, {2, 3, 6}, {y}), {0, 2});  // %5
-  // [2, 3, 6] over dims {0, 2}: each output's terms would have to be gathered.
-  EXPECT_EQ(clusters(b.program({adjacent, separated})), "%2 %3");
+  const int32_t z = b.input({2, 3, 6, 4});
+  const int32_t adjacent = b.reduce(Op::kSum, b.op(Op::kExp, {2, 1, 6}, {x}), {0, 2});  // %4
+  // [2, 3, 6] over dims {0, 2}: a per-channel statistic, each output's terms in strided runs.
+  const int32_t per_channel = b.reduce(Op::kSum, b.op(Op::kExp, {2, 3, 6}, {y}), {0, 2});  // %6
+  // [2, 3, 6, 4] over dims {0, 2}: each output's terms would have to be gathered.
+  const int32_t separated = b.reduce(Op::kSum, b.op(Op::kExp, {2, 3, 6, 4}, {z}), {0, 2});  // %8
+  EXPECT_EQ(clusters(b.program({adjacent, per_channel, separated})), "%3 %4; %5 %6");
 }
 
 TEST(FusionPlan, ReductionsOfSharedOrStoredValuesRunAlone) {

@@ -55,6 +55,18 @@ const std::vector<Case> kCases = {
     {{3, 1400, 64}, {0, 1}, true},
     {{3, 0}, {1}},
     {{0, 5}, {1}},
+    // Per-channel statistics (dims before and after the kept ones): in parts (enough terms) of
+    // any rows (runs a multiple of 16 terms) or of 16 rows (900-term runs, 32 rows); in one part
+    // (fewer terms, or neither multiple); runs shorter than a lane group; size-1 dims; keepdim;
+    // an empty batch.
+    {{2, 48, 28, 28}, {0, 2, 3}},
+    {{3, 32, 30, 30}, {0, 2, 3}},
+    {{4, 24, 8, 8}, {0, 2, 3}},
+    {{3, 48, 7, 7}, {0, 2, 3}, true},
+    {{5, 20, 3, 5}, {0, 2, 3}},
+    {{2, 1, 6, 1, 3}, {0, 3, 4}},
+    {{7, 33, 2}, {0, 2}},
+    {{0, 3, 5}, {0, 2}},
 };
 
 // Operands of every kind for a chain of `shape`: x itself, a row broadcast along the leading
@@ -164,9 +176,11 @@ INSTANTIATE_TEST_SUITE_P(Kernels, FusedReduction,
                                   std::string(kernel_name(std::get<1>(info.param)));
                          });
 
-// Column sums in row parts give the same bits on one thread, two and three.
+// Column sums in row parts, and per-channel sums in parts of channels, give the same bits on one
+// thread, two and three.
 TEST(FusedReductionSteps, RowPartsGiveOneThreadsBitsOnSeveral) {
-  for (const Case& c : {Case{{4096, 128}, {0}}, Case{{3, 1400, 64}, {0, 1}}}) {
+  for (const Case& c : {Case{{4096, 128}, {0}}, Case{{3, 1400, 64}, {0, 1}},
+                        Case{{6, 64, 14, 14}, {0, 2, 3}}, Case{{3, 40, 32, 32}, {0, 2, 3}}}) {
     const std::vector<HostTensor> externals = operands(DType::kFloat32, c.shape, 12);
     std::vector<int64_t> ints = fused_ints(kChain, /*last_to_buffer=*/true);
     ints.insert(ints.end(), {static_cast<int64_t>(Kernel::kSum), -1,
@@ -226,9 +240,10 @@ TEST(FusedReductionSteps, MalformedReductionsAreRejected) {
   EXPECT_TRUE(contains(message(ints({sum_k, -1, -1, 1, 5, 0, 0})), "does not broadcast"));
   EXPECT_TRUE(contains(message(ints({sum_k, -1, -1, 1, 4, 0, 1})), "dims must be sorted"));
   EXPECT_TRUE(contains(message(ints({sum_k, -1, -1, 1, 4, 0, 0}), {4}), "but the output is"));
-  EXPECT_TRUE(contains(message(ints({sum_k, -1, -1, 3, 2, 3, 4, 0, 0, 2}), {3},
-                               HostTensor{DType::kFloat32, {2, 3, 4}, std::vector<double>(24, 1)}),
-                       "not adjacent"));
+  EXPECT_TRUE(
+      contains(message(ints({sum_k, -1, -1, 4, 2, 3, 4, 5, 0, 0, 2}), {3, 5},
+                       HostTensor{DType::kFloat32, {2, 3, 4, 5}, std::vector<double>(120, 1)}),
+               "not adjacent"));
   EXPECT_TRUE(contains(message(ints({static_cast<int64_t>(Kernel::kReduceMax), -1, -1, 1, 0, 0, 0}),
                                {}, HostTensor{DType::kFloat32, {0}, {}}),
                        "no identity"));
