@@ -1,6 +1,8 @@
 // backends/cpu: matrix products for the kernels that multiply (matmul, convolution), without
 // Eigen or intrinsics in the header. f32 and bf16 products run on packed register-tiled kernels
-// of the instruction set isa.h chose (gemm_avx2.cpp, gemm_avx512.cpp); f64 ones on Eigen.
+// of the instruction set isa.h chose (gemm_avx2.cpp, gemm_avx512.cpp); f64 ones on Eigen. On
+// AVX-512, a shallow product (k at most 16, op(b) stored [k, n]: a first convolution's taps)
+// reads op(b) where it lies instead of packing it, with the same bits.
 //
 // Every output element is summed alike whatever the thread count or the instruction set: k is
 // cut into blocks of 256, each block one chain of fused multiply-adds in order from 0, and the

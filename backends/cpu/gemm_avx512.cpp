@@ -3,7 +3,7 @@
 // 14 rows x 32 columns (28 accumulators): per step of k, two vector loads of op(b), 14 broadcasts
 // of op(a) and 28 FMAs (or vdpbf16ps, a pair of bf16 products each). Operands are packed into
 // panels first, converting on the way: bf16 widened to f32 for the f32 kernel, f32 rounded to
-// bf16 for the bf16 one (gemm_avx512_packing.h).
+// bf16 for the bf16 one (gemm_avx512_packing.h); a shallow product's op(b) is read in place.
 //
 // Nothing here is inline outside this file's own namespace (see gemm_kernels.h).
 #include <immintrin.h>
@@ -68,44 +68,11 @@ ALWAYS_INLINE void store_row(const TileIo& io, int r, __m512 lo, __m512 hi, __mm
   }
 }
 
-/// The tile's first R rows over `steps` packed steps: one FMA (f32) or vdpbf16ps (bf16 pairs)
-/// per row, vector and step, in step order.
-template <int R, bool kPairs, class Packed>
-void tile(int64_t steps, const Packed* a, const Packed* b, const TileIo& io) noexcept {
+/// Adds to a tile's sums what its TileIo asks (the output's or the stage's values, the bias) and
+/// stores the first R rows: the end of every register tile, packed (tile) or shallow.
+template <int R, bool kPairs>
+ALWAYS_INLINE void finish(__m512 (&acc)[R][2], const TileIo& io) noexcept {
   const __mmask16 m0 = first_lanes(io.cols), m1 = first_lanes(io.cols - 16);
-  __m512 acc[R][2];
-#pragma GCC unroll 14
-  for (int r = 0; r < R; ++r) {
-    acc[r][0] = _mm512_setzero_ps();
-    acc[r][1] = _mm512_setzero_ps();
-  }
-  if (io.residual) {  // read at the store: on its way while the sums run
-#pragma GCC unroll 14
-    for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(io.residual + r * io.ld_out), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(io.residual + r * io.ld_out + 16), _MM_HINT_T0);
-    }
-  }
-  for (int64_t s = 0; s < steps; ++s, a += kRows, b += kColumns) {
-    if constexpr (kPairs) {
-      const __m512bh b0 = (__m512bh)_mm512_load_si512(b);
-      const __m512bh b1 = (__m512bh)_mm512_load_si512(b + 16);
-#pragma GCC unroll 14
-      for (int r = 0; r < R; ++r) {
-        const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r]));
-        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
-        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
-      }
-    } else {
-      const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-#pragma GCC unroll 14
-      for (int r = 0; r < R; ++r) {
-        const __m512 x = _mm512_set1_ps(a[r]);
-        acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
-        acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
-      }
-    }
-  }
   if (io.in) {
 #pragma GCC unroll 14
     for (int r = 0; r < R; ++r) {
@@ -123,8 +90,90 @@ void tile(int64_t steps, const Packed* a, const Packed* b, const TileIo& io) noe
       acc[r][1] = _mm512_add_ps(acc[r][1], bias1);
     }
   }
+  // A bf16 output on AVX512_BF16: vcvtne2ps2bf16 rounds to nearest even as narrow() does, but
+  // reads denormal values as zero. vdpbf16ps's sums are never denormal (it flushes them); a bias
+  // or an earlier depth block's sum added can make one, and a tile holding one is stored again,
+  // rounded in software.
+  if constexpr (kPairs) {
+    if (io.out_bf16) {
+      constexpr int kDenormal = 0x20;  // vfpclassps's category
+      auto* out = static_cast<uint16_t*>(io.out);
+      const int64_t ld = io.ld_out;
+      const __mmask32 columns = first_halves(io.cols);
+      const bool added = io.in || io.bias;
+      __mmask16 denormal = 0;
+#pragma GCC unroll 14
+      for (int r = 0; r < R; ++r) {
+        if (added) {
+          denormal |= _mm512_fpclass_ps_mask(acc[r][0], kDenormal) |
+                      _mm512_fpclass_ps_mask(acc[r][1], kDenormal);
+        }
+        _mm512_mask_storeu_epi16(out + r * ld, columns,
+                                 (__m512i)_mm512_cvtne2ps_pbh(acc[r][1], acc[r][0]));
+      }
+      if (denormal == 0) [[likely]]
+        return;
+    }
+  }
+  // The common f32 stores without a branch a row.
+  if (!io.out_bf16 && !io.round_bf16 && !io.residual) {
+    float* out = static_cast<float*>(io.out);
+    const int64_t ld = io.ld_out;
+#pragma GCC unroll 14
+    for (int r = 0; r < R; ++r) {
+      _mm512_mask_storeu_ps(out + r * ld, m0, acc[r][0]);
+      _mm512_mask_storeu_ps(out + r * ld + 16, m1, acc[r][1]);
+    }
+    return;
+  }
 #pragma GCC unroll 14
   for (int r = 0; r < R; ++r) store_row(io, r, acc[r][0], acc[r][1], m0, m1);
+}
+
+/// Starts reading a tile's residual rows, added at the store, while its sums run.
+template <int R>
+ALWAYS_INLINE void prefetch_residual(const TileIo& io) noexcept {
+  if (!io.residual) return;
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) {
+    _mm_prefetch(reinterpret_cast<const char*>(io.residual + r * io.ld_out), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(io.residual + r * io.ld_out + 16), _MM_HINT_T0);
+  }
+}
+
+/// The tile's first R rows over `steps` packed steps: one FMA (f32) or vdpbf16ps (bf16 pairs)
+/// per row, vector and step, in step order. op(b)'s steps lie b_step apart: a packed panel's,
+/// or (kInPlace, f32) the rows of a shallow product where they lie, read up to io.cols only.
+template <int R, bool kPairs, bool kInPlace = false, class Packed>
+void tile(int64_t steps, const Packed* a, const Packed* b, int64_t b_step,
+          const TileIo& io) noexcept {
+  const __mmask16 m0 = first_lanes(io.cols), m1 = first_lanes(io.cols - 16);
+  __m512 acc[R][2];
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  prefetch_residual<R>(io);
+  for (int64_t s = 0; s < steps; ++s, a += kRows, b += b_step) {
+    if constexpr (kPairs) {
+      const __m512bh b0 = (__m512bh)_mm512_load_si512(b);
+      const __m512bh b1 = (__m512bh)_mm512_load_si512(b + 16);
+#pragma GCC unroll 14
+      for (int r = 0; r < R; ++r) {
+        const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r]));
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
+      }
+    } else {
+      const __m512 b0 = kInPlace ? _mm512_maskz_loadu_ps(m0, b) : _mm512_load_ps(b);
+      const __m512 b1 = kInPlace ? _mm512_maskz_loadu_ps(m1, b + 16) : _mm512_load_ps(b + 16);
+#pragma GCC unroll 14
+      for (int r = 0; r < R; ++r) {
+        const __m512 x = _mm512_set1_ps(a[r]);
+        acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+      }
+    }
+  }
+  finish<R, kPairs>(acc, io);
 }
 
 template <bool kPairs, class Packed>
@@ -132,33 +181,33 @@ void tile_rows(int rows, int64_t steps, const Packed* a, const Packed* b,
                const TileIo& io) noexcept {
   switch (rows) {
     case 14:
-      return tile<14, kPairs>(steps, a, b, io);
+      return tile<14, kPairs>(steps, a, b, kColumns, io);
     case 13:
-      return tile<13, kPairs>(steps, a, b, io);
+      return tile<13, kPairs>(steps, a, b, kColumns, io);
     case 12:
-      return tile<12, kPairs>(steps, a, b, io);
+      return tile<12, kPairs>(steps, a, b, kColumns, io);
     case 11:
-      return tile<11, kPairs>(steps, a, b, io);
+      return tile<11, kPairs>(steps, a, b, kColumns, io);
     case 10:
-      return tile<10, kPairs>(steps, a, b, io);
+      return tile<10, kPairs>(steps, a, b, kColumns, io);
     case 9:
-      return tile<9, kPairs>(steps, a, b, io);
+      return tile<9, kPairs>(steps, a, b, kColumns, io);
     case 8:
-      return tile<8, kPairs>(steps, a, b, io);
+      return tile<8, kPairs>(steps, a, b, kColumns, io);
     case 7:
-      return tile<7, kPairs>(steps, a, b, io);
+      return tile<7, kPairs>(steps, a, b, kColumns, io);
     case 6:
-      return tile<6, kPairs>(steps, a, b, io);
+      return tile<6, kPairs>(steps, a, b, kColumns, io);
     case 5:
-      return tile<5, kPairs>(steps, a, b, io);
+      return tile<5, kPairs>(steps, a, b, kColumns, io);
     case 4:
-      return tile<4, kPairs>(steps, a, b, io);
+      return tile<4, kPairs>(steps, a, b, kColumns, io);
     case 3:
-      return tile<3, kPairs>(steps, a, b, io);
+      return tile<3, kPairs>(steps, a, b, kColumns, io);
     case 2:
-      return tile<2, kPairs>(steps, a, b, io);
+      return tile<2, kPairs>(steps, a, b, kColumns, io);
     default:
-      return tile<1, kPairs>(steps, a, b, io);
+      return tile<1, kPairs>(steps, a, b, kColumns, io);
   }
 }
 
@@ -210,6 +259,143 @@ struct PairTraits {
     tile_rows<true>(rows, steps, a, b, io);
   }
 };
+
+// ---- shallow bf16 products -------------------------------------------------------------------
+// A bf16 product over a few pairs along k (a first convolution's taps: k = 9 over one channel)
+// spends as long packing op(b) as multiplying it. When op(b)'s rows are bf16 where they lie,
+// each block of 32 columns is instead read and paired in registers, once for all the rows, and
+// every tile of rows multiplies those registers. The sums are the packed kernel's (one chain of
+// vdpbf16ps from 0 over the pairs in order, then finish), so the bits are too.
+
+constexpr int64_t kShallowPairs = 8;
+
+/// Whether `g` in `precision` is shallow: at most 2 kShallowPairs along k, op(b)'s rows in place.
+bool is_shallow(const Gemm& g, GemmPrecision precision) noexcept {
+  return g.precision == precision && g.k <= 2 * kShallowPairs && !g.b.transposed;
+}
+
+/// The activations' backward or relu on a finished block of the output, as run_block applies them.
+void finish_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  if (g.gelu_input) gelu_backward_block(g, r0, r1, c0, c1);
+  if (g.relu_input) relu_backward_block(g, r0, r1, c0, c1);
+  if (g.relu) relu_block(g, r0, r1, c0, c1);
+}
+
+/// `io` for the tile `rows` rows further down.
+TileIo io_rows_on(TileIo io, int64_t rows) noexcept {
+  if (io.in) io.in += rows * io.ld_in;
+  io.out = static_cast<char*>(io.out) + rows * io.ld_out * (io.out_bf16 ? 2 : 4);
+  if (io.residual) io.residual += rows * io.ld_out;
+  return io;
+}
+
+/// R rows of a shallow product: a holds the rows' packed pairs (a panel of kRows rows from its
+/// first row), b the column block's S pairs in registers.
+template <int R, int S>
+ALWAYS_INLINE void shallow_tile(const uint32_t* a, const __m512bh (&b)[S][2],
+                                const TileIo& io) noexcept {
+  __m512 acc[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  prefetch_residual<R>(io);
+#pragma GCC unroll 8
+  for (int s = 0; s < S; ++s) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[s * kRows + r]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b[s][0]);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b[s][1]);
+    }
+  }
+  finish<R, true>(acc, io);
+}
+
+/// Rows [r0, r1) x columns [c0, c1) of a shallow product of S pairs, rows packed in a_pack.
+template <int S>
+void shallow_block(const Gemm& g, const uint32_t* a_pack, int64_t r0, int64_t r1, int64_t c0,
+                   int64_t c1) noexcept {
+  // Word i of the first vector pairs row 2s's value i with row 2s + 1's (index 32 + i); the
+  // second vector the same from value 16 on.
+  const __m512i first_half =
+      _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                       37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i second_half = _mm512_add_epi16(first_half, _mm512_set1_epi16(16));
+  const auto* b_rows = static_cast<const uint16_t*>(g.b.data);
+  const gemm_detail::TileSums sums{g, nullptr, 0, 0, 0, true, true};
+  constexpr int64_t kHalf = kRows / 2;  // two tiles a panel: 14 accumulators and 2 S pairs
+  for (int64_t j = c0; j < c1; j += kColumns) {
+    const int cols = static_cast<int>(min_of(kColumns, c1 - j));
+    const __mmask32 valid = first_halves(cols);
+    __m512bh b[S][2];
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const uint16_t* at = b_rows + 2 * s * g.b.ld + j;
+      const __m512i first = _mm512_maskz_loadu_epi16(valid, at);
+      const __m512i second =
+          2 * s + 1 < g.k ? _mm512_maskz_loadu_epi16(valid, at + g.b.ld) : _mm512_setzero_si512();
+      b[s][0] = (__m512bh)_mm512_permutex2var_epi16(first, first_half, second);
+      b[s][1] = (__m512bh)_mm512_permutex2var_epi16(first, second_half, second);
+    }
+    TileIo io = gemm_detail::tile_io(g, sums, r0, j, cols);
+    int64_t half = 0;  // tiles of kHalf rows so far: the a panel's half (half & 1) of its rows
+    for (; r0 + (half + 1) * kHalf <= r1; ++half) {
+      shallow_tile<kHalf, S>(a_pack + (half >> 1) * kRows * S + (half & 1) * kHalf, b, io);
+      io = io_rows_on(io, kHalf);
+    }
+    const int64_t rest = r1 - r0 - half * kHalf;
+    const uint32_t* a = a_pack + (half >> 1) * kRows * S + (half & 1) * kHalf;
+    [&]<int... kR>(std::integer_sequence<int, kR...>) {
+      ((rest == kR + 1 ? shallow_tile<kR + 1, S>(a, b, io) : void()), ...);
+    }
+    (std::make_integer_sequence<int, kHalf - 1>{});
+    finish_block(g, r0, r1, j, j + cols);
+  }
+}
+
+/// The f32 kernel: shallow products of f32 rows (is_shallow) read op(b) where it lies, the
+/// others are packed. The sums are the packed kernel's: one chain of FMAs from 0 over k in order.
+void run_f32(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  if (!is_shallow(g, GemmPrecision::kF32) || g.b.bf16) {
+    return gemm_detail::run_block<F32Traits<false>>(g, r0, r1, c0, c1);
+  }
+  const int64_t rows = r1 - r0;
+  auto* a_pack = static_cast<float*>(this_thread_object<gemm_detail::PackBuffers>().a.get(
+      sizeof(float) * static_cast<std::size_t>((rows + kRows - 1) / kRows * kRows * g.k)));
+  F32Traits<false>::pack_a(g, r0, rows, 0, g.k, a_pack);
+  const auto* b_rows = static_cast<const float*>(g.b.data);
+  const gemm_detail::TileSums sums{g, nullptr, 0, 0, 0, true, true};
+  for (int64_t j = c0; j < c1; j += kColumns) {
+    const int cols = static_cast<int>(min_of(kColumns, c1 - j));
+    TileIo io = gemm_detail::tile_io(g, sums, r0, j, cols);
+    const float* a = a_pack;
+    int64_t i = r0;
+    for (; i + kRows <= r1; i += kRows, a += kRows * g.k) {
+      tile<kRows, false, true>(g.k, a, b_rows + j, g.b.ld, io);
+      io = io_rows_on(io, kRows);
+    }
+    const int64_t rest = r1 - i;
+    [&]<int... kR>(std::integer_sequence<int, kR...>) {
+      ((rest == kR + 1 ? tile<kR + 1, false, true>(g.k, a, b_rows + j, g.b.ld, io) : void()), ...);
+    }
+    (std::make_integer_sequence<int, kRows - 1>{});
+    finish_block(g, r0, r1, j, j + cols);
+  }
+}
+
+/// The bf16 kernel: shallow products (is_shallow) as above, the others packed.
+void run_pairs(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  if (!is_shallow(g, GemmPrecision::kBf16) || !g.b.bf16) {
+    return gemm_detail::run_block<PairTraits>(g, r0, r1, c0, c1);
+  }
+  const int64_t steps = (g.k + 1) / 2, rows = r1 - r0;
+  auto* a_pack = static_cast<uint32_t*>(this_thread_object<gemm_detail::PackBuffers>().a.get(
+      sizeof(uint32_t) * static_cast<std::size_t>((rows + kRows - 1) / kRows * kRows * steps)));
+  PairTraits::pack_a(g, r0, rows, 0, g.k, a_pack);
+  [&]<int... kS>(std::integer_sequence<int, kS...>) {
+    ((steps == kS + 1 ? shallow_block<kS + 1>(g, a_pack, r0, r1, c0, c1) : void()), ...);
+  }
+  (std::make_integer_sequence<int, kShallowPairs>{});
+}
 
 // ---- direct products -------------------------------------------------------------------------
 // Products read where their operands lie (gemm.h's DirectProduct, bf16_pairs.h's PairProduct):
@@ -331,9 +517,9 @@ GemmBlockKernel avx512_gemm_kernel(GemmPrecision precision, bool bf16_dot) {
   using namespace avx512_gemm;
   GemmBlockKernel kernel{kRows, kColumns, nullptr};
   if (precision == GemmPrecision::kF32) {
-    kernel.run = gemm_detail::run_block<F32Traits<false>>;
+    kernel.run = run_f32;
   } else if (bf16_dot) {
-    kernel.run = gemm_detail::run_block<PairTraits>;
+    kernel.run = run_pairs;
   } else {
     kernel.run = gemm_detail::run_block<F32Traits<true>>;
   }

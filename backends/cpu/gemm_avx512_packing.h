@@ -304,6 +304,35 @@ void pack_pairs_across(const Lines& src, int64_t line0, int64_t lines, int64_t p
   }
 }
 
+/// pack_pairs_across for bf16 lines into panels of 32: a panel's 32 values of the rows of k = 2s
+/// and 2s + 1 are two loads, interleaved into the panel's step s by two vpermt2w.
+void pack_bf16_pairs_across_32(const Lines& src, int64_t line0, int64_t lines, int64_t p0,
+                               int64_t depth, uint32_t* dst) noexcept {
+  // Word i of the first result takes the first row's value i (index i) and the second row's
+  // (index 32 + i); the second result the same from value 16 on.
+  const __m512i first_half =
+      _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                       37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i second_half = _mm512_add_epi16(first_half, _mm512_set1_epi16(16));
+  const int64_t steps = (depth + 1) / 2;
+  const auto* row = reinterpret_cast<const uint16_t*>(src.data) + p0 * src.ld + line0;
+  for (int64_t s = 0; s < steps; ++s, row += 2 * src.ld) {
+    const bool has_second = 2 * s + 1 < depth;
+    for (int64_t t = 0; t * 32 < lines; ++t) {
+      const __mmask32 valid = first_halves(lines - t * 32);
+      const uint16_t* at = row + t * 32;
+      _mm_prefetch(reinterpret_cast<const char*>(at + kRowsAhead * src.ld), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(at + (kRowsAhead + 1) * src.ld), _MM_HINT_T0);
+      const __m512i first = _mm512_maskz_loadu_epi16(valid, at);
+      const __m512i second =
+          has_second ? _mm512_maskz_loadu_epi16(valid, at + src.ld) : _mm512_setzero_si512();
+      uint32_t* step = dst + t * 32 * steps + s * 32;
+      _mm512_storeu_si512(step, _mm512_permutex2var_epi16(first, first_half, second));
+      _mm512_storeu_si512(step + 16, _mm512_permutex2var_epi16(first, second_half, second));
+    }
+  }
+}
+
 /// Packs bf16 pairs in the form for the source's layout and element type.
 template <int64_t kWidth>
 void pack_pairs(const Lines& src, int64_t line0, int64_t lines, int64_t p0, int64_t depth,
@@ -311,6 +340,9 @@ void pack_pairs(const Lines& src, int64_t line0, int64_t lines, int64_t p0, int6
   if (src.k_contiguous) {
     if (src.bf16) return pack_pairs_lines<kWidth, uint16_t>(src, line0, lines, p0, depth, dst);
     return pack_pairs_lines<kWidth, float>(src, line0, lines, p0, depth, dst);
+  }
+  if (src.bf16 && kWidth == 32) {
+    return pack_bf16_pairs_across_32(src, line0, lines, p0, depth, dst);
   }
   if (src.bf16) return pack_pairs_across<kWidth, uint16_t>(src, line0, lines, p0, depth, dst);
   pack_pairs_across<kWidth, float>(src, line0, lines, p0, depth, dst);
