@@ -1,4 +1,4 @@
-// benchmarks: the processor's arithmetic peak, measured rather than quoted. A loop of twelve
+// benchmarks: the processor's arithmetic peak, measured rather than quoted. A loop of 24
 // independent accumulators issues one instruction kind back to back (no loads), on one thread
 // or on several at once, so a benchmark can state its own figures as fractions of what this
 // processor did in the same run.

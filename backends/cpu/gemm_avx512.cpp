@@ -291,13 +291,13 @@ TileIo io_rows_on(TileIo io, int64_t rows) noexcept {
 
 /// R rows of a shallow product: a holds the rows' packed pairs (a panel of kRows rows from its
 /// first row), b the column block's S pairs in registers.
-template <int R, int S>
+template <int R, int S, bool kPlain>
 ALWAYS_INLINE void shallow_tile(const uint32_t* a, const __m512bh (&b)[S][2],
                                 const TileIo& io) noexcept {
   __m512 acc[R][2];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  prefetch_residual<R>(io);
+  if constexpr (!kPlain) prefetch_residual<R>(io);
 #pragma GCC unroll 8
   for (int s = 0; s < S; ++s) {
 #pragma GCC unroll 8
@@ -307,11 +307,21 @@ ALWAYS_INLINE void shallow_tile(const uint32_t* a, const __m512bh (&b)[S][2],
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b[s][1]);
     }
   }
-  finish<R, true>(acc, io);
+  if constexpr (kPlain) {
+    auto* out = static_cast<uint16_t*>(io.out);
+    const __mmask32 columns = first_halves(io.cols);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      _mm512_mask_storeu_epi16(out + r * io.ld_out, columns,
+                               (__m512i)_mm512_cvtne2ps_pbh(acc[r][1], acc[r][0]));
+    }
+  } else {
+    finish<R, true>(acc, io);
+  }
 }
 
 /// Rows [r0, r1) x columns [c0, c1) of a shallow product of S pairs, rows packed in a_pack.
-template <int S>
+template <int S, bool kPlain>
 void shallow_block(const Gemm& g, const uint32_t* a_pack, int64_t r0, int64_t r1, int64_t c0,
                    int64_t c1) noexcept {
   // Word i of the first vector pairs row 2s's value i with row 2s + 1's (index 32 + i); the
@@ -339,13 +349,13 @@ void shallow_block(const Gemm& g, const uint32_t* a_pack, int64_t r0, int64_t r1
     TileIo io = gemm_detail::tile_io(g, sums, r0, j, cols);
     int64_t half = 0;  // tiles of kHalf rows so far: the a panel's half (half & 1) of its rows
     for (; r0 + (half + 1) * kHalf <= r1; ++half) {
-      shallow_tile<kHalf, S>(a_pack + (half >> 1) * kRows * S + (half & 1) * kHalf, b, io);
+      shallow_tile<kHalf, S, kPlain>(a_pack + (half >> 1) * kRows * S + (half & 1) * kHalf, b, io);
       io = io_rows_on(io, kHalf);
     }
     const int64_t rest = r1 - r0 - half * kHalf;
     const uint32_t* a = a_pack + (half >> 1) * kRows * S + (half & 1) * kHalf;
     [&]<int... kR>(std::integer_sequence<int, kR...>) {
-      ((rest == kR + 1 ? shallow_tile<kR + 1, S>(a, b, io) : void()), ...);
+      ((rest == kR + 1 ? shallow_tile<kR + 1, S, kPlain>(a, b, io) : void()), ...);
     }
     (std::make_integer_sequence<int, kHalf - 1>{});
     finish_block(g, r0, r1, j, j + cols);
@@ -391,8 +401,13 @@ void run_pairs(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   auto* a_pack = static_cast<uint32_t*>(this_thread_object<gemm_detail::PackBuffers>().a.get(
       sizeof(uint32_t) * static_cast<std::size_t>((rows + kRows - 1) / kRows * kRows * steps)));
   PairTraits::pack_a(g, r0, rows, 0, g.k, a_pack);
+  // A bf16 output with nothing added to the sums: rounded and stored, no more.
+  const bool plain = g.out_bf16 && !g.bias;
   [&]<int... kS>(std::integer_sequence<int, kS...>) {
-    ((steps == kS + 1 ? shallow_block<kS + 1>(g, a_pack, r0, r1, c0, c1) : void()), ...);
+    ((steps == kS + 1 ? (plain ? shallow_block<kS + 1, true>(g, a_pack, r0, r1, c0, c1)
+                               : shallow_block<kS + 1, false>(g, a_pack, r0, r1, c0, c1))
+                      : void()),
+     ...);
   }
   (std::make_integer_sequence<int, kShallowPairs>{});
 }
