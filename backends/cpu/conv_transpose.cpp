@@ -135,9 +135,9 @@ constexpr int64_t kBatchedColumns = 256;
 constexpr int64_t kTapBlockFloats = int64_t{1} << 16;
 
 // conv_transpose for small planes: each thread takes whole runs of images, whose planes it lays
-// side by side as [c, images * plane]; one GEMM a block of taps gives
-// those taps for every image of the run, and each image adds its tap planes into its output in
-// tap order. The GEMM is as wide as the run's planes together, not one small plane.
+// side by side as [c, images * plane]; one GEMM a block of taps gives those taps for every image
+// of the run, and each image adds its tap planes into its output in tap order. The GEMM is as
+// wide as the run's planes together, not one small plane.
 template <class T>
 void conv_transpose_batched(const T* x, const T* w, T* out, const TransposedGeometry& g,
                             ComputePool& pool) {
