@@ -378,9 +378,7 @@ void gemm(const Gemm& g, ComputePool* pool) {
       fill_rows(g);
       add_residual(g, 0, g.m);
     }
-    if (g.gelu_input) gelu_backward_block(g, 0, g.m, 0, g.n);
-    if (g.relu_input) relu_backward_block(g, 0, g.m, 0, g.n);
-    if (g.relu) relu_block(g, 0, g.m, 0, g.n);
+    activations_block(g, 0, g.m, 0, g.n);
     return;
   }
   if (!pool || pool->threads() == 1 || g.m * g.n * g.k < kParallelMultiplyAdds) {
@@ -440,6 +438,12 @@ void relu_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
         const uint16_t magnitude = bits & 0x7FFF;
         return !(bits > 0x8000 && magnitude <= 0x7F80);
       });
+}
+
+void activations_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  if (g.gelu_input) gelu_backward_block(g, r0, r1, c0, c1);
+  if (g.relu_input) relu_backward_block(g, r0, r1, c0, c1);
+  if (g.relu) relu_block(g, r0, r1, c0, c1);
 }
 
 void direct_gemm(const DirectProduct& q) {

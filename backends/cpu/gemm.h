@@ -1,8 +1,8 @@
 // backends/cpu: matrix products for the kernels that multiply (matmul, convolution), without
 // Eigen or intrinsics in the header. f32 and bf16 products run on packed register-tiled kernels
 // of the instruction set isa.h chose (gemm_avx2.cpp, gemm_avx512.cpp); f64 ones on Eigen. On
-// AVX-512, a shallow product (k at most 16, op(b) stored [k, n]: a first convolution's taps)
-// reads op(b) where it lies instead of packing it, with the same bits.
+// AVX-512, a shallow product (k at most 16, op(b) stored [k, n] in the product's precision: a
+// first convolution's taps) reads op(b) where it lies instead of packing it, with the same bits.
 //
 // Every output element is summed alike whatever the thread count or the instruction set: k is
 // cut into blocks of 256, each block one chain of fused multiply-adds in order from 0, and the
@@ -76,6 +76,10 @@ void relu_backward_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int6
 
 /// The same block of `g`'s output, written, made relu of itself (Gemm::relu).
 void relu_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+
+/// The same block of `g`'s output, written, given what `g` asks after its sums: gelu's backward,
+/// relu's backward, relu (each block function above where `g` sets it).
+void activations_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 
 /// Computes `product` with the kernels of cpu_isa(). With a pool, a large product is split into
 /// blocks of output rows or columns over its threads, or (a short input gradient over a few

@@ -38,6 +38,7 @@ using packing::load_bf16_bits;
 using packing::load_f32;
 using packing::pack_f32;
 using packing::pack_pairs;
+using packing::RowPairs;
 using packing::transpose16;
 using packing::widen_bits;
 
@@ -269,16 +270,11 @@ struct PairTraits {
 
 constexpr int64_t kShallowPairs = 8;
 
-/// Whether `g` in `precision` is shallow: at most 2 kShallowPairs along k, op(b)'s rows in place.
-bool is_shallow(const Gemm& g, GemmPrecision precision) noexcept {
-  return g.precision == precision && g.k <= 2 * kShallowPairs && !g.b.transposed;
-}
-
-/// The activations' backward or relu on a finished block of the output, as run_block applies them.
-void finish_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  if (g.gelu_input) gelu_backward_block(g, r0, r1, c0, c1);
-  if (g.relu_input) relu_backward_block(g, r0, r1, c0, c1);
-  if (g.relu) relu_block(g, r0, r1, c0, c1);
+/// Whether `g` is shallow: at most 2 kShallowPairs along k, op(b)'s rows in place and in the
+/// product's precision (f32 rows for an f32 product, bf16 ones for a bf16 product).
+bool is_shallow(const Gemm& g) noexcept {
+  return g.k <= 2 * kShallowPairs && !g.b.transposed &&
+         g.b.bf16 == (g.precision == GemmPrecision::kBf16);
 }
 
 /// `io` for the tile `rows` rows further down.
@@ -324,12 +320,7 @@ ALWAYS_INLINE void shallow_tile(const uint32_t* a, const __m512bh (&b)[S][2],
 template <int S, bool kPlain>
 void shallow_block(const Gemm& g, const uint32_t* a_pack, int64_t r0, int64_t r1, int64_t c0,
                    int64_t c1) noexcept {
-  // Word i of the first vector pairs row 2s's value i with row 2s + 1's (index 32 + i); the
-  // second vector the same from value 16 on.
-  const __m512i first_half =
-      _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
-                       37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i second_half = _mm512_add_epi16(first_half, _mm512_set1_epi16(16));
+  const RowPairs pairs;
   const auto* b_rows = static_cast<const uint16_t*>(g.b.data);
   const gemm_detail::TileSums sums{g, nullptr, 0, 0, 0, true, true};
   constexpr int64_t kHalf = kRows / 2;  // two tiles a panel: 14 accumulators and 2 S pairs
@@ -343,8 +334,8 @@ void shallow_block(const Gemm& g, const uint32_t* a_pack, int64_t r0, int64_t r1
       const __m512i first = _mm512_maskz_loadu_epi16(valid, at);
       const __m512i second =
           2 * s + 1 < g.k ? _mm512_maskz_loadu_epi16(valid, at + g.b.ld) : _mm512_setzero_si512();
-      b[s][0] = (__m512bh)_mm512_permutex2var_epi16(first, first_half, second);
-      b[s][1] = (__m512bh)_mm512_permutex2var_epi16(first, second_half, second);
+      b[s][0] = (__m512bh)pairs.first_half(first, second);
+      b[s][1] = (__m512bh)pairs.second_half(first, second);
     }
     TileIo io = gemm_detail::tile_io(g, sums, r0, j, cols);
     int64_t half = 0;  // tiles of kHalf rows so far: the a panel's half (half & 1) of its rows
@@ -358,14 +349,14 @@ void shallow_block(const Gemm& g, const uint32_t* a_pack, int64_t r0, int64_t r1
       ((rest == kR + 1 ? shallow_tile<kR + 1, S, kPlain>(a, b, io) : void()), ...);
     }
     (std::make_integer_sequence<int, kHalf - 1>{});
-    finish_block(g, r0, r1, j, j + cols);
+    activations_block(g, r0, r1, j, j + cols);
   }
 }
 
 /// The f32 kernel: shallow products of f32 rows (is_shallow) read op(b) where it lies, the
 /// others are packed. The sums are the packed kernel's: one chain of FMAs from 0 over k in order.
 void run_f32(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  if (!is_shallow(g, GemmPrecision::kF32) || g.b.bf16) {
+  if (!is_shallow(g)) {
     return gemm_detail::run_block<F32Traits<false>>(g, r0, r1, c0, c1);
   }
   const int64_t rows = r1 - r0;
@@ -388,13 +379,13 @@ void run_f32(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
       ((rest == kR + 1 ? tile<kR + 1, false, true>(g.k, a, b_rows + j, g.b.ld, io) : void()), ...);
     }
     (std::make_integer_sequence<int, kRows - 1>{});
-    finish_block(g, r0, r1, j, j + cols);
+    activations_block(g, r0, r1, j, j + cols);
   }
 }
 
 /// The bf16 kernel: shallow products (is_shallow) as above, the others packed.
 void run_pairs(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  if (!is_shallow(g, GemmPrecision::kBf16) || !g.b.bf16) {
+  if (!is_shallow(g)) {
     return gemm_detail::run_block<PairTraits>(g, r0, r1, c0, c1);
   }
   const int64_t steps = (g.k + 1) / 2, rows = r1 - r0;

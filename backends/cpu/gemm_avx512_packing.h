@@ -304,16 +304,30 @@ void pack_pairs_across(const Lines& src, int64_t line0, int64_t lines, int64_t p
   }
 }
 
-/// pack_pairs_across for bf16 lines into panels of 32: a panel's 32 values of the rows of k = 2s
-/// and 2s + 1 are two loads, interleaved into the panel's step s by two vpermt2w.
-void pack_bf16_pairs_across_32(const Lines& src, int64_t line0, int64_t lines, int64_t p0,
-                               int64_t depth, uint32_t* dst) noexcept {
-  // Word i of the first result takes the first row's value i (index i) and the second row's
-  // (index 32 + i); the second result the same from value 16 on.
-  const __m512i first_half =
+/// Two rows of 32 bf16 values (k and k + 1) as 32 pairs in two vectors of 16 words: word i of
+/// the first half pairs value i of each row, word i of the second half value 16 + i.
+class RowPairs {
+ public:
+  AXLE_ALWAYS_INLINE __m512i first_half(__m512i first, __m512i second) const noexcept {
+    return _mm512_permutex2var_epi16(first, first_half_, second);
+  }
+  AXLE_ALWAYS_INLINE __m512i second_half(__m512i first, __m512i second) const noexcept {
+    return _mm512_permutex2var_epi16(first, second_half_, second);
+  }
+
+ private:
+  // Index i < 32 picks the first row's value i, 32 + i the second row's.
+  const __m512i first_half_ =
       _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
                        37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i second_half = _mm512_add_epi16(first_half, _mm512_set1_epi16(16));
+  const __m512i second_half_ = _mm512_add_epi16(first_half_, _mm512_set1_epi16(16));
+};
+
+/// pack_pairs_across for bf16 lines into panels of 32: a panel's 32 values of the rows of k = 2s
+/// and 2s + 1 are two loads, paired into the panel's step s by RowPairs.
+void pack_bf16_pairs_across_32(const Lines& src, int64_t line0, int64_t lines, int64_t p0,
+                               int64_t depth, uint32_t* dst) noexcept {
+  const RowPairs pairs;
   const int64_t steps = (depth + 1) / 2;
   const auto* row = reinterpret_cast<const uint16_t*>(src.data) + p0 * src.ld + line0;
   for (int64_t s = 0; s < steps; ++s, row += 2 * src.ld) {
@@ -327,8 +341,8 @@ void pack_bf16_pairs_across_32(const Lines& src, int64_t line0, int64_t lines, i
       const __m512i second =
           has_second ? _mm512_maskz_loadu_epi16(valid, at + src.ld) : _mm512_setzero_si512();
       uint32_t* step = dst + t * 32 * steps + s * 32;
-      _mm512_storeu_si512(step, _mm512_permutex2var_epi16(first, first_half, second));
-      _mm512_storeu_si512(step + 16, _mm512_permutex2var_epi16(first, second_half, second));
+      _mm512_storeu_si512(step, pairs.first_half(first, second));
+      _mm512_storeu_si512(step + 16, pairs.second_half(first, second));
     }
   }
 }

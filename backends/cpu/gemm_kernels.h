@@ -171,9 +171,7 @@ void run_block(const Gemm& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
             }
           }
           // The block's output is final and still in cache: the activation's backward on it now.
-          if (last && g.gelu_input) gelu_backward_block(g, ic, ic + mc, jc, jc + nc);
-          if (last && g.relu_input) relu_backward_block(g, ic, ic + mc, jc, jc + nc);
-          if (last && g.relu) relu_block(g, ic, ic + mc, jc, jc + nc);
+          if (last) activations_block(g, ic, ic + mc, jc, jc + nc);
         }
       }
     }
